@@ -1,0 +1,37 @@
+# The two commands: `make demo` and `make test`. Each installs what it needs (Debian 12),
+# configures, builds and runs. Everything else goes through meson/ninja in build*/.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev
+MESON_FLAGS := -Dwerror=true
+
+.PHONY: all deps build demo test test-asan bench clean
+
+all: build
+
+deps:
+	@sh tools/ensure-deps.sh $(PKGS)
+
+build: deps
+	@test -f $(BUILD)/build.ninja || meson setup $(BUILD) $(MESON_FLAGS)
+	ninja -C $(BUILD)
+
+demo: build
+	./$(BUILD)/examples/demo
+
+test: build
+	meson test -C $(BUILD) --print-errorlogs
+
+# AddressSanitizer + UndefinedBehaviorSanitizer build of the same suite.
+test-asan: deps
+	@test -f $(ASAN_BUILD)/build.ninja || meson setup $(ASAN_BUILD) $(MESON_FLAGS) \
+		-Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+	ninja -C $(ASAN_BUILD)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		meson test -C $(ASAN_BUILD) --print-errorlogs --timeout-multiplier 4
+
+bench: build
+	@for b in $(BUILD)/bench/bench_*; do [ -x "$$b" ] && "$$b"; done; true
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,13 @@
+/* dtensor: sharded tensors on a device mesh, in the style of PyTorch's DTensor. */
+#ifndef DTENSOR_H
+#define DTENSOR_H
+
+#include "dtensor/comm.h"
+#include "dtensor/mesh.h"
+#include "dtensor/placement.h"
+#include "dtensor/runtime.h"
+#include "dtensor/status.h"
+#include "dtensor/tensor.h"
+#include "dtensor/types.h"
+
+#endif

@@ -1,0 +1,82 @@
+/* Communicators and collectives over a group of ranks.
+ *
+ * Every collective is collective: all ranks of the group call it, in the same order, with
+ * agreeing counts and dtypes. All calls here block until this rank's part is done; the
+ * buffers may be reused on return. Counts and displacements are in elements, not bytes.
+ * send may equal recv (in place) where noted. A communicator belongs to one rank context and
+ * is used by one thread at a time. */
+#ifndef DTENSOR_COMM_H
+#define DTENSOR_COMM_H
+
+#include "dtensor/runtime.h"
+#include "dtensor/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_comm dt_comm;
+
+/* The communicator over all ranks of the world; borrowed, valid while ctx lives. */
+dt_status dt_ctx_world_comm(dt_ctx *ctx, dt_comm **comm_out);
+
+/* A communicator over world ranks ranks[0..n-1] (group rank i = ranks[i]); the caller must be
+ * one of them. Does not block. Matched by order: the k-th creation of a given rank list on
+ * each member refers to the same group. Destroy it with dt_comm_destroy (not collective). */
+dt_status dt_comm_create(dt_ctx *ctx, const int *ranks, int n, dt_comm **comm_out);
+dt_status dt_comm_destroy(dt_comm *comm);
+
+/* This rank's index in the group, the group size, and the world rank of group rank i;
+ * -1 for bad arguments. */
+int dt_comm_rank(const dt_comm *comm);
+int dt_comm_size(const dt_comm *comm);
+int dt_comm_world_rank(const dt_comm *comm, int group_rank);
+
+/* recv = op over ranks of send (count elements). In place allowed. Every rank gets bitwise
+ * identical results: each element is reduced once, in group-rank order (bf16/f16 in f32). */
+dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype,
+                        dt_reduce_op op);
+
+/* recv = concatenation of every rank's send (count elements each). */
+dt_status dt_all_gather(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype);
+
+/* Variable counts: rank i's send (recvcounts[i] elements) lands at recv + displs[i].
+ * displs NULL means packed in rank order. recvcounts must agree on every rank. */
+dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv, const size_t *recvcounts,
+                         const size_t *displs, dt_dtype dtype);
+
+/* send holds size blocks of count elements; rank i receives block i reduced over ranks. */
+dt_status dt_reduce_scatter(dt_comm *comm, const void *send, void *recv, size_t count,
+                            dt_dtype dtype, dt_reduce_op op);
+
+/* Variable counts: send holds blocks of recvcounts[0], recvcounts[1], ... elements, packed;
+ * rank i receives block i reduced over ranks. recvcounts must agree on every rank. */
+dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv, const size_t *recvcounts,
+                             dt_dtype dtype, dt_reduce_op op);
+
+/* Block i of send (count elements) goes to rank i; block j of recv comes from rank j. */
+dt_status dt_all_to_all(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype);
+
+/* Per-peer counts: sendcounts[j] elements at send + sdispls[j] go to rank j, and
+ * recvcounts[j] elements from rank j land at recv + rdispls[j]. The counts must pair up
+ * (my recvcounts[j] == rank j's sendcounts[me]). Displacement arrays NULL = packed. */
+dt_status dt_all_to_allv(dt_comm *comm, const void *send, const size_t *sendcounts,
+                         const size_t *sdispls, void *recv, const size_t *recvcounts,
+                         const size_t *rdispls, dt_dtype dtype);
+
+/* buf (count elements) of group rank root is copied to every rank's buf. */
+dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int root);
+
+/* Point to point, not collective. send blocks until the matching recv on peer has taken the
+ * data (rendezvous, no intermediate copy), so pair them (e.g. even ranks send first). Messages
+ * between one pair arrive in order; counts and dtypes must match. */
+dt_status dt_send(dt_comm *comm, const void *buf, size_t count, dt_dtype dtype, int peer);
+dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int peer);
+
+/* Returns when every rank of the group has called it. */
+dt_status dt_barrier(dt_comm *comm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,54 @@
+/* Placements: how a tensor lies along one mesh dimension. Plain values, no ranks involved.
+ * Text form, one per mesh dimension, comma-separated: "S(0),R,P(sum)". The parser also takes
+ * PyTorch's spelling ("Shard(0), Replicate(), Partial(avg)"); "P" alone is P(sum). */
+#ifndef DTENSOR_PLACEMENT_H
+#define DTENSOR_PLACEMENT_H
+
+#include "dtensor/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dt_placement_kind {
+    DT_PLACEMENT_REPLICATE = 0,
+    DT_PLACEMENT_SHARD,
+    DT_PLACEMENT_PARTIAL,
+} dt_placement_kind;
+
+typedef struct dt_placement {
+    dt_placement_kind kind;
+    int dim;         /* Shard: tensor dimension (negative counts from the end until normalised) */
+    dt_reduce_op op; /* Partial: sum, avg, max or min */
+} dt_placement;
+
+static inline dt_placement dt_replicate(void) {
+    dt_placement p = {DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM};
+    return p;
+}
+static inline dt_placement dt_shard(int dim) {
+    dt_placement p = {DT_PLACEMENT_SHARD, dim, DT_REDUCE_SUM};
+    return p;
+}
+static inline dt_placement dt_partial(dt_reduce_op op) {
+    dt_placement p = {DT_PLACEMENT_PARTIAL, 0, op};
+    return p;
+}
+
+/* Parses text into at most cap placements; *n_out = how many. Malformed text is
+ * DT_ERR_PARSE with the offending position in dt_last_error(). */
+dt_status dt_placements_parse(const char *text, dt_placement *placements_out, int cap, int *n_out);
+
+/* Writes "S(0),R,P(sum)" (NUL-terminated) into buf; DT_ERR_SIZE if cap is too small. */
+dt_status dt_placements_format(const dt_placement *placements, int n, char *buf, size_t cap);
+
+/* Checks each placement and rewrites negative shard dims as dim + tensor_ndim. */
+dt_status dt_placements_normalize(dt_placement *placements, int n, int tensor_ndim);
+
+/* 1 when two placements are equal (after normalisation), else 0. */
+int dt_placement_equal(dt_placement a, dt_placement b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

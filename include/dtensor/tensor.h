@@ -1,0 +1,101 @@
+/* DTensor: a local tensor (this rank's shard) plus its spec: mesh, one placement per mesh
+ * dimension, global shape and dtype. Local data is dense row-major.
+ *
+ * Uneven sizes follow torch.chunk: along a sharded dim of length L over n ranks, rank i
+ * holds [i*c, min(L, (i+1)*c)) with c = ceil(L/n), so trailing ranks may hold less or nothing.
+ * A tensor dim sharded by several mesh dims is split by the first of them (in mesh order),
+ * then each piece by the next.
+ *
+ * Partial convention when a tensor is made Partial from a full value: for P(sum) the rank at
+ * coordinate 0 of that mesh dim holds the value and the others hold zeros (exact for every
+ * dtype, where PyTorch's divide-by-n is not); P(avg), P(max), P(min) keep the value on every
+ * rank. Several Partial mesh dims reduce in mesh-dim order.
+ *
+ * Tensors are reference-counted; every rank holds its own dt_tensor. */
+#ifndef DTENSOR_TENSOR_H
+#define DTENSOR_TENSOR_H
+
+#include <stdio.h>
+
+#include "dtensor/mesh.h"
+#include "dtensor/placement.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_tensor dt_tensor;
+
+/* Means "every rank passes the full tensor" for dt_tensor_distribute's src_rank. */
+#define DT_ALL_RANKS (-1)
+
+/* from_local flags. */
+#define DT_FROM_LOCAL_BORROW 1u /* keep a pointer to the caller's data instead of copying */
+#define DT_FROM_LOCAL_CHECK 2u  /* collective check that all ranks agree on the spec */
+
+/* Local shape and global offset of the shard at mesh coordinate coord. A pure function of
+ * the spec: no ranks needed, so it works for any mesh size. placements are normalised. */
+dt_status dt_shard_layout(int mesh_ndim, const int *mesh_shape, const int *coord, int ndim,
+                          const int64_t *shape, const dt_placement *placements,
+                          int64_t *local_shape_out, int64_t *offset_out);
+
+/* A tensor with zeroed local storage. Not collective. */
+dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
+                          const dt_placement *placements, dt_tensor **tensor_out);
+
+/* Shards a full tensor. With src_rank == DT_ALL_RANKS every rank passes the same full tensor
+ * and keeps its slice (no communication). Otherwise only mesh rank src_rank passes it (others
+ * pass NULL) and it sends each rank its shard, one shard-sized buffer at a time, so no more
+ * than the one full copy ever exists. Collective over the mesh; blocks. */
+dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, int ndim,
+                               const int64_t *shape, const dt_placement *placements, int src_rank,
+                               dt_tensor **tensor_out);
+
+/* Wraps this rank's shard. global_shape NULL infers the global shape from every rank's local
+ * shape (collective: one small all_gather), and rejects shards that do not follow torch.chunk.
+ * With global_shape given, the local shape must be the one the spec implies; with
+ * DT_FROM_LOCAL_CHECK all ranks must also pass the same global shape, placements and dtype
+ * (collective). DT_FROM_LOCAL_BORROW keeps a pointer to local (the caller keeps it alive
+ * and unchanged in size); otherwise the data is copied. */
+dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int ndim,
+                               const int64_t *local_shape, const dt_placement *placements,
+                               const int64_t *global_shape, unsigned flags,
+                               dt_tensor **tensor_out);
+
+dt_status dt_tensor_retain(dt_tensor *tensor);
+/* Drops one reference; the last frees the tensor (and its data when owned). NULL is fine. */
+dt_status dt_tensor_release(dt_tensor *tensor);
+
+/* This rank's shard: a borrowed pointer to dense row-major data (may be NULL when empty). */
+dt_status dt_tensor_to_local(dt_tensor *tensor, void **data_out);
+
+typedef struct dt_tensor_info {
+    dt_dtype dtype;
+    int ndim;
+    int64_t shape[DT_MAX_NDIM];        /* global */
+    int64_t local_shape[DT_MAX_NDIM];  /* this rank's shard */
+    int64_t local_offset[DT_MAX_NDIM]; /* where the shard starts in the global tensor */
+    size_t numel, local_numel, local_bytes;
+    int mesh_ndim;
+    dt_placement placements[DT_MESH_MAX_NDIM];
+    dt_mesh *mesh;    /* borrowed */
+    void *local_data; /* borrowed */
+} dt_tensor_info;
+
+dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *info_out);
+
+/* Gathers the global tensor into out (out_bytes >= numel * dtype size) on every rank,
+ * reducing Partial dims. Collective over the mesh; blocks. */
+dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes);
+
+/* Text picture of which ranks hold which slice of a 1-D or 2-D tensor (like
+ * jax.debug.visualize_sharding), Partial included. Writes at most cap bytes, NUL-terminated;
+ * *len_out (nullable) = length needed. Not collective. */
+dt_status dt_tensor_visualize(const dt_tensor *tensor, char *buf, size_t cap, size_t *len_out);
+/* The same, printed to f. */
+dt_status dt_tensor_print_layout(const dt_tensor *tensor, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

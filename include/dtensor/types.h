@@ -1,0 +1,53 @@
+/* Element types and reduction operators: plain values shared by every layer. */
+#ifndef DTENSOR_TYPES_H
+#define DTENSOR_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtensor/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_MAX_NDIM 8      /* most tensor dimensions */
+#define DT_MESH_MAX_NDIM 8 /* most device-mesh dimensions */
+
+typedef enum dt_dtype {
+    DT_F32 = 0,
+    DT_F64,
+    DT_BF16, /* stored as uint16_t; reductions and math in f32 */
+    DT_F16,  /* IEEE half, stored as uint16_t; reductions and math in f32 */
+    DT_I32,
+    DT_I64,
+    DT_DTYPE_COUNT
+} dt_dtype;
+
+typedef enum dt_reduce_op {
+    DT_REDUCE_SUM = 0,
+    DT_REDUCE_AVG, /* sum / n; integer types truncate toward zero */
+    DT_REDUCE_MAX,
+    DT_REDUCE_MIN,
+    DT_REDUCE_PROD,
+    DT_REDUCE_COUNT
+} dt_reduce_op;
+
+/* Bytes per element; 0 for an unknown dtype. */
+size_t dt_dtype_size(dt_dtype dtype);
+/* "f32", "f64", "bf16", "f16", "i32", "i64"; "?" for an unknown dtype. */
+const char *dt_dtype_name(dt_dtype dtype);
+/* Parses a dtype name as printed by dt_dtype_name. */
+dt_status dt_dtype_parse(const char *name, dt_dtype *dtype_out);
+/* "sum", "avg", "max", "min", "prod"; "?" for an unknown op. */
+const char *dt_reduce_op_name(dt_reduce_op op);
+
+/* Element conversions used by tests and examples to fill tensors of any dtype.
+ * bf16/f16 round to nearest even; integers truncate toward zero. */
+dt_status dt_convert_from_f64(dt_dtype dtype, const double *src, void *dst, size_t count);
+dt_status dt_convert_to_f64(dt_dtype dtype, const void *src, double *dst, size_t count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,209 @@
+/* Public collective entry points: check arguments once, then hand flat buffers to the
+ * backend's vtable. Equal-count collectives are expressed as their v-forms here so a backend
+ * needs only the general case. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "core/check.h"
+
+#define COMM_CHECK(c)                                                                              \
+    do {                                                                                           \
+        DT_ARG((c) != NULL, "%s: argument comm is NULL", __func__);                                \
+    } while (0)
+
+#define DTYPE_CHECK(dt)                                                                            \
+    DT_ARG((unsigned)(dt) < DT_DTYPE_COUNT, "%s: argument dtype has unknown value %d", __func__,   \
+           (int)(dt))
+
+#define OP_CHECK(op)                                                                               \
+    DT_ARG((unsigned)(op) < DT_REDUCE_COUNT, "%s: argument op has unknown value %d", __func__,     \
+           (int)(op))
+
+#define BUF_CHECK(buf, count)                                                                      \
+    DT_ARG((count) == 0 || (buf) != NULL, "%s: argument %s is NULL with %zu elements", __func__,   \
+           #buf, (size_t)(count))
+
+dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, const int *members,
+                            int n) {
+    c->ops = ops;
+    c->ctx = ctx;
+    c->size = n;
+    c->rank = -1;
+    c->members = malloc(sizeof(int) * (size_t)n);
+    if (!c->members) return dt_error(DT_ERR_NOMEM, "communicator of %d ranks: out of memory", n);
+    memcpy(c->members, members, sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        if (members[i] == ctx->rank) c->rank = i;
+    return DT_OK;
+}
+
+void dt_comm_free_base(dt_comm *c) { free(c->members); }
+
+int dt_comm_rank(const dt_comm *comm) { return comm ? comm->rank : -1; }
+int dt_comm_size(const dt_comm *comm) { return comm ? comm->size : -1; }
+int dt_comm_world_rank(const dt_comm *comm, int group_rank) {
+    if (!comm || group_rank < 0 || group_rank >= comm->size) return -1;
+    return comm->members[group_rank];
+}
+
+dt_status dt_comm_destroy(dt_comm *comm) {
+    if (comm) comm->ops->destroy(comm);
+    return DT_OK;
+}
+
+/* Packed displacements for counts, in a caller-provided or heap array. */
+static dt_status packed_displs(const size_t *counts, int n, size_t **out) {
+    size_t *d = malloc(sizeof(size_t) * (size_t)n);
+    if (!d) return dt_error(DT_ERR_NOMEM, "displacements for %d ranks: out of memory", n);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        d[i] = off;
+        off += counts[i];
+    }
+    *out = d;
+    return DT_OK;
+}
+
+static dt_status equal_counts(size_t count, int n, size_t **out) {
+    size_t *c = malloc(sizeof(size_t) * (size_t)n);
+    if (!c) return dt_error(DT_ERR_NOMEM, "counts for %d ranks: out of memory", n);
+    for (int i = 0; i < n; i++) c[i] = count;
+    *out = c;
+    return DT_OK;
+}
+
+dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype,
+                        dt_reduce_op op) {
+    COMM_CHECK(comm);
+    DTYPE_CHECK(dtype);
+    OP_CHECK(op);
+    BUF_CHECK(send, count);
+    BUF_CHECK(recv, count);
+    return comm->ops->all_reduce(comm, send, recv, count, dtype, op);
+}
+
+dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv, const size_t *recvcounts,
+                         const size_t *displs, dt_dtype dtype) {
+    COMM_CHECK(comm);
+    DTYPE_CHECK(dtype);
+    DT_ARG_NOT_NULL(recvcounts);
+    BUF_CHECK(send, recvcounts[comm->rank]);
+    size_t total = 0;
+    for (int i = 0; i < comm->size; i++) total += recvcounts[i];
+    BUF_CHECK(recv, total);
+    size_t *own = NULL;
+    if (!displs) {
+        DT_CHECK(packed_displs(recvcounts, comm->size, &own));
+        displs = own;
+    }
+    dt_status st = comm->ops->all_gatherv(comm, send, recv, recvcounts, displs, dtype);
+    free(own);
+    return st;
+}
+
+dt_status dt_all_gather(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype) {
+    COMM_CHECK(comm);
+    size_t *counts = NULL;
+    DT_CHECK(equal_counts(count, comm->size, &counts));
+    dt_status st = dt_all_gatherv(comm, send, recv, counts, NULL, dtype);
+    free(counts);
+    return st;
+}
+
+dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv, const size_t *recvcounts,
+                             dt_dtype dtype, dt_reduce_op op) {
+    COMM_CHECK(comm);
+    DTYPE_CHECK(dtype);
+    OP_CHECK(op);
+    DT_ARG_NOT_NULL(recvcounts);
+    size_t total = 0;
+    for (int i = 0; i < comm->size; i++) total += recvcounts[i];
+    BUF_CHECK(send, total);
+    BUF_CHECK(recv, recvcounts[comm->rank]);
+    size_t *displs = NULL;
+    DT_CHECK(packed_displs(recvcounts, comm->size, &displs));
+    dt_status st = comm->ops->reduce_scatterv(comm, send, recv, recvcounts, displs, dtype, op);
+    free(displs);
+    return st;
+}
+
+dt_status dt_reduce_scatter(dt_comm *comm, const void *send, void *recv, size_t count,
+                            dt_dtype dtype, dt_reduce_op op) {
+    COMM_CHECK(comm);
+    size_t *counts = NULL;
+    DT_CHECK(equal_counts(count, comm->size, &counts));
+    dt_status st = dt_reduce_scatterv(comm, send, recv, counts, dtype, op);
+    free(counts);
+    return st;
+}
+
+dt_status dt_all_to_allv(dt_comm *comm, const void *send, const size_t *sendcounts,
+                         const size_t *sdispls, void *recv, const size_t *recvcounts,
+                         const size_t *rdispls, dt_dtype dtype) {
+    COMM_CHECK(comm);
+    DTYPE_CHECK(dtype);
+    DT_ARG_NOT_NULL(sendcounts);
+    DT_ARG_NOT_NULL(recvcounts);
+    size_t stotal = 0, rtotal = 0;
+    for (int i = 0; i < comm->size; i++) {
+        stotal += sendcounts[i];
+        rtotal += recvcounts[i];
+    }
+    BUF_CHECK(send, stotal);
+    BUF_CHECK(recv, rtotal);
+    size_t *own_s = NULL, *own_r = NULL;
+    dt_status st = DT_OK;
+    if (!sdispls) DT_CHECK_GOTO(packed_displs(sendcounts, comm->size, &own_s), st, out);
+    if (!rdispls) DT_CHECK_GOTO(packed_displs(recvcounts, comm->size, &own_r), st, out);
+    st = comm->ops->all_to_allv(comm, send, sendcounts, sdispls ? sdispls : own_s, recv,
+                                recvcounts, rdispls ? rdispls : own_r, dtype);
+out:
+    free(own_r);
+    free(own_s);
+    return st;
+}
+
+dt_status dt_all_to_all(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype) {
+    COMM_CHECK(comm);
+    size_t *counts = NULL;
+    DT_CHECK(equal_counts(count, comm->size, &counts));
+    dt_status st = dt_all_to_allv(comm, send, counts, NULL, recv, counts, NULL, dtype);
+    free(counts);
+    return st;
+}
+
+dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int root) {
+    COMM_CHECK(comm);
+    DTYPE_CHECK(dtype);
+    BUF_CHECK(buf, count);
+    DT_ARG(root >= 0 && root < comm->size, "dt_broadcast: argument root = %d is not a rank of the "
+                                           "group of %d", root, comm->size);
+    return comm->ops->broadcast(comm, buf, count * dt_dtype_size(dtype), root);
+}
+
+#define PEER_CHECK(comm, peer)                                                                     \
+    DT_ARG((peer) >= 0 && (peer) < (comm)->size && (peer) != (comm)->rank,                        \
+           "%s: argument peer = %d is not another rank of the group of %d (this rank is %d)",     \
+           __func__, (peer), (comm)->size, (comm)->rank)
+
+dt_status dt_send(dt_comm *comm, const void *buf, size_t count, dt_dtype dtype, int peer) {
+    COMM_CHECK(comm);
+    DTYPE_CHECK(dtype);
+    BUF_CHECK(buf, count);
+    PEER_CHECK(comm, peer);
+    return comm->ops->send(comm, buf, count * dt_dtype_size(dtype), peer);
+}
+
+dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int peer) {
+    COMM_CHECK(comm);
+    DTYPE_CHECK(dtype);
+    BUF_CHECK(buf, count);
+    PEER_CHECK(comm, peer);
+    return comm->ops->recv(comm, buf, count * dt_dtype_size(dtype), peer);
+}
+
+dt_status dt_barrier(dt_comm *comm) {
+    COMM_CHECK(comm);
+    return comm->ops->barrier(comm);
+}

@@ -1,0 +1,71 @@
+/* The communicator vtable every backend fills, and the rank context behind dt_ctx.
+ * A backend knows nothing of placements or meshes: it moves and reduces flat buffers. */
+#ifndef DT_COMM_IMPL_H
+#define DT_COMM_IMPL_H
+
+#include <stdint.h>
+
+#include "dtensor/comm.h"
+
+/* The generic layer (comm.c) has checked every argument before calling these, turned NULL
+ * displacements into packed ones and equal-count calls into their v-forms. */
+typedef struct dt_comm_ops {
+    const char *name;
+    dt_status (*all_reduce)(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype dt,
+                            dt_reduce_op op);
+    dt_status (*all_gatherv)(dt_comm *c, const void *send, void *recv, const size_t *counts,
+                             const size_t *displs, dt_dtype dt);
+    dt_status (*reduce_scatterv)(dt_comm *c, const void *send, void *recv, const size_t *counts,
+                                 const size_t *displs, dt_dtype dt, dt_reduce_op op);
+    dt_status (*all_to_allv)(dt_comm *c, const void *send, const size_t *scounts,
+                             const size_t *sdispls, void *recv, const size_t *rcounts,
+                             const size_t *rdispls, dt_dtype dt);
+    dt_status (*broadcast)(dt_comm *c, void *buf, size_t bytes, int root);
+    dt_status (*send)(dt_comm *c, const void *buf, size_t bytes, int peer);
+    dt_status (*recv)(dt_comm *c, void *buf, size_t bytes, int peer);
+    dt_status (*barrier)(dt_comm *c);
+    void (*destroy)(dt_comm *c);
+} dt_comm_ops;
+
+/* Backends embed this as their first member. */
+struct dt_comm {
+    const dt_comm_ops *ops;
+    dt_ctx *ctx;
+    int rank, size;
+    int *members; /* world rank of each group rank */
+};
+
+/* Groups are matched across ranks by key and member list: ranks that create a communicator
+ * with the same key and members get the same group. */
+enum { DT_KEY_WORLD = 1, DT_KEY_USER = 2, DT_KEY_MESH = 3 };
+#define DT_COMM_KEY(kind, seq) (((uint64_t)(kind) << 56) | (uint64_t)(seq))
+
+typedef struct dt_backend_ops {
+    const char *name;
+    dt_status (*comm_create)(dt_ctx *ctx, const uint64_t key[2], const int *members, int n,
+                             dt_comm **comm_out);
+} dt_backend_ops;
+
+typedef struct dt_user_group_count dt_user_group_count;
+
+struct dt_ctx {
+    int rank, size;
+    const dt_backend_ops *backend;
+    void *backend_state;
+    dt_comm *world;
+    uint64_t next_mesh_seq;
+    dt_user_group_count *user_groups; /* creations per member list, for dt_comm_create */
+};
+
+/* Fills the fields every backend shares; members is copied. */
+dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, const int *members,
+                            int n);
+void dt_comm_free_base(dt_comm *c);
+
+/* Creates a communicator through the context's backend. */
+dt_status dt_ctx_comm_create(dt_ctx *ctx, const uint64_t key[2], const int *members, int n,
+                             dt_comm **comm_out);
+/* Frees what the generic part of a context owns (not the world communicator). */
+void dt_ctx_free_user_groups(dt_ctx *ctx);
+
+#endif

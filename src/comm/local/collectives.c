@@ -1,0 +1,183 @@
+/* Collectives of the local backend. Each publishes this rank's buffers in its slot, passes the
+ * entry barrier, pulls what it needs from its peers' buffers, and passes a final barrier so
+ * nobody returns (and reuses a buffer) while a peer may still read it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/local/local_impl.h"
+#include "core/check.h"
+#include "core/reduce.h"
+
+static lw_comm *lw(dt_comm *c) { return (lw_comm *)c; }
+
+/* Every member must pass the same counts; compare ours with each peer's. */
+static dt_status check_counts(lw_comm *c, const size_t *counts, const char *what) {
+    lw_group *g = c->group;
+    for (int j = 0; j < g->n; j++) {
+        if (memcmp(g->slots[j].counts, counts, sizeof(size_t) * (size_t)g->n) == 0) continue;
+        for (int i = 0; i < g->n; i++)
+            if (g->slots[j].counts[i] != counts[i])
+                return dt_error(DT_ERR_COMM,
+                                "%s: ranks disagree on counts: recvcounts[%d] is %zu on group "
+                                "rank %d but %zu on group rank %d",
+                                what, i, counts[i], c->base.rank, g->slots[j].counts[i], j);
+    }
+    return DT_OK;
+}
+
+static dt_status scratch(lw_comm *c, size_t bytes, void **out) {
+    if (bytes > c->scratch_cap) {
+        void *p = realloc(c->scratch, bytes);
+        if (!p) return dt_error(DT_ERR_NOMEM, "local collective: %zu bytes of scratch", bytes);
+        c->scratch = p;
+        c->scratch_cap = bytes;
+    }
+    *out = c->scratch;
+    return DT_OK;
+}
+
+static dt_status all_gatherv(dt_comm *base, const void *send, void *recv, const size_t *counts,
+                             const size_t *displs, dt_dtype dt) {
+    lw_comm *c = lw(base);
+    lw_group *g = c->group;
+    size_t es = dt_dtype_size(dt);
+    g->slots[base->rank] = (lw_slot){.send = send, .counts = counts};
+    DT_CHECK(lw_enter(c, "dt_all_gatherv"));
+    dt_status st = check_counts(c, counts, "dt_all_gatherv");
+    for (int j = 0; st == DT_OK && j < g->n; j++) {
+        char *dst = (char *)recv + displs[j] * es;
+        if (counts[j] && dst != g->slots[j].send) memcpy(dst, g->slots[j].send, counts[j] * es);
+    }
+    lw_sync(c);
+    return st;
+}
+
+static dt_status reduce_scatterv(dt_comm *base, const void *send, void *recv, const size_t *counts,
+                                 const size_t *displs, dt_dtype dt, dt_reduce_op op) {
+    lw_comm *c = lw(base);
+    lw_group *g = c->group;
+    size_t es = dt_dtype_size(dt);
+    g->slots[base->rank] = (lw_slot){.send = send, .counts = counts};
+    DT_CHECK(lw_enter(c, "dt_reduce_scatterv"));
+    dt_status st = check_counts(c, counts, "dt_reduce_scatterv");
+    const void **srcs = NULL;
+    if (st == DT_OK && !(srcs = malloc(sizeof(void *) * (size_t)g->n)))
+        st = dt_error(DT_ERR_NOMEM, "dt_reduce_scatterv: out of memory");
+    if (st == DT_OK) {
+        size_t off = displs[base->rank] * es;
+        for (int j = 0; j < g->n; j++) srcs[j] = (const char *)g->slots[j].send + off;
+        dt_reduce_n(dt, op, recv, srcs, g->n, counts[base->rank]);
+    }
+    free(srcs);
+    lw_sync(c);
+    return st;
+}
+
+/* Reduce-scatter into chunks (rank i reduces chunk i, sources in rank order), then every rank
+ * copies the other chunks: bandwidth-optimal, and all ranks end with the same bits. */
+static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t count, dt_dtype dt,
+                            dt_reduce_op op) {
+    lw_comm *c = lw(base);
+    lw_group *g = c->group;
+    int n = g->n, me = base->rank;
+    size_t es = dt_dtype_size(dt);
+    size_t lo = count * (size_t)me / (size_t)n, hi = count * (size_t)(me + 1) / (size_t)n;
+    /* In place, our chunk of send is still being read by peers: reduce into scratch. */
+    void *mine = (char *)recv + lo * es;
+    const void **srcs = malloc(sizeof(void *) * (size_t)n);
+    if (!srcs) return dt_error(DT_ERR_NOMEM, "dt_all_reduce: out of memory");
+    dt_status st = DT_OK;
+    if (send == recv) st = scratch(c, (hi - lo) * es, &mine);
+    if (st != DT_OK) {
+        free(srcs);
+        return st;
+    }
+    g->slots[me] = (lw_slot){.send = send, .result = mine, .count = count};
+    st = lw_enter(c, "dt_all_reduce");
+    if (st != DT_OK) {
+        free(srcs);
+        return st;
+    }
+    for (int j = 0; j < n; j++) {
+        if (g->slots[j].count != count) {
+            st = dt_error(DT_ERR_COMM, "dt_all_reduce: ranks disagree on count: %zu on group "
+                                       "rank %d, %zu on group rank %d",
+                          count, me, g->slots[j].count, j);
+            break;
+        }
+    }
+    if (st == DT_OK) {
+        for (int j = 0; j < n; j++) srcs[j] = (const char *)g->slots[j].send + lo * es;
+        dt_reduce_n(dt, op, mine, srcs, n, hi - lo);
+    }
+    lw_sync(c);
+    if (st == DT_OK) {
+        for (int j = 0; j < n; j++) {
+            size_t jlo = count * (size_t)j / (size_t)n, jhi = count * (size_t)(j + 1) / (size_t)n;
+            char *dst = (char *)recv + jlo * es;
+            if (jhi > jlo && dst != g->slots[j].result) memcpy(dst, g->slots[j].result, (jhi - jlo) * es);
+        }
+    }
+    lw_sync(c);
+    free(srcs);
+    return st;
+}
+
+static dt_status all_to_allv(dt_comm *base, const void *send, const size_t *scounts,
+                             const size_t *sdispls, void *recv, const size_t *rcounts,
+                             const size_t *rdispls, dt_dtype dt) {
+    lw_comm *c = lw(base);
+    lw_group *g = c->group;
+    int me = base->rank;
+    size_t es = dt_dtype_size(dt);
+    g->slots[me] = (lw_slot){.send = send, .counts = scounts, .displs = sdispls};
+    DT_CHECK(lw_enter(c, "dt_all_to_allv"));
+    dt_status st = DT_OK;
+    for (int j = 0; j < g->n && st == DT_OK; j++) {
+        if (g->slots[j].counts[me] != rcounts[j])
+            st = dt_error(DT_ERR_COMM, "dt_all_to_allv: group rank %d sends %zu elements to rank "
+                                       "%d, which expects recvcounts[%d] = %zu",
+                          j, g->slots[j].counts[me], me, j, rcounts[j]);
+    }
+    for (int j = 0; j < g->n && st == DT_OK; j++) {
+        if (rcounts[j] == 0) continue;
+        memcpy((char *)recv + rdispls[j] * es,
+               (const char *)g->slots[j].send + g->slots[j].displs[me] * es, rcounts[j] * es);
+    }
+    lw_sync(c);
+    return st;
+}
+
+static dt_status broadcast(dt_comm *base, void *buf, size_t bytes, int root) {
+    lw_comm *c = lw(base);
+    lw_group *g = c->group;
+    g->slots[base->rank] = (lw_slot){.send = buf, .count = bytes};
+    DT_CHECK(lw_enter(c, "dt_broadcast"));
+    dt_status st = DT_OK;
+    if (g->slots[root].count != bytes)
+        st = dt_error(DT_ERR_COMM, "dt_broadcast: root sends %zu bytes, group rank %d expects %zu",
+                      g->slots[root].count, base->rank, bytes);
+    else if (base->rank != root && bytes)
+        memcpy(buf, g->slots[root].send, bytes);
+    lw_sync(c);
+    return st;
+}
+
+static dt_status barrier_op(dt_comm *base) { return lw_enter(lw(base), "dt_barrier"); }
+
+dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer);
+dt_status lw_recv(dt_comm *base, void *buf, size_t bytes, int peer);
+void lw_comm_destroy(dt_comm *base);
+
+const dt_comm_ops lw_comm_ops = {
+    .name = "local",
+    .all_reduce = all_reduce,
+    .all_gatherv = all_gatherv,
+    .reduce_scatterv = reduce_scatterv,
+    .all_to_allv = all_to_allv,
+    .broadcast = broadcast,
+    .send = lw_send,
+    .recv = lw_recv,
+    .barrier = barrier_op,
+    .destroy = lw_comm_destroy,
+};

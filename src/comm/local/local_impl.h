@@ -1,0 +1,78 @@
+/* The local backend: ranks are threads of one process and a group's members exchange
+ * pointers to their buffers, then each copies (or reduces) what it needs straight out of its
+ * peers' memory. No root relays data, and every rank moves its own share, so the copies of
+ * one collective run on all cores at once. */
+#ifndef DT_COMM_LOCAL_IMPL_H
+#define DT_COMM_LOCAL_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "comm/comm_impl.h"
+
+/* What one rank publishes for the collective in progress. */
+typedef struct lw_slot {
+    const void *send;
+    const size_t *counts; /* all_gatherv/reduce_scatterv: recvcounts; all_to_allv: sendcounts */
+    const size_t *displs; /* all_to_allv: sdispls */
+    const void *result;   /* all_reduce: where this rank's reduced chunk is */
+    size_t count;
+} lw_slot;
+
+enum { LW_P2P_EMPTY = 0, LW_P2P_POSTED, LW_P2P_TAKEN, LW_P2P_DONE };
+
+typedef struct lw_p2p {
+    const void *buf;
+    size_t bytes;
+    int state;
+    dt_status status;
+} lw_p2p;
+
+typedef struct lw_group {
+    struct lw_group *next; /* registry */
+    uint64_t key[2];
+    int n;
+    int *members;
+    int handles; /* live communicators on this group (registry lock) */
+    int exited;  /* members that have returned (registry lock; read under mu) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int arrived;
+    atomic_uint_least64_t gen;
+    lw_slot *slots; /* n */
+    lw_p2p *p2p;    /* n*n, [src*n + dst] */
+} lw_group;
+
+typedef struct lw_world {
+    int size;
+    pthread_mutex_t mu; /* registry, exits and failure */
+    lw_group *groups;
+    atomic_int aborted;
+    int failed_rank;
+    dt_status failed_status;
+    char failed_msg[512];
+    int *exited; /* per world rank */
+} lw_world;
+
+typedef struct lw_comm {
+    dt_comm base;
+    lw_world *world;
+    lw_group *group;
+    void *scratch;
+    size_t scratch_cap;
+} lw_comm;
+
+/* Entry barrier of a collective: fails with a clear error when the world aborted or a
+ * member returned, instead of waiting forever. */
+dt_status lw_enter(lw_comm *c, const char *what);
+/* Barrier between phases of a collective that every member has entered: nobody can be
+ * missing any more, so it only waits (peers may still be reading this rank's buffers). */
+void lw_sync(lw_comm *c);
+/* The error for a member (peer = group rank, or -1 for any) that can no longer arrive;
+ * DT_OK when none. Call with group->mu held. */
+dt_status lw_failure(lw_comm *c, const char *what, int peer);
+
+extern const dt_comm_ops lw_comm_ops;
+
+#endif

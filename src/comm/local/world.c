@@ -1,0 +1,214 @@
+/* The local runtime: starts one thread per rank, keeps the registry of groups that ranks
+ * share, and turns a rank's failure or early return into errors for the ranks waiting on it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/local/local_impl.h"
+#include "core/check.h"
+
+typedef struct lw_rank {
+    dt_ctx ctx;
+    lw_world *world;
+    dt_spmd_fn fn;
+    void *arg;
+    pthread_t thread;
+    dt_status status;
+} lw_rank;
+
+static int group_has(const lw_group *g, int world_rank) {
+    for (int i = 0; i < g->n; i++)
+        if (g->members[i] == world_rank) return 1;
+    return 0;
+}
+
+static void group_free(lw_group *g) {
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g->members);
+    free(g->slots);
+    free(g->p2p);
+    free(g);
+}
+
+/* Finds or makes the group for (key, members); call with w->mu held. */
+static lw_group *group_get(lw_world *w, const uint64_t key[2], const int *members, int n) {
+    for (lw_group *g = w->groups; g; g = g->next)
+        if (g->key[0] == key[0] && g->key[1] == key[1] && g->n == n &&
+            memcmp(g->members, members, sizeof(int) * (size_t)n) == 0)
+            return g;
+    lw_group *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->members = malloc(sizeof(int) * (size_t)n);
+    g->slots = calloc((size_t)n, sizeof *g->slots);
+    g->p2p = calloc((size_t)n * (size_t)n, sizeof *g->p2p);
+    if (!g->members || !g->slots || !g->p2p) {
+        free(g->members);
+        free(g->slots);
+        free(g->p2p);
+        free(g);
+        return NULL;
+    }
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    memcpy(g->key, key, sizeof g->key);
+    memcpy(g->members, members, sizeof(int) * (size_t)n);
+    g->n = n;
+    for (int i = 0; i < n; i++) g->exited += w->exited[members[i]];
+    g->next = w->groups;
+    w->groups = g;
+    return g;
+}
+
+static dt_status comm_create(dt_ctx *ctx, const uint64_t key[2], const int *members, int n,
+                             dt_comm **comm_out) {
+    lw_world *w = ctx->backend_state;
+    lw_comm *c = calloc(1, sizeof *c);
+    if (!c) return dt_error(DT_ERR_NOMEM, "communicator of %d ranks: out of memory", n);
+    dt_status st = dt_comm_init_base(&c->base, &lw_comm_ops, ctx, members, n);
+    if (st != DT_OK) {
+        free(c);
+        return st;
+    }
+    pthread_mutex_lock(&w->mu);
+    lw_group *g = group_get(w, key, members, n);
+    if (g) g->handles++;
+    pthread_mutex_unlock(&w->mu);
+    if (!g) {
+        dt_comm_free_base(&c->base);
+        free(c);
+        return dt_error(DT_ERR_NOMEM, "communicator of %d ranks: out of memory", n);
+    }
+    c->world = w;
+    c->group = g;
+    *comm_out = &c->base;
+    return DT_OK;
+}
+
+void lw_comm_destroy(dt_comm *base) {
+    lw_comm *c = (lw_comm *)base;
+    lw_world *w = c->world;
+    pthread_mutex_lock(&w->mu);
+    if (--c->group->handles == 0) {
+        lw_group **pp = &w->groups;
+        while (*pp != c->group) pp = &(*pp)->next;
+        *pp = c->group->next;
+        group_free(c->group);
+    }
+    pthread_mutex_unlock(&w->mu);
+    free(c->scratch);
+    dt_comm_free_base(base);
+    free(c);
+}
+
+static const dt_backend_ops lw_backend = {.name = "local", .comm_create = comm_create};
+
+/* Wakes every waiter of the groups that rank belongs to (all groups when rank < 0). */
+static void wake_groups(lw_world *w, int rank) {
+    for (lw_group *g = w->groups; g; g = g->next) {
+        if (rank >= 0 && !group_has(g, rank)) continue;
+        pthread_mutex_lock(&g->mu);
+        if (rank >= 0) g->exited++;
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+    }
+}
+
+static void rank_finished(lw_world *w, int rank, dt_status st) {
+    pthread_mutex_lock(&w->mu);
+    w->exited[rank] = 1;
+    if (st != DT_OK && !atomic_load(&w->aborted)) {
+        w->failed_rank = rank;
+        w->failed_status = st;
+        snprintf(w->failed_msg, sizeof w->failed_msg, "%s", dt_last_error());
+        atomic_store(&w->aborted, 1);
+    }
+    wake_groups(w, rank);
+    if (st != DT_OK) wake_groups(w, -1);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *rank_main(void *p) {
+    lw_rank *r = p;
+    dt_status st = r->fn(&r->ctx, r->arg);
+    if (st != DT_OK && dt_last_error()[0] == '\0')
+        dt_error(st, "the SPMD function returned %s", dt_status_str(st));
+    r->status = st;
+    rank_finished(r->world, r->ctx.rank, st);
+    return NULL;
+}
+
+static dt_status ctx_init(lw_rank *r, lw_world *w, int rank) {
+    r->world = w;
+    r->ctx = (dt_ctx){.rank = rank, .size = w->size, .backend = &lw_backend, .backend_state = w};
+    int *all = malloc(sizeof(int) * (size_t)w->size);
+    if (!all) return dt_error(DT_ERR_NOMEM, "dt_local_run: out of memory");
+    for (int i = 0; i < w->size; i++) all[i] = i;
+    uint64_t key[2] = {DT_COMM_KEY(DT_KEY_WORLD, 0), 0};
+    dt_status st = comm_create(&r->ctx, key, all, w->size, &r->ctx.world);
+    free(all);
+    return st;
+}
+
+static void ctx_fini(lw_rank *r) {
+    if (r->ctx.world) lw_comm_destroy(r->ctx.world);
+    dt_ctx_free_user_groups(&r->ctx);
+}
+
+dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_status_out) {
+    DT_ARG(nranks >= 1 && nranks <= DT_LOCAL_MAX_RANKS,
+           "dt_local_run: argument nranks = %d is not in [1, %d]", nranks, DT_LOCAL_MAX_RANKS);
+    DT_ARG_NOT_NULL(fn);
+    lw_world *w = calloc(1, sizeof *w);
+    lw_rank *ranks = calloc((size_t)nranks, sizeof *ranks);
+    int *exited = calloc((size_t)nranks, sizeof *exited);
+    dt_status st = DT_OK;
+    int initialised = 0, started = 0;
+    if (!w || !ranks || !exited) {
+        st = dt_error(DT_ERR_NOMEM, "dt_local_run: out of memory for %d ranks", nranks);
+        goto out;
+    }
+    w->size = nranks;
+    w->exited = exited;
+    pthread_mutex_init(&w->mu, NULL);
+    for (; initialised < nranks; initialised++) {
+        DT_CHECK_GOTO(ctx_init(&ranks[initialised], w, initialised), st, stop);
+        ranks[initialised].fn = fn;
+        ranks[initialised].arg = arg;
+    }
+    for (; started < nranks; started++) {
+        if (pthread_create(&ranks[started].thread, NULL, rank_main, &ranks[started]) != 0) {
+            st = dt_error(DT_ERR_SYSTEM, "dt_local_run: could not start the thread of rank %d",
+                          started);
+            break;
+        }
+    }
+stop:
+    if (st != DT_OK) { /* ranks already running must not wait for the missing ones */
+        pthread_mutex_lock(&w->mu);
+        w->failed_rank = started;
+        w->failed_status = st;
+        snprintf(w->failed_msg, sizeof w->failed_msg, "%s", dt_last_error());
+        atomic_store(&w->aborted, 1);
+        wake_groups(w, -1);
+        pthread_mutex_unlock(&w->mu);
+    }
+    for (int i = 0; i < started; i++) pthread_join(ranks[i].thread, NULL);
+    for (int i = 0; i < initialised; i++) ctx_fini(&ranks[i]);
+    if (rank_status_out)
+        for (int i = 0; i < nranks; i++)
+            rank_status_out[i] = i < started ? ranks[i].status : st;
+    if (st == DT_OK && atomic_load(&w->aborted))
+        st = dt_error(w->failed_status, "rank %d: %s", w->failed_rank, w->failed_msg);
+    /* Communicators a rank did not destroy still hold their groups. */
+    while (w->groups) {
+        lw_group *next = w->groups->next;
+        group_free(w->groups);
+        w->groups = next;
+    }
+    pthread_mutex_destroy(&w->mu);
+out:
+    free(exited);
+    free(ranks);
+    free(w);
+    return st;
+}

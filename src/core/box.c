@@ -1,0 +1,52 @@
+/* Sub-box copy: the innermost run that is contiguous in both arrays is one memcpy, and an
+ * odometer walks the outer dimensions. */
+#include <string.h>
+
+#include "core/box.h"
+#include "dtensor/types.h"
+
+size_t dt_shape_numel(const int64_t *shape, int ndim) {
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+    return n;
+}
+
+void dt_box_copy(void *dst, const int64_t *dst_shape, const int64_t *dst_off, const void *src,
+                 const int64_t *src_shape, const int64_t *src_off, const int64_t *box, int ndim,
+                 size_t elem_size) {
+    if (dt_shape_numel(box, ndim) == 0) return;
+    int64_t dstride[DT_MAX_NDIM], sstride[DT_MAX_NDIM];
+    for (int d = ndim - 1; d >= 0; d--) {
+        dstride[d] = d == ndim - 1 ? 1 : dstride[d + 1] * dst_shape[d + 1];
+        sstride[d] = d == ndim - 1 ? 1 : sstride[d + 1] * src_shape[d + 1];
+    }
+    /* Fold trailing dims the box covers whole in both arrays into one contiguous run. */
+    int inner = ndim;
+    size_t run = 1;
+    while (inner > 0) {
+        int d = inner - 1;
+        run *= (size_t)box[d];
+        inner = d;
+        if (box[d] != dst_shape[d] || box[d] != src_shape[d]) break;
+    }
+    size_t run_bytes = run * elem_size;
+    char *dbase = (char *)dst;
+    const char *sbase = (const char *)src;
+    int64_t base_d = 0, base_s = 0;
+    for (int d = 0; d < ndim; d++) {
+        base_d += (dst_off ? dst_off[d] : 0) * dstride[d];
+        base_s += (src_off ? src_off[d] : 0) * sstride[d];
+    }
+    int64_t idx[DT_MAX_NDIM] = {0};
+    for (;;) {
+        int64_t od = base_d, os = base_s;
+        for (int d = 0; d < inner; d++) {
+            od += idx[d] * dstride[d];
+            os += idx[d] * sstride[d];
+        }
+        memcpy(dbase + (size_t)od * elem_size, sbase + (size_t)os * elem_size, run_bytes);
+        int d = inner - 1;
+        while (d >= 0 && ++idx[d] == box[d]) idx[d--] = 0;
+        if (d < 0) break;
+    }
+}

@@ -1,0 +1,89 @@
+/* Blocked n-way reductions per dtype: one accumulator block, sources folded in order, so the
+ * inner loops vectorise and every rank that reduces the same inputs gets the same bits. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/half.h"
+#include "core/reduce.h"
+
+#define BLOCK 256
+
+#define ID(x) (x)
+#define MAXOF(a, v) (((v) > (a) || (v) != (v)) ? (v) : (a))
+#define MINOF(a, v) (((v) < (a) || (v) != (v)) ? (v) : (a))
+
+#define DEFINE_REDUCE(NAME, T, ACC, LOAD, STORE)                                                   \
+    static void NAME(dt_reduce_op op, void *dst, const void *const *srcs, int n, size_t count) {   \
+        ACC acc[BLOCK];                                                                            \
+        for (size_t base = 0; base < count; base += BLOCK) {                                       \
+            size_t m = count - base < BLOCK ? count - base : BLOCK;                                \
+            const T *s0 = (const T *)srcs[0] + base;                                               \
+            for (size_t i = 0; i < m; i++) acc[i] = LOAD(s0[i]);                                   \
+            for (int k = 1; k < n; k++) {                                                          \
+                const T *s = (const T *)srcs[k] + base;                                            \
+                switch (op) {                                                                      \
+                case DT_REDUCE_SUM:                                                                \
+                case DT_REDUCE_AVG:                                                                \
+                    for (size_t i = 0; i < m; i++) acc[i] += LOAD(s[i]);                           \
+                    break;                                                                         \
+                case DT_REDUCE_PROD:                                                               \
+                    for (size_t i = 0; i < m; i++) acc[i] *= LOAD(s[i]);                           \
+                    break;                                                                         \
+                case DT_REDUCE_MAX:                                                                \
+                    for (size_t i = 0; i < m; i++) acc[i] = MAXOF(acc[i], LOAD(s[i]));             \
+                    break;                                                                         \
+                case DT_REDUCE_MIN:                                                                \
+                    for (size_t i = 0; i < m; i++) acc[i] = MINOF(acc[i], LOAD(s[i]));             \
+                    break;                                                                         \
+                default: break;                                                                    \
+                }                                                                                  \
+            }                                                                                      \
+            if (op == DT_REDUCE_AVG)                                                               \
+                for (size_t i = 0; i < m; i++) acc[i] /= (ACC)n;                                   \
+            T *d = (T *)dst + base;                                                                \
+            for (size_t i = 0; i < m; i++) d[i] = STORE(acc[i]);                                   \
+        }                                                                                          \
+    }
+
+DEFINE_REDUCE(reduce_f32, float, float, ID, ID)
+DEFINE_REDUCE(reduce_f64, double, double, ID, ID)
+DEFINE_REDUCE(reduce_bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16)
+DEFINE_REDUCE(reduce_f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16)
+DEFINE_REDUCE(reduce_i32, int32_t, int32_t, ID, ID)
+DEFINE_REDUCE(reduce_i64, int64_t, int64_t, ID, ID)
+
+void dt_reduce_n(dt_dtype dtype, dt_reduce_op op, void *dst, const void *const *srcs, int n,
+                 size_t count) {
+    switch (dtype) {
+    case DT_F32: reduce_f32(op, dst, srcs, n, count); break;
+    case DT_F64: reduce_f64(op, dst, srcs, n, count); break;
+    case DT_BF16: reduce_bf16(op, dst, srcs, n, count); break;
+    case DT_F16: reduce_f16(op, dst, srcs, n, count); break;
+    case DT_I32: reduce_i32(op, dst, srcs, n, count); break;
+    case DT_I64: reduce_i64(op, dst, srcs, n, count); break;
+    default: break;
+    }
+}
+
+void dt_fill_identity(dt_dtype dtype, dt_reduce_op op, void *dst, size_t count) {
+    double v = 0.0;
+    if (op == DT_REDUCE_PROD) v = 1.0;
+    if (op == DT_REDUCE_MAX) v = -INFINITY;
+    if (op == DT_REDUCE_MIN) v = INFINITY;
+    for (size_t i = 0; i < count; i++) {
+        switch (dtype) {
+        case DT_F32: ((float *)dst)[i] = (float)v; break;
+        case DT_F64: ((double *)dst)[i] = v; break;
+        case DT_BF16: ((uint16_t *)dst)[i] = dt_f32_to_bf16((float)v); break;
+        case DT_F16: ((uint16_t *)dst)[i] = dt_f32_to_f16((float)v); break;
+        case DT_I32:
+            ((int32_t *)dst)[i] = isinf(v) ? (v > 0 ? INT32_MAX : INT32_MIN) : (int32_t)v;
+            break;
+        case DT_I64:
+            ((int64_t *)dst)[i] = isinf(v) ? (v > 0 ? INT64_MAX : INT64_MIN) : (int64_t)v;
+            break;
+        default: break;
+        }
+    }
+}

@@ -1,0 +1,257 @@
+/* DTensor objects: spec checks, construction, reference counting, accessors, from_local. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "core/box.h"
+#include "core/check.h"
+#include "dtensor/tensor_impl.h"
+#include "mesh/mesh_impl.h"
+
+static void shape_text(const int64_t *shape, int ndim, char *buf, size_t cap) {
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, d ? ",%lld" : "%lld", (long long)shape[d]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int ndim,
+                        const int64_t *shape, const dt_placement *placements,
+                        dt_placement *norm_out) {
+    DT_ARG(mesh != NULL, "%s: argument mesh is NULL", fn);
+    DT_ARG(placements != NULL, "%s: argument placements is NULL", fn);
+    if ((unsigned)dtype >= DT_DTYPE_COUNT)
+        return dt_error(DT_ERR_DTYPE, "%s: argument dtype has unknown value %d", fn, (int)dtype);
+    if (ndim < 0 || ndim > DT_MAX_NDIM)
+        return dt_error(DT_ERR_SHAPE, "%s: argument ndim = %d is not in [0, %d]", fn, ndim,
+                        DT_MAX_NDIM);
+    DT_ARG(shape != NULL || ndim == 0, "%s: argument shape is NULL", fn);
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] < 0)
+            return dt_error(DT_ERR_SHAPE, "%s: shape[%d] = %lld is negative", fn, d,
+                            (long long)shape[d]);
+    memcpy(norm_out, placements, sizeof(dt_placement) * (size_t)mesh->ndim);
+    dt_status st = dt_placements_normalize(norm_out, mesh->ndim, ndim);
+    if (st != DT_OK) dt_error_prefix(fn);
+    return st;
+}
+
+dt_status dt_tensor_new(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
+                        const dt_placement *norm, void *data, bool owned, dt_tensor **out) {
+    dt_tensor *t = calloc(1, sizeof *t);
+    if (!t) return dt_error(DT_ERR_NOMEM, "tensor: out of memory");
+    atomic_init(&t->refs, 1);
+    t->dtype = dtype;
+    t->ndim = ndim;
+    if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    memcpy(t->placements, norm, sizeof(dt_placement) * (size_t)mesh->ndim);
+    dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, t->local_shape,
+                    t->local_offset);
+    t->local_numel = dt_shape_numel(t->local_shape, ndim);
+    if (data) {
+        t->data = data;
+        t->owned = owned;
+    } else if (t->local_numel) {
+        t->data = calloc(t->local_numel, dt_dtype_size(dtype));
+        t->owned = true;
+        if (!t->data) {
+            size_t n = t->local_numel;
+            free(t);
+            return dt_error(DT_ERR_NOMEM, "tensor: out of memory for a %zu-element shard", n);
+        }
+    }
+    t->mesh = mesh;
+    dt_mesh_retain(mesh);
+    *out = t;
+    return DT_OK;
+}
+
+void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,
+                         int64_t *offset_out) {
+    int coord[DT_MESH_MAX_NDIM];
+    dt_mesh_coord_of(t->mesh, mesh_rank, coord);
+    dt_shard_layout(t->mesh->ndim, t->mesh->shape, coord, t->ndim, t->shape, t->placements,
+                    shape_out, offset_out);
+}
+
+dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
+                          const dt_placement *placements, dt_tensor **tensor_out) {
+    DT_ARG_NOT_NULL(tensor_out);
+    dt_placement norm[DT_MESH_MAX_NDIM];
+    DT_CHECK(dt_spec_check("dt_tensor_zeros", mesh, dtype, ndim, shape, placements, norm));
+    return dt_tensor_new(mesh, dtype, ndim, shape, norm, NULL, true, tensor_out);
+}
+
+dt_status dt_tensor_retain(dt_tensor *tensor) {
+    DT_ARG_NOT_NULL(tensor);
+    atomic_fetch_add(&tensor->refs, 1);
+    return DT_OK;
+}
+
+dt_status dt_tensor_release(dt_tensor *tensor) {
+    if (!tensor || atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
+    if (tensor->owned) free(tensor->data);
+    dt_mesh_release(tensor->mesh);
+    free(tensor);
+    return DT_OK;
+}
+
+dt_status dt_tensor_to_local(dt_tensor *tensor, void **data_out) {
+    DT_ARG_NOT_NULL(tensor);
+    DT_ARG_NOT_NULL(data_out);
+    *data_out = tensor->data;
+    return DT_OK;
+}
+
+dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *info_out) {
+    DT_ARG_NOT_NULL(tensor);
+    DT_ARG_NOT_NULL(info_out);
+    dt_tensor_info info = {
+        .dtype = tensor->dtype,
+        .ndim = tensor->ndim,
+        .numel = dt_shape_numel(tensor->shape, tensor->ndim),
+        .local_numel = tensor->local_numel,
+        .local_bytes = tensor->local_numel * dt_dtype_size(tensor->dtype),
+        .mesh_ndim = tensor->mesh->ndim,
+        .mesh = tensor->mesh,
+        .local_data = tensor->data,
+    };
+    size_t nb = sizeof(int64_t) * (size_t)tensor->ndim;
+    memcpy(info.shape, tensor->shape, nb);
+    memcpy(info.local_shape, tensor->local_shape, nb);
+    memcpy(info.local_offset, tensor->local_offset, nb);
+    memcpy(info.placements, tensor->placements, sizeof(dt_placement) * (size_t)tensor->mesh->ndim);
+    *info_out = info;
+    return DT_OK;
+}
+
+/* What each rank tells the others in from_local: enough to infer and to cross-check. */
+enum { ROW_DTYPE, ROW_NDIM, ROW_LOCAL, ROW_GLOBAL = ROW_LOCAL + DT_MAX_NDIM,
+       ROW_PLACE = ROW_GLOBAL + DT_MAX_NDIM, ROW_LEN = ROW_PLACE + 3 * DT_MESH_MAX_NDIM };
+
+static void row_fill(int64_t *row, dt_dtype dtype, int ndim, const int64_t *local_shape,
+                     const int64_t *global_shape, const dt_placement *norm, int mesh_ndim) {
+    for (int i = 0; i < ROW_LEN; i++) row[i] = -1;
+    row[ROW_DTYPE] = dtype;
+    row[ROW_NDIM] = ndim;
+    for (int d = 0; d < ndim; d++) {
+        row[ROW_LOCAL + d] = local_shape[d];
+        if (global_shape) row[ROW_GLOBAL + d] = global_shape[d];
+    }
+    for (int m = 0; m < mesh_ndim; m++) {
+        row[ROW_PLACE + 3 * m] = norm[m].kind;
+        row[ROW_PLACE + 3 * m + 1] = norm[m].kind == DT_PLACEMENT_SHARD ? norm[m].dim : 0;
+        row[ROW_PLACE + 3 * m + 2] = norm[m].kind == DT_PLACEMENT_PARTIAL ? norm[m].op : 0;
+    }
+}
+
+/* Gathers every rank's row, checks they agree, and infers the global shape if not given. */
+static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *global_io,
+                               int infer) {
+    dt_comm *all;
+    DT_CHECK(dt_mesh_mask_comm(mesh, (1u << mesh->ndim) - 1, &all));
+    int64_t *rows = malloc(sizeof(int64_t) * ROW_LEN * (size_t)mesh->nranks);
+    if (!rows) return dt_error(DT_ERR_NOMEM, "dt_tensor_from_local: out of memory");
+    dt_status st = dt_all_gather(all, mine, rows, ROW_LEN, DT_I64);
+    for (int r = 0; st == DT_OK && r < mesh->nranks; r++) {
+        const int64_t *row = rows + (size_t)r * ROW_LEN;
+        /* Local shapes differ by design; everything from the global shape on must agree. */
+        if (row[ROW_DTYPE] != mine[ROW_DTYPE] || row[ROW_NDIM] != mine[ROW_NDIM] ||
+            memcmp(row + ROW_GLOBAL, mine + ROW_GLOBAL,
+                   sizeof(int64_t) * (size_t)(ROW_LEN - ROW_GLOBAL)) != 0)
+            st = dt_error(DT_ERR_COMM, "dt_tensor_from_local: mesh rank %d passed a different "
+                                       "dtype, ndim, global shape or placements than mesh rank %d",
+                          r, mesh->rank);
+    }
+    if (st == DT_OK && infer) {
+        /* Ranks at coordinate 0 on every mesh dim that does not shard d partition dim d. */
+        int ndim = (int)mine[ROW_NDIM], coord[DT_MESH_MAX_NDIM];
+        for (int d = 0; d < ndim; d++) global_io[d] = 0;
+        for (int r = 0; r < mesh->nranks; r++) {
+            dt_mesh_coord_of(mesh, r, coord);
+            for (int d = 0; d < ndim; d++) {
+                int on_line = 1;
+                for (int m = 0; m < mesh->ndim; m++) {
+                    int shards_d = mine[ROW_PLACE + 3 * m] == DT_PLACEMENT_SHARD &&
+                                   mine[ROW_PLACE + 3 * m + 1] == d;
+                    if (!shards_d && coord[m] != 0) on_line = 0;
+                }
+                if (on_line) global_io[d] += rows[(size_t)r * ROW_LEN + ROW_LOCAL + d];
+            }
+        }
+    }
+    /* Every rank's shard must be the one torch.chunk gives for the (inferred) global shape. */
+    for (int r = 0; st == DT_OK && r < mesh->nranks; r++) {
+        int ndim = (int)mine[ROW_NDIM], coord[DT_MESH_MAX_NDIM];
+        int64_t want[DT_MAX_NDIM], off[DT_MAX_NDIM];
+        dt_placement pl[DT_MESH_MAX_NDIM];
+        for (int m = 0; m < mesh->ndim; m++)
+            pl[m] = (dt_placement){(dt_placement_kind)mine[ROW_PLACE + 3 * m],
+                                   (int)mine[ROW_PLACE + 3 * m + 1],
+                                   (dt_reduce_op)mine[ROW_PLACE + 3 * m + 2]};
+        dt_mesh_coord_of(mesh, r, coord);
+        dt_shard_layout(mesh->ndim, mesh->shape, coord, ndim, global_io, pl, want, off);
+        const int64_t *got = rows + (size_t)r * ROW_LEN + ROW_LOCAL;
+        if (memcmp(want, got, sizeof(int64_t) * (size_t)ndim) != 0) {
+            char g[96], w[96], full[96];
+            shape_text(got, ndim, g, sizeof g);
+            shape_text(want, ndim, w, sizeof w);
+            shape_text(global_io, ndim, full, sizeof full);
+            st = dt_error(DT_ERR_SHAPE, "dt_tensor_from_local: mesh rank %d holds a %s shard, but "
+                                        "torch.chunk of global shape %s gives it %s",
+                          r, g, full, w);
+        }
+    }
+    free(rows);
+    return st;
+}
+
+dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int ndim,
+                               const int64_t *local_shape, const dt_placement *placements,
+                               const int64_t *global_shape, unsigned flags,
+                               dt_tensor **tensor_out) {
+    DT_ARG_NOT_NULL(tensor_out);
+    DT_ARG((flags & ~(DT_FROM_LOCAL_BORROW | DT_FROM_LOCAL_CHECK)) == 0,
+           "dt_tensor_from_local: argument flags = 0x%x has unknown bits", flags);
+    dt_placement norm[DT_MESH_MAX_NDIM];
+    DT_CHECK(dt_spec_check("dt_tensor_from_local", mesh, dtype, ndim, local_shape, placements,
+                           norm));
+    if (global_shape)
+        for (int d = 0; d < ndim; d++)
+            if (global_shape[d] < 0)
+                return dt_error(DT_ERR_SHAPE, "dt_tensor_from_local: global_shape[%d] = %lld is "
+                                              "negative", d, (long long)global_shape[d]);
+    size_t numel = dt_shape_numel(local_shape, ndim);
+    DT_ARG(local != NULL || numel == 0, "dt_tensor_from_local: argument local is NULL for a "
+                                        "%zu-element shard", numel);
+    int64_t global[DT_MAX_NDIM];
+    if (global_shape) memcpy(global, global_shape, sizeof(int64_t) * (size_t)ndim);
+    if (!global_shape || (flags & DT_FROM_LOCAL_CHECK)) {
+        int64_t row[ROW_LEN];
+        row_fill(row, dtype, ndim, local_shape, global_shape, norm, mesh->ndim);
+        DT_CHECK(agree_on_spec(mesh, row, global, global_shape == NULL));
+    } else {
+        int64_t want[DT_MAX_NDIM], off[DT_MAX_NDIM];
+        dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, global, norm, want, off);
+        if (memcmp(want, local_shape, sizeof(int64_t) * (size_t)ndim) != 0) {
+            char g[96], w[96], full[96];
+            shape_text(local_shape, ndim, g, sizeof g);
+            shape_text(want, ndim, w, sizeof w);
+            shape_text(global, ndim, full, sizeof full);
+            return dt_error(DT_ERR_SHAPE, "dt_tensor_from_local: local_shape %s does not match "
+                                          "the %s shard that global shape %s gives mesh rank %d",
+                            g, w, full, mesh->rank);
+        }
+    }
+    void *data = local;
+    if (!(flags & DT_FROM_LOCAL_BORROW) && numel) {
+        size_t bytes = numel * dt_dtype_size(dtype);
+        data = malloc(bytes);
+        if (!data) return dt_error(DT_ERR_NOMEM, "dt_tensor_from_local: out of memory");
+        memcpy(data, local, bytes);
+    }
+    dt_status st = dt_tensor_new(mesh, dtype, ndim, global, norm, numel ? data : NULL,
+                                 !(flags & DT_FROM_LOCAL_BORROW), tensor_out);
+    if (st != DT_OK && data != local) free(data);
+    return st;
+}

@@ -1,0 +1,345 @@
+/* Device meshes: validation, coordinates, sub-meshes and the communicator of every set of
+ * mesh dimensions. Holds no placement logic. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "core/check.h"
+#include "mesh/mesh_impl.h"
+
+static dt_mesh *root_of(const dt_mesh *m) { return m->root ? m->root : (dt_mesh *)m; }
+
+static dt_status check_name(const char *name, int dim) {
+    DT_ARG(name != NULL, "dt_mesh_create: names[%d] is NULL", dim);
+    size_t len = strlen(name);
+    if (len == 0 || len > DT_MESH_NAME_MAX)
+        return dt_error(DT_ERR_MESH, "dt_mesh_create: names[%d] = \"%s\" must have 1 to %d "
+                                     "characters", dim, name, DT_MESH_NAME_MAX);
+    for (size_t i = 0; i < len; i++)
+        if (!(isalnum((unsigned char)name[i]) || name[i] == '_'))
+            return dt_error(DT_ERR_MESH, "dt_mesh_create: names[%d] = \"%s\" may only hold "
+                                         "letters, digits and '_'", dim, name);
+    return DT_OK;
+}
+
+dt_status dt_mesh_create(dt_ctx *ctx, int ndim, const int *shape, const char *const *names,
+                         dt_mesh **mesh_out) {
+    DT_ARG_NOT_NULL(ctx);
+    DT_ARG_NOT_NULL(shape);
+    DT_ARG_NOT_NULL(mesh_out);
+    if (ndim < 1 || ndim > DT_MESH_MAX_NDIM)
+        return dt_error(DT_ERR_MESH, "dt_mesh_create: ndim = %d is not in [1, %d]", ndim,
+                        DT_MESH_MAX_NDIM);
+    long long product = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1)
+            return dt_error(DT_ERR_MESH, "dt_mesh_create: shape[%d] = %d must be at least 1", d,
+                            shape[d]);
+        product *= shape[d];
+        if (product > ctx->size) break;
+    }
+    if (product != ctx->size) {
+        char text[128] = "";
+        for (int d = 0, o = 0; d < ndim && o < (int)sizeof text - 12; d++)
+            o += snprintf(text + o, sizeof text - (size_t)o, d ? "x%d" : "%d", shape[d]);
+        return dt_error(DT_ERR_MESH, "dt_mesh_create: shape %s has %lld ranks but the world has %d",
+                        text, product, ctx->size);
+    }
+    dt_mesh *m = calloc(1, sizeof *m);
+    if (!m) return dt_error(DT_ERR_NOMEM, "dt_mesh_create: out of memory");
+    for (int d = 0; d < ndim; d++) {
+        if (names) {
+            dt_status st = check_name(names[d], d);
+            for (int e = 0; st == DT_OK && e < d; e++)
+                if (strcmp(names[e], names[d]) == 0)
+                    st = dt_error(DT_ERR_MESH, "dt_mesh_create: dimension name \"%s\" is used "
+                                               "twice (dims %d and %d)", names[d], e, d);
+            if (st != DT_OK) {
+                free(m);
+                return st;
+            }
+            strcpy(m->names[d], names[d]);
+        } else {
+            snprintf(m->names[d], sizeof m->names[d], "d%d", d);
+        }
+        m->shape[d] = shape[d];
+        m->root_dim[d] = d;
+    }
+    m->ranks = malloc(sizeof(int) * (size_t)ctx->size);
+    m->comms = calloc((size_t)1 << ndim, sizeof *m->comms);
+    if (!m->ranks || !m->comms) {
+        free(m->ranks);
+        free(m->comms);
+        free(m);
+        return dt_error(DT_ERR_NOMEM, "dt_mesh_create: out of memory");
+    }
+    atomic_init(&m->refs, 1);
+    m->ctx = ctx;
+    m->ndim = ndim;
+    m->nranks = ctx->size;
+    for (int r = 0; r < ctx->size; r++) m->ranks[r] = r;
+    m->rank = ctx->rank;
+    for (int d = ndim - 1, r = ctx->rank; d >= 0; d--) {
+        m->coord[d] = r % shape[d];
+        r /= shape[d];
+    }
+    m->seq = ctx->next_mesh_seq++;
+    *mesh_out = m;
+    return DT_OK;
+}
+
+dt_status dt_mesh_create_str(dt_ctx *ctx, const char *text, dt_mesh **mesh_out) {
+    DT_ARG_NOT_NULL(ctx);
+    DT_ARG_NOT_NULL(text);
+    DT_ARG_NOT_NULL(mesh_out);
+    int shape[DT_MESH_MAX_NDIM], ndim = 0, named = -1;
+    char names[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1];
+    const char *p = text;
+    for (;;) {
+        if (ndim == DT_MESH_MAX_NDIM)
+            return dt_error(DT_ERR_PARSE, "dt_mesh_create_str: \"%s\" has more than %d dims", text,
+                            DT_MESH_MAX_NDIM);
+        while (*p == ' ') p++;
+        const char *start = p;
+        while (isalnum((unsigned char)*p) || *p == '_') p++;
+        int has_name = *p == '=';
+        if (named >= 0 && has_name != named)
+            return dt_error(DT_ERR_PARSE, "dt_mesh_create_str: \"%s\": name every dim "
+                                          "(\"dp=2,tp=2\") or none (\"2x2\")", text);
+        named = has_name;
+        if (has_name) {
+            size_t len = (size_t)(p - start);
+            if (len == 0 || len > DT_MESH_NAME_MAX)
+                return dt_error(DT_ERR_PARSE, "dt_mesh_create_str: bad name at offset %d of \"%s\"",
+                                (int)(start - text), text);
+            memcpy(names[ndim], start, len);
+            names[ndim][len] = '\0';
+            start = ++p;
+        }
+        char *end;
+        long v = strtol(start, &end, 10);
+        if (end == start || !isdigit((unsigned char)*start) || v > 1 << 20)
+            return dt_error(DT_ERR_PARSE, "dt_mesh_create_str: expected a size at offset %d of "
+                                          "\"%s\"", (int)(start - text), text);
+        shape[ndim++] = (int)v;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == '\0') break;
+        if (*p != (named ? ',' : 'x'))
+            return dt_error(DT_ERR_PARSE, "dt_mesh_create_str: unexpected '%c' at offset %d of "
+                                          "\"%s\"", *p, (int)(p - text), text);
+        p++;
+    }
+    const char *name_ptrs[DT_MESH_MAX_NDIM];
+    for (int d = 0; d < ndim; d++) name_ptrs[d] = names[d];
+    return dt_mesh_create(ctx, ndim, shape, named ? name_ptrs : NULL, mesh_out);
+}
+
+dt_status dt_mesh_retain(dt_mesh *mesh) {
+    DT_ARG_NOT_NULL(mesh);
+    atomic_fetch_add(&mesh->refs, 1);
+    return DT_OK;
+}
+
+dt_status dt_mesh_release(dt_mesh *mesh) {
+    if (!mesh || atomic_fetch_sub(&mesh->refs, 1) != 1) return DT_OK;
+    if (mesh->comms)
+        for (size_t i = 0; i < (size_t)1 << mesh->ndim; i++) dt_comm_destroy(mesh->comms[i]);
+    free(mesh->comms);
+    free(mesh->ranks);
+    dt_mesh_release(mesh->root);
+    free(mesh);
+    return DT_OK;
+}
+
+#define MESH_GET(mesh, dim, expr, bad)                                                             \
+    do {                                                                                           \
+        if (!(mesh)) {                                                                             \
+            dt_error(DT_ERR_ARG, "%s: argument mesh is NULL", __func__);                           \
+            return bad;                                                                            \
+        }                                                                                          \
+        if ((dim) < 0 || (dim) >= (mesh)->ndim) {                                                  \
+            dt_error(DT_ERR_ARG, "%s: argument dim = %d is not in [0, %d)", __func__, (dim),       \
+                     (mesh)->ndim);                                                                \
+            return bad;                                                                            \
+        }                                                                                          \
+        return expr;                                                                               \
+    } while (0)
+
+int dt_mesh_ndim(const dt_mesh *mesh) { MESH_GET(mesh, 0, mesh->ndim, -1); }
+int dt_mesh_nranks(const dt_mesh *mesh) { MESH_GET(mesh, 0, mesh->nranks, -1); }
+int dt_mesh_rank(const dt_mesh *mesh) { MESH_GET(mesh, 0, mesh->rank, -1); }
+dt_ctx *dt_mesh_ctx(const dt_mesh *mesh) { MESH_GET(mesh, 0, mesh->ctx, NULL); }
+int dt_mesh_dim_size(const dt_mesh *mesh, int dim) { MESH_GET(mesh, dim, mesh->shape[dim], -1); }
+int dt_mesh_coord(const dt_mesh *mesh, int dim) { MESH_GET(mesh, dim, mesh->coord[dim], -1); }
+const char *dt_mesh_dim_name(const dt_mesh *mesh, int dim) {
+    MESH_GET(mesh, dim, mesh->names[dim], NULL);
+}
+
+dt_status dt_mesh_dim_index(const dt_mesh *mesh, const char *name, int *dim_out) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG_NOT_NULL(name);
+    DT_ARG_NOT_NULL(dim_out);
+    for (int d = 0; d < mesh->ndim; d++) {
+        if (strcmp(mesh->names[d], name) == 0) {
+            *dim_out = d;
+            return DT_OK;
+        }
+    }
+    char all[DT_MESH_MAX_NDIM * (DT_MESH_NAME_MAX + 2)] = "";
+    for (int d = 0; d < mesh->ndim; d++) {
+        if (d) strcat(all, ",");
+        strcat(all, mesh->names[d]);
+    }
+    return dt_error(DT_ERR_MESH, "mesh has no dimension named \"%s\" (it has %s)", name, all);
+}
+
+dt_status dt_mesh_coord_of(const dt_mesh *mesh, int mesh_rank, int *coord_out) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG_NOT_NULL(coord_out);
+    DT_ARG(mesh_rank >= 0 && mesh_rank < mesh->nranks,
+           "dt_mesh_coord_of: argument mesh_rank = %d is not in [0, %d)", mesh_rank, mesh->nranks);
+    for (int d = mesh->ndim - 1; d >= 0; d--) {
+        coord_out[d] = mesh_rank % mesh->shape[d];
+        mesh_rank /= mesh->shape[d];
+    }
+    return DT_OK;
+}
+
+dt_status dt_mesh_rank_of(const dt_mesh *mesh, const int *coord, int *mesh_rank_out) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG_NOT_NULL(coord);
+    DT_ARG_NOT_NULL(mesh_rank_out);
+    int r = 0;
+    for (int d = 0; d < mesh->ndim; d++) {
+        DT_ARG(coord[d] >= 0 && coord[d] < mesh->shape[d],
+               "dt_mesh_rank_of: coord[%d] = %d is not in [0, %d)", d, coord[d], mesh->shape[d]);
+        r = r * mesh->shape[d] + coord[d];
+    }
+    *mesh_rank_out = r;
+    return DT_OK;
+}
+
+dt_status dt_mesh_world_rank(const dt_mesh *mesh, int mesh_rank, int *world_rank_out) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG_NOT_NULL(world_rank_out);
+    DT_ARG(mesh_rank >= 0 && mesh_rank < mesh->nranks,
+           "dt_mesh_world_rank: argument mesh_rank = %d is not in [0, %d)", mesh_rank,
+           mesh->nranks);
+    *world_rank_out = mesh->ranks[mesh_rank];
+    return DT_OK;
+}
+
+dt_status dt_mesh_mask_comm(dt_mesh *mesh, unsigned dims_mask, dt_comm **comm_out) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG_NOT_NULL(comm_out);
+    DT_ARG(dims_mask < (1u << mesh->ndim),
+           "dt_mesh_mask_comm: argument dims_mask = 0x%x names dims beyond the mesh's %d",
+           dims_mask, mesh->ndim);
+    dt_mesh *root = root_of(mesh);
+    unsigned mask = 0;
+    for (int d = 0; d < mesh->ndim; d++)
+        if (dims_mask & (1u << d)) mask |= 1u << mesh->root_dim[d];
+    if (root->comms[mask]) {
+        *comm_out = root->comms[mask];
+        return DT_OK;
+    }
+    /* Members: root ranks equal to this one outside mask, in row-major (= mesh rank) order. */
+    int *members = malloc(sizeof(int) * (size_t)root->nranks);
+    if (!members) return dt_error(DT_ERR_NOMEM, "dt_mesh_mask_comm: out of memory");
+    int n = 0, coord[DT_MESH_MAX_NDIM];
+    for (int r = 0; r < root->nranks; r++) {
+        dt_mesh_coord_of(root, r, coord);
+        int same = 1;
+        for (int d = 0; d < root->ndim; d++)
+            if (!(mask & (1u << d)) && coord[d] != root->coord[d]) same = 0;
+        if (same) members[n++] = root->ranks[r];
+    }
+    uint64_t key[2] = {DT_COMM_KEY(DT_KEY_MESH, root->seq), mask};
+    dt_status st = dt_ctx_comm_create(root->ctx, key, members, n, &root->comms[mask]);
+    free(members);
+    if (st == DT_OK) *comm_out = root->comms[mask];
+    return st;
+}
+
+dt_status dt_mesh_dim_comm(dt_mesh *mesh, int dim, dt_comm **comm_out) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG(dim >= 0 && dim < mesh->ndim, "dt_mesh_dim_comm: argument dim = %d is not in [0, %d)",
+           dim, mesh->ndim);
+    return dt_mesh_mask_comm(mesh, 1u << dim, comm_out);
+}
+
+/* Mask of the named dims, which must be distinct and in mesh order. */
+static dt_status names_mask(const dt_mesh *mesh, const char *const *names, int n, const char *fn,
+                            unsigned *mask_out) {
+    DT_ARG(names != NULL || n == 0, "%s: argument names is NULL", fn);
+    DT_ARG(n >= 0 && n <= mesh->ndim, "%s: argument n = %d is not in [0, %d]", fn, n, mesh->ndim);
+    unsigned mask = 0;
+    int last = -1;
+    for (int i = 0; i < n; i++) {
+        int d;
+        DT_ARG(names[i] != NULL, "%s: names[%d] is NULL", fn, i);
+        dt_status st = dt_mesh_dim_index(mesh, names[i], &d);
+        if (st != DT_OK) {
+            dt_error_prefix(fn);
+            return st;
+        }
+        if (d <= last)
+            return dt_error(DT_ERR_MESH, "%s: names[%d] = \"%s\" is repeated or out of mesh order",
+                            fn, i, names[i]);
+        last = d;
+        mask |= 1u << d;
+    }
+    *mask_out = mask;
+    return DT_OK;
+}
+
+dt_status dt_mesh_group_comm(dt_mesh *mesh, const char *const *names, int n, dt_comm **comm_out) {
+    DT_ARG_NOT_NULL(mesh);
+    unsigned mask;
+    DT_CHECK(names_mask(mesh, names, n, "dt_mesh_group_comm", &mask));
+    return dt_mesh_mask_comm(mesh, mask, comm_out);
+}
+
+dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mesh **submesh_out) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG_NOT_NULL(submesh_out);
+    unsigned mask;
+    DT_CHECK(names_mask(mesh, names, n, "dt_mesh_submesh", &mask));
+    DT_ARG(n >= 1, "dt_mesh_submesh: argument n = 0: a sub-mesh needs at least one dimension");
+    dt_mesh *root = root_of(mesh);
+    dt_mesh *s = calloc(1, sizeof *s);
+    if (!s) return dt_error(DT_ERR_NOMEM, "dt_mesh_submesh: out of memory");
+    s->nranks = 1;
+    for (int d = 0; d < mesh->ndim; d++) {
+        if (!(mask & (1u << d))) continue;
+        s->shape[s->ndim] = mesh->shape[d];
+        s->root_dim[s->ndim] = mesh->root_dim[d];
+        s->coord[s->ndim] = mesh->coord[d];
+        strcpy(s->names[s->ndim], mesh->names[d]);
+        s->nranks *= mesh->shape[d];
+        s->ndim++;
+    }
+    s->ranks = malloc(sizeof(int) * (size_t)s->nranks);
+    if (!s->ranks) {
+        free(s);
+        return dt_error(DT_ERR_NOMEM, "dt_mesh_submesh: out of memory");
+    }
+    int coord[DT_MESH_MAX_NDIM], rcoord[DT_MESH_MAX_NDIM], rr;
+    for (int r = 0; r < s->nranks; r++) {
+        dt_mesh_coord_of(s, r, coord);
+        memcpy(rcoord, root->coord, sizeof rcoord);
+        for (int d = 0; d < s->ndim; d++) rcoord[s->root_dim[d]] = coord[d];
+        dt_mesh_rank_of(root, rcoord, &rr);
+        s->ranks[r] = root->ranks[rr];
+    }
+    dt_mesh_rank_of(s, s->coord, &s->rank);
+    atomic_init(&s->refs, 1);
+    s->ctx = mesh->ctx;
+    s->seq = root->seq;
+    s->root = root;
+    dt_mesh_retain(root);
+    *submesh_out = s;
+    return DT_OK;
+}
