@@ -33,6 +33,15 @@ const char *dt_status_str(dt_status status);
  * Kept until the next failing call on this thread; "" when none failed yet. Never NULL. */
 const char *dt_last_error(void);
 
+/* Records a printf-style message as the calling thread's last error and returns status.
+ * For code built on dtensor (an SPMD body, say) to report its own failures the same way:
+ * dt_local_run passes a failing rank's last error on to its caller. */
+dt_status dt_error_set(dt_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 #ifdef __cplusplus
 }
 #endif

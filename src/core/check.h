@@ -8,8 +8,8 @@
 
 #include "dtensor/status.h"
 
-/* Records "<fmt...>" as this thread's last error and returns st. */
-dt_status dt_error(dt_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Records "<fmt...>" as this thread's last error and returns st (dtensor/status.h). */
+#define dt_error dt_error_set
 
 /* Prefixes the current last error with "prefix: " (keeps the original cause). */
 void dt_error_prefix(const char *prefix);

@@ -30,7 +30,7 @@ const char *dt_status_str(dt_status status) {
 
 const char *dt_last_error(void) { return last_error; }
 
-dt_status dt_error(dt_status st, const char *fmt, ...) {
+dt_status dt_error_set(dt_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
