@@ -130,15 +130,16 @@ static dt_status all_to_allv(dt_comm *base, const void *send, const size_t *scou
     lw_group *g = c->group;
     int me = base->rank;
     size_t es = dt_dtype_size(dt);
-    g->slots[me] = (lw_slot){.send = send, .counts = scounts, .displs = sdispls};
+    g->slots[me] = (lw_slot){.send = send, .counts = scounts, .displs = sdispls, .rcounts = rcounts};
     DT_CHECK(lw_enter(c, "dt_all_to_allv"));
     dt_status st = DT_OK;
-    for (int j = 0; j < g->n && st == DT_OK; j++) {
-        if (g->slots[j].counts[me] != rcounts[j])
-            st = dt_error(DT_ERR_COMM, "dt_all_to_allv: group rank %d sends %zu elements to rank "
-                                       "%d, which expects recvcounts[%d] = %zu",
-                          j, g->slots[j].counts[me], me, j, rcounts[j]);
-    }
+    /* Every pair, not only ours, so that all ranks agree on failing. */
+    for (int j = 0; j < g->n && st == DT_OK; j++)
+        for (int k = 0; k < g->n && st == DT_OK; k++)
+            if (g->slots[j].counts[k] != g->slots[k].rcounts[j])
+                st = dt_error(DT_ERR_COMM, "dt_all_to_allv: group rank %d sends %zu elements to "
+                                           "rank %d, which expects recvcounts[%d] = %zu",
+                              j, g->slots[j].counts[k], k, j, g->slots[k].rcounts[j]);
     for (int j = 0; j < g->n && st == DT_OK; j++) {
         if (rcounts[j] == 0) continue;
         memcpy((char *)recv + rdispls[j] * es,
@@ -154,10 +155,11 @@ static dt_status broadcast(dt_comm *base, void *buf, size_t bytes, int root) {
     g->slots[base->rank] = (lw_slot){.send = buf, .count = bytes};
     DT_CHECK(lw_enter(c, "dt_broadcast"));
     dt_status st = DT_OK;
-    if (g->slots[root].count != bytes)
-        st = dt_error(DT_ERR_COMM, "dt_broadcast: root sends %zu bytes, group rank %d expects %zu",
-                      g->slots[root].count, base->rank, bytes);
-    else if (base->rank != root && bytes)
+    for (int j = 0; j < g->n && st == DT_OK; j++)
+        if (g->slots[j].count != g->slots[root].count)
+            st = dt_error(DT_ERR_COMM, "dt_broadcast: root sends %zu bytes, group rank %d expects "
+                                       "%zu", g->slots[root].count, j, g->slots[j].count);
+    if (st == DT_OK && base->rank != root && bytes)
         memcpy(buf, g->slots[root].send, bytes);
     lw_sync(c);
     return st;

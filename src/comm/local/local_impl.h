@@ -16,6 +16,7 @@ typedef struct lw_slot {
     const void *send;
     const size_t *counts; /* all_gatherv/reduce_scatterv: recvcounts; all_to_allv: sendcounts */
     const size_t *displs; /* all_to_allv: sdispls */
+    const size_t *rcounts; /* all_to_allv: recvcounts */
     const void *result;   /* all_reduce: where this rank's reduced chunk is */
     size_t count;
 } lw_slot;
