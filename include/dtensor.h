@@ -5,6 +5,7 @@
 #include "dtensor/comm.h"
 #include "dtensor/mesh.h"
 #include "dtensor/placement.h"
+#include "dtensor/redistribute.h"
 #include "dtensor/runtime.h"
 #include "dtensor/status.h"
 #include "dtensor/tensor.h"

@@ -76,6 +76,44 @@ dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int pe
 /* Returns when every rank of the group has called it. */
 dt_status dt_barrier(dt_comm *comm);
 
+/* Communication accounting (like PyTorch's CommDebugMode): every call above that succeeds is
+ * counted on the calling rank's context, by kind and group size, with the bytes of this
+ * rank's input and output buffers. Counting is always on and costs one lock per call. */
+typedef enum dt_coll_kind {
+    DT_COLL_ALL_REDUCE = 0,
+    DT_COLL_ALL_GATHER, /* all_gather and all_gatherv */
+    DT_COLL_REDUCE_SCATTER,
+    DT_COLL_ALL_TO_ALL,
+    DT_COLL_BROADCAST,
+    DT_COLL_SEND,
+    DT_COLL_RECV,
+    DT_COLL_BARRIER,
+    DT_COLL_KIND_COUNT
+} dt_coll_kind;
+
+/* "all_reduce", "all_gather", ... ; "?" for an unknown kind. */
+const char *dt_coll_kind_name(dt_coll_kind kind);
+
+#define DT_COMM_STATS_MAX 64
+
+typedef struct dt_comm_stats_entry {
+    dt_coll_kind kind;
+    int group_size;
+    uint64_t calls;
+    uint64_t bytes_in, bytes_out; /* this rank's input and output buffers, summed */
+} dt_comm_stats_entry;
+
+typedef struct dt_comm_stats {
+    uint64_t calls[DT_COLL_KIND_COUNT]; /* by kind, all group sizes */
+    uint64_t bytes_in[DT_COLL_KIND_COUNT], bytes_out[DT_COLL_KIND_COUNT];
+    int nentries; /* (kind, group size) pairs seen, at most DT_COMM_STATS_MAX */
+    dt_comm_stats_entry entries[DT_COMM_STATS_MAX];
+} dt_comm_stats;
+
+/* Copies this rank's counters; resets them. Not collective. */
+dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *stats_out);
+dt_status dt_comm_stats_reset(dt_ctx *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,6 +24,12 @@ dt_status dt_mesh_create(dt_ctx *ctx, int ndim, const int *shape, const char *co
 /* The same from text: "dp=2,tp=2" (named) or "2x2" (names d0, d1). */
 dt_status dt_mesh_create_str(dt_ctx *ctx, const char *text, dt_mesh **mesh_out);
 
+/* Parses that text without making a mesh (no ranks needed): up to DT_MESH_MAX_NDIM sizes in
+ * shape_out, names in names_out (nullable; "d0", "d1", ... when unnamed). Sizes are not
+ * checked beyond being numbers; dt_mesh_create checks them. */
+dt_status dt_mesh_parse(const char *text, int *shape_out, char (*names_out)[DT_MESH_NAME_MAX + 1],
+                        int *ndim_out);
+
 dt_status dt_mesh_retain(dt_mesh *mesh);
 /* Drops one reference; the last one frees the mesh and its communicators. NULL is fine. */
 dt_status dt_mesh_release(dt_mesh *mesh);

@@ -80,7 +80,12 @@ dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t coun
     OP_CHECK(op);
     BUF_CHECK(send, count);
     BUF_CHECK(recv, count);
-    return comm->ops->all_reduce(comm, send, recv, count, dtype, op);
+    dt_status st = comm->ops->all_reduce(comm, send, recv, count, dtype, op);
+    if (st == DT_OK) {
+        size_t b = count * dt_dtype_size(dtype);
+        dt_comm_count(comm, DT_COLL_ALL_REDUCE, b, b);
+    }
+    return st;
 }
 
 dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv, const size_t *recvcounts,
@@ -99,6 +104,9 @@ dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv, const size
     }
     dt_status st = comm->ops->all_gatherv(comm, send, recv, recvcounts, displs, dtype);
     free(own);
+    if (st == DT_OK)
+        dt_comm_count(comm, DT_COLL_ALL_GATHER, recvcounts[comm->rank] * dt_dtype_size(dtype),
+                      total * dt_dtype_size(dtype));
     return st;
 }
 
@@ -125,6 +133,9 @@ dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv, const 
     DT_CHECK(packed_displs(recvcounts, comm->size, &displs));
     dt_status st = comm->ops->reduce_scatterv(comm, send, recv, recvcounts, displs, dtype, op);
     free(displs);
+    if (st == DT_OK)
+        dt_comm_count(comm, DT_COLL_REDUCE_SCATTER, total * dt_dtype_size(dtype),
+                      recvcounts[comm->rank] * dt_dtype_size(dtype));
     return st;
 }
 
@@ -158,6 +169,9 @@ dt_status dt_all_to_allv(dt_comm *comm, const void *send, const size_t *sendcoun
     if (!rdispls) DT_CHECK_GOTO(packed_displs(recvcounts, comm->size, &own_r), st, out);
     st = comm->ops->all_to_allv(comm, send, sendcounts, sdispls ? sdispls : own_s, recv,
                                 recvcounts, rdispls ? rdispls : own_r, dtype);
+    if (st == DT_OK)
+        dt_comm_count(comm, DT_COLL_ALL_TO_ALL, stotal * dt_dtype_size(dtype),
+                      rtotal * dt_dtype_size(dtype));
 out:
     free(own_r);
     free(own_s);
@@ -179,7 +193,10 @@ dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, i
     BUF_CHECK(buf, count);
     DT_ARG(root >= 0 && root < comm->size, "dt_broadcast: argument root = %d is not a rank of the "
                                            "group of %d", root, comm->size);
-    return comm->ops->broadcast(comm, buf, count * dt_dtype_size(dtype), root);
+    size_t b = count * dt_dtype_size(dtype);
+    dt_status st = comm->ops->broadcast(comm, buf, b, root);
+    if (st == DT_OK) dt_comm_count(comm, DT_COLL_BROADCAST, b, b);
+    return st;
 }
 
 #define PEER_CHECK(comm, peer)                                                                     \
@@ -192,7 +209,10 @@ dt_status dt_send(dt_comm *comm, const void *buf, size_t count, dt_dtype dtype, 
     DTYPE_CHECK(dtype);
     BUF_CHECK(buf, count);
     PEER_CHECK(comm, peer);
-    return comm->ops->send(comm, buf, count * dt_dtype_size(dtype), peer);
+    size_t b = count * dt_dtype_size(dtype);
+    dt_status st = comm->ops->send(comm, buf, b, peer);
+    if (st == DT_OK) dt_comm_count(comm, DT_COLL_SEND, b, 0);
+    return st;
 }
 
 dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int peer) {
@@ -200,10 +220,15 @@ dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int pe
     DTYPE_CHECK(dtype);
     BUF_CHECK(buf, count);
     PEER_CHECK(comm, peer);
-    return comm->ops->recv(comm, buf, count * dt_dtype_size(dtype), peer);
+    size_t b = count * dt_dtype_size(dtype);
+    dt_status st = comm->ops->recv(comm, buf, b, peer);
+    if (st == DT_OK) dt_comm_count(comm, DT_COLL_RECV, 0, b);
+    return st;
 }
 
 dt_status dt_barrier(dt_comm *comm) {
     COMM_CHECK(comm);
-    return comm->ops->barrier(comm);
+    dt_status st = comm->ops->barrier(comm);
+    if (st == DT_OK) dt_comm_count(comm, DT_COLL_BARRIER, 0, 0);
+    return st;
 }

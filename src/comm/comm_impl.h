@@ -3,6 +3,7 @@
 #ifndef DT_COMM_IMPL_H
 #define DT_COMM_IMPL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "dtensor/comm.h"
@@ -47,6 +48,8 @@ typedef struct dt_backend_ops {
 } dt_backend_ops;
 
 typedef struct dt_user_group_count dt_user_group_count;
+typedef struct dt_worker dt_worker;
+typedef struct dt_redist_state dt_redist_state;
 
 struct dt_ctx {
     int rank, size;
@@ -55,6 +58,11 @@ struct dt_ctx {
     dt_comm *world;
     uint64_t next_mesh_seq;
     dt_user_group_count *user_groups; /* creations per member list, for dt_comm_create */
+    pthread_mutex_t stats_mu;         /* the comm thread counts too */
+    dt_comm_stats stats;
+    dt_worker *worker;        /* this rank's communication thread, made on first async call */
+    dt_redist_state *redist;  /* owned by the redistribute layer (cost model) */
+    void (*redist_free)(dt_redist_state *);
 };
 
 /* Fills the fields every backend shares; members is copied. */
@@ -65,7 +73,12 @@ void dt_comm_free_base(dt_comm *c);
 /* Creates a communicator through the context's backend. */
 dt_status dt_ctx_comm_create(dt_ctx *ctx, const uint64_t key[2], const int *members, int n,
                              dt_comm **comm_out);
-/* Frees what the generic part of a context owns (not the world communicator). */
-void dt_ctx_free_user_groups(dt_ctx *ctx);
+/* Sets up and frees what the backend-independent part of a context owns (backends call
+ * these around their own setup; fini stops the communication thread first). */
+dt_status dt_ctx_init_common(dt_ctx *ctx);
+void dt_ctx_fini_common(dt_ctx *ctx);
+
+/* Counts one successful call on comm's context. */
+void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t bytes_out);
 
 #endif

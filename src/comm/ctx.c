@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "comm/worker.h"
 #include "core/check.h"
 
 struct dt_user_group_count {
@@ -28,12 +29,73 @@ dt_status dt_ctx_comm_create(dt_ctx *ctx, const uint64_t key[2], const int *memb
     return ctx->backend->comm_create(ctx, key, members, n, comm_out);
 }
 
-void dt_ctx_free_user_groups(dt_ctx *ctx) {
+dt_status dt_ctx_init_common(dt_ctx *ctx) {
+    if (pthread_mutex_init(&ctx->stats_mu, NULL) != 0)
+        return dt_error(DT_ERR_SYSTEM, "rank %d: pthread_mutex_init failed", ctx->rank);
+    return DT_OK;
+}
+
+void dt_ctx_fini_common(dt_ctx *ctx) {
+    dt_worker_destroy(ctx->worker);
+    ctx->worker = NULL;
     while (ctx->user_groups) {
         dt_user_group_count *next = ctx->user_groups->next;
         free(ctx->user_groups);
         ctx->user_groups = next;
     }
+    if (ctx->redist_free) ctx->redist_free(ctx->redist);
+    ctx->redist = NULL;
+    pthread_mutex_destroy(&ctx->stats_mu);
+}
+
+static const char *const coll_names[] = {
+    [DT_COLL_ALL_REDUCE] = "all_reduce", [DT_COLL_ALL_GATHER] = "all_gather",
+    [DT_COLL_REDUCE_SCATTER] = "reduce_scatter", [DT_COLL_ALL_TO_ALL] = "all_to_all",
+    [DT_COLL_BROADCAST] = "broadcast", [DT_COLL_SEND] = "send", [DT_COLL_RECV] = "recv",
+    [DT_COLL_BARRIER] = "barrier",
+};
+_Static_assert(sizeof coll_names / sizeof coll_names[0] == DT_COLL_KIND_COUNT,
+               "collective name table incomplete");
+
+const char *dt_coll_kind_name(dt_coll_kind kind) {
+    return (unsigned)kind < DT_COLL_KIND_COUNT ? coll_names[kind] : "?";
+}
+
+void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t bytes_out) {
+    dt_ctx *ctx = comm->ctx;
+    pthread_mutex_lock(&ctx->stats_mu);
+    dt_comm_stats *s = &ctx->stats;
+    s->calls[kind]++;
+    s->bytes_in[kind] += bytes_in;
+    s->bytes_out[kind] += bytes_out;
+    int i = 0;
+    while (i < s->nentries && !(s->entries[i].kind == kind && s->entries[i].group_size == comm->size))
+        i++;
+    if (i == s->nentries && i < DT_COMM_STATS_MAX)
+        s->entries[s->nentries++] = (dt_comm_stats_entry){.kind = kind, .group_size = comm->size};
+    if (i < s->nentries) {
+        s->entries[i].calls++;
+        s->entries[i].bytes_in += bytes_in;
+        s->entries[i].bytes_out += bytes_out;
+    }
+    pthread_mutex_unlock(&ctx->stats_mu);
+}
+
+dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *stats_out) {
+    DT_ARG_NOT_NULL(ctx);
+    DT_ARG_NOT_NULL(stats_out);
+    pthread_mutex_lock(&ctx->stats_mu);
+    *stats_out = ctx->stats;
+    pthread_mutex_unlock(&ctx->stats_mu);
+    return DT_OK;
+}
+
+dt_status dt_comm_stats_reset(dt_ctx *ctx) {
+    DT_ARG_NOT_NULL(ctx);
+    pthread_mutex_lock(&ctx->stats_mu);
+    ctx->stats = (dt_comm_stats){0};
+    pthread_mutex_unlock(&ctx->stats_mu);
+    return DT_OK;
 }
 
 /* How many times this rank created a group over exactly these ranks, counting this one. */

@@ -87,3 +87,25 @@ void dt_fill_identity(dt_dtype dtype, dt_reduce_op op, void *dst, size_t count) 
         }
     }
 }
+
+void dt_scale(dt_dtype dtype, void *buf, size_t count, int64_t mul, int64_t div) {
+    for (size_t i = 0; i < count; i++) {
+        switch (dtype) {
+        case DT_F32: ((float *)buf)[i] = ((float *)buf)[i] * (float)mul / (float)div; break;
+        case DT_F64: ((double *)buf)[i] = ((double *)buf)[i] * (double)mul / (double)div; break;
+        case DT_BF16: {
+            uint16_t *h = (uint16_t *)buf + i;
+            *h = dt_f32_to_bf16(dt_bf16_to_f32(*h) * (float)mul / (float)div);
+            break;
+        }
+        case DT_F16: {
+            uint16_t *h = (uint16_t *)buf + i;
+            *h = dt_f32_to_f16(dt_f16_to_f32(*h) * (float)mul / (float)div);
+            break;
+        }
+        case DT_I32: ((int32_t *)buf)[i] = (int32_t)(((int32_t *)buf)[i] * mul / div); break;
+        case DT_I64: ((int64_t *)buf)[i] = ((int64_t *)buf)[i] * mul / div; break;
+        default: break;
+        }
+    }
+}

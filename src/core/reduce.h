@@ -4,6 +4,7 @@
 #define DT_CORE_REDUCE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dtensor/types.h"
 
@@ -15,5 +16,9 @@ void dt_reduce_n(dt_dtype dtype, dt_reduce_op op, void *dst, const void *const *
 /* Fills count elements with the identity of op (0 for sum/avg, 1 for prod, -inf/+inf or the
  * integer extremes for max/min). */
 void dt_fill_identity(dt_dtype dtype, dt_reduce_op op, void *dst, size_t count);
+
+/* buf[i] = buf[i] * mul / div in the dtype's arithmetic (f32 math for bf16/f16, integer
+ * division truncating toward zero for i32/i64). */
+void dt_scale(dt_dtype dtype, void *buf, size_t count, int64_t mul, int64_t div);
 
 #endif

@@ -1,27 +1,12 @@
 /* A text picture of a 1-D or 2-D tensor's layout: the grid of distinct shard boundaries, each
  * cell listing the mesh ranks that hold it (like jax.debug.visualize_sharding). Spec only. */
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
+#include "core/text.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
-
-typedef struct text {
-    char *buf;
-    size_t cap, len;
-} text;
-
-static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(text *t, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = t->len < t->cap ? t->cap - t->len : 0;
-    int n = vsnprintf(room ? t->buf + t->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0) t->len += (size_t)n;
-}
 
 /* Sorted distinct cut points of one tensor dim over all shards, including 0 and the size. */
 static int cuts(const int64_t (*lo)[2], int nranks, int64_t size, int64_t *out) {
@@ -71,27 +56,27 @@ dt_status dt_tensor_visualize(const dt_tensor *tensor, char *buf, size_t cap, si
     }
     int nrc = cuts(rows, nr, two ? tensor->shape[0] : 1, rc);
     int ncc = cuts(cols, nr, tensor->shape[two], cc);
-    text t = {buf, cap, 0};
+    dt_text t = {buf, cap, 0};
     char pl[16 * DT_MESH_MAX_NDIM];
     dt_placements_format(tensor->placements, mesh->ndim, pl, sizeof pl);
-    put(&t, "%s[", dt_dtype_name(tensor->dtype));
-    for (int d = 0; d < tensor->ndim; d++) put(&t, d ? ",%lld" : "%lld", (long long)tensor->shape[d]);
-    put(&t, "] on mesh (");
-    for (int m = 0; m < mesh->ndim; m++) put(&t, m ? ", %s=%d" : "%s=%d", mesh->names[m], mesh->shape[m]);
-    put(&t, ") as %s\n", pl);
+    dt_text_put(&t, "%s[", dt_dtype_name(tensor->dtype));
+    for (int d = 0; d < tensor->ndim; d++) dt_text_put(&t, d ? ",%lld" : "%lld", (long long)tensor->shape[d]);
+    dt_text_put(&t, "] on mesh (");
+    for (int m = 0; m < mesh->ndim; m++) dt_text_put(&t, m ? ", %s=%d" : "%s=%d", mesh->names[m], mesh->shape[m]);
+    dt_text_put(&t, ") as %s\n", pl);
     /* Cell text is "r0 r1 ..." for the mesh ranks whose shard covers the cell. */
     const int width = 14;
-    put(&t, "%-12s", "");
+    dt_text_put(&t, "%-12s", "");
     for (int j = 0; j + 1 < ncc; j++) {
         char hdr[48];
         snprintf(hdr, sizeof hdr, "[%lld:%lld)", (long long)cc[j], (long long)cc[j + 1]);
-        put(&t, " %-*s", width, hdr);
+        dt_text_put(&t, " %-*s", width, hdr);
     }
-    put(&t, "\n");
+    dt_text_put(&t, "\n");
     for (int i = 0; i + 1 < nrc; i++) {
         char hdr[48] = "";
         if (two) snprintf(hdr, sizeof hdr, "[%lld:%lld)", (long long)rc[i], (long long)rc[i + 1]);
-        put(&t, "%-12s", hdr);
+        dt_text_put(&t, "%-12s", hdr);
         for (int j = 0; j + 1 < ncc; j++) {
             size_t o = 0;
             cell[0] = '\0';
@@ -99,26 +84,22 @@ dt_status dt_tensor_visualize(const dt_tensor *tensor, char *buf, size_t cap, si
                 if (rows[r][0] <= rc[i] && rc[i + 1] <= rows[r][1] && cols[r][0] <= cc[j] &&
                     cc[j + 1] <= cols[r][1])
                     o += (size_t)sprintf(cell + o, o ? " r%d" : "r%d", r);
-            put(&t, " %-*s", width, o ? cell : "-");
+            dt_text_put(&t, " %-*s", width, o ? cell : "-");
         }
-        put(&t, "\n");
+        dt_text_put(&t, "\n");
     }
     int empty = 0;
     for (int r = 0; r < nr; r++)
         if (rows[r][0] == rows[r][1] || cols[r][0] == cols[r][1])
-            put(&t, empty++ ? " r%d" : "empty shards: r%d", r);
-    if (empty) put(&t, "\n");
+            dt_text_put(&t, empty++ ? " r%d" : "empty shards: r%d", r);
+    if (empty) dt_text_put(&t, "\n");
     for (int m = 0; m < mesh->ndim; m++)
         if (tensor->placements[m].kind == DT_PLACEMENT_PARTIAL)
-            put(&t, "P(%s) on %s: ranks along %s hold partial values; the tensor is their %s\n",
+            dt_text_put(&t, "P(%s) on %s: ranks along %s hold partial values; the tensor is their %s\n",
                 dt_reduce_op_name(tensor->placements[m].op), mesh->names[m], mesh->names[m],
                 dt_reduce_op_name(tensor->placements[m].op));
     free(rows), free(cols), free(rc), free(cc), free(cell);
-    if (len_out) *len_out = t.len + 1;
-    if (t.len + 1 > cap)
-        return dt_error(DT_ERR_SIZE, "dt_tensor_visualize: the picture needs %zu bytes, cap is %zu",
-                        t.len + 1, cap);
-    return DT_OK;
+    return dt_text_finish(&t, "dt_tensor_visualize", len_out);
 }
 
 dt_status dt_tensor_print_layout(const dt_tensor *tensor, FILE *f) {

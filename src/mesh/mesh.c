@@ -67,7 +67,7 @@ dt_status dt_mesh_create(dt_ctx *ctx, int ndim, const int *shape, const char *co
         m->root_dim[d] = d;
     }
     m->ranks = malloc(sizeof(int) * (size_t)ctx->size);
-    m->comms = calloc((size_t)1 << ndim, sizeof *m->comms);
+    m->comms = calloc((size_t)DT_MESH_LANES << ndim, sizeof *m->comms);
     if (!m->ranks || !m->comms) {
         free(m->ranks);
         free(m->comms);
@@ -89,51 +89,65 @@ dt_status dt_mesh_create(dt_ctx *ctx, int ndim, const int *shape, const char *co
     return DT_OK;
 }
 
-dt_status dt_mesh_create_str(dt_ctx *ctx, const char *text, dt_mesh **mesh_out) {
-    DT_ARG_NOT_NULL(ctx);
+dt_status dt_mesh_parse(const char *text, int *shape_out, char (*names_out)[DT_MESH_NAME_MAX + 1],
+                        int *ndim_out) {
     DT_ARG_NOT_NULL(text);
-    DT_ARG_NOT_NULL(mesh_out);
+    DT_ARG_NOT_NULL(shape_out);
+    DT_ARG_NOT_NULL(ndim_out);
     int shape[DT_MESH_MAX_NDIM], ndim = 0, named = -1;
     char names[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1];
     const char *p = text;
     for (;;) {
         if (ndim == DT_MESH_MAX_NDIM)
-            return dt_error(DT_ERR_PARSE, "dt_mesh_create_str: \"%s\" has more than %d dims", text,
+            return dt_error(DT_ERR_PARSE, "dt_mesh_parse: \"%s\" has more than %d dims", text,
                             DT_MESH_MAX_NDIM);
         while (*p == ' ') p++;
         const char *start = p;
         while (isalnum((unsigned char)*p) || *p == '_') p++;
         int has_name = *p == '=';
         if (named >= 0 && has_name != named)
-            return dt_error(DT_ERR_PARSE, "dt_mesh_create_str: \"%s\": name every dim "
-                                          "(\"dp=2,tp=2\") or none (\"2x2\")", text);
+            return dt_error(DT_ERR_PARSE, "dt_mesh_parse: \"%s\": name every dim (\"dp=2,tp=2\") "
+                                          "or none (\"2x2\")", text);
         named = has_name;
         if (has_name) {
             size_t len = (size_t)(p - start);
             if (len == 0 || len > DT_MESH_NAME_MAX)
-                return dt_error(DT_ERR_PARSE, "dt_mesh_create_str: bad name at offset %d of \"%s\"",
+                return dt_error(DT_ERR_PARSE, "dt_mesh_parse: bad name at offset %d of \"%s\"",
                                 (int)(start - text), text);
             memcpy(names[ndim], start, len);
             names[ndim][len] = '\0';
             start = ++p;
+        } else {
+            snprintf(names[ndim], sizeof names[ndim], "d%d", ndim);
+            p = start;
         }
         char *end;
         long v = strtol(start, &end, 10);
         if (end == start || !isdigit((unsigned char)*start) || v > 1 << 20)
-            return dt_error(DT_ERR_PARSE, "dt_mesh_create_str: expected a size at offset %d of "
-                                          "\"%s\"", (int)(start - text), text);
+            return dt_error(DT_ERR_PARSE, "dt_mesh_parse: expected a size at offset %d of \"%s\"",
+                            (int)(start - text), text);
         shape[ndim++] = (int)v;
         p = end;
         while (*p == ' ') p++;
         if (*p == '\0') break;
         if (*p != (named ? ',' : 'x'))
-            return dt_error(DT_ERR_PARSE, "dt_mesh_create_str: unexpected '%c' at offset %d of "
-                                          "\"%s\"", *p, (int)(p - text), text);
+            return dt_error(DT_ERR_PARSE, "dt_mesh_parse: unexpected '%c' at offset %d of \"%s\"",
+                            *p, (int)(p - text), text);
         p++;
     }
+    memcpy(shape_out, shape, sizeof(int) * (size_t)ndim);
+    if (names_out) memcpy(names_out, names, sizeof names[0] * (size_t)ndim);
+    *ndim_out = ndim;
+    return DT_OK;
+}
+
+dt_status dt_mesh_create_str(dt_ctx *ctx, const char *text, dt_mesh **mesh_out) {
+    int shape[DT_MESH_MAX_NDIM], ndim;
+    char names[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1];
+    DT_CHECK(dt_mesh_parse(text, shape, names, &ndim));
     const char *name_ptrs[DT_MESH_MAX_NDIM];
     for (int d = 0; d < ndim; d++) name_ptrs[d] = names[d];
-    return dt_mesh_create(ctx, ndim, shape, named ? name_ptrs : NULL, mesh_out);
+    return dt_mesh_create(ctx, ndim, shape, name_ptrs, mesh_out);
 }
 
 dt_status dt_mesh_retain(dt_mesh *mesh) {
@@ -144,8 +158,10 @@ dt_status dt_mesh_retain(dt_mesh *mesh) {
 
 dt_status dt_mesh_release(dt_mesh *mesh) {
     if (!mesh || atomic_fetch_sub(&mesh->refs, 1) != 1) return DT_OK;
+    if (mesh->plan_cache_free) mesh->plan_cache_free(mesh->plan_cache);
     if (mesh->comms)
-        for (size_t i = 0; i < (size_t)1 << mesh->ndim; i++) dt_comm_destroy(mesh->comms[i]);
+        for (size_t i = 0; i < (size_t)DT_MESH_LANES << mesh->ndim; i++)
+            dt_comm_destroy(mesh->comms[i]);
     free(mesh->comms);
     free(mesh->ranks);
     dt_mesh_release(mesh->root);
@@ -237,17 +253,22 @@ dt_status dt_mesh_mask_comm(dt_mesh *mesh, unsigned dims_mask, dt_comm **comm_ou
     DT_ARG(dims_mask < (1u << mesh->ndim),
            "dt_mesh_mask_comm: argument dims_mask = 0x%x names dims beyond the mesh's %d",
            dims_mask, mesh->ndim);
+    return dt_mesh_lane_comm(mesh, dims_mask, 0, comm_out);
+}
+
+dt_status dt_mesh_lane_comm(dt_mesh *mesh, unsigned dims_mask, int lane, dt_comm **comm_out) {
     dt_mesh *root = root_of(mesh);
     unsigned mask = 0;
     for (int d = 0; d < mesh->ndim; d++)
         if (dims_mask & (1u << d)) mask |= 1u << mesh->root_dim[d];
-    if (root->comms[mask]) {
-        *comm_out = root->comms[mask];
+    dt_comm **slot = &root->comms[((unsigned)lane << root->ndim) | mask];
+    if (*slot) {
+        *comm_out = *slot;
         return DT_OK;
     }
     /* Members: root ranks equal to this one outside mask, in row-major (= mesh rank) order. */
     int *members = malloc(sizeof(int) * (size_t)root->nranks);
-    if (!members) return dt_error(DT_ERR_NOMEM, "dt_mesh_mask_comm: out of memory");
+    if (!members) return dt_error(DT_ERR_NOMEM, "mesh communicator: out of memory");
     int n = 0, coord[DT_MESH_MAX_NDIM];
     for (int r = 0; r < root->nranks; r++) {
         dt_mesh_coord_of(root, r, coord);
@@ -256,10 +277,10 @@ dt_status dt_mesh_mask_comm(dt_mesh *mesh, unsigned dims_mask, dt_comm **comm_ou
             if (!(mask & (1u << d)) && coord[d] != root->coord[d]) same = 0;
         if (same) members[n++] = root->ranks[r];
     }
-    uint64_t key[2] = {DT_COMM_KEY(DT_KEY_MESH, root->seq), mask};
-    dt_status st = dt_ctx_comm_create(root->ctx, key, members, n, &root->comms[mask]);
+    uint64_t key[2] = {DT_COMM_KEY(DT_KEY_MESH, root->seq), (uint64_t)lane << 32 | mask};
+    dt_status st = dt_ctx_comm_create(root->ctx, key, members, n, slot);
     free(members);
-    if (st == DT_OK) *comm_out = root->comms[mask];
+    if (st == DT_OK) *comm_out = *slot;
     return st;
 }
 

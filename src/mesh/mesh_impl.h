@@ -21,7 +21,14 @@ struct dt_mesh {
     int nranks;
     int *ranks; /* world rank of each mesh rank */
     uint64_t seq;
-    dt_comm **comms; /* root only: indexed by a mask of root dims, made on first use */
+    dt_comm **comms; /* root only: [lane << ndim | mask of root dims], made on first use */
+    void *plan_cache; /* owned by the redistribute layer */
+    void (*plan_cache_free)(void *);
 };
+
+/* Communicators come in lanes: lane 0 for blocking calls, lane 1 for the communication
+ * thread, so that work queued there never interleaves with the rank's own collectives. */
+#define DT_MESH_LANES 2
+dt_status dt_mesh_lane_comm(dt_mesh *mesh, unsigned dims_mask, int lane, dt_comm **comm_out);
 
 #endif

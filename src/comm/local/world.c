@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm/local/local_impl.h"
+#include "comm/worker.h"
 #include "core/check.h"
 
 typedef struct lw_rank {
@@ -133,13 +134,19 @@ static void *rank_main(void *p) {
     if (st != DT_OK && dt_last_error()[0] == '\0')
         dt_error(st, "the SPMD function returned %s", dt_status_str(st));
     r->status = st;
-    rank_finished(r->world, r->ctx.rank, st);
+    /* The communication thread finishes what was queued before the rank counts as gone; a
+     * failed rank aborts first so that queued work cannot wait on it forever. */
+    if (st != DT_OK) rank_finished(r->world, r->ctx.rank, st);
+    dt_worker_destroy(r->ctx.worker);
+    r->ctx.worker = NULL;
+    if (st == DT_OK) rank_finished(r->world, r->ctx.rank, st);
     return NULL;
 }
 
 static dt_status ctx_init(lw_rank *r, lw_world *w, int rank) {
     r->world = w;
     r->ctx = (dt_ctx){.rank = rank, .size = w->size, .backend = &lw_backend, .backend_state = w};
+    DT_CHECK(dt_ctx_init_common(&r->ctx));
     int *all = malloc(sizeof(int) * (size_t)w->size);
     if (!all) return dt_error(DT_ERR_NOMEM, "dt_local_run: out of memory");
     for (int i = 0; i < w->size; i++) all[i] = i;
@@ -151,7 +158,7 @@ static dt_status ctx_init(lw_rank *r, lw_world *w, int rank) {
 
 static void ctx_fini(lw_rank *r) {
     if (r->ctx.world) lw_comm_destroy(r->ctx.world);
-    dt_ctx_free_user_groups(&r->ctx);
+    dt_ctx_fini_common(&r->ctx);
 }
 
 dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_status_out) {

@@ -1,0 +1,248 @@
+/* Tensor-level redistribute: the per-mesh plan cache, the cost model of a rank, and the
+ * blocking and non-blocking entry points. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "comm/worker.h"
+#include "core/check.h"
+#include "dtensor/tensor_impl.h"
+#include "mesh/mesh_impl.h"
+#include "redistribute/execute.h"
+
+struct dt_redist_state {
+    dt_cost_model model;
+    uint64_t version; /* bumped by every dt_ctx_set_cost_model */
+};
+
+static void redist_free(dt_redist_state *s) { free(s); }
+
+static dt_status redist_state(dt_ctx *ctx, dt_redist_state **out) {
+    if (!ctx->redist) {
+        dt_redist_state *s = malloc(sizeof *s);
+        if (!s) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
+        *s = (dt_redist_state){.model = dt_cost_model_default()};
+        ctx->redist = s;
+        ctx->redist_free = redist_free;
+    }
+    *out = ctx->redist;
+    return DT_OK;
+}
+
+dt_status dt_ctx_set_cost_model(dt_ctx *ctx, const dt_cost_model *model) {
+    DT_ARG_NOT_NULL(ctx);
+    if (model)
+        DT_ARG(model->latency_us >= 0 && model->step_us >= 0 && model->bandwidth_gbps > 0,
+               "dt_ctx_set_cost_model: model {latency_us %g, step_us %g, bandwidth_gbps %g} "
+               "needs non-negative latencies and a positive bandwidth",
+               model->latency_us, model->step_us, model->bandwidth_gbps);
+    dt_redist_state *s;
+    DT_CHECK(redist_state(ctx, &s));
+    s->model = model ? *model : dt_cost_model_default();
+    s->version++;
+    return DT_OK;
+}
+
+/* ---- plan cache: one per mesh object, keyed by (shape, dtype, src, dst, model version) ---- */
+
+#define CACHE_BUCKETS 64
+
+typedef struct entry {
+    struct entry *next;
+    uint64_t hash, version;
+    dt_plan *plan;
+} entry;
+
+typedef struct cache {
+    entry *buckets[CACHE_BUCKETS];
+} cache;
+
+static void cache_free(void *p) {
+    cache *c = p;
+    if (!c) return;
+    for (int b = 0; b < CACHE_BUCKETS; b++)
+        for (entry *e = c->buckets[b], *next; e; e = next) {
+            next = e->next;
+            dt_plan_destroy(e->plan);
+            free(e);
+        }
+    free(c);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int same_key(const dt_plan *p, const dt_tensor *t, const dt_placement *dst, int mnd) {
+    if (p->ndim != t->ndim || p->dtype != t->dtype) return 0;
+    if (memcmp(p->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim)) return 0;
+    for (int m = 0; m < mnd; m++)
+        if (!dt_placement_equal(p->src[m], t->placements[m]) || !dt_placement_equal(p->dst[m], dst[m]))
+            return 0;
+    return 1;
+}
+
+/* The cached plan for t -> dst (dst normalised), planned on a miss. Rank thread only. */
+static dt_status cached_plan(dt_tensor *t, const dt_placement *dst, const dt_plan **out) {
+    dt_mesh *mesh = t->mesh;
+    dt_redist_state *rs;
+    DT_CHECK(redist_state(mesh->ctx, &rs));
+    if (!mesh->plan_cache) {
+        if (!(mesh->plan_cache = calloc(1, sizeof(cache))))
+            return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
+        mesh->plan_cache_free = cache_free;
+    }
+    cache *c = mesh->plan_cache;
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv(h, &t->ndim, sizeof t->ndim);
+    h = fnv(h, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    h = fnv(h, &t->dtype, sizeof t->dtype);
+    for (int m = 0; m < mesh->ndim; m++) {
+        int codes[4] = {t->placements[m].kind, t->placements[m].dim, dst[m].kind, dst[m].dim};
+        if (t->placements[m].kind != DT_PLACEMENT_SHARD) codes[1] = (int)t->placements[m].op;
+        if (dst[m].kind != DT_PLACEMENT_SHARD) codes[3] = (int)dst[m].op;
+        h = fnv(h, codes, sizeof codes);
+    }
+    entry **head = &c->buckets[h % CACHE_BUCKETS];
+    for (entry *e = *head; e; e = e->next)
+        if (e->hash == h && e->version == rs->version && same_key(e->plan, t, dst, mesh->ndim)) {
+            *out = e->plan;
+            return DT_OK;
+        }
+    /* A plan replaced by a new cost model stays alive: a queued request may still use it. */
+    entry *e = malloc(sizeof *e);
+    if (!e) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
+    dt_status st = dt_plan_search(mesh->ndim, mesh->shape, t->ndim, t->shape, t->dtype,
+                                  t->placements, dst, &rs->model, &e->plan);
+    if (st != DT_OK) {
+        free(e);
+        return st;
+    }
+    e->hash = h;
+    e->version = rs->version;
+    e->next = *head;
+    *head = e;
+    *out = e->plan;
+    return DT_OK;
+}
+
+/* Checks the target, normalises it, and finds the plan. */
+static dt_status prepare(const char *fn, dt_tensor *t, const dt_placement *dst,
+                         const dt_plan **plan_out) {
+    DT_ARG(t != NULL, "%s: argument tensor is NULL", fn);
+    dt_placement src[DT_MESH_MAX_NDIM], norm[DT_MESH_MAX_NDIM];
+    DT_CHECK(dt_plan_check_args(fn, t->mesh->ndim, t->mesh->shape, t->ndim, t->shape, t->dtype,
+                                t->placements, dst, src, norm));
+    return cached_plan(t, norm, plan_out);
+}
+
+dt_status dt_tensor_redistribute_plan(dt_tensor *tensor, const dt_placement *dst,
+                                      const dt_plan **plan_out) {
+    DT_ARG_NOT_NULL(plan_out);
+    return prepare("dt_tensor_redistribute_plan", tensor, dst, plan_out);
+}
+
+/* The communicator of every step on a lane (NULL for local steps). */
+static dt_status step_comms(dt_tensor *t, const dt_plan *plan, int lane, dt_comm ***out) {
+    dt_comm **comms = calloc((size_t)(plan->nsteps ? plan->nsteps : 1), sizeof *comms);
+    if (!comms) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
+    for (int i = 0; i < plan->nsteps; i++) {
+        if (!dt_step_is_collective(plan->steps[i].kind)) continue;
+        dt_status st = dt_mesh_lane_comm(t->mesh, plan->steps[i].mesh_mask, lane, &comms[i]);
+        if (st != DT_OK) {
+            free(comms);
+            return st;
+        }
+    }
+    *out = comms;
+    return DT_OK;
+}
+
+dt_status dt_tensor_redistribute(dt_tensor *tensor, const dt_placement *dst,
+                                 dt_tensor **tensor_out) {
+    DT_ARG_NOT_NULL(tensor_out);
+    const dt_plan *plan;
+    DT_CHECK(prepare("dt_tensor_redistribute", tensor, dst, &plan));
+    dt_comm **comms;
+    DT_CHECK(step_comms(tensor, plan, 0, &comms));
+    dt_status st = dt_plan_execute(plan, tensor, comms, tensor_out);
+    free(comms);
+    return st;
+}
+
+/* ---- non-blocking ---------------------------------------------------------------------- */
+
+struct dt_request {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    dt_status status;
+    char message[512];
+    dt_tensor *in, *out;
+    const dt_plan *plan;
+    dt_comm **comms;
+};
+
+static void run_request(void *arg) {
+    dt_request *r = arg;
+    dt_tensor *out = NULL;
+    dt_status st = dt_plan_execute(r->plan, r->in, r->comms, &out);
+    pthread_mutex_lock(&r->mu);
+    r->status = st;
+    r->out = out;
+    if (st != DT_OK) snprintf(r->message, sizeof r->message, "%s", dt_last_error());
+    r->done = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void request_free(dt_request *r) {
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    dt_tensor_release(r->in);
+    free(r->comms);
+    free(r);
+}
+
+dt_status dt_tensor_redistribute_async(dt_tensor *tensor, const dt_placement *dst,
+                                       dt_request **request_out) {
+    DT_ARG_NOT_NULL(request_out);
+    const dt_plan *plan;
+    DT_CHECK(prepare("dt_tensor_redistribute_async", tensor, dst, &plan));
+    dt_ctx *ctx = tensor->mesh->ctx;
+    if (!ctx->worker) DT_CHECK(dt_worker_create(&ctx->worker));
+    dt_request *r = calloc(1, sizeof *r);
+    if (!r) return dt_error(DT_ERR_NOMEM, "dt_tensor_redistribute_async: out of memory");
+    dt_status st = step_comms(tensor, plan, 1, &r->comms);
+    if (st != DT_OK) {
+        free(r);
+        return st;
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->plan = plan;
+    r->in = tensor;
+    dt_tensor_retain(tensor);
+    st = dt_worker_submit(ctx->worker, run_request, r);
+    if (st != DT_OK) {
+        request_free(r);
+        return st;
+    }
+    *request_out = r;
+    return DT_OK;
+}
+
+dt_status dt_request_wait(dt_request *request, dt_tensor **tensor_out) {
+    DT_ARG_NOT_NULL(request);
+    pthread_mutex_lock(&request->mu);
+    while (!request->done) pthread_cond_wait(&request->cv, &request->mu);
+    pthread_mutex_unlock(&request->mu);
+    dt_status st = request->status;
+    if (st != DT_OK) dt_error(st, "%s", request->message);
+    if (st == DT_OK && tensor_out) *tensor_out = request->out;
+    else dt_tensor_release(request->out);
+    request_free(request);
+    return st;
+}
