@@ -385,7 +385,8 @@ static void fuse(const search *S, dt_plan_step *steps, int *nsteps) {
                 if (kind < 0 || !dt_step_is_collective((dt_step_kind)kind)) continue;
                 dt_plan_step f;
                 price(S, steps[i].before, steps[j].after, kind, M, &f);
-                if (cost - f.cost_us > best_saving) {
+                /* Strictly cheaper: rounding must not decide a tie. */
+                if (cost - f.cost_us > best_saving + 1e-9 * (cost + 1)) {
                     best_saving = cost - f.cost_us;
                     best_i = i;
                     best_j = j;
