@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "core/alloc.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "core/reduce.h"
@@ -50,7 +51,7 @@ static dt_status scatter_from(dt_tensor *t, const void *full, int src) {
         size_t n = dt_shape_numel(shape, t->ndim);
         if (n > cap) cap = n;
     }
-    void *buf = cap ? malloc(cap * es) : NULL;
+    void *buf = cap ? dt_host_alloc(cap * es) : NULL;
     if (cap && !buf) return dt_error(DT_ERR_NOMEM, "dt_tensor_distribute: out of memory");
     dt_status st = DT_OK;
     for (int r = 0; r < mesh->nranks && st == DT_OK; r++) {
@@ -64,7 +65,7 @@ static dt_status scatter_from(dt_tensor *t, const void *full, int src) {
             st = dt_send(all, buf, n, t->dtype, r);
         }
     }
-    free(buf);
+    dt_host_free(buf);
     return st;
 }
 
@@ -108,7 +109,7 @@ dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes) {
     int partial = 0;
     for (int m = 0; m < mesh->ndim; m++) partial |= tensor->placements[m].kind == DT_PLACEMENT_PARTIAL;
     /* Partial values are reduced in a copy: the tensor itself keeps its placements. */
-    void *local = partial ? malloc(local_bytes ? local_bytes : 1) : tensor->data;
+    void *local = partial ? dt_host_alloc(local_bytes) : tensor->data;
     void *gathered = NULL;
     size_t *counts = malloc(sizeof(size_t) * (size_t)mesh->nranks);
     size_t *displs = malloc(sizeof(size_t) * (size_t)mesh->nranks);
@@ -154,7 +155,7 @@ dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes) {
         DT_CHECK_GOTO(dt_all_gatherv(group, local, out, counts, displs, tensor->dtype), st, out);
         goto out;
     }
-    if (!(gathered = malloc(numel ? numel * es : 1))) {
+    if (!(gathered = dt_host_alloc(numel * es))) {
         st = dt_error(DT_ERR_NOMEM, "dt_tensor_full: out of memory");
         goto out;
     }
@@ -170,7 +171,7 @@ out:
     free(members);
     free(displs);
     free(counts);
-    free(gathered);
-    if (partial) free(local);
+    dt_host_free(gathered);
+    if (partial) dt_host_free(local);
     return st;
 }

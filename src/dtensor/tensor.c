@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "core/alloc.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
@@ -52,7 +53,7 @@ dt_status dt_tensor_new(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *
         t->data = data;
         t->owned = owned;
     } else if (t->local_numel) {
-        t->data = calloc(t->local_numel, dt_dtype_size(dtype));
+        t->data = dt_host_calloc(t->local_numel * dt_dtype_size(dtype));
         t->owned = true;
         if (!t->data) {
             size_t n = t->local_numel;
@@ -90,7 +91,7 @@ dt_status dt_tensor_retain(dt_tensor *tensor) {
 
 dt_status dt_tensor_release(dt_tensor *tensor) {
     if (!tensor || atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
-    if (tensor->owned) free(tensor->data);
+    if (tensor->owned) dt_host_free(tensor->data);
     dt_mesh_release(tensor->mesh);
     free(tensor);
     return DT_OK;
@@ -246,12 +247,12 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
     void *data = local;
     if (!(flags & DT_FROM_LOCAL_BORROW) && numel) {
         size_t bytes = numel * dt_dtype_size(dtype);
-        data = malloc(bytes);
+        data = dt_host_alloc(bytes);
         if (!data) return dt_error(DT_ERR_NOMEM, "dt_tensor_from_local: out of memory");
         memcpy(data, local, bytes);
     }
     dt_status st = dt_tensor_new(mesh, dtype, ndim, global, norm, numel ? data : NULL,
                                  !(flags & DT_FROM_LOCAL_BORROW), tensor_out);
-    if (st != DT_OK && data != local) free(data);
+    if (st != DT_OK && data != local) dt_host_free(data);
     return st;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "core/alloc.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "core/reduce.h"
@@ -83,7 +84,7 @@ static void group_free(group *g) {
     free(g->displs);
 }
 
-static void *alloc_elems(size_t n, size_t es) { return malloc(n ? n * es : 1); }
+static void *alloc_elems(size_t n, size_t es) { return dt_host_alloc(n * es); }
 
 /* S(d) -> R: gather the members' blocks along d. */
 static dt_status gather(exec *x, const dt_plan_step *s, dt_comm *c, const group *g, int me,
@@ -107,7 +108,7 @@ static dt_status gather(exec *x, const dt_plan_step *s, dt_comm *c, const group 
                     x->ndim, x->es);
         block += g->counts[k] * x->es;
     }
-    free(tmp);
+    dt_host_free(tmp);
     return st;
 }
 
@@ -154,7 +155,7 @@ static dt_status all_to_all(exec *x, const dt_plan_step *s, dt_comm *c, const gr
     DT_CHECK(split_along(x, g, me, j, &send, &send_owned));
     size_t *rcounts = malloc(sizeof(size_t) * (size_t)g->n), total = 0;
     if (!rcounts) {
-        if (send_owned) free(send);
+        if (send_owned) dt_host_free(send);
         return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
     }
     for (int k = 0; k < g->n; k++) {
@@ -179,8 +180,8 @@ static dt_status all_to_all(exec *x, const dt_plan_step *s, dt_comm *c, const gr
             block += rcounts[k] * x->es;
         }
     }
-    if (recv != out) free(recv);
-    if (send_owned) free(send);
+    if (recv != out) dt_host_free(recv);
+    if (send_owned) dt_host_free(send);
     free(rcounts);
     return st;
 }
@@ -193,7 +194,7 @@ static dt_status reduce_scatter(exec *x, const dt_plan_step *s, dt_comm *c, cons
     int owned;
     DT_CHECK(split_along(x, g, me, s->after[m0].dim, &send, &owned));
     dt_status st = dt_reduce_scatterv(c, send, out, g->counts, x->plan->dtype, s->before[m0].op);
-    if (owned) free(send);
+    if (owned) dt_host_free(send);
     return st;
 }
 
@@ -249,10 +250,10 @@ static dt_status run_step(exec *x, const dt_plan_step *s, dt_comm *c) {
         group_free(&g);
     }
     if (st != DT_OK) {
-        free(out);
+        dt_host_free(out);
         return st;
     }
-    if (x->owned) free(x->cur);
+    if (x->owned) dt_host_free(x->cur);
     x->cur = out;
     x->owned = 1;
     return DT_OK;
@@ -272,6 +273,6 @@ dt_status dt_plan_execute(const dt_plan *plan, dt_tensor *t, dt_comm *const *com
     }
     if (st == DT_OK)
         st = dt_tensor_new(t->mesh, t->dtype, t->ndim, t->shape, plan->dst, x.cur, true, out);
-    if (st != DT_OK && x.owned) free(x.cur);
+    if (st != DT_OK && x.owned) dt_host_free(x.cur);
     return st;
 }

@@ -5,6 +5,7 @@
 
 #include "comm/local/local_impl.h"
 #include "comm/worker.h"
+#include "core/alloc.h"
 #include "core/check.h"
 
 typedef struct lw_rank {
@@ -213,6 +214,7 @@ stop:
         w->groups = next;
     }
     pthread_mutex_destroy(&w->mu);
+    dt_host_cache_trim();
 out:
     free(exited);
     free(ranks);

@@ -1,0 +1,96 @@
+/* Size-class cache of large host blocks. Blocks below 256 KiB go straight to malloc; larger
+ * ones are rounded up to a class (four per power of two, so at most 25% is wasted) and kept
+ * on a free list when freed, up to a total of DT_HOST_CACHE_MB (default 1024) megabytes.
+ * A 64-byte header keeps the class. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+
+#define HEADER 64
+#define MIN_SHIFT 18 /* 256 KiB */
+#define MAX_CLASS (4 * (40 - MIN_SHIFT))
+
+typedef struct block {
+    struct block *next;
+    int cls; /* 0 = plain malloc */
+} block;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static block *free_lists[MAX_CLASS + 1];
+static size_t cached_bytes, cache_limit = (size_t)-1;
+
+static size_t limit(void) {
+    if (cache_limit == (size_t)-1) {
+        const char *env = getenv("DT_HOST_CACHE_MB");
+        cache_limit = (env ? (size_t)strtoull(env, NULL, 10) : 1024) << 20;
+    }
+    return cache_limit;
+}
+
+/* Class c >= 1 holds (4 + (c-1) % 4) / 4 * 2^(MIN_SHIFT + (c-1) / 4) bytes. */
+static size_t class_size(int c) {
+    return ((size_t)(4 + (c - 1) % 4) << (MIN_SHIFT + (c - 1) / 4)) / 4;
+}
+
+static int class_of(size_t bytes) {
+    for (int c = 1; c <= MAX_CLASS; c++)
+        if (class_size(c) >= bytes) return c;
+    return -1;
+}
+
+void *dt_host_alloc(size_t bytes) {
+    int cls = bytes < ((size_t)1 << MIN_SHIFT) ? 0 : class_of(bytes);
+    if (cls < 0) return NULL;
+    block *b = NULL;
+    if (cls) {
+        pthread_mutex_lock(&mu);
+        if ((b = free_lists[cls])) {
+            free_lists[cls] = b->next;
+            cached_bytes -= class_size(cls);
+        }
+        pthread_mutex_unlock(&mu);
+    }
+    if (!b) {
+        size_t size = cls ? class_size(cls) : (bytes ? bytes : 1);
+        if (posix_memalign((void **)&b, HEADER, size + HEADER) != 0) return NULL;
+    }
+    b->cls = cls;
+    return (char *)b + HEADER;
+}
+
+void *dt_host_calloc(size_t bytes) {
+    void *p = dt_host_alloc(bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+void dt_host_free(void *p) {
+    if (!p) return;
+    block *b = (block *)((char *)p - HEADER);
+    if (b->cls) {
+        pthread_mutex_lock(&mu);
+        if (cached_bytes + class_size(b->cls) <= limit()) {
+            b->next = free_lists[b->cls];
+            free_lists[b->cls] = b;
+            cached_bytes += class_size(b->cls);
+            b = NULL;
+        }
+        pthread_mutex_unlock(&mu);
+    }
+    free(b);
+}
+
+void dt_host_cache_trim(void) {
+    pthread_mutex_lock(&mu);
+    for (int c = 0; c <= MAX_CLASS; c++)
+        while (free_lists[c]) {
+            block *b = free_lists[c];
+            free_lists[c] = b->next;
+            free(b);
+        }
+    cached_bytes = 0;
+    pthread_mutex_unlock(&mu);
+}
