@@ -29,7 +29,7 @@ typedef enum dt_status {
 const char *dt_status_str(dt_status status);
 
 /* The calling thread's last error message, e.g.
- * "dt_mesh_create: shape 2x3 has 6 ranks but the world has 4 (argument shape)".
+ * "dt_mesh_create: shape 2x3 has 6 ranks but the world has 4".
  * Kept until the next failing call on this thread; "" when none failed yet. Never NULL. */
 const char *dt_last_error(void);
 

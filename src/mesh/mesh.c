@@ -32,13 +32,12 @@ dt_status dt_mesh_create(dt_ctx *ctx, int ndim, const int *shape, const char *co
         return dt_error(DT_ERR_MESH, "dt_mesh_create: ndim = %d is not in [1, %d]", ndim,
                         DT_MESH_MAX_NDIM);
     long long product = 1;
-    for (int d = 0; d < ndim; d++) {
+    for (int d = 0; d < ndim; d++)
         if (shape[d] < 1)
             return dt_error(DT_ERR_MESH, "dt_mesh_create: shape[%d] = %d must be at least 1", d,
                             shape[d]);
-        product *= shape[d];
-        if (product > ctx->size) break;
-    }
+    for (int d = 0; d < ndim; d++) /* saturate: the message shows the true product */
+        product = product > (1ll << 40) ? product : product * shape[d];
     if (product != ctx->size) {
         char text[128] = "";
         for (int d = 0, o = 0; d < ndim && o < (int)sizeof text - 12; d++)
@@ -208,7 +207,8 @@ dt_status dt_mesh_dim_index(const dt_mesh *mesh, const char *name, int *dim_out)
         if (d) strcat(all, ",");
         strcat(all, mesh->names[d]);
     }
-    return dt_error(DT_ERR_MESH, "mesh has no dimension named \"%s\" (it has %s)", name, all);
+    return dt_error(DT_ERR_MESH, "dt_mesh_dim_index: the mesh has no dimension named \"%s\" (it has %s)",
+                    name, all);
 }
 
 dt_status dt_mesh_coord_of(const dt_mesh *mesh, int mesh_rank, int *coord_out) {

@@ -36,10 +36,10 @@ typedef struct lw_group {
     int n;
     int *members;
     int handles; /* live communicators on this group (registry lock) */
-    int exited;  /* members that have returned (registry lock; read under mu) */
+    int exited;  /* members that have returned (changed under registry lock and mu) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_int arrived;
+    int arrived; /* under mu */
     atomic_uint_least64_t gen;
     lw_slot *slots; /* n */
     lw_p2p *p2p;    /* n*n, [src*n + dst] */
@@ -53,7 +53,8 @@ typedef struct lw_world {
     int failed_rank;
     dt_status failed_status;
     char failed_msg[512];
-    int *exited; /* per world rank */
+    atomic_int *exited; /* per world rank: 0, or the order in which it returned (1, 2, ...) */
+    int nexited;
 } lw_world;
 
 typedef struct lw_comm {

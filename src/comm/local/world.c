@@ -55,7 +55,7 @@ static lw_group *group_get(lw_world *w, const uint64_t key[2], const int *member
     memcpy(g->key, key, sizeof g->key);
     memcpy(g->members, members, sizeof(int) * (size_t)n);
     g->n = n;
-    for (int i = 0; i < n; i++) g->exited += w->exited[members[i]];
+    for (int i = 0; i < n; i++) g->exited += atomic_load(&w->exited[members[i]]) != 0;
     g->next = w->groups;
     w->groups = g;
     return g;
@@ -117,7 +117,7 @@ static void wake_groups(lw_world *w, int rank) {
 
 static void rank_finished(lw_world *w, int rank, dt_status st) {
     pthread_mutex_lock(&w->mu);
-    w->exited[rank] = 1;
+    atomic_store(&w->exited[rank], ++w->nexited);
     if (st != DT_OK && !atomic_load(&w->aborted)) {
         w->failed_rank = rank;
         w->failed_status = st;
@@ -168,7 +168,7 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_sta
     DT_ARG_NOT_NULL(fn);
     lw_world *w = calloc(1, sizeof *w);
     lw_rank *ranks = calloc((size_t)nranks, sizeof *ranks);
-    int *exited = calloc((size_t)nranks, sizeof *exited);
+    atomic_int *exited = calloc((size_t)nranks, sizeof *exited);
     dt_status st = DT_OK;
     int initialised = 0, started = 0;
     if (!w || !ranks || !exited) {
