@@ -4,6 +4,7 @@
 
 #include "dtensor/comm.h"
 #include "dtensor/mesh.h"
+#include "dtensor/ops.h"
 #include "dtensor/placement.h"
 #include "dtensor/redistribute.h"
 #include "dtensor/runtime.h"

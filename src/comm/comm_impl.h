@@ -62,6 +62,7 @@ struct dt_ctx {
     dt_comm_stats stats;
     dt_worker *worker;        /* this rank's communication thread, made on first async call */
     dt_redist_state *redist;  /* owned by the redistribute layer (cost model) */
+    int redistribute_mode;    /* dt_redistribute_mode, read by op dispatch */
     void (*redist_free)(dt_redist_state *);
 };
 

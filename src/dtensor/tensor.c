@@ -67,6 +67,17 @@ dt_status dt_tensor_new(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *
     return DT_OK;
 }
 
+dt_status dt_tensor_alloc(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
+                          const dt_placement *norm, dt_tensor **out) {
+    int64_t ls[DT_MAX_NDIM], off[DT_MAX_NDIM];
+    dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, ls, off);
+    void *data = dt_host_alloc(dt_shape_numel(ls, ndim) * dt_dtype_size(dtype));
+    if (!data) return dt_error(DT_ERR_NOMEM, "tensor: out of memory");
+    dt_status st = dt_tensor_new(mesh, dtype, ndim, shape, norm, data, true, out);
+    if (st != DT_OK) dt_host_free(data);
+    return st;
+}
+
 void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,
                          int64_t *offset_out) {
     int coord[DT_MESH_MAX_NDIM];

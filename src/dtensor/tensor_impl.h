@@ -32,6 +32,10 @@ dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int
 dt_status dt_tensor_new(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
                         const dt_placement *norm, void *data, bool owned, dt_tensor **out);
 
+/* The same with uninitialised owned storage (for outputs a kernel fills entirely). */
+dt_status dt_tensor_alloc(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
+                          const dt_placement *norm, dt_tensor **out);
+
 /* Local shape and offset of the shard held by mesh rank r. */
 void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,
                          int64_t *offset_out);

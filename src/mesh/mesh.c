@@ -157,6 +157,7 @@ dt_status dt_mesh_retain(dt_mesh *mesh) {
 
 dt_status dt_mesh_release(dt_mesh *mesh) {
     if (!mesh || atomic_fetch_sub(&mesh->refs, 1) != 1) return DT_OK;
+    if (mesh->op_cache_free) mesh->op_cache_free(mesh->op_cache);
     if (mesh->plan_cache_free) mesh->plan_cache_free(mesh->plan_cache);
     if (mesh->comms)
         for (size_t i = 0; i < (size_t)DT_MESH_LANES << mesh->ndim; i++)

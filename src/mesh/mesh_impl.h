@@ -24,6 +24,8 @@ struct dt_mesh {
     dt_comm **comms; /* root only: [lane << ndim | mask of root dims], made on first use */
     void *plan_cache; /* owned by the redistribute layer */
     void (*plan_cache_free)(void *);
+    void *op_cache; /* owned by op dispatch */
+    void (*op_cache_free)(void *);
 };
 
 /* Communicators come in lanes: lane 0 for blocking calls, lane 1 for the communication

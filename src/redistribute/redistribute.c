@@ -9,6 +9,7 @@
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 #include "redistribute/execute.h"
+#include "redistribute/redistribute_impl.h"
 
 struct dt_redist_state {
     dt_cost_model model;
@@ -84,8 +85,7 @@ static int same_key(const dt_plan *p, const dt_tensor *t, const dt_placement *ds
     return 1;
 }
 
-/* The cached plan for t -> dst (dst normalised), planned on a miss. Rank thread only. */
-static dt_status cached_plan(dt_tensor *t, const dt_placement *dst, const dt_plan **out) {
+dt_status dt_redistribute_cached_plan(dt_tensor *t, const dt_placement *dst, const dt_plan **out) {
     dt_mesh *mesh = t->mesh;
     dt_redist_state *rs;
     DT_CHECK(redist_state(mesh->ctx, &rs));
@@ -135,7 +135,7 @@ static dt_status prepare(const char *fn, dt_tensor *t, const dt_placement *dst,
     dt_placement src[DT_MESH_MAX_NDIM], norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_plan_check_args(fn, t->mesh->ndim, t->mesh->shape, t->ndim, t->shape, t->dtype,
                                 t->placements, dst, src, norm));
-    return cached_plan(t, norm, plan_out);
+    return dt_redistribute_cached_plan(t, norm, plan_out);
 }
 
 dt_status dt_tensor_redistribute_plan(dt_tensor *tensor, const dt_placement *dst,

@@ -1,0 +1,119 @@
+/* Typed entry points over dt_op_call, and the in-place variants. */
+#include <string.h>
+
+#include "core/check.h"
+#include "dtensor/tensor_impl.h"
+#include "ops/op_impl.h"
+
+static dt_status two(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+    dt_tensor *in[2] = {a, b};
+    return dt_op_call(op, in, 2, NULL, out);
+}
+
+dt_status dt_add(dt_tensor *a, dt_tensor *b, dt_tensor **out) { return two(DT_OP_ADD, a, b, out); }
+dt_status dt_sub(dt_tensor *a, dt_tensor *b, dt_tensor **out) { return two(DT_OP_SUB, a, b, out); }
+dt_status dt_mul(dt_tensor *a, dt_tensor *b, dt_tensor **out) { return two(DT_OP_MUL, a, b, out); }
+dt_status dt_div(dt_tensor *a, dt_tensor *b, dt_tensor **out) { return two(DT_OP_DIV, a, b, out); }
+dt_status dt_mm(dt_tensor *a, dt_tensor *b, dt_tensor **out) { return two(DT_OP_MM, a, b, out); }
+dt_status dt_matmul(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+    return two(DT_OP_MATMUL, a, b, out);
+}
+
+dt_status dt_unary_op(dt_op op, dt_tensor *x, dt_tensor **out) {
+    DT_ARG(op >= DT_OP_NEG && op <= DT_OP_SIGMOID, "dt_unary_op: %s is not a unary op",
+           dt_op_name(op));
+    return dt_op_call(op, &x, 1, NULL, out);
+}
+
+dt_status dt_scalar_op(dt_op op, dt_tensor *x, double s, dt_tensor **out) {
+    DT_ARG(op == DT_OP_POW_SCALAR || op == DT_OP_ADD_SCALAR || op == DT_OP_MUL_SCALAR,
+           "dt_scalar_op: %s is not a scalar op", dt_op_name(op));
+    dt_op_args a = {.scalar = s};
+    return dt_op_call(op, &x, 1, &a, out);
+}
+
+dt_status dt_linear(dt_tensor *x, dt_tensor *w, dt_tensor *b, dt_tensor **out) {
+    dt_tensor *in[3] = {x, w, b};
+    return dt_op_call(DT_OP_LINEAR, in, b ? 3 : 2, NULL, out);
+}
+
+dt_status dt_reduce(dt_op op, dt_tensor *x, const int *dims, int ndims, int keepdim,
+                    dt_tensor **out) {
+    DT_ARG(ndims >= 0 && ndims <= DT_MAX_NDIM, "dt_reduce: argument ndims = %d", ndims);
+    DT_ARG(dims != NULL || ndims == 0, "dt_reduce: argument dims is NULL");
+    dt_op_args a = {.ndims = ndims, .keepdim = keepdim, .correction = 1};
+    if (ndims) memcpy(a.dims, dims, sizeof(int) * (size_t)ndims);
+    return dt_op_call(op, &x, 1, &a, out);
+}
+
+dt_status dt_softmax(dt_tensor *x, int dim, dt_tensor **out) {
+    dt_op_args a = {.dim = dim};
+    return dt_op_call(DT_OP_SOFTMAX, &x, 1, &a, out);
+}
+
+dt_status dt_layer_norm(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, double eps,
+                        dt_tensor **out) {
+    dt_tensor *in[3] = {x, weight, bias};
+    dt_op_args a = {.scalar = eps};
+    return dt_op_call(DT_OP_LAYER_NORM, in, 3, &a, out);
+}
+
+dt_status dt_rms_norm(dt_tensor *x, dt_tensor *weight, double eps, dt_tensor **out) {
+    dt_tensor *in[2] = {x, weight};
+    dt_op_args a = {.scalar = eps};
+    return dt_op_call(DT_OP_RMS_NORM, in, 2, &a, out);
+}
+
+dt_status dt_embedding(dt_tensor *table, dt_tensor *indices, dt_tensor **out) {
+    return two(DT_OP_EMBEDDING, table, indices, out);
+}
+
+dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, int mean, dt_tensor **out) {
+    dt_tensor *in[2] = {logits, target};
+    dt_op_args a = {.reduction_mean = mean};
+    return dt_op_call(DT_OP_CROSS_ENTROPY, in, 2, &a, out);
+}
+
+dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out) {
+    dt_tensor *in[3] = {q, k, v};
+    dt_op_args a = {.causal = causal};
+    return dt_op_call(DT_OP_SDPA, in, 3, &a, out);
+}
+
+dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out) {
+    dt_op_args a = {.dim = dim0, .dim2 = dim1};
+    return dt_op_call(DT_OP_TRANSPOSE, &x, 1, &a, out);
+}
+
+dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out) {
+    DT_ARG(ndim >= 0 && ndim <= DT_MAX_NDIM, "dt_view: argument ndim = %d", ndim);
+    DT_ARG(shape != NULL || ndim == 0, "dt_view: argument shape is NULL");
+    dt_op_args a = {.shape_ndim = ndim};
+    if (ndim) memcpy(a.shape, shape, sizeof(int64_t) * (size_t)ndim);
+    return dt_op_call(DT_OP_VIEW, &x, 1, &a, out);
+}
+
+/* x takes over the result's data and spec; the result shell goes. */
+static dt_status in_place(dt_op op, dt_tensor *x, dt_tensor *other) {
+    DT_ARG_NOT_NULL(x);
+    dt_tensor *r;
+    DT_CHECK(two(op, x, other, &r));
+    if (r->ndim != x->ndim || memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim)) {
+        dt_tensor_release(r);
+        return dt_error(DT_ERR_SHAPE, "%s_: the result's shape differs from the input's (the "
+                                      "other input broadcasts it)", dt_op_name(op));
+    }
+    void *data = x->data;
+    int owned = x->owned;
+    x->data = r->data, x->owned = r->owned;
+    r->data = data, r->owned = owned;
+    memcpy(x->placements, r->placements, sizeof x->placements);
+    memcpy(x->local_shape, r->local_shape, sizeof x->local_shape);
+    memcpy(x->local_offset, r->local_offset, sizeof x->local_offset);
+    x->local_numel = r->local_numel;
+    dt_tensor_release(r);
+    return DT_OK;
+}
+
+dt_status dt_add_(dt_tensor *x, dt_tensor *other) { return in_place(DT_OP_ADD, x, other); }
+dt_status dt_mul_(dt_tensor *x, dt_tensor *other) { return in_place(DT_OP_MUL, x, other); }

@@ -1,0 +1,92 @@
+/* Ops built from other ops, so that dispatch places every piece: var/std (a sum-based
+ * variance, exact on uneven shards) and cross_entropy (log_softmax along the class dim, the
+ * target's log-probability picked per sample, negated, optionally averaged). */
+#include "core/check.h"
+#include "dtensor/tensor_impl.h"
+#include "ops/op_impl.h"
+
+static dt_status call1(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tensor **out) {
+    return dt_op_call(op, &x, 1, a, out);
+}
+
+static dt_status call2(dt_op op, dt_tensor *x, dt_tensor *y, dt_tensor **out) {
+    dt_tensor *in[2] = {x, y};
+    return dt_op_call(op, in, 2, NULL, out);
+}
+
+/* var = sum((x - mean(x))^2) / (N - correction); std = sqrt(var). */
+static dt_status variance(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tensor **out) {
+    dt_op_args keep = *a, plain = *a;
+    keep.keepdim = 1;
+    int64_t count = 1;
+    unsigned mask = 0;
+    for (int i = 0; i < (a->ndims ? a->ndims : x->ndim); i++) {
+        int d = a->ndims ? dt_norm_dim(a->dims[i], x->ndim) : i;
+        if (d < 0)
+            return dt_error(DT_ERR_ARG, "%s: dims[%d] = %d is out of range for a %d-D tensor",
+                            dt_op_name(op), i, a->dims[i], x->ndim);
+        if (!(mask & (1u << d))) count *= x->shape[d];
+        mask |= 1u << d;
+    }
+    dt_tensor *m = NULL, *d = NULL, *sq = NULL, *s = NULL, *v = NULL;
+    dt_status st = dt_op_call(DT_OP_MEAN, &x, 1, &keep, &m);
+    if (st == DT_OK) st = call2(DT_OP_SUB, x, m, &d);
+    if (st == DT_OK) st = call2(DT_OP_MUL, d, d, &sq);
+    if (st == DT_OK) st = call1(DT_OP_SUM, sq, &plain, &s);
+    dt_op_args scale = {.scalar = 1.0 / (double)(count - a->correction)};
+    if (st == DT_OK) st = call1(DT_OP_MUL_SCALAR, s, &scale, &v);
+    if (st == DT_OK && op == DT_OP_STD) {
+        dt_tensor *r;
+        st = call1(DT_OP_SQRT, v, NULL, &r);
+        dt_tensor_release(v);
+        v = r;
+    }
+    dt_tensor_release(m), dt_tensor_release(d), dt_tensor_release(sq), dt_tensor_release(s);
+    if (st == DT_OK) *out = v;
+    else dt_tensor_release(v);
+    return st;
+}
+
+/* logits (N, C, d1...) with the class dim 1, target (N, d1...) of class indices. */
+static dt_status cross_entropy(dt_tensor *logits, dt_tensor *target, const dt_op_args *a,
+                               dt_tensor **out) {
+    if (logits->ndim < 2 || target->ndim != logits->ndim - 1)
+        return dt_error(DT_ERR_SHAPE, "cross_entropy: logits (N, C, ...) and target (N, ...) "
+                                      "expected, got %d-D and %d-D", logits->ndim, target->ndim);
+    dt_op_args along = {.dim = 1};
+    dt_tensor *lsm = NULL, *moved = NULL, *picked = NULL, *neg = NULL, *res = NULL;
+    dt_status st = dt_op_call(DT_OP_LOG_SOFTMAX, &logits, 1, &along, &lsm);
+    /* pick wants the class dim last: (N, C, d...) -> (N, d..., C). */
+    dt_op_args perm = {.ndims = logits->ndim};
+    perm.dims[0] = 0;
+    for (int i = 1; i < logits->ndim - 1; i++) perm.dims[i] = i + 1;
+    perm.dims[logits->ndim - 1] = 1;
+    if (st == DT_OK) st = dt_op_call(DT_OP_PERMUTE, &lsm, 1, &perm, &moved);
+    if (st == DT_OK) st = call2(DT_OP_PICK, moved, target, &picked);
+    if (st == DT_OK) st = call1(DT_OP_NEG, picked, NULL, &neg);
+    if (st == DT_OK && a->reduction_mean) {
+        dt_op_args all = {0};
+        st = call1(DT_OP_MEAN, neg, &all, &res);
+    } else if (st == DT_OK) {
+        res = neg;
+        neg = NULL;
+    }
+    dt_tensor_release(lsm), dt_tensor_release(moved), dt_tensor_release(picked);
+    dt_tensor_release(neg);
+    if (st == DT_OK) *out = res;
+    return st;
+}
+
+static dt_status composite(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
+                           dt_tensor **out) {
+    if (op == DT_OP_CROSS_ENTROPY) {
+        if (n != 2) return dt_error(DT_ERR_ARG, "cross_entropy: takes logits and target");
+        return cross_entropy(in[0], in[1], a, out);
+    }
+    if (n != 1) return dt_error(DT_ERR_ARG, "%s: takes 1 input, got %d", dt_op_name(op), n);
+    return variance(op, in[0], a, out);
+}
+
+const op_family dt_family_composite = {
+    .min_inputs = 1, .max_inputs = 2, .composite = composite,
+};

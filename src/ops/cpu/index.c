@@ -1,0 +1,143 @@
+/* CPU indexing kernels: embedding lookup and target pick with a shard's offset (ids outside
+ * the shard give zeros), box slice and permute. Pure data movement: every dtype, copied by
+ * element size; all-zero bits are 0 in every dtype. */
+#include <stdint.h>
+#include <string.h>
+
+#include "core/box.h"
+#include "core/check.h"
+#include "ops/kernels.h"
+
+static size_t numel(const dt_local *t) {
+    size_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
+static dt_status check_index_dtype(const char *fn, const dt_local *ix) {
+    if (ix->dtype != DT_I32 && ix->dtype != DT_I64)
+        return dt_error(DT_ERR_DTYPE, "%s: indices must be i32 or i64, not %s", fn,
+                        dt_dtype_name(ix->dtype));
+    return DT_OK;
+}
+
+static inline int64_t index_at(const dt_local *ix, size_t i) {
+    return ix->dtype == DT_I32 ? ((const int32_t *)ix->data)[i] : ((const int64_t *)ix->data)[i];
+}
+
+dt_status dt_cpu_embedding(const dt_local *table, int64_t row_offset, const dt_local *indices,
+                           dt_local *out) {
+    DT_CHECK(check_index_dtype("dt_cpu_embedding", indices));
+    size_t es = dt_dtype_size(table->dtype);
+    if (es == 0)
+        return dt_error(DT_ERR_DTYPE, "dt_cpu_embedding: unknown table dtype %d",
+                        (int)table->dtype);
+    if (table->ndim != 2)
+        return dt_error(DT_ERR_SHAPE, "dt_cpu_embedding: table must be (V, H), has %d dims",
+                        table->ndim);
+    int64_t V = table->shape[0];
+    size_t row = (size_t)table->shape[1] * es, n = numel(indices);
+    for (size_t i = 0; i < n; i++) {
+        int64_t r = index_at(indices, i) - row_offset;
+        char *dst = (char *)out->data + i * row;
+        if (r >= 0 && r < V)
+            memcpy(dst, (const char *)table->data + (size_t)r * row, row);
+        else
+            memset(dst, 0, row);
+    }
+    return DT_OK;
+}
+
+dt_status dt_cpu_pick(const dt_local *logits, int64_t class_offset, const dt_local *target,
+                      dt_local *out) {
+    DT_CHECK(check_index_dtype("dt_cpu_pick", target));
+    size_t es = dt_dtype_size(logits->dtype);
+    if (es == 0)
+        return dt_error(DT_ERR_DTYPE, "dt_cpu_pick: unknown logits dtype %d", (int)logits->dtype);
+    if (logits->ndim < 1)
+        return dt_error(DT_ERR_SHAPE, "dt_cpu_pick: logits must have a class dim");
+    int64_t C = logits->shape[logits->ndim - 1];
+    size_t n = numel(target);
+    for (size_t i = 0; i < n; i++) {
+        int64_t c = index_at(target, i) - class_offset;
+        char *dst = (char *)out->data + i * es;
+        if (c >= 0 && c < C)
+            memcpy(dst, (const char *)logits->data + ((size_t)C * i + (size_t)c) * es, es);
+        else
+            memset(dst, 0, es);
+    }
+    return DT_OK;
+}
+
+dt_status dt_cpu_slice(const dt_local *x, const int64_t *start, dt_local *out) {
+    size_t es = dt_dtype_size(x->dtype);
+    if (es == 0) return dt_error(DT_ERR_DTYPE, "dt_cpu_slice: unknown dtype %d", (int)x->dtype);
+    for (int d = 0; d < x->ndim; d++)
+        if (start[d] < 0 || out->shape[d] < 0 || start[d] + out->shape[d] > x->shape[d])
+            return dt_error(DT_ERR_SHAPE, "dt_cpu_slice: dim %d: box [%lld, %lld) outside size %lld",
+                            d, (long long)start[d], (long long)(start[d] + out->shape[d]),
+                            (long long)x->shape[d]);
+    dt_box_copy(out->data, out->shape, NULL, x->data, x->shape, start, out->shape, x->ndim, es);
+    return DT_OK;
+}
+
+#define PERMUTE_ROW(T)                                                                             \
+    for (int64_t i = 0; i < n; i++) ((T *)o)[i] = ((const T *)s)[i * is];
+
+dt_status dt_cpu_permute(const dt_local *x, const int *perm, dt_local *out) {
+    size_t es = dt_dtype_size(x->dtype);
+    if (es == 0)
+        return dt_error(DT_ERR_DTYPE, "dt_cpu_permute: unknown dtype %d", (int)x->dtype);
+    int nd = x->ndim, seen = 0;
+    for (int i = 0; i < nd; i++) {
+        if (perm[i] < 0 || perm[i] >= nd || (seen >> perm[i]) & 1)
+            return dt_error(DT_ERR_ARG, "dt_cpu_permute: perm[%d] = %d is not a permutation of "
+                            "0..%d", i, perm[i], nd - 1);
+        seen |= 1 << perm[i];
+    }
+    size_t total = numel(x);
+    if (total == 0) return DT_OK;
+    int64_t xs[DT_MAX_NDIM];
+    for (int d = nd - 1; d >= 0; d--) xs[d] = d == nd - 1 ? 1 : xs[d + 1] * x->shape[d + 1];
+    /* out's dims in order with their strides in x; size-1 dims dropped and out dims that stay
+     * adjacent in x merged, so an identity permute is one memcpy. */
+    int64_t size[DT_MAX_NDIM], st[DT_MAX_NDIM];
+    int k = 0;
+    for (int i = 0; i < nd; i++) {
+        int64_t sz = x->shape[perm[i]], s = xs[perm[i]];
+        if (sz == 1) continue;
+        if (k > 0 && st[k - 1] == s * sz) {
+            size[k - 1] *= sz;
+            st[k - 1] = s;
+        } else {
+            size[k] = sz;
+            st[k] = s;
+            k++;
+        }
+    }
+    if (k == 0 || (k == 1 && st[0] == 1)) {
+        memcpy(out->data, x->data, total * es);
+        return DT_OK;
+    }
+    int64_t n = size[k - 1], is = st[k - 1], idx[DT_MAX_NDIM] = {0}, off = 0;
+    size_t rows = total / (size_t)n;
+    for (size_t r = 0; r < rows; r++) {
+        char *o = (char *)out->data + r * (size_t)n * es;
+        const char *s = (const char *)x->data + (size_t)off * es;
+        switch (es) {
+        case 2: PERMUTE_ROW(uint16_t) break;
+        case 4: PERMUTE_ROW(uint32_t) break;
+        case 8: PERMUTE_ROW(uint64_t) break;
+        default:
+            for (int64_t i = 0; i < n; i++) memcpy(o + (size_t)i * es, s + (size_t)(i * is) * es, es);
+            break;
+        }
+        for (int d = k - 2; d >= 0; d--) {
+            off += st[d];
+            if (++idx[d] < size[d]) break;
+            off -= st[d] * size[d];
+            idx[d] = 0;
+        }
+    }
+    return DT_OK;
+}

@@ -1,0 +1,236 @@
+/* CPU matmul: batched GEMM with NumPy batch broadcasting. f32/f64 go to OpenBLAS when built
+ * with it, else to a cache-blocked i-k-j loop; bf16/f16 are widened to f32 a block of rows
+ * at a time and take the f32 path, so products accumulate in f32. */
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/check.h"
+#include "core/half.h"
+#include "dt_config.h"
+#include "ops/kernels.h"
+
+#if DT_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#define KB 128 /* k-block: KB x NB of B stays in L2 */
+#define NB 256 /* j-block: four rows of C blocks stay in L1 */
+#define MB 256 /* rows of a bf16/f16 A widened at a time */
+
+/* C (M, N) = A (M, K) @ B (K, N), all dense; B's KB x NB block is reused by four rows. */
+#define DEFINE_GEMM_LOOP(SUF, T)                                                                   \
+    static void gemm_loop_##SUF(int64_t M, int64_t N, int64_t K, const T *A, const T *B,          \
+                                T *C) {                                                            \
+        memset(C, 0, (size_t)(M * N) * sizeof(T));                                                 \
+        for (int64_t k0 = 0; k0 < K; k0 += KB) {                                                   \
+            int64_t k1 = k0 + KB < K ? k0 + KB : K;                                                \
+            for (int64_t j0 = 0; j0 < N; j0 += NB) {                                               \
+                int64_t jn = N - j0 < NB ? N - j0 : NB;                                            \
+                int64_t i = 0;                                                                     \
+                for (; i + 4 <= M; i += 4) {                                                       \
+                    T *restrict c0 = C + i * N + j0, *restrict c1 = c0 + N;                        \
+                    T *restrict c2 = c1 + N, *restrict c3 = c2 + N;                                \
+                    const T *a0 = A + i * K, *a1 = a0 + K, *a2 = a1 + K, *a3 = a2 + K;             \
+                    for (int64_t k = k0; k < k1; k++) {                                            \
+                        const T *restrict bk = B + k * N + j0;                                     \
+                        T x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];                          \
+                        for (int64_t j = 0; j < jn; j++) {                                         \
+                            T bv = bk[j];                                                          \
+                            c0[j] += x0 * bv;                                                      \
+                            c1[j] += x1 * bv;                                                      \
+                            c2[j] += x2 * bv;                                                      \
+                            c3[j] += x3 * bv;                                                      \
+                        }                                                                          \
+                    }                                                                              \
+                }                                                                                  \
+                for (; i < M; i++) {                                                               \
+                    T *restrict c0 = C + i * N + j0;                                               \
+                    const T *a0 = A + i * K;                                                       \
+                    for (int64_t k = k0; k < k1; k++) {                                            \
+                        const T *restrict bk = B + k * N + j0;                                     \
+                        T x0 = a0[k];                                                              \
+                        for (int64_t j = 0; j < jn; j++) c0[j] += x0 * bk[j];                      \
+                    }                                                                              \
+                }                                                                              \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEFINE_GEMM_LOOP(f32, float)
+DEFINE_GEMM_LOOP(f64, double)
+
+/* Buffers reused across the batch: widened A/B/C for bf16/f16 and B transposed for the loop
+ * path. last_b remembers which B is already widened or transposed (a broadcast B is shared). */
+typedef struct mm_ctx {
+    int tb;
+    int64_t N, K;
+    void *fa, *fb, *fc, *bt;
+    const void *last_b, *last_bt;
+} mm_ctx;
+
+#define DEFINE_GEMM(SUF, T, BLAS)                                                                  \
+    static dt_status gemm_##SUF(mm_ctx *cx, int64_t M, const T *A, const T *B, T *C) {             \
+        int64_t N = cx->N, K = cx->K;                                                              \
+        if (BLAS && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX) {                                \
+            blas_##SUF(cx->tb, M, N, K, A, B, C);                                                  \
+            return DT_OK;                                                                          \
+        }                                                                                          \
+        if (cx->tb) { /* (N, K) -> (K, N) once per distinct B */                                   \
+            if (!cx->bt && !(cx->bt = dt_host_alloc((size_t)(K * N) * sizeof(T))))                 \
+                return dt_error(DT_ERR_NOMEM, "dt_cpu_matmul: no memory for %lldx%lld",           \
+                                (long long)K, (long long)N);                                       \
+            T *bt = cx->bt;                                                                        \
+            if (cx->last_bt != B)                                                                  \
+                for (int64_t j = 0; j < N; j++)                                                    \
+                    for (int64_t k = 0; k < K; k++) bt[k * N + j] = B[j * K + k];                  \
+            cx->last_bt = B;                                                                       \
+            B = bt;                                                                                \
+        }                                                                                          \
+        gemm_loop_##SUF(M, N, K, A, B, C);                                                         \
+        return DT_OK;                                                                              \
+    }
+
+#if DT_HAVE_OPENBLAS
+#define HAVE_BLAS 1
+static void blas_f32(int tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
+                     float *C) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, 1.0f, A, (int)K, B, tb ? (int)K : (int)N, 0.0f, C, (int)N);
+}
+static void blas_f64(int tb, int64_t M, int64_t N, int64_t K, const double *A, const double *B,
+                     double *C) {
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, 1.0, A, (int)K, B, tb ? (int)K : (int)N, 0.0, C, (int)N);
+}
+#else
+#define HAVE_BLAS 0
+#define blas_f32(...) ((void)0)
+#define blas_f64(...) ((void)0)
+#endif
+
+DEFINE_GEMM(f32, float, HAVE_BLAS)
+DEFINE_GEMM(f64, double, HAVE_BLAS)
+
+/* bf16/f16: B widened once per distinct B, A and C a block of MB rows at a time. */
+#define DEFINE_GEMM_HALF(SUF, LOAD, STORE)                                                         \
+    static dt_status gemm_##SUF(mm_ctx *cx, int64_t M, const uint16_t *A, const uint16_t *B,       \
+                                uint16_t *C) {                                                     \
+        int64_t N = cx->N, K = cx->K, mb = M < MB ? M : MB;                                        \
+        if (!cx->fa) {                                                                             \
+            cx->fa = dt_host_alloc((size_t)(mb * K) * sizeof(float));                              \
+            cx->fb = dt_host_alloc((size_t)(K * N) * sizeof(float));                               \
+            cx->fc = dt_host_alloc((size_t)(mb * N) * sizeof(float));                              \
+            if (!cx->fa || !cx->fb || !cx->fc)                                                     \
+                return dt_error(DT_ERR_NOMEM, "dt_cpu_matmul: no memory to widen %s blocks",       \
+                                #SUF);                                                             \
+        }                                                                                          \
+        float *fa = cx->fa, *fb = cx->fb, *fc = cx->fc;                                            \
+        if (cx->last_b != B) {                                                                     \
+            for (int64_t i = 0; i < K * N; i++) fb[i] = LOAD(B[i]);                                \
+            cx->last_bt = NULL; /* fb's contents changed under the same pointer */                 \
+        }                                                                                          \
+        cx->last_b = B;                                                                            \
+        for (int64_t i0 = 0; i0 < M; i0 += MB) {                                                   \
+            int64_t m = M - i0 < MB ? M - i0 : MB;                                                 \
+            const uint16_t *a = A + i0 * K;                                                        \
+            for (int64_t i = 0; i < m * K; i++) fa[i] = LOAD(a[i]);                                \
+            DT_CHECK(gemm_f32(cx, m, fa, fb, fc));                                                 \
+            uint16_t *c = C + i0 * N;                                                              \
+            for (int64_t i = 0; i < m * N; i++) c[i] = STORE(fc[i]);                               \
+        }                                                                                          \
+        return DT_OK;                                                                              \
+    }
+
+DEFINE_GEMM_HALF(bf16, dt_bf16_to_f32, dt_f32_to_bf16)
+DEFINE_GEMM_HALF(f16, dt_f16_to_f32, dt_f32_to_f16)
+
+static dt_status gemm_any(dt_dtype dt, mm_ctx *cx, int64_t M, const void *A, const void *B,
+                          void *C) {
+    switch (dt) {
+    case DT_F32: return gemm_f32(cx, M, A, B, C);
+    case DT_F64: return gemm_f64(cx, M, A, B, C);
+    case DT_BF16: return gemm_bf16(cx, M, A, B, C);
+    case DT_F16: return gemm_f16(cx, M, A, B, C);
+    default: return DT_ERR_DTYPE;
+    }
+}
+
+static size_t batch_numel(const dt_local *t) {
+    size_t n = 1;
+    for (int d = 0; d < t->ndim - 2; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
+/* Strides in matrices of t's batch dims, aligned to out's nb batch dims (0 when broadcast). */
+static dt_status batch_strides(const dt_local *t, const dt_local *out, int nb, int64_t *st,
+                               const char *name) {
+    int tb = t->ndim - 2;
+    int64_t s = 1;
+    for (int d = nb - 1; d >= 0; d--) {
+        int td = d - (nb - tb);
+        int64_t sz = td < 0 ? 1 : t->shape[td];
+        if (sz != out->shape[d] && sz != 1)
+            return dt_error(DT_ERR_SHAPE, "dt_cpu_matmul: %s batch dim %d has size %lld, out %lld",
+                            name, td, (long long)sz, (long long)out->shape[d]);
+        st[d] = sz == 1 ? 0 : s;
+        s *= sz;
+    }
+    return DT_OK;
+}
+
+dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_local *out) {
+    dt_dtype dt = a->dtype;
+    if (dt != DT_F32 && dt != DT_F64 && dt != DT_BF16 && dt != DT_F16)
+        return dt_error(DT_ERR_DTYPE, "dt_cpu_matmul: dtype %s not supported (float dtypes only)",
+                        dt_dtype_name(dt));
+    if (b->dtype != dt || out->dtype != dt)
+        return dt_error(DT_ERR_DTYPE, "dt_cpu_matmul: dtypes %s, %s, out %s differ",
+                        dt_dtype_name(dt), dt_dtype_name(b->dtype), dt_dtype_name(out->dtype));
+    int nb = out->ndim - 2;
+    if (a->ndim < 2 || b->ndim < 2 || nb < a->ndim - 2 || nb < b->ndim - 2)
+        return dt_error(DT_ERR_SHAPE, "dt_cpu_matmul: needs 2+ dims (a %d, b %d, out %d)",
+                        a->ndim, b->ndim, out->ndim);
+    int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1];
+    int64_t bK = b->shape[b->ndim - (trans_b ? 1 : 2)], N = b->shape[b->ndim - (trans_b ? 2 : 1)];
+    if (bK != K || out->shape[nb] != M || out->shape[nb + 1] != N)
+        return dt_error(DT_ERR_SHAPE, "dt_cpu_matmul: (%lld, %lld) @ b with K %lld, N %lld into "
+                        "(%lld, %lld)", (long long)M, (long long)K, (long long)bK, (long long)N,
+                        (long long)out->shape[nb], (long long)out->shape[nb + 1]);
+    int64_t sa[DT_MAX_NDIM], sb[DT_MAX_NDIM];
+    DT_CHECK(batch_strides(a, out, nb, sa, "a"));
+    DT_CHECK(batch_strides(b, out, nb, sb, "b"));
+    size_t es = dt_dtype_size(dt), batches = batch_numel(out);
+    if (batches == 0 || M == 0 || N == 0) return DT_OK;
+    if (K == 0) { /* empty sums; all-zero bits are 0 in every float dtype */
+        memset(out->data, 0, batches * (size_t)(M * N) * es);
+        return DT_OK;
+    }
+    mm_ctx cx = {.tb = trans_b != 0, .N = N, .K = K};
+    dt_status st = DT_OK;
+    if (batch_numel(b) == 1 && batch_numel(a) == batches) {
+        /* (B..., M, K) @ (K, N): one GEMM over B*M rows. */
+        st = gemm_any(dt, &cx, (int64_t)batches * M, a->data, b->data, out->data);
+    } else {
+        int64_t idx[DT_MAX_NDIM] = {0}, oa = 0, ob = 0;
+        for (size_t i = 0; i < batches && st == DT_OK; i++) {
+            st = gemm_any(dt, &cx, M, (const char *)a->data + (size_t)(oa * M * K) * es,
+                          (const char *)b->data + (size_t)(ob * K * N) * es,
+                          (char *)out->data + i * (size_t)(M * N) * es);
+            for (int d = nb - 1; d >= 0; d--) {
+                oa += sa[d];
+                ob += sb[d];
+                if (++idx[d] < out->shape[d]) break;
+                oa -= sa[d] * out->shape[d];
+                ob -= sb[d] * out->shape[d];
+                idx[d] = 0;
+            }
+        }
+    }
+    dt_host_free(cx.fa);
+    dt_host_free(cx.fb);
+    dt_host_free(cx.fc);
+    dt_host_free(cx.bt);
+    return st;
+}

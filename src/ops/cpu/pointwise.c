@@ -1,0 +1,338 @@
+/* CPU pointwise kernels: unary maps, broadcasting binary ops and where. Broadcasting is done
+ * with strides (0 on broadcast dims) over dims collapsed as far as every operand allows, so
+ * equal shapes become one contiguous loop. The per-element math lives in elementwise.h. */
+#include <stdint.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/half.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/kernels.h"
+
+#define BLOCK 256
+#define FLATTEN __attribute__((flatten)) /* inlines the op switch so each case folds */
+
+static const char *const unary_names[] = {
+    [DT_UNARY_NEG] = "neg",     [DT_UNARY_EXP] = "exp",
+    [DT_UNARY_LOG] = "log",     [DT_UNARY_SQRT] = "sqrt",
+    [DT_UNARY_RSQRT] = "rsqrt", [DT_UNARY_ABS] = "abs",
+    [DT_UNARY_RELU] = "relu",   [DT_UNARY_GELU] = "gelu",
+    [DT_UNARY_SILU] = "silu",   [DT_UNARY_TANH] = "tanh",
+    [DT_UNARY_SIGMOID] = "sigmoid", [DT_UNARY_POW_SCALAR] = "pow_scalar",
+    [DT_UNARY_ADD_SCALAR] = "add_scalar", [DT_UNARY_MUL_SCALAR] = "mul_scalar",
+};
+_Static_assert(sizeof unary_names / sizeof unary_names[0] == DT_UNARY_COUNT,
+               "unary name table incomplete");
+
+static size_t numel(const dt_local *t) {
+    size_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
+/* ---- unary ------------------------------------------------------------------------------ */
+
+#define MAP_CASE(SUF, OP)                                                                          \
+    case OP:                                                                                       \
+        for (size_t i = 0; i < n; i++) y[i] = dt_ew_unary_##SUF(OP, x[i], s);                      \
+        break;
+
+#define DEFINE_UNARY_MAP(SUF, T)                                                                   \
+    static FLATTEN void unary_map_##SUF(dt_unary f, T s, const T *x, T *y, size_t n) {             \
+        switch (f) {                                                                               \
+            MAP_CASE(SUF, DT_UNARY_NEG)                                                            \
+            MAP_CASE(SUF, DT_UNARY_EXP)                                                            \
+            MAP_CASE(SUF, DT_UNARY_LOG)                                                            \
+            MAP_CASE(SUF, DT_UNARY_SQRT)                                                           \
+            MAP_CASE(SUF, DT_UNARY_RSQRT)                                                          \
+            MAP_CASE(SUF, DT_UNARY_ABS)                                                            \
+            MAP_CASE(SUF, DT_UNARY_RELU)                                                           \
+            MAP_CASE(SUF, DT_UNARY_GELU)                                                           \
+            MAP_CASE(SUF, DT_UNARY_SILU)                                                           \
+            MAP_CASE(SUF, DT_UNARY_TANH)                                                           \
+            MAP_CASE(SUF, DT_UNARY_SIGMOID)                                                        \
+            MAP_CASE(SUF, DT_UNARY_POW_SCALAR)                                                     \
+            MAP_CASE(SUF, DT_UNARY_ADD_SCALAR)                                                     \
+            MAP_CASE(SUF, DT_UNARY_MUL_SCALAR)                                                     \
+        default: break;                                                                            \
+        }                                                                                          \
+    }
+
+DEFINE_UNARY_MAP(f32, float)
+DEFINE_UNARY_MAP(f64, double)
+
+/* bf16/f16: widen a block to f32, map it, narrow it back (x and y may be the same buffer). */
+#define DEFINE_UNARY_HALF(SUF, LOAD, STORE)                                                        \
+    static void unary_##SUF(dt_unary f, float s, const uint16_t *x, uint16_t *y, size_t n) {       \
+        float buf[BLOCK];                                                                          \
+        for (size_t base = 0; base < n; base += BLOCK) {                                           \
+            size_t m = n - base < BLOCK ? n - base : BLOCK;                                        \
+            for (size_t i = 0; i < m; i++) buf[i] = LOAD(x[base + i]);                             \
+            unary_map_f32(f, s, buf, buf, m);                                                      \
+            for (size_t i = 0; i < m; i++) y[base + i] = STORE(buf[i]);                            \
+        }                                                                                          \
+    }
+
+DEFINE_UNARY_HALF(bf16, dt_bf16_to_f32, dt_f32_to_bf16)
+DEFINE_UNARY_HALF(f16, dt_f16_to_f32, dt_f32_to_f16)
+
+#define DEFINE_UNARY_INT(SUF, T)                                                                   \
+    static void unary_##SUF(dt_unary f, T s, const T *x, T *y, size_t n) {                         \
+        switch (f) {                                                                               \
+        case DT_UNARY_NEG:                                                                         \
+            for (size_t i = 0; i < n; i++) y[i] = dt_ew_neg_##SUF(x[i]);                           \
+            break;                                                                                 \
+        case DT_UNARY_ABS:                                                                         \
+            for (size_t i = 0; i < n; i++) y[i] = dt_ew_abs_##SUF(x[i]);                           \
+            break;                                                                                 \
+        case DT_UNARY_RELU:                                                                        \
+            for (size_t i = 0; i < n; i++) y[i] = dt_ew_relu_##SUF(x[i]);                          \
+            break;                                                                                 \
+        case DT_UNARY_ADD_SCALAR:                                                                  \
+            for (size_t i = 0; i < n; i++) y[i] = dt_ew_add_##SUF(x[i], s);                        \
+            break;                                                                                 \
+        case DT_UNARY_MUL_SCALAR:                                                                  \
+            for (size_t i = 0; i < n; i++) y[i] = dt_ew_mul_##SUF(x[i], s);                        \
+            break;                                                                                 \
+        default: break;                                                                            \
+        }                                                                                          \
+    }
+
+DEFINE_UNARY_INT(i32, int32_t)
+DEFINE_UNARY_INT(i64, int64_t)
+
+dt_status dt_cpu_unary(dt_unary f, double scalar, const dt_local *x, dt_local *out) {
+    if ((unsigned)f >= DT_UNARY_COUNT)
+        return dt_error(DT_ERR_ARG, "dt_cpu_unary: unknown unary op %d", (int)f);
+    int is_int = x->dtype == DT_I32 || x->dtype == DT_I64;
+    if (is_int && !dt_ew_unary_int_ok(f))
+        return dt_error(DT_ERR_DTYPE, "dt_cpu_unary: %s is not defined for dtype %s",
+                        unary_names[f], dt_dtype_name(x->dtype));
+    size_t n = numel(x);
+    int64_t si = dt_ew_scalar_i64(scalar);
+    switch (x->dtype) {
+    case DT_F32: unary_map_f32(f, (float)scalar, x->data, out->data, n); break;
+    case DT_F64: unary_map_f64(f, scalar, x->data, out->data, n); break;
+    case DT_BF16: unary_bf16(f, (float)scalar, x->data, out->data, n); break;
+    case DT_F16: unary_f16(f, (float)scalar, x->data, out->data, n); break;
+    case DT_I32: unary_i32(f, (int32_t)si, x->data, out->data, n); break;
+    case DT_I64: unary_i64(f, si, x->data, out->data, n); break;
+    default:
+        return dt_error(DT_ERR_DTYPE, "dt_cpu_unary: unknown dtype %d", (int)x->dtype);
+    }
+    return DT_OK;
+}
+
+/* ---- broadcasting ----------------------------------------------------------------------- */
+
+/* out's shape, collapsed, with each input's strides in elements (0 on broadcast dims). */
+typedef struct bcast {
+    int ndim; /* >= 1 */
+    int64_t shape[DT_MAX_NDIM];
+    int64_t stride[3][DT_MAX_NDIM];
+} bcast;
+
+static dt_status bcast_init(bcast *it, const char *fn, const dt_local *out,
+                            const dt_local *const *in, int nin) {
+    int nd = out->ndim;
+    int64_t st[3][DT_MAX_NDIM];
+    for (int k = 0; k < nin; k++) {
+        const dt_local *t = in[k];
+        if (t->ndim > nd)
+            return dt_error(DT_ERR_SHAPE, "%s: input %d has %d dims, the output only %d", fn, k,
+                            t->ndim, nd);
+        int64_t s = 1;
+        for (int d = nd - 1; d >= 0; d--) {
+            int td = d - (nd - t->ndim);
+            int64_t sz = td < 0 ? 1 : t->shape[td];
+            if (sz != out->shape[d] && sz != 1)
+                return dt_error(DT_ERR_SHAPE, "%s: input %d dim %d has size %lld, cannot "
+                                "broadcast to %lld", fn, k, td, (long long)sz,
+                                (long long)out->shape[d]);
+            st[k][d] = sz == 1 ? 0 : s;
+            s *= sz;
+        }
+    }
+    /* Drop size-1 dims; merge a dim into the one before when every operand allows it. */
+    it->ndim = 0;
+    for (int d = 0; d < nd; d++) {
+        if (out->shape[d] == 1) continue;
+        int p = it->ndim - 1, merge = p >= 0;
+        for (int k = 0; k < nin && merge; k++)
+            merge = it->stride[k][p] == st[k][d] * out->shape[d];
+        if (merge) {
+            it->shape[p] *= out->shape[d];
+            for (int k = 0; k < nin; k++) it->stride[k][p] = st[k][d];
+        } else {
+            it->shape[it->ndim] = out->shape[d];
+            for (int k = 0; k < nin; k++) it->stride[k][it->ndim] = st[k][d];
+            it->ndim++;
+        }
+    }
+    if (it->ndim == 0) {
+        it->ndim = 1;
+        it->shape[0] = 1;
+        for (int k = 0; k < nin; k++) it->stride[k][0] = 0;
+    }
+    return DT_OK;
+}
+
+/* Steps the odometer over all dims but the last; off[k] follows input k's offset. */
+static void bcast_next(const bcast *it, int nin, int64_t *idx, int64_t *off) {
+    for (int d = it->ndim - 2; d >= 0; d--) {
+        for (int k = 0; k < nin; k++) off[k] += it->stride[k][d];
+        if (++idx[d] < it->shape[d]) return;
+        for (int k = 0; k < nin; k++) off[k] -= it->stride[k][d] * it->shape[d];
+        idx[d] = 0;
+    }
+}
+
+/* ---- binary ----------------------------------------------------------------------------- */
+
+/* One output row of n elements; a and b advance by sa and sb. */
+#define BIN_ROW(CT, LOAD, STORE, EXPR)                                                             \
+    if (sa == 1 && sb == 1) {                                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            CT x = LOAD(a[i]), y = LOAD(b[i]);                                                     \
+            o[i] = STORE(EXPR);                                                                    \
+        }                                                                                          \
+    } else if (sa == 0 && sb == 1) {                                                               \
+        CT x = LOAD(a[0]);                                                                         \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            CT y = LOAD(b[i]);                                                                     \
+            o[i] = STORE(EXPR);                                                                    \
+        }                                                                                          \
+    } else if (sa == 1 && sb == 0) {                                                               \
+        CT y = LOAD(b[0]);                                                                         \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            CT x = LOAD(a[i]);                                                                     \
+            o[i] = STORE(EXPR);                                                                    \
+        }                                                                                          \
+    } else {                                                                                       \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            CT x = LOAD(a[i * sa]), y = LOAD(b[i * sb]);                                           \
+            o[i] = STORE(EXPR);                                                                    \
+        }                                                                                          \
+    }
+
+#define BIN_CASE(CT, LOAD, STORE, FN, OP)                                                          \
+    case OP: BIN_ROW(CT, LOAD, STORE, FN(OP, x, y)) break;
+
+#define DEFINE_BINARY_ROW(SUF, T, CT, LOAD, STORE, FN)                                             \
+    static FLATTEN void binary_row_##SUF(dt_binary f, T *o, const T *a, int64_t sa, const T *b,    \
+                                         int64_t sb, int64_t n) {                                  \
+        switch (f) {                                                                               \
+            BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_ADD)                                           \
+            BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_SUB)                                           \
+            BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_MUL)                                           \
+            BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_DIV)                                           \
+            BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_MAX)                                           \
+            BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_MIN)                                           \
+        default: break;                                                                            \
+        }                                                                                          \
+    }
+
+#define ID(v) (v)
+DEFINE_BINARY_ROW(f32, float, float, ID, ID, dt_ew_binary_f32)
+DEFINE_BINARY_ROW(f64, double, double, ID, ID, dt_ew_binary_f64)
+DEFINE_BINARY_ROW(bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16, dt_ew_binary_f32)
+DEFINE_BINARY_ROW(f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16, dt_ew_binary_f32)
+DEFINE_BINARY_ROW(i32, int32_t, int32_t, ID, ID, dt_ew_binary_i32)
+DEFINE_BINARY_ROW(i64, int64_t, int64_t, ID, ID, dt_ew_binary_i64)
+
+dt_status dt_cpu_binary(dt_binary f, const dt_local *a, const dt_local *b, dt_local *out) {
+    if ((unsigned)f >= DT_BINARY_COUNT)
+        return dt_error(DT_ERR_ARG, "dt_cpu_binary: unknown binary op %d", (int)f);
+    size_t es = dt_dtype_size(a->dtype);
+    if (es == 0 || a->dtype != b->dtype)
+        return dt_error(DT_ERR_DTYPE, "dt_cpu_binary: dtypes %s and %s", dt_dtype_name(a->dtype),
+                        dt_dtype_name(b->dtype));
+    bcast it;
+    const dt_local *in[2] = {a, b};
+    DT_CHECK(bcast_init(&it, "dt_cpu_binary", out, in, 2));
+    size_t total = numel(out);
+    if (total == 0) return DT_OK;
+    int64_t n = it.shape[it.ndim - 1], sa = it.stride[0][it.ndim - 1],
+            sb = it.stride[1][it.ndim - 1];
+    size_t rows = total / (size_t)n;
+    int64_t idx[DT_MAX_NDIM] = {0}, off[2] = {0, 0};
+    for (size_t r = 0; r < rows; r++) {
+        char *o = (char *)out->data + r * (size_t)n * es;
+        const char *pa = (const char *)a->data + (size_t)off[0] * es;
+        const char *pb = (const char *)b->data + (size_t)off[1] * es;
+        switch (a->dtype) {
+        case DT_F32: binary_row_f32(f, (float *)o, (const float *)pa, sa, (const float *)pb, sb, n); break;
+        case DT_F64: binary_row_f64(f, (double *)o, (const double *)pa, sa, (const double *)pb, sb, n); break;
+        case DT_BF16: binary_row_bf16(f, (uint16_t *)o, (const uint16_t *)pa, sa, (const uint16_t *)pb, sb, n); break;
+        case DT_F16: binary_row_f16(f, (uint16_t *)o, (const uint16_t *)pa, sa, (const uint16_t *)pb, sb, n); break;
+        case DT_I32: binary_row_i32(f, (int32_t *)o, (const int32_t *)pa, sa, (const int32_t *)pb, sb, n); break;
+        case DT_I64: binary_row_i64(f, (int64_t *)o, (const int64_t *)pa, sa, (const int64_t *)pb, sb, n); break;
+        default: break;
+        }
+        bcast_next(&it, 2, idx, off);
+    }
+    return DT_OK;
+}
+
+/* ---- where ------------------------------------------------------------------------------ */
+
+/* m[i] = cond[i * sc] != 0 (a bf16/f16 -0 is zero, NaN is true). */
+static void cond_mask(dt_dtype dt, const void *c, int64_t sc, int64_t n, uint8_t *m) {
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case DT_F32: m[i] = ((const float *)c)[i * sc] != 0.0f; break;
+        case DT_F64: m[i] = ((const double *)c)[i * sc] != 0.0; break;
+        case DT_BF16:
+        case DT_F16: m[i] = (((const uint16_t *)c)[i * sc] & 0x7fffu) != 0; break;
+        case DT_I32: m[i] = ((const int32_t *)c)[i * sc] != 0; break;
+        case DT_I64: m[i] = ((const int64_t *)c)[i * sc] != 0; break;
+        default: m[i] = 0; break;
+        }
+    }
+}
+
+#define WHERE_ROW(T)                                                                               \
+    for (int64_t i = 0; i < n; i++)                                                                \
+        ((T *)o)[i] = m[i] ? ((const T *)a)[i * sa] : ((const T *)b)[i * sb];
+
+static void where_row(size_t es, const uint8_t *m, void *o, const void *a, int64_t sa,
+                      const void *b, int64_t sb, int64_t n) {
+    switch (es) {
+    case 2: WHERE_ROW(uint16_t) break;
+    case 4: WHERE_ROW(uint32_t) break;
+    case 8: WHERE_ROW(uint64_t) break;
+    default: break;
+    }
+}
+
+dt_status dt_cpu_where(const dt_local *cond, const dt_local *a, const dt_local *b, dt_local *out) {
+    size_t es = dt_dtype_size(a->dtype), cs = dt_dtype_size(cond->dtype);
+    if (es == 0 || cs == 0 || a->dtype != b->dtype)
+        return dt_error(DT_ERR_DTYPE, "dt_cpu_where: dtypes cond %s, a %s, b %s",
+                        dt_dtype_name(cond->dtype), dt_dtype_name(a->dtype),
+                        dt_dtype_name(b->dtype));
+    bcast it;
+    const dt_local *in[3] = {cond, a, b};
+    DT_CHECK(bcast_init(&it, "dt_cpu_where", out, in, 3));
+    size_t total = numel(out);
+    if (total == 0) return DT_OK;
+    int64_t n = it.shape[it.ndim - 1];
+    int64_t sc = it.stride[0][it.ndim - 1], sa = it.stride[1][it.ndim - 1],
+            sb = it.stride[2][it.ndim - 1];
+    size_t rows = total / (size_t)n;
+    int64_t idx[DT_MAX_NDIM] = {0}, off[3] = {0, 0, 0};
+    uint8_t m[BLOCK];
+    for (size_t r = 0; r < rows; r++) {
+        char *o = (char *)out->data + r * (size_t)n * es;
+        for (int64_t base = 0; base < n; base += BLOCK) {
+            int64_t len = n - base < BLOCK ? n - base : BLOCK;
+            cond_mask(cond->dtype, (const char *)cond->data + (size_t)(off[0] + base * sc) * cs,
+                      sc, len, m);
+            where_row(es, m, o + (size_t)base * es,
+                      (const char *)a->data + (size_t)(off[1] + base * sa) * es, sa,
+                      (const char *)b->data + (size_t)(off[2] + base * sb) * es, sb, len);
+        }
+        bcast_next(&it, 3, idx, off);
+    }
+    return DT_OK;
+}

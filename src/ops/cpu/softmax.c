@@ -1,0 +1,97 @@
+/* CPU softmax and log_softmax along one dim, numerically stable: exp(x - max) / sum, and
+ * x - max - log(sum). x is viewed as (outer, n, inner). Math in f32 for f32/bf16/f16 (f64 for
+ * f64), sums in double. out may alias x: every pass re-reads x and only the last one writes. */
+#include <math.h>
+#include <stdint.h>
+
+#include "core/check.h"
+#include "core/half.h"
+#include "ops/kernels.h"
+
+#define BLOCK 256
+#define ID(v) (v)
+#define MAXOF(a, v) (((v) > (a) || (v) != (v)) ? (v) : (a))
+
+#define DEFINE_SOFTMAX(SUF, T, CT, LOAD, STORE, EXP)                                               \
+    /* inner == 1: contiguous rows of n */                                                         \
+    static void softmax_rows_##SUF(int lg, int64_t rows, int64_t n, const T *x, T *y) {            \
+        for (int64_t r = 0; r < rows; r++) {                                                       \
+            const T *xr = x + r * n;                                                               \
+            T *yr = y + r * n;                                                                     \
+            CT mx = -INFINITY;                                                                     \
+            for (int64_t t = 0; t < n; t++) mx = MAXOF(mx, LOAD(xr[t]));                           \
+            double sum = 0.0;                                                                      \
+            for (int64_t t = 0; t < n; t++) sum += (double)EXP(LOAD(xr[t]) - mx);                  \
+            if (lg) {                                                                              \
+                CT lse = mx + (CT)log(sum);                                                        \
+                for (int64_t t = 0; t < n; t++) yr[t] = STORE(LOAD(xr[t]) - lse);                  \
+            } else {                                                                               \
+                CT inv = (CT)(1.0 / sum);                                                          \
+                for (int64_t t = 0; t < n; t++) yr[t] = STORE(EXP(LOAD(xr[t]) - mx) * inv);        \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    /* inner > 1: BLOCK columns at a time, each pass walking n rows of contiguous columns */       \
+    static void softmax_cols_##SUF(int lg, int64_t outer, int64_t n, int64_t inner, const T *x,    \
+                                   T *y) {                                                         \
+        for (int64_t o = 0; o < outer; o++) {                                                      \
+            for (int64_t j0 = 0; j0 < inner; j0 += BLOCK) {                                        \
+                int64_t m = inner - j0 < BLOCK ? inner - j0 : BLOCK;                               \
+                const T *xb = x + o * n * inner + j0;                                              \
+                T *yb = y + o * n * inner + j0;                                                    \
+                CT mx[BLOCK];                                                                      \
+                double sum[BLOCK];                                                                 \
+                for (int64_t j = 0; j < m; j++) {                                                  \
+                    mx[j] = -INFINITY;                                                             \
+                    sum[j] = 0.0;                                                                  \
+                }                                                                                  \
+                for (int64_t t = 0; t < n; t++)                                                    \
+                    for (int64_t j = 0; j < m; j++) mx[j] = MAXOF(mx[j], LOAD(xb[t * inner + j])); \
+                for (int64_t t = 0; t < n; t++)                                                    \
+                    for (int64_t j = 0; j < m; j++)                                                \
+                        sum[j] += (double)EXP(LOAD(xb[t * inner + j]) - mx[j]);                    \
+                for (int64_t j = 0; j < m; j++) /* sum becomes log(sum) + max or 1 / sum */       \
+                    sum[j] = lg ? (double)mx[j] + log(sum[j]) : 1.0 / sum[j];                      \
+                for (int64_t t = 0; t < n; t++) {                                                  \
+                    for (int64_t j = 0; j < m; j++) {                                              \
+                        CT v = LOAD(xb[t * inner + j]);                                            \
+                        yb[t * inner + j] =                                                        \
+                            STORE(lg ? v - (CT)sum[j] : EXP(v - mx[j]) * (CT)sum[j]);              \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEFINE_SOFTMAX(f32, float, float, ID, ID, expf)
+DEFINE_SOFTMAX(f64, double, double, ID, ID, exp)
+DEFINE_SOFTMAX(bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16, expf)
+DEFINE_SOFTMAX(f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16, expf)
+
+dt_status dt_cpu_softmax(int log, int dim, const dt_local *x, dt_local *out) {
+    if (dim < 0 || dim >= x->ndim)
+        return dt_error(DT_ERR_ARG, "dt_cpu_softmax: dim %d out of range for %d dims", dim,
+                        x->ndim);
+    int64_t outer = 1, inner = 1, n = x->shape[dim];
+    for (int d = 0; d < dim; d++) outer *= x->shape[d];
+    for (int d = dim + 1; d < x->ndim; d++) inner *= x->shape[d];
+    int lg = log != 0;
+#define SOFTMAX_CASE(DT, SUF)                                                                      \
+    case DT:                                                                                       \
+        if (inner == 1)                                                                            \
+            softmax_rows_##SUF(lg, outer, n, x->data, out->data);                                  \
+        else                                                                                       \
+            softmax_cols_##SUF(lg, outer, n, inner, x->data, out->data);                           \
+        break;
+    switch (x->dtype) {
+        SOFTMAX_CASE(DT_F32, f32)
+        SOFTMAX_CASE(DT_F64, f64)
+        SOFTMAX_CASE(DT_BF16, bf16)
+        SOFTMAX_CASE(DT_F16, f16)
+    default:
+        return dt_error(DT_ERR_DTYPE, "dt_cpu_%s: dtype %s not supported (float dtypes only)",
+                        lg ? "log_softmax" : "softmax", dt_dtype_name(x->dtype));
+    }
+#undef SOFTMAX_CASE
+    return DT_OK;
+}

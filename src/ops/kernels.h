@@ -1,0 +1,112 @@
+/* Local CPU kernels: dense row-major arrays in, dense row-major arrays out. A kernel knows
+ * nothing of meshes, placements or ranks; dispatch hands it this rank's blocks. bf16 and f16
+ * are stored as uint16_t and computed in f32 (src/core/half.h); f32 math in f32, f64 in f64;
+ * integer types where noted. Every kernel returns DT_OK or a DT_ERR_* with dt_error_set. The
+ * caller allocates outputs with the documented shapes (and checks shapes and dtypes: kernels
+ * may assume valid arguments). Shapes of up to DT_MAX_NDIM dims. */
+#ifndef DT_OPS_KERNELS_H
+#define DT_OPS_KERNELS_H
+
+#include <stdint.h>
+
+#include "dtensor/types.h"
+
+typedef struct dt_local {
+    void *data;
+    dt_dtype dtype;
+    int ndim;
+    int64_t shape[DT_MAX_NDIM];
+} dt_local;
+
+/* ---- pointwise ------------------------------------------------------------------------- */
+
+typedef enum dt_unary {
+    DT_UNARY_NEG, DT_UNARY_EXP, DT_UNARY_LOG, DT_UNARY_SQRT, DT_UNARY_RSQRT, DT_UNARY_ABS,
+    DT_UNARY_RELU, DT_UNARY_GELU /* tanh approximation, as GPT-2 */, DT_UNARY_SILU,
+    DT_UNARY_TANH, DT_UNARY_SIGMOID,
+    DT_UNARY_POW_SCALAR, /* x ** s */
+    DT_UNARY_ADD_SCALAR, /* x + s */
+    DT_UNARY_MUL_SCALAR, /* x * s */
+    DT_UNARY_COUNT
+} dt_unary;
+
+/* out = f(x) element-wise; out has x's shape and dtype (out may alias x: in place). Integer
+ * dtypes support NEG, ABS, RELU, ADD_SCALAR and MUL_SCALAR (scalar truncated toward zero);
+ * others return DT_ERR_DTYPE. */
+dt_status dt_cpu_unary(dt_unary f, double scalar, const dt_local *x, dt_local *out);
+
+typedef enum dt_binary {
+    DT_BINARY_ADD, DT_BINARY_SUB, DT_BINARY_MUL, DT_BINARY_DIV, DT_BINARY_MAX, DT_BINARY_MIN,
+    DT_BINARY_COUNT
+} dt_binary;
+
+/* out = a (op) b with NumPy broadcasting: shapes align from the right, size-1 dims (and
+ * missing leading dims) broadcast. out has the broadcast shape, a's dtype (a and b have the
+ * same dtype). out may alias a or b when it has that input's shape. All dtypes (integer DIV
+ * truncates toward zero; integer division by zero gives 0). */
+dt_status dt_cpu_binary(dt_binary f, const dt_local *a, const dt_local *b, dt_local *out);
+
+/* out = cond ? a : b with broadcasting; cond is any dtype (non-zero = true). */
+dt_status dt_cpu_where(const dt_local *cond, const dt_local *a, const dt_local *b, dt_local *out);
+
+/* ---- matmul ----------------------------------------------------------------------------- */
+
+/* out (..., M, N) = a (..., M, K) @ b (..., K, N), batch dims broadcast (NumPy matmul rules;
+ * a or b may be 2-D while the other has batch dims). trans_b: b is given as (..., N, K).
+ * Float dtypes only (bf16/f16: f32 accumulation). Uses OpenBLAS sgemm/dgemm when built with
+ * it (DT_HAVE_OPENBLAS in dt_config.h), else a cache-blocked loop. */
+dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_local *out);
+
+/* ---- reductions ------------------------------------------------------------------------- */
+
+/* Reduces x over the dims in mask (bit d = dim d) with op sum, avg (mean), max or min. out
+ * has x's shape with reduced dims set to 1 (keepdim form; the caller may drop them).
+ * Integer sum/max/min allowed; mean of integers truncates toward zero. */
+dt_status dt_cpu_reduce(dt_reduce_op op, unsigned mask, const dt_local *x, dt_local *out);
+
+/* Index (i64) of the max (is_max) or min along dim; out has x's shape with dim set to 1,
+ * dtype DT_I64. Ties take the first index. values (nullable) receives the max/min values in
+ * x's dtype, same shape as out. offset is added to every index (a shard's global offset). */
+dt_status dt_cpu_arg_reduce(int is_max, int dim, int64_t offset, const dt_local *x,
+                            dt_local *out, dt_local *values);
+
+/* ---- normalisation and softmax ---------------------------------------------------------- */
+
+/* Softmax (log_softmax when log) along dim; out has x's shape and dtype. */
+dt_status dt_cpu_softmax(int log, int dim, const dt_local *x, dt_local *out);
+
+/* Layer norm over the last dim: (x - mean) / sqrt(var + eps) * weight + bias, biased var.
+ * weight and bias (nullable) are 1-D of the last dim's size. rms: x / sqrt(mean(x^2) + eps)
+ * * weight (bias ignored). */
+dt_status dt_cpu_layer_norm(int rms, double eps, const dt_local *x, const dt_local *weight,
+                            const dt_local *bias, dt_local *out);
+
+/* ---- indexing --------------------------------------------------------------------------- */
+
+/* out (..., H) = table (V, H) rows at indices (...) (i32 or i64). Rows outside
+ * [row_offset, row_offset + V) give zeros (a row-sharded table's masked lookup: the shard
+ * holds global rows row_offset .. row_offset+V-1). */
+dt_status dt_cpu_embedding(const dt_local *table, int64_t row_offset, const dt_local *indices,
+                           dt_local *out);
+
+/* out (...) = logits (..., C)[..., target - class_offset] where the target class (i32/i64,
+ * shape (...)) falls in [class_offset, class_offset + C), else 0: the local part of picking
+ * the target logit when the class dim is sharded. out has logits' dtype. */
+dt_status dt_cpu_pick(const dt_local *logits, int64_t class_offset, const dt_local *target,
+                      dt_local *out);
+
+/* Copies the box of x starting at start[] with extent out->shape into out. */
+dt_status dt_cpu_slice(const dt_local *x, const int64_t *start, dt_local *out);
+
+/* out = x with dims permuted: out dim i is x dim perm[i]. */
+dt_status dt_cpu_permute(const dt_local *x, const int *perm, dt_local *out);
+
+/* ---- attention -------------------------------------------------------------------------- */
+
+/* Scaled dot-product attention per (batch..., head): q (..., Tq, D), k (..., Tk, D),
+ * v (..., Tk, Dv) -> out (..., Tq, Dv) = softmax(q k^T * scale [+ causal mask]) v. Causal masks
+ * key j > query i (top-left aligned). Float dtypes. */
+dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
+                      double scale, dt_local *out);
+
+#endif

@@ -1,0 +1,134 @@
+/* mm, bmm, matmul (batch dims broadcast), addmm, linear. Per mesh dim: shard M of the left
+ * input, N of the right one, a batch dim of both, or the contracted K of both (giving a
+ * Partial sum); a Partial input with the other replicated stays Partial. */
+#include "core/check.h"
+#include "ops/op_impl.h"
+
+/* Indices of the two matrix inputs and the bias (-1 if none) for each op. */
+static void roles(dt_op op, int n, int *a, int *b, int *bias) {
+    *a = 0, *b = 1, *bias = -1;
+    if (op == DT_OP_ADDMM) *bias = 0, *a = 1, *b = 2;
+    if (op == DT_OP_LINEAR && n == 3) *bias = 2;
+}
+
+static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *args, op_out *out) {
+    (void)args;
+    int ia, ib, ibias;
+    roles(op, n, &ia, &ib, &ibias);
+    int want_min = op == DT_OP_ADDMM ? 3 : 2, want_max = op == DT_OP_LINEAR || op == DT_OP_ADDMM ? 3 : 2;
+    if (n < want_min || n > want_max)
+        return dt_error(DT_ERR_ARG, "%s: takes %d to %d inputs, got %d", dt_op_name(op), want_min,
+                        want_max, n);
+    const op_input *a = &in[ia], *b = &in[ib];
+    int trans = op == DT_OP_LINEAR;
+    int need_a = op == DT_OP_BMM ? 3 : 2, need_b = op == DT_OP_BMM ? 3 : 2;
+    if ((op == DT_OP_MM || op == DT_OP_ADDMM || op == DT_OP_BMM) && (a->ndim != need_a || b->ndim != need_b))
+        return dt_error(DT_ERR_SHAPE, "%s: needs %d-D inputs, got %d-D and %d-D", dt_op_name(op),
+                        need_a, a->ndim, b->ndim);
+    if (a->ndim < (trans ? 1 : 2) || b->ndim < 2 || (trans && b->ndim != 2))
+        return dt_error(DT_ERR_SHAPE, "%s: inputs of %d and %d dims cannot be multiplied",
+                        dt_op_name(op), a->ndim, b->ndim);
+    int64_t K = a->shape[a->ndim - 1];
+    int64_t Kb = trans ? b->shape[1] : b->shape[b->ndim - 2];
+    int64_t N = trans ? b->shape[0] : b->shape[b->ndim - 1];
+    if (K != Kb)
+        return dt_error(DT_ERR_SHAPE, "%s: contracted sizes differ: %lld and %lld", dt_op_name(op),
+                        (long long)K, (long long)Kb);
+    if (a->dtype != b->dtype || (a->dtype != DT_F32 && a->dtype != DT_F64 && a->dtype != DT_BF16 && a->dtype != DT_F16))
+        return dt_error(DT_ERR_DTYPE, "%s: inputs are %s and %s; both must be the same float type",
+                        dt_op_name(op), dt_dtype_name(a->dtype), dt_dtype_name(b->dtype));
+    /* Output: broadcast batch dims, then M (for linear: every leading dim), then N. */
+    int batch_a = trans ? a->ndim - 1 : a->ndim - 2, batch_b = trans ? 0 : b->ndim - 2;
+    int nb = batch_a > batch_b ? batch_a : batch_b;
+    out->ndim = nb + (trans ? 1 : 2);
+    for (int d = 0; d < nb; d++) {
+        int da = d - (nb - batch_a), db = d - (nb - batch_b);
+        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+        if (sa != sb && sa != 1 && sb != 1)
+            return dt_error(DT_ERR_SHAPE, "%s: batch dims %lld and %lld do not broadcast",
+                            dt_op_name(op), (long long)sa, (long long)sb);
+        out->shape[d] = sa > sb ? sa : sb;
+    }
+    if (!trans) out->shape[nb] = a->shape[a->ndim - 2];
+    out->shape[out->ndim - 1] = N;
+    out->dtype = a->dtype;
+    if (ibias >= 0 && in[ibias].ndim >= 0) {
+        const op_input *c = &in[ibias];
+        if (c->dtype != a->dtype)
+            return dt_error(DT_ERR_DTYPE, "%s: bias is %s, inputs are %s", dt_op_name(op),
+                            dt_dtype_name(c->dtype), dt_dtype_name(a->dtype));
+        for (int d = 0; d < c->ndim; d++) {
+            int od = out->ndim - c->ndim + d;
+            if (od < 0 || (c->shape[d] != 1 && c->shape[d] != out->shape[od]))
+                return dt_error(DT_ERR_SHAPE, "%s: bias dim %d (size %lld) does not broadcast to "
+                                              "the output", dt_op_name(op), d, (long long)c->shape[d]);
+        }
+    }
+    return DT_OK;
+}
+
+/* The bias placement that goes with an output shard of dim od (or R when it broadcasts). */
+static dt_placement bias_for(const op_input *c, const op_out *o, int od) {
+    int d = od - (o->ndim - c->ndim);
+    return d >= 0 && c->shape[d] == o->shape[od] ? SP(d) : RP;
+}
+
+static int rules(dt_op op, const op_input *in, int n, const dt_op_args *args, int mesh_size,
+                 int mesh_total, rule_row *rows) {
+    (void)mesh_size, (void)mesh_total;
+    op_out o;
+    if (infer(op, in, n, args, &o) != DT_OK) return 0;
+    int ia, ib, ic, trans = op == DT_OP_LINEAR;
+    roles(op, n, &ia, &ib, &ic);
+    if (ic >= 0 && in[ic].ndim < 0) ic = -1;
+    const op_input *a = &in[ia], *b = &in[ib];
+    int k = 0;
+#define ROW(pa, pb, pc, po)                                                                        \
+    do {                                                                                           \
+        rows[k] = (rule_row){.out = (po)};                                                         \
+        rows[k].in[ia] = (pa);                                                                     \
+        rows[k].in[ib] = (pb);                                                                     \
+        if (ic >= 0) rows[k].in[ic] = (pc);                                                        \
+        k++;                                                                                       \
+    } while (0)
+    ROW(RP, RP, RP, RP);
+    /* Leading dims of a: batch dims (broadcast against b's) and M. */
+    int lead_a = a->ndim - 1, batch_b = trans ? 0 : b->ndim - 2, nb = o.ndim - (trans ? 1 : 2);
+    for (int da = 0; da < lead_a && k < DT_OP_MAX_ROWS - 8; da++) {
+        int od = o.ndim - 1 - lead_a + da; /* a's leading dims end right before N */
+        if (a->shape[da] != o.shape[od]) continue; /* broadcast: sharding it would duplicate */
+        int db = od - (nb - batch_b);
+        dt_placement pb = od < nb && db >= 0 && b->shape[db] == o.shape[od] ? SP(db) : RP;
+        ROW(SP(da), pb, ic >= 0 ? bias_for(&in[ic], &o, od) : RP, SP(od));
+    }
+    /* Batch dims only b has. */
+    for (int db = 0; db < batch_b; db++) {
+        int od = db + (nb - batch_b), da = od - (nb - (a->ndim - 2));
+        if (da >= 0 || b->shape[db] != o.shape[od]) continue;
+        ROW(RP, SP(db), ic >= 0 ? bias_for(&in[ic], &o, od) : RP, SP(od));
+    }
+    /* N. */
+    ROW(RP, SP(trans ? 0 : b->ndim - 1), ic >= 0 ? bias_for(&in[ic], &o, o.ndim - 1) : RP,
+        SP(o.ndim - 1));
+    /* K: contracted, giving partial sums (the bias joins as a Partial too). */
+    ROW(SP(a->ndim - 1), SP(trans ? 1 : b->ndim - 2), PP(DT_REDUCE_SUM), PP(DT_REDUCE_SUM));
+    static const dt_reduce_op lin[] = {DT_REDUCE_SUM, DT_REDUCE_AVG};
+    for (int l = 0; l < 2; l++) {
+        ROW(PP(lin[l]), RP, PP(lin[l]), PP(lin[l]));
+        ROW(RP, PP(lin[l]), PP(lin[l]), PP(lin[l]));
+    }
+#undef ROW
+    return k;
+}
+
+static dt_status compute(local_call *c) {
+    int ia, ib, ic;
+    roles(c->op, c->ninputs, &ia, &ib, &ic);
+    DT_CHECK(dt_cpu_matmul(&c->in[ia], &c->in[ib], c->op == DT_OP_LINEAR, &c->out));
+    if (ic >= 0 && c->in[ic].data) return dt_cpu_binary(DT_BINARY_ADD, &c->out, &c->in[ic], &c->out);
+    return DT_OK;
+}
+
+const op_family dt_family_matmul = {
+    .min_inputs = 2, .max_inputs = 3, .infer = infer, .rules = rules, .compute = compute,
+};

@@ -1,0 +1,75 @@
+/* What every op family gives dispatch: output spec inference, single-mesh-dim strategy rows,
+ * and the local computation. Families live one per file (pointwise.c, matmul.c, ...); the
+ * table that binds ops to families is registry.c. */
+#ifndef DT_OPS_OP_IMPL_H
+#define DT_OPS_OP_IMPL_H
+
+#include "dtensor/ops.h"
+#include "ops/kernels.h"
+
+#define DT_OP_MAX_INPUTS 4
+#define DT_OP_MAX_ROWS 64
+
+/* An input as the rules see it: its global spec. */
+typedef struct op_input {
+    int ndim;
+    const int64_t *shape;
+    dt_dtype dtype;
+} op_input;
+
+/* One strategy for one mesh dim: the placement every input must have on it, and the
+ * output's. Combined over mesh dims by dispatch. */
+typedef struct rule_row {
+    dt_placement in[DT_OP_MAX_INPUTS];
+    dt_placement out;
+} rule_row;
+
+/* Output spec. */
+typedef struct op_out {
+    int ndim;
+    int64_t shape[DT_MAX_NDIM];
+    dt_dtype dtype;
+} op_out;
+
+/* This rank's view for the local computation. */
+typedef struct local_call {
+    dt_op op;
+    const dt_op_args *args;
+    int ninputs;
+    dt_local in[DT_OP_MAX_INPUTS];
+    int64_t in_offset[DT_OP_MAX_INPUTS][DT_MAX_NDIM]; /* global offset of each input block */
+    const op_input *global;                           /* the inputs' global specs */
+    dt_local out;
+} local_call;
+
+typedef struct op_family {
+    int min_inputs, max_inputs;
+    dt_status (*infer)(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out);
+    /* Rows valid on a mesh dim of size mesh_size (of a mesh of mesh_total ranks). */
+    int (*rules)(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
+                 int mesh_total, rule_row *rows);
+    dt_status (*compute)(local_call *c);
+    /* Ops built from other ops (cross_entropy, var): replaces the three above. */
+    dt_status (*composite)(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
+                           dt_tensor **out);
+} op_family;
+
+extern const op_family dt_family_pointwise, dt_family_matmul, dt_family_reduce,
+    dt_family_softmax, dt_family_norm, dt_family_embedding, dt_family_pick,
+    dt_family_composite, dt_family_attention, dt_family_shape;
+
+/* The family of op (registry.c). */
+const op_family *dt_op_family(dt_op op);
+
+/* Placement shorthands for rule tables. */
+#define RP ((dt_placement){DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM})
+#define SP(d) ((dt_placement){DT_PLACEMENT_SHARD, (d), DT_REDUCE_SUM})
+#define PP(op) ((dt_placement){DT_PLACEMENT_PARTIAL, 0, (op)})
+
+/* Normalises a possibly negative dim; -1 when out of range. */
+static inline int dt_norm_dim(int d, int ndim) {
+    if (d < 0) d += ndim;
+    return d >= 0 && d < ndim ? d : -1;
+}
+
+#endif

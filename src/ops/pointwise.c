@@ -1,0 +1,118 @@
+/* Pointwise ops: unary, scalar, binary with NumPy broadcasting, where. A shard of the output
+ * needs the matching shard of every input that is not broadcast along that dim; linear ops
+ * keep Partial, monotone ones keep P(max)/P(min). */
+#include <string.h>
+
+#include "core/check.h"
+#include "ops/op_impl.h"
+
+static int is_binary(dt_op op) { return op >= DT_OP_ADD && op <= DT_OP_MINIMUM; }
+
+static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
+    (void)a;
+    int want = op == DT_OP_WHERE ? 3 : is_binary(op) ? 2 : 1;
+    if (n != want)
+        return dt_error(DT_ERR_ARG, "%s: takes %d inputs, got %d", dt_op_name(op), want, n);
+    int nd = 0;
+    for (int i = 0; i < n; i++) nd = in[i].ndim > nd ? in[i].ndim : nd;
+    out->ndim = nd;
+    for (int d = 0; d < nd; d++) {
+        int64_t size = 1;
+        for (int i = 0; i < n; i++) {
+            int di = d - (nd - in[i].ndim);
+            if (di < 0 || in[i].shape[di] == 1) continue;
+            if (size != 1 && in[i].shape[di] != size)
+                return dt_error(DT_ERR_SHAPE, "%s: input %d has size %lld in dim %d where another "
+                                              "input has %lld: they do not broadcast",
+                                dt_op_name(op), i, (long long)in[i].shape[di], di,
+                                (long long)size);
+            size = in[i].shape[di];
+        }
+        out->shape[d] = size;
+    }
+    int first = op == DT_OP_WHERE; /* where: the condition may have any dtype */
+    out->dtype = in[first].dtype;
+    for (int i = first + 1; i < n; i++)
+        if (in[i].dtype != out->dtype)
+            return dt_error(DT_ERR_DTYPE, "%s: input %d is %s, input %d is %s", dt_op_name(op),
+                            first, dt_dtype_name(out->dtype), i, dt_dtype_name(in[i].dtype));
+    return DT_OK;
+}
+
+static int monotone(dt_op op) {
+    return op == DT_OP_EXP || op == DT_OP_LOG || op == DT_OP_SQRT || op == DT_OP_RELU ||
+           op == DT_OP_TANH || op == DT_OP_SIGMOID || op == DT_OP_ADD_SCALAR;
+}
+
+static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
+                 int mesh_total, rule_row *rows) {
+    (void)mesh_size, (void)mesh_total;
+    op_out o;
+    if (infer(op, in, n, a, &o) != DT_OK) return 0;
+    int k = 0;
+    rows[k].out = RP;
+    for (int i = 0; i < n; i++) rows[k].in[i] = RP;
+    k++;
+    for (int d = 0; d < o.ndim && k < DT_OP_MAX_ROWS - 8; d++, k++) {
+        rows[k].out = SP(d);
+        for (int i = 0; i < n; i++) {
+            int di = d - (o.ndim - in[i].ndim);
+            rows[k].in[i] = di >= 0 && in[i].shape[di] == o.shape[d] ? SP(di) : RP;
+        }
+    }
+    /* Partial rows. */
+    static const dt_reduce_op linear_ops[] = {DT_REDUCE_SUM, DT_REDUCE_AVG};
+    for (int l = 0; l < 2; l++) {
+        dt_placement p = PP(linear_ops[l]);
+        if (op == DT_OP_ADD || op == DT_OP_SUB || op == DT_OP_NEG || op == DT_OP_MUL_SCALAR ||
+            (op == DT_OP_WHERE)) {
+            rows[k].out = p;
+            for (int i = 0; i < n; i++) rows[k].in[i] = (op == DT_OP_WHERE && i == 0) ? RP : p;
+            k++;
+        }
+        if (op == DT_OP_MUL || op == DT_OP_DIV) { /* linear in the first input */
+            rows[k] = (rule_row){.in = {p, RP}, .out = p};
+            k++;
+        }
+        if (op == DT_OP_MUL) { /* and mul in the second */
+            rows[k] = (rule_row){.in = {RP, p}, .out = p};
+            k++;
+        }
+    }
+    if (op == DT_OP_MAXIMUM) rows[k++] = (rule_row){.in = {PP(DT_REDUCE_MAX), PP(DT_REDUCE_MAX)}, .out = PP(DT_REDUCE_MAX)};
+    if (op == DT_OP_MINIMUM) rows[k++] = (rule_row){.in = {PP(DT_REDUCE_MIN), PP(DT_REDUCE_MIN)}, .out = PP(DT_REDUCE_MIN)};
+    if (monotone(op) || (op == DT_OP_MUL_SCALAR && a->scalar > 0)) {
+        rows[k++] = (rule_row){.in = {PP(DT_REDUCE_MAX)}, .out = PP(DT_REDUCE_MAX)};
+        rows[k++] = (rule_row){.in = {PP(DT_REDUCE_MIN)}, .out = PP(DT_REDUCE_MIN)};
+    }
+    if (op == DT_OP_NEG || (op == DT_OP_MUL_SCALAR && a->scalar < 0)) {
+        rows[k++] = (rule_row){.in = {PP(DT_REDUCE_MAX)}, .out = PP(DT_REDUCE_MIN)};
+        rows[k++] = (rule_row){.in = {PP(DT_REDUCE_MIN)}, .out = PP(DT_REDUCE_MAX)};
+    }
+    return k;
+}
+
+static const dt_unary unary_of[DT_OP_COUNT] = {
+    [DT_OP_NEG] = DT_UNARY_NEG,       [DT_OP_EXP] = DT_UNARY_EXP,
+    [DT_OP_LOG] = DT_UNARY_LOG,       [DT_OP_SQRT] = DT_UNARY_SQRT,
+    [DT_OP_RSQRT] = DT_UNARY_RSQRT,   [DT_OP_ABS] = DT_UNARY_ABS,
+    [DT_OP_RELU] = DT_UNARY_RELU,     [DT_OP_GELU] = DT_UNARY_GELU,
+    [DT_OP_SILU] = DT_UNARY_SILU,     [DT_OP_TANH] = DT_UNARY_TANH,
+    [DT_OP_SIGMOID] = DT_UNARY_SIGMOID, [DT_OP_POW_SCALAR] = DT_UNARY_POW_SCALAR,
+    [DT_OP_ADD_SCALAR] = DT_UNARY_ADD_SCALAR, [DT_OP_MUL_SCALAR] = DT_UNARY_MUL_SCALAR,
+};
+
+static const dt_binary binary_of[DT_OP_COUNT] = {
+    [DT_OP_ADD] = DT_BINARY_ADD, [DT_OP_SUB] = DT_BINARY_SUB, [DT_OP_MUL] = DT_BINARY_MUL,
+    [DT_OP_DIV] = DT_BINARY_DIV, [DT_OP_MAXIMUM] = DT_BINARY_MAX, [DT_OP_MINIMUM] = DT_BINARY_MIN,
+};
+
+static dt_status compute(local_call *c) {
+    if (c->op == DT_OP_WHERE) return dt_cpu_where(&c->in[0], &c->in[1], &c->in[2], &c->out);
+    if (is_binary(c->op)) return dt_cpu_binary(binary_of[c->op], &c->in[0], &c->in[1], &c->out);
+    return dt_cpu_unary(unary_of[c->op], c->args->scalar, &c->in[0], &c->out);
+}
+
+const op_family dt_family_pointwise = {
+    .min_inputs = 1, .max_inputs = 3, .infer = infer, .rules = rules, .compute = compute,
+};

@@ -1,0 +1,95 @@
+/* Reductions over dims: sum, mean, amax, amin, argmax, argmin. A reduced dim that is sharded
+ * leaves a Partial of the matching kind (mean only where every shard has the same size, so
+ * the average of averages is the average); argmax/argmin need their dim whole, so the index
+ * is exact. Other dims keep their shards. */
+#include "core/check.h"
+#include "ops/op_impl.h"
+
+static int is_arg(dt_op op) { return op == DT_OP_ARGMAX || op == DT_OP_ARGMIN; }
+
+/* Bit d set when dim d is reduced. */
+static dt_status reduced_mask(dt_op op, const op_input *x, const dt_op_args *a, unsigned *mask) {
+    if (is_arg(op)) {
+        int d = dt_norm_dim(a->dim, x->ndim);
+        if (d < 0)
+            return dt_error(DT_ERR_ARG, "%s: dim = %d is out of range for a %d-D tensor",
+                            dt_op_name(op), a->dim, x->ndim);
+        *mask = 1u << d;
+        return DT_OK;
+    }
+    if (a->ndims == 0) {
+        *mask = (1u << x->ndim) - 1;
+        return DT_OK;
+    }
+    *mask = 0;
+    for (int i = 0; i < a->ndims; i++) {
+        int d = dt_norm_dim(a->dims[i], x->ndim);
+        if (d < 0)
+            return dt_error(DT_ERR_ARG, "%s: dims[%d] = %d is out of range for a %d-D tensor",
+                            dt_op_name(op), i, a->dims[i], x->ndim);
+        *mask |= 1u << d;
+    }
+    return DT_OK;
+}
+
+static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
+    if (n != 1) return dt_error(DT_ERR_ARG, "%s: takes 1 input, got %d", dt_op_name(op), n);
+    unsigned mask;
+    DT_CHECK(reduced_mask(op, &in[0], a, &mask));
+    out->ndim = 0;
+    for (int d = 0; d < in[0].ndim; d++) {
+        if (!(mask & (1u << d))) out->shape[out->ndim++] = in[0].shape[d];
+        else if (a->keepdim) out->shape[out->ndim++] = 1;
+    }
+    out->dtype = is_arg(op) ? DT_I64 : in[0].dtype;
+    return DT_OK;
+}
+
+static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
+                 int mesh_total, rule_row *rows) {
+    (void)n, (void)mesh_size;
+    unsigned mask;
+    if (reduced_mask(op, &in[0], a, &mask) != DT_OK) return 0;
+    int k = 0;
+    rows[k++] = (rule_row){.in = {RP}, .out = RP};
+    for (int d = 0, od = 0; d < in[0].ndim; d++) {
+        int kept = !(mask & (1u << d)) || a->keepdim;
+        if (!(mask & (1u << d))) {
+            rows[k++] = (rule_row){.in = {SP(d)}, .out = SP(od)};
+        } else if (op == DT_OP_SUM) {
+            rows[k++] = (rule_row){.in = {SP(d)}, .out = PP(DT_REDUCE_SUM)};
+        } else if (op == DT_OP_MEAN && in[0].shape[d] % mesh_total == 0) {
+            rows[k++] = (rule_row){.in = {SP(d)}, .out = PP(DT_REDUCE_AVG)};
+        } else if (op == DT_OP_AMAX || op == DT_OP_AMIN) {
+            rows[k++] = (rule_row){.in = {SP(d)}, .out = PP(op == DT_OP_AMAX ? DT_REDUCE_MAX : DT_REDUCE_MIN)};
+        }
+        od += kept;
+    }
+    if (op == DT_OP_SUM || op == DT_OP_MEAN) {
+        rows[k++] = (rule_row){.in = {PP(DT_REDUCE_SUM)}, .out = PP(DT_REDUCE_SUM)};
+        rows[k++] = (rule_row){.in = {PP(DT_REDUCE_AVG)}, .out = PP(DT_REDUCE_AVG)};
+    }
+    if (op == DT_OP_AMAX) rows[k++] = (rule_row){.in = {PP(DT_REDUCE_MAX)}, .out = PP(DT_REDUCE_MAX)};
+    if (op == DT_OP_AMIN) rows[k++] = (rule_row){.in = {PP(DT_REDUCE_MIN)}, .out = PP(DT_REDUCE_MIN)};
+    return k;
+}
+
+static dt_status compute(local_call *c) {
+    unsigned mask;
+    DT_CHECK(reduced_mask(c->op, &c->global[0], c->args, &mask));
+    /* Kernels write the keepdim form; dropping size-1 dims does not move data. */
+    dt_local out = {.data = c->out.data, .dtype = c->out.dtype, .ndim = c->in[0].ndim};
+    for (int d = 0; d < out.ndim; d++) out.shape[d] = (mask & (1u << d)) ? 1 : c->in[0].shape[d];
+    if (is_arg(c->op))
+        return dt_cpu_arg_reduce(c->op == DT_OP_ARGMAX, __builtin_ctz(mask), 0, &c->in[0], &out,
+                                 NULL);
+    static const dt_reduce_op kind[DT_OP_COUNT] = {[DT_OP_SUM] = DT_REDUCE_SUM,
+                                                   [DT_OP_MEAN] = DT_REDUCE_AVG,
+                                                   [DT_OP_AMAX] = DT_REDUCE_MAX,
+                                                   [DT_OP_AMIN] = DT_REDUCE_MIN};
+    return dt_cpu_reduce(kind[c->op], mask, &c->in[0], &out);
+}
+
+const op_family dt_family_reduce = {
+    .min_inputs = 1, .max_inputs = 1, .infer = infer, .rules = rules, .compute = compute,
+};

@@ -1,0 +1,174 @@
+/* Shape ops: transpose, permute, view/reshape, slice, unsqueeze, squeeze, contiguous. Shards
+ * follow their dim where it moves; Partial passes through (pure data movement). A view keeps
+ * a shard only where the shard's rows stay one contiguous torch.chunk of the new dim;
+ * otherwise the input is redistributed first. */
+#include <string.h>
+
+#include "core/box.h"
+#include "core/check.h"
+#include "ops/op_impl.h"
+
+/* out dim i = in dim perm[i]. */
+static dt_status permutation(dt_op op, const op_input *x, const dt_op_args *a, int *perm) {
+    for (int i = 0; i < x->ndim; i++) perm[i] = i;
+    if (op == DT_OP_TRANSPOSE) {
+        int d0 = dt_norm_dim(a->dim, x->ndim), d1 = dt_norm_dim(a->dim2, x->ndim);
+        if (x->ndim == 0) return DT_OK;
+        if (d0 < 0 || d1 < 0)
+            return dt_error(DT_ERR_ARG, "transpose: dims %d and %d out of range for %d-D", a->dim,
+                            a->dim2, x->ndim);
+        perm[d0] = d1, perm[d1] = d0;
+        return DT_OK;
+    }
+    if (a->ndims != x->ndim)
+        return dt_error(DT_ERR_ARG, "permute: %d dims given for a %d-D tensor", a->ndims, x->ndim);
+    unsigned seen = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        int d = dt_norm_dim(a->dims[i], x->ndim);
+        if (d < 0 || (seen & (1u << d)))
+            return dt_error(DT_ERR_ARG, "permute: dims[%d] = %d is out of range or repeated", i,
+                            a->dims[i]);
+        seen |= 1u << d;
+        perm[i] = d;
+    }
+    return DT_OK;
+}
+
+static dt_status view_shape(const op_input *x, const dt_op_args *a, op_out *out) {
+    int64_t numel = (int64_t)dt_shape_numel(x->shape, x->ndim), known = 1;
+    int infer = -1;
+    if (a->shape_ndim < 0 || a->shape_ndim > DT_MAX_NDIM)
+        return dt_error(DT_ERR_ARG, "view: shape_ndim = %d", a->shape_ndim);
+    for (int i = 0; i < a->shape_ndim; i++) {
+        if (a->shape[i] == -1 && infer < 0) infer = i;
+        else if (a->shape[i] < 0)
+            return dt_error(DT_ERR_SHAPE, "view: shape[%d] = %lld", i, (long long)a->shape[i]);
+        else known *= a->shape[i];
+    }
+    out->ndim = a->shape_ndim;
+    for (int i = 0; i < a->shape_ndim; i++) out->shape[i] = a->shape[i];
+    if (infer >= 0) out->shape[infer] = known ? numel / known : 0;
+    if ((int64_t)dt_shape_numel(out->shape, out->ndim) != numel)
+        return dt_error(DT_ERR_SHAPE, "view: %lld elements do not fit the new shape",
+                        (long long)numel);
+    return DT_OK;
+}
+
+static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
+    if (n != 1) return dt_error(DT_ERR_ARG, "%s: takes 1 input, got %d", dt_op_name(op), n);
+    const op_input *x = &in[0];
+    out->dtype = x->dtype;
+    out->ndim = x->ndim;
+    memcpy(out->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    int perm[DT_MAX_NDIM], d = dt_norm_dim(a->dim, x->ndim);
+    switch (op) {
+    case DT_OP_TRANSPOSE:
+    case DT_OP_PERMUTE:
+        DT_CHECK(permutation(op, x, a, perm));
+        for (int i = 0; i < x->ndim; i++) out->shape[i] = x->shape[perm[i]];
+        return DT_OK;
+    case DT_OP_VIEW: return view_shape(x, a, out);
+    case DT_OP_SLICE:
+        if (d < 0 || a->start < 0 || a->end < a->start || a->end > x->shape[d])
+            return dt_error(DT_ERR_ARG, "slice: [%lld, %lld) along dim %d does not fit size %lld",
+                            (long long)a->start, (long long)a->end, a->dim,
+                            d < 0 ? -1ll : (long long)x->shape[d]);
+        out->shape[d] = a->end - a->start;
+        return DT_OK;
+    case DT_OP_UNSQUEEZE:
+        d = dt_norm_dim(a->dim, x->ndim + 1);
+        if (d < 0 || x->ndim == DT_MAX_NDIM)
+            return dt_error(DT_ERR_ARG, "unsqueeze: dim = %d out of range", a->dim);
+        out->ndim = x->ndim + 1;
+        for (int i = 0, j = 0; i < out->ndim; i++) out->shape[i] = i == d ? 1 : x->shape[j++];
+        return DT_OK;
+    case DT_OP_SQUEEZE:
+        if (d < 0 || x->shape[d] != 1)
+            return dt_error(DT_ERR_ARG, "squeeze: dim = %d is not a dim of size 1", a->dim);
+        out->ndim = x->ndim - 1;
+        for (int i = 0, j = 0; i < x->ndim; i++)
+            if (i != d) out->shape[j++] = x->shape[i];
+        return DT_OK;
+    default: return DT_OK;
+    }
+}
+
+/* For a view: the output dim that input dim d's shard can become, or -1. Dims are grouped
+ * where running products agree; a shard survives on the first dim of a group when its
+ * torch.chunk pieces stay whole rows of the other dims (sizes divisible by the mesh). */
+static int view_target(const op_input *x, const op_out *o, int d, int mesh_total) {
+    int i = 0, j = 0;
+    while (i < x->ndim && j < o->ndim) {
+        int i0 = i, j0 = j;
+        int64_t pi = x->shape[i++], pj = o->shape[j++];
+        while (pi != pj) {
+            if (pi < pj && i < x->ndim) pi *= x->shape[i++];
+            else if (j < o->ndim) pj *= o->shape[j++];
+            else return -1;
+        }
+        if (d < i0 || d >= i) continue;
+        if (d != i0) return -1; /* only the leading dim of a group keeps its shard */
+        if (i - i0 == 1 && j - j0 == 1) return j0;
+        int64_t lead_in = x->shape[i0], lead_out = o->shape[j0];
+        if (lead_in == lead_out || (lead_in % mesh_total == 0 && lead_out % mesh_total == 0) ||
+            (i - i0 == 1 && lead_out % mesh_total == 0) || (j - j0 == 1 && lead_in % mesh_total == 0))
+            return j0;
+        return -1;
+    }
+    return -1;
+}
+
+static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
+                 int mesh_total, rule_row *rows) {
+    (void)n, (void)mesh_size;
+    op_out o;
+    if (infer(op, in, 1, a, &o) != DT_OK) return 0;
+    const op_input *x = &in[0];
+    int k = 0, perm[DT_MAX_NDIM], d0 = dt_norm_dim(a->dim, x->ndim);
+    rows[k++] = (rule_row){.in = {RP}, .out = RP};
+    static const dt_reduce_op ops[] = {DT_REDUCE_SUM, DT_REDUCE_AVG, DT_REDUCE_MAX, DT_REDUCE_MIN};
+    for (int p = 0; p < 4; p++) /* moving or selecting elements commutes with any reduction */
+        rows[k++] = (rule_row){.in = {PP(ops[p])}, .out = PP(ops[p])};
+    for (int d = 0; d < x->ndim; d++) {
+        int to = -1;
+        switch (op) {
+        case DT_OP_TRANSPOSE:
+        case DT_OP_PERMUTE:
+            permutation(op, x, a, perm);
+            for (int i = 0; i < x->ndim; i++)
+                if (perm[i] == d) to = i;
+            break;
+        case DT_OP_VIEW: to = view_target(x, &o, d, mesh_total); break;
+        case DT_OP_SLICE: to = d == d0 ? -1 : d; break;
+        case DT_OP_UNSQUEEZE: to = d >= dt_norm_dim(a->dim, x->ndim + 1) ? d + 1 : d; break;
+        case DT_OP_SQUEEZE: to = d == d0 ? -1 : d > d0 ? d - 1 : d; break;
+        default: to = d; break;
+        }
+        if (to >= 0) rows[k++] = (rule_row){.in = {SP(d)}, .out = SP(to)};
+    }
+    return k;
+}
+
+static dt_status compute(local_call *c) {
+    const dt_local *x = &c->in[0];
+    int perm[DT_MAX_NDIM];
+    switch (c->op) {
+    case DT_OP_TRANSPOSE:
+    case DT_OP_PERMUTE:
+        DT_CHECK(permutation(c->op, &c->global[0], c->args, perm));
+        return dt_cpu_permute(x, perm, &c->out);
+    case DT_OP_SLICE: {
+        int d = dt_norm_dim(c->args->dim, x->ndim);
+        int64_t start[DT_MAX_NDIM] = {0};
+        start[d] = c->args->start; /* dim d is whole here: the strategy never shards it */
+        return dt_cpu_slice(x, start, &c->out);
+    }
+    default: /* view, (un)squeeze, contiguous: the local block keeps its memory order */
+        memcpy(c->out.data, x->data, dt_shape_numel(x->shape, x->ndim) * dt_dtype_size(x->dtype));
+        return DT_OK;
+    }
+}
+
+const op_family dt_family_shape = {
+    .min_inputs = 1, .max_inputs = 1, .infer = infer, .rules = rules, .compute = compute,
+};
