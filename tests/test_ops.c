@@ -209,3 +209,138 @@ Test(ops, sharded_equals_unsharded) {
     }
     cr_log_info("%d sharded op runs equal their unsharded result", checked);
 }
+
+/* Collectives issued on this rank since the last reset, by kind. */
+static uint64_t issued(dt_ctx *ctx, dt_coll_kind kind) {
+    dt_comm_stats s;
+    dt_comm_stats_get(ctx, &s);
+    return s.calls[kind];
+}
+
+static uint64_t issued_total(dt_ctx *ctx) {
+    dt_comm_stats s;
+    dt_comm_stats_get(ctx, &s);
+    uint64_t n = 0;
+    for (int k = 0; k < DT_COLL_KIND_COUNT; k++) n += s.calls[k];
+    return n;
+}
+
+/* Megatron MLP on a tp mesh of 4: x @ W1^T (column parallel), gelu, @ W2^T (row parallel).
+ * Without sequence parallelism the forward issues exactly one all_reduce; with it (x and
+ * the output sharded on the sequence dim) exactly one all_gather and one reduce_scatter. */
+static dt_status mlp_body(dt_ctx *ctx, void *arg) {
+    int sequence_parallel = *(int *)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "tp=4", &mesh));
+    int64_t xs[2] = {8, 16}, w1s[2] = {64, 16}, w2s[2] = {16, 64};
+    float x[8 * 16], w1[64 * 16], w2[16 * 64], ref_h[8 * 64], ref_y[8 * 16], y[8 * 16];
+    t_fill(DT_F32, x, 128, 1), t_fill(DT_F32, w1, 1024, 2), t_fill(DT_F32, w2, 1024, 3);
+    for (int i = 0; i < 1024; i++) w1[i] /= 16, w2[i] /= 16;
+    dt_placement col[1] = {dt_shard(0)}, row[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
+    dt_placement seq[1] = {dt_shard(0)};
+    dt_tensor *tx, *tw1, *tw2, *h, *g, *o, *out;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, sequence_parallel ? seq : rep, DT_ALL_RANKS, &tx));
+    R_OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, col, DT_ALL_RANKS, &tw1));
+    R_OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, row, DT_ALL_RANKS, &tw2));
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(dt_linear(tx, tw1, NULL, &h));
+    R_OK(dt_unary_op(DT_OP_GELU, h, &g));
+    R_OK(dt_linear(g, tw2, NULL, &o));
+    R_OK(dt_tensor_redistribute(o, sequence_parallel ? seq : rep, &out));
+    if (sequence_parallel) {
+        R_CHECK(issued(ctx, DT_COLL_ALL_GATHER) == 1 && issued(ctx, DT_COLL_REDUCE_SCATTER) == 1 &&
+                    issued_total(ctx) == 2,
+                "sequence-parallel MLP: %llu collectives (%llu all_gather, %llu reduce_scatter)",
+                (unsigned long long)issued_total(ctx),
+                (unsigned long long)issued(ctx, DT_COLL_ALL_GATHER),
+                (unsigned long long)issued(ctx, DT_COLL_REDUCE_SCATTER));
+    } else {
+        R_CHECK(issued(ctx, DT_COLL_ALL_REDUCE) == 1 && issued_total(ctx) == 1,
+                "tensor-parallel MLP: %llu collectives, %llu all_reduce",
+                (unsigned long long)issued_total(ctx),
+                (unsigned long long)issued(ctx, DT_COLL_ALL_REDUCE));
+    }
+    /* The reference, unsharded, in double. */
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 64; j++) {
+            double s = 0;
+            for (int k = 0; k < 16; k++) s += (double)x[i * 16 + k] * w1[j * 16 + k];
+            ref_h[i * 64 + j] = (float)(0.5 * s * (1 + tanh(0.7978845608028654 * (s + 0.044715 * s * s * s))));
+        }
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 16; j++) {
+            double s = 0;
+            for (int k = 0; k < 64; k++) s += (double)ref_h[i * 64 + k] * w2[j * 64 + k];
+            ref_y[i * 16 + j] = (float)s;
+        }
+    R_OK(dt_tensor_full(out, y, sizeof y));
+    for (int i = 0; i < 128; i++)
+        R_CHECK(fabsf(y[i] - ref_y[i]) <= 1e-3f * (1 + fabsf(ref_y[i])), "y[%d] = %g, want %g", i,
+                y[i], ref_y[i]);
+    dt_tensor *all[] = {tx, tw1, tw2, h, g, o, out};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(ops, tensor_parallel_mlp_issues_one_all_reduce) {
+    int sp = 0;
+    t_run(4, mlp_body, &sp);
+}
+
+Test(ops, sequence_parallel_mlp_issues_one_all_gather_and_one_reduce_scatter) {
+    int sp = 1;
+    t_run(4, mlp_body, &sp);
+}
+
+/* Explicit mode refuses implicit redistribution, naming the op and input; log mode prints it
+ * and goes on; in-place ops keep the tensor object. */
+static dt_status modes_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    int64_t s[2] = {8, 8};
+    float x[64];
+    t_fill(DT_F32, x, 64, 9);
+    dt_placement s0[1] = {dt_shard(0)}, s1[1] = {dt_shard(1)};
+    dt_tensor *a, *b, *c = NULL;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, s0, DT_ALL_RANKS, &a));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, s1, DT_ALL_RANKS, &b));
+    R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_EXPLICIT));
+    R_ERR(dt_add(a, b, &c), DT_ERR_PLACEMENT, "add: input");
+    R_CHECK(c == NULL, "out written on failure");
+    R_OK(dt_add(a, a, &c)); /* no redistribution needed: fine */
+    dt_tensor_release(c);
+    R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_LOG));
+    R_OK(dt_add(a, b, &c));
+    R_ERR(dt_ctx_set_redistribute_mode(ctx, (dt_redistribute_mode)7), DT_ERR_ARG, "mode");
+    R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_IMPLICIT));
+    float back[64];
+    R_OK(dt_tensor_full(c, back, sizeof back));
+    for (int i = 0; i < 64; i++) R_CHECK(back[i] == 2 * x[i], "add element %d", i);
+    /* in place */
+    dt_tensor *keep = a;
+    R_OK(dt_mul_(a, b));
+    R_CHECK(a == keep, "in-place op replaced the object");
+    R_OK(dt_tensor_full(a, back, sizeof back));
+    for (int i = 0; i < 64; i++) R_CHECK(back[i] == x[i] * x[i], "mul_ element %d", i);
+    /* errors */
+    dt_tensor *m = NULL;
+    int64_t bad[2] = {8, 3};
+    dt_tensor *odd;
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, bad, s0, &odd));
+    R_ERR(dt_add(a, odd, &m), DT_ERR_SHAPE, "broadcast");
+    R_ERR(dt_mm(odd, a, &m), DT_ERR_SHAPE, "contracted");
+    R_ERR(dt_op_call((dt_op)999, &a, 1, NULL, &m), DT_ERR_ARG, "op");
+    R_ERR(dt_op_call(DT_OP_ADD, &a, 1, NULL, &m), DT_ERR_ARG, "inputs");
+    R_ERR(dt_add(a, NULL, &m), DT_ERR_ARG, "NULL");
+    R_CHECK(m == NULL, "out written on failure");
+    dt_tensor_release(odd);
+    dt_tensor_release(a);
+    dt_tensor_release(b);
+    dt_tensor_release(c);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(ops, redistribute_modes_in_place_and_errors) { t_run(4, modes_body, NULL); }

@@ -233,8 +233,7 @@ static dt_status check_inputs(dt_op op, const op_family *f, dt_tensor *const *in
     DT_ARG(n >= f->min_inputs && n <= f->max_inputs, "%s: takes %d to %d inputs, got %d",
            dt_op_name(op), f->min_inputs, f->max_inputs, n);
     for (int i = 0; i < n; i++) {
-        /* Optional inputs (bias, weight) may be NULL, never the first. */
-        DT_ARG(in[i] != NULL || (i > 0 && i >= f->min_inputs), "%s: input %d is NULL",
+        DT_ARG(in[i] != NULL || (f->optional & (1u << i)), "%s: input %d is NULL",
                dt_op_name(op), i);
         if (in[i] && in[i]->mesh != in[0]->mesh)
             return dt_error(DT_ERR_MESH, "%s: input %d lives on another mesh than input 0",

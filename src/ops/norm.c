@@ -65,5 +65,6 @@ const op_family dt_family_softmax = {
 };
 
 const op_family dt_family_norm = {
-    .min_inputs = 1, .max_inputs = 3, .infer = infer, .rules = rules, .compute = compute,
+    .min_inputs = 1, .max_inputs = 3, .optional = 6u, /* weight and bias */
+    .infer = infer, .rules = rules, .compute = compute,
 };

@@ -44,6 +44,7 @@ typedef struct local_call {
 
 typedef struct op_family {
     int min_inputs, max_inputs;
+    unsigned optional; /* bit i: input i may be NULL (a bias, a weight) */
     dt_status (*infer)(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out);
     /* Rows valid on a mesh dim of size mesh_size (of a mesh of mesh_total ranks). */
     int (*rules)(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
