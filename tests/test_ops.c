@@ -77,6 +77,9 @@ static const op_case cases[] = {
     {"slice", DT_OP_SLICE, A(.dim = 1, .start = 3, .end = 7), 1, {2}, {{5, 9}}, {F}},
     {"unsqueeze", DT_OP_UNSQUEEZE, A(.dim = 1), 1, {2}, {{6, 4}}, {F}},
     {"squeeze", DT_OP_SQUEEZE, A(.dim = 1), 1, {3}, {{6, 1, 4}}, {F}},
+    {"expand", DT_OP_EXPAND, A(.shape_ndim = 3, .shape = {3, 5, 4}), 1, {2}, {{5, 1}}, {F}},
+    {"cat", DT_OP_CAT, A(.dim = 1), 2, {2, 2}, {{4, 3}, {4, 5}}, {F, F}},
+    {"cat three", DT_OP_CAT, A(.dim = 0), 3, {2, 2, 2}, {{2, 3}, {1, 3}, {3, 3}}, {F, F, F}},
     {"where", DT_OP_WHERE, A(0), 3, {2, 2, 1}, {{5, 6}, {5, 6}, {6}}, {DT_I32, F, F}, 0, 2},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
@@ -344,3 +347,90 @@ static dt_status modes_body(dt_ctx *ctx, void *arg) {
 }
 
 Test(ops, redistribute_modes_in_place_and_errors) { t_run(4, modes_body, NULL); }
+
+/* A user op registered with its rows: row_scale(x, s) = x * s[:, None], shardable along rows
+ * (x and s sharded alike) and along columns (s replicated), linear in x. */
+static dt_status row_scale_infer(const dt_block *in, int n, dt_block *out, void *user) {
+    (void)n, (void)user;
+    if (in[0].ndim != 2 || in[1].ndim != 1 || in[1].shape[0] != in[0].shape[0])
+        return dt_error_set(DT_ERR_SHAPE, "row_scale: x (R, C) and s (R) expected");
+    *out = in[0];
+    return DT_OK;
+}
+
+static dt_status row_scale_kernel(const dt_block *in, int n, dt_block *out, void *user) {
+    (void)n;
+    (*(int *)user)++;
+    const float *x = in[0].data, *s = in[1].data;
+    float *o = out->data;
+    for (int64_t i = 0; i < in[0].shape[0]; i++)
+        for (int64_t j = 0; j < in[0].shape[1]; j++)
+            o[i * in[0].shape[1] + j] = x[i * in[0].shape[1] + j] * s[i];
+    return DT_OK;
+}
+
+static dt_op row_scale;
+static int row_scale_calls;
+
+static dt_status user_op_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    int64_t xs[2] = {7, 5}, ss[1] = {7};
+    float x[35], s[7], back[35];
+    t_fill(DT_F32, x, 35, 4);
+    t_fill(DT_F32, s, 7, 5);
+    dt_placement s0[1] = {dt_shard(0)}, s1[1] = {dt_shard(1)}, r[1] = {dt_replicate()};
+    dt_tensor *tx, *ts, *out, *tx1;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, s0, DT_ALL_RANKS, &tx));
+    R_OK(dt_tensor_distribute(mesh, s, DT_F32, 1, ss, s0, DT_ALL_RANKS, &ts));
+    dt_tensor *in[2] = {tx, ts};
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(dt_op_call(row_scale, in, 2, NULL, &out));
+    R_CHECK(issued_total(ctx) == 0, "row-sharded inputs need no communication");
+    R_OK(dt_tensor_full(out, back, sizeof back));
+    for (int i = 0; i < 35; i++) R_CHECK(back[i] == x[i] * s[i / 5], "element %d", i);
+    dt_tensor_release(out);
+    /* Column-sharded x: s must be replicated; R_CHECK the strategy, then run it. */
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, s1, DT_ALL_RANKS, &tx1));
+    dt_tensor *in1[2] = {tx1, ts};
+    dt_placement want[2], outp[1];
+    R_OK(dt_op_strategy(row_scale, in1, 2, NULL, want, outp));
+    R_CHECK(dt_placement_equal(want[0], s1[0]) && dt_placement_equal(want[1], r[0]) &&
+                dt_placement_equal(outp[0], s1[0]),
+            "column strategy not chosen");
+    R_OK(dt_op_call(row_scale, in1, 2, NULL, &out));
+    R_OK(dt_tensor_full(out, back, sizeof back));
+    for (int i = 0; i < 35; i++) R_CHECK(back[i] == x[i] * s[i / 5], "element %d", i);
+    R_CHECK(!strcmp(dt_op_name(row_scale), "row_scale"), "name %s", dt_op_name(row_scale));
+    dt_tensor_release(out);
+    dt_tensor_release(tx1);
+    dt_tensor_release(tx);
+    dt_tensor_release(ts);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(ops, registered_user_op) {
+    static const dt_placement rows[][DT_OP_MAX_USER_INPUTS + 1] = {
+        {{DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM},
+         {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM}},
+        {{DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}, {DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM},
+         {DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}},
+        {{DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_SUM}, {DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM},
+         {DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_SUM}},
+    };
+    dt_op_def def = {.name = "row_scale", .ninputs = 2, .rows = rows, .nrows = 3,
+                     .infer = row_scale_infer, .kernel = row_scale_kernel,
+                     .user = &row_scale_calls};
+    cr_assert_eq(dt_op_register(&def, &row_scale), DT_OK, "%s", dt_last_error());
+    cr_assert_geq(row_scale, DT_OP_COUNT);
+    t_run(4, user_op_body, NULL);
+    cr_assert_gt(row_scale_calls, 0);
+    dt_op_def bad = def;
+    bad.ninputs = 0;
+    T_ERR(dt_op_register(&bad, &row_scale), DT_ERR_ARG, "ninputs");
+    bad = def;
+    bad.kernel = NULL;
+    T_ERR(dt_op_register(&bad, &row_scale), DT_ERR_ARG, "kernel");
+}

@@ -29,7 +29,8 @@ extern "C" {
     X(RMS_NORM, "rms_norm") X(EMBEDDING, "embedding") X(PICK, "pick")                              \
     X(CROSS_ENTROPY, "cross_entropy") X(SDPA, "scaled_dot_product_attention")                      \
     X(TRANSPOSE, "transpose") X(PERMUTE, "permute") X(VIEW, "view") X(SLICE, "slice")              \
-    X(UNSQUEEZE, "unsqueeze") X(SQUEEZE, "squeeze") X(CONTIGUOUS, "contiguous")
+    X(UNSQUEEZE, "unsqueeze") X(SQUEEZE, "squeeze") X(CONTIGUOUS, "contiguous")                   \
+    X(EXPAND, "expand") X(CAT, "cat")
 
 typedef enum dt_op {
 #define DT_OP_ENUM(e, name) DT_OP_##e,
@@ -50,11 +51,41 @@ typedef struct dt_op_args {
     int dim, dim2;            /* softmax, argmax, slice, (un)squeeze: dim; transpose: dim and dim2 */
     int64_t start, end;       /* slice [start, end) along dim */
     int64_t shape[DT_MAX_NDIM];
-    int shape_ndim;           /* view: the new shape (one entry may be -1) */
+    int shape_ndim;           /* view: the new shape (one entry may be -1); expand: the target */
     int correction;           /* var/std: 1 = unbiased (torch's default), 0 = biased */
     int causal;               /* sdpa */
     int reduction_mean;       /* cross_entropy: 1 = mean over samples, 0 = none */
 } dt_op_args;
+
+/* A dense row-major block of this rank's data, as local kernels see it. */
+typedef struct dt_block {
+    void *data;
+    dt_dtype dtype;
+    int ndim;
+    int64_t shape[DT_MAX_NDIM];
+} dt_block;
+
+/* Registering an op (like PyTorch's register_sharding): its single-mesh-dim strategies as
+ * rows of placements (ninputs inputs, then the output), how its output spec follows from the
+ * inputs', and its local kernel. Dispatch combines the rows over mesh dims, prices them and
+ * redistributes inputs like for built-in ops. */
+#define DT_OP_MAX_USER_INPUTS 4
+typedef struct dt_op_def {
+    const char *name; /* copied */
+    int ninputs;      /* 1 .. DT_OP_MAX_USER_INPUTS */
+    const dt_placement (*rows)[DT_OP_MAX_USER_INPUTS + 1]; /* copied; R -> R is always added */
+    int nrows;
+    /* Output dims, shape and dtype from the inputs' global specs (blocks with data NULL). */
+    dt_status (*infer)(const dt_block *inputs, int n, dt_block *out, void *user);
+    /* out = f(inputs) on this rank's blocks; out is allocated with the layout's shape. */
+    dt_status (*kernel)(const dt_block *inputs, int n, dt_block *out, void *user);
+    void *user;
+} dt_op_def;
+
+#define DT_OP_MAX_REGISTERED 64
+/* Registers def and returns its op id (>= DT_OP_COUNT) for dt_op_call. Not collective, but
+ * every rank must register the same ops in the same order. Thread-safe. */
+dt_status dt_op_register(const dt_op_def *def, dt_op *op_out);
 
 /* The generic entry point: runs op on inputs with args. */
 dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
@@ -82,6 +113,11 @@ dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, int mean, dt_te
 dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out);
 dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out);
 dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
+/* Concatenates 1 to 4 tensors along dim. */
+dt_status dt_cat(dt_tensor *const *xs, int n, int dim, dt_tensor **out);
+/* Splits x along dim into n pieces of the given sizes (summing to the dim's size); outs gets
+ * n new tensors. On failure none is returned. */
+dt_status dt_split(dt_tensor *x, int dim, const int64_t *sizes, int n, dt_tensor **outs);
 
 /* In place: the result replaces x's local data and placements (x must own its data). */
 dt_status dt_add_(dt_tensor *x, dt_tensor *other);

@@ -117,3 +117,32 @@ static dt_status in_place(dt_op op, dt_tensor *x, dt_tensor *other) {
 
 dt_status dt_add_(dt_tensor *x, dt_tensor *other) { return in_place(DT_OP_ADD, x, other); }
 dt_status dt_mul_(dt_tensor *x, dt_tensor *other) { return in_place(DT_OP_MUL, x, other); }
+
+dt_status dt_cat(dt_tensor *const *xs, int n, int dim, dt_tensor **out) {
+    dt_op_args a = {.dim = dim};
+    return dt_op_call(DT_OP_CAT, xs, n, &a, out);
+}
+
+dt_status dt_split(dt_tensor *x, int dim, const int64_t *sizes, int n, dt_tensor **outs) {
+    DT_ARG_NOT_NULL(x);
+    DT_ARG(sizes != NULL && outs != NULL && n >= 1, "dt_split: sizes or outs is NULL, or n = %d",
+           n);
+    int d = dt_norm_dim(dim, x->ndim);
+    DT_ARG(d >= 0, "dt_split: dim = %d is out of range for a %d-D tensor", dim, x->ndim);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += sizes[i];
+    if (total != x->shape[d])
+        return dt_error(DT_ERR_SHAPE, "dt_split: sizes add up to %lld, dim %d has %lld",
+                        (long long)total, d, (long long)x->shape[d]);
+    dt_op_args a = {.dim = d};
+    dt_status st = DT_OK;
+    int made = 0;
+    for (; made < n && st == DT_OK; made++) {
+        a.end = a.start + sizes[made];
+        st = dt_op_call(DT_OP_SLICE, &x, 1, &a, &outs[made]);
+        a.start = a.end;
+    }
+    if (st != DT_OK)
+        for (int i = 0; i < made - 1; i++) dt_tensor_release(outs[i]);
+    return st;
+}

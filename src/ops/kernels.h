@@ -9,14 +9,9 @@
 
 #include <stdint.h>
 
-#include "dtensor/types.h"
+#include "dtensor/ops.h"
 
-typedef struct dt_local {
-    void *data;
-    dt_dtype dtype;
-    int ndim;
-    int64_t shape[DT_MAX_NDIM];
-} dt_local;
+typedef dt_block dt_local;
 
 /* ---- pointwise ------------------------------------------------------------------------- */
 

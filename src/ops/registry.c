@@ -35,12 +35,18 @@ static const op_family *const families[] = {
     [DT_OP_TRANSPOSE] = &dt_family_shape,   [DT_OP_PERMUTE] = &dt_family_shape,
     [DT_OP_VIEW] = &dt_family_shape,        [DT_OP_SLICE] = &dt_family_shape,
     [DT_OP_UNSQUEEZE] = &dt_family_shape,   [DT_OP_SQUEEZE] = &dt_family_shape,
-    [DT_OP_CONTIGUOUS] = &dt_family_shape,
+    [DT_OP_CONTIGUOUS] = &dt_family_shape, [DT_OP_EXPAND] = &dt_family_shape,
+    [DT_OP_CAT] = &dt_family_cat,
 };
 _Static_assert(sizeof families / sizeof families[0] == DT_OP_COUNT, "op family table incomplete");
 
-const char *dt_op_name(dt_op op) { return (unsigned)op < DT_OP_COUNT ? names[op] : "?"; }
+const char *dt_op_name(dt_op op) {
+    if ((unsigned)op < DT_OP_COUNT) return names[op];
+    const char *user = dt_user_op_name(op);
+    return user ? user : "?";
+}
 
 const op_family *dt_op_family(dt_op op) {
-    return (unsigned)op < DT_OP_COUNT ? families[op] : NULL;
+    if ((unsigned)op < DT_OP_COUNT) return families[op];
+    return dt_user_op_name(op) ? &dt_family_user : NULL;
 }

@@ -82,6 +82,20 @@ static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a,
         out->ndim = x->ndim + 1;
         for (int i = 0, j = 0; i < out->ndim; i++) out->shape[i] = i == d ? 1 : x->shape[j++];
         return DT_OK;
+    case DT_OP_EXPAND:
+        if (a->shape_ndim < x->ndim || a->shape_ndim > DT_MAX_NDIM)
+            return dt_error(DT_ERR_SHAPE, "expand: %d target dims for a %d-D tensor",
+                            a->shape_ndim, x->ndim);
+        out->ndim = a->shape_ndim;
+        for (int i = 0; i < out->ndim; i++) {
+            int xi = i - (out->ndim - x->ndim);
+            int64_t want = a->shape[i] == -1 && xi >= 0 ? x->shape[xi] : a->shape[i];
+            if (want < 0 || (xi >= 0 && x->shape[xi] != 1 && x->shape[xi] != want))
+                return dt_error(DT_ERR_SHAPE, "expand: dim %d of size %lld cannot become %lld", xi,
+                                xi >= 0 ? (long long)x->shape[xi] : 0ll, (long long)want);
+            out->shape[i] = want;
+        }
+        return DT_OK;
     case DT_OP_SQUEEZE:
         if (d < 0 || x->shape[d] != 1)
             return dt_error(DT_ERR_ARG, "squeeze: dim = %d is not a dim of size 1", a->dim);
@@ -142,11 +156,35 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
         case DT_OP_SLICE: to = d == d0 ? -1 : d; break;
         case DT_OP_UNSQUEEZE: to = d >= dt_norm_dim(a->dim, x->ndim + 1) ? d + 1 : d; break;
         case DT_OP_SQUEEZE: to = d == d0 ? -1 : d > d0 ? d - 1 : d; break;
+        case DT_OP_EXPAND: /* a dim that grows is whole on every rank */
+            to = x->shape[d] == o.shape[d + o.ndim - x->ndim] ? d + o.ndim - x->ndim : -1;
+            break;
         default: to = d; break;
         }
         if (to >= 0) rows[k++] = (rule_row){.in = {SP(d)}, .out = SP(to)};
     }
     return k;
+}
+
+/* out = x broadcast to out's shape (stride 0 along the dims that grow). */
+static dt_status expand_copy(const dt_local *x, dt_local *out) {
+    size_t es = dt_dtype_size(x->dtype), n = dt_shape_numel(out->shape, out->ndim);
+    int64_t stride[DT_MAX_NDIM], idx[DT_MAX_NDIM] = {0}, s = 1;
+    for (int i = out->ndim - 1; i >= 0; i--) {
+        int xi = i - (out->ndim - x->ndim);
+        int64_t size = xi >= 0 ? x->shape[xi] : 1;
+        stride[i] = size == out->shape[i] ? s : 0;
+        s *= size;
+    }
+    const char *src = x->data;
+    char *dst = out->data;
+    for (size_t k = 0; k < n; k++) {
+        int64_t off = 0;
+        for (int i = 0; i < out->ndim; i++) off += idx[i] * stride[i];
+        memcpy(dst + k * es, src + (size_t)off * es, es);
+        for (int i = out->ndim - 1; i >= 0 && ++idx[i] == out->shape[i]; i--) idx[i] = 0;
+    }
+    return DT_OK;
 }
 
 static dt_status compute(local_call *c) {
@@ -163,6 +201,7 @@ static dt_status compute(local_call *c) {
         start[d] = c->args->start; /* dim d is whole here: the strategy never shards it */
         return dt_cpu_slice(x, start, &c->out);
     }
+    case DT_OP_EXPAND: return expand_copy(x, &c->out);
     default: /* view, (un)squeeze, contiguous: the local block keeps its memory order */
         memcpy(c->out.data, x->data, dt_shape_numel(x->shape, x->ndim) * dt_dtype_size(x->dtype));
         return DT_OK;
