@@ -28,7 +28,7 @@
     DT_EW_FN T dt_ew_rsqrt_##SUF(T x) { return (T)1 / sqrt##F(x); }                                \
     DT_EW_FN T dt_ew_max_##SUF(T a, T b) { return (b > a || b != b) ? b : a; }                     \
     DT_EW_FN T dt_ew_min_##SUF(T a, T b) { return (b < a || b != b) ? b : a; }                     \
-    /* The whole unary table as one switch, for callers that map one element at a time. */       \
+    /* The whole unary table as one switch, for callers that map one element at a time. */         \
     DT_EW_FN T dt_ew_unary_##SUF(dt_unary f, T x, T s) {                                           \
         switch (f) {                                                                               \
         case DT_UNARY_NEG: return -x;                                                              \

@@ -74,15 +74,48 @@ dt_status dt_cpu_slice(const dt_local *x, const int64_t *start, dt_local *out) {
     if (es == 0) return dt_error(DT_ERR_DTYPE, "dt_cpu_slice: unknown dtype %d", (int)x->dtype);
     for (int d = 0; d < x->ndim; d++)
         if (start[d] < 0 || out->shape[d] < 0 || start[d] + out->shape[d] > x->shape[d])
-            return dt_error(DT_ERR_SHAPE, "dt_cpu_slice: dim %d: box [%lld, %lld) outside size %lld",
-                            d, (long long)start[d], (long long)(start[d] + out->shape[d]),
+            return dt_error(DT_ERR_SHAPE,
+                            "dt_cpu_slice: dim %d: box [%lld, %lld) outside size %lld", d,
+                            (long long)start[d], (long long)(start[d] + out->shape[d]),
                             (long long)x->shape[d]);
     dt_box_copy(out->data, out->shape, NULL, x->data, x->shape, start, out->shape, x->ndim, es);
     return DT_OK;
 }
 
+#define TILE 32
+
 #define PERMUTE_ROW(T)                                                                             \
     for (int64_t i = 0; i < n; i++) ((T *)o)[i] = ((const T *)s)[i * is];
+
+/* out (n) = s[i * is]: one output row read with a stride. */
+static void copy_row(size_t es, void *o, const void *s, int64_t n, int64_t is) {
+    switch (es) {
+    case 2: PERMUTE_ROW(uint16_t) break;
+    case 4: PERMUTE_ROW(uint32_t) break;
+    case 8: PERMUTE_ROW(uint64_t) break;
+    default: break;
+    }
+}
+
+#define TRANSPOSE_TILE(T)                                                                          \
+    for (int64_t r = r0; r < r1; r++)                                                              \
+        for (int64_t c = c0; c < c1; c++) ((T *)o)[r * C + c] = ((const T *)s)[r + c * is];
+
+/* out (R, C) with out[r][c] = s[r + c * is]: TILE x TILE tiles keep both sides in cache. */
+static void transpose_2d(size_t es, void *o, const void *s, int64_t R, int64_t C, int64_t is) {
+    for (int64_t r0 = 0; r0 < R; r0 += TILE) {
+        int64_t r1 = R - r0 < TILE ? R : r0 + TILE;
+        for (int64_t c0 = 0; c0 < C; c0 += TILE) {
+            int64_t c1 = C - c0 < TILE ? C : c0 + TILE;
+            switch (es) {
+            case 2: TRANSPOSE_TILE(uint16_t) break;
+            case 4: TRANSPOSE_TILE(uint32_t) break;
+            case 8: TRANSPOSE_TILE(uint64_t) break;
+            default: break;
+            }
+        }
+    }
+}
 
 dt_status dt_cpu_permute(const dt_local *x, const int *perm, dt_local *out) {
     size_t es = dt_dtype_size(x->dtype);
@@ -119,20 +152,19 @@ dt_status dt_cpu_permute(const dt_local *x, const int *perm, dt_local *out) {
         memcpy(out->data, x->data, total * es);
         return DT_OK;
     }
-    int64_t n = size[k - 1], is = st[k - 1], idx[DT_MAX_NDIM] = {0}, off = 0;
-    size_t rows = total / (size_t)n;
-    for (size_t r = 0; r < rows; r++) {
-        char *o = (char *)out->data + r * (size_t)n * es;
+    /* When x's innermost dim is out's second-to-last, the last two out dims are a transpose:
+     * copy them in tiles. Otherwise copy one strided output row at a time. */
+    int tiled = k >= 2 && st[k - 2] == 1, outer_nd = k - 1 - tiled;
+    int64_t chunk = tiled ? size[k - 2] * size[k - 1] : size[k - 1];
+    int64_t idx[DT_MAX_NDIM] = {0}, off = 0;
+    for (size_t c = 0; c < total / (size_t)chunk; c++) {
+        char *o = (char *)out->data + c * (size_t)chunk * es;
         const char *s = (const char *)x->data + (size_t)off * es;
-        switch (es) {
-        case 2: PERMUTE_ROW(uint16_t) break;
-        case 4: PERMUTE_ROW(uint32_t) break;
-        case 8: PERMUTE_ROW(uint64_t) break;
-        default:
-            for (int64_t i = 0; i < n; i++) memcpy(o + (size_t)i * es, s + (size_t)(i * is) * es, es);
-            break;
-        }
-        for (int d = k - 2; d >= 0; d--) {
+        if (tiled)
+            transpose_2d(es, o, s, size[k - 2], size[k - 1], st[k - 1]);
+        else
+            copy_row(es, o, s, size[k - 1], st[k - 1]);
+        for (int d = outer_nd - 1; d >= 0; d--) {
             off += st[d];
             if (++idx[d] < size[d]) break;
             off -= st[d] * size[d];

@@ -260,15 +260,18 @@ dt_status dt_cpu_binary(dt_binary f, const dt_local *a, const dt_local *b, dt_lo
         char *o = (char *)out->data + r * (size_t)n * es;
         const char *pa = (const char *)a->data + (size_t)off[0] * es;
         const char *pb = (const char *)b->data + (size_t)off[1] * es;
+#define BINARY_CASE(DT, SUF, T)                                                                    \
+    case DT: binary_row_##SUF(f, (T *)o, (const T *)pa, sa, (const T *)pb, sb, n); break;
         switch (a->dtype) {
-        case DT_F32: binary_row_f32(f, (float *)o, (const float *)pa, sa, (const float *)pb, sb, n); break;
-        case DT_F64: binary_row_f64(f, (double *)o, (const double *)pa, sa, (const double *)pb, sb, n); break;
-        case DT_BF16: binary_row_bf16(f, (uint16_t *)o, (const uint16_t *)pa, sa, (const uint16_t *)pb, sb, n); break;
-        case DT_F16: binary_row_f16(f, (uint16_t *)o, (const uint16_t *)pa, sa, (const uint16_t *)pb, sb, n); break;
-        case DT_I32: binary_row_i32(f, (int32_t *)o, (const int32_t *)pa, sa, (const int32_t *)pb, sb, n); break;
-        case DT_I64: binary_row_i64(f, (int64_t *)o, (const int64_t *)pa, sa, (const int64_t *)pb, sb, n); break;
+            BINARY_CASE(DT_F32, f32, float)
+            BINARY_CASE(DT_F64, f64, double)
+            BINARY_CASE(DT_BF16, bf16, uint16_t)
+            BINARY_CASE(DT_F16, f16, uint16_t)
+            BINARY_CASE(DT_I32, i32, int32_t)
+            BINARY_CASE(DT_I64, i64, int64_t)
         default: break;
         }
+#undef BINARY_CASE
         bcast_next(&it, 2, idx, off);
     }
     return DT_OK;

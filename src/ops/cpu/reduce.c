@@ -116,12 +116,12 @@ static inline int64_t fin_in(dt_reduce_op op, int64_t a, size_t n) {
                 for (size_t r = 0; r < rows; r++) {                                                \
                     const T *row = x + koff + roff;                                                \
                     switch (op) {                                                                  \
-                        OP_CASES(ROW_CASE_##FAM, LOAD)                                                 \
+                        OP_CASES(ROW_CASE_##FAM, LOAD)                                             \
                     default: break;                                                                \
                     }                                                                              \
                     odo_next(p->nr - 1, p->rs, p->rst, ridx, &roff);                               \
                 }                                                                                  \
-                out[o] = STORE(fin_##FAM(op, acc, p->count));                                        \
+                out[o] = STORE(fin_##FAM(op, acc, p->count));                                      \
                 odo_next(p->nk, p->ks, p->kst, kidx, &koff);                                       \
             }                                                                                      \
             return;                                                                                \
@@ -138,13 +138,14 @@ static inline int64_t fin_in(dt_reduce_op op, int64_t a, size_t n) {
                 for (size_t r = 0; r < p->count; r++) {                                            \
                     const T *row = x + koff + roff + j0;                                           \
                     switch (op) {                                                                  \
-                        OP_CASES(VEC_CASE_##FAM, LOAD)                                                 \
+                        OP_CASES(VEC_CASE_##FAM, LOAD)                                             \
                     default: break;                                                                \
                     }                                                                              \
                     odo_next(p->nr, p->rs, p->rst, ridx, &roff);                                   \
                 }                                                                                  \
                 T *dst = out + o * (size_t)L + j0;                                                 \
-                for (int64_t j = 0; j < m; j++) dst[j] = STORE(fin_##FAM(op, acc[j], p->count));    \
+                for (int64_t j = 0; j < m; j++)                                                    \
+                    dst[j] = STORE(fin_##FAM(op, acc[j], p->count));                               \
             }                                                                                      \
             odo_next(p->nk - 1, p->ks, p->kst, kidx, &koff);                                       \
         }                                                                                          \

@@ -22,9 +22,9 @@
             for (int64_t t = 0; t < n; t++) mx = MAXOF(mx, LOAD(xr[t]));                           \
             double sum = 0.0;                                                                      \
             for (int64_t t = 0; t < n; t++) sum += (double)EXP(LOAD(xr[t]) - mx);                  \
-            if (lg) {                                                                              \
-                CT lse = mx + (CT)log(sum);                                                        \
-                for (int64_t t = 0; t < n; t++) yr[t] = STORE(LOAD(xr[t]) - lse);                  \
+            if (lg) { /* (x - max) first: exact for x near max, then the small log(sum) */         \
+                CT ls = (CT)log(sum);                                                              \
+                for (int64_t t = 0; t < n; t++) yr[t] = STORE((LOAD(xr[t]) - mx) - ls);            \
             } else {                                                                               \
                 CT inv = (CT)(1.0 / sum);                                                          \
                 for (int64_t t = 0; t < n; t++) yr[t] = STORE(EXP(LOAD(xr[t]) - mx) * inv);        \
@@ -50,13 +50,13 @@
                 for (int64_t t = 0; t < n; t++)                                                    \
                     for (int64_t j = 0; j < m; j++)                                                \
                         sum[j] += (double)EXP(LOAD(xb[t * inner + j]) - mx[j]);                    \
-                for (int64_t j = 0; j < m; j++) /* sum becomes log(sum) + max or 1 / sum */       \
-                    sum[j] = lg ? (double)mx[j] + log(sum[j]) : 1.0 / sum[j];                      \
+                for (int64_t j = 0; j < m; j++) /* sum becomes log(sum) or 1 / sum */              \
+                    sum[j] = lg ? log(sum[j]) : 1.0 / sum[j];                                      \
                 for (int64_t t = 0; t < n; t++) {                                                  \
                     for (int64_t j = 0; j < m; j++) {                                              \
                         CT v = LOAD(xb[t * inner + j]);                                            \
                         yb[t * inner + j] =                                                        \
-                            STORE(lg ? v - (CT)sum[j] : EXP(v - mx[j]) * (CT)sum[j]);              \
+                            STORE(lg ? (v - mx[j]) - (CT)sum[j] : EXP(v - mx[j]) * (CT)sum[j]);    \
                     }                                                                              \
                 }                                                                                  \
             }                                                                                      \
