@@ -2,7 +2,8 @@
 # configures, builds and runs. Everything else goes through meson/ninja in build*/.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
-PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev
+PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev \
+	chromium
 MESON_FLAGS := -Dwerror=true
 
 .PHONY: all deps build demo test test-asan bench clean
@@ -17,7 +18,7 @@ build: deps
 	ninja -C $(BUILD)
 
 demo: build
-	./$(BUILD)/examples/demo
+	./$(BUILD)/examples/demo $(BUILD)
 
 test: build
 	meson test -C $(BUILD) --print-errorlogs
@@ -31,7 +32,7 @@ test-asan: deps
 		meson test -C $(ASAN_BUILD) --print-errorlogs --timeout-multiplier 4
 
 bench: build
-	@for b in $(BUILD)/bench/bench_*; do [ -x "$$b" ] && "$$b"; done; true
+	@sh tools/bench-table.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

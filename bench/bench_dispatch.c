@@ -139,9 +139,14 @@ static dt_status gemm_body(dt_ctx *ctx, void *arg) {
     return DT_OK;
 }
 
-int main(void) {
-    printf("cached dispatch overhead (f32 4x4 blocks per rank, best of 5 x 100000 calls)\n");
-    printf("%-8s %-6s %12s %12s %12s\n", "ranks", "op", "dispatch ns", "kernel ns", "overhead ns");
+int main(int argc, char **argv) {
+    /* --table: rows of "case<TAB>figure<TAB>reference<TAB>ratio" for make bench */
+    int table = argc > 1 && !strcmp(argv[1], "--table");
+    if (!table) {
+        printf("cached dispatch overhead (f32 4x4 blocks per rank, best of 5 x 100000 calls)\n");
+        printf("%-8s %-6s %12s %12s %12s\n", "ranks", "op", "dispatch ns", "kernel ns",
+               "overhead ns");
+    }
     int ranks[2] = {1, 4};
     for (int i = 0; i < 2; i++) {
         if (dt_local_run(ranks[i], overhead_body, &results[i], NULL) != DT_OK) {
@@ -149,18 +154,32 @@ int main(void) {
             return 1;
         }
         result *r = &results[i];
+        if (table) {
+            printf("cached dispatch add, %d rank(s)\t%.0f ns (overhead %.0f ns)\tbare kernel %.0f ns\t%.1fx\n",
+                   ranks[i], r->add_ns, r->add_ns - r->add_kernel_ns, r->add_kernel_ns,
+                   r->add_ns / r->add_kernel_ns);
+            printf("cached dispatch mm, %d rank(s)\t%.0f ns (overhead %.0f ns)\tbare kernel %.0f ns\t%.1fx\n",
+                   ranks[i], r->mm_ns, r->mm_ns - r->mm_kernel_ns, r->mm_kernel_ns,
+                   r->mm_ns / r->mm_kernel_ns);
+            continue;
+        }
         printf("%-8d %-6s %12.0f %12.0f %12.0f\n", ranks[i], "add", r->add_ns, r->add_kernel_ns,
                r->add_ns - r->add_kernel_ns);
         printf("%-8d %-6s %12.0f %12.0f %12.0f\n", ranks[i], "mm", r->mm_ns, r->mm_kernel_ns,
                r->mm_ns - r->mm_kernel_ns);
     }
-    printf("\nCPU matmul 1024x1024x1024 f32 (%s), 1 rank, best of 3\n",
-           DT_HAVE_OPENBLAS ? "OpenBLAS sgemm" : "built-in blocked loop");
-    printf("%14s %14s %7s\n", "dispatch GF/s", "bare GF/s", "ratio");
     if (dt_local_run(1, gemm_body, NULL, NULL) != DT_OK) {
         fprintf(stderr, "bench failed: %s\n", dt_last_error());
         return 1;
     }
+    const char *gemm = DT_HAVE_OPENBLAS ? "OpenBLAS sgemm" : "built-in blocked loop";
+    if (table) {
+        printf("mm 1024^3 f32 through dispatch\t%.1f GFLOP/s\tbare %s %.1f GFLOP/s\t%.0f%%\n",
+               gflops[0], gemm, gflops[1], 100 * gflops[0] / gflops[1]);
+        return 0;
+    }
+    printf("\nCPU matmul 1024x1024x1024 f32 (%s), 1 rank, best of 3\n", gemm);
+    printf("%14s %14s %7s\n", "dispatch GF/s", "bare GF/s", "ratio");
     printf("%14.1f %14.1f %6.0f%%\n", gflops[0], gflops[1], 100 * gflops[0] / gflops[1]);
     return 0;
 }

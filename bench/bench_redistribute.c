@@ -93,7 +93,9 @@ static dt_status memcpy_body(dt_ctx *ctx, void *arg) {
     return DT_OK;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    /* --table: rows of "case<TAB>figure<TAB>reference<TAB>ratio" for make bench */
+    int table = argc > 1 && !strcmp(argv[1], "--table");
     const int64_t rows = PER_RANK / 4 / 1024; /* f32, 1024 columns: 4096 rows per shard */
     double n = RANKS, shard = PER_RANK;
     bench_case cases[] = {
@@ -102,10 +104,12 @@ int main(void) {
         {"P->S(0)  (reduce_scatter)", "P(sum)", "S(0)", {rows, 1024}, shard * (n - 1) / n, 0, 0},
         {"S(0)->S(1) (all_to_all)", "S(0)", "S(1)", {rows * RANKS, 1024}, shard * (n - 1) / n, 0, 0},
     };
-    printf("redistribute on the local runtime: %d ranks (threads), %u MiB per rank, f32, best of %d\n",
-           RANKS, PER_RANK >> 20, REPS);
-    printf("%-28s %10s %10s %12s %12s %7s\n", "case", "time ms", "GB/s/rank", "memcpy ms",
-           "memcpy GB/s", "ratio");
+    if (!table) {
+        printf("redistribute on the local runtime: %d ranks (threads), %u MiB per rank, f32, best "
+               "of %d\n", RANKS, PER_RANK >> 20, REPS);
+        printf("%-28s %10s %10s %12s %12s %7s\n", "case", "time ms", "GB/s/rank", "memcpy ms",
+               "memcpy GB/s", "ratio");
+    }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bench_case *c = &cases[i];
         if (dt_local_run(RANKS, redistribute_body, c, NULL) != DT_OK) {
@@ -118,9 +122,14 @@ int main(void) {
             return 1;
         }
         c->ref_s = times[0];
-        printf("%-28s %10.2f %10.2f %12.2f %12.2f %6.0f%%\n", c->name, c->best_s * 1e3,
-               c->bytes_per_rank / c->best_s / 1e9, c->ref_s * 1e3,
-               c->bytes_per_rank / c->ref_s / 1e9, 100 * c->ref_s / c->best_s);
+        if (table)
+            printf("redistribute %s, 4 ranks x 16 MiB\t%.2f GB/s/rank\tmemcpy %.2f GB/s/rank\t%.0f%%\n",
+                   c->name, c->bytes_per_rank / c->best_s / 1e9, c->bytes_per_rank / c->ref_s / 1e9,
+                   100 * c->ref_s / c->best_s);
+        else
+            printf("%-28s %10.2f %10.2f %12.2f %12.2f %6.0f%%\n", c->name, c->best_s * 1e3,
+                   c->bytes_per_rank / c->best_s / 1e9, c->ref_s * 1e3,
+                   c->bytes_per_rank / c->ref_s / 1e9, 100 * c->ref_s / c->best_s);
     }
     return 0;
 }

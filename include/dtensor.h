@@ -10,6 +10,8 @@
 #include "dtensor/runtime.h"
 #include "dtensor/status.h"
 #include "dtensor/tensor.h"
+#include "dtensor/trace.h"
 #include "dtensor/types.h"
+#include "dtensor/ucx.h"
 
 #endif

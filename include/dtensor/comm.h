@@ -99,14 +99,17 @@ const char *dt_coll_kind_name(dt_coll_kind kind);
 typedef struct dt_comm_stats_entry {
     dt_coll_kind kind;
     int group_size;
+    char group[32]; /* the communicator's label: mesh dims ("tp", "dp+tp"), "world" or "group" */
     uint64_t calls;
     uint64_t bytes_in, bytes_out; /* this rank's input and output buffers, summed */
+    double time_us;               /* wall time inside the calls */
 } dt_comm_stats_entry;
 
 typedef struct dt_comm_stats {
-    uint64_t calls[DT_COLL_KIND_COUNT]; /* by kind, all group sizes */
+    uint64_t calls[DT_COLL_KIND_COUNT]; /* by kind, all groups */
     uint64_t bytes_in[DT_COLL_KIND_COUNT], bytes_out[DT_COLL_KIND_COUNT];
-    int nentries; /* (kind, group size) pairs seen, at most DT_COMM_STATS_MAX */
+    double time_us[DT_COLL_KIND_COUNT];
+    int nentries; /* (kind, group) pairs seen, at most DT_COMM_STATS_MAX */
     dt_comm_stats_entry entries[DT_COMM_STATS_MAX];
 } dt_comm_stats;
 

@@ -6,6 +6,7 @@
 
 #include "comm/comm_impl.h"
 #include "core/check.h"
+#include "core/clock.h"
 
 #define COMM_CHECK(c)                                                                              \
     do {                                                                                           \
@@ -30,6 +31,7 @@ dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, con
     c->ctx = ctx;
     c->size = n;
     c->rank = -1;
+    snprintf(c->label, sizeof c->label, "group");
     c->members = malloc(sizeof(int) * (size_t)n);
     if (!c->members) return dt_error(DT_ERR_NOMEM, "communicator of %d ranks: out of memory", n);
     memcpy(c->members, members, sizeof(int) * (size_t)n);
@@ -80,10 +82,11 @@ dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t coun
     OP_CHECK(op);
     BUF_CHECK(send, count);
     BUF_CHECK(recv, count);
+    double t0 = dt_now_us();
     dt_status st = comm->ops->all_reduce(comm, send, recv, count, dtype, op);
     if (st == DT_OK) {
         size_t b = count * dt_dtype_size(dtype);
-        dt_comm_count(comm, DT_COLL_ALL_REDUCE, b, b);
+        dt_comm_count(comm, DT_COLL_ALL_REDUCE, b, b, t0);
     }
     return st;
 }
@@ -102,11 +105,12 @@ dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv, const size
         DT_CHECK(packed_displs(recvcounts, comm->size, &own));
         displs = own;
     }
+    double t0 = dt_now_us();
     dt_status st = comm->ops->all_gatherv(comm, send, recv, recvcounts, displs, dtype);
     free(own);
     if (st == DT_OK)
         dt_comm_count(comm, DT_COLL_ALL_GATHER, recvcounts[comm->rank] * dt_dtype_size(dtype),
-                      total * dt_dtype_size(dtype));
+                      total * dt_dtype_size(dtype), t0);
     return st;
 }
 
@@ -131,11 +135,12 @@ dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv, const 
     BUF_CHECK(recv, recvcounts[comm->rank]);
     size_t *displs = NULL;
     DT_CHECK(packed_displs(recvcounts, comm->size, &displs));
+    double t0 = dt_now_us();
     dt_status st = comm->ops->reduce_scatterv(comm, send, recv, recvcounts, displs, dtype, op);
     free(displs);
     if (st == DT_OK)
         dt_comm_count(comm, DT_COLL_REDUCE_SCATTER, total * dt_dtype_size(dtype),
-                      recvcounts[comm->rank] * dt_dtype_size(dtype));
+                      recvcounts[comm->rank] * dt_dtype_size(dtype), t0);
     return st;
 }
 
@@ -167,11 +172,12 @@ dt_status dt_all_to_allv(dt_comm *comm, const void *send, const size_t *sendcoun
     dt_status st = DT_OK;
     if (!sdispls) DT_CHECK_GOTO(packed_displs(sendcounts, comm->size, &own_s), st, out);
     if (!rdispls) DT_CHECK_GOTO(packed_displs(recvcounts, comm->size, &own_r), st, out);
+    double t0 = dt_now_us();
     st = comm->ops->all_to_allv(comm, send, sendcounts, sdispls ? sdispls : own_s, recv,
                                 recvcounts, rdispls ? rdispls : own_r, dtype);
     if (st == DT_OK)
         dt_comm_count(comm, DT_COLL_ALL_TO_ALL, stotal * dt_dtype_size(dtype),
-                      rtotal * dt_dtype_size(dtype));
+                      rtotal * dt_dtype_size(dtype), t0);
 out:
     free(own_r);
     free(own_s);
@@ -194,8 +200,9 @@ dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, i
     DT_ARG(root >= 0 && root < comm->size, "dt_broadcast: argument root = %d is not a rank of the "
                                            "group of %d", root, comm->size);
     size_t b = count * dt_dtype_size(dtype);
+    double t0 = dt_now_us();
     dt_status st = comm->ops->broadcast(comm, buf, b, root);
-    if (st == DT_OK) dt_comm_count(comm, DT_COLL_BROADCAST, b, b);
+    if (st == DT_OK) dt_comm_count(comm, DT_COLL_BROADCAST, b, b, t0);
     return st;
 }
 
@@ -210,8 +217,9 @@ dt_status dt_send(dt_comm *comm, const void *buf, size_t count, dt_dtype dtype, 
     BUF_CHECK(buf, count);
     PEER_CHECK(comm, peer);
     size_t b = count * dt_dtype_size(dtype);
+    double t0 = dt_now_us();
     dt_status st = comm->ops->send(comm, buf, b, peer);
-    if (st == DT_OK) dt_comm_count(comm, DT_COLL_SEND, b, 0);
+    if (st == DT_OK) dt_comm_count(comm, DT_COLL_SEND, b, 0, t0);
     return st;
 }
 
@@ -221,14 +229,16 @@ dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int pe
     BUF_CHECK(buf, count);
     PEER_CHECK(comm, peer);
     size_t b = count * dt_dtype_size(dtype);
+    double t0 = dt_now_us();
     dt_status st = comm->ops->recv(comm, buf, b, peer);
-    if (st == DT_OK) dt_comm_count(comm, DT_COLL_RECV, 0, b);
+    if (st == DT_OK) dt_comm_count(comm, DT_COLL_RECV, 0, b, t0);
     return st;
 }
 
 dt_status dt_barrier(dt_comm *comm) {
     COMM_CHECK(comm);
+    double t0 = dt_now_us();
     dt_status st = comm->ops->barrier(comm);
-    if (st == DT_OK) dt_comm_count(comm, DT_COLL_BARRIER, 0, 0);
+    if (st == DT_OK) dt_comm_count(comm, DT_COLL_BARRIER, 0, 0, t0);
     return st;
 }

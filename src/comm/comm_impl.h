@@ -33,7 +33,8 @@ struct dt_comm {
     const dt_comm_ops *ops;
     dt_ctx *ctx;
     int rank, size;
-    int *members; /* world rank of each group rank */
+    int *members;   /* world rank of each group rank */
+    char label[32]; /* for counters and traces: "world", "group" or the mesh dims */
 };
 
 /* Groups are matched across ranks by key and member list: ranks that create a communicator
@@ -61,6 +62,7 @@ struct dt_ctx {
     pthread_mutex_t stats_mu;         /* the comm thread counts too */
     dt_comm_stats stats;
     dt_worker *worker;        /* this rank's communication thread, made on first async call */
+    struct dt_trace *trace;   /* NULL when not recording */
     dt_redist_state *redist;  /* owned by the redistribute layer (cost model) */
     int redistribute_mode;    /* dt_redistribute_mode, read by op dispatch */
     void (*redist_free)(dt_redist_state *);
@@ -79,7 +81,8 @@ dt_status dt_ctx_comm_create(dt_ctx *ctx, const uint64_t key[2], const int *memb
 dt_status dt_ctx_init_common(dt_ctx *ctx);
 void dt_ctx_fini_common(dt_ctx *ctx);
 
-/* Counts one successful call on comm's context. */
-void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t bytes_out);
+/* Counts (and traces) one successful call on comm's context that started at t0_us. */
+void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t bytes_out,
+                   double t0_us);
 
 #endif

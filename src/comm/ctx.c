@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "trace/trace_impl.h"
 #include "comm/worker.h"
 #include "core/check.h"
 
@@ -43,6 +44,7 @@ void dt_ctx_fini_common(dt_ctx *ctx) {
         free(ctx->user_groups);
         ctx->user_groups = next;
     }
+    dt_trace_free(ctx);
     if (ctx->redist_free) ctx->redist_free(ctx->redist);
     ctx->redist = NULL;
     pthread_mutex_destroy(&ctx->stats_mu);
@@ -61,24 +63,36 @@ const char *dt_coll_kind_name(dt_coll_kind kind) {
     return (unsigned)kind < DT_COLL_KIND_COUNT ? coll_names[kind] : "?";
 }
 
-void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t bytes_out) {
+void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t bytes_out,
+                   double t0_us) {
     dt_ctx *ctx = comm->ctx;
+    double dt = dt_now_us() - t0_us;
     pthread_mutex_lock(&ctx->stats_mu);
     dt_comm_stats *s = &ctx->stats;
     s->calls[kind]++;
     s->bytes_in[kind] += bytes_in;
     s->bytes_out[kind] += bytes_out;
+    s->time_us[kind] += dt;
     int i = 0;
-    while (i < s->nentries && !(s->entries[i].kind == kind && s->entries[i].group_size == comm->size))
+    while (i < s->nentries &&
+           !(s->entries[i].kind == kind && s->entries[i].group_size == comm->size &&
+             !strcmp(s->entries[i].group, comm->label)))
         i++;
-    if (i == s->nentries && i < DT_COMM_STATS_MAX)
-        s->entries[s->nentries++] = (dt_comm_stats_entry){.kind = kind, .group_size = comm->size};
+    if (i == s->nentries && i < DT_COMM_STATS_MAX) {
+        s->entries[s->nentries] = (dt_comm_stats_entry){.kind = kind, .group_size = comm->size};
+        memcpy(s->entries[s->nentries++].group, comm->label, sizeof comm->label);
+    }
     if (i < s->nentries) {
         s->entries[i].calls++;
         s->entries[i].bytes_in += bytes_in;
         s->entries[i].bytes_out += bytes_out;
+        s->entries[i].time_us += dt;
     }
     pthread_mutex_unlock(&ctx->stats_mu);
+    if (ctx->trace)
+        dt_trace_record(ctx, DT_LANE_COMM, dt_coll_kind_name(kind), t0_us,
+                        "group %s of %d, %zu B in, %zu B out", comm->label, comm->size, bytes_in,
+                        bytes_out);
 }
 
 dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *stats_out) {

@@ -281,6 +281,16 @@ dt_status dt_mesh_lane_comm(dt_mesh *mesh, unsigned dims_mask, int lane, dt_comm
     uint64_t key[2] = {DT_COMM_KEY(DT_KEY_MESH, root->seq), (uint64_t)lane << 32 | mask};
     dt_status st = dt_ctx_comm_create(root->ctx, key, members, n, slot);
     free(members);
+    if (st == DT_OK) { /* label it with the mesh dims, for counters and traces */
+        char *label = (*slot)->label;
+        size_t o = 0;
+        label[0] = '\0';
+        for (int d = 0; d < root->ndim && o < sizeof(*slot)->label; d++)
+            if (mask & (1u << d))
+                o += (size_t)snprintf(label + o, sizeof(*slot)->label - o, "%s%s", o ? "+" : "",
+                                      root->names[d]);
+        if (!mask) snprintf(label, sizeof(*slot)->label, "self");
+    }
     if (st == DT_OK) *comm_out = *slot;
     return st;
 }

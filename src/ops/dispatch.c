@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "trace/trace_impl.h"
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
@@ -264,9 +265,23 @@ static void local_of(const dt_tensor *t, dt_local *l) {
     memcpy(l->shape, t->local_shape, sizeof(int64_t) * (size_t)t->ndim);
 }
 
+/* "S(0),R | R,S(1) -> S(0),S(1)" for the trace. */
+static void strategy_text(const strategy *s, int n, int mnd, char *buf, size_t cap) {
+    size_t o = 0;
+    char one[128];
+    for (int i = 0; i < n && o < cap; i++) {
+        dt_placements_format(s->in[i], mnd, one, sizeof one);
+        o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? " | " : "", one);
+    }
+    dt_placements_format(s->out, mnd, one, sizeof one);
+    if (o < cap) snprintf(buf + o, cap - o, " -> %s", one);
+}
+
 static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
                      const dt_op_args *a, const strategy *s, dt_tensor **out) {
     dt_mesh *mesh = in[0]->mesh;
+    dt_ctx *ctx = mesh->ctx;
+    double t0 = ctx->trace ? dt_now_us() : 0;
     dt_tensor *moved[DT_OP_MAX_INPUTS] = {0}, *use[DT_OP_MAX_INPUTS] = {0};
     dt_status st = DT_OK;
     for (int i = 0; i < n && st == DT_OK; i++) {
@@ -292,12 +307,19 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
             memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
         }
         local_of(o, &c.out);
+        double tk = ctx->trace ? dt_now_us() : 0;
         st = f->compute(&c);
+        if (ctx->trace) dt_trace_record(ctx, DT_LANE_COMPUTE, dt_op_name(op), tk, "%zu elements out", o->local_numel);
     }
     for (int i = 0; i < n; i++) dt_tensor_release(moved[i]);
     if (st != DT_OK) {
         dt_tensor_release(o);
         return st;
+    }
+    if (ctx->trace) {
+        char text[160];
+        strategy_text(s, n, mesh->ndim, text, sizeof text);
+        dt_trace_record(ctx, DT_LANE_OPS, dt_op_name(op), t0, "%s", text);
     }
     *out = o;
     return DT_OK;

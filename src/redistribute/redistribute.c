@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "trace/trace_impl.h"
 #include "comm/worker.h"
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
@@ -167,8 +168,17 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, const dt_placement *dst,
     DT_CHECK(prepare("dt_tensor_redistribute", tensor, dst, &plan));
     dt_comm **comms;
     DT_CHECK(step_comms(tensor, plan, 0, &comms));
+    dt_ctx *ctx = tensor->mesh->ctx;
+    double t0 = ctx->trace ? dt_now_us() : 0;
     dt_status st = dt_plan_execute(plan, tensor, comms, tensor_out);
     free(comms);
+    if (ctx->trace && st == DT_OK) {
+        char a[128], b[128];
+        dt_placements_format(plan->src, plan->mesh_ndim, a, sizeof a);
+        dt_placements_format(plan->dst, plan->mesh_ndim, b, sizeof b);
+        dt_trace_record(ctx, DT_LANE_OPS, "redistribute", t0, "%s -> %s: %d steps, %d collectives",
+                        a, b, plan->nsteps, plan->ncollectives);
+    }
     return st;
 }
 

@@ -6,6 +6,7 @@
 #include "comm/local/local_impl.h"
 #include "comm/worker.h"
 #include "core/alloc.h"
+#include "dtensor/trace.h"
 #include "core/check.h"
 
 typedef struct lw_rank {
@@ -140,6 +141,13 @@ static void *rank_main(void *p) {
     if (st != DT_OK) rank_finished(r->world, r->ctx.rank, st);
     dt_worker_destroy(r->ctx.worker);
     r->ctx.worker = NULL;
+    const char *prefix = getenv("DT_TRACE");
+    if (prefix && *prefix) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.rank%d.json", prefix, r->ctx.rank);
+        if (dt_trace_write(&r->ctx, path) != DT_OK)
+            fprintf(stderr, "dtensor: DT_TRACE: %s\n", dt_last_error());
+    }
     if (st == DT_OK) rank_finished(r->world, r->ctx.rank, st);
     return NULL;
 }
@@ -148,18 +156,42 @@ static dt_status ctx_init(lw_rank *r, lw_world *w, int rank) {
     r->world = w;
     r->ctx = (dt_ctx){.rank = rank, .size = w->size, .backend = &lw_backend, .backend_state = w};
     DT_CHECK(dt_ctx_init_common(&r->ctx));
+    const char *trace = getenv("DT_TRACE");
+    if (trace && *trace) DT_CHECK(dt_trace_start(&r->ctx));
     int *all = malloc(sizeof(int) * (size_t)w->size);
     if (!all) return dt_error(DT_ERR_NOMEM, "dt_local_run: out of memory");
     for (int i = 0; i < w->size; i++) all[i] = i;
     uint64_t key[2] = {DT_COMM_KEY(DT_KEY_WORLD, 0), 0};
     dt_status st = comm_create(&r->ctx, key, all, w->size, &r->ctx.world);
     free(all);
+    if (st == DT_OK) snprintf(r->ctx.world->label, sizeof r->ctx.world->label, "world");
     return st;
 }
 
 static void ctx_fini(lw_rank *r) {
     if (r->ctx.world) lw_comm_destroy(r->ctx.world);
     dt_ctx_fini_common(&r->ctx);
+}
+
+/* With DT_TRACE=prefix, the ranks' files become prefix.json. */
+static void merge_traces(int nranks) {
+    const char *prefix = getenv("DT_TRACE");
+    if (!prefix || !*prefix || nranks < 1) return;
+    char **paths = calloc((size_t)nranks, sizeof *paths), out[4096];
+    for (int i = 0; paths && i < nranks; i++) {
+        paths[i] = malloc(4096);
+        if (paths[i]) snprintf(paths[i], 4096, "%s.rank%d.json", prefix, i);
+    }
+    snprintf(out, sizeof out, "%s.json", prefix);
+    char saved[512]; /* the run's own message must survive the merge */
+    snprintf(saved, sizeof saved, "%s", dt_last_error());
+    if (paths && dt_trace_merge((const char *const *)paths, nranks, out) == DT_OK)
+        for (int i = 0; i < nranks; i++) remove(paths[i]);
+    else
+        fprintf(stderr, "dtensor: DT_TRACE: %s\n", dt_last_error());
+    dt_error(DT_OK, "%s", saved);
+    for (int i = 0; paths && i < nranks; i++) free(paths[i]);
+    free(paths);
 }
 
 dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_status_out) {
@@ -207,6 +239,7 @@ stop:
             rank_status_out[i] = i < started ? ranks[i].status : st;
     if (st == DT_OK && atomic_load(&w->aborted))
         st = dt_error(w->failed_status, "rank %d: %s", w->failed_rank, w->failed_msg);
+    merge_traces(started);
     /* Communicators a rank did not destroy still hold their groups. */
     while (w->groups) {
         lw_group *next = w->groups->next;

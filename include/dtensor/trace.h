@@ -1,0 +1,43 @@
+/* Seeing what runs: per-rank traces of op dispatches, redistribute plans, collectives and
+ * local kernels in the Chrome trace-event format (opens in Perfetto and chrome://tracing),
+ * one process row per rank with separate rows for ops, compute and communication.
+ *
+ * Recording costs one branch per event when off, and a clock read and an append when on.
+ * Setting DT_TRACE=prefix in the environment traces every rank of dt_local_run and writes
+ * prefix.json (all ranks merged) when the run ends. */
+#ifndef DTENSOR_TRACE_H
+#define DTENSOR_TRACE_H
+
+#include <stdio.h>
+
+#include "dtensor/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Starts (or restarts, clearing what was recorded) and stops recording on this rank. */
+dt_status dt_trace_start(dt_ctx *ctx);
+dt_status dt_trace_stop(dt_ctx *ctx);
+
+/* Writes this rank's events as a Chrome trace JSON array to path. */
+dt_status dt_trace_write(dt_ctx *ctx, const char *path);
+
+/* Merges Chrome trace files (as written by dt_trace_write, one per rank or process) into
+ * out_path. */
+dt_status dt_trace_merge(const char *const *paths, int n, const char *out_path);
+
+/* Renders a trace file (one rank's or merged) as a self-contained HTML page that works
+ * offline: ranks as lanes with rows for ops, compute and communication on one time axis,
+ * hover for details, per-rank communication totals and compute/communication overlap. */
+dt_status dt_trace_render_html(const char *trace_path, const char *html_path);
+
+/* Prints a communication summary: calls, bytes and time per collective kind and mesh dims,
+ * from counters read with dt_comm_stats_get (like CommDebugMode's table). title names the
+ * rank or the phase. */
+dt_status dt_comm_stats_print(const dt_comm_stats *stats, const char *title, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
