@@ -27,7 +27,7 @@ static void cut_shard(const dt_tensor *t, int r, const void *full, void *dst) {
     dt_tensor_layout_of(t, r, shape, off);
     dt_mesh_coord_of(t->mesh, r, coord);
     size_t es = dt_dtype_size(t->dtype), n = dt_shape_numel(shape, t->ndim);
-    if (holds_zeros(t->mesh, t->placements, coord))
+    if (n && holds_zeros(t->mesh, t->placements, coord))
         memset(dst, 0, n * es);
     else
         dt_box_copy(dst, shape, NULL, full, t->shape, off, shape, t->ndim, es);

@@ -203,7 +203,8 @@ static dt_status compute(local_call *c) {
     }
     case DT_OP_EXPAND: return expand_copy(x, &c->out);
     default: /* view, (un)squeeze, contiguous: the local block keeps its memory order */
-        memcpy(c->out.data, x->data, dt_shape_numel(x->shape, x->ndim) * dt_dtype_size(x->dtype));
+        if (dt_shape_numel(x->shape, x->ndim))
+            memcpy(c->out.data, x->data, dt_shape_numel(x->shape, x->ndim) * dt_dtype_size(x->dtype));
         return DT_OK;
     }
 }

@@ -37,6 +37,7 @@ dt_status dt_cpu_embedding(const dt_local *table, int64_t row_offset, const dt_l
                         table->ndim);
     int64_t V = table->shape[0];
     size_t row = (size_t)table->shape[1] * es, n = numel(indices);
+    if (row == 0) return DT_OK; /* an empty shard of the hidden dim */
     for (size_t i = 0; i < n; i++) {
         int64_t r = index_at(indices, i) - row_offset;
         char *dst = (char *)out->data + i * row;
