@@ -8,6 +8,11 @@
 
 #include "dtensor/comm.h"
 
+/* A sub-box of a dense row-major array: where it starts and how far it extends per dim. */
+typedef struct dt_box {
+    int64_t off[DT_MAX_NDIM], ext[DT_MAX_NDIM];
+} dt_box;
+
 /* The generic layer (comm.c) has checked every argument before calling these, turned NULL
  * displacements into packed ones and equal-count calls into their v-forms. */
 typedef struct dt_comm_ops {
@@ -25,6 +30,10 @@ typedef struct dt_comm_ops {
     dt_status (*send)(dt_comm *c, const void *buf, size_t bytes, int peer);
     dt_status (*recv)(dt_comm *c, void *buf, size_t bytes, int peer);
     dt_status (*barrier)(dt_comm *c);
+    /* Optional (NULL: packed all_to_allv): see dt_comm_exchange_boxes. */
+    dt_status (*exchange_boxes)(dt_comm *c, int ndim, size_t es, const void *src,
+                                const int64_t *src_shape, const dt_box *send, void *dst,
+                                const int64_t *dst_shape, const dt_box *recv);
     void (*destroy)(dt_comm *c);
 } dt_comm_ops;
 
@@ -80,6 +89,14 @@ dt_status dt_ctx_comm_create(dt_ctx *ctx, const uint64_t key[2], const int *memb
  * these around their own setup; fini stops the communication thread first). */
 dt_status dt_ctx_init_common(dt_ctx *ctx);
 void dt_ctx_fini_common(dt_ctx *ctx);
+
+/* An all_to_all of sub-boxes: box send[k] of this rank's array src goes to group rank k, and
+ * group rank k's box lands in box recv[k] of dst; the extents of each pair must agree.
+ * Backends that can copy between ranks' arrays directly do it in one copy; the fallback
+ * packs, runs all_to_allv and unpacks. Collective; counted as an all_to_all. */
+dt_status dt_comm_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *src,
+                                 const int64_t *src_shape, const dt_box *send, void *dst,
+                                 const int64_t *dst_shape, const dt_box *recv);
 
 /* Counts (and traces) one successful call on comm's context that started at t0_us. */
 void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t bytes_out,

@@ -144,45 +144,27 @@ static dt_status split_along(exec *x, const group *g, int me, int d, void **pack
     return DT_OK;
 }
 
-/* S(i) -> S(j): send each member its chunk of j, receive everyone's piece of i. */
+/* S(i) -> S(j): each member gets this rank's block cut to its chunk of j; this rank gets
+ * every member's piece of i cut to its own chunk of j. Sub-box exchange: no packing where
+ * the backend copies between ranks directly. */
 static dt_status all_to_all(exec *x, const dt_plan_step *s, dt_comm *c, const group *g, int me,
                             void *out) {
     unsigned m0 = (unsigned)__builtin_ctz(s->mesh_mask);
     int i = s->before[m0].dim, j = s->after[m0].dim;
-    const layout *a = &g->after[me];
-    void *send;
-    int send_owned;
-    DT_CHECK(split_along(x, g, me, j, &send, &send_owned));
-    size_t *rcounts = malloc(sizeof(size_t) * (size_t)g->n), total = 0;
-    if (!rcounts) {
-        if (send_owned) dt_host_free(send);
-        return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
-    }
+    const layout *b = &g->before[me], *a = &g->after[me];
+    dt_box *send = calloc((size_t)g->n * 2, sizeof *send), *recv = send + g->n;
+    if (!send) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
     for (int k = 0; k < g->n; k++) {
-        int64_t shape[DT_MAX_NDIM];
-        memcpy(shape, a->shape, sizeof shape);
-        shape[i] = g->before[k].shape[i];
-        rcounts[k] = dt_shape_numel(shape, x->ndim);
-        total += rcounts[k];
+        memcpy(send[k].ext, b->shape, sizeof b->shape);
+        send[k].ext[j] = g->after[k].shape[j];
+        send[k].off[j] = g->after[k].off[j] - b->off[j];
+        memcpy(recv[k].ext, a->shape, sizeof a->shape);
+        recv[k].ext[i] = g->before[k].shape[i];
+        recv[k].off[i] = g->before[k].off[i] - a->off[i];
     }
-    void *recv = leading_ones(a->shape, i) ? out : alloc_elems(total, x->es);
-    dt_status st = recv ? DT_OK : dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
-    if (st == DT_OK)
-        st = dt_all_to_allv(c, send, g->counts, NULL, recv, rcounts, NULL, x->plan->dtype);
-    if (st == DT_OK && recv != out) {
-        const char *block = recv;
-        for (int k = 0; k < g->n; k++) {
-            int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM] = {0};
-            memcpy(shape, a->shape, sizeof shape);
-            shape[i] = g->before[k].shape[i];
-            off[i] = g->before[k].off[i] - a->off[i];
-            dt_box_copy(out, a->shape, off, block, shape, NULL, shape, x->ndim, x->es);
-            block += rcounts[k] * x->es;
-        }
-    }
-    if (recv != out) dt_host_free(recv);
-    if (send_owned) dt_host_free(send);
-    free(rcounts);
+    dt_status st = dt_comm_exchange_boxes(c, x->ndim, x->es, x->cur, b->shape, send, out, a->shape,
+                                          recv);
+    free(send);
     return st;
 }
 
@@ -190,8 +172,8 @@ static dt_status all_to_all(exec *x, const dt_plan_step *s, dt_comm *c, const gr
 static dt_status reduce_scatter(exec *x, const dt_plan_step *s, dt_comm *c, const group *g,
                                 int me, void *out) {
     unsigned m0 = (unsigned)__builtin_ctz(s->mesh_mask);
-    void *send;
-    int owned;
+    void *send = NULL;
+    int owned = 0;
     DT_CHECK(split_along(x, g, me, s->after[m0].dim, &send, &owned));
     dt_status st = dt_reduce_scatterv(c, send, out, g->counts, x->plan->dtype, s->before[m0].op);
     if (owned) dt_host_free(send);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm/local/local_impl.h"
+#include "core/box.h"
 #include "core/check.h"
 #include "core/reduce.h"
 
@@ -165,6 +166,32 @@ static dt_status broadcast(dt_comm *base, void *buf, size_t bytes, int root) {
     return st;
 }
 
+/* Each rank copies the boxes its peers send it straight out of their arrays: one copy. */
+static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *src,
+                                const int64_t *src_shape, const dt_box *send, void *dst,
+                                const int64_t *dst_shape, const dt_box *recv) {
+    lw_comm *c = lw(base);
+    lw_group *g = c->group;
+    int me = base->rank;
+    g->slots[me] = (lw_slot){.send = src, .shape = src_shape, .send_boxes = send,
+                             .recv_boxes = recv};
+    DT_CHECK(lw_enter(c, "exchange_boxes"));
+    dt_status st = DT_OK;
+    for (int j = 0; j < g->n && st == DT_OK; j++) /* every pair, so all ranks agree */
+        for (int k = 0; k < g->n && st == DT_OK; k++)
+            if (memcmp(g->slots[j].send_boxes[k].ext, g->slots[k].recv_boxes[j].ext,
+                       sizeof(int64_t) * (size_t)ndim))
+                st = dt_error(DT_ERR_COMM, "exchange_boxes: the box group rank %d sends to rank "
+                                           "%d does not match the box rank %d expects", j, k, k);
+    for (int j = 0; j < g->n && st == DT_OK; j++) {
+        const lw_slot *s = &g->slots[j];
+        dt_box_copy(dst, dst_shape, recv[j].off, s->send, s->shape, s->send_boxes[me].off,
+                    recv[j].ext, ndim, es);
+    }
+    lw_sync(c);
+    return st;
+}
+
 static dt_status barrier_op(dt_comm *base) { return lw_enter(lw(base), "dt_barrier"); }
 
 dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer);
@@ -181,5 +208,6 @@ const dt_comm_ops lw_comm_ops = {
     .send = lw_send,
     .recv = lw_recv,
     .barrier = barrier_op,
+    .exchange_boxes = exchange_boxes,
     .destroy = lw_comm_destroy,
 };

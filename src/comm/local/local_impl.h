@@ -17,6 +17,8 @@ typedef struct lw_slot {
     const size_t *counts; /* all_gatherv/reduce_scatterv: recvcounts; all_to_allv: sendcounts */
     const size_t *displs; /* all_to_allv: sdispls */
     const size_t *rcounts; /* all_to_allv: recvcounts */
+    const int64_t *shape;  /* exchange_boxes: the source array's shape and the boxes */
+    const dt_box *send_boxes, *recv_boxes;
     const void *result;   /* all_reduce: where this rank's reduced chunk is */
     size_t count;
 } lw_slot;
