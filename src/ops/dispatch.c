@@ -21,6 +21,7 @@ typedef struct strategy {
     dt_placement in[DT_OP_MAX_INPUTS][DT_MESH_MAX_NDIM];
     dt_placement out[DT_MESH_MAX_NDIM];
     op_out spec;
+    char text[160]; /* "S(0),R | R,S(1) -> S(0),S(1)", for traces */
 } strategy;
 
 /* ---- the per-mesh cache ------------------------------------------------------------------ */
@@ -186,6 +187,18 @@ static dt_status choose(dt_op op, const op_family *f, dt_tensor *const *in, int 
     return DT_OK;
 }
 
+/* "S(0),R | R,S(1) -> S(0),S(1)" for the trace. */
+static void strategy_text(const strategy *s, int n, int mnd, char *buf, size_t cap) {
+    size_t o = 0;
+    char one[128];
+    for (int i = 0; i < n && o < cap; i++) {
+        dt_placements_format(s->in[i], mnd, one, sizeof one);
+        o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? " | " : "", one);
+    }
+    dt_placements_format(s->out, mnd, one, sizeof one);
+    if (o < cap) snprintf(buf + o, cap - o, " -> %s", one);
+}
+
 static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int n,
                         const dt_op_args *a, const strategy **out) {
     dt_mesh *mesh = in[0]->mesh;
@@ -209,6 +222,7 @@ static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int 
         free(e);
         return st;
     }
+    strategy_text(&e->s, n, mesh->ndim, e->s.text, sizeof e->s.text);
     e->hash = h;
     e->op = op;
     e->n = n;
@@ -265,18 +279,6 @@ static void local_of(const dt_tensor *t, dt_local *l) {
     memcpy(l->shape, t->local_shape, sizeof(int64_t) * (size_t)t->ndim);
 }
 
-/* "S(0),R | R,S(1) -> S(0),S(1)" for the trace. */
-static void strategy_text(const strategy *s, int n, int mnd, char *buf, size_t cap) {
-    size_t o = 0;
-    char one[128];
-    for (int i = 0; i < n && o < cap; i++) {
-        dt_placements_format(s->in[i], mnd, one, sizeof one);
-        o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? " | " : "", one);
-    }
-    dt_placements_format(s->out, mnd, one, sizeof one);
-    if (o < cap) snprintf(buf + o, cap - o, " -> %s", one);
-}
-
 static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
                      const dt_op_args *a, const strategy *s, dt_tensor **out) {
     dt_mesh *mesh = in[0]->mesh;
@@ -316,11 +318,7 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
         dt_tensor_release(o);
         return st;
     }
-    if (ctx->trace) {
-        char text[160];
-        strategy_text(s, n, mesh->ndim, text, sizeof text);
-        dt_trace_record(ctx, DT_LANE_OPS, dt_op_name(op), t0, "%s", text);
-    }
+    if (ctx->trace) dt_trace_record(ctx, DT_LANE_OPS, dt_op_name(op), t0, "%s", s->text);
     *out = o;
     return DT_OK;
 }
