@@ -2,7 +2,7 @@
 # configures, builds and runs. Everything else goes through meson/ninja in build*/.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
-PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev \
+PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev ucx-utils \
 	chromium
 MESON_FLAGS := -Dwerror=true
 

@@ -1,0 +1,206 @@
+/* The UCX backend: one process per rank. Data moves as UCP tagged messages (shared memory,
+ * CMA, TCP or RDMA, as UCX picks); a small TCP control plane through rank 0 carries the
+ * rendezvous, failures and exits. Knows nothing of placements or meshes.
+ *
+ * Threads: the rank's own thread and its communication thread (ctx->worker, async
+ * redistribute) both drive the one UCP worker, created with UCS_THREAD_MODE_MULTI so UCX
+ * serialises them; they use different communicators, so different tags. The control thread
+ * never touches UCX: it only reads sockets and updates the failure state below. */
+#ifndef DT_COMM_UCX_IMPL_H
+#define DT_COMM_UCX_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+#include "comm/comm_impl.h"
+#include "comm/ucx/env.h"
+
+/* Tag layout: group id (28 bits) | sequence number (16) | phase (4) | sender's group rank (16).
+ * Every tag is matched exactly. */
+#define UX_TAG(gid, seq, phase, src)                                                               \
+    (((uint64_t)(gid) << 36) | ((uint64_t)((seq)&0xffffu) << 20) |                                 \
+     ((uint64_t)((phase)&0xfu) << 16) | (uint64_t)((src)&0xffffu))
+#define UX_GID_BITS  28
+#define UX_PHASE_P2P 15 /* send/recv: ordered per pair, no sequence number */
+
+/* Phases within one collective (its sequence number already sets it apart from others). */
+enum { UX_PH_GATHER = 0, UX_PH_REDUCE, UX_PH_ALL, UX_PH_SCATTER };
+
+typedef struct ux_ctl ux_ctl;
+
+typedef struct ux_world {
+    dt_ctx ctx; /* first: the backend state is found from the context */
+    dt_ucx_env env;
+    int rank, size;
+    ucp_context_h ucp;
+    ucp_worker_h worker;
+    ucp_ep_h *eps;              /* per world rank; NULL for this rank */
+    atomic_int *ep_error;       /* ucs_status_t of an endpoint's failure, 0 while fine */
+    atomic_int closing;         /* teardown: endpoint errors are expected */
+    _Atomic int64_t timeout_ns; /* per operation; 0 = none */
+    int64_t startup_timeout_ns;
+    size_t ring_min_bytes;
+    int err_mode; /* UX_ERR_*, from DT_UCX_ERR_MODE (policy.c) */
+    int cma;      /* DT_UCX_CMA=1: keep CMA in the transports (policy.c) */
+
+    /* Failure and exit state: written under mu (control thread, error callbacks, failing
+     * operations), announced by bumping events, which waiting operations poll. */
+    atomic_uint events;
+    atomic_int aborted;
+    pthread_mutex_t mu;
+    int abort_rank;
+    dt_status abort_status;
+    char abort_msg[512];
+    unsigned char *exited;              /* per world rank: returned from its SPMD function */
+    uint64_t *exit_sent;                /* messages exited rank r sent to this rank */
+    uint64_t *exit_recvd;               /* messages exited rank r received from this rank */
+    atomic_uint_fast64_t *sent, *recvd; /* messages this rank sent to / received from r */
+
+    ux_ctl *ctl;
+
+    pthread_mutex_t groups_mu;
+    struct ux_group *groups;
+    void **orphans; /* scratch still targeted by requests UCX could not cancel */
+    int norphans;
+} ux_world;
+
+/* Communicators with the same key and members on this rank share one group (tags, seq). */
+typedef struct ux_group {
+    struct ux_group *next;
+    uint64_t key[2];
+    int n;
+    int *members;
+    uint32_t gid;
+    uint32_t seq; /* collectives issued so far */
+    int refs;
+} ux_group;
+
+typedef struct ux_comm {
+    dt_comm base;
+    ux_world *w;
+    ux_group *g;
+    void *scratch;
+    size_t scratch_cap;
+} ux_comm;
+
+/* --- operations (progress.c) ---------------------------------------------------------- */
+
+typedef struct ux_req {
+    void *ucp; /* in-flight UCP request; NULL once done */
+    int peer;  /* group rank */
+    int is_recv;
+    int done;
+    size_t expect; /* receive: bytes the sender must send */
+    ucp_tag_recv_info_t info;
+} ux_req;
+
+#define UX_OP_INLINE 8
+
+/* One collective (or send/recv) in progress: its tags, deadline and posted requests. A
+ * failure is sticky: later posts are skipped and ux_op_end cleans up and reports it. */
+typedef struct ux_op {
+    ux_comm *c;
+    ux_world *w;
+    const char *what;
+    uint32_t seq;
+    int64_t deadline; /* ns on CLOCK_MONOTONIC; 0 = none */
+    dt_status st;
+    int remote;  /* the failure came from another rank: do not report it again */
+    int recheck; /* a peer awaited has returned: look at the message counts again */
+    int nreq, cap;
+    ux_req *reqs;
+    ux_req inline_reqs[UX_OP_INLINE];
+} ux_op;
+
+/* Starts an operation on c (takes the group's next sequence number; p2p = 1 for send/recv,
+ * which do not). Fails at once when the world has already failed. */
+dt_status ux_op_begin(ux_op *op, ux_comm *c, const char *what, int p2p);
+/* Post a message to / from group rank peer. sync = complete only once the peer matched it. */
+void ux_post_send(ux_op *op, int peer, int phase, const void *buf, size_t bytes, int sync);
+void ux_post_recv(ux_op *op, int peer, int phase, void *buf, size_t bytes);
+/* Progresses until every posted request is done, the deadline passes, a peer fails or exits
+ * without sending what is awaited; then forgets the done requests. */
+dt_status ux_op_wait(ux_op *op);
+/* Ends the operation: on failure cancels what is pending and tells the world. Returns st. */
+dt_status ux_op_end(ux_op *op);
+/* Scratch of at least bytes owned by the communicator (kept between calls). */
+dt_status ux_scratch(ux_op *op, size_t bytes, void **out);
+
+int64_t ux_now_ns(void);
+
+/* --- failure state (world.c) ------------------------------------------------------------ */
+
+/* Records a failure (first one wins) and wakes waiting operations. */
+void ux_world_abort(ux_world *w, int rank, dt_status st, const char *msg);
+/* Records that rank r returned, with the messages it sent to and received from this rank. */
+void ux_world_exited(ux_world *w, int r, uint64_t sent_to_me, uint64_t recvd_from_me);
+
+/* --- control plane (control.c) ----------------------------------------------------------- */
+
+/* Takes over the rendezvous sockets (root: one per rank, socks[0] unused; others: socks[0] is
+ * rank 0) and starts the control thread. */
+dt_status ux_ctl_start(ux_world *w, int *socks);
+/* This rank failed (first report only): every rank's operations fail with DT_ERR_ABORTED. */
+void ux_ctl_fail(ux_world *w, dt_status st, const char *msg);
+/* This rank returned: tells the others (with its message counts), then waits until every rank
+ * has returned or died. The first failure of the world (rank, status, message) comes back;
+ * *rank_out = -1 when none. */
+void ux_ctl_finish(ux_world *w, int *rank_out, dt_status *st_out, char *msg, size_t cap);
+void ux_ctl_stop(ux_world *w);
+
+/* --- error-handling policy (policy.c) ---------------------------------------------------- */
+
+enum { UX_ERR_AUTO = 0, UX_ERR_PEER, UX_ERR_NONE };
+#define UX_HOST_ID 128 /* host name + boot id: ranks with equal ids share a host */
+
+dt_status ux_err_mode_read(int *mode_out, int *cma_out);
+/* UCX_TLS value user (NULL = unset) without CMA; 0 when it cannot be expressed. */
+int ux_tls_without_cma(const char *user, char *out, size_t cap);
+void ux_host_id(char out[UX_HOST_ID]);
+
+/* --- rendezvous (bootstrap.c) ------------------------------------------------------------ */
+
+/* Meets every rank at MASTER_ADDR:MASTER_PORT: publishes this rank's UCX worker address and
+ * returns everyone's (addrs[r], lens[r]; caller frees each and the arrays) plus the control
+ * sockets for ux_ctl_start. */
+dt_status ux_bootstrap(const dt_ucx_env *env, int64_t timeout_ns, const void *addr, size_t len,
+                       void ***addrs_out, size_t **lens_out, int **socks_out);
+
+/* --- collectives ------------------------------------------------------------------------- */
+
+extern const dt_comm_ops ux_comm_ops;
+
+/* group.c */
+dt_status ux_comm_create(dt_ctx *ctx, const uint64_t key[2], const int *members, int n,
+                         dt_comm **comm_out);
+void ux_groups_free(ux_world *w);
+
+dt_status ux_all_gatherv(dt_comm *c, const void *send, void *recv, const size_t *counts,
+                         const size_t *displs, dt_dtype dt);
+dt_status ux_reduce_scatterv(dt_comm *c, const void *send, void *recv, const size_t *counts,
+                             const size_t *displs, dt_dtype dt, dt_reduce_op op);
+dt_status ux_all_reduce(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype dt,
+                        dt_reduce_op op);
+dt_status ux_all_to_allv(dt_comm *c, const void *send, const size_t *scounts, const size_t *sdispls,
+                         void *recv, const size_t *rcounts, const size_t *rdispls, dt_dtype dt);
+dt_status ux_broadcast(dt_comm *c, void *buf, size_t bytes, int root);
+dt_status ux_send(dt_comm *c, const void *buf, size_t bytes, int peer);
+dt_status ux_recv(dt_comm *c, void *buf, size_t bytes, int peer);
+dt_status ux_barrier(dt_comm *c);
+void ux_comm_destroy(dt_comm *c);
+
+/* The algorithms inside an operation that the composite collectives reuse. */
+dt_status ux_ring_all_gatherv(ux_op *op, void *recv, const size_t *counts, const size_t *displs,
+                              size_t es);
+dt_status ux_direct_all_gatherv(ux_op *op, void *recv, const size_t *counts, const size_t *displs,
+                                size_t es);
+dt_status ux_reduce_scatter_in(ux_op *op, const void *send, void *recv, const size_t *counts,
+                               const size_t *displs, dt_dtype dt, dt_reduce_op op_kind);
+
+static inline ux_comm *ux(dt_comm *c) {
+    return (ux_comm *)c;
+}
+
+#endif

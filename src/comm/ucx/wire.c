@@ -1,0 +1,79 @@
+/* Framed messages on the control sockets: one write per message, reads bounded by a deadline. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "comm/ucx/ucx_impl.h"
+#include "comm/ucx/wire.h"
+
+int ux_wire_write(int fd, uint32_t type, int rank, int status, const void *payload, size_t len) {
+    ux_wire_hdr h = {
+        .magic = UX_WIRE_MAGIC, .type = type, .rank = rank, .status = status, .len = len};
+    char *buf = malloc(sizeof h + len);
+    if (!buf) {
+        errno = ENOMEM;
+        return -1;
+    }
+    memcpy(buf, &h, sizeof h);
+    if (len) memcpy(buf + sizeof h, payload, len);
+    size_t off = 0, total = sizeof h + len;
+    while (off < total) {
+        ssize_t k = send(fd, buf + off, total - off, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            int e = errno;
+            free(buf);
+            errno = e;
+            return -1;
+        }
+        off += (size_t)k;
+    }
+    free(buf);
+    return 0;
+}
+
+/* Reads exactly len bytes; 0, -1 (errno; 0 at end of stream) or -2 (deadline). */
+static int read_full(int fd, void *p, size_t len, int64_t deadline) {
+    size_t off = 0;
+    while (off < len) {
+        int ms = -1;
+        if (deadline) {
+            int64_t left = deadline - ux_now_ns();
+            if (left <= 0) return -2;
+            ms = (int)(left / 1000000 + 1);
+        }
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int r = poll(&pfd, 1, ms);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) continue;
+        ssize_t k = recv(fd, (char *)p + off, len - off, 0);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (k == 0) errno = 0;
+        if (k <= 0) return -1;
+        off += (size_t)k;
+    }
+    return 0;
+}
+
+int ux_wire_read(int fd, ux_wire_hdr *hdr, char **payload_out, int64_t deadline_ns) {
+    *payload_out = NULL;
+    int r = read_full(fd, hdr, sizeof *hdr, deadline_ns);
+    if (r) return r;
+    if (hdr->magic != UX_WIRE_MAGIC || hdr->len > UX_WIRE_MAX_PAYLOAD) return -3;
+    char *p = malloc(hdr->len + 1);
+    if (!p) {
+        errno = ENOMEM;
+        return -1;
+    }
+    r = read_full(fd, p, hdr->len, deadline_ns);
+    if (r) {
+        free(p);
+        return r;
+    }
+    p[hdr->len] = '\0';
+    *payload_out = p;
+    return 0;
+}

@@ -1,0 +1,358 @@
+/* The UCX runtime's life cycle: world from the environment, UCP context and worker, the
+ * rendezvous, endpoints to every peer, the rank's SPMD function, and an orderly teardown once
+ * every rank has returned. Also the failure state that operations poll. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/ucx/ucx_impl.h"
+#include "comm/worker.h"
+#include "core/alloc.h"
+#include "core/check.h"
+
+#define DEFAULT_STARTUP_S 60.0
+#define DEFAULT_TIMEOUT_S 300.0
+#define DEFAULT_RING_MIN  (64u << 10)
+#define CLOSE_NS          5000000000LL
+
+typedef struct ep_arg {
+    ux_world *w;
+    int rank;
+} ep_arg;
+
+int dt_ucx_available(void) {
+    return 1;
+}
+
+void ux_world_abort(ux_world *w, int rank, dt_status st, const char *msg) {
+    pthread_mutex_lock(&w->mu);
+    if (!atomic_load(&w->aborted)) {
+        w->abort_rank = rank;
+        w->abort_status = st;
+        snprintf(w->abort_msg, sizeof w->abort_msg, "%s", msg);
+        atomic_store(&w->aborted, 1);
+    }
+    pthread_mutex_unlock(&w->mu);
+    atomic_fetch_add(&w->events, 1);
+}
+
+void ux_world_exited(ux_world *w, int r, uint64_t sent_to_me, uint64_t recvd_from_me) {
+    pthread_mutex_lock(&w->mu);
+    w->exited[r] = 1;
+    w->exit_sent[r] = sent_to_me;
+    w->exit_recvd[r] = recvd_from_me;
+    pthread_mutex_unlock(&w->mu);
+    atomic_fetch_add(&w->events, 1);
+}
+
+/* UCX reports a broken endpoint; the requests on it fail on their own, so only note it. */
+static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+    (void)ep;
+    ep_arg *a = arg;
+    if (atomic_load(&a->w->closing)) return;
+    atomic_store(&a->w->ep_error[a->rank], (int)status);
+    atomic_fetch_add(&a->w->events, 1);
+}
+
+static const dt_backend_ops ux_backend = {.name = "ucx", .comm_create = ux_comm_create};
+
+static dt_status alloc_world(ux_world **out) {
+    ux_world *w = calloc(1, sizeof *w);
+    if (!w) return dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory");
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_init(&w->groups_mu, NULL);
+    w->abort_rank = -1;
+    *out = w;
+    return DT_OK;
+}
+
+static dt_status read_config(ux_world *w) {
+    DT_CHECK(dt_ucx_env_read(&w->env));
+    double startup, timeout;
+    DT_CHECK(dt_ux_env_seconds("DT_STARTUP_TIMEOUT_S", DEFAULT_STARTUP_S, &startup));
+    DT_CHECK(dt_ux_env_seconds("DT_TIMEOUT_S", DEFAULT_TIMEOUT_S, &timeout));
+    DT_CHECK(dt_ux_env_bytes("DT_UCX_RING_MIN_BYTES", DEFAULT_RING_MIN, &w->ring_min_bytes));
+    DT_CHECK(ux_err_mode_read(&w->err_mode, &w->cma));
+    w->startup_timeout_ns = (int64_t)(startup * 1e9);
+    if (w->startup_timeout_ns <= 0) w->startup_timeout_ns = 1;
+    atomic_store(&w->timeout_ns, (int64_t)(timeout * 1e9));
+    w->rank = w->env.rank;
+    w->size = w->env.size;
+    size_t n = (size_t)w->size;
+    w->eps = calloc(n, sizeof *w->eps);
+    w->ep_error = calloc(n, sizeof *w->ep_error);
+    w->exited = calloc(n, 1);
+    w->exit_sent = calloc(n, sizeof *w->exit_sent);
+    w->exit_recvd = calloc(n, sizeof *w->exit_recvd);
+    w->sent = calloc(n, sizeof *w->sent);
+    w->recvd = calloc(n, sizeof *w->recvd);
+    if (!w->eps || !w->ep_error || !w->exited || !w->exit_sent || !w->exit_recvd || !w->sent ||
+        !w->recvd)
+        return dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory for %d ranks", w->size);
+    return DT_OK;
+}
+
+static dt_status ucx_error(const char *what, ucs_status_t us) {
+    return dt_error(DT_ERR_COMM, "dt_ucx_run: %s failed: UCX: %s", what, ucs_status_string(us));
+}
+
+static dt_status ucx_init(ux_world *w) {
+    ucp_config_t *cfg;
+    ucs_status_t us = ucp_config_read(NULL, NULL, &cfg);
+    if (us != UCS_OK) return ucx_error("ucp_config_read (check the UCX_* variables)", us);
+    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
+                      .features = UCP_FEATURE_TAG,
+                      .estimated_num_eps = (size_t)w->size};
+    if (w->env.local_size > 0) {
+        p.field_mask |= UCP_PARAM_FIELD_ESTIMATED_NUM_PPN;
+        p.estimated_num_ppn = (size_t)w->env.local_size;
+    }
+    char tls[256]; /* see policy.c: no CMA */
+    if (!w->cma && ux_tls_without_cma(getenv("UCX_TLS"), tls, sizeof tls))
+        ucp_config_modify(cfg, "TLS", tls);
+    us = ucp_init(&p, cfg, &w->ucp);
+    ucp_config_release(cfg);
+    if (us != UCS_OK) return ucx_error("ucp_init", us);
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_MULTI};
+    us = ucp_worker_create(w->ucp, &wp, &w->worker);
+    if (us != UCS_OK) return ucx_error("ucp_worker_create", us);
+    ucp_worker_attr_t attr = {.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE};
+    us = ucp_worker_query(w->worker, &attr);
+    if (us != UCS_OK) return ucx_error("ucp_worker_query", us);
+    if (attr.thread_mode != UCS_THREAD_MODE_MULTI)
+        return dt_error(DT_ERR_UNSUPPORTED, "dt_ucx_run: this UCX was built without "
+                                            "multi-thread support (configure --enable-mt)");
+    return DT_OK;
+}
+
+/* One endpoint to rank r, with the error handling policy.c picks for where r runs. */
+static dt_status make_ep(ux_world *w, int r, const void *addr, int same_host, ep_arg *arg) {
+    *arg = (ep_arg){.w = w, .rank = r};
+    int peer = w->err_mode == UX_ERR_PEER || (w->err_mode == UX_ERR_AUTO && !same_host);
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+        .address = addr,
+        .err_mode = UCP_ERR_HANDLING_MODE_NONE,
+    };
+    ucs_status_t us = UCS_ERR_UNREACHABLE;
+    if (peer) {
+        ucp_ep_params_t pe = ep;
+        pe.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        pe.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        pe.err_handler = (ucp_err_handler_t){.cb = ep_error, .arg = arg};
+        us = ucp_ep_create(w->worker, &pe, &w->eps[r]);
+    }
+    if (us == UCS_ERR_UNREACHABLE) us = ucp_ep_create(w->worker, &ep, &w->eps[r]);
+    if (us != UCS_OK)
+        return dt_error(DT_ERR_COMM,
+                        "dt_ucx_run: rank %d cannot make a UCX endpoint to rank %d "
+                        "(%s): %s (do the ranks share a transport? UCX_TLS=%s)",
+                        w->rank, r, same_host ? "same host" : "another host", ucs_status_string(us),
+                        getenv("UCX_TLS") ? getenv("UCX_TLS") : "(unset)");
+    return DT_OK;
+}
+
+static dt_status connect_peers(ux_world *w, ep_arg **args_out) {
+    ucp_address_t *addr;
+    size_t len;
+    ucs_status_t us = ucp_worker_get_address(w->worker, &addr, &len);
+    if (us != UCS_OK) return ucx_error("ucp_worker_get_address", us);
+    /* What every rank publishes: its host id, then its worker address. */
+    char *blob = malloc(UX_HOST_ID + len);
+    if (!blob) {
+        ucp_worker_release_address(w->worker, addr);
+        return dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory");
+    }
+    ux_host_id(blob);
+    memcpy(blob + UX_HOST_ID, addr, len);
+    ucp_worker_release_address(w->worker, addr);
+    void **addrs = NULL;
+    size_t *lens = NULL;
+    int *socks = NULL;
+    dt_status st =
+        ux_bootstrap(&w->env, w->startup_timeout_ns, blob, UX_HOST_ID + len, &addrs, &lens, &socks);
+    DT_CHECK_GOTO(st, st, out);
+    ep_arg *args = calloc((size_t)w->size, sizeof *args);
+    *args_out = args;
+    if (!args) st = dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory");
+    for (int r = 0; r < w->size && st == DT_OK; r++) {
+        if (r == w->rank) continue;
+        if (lens[r] <= UX_HOST_ID) {
+            st = dt_error(DT_ERR_COMM, "dt_ucx_run: rank %d published no UCX address", r);
+            break;
+        }
+        int same = memcmp(addrs[r], blob, UX_HOST_ID) == 0;
+        st = make_ep(w, r, (char *)addrs[r] + UX_HOST_ID, same, &args[r]);
+    }
+    for (int r = 0; r < w->size; r++)
+        free(addrs[r]);
+    free(addrs);
+    free(lens);
+    if (st != DT_OK) {
+        for (int r = 0; r < w->size; r++)
+            if (socks[r] >= 0) close(socks[r]);
+        free(socks);
+        goto out;
+    }
+    st = ux_ctl_start(w, socks);
+out:
+    free(blob);
+    return st;
+}
+
+/* A first exchange over the world: every endpoint carries a message before fn runs (UCX
+ * connects lazily), so a transport that cannot reach a peer fails here, naming it, within the
+ * startup timeout. */
+static dt_status first_contact(ux_world *w) {
+    int64_t t = atomic_load(&w->timeout_ns);
+    atomic_store(&w->timeout_ns, w->startup_timeout_ns);
+    int32_t *ids = malloc(sizeof *ids * 2 * (size_t)w->size);
+    dt_status st = ids ? DT_OK : dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory");
+    for (int r = 0; st == DT_OK && r < w->size; r++)
+        ids[r] = w->rank;
+    if (st == DT_OK) st = dt_all_to_all(w->ctx.world, ids, ids + w->size, 1, DT_I32);
+    for (int r = 0; st == DT_OK && r < w->size; r++)
+        if (ids[w->size + r] != r)
+            st = dt_error(DT_ERR_COMM, "dt_ucx_run: rank %d answered for rank %d", ids[w->size + r],
+                          r);
+    free(ids);
+    if (st == DT_OK) st = dt_barrier(w->ctx.world);
+    atomic_store(&w->timeout_ns, t);
+    if (st != DT_OK)
+        dt_error_prefix("dt_ucx_run: first contact over UCX");
+    else
+        dt_comm_stats_reset(&w->ctx); /* the user's counters start at fn */
+    return st;
+}
+
+static void close_eps(ux_world *w) {
+    atomic_store(&w->closing, 1);
+    int force = atomic_load(&w->aborted);
+    void **reqs = calloc((size_t)w->size, sizeof *reqs);
+    for (int r = 0; r < w->size; r++) {
+        if (!w->eps[r]) continue;
+        int failed = atomic_load(&w->ep_error[r]) != 0;
+        ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                 .flags = force || failed ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+        void *q = ucp_ep_close_nbx(w->eps[r], &p);
+        if (q && !UCS_PTR_IS_ERR(q)) {
+            if (reqs)
+                reqs[r] = q;
+            else
+                ucp_request_free(q);
+        }
+        w->eps[r] = NULL;
+    }
+    int64_t until = ux_now_ns() + CLOSE_NS;
+    for (int pending = 1; pending && reqs && ux_now_ns() < until;) {
+        pending = 0;
+        ucp_worker_progress(w->worker);
+        for (int r = 0; r < w->size; r++) {
+            if (!reqs[r]) continue;
+            if (ucp_request_check_status(reqs[r]) == UCS_INPROGRESS) {
+                pending = 1;
+                continue;
+            }
+            ucp_request_free(reqs[r]);
+            reqs[r] = NULL;
+        }
+        if (pending) sched_yield();
+    }
+    for (int r = 0; reqs && r < w->size; r++)
+        if (reqs[r]) ucp_request_free(reqs[r]);
+    free(reqs);
+}
+
+static void free_world(ux_world *w, ep_arg *args) {
+    if (w->worker) close_eps(w);
+    ux_ctl_stop(w);
+    for (int i = 0; i < w->norphans; i++)
+        dt_host_free(w->orphans[i]);
+    free(w->orphans);
+    if (w->worker) ucp_worker_destroy(w->worker);
+    if (w->ucp) ucp_cleanup(w->ucp);
+    ux_groups_free(w);
+    pthread_mutex_destroy(&w->mu);
+    pthread_mutex_destroy(&w->groups_mu);
+    free(w->eps);
+    free(w->ep_error);
+    free(w->exited);
+    free(w->exit_sent);
+    free(w->exit_recvd);
+    free((void *)w->sent);
+    free((void *)w->recvd);
+    free(args);
+    free(w);
+    dt_host_cache_trim();
+}
+
+static dt_status setup(ux_world *w, ep_arg **args, int *ctx_ready) {
+    DT_CHECK(read_config(w));
+    DT_CHECK(ucx_init(w));
+    if (w->size > 1) DT_CHECK(connect_peers(w, args));
+    w->ctx = (dt_ctx){.rank = w->rank, .size = w->size, .backend = &ux_backend, .backend_state = w};
+    DT_CHECK(dt_ctx_init_common(&w->ctx));
+    *ctx_ready = 1;
+    int *all = malloc(sizeof(int) * (size_t)w->size);
+    if (!all) return dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory");
+    for (int i = 0; i < w->size; i++)
+        all[i] = i;
+    uint64_t key[2] = {DT_COMM_KEY(DT_KEY_WORLD, 0), 0};
+    dt_status st = ux_comm_create(&w->ctx, key, all, w->size, &w->ctx.world);
+    free(all);
+    DT_CHECK(st);
+    return first_contact(w);
+}
+
+dt_status dt_ucx_run(dt_spmd_fn fn, void *arg) {
+    DT_ARG_NOT_NULL(fn);
+    ux_world *w = NULL;
+    DT_CHECK(alloc_world(&w));
+    ep_arg *args = NULL;
+    int ctx_ready = 0;
+    dt_status st = setup(w, &args, &ctx_ready);
+    char msg[512] = "";
+    if (st == DT_OK) {
+        st = fn(&w->ctx, arg);
+        if (st != DT_OK && dt_last_error()[0] == '\0')
+            dt_error(st, "the SPMD function returned %s", dt_status_str(st));
+    }
+    if (st != DT_OK) {
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        ux_ctl_fail(w, st, msg); /* before draining: queued work must not wait on this rank */
+    }
+    /* The communication thread finishes what was queued before this rank counts as gone. */
+    dt_worker_destroy(w->ctx.worker);
+    w->ctx.worker = NULL;
+    int frank = -1;
+    dt_status fst = DT_OK;
+    char fmsg[512] = "";
+    if (w->ctl || w->size == 1) ux_ctl_finish(w, &frank, &fst, fmsg, sizeof fmsg);
+    int rank = w->rank, known = w->size > 0; /* 0: the environment named no world */
+    if (w->ctx.world) ux_comm_destroy(w->ctx.world);
+    if (ctx_ready) dt_ctx_fini_common(&w->ctx);
+    free_world(w, args);
+    if (st != DT_OK && !known) return dt_error(st, "%s", msg);
+    if (st != DT_OK) return dt_error(st, "rank %d: %s", rank, msg);
+    if (frank >= 0) return dt_error(fst, "rank %d: %s", frank, fmsg);
+    return DT_OK;
+}
+
+dt_status dt_ucx_set_timeout(dt_ctx *ctx, double seconds) {
+    DT_ARG_NOT_NULL(ctx);
+    DT_ARG(seconds >= 0 && seconds < 1e9,
+           "dt_ucx_set_timeout: argument seconds = %g is not in "
+           "[0, 1e9)",
+           seconds);
+    if (ctx->backend != &ux_backend)
+        return dt_error(DT_ERR_UNSUPPORTED,
+                        "dt_ucx_set_timeout: the context belongs to the %s "
+                        "runtime, not the UCX one",
+                        ctx->backend->name);
+    ux_world *w = ctx->backend_state;
+    atomic_store(&w->timeout_ns, (int64_t)(seconds * 1e9));
+    return DT_OK;
+}

@@ -1,0 +1,392 @@
+/* The UCX runtime as users run it: real processes started by dtrun on loopback, over shared
+ * memory (UCX_TLS=sm) and TCP (UCX_TLS=tcp), running tests/ucx_rank_prog.c (every collective
+ * on the world and subgroups, then mesh + distribute + redistribute + full round trips); and
+ * the ways a world fails: a rank killed mid-collective, a rank that hangs, one that returns
+ * early, ranks that disagree on counts, a rendezvous that cannot complete. Also the
+ * environment conventions and dtrun itself (those run in every build). Without UCX the
+ * process tests are skipped. Binary paths come from meson (DT_DTRUN, DT_UCX_RANK_PROG). */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dt_config.h"
+#undef R_OK /* unistd.h's access() flag; helpers.h has its own R_OK */
+#include "helpers.h"
+
+#define OUT_CAP (1 << 20)
+
+typedef struct run_result {
+    int code; /* exit status (128 + signal when killed) */
+    double secs;
+    char *out; /* stdout and stderr, merged */
+} run_result;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const char *need_env(const char *name) {
+    const char *v = getenv(name);
+    if (!v || !*v) cr_skip_test("%s is not set (run through meson test)", name);
+    return v;
+}
+
+/* Runs "env <vars> dtrun <dtrun_args> ucx_rank_prog <mode>" and collects its output. */
+static run_result run_prog(const char *vars, const char *dtrun_args, const char *mode) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "env %s %s %s %s %s 2>&1", vars, need_env("DT_DTRUN"), dtrun_args,
+             need_env("DT_UCX_RANK_PROG"), mode);
+    run_result r = {.out = calloc(1, OUT_CAP)};
+    cr_assert(r.out);
+    double t0 = now_s();
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    size_t len = 0, k;
+    while ((k = fread(r.out + len, 1, OUT_CAP - 1 - len, p)) > 0)
+        len += k;
+    int ws = pclose(p);
+    r.secs = now_s() - t0;
+    r.code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    cr_log_info("%s\n(exit %d after %.2f s)\n%s", cmd, r.code, r.secs, r.out);
+    return r;
+}
+
+static void skip_without_ucx(void) {
+    if (!DT_HAVE_UCX) cr_skip_test("built without UCX");
+}
+
+/* Every rank printed line (e.g. "[ok] tensor"). */
+static void expect_each_rank(const run_result *r, int n, const char *line) {
+    for (int rank = 0; rank < n; rank++) {
+        char want[128];
+        snprintf(want, sizeof want, "[rank %d] %s", rank, line);
+        cr_expect(strstr(r->out, want), "rank %d did not print \"%s\":\n%s", rank, line, r->out);
+    }
+}
+
+static void collectives(const char *tls, int n) {
+    skip_without_ucx();
+    char vars[128], args[64];
+    snprintf(vars, sizeof vars, "UCX_TLS=%s DT_TIMEOUT_S=60", tls);
+    snprintf(args, sizeof args, "-n %d", n);
+    run_result r = run_prog(vars, args, "all");
+    cr_expect_eq(r.code, 0, "dtrun exited with %d:\n%s", r.code, r.out);
+    expect_each_rank(&r, n, "[ok] collectives");
+    expect_each_rank(&r, n, "[ok] tensor");
+    free(r.out);
+}
+
+Test(ucx, collectives_sm_2, .timeout = 120) {
+    collectives("sm", 2);
+}
+Test(ucx, collectives_sm_4, .timeout = 120) {
+    collectives("sm", 4);
+}
+Test(ucx, collectives_tcp_2, .timeout = 120) {
+    collectives("tcp", 2);
+}
+Test(ucx, collectives_tcp_4, .timeout = 120) {
+    collectives("tcp", 4);
+}
+
+/* Rings at every size (zero-length blocks included) on an odd group. */
+Test(ucx, rings_everywhere_3, .timeout = 120) {
+    skip_without_ucx();
+    run_result r = run_prog("UCX_TLS=sm DT_UCX_RING_MIN_BYTES=0 DT_TIMEOUT_S=60", "-n 3", "all");
+    cr_expect_eq(r.code, 0, "dtrun exited with %d", r.code);
+    expect_each_rank(&r, 3, "[ok] collectives");
+    expect_each_rank(&r, 3, "[ok] tensor");
+    free(r.out);
+}
+
+/* Rank 3 raises SIGKILL while all_reduces run: the others fail cleanly, naming it, well
+ * within the 5 s timeout (the control plane sees the process die), and exit by themselves
+ * (dtrun's grace is longer than the test allows); dtrun exits with rank 3's 128 + 9. */
+static void fault(const char *tls) {
+    skip_without_ucx();
+    char vars[128];
+    snprintf(vars, sizeof vars, "UCX_TLS=%s DT_TIMEOUT_S=5", tls);
+    run_result r = run_prog(vars, "-n 4 --grace 30", "fault");
+    cr_expect_eq(r.code, 137, "dtrun exited with %d, expected 137 (rank 3's SIGKILL)", r.code);
+    expect_each_rank(&r, 3, "fault: failed cleanly");
+    cr_expect(!strstr(r.out, "FAILED BADLY"));
+    cr_expect(strstr(r.out, "dtrun: rank 3 was killed by signal 9"));
+    cr_expect_lt(r.secs, 15.0, "took %.1f s", r.secs);
+    free(r.out);
+}
+
+Test(ucx, fault_kill_sm, .timeout = 60) {
+    fault("sm");
+}
+Test(ucx, fault_kill_tcp, .timeout = 60) {
+    fault("tcp");
+}
+
+/* Rank 2 stays alive but stops taking part: the others time out after DT_TIMEOUT_S = 2 s
+ * naming it, and exit although it never returns. */
+Test(ucx, hang_times_out, .timeout = 60) {
+    skip_without_ucx();
+    run_result r = run_prog("UCX_TLS=sm DT_TIMEOUT_S=2", "-n 3 --grace 1", "hang");
+    cr_expect_eq(r.code, 3, "dtrun exited with %d, expected a survivor's 3", r.code);
+    expect_each_rank(&r, 2, "hang: failed cleanly");
+    cr_expect(strstr(r.out, "timed out after 2.0 s waiting for group rank 2 (world rank 2)"));
+    cr_expect_lt(r.secs, 15.0, "took %.1f s", r.secs);
+    free(r.out);
+}
+
+/* Rank 1 returns after five all_gathers (which must all succeed everywhere); the others'
+ * next all_reduce fails with DT_ERR_PEER_EXITED naming it. */
+Test(ucx, peer_exit, .timeout = 60) {
+    skip_without_ucx();
+    run_result r = run_prog("UCX_TLS=sm DT_TIMEOUT_S=20", "-n 4 --grace 30", "peer-exit");
+    cr_expect_eq(r.code, 3, "dtrun exited with %d", r.code);
+    for (int rank = 0; rank < 4; rank++) {
+        if (rank == 1) continue;
+        char want[128];
+        snprintf(want, sizeof want, "[rank %d] peer-exit: failed cleanly", rank);
+        cr_expect(strstr(r.out, want), "rank %d:\n%s", rank, r.out);
+    }
+    cr_expect(strstr(r.out, "DT_ERR_PEER_EXITED"), "%s", r.out);
+    cr_expect(strstr(r.out, "dt_all_reduce: rank 1 returned before joining it"), "%s", r.out);
+    cr_expect_lt(r.secs, 15.0);
+    free(r.out);
+}
+
+Test(ucx, mismatched_counts, .timeout = 60) {
+    skip_without_ucx();
+    run_result r = run_prog("UCX_TLS=tcp DT_TIMEOUT_S=20", "-n 3 --grace 30", "mismatch");
+    cr_expect_eq(r.code, 3, "dtrun exited with %d", r.code);
+    expect_each_rank(&r, 3, "mismatch: failed cleanly");
+    cr_expect(strstr(r.out, "ranks disagree on counts"));
+    cr_expect_lt(r.secs, 15.0);
+    free(r.out);
+}
+
+/* --- rendezvous errors and one-rank worlds, in this process ----------------------------- */
+
+static int closed_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static dt_status never(dt_ctx *ctx, void *arg) {
+    (void)ctx;
+    (void)arg;
+    return dt_error_set(DT_ERR_ARG, "the SPMD body should not have run");
+}
+
+static void set_world(int rank, int size, int port) {
+    char b[16];
+    snprintf(b, sizeof b, "%d", rank);
+    setenv("RANK", b, 1);
+    snprintf(b, sizeof b, "%d", size);
+    setenv("WORLD_SIZE", b, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(b, sizeof b, "%d", port);
+    setenv("MASTER_PORT", b, 1);
+}
+
+Test(ucx, rendezvous_unreachable_rank0, .timeout = 30) {
+    skip_without_ucx();
+    int port = closed_port();
+    set_world(1, 2, port);
+    setenv("DT_STARTUP_TIMEOUT_S", "1", 1);
+    double t0 = now_s();
+    char want[96];
+    snprintf(want, sizeof want, "could not reach rank 0 at MASTER_ADDR:MASTER_PORT = 127.0.0.1:%d",
+             port);
+    T_ERR(dt_ucx_run(never, NULL), DT_ERR_COMM, want);
+    cr_expect(strstr(dt_last_error(), "Connection refused"), "%s", dt_last_error());
+    cr_expect_lt(now_s() - t0, 5.0);
+}
+
+Test(ucx, rendezvous_missing_ranks, .timeout = 30) {
+    skip_without_ucx();
+    set_world(0, 3, closed_port());
+    setenv("DT_STARTUP_TIMEOUT_S", "1", 1);
+    T_ERR(dt_ucx_run(never, NULL), DT_ERR_COMM, "1 of 3 ranks arrived; missing: 1, 2");
+}
+
+static dt_status one_rank(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    R_CHECK(dt_ctx_rank(ctx) == 0 && dt_ctx_size(ctx) == 1, "rank %d of %d", dt_ctx_rank(ctx),
+            dt_ctx_size(ctx));
+    dt_comm *w;
+    R_OK(dt_ctx_world_comm(ctx, &w));
+    float v[3] = {1, 2, 3}, out[3];
+    R_OK(dt_all_reduce(w, v, out, 3, DT_F32, DT_REDUCE_AVG));
+    R_CHECK(out[2] == 3, "all_reduce on one rank: %g", out[2]);
+    R_OK(dt_ucx_set_timeout(ctx, 1.5));
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "x=1", &mesh));
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(ucx, single_rank_world) {
+    skip_without_ucx();
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    dt_status st = dt_ucx_run(one_rank, NULL);
+    cr_assert_eq(st, DT_OK, "%s", dt_last_error());
+}
+
+static dt_status set_timeout_local(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    R_ERR(dt_ucx_set_timeout(ctx, 1), DT_ERR_UNSUPPORTED, "not the UCX one");
+    R_ERR(dt_ucx_set_timeout(ctx, -1), DT_ERR_ARG, "seconds");
+    return DT_OK;
+}
+
+Test(ucx, set_timeout_needs_ucx_context) {
+    skip_without_ucx();
+    t_run(2, set_timeout_local, NULL);
+}
+
+Test(ucx, without_ucx_says_so) {
+    if (DT_HAVE_UCX) cr_skip_test("built with UCX");
+    T_ERR(dt_ucx_run(never, NULL), DT_ERR_UNSUPPORTED, "no UCX runtime");
+}
+
+/* --- environment conventions (every build) ----------------------------------------------- */
+
+static const char *const world_vars[] = {"RANK",
+                                         "WORLD_SIZE",
+                                         "LOCAL_RANK",
+                                         "LOCAL_WORLD_SIZE",
+                                         "OMPI_COMM_WORLD_RANK",
+                                         "OMPI_COMM_WORLD_SIZE",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                         "PMI_RANK",
+                                         "PMI_SIZE",
+                                         "MPI_LOCALRANKID",
+                                         "MPI_LOCALNRANKS",
+                                         "SLURM_PROCID",
+                                         "SLURM_NTASKS",
+                                         "SLURM_LOCALID",
+                                         "SLURM_TASKS_PER_NODE",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT"};
+
+static void clear_world(void) {
+    for (size_t i = 0; i < sizeof world_vars / sizeof world_vars[0]; i++)
+        unsetenv(world_vars[i]);
+}
+
+Test(ucx_env, conventions) {
+    dt_ucx_env e;
+    clear_world();
+    T_ERR(dt_ucx_env_read(&e), DT_ERR_ARG, "no world found");
+
+    setenv("RANK", "2", 1);
+    T_ERR(dt_ucx_env_read(&e), DT_ERR_ARG, "RANK is set but WORLD_SIZE is not");
+    setenv("WORLD_SIZE", "4", 1);
+    T_ERR(dt_ucx_env_read(&e), DT_ERR_ARG, "MASTER_ADDR and MASTER_PORT not set");
+    setenv("MASTER_ADDR", "node7", 1);
+    T_ERR(dt_ucx_env_read(&e), DT_ERR_ARG, "MASTER_PORT not set");
+    setenv("MASTER_PORT", "29500", 1);
+    setenv("LOCAL_RANK", "0", 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    cr_assert_eq(dt_ucx_env_read(&e), DT_OK, "%s", dt_last_error());
+    cr_expect(e.rank == 2 && e.size == 4 && e.local_rank == 0 && e.local_size == 2);
+    cr_expect_str_eq(e.source, "torchrun");
+    cr_expect_str_eq(e.master_addr, "node7");
+    cr_expect_eq(e.master_port, 29500);
+
+    setenv("RANK", "4", 1);
+    T_ERR(dt_ucx_env_read(&e), DT_ERR_ARG, "RANK=\"4\" is not an integer in [0, 3]");
+    setenv("MASTER_PORT", "http", 1);
+    setenv("RANK", "1", 1);
+    T_ERR(dt_ucx_env_read(&e), DT_ERR_ARG, "MASTER_PORT=\"http\"");
+
+    clear_world();
+    setenv("SLURM_PROCID", "5", 1);
+    setenv("SLURM_NTASKS", "8", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    setenv("SLURM_TASKS_PER_NODE", "4(x2)", 1);
+    setenv("MASTER_ADDR", "10.0.0.1", 1);
+    setenv("MASTER_PORT", "1234", 1);
+    cr_assert_eq(dt_ucx_env_read(&e), DT_OK, "%s", dt_last_error());
+    cr_expect(e.rank == 5 && e.size == 8 && e.local_rank == 1 && e.local_size == 4);
+    cr_expect_str_eq(e.source, "slurm");
+
+    /* Open MPI wins over Slurm when both are set (mpirun inside an allocation). */
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "6", 1);
+    cr_assert_eq(dt_ucx_env_read(&e), DT_OK, "%s", dt_last_error());
+    cr_expect(e.rank == 3 && e.size == 6 && e.local_rank == -1);
+    cr_expect_str_eq(e.source, "openmpi");
+
+    /* One rank needs no rendezvous. */
+    clear_world();
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    cr_assert_eq(dt_ucx_env_read(&e), DT_OK, "%s", dt_last_error());
+    cr_expect(e.size == 1 && e.master_port == 0);
+}
+
+/* --- dtrun ------------------------------------------------------------------------------- */
+
+static run_result run_dtrun(const char *args) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", need_env("DT_DTRUN"), args);
+    run_result r = {.out = calloc(1, OUT_CAP)};
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    size_t len = 0, k;
+    while ((k = fread(r.out + len, 1, OUT_CAP - 1 - len, p)) > 0)
+        len += k;
+    int ws = pclose(p);
+    r.code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    return r;
+}
+
+Test(dtrun, environment_prefix_and_status) {
+    run_result r =
+        run_dtrun("-n 3 sh -c 'echo \"env $RANK/$WORLD_SIZE $LOCAL_RANK/$LOCAL_WORLD_SIZE"
+                  " $MASTER_ADDR\"; printf partial; test $RANK != 1 || exit 5'");
+    cr_expect_eq(r.code, 5, "%d\n%s", r.code, r.out);
+    for (int k = 0; k < 3; k++) {
+        char want[96];
+        snprintf(want, sizeof want, "[rank %d] env %d/3 %d/3 127.0.0.1\n", k, k, k);
+        cr_expect(strstr(r.out, want), "missing \"%s\" in:\n%s", want, r.out);
+    }
+    cr_expect(strstr(r.out, "[rank 2] partial\n"), "%s", r.out);
+    cr_expect(strstr(r.out, "dtrun: rank 1 exited with status 5"), "%s", r.out);
+    free(r.out);
+}
+
+/* A rank killed by a signal: 128 + signal, and the others (sleeping) are stopped. */
+Test(dtrun, signal_stops_the_others, .timeout = 30) {
+    double t0 = now_s();
+    run_result r = run_dtrun("-n 3 --grace 0 sh -c 'test $RANK = 2 && kill -9 $$; sleep 20'");
+    cr_expect_eq(r.code, 137, "%d\n%s", r.code, r.out);
+    cr_expect_lt(now_s() - t0, 10.0);
+    free(r.out);
+}
+
+Test(dtrun, usage_errors) {
+    run_result r = run_dtrun("-n 0 true");
+    cr_expect_eq(r.code, 2);
+    cr_expect(strstr(r.out, "usage: dtrun"));
+    free(r.out);
+    r = run_dtrun("-n 2 /nonexistent/program");
+    cr_expect_eq(r.code, 127, "%d\n%s", r.code, r.out);
+    cr_expect(strstr(r.out, "[rank 0] dtrun: cannot run /nonexistent/program"), "%s", r.out);
+    free(r.out);
+}
