@@ -1,0 +1,248 @@
+/* Local CPU kernels of the neural-network families (softmax, norms, indexing, permute,
+ * attention) against naive double-precision references; same conventions as
+ * test_kernels.c. */
+#include "kernel_check.h"
+
+Test(kernels, softmax_and_log_softmax_stable) {
+    struct {
+        shp s;
+        int dim;
+        double shift; /* added to every value: exp would overflow without the max */
+    } cases[] = {
+        {SH(3, 4, 5), 0, 0}, {SH(3, 4, 5), 1, 0}, {SH(3, 4, 5), 2, 0},   {SH(2, 1), 1, 0},
+        {SH(0, 3), 1, 0},    {SH(2, 3), 1, 500},  {SH(1, 300), 1, 0},    {SH(3, 300), 0, -400},
+    };
+    for (size_t di = 0; di < LEN(FLOATS); di++) {
+        dt_dtype dt = FLOATS[di];
+        for (size_t c = 0; c < LEN(cases); c++) {
+            for (int lg = 0; lg < 2; lg++) {
+                shp s = cases[c].s;
+                int dim = cases[c].dim;
+                tens x = mk(dt, s, cases[c].shift - 4, cases[c].shift + 4), o = mk_out(dt, s);
+                double *want = talloc(x.n * sizeof(double) + 1);
+                int64_t idx[DT_MAX_NDIM];
+                for (size_t i = 0; i < x.n; i++) {
+                    unravel(i, s, idx);
+                    double mx = -INFINITY, sum = 0, xi = x.v[i];
+                    for (int64_t t = 0; t < s.s[dim]; t++) {
+                        idx[dim] = t;
+                        mx = fmax(mx, x.v[bidx(s, s.nd, idx)]);
+                    }
+                    for (int64_t t = 0; t < s.s[dim]; t++) {
+                        idx[dim] = t;
+                        sum += exp(x.v[bidx(s, s.nd, idx)] - mx);
+                    }
+                    want[i] = lg ? xi - mx - log(sum) : exp(xi - mx) / sum;
+                }
+                OK(dt_cpu_softmax(lg, dim, &x.t, &o.t));
+                expect(lg ? "log_softmax" : "softmax", &o.t, want, x.n);
+                OK(dt_cpu_softmax(lg, dim, &x.t, &x.t)); /* in place */
+                expect(lg ? "log_softmax in place" : "softmax in place", &x.t, want, x.n);
+            }
+        }
+    }
+    tens x = mk(DT_I32, SH(2, 2), 0, 3), o = mk_out(DT_I32, SH(2, 2));
+    T_ERR(dt_cpu_softmax(0, 1, &x.t, &o.t), DT_ERR_DTYPE, "i32");
+}
+
+Test(kernels, layer_norm_and_rms_norm) {
+    shp shapes[] = {SH(3, 7), SH(2, 1, 5), SH(4, 1), SH(0, 5), SH(9)};
+    for (size_t di = 0; di < LEN(FLOATS); di++) {
+        dt_dtype dt = FLOATS[di];
+        for (size_t si = 0; si < LEN(shapes); si++) {
+            for (int rms = 0; rms < 2; rms++) {
+                for (int wb = 0; wb < 4; wb++) { /* bit 0: weight, bit 1: bias */
+                    shp s = shapes[si];
+                    int64_t H = s.s[s.nd - 1];
+                    tens x = mk(dt, s, -3, 5), o = mk_out(dt, s);
+                    tens w = mk(dt, SH(H), 0.5, 2), b = mk(dt, SH(H), -1, 1);
+                    double *want = talloc(x.n * sizeof(double) + 1), eps = 1e-5;
+                    for (size_t r = 0; H && r < x.n / (size_t)H; r++) {
+                        const double *xr = x.v + r * (size_t)H;
+                        double mean = 0, var = 0;
+                        for (int64_t j = 0; j < H && !rms; j++) mean += xr[j] / (double)H;
+                        for (int64_t j = 0; j < H; j++)
+                            var += (xr[j] - mean) * (xr[j] - mean) / (double)H;
+                        for (int64_t j = 0; j < H; j++)
+                            want[r * (size_t)H + (size_t)j] =
+                                (xr[j] - mean) / sqrt(var + eps) * (wb & 1 ? w.v[j] : 1) +
+                                (wb & 2 && !rms ? b.v[j] : 0);
+                    }
+                    OK(dt_cpu_layer_norm(rms, eps, &x.t, wb & 1 ? &w.t : NULL,
+                                         wb & 2 ? &b.t : NULL, &o.t));
+                    expect(rms ? "rms_norm" : "layer_norm", &o.t, want, x.n);
+                }
+            }
+        }
+    }
+    tens x = mk(DT_I64, SH(2, 2), 0, 3), o = mk_out(DT_I64, SH(2, 2));
+    T_ERR(dt_cpu_layer_norm(0, 1e-5, &x.t, NULL, NULL, &o.t), DT_ERR_DTYPE, "i64");
+}
+
+/* ---- indexing ----------------------------------------------------------------------------- */
+
+Test(kernels, embedding_rows_outside_shard_are_zero) {
+    shp ishapes[] = {SH(2, 3), SH(7), SH(0), SH0};
+    for (size_t di = 0; di < LEN(ALL); di++) {
+        for (int i64 = 0; i64 < 2; i64++) {
+            for (size_t si = 0; si < LEN(ishapes); si++) {
+                for (int64_t offset = 0; offset <= 10; offset += 10) {
+                    dt_dtype dt = ALL[di];
+                    tens table = mk(dt, SH(5, 3), -9, 9);
+                    tens ix = mk(i64 ? DT_I64 : DT_I32, ishapes[si], offset - 3, offset + 8);
+                    shp os = ishapes[si];
+                    os.s[os.nd++] = 3;
+                    tens o = mk_out(dt, os);
+                    double *want = talloc(o.n * sizeof(double) + 1);
+                    for (size_t i = 0; i < ix.n; i++) {
+                        int64_t r = (int64_t)ix.v[i] - offset;
+                        for (int h = 0; h < 3; h++)
+                            want[i * 3 + (size_t)h] = r >= 0 && r < 5 ? table.v[r * 3 + h] : 0;
+                    }
+                    OK(dt_cpu_embedding(&table.t, offset, &ix.t, &o.t));
+                    expect("embedding", &o.t, want, o.n);
+                }
+            }
+        }
+    }
+    tens table = mk(DT_F32, SH(5, 3), 0, 1), ix = mk(DT_F32, SH(2), 0, 3);
+    tens o = mk_out(DT_F32, SH(2, 3));
+    T_ERR(dt_cpu_embedding(&table.t, 0, &ix.t, &o.t), DT_ERR_DTYPE, "f32");
+}
+
+Test(kernels, pick_target_with_class_offset) {
+    shp lshapes[] = {SH(4, 6), SH(2, 3, 5), SH(6), SH(0, 4)};
+    for (size_t di = 0; di < LEN(ALL); di++) {
+        for (size_t si = 0; si < LEN(lshapes); si++) {
+            dt_dtype dt = ALL[di];
+            shp ls = lshapes[si], ts = ls;
+            ts.nd--;
+            int64_t C = ls.s[ls.nd - 1], off = 7;
+            tens logits = mk(dt, ls, -9, 9);
+            tens tg = mk(di % 2 ? DT_I64 : DT_I32, ts, off - 2, off + C + 2);
+            tens o = mk_out(dt, ts);
+            double *want = talloc(o.n * sizeof(double) + 1);
+            for (size_t i = 0; i < tg.n; i++) {
+                int64_t c = (int64_t)tg.v[i] - off;
+                want[i] = c >= 0 && c < C ? logits.v[i * (size_t)C + (size_t)c] : 0;
+            }
+            OK(dt_cpu_pick(&logits.t, off, &tg.t, &o.t));
+            expect("pick", &o.t, want, o.n);
+        }
+    }
+}
+
+Test(kernels, slice_boxes) {
+    struct {
+        shp x, start, box;
+    } cases[] = {
+        {SH(4, 5, 6), SH(1, 0, 2), SH(2, 5, 3)},
+        {SH(3, 4), SH(0, 4), SH(3, 0)},
+        {SH(7), SH(2), SH(5)},
+        {SH(2, 3, 1, 4), SH(1, 1, 0, 0), SH(1, 2, 1, 4)},
+    };
+    for (size_t di = 0; di < LEN(ALL); di++) {
+        for (size_t c = 0; c < LEN(cases); c++) {
+            dt_dtype dt = ALL[di];
+            shp xs = cases[c].x, bs = cases[c].box;
+            tens x = mk(dt, xs, -9, 9), o = mk_out(dt, bs);
+            double *want = talloc(o.n * sizeof(double) + 1);
+            int64_t idx[DT_MAX_NDIM];
+            for (size_t i = 0; i < o.n; i++) {
+                unravel(i, bs, idx);
+                for (int d = 0; d < xs.nd; d++) idx[d] += cases[c].start.s[d];
+                want[i] = x.v[bidx(xs, xs.nd, idx)];
+            }
+            OK(dt_cpu_slice(&x.t, cases[c].start.s, &o.t));
+            expect("slice", &o.t, want, o.n);
+        }
+    }
+    tens x = mk(DT_F32, SH(3, 4), 0, 1), o = mk_out(DT_F32, SH(2, 2));
+    T_ERR(dt_cpu_slice(&x.t, (int64_t[]){2, 0}, &o.t), DT_ERR_SHAPE, "dim 0");
+}
+
+Test(kernels, permute_every_order) {
+    struct {
+        shp x;
+        int perm[4];
+    } cases[] = {
+        {SH(2, 3, 4), {0, 1, 2}}, {SH(2, 3, 4), {0, 2, 1}}, {SH(2, 3, 4), {1, 0, 2}},
+        {SH(2, 3, 4), {1, 2, 0}}, {SH(2, 3, 4), {2, 0, 1}}, {SH(2, 3, 4), {2, 1, 0}},
+        {SH(2, 1, 3, 1), {3, 2, 1, 0}}, {SH(0, 3), {1, 0}}, {SH(5, 1, 7), {0, 2, 1}},
+        {SH(33, 17), {1, 0}},
+    };
+    for (size_t di = 0; di < LEN(ALL); di++) {
+        for (size_t c = 0; c < LEN(cases); c++) {
+            dt_dtype dt = ALL[di];
+            shp xs = cases[c].x, os = xs;
+            for (int d = 0; d < xs.nd; d++) os.s[d] = xs.s[cases[c].perm[d]];
+            tens x = mk(dt, xs, -9, 9), o = mk_out(dt, os);
+            double *want = talloc(o.n * sizeof(double) + 1);
+            int64_t oidx[DT_MAX_NDIM], xidx[DT_MAX_NDIM];
+            for (size_t i = 0; i < o.n; i++) {
+                unravel(i, os, oidx);
+                for (int d = 0; d < xs.nd; d++) xidx[cases[c].perm[d]] = oidx[d];
+                want[i] = x.v[bidx(xs, xs.nd, xidx)];
+            }
+            OK(dt_cpu_permute(&x.t, cases[c].perm, &o.t));
+            expect("permute", &o.t, want, o.n);
+        }
+    }
+    tens x = mk(DT_F32, SH(3, 4), 0, 1), o = mk_out(DT_F32, SH(4, 3));
+    T_ERR(dt_cpu_permute(&x.t, (int[]){1, 1}, &o.t), DT_ERR_ARG, "permutation");
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+Test(kernels, sdpa_causal_and_full) {
+    struct {
+        shp batch;
+        int64_t Tq, Tk, D, Dv;
+    } cases[] = {
+        {SH(2, 3), 5, 5, 4, 3}, {SH(2), 3, 6, 4, 4}, {SH(1), 6, 3, 2, 5},
+        {SH(1, 1), 1, 1, 1, 1}, {SH(2), 0, 4, 3, 3}, {SH0, 4, 4, 8, 2},
+    };
+    for (size_t di = 0; di < LEN(FLOATS); di++) {
+        dt_dtype dt = FLOATS[di];
+        for (size_t c = 0; c < LEN(cases); c++) {
+            for (int causal = 0; causal < 2; causal++) {
+                shp qs = cases[c].batch, ks = qs, vs = qs, os = qs;
+                int nb = qs.nd;
+                int64_t Tq = cases[c].Tq, Tk = cases[c].Tk, D = cases[c].D, Dv = cases[c].Dv;
+                qs.s[nb] = Tq, qs.s[nb + 1] = D;
+                ks.s[nb] = Tk, ks.s[nb + 1] = D;
+                vs.s[nb] = Tk, vs.s[nb + 1] = Dv;
+                os.s[nb] = Tq, os.s[nb + 1] = Dv;
+                qs.nd = ks.nd = vs.nd = os.nd = nb + 2;
+                tens q = mk(dt, qs, -2, 2), k = mk(dt, ks, -2, 2), v = mk(dt, vs, -2, 2);
+                tens o = mk_out(dt, os);
+                double scale = 1.0 / sqrt((double)D), *p = talloc((size_t)Tk * 8 + 8);
+                double *want = talloc(o.n * sizeof(double) + 1);
+                size_t B = numel(cases[c].batch);
+                for (size_t b = 0; b < B; b++) {
+                    for (int64_t i = 0; i < Tq; i++) {
+                        double mx = -INFINITY, sum = 0;
+                        for (int64_t j = 0; j < Tk; j++) {
+                            double s = 0;
+                            for (int64_t d = 0; d < D; d++)
+                                s += q.v[(b * Tq + i) * D + d] * k.v[(b * Tk + j) * D + d];
+                            p[j] = causal && j > i ? -INFINITY : s * scale;
+                            mx = fmax(mx, p[j]);
+                        }
+                        for (int64_t j = 0; j < Tk; j++) sum += p[j] = exp(p[j] - mx);
+                        for (int64_t e = 0; e < Dv; e++) {
+                            double acc = 0;
+                            for (int64_t j = 0; j < Tk; j++)
+                                acc += p[j] / sum * v.v[(b * Tk + j) * Dv + e];
+                            want[(b * Tq + i) * Dv + e] = acc;
+                        }
+                    }
+                }
+                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, scale, &o.t));
+                expect(causal ? "sdpa causal" : "sdpa", &o.t, want, o.n);
+            }
+        }
+    }
+    tens q = mk(DT_I32, SH(2, 2), 0, 3), o = mk_out(DT_I32, SH(2, 2));
+    T_ERR(dt_cpu_sdpa(&q.t, &q.t, &q.t, 0, 1.0, &o.t), DT_ERR_DTYPE, "dt_cpu_sdpa");
+}
