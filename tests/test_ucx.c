@@ -80,6 +80,7 @@ static void collectives(const char *tls, int n) {
     cr_expect_eq(r.code, 0, "dtrun exited with %d:\n%s", r.code, r.out);
     expect_each_rank(&r, n, "[ok] collectives");
     expect_each_rank(&r, n, "[ok] tensor");
+    expect_each_rank(&r, n, "[ok] ops");
     free(r.out);
 }
 

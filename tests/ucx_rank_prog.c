@@ -454,6 +454,83 @@ static dt_status mode_tensor(dt_ctx *ctx) {
     return DT_OK;
 }
 
+/* Ops over UCX: a tensor-parallel MLP issues exactly one all_reduce and matches the
+ * unsharded computation; the same ops on sharded inputs equal them on replicated ones; and
+ * non-blocking collectives keep their order of issue. */
+static dt_status mode_ops(dt_ctx *ctx) {
+    int n = dt_ctx_size(ctx);
+    dt_mesh *mesh;
+    char text[32];
+    snprintf(text, sizeof text, "tp=%d", n);
+    OK(dt_mesh_create_str(ctx, text, &mesh));
+    int64_t xs[2] = {6, 8}, w1s[2] = {4 * n, 8}, w2s[2] = {8, 4 * n};
+    float x[48], w1[64 * 8], w2[8 * 64], got[48], want[48];
+    for (int i = 0; i < 48; i++) x[i] = (float)((i * 7) % 11 - 5) / 4;
+    for (int i = 0; i < 4 * n * 8; i++) w1[i] = (float)((i * 5) % 9 - 4) / 8, w2[i] = (float)((i * 3) % 7 - 3) / 8;
+    dt_placement col[1] = {dt_shard(0)}, row[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
+    dt_tensor *tx, *a1, *a2, *r1, *r2, *h, *g, *o, *out;
+    OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, rep, DT_ALL_RANKS, &tx));
+    OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, col, DT_ALL_RANKS, &a1));
+    OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, row, DT_ALL_RANKS, &a2));
+    OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, rep, DT_ALL_RANKS, &r1));
+    OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, rep, DT_ALL_RANKS, &r2));
+    OK(dt_comm_stats_reset(ctx));
+    OK(dt_linear(tx, a1, NULL, &h));
+    OK(dt_unary_op(DT_OP_GELU, h, &g));
+    OK(dt_linear(g, a2, NULL, &o));
+    OK(dt_tensor_redistribute(o, rep, &out));
+    dt_comm_stats st;
+    OK(dt_comm_stats_get(ctx, &st));
+    uint64_t total = 0;
+    for (int k = 0; k < DT_COLL_KIND_COUNT; k++) total += st.calls[k];
+    CHECK(st.calls[DT_COLL_ALL_REDUCE] == 1 && total == 1, "MLP forward: %llu collectives",
+          (unsigned long long)total);
+    OK(dt_tensor_full(out, got, sizeof got));
+    dt_tensor *all[] = {h, g, o, out};
+    for (int i = 0; i < 4; i++) dt_tensor_release(all[i]);
+    OK(dt_linear(tx, r1, NULL, &h));
+    OK(dt_unary_op(DT_OP_GELU, h, &g));
+    OK(dt_linear(g, r2, NULL, &o));
+    OK(dt_tensor_full(o, want, sizeof want));
+    for (int i = 0; i < 48; i++)
+        CHECK(fabsf(got[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i])), "MLP element %d: %g vs %g",
+              i, got[i], want[i]);
+    dt_tensor_release(h), dt_tensor_release(g), dt_tensor_release(o);
+    /* softmax on a sharded dim and a sum over it: redistributed or Partial, same result */
+    dt_tensor *sx, *sm, *rm, *ss, *rs;
+    dt_placement s1[1] = {dt_shard(1)};
+    OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, s1, DT_ALL_RANKS, &sx));
+    OK(dt_softmax(sx, 1, &sm));
+    OK(dt_softmax(tx, 1, &rm));
+    int dims[1] = {1};
+    OK(dt_reduce(DT_OP_SUM, sx, dims, 1, 0, &ss));
+    OK(dt_reduce(DT_OP_SUM, tx, dims, 1, 0, &rs));
+    OK(dt_tensor_full(sm, got, sizeof got));
+    OK(dt_tensor_full(rm, want, sizeof want));
+    for (int i = 0; i < 48; i++) CHECK(fabsf(got[i] - want[i]) <= 1e-6f, "softmax element %d", i);
+    OK(dt_tensor_full(ss, got, 6 * sizeof(float)));
+    OK(dt_tensor_full(rs, want, 6 * sizeof(float)));
+    for (int i = 0; i < 6; i++) CHECK(fabsf(got[i] - want[i]) <= 1e-5f, "sum element %d", i);
+    dt_tensor *more[] = {sx, sm, rm, ss, rs, tx, a1, a2, r1, r2};
+    for (int i = 0; i < 10; i++) dt_tensor_release(more[i]);
+    /* non-blocking collectives, then a blocking one on the same communicator */
+    dt_comm *world;
+    OK(dt_ctx_world_comm(ctx, &world));
+    float one = 1, sum = 0, gathered[64], mx = 0;
+    dt_comm_request *q1, *q2;
+    OK(dt_all_reduce_start(world, &one, &sum, 1, DT_F32, DT_REDUCE_SUM, &q1));
+    OK(dt_all_gather_start(world, &one, gathered, 1, DT_F32, &q2));
+    float mine = (float)dt_ctx_rank(ctx);
+    OK(dt_all_reduce(world, &mine, &mx, 1, DT_F32, DT_REDUCE_MAX));
+    CHECK(dt_comm_test(q1) == 1, "a blocking collective overtook a request issued before it");
+    OK(dt_comm_wait(q1));
+    OK(dt_comm_wait(q2));
+    CHECK(sum == (float)n && mx == (float)(n - 1) && gathered[n - 1] == 1, "non-blocking results");
+    dt_mesh_release(mesh);
+    printf("[ok] ops on %d ranks\n", n);
+    return DT_OK;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -555,9 +632,11 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     dt_status st;
     if (!strcmp(mode, "collectives")) return mode_collectives(ctx);
     if (!strcmp(mode, "tensor")) return mode_tensor(ctx);
+    if (!strcmp(mode, "ops")) return mode_ops(ctx);
     if (!strcmp(mode, "all")) {
         if ((st = mode_collectives(ctx)) != DT_OK) return st;
-        return mode_tensor(ctx);
+        if ((st = mode_tensor(ctx)) != DT_OK) return st;
+        return mode_ops(ctx);
     }
     if (!strcmp(mode, "fault")) return mode_fault(ctx);
     if (!strcmp(mode, "peer-exit")) return mode_peer_exit(ctx);

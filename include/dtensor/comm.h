@@ -76,6 +76,25 @@ dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int pe
 /* Returns when every rank of the group has called it. */
 dt_status dt_barrier(dt_comm *comm);
 
+/* Non-blocking forms: they return at once with a handle and the collective runs on this
+ * rank's communication thread, so computation can overlap it. Same arguments and semantics
+ * as the blocking calls; buffers must stay untouched (send) and unread (recv) until
+ * dt_comm_wait. Collectives on one communicator keep the order they were issued in: a
+ * blocking call made while requests are pending on that communicator waits its turn. */
+typedef struct dt_comm_request dt_comm_request;
+dt_status dt_all_reduce_start(dt_comm *comm, const void *send, void *recv, size_t count,
+                              dt_dtype dtype, dt_reduce_op op, dt_comm_request **request_out);
+dt_status dt_all_gather_start(dt_comm *comm, const void *send, void *recv, size_t count,
+                              dt_dtype dtype, dt_comm_request **request_out);
+dt_status dt_reduce_scatter_start(dt_comm *comm, const void *send, void *recv, size_t count,
+                                  dt_dtype dtype, dt_reduce_op op, dt_comm_request **request_out);
+dt_status dt_all_to_all_start(dt_comm *comm, const void *send, void *recv, size_t count,
+                              dt_dtype dtype, dt_comm_request **request_out);
+/* Blocks until the request is done, frees it and returns the collective's status. */
+dt_status dt_comm_wait(dt_comm_request *request);
+/* 1 when done (then dt_comm_wait returns at once), 0 when not yet; -1 for NULL. */
+int dt_comm_test(const dt_comm_request *request);
+
 /* Communication accounting (like PyTorch's CommDebugMode): every call above that succeeds is
  * counted on the calling rank's context, by kind and group size, with the bytes of this
  * rank's input and output buffers. Counting is always on and costs one lock per call. */

@@ -27,6 +27,51 @@
     DT_ARG((count) == 0 || (buf) != NULL, "%s: argument %s is NULL with %zu elements", __func__,   \
            #buf, (size_t)(count))
 
+/* The arguments of a blocking collective, for running it in order behind pending requests
+ * (dt_comm_in_order). */
+typedef struct call {
+    const void *send;
+    void *recv;
+    size_t count;
+    const size_t *c1, *d1, *c2, *d2;
+    dt_dtype dtype;
+    dt_reduce_op op;
+    int root;
+} call;
+
+static dt_status run_all_reduce(dt_comm *c, void *p) {
+    call *a = p;
+    return dt_all_reduce(c, a->send, a->recv, a->count, a->dtype, a->op);
+}
+static dt_status run_all_gatherv(dt_comm *c, void *p) {
+    call *a = p;
+    return dt_all_gatherv(c, a->send, a->recv, a->c1, a->d1, a->dtype);
+}
+static dt_status run_reduce_scatterv(dt_comm *c, void *p) {
+    call *a = p;
+    return dt_reduce_scatterv(c, a->send, a->recv, a->c1, a->dtype, a->op);
+}
+static dt_status run_all_to_allv(dt_comm *c, void *p) {
+    call *a = p;
+    return dt_all_to_allv(c, a->send, a->c1, a->d1, a->recv, a->c2, a->d2, a->dtype);
+}
+static dt_status run_broadcast(dt_comm *c, void *p) {
+    call *a = p;
+    return dt_broadcast(c, a->recv, a->count, a->dtype, a->root);
+}
+static dt_status run_barrier(dt_comm *c, void *p) {
+    (void)p;
+    return dt_barrier(c);
+}
+
+#define IN_ORDER(comm, runner, ...)                                                                \
+    do {                                                                                           \
+        call in_order_args_ = {__VA_ARGS__};                                                       \
+        dt_status in_order_st_;                                                                    \
+        if (dt_comm_in_order((comm), (runner), &in_order_args_, &in_order_st_))                    \
+            return in_order_st_;                                                                   \
+    } while (0)
+
 dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, const int *members,
                             int n) {
     c->ops = ops;
@@ -84,6 +129,8 @@ dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t coun
     OP_CHECK(op);
     BUF_CHECK(send, count);
     BUF_CHECK(recv, count);
+    IN_ORDER(comm, run_all_reduce, .send = send, .recv = recv, .count = count, .dtype = dtype,
+             .op = op);
     double t0 = dt_now_us();
     dt_status st = comm->ops->all_reduce(comm, send, recv, count, dtype, op);
     if (st == DT_OK) {
@@ -102,6 +149,8 @@ dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv, const size
     size_t total = 0;
     for (int i = 0; i < comm->size; i++) total += recvcounts[i];
     BUF_CHECK(recv, total);
+    IN_ORDER(comm, run_all_gatherv, .send = send, .recv = recv, .c1 = recvcounts, .d1 = displs,
+             .dtype = dtype);
     size_t *own = NULL;
     if (!displs) {
         DT_CHECK(packed_displs(recvcounts, comm->size, &own));
@@ -135,6 +184,8 @@ dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv, const 
     for (int i = 0; i < comm->size; i++) total += recvcounts[i];
     BUF_CHECK(send, total);
     BUF_CHECK(recv, recvcounts[comm->rank]);
+    IN_ORDER(comm, run_reduce_scatterv, .send = send, .recv = recv, .c1 = recvcounts,
+             .dtype = dtype, .op = op);
     size_t *displs = NULL;
     DT_CHECK(packed_displs(recvcounts, comm->size, &displs));
     double t0 = dt_now_us();
@@ -170,6 +221,8 @@ dt_status dt_all_to_allv(dt_comm *comm, const void *send, const size_t *sendcoun
     }
     BUF_CHECK(send, stotal);
     BUF_CHECK(recv, rtotal);
+    IN_ORDER(comm, run_all_to_allv, .send = send, .recv = recv, .c1 = sendcounts, .d1 = sdispls,
+             .c2 = recvcounts, .d2 = rdispls, .dtype = dtype);
     size_t *own_s = NULL, *own_r = NULL;
     dt_status st = DT_OK;
     if (!sdispls) DT_CHECK_GOTO(packed_displs(sendcounts, comm->size, &own_s), st, out);
@@ -201,6 +254,7 @@ dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, i
     BUF_CHECK(buf, count);
     DT_ARG(root >= 0 && root < comm->size, "dt_broadcast: argument root = %d is not a rank of the "
                                            "group of %d", root, comm->size);
+    IN_ORDER(comm, run_broadcast, .recv = buf, .count = count, .dtype = dtype, .root = root);
     size_t b = count * dt_dtype_size(dtype);
     double t0 = dt_now_us();
     dt_status st = comm->ops->broadcast(comm, buf, b, root);
@@ -239,6 +293,7 @@ dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int pe
 
 dt_status dt_barrier(dt_comm *comm) {
     COMM_CHECK(comm);
+    IN_ORDER(comm, run_barrier, .count = 0);
     double t0 = dt_now_us();
     dt_status st = comm->ops->barrier(comm);
     if (st == DT_OK) dt_comm_count(comm, DT_COLL_BARRIER, 0, 0, t0);
@@ -292,7 +347,7 @@ dt_status dt_comm_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *sr
                                  const int64_t *dst_shape, const dt_box *recv) {
     COMM_CHECK(c);
     DT_ARG(es == 2 || es == 4 || es == 8, "exchange_boxes: element size %zu", es);
-    if (!c->ops->exchange_boxes)
+    if (!c->ops->exchange_boxes || atomic_load(&c->pending)) /* packed keeps the issue order */
         return exchange_packed(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);
     double t0 = dt_now_us();
     dt_status st = c->ops->exchange_boxes(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);

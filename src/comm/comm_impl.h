@@ -4,6 +4,7 @@
 #define DT_COMM_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "dtensor/comm.h"
@@ -44,6 +45,7 @@ struct dt_comm {
     int rank, size;
     int *members;   /* world rank of each group rank */
     char label[32]; /* for counters and traces: "world", "group" or the mesh dims */
+    atomic_int pending; /* non-blocking requests queued or running on the comm thread */
 };
 
 /* Groups are matched across ranks by key and member list: ranks that create a communicator
@@ -97,6 +99,11 @@ void dt_ctx_fini_common(dt_ctx *ctx);
 dt_status dt_comm_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *src,
                                  const int64_t *src_shape, const dt_box *send, void *dst,
                                  const int64_t *dst_shape, const dt_box *recv);
+
+/* When requests are pending on comm, a blocking call runs as a queued request too, so that
+ * the order of issue is the order on the wire: returns 1 and sets *st in that case. */
+int dt_comm_in_order(dt_comm *comm, dt_status (*run)(dt_comm *, void *), void *args,
+                     dt_status *st);
 
 /* Counts (and traces) one successful call on comm's context that started at t0_us. */
 void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t bytes_out,

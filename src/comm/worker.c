@@ -65,6 +65,10 @@ dt_status dt_worker_submit(dt_worker *w, dt_task_fn fn, void *arg) {
     return DT_OK;
 }
 
+int dt_worker_is_current(const dt_worker *w) {
+    return w && pthread_equal(pthread_self(), w->thread);
+}
+
 void dt_worker_destroy(dt_worker *w) {
     if (!w) return;
     pthread_mutex_lock(&w->mu);

@@ -1,0 +1,148 @@
+/* Non-blocking collectives: a request carries the call's arguments to the rank's
+ * communication thread, which runs the blocking collective; the caller waits on the request.
+ * Order per communicator is kept: while requests are pending on it, blocking calls queue too. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "comm/worker.h"
+#include "core/check.h"
+
+typedef struct args {
+    const void *send;
+    void *recv;
+    size_t count;
+    dt_dtype dtype;
+    dt_reduce_op op;
+} args;
+
+struct dt_comm_request {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    dt_status status;
+    char message[512];
+    dt_comm *comm;
+    dt_status (*run)(dt_comm *, void *);
+    args a;
+    void *extra; /* dt_comm_in_order: the caller's argument block */
+};
+
+static void run_request(void *p) {
+    dt_comm_request *r = p;
+    dt_status st = r->run(r->comm, r->extra ? r->extra : &r->a);
+    atomic_fetch_sub(&r->comm->pending, 1);
+    pthread_mutex_lock(&r->mu);
+    r->status = st;
+    if (st != DT_OK) snprintf(r->message, sizeof r->message, "%s", dt_last_error());
+    r->done = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static dt_status submit(dt_comm *comm, dt_status (*run)(dt_comm *, void *), const args *a,
+                        void *extra, dt_comm_request **out) {
+    dt_ctx *ctx = comm->ctx;
+    if (!ctx->worker) DT_CHECK(dt_worker_create(&ctx->worker));
+    dt_comm_request *r = calloc(1, sizeof *r);
+    if (!r) return dt_error(DT_ERR_NOMEM, "non-blocking collective: out of memory");
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->comm = comm;
+    r->run = run;
+    if (a) r->a = *a;
+    r->extra = extra;
+    atomic_fetch_add(&comm->pending, 1);
+    dt_status st = dt_worker_submit(ctx->worker, run_request, r);
+    if (st != DT_OK) {
+        atomic_fetch_sub(&comm->pending, 1);
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv);
+        free(r);
+        return st;
+    }
+    *out = r;
+    return DT_OK;
+}
+
+dt_status dt_comm_wait(dt_comm_request *request) {
+    DT_ARG_NOT_NULL(request);
+    pthread_mutex_lock(&request->mu);
+    while (!request->done) pthread_cond_wait(&request->cv, &request->mu);
+    pthread_mutex_unlock(&request->mu);
+    dt_status st = request->status;
+    if (st != DT_OK) dt_error(st, "%s", request->message);
+    pthread_mutex_destroy(&request->mu);
+    pthread_cond_destroy(&request->cv);
+    free(request);
+    return st;
+}
+
+int dt_comm_test(const dt_comm_request *request) {
+    if (!request) return -1;
+    pthread_mutex_lock((pthread_mutex_t *)&request->mu);
+    int done = request->done;
+    pthread_mutex_unlock((pthread_mutex_t *)&request->mu);
+    return done;
+}
+
+int dt_comm_in_order(dt_comm *comm, dt_status (*run)(dt_comm *, void *), void *a, dt_status *st) {
+    /* On the comm thread itself (running a request) the call is already in order. */
+    if (!atomic_load(&comm->pending) || dt_worker_is_current(comm->ctx->worker)) return 0;
+    dt_comm_request *r;
+    *st = submit(comm, run, NULL, a, &r);
+    if (*st == DT_OK) *st = dt_comm_wait(r);
+    return 1;
+}
+
+static dt_status run_all_reduce(dt_comm *c, void *p) {
+    args *a = p;
+    return dt_all_reduce(c, a->send, a->recv, a->count, a->dtype, a->op);
+}
+static dt_status run_all_gather(dt_comm *c, void *p) {
+    args *a = p;
+    return dt_all_gather(c, a->send, a->recv, a->count, a->dtype);
+}
+static dt_status run_reduce_scatter(dt_comm *c, void *p) {
+    args *a = p;
+    return dt_reduce_scatter(c, a->send, a->recv, a->count, a->dtype, a->op);
+}
+static dt_status run_all_to_all(dt_comm *c, void *p) {
+    args *a = p;
+    return dt_all_to_all(c, a->send, a->recv, a->count, a->dtype);
+}
+
+#define START_CHECKS()                                                                             \
+    do {                                                                                           \
+        DT_ARG(comm != NULL, "%s: argument comm is NULL", __func__);                               \
+        DT_ARG(request_out != NULL, "%s: argument request_out is NULL", __func__);                 \
+    } while (0)
+
+dt_status dt_all_reduce_start(dt_comm *comm, const void *send, void *recv, size_t count,
+                              dt_dtype dtype, dt_reduce_op op, dt_comm_request **request_out) {
+    START_CHECKS();
+    args a = {send, recv, count, dtype, op};
+    return submit(comm, run_all_reduce, &a, NULL, request_out);
+}
+
+dt_status dt_all_gather_start(dt_comm *comm, const void *send, void *recv, size_t count,
+                              dt_dtype dtype, dt_comm_request **request_out) {
+    START_CHECKS();
+    args a = {send, recv, count, dtype, DT_REDUCE_SUM};
+    return submit(comm, run_all_gather, &a, NULL, request_out);
+}
+
+dt_status dt_reduce_scatter_start(dt_comm *comm, const void *send, void *recv, size_t count,
+                                  dt_dtype dtype, dt_reduce_op op, dt_comm_request **request_out) {
+    START_CHECKS();
+    args a = {send, recv, count, dtype, op};
+    return submit(comm, run_reduce_scatter, &a, NULL, request_out);
+}
+
+dt_status dt_all_to_all_start(dt_comm *comm, const void *send, void *recv, size_t count,
+                              dt_dtype dtype, dt_comm_request **request_out) {
+    START_CHECKS();
+    args a = {send, recv, count, dtype, DT_REDUCE_SUM};
+    return submit(comm, run_all_to_all, &a, NULL, request_out);
+}
