@@ -3,7 +3,21 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "dtensor/tensor.h"
+#include "dtensor/tensor_impl.h"
+
+dt_status dt_shape_dtype_check(const char *fn, int ndim, const int64_t *shape, dt_dtype dtype) {
+    if ((unsigned)dtype >= DT_DTYPE_COUNT)
+        return dt_error(DT_ERR_DTYPE, "%s: argument dtype has unknown value %d", fn, (int)dtype);
+    if (ndim < 0 || ndim > DT_MAX_NDIM)
+        return dt_error(DT_ERR_SHAPE, "%s: argument ndim = %d is not in [0, %d]", fn, ndim,
+                        DT_MAX_NDIM);
+    DT_ARG(shape != NULL || ndim == 0, "%s: argument shape is NULL", fn);
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] < 0)
+            return dt_error(DT_ERR_SHAPE, "%s: shape[%d] = %lld is negative", fn, d,
+                            (long long)shape[d]);
+    return DT_OK;
+}
 
 dt_status dt_shard_layout(int mesh_ndim, const int *mesh_shape, const int *coord, int ndim,
                           const int64_t *shape, const dt_placement *placements,

@@ -21,16 +21,7 @@ dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int
                         dt_placement *norm_out) {
     DT_ARG(mesh != NULL, "%s: argument mesh is NULL", fn);
     DT_ARG(placements != NULL, "%s: argument placements is NULL", fn);
-    if ((unsigned)dtype >= DT_DTYPE_COUNT)
-        return dt_error(DT_ERR_DTYPE, "%s: argument dtype has unknown value %d", fn, (int)dtype);
-    if (ndim < 0 || ndim > DT_MAX_NDIM)
-        return dt_error(DT_ERR_SHAPE, "%s: argument ndim = %d is not in [0, %d]", fn, ndim,
-                        DT_MAX_NDIM);
-    DT_ARG(shape != NULL || ndim == 0, "%s: argument shape is NULL", fn);
-    for (int d = 0; d < ndim; d++)
-        if (shape[d] < 0)
-            return dt_error(DT_ERR_SHAPE, "%s: shape[%d] = %lld is negative", fn, d,
-                            (long long)shape[d]);
+    DT_CHECK(dt_shape_dtype_check(fn, ndim, shape, dtype));
     memcpy(norm_out, placements, sizeof(dt_placement) * (size_t)mesh->ndim);
     dt_status st = dt_placements_normalize(norm_out, mesh->ndim, ndim);
     if (st != DT_OK) dt_error_prefix(fn);

@@ -21,6 +21,9 @@ struct dt_tensor {
     bool owned;
 };
 
+/* Checks dtype, ndim and shape of a spec; fn names the public call for messages. */
+dt_status dt_shape_dtype_check(const char *fn, int ndim, const int64_t *shape, dt_dtype dtype);
+
 /* Checks mesh, dtype, shape and placements of a spec and returns the placements normalised
  * in norm_out (mesh ndim entries). fn names the public call for messages. */
 dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int ndim,

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "dtensor/tensor_impl.h"
 #include "redistribute/plan_impl.h"
 
 static const char *const step_names[] = {
@@ -33,16 +34,7 @@ dt_status dt_plan_check_args(const char *fn, int mesh_ndim, const int *mesh_shap
         if (mesh_shape[m] < 1)
             return dt_error(DT_ERR_MESH, "%s: mesh_shape[%d] = %d must be at least 1", fn, m,
                             mesh_shape[m]);
-    if (ndim < 0 || ndim > DT_MAX_NDIM)
-        return dt_error(DT_ERR_SHAPE, "%s: argument ndim = %d is not in [0, %d]", fn, ndim,
-                        DT_MAX_NDIM);
-    DT_ARG(shape != NULL || ndim == 0, "%s: argument shape is NULL", fn);
-    for (int d = 0; d < ndim; d++)
-        if (shape[d] < 0)
-            return dt_error(DT_ERR_SHAPE, "%s: shape[%d] = %lld is negative", fn, d,
-                            (long long)shape[d]);
-    if ((unsigned)dtype >= DT_DTYPE_COUNT)
-        return dt_error(DT_ERR_DTYPE, "%s: argument dtype has unknown value %d", fn, (int)dtype);
+    DT_CHECK(dt_shape_dtype_check(fn, ndim, shape, dtype));
     DT_ARG(src != NULL, "%s: argument src is NULL", fn);
     DT_ARG(dst != NULL, "%s: argument dst is NULL", fn);
     memcpy(src_out, src, sizeof(dt_placement) * (size_t)mesh_ndim);
