@@ -434,3 +434,48 @@ Test(ops, registered_user_op) {
     bad.kernel = NULL;
     T_ERR(dt_op_register(&bad, &row_scale), DT_ERR_ARG, "kernel");
 }
+
+/* Loss parallel: with a large class dim sharded, cross_entropy keeps the logits where they
+ * are and only reduces values per sample (the max, the sum of exponentials, the target
+ * logit): no all_gather or all_to_all, a few bytes per sample. With a tiny class dim, moving
+ * the logits is cheaper (see the propagation conformance rows). The loss equals the
+ * unsharded one. */
+static dt_status loss_parallel_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "tp=4", &mesh));
+    enum { N = 64, C = 16387 }; /* 4 MiB of logits: moving them costs more than 2 x 64 values */
+    int64_t ls[2] = {N, C}, ts[1] = {N};
+    float *x = malloc(sizeof(float) * N * C);
+    int64_t t[N];
+    for (int i = 0; i < N * C; i++) x[i] = (float)t_value(11, (size_t)i) / 4;
+    for (int i = 0; i < N; i++) t[i] = (i * 977) % C;
+    dt_placement cls[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
+    dt_tensor *lg, *lr, *tg, *loss, *ref;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, ls, cls, DT_ALL_RANKS, &lg));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, ls, rep, DT_ALL_RANKS, &lr));
+    R_OK(dt_tensor_distribute(mesh, t, DT_I64, 1, ts, rep, DT_ALL_RANKS, &tg));
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(dt_cross_entropy(lg, tg, 1, &loss));
+    dt_comm_stats st;
+    R_OK(dt_comm_stats_get(ctx, &st));
+    uint64_t moved = 0;
+    for (int k = 0; k < DT_COLL_KIND_COUNT; k++) moved += st.bytes_in[k];
+    R_CHECK(st.calls[DT_COLL_ALL_GATHER] == 0 && st.calls[DT_COLL_ALL_TO_ALL] == 0 &&
+                st.calls[DT_COLL_ALL_REDUCE] >= 1 && moved <= 4 * N * sizeof(float),
+            "loss parallel: %llu all_gather, %llu all_to_all, %llu bytes in",
+            (unsigned long long)st.calls[DT_COLL_ALL_GATHER],
+            (unsigned long long)st.calls[DT_COLL_ALL_TO_ALL], (unsigned long long)moved);
+    R_OK(dt_cross_entropy(lr, tg, 1, &ref));
+    float got, want;
+    R_OK(dt_tensor_full(loss, &got, sizeof got));
+    R_OK(dt_tensor_full(ref, &want, sizeof want));
+    R_CHECK(fabsf(got - want) <= 1e-5f * (1 + fabsf(want)), "loss %g, unsharded %g", got, want);
+    dt_tensor_release(lg), dt_tensor_release(lr), dt_tensor_release(tg);
+    dt_tensor_release(loss), dt_tensor_release(ref);
+    free(x);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(ops, cross_entropy_loss_parallel_keeps_logits_in_place) { t_run(4, loss_parallel_body, NULL); }

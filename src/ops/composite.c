@@ -1,9 +1,14 @@
 /* Ops built from other ops, so that dispatch places every piece: var/std (a sum-based
- * variance, exact on uneven shards) and cross_entropy (log_softmax along the class dim, the
- * target's log-probability picked per sample, negated, optionally averaged). */
+ * variance, exact on uneven shards) and cross_entropy (the target's log-probability per
+ * sample, negated, optionally averaged; loss parallel when the class dim is sharded and
+ * keeping it so is cheaper than moving the logits). */
+#include <string.h>
+
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
+#include "mesh/mesh_impl.h"
 #include "ops/op_impl.h"
+#include "redistribute/redistribute_impl.h"
 
 static dt_status call1(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tensor **out) {
     return dt_op_call(op, &x, 1, a, out);
@@ -47,23 +52,90 @@ static dt_status variance(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tensor
     return st;
 }
 
+/* log_softmax(logits)[target] with the class dim whole: log_softmax re-shards the logits if
+ * the class dim was sharded. */
+static dt_status target_logprob_whole(dt_tensor *logits, dt_tensor *target, dt_tensor **out) {
+    dt_op_args along = {.dim = 1};
+    dt_tensor *lsm = NULL, *moved = NULL;
+    dt_status st = dt_op_call(DT_OP_LOG_SOFTMAX, &logits, 1, &along, &lsm);
+    /* pick wants the class dim last: (N, C, d...) -> (N, d..., C). */
+    dt_op_args perm = {.ndims = logits->ndim};
+    for (int i = 1; i < logits->ndim - 1; i++) perm.dims[i] = i + 1;
+    perm.dims[logits->ndim - 1] = 1;
+    if (st == DT_OK) st = dt_op_call(DT_OP_PERMUTE, &lsm, 1, &perm, &moved);
+    if (st == DT_OK) st = call2(DT_OP_PICK, moved, target, out);
+    dt_tensor_release(lsm), dt_tensor_release(moved);
+    return st;
+}
+
+/* Loss parallel: the class dim stays sharded. The row max and the sum of exponentials are
+ * reduced across the class shards (one value per sample each), the target logit is picked
+ * where it lives (a Partial sum), and the logits never move. */
+static dt_status target_logprob_parallel(dt_tensor *logits, dt_tensor *target, dt_tensor **out) {
+    dt_op_args row = {.ndims = 1, .dims = {1}, .keepdim = 1}, sq = {.dim = 1};
+    dt_op_args perm = {.ndims = logits->ndim};
+    for (int i = 1; i < logits->ndim - 1; i++) perm.dims[i] = i + 1;
+    perm.dims[logits->ndim - 1] = 1;
+    dt_tensor *m = NULL, *z = NULL, *e = NULL, *s = NULL, *l = NULL, *ls = NULL, *zp = NULL,
+              *picked = NULL;
+    dt_status st = dt_op_call(DT_OP_AMAX, &logits, 1, &row, &m);  /* (N,1,d..) P(max) */
+    if (st == DT_OK) st = call2(DT_OP_SUB, logits, m, &z);         /* all_reduce(max) */
+    if (st == DT_OK) st = call1(DT_OP_EXP, z, NULL, &e);
+    if (st == DT_OK) st = call1(DT_OP_SUM, e, &row, &s);           /* P(sum) */
+    if (st == DT_OK) st = call1(DT_OP_LOG, s, NULL, &l);           /* all_reduce(sum) */
+    if (st == DT_OK) st = call1(DT_OP_SQUEEZE, l, &sq, &ls);
+    if (st == DT_OK) st = dt_op_call(DT_OP_PERMUTE, &z, 1, &perm, &zp);
+    if (st == DT_OK) st = call2(DT_OP_PICK, zp, target, &picked); /* P(sum) */
+    if (st == DT_OK) st = call2(DT_OP_SUB, picked, ls, out);      /* z[t] - log sum exp z */
+    dt_tensor *all[] = {m, z, e, s, l, ls, zp, picked};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    return st;
+}
+
+/* Estimated cost of each route when the class dim is sharded: re-sharding the logits for
+ * log_softmax, against two reductions of one value per sample. 1 when loss parallel wins. */
+static int loss_parallel_cheaper(dt_tensor *logits) {
+    const dt_mesh *mesh = logits->mesh;
+    dt_placement keep[DT_MESH_MAX_NDIM], partial[DT_MESH_MAX_NDIM];
+    int sharded = 0;
+    for (int k = 0; k < mesh->ndim; k++) {
+        keep[k] = partial[k] = logits->placements[k];
+        if (logits->placements[k].kind == DT_PLACEMENT_SHARD && logits->placements[k].dim == 1 &&
+            mesh->shape[k] > 1) {
+            keep[k] = dt_replicate();
+            partial[k] = dt_partial(DT_REDUCE_MAX);
+            sharded = 1;
+        }
+    }
+    if (!sharded) return 0;
+    dt_placement want[DT_MESH_MAX_NDIM], outp[DT_MESH_MAX_NDIM];
+    dt_op_args along = {.dim = 1};
+    const dt_plan *move;
+    if (dt_op_strategy(DT_OP_LOG_SOFTMAX, &logits, 1, &along, want, outp) != DT_OK ||
+        dt_redistribute_cached_plan(logits, want, &move) != DT_OK)
+        return 0;
+    int64_t stats[DT_MAX_NDIM];
+    memcpy(stats, logits->shape, sizeof(int64_t) * (size_t)logits->ndim);
+    stats[1] = 1;
+    dt_plan *reduce;
+    if (dt_plan_create(mesh->ndim, mesh->shape, logits->ndim, stats, logits->dtype, partial, keep,
+                       NULL, &reduce) != DT_OK)
+        return 0;
+    int cheaper = 2 * dt_plan_cost_us(reduce) < dt_plan_cost_us(move);
+    dt_plan_destroy(reduce);
+    return cheaper;
+}
+
 /* logits (N, C, d1...) with the class dim 1, target (N, d1...) of class indices. */
 static dt_status cross_entropy(dt_tensor *logits, dt_tensor *target, const dt_op_args *a,
                                dt_tensor **out) {
     if (logits->ndim < 2 || target->ndim != logits->ndim - 1)
         return dt_error(DT_ERR_SHAPE, "cross_entropy: logits (N, C, ...) and target (N, ...) "
                                       "expected, got %d-D and %d-D", logits->ndim, target->ndim);
-    dt_op_args along = {.dim = 1};
-    dt_tensor *lsm = NULL, *moved = NULL, *picked = NULL, *neg = NULL, *res = NULL;
-    dt_status st = dt_op_call(DT_OP_LOG_SOFTMAX, &logits, 1, &along, &lsm);
-    /* pick wants the class dim last: (N, C, d...) -> (N, d..., C). */
-    dt_op_args perm = {.ndims = logits->ndim};
-    perm.dims[0] = 0;
-    for (int i = 1; i < logits->ndim - 1; i++) perm.dims[i] = i + 1;
-    perm.dims[logits->ndim - 1] = 1;
-    if (st == DT_OK) st = dt_op_call(DT_OP_PERMUTE, &lsm, 1, &perm, &moved);
-    if (st == DT_OK) st = call2(DT_OP_PICK, moved, target, &picked);
-    if (st == DT_OK) st = call1(DT_OP_NEG, picked, NULL, &neg);
+    dt_tensor *lp = NULL, *neg = NULL, *res = NULL;
+    dt_status st = loss_parallel_cheaper(logits) ? target_logprob_parallel(logits, target, &lp)
+                                                 : target_logprob_whole(logits, target, &lp);
+    if (st == DT_OK) st = call1(DT_OP_NEG, lp, NULL, &neg);
     if (st == DT_OK && a->reduction_mean) {
         dt_op_args all = {0};
         st = call1(DT_OP_MEAN, neg, &all, &res);
@@ -71,8 +143,7 @@ static dt_status cross_entropy(dt_tensor *logits, dt_tensor *target, const dt_op
         res = neg;
         neg = NULL;
     }
-    dt_tensor_release(lsm), dt_tensor_release(moved), dt_tensor_release(picked);
-    dt_tensor_release(neg);
+    dt_tensor_release(lp), dt_tensor_release(neg);
     if (st == DT_OK) *out = res;
     return st;
 }
