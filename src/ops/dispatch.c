@@ -30,7 +30,7 @@ typedef struct strategy {
 
 typedef struct entry {
     struct entry *next;
-    uint64_t hash;
+    uint64_t hash, model; /* the cost model version the choice was priced with */
     dt_op op;
     int n;
     op_out in_spec[DT_OP_MAX_INPUTS];
@@ -104,7 +104,9 @@ static uint64_t hash_call(dt_op op, dt_tensor *const *in, int n, const dt_op_arg
 
 static int entry_matches(const entry *e, uint64_t h, dt_op op, dt_tensor *const *in, int n,
                          const dt_op_args *a, int mnd) {
-    if (e->hash != h || e->op != op || e->n != n || !same_args(&e->args, a)) return 0;
+    if (e->hash != h || e->op != op || e->n != n || !same_args(&e->args, a) ||
+        e->model != dt_cost_model_version(in[0]->mesh->ctx))
+        return 0;
     for (int i = 0; i < n; i++) {
         const dt_tensor *t = in[i];
         if (!t) {
@@ -224,6 +226,7 @@ static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int 
     }
     strategy_text(&e->s, n, mesh->ndim, e->s.text, sizeof e->s.text);
     e->hash = h;
+    e->model = dt_cost_model_version(mesh->ctx);
     e->op = op;
     e->n = n;
     e->args = *a;

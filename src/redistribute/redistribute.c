@@ -31,6 +31,10 @@ static dt_status redist_state(dt_ctx *ctx, dt_redist_state **out) {
     return DT_OK;
 }
 
+uint64_t dt_cost_model_version(dt_ctx *ctx) {
+    return ctx->redist ? ctx->redist->version : 0;
+}
+
 dt_status dt_ctx_set_cost_model(dt_ctx *ctx, const dt_cost_model *model) {
     DT_ARG_NOT_NULL(ctx);
     if (model)

@@ -9,4 +9,7 @@
 dt_status dt_redistribute_cached_plan(dt_tensor *t, const dt_placement *dst,
                                       const dt_plan **plan_out);
 
+/* Changes whenever the rank's cost model does: caches of choices priced with it key on it. */
+uint64_t dt_cost_model_version(dt_ctx *ctx);
+
 #endif
