@@ -30,6 +30,10 @@ typedef struct lw_p2p {
     size_t bytes;
     int state;
     dt_status status;
+    void *dst;       /* the receiver's buffer, once taken */
+    size_t split;    /* large messages: the sender copies [split, bytes) itself */
+    int parts_left;  /* copies still running (receiver's, sender's) */
+    int sender_busy; /* the sender has started its part */
 } lw_p2p;
 
 typedef struct lw_group {

@@ -1,9 +1,21 @@
 /* Point-to-point on the local backend: a rendezvous mailbox per (sender, receiver) pair.
- * The sender posts its buffer and waits; the receiver copies straight out of it. */
+ * The sender posts its buffer and waits; the receiver copies straight out of it. A large
+ * message is copied by both threads at once, the sender taking the upper half, so both
+ * cores move it. */
 #include <string.h>
 
 #include "comm/local/local_impl.h"
 #include "core/check.h"
+
+#define LW_SPLIT_BYTES (1u << 20)
+
+/* One party's copy is done; the last one completes the message. Call with g->mu held. */
+static void part_done(lw_group *g, lw_p2p *box) {
+    if (--box->parts_left == 0) {
+        box->state = LW_P2P_DONE;
+        pthread_cond_broadcast(&g->cv);
+    }
+}
 
 dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer) {
     lw_comm *c = (lw_comm *)base;
@@ -17,6 +29,15 @@ dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer) {
         if (box->state == LW_P2P_DONE) {
             st = box->status;
             break;
+        }
+        if (box->state == LW_P2P_TAKEN && box->split < bytes && !box->sender_busy) {
+            box->sender_busy = 1;
+            pthread_mutex_unlock(&g->mu);
+            memcpy((char *)box->dst + box->split, (const char *)buf + box->split,
+                   bytes - box->split);
+            pthread_mutex_lock(&g->mu);
+            part_done(g, box);
+            continue;
         }
         /* Once the receiver took the buffer it is copying from it: wait whatever happens. */
         if (box->state == LW_P2P_POSTED && (st = lw_failure(c, "dt_send", peer)) != DT_OK) break;
@@ -40,17 +61,27 @@ dt_status lw_recv(dt_comm *base, void *buf, size_t bytes, int peer) {
         }
         pthread_cond_wait(&g->cv, &g->mu);
     }
+    if (box->bytes != bytes) {
+        st = dt_error(DT_ERR_COMM, "dt_recv: group rank %d sent %zu bytes, group rank %d expects "
+                                   "%zu", peer, box->bytes, base->rank, bytes);
+        box->status = st;
+        box->state = LW_P2P_DONE;
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        return st;
+    }
+    box->dst = buf;
+    box->split = bytes >= LW_SPLIT_BYTES ? (bytes / 2) & ~(size_t)63 : bytes;
+    box->parts_left = box->split < bytes ? 2 : 1;
+    box->status = DT_OK;
     box->state = LW_P2P_TAKEN;
+    pthread_cond_broadcast(&g->cv); /* the sender takes the upper half */
     pthread_mutex_unlock(&g->mu);
-    if (box->bytes != bytes)
-        st = dt_error(DT_ERR_COMM, "dt_recv: group rank %d sent %zu bytes, group rank %d expects %zu",
-                      peer, box->bytes, base->rank, bytes);
-    else if (bytes)
-        memcpy(buf, box->buf, bytes);
+    if (box->split) memcpy(buf, box->buf, box->split);
     pthread_mutex_lock(&g->mu);
-    box->status = st;
-    box->state = LW_P2P_DONE;
-    pthread_cond_broadcast(&g->cv);
+    part_done(g, box);
+    /* parts_left, not the state: the sender may already have emptied the box again. */
+    while (box->parts_left) pthread_cond_wait(&g->cv, &g->mu);
     pthread_mutex_unlock(&g->mu);
-    return st;
+    return DT_OK;
 }
