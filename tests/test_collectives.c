@@ -247,6 +247,20 @@ static dt_status broadcast_p2p_body(dt_ctx *ctx, void *arg) {
         free(buf);
         free(in);
     }
+    /* Large messages: split between both threads on two ranks. */
+    size_t big = (1u << 19) + 3;
+    float *bb = malloc(big * sizeof *bb), *bin = malloc(big * sizeof *bin);
+    for (size_t i = 0; i < big; i++) bb[i] = me == 0 ? (float)(i % 1000) : -1.0f;
+    R_OK(dt_broadcast(world, bb, big, DT_F32, 0));
+    for (size_t i = 0; i < big; i++) R_CHECK(bb[i] == (float)(i % 1000), "big broadcast %zu", i);
+    if (n > 1 && me < 2) {
+        if (me == 0) R_OK(dt_send(world, bb, big, DT_F32, 1));
+        else R_OK(dt_recv(world, bin, big, DT_F32, 0));
+        for (size_t i = 0; me == 1 && i < big; i++)
+            R_CHECK(bin[i] == (float)(i % 1000), "big recv %zu", i);
+    }
+    free(bb);
+    free(bin);
     /* Several messages between one pair arrive in order. */
     if (n > 1 && me < 2) {
         for (int64_t k = 0; k < 50; k++) {
