@@ -18,11 +18,7 @@ typedef struct args {
 } args;
 
 struct dt_comm_request {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-    dt_status status;
-    char message[512];
+    dt_completion done;
     dt_comm *comm;
     dt_status (*run)(dt_comm *, void *);
     args a;
@@ -33,12 +29,7 @@ static void run_request(void *p) {
     dt_comm_request *r = p;
     dt_status st = r->run(r->comm, r->extra ? r->extra : &r->a);
     atomic_fetch_sub(&r->comm->pending, 1);
-    pthread_mutex_lock(&r->mu);
-    r->status = st;
-    if (st != DT_OK) snprintf(r->message, sizeof r->message, "%s", dt_last_error());
-    r->done = 1;
-    pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
+    dt_completion_signal(&r->done, st);
 }
 
 static dt_status submit(dt_comm *comm, dt_status (*run)(dt_comm *, void *), const args *a,
@@ -47,8 +38,7 @@ static dt_status submit(dt_comm *comm, dt_status (*run)(dt_comm *, void *), cons
     if (!ctx->worker) DT_CHECK(dt_worker_create(&ctx->worker));
     dt_comm_request *r = calloc(1, sizeof *r);
     if (!r) return dt_error(DT_ERR_NOMEM, "non-blocking collective: out of memory");
-    pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    dt_completion_init(&r->done);
     r->comm = comm;
     r->run = run;
     if (a) r->a = *a;
@@ -57,8 +47,8 @@ static dt_status submit(dt_comm *comm, dt_status (*run)(dt_comm *, void *), cons
     dt_status st = dt_worker_submit(ctx->worker, run_request, r);
     if (st != DT_OK) {
         atomic_fetch_sub(&comm->pending, 1);
-        pthread_mutex_destroy(&r->mu);
-        pthread_cond_destroy(&r->cv);
+        dt_completion_signal(&r->done, st);
+        dt_completion_wait(&r->done);
         free(r);
         return st;
     }
@@ -68,23 +58,13 @@ static dt_status submit(dt_comm *comm, dt_status (*run)(dt_comm *, void *), cons
 
 dt_status dt_comm_wait(dt_comm_request *request) {
     DT_ARG_NOT_NULL(request);
-    pthread_mutex_lock(&request->mu);
-    while (!request->done) pthread_cond_wait(&request->cv, &request->mu);
-    pthread_mutex_unlock(&request->mu);
-    dt_status st = request->status;
-    if (st != DT_OK) dt_error(st, "%s", request->message);
-    pthread_mutex_destroy(&request->mu);
-    pthread_cond_destroy(&request->cv);
+    dt_status st = dt_completion_wait(&request->done);
     free(request);
     return st;
 }
 
 int dt_comm_test(const dt_comm_request *request) {
-    if (!request) return -1;
-    pthread_mutex_lock((pthread_mutex_t *)&request->mu);
-    int done = request->done;
-    pthread_mutex_unlock((pthread_mutex_t *)&request->mu);
-    return done;
+    return request ? dt_completion_done((dt_completion *)&request->done) : -1;
 }
 
 int dt_comm_in_order(dt_comm *comm, dt_status (*run)(dt_comm *, void *), void *a, dt_status *st) {

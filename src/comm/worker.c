@@ -1,6 +1,8 @@
 /* The communication thread behind async calls: a FIFO of tasks and one pthread. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm/worker.h"
 #include "core/check.h"
@@ -63,6 +65,38 @@ dt_status dt_worker_submit(dt_worker *w, dt_task_fn fn, void *arg) {
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
     return DT_OK;
+}
+
+void dt_completion_init(dt_completion *c) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+}
+
+void dt_completion_signal(dt_completion *c, dt_status st) {
+    pthread_mutex_lock(&c->mu);
+    c->status = st;
+    if (st != DT_OK) snprintf(c->message, sizeof c->message, "%s", dt_last_error());
+    c->done = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+dt_status dt_completion_wait(dt_completion *c) {
+    pthread_mutex_lock(&c->mu);
+    while (!c->done) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    if (c->status != DT_OK) dt_error(c->status, "%s", c->message);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    return c->status;
+}
+
+int dt_completion_done(dt_completion *c) {
+    pthread_mutex_lock(&c->mu);
+    int done = c->done;
+    pthread_mutex_unlock(&c->mu);
+    return done;
 }
 
 int dt_worker_is_current(const dt_worker *w) {

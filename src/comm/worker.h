@@ -3,6 +3,8 @@
 #ifndef DT_COMM_WORKER_H
 #define DT_COMM_WORKER_H
 
+#include <pthread.h>
+
 #include "dtensor/status.h"
 
 typedef struct dt_worker dt_worker;
@@ -11,6 +13,24 @@ typedef void (*dt_task_fn)(void *arg);
 dt_status dt_worker_create(dt_worker **worker_out);
 /* Queues fn(arg); it runs after every task submitted before it. */
 dt_status dt_worker_submit(dt_worker *w, dt_task_fn fn, void *arg);
+/* A one-shot completion between a task on the comm thread and the caller waiting for it: the
+ * task's status travels with the error message of the thread that failed. */
+typedef struct dt_completion {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    dt_status status;
+    char message[512];
+} dt_completion;
+
+void dt_completion_init(dt_completion *c);
+/* Marks c done with st (and, when st is not DT_OK, the calling thread's last error). */
+void dt_completion_signal(dt_completion *c, dt_status st);
+/* Waits until c is done, sets the status's message on the calling thread, releases c's
+ * resources and returns the status. */
+dt_status dt_completion_wait(dt_completion *c);
+int dt_completion_done(dt_completion *c);
+
 /* 1 when called on w's own thread. */
 int dt_worker_is_current(const dt_worker *w);
 /* Runs what is queued, then stops and frees the thread. NULL is fine. */

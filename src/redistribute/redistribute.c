@@ -189,11 +189,7 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, const dt_placement *dst,
 /* ---- non-blocking ---------------------------------------------------------------------- */
 
 struct dt_request {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-    dt_status status;
-    char message[512];
+    dt_completion done;
     dt_tensor *in, *out;
     const dt_plan *plan;
     dt_comm **comms;
@@ -203,18 +199,11 @@ static void run_request(void *arg) {
     dt_request *r = arg;
     dt_tensor *out = NULL;
     dt_status st = dt_plan_execute(r->plan, r->in, r->comms, &out);
-    pthread_mutex_lock(&r->mu);
-    r->status = st;
-    r->out = out;
-    if (st != DT_OK) snprintf(r->message, sizeof r->message, "%s", dt_last_error());
-    r->done = 1;
-    pthread_cond_signal(&r->cv);
-    pthread_mutex_unlock(&r->mu);
+    r->out = out; /* published by the completion's lock */
+    dt_completion_signal(&r->done, st);
 }
 
 static void request_free(dt_request *r) {
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
     dt_tensor_release(r->in);
     free(r->comms);
     free(r);
@@ -234,13 +223,14 @@ dt_status dt_tensor_redistribute_async(dt_tensor *tensor, const dt_placement *ds
         free(r);
         return st;
     }
-    pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    dt_completion_init(&r->done);
     r->plan = plan;
     r->in = tensor;
     dt_tensor_retain(tensor);
     st = dt_worker_submit(ctx->worker, run_request, r);
     if (st != DT_OK) {
+        dt_completion_signal(&r->done, st);
+        dt_completion_wait(&r->done);
         request_free(r);
         return st;
     }
@@ -250,11 +240,7 @@ dt_status dt_tensor_redistribute_async(dt_tensor *tensor, const dt_placement *ds
 
 dt_status dt_request_wait(dt_request *request, dt_tensor **tensor_out) {
     DT_ARG_NOT_NULL(request);
-    pthread_mutex_lock(&request->mu);
-    while (!request->done) pthread_cond_wait(&request->cv, &request->mu);
-    pthread_mutex_unlock(&request->mu);
-    dt_status st = request->status;
-    if (st != DT_OK) dt_error(st, "%s", request->message);
+    dt_status st = dt_completion_wait(&request->done);
     if (st == DT_OK && tensor_out) *tensor_out = request->out;
     else dt_tensor_release(request->out);
     request_free(request);
