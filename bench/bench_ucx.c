@@ -132,11 +132,13 @@ static int find_dtrun(char *out, size_t cap) {
 }
 
 int main(int argc, char **argv) {
-    int n = 4, rank_mode = 0;
+    int n = 4, rank_mode = 0, table = 0;
     const char *tls = "sm";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rank"))
             rank_mode = 1;
+        else if (!strcmp(argv[i], "--table")) /* make bench: rows for 1 MiB and 16 MiB */
+            table = 1;
         else if (!strcmp(argv[i], "-n") && i + 1 < argc)
             n = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max") && i + 1 < argc)
@@ -144,7 +146,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tls") && i + 1 < argc)
             tls = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_ucx [-n RANKS] [--max BYTES] [--tls UCX_TLS]\n");
+            fprintf(stderr, "usage: bench_ucx [-n RANKS] [--max BYTES] [--tls UCX_TLS] [--table]\n");
             return 2;
         }
     }
@@ -156,9 +158,10 @@ int main(int argc, char **argv) {
         return st == DT_OK ? 0 : 1;
     }
     if (!dt_ucx_available()) {
-        printf("bench_ucx: this build has no UCX runtime; nothing to measure\n");
+        if (!table) printf("bench_ucx: this build has no UCX runtime; nothing to measure\n");
         return 0;
     }
+    if (table && max_bytes > (16u << 20)) max_bytes = 16u << 20;
     char dtrun[1100];
     if (!find_dtrun(dtrun, sizeof dtrun)) {
         fprintf(stderr, "bench_ucx: dtrun not found next to this binary; set DT_DTRUN\n");
@@ -201,6 +204,20 @@ int main(int argc, char **argv) {
         }
         int rc = pclose(p);
         ok &= WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
+    }
+    if (table) {
+        for (int o = 0; o < NOPS; o++)
+            for (int k = 0; k < ns; k++) {
+                if (sz[k] != (1u << 20) && sz[k] != (16u << 20)) continue;
+                if (p2p[k] > 0)
+                    printf("ucx %s, %d processes, %zu MiB, CMA\t%.2f GB/s bus\tucx_perftest %.2f "
+                           "GB/s\t%.0f%%\n", op_names[o], n, sz[k] >> 20, bw[1][o][k], p2p[k],
+                           100 * bw[1][o][k] / p2p[k]);
+                else
+                    printf("ucx %s, %d processes, %zu MiB, CMA\t%.2f GB/s bus\t(no ucx_perftest)\t-\n",
+                           op_names[o], n, sz[k] >> 20, bw[1][o][k]);
+            }
+        return ok ? 0 : 1;
     }
     printf("bench_ucx: %d processes on this host (%ld cores), UCX_TLS=%s. busbw in GB/s; p2p = "
            "ucx_perftest tag_bw between two processes at the same size, %s; ratio = busbw / p2p.\n"
