@@ -55,6 +55,8 @@ static const op_case cases[] = {
     {"mean uneven", DT_OP_MEAN, A(.ndims = 1, .dims = {0}), 1, {2}, {{13, 8}}, {F}},
     {"amax", DT_OP_AMAX, A(.ndims = 2, .dims = {0, 2}), 1, {3}, {{6, 4, 5}}, {F}},
     {"amin", DT_OP_AMIN, A(.ndims = 1, .dims = {-1}), 1, {2}, {{5, 9}}, {F}},
+    {"max all", DT_OP_MAX, A(0), 1, {2}, {{5, 7}}, {F}},
+    {"min dim i32", DT_OP_MIN, A(.ndims = 1, .dims = {0}), 1, {2}, {{9, 3}}, {DT_I32}},
     {"argmax", DT_OP_ARGMAX, A(.dim = 1), 1, {2}, {{6, 7}}, {F}},
     {"argmin", DT_OP_ARGMIN, A(.dim = 0, .keepdim = 1), 1, {2}, {{9, 4}}, {F}},
     {"var", DT_OP_VAR, A(.ndims = 1, .dims = {0}, .correction = 1), 1, {2}, {{9, 4}}, {F}},

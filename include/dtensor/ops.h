@@ -23,7 +23,8 @@ extern "C" {
     X(RELU, "relu") X(GELU, "gelu") X(SILU, "silu") X(TANH, "tanh") X(SIGMOID, "sigmoid")         \
     X(POW_SCALAR, "pow_scalar") X(ADD_SCALAR, "add_scalar") X(MUL_SCALAR, "mul_scalar")            \
     X(MM, "mm") X(BMM, "bmm") X(MATMUL, "matmul") X(ADDMM, "addmm") X(LINEAR, "linear")            \
-    X(SUM, "sum") X(MEAN, "mean") X(AMAX, "amax") X(AMIN, "amin") X(ARGMAX, "argmax")              \
+    X(SUM, "sum") X(MEAN, "mean") X(AMAX, "amax") X(AMIN, "amin") X(MAX, "max") X(MIN, "min")     \
+    X(ARGMAX, "argmax")                                                                            \
     X(ARGMIN, "argmin") X(VAR, "var") X(STD, "std")                                                \
     X(SOFTMAX, "softmax") X(LOG_SOFTMAX, "log_softmax") X(LAYER_NORM, "layer_norm")                \
     X(RMS_NORM, "rms_norm") X(EMBEDDING, "embedding") X(PICK, "pick")                              \
@@ -103,7 +104,9 @@ dt_status dt_matmul(dt_tensor *a, dt_tensor *b, dt_tensor **out);
 /* x @ w^T + b (b nullable): x (..., in), w (out, in), b (out). */
 dt_status dt_linear(dt_tensor *x, dt_tensor *w, dt_tensor *b, dt_tensor **out);
 dt_status dt_reduce(dt_op op, dt_tensor *x, const int *dims, int ndims, int keepdim,
-                    dt_tensor **out); /* sum, mean, amax, amin, var, std */
+                    dt_tensor **out); /* sum, mean, amax, amin, max, min, var, std (max and
+                                         min give the values, as amax and amin; argmax and
+                                         argmin the indices) */
 dt_status dt_softmax(dt_tensor *x, int dim, dt_tensor **out);
 dt_status dt_layer_norm(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, double eps,
                         dt_tensor **out);

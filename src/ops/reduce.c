@@ -7,6 +7,11 @@
 
 static int is_arg(dt_op op) { return op == DT_OP_ARGMAX || op == DT_OP_ARGMIN; }
 
+/* max and min reduce values exactly like amax and amin. */
+static dt_op canonical(dt_op op) {
+    return op == DT_OP_MAX ? DT_OP_AMAX : op == DT_OP_MIN ? DT_OP_AMIN : op;
+}
+
 /* Bit d set when dim d is reduced. */
 static dt_status reduced_mask(dt_op op, const op_input *x, const dt_op_args *a, unsigned *mask) {
     if (is_arg(op)) {
@@ -48,6 +53,7 @@ static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a,
 static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
                  int mesh_total, rule_row *rows) {
     (void)n, (void)mesh_size;
+    op = canonical(op);
     unsigned mask;
     if (reduced_mask(op, &in[0], a, &mask) != DT_OK) return 0;
     int k = 0;
@@ -87,7 +93,7 @@ static dt_status compute(local_call *c) {
                                                    [DT_OP_MEAN] = DT_REDUCE_AVG,
                                                    [DT_OP_AMAX] = DT_REDUCE_MAX,
                                                    [DT_OP_AMIN] = DT_REDUCE_MIN};
-    return dt_cpu_reduce(kind[c->op], mask, &c->in[0], &out);
+    return dt_cpu_reduce(kind[canonical(c->op)], mask, &c->in[0], &out);
 }
 
 const op_family dt_family_reduce = {

@@ -26,6 +26,7 @@ static const op_family *const families[] = {
     [DT_OP_LINEAR] = &dt_family_matmul,
     [DT_OP_SUM] = &dt_family_reduce,        [DT_OP_MEAN] = &dt_family_reduce,
     [DT_OP_AMAX] = &dt_family_reduce,       [DT_OP_AMIN] = &dt_family_reduce,
+    [DT_OP_MAX] = &dt_family_reduce,        [DT_OP_MIN] = &dt_family_reduce,
     [DT_OP_ARGMAX] = &dt_family_reduce,     [DT_OP_ARGMIN] = &dt_family_reduce,
     [DT_OP_VAR] = &dt_family_composite,     [DT_OP_STD] = &dt_family_composite,
     [DT_OP_SOFTMAX] = &dt_family_softmax,   [DT_OP_LOG_SOFTMAX] = &dt_family_softmax,
