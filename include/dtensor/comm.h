@@ -27,7 +27,7 @@ dt_status dt_comm_create(dt_ctx *ctx, const int *ranks, int n, dt_comm **comm_ou
 dt_status dt_comm_destroy(dt_comm *comm);
 
 /* This rank's index in the group, the group size, and the world rank of group rank i;
- * -1 for bad arguments. */
+ * -1 for bad arguments (and dt_last_error() says which). */
 int dt_comm_rank(const dt_comm *comm);
 int dt_comm_size(const dt_comm *comm);
 int dt_comm_world_rank(const dt_comm *comm, int group_rank);

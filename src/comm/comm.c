@@ -89,10 +89,23 @@ dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, con
 
 void dt_comm_free_base(dt_comm *c) { free(c->members); }
 
-int dt_comm_rank(const dt_comm *comm) { return comm ? comm->rank : -1; }
-int dt_comm_size(const dt_comm *comm) { return comm ? comm->size : -1; }
+/* Getters answer -1 for bad arguments and, like the mesh getters, say why. */
+int dt_comm_rank(const dt_comm *comm) {
+    if (!comm) return dt_error(DT_ERR_ARG, "dt_comm_rank: argument comm is NULL"), -1;
+    return comm->rank;
+}
+
+int dt_comm_size(const dt_comm *comm) {
+    if (!comm) return dt_error(DT_ERR_ARG, "dt_comm_size: argument comm is NULL"), -1;
+    return comm->size;
+}
+
 int dt_comm_world_rank(const dt_comm *comm, int group_rank) {
-    if (!comm || group_rank < 0 || group_rank >= comm->size) return -1;
+    if (!comm) return dt_error(DT_ERR_ARG, "dt_comm_world_rank: argument comm is NULL"), -1;
+    if (group_rank < 0 || group_rank >= comm->size)
+        return dt_error(DT_ERR_ARG, "dt_comm_world_rank: argument group_rank = %d is not in [0, %d)",
+                        group_rank, comm->size),
+               -1;
     return comm->members[group_rank];
 }
 
