@@ -1,4 +1,5 @@
 #include <stdarg.h>
+#include <stdlib.h>
 
 #include "helpers.h"
 
@@ -29,6 +30,30 @@ void t_fill(dt_dtype dtype, void *buf, size_t count, uint64_t seed) {
         double v = t_value(seed, i);
         dt_convert_from_f64(dtype, &v, (char *)buf + i * dt_dtype_size(dtype), 1);
     }
+}
+
+FILE *t_open_conformance(const char *name, char *path, size_t cap) {
+    const char *src = getenv("DT_SOURCE_DIR");
+    snprintf(path, cap, "%s/../shared/conformance/%s", src ? src : "..", name);
+    FILE *f = fopen(path, "r");
+    if (f) return f;
+    snprintf(path, cap, "%s/tests/conformance/%s", src ? src : "..", name);
+    return fopen(path, "r");
+}
+
+int t_split_tabs(char *line, char **cols, int max) {
+    int n = 0;
+    for (char *p = line; n < max;) {
+        cols[n++] = p;
+        char *tab = strchr(p, '\t');
+        if (!tab) {
+            p[strcspn(p, "\n")] = '\0';
+            break;
+        }
+        *tab = '\0';
+        p = tab + 1;
+    }
+    return n;
 }
 
 double t_get(dt_dtype dtype, const void *buf, size_t i) {

@@ -60,6 +60,12 @@ void t_fill(dt_dtype dtype, void *buf, size_t count, uint64_t seed);
 /* Element i of the same data, as a double. */
 double t_value(uint64_t seed, size_t i);
 
+/* Opens a conformance table: ../shared/conformance/<name> next to the repository (the newest)
+ * or the copy in tests/conformance; NULL when neither opens. path receives the one used. */
+FILE *t_open_conformance(const char *name, char *path, size_t cap);
+/* Splits a tab-separated line in place into at most max columns (newline dropped). */
+int t_split_tabs(char *line, char **cols, int max);
+
 /* Element i of buf as a double. */
 double t_get(dt_dtype dtype, const void *buf, size_t i);
 

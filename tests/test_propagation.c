@@ -11,36 +11,15 @@ typedef struct prow {
     char id[16], op[64], shapes[128], placements[128], out[128], redist[512], mesh[16];
 } prow;
 
-static int split(char *line, char **cols, int max) {
-    int n = 0;
-    for (char *p = line; n < max;) {
-        cols[n++] = p;
-        char *tab = strchr(p, '\t');
-        if (!tab) {
-            p[strcspn(p, "\n")] = '\0';
-            break;
-        }
-        *tab = '\0';
-        p = tab + 1;
-    }
-    return n;
-}
-
 static int read_prows(prow *rows, int cap) {
-    const char *src = getenv("DT_SOURCE_DIR");
     char path[512], line[4096];
-    snprintf(path, sizeof path, "%s/../shared/conformance/propagation_cases.tsv", src ? src : "..");
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(path, sizeof path, "%s/tests/conformance/propagation_cases.tsv", src ? src : "..");
-        f = fopen(path, "r");
-    }
+    FILE *f = t_open_conformance("propagation_cases.tsv", path, sizeof path);
     cr_assert(f, "cannot open %s", path);
     int n = 0;
     fgets(line, sizeof line, f);
     while (n < cap && fgets(line, sizeof line, f)) {
         char *c[10];
-        if (split(line, c, 10) < 9) continue;
+        if (t_split_tabs(line, c, 10) < 9) continue;
         prow *r = &rows[n++];
         snprintf(r->id, sizeof r->id, "%s", c[0]);
         snprintf(r->op, sizeof r->op, "%s", c[1]);

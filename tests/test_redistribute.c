@@ -51,37 +51,16 @@ typedef struct row {
     char id[16], mesh[32], shape[32], src[64], dst[64], expected[512];
 } row;
 
-static FILE *open_cases(const char *name, char *path, size_t cap) {
-    const char *src = getenv("DT_SOURCE_DIR");
-    /* The shared folder next to the repository is the newest; the copy in tests/ travels. */
-    snprintf(path, cap, "%s/../shared/conformance/%s", src ? src : "..", name);
-    FILE *f = fopen(path, "r");
-    if (f) return f;
-    snprintf(path, cap, "%s/tests/conformance/%s", src ? src : "..", name);
-    return fopen(path, "r");
-}
-
 static int read_rows(row *rows, int cap) {
     char path[512], line[4096];
-    FILE *f = open_cases("redistribute_cases.tsv", path, sizeof path);
+    FILE *f = t_open_conformance("redistribute_cases.tsv", path, sizeof path);
     cr_assert(f, "cannot open the conformance cases (%s)", path);
     cr_log_info("conformance cases from %s", path);
     int n = 0;
     fgets(line, sizeof line, f); /* header */
     while (n < cap && fgets(line, sizeof line, f)) {
         char *cols[8] = {0};
-        int c = 0;
-        for (char *p = line; c < 8; c++) {
-            cols[c] = p;
-            char *tab = strchr(p, '\t');
-            if (!tab) {
-                p[strcspn(p, "\n")] = '\0';
-                c++;
-                break;
-            }
-            *tab = '\0';
-            p = tab + 1;
-        }
+        int c = t_split_tabs(line, cols, 8);
         if (c < 6) continue;
         row *r = &rows[n++];
         snprintf(r->id, sizeof r->id, "%s", cols[0]);
