@@ -6,7 +6,7 @@ PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev li
 	chromium
 MESON_FLAGS := -Dwerror=true
 
-.PHONY: all deps build demo test test-asan bench clean
+.PHONY: all deps build demo test test-asan bench fuzz clean
 
 all: build
 
@@ -36,3 +36,14 @@ bench: build
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# Fuzz the text parsers for FUZZ_SECONDS (default 60) with libFuzzer (clang).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@test -f build-fuzz/build.ninja || CC=clang meson setup build-fuzz -Dtests=false \
+		-Dc_args=-fsanitize=fuzzer-no-link \
+		-Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+	ninja -C build-fuzz
+	clang -g -fsanitize=fuzzer,address,undefined -Iinclude tests/fuzz/fuzz_parse.c \
+		-Lbuild-fuzz -ldtensor -Wl,-rpath,$(CURDIR)/build-fuzz -o build-fuzz/fuzz_parse
+	./build-fuzz/fuzz_parse -max_total_time=$(FUZZ_SECONDS) -max_len=64
