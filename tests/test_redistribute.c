@@ -384,8 +384,18 @@ Test(redistribute, explain_without_ranks) {
     cr_log_info("8x16x64 mesh planned in %.1f ms:\n%s",
                 (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, buf);
     cr_assert(strstr(buf, "reduce_scatter") || strstr(buf, "all_reduce"), "%s", buf);
-    /* Bad input. */
+    /* An 8-D mesh reversing eight shards: each mesh dim only holds its source placement, its
+     * target or R, so the search stays small (3^8 states at most). */
+    int m8[8] = {2, 2, 2, 2, 2, 2, 2, 2};
+    int64_t s8[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+    dt_placement f8[8], t8[8];
+    for (int m = 0; m < 8; m++) f8[m] = dt_shard(m), t8[m] = dt_shard(7 - m);
     dt_plan *plan;
+    cr_assert_eq(dt_plan_create(8, m8, 8, s8, DT_BF16, f8, t8, NULL, &plan), DT_OK, "%s",
+                 dt_last_error());
+    cr_assert_geq(dt_plan_ncollectives(plan), 1);
+    dt_plan_destroy(plan);
+    /* Bad input. */
     T_ERR(dt_plan_create(0, ms, 2, shape, DT_F32, src, dst, NULL, &plan), DT_ERR_ARG, "mesh_ndim");
     int zero[2] = {2, 0};
     T_ERR(dt_plan_create(2, zero, 2, shape, DT_F32, src, dst, NULL, &plan), DT_ERR_MESH,

@@ -45,7 +45,7 @@ typedef struct search {
     const int64_t *shape;
     size_t es;
     dt_cost_model model;
-    int opts[16], nopts;
+    int opts[DT_MESH_MAX_NDIM][3], nopts[DT_MESH_MAX_NDIM]; /* per mesh dim: R, src, dst */
 } search;
 
 /* Mesh dims of size > 1 that shard tensor dim d (size-1 dims never split anything). */
@@ -150,20 +150,43 @@ static int classify(const search *S, const dt_placement *p, const dt_placement *
 }
 
 /* Elements the busiest rank receives in a step from p to q, for a step of the given kind
- * over a group of n. Only mesh dims that shard something matter; when they span more than
- * 4096 coordinates, each is sampled at 0, 1, n-2 and n-1, where torch.chunk sizes change. */
+ * over a group of n. A rank's block is a product over tensor dims, and each tensor dim's
+ * extent depends only on the mesh dims that shard it; so the dims the step leaves alone
+ * contribute their largest extent (at coordinate 0) as a factor, and only the mesh dims that
+ * shard the dims it changes are enumerated (sampled at 0, 1, n-2 and n-1, where torch.chunk
+ * sizes change, when they span more than 4096 coordinates). */
 static double max_received(const search *S, const dt_placement *p, const dt_placement *q,
                            int kind, double n) {
+    int zero[DT_MESH_MAX_NDIM] = {0};
+    int64_t bs[DT_MAX_NDIM], bo[DT_MAX_NDIM], as[DT_MAX_NDIM], ao[DT_MAX_NDIM];
+    dt_shard_layout(S->mnd, S->ms, zero, S->nd, S->shape, p, bs, bo);
+    if (kind == DT_STEP_ALL_REDUCE || kind == DT_STEP_REDUCE_SCATTER) { /* ring, by input */
+        double in = (double)dt_shape_numel(bs, S->nd);
+        return (kind == DT_STEP_ALL_REDUCE ? 2 : 1) * in * (n - 1) / n;
+    }
+    unsigned changed = 0; /* tensor dims whose sharding differs */
+    for (int m = 0; m < S->mnd; m++) {
+        if (dt_placement_equal(p[m], q[m])) continue;
+        if (p[m].kind == DT_PLACEMENT_SHARD) changed |= 1u << p[m].dim;
+        if (q[m].kind == DT_PLACEMENT_SHARD) changed |= 1u << q[m].dim;
+    }
+    double rest = 1;
+    for (int d = 0; d < S->nd; d++)
+        if (!(changed & (1u << d))) rest *= (double)bs[d];
     int dims[DT_MESH_MAX_NDIM], nd = 0, sizes[DT_MESH_MAX_NDIM];
     int64_t total = 1;
-    for (int m = 0; m < S->mnd; m++)
-        if (S->ms[m] > 1 && (p[m].kind == DT_PLACEMENT_SHARD || q[m].kind == DT_PLACEMENT_SHARD)) {
+    for (int m = 0; m < S->mnd; m++) {
+        int hits = (p[m].kind == DT_PLACEMENT_SHARD && (changed & (1u << p[m].dim))) ||
+                   (q[m].kind == DT_PLACEMENT_SHARD && (changed & (1u << q[m].dim)));
+        if (S->ms[m] > 1 && hits) {
             dims[nd++] = m;
             total *= S->ms[m];
         }
+    }
     int sample = total > 4096;
     int64_t combos = 1;
-    for (int i = 0; i < nd; i++) combos *= sizes[i] = sample ? (S->ms[dims[i]] < 4 ? S->ms[dims[i]] : 4) : S->ms[dims[i]];
+    for (int i = 0; i < nd; i++)
+        combos *= sizes[i] = sample && S->ms[dims[i]] > 4 ? 4 : S->ms[dims[i]];
     double worst = 0;
     for (int64_t k = 0; k < combos; k++) {
         int coord[DT_MESH_MAX_NDIM] = {0};
@@ -173,25 +196,20 @@ static double max_received(const search *S, const dt_placement *p, const dt_plac
             rem /= sizes[i];
             coord[dims[i]] = !sample || size <= 4 ? c : (c < 2 ? c : size - 4 + c);
         }
-        int64_t bs[DT_MAX_NDIM], bo[DT_MAX_NDIM], as[DT_MAX_NDIM], ao[DT_MAX_NDIM];
         dt_shard_layout(S->mnd, S->ms, coord, S->nd, S->shape, p, bs, bo);
         dt_shard_layout(S->mnd, S->ms, coord, S->nd, S->shape, q, as, ao);
-        double in = (double)dt_shape_numel(bs, S->nd), out = (double)dt_shape_numel(as, S->nd);
-        double overlap = 1, r = 0;
+        double out = 1, overlap = 1;
         for (int d = 0; d < S->nd; d++) {
+            if (!(changed & (1u << d))) continue;
             int64_t lo = bo[d] > ao[d] ? bo[d] : ao[d];
             int64_t hi = bo[d] + bs[d] < ao[d] + as[d] ? bo[d] + bs[d] : ao[d] + as[d];
+            out *= (double)as[d];
             overlap *= hi > lo ? (double)(hi - lo) : 0;
         }
-        switch (kind) {
-        case DT_STEP_ALL_GATHER:
-        case DT_STEP_ALL_TO_ALL: r = out - overlap; break; /* all but what it already holds */
-        case DT_STEP_ALL_REDUCE: r = 2 * in * (n - 1) / n; break;  /* ring */
-        case DT_STEP_REDUCE_SCATTER: r = in * (n - 1) / n; break;  /* ring */
-        }
-        if (r > worst) worst = r;
+        /* gather and all_to_all: all of the new block but what the rank already holds */
+        if (out - overlap > worst) worst = out - overlap;
     }
-    return worst;
+    return rest * worst;
 }
 
 static void price(const search *S, const dt_placement *p, const dt_placement *q, int kind,
@@ -343,10 +361,10 @@ static dt_status expand(graph *g, const search *S, int idx) {
     dt_placement p[DT_MESH_MAX_NDIM], q[DT_MESH_MAX_NDIM];
     unpack(g->nodes[idx].s, S->mnd, p);
     for (int m = 0; m < S->mnd; m++) {
-        for (int o = 0; o < S->nopts; o++) {
-            if (S->opts[o] == enc(p[m])) continue;
+        for (int o = 0; o < S->nopts[m]; o++) {
+            if (S->opts[m][o] == enc(p[m])) continue;
             memcpy(q, p, sizeof q);
-            q[m] = dec(S->opts[o]);
+            q[m] = dec(S->opts[m][o]);
             int kind = S->ms[m] == 1 ? DT_STEP_RELABEL : classify(S, p, q, 1u << m);
             if (kind >= 0) DT_CHECK(relax(g, S, idx, p, q, kind, 1u << m));
         }
@@ -402,10 +420,10 @@ static void fuse(const search *S, dt_plan_step *steps, int *nsteps) {
     }
 }
 
-static void add_opt(search *S, int code) {
-    for (int i = 0; i < S->nopts; i++)
-        if (S->opts[i] == code) return;
-    S->opts[S->nopts++] = code;
+static void add_opt(search *S, int m, int code) {
+    for (int i = 0; i < S->nopts[m]; i++)
+        if (S->opts[m][i] == code) return;
+    S->opts[m][S->nopts[m]++] = code;
 }
 
 dt_status dt_plan_search(int mesh_ndim, const int *mesh_shape, int ndim, const int64_t *shape,
@@ -413,11 +431,13 @@ dt_status dt_plan_search(int mesh_ndim, const int *mesh_shape, int ndim, const i
                          const dt_cost_model *model, dt_plan **plan_out) {
     search S = {.mnd = mesh_ndim, .ms = mesh_shape, .nd = ndim, .shape = shape,
                 .es = dt_dtype_size(dtype), .model = model ? *model : dt_cost_model_default()};
-    /* Intermediate states only use placements that src or dst use, and R. */
-    add_opt(&S, 0);
+    /* A mesh dim only ever holds its source placement, its target one, or R: every route
+     * passes through those (Partial to Partial of another kind through R, shard to shard
+     * directly), and other placements never make a plan cheaper. */
     for (int m = 0; m < mesh_ndim; m++) {
-        add_opt(&S, enc(src[m]));
-        add_opt(&S, enc(dst[m]));
+        add_opt(&S, m, 0);
+        add_opt(&S, m, enc(src[m]));
+        add_opt(&S, m, enc(dst[m]));
     }
     graph g = {0};
     state_t goal = pack(dst, mesh_ndim);
