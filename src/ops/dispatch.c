@@ -15,7 +15,7 @@
 #include "ops/op_impl.h"
 #include "redistribute/redistribute_impl.h"
 
-#define MAX_COMBOS 100000
+#define MAX_COMBOS 20000 /* beyond this, each mesh dim keeps its few closest rows */
 
 typedef struct strategy {
     dt_placement in[DT_OP_MAX_INPUTS][DT_MESH_MAX_NDIM];
@@ -130,6 +130,28 @@ static int valid_for(const dt_placement *p, int mnd, int ndim) {
     return 1;
 }
 
+/* Many mesh dims multiply the combinations: keep, per mesh dim, the keep rows that leave the
+ * most inputs as they are on that dim (row order breaks ties, so R -> R, first, stays). */
+static int closest_rows(rule_row *rows, int nrows, dt_tensor *const *in, int n, int m, int keep) {
+    if (nrows <= keep) return nrows;
+    int score[DT_OP_MAX_ROWS];
+    for (int r = 0; r < nrows; r++) {
+        score[r] = 0;
+        for (int i = 0; i < n; i++)
+            score[r] += in[i] && dt_placement_equal(rows[r].in[i], in[i]->placements[m]);
+    }
+    for (int k = 0; k < keep; k++) { /* selection: move the best remaining row to slot k */
+        int best = k;
+        for (int r = k + 1; r < nrows; r++)
+            if (score[r] > score[best]) best = r;
+        rule_row tr = rows[k];
+        int ts = score[k];
+        rows[k] = rows[best], score[k] = score[best];
+        rows[best] = tr, score[best] = ts;
+    }
+    return keep;
+}
+
 static dt_status choose(dt_op op, const op_family *f, dt_tensor *const *in, int n,
                         const dt_op_args *a, strategy *best) {
     dt_mesh *mesh = in[0]->mesh;
@@ -145,9 +167,13 @@ static dt_status choose(dt_op op, const op_family *f, dt_tensor *const *in, int 
     for (int m = 0; m < mnd; m++) {
         nrows[m] = f->rules(op, gin, n, a, mesh->shape[m], mesh->nranks, rows[m]);
         combos *= nrows[m];
-        if (combos > MAX_COMBOS)
-            return dt_error(DT_ERR_UNSUPPORTED, "%s: more than %d sharding strategies to price",
-                            dt_op_name(op), MAX_COMBOS);
+    }
+    for (int keep = 4; combos > MAX_COMBOS && keep >= 1; keep--) {
+        combos = 1;
+        for (int m = 0; m < mnd; m++) {
+            nrows[m] = closest_rows(rows[m], nrows[m], in, n, m, keep);
+            combos *= nrows[m];
+        }
     }
     double best_cost = 0;
     int best_changed = 0, found = 0;
