@@ -9,31 +9,21 @@
 #include "comm/worker.h"
 #include "core/check.h"
 
-typedef struct args {
-    const void *send;
-    void *recv;
-    size_t count;
-    dt_dtype dtype;
-    dt_reduce_op op;
-} args;
-
 struct dt_comm_request {
     dt_completion done;
     dt_comm *comm;
-    dt_status (*run)(dt_comm *, void *);
-    args a;
-    void *extra; /* dt_comm_in_order: the caller's argument block */
+    dt_call_fn run;
+    dt_call a; /* a copy: the caller's block may go before the request runs */
 };
 
 static void run_request(void *p) {
     dt_comm_request *r = p;
-    dt_status st = r->run(r->comm, r->extra ? r->extra : &r->a);
+    dt_status st = r->run(r->comm, &r->a);
     atomic_fetch_sub(&r->comm->pending, 1);
     dt_completion_signal(&r->done, st);
 }
 
-static dt_status submit(dt_comm *comm, dt_status (*run)(dt_comm *, void *), const args *a,
-                        void *extra, dt_comm_request **out) {
+dt_status dt_comm_submit(dt_comm *comm, dt_call_fn run, const dt_call *a, dt_comm_request **out) {
     dt_ctx *ctx = comm->ctx;
     if (!ctx->worker) DT_CHECK(dt_worker_create(&ctx->worker));
     dt_comm_request *r = calloc(1, sizeof *r);
@@ -41,8 +31,7 @@ static dt_status submit(dt_comm *comm, dt_status (*run)(dt_comm *, void *), cons
     dt_completion_init(&r->done);
     r->comm = comm;
     r->run = run;
-    if (a) r->a = *a;
-    r->extra = extra;
+    r->a = *a;
     atomic_fetch_add(&comm->pending, 1);
     dt_status st = dt_worker_submit(ctx->worker, run_request, r);
     if (st != DT_OK) {
@@ -67,30 +56,13 @@ int dt_comm_test(const dt_comm_request *request) {
     return request ? dt_completion_done((dt_completion *)&request->done) : -1;
 }
 
-int dt_comm_in_order(dt_comm *comm, dt_status (*run)(dt_comm *, void *), void *a, dt_status *st) {
+int dt_comm_in_order(dt_comm *comm, dt_call_fn run, const dt_call *a, dt_status *st) {
     /* On the comm thread itself (running a request) the call is already in order. */
     if (!atomic_load(&comm->pending) || dt_worker_is_current(comm->ctx->worker)) return 0;
     dt_comm_request *r;
-    *st = submit(comm, run, NULL, a, &r);
+    *st = dt_comm_submit(comm, run, a, &r);
     if (*st == DT_OK) *st = dt_comm_wait(r);
     return 1;
-}
-
-static dt_status run_all_reduce(dt_comm *c, void *p) {
-    args *a = p;
-    return dt_all_reduce(c, a->send, a->recv, a->count, a->dtype, a->op);
-}
-static dt_status run_all_gather(dt_comm *c, void *p) {
-    args *a = p;
-    return dt_all_gather(c, a->send, a->recv, a->count, a->dtype);
-}
-static dt_status run_reduce_scatter(dt_comm *c, void *p) {
-    args *a = p;
-    return dt_reduce_scatter(c, a->send, a->recv, a->count, a->dtype, a->op);
-}
-static dt_status run_all_to_all(dt_comm *c, void *p) {
-    args *a = p;
-    return dt_all_to_all(c, a->send, a->recv, a->count, a->dtype);
 }
 
 #define START_CHECKS()                                                                             \
@@ -102,27 +74,27 @@ static dt_status run_all_to_all(dt_comm *c, void *p) {
 dt_status dt_all_reduce_start(dt_comm *comm, const void *send, void *recv, size_t count,
                               dt_dtype dtype, dt_reduce_op op, dt_comm_request **request_out) {
     START_CHECKS();
-    args a = {send, recv, count, dtype, op};
-    return submit(comm, run_all_reduce, &a, NULL, request_out);
+    dt_call a = {.send = send, .recv = recv, .count = count, .dtype = dtype, .op = op};
+    return dt_comm_submit(comm, dt_call_all_reduce, &a, request_out);
 }
 
 dt_status dt_all_gather_start(dt_comm *comm, const void *send, void *recv, size_t count,
                               dt_dtype dtype, dt_comm_request **request_out) {
     START_CHECKS();
-    args a = {send, recv, count, dtype, DT_REDUCE_SUM};
-    return submit(comm, run_all_gather, &a, NULL, request_out);
+    dt_call a = {.send = send, .recv = recv, .count = count, .dtype = dtype};
+    return dt_comm_submit(comm, dt_call_all_gather, &a, request_out);
 }
 
 dt_status dt_reduce_scatter_start(dt_comm *comm, const void *send, void *recv, size_t count,
                                   dt_dtype dtype, dt_reduce_op op, dt_comm_request **request_out) {
     START_CHECKS();
-    args a = {send, recv, count, dtype, op};
-    return submit(comm, run_reduce_scatter, &a, NULL, request_out);
+    dt_call a = {.send = send, .recv = recv, .count = count, .dtype = dtype, .op = op};
+    return dt_comm_submit(comm, dt_call_reduce_scatter, &a, request_out);
 }
 
 dt_status dt_all_to_all_start(dt_comm *comm, const void *send, void *recv, size_t count,
                               dt_dtype dtype, dt_comm_request **request_out) {
     START_CHECKS();
-    args a = {send, recv, count, dtype, DT_REDUCE_SUM};
-    return submit(comm, run_all_to_all, &a, NULL, request_out);
+    dt_call a = {.send = send, .recv = recv, .count = count, .dtype = dtype};
+    return dt_comm_submit(comm, dt_call_all_to_all, &a, request_out);
 }

@@ -27,46 +27,40 @@
     DT_ARG((count) == 0 || (buf) != NULL, "%s: argument %s is NULL with %zu elements", __func__,   \
            #buf, (size_t)(count))
 
-/* The arguments of a blocking collective, for running it in order behind pending requests
- * (dt_comm_in_order). */
-typedef struct call {
-    const void *send;
-    void *recv;
-    size_t count;
-    const size_t *c1, *d1, *c2, *d2;
-    dt_dtype dtype;
-    dt_reduce_op op;
-    int root;
-} call;
-
-static dt_status run_all_reduce(dt_comm *c, void *p) {
-    call *a = p;
+/* The blocking collectives as argument-block runners, for requests on the comm thread and
+ * for blocking calls that queue behind them. */
+dt_status dt_call_all_reduce(dt_comm *c, const dt_call *a) {
     return dt_all_reduce(c, a->send, a->recv, a->count, a->dtype, a->op);
 }
-static dt_status run_all_gatherv(dt_comm *c, void *p) {
-    call *a = p;
+dt_status dt_call_all_gather(dt_comm *c, const dt_call *a) {
+    return dt_all_gather(c, a->send, a->recv, a->count, a->dtype);
+}
+dt_status dt_call_all_gatherv(dt_comm *c, const dt_call *a) {
     return dt_all_gatherv(c, a->send, a->recv, a->c1, a->d1, a->dtype);
 }
-static dt_status run_reduce_scatterv(dt_comm *c, void *p) {
-    call *a = p;
+dt_status dt_call_reduce_scatter(dt_comm *c, const dt_call *a) {
+    return dt_reduce_scatter(c, a->send, a->recv, a->count, a->dtype, a->op);
+}
+dt_status dt_call_reduce_scatterv(dt_comm *c, const dt_call *a) {
     return dt_reduce_scatterv(c, a->send, a->recv, a->c1, a->dtype, a->op);
 }
-static dt_status run_all_to_allv(dt_comm *c, void *p) {
-    call *a = p;
+dt_status dt_call_all_to_all(dt_comm *c, const dt_call *a) {
+    return dt_all_to_all(c, a->send, a->recv, a->count, a->dtype);
+}
+dt_status dt_call_all_to_allv(dt_comm *c, const dt_call *a) {
     return dt_all_to_allv(c, a->send, a->c1, a->d1, a->recv, a->c2, a->d2, a->dtype);
 }
-static dt_status run_broadcast(dt_comm *c, void *p) {
-    call *a = p;
+dt_status dt_call_broadcast(dt_comm *c, const dt_call *a) {
     return dt_broadcast(c, a->recv, a->count, a->dtype, a->root);
 }
-static dt_status run_barrier(dt_comm *c, void *p) {
-    (void)p;
+dt_status dt_call_barrier(dt_comm *c, const dt_call *a) {
+    (void)a;
     return dt_barrier(c);
 }
 
 #define IN_ORDER(comm, runner, ...)                                                                \
     do {                                                                                           \
-        call in_order_args_ = {__VA_ARGS__};                                                       \
+        dt_call in_order_args_ = {__VA_ARGS__};                                                       \
         dt_status in_order_st_;                                                                    \
         if (dt_comm_in_order((comm), (runner), &in_order_args_, &in_order_st_))                    \
             return in_order_st_;                                                                   \
@@ -142,7 +136,7 @@ dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t coun
     OP_CHECK(op);
     BUF_CHECK(send, count);
     BUF_CHECK(recv, count);
-    IN_ORDER(comm, run_all_reduce, .send = send, .recv = recv, .count = count, .dtype = dtype,
+    IN_ORDER(comm, dt_call_all_reduce, .send = send, .recv = recv, .count = count, .dtype = dtype,
              .op = op);
     double t0 = dt_now_us();
     dt_status st = comm->ops->all_reduce(comm, send, recv, count, dtype, op);
@@ -162,7 +156,7 @@ dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv, const size
     size_t total = 0;
     for (int i = 0; i < comm->size; i++) total += recvcounts[i];
     BUF_CHECK(recv, total);
-    IN_ORDER(comm, run_all_gatherv, .send = send, .recv = recv, .c1 = recvcounts, .d1 = displs,
+    IN_ORDER(comm, dt_call_all_gatherv, .send = send, .recv = recv, .c1 = recvcounts, .d1 = displs,
              .dtype = dtype);
     size_t *own = NULL;
     if (!displs) {
@@ -197,7 +191,7 @@ dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv, const 
     for (int i = 0; i < comm->size; i++) total += recvcounts[i];
     BUF_CHECK(send, total);
     BUF_CHECK(recv, recvcounts[comm->rank]);
-    IN_ORDER(comm, run_reduce_scatterv, .send = send, .recv = recv, .c1 = recvcounts,
+    IN_ORDER(comm, dt_call_reduce_scatterv, .send = send, .recv = recv, .c1 = recvcounts,
              .dtype = dtype, .op = op);
     size_t *displs = NULL;
     DT_CHECK(packed_displs(recvcounts, comm->size, &displs));
@@ -234,7 +228,7 @@ dt_status dt_all_to_allv(dt_comm *comm, const void *send, const size_t *sendcoun
     }
     BUF_CHECK(send, stotal);
     BUF_CHECK(recv, rtotal);
-    IN_ORDER(comm, run_all_to_allv, .send = send, .recv = recv, .c1 = sendcounts, .d1 = sdispls,
+    IN_ORDER(comm, dt_call_all_to_allv, .send = send, .recv = recv, .c1 = sendcounts, .d1 = sdispls,
              .c2 = recvcounts, .d2 = rdispls, .dtype = dtype);
     size_t *own_s = NULL, *own_r = NULL;
     dt_status st = DT_OK;
@@ -267,7 +261,7 @@ dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, i
     BUF_CHECK(buf, count);
     DT_ARG(root >= 0 && root < comm->size, "dt_broadcast: argument root = %d is not a rank of the "
                                            "group of %d", root, comm->size);
-    IN_ORDER(comm, run_broadcast, .recv = buf, .count = count, .dtype = dtype, .root = root);
+    IN_ORDER(comm, dt_call_broadcast, .recv = buf, .count = count, .dtype = dtype, .root = root);
     size_t b = count * dt_dtype_size(dtype);
     double t0 = dt_now_us();
     dt_status st = comm->ops->broadcast(comm, buf, b, root);
@@ -306,7 +300,7 @@ dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int pe
 
 dt_status dt_barrier(dt_comm *comm) {
     COMM_CHECK(comm);
-    IN_ORDER(comm, run_barrier, .count = 0);
+    IN_ORDER(comm, dt_call_barrier, .count = 0);
     double t0 = dt_now_us();
     dt_status st = comm->ops->barrier(comm);
     if (st == DT_OK) dt_comm_count(comm, DT_COLL_BARRIER, 0, 0, t0);

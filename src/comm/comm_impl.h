@@ -102,8 +102,32 @@ dt_status dt_comm_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *sr
 
 /* When requests are pending on comm, a blocking call runs as a queued request too, so that
  * the order of issue is the order on the wire: returns 1 and sets *st in that case. */
-int dt_comm_in_order(dt_comm *comm, dt_status (*run)(dt_comm *, void *), void *args,
-                     dt_status *st);
+typedef struct dt_call {
+    const void *send;
+    void *recv;
+    size_t count;
+    const size_t *c1, *d1, *c2, *d2;
+    dt_dtype dtype;
+    dt_reduce_op op;
+    int root;
+} dt_call;
+
+/* A collective run from its argument block (on the comm thread, or in order behind it). */
+typedef dt_status (*dt_call_fn)(dt_comm *c, const dt_call *a);
+dt_status dt_call_all_reduce(dt_comm *c, const dt_call *a);
+dt_status dt_call_all_gather(dt_comm *c, const dt_call *a);
+dt_status dt_call_all_gatherv(dt_comm *c, const dt_call *a);
+dt_status dt_call_reduce_scatter(dt_comm *c, const dt_call *a);
+dt_status dt_call_reduce_scatterv(dt_comm *c, const dt_call *a);
+dt_status dt_call_all_to_all(dt_comm *c, const dt_call *a);
+dt_status dt_call_all_to_allv(dt_comm *c, const dt_call *a);
+dt_status dt_call_broadcast(dt_comm *c, const dt_call *a);
+dt_status dt_call_barrier(dt_comm *c, const dt_call *a);
+
+/* Queues run(a) on the comm thread behind the requests already there (async.c). */
+dt_status dt_comm_submit(dt_comm *comm, dt_call_fn run, const dt_call *a,
+                         dt_comm_request **request_out);
+int dt_comm_in_order(dt_comm *comm, dt_call_fn run, const dt_call *a, dt_status *st);
 
 /* Counts (and traces) one successful call on comm's context that started at t0_us. */
 void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t bytes_out,
