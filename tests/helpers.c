@@ -1,63 +1,6 @@
-#include <stdarg.h>
-#include <stdlib.h>
-
 #include "helpers.h"
-
-dt_status t_fail(const char *file, int line, const char *fmt, ...) {
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return dt_error_set(DT_ERR_ARG, "test failure at %s:%d: %s", file, line, msg);
-}
 
 void t_run(int n, dt_spmd_fn body, void *arg) {
     dt_status st = dt_local_run(n, body, arg, NULL);
     cr_assert_eq(st, DT_OK, "%d ranks: %s: %s", n, dt_status_str(st), dt_last_error());
-}
-
-double t_value(uint64_t seed, size_t i) {
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + i * 0xbf58476d1ce4e5b9ull + 1;
-    x ^= x >> 31;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 29;
-    return (double)(int64_t)(x % 33) - 16.0;
-}
-
-void t_fill(dt_dtype dtype, void *buf, size_t count, uint64_t seed) {
-    for (size_t i = 0; i < count; i++) {
-        double v = t_value(seed, i);
-        dt_convert_from_f64(dtype, &v, (char *)buf + i * dt_dtype_size(dtype), 1);
-    }
-}
-
-FILE *t_open_conformance(const char *name, char *path, size_t cap) {
-    const char *src = getenv("DT_SOURCE_DIR");
-    snprintf(path, cap, "%s/../shared/conformance/%s", src ? src : "..", name);
-    FILE *f = fopen(path, "r");
-    if (f) return f;
-    snprintf(path, cap, "%s/tests/conformance/%s", src ? src : "..", name);
-    return fopen(path, "r");
-}
-
-int t_split_tabs(char *line, char **cols, int max) {
-    int n = 0;
-    for (char *p = line; n < max;) {
-        cols[n++] = p;
-        char *tab = strchr(p, '\t');
-        if (!tab) {
-            p[strcspn(p, "\n")] = '\0';
-            break;
-        }
-        *tab = '\0';
-        p = tab + 1;
-    }
-    return n;
-}
-
-double t_get(dt_dtype dtype, const void *buf, size_t i) {
-    double v;
-    dt_convert_to_f64(dtype, (const char *)buf + i * dt_dtype_size(dtype), &v, 1);
-    return v;
 }

@@ -1,45 +1,11 @@
-/* Test helpers: run an SPMD body on N local ranks and turn rank-side failures into statuses
- * (Criterion's asserts are not for worker threads), plus deterministic test data. */
+/* Test helpers for the Criterion suites: run an SPMD body on N local ranks, main-thread
+ * error checks; the rank-side ones are in rank_helpers.h. */
 #ifndef DT_TEST_HELPERS_H
 #define DT_TEST_HELPERS_H
 
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-
 #include <criterion/criterion.h>
-#include <dtensor.h>
 
-/* A rank-side failure: records "file:line: message" as the rank's error and returns. The
- * status is DT_ERR_ARG by convention; the message says it is a test failure. */
-dt_status t_fail(const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-#define R_CHECK(cond, ...)                                                                         \
-    do {                                                                                           \
-        if (!(cond)) return t_fail(__FILE__, __LINE__, __VA_ARGS__);                               \
-    } while (0)
-
-/* A call that must succeed on the rank. */
-#define R_OK(call)                                                                                 \
-    do {                                                                                           \
-        dt_status r_st_ = (call);                                                                  \
-        if (r_st_ != DT_OK)                                                                        \
-            return t_fail(__FILE__, __LINE__, "%s returned %s: %s", #call,                         \
-                          dt_status_str(r_st_), dt_last_error());                                  \
-    } while (0)
-
-/* A call that must fail with the given status and a message mentioning `needle`. */
-#define R_ERR(call, want, needle)                                                                  \
-    do {                                                                                           \
-        dt_status r_st_ = (call);                                                                  \
-        if (r_st_ != (want))                                                                       \
-            return t_fail(__FILE__, __LINE__, "%s returned %s, expected %s (%s)", #call,           \
-                          dt_status_str(r_st_), dt_status_str(want), dt_last_error());             \
-        if (!strstr(dt_last_error(), (needle)))                                                    \
-            return t_fail(__FILE__, __LINE__, "%s: message \"%s\" does not mention \"%s\"", #call, \
-                          dt_last_error(), (needle));                                              \
-    } while (0)
+#include "rank_helpers.h"
 
 /* Runs body on n ranks and asserts every rank returned DT_OK. */
 void t_run(int n, dt_spmd_fn body, void *arg);
@@ -53,20 +19,5 @@ void t_run(int n, dt_spmd_fn body, void *arg);
         cr_assert(strstr(dt_last_error(), (needle)), "%s: message \"%s\" does not mention \"%s\"", \
                   #call, dt_last_error(), (needle));                                               \
     } while (0)
-
-/* Fills count elements of dtype with small integers derived from seed and index, exact in
- * every dtype (|v| <= 16), so sums over up to 8 ranks stay exact in bf16. */
-void t_fill(dt_dtype dtype, void *buf, size_t count, uint64_t seed);
-/* Element i of the same data, as a double. */
-double t_value(uint64_t seed, size_t i);
-
-/* Opens a conformance table: ../shared/conformance/<name> next to the repository (the newest)
- * or the copy in tests/conformance; NULL when neither opens. path receives the one used. */
-FILE *t_open_conformance(const char *name, char *path, size_t cap);
-/* Splits a tab-separated line in place into at most max columns (newline dropped). */
-int t_split_tabs(char *line, char **cols, int max);
-
-/* Element i of buf as a double. */
-double t_get(dt_dtype dtype, const void *buf, size_t i);
 
 #endif

@@ -7,205 +7,25 @@
 #include <stdlib.h>
 
 #include "helpers.h"
-
-typedef struct op_case {
-    const char *name;
-    dt_op op;
-    dt_op_args args;
-    int n;
-    int nd[3];
-    int64_t shape[3][4];
-    dt_dtype dtype[3];
-    int positive; /* inputs > 0 (log, sqrt, rsqrt, pow) */
-    int64_t index_range; /* integer inputs in [0, range) */
-} op_case;
-
-#define F DT_F32
-#define A(...) ((dt_op_args){__VA_ARGS__})
-static const op_case cases[] = {
-    {"add broadcast", DT_OP_ADD, A(0), 2, {2, 1}, {{7, 6}, {6}}, {F, F}},
-    {"sub", DT_OP_SUB, A(0), 2, {2, 2}, {{5, 3}, {5, 3}}, {F, F}},
-    {"mul bcast rows", DT_OP_MUL, A(0), 2, {2, 2}, {{6, 5}, {6, 1}}, {F, F}},
-    {"div", DT_OP_DIV, A(0), 2, {2, 2}, {{4, 6}, {4, 6}}, {F, F}, 1},
-    {"maximum", DT_OP_MAXIMUM, A(0), 2, {3, 3}, {{2, 3, 5}, {2, 3, 5}}, {F, F}},
-    {"minimum i32", DT_OP_MINIMUM, A(0), 2, {2, 2}, {{5, 4}, {5, 4}}, {DT_I32, DT_I32}},
-    {"add i64", DT_OP_ADD, A(0), 2, {1, 1}, {{9}, {9}}, {DT_I64, DT_I64}},
-    {"exp", DT_OP_EXP, A(0), 1, {2}, {{5, 7}}, {F}},
-    {"log", DT_OP_LOG, A(0), 1, {2}, {{6, 3}}, {F}, 1},
-    {"rsqrt", DT_OP_RSQRT, A(0), 1, {1}, {{11}}, {F}, 1},
-    {"gelu", DT_OP_GELU, A(0), 1, {3}, {{2, 5, 3}}, {F}},
-    {"silu bf16", DT_OP_SILU, A(0), 1, {2}, {{6, 4}}, {DT_BF16}},
-    {"tanh f64", DT_OP_TANH, A(0), 1, {2}, {{3, 5}}, {DT_F64}},
-    {"sigmoid", DT_OP_SIGMOID, A(0), 1, {2}, {{4, 4}}, {F}},
-    {"relu", DT_OP_RELU, A(0), 1, {2}, {{3, 12}}, {F}},
-    {"neg", DT_OP_NEG, A(0), 1, {2}, {{5, 5}}, {F}},
-    {"pow", DT_OP_POW_SCALAR, A(.scalar = 2), 1, {2}, {{5, 3}}, {F}, 1},
-    {"mul_scalar", DT_OP_MUL_SCALAR, A(.scalar = -1.5), 1, {2}, {{7, 2}}, {F}},
-    {"add_scalar", DT_OP_ADD_SCALAR, A(.scalar = 3), 1, {2}, {{4, 5}}, {F}},
-    {"mm", DT_OP_MM, A(0), 2, {2, 2}, {{12, 8}, {8, 10}}, {F, F}},
-    {"mm uneven", DT_OP_MM, A(0), 2, {2, 2}, {{5, 7}, {7, 3}}, {F, F}},
-    {"mm bf16", DT_OP_MM, A(0), 2, {2, 2}, {{6, 4}, {4, 6}}, {DT_BF16, DT_BF16}},
-    {"bmm", DT_OP_BMM, A(0), 2, {3, 3}, {{4, 6, 5}, {4, 5, 3}}, {F, F}},
-    {"matmul bcast", DT_OP_MATMUL, A(0), 2, {3, 2}, {{3, 5, 4}, {4, 6}}, {F, F}},
-    {"addmm", DT_OP_ADDMM, A(0), 3, {1, 2, 2}, {{4}, {12, 8}, {8, 4}}, {F, F, F}},
-    {"linear", DT_OP_LINEAR, A(0), 3, {3, 2, 1}, {{2, 5, 8}, {6, 8}, {6}}, {F, F, F}},
-    {"sum dim", DT_OP_SUM, A(.ndims = 1, .dims = {1}), 1, {3}, {{4, 6, 3}}, {F}},
-    {"sum all i64", DT_OP_SUM, A(0), 1, {2}, {{7, 5}}, {DT_I64}},
-    {"mean keepdim", DT_OP_MEAN, A(.ndims = 1, .dims = {0}, .keepdim = 1), 1, {2}, {{12, 5}}, {F}},
-    {"mean uneven", DT_OP_MEAN, A(.ndims = 1, .dims = {0}), 1, {2}, {{13, 8}}, {F}},
-    {"amax", DT_OP_AMAX, A(.ndims = 2, .dims = {0, 2}), 1, {3}, {{6, 4, 5}}, {F}},
-    {"amin", DT_OP_AMIN, A(.ndims = 1, .dims = {-1}), 1, {2}, {{5, 9}}, {F}},
-    {"max all", DT_OP_MAX, A(0), 1, {2}, {{5, 7}}, {F}},
-    {"min dim i32", DT_OP_MIN, A(.ndims = 1, .dims = {0}), 1, {2}, {{9, 3}}, {DT_I32}},
-    {"argmax", DT_OP_ARGMAX, A(.dim = 1), 1, {2}, {{6, 7}}, {F}},
-    {"argmin", DT_OP_ARGMIN, A(.dim = 0, .keepdim = 1), 1, {2}, {{9, 4}}, {F}},
-    {"var", DT_OP_VAR, A(.ndims = 1, .dims = {0}, .correction = 1), 1, {2}, {{9, 4}}, {F}},
-    {"std", DT_OP_STD, A(.ndims = 1, .dims = {1}, .correction = 0), 1, {2}, {{4, 7}}, {F}},
-    {"softmax", DT_OP_SOFTMAX, A(.dim = -1), 1, {3}, {{2, 3, 7}}, {F}},
-    {"log_softmax", DT_OP_LOG_SOFTMAX, A(.dim = 0), 1, {2}, {{6, 5}}, {F}},
-    {"layer_norm", DT_OP_LAYER_NORM, A(0), 3, {3, 1, 1}, {{4, 3, 8}, {8}, {8}}, {F, F, F}},
-    {"rms_norm", DT_OP_RMS_NORM, A(0), 2, {2, 1}, {{5, 6}, {6}}, {F, F}},
-    {"embedding", DT_OP_EMBEDDING, A(0), 2, {2, 2}, {{11, 6}, {3, 5}}, {F, DT_I64}, 0, 11},
-    {"cross_entropy", DT_OP_CROSS_ENTROPY, A(.reduction_mean = 1), 2, {2, 1}, {{8, 10}, {8}},
-     {F, DT_I64}, 0, 10},
-    {"cross_entropy none", DT_OP_CROSS_ENTROPY, A(0), 2, {3, 2}, {{4, 7, 3}, {4, 3}},
-     {F, DT_I32}, 0, 7},
-    {"sdpa causal", DT_OP_SDPA, A(.causal = 1), 3, {4, 4, 4}, {{2, 4, 5, 8}, {2, 4, 5, 8},
-     {2, 4, 5, 8}}, {F, F, F}},
-    {"transpose", DT_OP_TRANSPOSE, A(.dim = 0, .dim2 = 2), 1, {3}, {{3, 4, 5}}, {F}},
-    {"permute", DT_OP_PERMUTE, A(.ndims = 3, .dims = {2, 0, 1}), 1, {3}, {{4, 3, 6}}, {F}},
-    {"view merge", DT_OP_VIEW, A(.shape_ndim = 1, .shape = {48}), 1, {2}, {{8, 6}}, {F}},
-    {"view split", DT_OP_VIEW, A(.shape_ndim = 3, .shape = {2, -1, 6}), 1, {2}, {{8, 6}}, {F}},
-    {"slice", DT_OP_SLICE, A(.dim = 1, .start = 3, .end = 7), 1, {2}, {{5, 9}}, {F}},
-    {"unsqueeze", DT_OP_UNSQUEEZE, A(.dim = 1), 1, {2}, {{6, 4}}, {F}},
-    {"squeeze", DT_OP_SQUEEZE, A(.dim = 1), 1, {3}, {{6, 1, 4}}, {F}},
-    {"expand", DT_OP_EXPAND, A(.shape_ndim = 3, .shape = {3, 5, 4}), 1, {2}, {{5, 1}}, {F}},
-    {"cat", DT_OP_CAT, A(.dim = 1), 2, {2, 2}, {{4, 3}, {4, 5}}, {F, F}},
-    {"cat three", DT_OP_CAT, A(.dim = 0), 3, {2, 2, 2}, {{2, 3}, {1, 3}, {3, 3}}, {F, F, F}},
-    {"where", DT_OP_WHERE, A(0), 3, {2, 2, 1}, {{5, 6}, {5, 6}, {6}}, {DT_I32, F, F}, 0, 2},
-};
-#define NCASES (sizeof cases / sizeof cases[0])
-
-static size_t numel(const op_case *c, int i) {
-    size_t n = 1;
-    for (int d = 0; d < c->nd[i]; d++) n *= (size_t)c->shape[i][d];
-    return n;
-}
-
-static void fill(const op_case *c, int i, void *buf) {
-    size_t n = numel(c, i), es = dt_dtype_size(c->dtype[i]);
-    for (size_t k = 0; k < n; k++) {
-        double v = t_value((uint64_t)(i * 977 + 5), k);
-        if (c->dtype[i] == DT_I32 || c->dtype[i] == DT_I64) {
-            if (c->index_range) v = (double)((int64_t)(v + 16) % c->index_range);
-        } else {
-            v /= 8; /* |v| <= 2 keeps exp and friends tame */
-            if (c->positive) v = fabs(v) + 0.25;
-        }
-        dt_convert_from_f64(c->dtype[i], &v, (char *)buf + k * es, 1);
-    }
-}
-
-typedef struct run_arg {
-    const op_case *c;
-    const char *mesh;
-    dt_placement pl[3][2];
-    double *result; /* out: full result, as doubles */
-    size_t result_n;
-    int64_t result_shape[DT_MAX_NDIM];
-    int result_nd;
-} run_arg;
-
-static dt_status op_body(dt_ctx *ctx, void *arg) {
-    run_arg *r = arg;
-    const op_case *c = r->c;
-    dt_mesh *mesh;
-    R_OK(dt_mesh_create_str(ctx, r->mesh, &mesh));
-    dt_tensor *in[3] = {0}, *out = NULL;
-    for (int i = 0; i < c->n; i++) {
-        void *buf = malloc(numel(c, i) * 8 + 8);
-        fill(c, i, buf);
-        R_OK(dt_tensor_distribute(mesh, buf, c->dtype[i], c->nd[i], c->shape[i], r->pl[i],
-                                  DT_ALL_RANKS, &in[i]));
-        free(buf);
-    }
-    dt_status st = dt_op_call(c->op, in, c->n, &c->args, &out);
-    if (st != DT_OK) {
-        char p[3][64] = {"", "", ""};
-        for (int i = 0; i < c->n; i++) dt_placements_format(r->pl[i], dt_mesh_ndim(mesh), p[i], 64);
-        return t_fail(__FILE__, __LINE__, "%s on %s with %s | %s | %s: %s", c->name, r->mesh, p[0],
-                      p[1], p[2], dt_last_error());
-    }
-    dt_tensor_info info;
-    R_OK(dt_tensor_info_get(out, &info));
-    size_t es = dt_dtype_size(info.dtype);
-    char *full = malloc(info.numel * es + 8);
-    R_OK(dt_tensor_full(out, full, info.numel * es));
-    if (dt_ctx_rank(ctx) == 0) {
-        r->result_n = info.numel;
-        r->result_nd = info.ndim;
-        memcpy(r->result_shape, info.shape, sizeof info.shape);
-        r->result = malloc(info.numel * sizeof(double) + 8);
-        dt_convert_to_f64(info.dtype, full, r->result, info.numel);
-    }
-    free(full);
-    for (int i = 0; i < c->n; i++) dt_tensor_release(in[i]);
-    dt_tensor_release(out);
-    dt_mesh_release(mesh);
-    return DT_OK;
-}
-
-static double tolerance(const op_case *c) {
-    if (c->dtype[0] == DT_BF16 || c->dtype[0] == DT_F16) return 3e-2;
-    if (c->dtype[0] == DT_F64) return 1e-10;
-    if (c->dtype[0] == DT_I32 || c->dtype[0] == DT_I64) return 0;
-    return 2e-4;
-}
-
-/* Candidate placements for input i on one mesh dim: R, P(sum) and S(d) for every dim. */
-static dt_placement option(int k) {
-    if (k == 0) return dt_replicate();
-    if (k == 1) return dt_partial(DT_REDUCE_SUM);
-    return dt_shard(k - 2);
-}
+#include "op_cases.h"
 
 Test(ops, sharded_equals_unsharded) {
     static const char *const meshes[] = {"4", "3", "2x2"};
     int checked = 0;
-    for (size_t ci = 0; ci < NCASES; ci++) {
-        const op_case *c = &cases[ci];
-        run_arg ref = {.c = c, .mesh = "1"};
+    for (size_t ci = 0; ci < op_ncases; ci++) {
+        const op_case *c = &op_cases[ci];
+        op_run ref = {.c = c, .mesh = "1"};
         for (int i = 0; i < c->n; i++) ref.pl[i][0] = dt_replicate();
         t_run(1, op_body, &ref);
-        uint64_t rng = ci * 7919 + 1;
         for (size_t mi = 0; mi < 3; mi++) {
-            int mnd = meshes[mi][1] == 'x' ? 2 : 1, nranks = mnd == 2 ? 4 : meshes[mi][0] - '0';
-            int combos = 1;
-            for (int i = 0; i < c->n; i++)
-                for (int m = 0; m < mnd; m++) combos *= c->nd[i] + 2;
-            int tries = combos < 24 ? combos : 24;
+            int tries = op_case_tries(c, meshes[mi]);
             for (int t = 0; t < tries; t++) {
-                run_arg r = {.c = c, .mesh = meshes[mi]};
-                int code = combos <= 24 ? t : (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % combos;
-                for (int i = 0; i < c->n; i++)
-                    for (int m = 0; m < mnd; m++) {
-                        int k = code % (c->nd[i] + 2);
-                        code /= c->nd[i] + 2;
-                        /* integer index inputs stay R/S: a P(sum) of indices is not an index */
-                        if (k == 1 && c->index_range) k = 0;
-                        r.pl[i][m] = option(k);
-                    }
-                t_run(nranks, op_body, &r);
-                cr_assert_eq(r.result_n, ref.result_n, "%s: %zu elements, want %zu", c->name,
-                             r.result_n, ref.result_n);
-                double tol = tolerance(c);
-                for (size_t k = 0; k < ref.result_n; k++) {
-                    double want = ref.result[k], got = r.result[k];
-                    cr_assert(fabs(got - want) <= tol * (1 + fabs(want)) ||
-                                  (isnan(got) && isnan(want)),
-                              "%s on mesh %s (try %d): element %zu is %g, want %g", c->name,
-                              meshes[mi], t, k, got, want);
-                }
+                op_run r = {.c = c, .mesh = meshes[mi]};
+                op_case_placements(c, ci, meshes[mi], t, r.pl);
+                t_run(op_mesh_ranks(meshes[mi]), op_body, &r);
+                char msg[256];
+                cr_assert(op_result_matches(&ref, &r, msg, sizeof msg), "%s (try %d): %s", c->name,
+                          t, msg);
                 free(r.result);
                 checked++;
             }

@@ -23,6 +23,7 @@ typedef enum dt_status {
     DT_ERR_UNSUPPORTED = -11, /* valid, but not supported (yet) by this build or backend */
     DT_ERR_SIZE = -12,        /* an output buffer is too small */
     DT_ERR_SYSTEM = -13,      /* the operating system refused (threads, locks) */
+    DT_ERR_DEVICE = -14,      /* a GPU error (CUDA, cuBLAS, NCCL), or data on the wrong device */
 } dt_status;
 
 /* Short constant name of a status, e.g. "DT_ERR_SHAPE". Never NULL. */

@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 
+#include "dtensor/device.h"
 #include "dtensor/mesh.h"
 #include "dtensor/placement.h"
 
@@ -39,11 +40,11 @@ dt_status dt_shard_layout(int mesh_ndim, const int *mesh_shape, const int *coord
                           const int64_t *shape, const dt_placement *placements,
                           int64_t *local_shape_out, int64_t *offset_out);
 
-/* A tensor with zeroed local storage. Not collective. */
+/* A tensor with zeroed local storage on the rank's device. Not collective. */
 dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
                           const dt_placement *placements, dt_tensor **tensor_out);
 
-/* Shards a full tensor. With src_rank == DT_ALL_RANKS every rank passes the same full tensor
+/* Shards a full tensor (host memory) onto the rank's device (dt_ctx_set_device). With src_rank == DT_ALL_RANKS every rank passes the same full tensor
  * and keeps its slice (no communication). Otherwise only mesh rank src_rank passes it (others
  * pass NULL) and it sends each rank its shard, one shard-sized buffer at a time, so no more
  * than the one full copy ever exists. Collective over the mesh; blocks. */
@@ -56,7 +57,8 @@ dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, 
  * With global_shape given, the local shape must be the one the spec implies; with
  * DT_FROM_LOCAL_CHECK all ranks must also pass the same global shape, placements and dtype
  * (collective). DT_FROM_LOCAL_BORROW keeps a pointer to local (the caller keeps it alive
- * and unchanged in size); otherwise the data is copied. */
+ * and unchanged in size); otherwise the data is copied, to the rank's device when local lives
+ * elsewhere (as torch's from_local moves it); a borrowed local must be on the rank's device. */
 dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int ndim,
                                const int64_t *local_shape, const dt_placement *placements,
                                const int64_t *global_shape, unsigned flags,
@@ -79,13 +81,23 @@ typedef struct dt_tensor_info {
     int mesh_ndim;
     dt_placement placements[DT_MESH_MAX_NDIM];
     dt_mesh *mesh;    /* borrowed */
-    void *local_data; /* borrowed */
+    void *local_data; /* borrowed; on device */
+    dt_device device; /* where local_data lives */
 } dt_tensor_info;
 
 dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *info_out);
 
-/* Gathers the global tensor into out (out_bytes >= numel * dtype size) on every rank,
- * reducing Partial dims. Collective over the mesh; blocks. */
+/* A copy of tensor with the same spec whose local data lives on device (as torch's
+ * DTensor.to(device)); the copy is complete when this returns. Not collective. Fails with
+ * DT_ERR_UNSUPPORTED for CUDA in a build without it, DT_ERR_NOMEM when device is full. */
+dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **tensor_out);
+
+/* Copies this rank's shard (local_bytes of dt_tensor_info) into host memory out, from
+ * whichever device it lives on, after the work queued on it. Not collective; blocks. */
+dt_status dt_tensor_local_to_host(dt_tensor *tensor, void *out, size_t out_bytes);
+
+/* Gathers the global tensor into host memory out (out_bytes >= numel * dtype size) on every
+ * rank, reducing Partial dims. Collective over the mesh; blocks. */
 dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes);
 
 /* Text picture of which ranks hold which slice of a 1-D or 2-D tensor (like

@@ -25,7 +25,7 @@ static void run_request(void *p) {
 
 dt_status dt_comm_submit(dt_comm *comm, dt_call_fn run, const dt_call *a, dt_comm_request **out) {
     dt_ctx *ctx = comm->ctx;
-    if (!ctx->worker) DT_CHECK(dt_worker_create(&ctx->worker));
+    if (!ctx->worker) DT_CHECK(dt_worker_create(ctx, &ctx->worker));
     dt_comm_request *r = calloc(1, sizeof *r);
     if (!r) return dt_error(DT_ERR_NOMEM, "non-blocking collective: out of memory");
     dt_completion_init(&r->done);

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
-#include "core/alloc.h"
 #include "core/box.h"
+#include "core/device.h"
 #include "core/check.h"
 #include "core/clock.h"
 
@@ -310,13 +310,15 @@ dt_status dt_barrier(dt_comm *comm) {
 /* A dtype of the given element size, for moving bytes through typed collectives. */
 static dt_dtype carrier(size_t es) { return es == 2 ? DT_F16 : es == 8 ? DT_F64 : DT_F32; }
 
-/* The fallback: pack each destination's box, all_to_allv, unpack each source's box. */
+/* The fallback: pack each destination's box, all_to_allv, unpack each source's box. The
+ * buffers live where the arrays do (host or GPU). */
 static dt_status exchange_packed(dt_comm *c, int ndim, size_t es, const void *src,
                                  const int64_t *src_shape, const dt_box *send, void *dst,
                                  const int64_t *dst_shape, const dt_box *recv) {
     int n = c->size;
+    const dt_mem_ops *mem = dt_mem_ops_of(dt_mem_kind_of(src ? src : dst));
     size_t *sc = malloc(sizeof(size_t) * (size_t)n), *rc = malloc(sizeof(size_t) * (size_t)n);
-    size_t stotal = 0, rtotal = 0;
+    size_t stotal = 0, rtotal = 0, o = 0;
     char *sbuf = NULL, *rbuf = NULL;
     dt_status st = DT_OK;
     if (!sc || !rc) {
@@ -327,23 +329,24 @@ static dt_status exchange_packed(dt_comm *c, int ndim, size_t es, const void *sr
         stotal += sc[k] = dt_shape_numel(send[k].ext, ndim);
         rtotal += rc[k] = dt_shape_numel(recv[k].ext, ndim);
     }
-    sbuf = dt_host_alloc(stotal * es);
-    rbuf = dt_host_alloc(rtotal * es);
+    sbuf = mem->alloc(stotal * es);
+    rbuf = mem->alloc(rtotal * es);
     if (!sbuf || !rbuf) {
         st = dt_error(DT_ERR_NOMEM, "exchange_boxes: out of memory");
         goto out;
     }
-    for (int k = 0, o = 0; k < n; o += (int)sc[k], k++)
-        dt_box_copy(sbuf + (size_t)o * es, send[k].ext, NULL, src, src_shape, send[k].off,
-                    send[k].ext, ndim, es);
+    for (int k = 0; k < n && st == DT_OK; o += sc[k], k++)
+        st = mem->box_copy(sbuf + o * es, send[k].ext, NULL, src, src_shape, send[k].off,
+                           send[k].ext, ndim, es);
     /* all_to_allv counts in units of es bytes */
-    st = dt_all_to_allv(c, sbuf, sc, NULL, rbuf, rc, NULL, carrier(es));
-    for (int k = 0, o = 0; st == DT_OK && k < n; o += (int)rc[k], k++)
-        dt_box_copy(dst, dst_shape, recv[k].off, rbuf + (size_t)o * es, recv[k].ext, NULL,
-                    recv[k].ext, ndim, es);
+    if (st == DT_OK) st = dt_all_to_allv(c, sbuf, sc, NULL, rbuf, rc, NULL, carrier(es));
+    o = 0;
+    for (int k = 0; st == DT_OK && k < n; o += rc[k], k++)
+        st = mem->box_copy(dst, dst_shape, recv[k].off, rbuf + o * es, recv[k].ext, NULL,
+                           recv[k].ext, ndim, es);
 out:
-    dt_host_free(rbuf);
-    dt_host_free(sbuf);
+    mem->free(rbuf);
+    mem->free(sbuf);
     free(rc);
     free(sc);
     return st;

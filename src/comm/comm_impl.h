@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "dtensor/comm.h"
+#include "dtensor/device.h"
 
 /* A sub-box of a dense row-major array: where it starts and how far it extends per dim. */
 typedef struct dt_box {
@@ -77,7 +78,15 @@ struct dt_ctx {
     dt_redist_state *redist;  /* owned by the redistribute layer (cost model) */
     int redistribute_mode;    /* dt_redistribute_mode, read by op dispatch */
     void (*redist_free)(dt_redist_state *);
+    dt_device device;         /* compute device (dt_ctx_set_device) */
+    struct dt_cuda_rank *cuda; /* streams and handles when device is CUDA (core/cuda/cuda_rt.h) */
 };
+
+/* Frees the rank's GPU state (ctx_fini_common calls it). */
+void dt_ctx_device_fini(dt_ctx *ctx);
+/* Makes ctx's GPU (if any) the calling thread's: kernels and device copies then run on its
+ * compute stream. Cheap when already bound. */
+void dt_ctx_bind(dt_ctx *ctx);
 
 /* Fills the fields every backend shares; members is copied. */
 dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, const int *members,

@@ -47,6 +47,7 @@ void dt_ctx_fini_common(dt_ctx *ctx) {
     dt_trace_free(ctx);
     if (ctx->redist_free) ctx->redist_free(ctx->redist);
     ctx->redist = NULL;
+    dt_ctx_device_fini(ctx);
     pthread_mutex_destroy(&ctx->stats_mu);
 }
 

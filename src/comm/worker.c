@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_impl.h"
 #include "comm/worker.h"
 #include "core/check.h"
 
@@ -19,6 +20,7 @@ struct dt_worker {
     pthread_cond_t cv;
     task *head, *tail;
     int stop;
+    dt_ctx *ctx;
 };
 
 static void *worker_main(void *p) {
@@ -31,6 +33,7 @@ static void *worker_main(void *p) {
         w->head = t->next;
         if (!w->head) w->tail = NULL;
         pthread_mutex_unlock(&w->mu);
+        dt_ctx_bind(w->ctx); /* the rank's GPU streams, when it has one (set at any time) */
         t->fn(t->arg);
         free(t);
         pthread_mutex_lock(&w->mu);
@@ -39,9 +42,10 @@ static void *worker_main(void *p) {
     return NULL;
 }
 
-dt_status dt_worker_create(dt_worker **worker_out) {
+dt_status dt_worker_create(dt_ctx *ctx, dt_worker **worker_out) {
     dt_worker *w = calloc(1, sizeof *w);
     if (!w) return dt_error(DT_ERR_NOMEM, "communication thread: out of memory");
+    w->ctx = ctx;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {

@@ -5,12 +5,14 @@
 
 #include <pthread.h>
 
+#include "dtensor/runtime.h"
 #include "dtensor/status.h"
 
 typedef struct dt_worker dt_worker;
 typedef void (*dt_task_fn)(void *arg);
 
-dt_status dt_worker_create(dt_worker **worker_out);
+/* Tasks run with ctx's GPU (if any) bound to the thread. */
+dt_status dt_worker_create(dt_ctx *ctx, dt_worker **worker_out);
 /* Queues fn(arg); it runs after every task submitted before it. */
 dt_status dt_worker_submit(dt_worker *w, dt_task_fn fn, void *arg);
 /* A one-shot completion between a task on the comm thread and the caller waiting for it: the

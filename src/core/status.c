@@ -24,6 +24,7 @@ const char *dt_status_str(dt_status status) {
     case DT_ERR_UNSUPPORTED: return "DT_ERR_UNSUPPORTED";
     case DT_ERR_SIZE: return "DT_ERR_SIZE";
     case DT_ERR_SYSTEM: return "DT_ERR_SYSTEM";
+    case DT_ERR_DEVICE: return "DT_ERR_DEVICE";
     }
     return "DT_ERR_UNKNOWN";
 }

@@ -20,17 +20,24 @@ static int holds_zeros(const dt_mesh *mesh, const dt_placement *pl, const int *c
     return 0;
 }
 
-/* Mesh-rank r's shard of full, cut into dst (dense). */
-static void cut_shard(const dt_tensor *t, int r, const void *full, void *dst) {
+/* Mesh-rank r's shard of full (host memory), cut into dst (dense, on t's device). A device
+ * shard is cut on the host and uploaded: full is host memory whatever the device. */
+static dt_status cut_shard(const dt_tensor *t, int r, const void *full, void *dst) {
     int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM];
     int coord[DT_MESH_MAX_NDIM];
     dt_tensor_layout_of(t, r, shape, off);
     dt_mesh_coord_of(t->mesh, r, coord);
     size_t es = dt_dtype_size(t->dtype), n = dt_shape_numel(shape, t->ndim);
-    if (n && holds_zeros(t->mesh, t->placements, coord))
-        memset(dst, 0, n * es);
-    else
-        dt_box_copy(dst, shape, NULL, full, t->shape, off, shape, t->ndim, es);
+    const dt_mem_ops *mem = dt_tensor_mem(t);
+    if (!n) return DT_OK;
+    if (holds_zeros(t->mesh, t->placements, coord)) return mem->zero(dst, n * es);
+    void *host = mem == &dt_mem_cpu ? dst : dt_host_alloc(n * es);
+    if (!host) return dt_error(DT_ERR_NOMEM, "dt_tensor_distribute: out of host memory");
+    dt_box_copy(host, shape, NULL, full, t->shape, off, shape, t->ndim, es);
+    if (host == dst) return DT_OK;
+    dt_status st = mem->upload(dst, host, n * es);
+    dt_host_free(host);
+    return st;
 }
 
 static dt_status scatter_from(dt_tensor *t, const void *full, int src) {
@@ -51,7 +58,8 @@ static dt_status scatter_from(dt_tensor *t, const void *full, int src) {
         size_t n = dt_shape_numel(shape, t->ndim);
         if (n > cap) cap = n;
     }
-    void *buf = cap ? dt_host_alloc(cap * es) : NULL;
+    const dt_mem_ops *mem = dt_tensor_mem(t);
+    void *buf = cap ? mem->alloc(cap * es) : NULL;
     if (cap && !buf) return dt_error(DT_ERR_NOMEM, "dt_tensor_distribute: out of memory");
     dt_status st = DT_OK;
     for (int r = 0; r < mesh->nranks && st == DT_OK; r++) {
@@ -59,13 +67,12 @@ static dt_status scatter_from(dt_tensor *t, const void *full, int src) {
         dt_mesh_coord_of(mesh, r, coord);
         size_t n = dt_shape_numel(shape, t->ndim);
         if (r == src) {
-            cut_shard(t, r, full, t->data);
+            st = cut_shard(t, r, full, t->data);
         } else if (n && !holds_zeros(mesh, t->placements, coord)) {
-            cut_shard(t, r, full, buf);
-            st = dt_send(all, buf, n, t->dtype, r);
+            if ((st = cut_shard(t, r, full, buf)) == DT_OK) st = dt_send(all, buf, n, t->dtype, r);
         }
     }
-    dt_host_free(buf);
+    mem->free(buf);
     return st;
 }
 
@@ -83,10 +90,11 @@ dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, 
            "dt_tensor_distribute: argument full is NULL on mesh rank %d (src_rank = %d)",
            mesh->rank, src_rank);
     dt_tensor *t;
-    DT_CHECK(dt_tensor_new(mesh, dtype, ndim, shape, norm, NULL, true, &t));
+    dt_ctx_bind(mesh->ctx);
+    DT_CHECK(dt_tensor_new(mesh, mesh->ctx->device, dtype, ndim, shape, norm, NULL, true, &t));
     dt_status st = DT_OK;
     if (src_rank == DT_ALL_RANKS)
-        cut_shard(t, mesh->rank, full, t->data);
+        st = cut_shard(t, mesh->rank, full, t->data);
     else
         st = scatter_from(t, full, src_rank);
     if (st != DT_OK) {
@@ -108,18 +116,22 @@ dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes) {
     size_t local_bytes = tensor->local_numel * es;
     int partial = 0;
     for (int m = 0; m < mesh->ndim; m++) partial |= tensor->placements[m].kind == DT_PLACEMENT_PARTIAL;
+    /* The collectives run on the tensor's device; a device result is copied to out at the end. */
+    const dt_mem_ops *mem = dt_tensor_mem(tensor);
+    dt_ctx_bind(mesh->ctx);
+    void *dst = mem == &dt_mem_cpu ? out : mem->alloc(numel * es);
     /* Partial values are reduced in a copy: the tensor itself keeps its placements. */
-    void *local = partial ? dt_host_alloc(local_bytes) : tensor->data;
+    void *local = partial ? mem->alloc(local_bytes) : tensor->data;
     void *gathered = NULL;
     size_t *counts = malloc(sizeof(size_t) * (size_t)mesh->nranks);
     size_t *displs = malloc(sizeof(size_t) * (size_t)mesh->nranks);
     int *members = malloc(sizeof(int) * (size_t)mesh->nranks);
     dt_status st = DT_OK;
-    if ((partial && !local) || !counts || !displs || !members) {
+    if ((partial && !local) || !dst || !counts || !displs || !members) {
         st = dt_error(DT_ERR_NOMEM, "dt_tensor_full: out of memory");
         goto out;
     }
-    if (partial && local_bytes) memcpy(local, tensor->data, local_bytes);
+    if (partial && local_bytes) DT_CHECK_GOTO(mem->copy(local, tensor->data, local_bytes), st, out);
     /* Partial dims first, in mesh-dim order: afterwards every rank of a shard group holds the
      * reduced value of its shard. */
     unsigned shard_mask = 0;
@@ -152,10 +164,10 @@ dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes) {
     }
     DT_ASSERT(n == group->size);
     if (rows_only) { /* blocks of whole rows: gather straight into place */
-        DT_CHECK_GOTO(dt_all_gatherv(group, local, out, counts, displs, tensor->dtype), st, out);
+        DT_CHECK_GOTO(dt_all_gatherv(group, local, dst, counts, displs, tensor->dtype), st, out);
         goto out;
     }
-    if (!(gathered = dt_host_alloc(numel * es))) {
+    if (!(gathered = mem->alloc(numel * es))) {
         st = dt_error(DT_ERR_NOMEM, "dt_tensor_full: out of memory");
         goto out;
     }
@@ -164,14 +176,17 @@ dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes) {
     for (int i = 0; i < n; i++) {
         int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM];
         dt_tensor_layout_of(tensor, members[i], shape, off);
-        dt_box_copy(out, tensor->shape, off, block, shape, NULL, shape, tensor->ndim, es);
+        DT_CHECK_GOTO(mem->box_copy(dst, tensor->shape, off, block, shape, NULL, shape,
+                                    tensor->ndim, es), st, out);
         block += counts[i] * es;
     }
 out:
+    if (st == DT_OK && dst != out && numel) st = mem->download(out, dst, numel * es);
     free(members);
     free(displs);
     free(counts);
-    dt_host_free(gathered);
-    if (partial) dt_host_free(local);
+    mem->free(gathered);
+    if (partial) mem->free(local);
+    if (dst != out) mem->free(dst);
     return st;
 }

@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
-#include "core/alloc.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
@@ -28,8 +27,12 @@ dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int
     return st;
 }
 
-dt_status dt_tensor_new(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
-                        const dt_placement *norm, void *data, bool owned, dt_tensor **out) {
+dt_status dt_tensor_new(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
+                        const int64_t *shape, const dt_placement *norm, void *data, bool owned,
+                        dt_tensor **out) {
+    const dt_mem_ops *mem = dt_mem_ops_of(device.kind);
+    if (!mem) return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
+                              (int)device.kind);
     dt_tensor *t = calloc(1, sizeof *t);
     if (!t) return dt_error(DT_ERR_NOMEM, "tensor: out of memory");
     atomic_init(&t->refs, 1);
@@ -40,16 +43,20 @@ dt_status dt_tensor_new(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *
     dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, t->local_shape,
                     t->local_offset);
     t->local_numel = dt_shape_numel(t->local_shape, ndim);
+    t->device = device;
     if (data) {
         t->data = data;
         t->owned = owned;
     } else if (t->local_numel) {
-        t->data = dt_host_calloc(t->local_numel * dt_dtype_size(dtype));
+        size_t bytes = t->local_numel * dt_dtype_size(dtype);
+        t->data = mem->alloc(bytes);
         t->owned = true;
-        if (!t->data) {
-            size_t n = t->local_numel;
+        dt_status st = t->data ? mem->zero(t->data, bytes) : DT_ERR_NOMEM;
+        if (st != DT_OK) {
+            mem->free(t->data);
             free(t);
-            return dt_error(DT_ERR_NOMEM, "tensor: out of memory for a %zu-element shard", n);
+            if (st == DT_ERR_NOMEM) dt_error_prefix("tensor: a shard");
+            return st;
         }
     }
     t->mesh = mesh;
@@ -58,14 +65,20 @@ dt_status dt_tensor_new(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *
     return DT_OK;
 }
 
-dt_status dt_tensor_alloc(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
-                          const dt_placement *norm, dt_tensor **out) {
+dt_status dt_tensor_alloc(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
+                          const int64_t *shape, const dt_placement *norm, dt_tensor **out) {
+    const dt_mem_ops *mem = dt_mem_ops_of(device.kind);
+    if (!mem) return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
+                              (int)device.kind);
     int64_t ls[DT_MAX_NDIM], off[DT_MAX_NDIM];
     dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, ls, off);
-    void *data = dt_host_alloc(dt_shape_numel(ls, ndim) * dt_dtype_size(dtype));
-    if (!data) return dt_error(DT_ERR_NOMEM, "tensor: out of memory");
-    dt_status st = dt_tensor_new(mesh, dtype, ndim, shape, norm, data, true, out);
-    if (st != DT_OK) dt_host_free(data);
+    void *data = mem->alloc(dt_shape_numel(ls, ndim) * dt_dtype_size(dtype));
+    if (!data) {
+        dt_error_prefix("tensor");
+        return DT_ERR_NOMEM;
+    }
+    dt_status st = dt_tensor_new(mesh, device, dtype, ndim, shape, norm, data, true, out);
+    if (st != DT_OK) mem->free(data);
     return st;
 }
 
@@ -82,7 +95,8 @@ dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t
     DT_ARG_NOT_NULL(tensor_out);
     dt_placement norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_spec_check("dt_tensor_zeros", mesh, dtype, ndim, shape, placements, norm));
-    return dt_tensor_new(mesh, dtype, ndim, shape, norm, NULL, true, tensor_out);
+    return dt_tensor_new(mesh, mesh->ctx->device, dtype, ndim, shape, norm, NULL, true,
+                         tensor_out);
 }
 
 dt_status dt_tensor_retain(dt_tensor *tensor) {
@@ -93,7 +107,7 @@ dt_status dt_tensor_retain(dt_tensor *tensor) {
 
 dt_status dt_tensor_release(dt_tensor *tensor) {
     if (!tensor || atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
-    if (tensor->owned) dt_host_free(tensor->data);
+    if (tensor->owned) dt_tensor_mem(tensor)->free(tensor->data);
     dt_mesh_release(tensor->mesh);
     free(tensor);
     return DT_OK;
@@ -118,6 +132,7 @@ dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *info_out) 
         .mesh_ndim = tensor->mesh->ndim,
         .mesh = tensor->mesh,
         .local_data = tensor->data,
+        .device = tensor->device,
     };
     size_t nb = sizeof(int64_t) * (size_t)tensor->ndim;
     memcpy(info.shape, tensor->shape, nb);
@@ -246,15 +261,77 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
                             g, w, full, mesh->rank);
         }
     }
+    /* Like torch's from_local, data on another device than the rank's is copied over. */
+    dt_device device = mesh->ctx->device;
+    const dt_mem_ops *mem = dt_mem_ops_of(device.kind);
+    dt_ctx_bind(mesh->ctx);
+    dt_device_kind have = numel ? dt_mem_kind_of(local) : device.kind;
+    if (have != device.kind && (flags & DT_FROM_LOCAL_BORROW))
+        return dt_error(DT_ERR_DEVICE, "dt_tensor_from_local: argument local is %s memory but the "
+                                       "rank's device is %s, so it cannot be borrowed",
+                        dt_mem_ops_of(have)->name, mem->name);
     void *data = local;
     if (!(flags & DT_FROM_LOCAL_BORROW) && numel) {
         size_t bytes = numel * dt_dtype_size(dtype);
-        data = dt_host_alloc(bytes);
-        if (!data) return dt_error(DT_ERR_NOMEM, "dt_tensor_from_local: out of memory");
-        memcpy(data, local, bytes);
+        if (!(data = mem->alloc(bytes))) {
+            dt_error_prefix("dt_tensor_from_local");
+            return DT_ERR_NOMEM;
+        }
+        dt_status st = have == device.kind   ? mem->copy(data, local, bytes)
+                       : have == DT_DEVICE_CPU ? mem->upload(data, local, bytes)
+                                               : dt_mem_ops_of(have)->download(data, local, bytes);
+        if (st != DT_OK) {
+            mem->free(data);
+            return st;
+        }
     }
-    dt_status st = dt_tensor_new(mesh, dtype, ndim, global, norm, numel ? data : NULL,
+    dt_status st = dt_tensor_new(mesh, device, dtype, ndim, global, norm, numel ? data : NULL,
                                  !(flags & DT_FROM_LOCAL_BORROW), tensor_out);
-    if (st != DT_OK && data != local) dt_host_free(data);
+    if (st != DT_OK && data != local) mem->free(data);
     return st;
+}
+
+dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **tensor_out) {
+    DT_ARG_NOT_NULL(tensor);
+    DT_ARG_NOT_NULL(tensor_out);
+    const dt_mem_ops *from = dt_tensor_mem(tensor), *to = dt_mem_ops_of(device.kind);
+    if (!to)
+        return dt_error(device.kind == DT_DEVICE_CUDA ? DT_ERR_UNSUPPORTED : DT_ERR_ARG,
+                        "dt_tensor_to_device: argument device.kind = %d: %s", (int)device.kind,
+                        device.kind == DT_DEVICE_CUDA ? "this build has no CUDA"
+                                                      : "not a device kind");
+    dt_ctx *ctx = tensor->mesh->ctx;
+    if (device.kind == DT_DEVICE_CUDA && (!ctx->cuda || ctx->device.index != device.index))
+        return dt_error(DT_ERR_DEVICE, "dt_tensor_to_device: argument device is CUDA device %d, "
+                                       "but this rank works on %s %d (dt_ctx_set_device)",
+                        device.index, dt_mem_ops_of(ctx->device.kind)->name, ctx->device.index);
+    if (device.kind == DT_DEVICE_CPU) device.index = 0;
+    dt_ctx_bind(ctx);
+    dt_tensor *t;
+    DT_CHECK(dt_tensor_alloc(tensor->mesh, device, tensor->dtype, tensor->ndim, tensor->shape,
+                             tensor->placements, &t));
+    size_t bytes = tensor->local_numel * dt_dtype_size(tensor->dtype);
+    dt_status st = DT_OK;
+    if (bytes)
+        st = from == to               ? to->copy(t->data, tensor->data, bytes)
+             : from == &dt_mem_cpu ? to->upload(t->data, tensor->data, bytes)
+                                   : from->download(t->data, tensor->data, bytes);
+    if (st == DT_OK && bytes && from == to) st = to->sync();
+    if (st != DT_OK) {
+        dt_tensor_release(t);
+        return st;
+    }
+    *tensor_out = t;
+    return DT_OK;
+}
+
+dt_status dt_tensor_local_to_host(dt_tensor *tensor, void *out, size_t out_bytes) {
+    DT_ARG_NOT_NULL(tensor);
+    size_t bytes = tensor->local_numel * dt_dtype_size(tensor->dtype);
+    DT_ARG(out != NULL || bytes == 0, "dt_tensor_local_to_host: argument out is NULL");
+    if (out_bytes < bytes)
+        return dt_error(DT_ERR_SIZE, "dt_tensor_local_to_host: out_bytes = %zu is less than the "
+                                     "%zu bytes of the shard", out_bytes, bytes);
+    dt_ctx_bind(tensor->mesh->ctx);
+    return bytes ? dt_tensor_mem(tensor)->download(out, tensor->data, bytes) : DT_OK;
 }

@@ -42,7 +42,7 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
 static dt_status compute(local_call *c) {
     double scale = c->args->scalar;
     if (scale == 0) scale = 1.0 / sqrt((double)c->global[0].shape[c->global[0].ndim - 1]);
-    return dt_cpu_sdpa(&c->in[0], &c->in[1], &c->in[2], c->args->causal, scale, &c->out);
+    return c->k->sdpa(&c->in[0], &c->in[1], &c->in[2], c->args->causal, scale, &c->out);
 }
 
 const op_family dt_family_attention = {

@@ -49,12 +49,13 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
 static dt_status compute(local_call *c) {
     int d = dt_norm_dim(c->args->dim, c->out.ndim);
     int64_t off[DT_MAX_NDIM] = {0};
-    for (int i = 0; i < c->ninputs; i++) {
-        dt_box_copy(c->out.data, c->out.shape, off, c->in[i].data, c->in[i].shape, NULL,
-                    c->in[i].shape, c->out.ndim, dt_dtype_size(c->out.dtype));
+    dt_status st = DT_OK;
+    for (int i = 0; i < c->ninputs && st == DT_OK; i++) {
+        st = c->mem->box_copy(c->out.data, c->out.shape, off, c->in[i].data, c->in[i].shape, NULL,
+                              c->in[i].shape, c->out.ndim, dt_dtype_size(c->out.dtype));
         off[d] += c->in[i].shape[d];
     }
-    return DT_OK;
+    return st;
 }
 
 const op_family dt_family_cat = {

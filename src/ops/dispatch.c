@@ -282,6 +282,13 @@ static dt_status check_inputs(dt_op op, const op_family *f, dt_tensor *const *in
         if (in[i] && in[i]->mesh != in[0]->mesh)
             return dt_error(DT_ERR_MESH, "%s: input %d lives on another mesh than input 0",
                             dt_op_name(op), i);
+        if (in[i] && (in[i]->device.kind != in[0]->device.kind ||
+                      in[i]->device.index != in[0]->device.index))
+            return dt_error(DT_ERR_DEVICE, "%s: input %d is on %s:%d but input 0 is on %s:%d "
+                                           "(move it with dt_tensor_to_device)",
+                            dt_op_name(op), i, dt_mem_ops_of(in[i]->device.kind)->name,
+                            in[i]->device.index, dt_mem_ops_of(in[0]->device.kind)->name,
+                            in[0]->device.index);
     }
     return DT_OK;
 }
@@ -313,6 +320,7 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
     dt_mesh *mesh = in[0]->mesh;
     dt_ctx *ctx = mesh->ctx;
     double t0 = ctx->trace ? dt_now_us() : 0;
+    dt_ctx_bind(ctx);
     dt_tensor *moved[DT_OP_MAX_INPUTS] = {0}, *use[DT_OP_MAX_INPUTS] = {0};
     dt_status st = DT_OK;
     for (int i = 0; i < n && st == DT_OK; i++) {
@@ -325,11 +333,13 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
             use[i] = moved[i];
     }
     dt_tensor *o = NULL;
+    dt_device dev = in[0]->device;
     if (st == DT_OK)
-        st = dt_tensor_alloc(mesh, s->spec.dtype, s->spec.ndim, s->spec.shape, s->out, &o);
+        st = dt_tensor_alloc(mesh, dev, s->spec.dtype, s->spec.ndim, s->spec.shape, s->out, &o);
     if (st == DT_OK) {
         op_input gin[DT_OP_MAX_INPUTS];
-        local_call c = {.op = op, .args = a, .ninputs = n, .global = gin};
+        local_call c = {.op = op, .args = a, .ninputs = n, .global = gin,
+                        .k = dt_kernels_of(dev.kind), .mem = dt_mem_ops_of(dev.kind)};
         for (int i = 0; i < n; i++) {
             gin[i] = use[i] ? (op_input){use[i]->ndim, use[i]->shape, use[i]->dtype}
                             : (op_input){-1, NULL, DT_F32};

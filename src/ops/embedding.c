@@ -52,8 +52,8 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
 
 static dt_status compute(local_call *c) {
     if (c->op == DT_OP_EMBEDDING)
-        return dt_cpu_embedding(&c->in[0], c->in_offset[0][0], &c->in[1], &c->out);
-    return dt_cpu_pick(&c->in[0], c->in_offset[0][c->in[0].ndim - 1], &c->in[1], &c->out);
+        return c->k->embedding(&c->in[0], c->in_offset[0][0], &c->in[1], &c->out);
+    return c->k->pick(&c->in[0], c->in_offset[0][c->in[0].ndim - 1], &c->in[1], &c->out);
 }
 
 const op_family dt_family_embedding = {

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "dtensor/device.h"
 #include "dtensor/ops.h"
 
 typedef dt_block dt_local;
@@ -90,6 +91,9 @@ dt_status dt_cpu_embedding(const dt_local *table, int64_t row_offset, const dt_l
 dt_status dt_cpu_pick(const dt_local *logits, int64_t class_offset, const dt_local *target,
                       dt_local *out);
 
+/* out = x broadcast to out->shape (NumPy rules: x's dims align from the right). */
+dt_status dt_cpu_expand(const dt_local *x, dt_local *out);
+
 /* Copies the box of x starting at start[] with extent out->shape into out. */
 dt_status dt_cpu_slice(const dt_local *x, const int64_t *start, dt_local *out);
 
@@ -103,5 +107,38 @@ dt_status dt_cpu_permute(const dt_local *x, const int *perm, dt_local *out);
  * key j > query i (top-left aligned). Float dtypes. */
 dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                       double scale, dt_local *out);
+
+/* ---- one table per device ------------------------------------------------------------- */
+
+/* The kernels above as a table, so op families run on whichever device their inputs live on:
+ * dt_kernels_cpu is the dt_cpu_* functions, the CUDA table (ops/cuda/cuda_kernels.h) has the
+ * same contracts. */
+typedef struct dt_kernels {
+    const char *name;
+    dt_status (*unary)(dt_unary f, double scalar, const dt_local *x, dt_local *out);
+    dt_status (*binary)(dt_binary f, const dt_local *a, const dt_local *b, dt_local *out);
+    dt_status (*where)(const dt_local *cond, const dt_local *a, const dt_local *b, dt_local *out);
+    dt_status (*matmul)(const dt_local *a, const dt_local *b, int trans_b, dt_local *out);
+    dt_status (*reduce)(dt_reduce_op op, unsigned mask, const dt_local *x, dt_local *out);
+    dt_status (*arg_reduce)(int is_max, int dim, int64_t offset, const dt_local *x, dt_local *out,
+                            dt_local *values);
+    dt_status (*softmax)(int log, int dim, const dt_local *x, dt_local *out);
+    dt_status (*layer_norm)(int rms, double eps, const dt_local *x, const dt_local *weight,
+                            const dt_local *bias, dt_local *out);
+    dt_status (*embedding)(const dt_local *table, int64_t row_offset, const dt_local *indices,
+                           dt_local *out);
+    dt_status (*pick)(const dt_local *logits, int64_t class_offset, const dt_local *target,
+                      dt_local *out);
+    dt_status (*expand)(const dt_local *x, dt_local *out);
+    dt_status (*slice)(const dt_local *x, const int64_t *start, dt_local *out);
+    dt_status (*permute)(const dt_local *x, const int *perm, dt_local *out);
+    dt_status (*sdpa)(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
+                      double scale, dt_local *out);
+} dt_kernels;
+
+extern const dt_kernels dt_kernels_cpu;
+
+/* The table of a device kind; NULL for CUDA in builds without it. */
+const dt_kernels *dt_kernels_of(dt_device_kind kind);
 
 #endif

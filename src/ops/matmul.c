@@ -124,8 +124,8 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *args, in
 static dt_status compute(local_call *c) {
     int ia, ib, ic;
     roles(c->op, c->ninputs, &ia, &ib, &ic);
-    DT_CHECK(dt_cpu_matmul(&c->in[ia], &c->in[ib], c->op == DT_OP_LINEAR, &c->out));
-    if (ic >= 0 && c->in[ic].data) return dt_cpu_binary(DT_BINARY_ADD, &c->out, &c->in[ic], &c->out);
+    DT_CHECK(c->k->matmul(&c->in[ia], &c->in[ib], c->op == DT_OP_LINEAR, &c->out));
+    if (ic >= 0 && c->in[ic].data) return c->k->binary(DT_BINARY_ADD, &c->out, &c->in[ic], &c->out);
     return DT_OK;
 }
 

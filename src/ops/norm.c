@@ -52,12 +52,12 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
 
 static dt_status compute(local_call *c) {
     if (c->op == DT_OP_SOFTMAX || c->op == DT_OP_LOG_SOFTMAX)
-        return dt_cpu_softmax(c->op == DT_OP_LOG_SOFTMAX, dt_norm_dim(c->args->dim, c->in[0].ndim),
+        return c->k->softmax(c->op == DT_OP_LOG_SOFTMAX, dt_norm_dim(c->args->dim, c->in[0].ndim),
                               &c->in[0], &c->out);
     double eps = c->args->scalar > 0 ? c->args->scalar : 1e-5;
     const dt_local *w = c->ninputs > 1 && c->in[1].data ? &c->in[1] : NULL;
     const dt_local *b = c->ninputs > 2 && c->in[2].data ? &c->in[2] : NULL;
-    return dt_cpu_layer_norm(c->op == DT_OP_RMS_NORM, eps, &c->in[0], w, b, &c->out);
+    return c->k->layer_norm(c->op == DT_OP_RMS_NORM, eps, &c->in[0], w, b, &c->out);
 }
 
 const op_family dt_family_softmax = {

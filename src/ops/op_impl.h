@@ -5,6 +5,7 @@
 #define DT_OPS_OP_IMPL_H
 
 #include "dtensor/ops.h"
+#include "core/device.h"
 #include "ops/kernels.h"
 
 #define DT_OP_MAX_INPUTS 4
@@ -40,6 +41,8 @@ typedef struct local_call {
     int64_t in_offset[DT_OP_MAX_INPUTS][DT_MAX_NDIM]; /* global offset of each input block */
     const op_input *global;                           /* the inputs' global specs */
     dt_local out;
+    const dt_kernels *k;   /* of the device every block lives on */
+    const dt_mem_ops *mem; /* the same device's copies */
 } local_call;
 
 typedef struct op_family {

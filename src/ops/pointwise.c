@@ -108,9 +108,9 @@ static const dt_binary binary_of[DT_OP_COUNT] = {
 };
 
 static dt_status compute(local_call *c) {
-    if (c->op == DT_OP_WHERE) return dt_cpu_where(&c->in[0], &c->in[1], &c->in[2], &c->out);
-    if (is_binary(c->op)) return dt_cpu_binary(binary_of[c->op], &c->in[0], &c->in[1], &c->out);
-    return dt_cpu_unary(unary_of[c->op], c->args->scalar, &c->in[0], &c->out);
+    if (c->op == DT_OP_WHERE) return c->k->where(&c->in[0], &c->in[1], &c->in[2], &c->out);
+    if (is_binary(c->op)) return c->k->binary(binary_of[c->op], &c->in[0], &c->in[1], &c->out);
+    return c->k->unary(unary_of[c->op], c->args->scalar, &c->in[0], &c->out);
 }
 
 const op_family dt_family_pointwise = {

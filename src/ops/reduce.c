@@ -87,13 +87,13 @@ static dt_status compute(local_call *c) {
     dt_local out = {.data = c->out.data, .dtype = c->out.dtype, .ndim = c->in[0].ndim};
     for (int d = 0; d < out.ndim; d++) out.shape[d] = (mask & (1u << d)) ? 1 : c->in[0].shape[d];
     if (is_arg(c->op))
-        return dt_cpu_arg_reduce(c->op == DT_OP_ARGMAX, __builtin_ctz(mask), 0, &c->in[0], &out,
+        return c->k->arg_reduce(c->op == DT_OP_ARGMAX, __builtin_ctz(mask), 0, &c->in[0], &out,
                                  NULL);
     static const dt_reduce_op kind[DT_OP_COUNT] = {[DT_OP_SUM] = DT_REDUCE_SUM,
                                                    [DT_OP_MEAN] = DT_REDUCE_AVG,
                                                    [DT_OP_AMAX] = DT_REDUCE_MAX,
                                                    [DT_OP_AMIN] = DT_REDUCE_MIN};
-    return dt_cpu_reduce(kind[canonical(c->op)], mask, &c->in[0], &out);
+    return c->k->reduce(kind[canonical(c->op)], mask, &c->in[0], &out);
 }
 
 const op_family dt_family_reduce = {

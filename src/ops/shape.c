@@ -167,26 +167,6 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
 }
 
 /* out = x broadcast to out's shape (stride 0 along the dims that grow). */
-static dt_status expand_copy(const dt_local *x, dt_local *out) {
-    size_t es = dt_dtype_size(x->dtype), n = dt_shape_numel(out->shape, out->ndim);
-    int64_t stride[DT_MAX_NDIM], idx[DT_MAX_NDIM] = {0}, s = 1;
-    for (int i = out->ndim - 1; i >= 0; i--) {
-        int xi = i - (out->ndim - x->ndim);
-        int64_t size = xi >= 0 ? x->shape[xi] : 1;
-        stride[i] = size == out->shape[i] ? s : 0;
-        s *= size;
-    }
-    const char *src = x->data;
-    char *dst = out->data;
-    for (size_t k = 0; k < n; k++) {
-        int64_t off = 0;
-        for (int i = 0; i < out->ndim; i++) off += idx[i] * stride[i];
-        memcpy(dst + k * es, src + (size_t)off * es, es);
-        for (int i = out->ndim - 1; i >= 0 && ++idx[i] == out->shape[i]; i--) idx[i] = 0;
-    }
-    return DT_OK;
-}
-
 static dt_status compute(local_call *c) {
     const dt_local *x = &c->in[0];
     int perm[DT_MAX_NDIM];
@@ -194,18 +174,17 @@ static dt_status compute(local_call *c) {
     case DT_OP_TRANSPOSE:
     case DT_OP_PERMUTE:
         DT_CHECK(permutation(c->op, &c->global[0], c->args, perm));
-        return dt_cpu_permute(x, perm, &c->out);
+        return c->k->permute(x, perm, &c->out);
     case DT_OP_SLICE: {
         int d = dt_norm_dim(c->args->dim, x->ndim);
         int64_t start[DT_MAX_NDIM] = {0};
         start[d] = c->args->start; /* dim d is whole here: the strategy never shards it */
-        return dt_cpu_slice(x, start, &c->out);
+        return c->k->slice(x, start, &c->out);
     }
-    case DT_OP_EXPAND: return expand_copy(x, &c->out);
+    case DT_OP_EXPAND: return c->k->expand(x, &c->out);
     default: /* view, (un)squeeze, contiguous: the local block keeps its memory order */
-        if (dt_shape_numel(x->shape, x->ndim))
-            memcpy(c->out.data, x->data, dt_shape_numel(x->shape, x->ndim) * dt_dtype_size(x->dtype));
-        return DT_OK;
+        return c->mem->copy(c->out.data, x->data,
+                            dt_shape_numel(x->shape, x->ndim) * dt_dtype_size(x->dtype));
     }
 }
 

@@ -5,10 +5,8 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
-#include "core/alloc.h"
 #include "core/box.h"
 #include "core/check.h"
-#include "core/reduce.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 #include "redistribute/execute.h"
@@ -23,7 +21,8 @@ typedef struct exec {
     const dt_mesh *mesh;
     int ndim;
     size_t es;
-    void *cur; /* this rank's block under the current placements */
+    const dt_mem_ops *mem; /* of the tensor's device: every buffer below lives there */
+    void *cur;             /* this rank's block under the current placements */
     int owned;
 } exec;
 
@@ -84,7 +83,7 @@ static void group_free(group *g) {
     free(g->displs);
 }
 
-static void *alloc_elems(size_t n, size_t es) { return dt_host_alloc(n * es); }
+static void *alloc_elems(const exec *x, size_t n) { return x->mem->alloc(n * x->es); }
 
 /* S(d) -> R: gather the members' blocks along d. */
 static dt_status gather(exec *x, const dt_plan_step *s, dt_comm *c, const group *g, int me,
@@ -97,18 +96,18 @@ static dt_status gather(exec *x, const dt_plan_step *s, dt_comm *c, const group 
         g->displs[k] = (size_t)(g->before[k].off[d] - a->off[d]) * inner;
     }
     if (leading_ones(a->shape, d)) return dt_all_gatherv(c, x->cur, out, g->counts, g->displs, x->plan->dtype);
-    void *tmp = alloc_elems(a->numel, x->es);
+    void *tmp = alloc_elems(x, a->numel);
     if (!tmp) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
     dt_status st = dt_all_gatherv(c, x->cur, tmp, g->counts, NULL, x->plan->dtype);
     const char *block = tmp;
     int64_t off[DT_MAX_NDIM] = {0};
     for (int k = 0; st == DT_OK && k < g->n; k++) {
         off[d] = g->before[k].off[d] - a->off[d];
-        dt_box_copy(out, a->shape, off, block, g->before[k].shape, NULL, g->before[k].shape,
-                    x->ndim, x->es);
+        st = x->mem->box_copy(out, a->shape, off, block, g->before[k].shape, NULL,
+                              g->before[k].shape, x->ndim, x->es);
         block += g->counts[k] * x->es;
     }
-    dt_host_free(tmp);
+    x->mem->free(tmp);
     return st;
 }
 
@@ -129,15 +128,20 @@ static dt_status split_along(exec *x, const group *g, int me, int d, void **pack
         *owned = 0;
         return DT_OK;
     }
-    char *buf = alloc_elems(total, x->es), *p = buf;
+    char *buf = alloc_elems(x, total), *p = buf;
     if (!buf) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
-    for (int k = 0; k < g->n; k++) {
+    dt_status st = DT_OK;
+    for (int k = 0; k < g->n && st == DT_OK; k++) {
         int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM] = {0};
         memcpy(shape, b->shape, sizeof shape);
         shape[d] = g->after[k].shape[d];
         off[d] = g->after[k].off[d] - b->off[d];
-        dt_box_copy(p, shape, NULL, x->cur, b->shape, off, shape, x->ndim, x->es);
+        st = x->mem->box_copy(p, shape, NULL, x->cur, b->shape, off, shape, x->ndim, x->es);
         p += g->counts[k] * x->es;
+    }
+    if (st != DT_OK) {
+        x->mem->free(buf);
+        return st;
     }
     *packed = buf;
     *owned = 1;
@@ -176,16 +180,20 @@ static dt_status reduce_scatter(exec *x, const dt_plan_step *s, dt_comm *c, cons
     int owned = 0;
     DT_CHECK(split_along(x, g, me, s->after[m0].dim, &send, &owned));
     dt_status st = dt_reduce_scatterv(c, send, out, g->counts, x->plan->dtype, s->before[m0].op);
-    if (owned) dt_host_free(send);
+    if (owned) x->mem->free(send);
     return st;
 }
 
 /* The current block, writable. */
 static dt_status own_cur(exec *x, size_t numel) {
     if (x->owned) return DT_OK;
-    void *p = alloc_elems(numel, x->es);
+    void *p = alloc_elems(x, numel);
     if (!p) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
-    if (numel) memcpy(p, x->cur, numel * x->es);
+    dt_status st = x->mem->copy(p, x->cur, numel * x->es);
+    if (st != DT_OK) {
+        x->mem->free(p);
+        return st;
+    }
     x->cur = p;
     x->owned = 1;
     return DT_OK;
@@ -201,24 +209,22 @@ static dt_status run_step(exec *x, const dt_plan_step *s, dt_comm *c) {
     case DT_STEP_TO_PARTIAL:
         if (s->after[m0].op != DT_REDUCE_SUM || x->mesh->coord[m0] == 0) return DT_OK;
         DT_CHECK(own_cur(x, b.numel));
-        memset(x->cur, 0, b.numel * x->es);
-        return DT_OK;
+        return x->mem->zero(x->cur, b.numel * x->es);
     case DT_STEP_SCALE: {
         DT_CHECK(own_cur(x, b.numel));
         int64_t n = x->plan->mesh_shape[m0];
-        if (s->before[m0].op == DT_REDUCE_AVG) dt_scale(x->plan->dtype, x->cur, b.numel, 1, n);
-        else dt_scale(x->plan->dtype, x->cur, b.numel, n, 1);
-        return DT_OK;
+        if (s->before[m0].op == DT_REDUCE_AVG) return x->mem->scale(x->plan->dtype, x->cur, b.numel, 1, n);
+        return x->mem->scale(x->plan->dtype, x->cur, b.numel, n, 1);
     }
     default: break;
     }
-    void *out = alloc_elems(a.numel, x->es);
+    void *out = alloc_elems(x, a.numel);
     if (!out) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
     dt_status st = DT_OK;
     if (s->kind == DT_STEP_SLICE) {
         int64_t off[DT_MAX_NDIM];
         for (int d = 0; d < x->ndim; d++) off[d] = a.off[d] - b.off[d];
-        dt_box_copy(out, a.shape, NULL, x->cur, b.shape, off, a.shape, x->ndim, x->es);
+        st = x->mem->box_copy(out, a.shape, NULL, x->cur, b.shape, off, a.shape, x->ndim, x->es);
     } else if (s->kind == DT_STEP_ALL_REDUCE) {
         st = dt_all_reduce(c, x->cur, out, b.numel, x->plan->dtype, s->before[m0].op);
     } else {
@@ -232,10 +238,10 @@ static dt_status run_step(exec *x, const dt_plan_step *s, dt_comm *c) {
         group_free(&g);
     }
     if (st != DT_OK) {
-        dt_host_free(out);
+        x->mem->free(out);
         return st;
     }
-    if (x->owned) dt_host_free(x->cur);
+    if (x->owned) x->mem->free(x->cur);
     x->cur = out;
     x->owned = 1;
     return DT_OK;
@@ -244,7 +250,8 @@ static dt_status run_step(exec *x, const dt_plan_step *s, dt_comm *c) {
 dt_status dt_plan_execute(const dt_plan *plan, dt_tensor *t, dt_comm *const *comms,
                           dt_tensor **out) {
     exec x = {.plan = plan, .mesh = t->mesh, .ndim = t->ndim, .es = dt_dtype_size(t->dtype),
-              .cur = t->data, .owned = 0};
+              .mem = dt_tensor_mem(t), .cur = t->data, .owned = 0};
+    dt_ctx_bind(t->mesh->ctx);
     dt_status st = DT_OK;
     for (int i = 0; i < plan->nsteps && st == DT_OK; i++) st = run_step(&x, &plan->steps[i], comms[i]);
     if (st == DT_OK) { /* the result owns its data, even when no step copied it */
@@ -254,7 +261,8 @@ dt_status dt_plan_execute(const dt_plan *plan, dt_tensor *t, dt_comm *const *com
         st = own_cur(&x, dt_shape_numel(shape, t->ndim));
     }
     if (st == DT_OK)
-        st = dt_tensor_new(t->mesh, t->dtype, t->ndim, t->shape, plan->dst, x.cur, true, out);
-    if (st != DT_OK && x.owned) dt_host_free(x.cur);
+        st = dt_tensor_new(t->mesh, t->device, t->dtype, t->ndim, t->shape, plan->dst, x.cur, true,
+                           out);
+    if (st != DT_OK && x.owned) x.mem->free(x.cur);
     return st;
 }

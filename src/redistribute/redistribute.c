@@ -215,7 +215,7 @@ dt_status dt_tensor_redistribute_async(dt_tensor *tensor, const dt_placement *ds
     const dt_plan *plan;
     DT_CHECK(prepare("dt_tensor_redistribute_async", tensor, dst, &plan));
     dt_ctx *ctx = tensor->mesh->ctx;
-    if (!ctx->worker) DT_CHECK(dt_worker_create(&ctx->worker));
+    if (!ctx->worker) DT_CHECK(dt_worker_create(ctx, &ctx->worker));
     dt_request *r = calloc(1, sizeof *r);
     if (!r) return dt_error(DT_ERR_NOMEM, "dt_tensor_redistribute_async: out of memory");
     dt_status st = step_comms(tensor, plan, 1, &r->comms);

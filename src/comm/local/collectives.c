@@ -1,13 +1,14 @@
 /* Collectives of the local backend. Each publishes this rank's buffers in its slot, passes the
  * entry barrier, pulls what it needs from its peers' buffers, and passes a final barrier so
- * nobody returns (and reuses a buffer) while a peer may still read it. */
+ * nobody returns (and reuses a buffer) while a peer may still read it. GPU buffers go through
+ * the same steps with device copies and reduction kernels on each rank's compute stream,
+ * drained before every barrier so that peers only ever read finished data. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/local/local_impl.h"
-#include "core/box.h"
 #include "core/check.h"
-#include "core/reduce.h"
+#include "core/device.h"
 
 static lw_comm *lw(dt_comm *c) { return (lw_comm *)c; }
 
@@ -26,6 +27,25 @@ static dt_status check_counts(lw_comm *c, const size_t *counts, const char *what
     return DT_OK;
 }
 
+/* The memory table for a collective's buffers: the GPU's when either is device memory (device
+ * copies reach host memory too). Drains the rank's stream first: peers read our buffers. */
+static const dt_mem_ops *mem_of(const void *a, const void *b, dt_status *st) {
+    dt_device_kind k = dt_mem_kind_of(a);
+    if (k == DT_DEVICE_CPU) k = dt_mem_kind_of(b);
+    const dt_mem_ops *mem = dt_mem_ops_of(k);
+    *st = mem == &dt_mem_cpu ? DT_OK : mem->sync();
+    return mem;
+}
+
+/* The barrier between phases: this rank's queued copies finish before peers go on. */
+static void phase_done(lw_comm *c, const dt_mem_ops *mem, dt_status *st) {
+    if (mem != &dt_mem_cpu) {
+        dt_status s = mem->sync();
+        if (*st == DT_OK) *st = s;
+    }
+    lw_sync(c);
+}
+
 static dt_status scratch(lw_comm *c, size_t bytes, void **out) {
     if (bytes > c->scratch_cap) {
         void *p = realloc(c->scratch, bytes);
@@ -42,14 +62,18 @@ static dt_status all_gatherv(dt_comm *base, const void *send, void *recv, const 
     lw_comm *c = lw(base);
     lw_group *g = c->group;
     size_t es = dt_dtype_size(dt);
+    dt_status st;
+    const dt_mem_ops *mem = mem_of(send, recv, &st);
+    DT_CHECK(st);
     g->slots[base->rank] = (lw_slot){.send = send, .counts = counts};
     DT_CHECK(lw_enter(c, "dt_all_gatherv"));
-    dt_status st = check_counts(c, counts, "dt_all_gatherv");
+    st = check_counts(c, counts, "dt_all_gatherv");
     for (int j = 0; st == DT_OK && j < g->n; j++) {
         char *dst = (char *)recv + displs[j] * es;
-        if (counts[j] && dst != g->slots[j].send) memcpy(dst, g->slots[j].send, counts[j] * es);
+        if (counts[j] && dst != g->slots[j].send)
+            st = mem->copy(dst, g->slots[j].send, counts[j] * es);
     }
-    lw_sync(c);
+    phase_done(c, mem, &st);
     return st;
 }
 
@@ -58,19 +82,22 @@ static dt_status reduce_scatterv(dt_comm *base, const void *send, void *recv, co
     lw_comm *c = lw(base);
     lw_group *g = c->group;
     size_t es = dt_dtype_size(dt);
+    dt_status st;
+    const dt_mem_ops *mem = mem_of(send, recv, &st);
+    DT_CHECK(st);
     g->slots[base->rank] = (lw_slot){.send = send, .counts = counts};
     DT_CHECK(lw_enter(c, "dt_reduce_scatterv"));
-    dt_status st = check_counts(c, counts, "dt_reduce_scatterv");
+    st = check_counts(c, counts, "dt_reduce_scatterv");
     const void **srcs = NULL;
     if (st == DT_OK && !(srcs = malloc(sizeof(void *) * (size_t)g->n)))
         st = dt_error(DT_ERR_NOMEM, "dt_reduce_scatterv: out of memory");
     if (st == DT_OK) {
         size_t off = displs[base->rank] * es;
         for (int j = 0; j < g->n; j++) srcs[j] = (const char *)g->slots[j].send + off;
-        dt_reduce_n(dt, op, recv, srcs, g->n, counts[base->rank]);
+        st = mem->reduce_n(dt, op, recv, srcs, g->n, counts[base->rank]);
     }
     free(srcs);
-    lw_sync(c);
+    phase_done(c, mem, &st);
     return st;
 }
 
@@ -83,20 +110,22 @@ static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t 
     int n = g->n, me = base->rank;
     size_t es = dt_dtype_size(dt);
     size_t lo = count * (size_t)me / (size_t)n, hi = count * (size_t)(me + 1) / (size_t)n;
+    dt_status st;
+    const dt_mem_ops *mem = mem_of(send, recv, &st);
+    DT_CHECK(st);
     /* In place, our chunk of send is still being read by peers: reduce into scratch. */
-    void *mine = (char *)recv + lo * es;
+    void *mine = (char *)recv + lo * es, *dev_scratch = NULL;
     const void **srcs = malloc(sizeof(void *) * (size_t)n);
     if (!srcs) return dt_error(DT_ERR_NOMEM, "dt_all_reduce: out of memory");
-    dt_status st = DT_OK;
-    if (send == recv) st = scratch(c, (hi - lo) * es, &mine);
-    if (st != DT_OK) {
-        free(srcs);
-        return st;
+    if (send == recv && mem == &dt_mem_cpu) st = scratch(c, (hi - lo) * es, &mine);
+    else if (send == recv && !(mine = dev_scratch = mem->alloc((hi - lo) * es))) st = DT_ERR_NOMEM;
+    if (st == DT_OK) {
+        g->slots[me] = (lw_slot){.send = send, .result = mine, .count = count};
+        st = lw_enter(c, "dt_all_reduce");
     }
-    g->slots[me] = (lw_slot){.send = send, .result = mine, .count = count};
-    st = lw_enter(c, "dt_all_reduce");
     if (st != DT_OK) {
         free(srcs);
+        mem->free(dev_scratch);
         return st;
     }
     for (int j = 0; j < n; j++) {
@@ -109,18 +138,18 @@ static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t 
     }
     if (st == DT_OK) {
         for (int j = 0; j < n; j++) srcs[j] = (const char *)g->slots[j].send + lo * es;
-        dt_reduce_n(dt, op, mine, srcs, n, hi - lo);
+        st = mem->reduce_n(dt, op, mine, srcs, n, hi - lo);
     }
-    lw_sync(c);
-    if (st == DT_OK) {
-        for (int j = 0; j < n; j++) {
-            size_t jlo = count * (size_t)j / (size_t)n, jhi = count * (size_t)(j + 1) / (size_t)n;
-            char *dst = (char *)recv + jlo * es;
-            if (jhi > jlo && dst != g->slots[j].result) memcpy(dst, g->slots[j].result, (jhi - jlo) * es);
-        }
+    phase_done(c, mem, &st);
+    for (int j = 0; st == DT_OK && j < n; j++) {
+        size_t jlo = count * (size_t)j / (size_t)n, jhi = count * (size_t)(j + 1) / (size_t)n;
+        char *dst = (char *)recv + jlo * es;
+        if (jhi > jlo && dst != g->slots[j].result)
+            st = mem->copy(dst, g->slots[j].result, (jhi - jlo) * es);
     }
-    lw_sync(c);
+    phase_done(c, mem, &st);
     free(srcs);
+    mem->free(dev_scratch);
     return st;
 }
 
@@ -131,9 +160,11 @@ static dt_status all_to_allv(dt_comm *base, const void *send, const size_t *scou
     lw_group *g = c->group;
     int me = base->rank;
     size_t es = dt_dtype_size(dt);
+    dt_status st;
+    const dt_mem_ops *mem = mem_of(send, recv, &st);
+    DT_CHECK(st);
     g->slots[me] = (lw_slot){.send = send, .counts = scounts, .displs = sdispls, .rcounts = rcounts};
     DT_CHECK(lw_enter(c, "dt_all_to_allv"));
-    dt_status st = DT_OK;
     /* Every pair, not only ours, so that all ranks agree on failing. */
     for (int j = 0; j < g->n && st == DT_OK; j++)
         for (int k = 0; k < g->n && st == DT_OK; k++)
@@ -143,30 +174,35 @@ static dt_status all_to_allv(dt_comm *base, const void *send, const size_t *scou
                               j, g->slots[j].counts[k], k, j, g->slots[k].rcounts[j]);
     for (int j = 0; j < g->n && st == DT_OK; j++) {
         if (rcounts[j] == 0) continue;
-        memcpy((char *)recv + rdispls[j] * es,
-               (const char *)g->slots[j].send + g->slots[j].displs[me] * es, rcounts[j] * es);
+        st = mem->copy((char *)recv + rdispls[j] * es,
+                       (const char *)g->slots[j].send + g->slots[j].displs[me] * es,
+                       rcounts[j] * es);
     }
-    lw_sync(c);
+    phase_done(c, mem, &st);
     return st;
 }
 
 static dt_status broadcast(dt_comm *base, void *buf, size_t bytes, int root) {
     lw_comm *c = lw(base);
     lw_group *g = c->group;
+    dt_status st;
+    const dt_mem_ops *mem = mem_of(buf, NULL, &st);
+    DT_CHECK(st);
     g->slots[base->rank] = (lw_slot){.send = buf, .count = bytes};
     DT_CHECK(lw_enter(c, "dt_broadcast"));
-    dt_status st = DT_OK;
     for (int j = 0; j < g->n && st == DT_OK; j++)
         if (g->slots[j].count != g->slots[root].count)
             st = dt_error(DT_ERR_COMM, "dt_broadcast: root sends %zu bytes, group rank %d expects "
                                        "%zu", g->slots[root].count, j, g->slots[j].count);
-    /* Two ranks: the root would sit idle, so it copies the upper half of a large message. */
-    size_t half = g->n == 2 && bytes >= (1u << 20) ? (bytes / 2) & ~(size_t)63 : bytes;
-    if (st == DT_OK && base->rank != root && half)
-        memcpy(buf, g->slots[root].send, half);
+    /* Two host ranks: the root would sit idle, so it copies the upper half of a large message
+     * (a GPU's copy engine gains nothing from it). */
+    int split = g->n == 2 && bytes >= (1u << 20) && mem == &dt_mem_cpu;
+    size_t half = split ? (bytes / 2) & ~(size_t)63 : bytes;
+    if (st == DT_OK && base->rank != root && half) st = mem->copy(buf, g->slots[root].send, half);
     if (st == DT_OK && base->rank == root && half < bytes)
-        memcpy((char *)g->slots[1 - root].send + half, (const char *)buf + half, bytes - half);
-    lw_sync(c);
+        st = mem->copy((char *)g->slots[1 - root].send + half, (const char *)buf + half,
+                       bytes - half);
+    phase_done(c, mem, &st);
     return st;
 }
 
@@ -177,10 +213,12 @@ static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *
     lw_comm *c = lw(base);
     lw_group *g = c->group;
     int me = base->rank;
+    dt_status st;
+    const dt_mem_ops *mem = mem_of(src, dst, &st);
+    DT_CHECK(st);
     g->slots[me] = (lw_slot){.send = src, .shape = src_shape, .send_boxes = send,
                              .recv_boxes = recv};
     DT_CHECK(lw_enter(c, "exchange_boxes"));
-    dt_status st = DT_OK;
     for (int j = 0; j < g->n && st == DT_OK; j++) /* every pair, so all ranks agree */
         for (int k = 0; k < g->n && st == DT_OK; k++)
             if (memcmp(g->slots[j].send_boxes[k].ext, g->slots[k].recv_boxes[j].ext,
@@ -189,10 +227,10 @@ static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *
                                            "%d does not match the box rank %d expects", j, k, k);
     for (int j = 0; j < g->n && st == DT_OK; j++) {
         const lw_slot *s = &g->slots[j];
-        dt_box_copy(dst, dst_shape, recv[j].off, s->send, s->shape, s->send_boxes[me].off,
-                    recv[j].ext, ndim, es);
+        st = mem->box_copy(dst, dst_shape, recv[j].off, s->send, s->shape, s->send_boxes[me].off,
+                           recv[j].ext, ndim, es);
     }
-    lw_sync(c);
+    phase_done(c, mem, &st);
     return st;
 }
 

@@ -1,11 +1,12 @@
 /* Point-to-point on the local backend: a rendezvous mailbox per (sender, receiver) pair.
  * The sender posts its buffer and waits; the receiver copies straight out of it. A large
- * message is copied by both threads at once, the sender taking the upper half, so both
- * cores move it. */
+ * host message is copied by both threads at once, the sender taking the upper half, so both
+ * cores move it; a GPU message is one device copy by the receiver. */
 #include <string.h>
 
 #include "comm/local/local_impl.h"
 #include "core/check.h"
+#include "core/device.h"
 
 #define LW_SPLIT_BYTES (1u << 20)
 
@@ -21,7 +22,9 @@ dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer) {
     lw_comm *c = (lw_comm *)base;
     lw_group *g = c->group;
     lw_p2p *box = &g->p2p[base->rank * g->n + peer];
-    dt_status st = DT_OK;
+    const dt_mem_ops *mem = dt_mem_ops_of(dt_mem_kind_of(buf));
+    dt_status st = mem->sync(); /* the receiver reads buf: our queued writes to it first */
+    if (st != DT_OK) return st;
     pthread_mutex_lock(&g->mu);
     *box = (lw_p2p){.buf = buf, .bytes = bytes, .state = LW_P2P_POSTED};
     pthread_cond_broadcast(&g->cv);
@@ -70,18 +73,21 @@ dt_status lw_recv(dt_comm *base, void *buf, size_t bytes, int peer) {
         pthread_mutex_unlock(&g->mu);
         return st;
     }
+    dt_device_kind k = dt_mem_kind_of(buf);
+    if (k == DT_DEVICE_CPU) k = dt_mem_kind_of(box->buf);
+    const dt_mem_ops *mem = dt_mem_ops_of(k);
     box->dst = buf;
-    box->split = bytes >= LW_SPLIT_BYTES ? (bytes / 2) & ~(size_t)63 : bytes;
+    box->split = bytes >= LW_SPLIT_BYTES && mem == &dt_mem_cpu ? (bytes / 2) & ~(size_t)63 : bytes;
     box->parts_left = box->split < bytes ? 2 : 1;
     box->status = DT_OK;
     box->state = LW_P2P_TAKEN;
     pthread_cond_broadcast(&g->cv); /* the sender takes the upper half */
     pthread_mutex_unlock(&g->mu);
-    if (box->split) memcpy(buf, box->buf, box->split);
+    if (box->split && (st = mem->copy(buf, box->buf, box->split)) == DT_OK) st = mem->sync();
     pthread_mutex_lock(&g->mu);
     part_done(g, box);
     /* parts_left, not the state: the sender may already have emptied the box again. */
     while (box->parts_left) pthread_cond_wait(&g->cv, &g->mu);
     pthread_mutex_unlock(&g->mu);
-    return DT_OK;
+    return st;
 }

@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "comm/ucx/ucx_impl.h"
 #include "core/check.h"
@@ -61,13 +60,4 @@ int ux_tls_without_cma(const char *user, char *out, size_t cap) {
         p += len + (p[len] == ',');
     }
     return out[0] != '\0';
-}
-
-void ux_host_id(char out[UX_HOST_ID]) {
-    memset(out, 0, UX_HOST_ID);
-    gethostname(out, UX_HOST_ID / 2 - 1);
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (!f) return;
-    if (!fgets(out + UX_HOST_ID / 2, UX_HOST_ID / 2 - 1, f)) out[UX_HOST_ID / 2] = '\0';
-    fclose(f);
 }

@@ -16,9 +16,7 @@
 #define CLEANUP_NS         200000000LL /* how long a failed operation waits for cancellations */
 
 int64_t ux_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    return dt_boot_now_ns();
 }
 
 static int world_rank(const ux_op *op, int peer) {

@@ -1,5 +1,5 @@
 /* The UCX runtime's entry points in a build without UCX: they exist, and say so. */
-#include "comm/ucx/env.h"
+#include "dtensor/ucx.h"
 #include "core/check.h"
 
 int dt_ucx_available(void) {

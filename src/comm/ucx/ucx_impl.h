@@ -14,8 +14,11 @@
 #include <stdint.h>
 #include <ucp/api/ucp.h>
 
+#include "comm/boot/boot.h"
 #include "comm/comm_impl.h"
-#include "comm/ucx/env.h"
+
+/* Group ranks travel in 16 bits of a message tag. */
+#define DT_UX_MAX_RANKS DT_BOOT_MAX_RANKS
 
 /* Tag layout: group id (28 bits) | sequence number (16) | phase (4) | sender's group rank (16).
  * Every tag is matched exactly. */
@@ -27,8 +30,6 @@
 
 /* Phases within one collective (its sequence number already sets it apart from others). */
 enum { UX_PH_GATHER = 0, UX_PH_REDUCE, UX_PH_ALL, UX_PH_SCATTER };
-
-typedef struct ux_ctl ux_ctl;
 
 typedef struct ux_world {
     dt_ctx ctx; /* first: the backend state is found from the context */
@@ -58,7 +59,7 @@ typedef struct ux_world {
     uint64_t *exit_recvd;               /* messages exited rank r received from this rank */
     atomic_uint_fast64_t *sent, *recvd; /* messages this rank sent to / received from r */
 
-    ux_ctl *ctl;
+    dt_boot_ctl *ctl; /* the control plane (comm/boot); NULL for a world of one */
 
     pthread_mutex_t groups_mu;
     struct ux_group *groups;
@@ -137,7 +138,7 @@ void ux_world_abort(ux_world *w, int rank, dt_status st, const char *msg);
 /* Records that rank r returned, with the messages it sent to and received from this rank. */
 void ux_world_exited(ux_world *w, int r, uint64_t sent_to_me, uint64_t recvd_from_me);
 
-/* --- control plane (control.c) ----------------------------------------------------------- */
+/* --- control plane (comm/boot/control.c, driven from world.c) --------------------------- */
 
 /* Takes over the rendezvous sockets (root: one per rank, socks[0] unused; others: socks[0] is
  * rank 0) and starts the control thread. */
@@ -153,20 +154,11 @@ void ux_ctl_stop(ux_world *w);
 /* --- error-handling policy (policy.c) ---------------------------------------------------- */
 
 enum { UX_ERR_AUTO = 0, UX_ERR_PEER, UX_ERR_NONE };
-#define UX_HOST_ID 128 /* host name + boot id: ranks with equal ids share a host */
+#define UX_HOST_ID DT_BOOT_HOST_ID /* host name + boot id: ranks with equal ids share a host */
 
 dt_status ux_err_mode_read(int *mode_out, int *cma_out);
 /* UCX_TLS value user (NULL = unset) without CMA; 0 when it cannot be expressed. */
 int ux_tls_without_cma(const char *user, char *out, size_t cap);
-void ux_host_id(char out[UX_HOST_ID]);
-
-/* --- rendezvous (bootstrap.c) ------------------------------------------------------------ */
-
-/* Meets every rank at MASTER_ADDR:MASTER_PORT: publishes this rank's UCX worker address and
- * returns everyone's (addrs[r], lens[r]; caller frees each and the arrays) plus the control
- * sockets for ux_ctl_start. */
-dt_status ux_bootstrap(const dt_ucx_env *env, int64_t timeout_ns, const void *addr, size_t len,
-                       void ***addrs_out, size_t **lens_out, int **socks_out);
 
 /* --- collectives ------------------------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
 /* The UCX runtime's life cycle: world from the environment, UCP context and worker, the
  * rendezvous, endpoints to every peer, the rank's SPMD function, and an orderly teardown once
- * every rank has returned. Also the failure state that operations poll. */
+ * every rank has returned. Also the failure state that operations poll, and what ties it to
+ * the control plane (comm/boot). */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,63 @@ void ux_world_exited(ux_world *w, int r, uint64_t sent_to_me, uint64_t recvd_fro
     atomic_fetch_add(&w->events, 1);
 }
 
+/* --- the control plane's hooks, and the calls world.c and progress.c make into it --- */
+
+static void hook_abort(void *arg, int rank, dt_status st, const char *msg) {
+    ux_world_abort(arg, rank, st, msg);
+}
+
+static void hook_exited(void *arg, int rank, uint64_t sent_to_me, uint64_t recvd_from_me) {
+    ux_world_exited(arg, rank, sent_to_me, recvd_from_me);
+}
+
+static int hook_failed(void *arg, int *rank, dt_status *st, char *msg, size_t cap) {
+    ux_world *w = arg;
+    if (!atomic_load(&w->aborted)) return 0;
+    pthread_mutex_lock(&w->mu);
+    *rank = w->abort_rank;
+    *st = w->abort_status;
+    snprintf(msg, cap, "%s", w->abort_msg);
+    pthread_mutex_unlock(&w->mu);
+    return 1;
+}
+
+dt_status ux_ctl_start(ux_world *w, int *socks) {
+    dt_boot_hooks h = {.entry = "dt_ucx_run",
+                       .arg = w,
+                       .abort = hook_abort,
+                       .exited = hook_exited,
+                       .failed = hook_failed};
+    return dt_boot_ctl_start(w->rank, w->size, socks, &h, &w->ctl);
+}
+
+void ux_ctl_fail(ux_world *w, dt_status st, const char *msg) {
+    ux_world_abort(w, w->rank, st, msg);
+    dt_boot_ctl_fail(w->ctl, st, msg);
+}
+
+void ux_ctl_finish(ux_world *w, int *rank_out, dt_status *st_out, char *msg, size_t cap) {
+    *rank_out = -1;
+    *st_out = DT_OK;
+    if (!w->ctl) {
+        if (!hook_failed(w, rank_out, st_out, msg, cap)) *rank_out = -1;
+        return;
+    }
+    int n = w->size;
+    uint64_t *v = malloc(sizeof *v * 2 * (size_t)n);
+    for (int q = 0; v && q < n; q++) {
+        v[q] = atomic_load(&w->sent[q]);
+        v[n + q] = atomic_load(&w->recvd[q]);
+    }
+    dt_boot_ctl_finish(w->ctl, v, rank_out, st_out, msg, cap);
+    free(v);
+}
+
+void ux_ctl_stop(ux_world *w) {
+    dt_boot_ctl_stop(w->ctl);
+    w->ctl = NULL;
+}
+
 /* UCX reports a broken endpoint; the requests on it fail on their own, so only note it. */
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
     (void)ep;
@@ -71,9 +129,9 @@ static dt_status alloc_world(ux_world **out) {
 static dt_status read_config(ux_world *w) {
     DT_CHECK(dt_ucx_env_read(&w->env));
     double startup, timeout;
-    DT_CHECK(dt_ux_env_seconds("DT_STARTUP_TIMEOUT_S", DEFAULT_STARTUP_S, &startup));
-    DT_CHECK(dt_ux_env_seconds("DT_TIMEOUT_S", DEFAULT_TIMEOUT_S, &timeout));
-    DT_CHECK(dt_ux_env_bytes("DT_UCX_RING_MIN_BYTES", DEFAULT_RING_MIN, &w->ring_min_bytes));
+    DT_CHECK(dt_boot_env_seconds("DT_STARTUP_TIMEOUT_S", DEFAULT_STARTUP_S, &startup));
+    DT_CHECK(dt_boot_env_seconds("DT_TIMEOUT_S", DEFAULT_TIMEOUT_S, &timeout));
+    DT_CHECK(dt_boot_env_bytes("DT_UCX_RING_MIN_BYTES", DEFAULT_RING_MIN, &w->ring_min_bytes));
     DT_CHECK(ux_err_mode_read(&w->err_mode, &w->cma));
     w->startup_timeout_ns = (int64_t)(startup * 1e9);
     if (w->startup_timeout_ns <= 0) w->startup_timeout_ns = 1;
@@ -166,14 +224,14 @@ static dt_status connect_peers(ux_world *w, ep_arg **args_out) {
         ucp_worker_release_address(w->worker, addr);
         return dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory");
     }
-    ux_host_id(blob);
+    dt_boot_host_id(blob);
     memcpy(blob + UX_HOST_ID, addr, len);
     ucp_worker_release_address(w->worker, addr);
     void **addrs = NULL;
     size_t *lens = NULL;
     int *socks = NULL;
-    dt_status st =
-        ux_bootstrap(&w->env, w->startup_timeout_ns, blob, UX_HOST_ID + len, &addrs, &lens, &socks);
+    dt_status st = dt_boot_exchange(&w->env, w->startup_timeout_ns, blob, UX_HOST_ID + len,
+                                    &addrs, &lens, &socks);
     DT_CHECK_GOTO(st, st, out);
     ep_arg *args = calloc((size_t)w->size, sizeof *args);
     *args_out = args;
@@ -187,10 +245,7 @@ static dt_status connect_peers(ux_world *w, ep_arg **args_out) {
         int same = memcmp(addrs[r], blob, UX_HOST_ID) == 0;
         st = make_ep(w, r, (char *)addrs[r] + UX_HOST_ID, same, &args[r]);
     }
-    for (int r = 0; r < w->size; r++)
-        free(addrs[r]);
-    free(addrs);
-    free(lens);
+    dt_boot_blobs_free(addrs, lens, w->size);
     if (st != DT_OK) {
         for (int r = 0; r < w->size; r++)
             if (socks[r] >= 0) close(socks[r]);

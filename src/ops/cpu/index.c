@@ -174,3 +174,23 @@ dt_status dt_cpu_permute(const dt_local *x, const int *perm, dt_local *out) {
     }
     return DT_OK;
 }
+
+dt_status dt_cpu_expand(const dt_local *x, dt_local *out) {
+    size_t es = dt_dtype_size(x->dtype), n = dt_shape_numel(out->shape, out->ndim);
+    int64_t stride[DT_MAX_NDIM], idx[DT_MAX_NDIM] = {0}, s = 1;
+    for (int i = out->ndim - 1; i >= 0; i--) {
+        int xi = i - (out->ndim - x->ndim);
+        int64_t size = xi >= 0 ? x->shape[xi] : 1;
+        stride[i] = size == out->shape[i] ? s : 0;
+        s *= size;
+    }
+    const char *src = x->data;
+    char *dst = out->data;
+    for (size_t k = 0; k < n; k++) {
+        int64_t off = 0;
+        for (int i = 0; i < out->ndim; i++) off += idx[i] * stride[i];
+        memcpy(dst + k * es, src + (size_t)off * es, es);
+        for (int i = out->ndim - 1; i >= 0 && ++idx[i] == out->shape[i]; i--) idx[i] = 0;
+    }
+    return DT_OK;
+}

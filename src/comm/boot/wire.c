@@ -5,12 +5,12 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "comm/ucx/ucx_impl.h"
-#include "comm/ucx/wire.h"
+#include "comm/boot/boot.h"
+#include "comm/boot/wire.h"
 
-int ux_wire_write(int fd, uint32_t type, int rank, int status, const void *payload, size_t len) {
-    ux_wire_hdr h = {
-        .magic = UX_WIRE_MAGIC, .type = type, .rank = rank, .status = status, .len = len};
+int boot_wire_write(int fd, uint32_t type, int rank, int status, const void *payload, size_t len) {
+    boot_wire_hdr h = {
+        .magic = BOOT_WIRE_MAGIC, .type = type, .rank = rank, .status = status, .len = len};
     char *buf = malloc(sizeof h + len);
     if (!buf) {
         errno = ENOMEM;
@@ -40,7 +40,7 @@ static int read_full(int fd, void *p, size_t len, int64_t deadline) {
     while (off < len) {
         int ms = -1;
         if (deadline) {
-            int64_t left = deadline - ux_now_ns();
+            int64_t left = deadline - dt_boot_now_ns();
             if (left <= 0) return -2;
             ms = (int)(left / 1000000 + 1);
         }
@@ -58,11 +58,11 @@ static int read_full(int fd, void *p, size_t len, int64_t deadline) {
     return 0;
 }
 
-int ux_wire_read(int fd, ux_wire_hdr *hdr, char **payload_out, int64_t deadline_ns) {
+int boot_wire_read(int fd, boot_wire_hdr *hdr, char **payload_out, int64_t deadline_ns) {
     *payload_out = NULL;
     int r = read_full(fd, hdr, sizeof *hdr, deadline_ns);
     if (r) return r;
-    if (hdr->magic != UX_WIRE_MAGIC || hdr->len > UX_WIRE_MAX_PAYLOAD) return -3;
+    if (hdr->magic != BOOT_WIRE_MAGIC || hdr->len > BOOT_WIRE_MAX_PAYLOAD) return -3;
     char *p = malloc(hdr->len + 1);
     if (!p) {
         errno = ENOMEM;

@@ -1,11 +1,13 @@
 /* Rendezvous over plain TCP: rank 0 listens on MASTER_ADDR:MASTER_PORT (that address only),
- * every other rank connects (retrying until the startup deadline), sends its UCX worker
- * address and receives everyone's. The sockets stay open as the control plane (control.c).
+ * every other rank connects (retrying until the startup deadline), sends its blob (a UCX
+ * worker address, an NCCL unique id: whatever the runtime needs everyone to know) and receives
+ * everyone's. The sockets stay open as the control plane (control.c).
  *
- * Why not UCX's own listener (ucp_listener + sockaddr endpoints): it needs a sockaddr-capable
- * transport, which UCX_TLS=sm does not have; a plain socket works whatever UCX_TLS says, can
- * name exactly which ranks are missing, and leaves a connection whose loss the kernel reports
- * the moment a process dies, which is how failures are detected without UCX keepalives. */
+ * Why not a transport's own listener (ucp_listener, NCCL's bootstrap): UCX's needs a
+ * sockaddr-capable transport, which UCX_TLS=sm does not have, and NCCL's needs the id first;
+ * a plain socket works whatever the transport, can name exactly which ranks are missing, and
+ * leaves a connection whose loss the kernel reports the moment a process dies, which is how
+ * failures are detected without transport keepalives. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -16,10 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "comm/ucx/ucx_impl.h"
-#include "comm/ucx/wire.h"
+#include "comm/boot/boot.h"
+#include "comm/boot/wire.h"
 #include "core/check.h"
 
 #define RETRY_NS 100000000LL
@@ -61,7 +64,7 @@ static void tune(int fd) {
     fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
-static dt_status resolve(const dt_ucx_env *env, struct addrinfo **out) {
+static dt_status resolve(const dt_boot_env *env, struct addrinfo **out) {
     char port[16];
     snprintf(port, sizeof port, "%d", env->master_port);
     struct addrinfo hints = {
@@ -73,7 +76,7 @@ static dt_status resolve(const dt_ucx_env *env, struct addrinfo **out) {
     return DT_OK;
 }
 
-static dt_status listen_on(const dt_ucx_env *env, int *fd_out) {
+static dt_status listen_on(const dt_boot_env *env, int *fd_out) {
     struct addrinfo *ai;
     DT_CHECK(resolve(env, &ai));
     int err = 0;
@@ -106,10 +109,10 @@ static dt_status listen_on(const dt_ucx_env *env, int *fd_out) {
 /* Sends msg as an ERR to every connected rank, so they fail with rank 0's reason. */
 static void broadcast_err(table *t, const char *msg) {
     for (int r = 1; r < t->size; r++)
-        if (t->socks[r] >= 0) ux_wire_write(t->socks[r], UX_MSG_ERR, 0, 0, msg, strlen(msg) + 1);
+        if (t->socks[r] >= 0) boot_wire_write(t->socks[r], BOOT_MSG_ERR, 0, 0, msg, strlen(msg) + 1);
 }
 
-static dt_status missing_error(const dt_ucx_env *env, table *t, int got, double secs) {
+static dt_status missing_error(const dt_boot_env *env, table *t, int got, double secs) {
     char list[256] = "";
     size_t off = 0;
     int shown = 0;
@@ -131,11 +134,11 @@ static dt_status missing_error(const dt_ucx_env *env, table *t, int got, double 
 
 /* A HELLO from a newly accepted connection: a rank arrives (*got grows), a stranger or a dead
  * connection is dropped (DT_OK), a conflicting world is fatal (sent to every connected rank). */
-static dt_status take_hello(const dt_ucx_env *env, table *t, int fd, int64_t deadline, int *got) {
-    ux_wire_hdr h;
+static dt_status take_hello(const dt_boot_env *env, table *t, int fd, int64_t deadline, int *got) {
+    boot_wire_hdr h;
     char *p;
-    int r = ux_wire_read(fd, &h, &p, deadline);
-    if (r || h.type != UX_MSG_HELLO) { /* a stranger, or a rank that died: not fatal */
+    int r = boot_wire_read(fd, &h, &p, deadline);
+    if (r || h.type != BOOT_MSG_HELLO) { /* a stranger, or a rank that died: not fatal */
         free(p);
         close(fd);
         return DT_OK;
@@ -152,7 +155,7 @@ static dt_status take_hello(const dt_ucx_env *env, table *t, int fd, int64_t dea
                       "differ between processes)",
                       env->master_addr, env->master_port, h.rank);
     if (st != DT_OK) {
-        ux_wire_write(fd, UX_MSG_ERR, 0, 0, dt_last_error(), strlen(dt_last_error()) + 1);
+        boot_wire_write(fd, BOOT_MSG_ERR, 0, 0, dt_last_error(), strlen(dt_last_error()) + 1);
         broadcast_err(t, dt_last_error());
         free(p);
         close(fd);
@@ -179,20 +182,20 @@ static dt_status send_table(table *t) {
     }
     dt_status st = DT_OK;
     for (int r = 1; r < t->size && st == DT_OK; r++)
-        if (ux_wire_write(t->socks[r], UX_MSG_TABLE, 0, 0, buf, total) != 0)
+        if (boot_wire_write(t->socks[r], BOOT_MSG_TABLE, 0, 0, buf, total) != 0)
             st = dt_error(DT_ERR_COMM, "rendezvous: rank %d closed its connection: %s", r,
                           strerror(errno));
     free(buf);
     return st;
 }
 
-static dt_status root_meet(const dt_ucx_env *env, int64_t deadline, double secs, table *t) {
+static dt_status root_meet(const dt_boot_env *env, int64_t deadline, double secs, table *t) {
     int lfd = -1;
     DT_CHECK(listen_on(env, &lfd));
     int got = 1;
     dt_status st = DT_OK;
     while (got < t->size && st == DT_OK) {
-        int64_t left = deadline - ux_now_ns();
+        int64_t left = deadline - dt_boot_now_ns();
         if (left <= 0) {
             st = missing_error(env, t, got, secs);
             break;
@@ -204,7 +207,7 @@ static dt_status root_meet(const dt_ucx_env *env, int64_t deadline, double secs,
         if (fd < 0) continue;
         tune(fd);
         /* A rank sends its HELLO right after connecting; a silent stranger gets 2 s. */
-        int64_t hello_by = ux_now_ns() + 2000000000LL;
+        int64_t hello_by = dt_boot_now_ns() + 2000000000LL;
         st = take_hello(env, t, fd, hello_by < deadline ? hello_by : deadline, &got);
     }
     close(lfd);
@@ -213,7 +216,7 @@ static dt_status root_meet(const dt_ucx_env *env, int64_t deadline, double secs,
 }
 
 /* Connects to rank 0, retrying while it is not listening yet. */
-static dt_status connect_root(const dt_ucx_env *env, int64_t deadline, double secs, int *fd_out) {
+static dt_status connect_root(const dt_boot_env *env, int64_t deadline, double secs, int *fd_out) {
     int err = 0;
     for (;;) {
         struct addrinfo *ai;
@@ -227,7 +230,7 @@ static dt_status connect_root(const dt_ucx_env *env, int64_t deadline, double se
             }
             int r = connect(fd, a->ai_addr, a->ai_addrlen);
             if (r != 0 && errno == EINPROGRESS) {
-                int64_t left = deadline - ux_now_ns();
+                int64_t left = deadline - dt_boot_now_ns();
                 struct pollfd pfd = {.fd = fd, .events = POLLOUT};
                 int ms = left > 0 ? (int)(left / 1000000 + 1) : 0;
                 if (poll(&pfd, 1, ms > 1000 ? 1000 : ms) == 1) {
@@ -250,7 +253,7 @@ static dt_status connect_root(const dt_ucx_env *env, int64_t deadline, double se
             close(fd);
         }
         freeaddrinfo(ai);
-        if (ux_now_ns() + RETRY_NS > deadline) break;
+        if (dt_boot_now_ns() + RETRY_NS > deadline) break;
         struct timespec ts = {0, RETRY_NS};
         nanosleep(&ts, NULL);
     }
@@ -280,17 +283,17 @@ bad:
     return dt_error(DT_ERR_COMM, "rendezvous: malformed address table from rank 0");
 }
 
-static dt_status peer_meet(const dt_ucx_env *env, int64_t deadline, double secs, const void *addr,
+static dt_status peer_meet(const dt_boot_env *env, int64_t deadline, double secs, const void *addr,
                            size_t len, table *t) {
     int fd = -1;
     DT_CHECK(connect_root(env, deadline, secs, &fd));
     t->socks[0] = fd;
-    if (ux_wire_write(fd, UX_MSG_HELLO, env->rank, env->size, addr, len) != 0)
+    if (boot_wire_write(fd, BOOT_MSG_HELLO, env->rank, env->size, addr, len) != 0)
         return dt_error(DT_ERR_COMM, "rendezvous: rank 0 at %s:%d closed the connection: %s",
                         env->master_addr, env->master_port, strerror(errno));
-    ux_wire_hdr h;
+    boot_wire_hdr h;
     char *p;
-    int r = ux_wire_read(fd, &h, &p, deadline);
+    int r = boot_wire_read(fd, &h, &p, deadline);
     dt_status st = DT_OK;
     if (r == -2)
         st = dt_error(DT_ERR_COMM,
@@ -303,9 +306,9 @@ static dt_status peer_meet(const dt_ucx_env *env, int64_t deadline, double secs,
                       "rendezvous: rank 0 at %s:%d closed the connection before "
                       "sending the address table (it failed or was killed)",
                       env->master_addr, env->master_port);
-    else if (h.type == UX_MSG_ERR)
+    else if (h.type == BOOT_MSG_ERR)
         st = dt_error(DT_ERR_COMM, "rendezvous failed at rank 0: %s", p);
-    else if (h.type != UX_MSG_TABLE)
+    else if (h.type != BOOT_MSG_TABLE)
         st = dt_error(DT_ERR_COMM, "rendezvous: unexpected message %u from rank 0", h.type);
     else
         st = parse_table(t, p, h.len);
@@ -313,18 +316,25 @@ static dt_status peer_meet(const dt_ucx_env *env, int64_t deadline, double secs,
     return st;
 }
 
-dt_status ux_bootstrap(const dt_ucx_env *env, int64_t timeout_ns, const void *addr, size_t len,
-                       void ***addrs_out, size_t **lens_out, int **socks_out) {
+void dt_boot_blobs_free(void **blobs, size_t *lens, int n) {
+    for (int r = 0; blobs && r < n; r++)
+        free(blobs[r]);
+    free(blobs);
+    free(lens);
+}
+
+dt_status dt_boot_exchange(const dt_boot_env *env, int64_t timeout_ns, const void *addr,
+                           size_t len, void ***addrs_out, size_t **lens_out, int **socks_out) {
     table t;
     DT_CHECK(table_init(&t, env->size));
-    int64_t deadline = ux_now_ns() + timeout_ns;
+    int64_t deadline = dt_boot_now_ns() + timeout_ns;
     double secs = (double)timeout_ns / 1e9;
     dt_status st;
     if (env->rank == 0) {
-        st = (t.addrs[0] = malloc(len)) ? DT_OK
+        st = (t.addrs[0] = malloc(len ? len : 1)) ? DT_OK
                                         : dt_error(DT_ERR_NOMEM, "rendezvous: out of memory");
         if (st == DT_OK) {
-            memcpy(t.addrs[0], addr, len);
+            if (len) memcpy(t.addrs[0], addr, len);
             t.lens[0] = len;
             st = root_meet(env, deadline, secs, &t);
         }

@@ -1,13 +1,16 @@
 /* The world as launchers describe it in the environment: torchrun/dtrun, Open MPI, MPICH (PMI)
- * and Slurm conventions, plus the rendezvous address and dtensor's own timeouts. Pure parsing:
- * no network, built with or without UCX. */
+ * and Slurm conventions, plus the rendezvous address and dtensor's own timeouts. Pure parsing
+ * (and the clock and host id the rendezvous uses): no network, built in every configuration. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
-#include "comm/ucx/env.h"
+#include "comm/boot/boot.h"
 #include "core/check.h"
 
 /* One launcher convention: the variables for rank, size, local rank and local size. */
@@ -23,6 +26,22 @@ static const convention conventions[] = {
     {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", NULL},
 };
 
+int64_t dt_boot_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void dt_boot_host_id(char out[DT_BOOT_HOST_ID]) {
+    memset(out, 0, DT_BOOT_HOST_ID);
+    gethostname(out, DT_BOOT_HOST_ID / 2 - 1);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f) return;
+    if (!fgets(out + DT_BOOT_HOST_ID / 2, DT_BOOT_HOST_ID / 2 - 1, f))
+        out[DT_BOOT_HOST_ID / 2] = '\0';
+    fclose(f);
+}
+
 /* Parses env var name as an integer in [lo, hi]; *out untouched when unset (returns DT_OK). */
 static dt_status env_int(const char *name, long lo, long hi, int *out) {
     const char *s = getenv(name);
@@ -37,7 +56,7 @@ static dt_status env_int(const char *name, long lo, long hi, int *out) {
     return DT_OK;
 }
 
-dt_status dt_ux_env_seconds(const char *name, double dflt, double *out) {
+dt_status dt_boot_env_seconds(const char *name, double dflt, double *out) {
     const char *s = getenv(name);
     *out = dflt;
     if (!s || !*s) return DT_OK;
@@ -51,7 +70,7 @@ dt_status dt_ux_env_seconds(const char *name, double dflt, double *out) {
     return DT_OK;
 }
 
-dt_status dt_ux_env_bytes(const char *name, size_t dflt, size_t *out) {
+dt_status dt_boot_env_bytes(const char *name, size_t dflt, size_t *out) {
     const char *s = getenv(name);
     *out = dflt;
     if (!s || !*s) return DT_OK;
@@ -75,7 +94,7 @@ static dt_status read_world(dt_ucx_env *e) {
                             have_rank ? c->rank : c->size, have_rank ? c->size : c->rank,
                             c->source);
         e->source = c->source;
-        DT_CHECK(env_int(c->size, 1, DT_UX_MAX_RANKS, &e->size));
+        DT_CHECK(env_int(c->size, 1, DT_BOOT_MAX_RANKS, &e->size));
         DT_CHECK(env_int(c->rank, 0, e->size - 1, &e->rank));
         if (c->local_rank) DT_CHECK(env_int(c->local_rank, 0, INT_MAX, &e->local_rank));
         if (c->local_size) DT_CHECK(env_int(c->local_size, 1, INT_MAX, &e->local_size));

@@ -1,0 +1,32 @@
+/* The kernel table of each device: the CPU's here, CUDA's in ops/cuda/kernels.c. */
+#include "dt_config.h"
+#include "ops/kernels.h"
+
+const dt_kernels dt_kernels_cpu = {
+    .name = "cpu",
+    .unary = dt_cpu_unary,
+    .binary = dt_cpu_binary,
+    .where = dt_cpu_where,
+    .matmul = dt_cpu_matmul,
+    .reduce = dt_cpu_reduce,
+    .arg_reduce = dt_cpu_arg_reduce,
+    .softmax = dt_cpu_softmax,
+    .layer_norm = dt_cpu_layer_norm,
+    .embedding = dt_cpu_embedding,
+    .pick = dt_cpu_pick,
+    .expand = dt_cpu_expand,
+    .slice = dt_cpu_slice,
+    .permute = dt_cpu_permute,
+    .sdpa = dt_cpu_sdpa,
+};
+
+#if DT_HAVE_CUDA
+extern const dt_kernels dt_kernels_cuda;
+#endif
+
+const dt_kernels *dt_kernels_of(dt_device_kind kind) {
+#if DT_HAVE_CUDA
+    if (kind == DT_DEVICE_CUDA) return &dt_kernels_cuda;
+#endif
+    return kind == DT_DEVICE_CPU ? &dt_kernels_cpu : NULL;
+}

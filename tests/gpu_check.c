@@ -1,0 +1,215 @@
+/* gpu_check: every op and redistribution on ranks of one GPU against the CPU. Needs no
+ * Criterion, UCX or OpenBLAS (make gpu-check runs it where only nvcc, meson and ninja are).
+ * Without a GPU it says so and exits 77 (meson's skip).
+ *
+ *   gpu_check [--quick]     --quick: a few patterns per case (the meson test)
+ *
+ * Sections: device memory (allocator, copies, errors), ops (every case of the CPU suite on
+ * meshes 1, 2, 4 and 2x2, each result against the unsharded CPU result), redistribute (the
+ * property suite's random cases, exact), the tensor-parallel MLP (one all_reduce). Last line:
+ * "N passed, N failed". */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "op_cases.h"
+#include "property_cases.h"
+
+static int passed, failed;
+
+static void report(int ok, const char *what, const char *detail) {
+    if (ok) passed++;
+    else {
+        failed++;
+        if (failed <= 40) printf("  FAIL %s: %s\n", what, detail);
+    }
+}
+
+static void check_run(const char *what, dt_status st) {
+    report(st == DT_OK, what, st == DT_OK ? "" : dt_last_error());
+}
+
+static const dt_device gpu = {DT_DEVICE_CUDA, -1};
+
+/* ---- device memory ------------------------------------------------------------------------ */
+
+static dt_status memory_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    R_OK(dt_ctx_set_device(ctx, gpu));
+    dt_device dev = dt_ctx_device(ctx);
+    R_CHECK(dev.kind == DT_DEVICE_CUDA, "set_device kept %d", (int)dev.kind);
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2", &mesh));
+    int64_t shape[2] = {256, 96};
+    float *host = malloc(sizeof(float) * 256 * 96), *back = malloc(sizeof(float) * 256 * 96);
+    t_fill(DT_F32, host, 256 * 96, 11);
+    dt_placement s0[1] = {dt_shard(0)}, s1[1] = {dt_shard(1)};
+    dt_tensor *x, *y, *cpu, *sum;
+    R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, shape, s0, DT_ALL_RANKS, &x));
+    dt_tensor_info info;
+    R_OK(dt_tensor_info_get(x, &info));
+    R_CHECK(info.device.kind == DT_DEVICE_CUDA, "distribute put the shard on %d", (int)info.device.kind);
+    /* Round trip through the CPU is exact. */
+    R_OK(dt_tensor_to_device(x, (dt_device){DT_DEVICE_CPU, 0}, &cpu));
+    R_OK(dt_tensor_full(cpu, back, sizeof(float) * 256 * 96));
+    R_CHECK(memcmp(back, host, sizeof(float) * 256 * 96) == 0, "to_device(CPU) changed data");
+    /* Mixing devices is refused. */
+    dt_status st = dt_add(x, cpu, &sum);
+    R_CHECK(st == DT_ERR_DEVICE && strstr(dt_last_error(), "input 1"), "mixed add: %s %s",
+            dt_status_str(st), dt_last_error());
+    /* A tensor larger than any GPU: DT_ERR_NOMEM with a message, nothing else changes. */
+    int64_t huge[2] = {(int64_t)1 << 38, 1024};
+    st = dt_tensor_zeros(mesh, DT_F32, 2, huge, s0, &y);
+    R_CHECK(st == DT_ERR_NOMEM && strstr(dt_last_error(), "out of memory"), "huge tensor: %s %s",
+            dt_status_str(st), dt_last_error());
+    /* Steady state: after one warm-up step, the same step never reaches cudaMalloc. */
+    dt_memory_stats m0, m1;
+    for (int it = 0; it < 20; it++) {
+        dt_tensor *a, *b, *c;
+        R_OK(dt_add(x, x, &a));
+        R_OK(dt_tensor_redistribute(a, s1, &b));
+        R_OK(dt_unary_op(DT_OP_GELU, b, &c));
+        dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(c);
+        if (it == 0) R_OK(dt_device_memory_stats(dev, &m0));
+    }
+    R_OK(dt_device_memory_stats(dev, &m1));
+    R_CHECK(m1.device_allocs == m0.device_allocs, "steady state called cudaMalloc %" PRIu64 " times",
+            m1.device_allocs - m0.device_allocs);
+    R_CHECK(m1.requests > m0.requests && m1.peak >= m1.in_use, "allocator statistics");
+    R_OK(dt_ctx_synchronize(ctx));
+    dt_tensor_release(cpu);
+    dt_tensor_release(x);
+    dt_mesh_release(mesh);
+    free(host);
+    free(back);
+    return DT_OK;
+}
+
+/* ---- ops --------------------------------------------------------------------------------- */
+
+static void check_ops(int quick) {
+    static const char *const meshes[] = {"1", "2", "4", "2x2"};
+    for (size_t ci = 0; ci < op_ncases; ci++) {
+        const op_case *c = &op_cases[ci];
+        op_run ref = {.c = c, .mesh = "1"};
+        for (int i = 0; i < c->n; i++) ref.pl[i][0] = dt_replicate();
+        if (dt_local_run(1, op_body, &ref, NULL) != DT_OK) {
+            report(0, c->name, dt_last_error());
+            continue;
+        }
+        for (size_t mi = 0; mi < sizeof meshes / sizeof meshes[0]; mi++) {
+            int tries = op_case_tries(c, meshes[mi]);
+            if (quick && tries > 3) tries = 3;
+            for (int t = 0; t < tries; t++) {
+                op_run r = {.c = c, .mesh = meshes[mi], .cuda = 1};
+                op_case_placements(c, ci, meshes[mi], t, r.pl);
+                char what[128], msg[256];
+                snprintf(what, sizeof what, "op %s on mesh %s, try %d", c->name, meshes[mi], t);
+                dt_status st = dt_local_run(op_mesh_ranks(meshes[mi]), op_body, &r, NULL);
+                if (st != DT_OK) report(0, what, dt_last_error());
+                else report(op_result_matches(&ref, &r, msg, sizeof msg), what, msg);
+                free(r.result);
+            }
+        }
+        free(ref.result);
+    }
+}
+
+/* ---- redistribute ------------------------------------------------------------------------ */
+
+static void check_redistribute(int quick, uint64_t seed) {
+    static const char *const meshes[] = {"1", "2", "4", "2x2", "4x1", "1x2"};
+    for (size_t i = 0; i < sizeof meshes / sizeof meshes[0]; i++) {
+        sweep s = {.mesh = meshes[i], .nranks = op_mesh_ranks(meshes[i]), .seed = seed + i,
+                   .cases = quick ? 20 : 150, .cuda = 1};
+        char what[96];
+        snprintf(what, sizeof what, "redistribute %d random cases on mesh %s (seed %" PRIu64 ")",
+                 s.cases, s.mesh, s.seed);
+        check_run(what, dt_local_run(s.nranks, property_body, &s, NULL));
+    }
+}
+
+/* ---- the tensor-parallel MLP --------------------------------------------------------------- */
+
+static dt_status mlp_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    R_OK(dt_ctx_set_device(ctx, gpu));
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "tp=4", &mesh));
+    enum { T = 64, C = 128, H = 512 };
+    int64_t xs[2] = {T, C}, w1s[2] = {H, C}, w2s[2] = {C, H};
+    float *x = malloc(sizeof(float) * T * C), *w1 = malloc(sizeof(float) * H * C),
+          *w2 = malloc(sizeof(float) * C * H), *h = malloc(sizeof(float) * T * H),
+          *ref = malloc(sizeof(float) * T * C), *y = malloc(sizeof(float) * T * C);
+    t_fill(DT_F32, x, T * C, 1), t_fill(DT_F32, w1, H * C, 2), t_fill(DT_F32, w2, C * H, 3);
+    for (int i = 0; i < H * C; i++) w1[i] /= 64, w2[i] /= 64;
+    dt_placement col[1] = {dt_shard(0)}, row[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
+    dt_tensor *tx, *tw1, *tw2, *th, *tg, *to, *out;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, rep, DT_ALL_RANKS, &tx));
+    R_OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, col, DT_ALL_RANKS, &tw1));
+    R_OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, row, DT_ALL_RANKS, &tw2));
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(dt_linear(tx, tw1, NULL, &th));
+    R_OK(dt_unary_op(DT_OP_GELU, th, &tg));
+    R_OK(dt_linear(tg, tw2, NULL, &to));
+    R_OK(dt_tensor_redistribute(to, rep, &out));
+    dt_comm_stats s;
+    R_OK(dt_comm_stats_get(ctx, &s));
+    uint64_t total = 0;
+    for (int k = 0; k < DT_COLL_KIND_COUNT; k++) total += s.calls[k];
+    R_CHECK(total == 1 && s.calls[DT_COLL_ALL_REDUCE] == 1, "%" PRIu64 " collectives", total);
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j < H; j++) {
+            double a = 0;
+            for (int k = 0; k < C; k++) a += (double)x[i * C + k] * w1[j * C + k];
+            h[i * H + j] = (float)(0.5 * a * (1 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))));
+        }
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j < C; j++) {
+            double a = 0;
+            for (int k = 0; k < H; k++) a += (double)h[i * H + k] * w2[j * H + k];
+            ref[i * C + j] = (float)a;
+        }
+    R_OK(dt_tensor_full(out, y, sizeof(float) * T * C));
+    for (int i = 0; i < T * C; i++)
+        R_CHECK(fabsf(y[i] - ref[i]) <= 1e-3f * (1 + fabsf(ref[i])), "y[%d] = %g, want %g", i,
+                y[i], ref[i]);
+    dt_tensor *all[] = {tx, tw1, tw2, th, tg, to, out};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    dt_mesh_release(mesh);
+    free(x), free(w1), free(w2), free(h), free(ref), free(y);
+    return DT_OK;
+}
+
+int main(int argc, char **argv) {
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int n = dt_cuda_device_count();
+    if (n == 0) {
+        printf("gpu_check: no CUDA device is visible (no GPU, no driver, or a build without "
+               "CUDA): skipped\n");
+        return 77;
+    }
+    const char *seed_env = getenv("DT_PROPERTY_SEED");
+    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0) : (uint64_t)time(NULL);
+    printf("gpu_check: %d CUDA device%s, %s run, DT_PROPERTY_SEED=%" PRIu64 "\n", n,
+           n == 1 ? "" : "s", quick ? "quick" : "full", seed);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int p0 = passed, f0 = failed;
+    check_run("device memory: allocator, copies, errors (2 ranks)", dt_local_run(2, memory_body, NULL, NULL));
+    printf("memory:       %d passed, %d failed\n", passed - p0, failed - f0);
+    p0 = passed, f0 = failed;
+    check_ops(quick);
+    printf("ops:          %d passed, %d failed\n", passed - p0, failed - f0);
+    p0 = passed, f0 = failed;
+    check_redistribute(quick, seed);
+    printf("redistribute: %d passed, %d failed\n", passed - p0, failed - f0);
+    p0 = passed, f0 = failed;
+    check_run("tensor-parallel MLP on 4 ranks of one GPU", dt_local_run(4, mlp_body, NULL, NULL));
+    printf("mlp:          %d passed, %d failed\n", passed - p0, failed - f0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("(%.1f s)\n", (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

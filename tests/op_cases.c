@@ -1,0 +1,213 @@
+/* The op cases and the body that runs one (see op_cases.h). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "op_cases.h"
+
+#define F DT_F32
+#define A(...) ((dt_op_args){__VA_ARGS__})
+const op_case op_cases[] = {
+    {"add broadcast", DT_OP_ADD, A(0), 2, {2, 1}, {{7, 6}, {6}}, {F, F}},
+    {"sub", DT_OP_SUB, A(0), 2, {2, 2}, {{5, 3}, {5, 3}}, {F, F}},
+    {"mul bcast rows", DT_OP_MUL, A(0), 2, {2, 2}, {{6, 5}, {6, 1}}, {F, F}},
+    {"div", DT_OP_DIV, A(0), 2, {2, 2}, {{4, 6}, {4, 6}}, {F, F}, 1},
+    {"maximum", DT_OP_MAXIMUM, A(0), 2, {3, 3}, {{2, 3, 5}, {2, 3, 5}}, {F, F}},
+    {"minimum i32", DT_OP_MINIMUM, A(0), 2, {2, 2}, {{5, 4}, {5, 4}}, {DT_I32, DT_I32}},
+    {"add i64", DT_OP_ADD, A(0), 2, {1, 1}, {{9}, {9}}, {DT_I64, DT_I64}},
+    {"exp", DT_OP_EXP, A(0), 1, {2}, {{5, 7}}, {F}},
+    {"log", DT_OP_LOG, A(0), 1, {2}, {{6, 3}}, {F}, 1},
+    {"rsqrt", DT_OP_RSQRT, A(0), 1, {1}, {{11}}, {F}, 1},
+    {"gelu", DT_OP_GELU, A(0), 1, {3}, {{2, 5, 3}}, {F}},
+    {"silu bf16", DT_OP_SILU, A(0), 1, {2}, {{6, 4}}, {DT_BF16}},
+    {"tanh f64", DT_OP_TANH, A(0), 1, {2}, {{3, 5}}, {DT_F64}},
+    {"sigmoid", DT_OP_SIGMOID, A(0), 1, {2}, {{4, 4}}, {F}},
+    {"relu", DT_OP_RELU, A(0), 1, {2}, {{3, 12}}, {F}},
+    {"neg", DT_OP_NEG, A(0), 1, {2}, {{5, 5}}, {F}},
+    {"pow", DT_OP_POW_SCALAR, A(.scalar = 2), 1, {2}, {{5, 3}}, {F}, 1},
+    {"mul_scalar", DT_OP_MUL_SCALAR, A(.scalar = -1.5), 1, {2}, {{7, 2}}, {F}},
+    {"add_scalar", DT_OP_ADD_SCALAR, A(.scalar = 3), 1, {2}, {{4, 5}}, {F}},
+    {"mm", DT_OP_MM, A(0), 2, {2, 2}, {{12, 8}, {8, 10}}, {F, F}},
+    {"mm uneven", DT_OP_MM, A(0), 2, {2, 2}, {{5, 7}, {7, 3}}, {F, F}},
+    {"mm bf16", DT_OP_MM, A(0), 2, {2, 2}, {{6, 4}, {4, 6}}, {DT_BF16, DT_BF16}},
+    {"bmm", DT_OP_BMM, A(0), 2, {3, 3}, {{4, 6, 5}, {4, 5, 3}}, {F, F}},
+    {"matmul bcast", DT_OP_MATMUL, A(0), 2, {3, 2}, {{3, 5, 4}, {4, 6}}, {F, F}},
+    {"addmm", DT_OP_ADDMM, A(0), 3, {1, 2, 2}, {{4}, {12, 8}, {8, 4}}, {F, F, F}},
+    {"linear", DT_OP_LINEAR, A(0), 3, {3, 2, 1}, {{2, 5, 8}, {6, 8}, {6}}, {F, F, F}},
+    {"sum dim", DT_OP_SUM, A(.ndims = 1, .dims = {1}), 1, {3}, {{4, 6, 3}}, {F}},
+    {"sum all i64", DT_OP_SUM, A(0), 1, {2}, {{7, 5}}, {DT_I64}},
+    {"mean keepdim", DT_OP_MEAN, A(.ndims = 1, .dims = {0}, .keepdim = 1), 1, {2}, {{12, 5}}, {F}},
+    {"mean uneven", DT_OP_MEAN, A(.ndims = 1, .dims = {0}), 1, {2}, {{13, 8}}, {F}},
+    {"amax", DT_OP_AMAX, A(.ndims = 2, .dims = {0, 2}), 1, {3}, {{6, 4, 5}}, {F}},
+    {"amin", DT_OP_AMIN, A(.ndims = 1, .dims = {-1}), 1, {2}, {{5, 9}}, {F}},
+    {"max all", DT_OP_MAX, A(0), 1, {2}, {{5, 7}}, {F}},
+    {"min dim i32", DT_OP_MIN, A(.ndims = 1, .dims = {0}), 1, {2}, {{9, 3}}, {DT_I32}},
+    {"argmax", DT_OP_ARGMAX, A(.dim = 1), 1, {2}, {{6, 7}}, {F}},
+    {"argmin", DT_OP_ARGMIN, A(.dim = 0, .keepdim = 1), 1, {2}, {{9, 4}}, {F}},
+    {"var", DT_OP_VAR, A(.ndims = 1, .dims = {0}, .correction = 1), 1, {2}, {{9, 4}}, {F}},
+    {"std", DT_OP_STD, A(.ndims = 1, .dims = {1}, .correction = 0), 1, {2}, {{4, 7}}, {F}},
+    {"softmax", DT_OP_SOFTMAX, A(.dim = -1), 1, {3}, {{2, 3, 7}}, {F}},
+    {"log_softmax", DT_OP_LOG_SOFTMAX, A(.dim = 0), 1, {2}, {{6, 5}}, {F}},
+    {"layer_norm", DT_OP_LAYER_NORM, A(0), 3, {3, 1, 1}, {{4, 3, 8}, {8}, {8}}, {F, F, F}},
+    {"rms_norm", DT_OP_RMS_NORM, A(0), 2, {2, 1}, {{5, 6}, {6}}, {F, F}},
+    {"embedding", DT_OP_EMBEDDING, A(0), 2, {2, 2}, {{11, 6}, {3, 5}}, {F, DT_I64}, 0, 11},
+    {"cross_entropy", DT_OP_CROSS_ENTROPY, A(.reduction_mean = 1), 2, {2, 1}, {{8, 10}, {8}},
+     {F, DT_I64}, 0, 10},
+    {"cross_entropy none", DT_OP_CROSS_ENTROPY, A(0), 2, {3, 2}, {{4, 7, 3}, {4, 3}},
+     {F, DT_I32}, 0, 7},
+    {"sdpa causal", DT_OP_SDPA, A(.causal = 1), 3, {4, 4, 4}, {{2, 4, 5, 8}, {2, 4, 5, 8},
+     {2, 4, 5, 8}}, {F, F, F}},
+    {"transpose", DT_OP_TRANSPOSE, A(.dim = 0, .dim2 = 2), 1, {3}, {{3, 4, 5}}, {F}},
+    {"permute", DT_OP_PERMUTE, A(.ndims = 3, .dims = {2, 0, 1}), 1, {3}, {{4, 3, 6}}, {F}},
+    {"view merge", DT_OP_VIEW, A(.shape_ndim = 1, .shape = {48}), 1, {2}, {{8, 6}}, {F}},
+    {"view split", DT_OP_VIEW, A(.shape_ndim = 3, .shape = {2, -1, 6}), 1, {2}, {{8, 6}}, {F}},
+    {"slice", DT_OP_SLICE, A(.dim = 1, .start = 3, .end = 7), 1, {2}, {{5, 9}}, {F}},
+    {"unsqueeze", DT_OP_UNSQUEEZE, A(.dim = 1), 1, {2}, {{6, 4}}, {F}},
+    {"squeeze", DT_OP_SQUEEZE, A(.dim = 1), 1, {3}, {{6, 1, 4}}, {F}},
+    {"expand", DT_OP_EXPAND, A(.shape_ndim = 3, .shape = {3, 5, 4}), 1, {2}, {{5, 1}}, {F}},
+    {"cat", DT_OP_CAT, A(.dim = 1), 2, {2, 2}, {{4, 3}, {4, 5}}, {F, F}},
+    {"cat three", DT_OP_CAT, A(.dim = 0), 3, {2, 2, 2}, {{2, 3}, {1, 3}, {3, 3}}, {F, F, F}},
+    {"where", DT_OP_WHERE, A(0), 3, {2, 2, 1}, {{5, 6}, {5, 6}, {6}}, {DT_I32, F, F}, 0, 2},
+};
+#undef A
+#undef F
+const size_t op_ncases = sizeof op_cases / sizeof op_cases[0];
+
+static size_t numel(const op_case *c, int i) {
+    size_t n = 1;
+    for (int d = 0; d < c->nd[i]; d++) n *= (size_t)c->shape[i][d];
+    return n;
+}
+
+static void fill(const op_case *c, int i, void *buf) {
+    size_t n = numel(c, i), es = dt_dtype_size(c->dtype[i]);
+    for (size_t k = 0; k < n; k++) {
+        double v = t_value((uint64_t)(i * 977 + 5), k);
+        if (c->dtype[i] == DT_I32 || c->dtype[i] == DT_I64) {
+            if (c->index_range) v = (double)((int64_t)(v + 16) % c->index_range);
+        } else {
+            v /= 8; /* |v| <= 2 keeps exp and friends tame */
+            if (c->positive) v = fabs(v) + 0.25;
+        }
+        dt_convert_from_f64(c->dtype[i], &v, (char *)buf + k * es, 1);
+    }
+}
+
+dt_status op_body(dt_ctx *ctx, void *arg) {
+    op_run *r = arg;
+    const op_case *c = r->c;
+    dt_mesh *mesh;
+    if (r->cuda) R_OK(dt_ctx_set_device(ctx, (dt_device){DT_DEVICE_CUDA, -1}));
+    R_OK(dt_mesh_create_str(ctx, r->mesh, &mesh));
+    dt_tensor *in[3] = {0}, *out = NULL;
+    for (int i = 0; i < c->n; i++) {
+        void *buf = malloc(numel(c, i) * 8 + 8);
+        fill(c, i, buf);
+        R_OK(dt_tensor_distribute(mesh, buf, c->dtype[i], c->nd[i], c->shape[i], r->pl[i],
+                                  DT_ALL_RANKS, &in[i]));
+        free(buf);
+    }
+    dt_status st = dt_op_call(c->op, in, c->n, &c->args, &out);
+    if (st != DT_OK) {
+        char p[3][64] = {"", "", ""};
+        for (int i = 0; i < c->n; i++) dt_placements_format(r->pl[i], dt_mesh_ndim(mesh), p[i], 64);
+        return t_fail(__FILE__, __LINE__, "%s on %s with %s | %s | %s: %s", c->name, r->mesh, p[0],
+                      p[1], p[2], dt_last_error());
+    }
+    dt_tensor_info info;
+    R_OK(dt_tensor_info_get(out, &info));
+    size_t es = dt_dtype_size(info.dtype);
+    char *full = malloc(info.numel * es + 8);
+    R_OK(dt_tensor_full(out, full, info.numel * es));
+    if (dt_ctx_rank(ctx) == 0) {
+        r->result_n = info.numel;
+        r->result_nd = info.ndim;
+        memcpy(r->result_shape, info.shape, sizeof info.shape);
+        r->result = malloc(info.numel * sizeof(double) + 8);
+        dt_convert_to_f64(info.dtype, full, r->result, info.numel);
+    }
+    free(full);
+    for (int i = 0; i < c->n; i++) dt_tensor_release(in[i]);
+    dt_tensor_release(out);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+double tolerance(const op_case *c) {
+    if (c->dtype[0] == DT_BF16 || c->dtype[0] == DT_F16) return 3e-2;
+    if (c->dtype[0] == DT_F64) return 1e-10;
+    if (c->dtype[0] == DT_I32 || c->dtype[0] == DT_I64) return 0;
+    return 2e-4;
+}
+
+/* Candidate placements for input i on one mesh dim: R, P(sum) and S(d) for every dim. */
+static dt_placement option(int k) {
+    if (k == 0) return dt_replicate();
+    if (k == 1) return dt_partial(DT_REDUCE_SUM);
+    return dt_shard(k - 2);
+}
+
+int op_mesh_ranks(const char *mesh) {
+    int n = 1, mnd = 0;
+    const char *p = mesh;
+    while (*p) {
+        n *= (int)strtol(p, (char **)&p, 10);
+        mnd++;
+        if (*p == 'x') p++;
+    }
+    return mnd ? n : 0;
+}
+
+static int mesh_ndim(const char *mesh) {
+    int mnd = 1;
+    for (const char *p = mesh; *p; p++) mnd += *p == 'x';
+    return mnd;
+}
+
+static int combos(const op_case *c, int mnd) {
+    int n = 1;
+    for (int i = 0; i < c->n; i++)
+        for (int m = 0; m < mnd; m++) n *= c->nd[i] + 2;
+    return n;
+}
+
+int op_case_tries(const op_case *c, const char *mesh) {
+    int n = combos(c, mesh_ndim(mesh));
+    return n < 24 ? n : 24;
+}
+
+void op_case_placements(const op_case *c, size_t ci, const char *mesh, int t,
+                        dt_placement pl[3][2]) {
+    int mnd = mesh_ndim(mesh), n = combos(c, mnd);
+    uint64_t h = (ci * 7919 + 1) * 0x9e3779b97f4a7c15ull + (uint64_t)t * 6364136223846793005ull +
+                 (uint64_t)op_mesh_ranks(mesh) * 1442695040888963407ull;
+    h ^= h >> 29;
+    int code = n <= 24 ? t : (int)((h * 0xbf58476d1ce4e5b9ull) >> 33) % n;
+    for (int i = 0; i < c->n; i++)
+        for (int m = 0; m < mnd; m++) {
+            int k = code % (c->nd[i] + 2);
+            code /= c->nd[i] + 2;
+            /* integer index inputs stay R/S: a P(sum) of indices is not an index */
+            if (k == 1 && c->index_range) k = 0;
+            pl[i][m] = option(k);
+        }
+}
+
+int op_result_matches(const op_run *ref, const op_run *r, char *msg, size_t cap) {
+    const op_case *c = r->c;
+    if (r->result_n != ref->result_n) {
+        snprintf(msg, cap, "mesh %s: %zu elements, want %zu", r->mesh, r->result_n, ref->result_n);
+        return 0;
+    }
+    double tol = tolerance(c);
+    for (size_t k = 0; k < ref->result_n; k++) {
+        double want = ref->result[k], got = r->result[k];
+        if (fabs(got - want) <= tol * (1 + fabs(want)) || (isnan(got) && isnan(want))) continue;
+        char p[3][64] = {"", "", ""};
+        for (int i = 0; i < c->n; i++) dt_placements_format(r->pl[i], mesh_ndim(r->mesh), p[i], 64);
+        snprintf(msg, cap, "mesh %s with %s | %s | %s: element %zu is %g, want %g", r->mesh, p[0],
+                 p[1], p[2], k, got, want);
+        return 0;
+    }
+    return 1;
+}
+

@@ -1,0 +1,51 @@
+/* The op cases of the sharded-vs-unsharded suite, without Criterion: test_ops runs them on
+ * CPU ranks and gpu_check on ranks of one GPU, each against the unsharded result computed on
+ * one CPU rank. */
+#ifndef DT_TEST_OP_CASES_H
+#define DT_TEST_OP_CASES_H
+
+#include "rank_helpers.h"
+
+typedef struct op_case {
+    const char *name;
+    dt_op op;
+    dt_op_args args;
+    int n;
+    int nd[3];
+    int64_t shape[3][4];
+    dt_dtype dtype[3];
+    int positive; /* inputs > 0 (log, sqrt, rsqrt, pow) */
+    int64_t index_range; /* integer inputs in [0, range) */
+} op_case;
+
+
+extern const op_case op_cases[];
+extern const size_t op_ncases;
+
+/* One run of a case: its mesh ("4", "2x2") and input placements in; the full result out. */
+typedef struct op_run {
+    const op_case *c;
+    const char *mesh;
+    dt_placement pl[3][2];
+    int cuda;       /* ranks compute on the GPU (dt_ctx_set_device) */
+    double *result; /* out on rank 0: full result, as doubles (free it) */
+    size_t result_n;
+    int64_t result_shape[DT_MAX_NDIM];
+    int result_nd;
+} op_run;
+
+/* SPMD body: distributes the inputs, runs the op, gathers the result (arg: op_run). */
+dt_status op_body(dt_ctx *ctx, void *arg);
+
+/* Ranks of a mesh text ("2x2" -> 4). */
+int op_mesh_ranks(const char *mesh);
+/* How many placement patterns case c tries on mesh (all when few, else 24 drawn), and the
+ * placements of try t: a pure function of (case index, mesh, t). */
+int op_case_tries(const op_case *c, const char *mesh);
+void op_case_placements(const op_case *c, size_t ci, const char *mesh, int t,
+                        dt_placement pl[3][2]);
+/* Whether r's result equals ref's within the case's tolerance; msg says where not. */
+int op_result_matches(const op_run *ref, const op_run *r, char *msg, size_t cap);
+double tolerance(const op_case *c);
+
+#endif
