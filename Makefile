@@ -6,7 +6,7 @@ PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev li
 	chromium
 MESON_FLAGS := -Dwerror=true
 
-.PHONY: all deps build demo test test-asan bench fuzz clean
+.PHONY: all deps build demo test test-asan bench fuzz gpu-check clean
 
 all: build
 
@@ -25,7 +25,7 @@ test: build
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the same suite.
 test-asan: deps
-	@test -f $(ASAN_BUILD)/build.ninja || meson setup $(ASAN_BUILD) $(MESON_FLAGS) \
+	@test -f $(ASAN_BUILD)/build.ninja || meson setup $(ASAN_BUILD) $(MESON_FLAGS) -Dcuda=disabled \
 		-Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
 	ninja -C $(ASAN_BUILD)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -34,8 +34,13 @@ test-asan: deps
 bench: build
 	@sh tools/bench-table.sh $(BUILD)
 
+# On a GPU machine with nvcc, meson and ninja only: every op and redistribution on CUDA
+# against the CPU, then the GPU benchmarks; exits 77 without a GPU.
+gpu-check:
+	@sh tools/gpu-check.sh build-gpu
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-gpu
 
 # Fuzz the text parsers for FUZZ_SECONDS (default 60) with libFuzzer (clang).
 FUZZ_SECONDS ?= 60

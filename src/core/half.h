@@ -1,19 +1,26 @@
 /* bf16 and IEEE f16 <-> f32 conversions, round to nearest even. Plain C, header-only, so the
- * CPU and (later) CUDA paths share one definition of the per-element math. */
+ * CPU and CUDA paths share one definition of the per-element math (cuda_bf16.h's turn every NaN
+ * into one canonical NaN, so device code uses these too). */
 #ifndef DT_CORE_HALF_H
 #define DT_CORE_HALF_H
 
 #include <stdint.h>
 #include <string.h>
 
-static inline float dt_bf16_to_f32(uint16_t h) {
+#if defined(__CUDACC__)
+#define DT_HALF_FN static inline __host__ __device__
+#else
+#define DT_HALF_FN static inline
+#endif
+
+DT_HALF_FN float dt_bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static inline uint16_t dt_f32_to_bf16(float f) {
+DT_HALF_FN uint16_t dt_f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
@@ -21,7 +28,7 @@ static inline uint16_t dt_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-static inline float dt_f16_to_f32(uint16_t h) {
+DT_HALF_FN float dt_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t man = h & 0x3ffu;
@@ -45,7 +52,7 @@ static inline float dt_f16_to_f32(uint16_t h) {
     return f;
 }
 
-static inline uint16_t dt_f32_to_f16(float f) {
+DT_HALF_FN uint16_t dt_f32_to_f16(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);

@@ -1,0 +1,165 @@
+/* CUDA matmul: cuBLAS GEMMs on row-major data with NumPy batch broadcasting. Batch dims are
+ * collapsed on the host into as few strided-batched calls as the broadcast layout allows
+ * (stride 0 for a broadcast operand); bf16/f16 run with f32 compute and one rounding. */
+#include <limits.h>
+
+#include "ops/cuda/cuda_common.cuh"
+
+#define MAX_BATCH 65535 /* batches per cuBLAS call; larger counts are split */
+
+static size_t storage_size(cudaDataType t) {
+    switch (t) {
+    case CUDA_R_64F: return 8;
+    case CUDA_R_16BF:
+    case CUDA_R_16F: return 2;
+    default: return 4;
+    }
+}
+
+/* Row-major C (M, N) = A (M, K) B (K, N) is column-major C^T (N, M) = B^T (N, K) A^T (K, M):
+ * cuBLAS's first operand is our B (transposed when B is given as (N, K)), its second our A. */
+dt_status dt_cu_gemm(dt_cuda_rank *r, const char *fn, cudaDataType ab, cudaDataType c,
+                     cublasComputeType_t ct, int trans_b, int64_t M, int64_t N, int64_t K,
+                     const void *A, int64_t sa, const void *B, int64_t sb, void *C, int64_t sc,
+                     int64_t batch) {
+    if (batch == 0 || M == 0 || N == 0) return DT_OK;
+    size_t es = storage_size(c), ab_es = storage_size(ab);
+    if (K == 0) { /* empty sums; all-zero bits are 0 in every float dtype */
+        for (int64_t i = 0; i < batch; i++) {
+            if (sc == M * N) { /* dense: one memset for all of them */
+                DT_CHECK(dt_cuda_status(cudaMemsetAsync(C, 0, (size_t)(batch * M * N) * es,
+                                                        r->compute), fn));
+                break;
+            }
+            DT_CHECK(dt_cuda_status(cudaMemsetAsync((char *)C + (size_t)(i * sc) * es, 0,
+                                                    (size_t)(M * N) * es, r->compute), fn));
+        }
+        return DT_OK;
+    }
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: GEMM (%lld, %lld, %lld) exceeds cuBLAS's int "
+                        "dims", fn, (long long)M, (long long)N, (long long)K);
+    static const float one_f = 1.0f, zero_f = 0.0f;
+    static const double one_d = 1.0, zero_d = 0.0;
+    int f64 = ct == CUBLAS_COMPUTE_64F || ct == CUBLAS_COMPUTE_64F_PEDANTIC;
+    const void *alpha = f64 ? (const void *)&one_d : (const void *)&one_f;
+    const void *beta = f64 ? (const void *)&zero_d : (const void *)&zero_f;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int n = (int)N, m = (int)M, k = (int)K, ldb = trans_b ? k : n;
+    for (int64_t i0 = 0; i0 < batch; i0 += MAX_BATCH) {
+        int cnt = (int)(batch - i0 < MAX_BATCH ? batch - i0 : MAX_BATCH);
+        const char *a = (const char *)A + (size_t)(i0 * sa) * ab_es;
+        const char *b = (const char *)B + (size_t)(i0 * sb) * ab_es;
+        char *cp = (char *)C + (size_t)(i0 * sc) * es;
+        cublasStatus_t s;
+        if (cnt == 1)
+            s = cublasGemmEx(r->blas, op_b, CUBLAS_OP_N, n, m, k, alpha, b, ab, ldb, a, ab, k,
+                             beta, cp, c, n, ct, CUBLAS_GEMM_DEFAULT);
+        else
+            s = cublasGemmStridedBatchedEx(r->blas, op_b, CUBLAS_OP_N, n, m, k, alpha, b, ab,
+                                           ldb, sb, a, ab, k, sa, beta, cp, c, n, sc, cnt, ct,
+                                           CUBLAS_GEMM_DEFAULT);
+        DT_CHECK(dt_cublas_status(s, fn));
+    }
+    return DT_OK;
+}
+
+static size_t batch_numel(const dt_local *t) {
+    size_t n = 1;
+    for (int d = 0; d < t->ndim - 2; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
+/* Strides in matrices of t's batch dims, aligned to out's nb batch dims (0 when broadcast). */
+static dt_status batch_strides(const dt_local *t, const dt_local *out, int nb, int64_t *st,
+                               const char *name) {
+    int tb = t->ndim - 2;
+    int64_t s = 1;
+    for (int d = nb - 1; d >= 0; d--) {
+        int td = d - (nb - tb);
+        int64_t sz = td < 0 ? 1 : t->shape[td];
+        if (sz != out->shape[d] && sz != 1)
+            return dt_error(DT_ERR_SHAPE, "dt_cuda_matmul: %s batch dim %d has size %lld, out "
+                            "%lld", name, td, (long long)sz, (long long)out->shape[d]);
+        st[d] = sz == 1 ? 0 : s;
+        s *= sz;
+    }
+    return DT_OK;
+}
+
+dt_status dt_cuda_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_local *out) {
+    dt_dtype dt = a->dtype;
+    if (dt != DT_F32 && dt != DT_F64 && dt != DT_BF16 && dt != DT_F16)
+        return dt_error(DT_ERR_DTYPE, "dt_cuda_matmul: dtype %s not supported (float dtypes "
+                        "only)", dt_dtype_name(dt));
+    if (b->dtype != dt || out->dtype != dt)
+        return dt_error(DT_ERR_DTYPE, "dt_cuda_matmul: dtypes %s, %s, out %s differ",
+                        dt_dtype_name(dt), dt_dtype_name(b->dtype), dt_dtype_name(out->dtype));
+    int nb = out->ndim - 2;
+    if (a->ndim < 2 || b->ndim < 2 || nb < a->ndim - 2 || nb < b->ndim - 2)
+        return dt_error(DT_ERR_SHAPE, "dt_cuda_matmul: needs 2+ dims (a %d, b %d, out %d)",
+                        a->ndim, b->ndim, out->ndim);
+    int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1];
+    int64_t bK = b->shape[b->ndim - (trans_b ? 1 : 2)], N = b->shape[b->ndim - (trans_b ? 2 : 1)];
+    if (bK != K || out->shape[nb] != M || out->shape[nb + 1] != N)
+        return dt_error(DT_ERR_SHAPE, "dt_cuda_matmul: (%lld, %lld) @ b with K %lld, N %lld into "
+                        "(%lld, %lld)", (long long)M, (long long)K, (long long)bK, (long long)N,
+                        (long long)out->shape[nb], (long long)out->shape[nb + 1]);
+    int64_t sa[DT_MAX_NDIM], sb[DT_MAX_NDIM];
+    DT_CHECK(batch_strides(a, out, nb, sa, "a"));
+    DT_CHECK(batch_strides(b, out, nb, sb, "b"));
+    DT_CU_RANK(r, "dt_cuda_matmul");
+    size_t batches = batch_numel(out);
+    if (batches == 0 || M == 0 || N == 0) return DT_OK;
+
+    cudaDataType t = dt_cu_data_type(dt);
+    cublasComputeType_t ct = dt == DT_F64 ? CUBLAS_COMPUTE_64F
+                             : dt == DT_F32 ? dt_cu_f32_compute(r) : CUBLAS_COMPUTE_32F;
+    int64_t mk = M * K, kn = K * N, mn = M * N;
+    /* (B..., M, K) @ (K, N): one GEMM over B*M rows, as on the CPU. */
+    if (batch_numel(b) == 1 && (int64_t)batches * M <= INT_MAX)
+        return dt_cu_gemm(r, "dt_cuda_matmul", t, t, ct, trans_b, (int64_t)batches * M, N, K,
+                          a->data, 0, b->data, 0, out->data, 0, 1);
+
+    /* Collapse out's batch dims: drop size-1 dims, merge a dim into the one before when both
+     * operands step through them evenly. The innermost run becomes one strided-batched call,
+     * the rest a host loop (only when a and b broadcast along different dims). */
+    int nd = 0;
+    int64_t size[DT_MAX_NDIM], ja[DT_MAX_NDIM], jb[DT_MAX_NDIM];
+    for (int d = 0; d < nb; d++) {
+        int64_t sz = out->shape[d];
+        if (sz == 1) continue;
+        if (nd > 0 && ja[nd - 1] == sa[d] * sz && jb[nd - 1] == sb[d] * sz) {
+            size[nd - 1] *= sz;
+            ja[nd - 1] = sa[d];
+            jb[nd - 1] = sb[d];
+        } else {
+            size[nd] = sz;
+            ja[nd] = sa[d];
+            jb[nd] = sb[d];
+            nd++;
+        }
+    }
+    if (nd == 0) { /* every batch dim has size 1 */
+        size[0] = 1;
+        ja[0] = jb[0] = 0;
+        nd = 1;
+    }
+    int64_t inner = size[nd - 1], idx[DT_MAX_NDIM] = {0}, oa = 0, ob = 0;
+    size_t es = dt_dtype_size(dt), calls = batches / (size_t)inner;
+    for (size_t i = 0; i < calls; i++) {
+        DT_CHECK(dt_cu_gemm(r, "dt_cuda_matmul", t, t, ct, trans_b, M, N, K,
+                            (const char *)a->data + (size_t)(oa * mk) * es, ja[nd - 1] * mk,
+                            (const char *)b->data + (size_t)(ob * kn) * es, jb[nd - 1] * kn,
+                            (char *)out->data + i * (size_t)(inner * mn) * es, mn, inner));
+        for (int d = nd - 2; d >= 0; d--) {
+            oa += ja[d];
+            ob += jb[d];
+            if (++idx[d] < size[d]) break;
+            oa -= ja[d] * size[d];
+            ob -= jb[d] * size[d];
+            idx[d] = 0;
+        }
+    }
+    return DT_OK;
+}
