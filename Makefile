@@ -6,7 +6,7 @@ PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev li
 	chromium
 MESON_FLAGS := -Dwerror=true
 
-.PHONY: all deps build demo test test-asan bench fuzz gpu-check clean
+.PHONY: all deps build demo test test-gpu-sim test-asan bench fuzz gpu-check clean
 
 all: build
 
@@ -20,8 +20,18 @@ build: deps
 demo: build
 	./$(BUILD)/examples/demo $(BUILD)
 
-test: build
+test: build test-gpu-sim
 	meson test -C $(BUILD) --print-errorlogs
+
+# The CUDA path (kernels, device memory, the device side of tensors, redistribute and the
+# local collectives) run against cudasim, which executes the kernels on the CPU: gpu_check's
+# every op and redistribution, on machines without a GPU.
+SIM_BUILD ?= build-sim
+test-gpu-sim: deps
+	@test -f $(SIM_BUILD)/build.ninja || meson setup $(SIM_BUILD) $(MESON_FLAGS) -Dgpu_sim=true \
+		-Dtests=false -Ducx=disabled
+	ninja -C $(SIM_BUILD)
+	./$(SIM_BUILD)/tests/gpu_check
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the same suite.
 test-asan: deps
@@ -40,7 +50,7 @@ gpu-check:
 	@sh tools/gpu-check.sh build-gpu
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-gpu
+	rm -rf $(BUILD) $(ASAN_BUILD) $(SIM_BUILD) build-gpu
 
 # Fuzz the text parsers for FUZZ_SECONDS (default 60) with libFuzzer (clang).
 FUZZ_SECONDS ?= 60

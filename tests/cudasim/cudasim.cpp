@@ -1,0 +1,466 @@
+/* cudasim's runtime: fibers for a block's threads, host memory for device memory, a
+ * double-accumulating GEMM for cuBLAS. See cudasim.h. */
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <ucontext.h>
+#include <vector>
+
+#include "core/half.h"
+#include "cudasim.h"
+
+thread_local uint3 threadIdx, blockIdx;
+thread_local dim3 blockDim, gridDim;
+
+namespace {
+
+/* ---- fibers ---------------------------------------------------------------------------- */
+
+const size_t STACK = 128 << 10;
+
+struct fiber {
+    ucontext_t uc;
+    char *stack = nullptr;
+    bool done = false;
+    unsigned round = 0; /* sync points passed: selects the exchange buffer */
+};
+
+struct block_run {
+    std::vector<fiber> fibers;
+    ucontext_t sched;
+    const std::function<void()> *body = nullptr;
+    unsigned cur = 0;
+    std::vector<unsigned long long> slots[2];
+};
+
+thread_local block_run *run;
+std::atomic<unsigned long long> launches, blocks, threads_run, switches, gemms;
+
+/* CUDASIM_STATS=1: what ran, printed at exit, so a run shows it went through the kernels. */
+struct stats_at_exit {
+    ~stats_at_exit() {
+        if (getenv("CUDASIM_STATS"))
+            fprintf(stderr, "cudasim: %llu kernel launches, %llu blocks, %llu threads, %llu sync "
+                            "rounds, %llu GEMMs\n", launches.load(), blocks.load(),
+                    threads_run.load(), switches.load(), gemms.load());
+    }
+} stats_printer;
+thread_local cudaError_t last_error = cudaSuccess;
+thread_local int current_device = 0;
+
+void fiber_main() {
+    (*run->body)();
+    run->fibers[run->cur].done = true; /* returning switches to uc_link: the scheduler */
+}
+
+void set_thread_index(unsigned t) {
+    threadIdx.x = t % blockDim.x;
+    threadIdx.y = t / blockDim.x % blockDim.y;
+    threadIdx.z = t / (blockDim.x * blockDim.y);
+}
+
+void yield_to_scheduler() {
+    fiber &f = run->fibers[run->cur];
+    f.round++;
+    swapcontext(&f.uc, &run->sched);
+}
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+std::mutex mem_mu;
+std::map<uintptr_t, size_t> allocations; /* start -> bytes */
+
+bool is_device(const void *p) {
+    std::lock_guard<std::mutex> g(mem_mu);
+    auto it = allocations.upper_bound((uintptr_t)p);
+    if (it == allocations.begin()) return false;
+    --it;
+    return (uintptr_t)p < it->first + (it->second ? it->second : 1);
+}
+
+int device_count() {
+    const char *e = getenv("CUDASIM_DEVICES");
+    return e ? atoi(e) : 1;
+}
+
+size_t memory_limit() {
+    const char *e = getenv("CUDASIM_MEMORY_MB");
+    return (e ? (size_t)atoll(e) : (size_t)16384) << 20;
+}
+size_t allocated;
+
+cudaError_t fail(cudaError_t e) { return last_error = e; }
+
+/* ---- GEMM ------------------------------------------------------------------------------ */
+
+double load(cudaDataType t, const void *p, size_t i) {
+    switch (t) {
+    case CUDA_R_32F: return ((const float *)p)[i];
+    case CUDA_R_64F: return ((const double *)p)[i];
+    case CUDA_R_16F: return dt_f16_to_f32(((const uint16_t *)p)[i]);
+    case CUDA_R_16BF: return dt_bf16_to_f32(((const uint16_t *)p)[i]);
+    }
+    return 0;
+}
+
+void store(cudaDataType t, void *p, size_t i, double v) {
+    switch (t) {
+    case CUDA_R_32F: ((float *)p)[i] = (float)v; break;
+    case CUDA_R_64F: ((double *)p)[i] = v; break;
+    case CUDA_R_16F: ((uint16_t *)p)[i] = dt_f32_to_f16((float)v); break;
+    case CUDA_R_16BF: ((uint16_t *)p)[i] = dt_f32_to_bf16((float)v); break;
+    }
+}
+
+bool known(cudaDataType t) {
+    return t == CUDA_R_32F || t == CUDA_R_64F || t == CUDA_R_16F || t == CUDA_R_16BF;
+}
+
+/* Column-major C = alpha op(A) op(B) + beta C, as cuBLAS defines it. */
+void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, double alpha,
+          const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt, int ldb,
+          double beta, void *C, cudaDataType ct, int ldc) {
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0;
+            for (int l = 0; l < k; l++) {
+                double a = load(at, A, ta == CUBLAS_OP_N ? (size_t)l * lda + i : (size_t)i * lda + l);
+                double b = load(bt, B, tb == CUBLAS_OP_N ? (size_t)j * ldb + l : (size_t)l * ldb + j);
+                s += a * b;
+            }
+            size_t ci = (size_t)j * ldc + i;
+            store(ct, C, ci, alpha * s + (beta != 0 ? beta * load(ct, C, ci) : 0));
+        }
+}
+
+double scalar(cublasComputeType_t c, const void *p) {
+    return c == CUBLAS_COMPUTE_64F || c == CUBLAS_COMPUTE_64F_PEDANTIC ? *(const double *)p
+                                                                        : *(const float *)p;
+}
+
+} // namespace
+
+/* ---- the kernel language ------------------------------------------------------------------ */
+
+/* One block: fresh fibers, then rounds in which every live thread runs to its next sync point
+ * (or its end). Apart from the launch loop: getcontext returns twice. */
+static __attribute__((noinline)) void run_block(block_run &r, unsigned n) {
+    for (unsigned t = 0; t < n; t++) {
+        fiber &f = r.fibers[t];
+        f.done = false;
+        f.round = 0;
+        getcontext(&f.uc);
+        f.uc.uc_stack.ss_sp = f.stack;
+        f.uc.uc_stack.ss_size = STACK;
+        f.uc.uc_link = &r.sched;
+        makecontext(&f.uc, fiber_main, 0);
+    }
+    threads_run += n;
+    for (bool live = true; live;) {
+        live = false;
+        switches++;
+        for (unsigned t = 0; t < n; t++) {
+            if (r.fibers[t].done) continue;
+            r.cur = t;
+            set_thread_index(t);
+            swapcontext(&r.sched, &r.fibers[t].uc);
+            live |= !r.fibers[t].done;
+        }
+    }
+}
+
+void cudasim_launch(dim3 grid, dim3 block, const std::function<void()> &body, size_t shmem,
+                    cudaStream_t stream) {
+    (void)stream;
+    unsigned n = block.x * block.y * block.z;
+    if (n == 0 || n > 1024 || shmem > 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+        grid.y > 65535 || grid.z > 65535) {
+        last_error = cudaErrorInvalidValue; /* what a bad launch configuration gives */
+        return;
+    }
+    block_run r;
+    r.fibers.resize(n);
+    r.body = &body;
+    r.slots[0].resize(n);
+    r.slots[1].resize(n);
+    block_run *outer = run;
+    run = &r;
+    gridDim = grid;
+    blockDim = block;
+    for (fiber &f : r.fibers) f.stack = (char *)malloc(STACK);
+    launches++;
+    blocks += grid.x * grid.y * grid.z;
+    for (unsigned b = 0; b < grid.x * grid.y * grid.z; b++) {
+        blockIdx = {b % grid.x, b / grid.x % grid.y, b / (grid.x * grid.y)};
+        run_block(r, n);
+    }
+    for (fiber &f : r.fibers) free(f.stack);
+    run = outer;
+}
+
+void __syncthreads(void) { yield_to_scheduler(); }
+
+unsigned long long cudasim_exchange(unsigned long long v, unsigned src_lane) {
+    unsigned t = run->cur, parity = run->fibers[t].round & 1;
+    run->slots[parity][t] = v;
+    yield_to_scheduler();
+    unsigned src = t - t % 32 + src_lane;
+    return src < run->slots[parity].size() ? run->slots[parity][src] : v;
+}
+
+/* ---- runtime ----------------------------------------------------------------------------- */
+
+extern "C" {
+
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
+    }
+    return "cudaErrorUnknown";
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+    return e == cudaSuccess ? "no error" : "simulated CUDA error";
+}
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = device_count();
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= device_count()) return fail(cudaErrorInvalidDevice);
+    current_device = d;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *d) {
+    *d = current_device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
+    (void)d;
+    *v = a == cudaDevAttrClockRate ? 1980000 : a == cudaDevAttrMultiProcessorCount ? 132 : 9;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int *can, int d, int peer) {
+    *can = d != peer;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
+    (void)peer, (void)flags;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    std::lock_guard<std::mutex> g(mem_mu);
+    if (allocated + bytes > memory_limit() || !(*p = malloc(bytes ? bytes : 1)))
+        return fail(cudaErrorMemoryAllocation);
+    /* Garbage, as fresh device memory is: code that reads before writing shows up. */
+    memset(*p, 0xa5, bytes);
+    allocations[(uintptr_t)*p] = bytes;
+    allocated += bytes;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    std::lock_guard<std::mutex> g(mem_mu);
+    auto it = allocations.find((uintptr_t)p);
+    if (it == allocations.end()) return fail(cudaErrorInvalidValue);
+    allocated -= it->second;
+    allocations.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+    bool dev = is_device(p);
+    *a = {dev ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered, dev ? 0 : -1,
+          dev ? (void *)p : nullptr, dev ? nullptr : (void *)p};
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k,
+                            cudaStream_t s) {
+    (void)k, (void)s;
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k) {
+    return cudaMemcpyAsync(dst, src, bytes, k, nullptr);
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind k, cudaStream_t s) {
+    (void)k, (void)s;
+    if (width > dpitch || width > spitch) return fail(cudaErrorInvalidValue);
+    for (size_t r = 0; r < height; r++)
+        memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *dst, int v, size_t bytes, cudaStream_t s) {
+    (void)s;
+    if (bytes) memset(dst, v, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    (void)flags;
+    *s = (cudaStream_t)malloc(1);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    free(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    (void)s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    (void)s, (void)e, (void)flags;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    (void)flags;
+    *e = (cudaEvent_t)malloc(1);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    free(e);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    (void)e, (void)s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    (void)e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    (void)e;
+    return cudaSuccess;
+}
+
+/* ---- cuBLAS ------------------------------------------------------------------------------ */
+
+struct cudasim_blas {
+    cudaStream_t stream;
+};
+struct cudasim_blaslt {
+    int unused;
+};
+
+const char *cublasGetStatusName(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    }
+    return "CUBLAS_STATUS_UNKNOWN";
+}
+
+const char *cublasGetStatusString(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? "success" : "simulated cuBLAS error";
+}
+
+cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    *h = new cudasim_blas{nullptr};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes) {
+    (void)h, (void)ws, (void)bytes;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    *h = new cudasim_blaslt{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
+                                          cublasOperation_t tb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType at,
+                                          int lda, long long sa, const void *B, cudaDataType bt,
+                                          int ldb, long long sb, const void *beta, void *C,
+                                          cudaDataType ct, int ldc, long long sc, int batch,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    (void)algo;
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || !known(at) || !known(bt) || !known(ct) ||
+        ldc < (m > 1 ? m : 1) || lda < 1 || ldb < 1)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    int f64 = compute == CUBLAS_COMPUTE_64F || compute == CUBLAS_COMPUTE_64F_PEDANTIC;
+    if (f64 != (at == CUDA_R_64F) || f64 != (ct == CUDA_R_64F)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    size_t ea = at == CUDA_R_64F ? 8 : at == CUDA_R_32F ? 4 : 2;
+    size_t eb = bt == CUDA_R_64F ? 8 : bt == CUDA_R_32F ? 4 : 2;
+    size_t ec = ct == CUDA_R_64F ? 8 : ct == CUDA_R_32F ? 4 : 2;
+    gemms += (unsigned long long)batch;
+    for (int i = 0; i < batch; i++)
+        gemm(ta, tb, m, n, k, scalar(compute, alpha), (const char *)A + (size_t)(i * sa) * ea, at,
+             lda, (const char *)B + (size_t)(i * sb) * eb, bt, ldb, scalar(compute, beta),
+             (char *)C + (size_t)(i * sc) * ec, ct, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void *alpha, const void *A, cudaDataType at,
+                            int lda, const void *B, cudaDataType bt, int ldb, const void *beta,
+                            void *C, cudaDataType ct, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo) {
+    return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0,
+                                      beta, C, ct, ldc, 0, 1, compute, algo);
+}
+
+} /* extern "C" */

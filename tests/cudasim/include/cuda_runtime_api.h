@@ -1,0 +1,2 @@
+/* cudasim stand-in (see cudasim.h). */
+#include "cudasim.h"
