@@ -63,16 +63,24 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
     st = dt_tensor_zeros(mesh, DT_F32, 2, huge, s0, &y);
     R_CHECK(st == DT_ERR_NOMEM && strstr(dt_last_error(), "out of memory"), "huge tensor: %s %s",
             dt_status_str(st), dt_last_error());
-    /* Steady state: after one warm-up step, the same step never reaches cudaMalloc. */
+    /* Steady state: after one warm-up step, the same step never reaches cudaMalloc. The
+     * allocator is the GPU's, shared by both ranks: read it when both are between steps. */
     dt_memory_stats m0, m1;
+    dt_comm *world;
+    R_OK(dt_ctx_world_comm(ctx, &world));
     for (int it = 0; it < 20; it++) {
         dt_tensor *a, *b, *c;
         R_OK(dt_add(x, x, &a));
         R_OK(dt_tensor_redistribute(a, s1, &b));
         R_OK(dt_unary_op(DT_OP_GELU, b, &c));
         dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(c);
-        if (it == 0) R_OK(dt_device_memory_stats(dev, &m0));
+        if (it == 0) {
+            R_OK(dt_barrier(world));
+            R_OK(dt_device_memory_stats(dev, &m0));
+            R_OK(dt_barrier(world));
+        }
     }
+    R_OK(dt_barrier(world));
     R_OK(dt_device_memory_stats(dev, &m1));
     R_CHECK(m1.device_allocs == m0.device_allocs, "steady state called cudaMalloc %" PRIu64 " times",
             m1.device_allocs - m0.device_allocs);

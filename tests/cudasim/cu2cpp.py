@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """cudasim's preprocessor: rewrites each `kernel<T...><<<grid, block[, shmem[, stream]]>>>(args)`
-of a .cu file into `cudasim_launch(grid, block, [&] { kernel<T...>(args); })`, so that a C++
+of a .cu file into `cudasim_launch(grid, block, cudasim_bind([](auto... a) { kernel<T...>(a...); }, args), ...)`: the
+arguments are evaluated at the launch, the kernel may run later (when its stream is waited for), so that a C++
 compiler builds the file against cudasim.h. Usage: cu2cpp.py in.cu out.cpp"""
 import sys
 
@@ -59,8 +60,8 @@ def rewrite(src):
             b += 1
         args = src[a + 1:b]
         out.append(src[pos:j])
-        out.append('cudasim_launch(dim3(%s), dim3(%s), [&] { %s(%s); }%s)'
-                   % (config[0], config[1], callee, args,
+        out.append('cudasim_launch(dim3(%s), dim3(%s), cudasim_bind([](auto... a_) { %s(a_...); }%s)%s)'
+                   % (config[0], config[1], callee, (', ' + args) if args.strip() else '',
                       ''.join(', ' + c for c in config[2:])))
         pos = b + 1
 

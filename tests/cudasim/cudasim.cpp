@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <ucontext.h>
 #include <vector>
 
@@ -66,6 +68,66 @@ void yield_to_scheduler() {
     fiber &f = run->fibers[run->cur];
     f.round++;
     swapcontext(&f.uc, &run->sched);
+}
+
+/* ---- streams ---------------------------------------------------------------------------- */
+
+/* Work queued on a stream runs when someone waits for it (stream or event synchronize, a
+ * wait on an event, cudaFree), never earlier: code that reads results without waiting sees
+ * stale data here, as it may on a GPU. CUDASIM_SYNC=1 runs everything at once instead. */
+bool deferred() {
+    static int d = -1;
+    if (d < 0) d = !getenv("CUDASIM_SYNC");
+    return d;
+}
+
+} // namespace
+
+struct cudasim_stream {
+    std::mutex mu;     /* the queue */
+    std::mutex run_mu; /* one drainer at a time keeps the order */
+    std::deque<std::function<void()>> q;
+};
+struct cudasim_event {
+    cudaStream_t stream;
+};
+
+namespace {
+
+std::mutex streams_mu;
+std::set<cudaStream_t> streams;
+
+void enqueue(cudaStream_t s, std::function<void()> f) {
+    if (!s || !deferred()) {
+        f();
+        return;
+    }
+    std::lock_guard<std::mutex> g(s->mu);
+    s->q.push_back(std::move(f));
+}
+
+void drain(cudaStream_t s) {
+    if (!s) return;
+    std::lock_guard<std::mutex> r(s->run_mu);
+    for (;;) {
+        std::function<void()> f;
+        {
+            std::lock_guard<std::mutex> g(s->mu);
+            if (s->q.empty()) return;
+            f = std::move(s->q.front());
+            s->q.pop_front();
+        }
+        f();
+    }
+}
+
+void drain_all() {
+    std::vector<cudaStream_t> all;
+    {
+        std::lock_guard<std::mutex> g(streams_mu);
+        all.assign(streams.begin(), streams.end());
+    }
+    for (cudaStream_t s : all) drain(s);
 }
 
 /* ---- memory ---------------------------------------------------------------------------- */
@@ -172,15 +234,8 @@ static __attribute__((noinline)) void run_block(block_run &r, unsigned n) {
     }
 }
 
-void cudasim_launch(dim3 grid, dim3 block, const std::function<void()> &body, size_t shmem,
-                    cudaStream_t stream) {
-    (void)stream;
+static void run_grid(dim3 grid, dim3 block, const std::function<void()> &body) {
     unsigned n = block.x * block.y * block.z;
-    if (n == 0 || n > 1024 || shmem > 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
-        grid.y > 65535 || grid.z > 65535) {
-        last_error = cudaErrorInvalidValue; /* what a bad launch configuration gives */
-        return;
-    }
     block_run r;
     r.fibers.resize(n);
     r.body = &body;
@@ -199,6 +254,17 @@ void cudasim_launch(dim3 grid, dim3 block, const std::function<void()> &body, si
     }
     for (fiber &f : r.fibers) free(f.stack);
     run = outer;
+}
+
+void cudasim_launch(dim3 grid, dim3 block, const std::function<void()> &body, size_t shmem,
+                    cudaStream_t stream) {
+    unsigned n = block.x * block.y * block.z;
+    if (n == 0 || n > 1024 || shmem > 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+        grid.y > 65535 || grid.z > 65535) {
+        last_error = cudaErrorInvalidValue; /* what a bad launch configuration gives */
+        return;
+    }
+    enqueue(stream, [grid, block, body] { run_grid(grid, block, body); });
 }
 
 void __syncthreads(void) { yield_to_scheduler(); }
@@ -269,7 +335,10 @@ cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags) {
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+    drain_all();
+    return cudaSuccess;
+}
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
     std::lock_guard<std::mutex> g(mem_mu);
@@ -284,6 +353,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
 
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
+    drain_all(); /* cudaFree waits for the device */
     std::lock_guard<std::mutex> g(mem_mu);
     auto it = allocations.find((uintptr_t)p);
     if (it == allocations.end()) return fail(cudaErrorInvalidValue);
@@ -302,27 +372,29 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k,
                             cudaStream_t s) {
-    (void)k, (void)s;
-    if (bytes) memmove(dst, src, bytes);
+    (void)k;
+    if (bytes) enqueue(s, [=] { memmove(dst, src, bytes); });
     return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k) {
+    drain_all();
     return cudaMemcpyAsync(dst, src, bytes, k, nullptr);
 }
 
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
                               size_t width, size_t height, enum cudaMemcpyKind k, cudaStream_t s) {
-    (void)k, (void)s;
+    (void)k;
     if (width > dpitch || width > spitch) return fail(cudaErrorInvalidValue);
-    for (size_t r = 0; r < height; r++)
-        memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    enqueue(s, [=] {
+        for (size_t r = 0; r < height; r++)
+            memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    });
     return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void *dst, int v, size_t bytes, cudaStream_t s) {
-    (void)s;
-    if (bytes) memset(dst, v, bytes);
+    if (bytes) enqueue(s, [=] { memset(dst, v, bytes); });
     return cudaSuccess;
 }
 
@@ -330,48 +402,58 @@ cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
     (void)flags;
-    *s = (cudaStream_t)malloc(1);
+    *s = new cudasim_stream;
+    std::lock_guard<std::mutex> g(streams_mu);
+    streams.insert(*s);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    free(s);
+    drain(s);
+    {
+        std::lock_guard<std::mutex> g(streams_mu);
+        streams.erase(s);
+    }
+    delete s;
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    (void)s;
+    drain(s);
     return cudaSuccess;
 }
 
+/* An event stands for everything its stream holds when it is waited for: the work before
+ * the record and perhaps some after, so waits never come too early. */
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
-    (void)s, (void)e, (void)flags;
+    (void)s, (void)flags;
+    drain(e->stream);
     return cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     (void)flags;
-    *e = (cudaEvent_t)malloc(1);
+    *e = new cudasim_event{nullptr};
     return cudaSuccess;
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    free(e);
+    delete e;
     return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    (void)e, (void)s;
+    e->stream = s;
     return cudaSuccess;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-    (void)e;
+    drain(e->stream);
     return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    (void)e;
+    drain(e->stream);
     return cudaSuccess;
 }
 
@@ -447,10 +529,13 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     size_t eb = bt == CUDA_R_64F ? 8 : bt == CUDA_R_32F ? 4 : 2;
     size_t ec = ct == CUDA_R_64F ? 8 : ct == CUDA_R_32F ? 4 : 2;
     gemms += (unsigned long long)batch;
-    for (int i = 0; i < batch; i++)
-        gemm(ta, tb, m, n, k, scalar(compute, alpha), (const char *)A + (size_t)(i * sa) * ea, at,
-             lda, (const char *)B + (size_t)(i * sb) * eb, bt, ldb, scalar(compute, beta),
-             (char *)C + (size_t)(i * sc) * ec, ct, ldc);
+    double al = scalar(compute, alpha), be = scalar(compute, beta); /* host pointers: read now */
+    enqueue(h->stream, [=] {
+        for (int i = 0; i < batch; i++)
+            gemm(ta, tb, m, n, k, al, (const char *)A + (size_t)(i * sa) * ea, at, lda,
+                 (const char *)B + (size_t)(i * sb) * eb, bt, ldb, be,
+                 (char *)C + (size_t)(i * sc) * ec, ct, ldc);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 

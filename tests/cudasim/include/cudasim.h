@@ -177,7 +177,12 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline double __dadd_rn(double a, double b) { return a + b; }
 
-/* What `kernel<<<grid, block, shmem, stream>>>(args)` becomes (tools: cu2cpp.py). */
+/* The kernel call with its arguments evaluated now, as a launch evaluates them. */
+template <typename F, typename... A> std::function<void()> cudasim_bind(F kernel, A... args) {
+    return [=] { kernel(args...); };
+}
+
+/* What `kernel<<<grid, block, shmem, stream>>>(args)` becomes (cu2cpp.py). */
 void cudasim_launch(dim3 grid, dim3 block, const std::function<void()> &thread_body,
                     size_t shmem = 0, cudaStream_t stream = nullptr);
 #endif

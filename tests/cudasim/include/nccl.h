@@ -2,7 +2,10 @@
  * uses, for communicators of one rank (ncclsim.cpp). Collectives copy at once, as cudasim's
  * streams complete at once. Non-blocking communicators answer ncclInProgress once per call,
  * so the callers' waiting paths run. NCCLSIM_FAIL_AFTER=N: the N-th collective leaves an
- * asynchronous ncclRemoteError on its communicator (for the failure paths). */
+ * asynchronous ncclRemoteError on its communicator (for the failure paths; only on the rank
+ * NCCLSIM_FAIL_RANK names, when set). NCCLSIM_ANY_SIZE=1 makes communicators of any size, whose
+ * collectives are local copies (creation, barriers, teardown and faults across processes);
+ * NCCLSIM_LOG=1 prints every communicator's creation with a hash of its unique id. */
 #ifndef NCCLSIM_H
 #define NCCLSIM_H
 
@@ -17,11 +20,11 @@
 extern "C" {
 #endif
 
-#define NCCL_MAJOR        2
-#define NCCL_MINOR        28
-#define NCCL_PATCH        9
-#define NCCL_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
-#define NCCL_VERSION_CODE NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)
+#define NCCL_MAJOR            2
+#define NCCL_MINOR            28
+#define NCCL_PATCH            9
+#define NCCL_VERSION(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
+#define NCCL_VERSION_CODE     NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)
 
 typedef struct ncclComm *ncclComm_t;
 #define NCCL_UNIQUE_ID_BYTES 128
@@ -49,7 +52,7 @@ typedef struct ncclConfig_v22800 {
     int blocking;
 } ncclConfig_t;
 #define NCCL_CONFIG_INITIALIZER                                                                    \
-    {sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT}
+    { sizeof(ncclConfig_t), 0xcafebeef, NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT }
 
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
 typedef enum {
@@ -80,16 +83,16 @@ ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t s);
-ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t dt,
-                           int root, ncclComm_t comm, cudaStream_t s);
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t dt, int root,
+                           ncclComm_t comm, cudaStream_t s);
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t dt,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t s);
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t dt,
                            ncclComm_t comm, cudaStream_t s);
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t dt,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t s);
-ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t dt, int peer,
-                      ncclComm_t comm, cudaStream_t s);
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
+                      cudaStream_t s);
 ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t dt, int peer, ncclComm_t comm,
                       cudaStream_t s);
 
