@@ -32,6 +32,7 @@ test-gpu-sim: deps
 		-Dtests=false -Ducx=disabled
 	ninja -C $(SIM_BUILD)
 	./$(SIM_BUILD)/tests/gpu_check
+	sh tests/nccl_checks.sh $(SIM_BUILD) --sim
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the same suite.
 test-asan: deps

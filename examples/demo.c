@@ -3,7 +3,8 @@
  * shard, and the shards are gathered back and compared with the original on every rank.
  * Part 2: a transformer block forward, tensor- and sequence-parallel, checked against the
  * same block computed unsharded; prints each step's placements and the communication, and
- * writes a trace (Perfetto / chrome://tracing) and a timeline page. */
+ * writes a trace (Perfetto / chrome://tracing) and a timeline page.
+ * demo [--cuda] [outdir]: --cuda puts the 4 ranks on the GPU(s) (several ranks per GPU). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +28,9 @@
 
 static dt_status show_shard(dt_tensor *t, int rank) {
     dt_tensor_info info;
+    float x[ROWS * COLS];
     TRY(dt_tensor_info_get(t, &info));
-    const float *x = info.local_data;
+    TRY(dt_tensor_local_to_host(t, x, sizeof x)); /* the shard may live on a GPU */
     printf("rank %d (dp=%d, tp=%d) holds rows [%lld:%lld) cols [%lld:%lld):\n", rank,
            dt_mesh_coord(info.mesh, 0), dt_mesh_coord(info.mesh, 1),
            (long long)info.local_offset[0], (long long)(info.local_offset[0] + info.local_shape[0]),
@@ -140,14 +142,19 @@ static dt_status block_part(dt_ctx *ctx) {
 }
 
 static dt_status body(dt_ctx *ctx, void *arg) {
-    (void)arg;
+    if (*(int *)arg) TRY(dt_ctx_set_device(ctx, (dt_device){DT_DEVICE_CUDA, -1}));
     dt_status st = layout_part(ctx);
     return st == DT_OK ? block_part(ctx) : st;
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1) outdir = argv[1];
-    dt_status st = dt_local_run(4, body, NULL, NULL);
+    int cuda = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--cuda") == 0) cuda = 1;
+        else outdir = argv[i];
+    }
+    if (cuda) printf("the 4 ranks compute on CUDA device(s): %d visible\n", dt_cuda_device_count());
+    dt_status st = dt_local_run(4, body, &cuda, NULL);
     if (st != DT_OK) {
         fprintf(stderr, "demo failed: %s: %s\n", dt_status_str(st), dt_last_error());
         return 1;

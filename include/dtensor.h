@@ -5,6 +5,7 @@
 #include "dtensor/comm.h"
 #include "dtensor/device.h"
 #include "dtensor/mesh.h"
+#include "dtensor/nccl.h"
 #include "dtensor/ops.h"
 #include "dtensor/placement.h"
 #include "dtensor/redistribute.h"

@@ -35,8 +35,8 @@ void dt_boot_host_id(char out[DT_BOOT_HOST_ID]);
  * (len bytes, any content) and returns everyone's (blobs[r], lens[r]; free with
  * dt_boot_blobs_free) plus the sockets for dt_boot_ctl_start (root: one per rank, socks[0]
  * unused; others: socks[0] is rank 0). Collective over the world; blocks. Needs size > 1. */
-dt_status dt_boot_exchange(const dt_boot_env *env, int64_t timeout_ns, const void *blob,
-                           size_t len, void ***blobs_out, size_t **lens_out, int **socks_out);
+dt_status dt_boot_exchange(const dt_boot_env *env, int64_t timeout_ns, const void *blob, size_t len,
+                           void ***blobs_out, size_t **lens_out, int **socks_out);
 void dt_boot_blobs_free(void **blobs, size_t *lens, int n);
 
 /* --- control plane (control.c) ----------------------------------------------------------- */

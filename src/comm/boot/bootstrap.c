@@ -109,7 +109,8 @@ static dt_status listen_on(const dt_boot_env *env, int *fd_out) {
 /* Sends msg as an ERR to every connected rank, so they fail with rank 0's reason. */
 static void broadcast_err(table *t, const char *msg) {
     for (int r = 1; r < t->size; r++)
-        if (t->socks[r] >= 0) boot_wire_write(t->socks[r], BOOT_MSG_ERR, 0, 0, msg, strlen(msg) + 1);
+        if (t->socks[r] >= 0)
+            boot_wire_write(t->socks[r], BOOT_MSG_ERR, 0, 0, msg, strlen(msg) + 1);
 }
 
 static dt_status missing_error(const dt_boot_env *env, table *t, int got, double secs) {
@@ -323,16 +324,17 @@ void dt_boot_blobs_free(void **blobs, size_t *lens, int n) {
     free(lens);
 }
 
-dt_status dt_boot_exchange(const dt_boot_env *env, int64_t timeout_ns, const void *addr,
-                           size_t len, void ***addrs_out, size_t **lens_out, int **socks_out) {
+dt_status dt_boot_exchange(const dt_boot_env *env, int64_t timeout_ns, const void *addr, size_t len,
+                           void ***addrs_out, size_t **lens_out, int **socks_out) {
     table t;
     DT_CHECK(table_init(&t, env->size));
     int64_t deadline = dt_boot_now_ns() + timeout_ns;
     double secs = (double)timeout_ns / 1e9;
     dt_status st;
     if (env->rank == 0) {
-        st = (t.addrs[0] = malloc(len ? len : 1)) ? DT_OK
-                                        : dt_error(DT_ERR_NOMEM, "rendezvous: out of memory");
+        st = (t.addrs[0] = malloc(len ? len : 1))
+                 ? DT_OK
+                 : dt_error(DT_ERR_NOMEM, "rendezvous: out of memory");
         if (st == DT_OK) {
             if (len) memcpy(t.addrs[0], addr, len);
             t.lens[0] = len;

@@ -540,8 +540,10 @@ dt_status dt_boot_ctl_get(dt_boot_ctl *c, const void *key, size_t klen, void *va
     if (e->vlen > cap) {
         size_t have = e->vlen;
         kv_free(e);
-        return dt_error(DT_ERR_SIZE, "control plane: a stored value of %zu bytes exceeds the %zu "
-                                     "expected", have, cap);
+        return dt_error(DT_ERR_SIZE,
+                        "control plane: a stored value of %zu bytes exceeds the %zu "
+                        "expected",
+                        have, cap);
     }
     if (e->vlen) memcpy(val, e->val, e->vlen);
     *len_out = e->vlen;

@@ -1,6 +1,6 @@
 /* The UCX runtime's entry points in a build without UCX: they exist, and say so. */
-#include "dtensor/ucx.h"
 #include "core/check.h"
+#include "dtensor/ucx.h"
 
 int dt_ucx_available(void) {
     return 0;

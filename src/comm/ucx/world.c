@@ -230,8 +230,8 @@ static dt_status connect_peers(ux_world *w, ep_arg **args_out) {
     void **addrs = NULL;
     size_t *lens = NULL;
     int *socks = NULL;
-    dt_status st = dt_boot_exchange(&w->env, w->startup_timeout_ns, blob, UX_HOST_ID + len,
-                                    &addrs, &lens, &socks);
+    dt_status st = dt_boot_exchange(&w->env, w->startup_timeout_ns, blob, UX_HOST_ID + len, &addrs,
+                                    &lens, &socks);
     DT_CHECK_GOTO(st, st, out);
     ep_arg *args = calloc((size_t)w->size, sizeof *args);
     *args_out = args;

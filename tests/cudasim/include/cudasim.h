@@ -20,6 +20,7 @@ typedef enum cudaError {
     cudaErrorMemoryAllocation = 2,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
+    cudaErrorNotReady = 600, /* never answered: queued work runs when waited for */
     cudaErrorPeerAccessAlreadyEnabled = 704,
 } cudaError_t;
 

@@ -13,9 +13,6 @@
 
 #include "cudasim.h"
 
-/* The CUDA runtime's "not finished yet", which cudasim never answers. */
-#define cudaErrorNotReady ((cudaError_t)600)
-
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -1,0 +1,40 @@
+#!/bin/sh
+# The NCCL runtime's process checks (tests/nccl_rank_prog.c) under dtrun, in a build dir:
+#   nccl_checks.sh BUILD          on a GPU: one rank (NCCL refuses two ranks on one GPU),
+#                                 more when the machine has more GPUs
+#   nccl_checks.sh BUILD --sim    on cudasim: also 4-rank meshes and a killed rank
+# Prints one line per check and ends with "N passed, N failed"; exits 1 when one failed.
+build=$1
+pass=0
+fail=0
+check() { # name, expected exit status, text the output must hold ("" for none), command...
+    name=$1 want=$2 text=$3
+    shift 3
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ "$rc" = "$want" ] && { [ -z "$text" ] || echo "$out" | grep -q "$text"; }; then
+        pass=$((pass + 1))
+        echo "  ok   $name"
+    else
+        fail=$((fail + 1))
+        echo "  FAIL $name (exit $rc, want $want${text:+ and \"$text\"})"
+        echo "$out" | tail -5 | sed 's/^/       /'
+    fi
+}
+dtrun="$build/dtrun"
+prog="$build/tests/nccl_rank_prog"
+check "nccl collectives, 1 rank" 0 "" "$dtrun" -n 1 "$prog" collectives
+check "nccl mesh communicators, 1 rank" 0 "" "$dtrun" -n 1 "$prog" mesh
+if [ "$2" = "--sim" ]; then
+    export NCCLSIM_ANY_SIZE=1
+    check "nccl mesh communicators, 4 ranks (sim)" 0 "" "$dtrun" -n 4 "$prog" mesh
+    check "nccl: a killed rank aborts the others (sim)" 137 "failed cleanly: DT_ERR_ABORTED" env DT_TIMEOUT_S=20 "$dtrun" -n 3 "$prog" fault
+else
+    gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+    if [ "$gpus" -ge 2 ]; then
+        check "nccl collectives, $gpus ranks" 0 "" "$dtrun" -n "$gpus" "$prog" collectives
+        check "nccl: a killed rank aborts the others" 137 "failed cleanly: DT_ERR_ABORTED" env DT_TIMEOUT_S=20 "$dtrun" -n "$gpus" "$prog" fault
+    fi
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,395 @@
+/* One rank of the NCCL runtime's checks (run under dtrun, one process per GPU; exits 77 when no
+ * GPU is visible or the build has no NCCL runtime). Modes:
+ *   collectives  every collective on device buffers (f32, i32, i64; uneven and empty counts,
+ *                gaps that must survive), the same on host buffers (staged), send/recv, barrier,
+ *                and the communicators of a 2-D mesh (sub-communicators through the store)
+ *   mesh         mesh, flattened and sub-mesh communicators made, used by barriers, destroyed
+ *   fault        the last rank kills itself while all_reduces run: the others must fail with
+ *                DT_ERR_ABORTED naming it
+ *   hang         the last rank stops taking part: the others time out (DT_TIMEOUT_S)
+ *   peer-exit    rank 1 returns early: the others fail with DT_ERR_PEER_EXITED naming it
+ * Prints "[ok] <mode>" and exits 0; failure modes print "<mode>: failed cleanly" and exit 3,
+ * or "FAILED BADLY" and exit 1. */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <dtensor.h>
+#include <dtensor/nccl.h>
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) return dt_error_set(DT_ERR_ARG, __VA_ARGS__);                                 \
+    } while (0)
+#define OK(call)                                                                                   \
+    do {                                                                                           \
+        dt_status st_ = (call);                                                                    \
+        if (st_ != DT_OK) return st_;                                                              \
+    } while (0)
+
+static const dt_dtype dtypes[] = {DT_F32, DT_I32, DT_I64};
+
+static double get(dt_dtype dt, const void *p, size_t i) {
+    switch (dt) {
+    case DT_F32:
+        return ((const float *)p)[i];
+    case DT_I32:
+        return ((const int32_t *)p)[i];
+    default:
+        return (double)((const int64_t *)p)[i];
+    }
+}
+
+static void put(dt_dtype dt, void *p, size_t i, double v) {
+    switch (dt) {
+    case DT_F32:
+        ((float *)p)[i] = (float)v;
+        break;
+    case DT_I32:
+        ((int32_t *)p)[i] = (int32_t)v;
+        break;
+    default:
+        ((int64_t *)p)[i] = (int64_t)v;
+        break;
+    }
+}
+
+/* Rank r's value at i: small integers, exact in every dtype. */
+static double val(int r, size_t i) {
+    return (double)(r + 1 + (int)(i % 7));
+}
+
+static dt_status to_host(dt_ctx *ctx, void *h, const void *d, size_t bytes) {
+    OK(dt_ctx_synchronize(ctx));
+    CHECK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "cudaMemcpy D2H");
+    return DT_OK;
+}
+
+static dt_status from_host(void *d, const void *h, size_t bytes) {
+    CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) == cudaSuccess, "cudaMemcpy H2D");
+    return DT_OK;
+}
+
+/* Buffers: device (dev = 1) or host. */
+static void *buf_new(int dev, size_t bytes) {
+    void *p = NULL;
+    if (dev) return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
+    return calloc(1, bytes ? bytes : 1);
+}
+
+static void buf_free(int dev, void *p) {
+    if (dev)
+        cudaFree(p);
+    else
+        free(p);
+}
+
+static dt_status fill(int dev, dt_dtype dt, void *b, size_t n, int r, double sentinel) {
+    size_t es = dt_dtype_size(dt);
+    char *h = malloc(n * es + 1);
+    CHECK(h, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        put(dt, h, i, r >= 0 ? val(r, i) : sentinel);
+    dt_status st = dev ? from_host(b, h, n * es) : (memcpy(b, h, n * es), DT_OK);
+    free(h);
+    return st;
+}
+
+static dt_status read_back(dt_ctx *ctx, int dev, dt_dtype dt, const void *b, size_t n, void *h) {
+    if (dev) return to_host(ctx, h, b, n * dt_dtype_size(dt));
+    memcpy(h, b, n * dt_dtype_size(dt));
+    return DT_OK;
+}
+
+static dt_status check_all_reduce(dt_ctx *ctx, dt_comm *c, int dev, dt_dtype dt) {
+    int n = dt_comm_size(c), me = dt_comm_rank(c);
+    size_t cnt = 1000, es = dt_dtype_size(dt);
+    void *b = buf_new(dev, cnt * es), *h = malloc(cnt * es);
+    CHECK(b && h, "out of memory");
+    static const dt_reduce_op ops[] = {DT_REDUCE_SUM, DT_REDUCE_AVG, DT_REDUCE_MAX, DT_REDUCE_MIN,
+                                       DT_REDUCE_PROD};
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+        OK(fill(dev, dt, b, cnt, me, 0));
+        OK(dt_all_reduce(c, b, b, cnt, dt, ops[k]));
+        OK(read_back(ctx, dev, dt, b, cnt, h));
+        for (size_t i = 0; i < cnt; i++) {
+            double s = 0, p = 1, mx = -1e300, mn = 1e300;
+            for (int r = 0; r < n; r++) {
+                double v = val(r, i);
+                s += v;
+                p *= v;
+                mx = v > mx ? v : mx;
+                mn = v < mn ? v : mn;
+            }
+            double want = ops[k] == DT_REDUCE_SUM ? s
+                          : ops[k] == DT_REDUCE_AVG
+                              ? (dt == DT_F32 ? s / n : (double)((int64_t)s / n))
+                          : ops[k] == DT_REDUCE_MAX ? mx
+                          : ops[k] == DT_REDUCE_MIN ? mn
+                                                    : p;
+            double got = get(dt, h, i), tol = dt == DT_F32 ? 1e-5 * (want < 0 ? -want : want) : 0;
+            double exact = dt == DT_F32 ? 16777216.0 : dt == DT_I32 ? 2147483647.0 : 9e15;
+            if (ops[k] == DT_REDUCE_PROD && p > exact) continue; /* overflows or rounds */
+            CHECK(got >= want - tol && got <= want + tol,
+                  "all_reduce op %d dtype %d (%s buffers) at %zu: got %g, want %g", (int)ops[k],
+                  (int)dt, dev ? "device" : "host", i, got, want);
+        }
+    }
+    buf_free(dev, b);
+    free(h);
+    return DT_OK;
+}
+
+/* Uneven counts (rank r holds (r + 1) % 3 elements: some hold none) at displacements with
+ * gaps. */
+static dt_status check_gather_scatter(dt_ctx *ctx, dt_comm *c, int dev, dt_dtype dt) {
+    int n = dt_comm_size(c), me = dt_comm_rank(c);
+    size_t es = dt_dtype_size(dt), *counts = calloc((size_t)n, sizeof(size_t)),
+           *displs = calloc((size_t)n, sizeof(size_t)), total = 0, span = 0;
+    CHECK(counts && displs, "out of memory");
+    for (int r = 0; r < n; r++) {
+        counts[r] = (size_t)((r + 1) % 3);
+        displs[r] = span + 1; /* one element of gap before each block */
+        span = displs[r] + counts[r];
+        total += counts[r];
+    }
+    void *s = buf_new(dev, (counts[me] + 1) * es), *g = buf_new(dev, span * es),
+         *h = malloc(span * es + total * es + 8);
+    CHECK(s && g && h, "out of memory");
+    OK(fill(dev, dt, s, counts[me], me, 0));
+    OK(fill(dev, dt, g, span, -1, -5));
+    OK(dt_all_gatherv(c, s, g, counts, displs, dt));
+    OK(read_back(ctx, dev, dt, g, span, h));
+    for (int r = 0; r < n; r++) {
+        CHECK(get(dt, h, displs[r] - 1) == -5, "all_gatherv wrote into the gap before block %d", r);
+        for (size_t i = 0; i < counts[r]; i++)
+            CHECK(get(dt, h, displs[r] + i) == val(r, i), "all_gatherv block %d element %zu", r, i);
+    }
+    /* reduce_scatterv: every rank sends the packed blocks; block r's element i sums val(q, i). */
+    void *rs = buf_new(dev, total * es), *rr = buf_new(dev, (counts[me] + 1) * es);
+    CHECK(rs && rr, "out of memory");
+    OK(fill(dev, dt, rs, total, me, 0));
+    OK(dt_reduce_scatterv(c, rs, rr, counts, dt, DT_REDUCE_SUM));
+    OK(read_back(ctx, dev, dt, rr, counts[me], h));
+    size_t off = 0;
+    for (int r = 0; r < me; r++)
+        off += counts[r];
+    for (size_t i = 0; i < counts[me]; i++) {
+        double want = 0;
+        for (int q = 0; q < n; q++)
+            want += val(q, off + i);
+        CHECK(get(dt, h, i) == want, "reduce_scatterv element %zu: got %g, want %g", i,
+              get(dt, h, i), want);
+    }
+    buf_free(dev, s);
+    buf_free(dev, g);
+    buf_free(dev, rs);
+    buf_free(dev, rr);
+    free(h);
+    free(counts);
+    free(displs);
+    return DT_OK;
+}
+
+/* all_to_allv: rank me sends me + j + 1 elements (value 1000 me + j) to rank j. */
+static dt_status check_all_to_all(dt_ctx *ctx, dt_comm *c, int dev) {
+    int n = dt_comm_size(c), me = dt_comm_rank(c);
+    size_t *sc = calloc((size_t)n, sizeof(size_t)), *rc = calloc((size_t)n, sizeof(size_t)), st = 0,
+           rt = 0;
+    CHECK(sc && rc, "out of memory");
+    for (int j = 0; j < n; j++) {
+        st += sc[j] = (size_t)(me + j + 1);
+        rt += rc[j] = (size_t)(j + me + 1);
+    }
+    int32_t *hs = malloc(st * 4), *hr = malloc(rt * 4);
+    void *s = buf_new(dev, st * 4), *r = buf_new(dev, rt * 4);
+    CHECK(hs && hr && s && r, "out of memory");
+    for (int j = 0, o = 0; j < n; o += (int)sc[j], j++)
+        for (size_t i = 0; i < sc[j]; i++)
+            hs[o + (int)i] = 1000 * me + j;
+    if (dev)
+        OK(from_host(s, hs, st * 4));
+    else
+        memcpy(s, hs, st * 4);
+    OK(dt_all_to_allv(c, s, sc, NULL, r, rc, NULL, DT_I32));
+    OK(read_back(ctx, dev, DT_I32, r, rt, hr));
+    for (int j = 0, o = 0; j < n; o += (int)rc[j], j++)
+        for (size_t i = 0; i < rc[j]; i++)
+            CHECK(hr[o + (int)i] == 1000 * j + me, "all_to_allv from %d: got %d", j,
+                  hr[o + (int)i]);
+    buf_free(dev, s);
+    buf_free(dev, r);
+    free(hs);
+    free(hr);
+    free(sc);
+    free(rc);
+    return DT_OK;
+}
+
+static dt_status check_p2p(dt_ctx *ctx, dt_comm *c, int dev) {
+    int n = dt_comm_size(c), me = dt_comm_rank(c);
+    int64_t h[64];
+    void *b = buf_new(dev, sizeof h);
+    CHECK(b, "out of memory");
+    /* broadcast from the last rank */
+    OK(fill(dev, DT_I64, b, 64, me == n - 1 ? me : -1, -1));
+    OK(dt_broadcast(c, b, 64, DT_I64, n - 1));
+    OK(read_back(ctx, dev, DT_I64, b, 64, h));
+    for (int i = 0; i < 64; i++)
+        CHECK(h[i] == (int64_t)val(n - 1, (size_t)i), "broadcast element %d", i);
+    if (n >= 2) { /* a ring: even ranks send first */
+        int to = (me + 1) % n, from = (me + n - 1) % n;
+        void *in = buf_new(dev, sizeof h);
+        CHECK(in, "out of memory");
+        OK(fill(dev, DT_I64, b, 64, me, 0));
+        if (me % 2 == 0) {
+            OK(dt_send(c, b, 64, DT_I64, to));
+            OK(dt_recv(c, in, 64, DT_I64, from));
+        } else {
+            OK(dt_recv(c, in, 64, DT_I64, from));
+            OK(dt_send(c, b, 64, DT_I64, to));
+        }
+        OK(read_back(ctx, dev, DT_I64, in, 64, h));
+        for (int i = 0; i < 64; i++)
+            CHECK(h[i] == (int64_t)val(from, (size_t)i), "recv from %d element %d", from, i);
+        buf_free(dev, in);
+    }
+    OK(dt_barrier(c));
+    buf_free(dev, b);
+    return DT_OK;
+}
+
+static dt_status check_comm(dt_ctx *ctx, dt_comm *c) {
+    for (int dev = 1; dev >= 0; dev--) {
+        for (size_t k = 0; k < sizeof dtypes / sizeof dtypes[0]; k++) {
+            OK(check_all_reduce(ctx, c, dev, dtypes[k]));
+            OK(check_gather_scatter(ctx, c, dev, dtypes[k]));
+        }
+        OK(check_all_to_all(ctx, c, dev));
+        OK(check_p2p(ctx, c, dev));
+    }
+    return DT_OK;
+}
+
+static dt_status mode_collectives(dt_ctx *ctx) {
+    dt_device d = dt_ctx_device(ctx);
+    CHECK(d.kind == DT_DEVICE_CUDA, "the NCCL runtime did not set a CUDA device");
+    int n = dt_ctx_size(ctx), me = dt_ctx_rank(ctx);
+    dt_comm *world;
+    OK(dt_ctx_world_comm(ctx, &world));
+    OK(check_comm(ctx, world));
+    /* The communicators of a 2-D mesh: each made by its members only. */
+    int shape[2] = {n % 2 == 0 ? 2 : 1, n % 2 == 0 ? n / 2 : n};
+    const char *names[2] = {"dp", "tp"};
+    dt_mesh *mesh;
+    OK(dt_mesh_create(ctx, 2, shape, names, &mesh));
+    for (int dim = 1; dim >= 0; dim--) {
+        dt_comm *c;
+        OK(dt_mesh_dim_comm(mesh, dim, &c));
+        OK(check_comm(ctx, c));
+    }
+    dt_mesh_release(mesh);
+    OK(dt_barrier(world));
+    printf("[ok] collectives on %d ranks (this rank on GPU %d)\n", n, d.index);
+    (void)me;
+    return DT_OK;
+}
+
+/* The communicators of a 2-D mesh, a flattened pair and a sub-mesh: made by their members
+ * (through rank 0's store), used by a barrier each, destroyed with the mesh. */
+static dt_status mode_mesh(dt_ctx *ctx) {
+    int n = dt_ctx_size(ctx);
+    int shape[2] = {n % 2 == 0 ? 2 : 1, n % 2 == 0 ? n / 2 : n};
+    const char *names[2] = {"dp", "tp"};
+    for (int round = 0; round < 2; round++) {
+        dt_mesh *mesh, *sub;
+        OK(dt_mesh_create(ctx, 2, shape, names, &mesh));
+        dt_comm *c;
+        for (int dim = 0; dim < 2; dim++) {
+            OK(dt_mesh_dim_comm(mesh, dim, &c));
+            OK(dt_barrier(c));
+        }
+        OK(dt_mesh_group_comm(mesh, names, 2, &c));
+        OK(dt_barrier(c));
+        OK(dt_mesh_submesh(mesh, names + 1, 1, &sub));
+        OK(dt_mesh_dim_comm(sub, 0, &c));
+        OK(dt_barrier(c));
+        dt_mesh_release(sub);
+        dt_mesh_release(mesh);
+    }
+    dt_comm *world;
+    OK(dt_ctx_world_comm(ctx, &world));
+    OK(dt_barrier(world));
+    printf("[ok] mesh on %d ranks\n", n);
+    return DT_OK;
+}
+
+static void *suicide(void *arg) {
+    (void)arg;
+    usleep(300000);
+    raise(SIGKILL);
+    return NULL;
+}
+
+static dt_status mode_failure(dt_ctx *ctx, const char *mode) {
+    int me = dt_ctx_rank(ctx), n = dt_ctx_size(ctx);
+    dt_comm *world;
+    OK(dt_ctx_world_comm(ctx, &world));
+    size_t cnt = 1 << 20;
+    void *b = buf_new(1, cnt * 4);
+    CHECK(b, "out of memory");
+    for (int k = 0; k < 5; k++)
+        OK(dt_all_reduce(world, b, b, cnt, DT_F32, DT_REDUCE_SUM));
+    OK(dt_barrier(world));
+    if (!strcmp(mode, "fault") && me == n - 1) {
+        pthread_t th;
+        pthread_create(&th, NULL, suicide, NULL);
+    }
+    if (!strcmp(mode, "hang") && me == n - 1) {
+        sleep(60);
+        return DT_OK;
+    }
+    if (!strcmp(mode, "peer-exit") && me == 1) return DT_OK;
+    for (int it = 0; it < 1000000; it++) {
+        dt_status st = dt_all_reduce(world, b, b, cnt, DT_F32, DT_REDUCE_SUM);
+        if (st == DT_OK && it % 10 == 9) st = dt_barrier(world);
+        if (st != DT_OK) return st;
+    }
+    return dt_error_set(DT_ERR_ARG, "%s: collectives kept succeeding", mode);
+}
+
+static dt_status body(dt_ctx *ctx, void *arg) {
+    const char *mode = arg;
+    if (!strcmp(mode, "collectives")) return mode_collectives(ctx);
+    if (!strcmp(mode, "mesh")) return mode_mesh(ctx);
+    return mode_failure(ctx, mode);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *mode = argc > 1 ? argv[1] : "collectives";
+    if (!dt_nccl_available() || dt_cuda_device_count() == 0) {
+        printf("skip: no NCCL runtime or no GPU\n");
+        return 77;
+    }
+    dt_status st = dt_nccl_run(body, (void *)mode);
+    if (!strcmp(mode, "collectives") || !strcmp(mode, "mesh")) {
+        if (st == DT_OK) return 0;
+        printf("%s: FAILED BADLY: %s: %s\n", mode, dt_status_str(st), dt_last_error());
+        return 1;
+    }
+    int n = getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : 0;
+    char culprit[32];
+    snprintf(culprit, sizeof culprit, "rank %d", !strcmp(mode, "peer-exit") ? 1 : n - 1);
+    const char *msg = dt_last_error();
+    int clean = (st == DT_ERR_ABORTED || st == DT_ERR_PEER_EXITED) &&
+                (strstr(msg, culprit) || (!strcmp(mode, "hang") && strstr(msg, "timed out")));
+    printf("%s: %s: %s: %s\n", mode, clean ? "failed cleanly" : "FAILED BADLY", dt_status_str(st),
+           msg);
+    return clean ? 3 : 1;
+}
