@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "dt_config.h"
+#include "ops/kernel_args.h"
 #include "ops/kernels.h"
 
 #if DT_HAVE_OPENBLAS
@@ -175,51 +176,14 @@ static dt_status gemm_any(dt_dtype dt, mm_ctx *cx, int64_t M, const void *A, con
     }
 }
 
-static size_t batch_numel(const dt_local *t) {
-    size_t n = 1;
-    for (int d = 0; d < t->ndim - 2; d++) n *= (size_t)t->shape[d];
-    return n;
-}
-
-/* Strides in matrices of t's batch dims, aligned to out's nb batch dims (0 when broadcast). */
-static dt_status batch_strides(const dt_local *t, const dt_local *out, int nb, int64_t *st,
-                               const char *name) {
-    int tb = t->ndim - 2;
-    int64_t s = 1;
-    for (int d = nb - 1; d >= 0; d--) {
-        int td = d - (nb - tb);
-        int64_t sz = td < 0 ? 1 : t->shape[td];
-        if (sz != out->shape[d] && sz != 1)
-            return dt_error(DT_ERR_SHAPE, "dt_cpu_matmul: %s batch dim %d has size %lld, out %lld",
-                            name, td, (long long)sz, (long long)out->shape[d]);
-        st[d] = sz == 1 ? 0 : s;
-        s *= sz;
-    }
-    return DT_OK;
-}
-
 dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_local *out) {
+    dt_matmul_dims m;
+    DT_CHECK(dt_matmul_check("dt_cpu_matmul", a, b, trans_b, out, &m));
     dt_dtype dt = a->dtype;
-    if (dt != DT_F32 && dt != DT_F64 && dt != DT_BF16 && dt != DT_F16)
-        return dt_error(DT_ERR_DTYPE, "dt_cpu_matmul: dtype %s not supported (float dtypes only)",
-                        dt_dtype_name(dt));
-    if (b->dtype != dt || out->dtype != dt)
-        return dt_error(DT_ERR_DTYPE, "dt_cpu_matmul: dtypes %s, %s, out %s differ",
-                        dt_dtype_name(dt), dt_dtype_name(b->dtype), dt_dtype_name(out->dtype));
-    int nb = out->ndim - 2;
-    if (a->ndim < 2 || b->ndim < 2 || nb < a->ndim - 2 || nb < b->ndim - 2)
-        return dt_error(DT_ERR_SHAPE, "dt_cpu_matmul: needs 2+ dims (a %d, b %d, out %d)",
-                        a->ndim, b->ndim, out->ndim);
-    int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1];
-    int64_t bK = b->shape[b->ndim - (trans_b ? 1 : 2)], N = b->shape[b->ndim - (trans_b ? 2 : 1)];
-    if (bK != K || out->shape[nb] != M || out->shape[nb + 1] != N)
-        return dt_error(DT_ERR_SHAPE, "dt_cpu_matmul: (%lld, %lld) @ b with K %lld, N %lld into "
-                        "(%lld, %lld)", (long long)M, (long long)K, (long long)bK, (long long)N,
-                        (long long)out->shape[nb], (long long)out->shape[nb + 1]);
-    int64_t sa[DT_MAX_NDIM], sb[DT_MAX_NDIM];
-    DT_CHECK(batch_strides(a, out, nb, sa, "a"));
-    DT_CHECK(batch_strides(b, out, nb, sb, "b"));
-    size_t es = dt_dtype_size(dt), batches = batch_numel(out);
+    int nb = m.nb;
+    int64_t M = m.M, K = m.K, N = m.N;
+    const int64_t *sa = m.sa, *sb = m.sb;
+    size_t es = dt_dtype_size(dt), batches = m.batches;
     if (batches == 0 || M == 0 || N == 0) return DT_OK;
     if (K == 0) { /* empty sums; all-zero bits are 0 in every float dtype */
         memset(out->data, 0, batches * (size_t)(M * N) * es);
@@ -227,7 +191,7 @@ dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_lo
     }
     mm_ctx cx = {.tb = trans_b != 0, .N = N, .K = K};
     dt_status st = DT_OK;
-    if (batch_numel(b) == 1) {
+    if (m.b_batches == 1) {
         /* (B..., M, K) @ (K, N): one GEMM over B*M rows. */
         st = gemm_any(dt, &cx, (int64_t)batches * M, a->data, b->data, out->data);
     } else {

@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/kernel_args.h"
 #include "ops/kernels.h"
 
 #define BLOCK 256
@@ -125,60 +126,8 @@ dt_status dt_cpu_unary(dt_unary f, double scalar, const dt_local *x, dt_local *o
 
 /* ---- broadcasting ----------------------------------------------------------------------- */
 
-/* out's shape, collapsed, with each input's strides in elements (0 on broadcast dims). */
-typedef struct bcast {
-    int ndim; /* >= 1 */
-    int64_t shape[DT_MAX_NDIM];
-    int64_t stride[3][DT_MAX_NDIM];
-} bcast;
-
-static dt_status bcast_init(bcast *it, const char *fn, const dt_local *out,
-                            const dt_local *const *in, int nin) {
-    int nd = out->ndim;
-    int64_t st[3][DT_MAX_NDIM];
-    for (int k = 0; k < nin; k++) {
-        const dt_local *t = in[k];
-        if (t->ndim > nd)
-            return dt_error(DT_ERR_SHAPE, "%s: input %d has %d dims, the output only %d", fn, k,
-                            t->ndim, nd);
-        int64_t s = 1;
-        for (int d = nd - 1; d >= 0; d--) {
-            int td = d - (nd - t->ndim);
-            int64_t sz = td < 0 ? 1 : t->shape[td];
-            if (sz != out->shape[d] && sz != 1)
-                return dt_error(DT_ERR_SHAPE, "%s: input %d dim %d has size %lld, cannot "
-                                "broadcast to %lld", fn, k, td, (long long)sz,
-                                (long long)out->shape[d]);
-            st[k][d] = sz == 1 ? 0 : s;
-            s *= sz;
-        }
-    }
-    /* Drop size-1 dims; merge a dim into the one before when every operand allows it. */
-    it->ndim = 0;
-    for (int d = 0; d < nd; d++) {
-        if (out->shape[d] == 1) continue;
-        int p = it->ndim - 1, merge = p >= 0;
-        for (int k = 0; k < nin && merge; k++)
-            merge = it->stride[k][p] == st[k][d] * out->shape[d];
-        if (merge) {
-            it->shape[p] *= out->shape[d];
-            for (int k = 0; k < nin; k++) it->stride[k][p] = st[k][d];
-        } else {
-            it->shape[it->ndim] = out->shape[d];
-            for (int k = 0; k < nin; k++) it->stride[k][it->ndim] = st[k][d];
-            it->ndim++;
-        }
-    }
-    if (it->ndim == 0) {
-        it->ndim = 1;
-        it->shape[0] = 1;
-        for (int k = 0; k < nin; k++) it->stride[k][0] = 0;
-    }
-    return DT_OK;
-}
-
 /* Steps the odometer over all dims but the last; off[k] follows input k's offset. */
-static void bcast_next(const bcast *it, int nin, int64_t *idx, int64_t *off) {
+static void bcast_next(const dt_bcast *it, int nin, int64_t *idx, int64_t *off) {
     for (int d = it->ndim - 2; d >= 0; d--) {
         for (int k = 0; k < nin; k++) off[k] += it->stride[k][d];
         if (++idx[d] < it->shape[d]) return;
@@ -247,9 +196,9 @@ dt_status dt_cpu_binary(dt_binary f, const dt_local *a, const dt_local *b, dt_lo
     if (es == 0 || a->dtype != b->dtype)
         return dt_error(DT_ERR_DTYPE, "dt_cpu_binary: dtypes %s and %s", dt_dtype_name(a->dtype),
                         dt_dtype_name(b->dtype));
-    bcast it;
+    dt_bcast it;
     const dt_local *in[2] = {a, b};
-    DT_CHECK(bcast_init(&it, "dt_cpu_binary", out, in, 2));
+    DT_CHECK(dt_bcast_init(&it, "dt_cpu_binary", out, in, 2));
     size_t total = numel(out);
     if (total == 0) return DT_OK;
     int64_t n = it.shape[it.ndim - 1], sa = it.stride[0][it.ndim - 1],
@@ -314,9 +263,9 @@ dt_status dt_cpu_where(const dt_local *cond, const dt_local *a, const dt_local *
         return dt_error(DT_ERR_DTYPE, "dt_cpu_where: dtypes cond %s, a %s, b %s",
                         dt_dtype_name(cond->dtype), dt_dtype_name(a->dtype),
                         dt_dtype_name(b->dtype));
-    bcast it;
+    dt_bcast it;
     const dt_local *in[3] = {cond, a, b};
-    DT_CHECK(bcast_init(&it, "dt_cpu_where", out, in, 3));
+    DT_CHECK(dt_bcast_init(&it, "dt_cpu_where", out, in, 3));
     size_t total = numel(out);
     if (total == 0) return DT_OK;
     int64_t n = it.shape[it.ndim - 1];

@@ -2,6 +2,7 @@
  * element in grid-stride loops. Broadcast shapes are collapsed on the host exactly as the CPU
  * does; the per-element math is ops/cpu/elementwise.h, so only libm vs CUDA math differ. */
 #include "ops/cuda/cuda_common.cuh"
+#include "ops/kernel_args.h"
 
 static const char *const unary_names[DT_UNARY_COUNT] = {
     "neg", "exp", "log", "sqrt", "rsqrt", "abs", "relu", "gelu", "silu", "tanh", "sigmoid",
@@ -75,63 +76,9 @@ dt_status dt_cuda_unary(dt_unary f, double scalar, const dt_local *x, dt_local *
 
 /* ---- broadcasting ----------------------------------------------------------------------- */
 
-/* out's shape, collapsed, with each input's strides in elements (0 on broadcast dims): the
- * CPU's bcast, passed to kernels by value. */
-typedef struct bcast {
-    int ndim; /* >= 1 */
-    int64_t shape[DT_MAX_NDIM];
-    int64_t stride[3][DT_MAX_NDIM];
-} bcast;
-
-static dt_status bcast_init(bcast *it, const char *fn, const dt_local *out,
-                            const dt_local *const *in, int nin) {
-    int nd = out->ndim;
-    int64_t st[3][DT_MAX_NDIM];
-    for (int k = 0; k < nin; k++) {
-        const dt_local *t = in[k];
-        if (t->ndim > nd)
-            return dt_error(DT_ERR_SHAPE, "%s: input %d has %d dims, the output only %d", fn, k,
-                            t->ndim, nd);
-        int64_t s = 1;
-        for (int d = nd - 1; d >= 0; d--) {
-            int td = d - (nd - t->ndim);
-            int64_t sz = td < 0 ? 1 : t->shape[td];
-            if (sz != out->shape[d] && sz != 1)
-                return dt_error(DT_ERR_SHAPE, "%s: input %d dim %d has size %lld, cannot "
-                                "broadcast to %lld", fn, k, td, (long long)sz,
-                                (long long)out->shape[d]);
-            st[k][d] = sz == 1 ? 0 : s;
-            s *= sz;
-        }
-    }
-    /* Drop size-1 dims; merge a dim into the one before when every operand allows it, so
-     * equal shapes (and scalar operands) become one flat dim and skip the index math. */
-    it->ndim = 0;
-    for (int d = 0; d < nd; d++) {
-        if (out->shape[d] == 1) continue;
-        int p = it->ndim - 1, merge = p >= 0;
-        for (int k = 0; k < nin && merge; k++)
-            merge = it->stride[k][p] == st[k][d] * out->shape[d];
-        if (merge) {
-            it->shape[p] *= out->shape[d];
-            for (int k = 0; k < nin; k++) it->stride[k][p] = st[k][d];
-        } else {
-            it->shape[it->ndim] = out->shape[d];
-            for (int k = 0; k < nin; k++) it->stride[k][it->ndim] = st[k][d];
-            it->ndim++;
-        }
-    }
-    if (it->ndim == 0) {
-        it->ndim = 1;
-        it->shape[0] = 1;
-        for (int k = 0; k < nin; k++) it->stride[k][0] = 0;
-    }
-    return DT_OK;
-}
-
 /* Offsets of output element i in the first NIN inputs. */
 template <int NIN>
-__device__ __forceinline__ void bcast_offsets(const bcast &it, uint64_t i, int64_t *off) {
+__device__ __forceinline__ void bcast_offsets(const dt_bcast &it, uint64_t i, int64_t *off) {
     for (int k = 0; k < NIN; k++) off[k] = 0;
     for (int d = it.ndim - 1; d > 0; d--) {
         uint64_t s = (uint64_t)it.shape[d], j = i % s;
@@ -144,7 +91,7 @@ __device__ __forceinline__ void bcast_offsets(const bcast &it, uint64_t i, int64
 /* ---- binary ----------------------------------------------------------------------------- */
 
 template <typename T>
-__global__ void binary_kernel(dt_binary f, bcast it, const T *a, const T *b, T *o, size_t n) {
+__global__ void binary_kernel(dt_binary f, dt_bcast it, const T *a, const T *b, T *o, size_t n) {
     typedef dt_cu_t<T> D;
     if (it.ndim == 1) { /* one flat dim: the common case, no division */
         int64_t sa = it.stride[0][0], sb = it.stride[1][0];
@@ -165,9 +112,9 @@ dt_status dt_cuda_binary(dt_binary f, const dt_local *a, const dt_local *b, dt_l
     if (dt_dtype_size(a->dtype) == 0 || a->dtype != b->dtype)
         return dt_error(DT_ERR_DTYPE, "dt_cuda_binary: dtypes %s and %s",
                         dt_dtype_name(a->dtype), dt_dtype_name(b->dtype));
-    bcast it;
+    dt_bcast it;
     const dt_local *in[2] = {a, b};
-    DT_CHECK(bcast_init(&it, "dt_cuda_binary", out, in, 2));
+    DT_CHECK(dt_bcast_init(&it, "dt_cuda_binary", out, in, 2));
     DT_CU_RANK(r, "dt_cuda_binary");
     size_t n = dt_cu_numel(out);
     if (n == 0) return DT_OK;
@@ -196,7 +143,7 @@ static __device__ __forceinline__ bool cond_at(dt_dtype dt, const void *c, int64
 
 /* T is an unsigned type of the element size: where only moves bits. */
 template <typename T>
-__global__ void where_kernel(bcast it, dt_dtype cdt, const void *c, const T *a, const T *b, T *o,
+__global__ void where_kernel(dt_bcast it, dt_dtype cdt, const void *c, const T *a, const T *b, T *o,
                              size_t n) {
     DT_CU_FOR(i, n) {
         int64_t off[3];
@@ -212,9 +159,9 @@ dt_status dt_cuda_where(const dt_local *cond, const dt_local *a, const dt_local 
         return dt_error(DT_ERR_DTYPE, "dt_cuda_where: dtypes cond %s, a %s, b %s",
                         dt_dtype_name(cond->dtype), dt_dtype_name(a->dtype),
                         dt_dtype_name(b->dtype));
-    bcast it;
+    dt_bcast it;
     const dt_local *in[3] = {cond, a, b};
-    DT_CHECK(bcast_init(&it, "dt_cuda_where", out, in, 3));
+    DT_CHECK(dt_bcast_init(&it, "dt_cuda_where", out, in, 3));
     DT_CU_RANK(r, "dt_cuda_where");
     size_t n = dt_cu_numel(out);
     if (n == 0) return DT_OK;

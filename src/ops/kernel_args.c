@@ -1,0 +1,97 @@
+/* Argument checks and index plans shared by the CPU and CUDA kernels (kernel_args.h). */
+#include "core/check.h"
+#include "ops/kernel_args.h"
+
+dt_status dt_bcast_init(dt_bcast *it, const char *fn, const dt_local *out,
+                        const dt_local *const *in, int nin) {
+    int nd = out->ndim;
+    int64_t st[3][DT_MAX_NDIM];
+    for (int k = 0; k < nin; k++) {
+        const dt_local *t = in[k];
+        if (t->ndim > nd)
+            return dt_error(DT_ERR_SHAPE, "%s: input %d has %d dims, the output only %d", fn, k,
+                            t->ndim, nd);
+        int64_t s = 1;
+        for (int d = nd - 1; d >= 0; d--) {
+            int td = d - (nd - t->ndim);
+            int64_t sz = td < 0 ? 1 : t->shape[td];
+            if (sz != out->shape[d] && sz != 1)
+                return dt_error(DT_ERR_SHAPE, "%s: input %d dim %d has size %lld, cannot "
+                                "broadcast to %lld", fn, k, td, (long long)sz,
+                                (long long)out->shape[d]);
+            st[k][d] = sz == 1 ? 0 : s;
+            s *= sz;
+        }
+    }
+    it->ndim = 0;
+    for (int d = 0; d < nd; d++) {
+        if (out->shape[d] == 1) continue;
+        int p = it->ndim - 1, merge = p >= 0;
+        for (int k = 0; k < nin && merge; k++)
+            merge = it->stride[k][p] == st[k][d] * out->shape[d];
+        if (merge) {
+            it->shape[p] *= out->shape[d];
+            for (int k = 0; k < nin; k++) it->stride[k][p] = st[k][d];
+        } else {
+            it->shape[it->ndim] = out->shape[d];
+            for (int k = 0; k < nin; k++) it->stride[k][it->ndim] = st[k][d];
+            it->ndim++;
+        }
+    }
+    if (it->ndim == 0) {
+        it->ndim = 1;
+        it->shape[0] = 1;
+        for (int k = 0; k < nin; k++) it->stride[k][0] = 0;
+    }
+    return DT_OK;
+}
+
+static size_t batch_numel(const dt_local *t) {
+    size_t n = 1;
+    for (int d = 0; d < t->ndim - 2; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
+/* Strides in matrices of t's batch dims, aligned to out's nb batch dims (0 when broadcast). */
+static dt_status batch_strides(const char *fn, const dt_local *t, const dt_local *out, int nb,
+                               int64_t *st, const char *name) {
+    int tb = t->ndim - 2;
+    int64_t s = 1;
+    for (int d = nb - 1; d >= 0; d--) {
+        int td = d - (nb - tb);
+        int64_t sz = td < 0 ? 1 : t->shape[td];
+        if (sz != out->shape[d] && sz != 1)
+            return dt_error(DT_ERR_SHAPE, "%s: %s batch dim %d has size %lld, out %lld", fn, name,
+                            td, (long long)sz, (long long)out->shape[d]);
+        st[d] = sz == 1 ? 0 : s;
+        s *= sz;
+    }
+    return DT_OK;
+}
+
+dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, int trans_b,
+                          const dt_local *out, dt_matmul_dims *m) {
+    dt_dtype dt = a->dtype;
+    if (dt != DT_F32 && dt != DT_F64 && dt != DT_BF16 && dt != DT_F16)
+        return dt_error(DT_ERR_DTYPE, "%s: dtype %s not supported (float dtypes only)", fn,
+                        dt_dtype_name(dt));
+    if (b->dtype != dt || out->dtype != dt)
+        return dt_error(DT_ERR_DTYPE, "%s: dtypes %s, %s, out %s differ", fn, dt_dtype_name(dt),
+                        dt_dtype_name(b->dtype), dt_dtype_name(out->dtype));
+    int nb = out->ndim - 2;
+    if (a->ndim < 2 || b->ndim < 2 || nb < a->ndim - 2 || nb < b->ndim - 2)
+        return dt_error(DT_ERR_SHAPE, "%s: needs 2+ dims (a %d, b %d, out %d)", fn, a->ndim,
+                        b->ndim, out->ndim);
+    int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1];
+    int64_t bK = b->shape[b->ndim - (trans_b ? 1 : 2)], N = b->shape[b->ndim - (trans_b ? 2 : 1)];
+    if (bK != K || out->shape[nb] != M || out->shape[nb + 1] != N)
+        return dt_error(DT_ERR_SHAPE, "%s: (%lld, %lld) @ b with K %lld, N %lld into (%lld, %lld)",
+                        fn, (long long)M, (long long)K, (long long)bK, (long long)N,
+                        (long long)out->shape[nb], (long long)out->shape[nb + 1]);
+    DT_CHECK(batch_strides(fn, a, out, nb, m->sa, "a"));
+    DT_CHECK(batch_strides(fn, b, out, nb, m->sb, "b"));
+    m->nb = nb, m->M = M, m->K = K, m->N = N;
+    m->batches = batch_numel(out);
+    m->b_batches = batch_numel(b);
+    return DT_OK;
+}
