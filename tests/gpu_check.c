@@ -4,7 +4,7 @@
  *
  *   gpu_check [--quick]     --quick: a few patterns per case (the meson test)
  *
- * Sections: device memory (allocator, copies, errors), ops (every case of the CPU suite on
+ * Sections: device memory (allocator, copies, errors), work on the communication thread, ops (every case of the CPU suite on
  * meshes 1, 2, 4 and 2x2, each result against the unsharded CPU result), redistribute (the
  * property suite's random cases, exact), the tensor-parallel MLP (one all_reduce). Last line:
  * "N passed, N failed". */
@@ -91,6 +91,53 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
     dt_mesh_release(mesh);
     free(host);
     free(back);
+    return DT_OK;
+}
+
+/* ---- work on the communication thread ------------------------------------------------------ */
+
+/* An async redistribute and a non-blocking all_reduce on GPU tensors, with kernels queued on
+ * the compute stream while they run: the communication thread must use the rank's GPU. */
+static dt_status async_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    R_OK(dt_ctx_set_device(ctx, gpu));
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "dp=2,tp=2", &mesh));
+    int64_t shape[2] = {37, 24};
+    float *host = malloc(sizeof(float) * 37 * 24), *back = malloc(sizeof(float) * 37 * 24);
+    t_fill(DT_F32, host, 37 * 24, 5);
+    dt_placement src[2] = {dt_shard(0), dt_shard(1)}, dst[2] = {dt_replicate(), dt_shard(0)};
+    dt_tensor *x, *y, *g;
+    R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, shape, src, DT_ALL_RANKS, &x));
+    dt_request *req;
+    R_OK(dt_tensor_redistribute_async(x, dst, &req));
+    R_OK(dt_unary_op(DT_OP_GELU, x, &g)); /* compute meanwhile */
+    R_OK(dt_request_wait(req, &y));
+    R_OK(dt_tensor_full(y, back, sizeof(float) * 37 * 24));
+    R_CHECK(memcmp(back, host, sizeof(float) * 37 * 24) == 0, "async redistribute changed data");
+    /* A non-blocking all_reduce of this rank's shard of g over tp, on device buffers. */
+    dt_tensor_info gi;
+    R_OK(dt_tensor_info_get(g, &gi));
+    dt_comm *tp;
+    R_OK(dt_mesh_dim_comm(mesh, 1, &tp));
+    dt_tensor *sum;
+    dt_placement same[2] = {dt_shard(0), dt_shard(1)};
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, shape, same, &sum));
+    dt_tensor_info si;
+    R_OK(dt_tensor_info_get(sum, &si));
+    dt_comm_request *creq;
+    R_OK(dt_all_reduce_start(tp, gi.local_data, si.local_data, gi.local_numel, DT_F32,
+                             DT_REDUCE_MAX, &creq));
+    R_OK(dt_comm_wait(creq));
+    float *mine = malloc(gi.local_bytes + 4), *red = malloc(si.local_bytes + 4);
+    R_OK(dt_tensor_local_to_host(g, mine, gi.local_bytes));
+    R_OK(dt_tensor_local_to_host(sum, red, si.local_bytes));
+    for (size_t i = 0; i < gi.local_numel; i++)
+        R_CHECK(red[i] >= mine[i], "all_reduce(max) element %zu: %g < this rank's %g", i, red[i],
+                mine[i]);
+    free(mine), free(red), free(host), free(back);
+    dt_tensor_release(sum), dt_tensor_release(g), dt_tensor_release(y), dt_tensor_release(x);
+    dt_mesh_release(mesh);
     return DT_OK;
 }
 
@@ -206,7 +253,9 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int p0 = passed, f0 = failed;
     check_run("device memory: allocator, copies, errors (2 ranks)", dt_local_run(2, memory_body, NULL, NULL));
-    printf("memory:       %d passed, %d failed\n", passed - p0, failed - f0);
+    check_run("async redistribute and non-blocking all_reduce (2x2)",
+              dt_local_run(4, async_body, NULL, NULL));
+    printf("memory/async: %d passed, %d failed\n", passed - p0, failed - f0);
     p0 = passed, f0 = failed;
     check_ops(quick);
     printf("ops:          %d passed, %d failed\n", passed - p0, failed - f0);

@@ -34,7 +34,7 @@ echo "benchmarks:"
 if [ "$sim" = 1 ]; then echo "  (not on cudasim)"; else "$build/bench/bench_gpu" || echo "  bench_gpu failed"; fi
 echo
 echo "gpu-check: $(($(date +%s) - start)) s in all"
-grep -E '^(memory|ops|redistribute|mlp):' "$log"
+grep -E '^(memory/async|ops|redistribute|mlp):' "$log"
 echo "nccl:         $(tail -n 1 "$log.nccl")"
 # The verdict: both programs' last lines ("N passed, N failed"), added up.
 tail -q -n 1 "$log" "$log.nccl" | awk '
