@@ -84,7 +84,7 @@ static size_t align_up(size_t b) {
 
 /* A failure this rank found (not the world's recorded one) is the world's from now on. */
 static dt_status op_failed(nc_op *op, dt_status st) {
-    if (!atomic_load(&op->w->aborted)) nc_fail(op->w, st, dt_last_error());
+    if (!dt_failed(&op->w->fail)) nc_fail(op->w, st, dt_last_error());
     return st;
 }
 
@@ -157,7 +157,7 @@ static dt_status op_begin(nc_op *op, dt_comm *c, const char *what, int peer, con
                                       "context was moved to another device",
                                       what, w->rank, w->device));
     if (dt_cuda_current() != cr) dt_cuda_bind(cr);
-    if (atomic_load(&w->aborted)) return nc_aborted_error(w, what);
+    if (dt_failed(&w->fail)) return nc_aborted_error(w, what);
     int hs = sbytes && dt_mem_kind_of(send) != DT_DEVICE_CUDA;
     int hr = rbytes && dt_mem_kind_of(recv) != DT_DEVICE_CUDA;
     if (hs || hr) DT_CHECK(stage_in(op, send, sbytes, hs, recv, rbytes, hr, flags));

@@ -65,6 +65,6 @@ out:
         m->free(sbuf);
     }
     free(v);
-    if (st != DT_OK && !atomic_load(&w->aborted)) nc_fail(w, st, dt_last_error());
+    if (st != DT_OK && !dt_failed(&w->fail)) nc_fail(w, st, dt_last_error());
     return st;
 }

@@ -152,7 +152,7 @@ static dt_status group_make(nc_world *w, const uint64_t key[2], const int *membe
 dt_status nc_comm_make(nc_world *w, const uint64_t key[2], const int *members, int n,
                        const ncclUniqueId *id, dt_comm **comm_out) {
     if (dt_cuda_current() != w->ctx.cuda) dt_cuda_bind(w->ctx.cuda);
-    if (atomic_load(&w->aborted)) return nc_aborted_error(w, "communicator creation");
+    if (dt_failed(&w->fail)) return nc_aborted_error(w, "communicator creation");
     nc_comm *c = calloc(1, sizeof *c);
     if (!c) return dt_error(DT_ERR_NOMEM, "communicator of %d ranks: out of memory", n);
     dt_status st = dt_comm_init_base(&c->base, &nc_comm_ops, &w->ctx, members, n);
@@ -165,7 +165,7 @@ dt_status nc_comm_make(nc_world *w, const uint64_t key[2], const int *members, i
     pthread_mutex_unlock(&w->create_mu);
     if (st != DT_OK) {
         /* The other members wait for this one in NCCL's init: fail the world, not just here. */
-        if (!atomic_load(&w->aborted)) nc_fail(w, st, dt_last_error());
+        if (!dt_failed(&w->fail)) nc_fail(w, st, dt_last_error());
         dt_comm_free_base(&c->base);
         free(c);
         return st;
@@ -210,7 +210,7 @@ void nc_comm_destroy(dt_comm *base) {
         /* Its queued operations finish first, and leave the ring (which points at g). */
         dt_status st = nc_drain(w, "dt_comm_destroy");
         if (st == DT_OK) st = nc_check(w);
-        if (st == DT_OK && !atomic_load(&w->aborted)) {
+        if (st == DT_OK && !dt_failed(&w->fail)) {
             comm_close(w, g->comm, g->label, g->n);
         } else {
             nc_abort_comms(w); /* forgets the ring; g is no longer listed, so abort it here */
@@ -227,7 +227,7 @@ void nc_comm_destroy(dt_comm *base) {
 }
 
 void nc_groups_close(nc_world *w) {
-    if (atomic_load(&w->aborted)) {
+    if (dt_failed(&w->fail)) {
         nc_abort_comms(w);
         return;
     }

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "comm/boot/boot.h"
+#include "comm/boot/failure.h"
 #include "comm/comm_impl.h"
 #include "core/cuda/cuda_rt.h"
 #include "dtensor/nccl.h"
@@ -54,12 +55,8 @@ typedef struct nc_world {
     dt_boot_ctl *ctl; /* NULL for a world of one */
     ncclUniqueId world_id;
 
-    /* Failure state: written under mu, announced by aborted. */
+    dt_failure fail; /* the world's first failure */
     pthread_mutex_t mu;
-    atomic_int aborted;
-    int abort_rank;
-    dt_status abort_status;
-    char abort_msg[512];
     int64_t *exited_at; /* per world rank: when it returned from fn (0: not yet) */
 
     /* Every call into NCCL on this rank's communicators, and the list of them. */

@@ -11,22 +11,10 @@
 #include "comm/nccl/nccl_impl.h"
 #include "core/check.h"
 
-#define SPIN_BEFORE_YIELD  64
-#define YIELD_BEFORE_SLEEP 4096
 #define CHECK_EVERY_NS     1000000LL    /* waits look at the ring and NCCL this often */
 #define WATCHDOG_NS        100000000LL  /* the watchdog's period */
 #define EXIT_GRACE_NS      5000000000LL /* a returned peer's last data may still be in flight */
 #define ABORT_LOCK_NS      1000000000LL /* blocking mode: how long an abort waits for nccl_mu */
-
-static void backoff(unsigned idle) {
-    if (idle < SPIN_BEFORE_YIELD) return;
-    if (idle < YIELD_BEFORE_SLEEP) {
-        sched_yield();
-        return;
-    }
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
-}
 
 static struct timespec realtime_in(int64_t ns) {
     struct timespec ts;
@@ -43,14 +31,7 @@ static struct timespec realtime_in(int64_t ns) {
 /* --- failure state ------------------------------------------------------------------------ */
 
 void nc_world_abort(nc_world *w, int rank, dt_status st, const char *msg) {
-    pthread_mutex_lock(&w->mu);
-    if (!atomic_load(&w->aborted)) {
-        w->abort_rank = rank;
-        w->abort_status = st;
-        snprintf(w->abort_msg, sizeof w->abort_msg, "%s", msg);
-        atomic_store(&w->aborted, 1);
-    }
-    pthread_mutex_unlock(&w->mu);
+    dt_failure_record(&w->fail, rank, st, msg);
     pthread_mutex_lock(&w->wd_mu);
     pthread_cond_signal(&w->wd_cv);
     pthread_mutex_unlock(&w->wd_mu);
@@ -64,17 +45,7 @@ void nc_fail(nc_world *w, dt_status st, const char *msg) {
 }
 
 dt_status nc_aborted_error(nc_world *w, const char *what) {
-    pthread_mutex_lock(&w->mu);
-    int rank = w->abort_rank;
-    dt_status st = w->abort_status;
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", w->abort_msg);
-    pthread_mutex_unlock(&w->mu);
-    if (rank == w->rank)
-        return dt_error(DT_ERR_ABORTED, "%s: this rank (%d) failed earlier (%s): %s", what, rank,
-                        dt_status_str(st), msg);
-    return dt_error(DT_ERR_ABORTED, "%s: rank %d failed (%s): %s", what, rank, dt_status_str(st),
-                    msg);
+    return dt_failure_error(&w->fail, w->rank, what);
 }
 
 static dt_status status_of(ncclResult_t r) {
@@ -104,14 +75,14 @@ dt_status nc_settle(nc_world *w, ncclComm_t comm, ncclResult_t r, const char *wh
                     const char *label, int n, int64_t deadline) {
     unsigned idle = 0;
     while (r == ncclInProgress) {
-        if (atomic_load(&w->aborted)) return nc_aborted_error(w, what);
+        if (dt_failed(&w->fail)) return nc_aborted_error(w, what);
         if (deadline && dt_boot_now_ns() > deadline)
             return dt_error(DT_ERR_ABORTED,
                             "%s on group %s of %d ranks: NCCL was still connecting or queueing "
                             "it when the timeout passed (a member has not called it, or is "
                             "stuck; DT_TIMEOUT_S, DT_STARTUP_TIMEOUT_S)",
                             what, label, n);
-        backoff(++idle);
+        dt_boot_backoff(++idle);
         ncclResult_t q = ncclCommGetAsyncError(comm, &r);
         if (q != ncclSuccess) r = q;
     }
@@ -180,7 +151,7 @@ static dt_status async_errors(nc_world *w, char *msg, size_t cap) {
 }
 
 dt_status nc_check(nc_world *w) {
-    if (atomic_load(&w->aborted)) return DT_OK; /* already failed: nothing new to find */
+    if (dt_failed(&w->fail)) return DT_OK; /* already failed: nothing new to find */
     char msg[512] = "";
     dt_status st = DT_OK;
     int64_t now = dt_boot_now_ns(), t = atomic_load(&w->timeout_ns);
@@ -227,10 +198,10 @@ dt_status nc_wait_event(nc_world *w, cudaEvent_t ev, const char *what) {
     unsigned idle = 0;
     int64_t next_check = 0;
     for (;;) {
-        if (atomic_load(&w->aborted)) return nc_aborted_error(w, what);
+        if (dt_failed(&w->fail)) return nc_aborted_error(w, what);
         cudaError_t e = cudaEventQuery(ev);
         if (e == cudaSuccess) /* an abort completes stuck operations with garbage: look again */
-            return atomic_load(&w->aborted) ? nc_aborted_error(w, what) : DT_OK;
+            return dt_failed(&w->fail) ? nc_aborted_error(w, what) : DT_OK;
         if (e != cudaErrorNotReady) {
             dt_status st = dt_cuda_status(e, what);
             nc_fail(w, st, dt_last_error());
@@ -241,12 +212,12 @@ dt_status nc_wait_event(nc_world *w, cudaEvent_t ev, const char *what) {
             next_check = now + CHECK_EVERY_NS;
             DT_CHECK(nc_check(w));
         }
-        backoff(++idle);
+        dt_boot_backoff(++idle);
     }
 }
 
 dt_status nc_drain(nc_world *w, const char *what) {
-    if (atomic_load(&w->aborted)) return nc_aborted_error(w, what);
+    if (dt_failed(&w->fail)) return nc_aborted_error(w, what);
     cudaEvent_t ev;
     dt_status st = dt_cuda_status(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what);
     if (st != DT_OK) return st;
@@ -292,8 +263,8 @@ static void *watchdog_main(void *arg) {
         pthread_cond_timedwait(&w->wd_cv, &w->wd_mu, &ts);
         if (w->wd_stop) break;
         pthread_mutex_unlock(&w->wd_mu);
-        if (!atomic_load(&w->aborted)) nc_check(w);
-        if (atomic_load(&w->aborted)) nc_abort_comms(w);
+        if (!dt_failed(&w->fail)) nc_check(w);
+        if (dt_failed(&w->fail)) nc_abort_comms(w);
         pthread_mutex_lock(&w->wd_mu);
     }
     pthread_mutex_unlock(&w->wd_mu);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/boot/run.h"
 #include "comm/nccl/nccl_impl.h"
 #include "comm/worker.h"
 #include "core/check.h"
@@ -37,13 +38,7 @@ static void hook_exited(void *arg, int rank, uint64_t sent_to_me, uint64_t recvd
 
 static int hook_failed(void *arg, int *rank, dt_status *st, char *msg, size_t cap) {
     nc_world *w = arg;
-    if (!atomic_load(&w->aborted)) return 0;
-    pthread_mutex_lock(&w->mu);
-    *rank = w->abort_rank;
-    *st = w->abort_status;
-    snprintf(msg, cap, "%s", w->abort_msg);
-    pthread_mutex_unlock(&w->mu);
-    return 1;
+    return dt_failure_get(&w->fail, rank, st, msg, cap);
 }
 
 /* --- setup ------------------------------------------------------------------------------ */
@@ -58,7 +53,7 @@ static dt_status alloc_world(nc_world **out) {
     pthread_mutex_init(&w->stage_mu, NULL);
     pthread_mutex_init(&w->wd_mu, NULL);
     pthread_cond_init(&w->wd_cv, NULL);
-    w->abort_rank = -1;
+    dt_failure_init(&w->fail);
     w->device = -1;
     *out = w;
     return DT_OK;
@@ -211,9 +206,9 @@ static dt_status setup(nc_world *w, int *ctx_ready) {
 /* This rank's part is over: its queued communication finishes (so that its return, announced
  * next, means its NCCL work is done), then it waits for every rank to return. */
 static void finish(nc_world *w, int *frank, dt_status *fst, char *fmsg, size_t cap) {
-    if (w->ctx.world && !atomic_load(&w->aborted)) {
+    if (w->ctx.world && !dt_failed(&w->fail)) {
         dt_status st = nc_drain(w, "dt_nccl_run: finishing this rank's queued communication");
-        if (st != DT_OK && !atomic_load(&w->aborted)) nc_fail(w, st, dt_last_error());
+        if (st != DT_OK && !dt_failed(&w->fail)) nc_fail(w, st, dt_last_error());
     }
     *frank = -1;
     *fst = DT_OK;
@@ -237,6 +232,7 @@ static void free_world(nc_world *w, int ctx_ready) {
     if (ctx_ready) dt_ctx_fini_common(&w->ctx); /* also the GPU's streams and handles */
     dt_boot_ctl_stop(w->ctl);
     pthread_mutex_destroy(&w->mu);
+    dt_failure_fini(&w->fail);
     pthread_mutex_destroy(&w->create_mu);
     pthread_mutex_destroy(&w->nccl_mu);
     pthread_mutex_destroy(&w->ops_mu);
@@ -247,35 +243,29 @@ static void free_world(nc_world *w, int ctx_ready) {
     free(w);
 }
 
+/* What dt_proc_run's hooks need: the world and whether its context was set up. */
+typedef struct run_state {
+    nc_world *w;
+    int ctx_ready;
+} run_state;
+
+static void run_fail(void *p, dt_status st, const char *msg) { nc_fail(((run_state *)p)->w, st, msg); }
+
+static void run_finish(void *p, int *rank, dt_status *st, char *msg, size_t cap) {
+    finish(((run_state *)p)->w, rank, st, msg, cap);
+}
+
+static void run_teardown(void *p) { free_world(((run_state *)p)->w, ((run_state *)p)->ctx_ready); }
+
 dt_status dt_nccl_run(dt_spmd_fn fn, void *arg) {
     DT_ARG_NOT_NULL(fn);
-    nc_world *w = NULL;
-    DT_CHECK(alloc_world(&w));
-    int ctx_ready = 0;
-    dt_status st = setup(w, &ctx_ready);
-    char msg[512] = "";
-    if (st == DT_OK) {
-        st = fn(&w->ctx, arg);
-        if (st != DT_OK && dt_last_error()[0] == '\0')
-            dt_error(st, "the SPMD function returned %s", dt_status_str(st));
-    }
-    if (st != DT_OK) {
-        snprintf(msg, sizeof msg, "%s", dt_last_error());
-        nc_fail(w, st, msg); /* before draining: queued work must not wait on this rank */
-    }
-    /* The communication thread finishes what was queued before this rank counts as gone. */
-    dt_worker_destroy(w->ctx.worker);
-    w->ctx.worker = NULL;
-    int frank = -1;
-    dt_status fst = DT_OK;
-    char fmsg[512] = "";
-    if (w->ctl || w->size == 1) finish(w, &frank, &fst, fmsg, sizeof fmsg);
-    int rank = w->rank, known = w->size > 0; /* 0: the environment named no world */
-    free_world(w, ctx_ready);
-    if (st != DT_OK && !known) return dt_error(st, "%s", msg);
-    if (st != DT_OK) return dt_error(st, "rank %d: %s", rank, msg);
-    if (frank >= 0) return dt_error(fst, "rank %d: %s", frank, fmsg);
-    return DT_OK;
+    run_state r = {0};
+    DT_CHECK(alloc_world(&r.w));
+    dt_status st = setup(r.w, &r.ctx_ready);
+    dt_proc_world pw = {.w = &r, .ctx = &r.w->ctx, .rank = r.w->rank, .size = r.w->size,
+                        .fail = run_fail, .teardown = run_teardown,
+                        .finish = r.w->ctl || r.w->size == 1 ? run_finish : NULL};
+    return dt_proc_run(&pw, st, fn, arg);
 }
 
 dt_status dt_nccl_set_timeout(dt_ctx *ctx, double seconds) {

@@ -11,8 +11,6 @@
 #include "core/alloc.h"
 #include "core/check.h"
 
-#define SPIN_BEFORE_YIELD  64
-#define YIELD_BEFORE_SLEEP 4096
 #define CLEANUP_NS         200000000LL /* how long a failed operation waits for cancellations */
 
 int64_t ux_now_ns(void) {
@@ -25,15 +23,7 @@ static int world_rank(const ux_op *op, int peer) {
 
 /* The world's recorded failure as this operation's error. */
 static void fail_aborted(ux_op *op) {
-    ux_world *w = op->w;
-    pthread_mutex_lock(&w->mu);
-    if (w->abort_rank == w->rank)
-        op->st = dt_error(DT_ERR_ABORTED, "%s: this rank (%d) failed earlier (%s): %s", op->what,
-                          w->rank, dt_status_str(w->abort_status), w->abort_msg);
-    else
-        op->st = dt_error(DT_ERR_ABORTED, "%s: rank %d failed (%s): %s", op->what, w->abort_rank,
-                          dt_status_str(w->abort_status), w->abort_msg);
-    pthread_mutex_unlock(&w->mu);
+    op->st = dt_failure_error(&op->w->fail, op->w->rank, op->what);
     op->remote = 1;
 }
 
@@ -47,7 +37,7 @@ dt_status ux_op_begin(ux_op *op, ux_comm *c, const char *what, int p2p) {
     if (!p2p) op->seq = c->g->seq++;
     int64_t t = atomic_load(&c->w->timeout_ns);
     op->deadline = t > 0 ? ux_now_ns() + t : 0;
-    if (atomic_load(&c->w->aborted)) fail_aborted(op);
+    if (dt_failed(&c->w->fail)) fail_aborted(op);
     return op->st;
 }
 
@@ -74,9 +64,9 @@ static ux_req *push(ux_op *op) {
 static void fail_transport(ux_op *op, int peer, ucs_status_t us, const char *dir) {
     ux_world *w = op->w;
     int64_t until = ux_now_ns() + CLEANUP_NS;
-    while (!atomic_load(&w->aborted) && ux_now_ns() < until)
+    while (!dt_failed(&w->fail) && ux_now_ns() < until)
         sched_yield();
-    if (atomic_load(&w->aborted)) {
+    if (dt_failed(&w->fail)) {
         fail_aborted(op);
         return;
     }
@@ -179,7 +169,7 @@ static int req_poll(ux_op *op, ux_req *r) {
  * returned sent and received a known number of messages, so anything beyond is not coming. */
 static int check_failures(ux_op *op) {
     ux_world *w = op->w;
-    if (atomic_load(&w->aborted)) {
+    if (dt_failed(&w->fail)) {
         fail_aborted(op);
         return 1;
     }
@@ -201,16 +191,6 @@ static int check_failures(ux_op *op) {
         }
     }
     return op->st != DT_OK;
-}
-
-static void backoff(unsigned idle) {
-    if (idle < SPIN_BEFORE_YIELD) return;
-    if (idle < YIELD_BEFORE_SLEEP) {
-        sched_yield();
-        return;
-    }
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
 }
 
 static void fail_timeout(ux_op *op) {
@@ -247,7 +227,7 @@ dt_status ux_op_wait(ux_op *op) {
         if (ucp_worker_progress(w->worker))
             idle = 0;
         else
-            backoff(++idle);
+            dt_boot_backoff(++idle);
         if ((++iter & 255) == 0 && op->deadline && ux_now_ns() > op->deadline) fail_timeout(op);
     }
     if (!op->st) op->nreq = 0;

@@ -15,6 +15,7 @@
 #include <ucp/api/ucp.h>
 
 #include "comm/boot/boot.h"
+#include "comm/boot/failure.h"
 #include "comm/comm_impl.h"
 
 /* Group ranks travel in 16 bits of a message tag. */
@@ -49,11 +50,8 @@ typedef struct ux_world {
     /* Failure and exit state: written under mu (control thread, error callbacks, failing
      * operations), announced by bumping events, which waiting operations poll. */
     atomic_uint events;
-    atomic_int aborted;
+    dt_failure fail; /* the world's first failure */
     pthread_mutex_t mu;
-    int abort_rank;
-    dt_status abort_status;
-    char abort_msg[512];
     unsigned char *exited;              /* per world rank: returned from its SPMD function */
     uint64_t *exit_sent;                /* messages exited rank r sent to this rank */
     uint64_t *exit_recvd;               /* messages exited rank r received from this rank */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm/boot/run.h"
 #include "comm/ucx/ucx_impl.h"
 #include "comm/worker.h"
 #include "core/alloc.h"
@@ -28,14 +29,7 @@ int dt_ucx_available(void) {
 }
 
 void ux_world_abort(ux_world *w, int rank, dt_status st, const char *msg) {
-    pthread_mutex_lock(&w->mu);
-    if (!atomic_load(&w->aborted)) {
-        w->abort_rank = rank;
-        w->abort_status = st;
-        snprintf(w->abort_msg, sizeof w->abort_msg, "%s", msg);
-        atomic_store(&w->aborted, 1);
-    }
-    pthread_mutex_unlock(&w->mu);
+    dt_failure_record(&w->fail, rank, st, msg);
     atomic_fetch_add(&w->events, 1);
 }
 
@@ -60,13 +54,7 @@ static void hook_exited(void *arg, int rank, uint64_t sent_to_me, uint64_t recvd
 
 static int hook_failed(void *arg, int *rank, dt_status *st, char *msg, size_t cap) {
     ux_world *w = arg;
-    if (!atomic_load(&w->aborted)) return 0;
-    pthread_mutex_lock(&w->mu);
-    *rank = w->abort_rank;
-    *st = w->abort_status;
-    snprintf(msg, cap, "%s", w->abort_msg);
-    pthread_mutex_unlock(&w->mu);
-    return 1;
+    return dt_failure_get(&w->fail, rank, st, msg, cap);
 }
 
 dt_status ux_ctl_start(ux_world *w, int *socks) {
@@ -121,7 +109,7 @@ static dt_status alloc_world(ux_world **out) {
     if (!w) return dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory");
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->groups_mu, NULL);
-    w->abort_rank = -1;
+    dt_failure_init(&w->fail);
     *out = w;
     return DT_OK;
 }
@@ -285,7 +273,7 @@ static dt_status first_contact(ux_world *w) {
 
 static void close_eps(ux_world *w) {
     atomic_store(&w->closing, 1);
-    int force = atomic_load(&w->aborted);
+    int force = dt_failed(&w->fail);
     void **reqs = calloc((size_t)w->size, sizeof *reqs);
     for (int r = 0; r < w->size; r++) {
         if (!w->eps[r]) continue;
@@ -331,6 +319,7 @@ static void free_world(ux_world *w, ep_arg *args) {
     if (w->ucp) ucp_cleanup(w->ucp);
     ux_groups_free(w);
     pthread_mutex_destroy(&w->mu);
+    dt_failure_fini(&w->fail);
     pthread_mutex_destroy(&w->groups_mu);
     free(w->eps);
     free(w->ep_error);
@@ -362,38 +351,37 @@ static dt_status setup(ux_world *w, ep_arg **args, int *ctx_ready) {
     return first_contact(w);
 }
 
+/* What dt_proc_run's hooks need: the world and what setup made. */
+typedef struct run_state {
+    ux_world *w;
+    ep_arg *args;
+    int ctx_ready;
+} run_state;
+
+static void run_fail(void *p, dt_status st, const char *msg) {
+    ux_ctl_fail(((run_state *)p)->w, st, msg);
+}
+
+static void run_finish(void *p, int *rank, dt_status *st, char *msg, size_t cap) {
+    ux_ctl_finish(((run_state *)p)->w, rank, st, msg, cap);
+}
+
+static void run_teardown(void *p) {
+    run_state *r = p;
+    if (r->w->ctx.world) ux_comm_destroy(r->w->ctx.world);
+    if (r->ctx_ready) dt_ctx_fini_common(&r->w->ctx);
+    free_world(r->w, r->args);
+}
+
 dt_status dt_ucx_run(dt_spmd_fn fn, void *arg) {
     DT_ARG_NOT_NULL(fn);
-    ux_world *w = NULL;
-    DT_CHECK(alloc_world(&w));
-    ep_arg *args = NULL;
-    int ctx_ready = 0;
-    dt_status st = setup(w, &args, &ctx_ready);
-    char msg[512] = "";
-    if (st == DT_OK) {
-        st = fn(&w->ctx, arg);
-        if (st != DT_OK && dt_last_error()[0] == '\0')
-            dt_error(st, "the SPMD function returned %s", dt_status_str(st));
-    }
-    if (st != DT_OK) {
-        snprintf(msg, sizeof msg, "%s", dt_last_error());
-        ux_ctl_fail(w, st, msg); /* before draining: queued work must not wait on this rank */
-    }
-    /* The communication thread finishes what was queued before this rank counts as gone. */
-    dt_worker_destroy(w->ctx.worker);
-    w->ctx.worker = NULL;
-    int frank = -1;
-    dt_status fst = DT_OK;
-    char fmsg[512] = "";
-    if (w->ctl || w->size == 1) ux_ctl_finish(w, &frank, &fst, fmsg, sizeof fmsg);
-    int rank = w->rank, known = w->size > 0; /* 0: the environment named no world */
-    if (w->ctx.world) ux_comm_destroy(w->ctx.world);
-    if (ctx_ready) dt_ctx_fini_common(&w->ctx);
-    free_world(w, args);
-    if (st != DT_OK && !known) return dt_error(st, "%s", msg);
-    if (st != DT_OK) return dt_error(st, "rank %d: %s", rank, msg);
-    if (frank >= 0) return dt_error(fst, "rank %d: %s", frank, fmsg);
-    return DT_OK;
+    run_state r = {0};
+    DT_CHECK(alloc_world(&r.w));
+    dt_status st = setup(r.w, &r.args, &r.ctx_ready);
+    dt_proc_world pw = {.w = &r, .ctx = &r.w->ctx, .rank = r.w->rank, .size = r.w->size,
+                        .fail = run_fail, .teardown = run_teardown,
+                        .finish = r.w->ctl || r.w->size == 1 ? run_finish : NULL};
+    return dt_proc_run(&pw, st, fn, arg);
 }
 
 dt_status dt_ucx_set_timeout(dt_ctx *ctx, double seconds) {
