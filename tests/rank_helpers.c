@@ -1,7 +1,27 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
+#include <time.h>
+
 #include "rank_helpers.h"
+
+int t_sentinel;
+
+double t_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+dt_status t_keep_msg(t_rank_msgs *m, dt_ctx *ctx, dt_status st) {
+    if (st != DT_OK) snprintf(m->msg[dt_ctx_rank(ctx)], sizeof m->msg[0], "%s", dt_last_error());
+    return st;
+}
+
+void t_sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
 
 dt_status t_fail(const char *file, int line, const char *fmt, ...) {
     char msg[400];

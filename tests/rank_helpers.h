@@ -41,6 +41,27 @@ dt_status t_fail(const char *file, int line, const char *fmt, ...)
                           dt_last_error(), (needle));                                              \
     } while (0)
 
+/* The last error must also mention needle (R_ERR checks one needle; some errors need two). */
+#define R_MSG(needle)                                                                              \
+    R_CHECK(strstr(dt_last_error(), (needle)), "message \"%s\" does not mention \"%s\"",           \
+            dt_last_error(), (needle))
+
+/* An out-parameter value no call may leave behind on failure: T_SENTINEL(dt_comm *). */
+extern int t_sentinel;
+#define T_SENTINEL(type) ((type)&t_sentinel)
+
+/* Per-rank failure messages (up to 8 ranks), so that a rank-side test failure is reported
+ * even when dt_local_run passes on another rank's message: t_keep_msg(m, ctx, st) stores the
+ * rank's last error when st failed and returns st. */
+typedef struct t_rank_msgs {
+    char msg[8][512];
+} t_rank_msgs;
+dt_status t_keep_msg(t_rank_msgs *m, dt_ctx *ctx, dt_status st);
+
+/* Monotonic seconds, and a sleep. */
+double t_now_s(void);
+void t_sleep_ms(int ms);
+
 /* Fills count elements of dtype with small integers derived from seed and index, exact in
  * every dtype (|v| <= 16), so sums over up to 8 ranks stay exact in bf16. */
 void t_fill(dt_dtype dtype, void *buf, size_t count, uint64_t seed);

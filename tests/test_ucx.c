@@ -26,12 +26,6 @@ typedef struct run_result {
     char *out; /* stdout and stderr, merged */
 } run_result;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static const char *need_env(const char *name) {
     const char *v = getenv(name);
     if (!v || !*v) cr_skip_test("%s is not set (run through meson test)", name);
@@ -45,14 +39,14 @@ static run_result run_prog(const char *vars, const char *dtrun_args, const char 
              need_env("DT_UCX_RANK_PROG"), mode);
     run_result r = {.out = calloc(1, OUT_CAP)};
     cr_assert(r.out);
-    double t0 = now_s();
+    double t0 = t_now_s();
     FILE *p = popen(cmd, "r");
     cr_assert(p, "popen %s", cmd);
     size_t len = 0, k;
     while ((k = fread(r.out + len, 1, OUT_CAP - 1 - len, p)) > 0)
         len += k;
     int ws = pclose(p);
-    r.secs = now_s() - t0;
+    r.secs = t_now_s() - t0;
     r.code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
     cr_log_info("%s\n(exit %d after %.2f s)\n%s", cmd, r.code, r.secs, r.out);
     return r;
@@ -204,13 +198,13 @@ Test(ucx, rendezvous_unreachable_rank0, .timeout = 30) {
     int port = closed_port();
     set_world(1, 2, port);
     setenv("DT_STARTUP_TIMEOUT_S", "1", 1);
-    double t0 = now_s();
+    double t0 = t_now_s();
     char want[96];
     snprintf(want, sizeof want, "could not reach rank 0 at MASTER_ADDR:MASTER_PORT = 127.0.0.1:%d",
              port);
     T_ERR(dt_ucx_run(never, NULL), DT_ERR_COMM, want);
     cr_expect(strstr(dt_last_error(), "Connection refused"), "%s", dt_last_error());
-    cr_expect_lt(now_s() - t0, 5.0);
+    cr_expect_lt(t_now_s() - t0, 5.0);
 }
 
 Test(ucx, rendezvous_missing_ranks, .timeout = 30) {
@@ -374,10 +368,10 @@ Test(dtrun, environment_prefix_and_status) {
 
 /* A rank killed by a signal: 128 + signal, and the others (sleeping) are stopped. */
 Test(dtrun, signal_stops_the_others, .timeout = 30) {
-    double t0 = now_s();
+    double t0 = t_now_s();
     run_result r = run_dtrun("-n 3 --grace 0 sh -c 'test $RANK = 2 && kill -9 $$; sleep 20'");
     cr_expect_eq(r.code, 137, "%d\n%s", r.code, r.out);
-    cr_expect_lt(now_s() - t0, 10.0);
+    cr_expect_lt(t_now_s() - t0, 10.0);
     free(r.out);
 }
 
