@@ -1,4 +1,5 @@
-/* The NCCL runtime's entry points in a build without CUDA: they exist, and say so. */
+/* The NCCL runtime's entry points in a build without CUDA or without NCCL: they exist, and
+ * say so. */
 #include "core/check.h"
 #include "dtensor/nccl.h"
 
