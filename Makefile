@@ -33,6 +33,7 @@ test-gpu-sim: deps
 	ninja -C $(SIM_BUILD)
 	./$(SIM_BUILD)/tests/gpu_check
 	sh tests/nccl_checks.sh $(SIM_BUILD) --sim
+	./$(SIM_BUILD)/bench/bench_gpu --smoke > /dev/null
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the same suite.
 test-asan: deps

@@ -5,7 +5,8 @@
  *   cached dispatch of a tiny add on GPU tensors    vs launching the bare kernel
  *   tensor-parallel MLP forward on 4 ranks of one GPU vs the same MLP on one rank
  * Times are wall clock around a synchronised loop, best of 5. Prints nothing to the table
- * (and says why on stderr) without a GPU. --table: tab-separated rows for make bench. */
+ * (and says why on stderr) without a GPU. --table: tab-separated rows for make bench;
+ * --smoke: tiny sizes, to check that every case runs (make test runs it on cudasim). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@
 #include "core/cuda/cuda_rt.h"
 #include "ops/cuda/cuda_kernels.h"
 
-static int table;
+static int table, smoke;
 
 static double now(void) {
     struct timespec t;
@@ -57,7 +58,7 @@ static dt_status gemm_body(dt_ctx *ctx, void *arg) {
     TRY(dt_ctx_set_device(ctx, gpu));
     dt_mesh *mesh;
     TRY(dt_mesh_create_str(ctx, "1", &mesh));
-    const int64_t n = 8192;
+    const int64_t n = smoke ? 64 : 8192;
     int64_t shape[2] = {n, n};
     dt_placement rep[1] = {dt_replicate()};
     dt_tensor *a, *b, *c = NULL;
@@ -109,7 +110,7 @@ typedef struct bw {
     double copy_gbs, add_gbs[2], ag_gbs, rs_gbs; /* [0]: 1 rank, [1]: 4 ranks */
 } bw;
 
-#define BW_BYTES ((size_t)256 << 20) /* per tensor, whole */
+#define BW_BYTES (smoke ? (size_t)1 << 16 : (size_t)256 << 20) /* per tensor, whole */
 
 static dt_status copy_ref(dt_ctx *ctx, bw *out) {
     dt_cuda_rank *r = dt_cuda_current();
@@ -198,7 +199,7 @@ static dt_status overhead_body(dt_ctx *ctx, void *arg) {
     void *o = dt_cuda_alloc(64);
     dt_block la = {ia.local_data, DT_F32, 2, {4, 4}}, lb = {ib.local_data, DT_F32, 2, {4, 4}},
              lo = {o, DT_F32, 2, {4, 4}};
-    const int iters = 20000;
+    const int iters = smoke ? 20 : 20000;
     ns[0] = ns[1] = 1e30;
     for (int k = 0; k < 5; k++) {
         TRY(dt_ctx_synchronize(ctx));
@@ -223,7 +224,9 @@ static dt_status overhead_body(dt_ctx *ctx, void *arg) {
 
 /* ---- tensor-parallel MLP ---------------------------------------------------------------- */
 
-enum { MLP_T = 4096, MLP_C = 4096, MLP_H = 16384 };
+#define MLP_T (smoke ? 32 : 4096)
+#define MLP_C (smoke ? 32 : 4096)
+#define MLP_H (smoke ? 128 : 16384)
 
 static dt_status mlp_body(dt_ctx *ctx, void *arg) {
     double *secs = arg;
@@ -257,7 +260,10 @@ static dt_status mlp_body(dt_ctx *ctx, void *arg) {
 }
 
 int main(int argc, char **argv) {
-    table = argc > 1 && strcmp(argv[1], "--table") == 0;
+    for (int i = 1; i < argc; i++) {
+        table |= strcmp(argv[i], "--table") == 0;
+        smoke |= strcmp(argv[i], "--smoke") == 0;
+    }
     if (dt_cuda_device_count() == 0) {
         fprintf(stderr, "bench_gpu: no CUDA device visible: skipped\n");
         return 0;
