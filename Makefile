@@ -25,13 +25,16 @@ test: build test-gpu-sim
 
 # The CUDA path (kernels, device memory, the device side of tensors, redistribute and the
 # local collectives) run against cudasim, which executes the kernels on the CPU: gpu_check's
-# every op and redistribution, on machines without a GPU.
+# every op and redistribution, on machines without a GPU. CUDASIM_GUARD=1: host code that
+# touches device memory crashes, as it would on a GPU.
 SIM_BUILD ?= build-sim
 test-gpu-sim: deps
 	@test -f $(SIM_BUILD)/build.ninja || meson setup $(SIM_BUILD) $(MESON_FLAGS) -Dgpu_sim=true \
 		-Dtests=false -Ducx=disabled
 	ninja -C $(SIM_BUILD)
 	./$(SIM_BUILD)/tests/gpu_check
+	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/gpu_check --quick
+	CUDASIM_GUARD=1 ./$(SIM_BUILD)/examples/demo --cuda $(SIM_BUILD) > /dev/null
 	sh tests/nccl_checks.sh $(SIM_BUILD) --sim
 	./$(SIM_BUILD)/bench/bench_gpu --smoke > /dev/null
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sys/mman.h>
 #include <ucontext.h>
 #include <vector>
 
@@ -70,6 +71,75 @@ void yield_to_scheduler() {
     swapcontext(&f.uc, &run->sched);
 }
 
+/* ---- guarded device memory ---------------------------------------------------------------- */
+
+/* CUDASIM_GUARD=1: device memory is one arena that only device work (kernels, copies, GEMMs,
+ * NCCL) may touch; the rest of the time it is PROT_NONE, so host code that reads or writes a
+ * device pointer directly, which would crash on a GPU, crashes here too. The arena opens while
+ * any thread's device work runs, so such an access may slip through then, never the reverse. */
+bool guarded() {
+    static int g = -1;
+    if (g < 0) g = getenv("CUDASIM_GUARD") && atoi(getenv("CUDASIM_GUARD")) != 0;
+    return g;
+}
+
+std::mutex guard_mu;
+char *arena;
+size_t arena_used, arena_cap;
+int open_count;
+std::multimap<size_t, char *> arena_free; /* freed blocks by size, for reuse */
+
+void protect(int prot) {
+    if (arena_used) mprotect(arena, arena_used, prot);
+}
+
+} // namespace
+
+void cudasim_device_access(int begin) {
+    if (!guarded()) return;
+    std::lock_guard<std::mutex> g(guard_mu);
+    if (begin ? open_count++ == 0 : --open_count == 0) protect(begin ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+
+namespace {
+
+/* Device work, with the arena open while it runs. */
+void device_work(const std::function<void()> &f) {
+    cudasim_device_access(1);
+    f();
+    cudasim_device_access(0);
+}
+
+void *arena_alloc(size_t bytes) {
+    std::lock_guard<std::mutex> g(guard_mu);
+    size_t size = (bytes + 255) / 256 * 256;
+    if (!size) size = 256;
+    auto it = arena_free.find(size);
+    if (it != arena_free.end()) {
+        char *p = it->second;
+        arena_free.erase(it);
+        return p;
+    }
+    if (!arena) {
+        arena_cap = (size_t)64 << 30;
+        void *m = mmap(nullptr, arena_cap, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (m == MAP_FAILED) return nullptr;
+        arena = (char *)m;
+    }
+    if (arena_used + size > arena_cap) return nullptr;
+    char *p = arena + arena_used;
+    arena_used += size;
+    if (open_count) mprotect(arena, arena_used, PROT_READ | PROT_WRITE);
+    return p;
+}
+
+void arena_release(void *p, size_t bytes) {
+    std::lock_guard<std::mutex> g(guard_mu);
+    size_t size = (bytes + 255) / 256 * 256;
+    arena_free.emplace(size ? size : 256, (char *)p);
+}
+
 /* ---- streams ---------------------------------------------------------------------------- */
 
 /* Work queued on a stream runs when someone waits for it (stream or event synchronize, a
@@ -99,7 +169,7 @@ std::set<cudaStream_t> streams;
 
 void enqueue(cudaStream_t s, std::function<void()> f) {
     if (!s || !deferred()) {
-        f();
+        device_work(f);
         return;
     }
     std::lock_guard<std::mutex> g(s->mu);
@@ -117,7 +187,7 @@ void drain(cudaStream_t s) {
             f = std::move(s->q.front());
             s->q.pop_front();
         }
-        f();
+        device_work(f);
     }
 }
 
@@ -343,10 +413,12 @@ cudaError_t cudaDeviceSynchronize(void) {
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
     std::lock_guard<std::mutex> g(mem_mu);
-    if (allocated + bytes > memory_limit() || !(*p = malloc(bytes ? bytes : 1)))
+    if (allocated + bytes > memory_limit() ||
+        !(*p = guarded() ? arena_alloc(bytes) : malloc(bytes ? bytes : 1)))
         return fail(cudaErrorMemoryAllocation);
     /* Garbage, as fresh device memory is: code that reads before writing shows up. */
-    memset(*p, 0xa5, bytes);
+    void *q = *p;
+    device_work([=] { memset(q, 0xa5, bytes); });
     allocations[(uintptr_t)*p] = bytes;
     allocated += bytes;
     return cudaSuccess;
@@ -359,8 +431,9 @@ cudaError_t cudaFree(void *p) {
     auto it = allocations.find((uintptr_t)p);
     if (it == allocations.end()) return fail(cudaErrorInvalidValue);
     allocated -= it->second;
+    if (guarded()) arena_release(p, it->second);
+    else free(p);
     allocations.erase(it);
-    free(p);
     return cudaSuccess;
 }
 

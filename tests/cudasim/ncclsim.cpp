@@ -66,7 +66,11 @@ ncclResult_t copy(void *dst, const void *src, size_t count, ncclDataType_t t, nc
     if (!c) return fail(ncclInvalidArgument, "NULL communicator");
     if (c->state != ncclSuccess && c->state != ncclInProgress) return c->state;
     if (count && (!dst || !src)) return fail(ncclInvalidArgument, "NULL buffer");
-    if (count && dst != src) memcpy(dst, src, count * type_size(t));
+    if (count && dst != src) {
+        cudasim_device_access(1);
+        memcpy(dst, src, count * type_size(t));
+        cudasim_device_access(0);
+    }
     return issued(c);
 }
 

@@ -183,6 +183,10 @@ template <typename F, typename... A> std::function<void()> cudasim_bind(F kernel
     return [=] { kernel(args...); };
 }
 
+/* Brackets device work done outside cudasim.cpp (ncclsim's copies): with CUDASIM_GUARD=1 the
+ * device memory arena is only accessible in between. */
+void cudasim_device_access(int begin);
+
 /* What `kernel<<<grid, block, shmem, stream>>>(args)` becomes (cu2cpp.py). */
 void cudasim_launch(dim3 grid, dim3 block, const std::function<void()> &thread_body,
                     size_t shmem = 0, cudaStream_t stream = nullptr);
