@@ -72,6 +72,9 @@ static dt_status to_host(dt_ctx *ctx, void *h, const void *d, size_t bytes) {
 
 static dt_status from_host(void *d, const void *h, size_t bytes) {
     CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) == cudaSuccess, "cudaMemcpy H2D");
+    /* From pageable memory cudaMemcpy may return before the DMA lands, and the collectives run
+     * on non-blocking streams that do not wait for the legacy stream. */
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "cudaDeviceSynchronize");
     return DT_OK;
 }
 

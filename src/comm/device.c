@@ -38,6 +38,13 @@ static dt_status set_cuda(dt_ctx *ctx, int index) {
         dt_cuda_bind(ctx->cuda);
         return DT_OK;
     }
+    /* Ranks of the local runtime on different GPUs read each other's buffers. A process per
+     * GPU (UCX, NCCL) must not: peer access makes a context on every GPU. */
+    if (n > 1 && strcmp(ctx->backend->name, "local") == 0 && !dt_cuda_enable_peers(index))
+        return dt_error(DT_ERR_DEVICE, "dt_ctx_set_device: CUDA device %d cannot reach every "
+                                       "other GPU's memory (no peer access), which ranks of the "
+                                       "local runtime on several GPUs need; use one GPU "
+                                       "(CUDA_VISIBLE_DEVICES) or one process per GPU", index);
     dt_cuda_rank *r;
     DT_CHECK(dt_cuda_rank_create(index, &r));
     dt_cuda_rank_release(ctx->cuda);

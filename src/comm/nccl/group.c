@@ -83,14 +83,20 @@ static dt_status group_init(nc_world *w, nc_group *g, const ncclUniqueId *given,
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = w->blocking;
     ncclComm_t comm = NULL;
+    /* Under nccl_mu although nobody else knows this communicator yet: NCCL's calls on one
+     * device must not run in parallel, even on different communicators, and the comm thread
+     * may be queueing a collective on another one right now. (Non-blocking: this returns at
+     * once, and the wait for the other members below holds no lock.) */
+    pthread_mutex_lock(&w->nccl_mu);
     ncclResult_t r = ncclCommInitRankConfig(&comm, g->n, id, g->rank, &cfg);
+    pthread_mutex_unlock(&w->nccl_mu);
     dt_status st;
     if (r != ncclSuccess && r != ncclInProgress)
         st = nc_nccl_error(r, comm, what, g->label, g->n);
-    else /* not yet in w->groups: nobody else calls NCCL on it, nccl_mu is not needed */
+    else /* not yet in w->groups: only this thread polls it */
         st = nc_settle(w, comm, r, what, g->label, g->n, deadline);
     if (st != DT_OK) {
-        if (comm) ncclCommAbort(comm);
+        if (comm) ncclCommAbort(comm); /* no lock: a blocking call may hold it until aborts */
         return st;
     }
     g->comm = comm;
@@ -180,16 +186,27 @@ dt_status nc_comm_create(dt_ctx *ctx, const uint64_t key[2], const int *members,
     return nc_comm_make(ctx->backend_state, key, members, n, NULL, comm_out);
 }
 
-/* Finalizes comm (waiting for NCCL to flush it) and destroys it; aborts it when that fails. */
+/* Finalizes comm (waiting for NCCL to flush it) and destroys it; aborts it when that fails.
+ * comm is no longer listed; its NCCL calls still take nccl_mu (NCCL's calls on one device must
+ * not run in parallel), its wait does not. */
 static void comm_close(nc_world *w, ncclComm_t comm, const char *label, int n) {
     int64_t t = atomic_load(&w->timeout_ns);
     int64_t deadline = dt_boot_now_ns() + (t > 0 ? t : FINALIZE_DEFAULT_NS);
+    pthread_mutex_lock(&w->nccl_mu);
     ncclResult_t r = ncclCommFinalize(comm);
+    pthread_mutex_unlock(&w->nccl_mu);
     dt_status st = r == ncclSuccess || r == ncclInProgress
                        ? nc_settle(w, comm, r, "dt_comm_destroy", label, n, deadline)
-                       : DT_ERR_DEVICE;
-    if (st == DT_OK && ncclCommDestroy(comm) == ncclSuccess) return;
-    ncclCommAbort(comm);
+                       : nc_nccl_error(r, comm, "dt_comm_destroy", label, n);
+    pthread_mutex_lock(&w->nccl_mu);
+    if (st == DT_OK && (r = ncclCommDestroy(comm)) != ncclSuccess)
+        st = nc_nccl_error(r, comm, "dt_comm_destroy", label, n);
+    if (st != DT_OK) ncclCommAbort(comm);
+    pthread_mutex_unlock(&w->nccl_mu);
+    /* NCCL refuses to finalize or destroy a communicator with an asynchronous error (a remote
+     * or network error in its last operations, whose results are then undefined): no longer
+     * listed, the watchdog never saw it, so it fails the world here instead of vanishing. */
+    if (st != DT_OK && !dt_failed(&w->fail)) nc_fail(w, st, dt_last_error());
 }
 
 void nc_comm_destroy(dt_comm *base) {
@@ -213,8 +230,9 @@ void nc_comm_destroy(dt_comm *base) {
         if (st == DT_OK && !dt_failed(&w->fail)) {
             comm_close(w, g->comm, g->label, g->n);
         } else {
-            nc_abort_comms(w); /* forgets the ring; g is no longer listed, so abort it here */
-            ncclCommAbort(g->comm);
+            /* g is no longer listed: aborted with the others, in the same NCCL group (its
+             * queued kernels may hold theirs back, or theirs its own). Also forgets the ring. */
+            nc_abort_comms(w, g->comm);
         }
         g->comm = NULL;
     }
@@ -228,7 +246,7 @@ void nc_comm_destroy(dt_comm *base) {
 
 void nc_groups_close(nc_world *w) {
     if (dt_failed(&w->fail)) {
-        nc_abort_comms(w);
+        nc_abort_comms(w, NULL);
         return;
     }
     /* Finalize them all before waiting on any: NCCL may need every member to finalize. */

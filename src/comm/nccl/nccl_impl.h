@@ -127,8 +127,10 @@ dt_status nc_wait_event(nc_world *w, cudaEvent_t ev, const char *what);
 dt_status nc_drain(nc_world *w, const char *what);
 /* One round of the watchdog's checks; a failure found is recorded, reported and returned. */
 dt_status nc_check(nc_world *w);
-/* Aborts every communicator (once) and forgets the tracked operations. */
-void nc_abort_comms(nc_world *w);
+/* Aborts every communicator (once), all in one NCCL group, and forgets the tracked operations.
+ * extra: one no longer listed (NULL: none), aborted with them (or alone, when they already
+ * were). */
+void nc_abort_comms(nc_world *w, ncclComm_t extra);
 dt_status nc_watchdog_start(nc_world *w);
 void nc_watchdog_stop(nc_world *w);
 

@@ -231,8 +231,13 @@ dt_status nc_drain(nc_world *w, const char *what) {
 
 /* --- aborting and the watchdog -------------------------------------------------------------- */
 
-void nc_abort_comms(nc_world *w) {
-    if (atomic_exchange(&w->comms_aborted, 1)) return;
+void nc_abort_comms(nc_world *w, ncclComm_t extra) {
+    if (atomic_exchange(&w->comms_aborted, 1)) {
+        /* The others are aborted, or being aborted by a thread that may hold nccl_mu while
+         * their aborts wait for extra's kernels (same stream): abort it without the lock. */
+        if (extra) ncclCommAbort(extra);
+        return;
+    }
     /* Non-blocking communicators never keep nccl_mu long: a caller settling sees the failure and
      * lets go. A blocking one may be stuck inside NCCL holding it: abort under it anyway (NCCL's
      * abort is what releases such a call). */
@@ -243,11 +248,18 @@ void nc_abort_comms(nc_world *w) {
     } else {
         pthread_mutex_lock(&w->nccl_mu);
     }
+    /* All in one group: NCCL (2.22 on) then raises every communicator's abort flag before it
+     * reclaims any. One by one, the abort of a communicator whose kernels wait on the comm
+     * stream behind another communicator's stuck kernel waits for them, and so hangs before
+     * that other one is aborted (all of them share the comm stream). */
+    ncclGroupStart();
+    if (extra) ncclCommAbort(extra);
     for (nc_group *g = w->groups; g; g = g->next)
         if (g->comm) {
             ncclCommAbort(g->comm);
             g->comm = NULL;
         }
+    ncclGroupEnd();
     pthread_mutex_lock(&w->ops_mu);
     w->count = 0; /* an aborted operation's event may never complete as the data would */
     pthread_mutex_unlock(&w->ops_mu);
@@ -264,7 +276,7 @@ static void *watchdog_main(void *arg) {
         if (w->wd_stop) break;
         pthread_mutex_unlock(&w->wd_mu);
         if (!dt_failed(&w->fail)) nc_check(w);
-        if (dt_failed(&w->fail)) nc_abort_comms(w);
+        if (dt_failed(&w->fail)) nc_abort_comms(w, NULL);
         pthread_mutex_lock(&w->wd_mu);
     }
     pthread_mutex_unlock(&w->wd_mu);

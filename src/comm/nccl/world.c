@@ -195,7 +195,10 @@ static dt_status setup(nc_world *w, int *ctx_ready) {
     free(all);
     if (st != DT_OK) {
         dt_error_prefix("dt_nccl_run: creating the world communicator");
-        return st;
+        /* NCCL's own refusals map to DT_ERR_ARG or DT_ERR_SYSTEM (ncclInvalidUsage for two ranks
+         * on one GPU, ncclSystemError for an unusable network): dt_nccl_run documents
+         * DT_ERR_DEVICE for a world communicator NCCL could not create. */
+        return st == DT_ERR_ARG || st == DT_ERR_SYSTEM ? DT_ERR_DEVICE : st;
     }
     snprintf(w->ctx.world->label, sizeof w->ctx.world->label, "world");
     return first_contact(w);

@@ -41,6 +41,11 @@ void dt_cuda_rank_release(dt_cuda_rank *r);
 /* Frees r's streams and handles. */
 void dt_cuda_rank_destroy(dt_cuda_rank *r);
 
+/* Lets device reach every other visible GPU's memory (the local runtime's collectives read
+ * peers' buffers); 0 when some pair has no peer access. Only processes whose ranks use several
+ * GPUs need it: it makes a context on each GPU. */
+int dt_cuda_enable_peers(int device);
+
 /* DT_OK for cudaSuccess; else DT_ERR_DEVICE (DT_ERR_NOMEM for cudaErrorMemoryAllocation)
  * with "<what>: <CUDA error name>: <string>" as the last error. */
 dt_status dt_cuda_status(cudaError_t e, const char *what);

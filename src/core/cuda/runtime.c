@@ -145,13 +145,6 @@ dt_status dt_cuda_rank_create(int device, dt_cuda_rank **rank_out) {
     r->device = device;
     dt_status st;
     DT_CHECK_GOTO(dt_cuda_status(cudaSetDevice(device), "cudaSetDevice"), st, fail);
-    /* Ranks on several GPUs of one process read each other's buffers (local collectives). */
-    for (int d = 0; d < dt_cuda_device_count(); d++) {
-        int can = 0;
-        if (d != device && cudaDeviceCanAccessPeer(&can, device, d) == cudaSuccess && can &&
-            cudaDeviceEnablePeerAccess(d, 0) != cudaSuccess)
-            (void)cudaGetLastError(); /* already enabled by another rank on this device */
-    }
     DT_CHECK_GOTO(dt_cuda_status(cudaStreamCreateWithFlags(&r->compute, cudaStreamNonBlocking),
                                  "cudaStreamCreate"), st, fail);
     DT_CHECK_GOTO(dt_cuda_status(cudaStreamCreateWithFlags(&r->comm, cudaStreamNonBlocking),
@@ -204,6 +197,24 @@ void dt_cuda_rank_destroy(dt_cuda_rank *r) {
     if (r->compute) cudaStreamDestroy(r->compute);
     if (bound == r) bound = NULL;
     free(r);
+}
+
+int dt_cuda_enable_peers(int device) {
+    int all = 1, cur = -1;
+    cudaGetDevice(&cur);
+    cudaSetDevice(device);
+    for (int d = 0; d < dt_cuda_device_count(); d++) {
+        int can = 0;
+        if (d == device) continue;
+        if (cudaDeviceCanAccessPeer(&can, device, d) != cudaSuccess || !can) {
+            (void)cudaGetLastError();
+            all = 0;
+        } else if (cudaDeviceEnablePeerAccess(d, 0) != cudaSuccess) {
+            (void)cudaGetLastError(); /* already enabled by another rank on this device */
+        }
+    }
+    if (cur >= 0) cudaSetDevice(cur);
+    return all;
 }
 
 dt_device_kind dt_cuda_kind_of(const void *p) {

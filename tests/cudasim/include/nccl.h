@@ -1,7 +1,9 @@
 /* cudasim stand-in for NCCL (see cudasim.h): the slice of nccl.h that dtensor's NCCL backend
- * uses, for communicators of one rank (ncclsim.cpp). Collectives copy at once, as cudasim's
- * streams complete at once. Non-blocking communicators answer ncclInProgress once per call,
- * so the callers' waiting paths run. NCCLSIM_FAIL_AFTER=N: the N-th collective leaves an
+ * uses, for communicators of one rank (ncclsim.cpp). Collectives are copies queued on the
+ * caller's stream (run when it is waited for, as cudasim's kernels). Non-blocking
+ * communicators answer ncclInProgress once per call, so the callers' waiting paths run, and
+ * the stand-in refuses what real NCCL forbids (a call while the previous one is in progress,
+ * use after destroy, host buffers, calls from two threads at once). NCCLSIM_FAIL_AFTER=N: the N-th collective leaves an
  * asynchronous ncclRemoteError on its communicator (for the failure paths; only on the rank
  * NCCLSIM_FAIL_RANK names, when set). NCCLSIM_ANY_SIZE=1 makes communicators of any size, whose
  * collectives are local copies (creation, barriers, teardown and faults across processes);
