@@ -163,15 +163,15 @@ static dt_status op_begin(nc_op *op, dt_comm *c, const char *what, int peer, con
     if (hs || hr) DT_CHECK(stage_in(op, send, sbytes, hs, recv, rbytes, hr, flags));
     pthread_mutex_lock(&w->nccl_mu);
     op->comm = op->c->g->comm;
-    op->stream = cr->comm;
+    op->stream = op->c->g->stream;
     if (!op->comm) { /* aborted */
         pthread_mutex_unlock(&w->nccl_mu);
         unstage(op);
         return nc_aborted_error(w, what);
     }
     cudaError_t e = cudaEventRecord(w->ready, cr->compute);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(cr->comm, w->ready, 0);
-    if (e == cudaSuccess && op->staged) e = cudaStreamWaitEvent(cr->comm, w->stage_ev, 0);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(op->stream, w->ready, 0);
+    if (e == cudaSuccess && op->staged) e = cudaStreamWaitEvent(op->stream, w->stage_ev, 0);
     if (e != cudaSuccess) {
         pthread_mutex_unlock(&w->nccl_mu);
         unstage(op);
@@ -367,14 +367,14 @@ dt_status nc_recv(dt_comm *c, void *buf, size_t bytes, int peer) {
     return op_end(&op, r);
 }
 
-/* A one-element all_reduce, then a wait for everything this rank queued on the comm stream. */
+/* A one-element all_reduce, then a wait for everything this rank queued on any communicator. */
 dt_status nc_barrier(dt_comm *c) {
     nc_op op;
     DT_CHECK(op_begin(&op, c, "dt_barrier", -1, NULL, 0, NULL, 0, 0));
     int *flag = op.w->barrier_buf;
     ncclResult_t r = ncclAllReduce(flag, flag, 1, ncclInt32, ncclMax, op.comm, op.stream);
     DT_CHECK(op_end(&op, r));
-    return nc_drain(op.w, "dt_barrier");
+    return nc_drain(op.w, NULL, "dt_barrier");
 }
 
 const dt_comm_ops nc_comm_ops = {

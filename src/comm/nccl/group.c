@@ -95,6 +95,8 @@ static dt_status group_init(nc_world *w, nc_group *g, const ncclUniqueId *given,
         st = nc_nccl_error(r, comm, what, g->label, g->n);
     else /* not yet in w->groups: only this thread polls it */
         st = nc_settle(w, comm, r, what, g->label, g->n, deadline);
+    if (st == DT_OK)
+        st = dt_cuda_status(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), what);
     if (st != DT_OK) {
         if (comm) ncclCommAbort(comm); /* no lock: a blocking call may hold it until aborts */
         return st;
@@ -225,7 +227,8 @@ void nc_comm_destroy(dt_comm *base) {
     pthread_mutex_unlock(&w->nccl_mu);
     if (last && g->comm) {
         /* Its queued operations finish first, and leave the ring (which points at g). */
-        dt_status st = nc_drain(w, "dt_comm_destroy");
+        dt_status st = nc_drain(w, g->stream, "dt_comm_destroy");
+        if (st == DT_OK) nc_forget(w, g);
         if (st == DT_OK) st = nc_check(w);
         if (st == DT_OK && !dt_failed(&w->fail)) {
             comm_close(w, g->comm, g->label, g->n);
@@ -237,6 +240,8 @@ void nc_comm_destroy(dt_comm *base) {
         g->comm = NULL;
     }
     if (last) {
+        nc_forget(w, g); /* also after an abort: the ring must not point at it */
+        if (g->stream) cudaStreamDestroy(g->stream); /* released once its work is done */
         free(g->members);
         free(g);
     }
@@ -282,6 +287,7 @@ void nc_groups_free(nc_world *w) {
     while (w->groups) {
         nc_group *next = w->groups->next;
         if (w->groups->comm) ncclCommAbort(w->groups->comm);
+        if (w->groups->stream) cudaStreamDestroy(w->groups->stream);
         free(w->groups->members);
         free(w->groups);
         w->groups = next;

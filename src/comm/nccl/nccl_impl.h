@@ -1,5 +1,8 @@
-/* The NCCL backend: one process per GPU, collectives queued on the rank's communication stream
- * and ordered against its compute stream with events. Starts from comm/boot (environment,
+/* The NCCL backend: one process per GPU, collectives queued on their communicator's stream and
+ * ordered against the rank's compute stream with events. One stream per communicator, as
+ * PyTorch has one per process group: the rank's thread and its communication thread may queue
+ * on different communicators in different orders on different ranks, and on one shared stream
+ * each rank's GPU would then wait for a peer's kernel queued behind its own (a deadlock). Starts from comm/boot (environment,
  * rendezvous, control plane) as the UCX backend does. Knows nothing of placements or meshes.
  *
  * Threads: the rank's own thread and its communication thread (ctx->worker) issue NCCL calls,
@@ -22,7 +25,7 @@
 #include "core/cuda/cuda_rt.h"
 #include "dtensor/nccl.h"
 
-#define NC_RING 1024 /* operations tracked on the comm stream; older ones merge into the next */
+#define NC_RING 1024 /* operations tracked; when full, the oldest merges into the next */
 
 /* An NCCL communicator, shared by the dt_comms with the same key and members on this rank. */
 typedef struct nc_group {
@@ -31,18 +34,19 @@ typedef struct nc_group {
     int n, rank; /* members; this rank's place among them */
     int *members;
     ncclComm_t comm; /* NULL once aborted */
+    cudaStream_t stream; /* its operations run here, in the order they were queued */
     int refs;
     char label[32]; /* the label of the last dt_comm that used it (nccl_mu) */
 } nc_group;
 
-/* An operation queued on the comm stream and not yet seen finished. */
+/* An operation queued on a communicator's stream and not yet seen finished. */
 typedef struct nc_pending {
-    cudaEvent_t ev; /* recorded after it on the comm stream (owned by the ring slot) */
+    cudaEvent_t ev; /* recorded after it on that stream (owned by the ring slot) */
     int64_t t0;     /* when it was queued (ns, dt_boot_now_ns) */
     const char *what;
     char label[32]; /* its communicator's label */
-    nc_group *g;
-    int peer; /* world rank it exchanges with (send/recv); -1: every member */
+    nc_group *g; /* NULL: known finished (its communicator was drained and destroyed) */
+    int peer;    /* world rank it exchanges with (send/recv); -1: every member */
 } nc_pending;
 
 typedef struct nc_world {
@@ -67,7 +71,8 @@ typedef struct nc_world {
     cudaEvent_t ready; /* compute-stream position the next operation waits for */
     int *barrier_buf;  /* one device int for dt_barrier */
 
-    /* Operations queued on the comm stream, oldest first. */
+    /* Operations queued, oldest first (streams may finish them in another order: the oldest
+     * unfinished one is the one that can time out). */
     pthread_mutex_t ops_mu;
     nc_pending ring[NC_RING];
     int head, count, nevents;
@@ -116,15 +121,18 @@ dt_status nc_nccl_error(ncclResult_t r, ncclComm_t comm, const char *what, const
  * queueing), until deadline (ns; 0 = none) or the world fails. r: the call's status. */
 dt_status nc_settle(nc_world *w, ncclComm_t comm, ncclResult_t r, const char *what,
                     const char *label, int n, int64_t deadline);
-/* Tracks an operation just queued on the comm stream, and makes the compute stream wait for
- * it. Called with nccl_mu held. */
+/* Tracks an operation just queued on c's stream, and makes the compute stream wait for it.
+ * Called with nccl_mu held. */
 dt_status nc_track(nc_world *w, nc_comm *c, const char *what, int peer);
 /* Polls until ev (recorded on a stream of this rank) has completed, failing on the world's
  * failure, on a timeout of the oldest queued operation or a peer that returned without
  * joining it, and on NCCL's asynchronous errors. Without nccl_mu held. */
 dt_status nc_wait_event(nc_world *w, cudaEvent_t ev, const char *what);
-/* Waits until everything queued on the comm stream so far is done. */
-dt_status nc_drain(nc_world *w, const char *what);
+/* Waits until everything queued so far on the listed communicators' streams (and on extra,
+ * when not NULL: an unlisted one's) is done. */
+dt_status nc_drain(nc_world *w, cudaStream_t extra, const char *what);
+/* Marks g's tracked operations finished (g was drained and is going away). */
+void nc_forget(nc_world *w, nc_group *g);
 /* One round of the watchdog's checks; a failure found is recorded, reported and returned. */
 dt_status nc_check(nc_world *w);
 /* Aborts every communicator (once), all in one NCCL group, and forgets the tracked operations.

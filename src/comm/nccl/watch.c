@@ -5,6 +5,7 @@
  * every communicator is aborted, which also stops kernels stuck waiting for a peer. */
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -89,7 +90,7 @@ dt_status nc_settle(nc_world *w, ncclComm_t comm, ncclResult_t r, const char *wh
     return r == ncclSuccess ? DT_OK : nc_nccl_error(r, comm, what, label, n);
 }
 
-/* --- the operations queued on the comm stream ---------------------------------------------- */
+/* --- the operations queued on the communicators' streams ----------------------------------- */
 
 dt_status nc_track(nc_world *w, nc_comm *c, const char *what, int peer) {
     dt_cuda_rank *cr = w->ctx.cuda;
@@ -101,7 +102,7 @@ dt_status nc_track(nc_world *w, nc_comm *c, const char *what, int peer) {
         if (w->count && w->ring[w->head].t0 > t0) w->ring[w->head].t0 = t0;
     }
     nc_pending *p = &w->ring[(w->head + w->count) % w->nevents];
-    cudaError_t e = cudaEventRecord(p->ev, cr->comm);
+    cudaError_t e = cudaEventRecord(p->ev, c->g->stream);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(cr->compute, p->ev, 0);
     if (e == cudaSuccess) {
         p->t0 = dt_boot_now_ns();
@@ -158,7 +159,7 @@ dt_status nc_check(nc_world *w) {
     pthread_mutex_lock(&w->ops_mu);
     while (w->count > 0) {
         nc_pending *p = &w->ring[w->head];
-        cudaError_t e = cudaEventQuery(p->ev);
+        cudaError_t e = p->g ? cudaEventQuery(p->ev) : cudaSuccess;
         if (e == cudaErrorNotReady) break;
         if (e != cudaSuccess) {
             st = DT_ERR_DEVICE;
@@ -216,17 +217,45 @@ dt_status nc_wait_event(nc_world *w, cudaEvent_t ev, const char *what) {
     }
 }
 
-dt_status nc_drain(nc_world *w, const char *what) {
+dt_status nc_drain(nc_world *w, cudaStream_t extra, const char *what) {
     if (dt_failed(&w->fail)) return nc_aborted_error(w, what);
-    cudaEvent_t ev;
-    dt_status st = dt_cuda_status(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what);
-    if (st != DT_OK) return st;
+    /* An event behind what each stream holds now, recorded under nccl_mu (the list is stable
+     * and nothing is being queued), waited for without it. */
     pthread_mutex_lock(&w->nccl_mu);
-    st = dt_cuda_status(cudaEventRecord(ev, w->ctx.cuda->comm), what);
+    int n = extra != NULL;
+    for (nc_group *g = w->groups; g; g = g->next) n += g->comm != NULL;
+    cudaEvent_t *evs = calloc((size_t)n + 1, sizeof *evs);
+    dt_status st = evs ? DT_OK : dt_error(DT_ERR_NOMEM, "%s: out of memory", what);
+    int k = 0;
+    for (nc_group *g = w->groups; g && st == DT_OK; g = g->next) {
+        if (!g->comm) continue;
+        st = dt_cuda_status(cudaEventCreateWithFlags(&evs[k], cudaEventDisableTiming), what);
+        if (st == DT_OK && (st = dt_cuda_status(cudaEventRecord(evs[k], g->stream), what)) != DT_OK)
+            cudaEventDestroy(evs[k]);
+        k += st == DT_OK;
+    }
+    if (st == DT_OK && extra) {
+        st = dt_cuda_status(cudaEventCreateWithFlags(&evs[k], cudaEventDisableTiming), what);
+        if (st == DT_OK && (st = dt_cuda_status(cudaEventRecord(evs[k], extra), what)) != DT_OK)
+            cudaEventDestroy(evs[k]);
+        k += st == DT_OK;
+    }
     pthread_mutex_unlock(&w->nccl_mu);
-    if (st == DT_OK) st = nc_wait_event(w, ev, what);
-    cudaEventDestroy(ev);
+    for (int i = 0; i < k; i++) {
+        if (st == DT_OK) st = nc_wait_event(w, evs[i], what);
+        cudaEventDestroy(evs[i]);
+    }
+    free(evs);
     return st;
+}
+
+void nc_forget(nc_world *w, nc_group *g) {
+    pthread_mutex_lock(&w->ops_mu);
+    for (int i = 0; i < w->count; i++) {
+        nc_pending *p = &w->ring[(w->head + i) % w->nevents];
+        if (p->g == g) p->g = NULL;
+    }
+    pthread_mutex_unlock(&w->ops_mu);
 }
 
 /* --- aborting and the watchdog -------------------------------------------------------------- */
@@ -234,7 +263,7 @@ dt_status nc_drain(nc_world *w, const char *what) {
 void nc_abort_comms(nc_world *w, ncclComm_t extra) {
     if (atomic_exchange(&w->comms_aborted, 1)) {
         /* The others are aborted, or being aborted by a thread that may hold nccl_mu while
-         * their aborts wait for extra's kernels (same stream): abort it without the lock. */
+         * their aborts wait for extra's kernels: abort it without the lock. */
         if (extra) ncclCommAbort(extra);
         return;
     }
@@ -249,9 +278,9 @@ void nc_abort_comms(nc_world *w, ncclComm_t extra) {
         pthread_mutex_lock(&w->nccl_mu);
     }
     /* All in one group: NCCL (2.22 on) then raises every communicator's abort flag before it
-     * reclaims any. One by one, the abort of a communicator whose kernels wait on the comm
-     * stream behind another communicator's stuck kernel waits for them, and so hangs before
-     * that other one is aborted (all of them share the comm stream). */
+     * reclaims any. One by one, the abort of a communicator whose kernels wait (through the
+     * compute stream's events) behind another communicator's stuck kernel would hang before
+     * that other one is aborted. */
     ncclGroupStart();
     if (extra) ncclCommAbort(extra);
     for (nc_group *g = w->groups; g; g = g->next)

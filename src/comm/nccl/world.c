@@ -143,7 +143,9 @@ static dt_status gpu_setup(nc_world *w, int host_local) {
     for (; w->nevents < NC_RING; w->nevents++)
         DT_CHECK(dt_cuda_status(cudaEventCreateWithFlags(&w->ring[w->nevents].ev, fl), what));
     DT_CHECK(dt_cuda_status(cudaMalloc((void **)&w->barrier_buf, sizeof(int)), what));
-    return dt_cuda_status(cudaMemsetAsync(w->barrier_buf, 0, sizeof(int), w->ctx.cuda->comm), what);
+    /* On the compute stream, which every collective waits for. */
+    return dt_cuda_status(cudaMemsetAsync(w->barrier_buf, 0, sizeof(int), w->ctx.cuda->compute),
+                          what);
 }
 
 static void gpu_free(nc_world *w) {
@@ -210,7 +212,7 @@ static dt_status setup(nc_world *w, int *ctx_ready) {
  * next, means its NCCL work is done), then it waits for every rank to return. */
 static void finish(nc_world *w, int *frank, dt_status *fst, char *fmsg, size_t cap) {
     if (w->ctx.world && !dt_failed(&w->fail)) {
-        dt_status st = nc_drain(w, "dt_nccl_run: finishing this rank's queued communication");
+        dt_status st = nc_drain(w, NULL, "dt_nccl_run: finishing this rank's queued communication");
         if (st != DT_OK && !dt_failed(&w->fail)) nc_fail(w, st, dt_last_error());
     }
     *frank = -1;
