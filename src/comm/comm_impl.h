@@ -85,8 +85,11 @@ struct dt_ctx {
 /* Frees the rank's GPU state (ctx_fini_common calls it). */
 void dt_ctx_device_fini(dt_ctx *ctx);
 /* Makes ctx's GPU (if any) the calling thread's: kernels and device copies then run on its
- * compute stream. Cheap when already bound. */
-void dt_ctx_bind(dt_ctx *ctx);
+ * compute stream. Inline: a CPU rank pays one test. */
+void dt_ctx_bind_gpu(dt_ctx *ctx);
+static inline void dt_ctx_bind(dt_ctx *ctx) {
+    if (ctx->cuda) dt_ctx_bind_gpu(ctx);
+}
 
 /* Fills the fields every backend shares; members is copied. */
 dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, const int *members,

@@ -105,9 +105,9 @@ void dt_ctx_device_fini(dt_ctx *ctx) {
     ctx->device = (dt_device){DT_DEVICE_CPU, 0};
 }
 
-void dt_ctx_bind(dt_ctx *ctx) {
+void dt_ctx_bind_gpu(dt_ctx *ctx) {
 #if DT_HAVE_CUDA
-    if (ctx->cuda) dt_cuda_bind(ctx->cuda);
+    dt_cuda_bind(ctx->cuda);
 #else
     (void)ctx;
 #endif

@@ -69,12 +69,11 @@ const dt_mem_ops dt_mem_cpu = {
     .sync = cpu_sync,
 };
 
-const dt_mem_ops *dt_mem_ops_of(dt_device_kind kind) {
 #if DT_HAVE_CUDA
-    if (kind == DT_DEVICE_CUDA) return &dt_mem_cuda;
+const dt_mem_ops *const dt_mem_tables[2] = {&dt_mem_cpu, &dt_mem_cuda};
+#else
+const dt_mem_ops *const dt_mem_tables[2] = {&dt_mem_cpu, NULL};
 #endif
-    return kind == DT_DEVICE_CPU ? &dt_mem_cpu : NULL;
-}
 
 dt_device_kind dt_mem_kind_of(const void *p) {
 #if DT_HAVE_CUDA

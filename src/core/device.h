@@ -38,8 +38,14 @@ typedef struct dt_mem_ops {
 
 extern const dt_mem_ops dt_mem_cpu;
 
-/* The table of a device kind: never NULL for the CPU; NULL for CUDA in builds without it. */
-const dt_mem_ops *dt_mem_ops_of(dt_device_kind kind);
+/* Per device kind (CPU, CUDA); the CUDA entry is NULL in builds without it. */
+extern const dt_mem_ops *const dt_mem_tables[2];
+
+/* The table of a device kind: never NULL for the CPU; NULL for CUDA in builds without it and
+ * for kinds that do not exist. Inline: dispatch asks on every op. */
+static inline const dt_mem_ops *dt_mem_ops_of(dt_device_kind kind) {
+    return (unsigned)kind < 2 ? dt_mem_tables[kind] : NULL;
+}
 
 /* Where p lives: DT_DEVICE_CPU unless this process has set up a CUDA device and p is device
  * memory. Costs nothing until then; the local runtime's collectives use it to serve host and

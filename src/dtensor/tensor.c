@@ -27,9 +27,12 @@ dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int
     return st;
 }
 
-dt_status dt_tensor_new(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
-                        const int64_t *shape, const dt_placement *norm, void *data, bool owned,
-                        dt_tensor **out) {
+enum { GIVEN, UNINIT, ZEROED }; /* where make's storage comes from */
+
+/* One layout computation per tensor: dispatch makes one per op. */
+static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
+                      const int64_t *shape, const dt_placement *norm, void *data, bool owned,
+                      int storage, dt_tensor **out) {
     const dt_mem_ops *mem = dt_mem_ops_of(device.kind);
     if (!mem) return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
                               (int)device.kind);
@@ -44,14 +47,15 @@ dt_status dt_tensor_new(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndi
                     t->local_offset);
     t->local_numel = dt_shape_numel(t->local_shape, ndim);
     t->device = device;
-    if (data) {
-        t->data = data;
-        t->owned = owned;
-    } else if (t->local_numel) {
+    t->data = data;
+    t->owned = owned;
+    /* Zeroed storage only when there is something to zero; uninitialised storage always (a
+     * kernel's output pointer is never NULL, even for an empty shard). */
+    if (storage == UNINIT || (storage == ZEROED && t->local_numel)) {
         size_t bytes = t->local_numel * dt_dtype_size(dtype);
         t->data = mem->alloc(bytes);
         t->owned = true;
-        dt_status st = t->data ? mem->zero(t->data, bytes) : DT_ERR_NOMEM;
+        dt_status st = !t->data ? DT_ERR_NOMEM : storage == ZEROED ? mem->zero(t->data, bytes) : DT_OK;
         if (st != DT_OK) {
             mem->free(t->data);
             free(t);
@@ -65,21 +69,15 @@ dt_status dt_tensor_new(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndi
     return DT_OK;
 }
 
+dt_status dt_tensor_new(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
+                        const int64_t *shape, const dt_placement *norm, void *data, bool owned,
+                        dt_tensor **out) {
+    return make(mesh, device, dtype, ndim, shape, norm, data, owned, data ? GIVEN : ZEROED, out);
+}
+
 dt_status dt_tensor_alloc(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                           const int64_t *shape, const dt_placement *norm, dt_tensor **out) {
-    const dt_mem_ops *mem = dt_mem_ops_of(device.kind);
-    if (!mem) return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
-                              (int)device.kind);
-    int64_t ls[DT_MAX_NDIM], off[DT_MAX_NDIM];
-    dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, ls, off);
-    void *data = mem->alloc(dt_shape_numel(ls, ndim) * dt_dtype_size(dtype));
-    if (!data) {
-        dt_error_prefix("tensor");
-        return DT_ERR_NOMEM;
-    }
-    dt_status st = dt_tensor_new(mesh, device, dtype, ndim, shape, norm, data, true, out);
-    if (st != DT_OK) mem->free(data);
-    return st;
+    return make(mesh, device, dtype, ndim, shape, norm, NULL, true, UNINIT, out);
 }
 
 void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,

@@ -22,11 +22,7 @@ const dt_kernels dt_kernels_cpu = {
 
 #if DT_HAVE_CUDA
 extern const dt_kernels dt_kernels_cuda;
+const dt_kernels *const dt_kernel_tables[2] = {&dt_kernels_cpu, &dt_kernels_cuda};
+#else
+const dt_kernels *const dt_kernel_tables[2] = {&dt_kernels_cpu, NULL};
 #endif
-
-const dt_kernels *dt_kernels_of(dt_device_kind kind) {
-#if DT_HAVE_CUDA
-    if (kind == DT_DEVICE_CUDA) return &dt_kernels_cuda;
-#endif
-    return kind == DT_DEVICE_CPU ? &dt_kernels_cpu : NULL;
-}

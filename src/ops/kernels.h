@@ -138,7 +138,12 @@ typedef struct dt_kernels {
 
 extern const dt_kernels dt_kernels_cpu;
 
+/* Per device kind (CPU, CUDA); the CUDA entry is NULL in builds without it. */
+extern const dt_kernels *const dt_kernel_tables[2];
+
 /* The table of a device kind; NULL for CUDA in builds without it. */
-const dt_kernels *dt_kernels_of(dt_device_kind kind);
+static inline const dt_kernels *dt_kernels_of(dt_device_kind kind) {
+    return (unsigned)kind < 2 ? dt_kernel_tables[kind] : NULL;
+}
 
 #endif
