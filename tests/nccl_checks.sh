@@ -11,7 +11,7 @@ skip=0
 check() { # name, expected exit status, text the output must hold ("" for none), command...
     name=$1 want=$2 text=$3
     shift 3
-    out=$("$@" 2>&1)
+    out=$(timeout 120 "$@" 2>&1)
     rc=$?
     if [ "$rc" = 77 ]; then
         skip=$((skip + 1))

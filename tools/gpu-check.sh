@@ -25,7 +25,8 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 ninja -C "$build" >/dev/null || { ninja -C "$build" | tail -40; echo "gpu-check: build failed" >&2; exit 1; }
 echo "gpu-check: built in $(($(date +%s) - start)) s"
-"$build/tests/gpu_check" | tee "$log"
+# Bounded, so that a hang still leaves the sections that ran and a verdict.
+timeout 300 "$build/tests/gpu_check" | tee "$log"
 echo "nccl runtime (processes under dtrun):"
 if [ "$sim" = 1 ]; then nccl_mode=--sim; else nccl_mode=; fi
 sh tests/nccl_checks.sh "$build" $nccl_mode | tee "$log.nccl"
