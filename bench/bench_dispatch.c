@@ -24,6 +24,11 @@ static double clock_s(clockid_t id) {
 static double now(void) { return clock_s(CLOCK_MONOTONIC); }
 static double cpu_now(void) { return clock_s(CLOCK_THREAD_CPUTIME_ID); }
 
+/* A 2-D f32 block of rows x cols at data. */
+static dt_block f32_block(void *data, int64_t rows, int64_t cols) {
+    return (dt_block){.data = data, .dtype = DT_F32, .ndim = 2, .shape = {rows, cols}};
+}
+
 #define TRY(call)                                                                                  \
     do {                                                                                           \
         dt_status st_ = (call);                                                                    \
@@ -52,10 +57,10 @@ static dt_status overhead_body(dt_ctx *ctx, void *arg) {
     TRY(dt_tensor_distribute(mesh, w, DT_F32, 2, ws, rep, DT_ALL_RANKS, &wt));
     dt_tensor_info ia, ib, iw;
     dt_tensor_info_get(a, &ia), dt_tensor_info_get(b, &ib), dt_tensor_info_get(wt, &iw);
-    dt_block la = {ia.local_data, DT_F32, 2, {4, 4}}, lb = {ib.local_data, DT_F32, 2, {4, 4}};
-    dt_block lw = {iw.local_data, DT_F32, 2, {4, 4}};
+    dt_block la = f32_block(ia.local_data, 4, 4), lb = f32_block(ib.local_data, 4, 4);
+    dt_block lw = f32_block(iw.local_data, 4, 4);
     float out[16];
-    dt_block lo = {out, DT_F32, 2, {4, 4}};
+    dt_block lo = f32_block(out, 4, 4);
     const int iters = 100000;
     double best[4] = {1e30, 1e30, 1e30, 1e30};
     for (int rep_i = 0; rep_i < 5; rep_i++) {
@@ -135,8 +140,8 @@ static dt_status gemm_body(dt_ctx *ctx, void *arg) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, n, n, 1.0f, ia.local_data, n,
                     ib.local_data, n, 0.0f, out, n);
 #else
-        dt_block la = {ia.local_data, DT_F32, 2, {m, n}}, lb = {ib.local_data, DT_F32, 2, {n, n}};
-        dt_block lo = {out, DT_F32, 2, {m, n}};
+        dt_block la = f32_block(ia.local_data, m, n), lb = f32_block(ib.local_data, n, n);
+        dt_block lo = f32_block(out, m, n);
         dt_cpu_matmul(&la, &lb, 0, &lo);
 #endif
         double t3 = now();

@@ -25,6 +25,11 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* A 2-D f32 block of rows x cols at data. */
+static dt_block f32_block(void *data, int64_t rows, int64_t cols) {
+    return (dt_block){.data = data, .dtype = DT_F32, .ndim = 2, .shape = {rows, cols}};
+}
+
 #define TRY(call)                                                                                  \
     do {                                                                                           \
         dt_status st_ = (call);                                                                    \
@@ -197,8 +202,8 @@ static dt_status overhead_body(dt_ctx *ctx, void *arg) {
     dt_tensor_info ia, ib;
     dt_tensor_info_get(a, &ia), dt_tensor_info_get(b, &ib);
     void *o = dt_cuda_alloc(64);
-    dt_block la = {ia.local_data, DT_F32, 2, {4, 4}}, lb = {ib.local_data, DT_F32, 2, {4, 4}},
-             lo = {o, DT_F32, 2, {4, 4}};
+    dt_block la = f32_block(ia.local_data, 4, 4), lb = f32_block(ib.local_data, 4, 4),
+             lo = f32_block(o, 4, 4);
     const int iters = smoke ? 20 : 20000;
     ns[0] = ns[1] = 1e30;
     for (int k = 0; k < 5; k++) {

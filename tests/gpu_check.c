@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include <cuda_runtime_api.h>
+
 #include "op_cases.h"
 #include "property_cases.h"
 
@@ -141,6 +143,64 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
     return DT_OK;
 }
 
+/* ---- a registered op on GPU tensors -------------------------------------------------------- */
+
+/* out = 2 x, computed on the host between two copies queued on the rank's stream: what a user
+ * kernel sees (device pointers, the stream to queue on) is what this checks. */
+static dt_status twice_kernel(const dt_block *in, int n, dt_block *out, void *user) {
+    (void)n, (void)user;
+    size_t count = 1;
+    for (int d = 0; d < in[0].ndim; d++) count *= (size_t)in[0].shape[d];
+    cudaStream_t s = (cudaStream_t)dt_cuda_current_stream();
+    if (in[0].device.kind != DT_DEVICE_CUDA || out->device.kind != DT_DEVICE_CUDA || !s)
+        return dt_error_set(DT_ERR_DEVICE, "twice: blocks on device %d/%d, stream %p",
+                            (int)in[0].device.kind, (int)out->device.kind, (void *)s);
+    float *h = malloc(sizeof(float) * count + 4);
+    cudaError_t e = cudaMemcpyAsync(h, in[0].data, sizeof(float) * count, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    for (size_t i = 0; i < count; i++) h[i] *= 2;
+    if (e == cudaSuccess) e = cudaMemcpyAsync(out->data, h, sizeof(float) * count, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s); /* h goes away */
+    free(h);
+    return e == cudaSuccess ? DT_OK : dt_error_set(DT_ERR_DEVICE, "twice: CUDA error %d", (int)e);
+}
+
+static dt_status twice_infer(const dt_block *in, int n, dt_block *out, void *user) {
+    (void)n, (void)user;
+    *out = in[0];
+    return DT_OK;
+}
+
+static dt_status user_op_body(dt_ctx *ctx, void *arg) {
+    dt_op op = *(dt_op *)arg;
+    R_OK(dt_ctx_set_device(ctx, gpu));
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2", &mesh));
+    int64_t shape[2] = {9, 4};
+    float x[36], y[36];
+    t_fill(DT_F32, x, 36, 3);
+    dt_placement s0[1] = {dt_shard(0)};
+    dt_tensor *t, *u;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, s0, DT_ALL_RANKS, &t));
+    R_OK(dt_op_call(op, &t, 1, NULL, &u));
+    R_OK(dt_tensor_full(u, y, sizeof y));
+    for (int i = 0; i < 36; i++) R_CHECK(y[i] == 2 * x[i], "element %d: %g, want %g", i, y[i], 2 * x[i]);
+    dt_tensor_release(u), dt_tensor_release(t);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+static void check_user_op(void) {
+    static const dt_placement rows[1][DT_OP_MAX_USER_INPUTS + 1] = {
+        {{DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM}}};
+    dt_op_def def = {.name = "gpu_check_twice", .ninputs = 1, .rows = rows, .nrows = 1,
+                     .infer = twice_infer, .kernel = twice_kernel};
+    dt_op op;
+    dt_status st = dt_op_register(&def, &op);
+    if (st == DT_OK) st = dt_local_run(2, user_op_body, &op, NULL);
+    check_run("a registered op's kernel on GPU blocks and the rank's stream", st);
+}
+
 /* ---- ops --------------------------------------------------------------------------------- */
 
 static void check_ops(int quick) {
@@ -255,6 +315,7 @@ int main(int argc, char **argv) {
     check_run("device memory: allocator, copies, errors (2 ranks)", dt_local_run(2, memory_body, NULL, NULL));
     check_run("async redistribute and non-blocking all_reduce (2x2)",
               dt_local_run(4, async_body, NULL, NULL));
+    check_user_op();
     printf("memory/async: %d passed, %d failed\n", passed - p0, failed - f0);
     p0 = passed, f0 = failed;
     check_ops(quick);

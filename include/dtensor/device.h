@@ -53,6 +53,11 @@ dt_status dt_ctx_set_tf32(dt_ctx *ctx, int allow);
  * dt_tensor_local_to_host or dt_tensor_to_device are always complete. */
 dt_status dt_ctx_synchronize(dt_ctx *ctx);
 
+/* The compute stream (a cudaStream_t) of the rank whose op runs on the calling thread, for a
+ * registered op's CUDA kernel (dt_op_register) to queue its work on; NULL when no GPU is
+ * bound to the thread. */
+void *dt_cuda_current_stream(void);
+
 /* The caching allocator of one CUDA device. Freed blocks stay cached by size class and by
  * stream, and are handed out again to the same stream, so steady-state ops do not call
  * cudaMalloc/cudaFree. When cudaMalloc fails the cache is emptied and the allocation tried

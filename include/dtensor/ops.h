@@ -64,6 +64,7 @@ typedef struct dt_block {
     dt_dtype dtype;
     int ndim;
     int64_t shape[DT_MAX_NDIM];
+    dt_device device; /* where data lives: for CUDA, data is device memory */
 } dt_block;
 
 /* Registering an op (like PyTorch's register_sharding): its single-mesh-dim strategies as
@@ -78,7 +79,10 @@ typedef struct dt_op_def {
     int nrows;
     /* Output dims, shape and dtype from the inputs' global specs (blocks with data NULL). */
     dt_status (*infer)(const dt_block *inputs, int n, dt_block *out, void *user);
-    /* out = f(inputs) on this rank's blocks; out is allocated with the layout's shape. */
+    /* out = f(inputs) on this rank's blocks; out is allocated with the layout's shape, on the
+     * inputs' device. On CUDA blocks the kernel queues its work on dt_cuda_current_stream()
+     * (the rank's compute stream, which orders it with every other op) and may return before
+     * it has run. */
     dt_status (*kernel)(const dt_block *inputs, int n, dt_block *out, void *user);
     void *user;
 } dt_op_def;

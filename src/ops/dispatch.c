@@ -311,7 +311,7 @@ static dt_status redistribute_input(dt_op op, int i, dt_tensor *t, const dt_plac
 }
 
 static void local_of(const dt_tensor *t, dt_local *l) {
-    *l = (dt_local){.data = t->data, .dtype = t->dtype, .ndim = t->ndim};
+    *l = (dt_local){.data = t->data, .dtype = t->dtype, .ndim = t->ndim, .device = t->device};
     memcpy(l->shape, t->local_shape, sizeof(int64_t) * (size_t)t->ndim);
 }
 

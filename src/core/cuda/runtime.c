@@ -53,6 +53,8 @@ int dt_cuda_device_count(void) {
 
 dt_cuda_rank *dt_cuda_current(void) { return bound; }
 
+void *dt_cuda_current_stream(void) { return bound ? (void *)bound->compute : NULL; }
+
 void dt_cuda_bind(dt_cuda_rank *r) {
     if (r && r != bound) cudaSetDevice(r->device);
     bound = r;
