@@ -34,6 +34,7 @@ test-gpu-sim: deps
 	ninja -C $(SIM_BUILD)
 	./$(SIM_BUILD)/tests/gpu_check
 	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/gpu_check --quick
+	CUDASIM_DEVICES=2 ./$(SIM_BUILD)/tests/gpu_check --quick > /dev/null
 	CUDASIM_GUARD=1 ./$(SIM_BUILD)/examples/demo --cuda $(SIM_BUILD) > /dev/null
 	sh tests/nccl_checks.sh $(SIM_BUILD) --sim
 	./$(SIM_BUILD)/bench/bench_gpu --smoke > /dev/null

@@ -56,6 +56,34 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_to_device(x, (dt_device){DT_DEVICE_CPU, 0}, &cpu));
     R_OK(dt_tensor_full(cpu, back, sizeof(float) * 256 * 96));
     R_CHECK(memcmp(back, host, sizeof(float) * 256 * 96) == 0, "to_device(CPU) changed data");
+    /* The TF32 path of f32 GEMMs: a 64x96 @ 96x80 product within TF32's 10-bit mantissa of
+     * the exact one. */
+    R_OK(dt_ctx_set_tf32(ctx, 1));
+    {
+        int64_t ws[2] = {96, 80};
+        float *w = malloc(sizeof(float) * 96 * 80), *got = malloc(sizeof(float) * 64 * 80);
+        t_fill(DT_F32, w, 96 * 80, 12);
+        dt_placement rep[1] = {dt_replicate()};
+        int64_t xs[2] = {64, 96};
+        dt_tensor *a, *b, *c;
+        R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, xs, rep, DT_ALL_RANKS, &a));
+        R_OK(dt_tensor_distribute(mesh, w, DT_F32, 2, ws, rep, DT_ALL_RANKS, &b));
+        R_OK(dt_mm(a, b, &c));
+        R_OK(dt_tensor_full(c, got, sizeof(float) * 64 * 80));
+        for (int i = 0; i < 64; i++)
+            for (int j = 0; j < 80; j++) {
+                double acc = 0, mag = 0;
+                for (int k = 0; k < 96; k++) {
+                    acc += (double)host[i * 96 + k] * w[k * 80 + j];
+                    mag += fabs((double)host[i * 96 + k] * w[k * 80 + j]);
+                }
+                R_CHECK(fabs(got[i * 80 + j] - acc) <= 2e-3 * (1 + mag), "tf32 mm [%d,%d]: %g, want %g",
+                        i, j, got[i * 80 + j], acc);
+            }
+        dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(c);
+        free(w), free(got);
+    }
+    R_OK(dt_ctx_set_tf32(ctx, 0));
     /* Mixing devices is refused. */
     dt_status st = dt_add(x, cpu, &sum);
     R_CHECK(st == DT_ERR_DEVICE && strstr(dt_last_error(), "input 1"), "mixed add: %s %s",

@@ -45,7 +45,7 @@ dt_status dt_ctx_set_device(dt_ctx *ctx, dt_device device);
 dt_device dt_ctx_device(const dt_ctx *ctx);
 
 /* Lets f32 GEMMs of this rank use TF32 tensor cores (like torch.backends.cuda.matmul.
- * allow_tf32). Off by default. No effect on the CPU. */
+ * allow_tf32), on its GPU now or set later. Off by default. No effect on the CPU. */
 dt_status dt_ctx_set_tf32(dt_ctx *ctx, int allow);
 
 /* Blocks until the work this rank queued on its GPU streams is done (a no-op on the CPU).

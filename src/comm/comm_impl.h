@@ -79,6 +79,7 @@ struct dt_ctx {
     int redistribute_mode;    /* dt_redistribute_mode, read by op dispatch */
     void (*redist_free)(dt_redist_state *);
     dt_device device;         /* compute device (dt_ctx_set_device) */
+    int allow_tf32;           /* dt_ctx_set_tf32, kept for GPUs set up later */
     struct dt_cuda_rank *cuda; /* streams and handles when device is CUDA (core/cuda/cuda_rt.h) */
 };
 

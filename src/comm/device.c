@@ -47,6 +47,7 @@ static dt_status set_cuda(dt_ctx *ctx, int index) {
                                        "(CUDA_VISIBLE_DEVICES) or one process per GPU", index);
     dt_cuda_rank *r;
     DT_CHECK(dt_cuda_rank_create(index, &r));
+    r->allow_tf32 = ctx->allow_tf32;
     dt_cuda_rank_release(ctx->cuda);
     ctx->cuda = r;
     ctx->device = (dt_device){DT_DEVICE_CUDA, index};
@@ -78,10 +79,9 @@ dt_device dt_ctx_device(const dt_ctx *ctx) {
 
 dt_status dt_ctx_set_tf32(dt_ctx *ctx, int allow) {
     DT_ARG_NOT_NULL(ctx);
+    ctx->allow_tf32 = allow != 0;
 #if DT_HAVE_CUDA
-    if (ctx->cuda) ctx->cuda->allow_tf32 = allow != 0;
-#else
-    (void)allow;
+    if (ctx->cuda) ctx->cuda->allow_tf32 = ctx->allow_tf32;
 #endif
     return DT_OK;
 }
