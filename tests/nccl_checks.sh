@@ -32,12 +32,12 @@ check "nccl mesh communicators, 1 rank" 0 "" "$dtrun" -n 1 "$prog" mesh
 if [ "$2" = "--sim" ]; then
     export NCCLSIM_ANY_SIZE=1
     check "nccl mesh communicators, 4 ranks (sim)" 0 "" "$dtrun" -n 4 "$prog" mesh
-    check "nccl: a killed rank aborts the others (sim)" 137 "failed cleanly: DT_ERR_ABORTED" env DT_TIMEOUT_S=20 "$dtrun" -n 3 "$prog" fault
+    check "nccl: a killed rank aborts the others (sim)" 137 "failed cleanly after .* s: DT_ERR_ABORTED" env DT_TIMEOUT_S=20 "$dtrun" -n 3 "$prog" fault
 else
     gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
     if [ "$gpus" -ge 2 ]; then
         check "nccl collectives, $gpus ranks" 0 "" "$dtrun" -n "$gpus" "$prog" collectives
-        check "nccl: a killed rank aborts the others" 137 "failed cleanly: DT_ERR_ABORTED" env DT_TIMEOUT_S=20 "$dtrun" -n "$gpus" "$prog" fault
+        check "nccl: a killed rank aborts the others" 137 "failed cleanly after .* s: DT_ERR_ABORTED" env DT_TIMEOUT_S=20 "$dtrun" -n "$gpus" "$prog" fault
     fi
 fi
 [ "$skip" = 0 ] || echo "($skip skipped: no GPU, or a build without NCCL)"

@@ -4,10 +4,7 @@
  *                gaps that must survive), the same on host buffers (staged), send/recv, barrier,
  *                and the communicators of a 2-D mesh (sub-communicators through the store)
  *   mesh         mesh, flattened and sub-mesh communicators made, used by barriers, destroyed
- *   fault        the last rank kills itself while all_reduces run: the others must fail with
- *                DT_ERR_ABORTED naming it
- *   hang         the last rank stops taking part: the others time out (DT_TIMEOUT_S)
- *   peer-exit    rank 1 returns early: the others fail with DT_ERR_PEER_EXITED naming it
+ *   fault, hang, peer-exit   the failure modes of rank_faults.h, on device buffers
  * Prints "[ok] <mode>" and exits 0; failure modes print "<mode>: failed cleanly" and exit 3,
  * or "FAILED BADLY" and exit 1. */
 #include <cuda_runtime_api.h>
@@ -21,6 +18,8 @@
 
 #include <dtensor.h>
 #include <dtensor/nccl.h>
+
+#include "rank_faults.h"
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
@@ -332,45 +331,27 @@ static dt_status mode_mesh(dt_ctx *ctx) {
     return DT_OK;
 }
 
-static void *suicide(void *arg) {
-    (void)arg;
-    usleep(300000);
-    raise(SIGKILL);
-    return NULL;
+/* The failure modes' buffers, on the GPU (zeroed: the sums must stay finite). */
+static void *dev_alloc(size_t bytes) {
+    void *p = buf_new(1, bytes);
+    if (p && (cudaMemset(p, 0, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)) {
+        buf_free(1, p);
+        p = NULL;
+    }
+    return p;
 }
 
-static dt_status mode_failure(dt_ctx *ctx, const char *mode) {
-    int me = dt_ctx_rank(ctx), n = dt_ctx_size(ctx);
-    dt_comm *world;
-    OK(dt_ctx_world_comm(ctx, &world));
-    size_t cnt = 1 << 20;
-    void *b = buf_new(1, cnt * 4);
-    CHECK(b, "out of memory");
-    for (int k = 0; k < 5; k++)
-        OK(dt_all_reduce(world, b, b, cnt, DT_F32, DT_REDUCE_SUM));
-    OK(dt_barrier(world));
-    if (!strcmp(mode, "fault") && me == n - 1) {
-        pthread_t th;
-        pthread_create(&th, NULL, suicide, NULL);
-    }
-    if (!strcmp(mode, "hang") && me == n - 1) {
-        sleep(60);
-        return DT_OK;
-    }
-    if (!strcmp(mode, "peer-exit") && me == 1) return DT_OK;
-    for (int it = 0; it < 1000000; it++) {
-        dt_status st = dt_all_reduce(world, b, b, cnt, DT_F32, DT_REDUCE_SUM);
-        if (st == DT_OK && it % 10 == 9) st = dt_barrier(world);
-        if (st != DT_OK) return st;
-    }
-    return dt_error_set(DT_ERR_ARG, "%s: collectives kept succeeding", mode);
-}
+static void dev_free(void *p) { buf_free(1, p); }
 
 static dt_status body(dt_ctx *ctx, void *arg) {
     const char *mode = arg;
     if (!strcmp(mode, "collectives")) return mode_collectives(ctx);
     if (!strcmp(mode, "mesh")) return mode_mesh(ctx);
-    return mode_failure(ctx, mode);
+    if (rank_fault_mode(mode)) {
+        rank_fault_buffers dev = {.alloc = dev_alloc, .release = dev_free};
+        return rank_fault_run(ctx, mode, &dev);
+    }
+    return dt_error_set(DT_ERR_ARG, "unknown mode %s", mode);
 }
 
 int main(int argc, char **argv) {
@@ -386,13 +367,5 @@ int main(int argc, char **argv) {
         printf("%s: FAILED BADLY: %s: %s\n", mode, dt_status_str(st), dt_last_error());
         return 1;
     }
-    int n = getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : 0;
-    char culprit[32];
-    snprintf(culprit, sizeof culprit, "rank %d", !strcmp(mode, "peer-exit") ? 1 : n - 1);
-    const char *msg = dt_last_error();
-    int clean = (st == DT_ERR_ABORTED || st == DT_ERR_PEER_EXITED) &&
-                (strstr(msg, culprit) || (!strcmp(mode, "hang") && strstr(msg, "timed out")));
-    printf("%s: %s: %s: %s\n", mode, clean ? "failed cleanly" : "FAILED BADLY", dt_status_str(st),
-           msg);
-    return clean ? 3 : 1;
+    return st == DT_OK ? 1 : rank_fault_judge(mode, st);
 }

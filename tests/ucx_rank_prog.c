@@ -4,11 +4,7 @@
  *                bitwise agreement across ranks (and with the rank-order reference) for
  *                non-integer data
  *   tensor       mesh + distribute + redistribute (sync and async) + full, exact round trips
- *   fault        the last rank kills itself (SIGKILL) while collectives run; the others must
- *                fail cleanly (DT_ERR_ABORTED / DT_ERR_PEER_EXITED naming it) within the timeout
- *   peer-exit    rank 1 returns early; the others' next collective fails with PEER_EXITED
- *   mismatch     ranks disagree on a count: a clean failure on every rank, no hang
- *   hang         the last rank stops taking part (alive): the others time out, naming it
+ *   fault, hang, peer-exit, mismatch   the failure modes of rank_faults.h
  * Prints "[ok] <mode>" on success; exits 0 on success. Failure modes print "<mode>: failed
  * cleanly ..." and exit 3 when dt_ucx_run failed as expected, else "FAILED BADLY" and exit 1. */
 #include <math.h>
@@ -24,6 +20,7 @@
 #include <dtensor.h>
 
 #include "core/reduce.h"
+#include "rank_faults.h"
 
 #define FAIL(...) return fail_at(__LINE__, __VA_ARGS__)
 #define CHECK(cond, ...)                                                                           \
@@ -531,102 +528,6 @@ static dt_status mode_ops(dt_ctx *ctx) {
     return DT_OK;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void *suicide(void *arg) {
-    (void)arg;
-    struct timespec ts = {0, 30 * 1000000};
-    nanosleep(&ts, NULL);
-    raise(SIGKILL);
-    return NULL;
-}
-
-/* When the expected failure reached this rank's SPMD body (main judges it: a rank may also
- * fail before its body runs, when another rank aborts the world during startup). */
-static double fail_after = -1;
-
-static dt_status failed_at(dt_status st, double t0) {
-    fail_after = now_s() - t0;
-    return st;
-}
-
-static dt_status mode_fault(dt_ctx *ctx) {
-    int me = dt_ctx_rank(ctx), n = dt_ctx_size(ctx);
-    dt_comm *world;
-    OK(dt_ctx_world_comm(ctx, &world));
-    size_t cnt = 1 << 20;
-    float *buf = calloc(cnt, 4);
-    CHECK(buf, "out of memory");
-    OK(dt_all_reduce(world, buf, buf, cnt, DT_F32, DT_REDUCE_SUM));
-    if (me == n - 1) {
-        pthread_t th;
-        pthread_create(&th, NULL, suicide, NULL);
-    }
-    double t0 = now_s();
-    for (int it = 0; it < 100000; it++) {
-        t0 = now_s();
-        dt_status st = dt_all_reduce(world, buf, buf, cnt, DT_F32, DT_REDUCE_SUM);
-        if (st != DT_OK) {
-            free(buf);
-            return failed_at(st, t0);
-        }
-    }
-    free(buf);
-    FAIL("rank %d: collectives kept succeeding although rank %d was killed", me, n - 1);
-}
-
-/* The last rank stays alive but stops taking part: the others must time out (DT_TIMEOUT_S)
- * naming it, then exit although it never returns. */
-static dt_status mode_hang(dt_ctx *ctx) {
-    int me = dt_ctx_rank(ctx), n = dt_ctx_size(ctx);
-    dt_comm *world;
-    OK(dt_ctx_world_comm(ctx, &world));
-    float buf[1000] = {0};
-    OK(dt_all_reduce(world, buf, buf, 1000, DT_F32, DT_REDUCE_SUM));
-    if (me == n - 1) {
-        sleep(60);
-        return DT_OK;
-    }
-    double t0 = now_s();
-    dt_status st = dt_all_reduce(world, buf, buf, 1000, DT_F32, DT_REDUCE_SUM);
-    CHECK(st != DT_OK, "all_reduce succeeded without rank %d", n - 1);
-    return failed_at(st, t0);
-}
-
-static dt_status mode_peer_exit(dt_ctx *ctx) {
-    int me = dt_ctx_rank(ctx);
-    dt_comm *world;
-    OK(dt_ctx_world_comm(ctx, &world));
-    float in[3000], out[3000 * 8];
-    for (int i = 0; i < 3000; i++)
-        in[i] = (float)me;
-    for (int k = 0; k < 5; k++)
-        OK(dt_all_gather(world, in, out, 3000, DT_F32));
-    if (me == 1) {
-        printf("peer-exit: rank 1 returns early\n");
-        return DT_OK;
-    }
-    double t0 = now_s();
-    dt_status st = dt_all_reduce(world, in, in, 3000, DT_F32, DT_REDUCE_SUM);
-    CHECK(st != DT_OK, "all_reduce succeeded without rank 1");
-    return failed_at(st, t0);
-}
-
-static dt_status mode_mismatch(dt_ctx *ctx) {
-    int me = dt_ctx_rank(ctx);
-    dt_comm *world;
-    OK(dt_ctx_world_comm(ctx, &world));
-    float buf[64] = {0};
-    double t0 = now_s();
-    dt_status st = dt_all_reduce(world, buf, buf, me == 1 ? 64 : 60, DT_F32, DT_REDUCE_SUM);
-    CHECK(st != DT_OK, "all_reduce with mismatched counts succeeded");
-    return failed_at(st, t0);
-}
-
 static dt_status body(dt_ctx *ctx, void *arg) {
     const char *mode = arg;
     dt_status st;
@@ -638,36 +539,15 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         if ((st = mode_tensor(ctx)) != DT_OK) return st;
         return mode_ops(ctx);
     }
-    if (!strcmp(mode, "fault")) return mode_fault(ctx);
-    if (!strcmp(mode, "peer-exit")) return mode_peer_exit(ctx);
-    if (!strcmp(mode, "hang")) return mode_hang(ctx);
-    if (!strcmp(mode, "mismatch")) return mode_mismatch(ctx);
+    if (rank_fault_mode(mode)) return rank_fault_run(ctx, mode, NULL);
     FAIL("unknown mode %s", mode);
-}
-
-/* Failure modes: a clean failure is a status saying another rank failed, returned or
- * disagreed, with a message naming the rank at fault. */
-static int judge(const char *mode, dt_status st) {
-    int n = getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : 0;
-    char culprit[32] = "ranks disagree on counts";
-    if (!strcmp(mode, "fault") || !strcmp(mode, "hang"))
-        snprintf(culprit, sizeof culprit, "rank %d", n - 1);
-    if (!strcmp(mode, "peer-exit")) snprintf(culprit, sizeof culprit, "rank 1");
-    const char *msg = dt_last_error();
-    int clean = (st == DT_ERR_ABORTED || st == DT_ERR_PEER_EXITED || st == DT_ERR_COMM) &&
-                strstr(msg, culprit);
-    printf("%s: %s after %.2f s: %s: %s\n", mode, clean ? "failed cleanly" : "FAILED BADLY",
-           fail_after, dt_status_str(st), msg);
-    return clean ? 3 : 1;
 }
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "all";
     dt_status st = dt_ucx_run(body, (void *)mode);
-    if (!strcmp(mode, "fault") || !strcmp(mode, "peer-exit") || !strcmp(mode, "mismatch") ||
-        !strcmp(mode, "hang"))
-        return st == DT_OK ? 1 : judge(mode, st);
+    if (rank_fault_mode(mode)) return st == DT_OK ? 1 : rank_fault_judge(mode, st);
     if (st == DT_OK) return 0;
     fprintf(stderr, "dt_ucx_run: %s: %s\n", dt_status_str(st), dt_last_error());
     return 1;

@@ -472,6 +472,11 @@ cudaError_t cudaMemsetAsync(void *dst, int v, size_t bytes, cudaStream_t s) {
     return cudaSuccess;
 }
 
+cudaError_t cudaMemset(void *dst, int v, size_t bytes) {
+    drain_all();
+    return cudaMemsetAsync(dst, v, bytes, nullptr);
+}
+
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {

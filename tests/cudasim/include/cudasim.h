@@ -73,6 +73,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
                               size_t width, size_t height, enum cudaMemcpyKind k, cudaStream_t s);
 cudaError_t cudaMemsetAsync(void *dst, int v, size_t bytes, cudaStream_t s);
+cudaError_t cudaMemset(void *dst, int v, size_t bytes);
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);

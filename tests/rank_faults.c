@@ -1,0 +1,111 @@
+/* The failure modes of the rank programs (rank_faults.h). */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rank_faults.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* When the expected failure reached this rank's SPMD body (the judge prints it: a rank may
+ * also fail before its body runs, when another rank aborts the world during startup). */
+static double fail_after = -1;
+
+static dt_status failed_at(dt_status st, double t0) {
+    fail_after = now_s() - t0;
+    return st;
+}
+
+static void *suicide(void *arg) {
+    (void)arg;
+    struct timespec ts = {0, 30 * 1000000};
+    nanosleep(&ts, NULL);
+    raise(SIGKILL);
+    return NULL;
+}
+
+int rank_fault_mode(const char *mode) {
+    return !strcmp(mode, "fault") || !strcmp(mode, "hang") || !strcmp(mode, "peer-exit") ||
+           !strcmp(mode, "mismatch");
+}
+
+static void *buf_new(const rank_fault_buffers *b, size_t bytes) {
+    void *p = b && b->alloc ? b->alloc(bytes) : malloc(bytes);
+    if (p && !(b && b->alloc)) memset(p, 0, bytes);
+    return p;
+}
+
+static void buf_free(const rank_fault_buffers *b, void *p) {
+    if (b && b->release) b->release(p);
+    else free(p);
+}
+
+/* All_reduces (and, every tenth, a barrier: a runtime whose collectives return once queued
+ * reports failures at its next wait) until one fails. */
+static dt_status until_failure(dt_comm *world, float *buf, size_t count) {
+    for (int it = 0; it < 1000000; it++) {
+        double t0 = now_s();
+        dt_status st = dt_all_reduce(world, buf, buf, count, DT_F32, DT_REDUCE_SUM);
+        if (st == DT_OK && it % 10 == 9) st = dt_barrier(world);
+        if (st != DT_OK) return failed_at(st, t0);
+    }
+    return dt_error_set(DT_ERR_ARG, "collectives kept succeeding");
+}
+
+dt_status rank_fault_run(dt_ctx *ctx, const char *mode, const rank_fault_buffers *buffers) {
+    int me = dt_ctx_rank(ctx), n = dt_ctx_size(ctx);
+    dt_comm *world;
+    dt_status st = dt_ctx_world_comm(ctx, &world);
+    size_t count = 1 << 20;
+    float *buf = buf_new(buffers, count * sizeof(float)), *out = NULL;
+    if (st != DT_OK || !buf) return st != DT_OK ? st : dt_error_set(DT_ERR_NOMEM, "out of memory");
+    if (!strcmp(mode, "mismatch")) {
+        double t0 = now_s();
+        st = dt_all_reduce(world, buf, buf, me == 1 ? 64 : 60, DT_F32, DT_REDUCE_SUM);
+        if (st == DT_OK) st = dt_barrier(world);
+        st = st == DT_OK ? dt_error_set(DT_ERR_ARG, "mismatched counts went through")
+                         : failed_at(st, t0);
+    } else if (!strcmp(mode, "peer-exit")) {
+        if (!(out = buf_new(buffers, 3000 * sizeof(float) * (size_t)n)))
+            st = dt_error_set(DT_ERR_NOMEM, "out of memory");
+        for (int k = 0; k < 5 && st == DT_OK; k++) st = dt_all_gather(world, buf, out, 3000, DT_F32);
+        if (st == DT_OK) st = dt_barrier(world);
+        if (st == DT_OK && me == 1) printf("peer-exit: rank 1 returns early\n");
+        else if (st == DT_OK) st = until_failure(world, buf, 3000);
+    } else {
+        st = dt_all_reduce(world, buf, buf, count, DT_F32, DT_REDUCE_SUM);
+        if (st == DT_OK) st = dt_barrier(world);
+        if (st == DT_OK && me == n - 1 && !strcmp(mode, "fault")) {
+            pthread_t th;
+            pthread_create(&th, NULL, suicide, NULL);
+        }
+        if (st == DT_OK && me == n - 1 && !strcmp(mode, "hang")) sleep(60);
+        else if (st == DT_OK) st = until_failure(world, buf, count);
+    }
+    if (out) buf_free(buffers, out);
+    buf_free(buffers, buf);
+    return st;
+}
+
+int rank_fault_judge(const char *mode, dt_status st) {
+    int n = getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : 0;
+    char culprit[32] = "ranks disagree on counts";
+    if (!strcmp(mode, "fault") || !strcmp(mode, "hang"))
+        snprintf(culprit, sizeof culprit, "rank %d", n - 1);
+    if (!strcmp(mode, "peer-exit")) snprintf(culprit, sizeof culprit, "rank 1");
+    const char *msg = dt_last_error();
+    int clean = st != DT_OK &&
+                (st == DT_ERR_ABORTED || st == DT_ERR_PEER_EXITED || st == DT_ERR_COMM) &&
+                (strstr(msg, culprit) || (!strcmp(mode, "hang") && strstr(msg, "timed out")));
+    printf("%s: %s after %.2f s: %s: %s\n", mode, clean ? "failed cleanly" : "FAILED BADLY",
+           fail_after, dt_status_str(st), msg);
+    return clean ? 3 : 1;
+}

@@ -1,0 +1,30 @@
+/* The failure modes the UCX and NCCL rank programs share (one process per rank, under dtrun):
+ *   fault      the last rank kills itself (SIGKILL) while all_reduces run
+ *   hang       the last rank stays alive but stops taking part
+ *   peer-exit  rank 1 returns early, after five all_gathers that must succeed everywhere
+ *   mismatch   ranks disagree on an all_reduce's count
+ * The others must fail cleanly: DT_ERR_ABORTED, DT_ERR_PEER_EXITED or DT_ERR_COMM, with a
+ * message naming the rank at fault (or the disagreement), never hang. */
+#ifndef DT_TEST_RANK_FAULTS_H
+#define DT_TEST_RANK_FAULTS_H
+
+#include <stddef.h>
+
+#include <dtensor.h>
+
+/* Where the modes' buffers live: NULL alloc means host memory (malloc/free). */
+typedef struct rank_fault_buffers {
+    void *(*alloc)(size_t bytes);
+    void (*release)(void *p);
+} rank_fault_buffers;
+
+/* 1 when mode is one of the failure modes above. */
+int rank_fault_mode(const char *mode);
+/* The SPMD part of mode on this rank; returns the failure it met (or DT_OK on the ranks that
+ * return on purpose). */
+dt_status rank_fault_run(dt_ctx *ctx, const char *mode, const rank_fault_buffers *buffers);
+/* After the runtime returned st: prints "<mode>: failed cleanly after S s: ..." or "<mode>:
+ * FAILED BADLY ..." and returns the exit status, 3 (clean) or 1. */
+int rank_fault_judge(const char *mode, dt_status st);
+
+#endif
