@@ -273,58 +273,6 @@ static void check_redistribute(int quick, uint64_t seed) {
     }
 }
 
-/* ---- the tensor-parallel MLP --------------------------------------------------------------- */
-
-static dt_status mlp_body(dt_ctx *ctx, void *arg) {
-    (void)arg;
-    R_OK(dt_ctx_set_device(ctx, gpu));
-    dt_mesh *mesh;
-    R_OK(dt_mesh_create_str(ctx, "tp=4", &mesh));
-    enum { T = 64, C = 128, H = 512 };
-    int64_t xs[2] = {T, C}, w1s[2] = {H, C}, w2s[2] = {C, H};
-    float *x = malloc(sizeof(float) * T * C), *w1 = malloc(sizeof(float) * H * C),
-          *w2 = malloc(sizeof(float) * C * H), *h = malloc(sizeof(float) * T * H),
-          *ref = malloc(sizeof(float) * T * C), *y = malloc(sizeof(float) * T * C);
-    t_fill(DT_F32, x, T * C, 1), t_fill(DT_F32, w1, H * C, 2), t_fill(DT_F32, w2, C * H, 3);
-    for (int i = 0; i < H * C; i++) w1[i] /= 64, w2[i] /= 64;
-    dt_placement col[1] = {dt_shard(0)}, row[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
-    dt_tensor *tx, *tw1, *tw2, *th, *tg, *to, *out;
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, rep, DT_ALL_RANKS, &tx));
-    R_OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, col, DT_ALL_RANKS, &tw1));
-    R_OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, row, DT_ALL_RANKS, &tw2));
-    R_OK(dt_comm_stats_reset(ctx));
-    R_OK(dt_linear(tx, tw1, NULL, &th));
-    R_OK(dt_unary_op(DT_OP_GELU, th, &tg));
-    R_OK(dt_linear(tg, tw2, NULL, &to));
-    R_OK(dt_tensor_redistribute(to, rep, &out));
-    dt_comm_stats s;
-    R_OK(dt_comm_stats_get(ctx, &s));
-    uint64_t total = 0;
-    for (int k = 0; k < DT_COLL_KIND_COUNT; k++) total += s.calls[k];
-    R_CHECK(total == 1 && s.calls[DT_COLL_ALL_REDUCE] == 1, "%" PRIu64 " collectives", total);
-    for (int i = 0; i < T; i++)
-        for (int j = 0; j < H; j++) {
-            double a = 0;
-            for (int k = 0; k < C; k++) a += (double)x[i * C + k] * w1[j * C + k];
-            h[i * H + j] = (float)(0.5 * a * (1 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))));
-        }
-    for (int i = 0; i < T; i++)
-        for (int j = 0; j < C; j++) {
-            double a = 0;
-            for (int k = 0; k < H; k++) a += (double)h[i * H + k] * w2[j * H + k];
-            ref[i * C + j] = (float)a;
-        }
-    R_OK(dt_tensor_full(out, y, sizeof(float) * T * C));
-    for (int i = 0; i < T * C; i++)
-        R_CHECK(fabsf(y[i] - ref[i]) <= 1e-3f * (1 + fabsf(ref[i])), "y[%d] = %g, want %g", i,
-                y[i], ref[i]);
-    dt_tensor *all[] = {tx, tw1, tw2, th, tg, to, out};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
-    dt_mesh_release(mesh);
-    free(x), free(w1), free(w2), free(h), free(ref), free(y);
-    return DT_OK;
-}
-
 int main(int argc, char **argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     int n = dt_cuda_device_count();
@@ -352,7 +300,8 @@ int main(int argc, char **argv) {
     check_redistribute(quick, seed);
     printf("redistribute: %d passed, %d failed\n", passed - p0, failed - f0);
     p0 = passed, f0 = failed;
-    check_run("tensor-parallel MLP on 4 ranks of one GPU", dt_local_run(4, mlp_body, NULL, NULL));
+    mlp_run mlp = {.cuda = 1, .T = 64, .C = 128, .H = 512, .wscale = 64};
+    check_run("tensor-parallel MLP on 4 ranks of one GPU", dt_local_run(4, mlp_body, &mlp, NULL));
     printf("mlp:          %d passed, %d failed\n", passed - p0, failed - f0);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("(%.1f s)\n", (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));

@@ -211,3 +211,63 @@ int op_result_matches(const op_run *ref, const op_run *r, char *msg, size_t cap)
     return 1;
 }
 
+dt_status mlp_body(dt_ctx *ctx, void *arg) {
+    const mlp_run *r = arg;
+    const int T = r->T, C = r->C, H = r->H;
+    if (r->cuda) R_OK(dt_ctx_set_device(ctx, (dt_device){DT_DEVICE_CUDA, -1}));
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "tp=4", &mesh));
+    int64_t xs[2] = {T, C}, w1s[2] = {H, C}, w2s[2] = {C, H};
+    float *x = malloc(sizeof(float) * (size_t)(T * C)), *w1 = malloc(sizeof(float) * (size_t)(H * C)),
+          *w2 = malloc(sizeof(float) * (size_t)(C * H)), *h = malloc(sizeof(float) * (size_t)(T * H)),
+          *ref = malloc(sizeof(float) * (size_t)(T * C)), *y = malloc(sizeof(float) * (size_t)(T * C));
+    t_fill(DT_F32, x, (size_t)(T * C), 1), t_fill(DT_F32, w1, (size_t)(H * C), 2);
+    t_fill(DT_F32, w2, (size_t)(C * H), 3);
+    for (int i = 0; i < H * C; i++) w1[i] /= r->wscale, w2[i] /= r->wscale;
+    dt_placement col[1] = {dt_shard(0)}, row[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
+    const dt_placement *io = r->sequence_parallel ? col : rep; /* S(0): the sequence dim */
+    dt_tensor *tx, *tw1, *tw2, *th, *tg, *to, *out;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, io, DT_ALL_RANKS, &tx));
+    R_OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, col, DT_ALL_RANKS, &tw1));
+    R_OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, row, DT_ALL_RANKS, &tw2));
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(dt_linear(tx, tw1, NULL, &th));
+    R_OK(dt_unary_op(DT_OP_GELU, th, &tg));
+    R_OK(dt_linear(tg, tw2, NULL, &to));
+    R_OK(dt_tensor_redistribute(to, io, &out));
+    if (r->sequence_parallel) {
+        R_CHECK(t_issued(ctx, DT_COLL_ALL_GATHER) == 1 &&
+                    t_issued(ctx, DT_COLL_REDUCE_SCATTER) == 1 && t_issued_total(ctx) == 2,
+                "sequence-parallel MLP: %llu collectives (%llu all_gather, %llu reduce_scatter)",
+                (unsigned long long)t_issued_total(ctx),
+                (unsigned long long)t_issued(ctx, DT_COLL_ALL_GATHER),
+                (unsigned long long)t_issued(ctx, DT_COLL_REDUCE_SCATTER));
+    } else {
+        R_CHECK(t_issued(ctx, DT_COLL_ALL_REDUCE) == 1 && t_issued_total(ctx) == 1,
+                "tensor-parallel MLP: %llu collectives, %llu all_reduce",
+                (unsigned long long)t_issued_total(ctx),
+                (unsigned long long)t_issued(ctx, DT_COLL_ALL_REDUCE));
+    }
+    /* The reference, unsharded, in double. */
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j < H; j++) {
+            double a = 0;
+            for (int k = 0; k < C; k++) a += (double)x[i * C + k] * w1[j * C + k];
+            h[i * H + j] = (float)(0.5 * a * (1 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))));
+        }
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j < C; j++) {
+            double a = 0;
+            for (int k = 0; k < H; k++) a += (double)h[i * H + k] * w2[j * H + k];
+            ref[i * C + j] = (float)a;
+        }
+    R_OK(dt_tensor_full(out, y, sizeof(float) * (size_t)(T * C)));
+    for (int i = 0; i < T * C; i++)
+        R_CHECK(fabsf(y[i] - ref[i]) <= 1e-3f * (1 + fabsf(ref[i])), "y[%d] = %g, want %g", i,
+                y[i], ref[i]);
+    dt_tensor *all[] = {tx, tw1, tw2, th, tg, to, out};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    dt_mesh_release(mesh);
+    free(x), free(w1), free(w2), free(h), free(ref), free(y);
+    return DT_OK;
+}

@@ -48,4 +48,15 @@ void op_case_placements(const op_case *c, size_t ci, const char *mesh, int t,
 int op_result_matches(const op_run *ref, const op_run *r, char *msg, size_t cap);
 double tolerance(const op_case *c);
 
+/* Megatron MLP on a tp mesh of 4: x (T, C) @ W1^T (column parallel), gelu, @ W2^T (row
+ * parallel), against the same computed unsharded in double. Without sequence parallelism the
+ * forward issues exactly one all_reduce; with it (x and the output sharded on the sequence
+ * dim) exactly one all_gather and one reduce_scatter. Weights are divided by wscale. */
+typedef struct mlp_run {
+    int cuda, sequence_parallel;
+    int T, C, H;
+    float wscale;
+} mlp_run;
+dt_status mlp_body(dt_ctx *ctx, void *arg); /* arg: mlp_run */
+
 #endif

@@ -18,6 +18,20 @@ dt_status t_keep_msg(t_rank_msgs *m, dt_ctx *ctx, dt_status st) {
     return st;
 }
 
+uint64_t t_issued(dt_ctx *ctx, dt_coll_kind kind) {
+    dt_comm_stats s;
+    dt_comm_stats_get(ctx, &s);
+    return s.calls[kind];
+}
+
+uint64_t t_issued_total(dt_ctx *ctx) {
+    dt_comm_stats s;
+    dt_comm_stats_get(ctx, &s);
+    uint64_t n = 0;
+    for (int k = 0; k < DT_COLL_KIND_COUNT; k++) n += s.calls[k];
+    return n;
+}
+
 void t_sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);

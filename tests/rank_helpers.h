@@ -58,6 +58,10 @@ typedef struct t_rank_msgs {
 } t_rank_msgs;
 dt_status t_keep_msg(t_rank_msgs *m, dt_ctx *ctx, dt_status st);
 
+/* Collectives the rank issued since its last dt_comm_stats_reset: of one kind, and in all. */
+uint64_t t_issued(dt_ctx *ctx, dt_coll_kind kind);
+uint64_t t_issued_total(dt_ctx *ctx);
+
 /* Monotonic seconds, and a sleep. */
 double t_now_s(void);
 void t_sleep_ms(int ms);

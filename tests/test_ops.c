@@ -35,87 +35,14 @@ Test(ops, sharded_equals_unsharded) {
     cr_log_info("%d sharded op runs equal their unsharded result", checked);
 }
 
-/* Collectives issued on this rank since the last reset, by kind. */
-static uint64_t issued(dt_ctx *ctx, dt_coll_kind kind) {
-    dt_comm_stats s;
-    dt_comm_stats_get(ctx, &s);
-    return s.calls[kind];
-}
-
-static uint64_t issued_total(dt_ctx *ctx) {
-    dt_comm_stats s;
-    dt_comm_stats_get(ctx, &s);
-    uint64_t n = 0;
-    for (int k = 0; k < DT_COLL_KIND_COUNT; k++) n += s.calls[k];
-    return n;
-}
-
-/* Megatron MLP on a tp mesh of 4: x @ W1^T (column parallel), gelu, @ W2^T (row parallel).
- * Without sequence parallelism the forward issues exactly one all_reduce; with it (x and
- * the output sharded on the sequence dim) exactly one all_gather and one reduce_scatter. */
-static dt_status mlp_body(dt_ctx *ctx, void *arg) {
-    int sequence_parallel = *(int *)arg;
-    dt_mesh *mesh;
-    R_OK(dt_mesh_create_str(ctx, "tp=4", &mesh));
-    int64_t xs[2] = {8, 16}, w1s[2] = {64, 16}, w2s[2] = {16, 64};
-    float x[8 * 16], w1[64 * 16], w2[16 * 64], ref_h[8 * 64], ref_y[8 * 16], y[8 * 16];
-    t_fill(DT_F32, x, 128, 1), t_fill(DT_F32, w1, 1024, 2), t_fill(DT_F32, w2, 1024, 3);
-    for (int i = 0; i < 1024; i++) w1[i] /= 16, w2[i] /= 16;
-    dt_placement col[1] = {dt_shard(0)}, row[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
-    dt_placement seq[1] = {dt_shard(0)};
-    dt_tensor *tx, *tw1, *tw2, *h, *g, *o, *out;
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, sequence_parallel ? seq : rep, DT_ALL_RANKS, &tx));
-    R_OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, col, DT_ALL_RANKS, &tw1));
-    R_OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, row, DT_ALL_RANKS, &tw2));
-    R_OK(dt_comm_stats_reset(ctx));
-    R_OK(dt_linear(tx, tw1, NULL, &h));
-    R_OK(dt_unary_op(DT_OP_GELU, h, &g));
-    R_OK(dt_linear(g, tw2, NULL, &o));
-    R_OK(dt_tensor_redistribute(o, sequence_parallel ? seq : rep, &out));
-    if (sequence_parallel) {
-        R_CHECK(issued(ctx, DT_COLL_ALL_GATHER) == 1 && issued(ctx, DT_COLL_REDUCE_SCATTER) == 1 &&
-                    issued_total(ctx) == 2,
-                "sequence-parallel MLP: %llu collectives (%llu all_gather, %llu reduce_scatter)",
-                (unsigned long long)issued_total(ctx),
-                (unsigned long long)issued(ctx, DT_COLL_ALL_GATHER),
-                (unsigned long long)issued(ctx, DT_COLL_REDUCE_SCATTER));
-    } else {
-        R_CHECK(issued(ctx, DT_COLL_ALL_REDUCE) == 1 && issued_total(ctx) == 1,
-                "tensor-parallel MLP: %llu collectives, %llu all_reduce",
-                (unsigned long long)issued_total(ctx),
-                (unsigned long long)issued(ctx, DT_COLL_ALL_REDUCE));
-    }
-    /* The reference, unsharded, in double. */
-    for (int i = 0; i < 8; i++)
-        for (int j = 0; j < 64; j++) {
-            double s = 0;
-            for (int k = 0; k < 16; k++) s += (double)x[i * 16 + k] * w1[j * 16 + k];
-            ref_h[i * 64 + j] = (float)(0.5 * s * (1 + tanh(0.7978845608028654 * (s + 0.044715 * s * s * s))));
-        }
-    for (int i = 0; i < 8; i++)
-        for (int j = 0; j < 16; j++) {
-            double s = 0;
-            for (int k = 0; k < 64; k++) s += (double)ref_h[i * 64 + k] * w2[j * 64 + k];
-            ref_y[i * 16 + j] = (float)s;
-        }
-    R_OK(dt_tensor_full(out, y, sizeof y));
-    for (int i = 0; i < 128; i++)
-        R_CHECK(fabsf(y[i] - ref_y[i]) <= 1e-3f * (1 + fabsf(ref_y[i])), "y[%d] = %g, want %g", i,
-                y[i], ref_y[i]);
-    dt_tensor *all[] = {tx, tw1, tw2, h, g, o, out};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
-    dt_mesh_release(mesh);
-    return DT_OK;
-}
-
 Test(ops, tensor_parallel_mlp_issues_one_all_reduce) {
-    int sp = 0;
-    t_run(4, mlp_body, &sp);
+    mlp_run r = {.T = 8, .C = 16, .H = 64, .wscale = 16};
+    t_run(4, mlp_body, &r);
 }
 
 Test(ops, sequence_parallel_mlp_issues_one_all_gather_and_one_reduce_scatter) {
-    int sp = 1;
-    t_run(4, mlp_body, &sp);
+    mlp_run r = {.sequence_parallel = 1, .T = 8, .C = 16, .H = 64, .wscale = 16};
+    t_run(4, mlp_body, &r);
 }
 
 /* Explicit mode refuses implicit redistribution, naming the op and input; log mode prints it
@@ -209,7 +136,7 @@ static dt_status user_op_body(dt_ctx *ctx, void *arg) {
     dt_tensor *in[2] = {tx, ts};
     R_OK(dt_comm_stats_reset(ctx));
     R_OK(dt_op_call(row_scale, in, 2, NULL, &out));
-    R_CHECK(issued_total(ctx) == 0, "row-sharded inputs need no communication");
+    R_CHECK(t_issued_total(ctx) == 0, "row-sharded inputs need no communication");
     R_OK(dt_tensor_full(out, back, sizeof back));
     for (int i = 0; i < 35; i++) R_CHECK(back[i] == x[i] * s[i / 5], "element %d", i);
     dt_tensor_release(out);

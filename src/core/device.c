@@ -75,6 +75,14 @@ const dt_mem_ops *const dt_mem_tables[2] = {&dt_mem_cpu, &dt_mem_cuda};
 const dt_mem_ops *const dt_mem_tables[2] = {&dt_mem_cpu, NULL};
 #endif
 
+dt_status dt_mem_transfer(void *dst, dt_device_kind to, const void *src, dt_device_kind from,
+                          size_t bytes) {
+    if (!bytes) return DT_OK;
+    if (from == to) return dt_mem_ops_of(to)->copy(dst, src, bytes);
+    if (from == DT_DEVICE_CPU) return dt_mem_ops_of(to)->upload(dst, src, bytes);
+    return dt_mem_ops_of(from)->download(dst, src, bytes);
+}
+
 dt_device_kind dt_mem_kind_of(const void *p) {
 #if DT_HAVE_CUDA
     return dt_cuda_kind_of(p);

@@ -47,6 +47,12 @@ static inline const dt_mem_ops *dt_mem_ops_of(dt_device_kind kind) {
     return (unsigned)kind < 2 ? dt_mem_tables[kind] : NULL;
 }
 
+/* Copies bytes from src (on device kind from) to dst (on kind to), whichever pair of kinds:
+ * a copy on one device is queued on the calling rank's stream; between host and device it is
+ * an upload or download, complete on return. */
+dt_status dt_mem_transfer(void *dst, dt_device_kind to, const void *src, dt_device_kind from,
+                          size_t bytes);
+
 /* Where p lives: DT_DEVICE_CPU unless this process has set up a CUDA device and p is device
  * memory. Costs nothing until then; the local runtime's collectives use it to serve host and
  * device buffers alike. */

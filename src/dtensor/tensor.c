@@ -275,9 +275,7 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
             dt_error_prefix("dt_tensor_from_local");
             return DT_ERR_NOMEM;
         }
-        dt_status st = have == device.kind   ? mem->copy(data, local, bytes)
-                       : have == DT_DEVICE_CPU ? mem->upload(data, local, bytes)
-                                               : dt_mem_ops_of(have)->download(data, local, bytes);
+        dt_status st = dt_mem_transfer(data, device.kind, local, have, bytes);
         if (st != DT_OK) {
             mem->free(data);
             return st;
@@ -292,7 +290,7 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
 dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **tensor_out) {
     DT_ARG_NOT_NULL(tensor);
     DT_ARG_NOT_NULL(tensor_out);
-    const dt_mem_ops *from = dt_tensor_mem(tensor), *to = dt_mem_ops_of(device.kind);
+    const dt_mem_ops *to = dt_mem_ops_of(device.kind);
     if (!to)
         return dt_error(device.kind == DT_DEVICE_CUDA ? DT_ERR_UNSUPPORTED : DT_ERR_ARG,
                         "dt_tensor_to_device: argument device.kind = %d: %s", (int)device.kind,
@@ -309,12 +307,9 @@ dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **t
     DT_CHECK(dt_tensor_alloc(tensor->mesh, device, tensor->dtype, tensor->ndim, tensor->shape,
                              tensor->placements, &t));
     size_t bytes = tensor->local_numel * dt_dtype_size(tensor->dtype);
-    dt_status st = DT_OK;
-    if (bytes)
-        st = from == to               ? to->copy(t->data, tensor->data, bytes)
-             : from == &dt_mem_cpu ? to->upload(t->data, tensor->data, bytes)
-                                   : from->download(t->data, tensor->data, bytes);
-    if (st == DT_OK && bytes && from == to) st = to->sync();
+    dt_status st = dt_mem_transfer(t->data, device.kind, tensor->data, tensor->device.kind, bytes);
+    /* Complete on return, also when both sides are one device's. */
+    if (st == DT_OK && bytes && device.kind == tensor->device.kind) st = to->sync();
     if (st != DT_OK) {
         dt_tensor_release(t);
         return st;
