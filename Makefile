@@ -2,16 +2,22 @@
 # configures, builds and runs. Everything else goes through meson/ninja in build*/.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
-PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev ucx-utils \
-	chromium
+PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev ucx-utils
+# make test only: the timeline test renders the demo's page in headless Chromium
+# (tests/test_timeline.sh). make demo needs no browser.
+TEST_PKGS := chromium
 MESON_FLAGS := -Dwerror=true
 
-.PHONY: all deps build demo test test-gpu-sim test-asan bench fuzz gpu-check clean
+.PHONY: all deps test-deps build demo test test-gpu-sim test-asan bench fuzz gpu-check fresh-check \
+	clean
 
 all: build
 
 deps:
 	@sh tools/ensure-deps.sh $(PKGS)
+
+test-deps:
+	@sh tools/ensure-deps.sh $(PKGS) $(TEST_PKGS)
 
 build: deps
 	@test -f $(BUILD)/build.ninja || meson setup $(BUILD) $(MESON_FLAGS)
@@ -20,7 +26,7 @@ build: deps
 demo: build
 	./$(BUILD)/examples/demo $(BUILD)
 
-test: build test-gpu-sim
+test: test-deps build test-gpu-sim
 	meson test -C $(BUILD) --print-errorlogs
 
 # The CUDA path (kernels, device memory, the device side of tensors, redistribute and the
@@ -54,6 +60,11 @@ bench: build
 # against the CPU, then the GPU benchmarks; exits 77 without a GPU.
 gpu-check:
 	@sh tools/gpu-check.sh build-gpu
+
+# As root: make demo and make test on a clone of HEAD in a minimal Debian 12 root made with
+# debootstrap (only git, ca-certificates and make added), as on a bare machine.
+fresh-check:
+	@sh tools/fresh-check.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(SIM_BUILD) build-gpu
