@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -126,6 +127,19 @@ static void set_int(const char *name, int v) {
     setenv(name, buf, 1);
 }
 
+/* DT_JOB_TOKEN, the secret rank 0 asks of every rank at the rendezvous, inherited by every
+ * rank: a fresh random one per run, unless the caller set one (to add a rank by hand). */
+static int set_job_token(void) {
+    const char *t = getenv("DT_JOB_TOKEN");
+    if (t && *t) return 0;
+    unsigned char b[16];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) return -1;
+    char hex[2 * sizeof b + 1];
+    for (size_t i = 0; i < sizeof b; i++)
+        snprintf(hex + 2 * i, 3, "%02x", b[i]);
+    return setenv("DT_JOB_TOKEN", hex, 1);
+}
+
 /* In the child: the rank's environment and output pipes, then the program. */
 static void start_child(int r, int n, const char *addr, int port, int out[2], int err[2],
                         pid_t parent, char **argv) {
@@ -195,6 +209,10 @@ int main(int argc, char **argv) {
     }
     if (!port && (port = free_port()) < 0) {
         fprintf(stderr, "dtrun: cannot find a free port: %s\n", strerror(errno));
+        return 1;
+    }
+    if (set_job_token() != 0) {
+        fprintf(stderr, "dtrun: cannot make a job token: %s\n", strerror(errno));
         return 1;
     }
     struct sigaction sa = {.sa_handler = on_signal};
