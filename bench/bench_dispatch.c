@@ -50,11 +50,11 @@ static dt_status overhead_body(dt_ctx *ctx, void *arg) {
     float x[64] = {0}, w[16] = {0};
     for (int i = 0; i < 64; i++) x[i] = (float)i;
     dt_tensor *a, *b, *wt;
-    TRY(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, s0, DT_ALL_RANKS, &a));
-    TRY(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, s0, DT_ALL_RANKS, &b));
+    TRY(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &a));
+    TRY(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &b));
     int64_t ws[2] = {4, 4};
     dt_placement rep[1] = {dt_replicate()};
-    TRY(dt_tensor_distribute(mesh, w, DT_F32, 2, ws, rep, DT_ALL_RANKS, &wt));
+    TRY(dt_tensor_distribute(mesh, w, DT_F32, 2, ws, DT_COUNT_OF(rep), rep, DT_ALL_RANKS, &wt));
     dt_tensor_info ia, ib, iw;
     dt_tensor_info_get(a, &ia), dt_tensor_info_get(b, &ib), dt_tensor_info_get(wt, &iw);
     dt_block la = f32_block(ia.local_data, 4, 4), lb = f32_block(ib.local_data, 4, 4);
@@ -117,8 +117,8 @@ static dt_status gemm_body(dt_ctx *ctx, void *arg) {
     int64_t as[2] = {n, n}, bs[2] = {n, n};
     dt_placement s0[1] = {dt_shard(0)}, rep[1] = {dt_replicate()};
     dt_tensor *a, *b, *c;
-    TRY(dt_tensor_zeros(mesh, DT_F32, 2, as, s0, &a));
-    TRY(dt_tensor_zeros(mesh, DT_F32, 2, bs, rep, &b));
+    TRY(dt_tensor_zeros(mesh, DT_F32, 2, as, DT_COUNT_OF(s0), s0, &a));
+    TRY(dt_tensor_zeros(mesh, DT_F32, 2, bs, DT_COUNT_OF(rep), rep, &b));
     dt_tensor_info ia, ib;
     dt_tensor_info_get(a, &ia), dt_tensor_info_get(b, &ib);
     for (size_t i = 0; i < ia.local_numel; i++) ((float *)ia.local_data)[i] = 1.0f / (float)(i % 7 + 1);

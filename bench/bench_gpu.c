@@ -67,8 +67,8 @@ static dt_status gemm_body(dt_ctx *ctx, void *arg) {
     int64_t shape[2] = {n, n};
     dt_placement rep[1] = {dt_replicate()};
     dt_tensor *a, *b, *c = NULL;
-    TRY(dt_tensor_zeros(mesh, DT_BF16, 2, shape, rep, &a));
-    TRY(dt_tensor_zeros(mesh, DT_BF16, 2, shape, rep, &b));
+    TRY(dt_tensor_zeros(mesh, DT_BF16, 2, shape, DT_COUNT_OF(rep), rep, &a));
+    TRY(dt_tensor_zeros(mesh, DT_BF16, 2, shape, DT_COUNT_OF(rep), rep, &b));
     dt_tensor_info ia, ib;
     dt_tensor_info_get(a, &ia), dt_tensor_info_get(b, &ib);
     dt_cuda_rank *r = dt_cuda_current();
@@ -143,8 +143,8 @@ static dt_status bw_body(dt_ctx *ctx, void *arg) {
     int64_t shape[1] = {(int64_t)(BW_BYTES / 4)};
     dt_placement s0[1] = {dt_shard(0)}, rep[1] = {dt_replicate()}, p[1] = {dt_partial(DT_REDUCE_SUM)};
     dt_tensor *x, *y, *z = NULL;
-    TRY(dt_tensor_zeros(mesh, DT_F32, 1, shape, s0, &x));
-    TRY(dt_tensor_zeros(mesh, DT_F32, 1, shape, s0, &y));
+    TRY(dt_tensor_zeros(mesh, DT_F32, 1, shape, DT_COUNT_OF(s0), s0, &x));
+    TRY(dt_tensor_zeros(mesh, DT_F32, 1, shape, DT_COUNT_OF(s0), s0, &y));
     double best = 1e30;
     for (int k = 0; k < 5; k++) {
         dt_comm *world;
@@ -163,7 +163,7 @@ static dt_status bw_body(dt_ctx *ctx, void *arg) {
     if (me == 0) out->add_gbs[n > 1] = 3.0 * BW_BYTES / best / 1e9;
     if (n > 1) { /* S(0) -> R is an all_gather, P -> S(0) a reduce_scatter of the same bytes */
         dt_tensor *pz, *g = NULL;
-        TRY(dt_tensor_zeros(mesh, DT_F32, 1, shape, p, &pz));
+        TRY(dt_tensor_zeros(mesh, DT_F32, 1, shape, DT_COUNT_OF(p), p, &pz));
         for (int which = 0; which < 2; which++) {
             best = 1e30;
             for (int k = 0; k < 5; k++) {
@@ -171,7 +171,7 @@ static dt_status bw_body(dt_ctx *ctx, void *arg) {
                 double t0 = now();
                 for (int i = 0; i < 5; i++) {
                     dt_tensor_release(g);
-                    TRY(dt_tensor_redistribute(which ? pz : x, which ? s0 : rep, &g));
+                    TRY(dt_tensor_redistribute(which ? pz : x, dt_mesh_ndim(mesh), which ? s0 : rep, &g));
                 }
                 TRY(dt_ctx_synchronize(ctx));
                 if ((now() - t0) / 5 < best) best = (now() - t0) / 5;
@@ -197,8 +197,8 @@ static dt_status overhead_body(dt_ctx *ctx, void *arg) {
     int64_t shape[2] = {4, 4};
     dt_placement rep[1] = {dt_replicate()};
     dt_tensor *a, *b, *c = NULL;
-    TRY(dt_tensor_zeros(mesh, DT_F32, 2, shape, rep, &a));
-    TRY(dt_tensor_zeros(mesh, DT_F32, 2, shape, rep, &b));
+    TRY(dt_tensor_zeros(mesh, DT_F32, 2, shape, DT_COUNT_OF(rep), rep, &a));
+    TRY(dt_tensor_zeros(mesh, DT_F32, 2, shape, DT_COUNT_OF(rep), rep, &b));
     dt_tensor_info ia, ib;
     dt_tensor_info_get(a, &ia), dt_tensor_info_get(b, &ib);
     void *o = dt_cuda_alloc(64);
@@ -242,9 +242,9 @@ static dt_status mlp_body(dt_ctx *ctx, void *arg) {
     int64_t xs[2] = {MLP_T, MLP_C}, w1s[2] = {MLP_H, MLP_C}, w2s[2] = {MLP_C, MLP_H};
     dt_placement col[1] = {dt_shard(0)}, row_[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
     dt_tensor *x, *w1, *w2;
-    TRY(dt_tensor_zeros(mesh, DT_BF16, 2, xs, rep, &x));
-    TRY(dt_tensor_zeros(mesh, DT_BF16, 2, w1s, col, &w1));
-    TRY(dt_tensor_zeros(mesh, DT_BF16, 2, w2s, row_, &w2));
+    TRY(dt_tensor_zeros(mesh, DT_BF16, 2, xs, DT_COUNT_OF(rep), rep, &x));
+    TRY(dt_tensor_zeros(mesh, DT_BF16, 2, w1s, DT_COUNT_OF(col), col, &w1));
+    TRY(dt_tensor_zeros(mesh, DT_BF16, 2, w2s, DT_COUNT_OF(row_), row_, &w2));
     double best = 1e30;
     for (int k = 0; k < 5; k++) {
         TRY(dt_ctx_synchronize(ctx));
@@ -253,7 +253,7 @@ static dt_status mlp_body(dt_ctx *ctx, void *arg) {
         TRY(dt_linear(x, w1, NULL, &h));
         TRY(dt_unary_op(DT_OP_GELU, h, &g));
         TRY(dt_linear(g, w2, NULL, &o));
-        TRY(dt_tensor_redistribute(o, rep, &y));
+        TRY(dt_tensor_redistribute(o, DT_COUNT_OF(rep), rep, &y));
         TRY(dt_ctx_synchronize(ctx));
         if (now() - t0 < best) best = now() - t0;
         dt_tensor_release(h), dt_tensor_release(g), dt_tensor_release(o), dt_tensor_release(y);

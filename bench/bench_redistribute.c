@@ -45,7 +45,7 @@ static dt_status redistribute_body(dt_ctx *ctx, void *arg) {
     TRY(dt_placements_parse(c->src, src, 1, &n));
     TRY(dt_placements_parse(c->dst, dst, 1, &n));
     dt_tensor *t;
-    TRY(dt_tensor_zeros(mesh, DT_F32, 2, c->shape, src, &t));
+    TRY(dt_tensor_zeros(mesh, DT_F32, 2, c->shape, DT_COUNT_OF(src), src, &t));
     dt_tensor_info info;
     dt_tensor_info_get(t, &info);
     memset(info.local_data, 1, info.local_bytes); /* touch the pages */
@@ -56,7 +56,7 @@ static dt_status redistribute_body(dt_ctx *ctx, void *arg) {
         dt_tensor *u;
         TRY(dt_barrier(world));
         double t0 = now();
-        TRY(dt_tensor_redistribute(t, dst, &u));
+        TRY(dt_tensor_redistribute(t, DT_COUNT_OF(dst), dst, &u));
         TRY(dt_barrier(world)); /* the time until every rank is done */
         double dt = now() - t0;
         if (dt < best) best = dt;

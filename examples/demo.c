@@ -57,7 +57,7 @@ static dt_status layout_part(dt_ctx *ctx) {
     int64_t shape[2] = {ROWS, COLS};
     dt_tensor *t;
     /* Only rank 0 passes the full tensor; it sends every other rank its shard. */
-    TRY(dt_tensor_distribute(mesh, rank == 0 ? full : NULL, DT_F32, 2, shape, pl, 0, &t));
+    TRY(dt_tensor_distribute(mesh, rank == 0 ? full : NULL, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, 0, &t));
     dt_comm *world;
     TRY(dt_ctx_world_comm(ctx, &world));
     if (rank == 0) {

@@ -48,7 +48,7 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
     t_fill(DT_F32, host, 256 * 96, 11);
     dt_placement s0[1] = {dt_shard(0)}, s1[1] = {dt_shard(1)};
     dt_tensor *x, *y, *cpu, *sum;
-    R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, shape, s0, DT_ALL_RANKS, &x));
+    R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, shape, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &x));
     dt_tensor_info info;
     R_OK(dt_tensor_info_get(x, &info));
     R_CHECK(info.device.kind == DT_DEVICE_CUDA, "distribute put the shard on %d", (int)info.device.kind);
@@ -66,8 +66,8 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
         dt_placement rep[1] = {dt_replicate()};
         int64_t xs[2] = {64, 96};
         dt_tensor *a, *b, *c;
-        R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, xs, rep, DT_ALL_RANKS, &a));
-        R_OK(dt_tensor_distribute(mesh, w, DT_F32, 2, ws, rep, DT_ALL_RANKS, &b));
+        R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, xs, DT_COUNT_OF(rep), rep, DT_ALL_RANKS, &a));
+        R_OK(dt_tensor_distribute(mesh, w, DT_F32, 2, ws, DT_COUNT_OF(rep), rep, DT_ALL_RANKS, &b));
         R_OK(dt_mm(a, b, &c));
         R_OK(dt_tensor_full(c, got, sizeof(float) * 64 * 80));
         for (int i = 0; i < 64; i++)
@@ -90,7 +90,7 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
             dt_status_str(st), dt_last_error());
     /* A tensor larger than any GPU: DT_ERR_NOMEM with a message, nothing else changes. */
     int64_t huge[2] = {(int64_t)1 << 38, 1024};
-    st = dt_tensor_zeros(mesh, DT_F32, 2, huge, s0, &y);
+    st = dt_tensor_zeros(mesh, DT_F32, 2, huge, DT_COUNT_OF(s0), s0, &y);
     R_CHECK(st == DT_ERR_NOMEM && strstr(dt_last_error(), "out of memory"), "huge tensor: %s %s",
             dt_status_str(st), dt_last_error());
     /* Steady state: after one warm-up step, the same step never reaches cudaMalloc. The
@@ -101,7 +101,7 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
     for (int it = 0; it < 20; it++) {
         dt_tensor *a, *b, *c;
         R_OK(dt_add(x, x, &a));
-        R_OK(dt_tensor_redistribute(a, s1, &b));
+        R_OK(dt_tensor_redistribute(a, DT_COUNT_OF(s1), s1, &b));
         R_OK(dt_unary_op(DT_OP_GELU, b, &c));
         dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(c);
         if (it == 0) {
@@ -138,9 +138,9 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
     t_fill(DT_F32, host, 37 * 24, 5);
     dt_placement src[2] = {dt_shard(0), dt_shard(1)}, dst[2] = {dt_replicate(), dt_shard(0)};
     dt_tensor *x, *y, *g;
-    R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, shape, src, DT_ALL_RANKS, &x));
+    R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, shape, DT_COUNT_OF(src), src, DT_ALL_RANKS, &x));
     dt_request *req;
-    R_OK(dt_tensor_redistribute_async(x, dst, &req));
+    R_OK(dt_tensor_redistribute_async(x, DT_COUNT_OF(dst), dst, &req));
     R_OK(dt_unary_op(DT_OP_GELU, x, &g)); /* compute meanwhile */
     R_OK(dt_request_wait(req, &y));
     R_OK(dt_tensor_full(y, back, sizeof(float) * 37 * 24));
@@ -152,7 +152,7 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_mesh_dim_comm(mesh, 1, &tp));
     dt_tensor *sum;
     dt_placement same[2] = {dt_shard(0), dt_shard(1)};
-    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, shape, same, &sum));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, shape, DT_COUNT_OF(same), same, &sum));
     dt_tensor_info si;
     R_OK(dt_tensor_info_get(sum, &si));
     dt_comm_request *creq;
@@ -209,7 +209,7 @@ static dt_status user_op_body(dt_ctx *ctx, void *arg) {
     t_fill(DT_F32, x, 36, 3);
     dt_placement s0[1] = {dt_shard(0)};
     dt_tensor *t, *u;
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, s0, DT_ALL_RANKS, &t));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &t));
     R_OK(dt_op_call(op, &t, 1, NULL, &u));
     R_OK(dt_tensor_full(u, y, sizeof y));
     for (int i = 0; i < 36; i++) R_CHECK(y[i] == 2 * x[i], "element %d: %g, want %g", i, y[i], 2 * x[i]);

@@ -102,7 +102,7 @@ dt_status op_body(dt_ctx *ctx, void *arg) {
     for (int i = 0; i < c->n; i++) {
         void *buf = malloc(numel(c, i) * 8 + 8);
         fill(c, i, buf);
-        R_OK(dt_tensor_distribute(mesh, buf, c->dtype[i], c->nd[i], c->shape[i], r->pl[i],
+        R_OK(dt_tensor_distribute(mesh, buf, c->dtype[i], c->nd[i], c->shape[i], dt_mesh_ndim(mesh), r->pl[i],
                                   DT_ALL_RANKS, &in[i]));
         free(buf);
     }
@@ -227,14 +227,14 @@ dt_status mlp_body(dt_ctx *ctx, void *arg) {
     dt_placement col[1] = {dt_shard(0)}, row[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
     const dt_placement *io = r->sequence_parallel ? col : rep; /* S(0): the sequence dim */
     dt_tensor *tx, *tw1, *tw2, *th, *tg, *to, *out;
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, io, DT_ALL_RANKS, &tx));
-    R_OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, col, DT_ALL_RANKS, &tw1));
-    R_OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, row, DT_ALL_RANKS, &tw2));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, 1, io, DT_ALL_RANKS, &tx));
+    R_OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, DT_COUNT_OF(col), col, DT_ALL_RANKS, &tw1));
+    R_OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, DT_COUNT_OF(row), row, DT_ALL_RANKS, &tw2));
     R_OK(dt_comm_stats_reset(ctx));
     R_OK(dt_linear(tx, tw1, NULL, &th));
     R_OK(dt_unary_op(DT_OP_GELU, th, &tg));
     R_OK(dt_linear(tg, tw2, NULL, &to));
-    R_OK(dt_tensor_redistribute(to, io, &out));
+    R_OK(dt_tensor_redistribute(to, 1, io, &out));
     if (r->sequence_parallel) {
         R_CHECK(t_issued(ctx, DT_COLL_ALL_GATHER) == 1 &&
                     t_issued(ctx, DT_COLL_REDUCE_SCATTER) == 1 && t_issued_total(ctx) == 2,

@@ -64,8 +64,8 @@ dt_status property_body(dt_ctx *ctx, void *arg) {
         dt_placements_format(src, mnd, ps, sizeof ps);
         dt_placements_format(dst, mnd, pd, sizeof pd);
         dt_tensor *t, *u, *want = NULL;
-        R_OK(dt_tensor_distribute(mesh, x, dt, nd, shape, src, DT_ALL_RANKS, &t));
-        dt_status st = dt_tensor_redistribute(t, dst, &u);
+        R_OK(dt_tensor_distribute(mesh, x, dt, nd, shape, mnd, src, DT_ALL_RANKS, &t));
+        dt_status st = dt_tensor_redistribute(t, mnd, dst, &u);
         R_CHECK(st == DT_OK, "seed %" PRIu64 " case %d: %s -> %s failed: %s", s->seed, c, ps, pd,
                 dt_last_error());
         R_OK(dt_tensor_full(u, back, n * es));
@@ -75,7 +75,7 @@ dt_status property_body(dt_ctx *ctx, void *arg) {
         int partial = 0;
         for (int m = 0; m < mnd; m++) partial |= dst[m].kind == DT_PLACEMENT_PARTIAL;
         if (!partial) {
-            R_OK(dt_tensor_distribute(mesh, x, dt, nd, shape, dst, DT_ALL_RANKS, &want));
+            R_OK(dt_tensor_distribute(mesh, x, dt, nd, shape, mnd, dst, DT_ALL_RANKS, &want));
             dt_tensor_info a, b;
             dt_tensor_info_get(u, &a);
             dt_tensor_info_get(want, &b);

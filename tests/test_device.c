@@ -203,7 +203,7 @@ static dt_status no_gpu_body(dt_ctx *ctx, void *arg) {
     int64_t gs[] = {10};
     dt_placement s0 = {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM};
     dt_tensor *t, *u;
-    R_OK(dt_tensor_distribute(mesh, full, DT_F32, 1, gs, &s0, DT_ALL_RANKS, &t));
+    R_OK(dt_tensor_distribute(mesh, full, DT_F32, 1, gs, 1, &s0, DT_ALL_RANKS, &t));
     dt_tensor_info ti, ui;
     R_OK(dt_tensor_info_get(t, &ti));
     R_CHECK(ti.device.kind == DT_DEVICE_CPU, "distribute on a CPU rank gives a CPU tensor");

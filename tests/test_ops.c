@@ -56,8 +56,8 @@ static dt_status modes_body(dt_ctx *ctx, void *arg) {
     t_fill(DT_F32, x, 64, 9);
     dt_placement s0[1] = {dt_shard(0)}, s1[1] = {dt_shard(1)};
     dt_tensor *a, *b, *c = NULL;
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, s0, DT_ALL_RANKS, &a));
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, s1, DT_ALL_RANKS, &b));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &a));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, DT_COUNT_OF(s1), s1, DT_ALL_RANKS, &b));
     R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_EXPLICIT));
     R_ERR(dt_add(a, b, &c), DT_ERR_PLACEMENT, "add: input");
     R_CHECK(c == NULL, "out written on failure");
@@ -80,7 +80,7 @@ static dt_status modes_body(dt_ctx *ctx, void *arg) {
     dt_tensor *m = NULL;
     int64_t bad[2] = {8, 3};
     dt_tensor *odd;
-    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, bad, s0, &odd));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, bad, DT_COUNT_OF(s0), s0, &odd));
     R_ERR(dt_add(a, odd, &m), DT_ERR_SHAPE, "broadcast");
     R_ERR(dt_mm(odd, a, &m), DT_ERR_SHAPE, "contracted");
     R_ERR(dt_op_call((dt_op)999, &a, 1, NULL, &m), DT_ERR_ARG, "op");
@@ -131,8 +131,8 @@ static dt_status user_op_body(dt_ctx *ctx, void *arg) {
     t_fill(DT_F32, s, 7, 5);
     dt_placement s0[1] = {dt_shard(0)}, s1[1] = {dt_shard(1)}, r[1] = {dt_replicate()};
     dt_tensor *tx, *ts, *out, *tx1;
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, s0, DT_ALL_RANKS, &tx));
-    R_OK(dt_tensor_distribute(mesh, s, DT_F32, 1, ss, s0, DT_ALL_RANKS, &ts));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &tx));
+    R_OK(dt_tensor_distribute(mesh, s, DT_F32, 1, ss, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &ts));
     dt_tensor *in[2] = {tx, ts};
     R_OK(dt_comm_stats_reset(ctx));
     R_OK(dt_op_call(row_scale, in, 2, NULL, &out));
@@ -141,7 +141,7 @@ static dt_status user_op_body(dt_ctx *ctx, void *arg) {
     for (int i = 0; i < 35; i++) R_CHECK(back[i] == x[i] * s[i / 5], "element %d", i);
     dt_tensor_release(out);
     /* Column-sharded x: s must be replicated; R_CHECK the strategy, then run it. */
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, s1, DT_ALL_RANKS, &tx1));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, DT_COUNT_OF(s1), s1, DT_ALL_RANKS, &tx1));
     dt_tensor *in1[2] = {tx1, ts};
     dt_placement want[2], outp[1];
     R_OK(dt_op_strategy(row_scale, in1, 2, NULL, want, outp));
@@ -201,9 +201,9 @@ static dt_status loss_parallel_body(dt_ctx *ctx, void *arg) {
     for (int i = 0; i < N; i++) t[i] = (i * 977) % C;
     dt_placement cls[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
     dt_tensor *lg, *lr, *tg, *loss, *ref;
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, ls, cls, DT_ALL_RANKS, &lg));
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, ls, rep, DT_ALL_RANKS, &lr));
-    R_OK(dt_tensor_distribute(mesh, t, DT_I64, 1, ts, rep, DT_ALL_RANKS, &tg));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, ls, DT_COUNT_OF(cls), cls, DT_ALL_RANKS, &lg));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, ls, DT_COUNT_OF(rep), rep, DT_ALL_RANKS, &lr));
+    R_OK(dt_tensor_distribute(mesh, t, DT_I64, 1, ts, DT_COUNT_OF(rep), rep, DT_ALL_RANKS, &tg));
     R_OK(dt_comm_stats_reset(ctx));
     R_OK(dt_cross_entropy(lg, tg, 1, &loss));
     dt_comm_stats st;

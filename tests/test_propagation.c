@@ -163,7 +163,7 @@ static dt_status prop_body(dt_ctx *ctx, void *arg) {
             if (index) ((int64_t *)buf)[k] = (int64_t)k % range;
             else ((float *)buf)[k] = (float)t_value(i + 1, k) / 8;
         }
-        R_OK(dt_tensor_distribute(mesh, buf, dt, p->nd[i], p->shape[i], p->pl[i], DT_ALL_RANKS, &in[i]));
+        R_OK(dt_tensor_distribute(mesh, buf, dt, p->nd[i], p->shape[i], dt_mesh_ndim(mesh), p->pl[i], DT_ALL_RANKS, &in[i]));
         free(buf);
     }
     int me = dt_ctx_rank(ctx) == 0; /* rank 0 reports */

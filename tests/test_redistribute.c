@@ -93,9 +93,9 @@ static dt_status row_body(dt_ctx *ctx, void *arg) {
     double *full = malloc(n * sizeof *full + 8), *back = malloc(n * sizeof *back + 8);
     for (size_t i = 0; i < n; i++) full[i] = t_value(7, i);
     dt_tensor *t, *u;
-    R_OK(dt_tensor_distribute(mesh, full, DT_F64, a->nd, a->shape, a->src, DT_ALL_RANKS, &t));
+    R_OK(dt_tensor_distribute(mesh, full, DT_F64, a->nd, a->shape, dt_mesh_ndim(mesh), a->src, DT_ALL_RANKS, &t));
     R_OK(dt_comm_stats_reset(ctx));
-    R_OK(dt_tensor_redistribute(t, a->dst, &u));
+    R_OK(dt_tensor_redistribute(t, dt_mesh_ndim(mesh), a->dst, &u));
     dt_comm_stats stats;
     R_OK(dt_comm_stats_get(ctx, &stats));
     uint64_t issued = stats.calls[DT_COLL_ALL_GATHER] + stats.calls[DT_COLL_ALL_REDUCE] +
@@ -190,9 +190,9 @@ static dt_status named_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_placements_parse(t->dst, dst, 4, &n));
     float x[128] = {0};
     dt_tensor *a, *b;
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, t->shape, src, DT_ALL_RANKS, &a));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, t->shape, dt_mesh_ndim(mesh), src, DT_ALL_RANKS, &a));
     R_OK(dt_comm_stats_reset(ctx));
-    R_OK(dt_tensor_redistribute(a, dst, &b));
+    R_OK(dt_tensor_redistribute(a, dt_mesh_ndim(mesh), dst, &b));
     dt_comm_stats s;
     R_OK(dt_comm_stats_get(ctx, &s));
     if (t->kind == DT_COLL_KIND_COUNT) {
@@ -240,17 +240,17 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_placements_parse("S(0),S(1)", src, 2, &n));
     dt_tensor *t, *sync[4], *async[4];
     dt_request *req[4];
-    R_OK(dt_tensor_distribute(mesh, x, DT_F64, 2, shape, src, DT_ALL_RANKS, &t));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F64, 2, shape, dt_mesh_ndim(mesh), src, DT_ALL_RANKS, &t));
     for (int k = 0; k < 4; k++) {
         R_OK(dt_placements_parse(targets[k], dst[k], 2, &n));
-        R_OK(dt_tensor_redistribute_async(t, dst[k], &req[k]));
+        R_OK(dt_tensor_redistribute_async(t, dt_mesh_ndim(mesh), dst[k], &req[k]));
     }
     dt_comm *world;
     R_OK(dt_ctx_world_comm(ctx, &world));
     for (int k = 0; k < 4; k++) {
         double one = 1, sum;
         R_OK(dt_all_reduce(world, &one, &sum, 1, DT_F64, DT_REDUCE_SUM));
-        R_OK(dt_tensor_redistribute(t, dst[k], &sync[k]));
+        R_OK(dt_tensor_redistribute(t, dt_mesh_ndim(mesh), dst[k], &sync[k]));
     }
     for (int k = 3; k >= 0; k--) R_OK(dt_request_wait(req[k], &async[k]));
     for (int k = 0; k < 4; k++) {
@@ -266,7 +266,7 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
         dt_tensor_release(sync[k]);
     }
     /* The input may be released before the wait: the request holds it. */
-    R_OK(dt_tensor_redistribute_async(t, dst[0], &req[0]));
+    R_OK(dt_tensor_redistribute_async(t, dt_mesh_ndim(mesh), dst[0], &req[0]));
     dt_tensor_release(t);
     R_OK(dt_request_wait(req[0], &async[0]));
     R_OK(dt_tensor_full(async[0], back, sizeof back));
@@ -287,13 +287,13 @@ static dt_status async_fail_body(dt_ctx *ctx, void *arg) {
     float x[64] = {0};
     dt_placement s0[1] = {dt_shard(0)}, r[1] = {dt_replicate()};
     dt_tensor *t, *u = NULL;
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 1, shape, s0, DT_ALL_RANKS, &t));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 1, shape, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &t));
     dt_status st = DT_OK;
     if (dt_ctx_rank(ctx) == 2) {
         st = dt_error_set(DT_ERR_SHAPE, "rank 2 gives up");
     } else {
         dt_request *req;
-        R_OK(dt_tensor_redistribute_async(t, r, &req));
+        R_OK(dt_tensor_redistribute_async(t, DT_COUNT_OF(r), r, &req));
         dt_comm *world;
         R_OK(dt_ctx_world_comm(ctx, &world));
         dt_status b = dt_barrier(world); /* rank 2 never comes */
@@ -321,33 +321,33 @@ static dt_status cache_body(dt_ctx *ctx, void *arg) {
     int64_t shape[2] = {8, 8};
     dt_placement src[2] = {dt_shard(0), dt_shard(0)}, dst[2] = {dt_replicate(), dt_replicate()};
     dt_tensor *t;
-    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, shape, src, &t));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, shape, dt_mesh_ndim(mesh), src, &t));
     const dt_plan *p1, *p2, *p3;
-    R_OK(dt_tensor_redistribute_plan(t, dst, &p1));
-    R_OK(dt_tensor_redistribute_plan(t, dst, &p2));
+    R_OK(dt_tensor_redistribute_plan(t, dt_mesh_ndim(mesh), dst, &p1));
+    R_OK(dt_tensor_redistribute_plan(t, dt_mesh_ndim(mesh), dst, &p2));
     R_CHECK(p1 == p2, "the second lookup planned again");
     R_CHECK(dt_plan_nsteps(p1) == 1, "default model: one fused all_gather, got %d steps",
             dt_plan_nsteps(p1));
     /* Without latency a fused collective saves nothing: two gathers, re-planned. */
     dt_cost_model bw_only = {.latency_us = 0, .step_us = 0, .bandwidth_gbps = 10};
     R_OK(dt_ctx_set_cost_model(ctx, &bw_only));
-    R_OK(dt_tensor_redistribute_plan(t, dst, &p3));
+    R_OK(dt_tensor_redistribute_plan(t, dt_mesh_ndim(mesh), dst, &p3));
     R_CHECK(p3 != p1 && dt_plan_nsteps(p3) == 2, "bandwidth-only model: %d steps",
             dt_plan_nsteps(p3));
     dt_tensor *u;
-    R_OK(dt_tensor_redistribute(t, dst, &u)); /* runs the two-step plan */
+    R_OK(dt_tensor_redistribute(t, dt_mesh_ndim(mesh), dst, &u)); /* runs the two-step plan */
     dt_tensor_release(u);
     R_OK(dt_ctx_set_cost_model(ctx, NULL));
-    R_OK(dt_tensor_redistribute_plan(t, dst, &p2));
+    R_OK(dt_tensor_redistribute_plan(t, dt_mesh_ndim(mesh), dst, &p2));
     R_CHECK(dt_plan_nsteps(p2) == 1, "default model restored: %d steps", dt_plan_nsteps(p2));
     dt_cost_model bad = {.latency_us = -1, .step_us = 0, .bandwidth_gbps = 10};
     R_ERR(dt_ctx_set_cost_model(ctx, &bad), DT_ERR_ARG, "latency_us -1");
     dt_placement far[2] = {dt_shard(3), dt_replicate()};
-    R_ERR(dt_tensor_redistribute(t, far, &u), DT_ERR_PLACEMENT, "S(3)");
-    R_ERR(dt_tensor_redistribute(t, NULL, &u), DT_ERR_ARG, "dst");
-    R_ERR(dt_tensor_redistribute(NULL, dst, &u), DT_ERR_ARG, "tensor");
-    R_ERR(dt_tensor_redistribute(t, dst, NULL), DT_ERR_ARG, "tensor_out");
-    R_ERR(dt_tensor_redistribute_async(t, dst, NULL), DT_ERR_ARG, "request_out");
+    R_ERR(dt_tensor_redistribute(t, DT_COUNT_OF(far), far, &u), DT_ERR_PLACEMENT, "S(3)");
+    R_ERR(dt_tensor_redistribute(t, 1, NULL, &u), DT_ERR_ARG, "dst");
+    R_ERR(dt_tensor_redistribute(NULL, dt_mesh_ndim(mesh), dst, &u), DT_ERR_ARG, "tensor");
+    R_ERR(dt_tensor_redistribute(t, dt_mesh_ndim(mesh), dst, NULL), DT_ERR_ARG, "tensor_out");
+    R_ERR(dt_tensor_redistribute_async(t, dt_mesh_ndim(mesh), dst, NULL), DT_ERR_ARG, "request_out");
     R_ERR(dt_request_wait(NULL, &u), DT_ERR_ARG, "request");
     dt_tensor_release(t);
     dt_mesh_release(mesh);

@@ -192,7 +192,7 @@ static dt_status run_case(dt_ctx *ctx, const spec_case *c, uint64_t seed) {
     t_fill(c->dtype, full, numel, seed);
     int src_has = c->src == DT_ALL_RANKS || c->src == dt_mesh_rank(mesh);
     dt_tensor *t = NULL, *u = NULL;
-    R_OK(dt_tensor_distribute(mesh, src_has ? full : NULL, c->dtype, c->nd, c->shape, pl, c->src,
+    R_OK(dt_tensor_distribute(mesh, src_has ? full : NULL, c->dtype, c->nd, c->shape, np, pl, c->src,
                               &t));
     free(full);
     dt_status st = check_local(t, c, seed);
@@ -200,7 +200,7 @@ static dt_status run_case(dt_ctx *ctx, const spec_case *c, uint64_t seed) {
     if (st == DT_OK) { /* rebuild from the shards, inferring the global shape */
         dt_tensor_info info;
         dt_tensor_info_get(t, &info);
-        st = dt_tensor_from_local(mesh, info.local_data, c->dtype, c->nd, info.local_shape, pl,
+        st = dt_tensor_from_local(mesh, info.local_data, c->dtype, c->nd, info.local_shape, np, pl,
                                   NULL, 0, &u);
         if (st != DT_OK) st = t_fail(__FILE__, __LINE__, "from_local: %s", dt_last_error());
     }
@@ -284,34 +284,34 @@ static dt_status from_local_body(dt_ctx *ctx, void *arg) {
     /* Shards of 3,3,2,2 rows add up to 10, but torch.chunk splits 10 rows as 3,3,3,1. */
     int64_t rows_bad[4] = {3, 3, 2, 2}, ls[2] = {rows_bad[me], 2};
     dt_tensor *t = NULL;
-    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, s0, NULL, 0, &t), DT_ERR_SHAPE,
+    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, NULL, 0, &t), DT_ERR_SHAPE,
           "mesh rank 2");
     R_CHECK(t == NULL, "tensor_out written on failure");
     /* The even split PyTorch would assume (4 rows each) is not what the shards say. */
     int64_t rows[4] = {3, 3, 3, 1}, global[2] = {16, 2};
     ls[0] = rows[me];
-    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, s0, global, 0, &t), DT_ERR_SHAPE,
+    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, 0, &t), DT_ERR_SHAPE,
           "local_shape");
     global[0] = 10;
-    R_OK(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, s0, global, DT_FROM_LOCAL_BORROW, &t));
+    R_OK(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, DT_FROM_LOCAL_BORROW, &t));
     void *local;
     R_OK(dt_tensor_to_local(t, &local));
     R_CHECK(local == data, "BORROW copied the data");
     dt_tensor_release(t);
-    R_OK(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, s0, global, DT_FROM_LOCAL_CHECK, &t));
+    R_OK(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, DT_FROM_LOCAL_CHECK, &t));
     R_OK(dt_tensor_to_local(t, &local));
     R_CHECK(local != data, "without BORROW the data is copied");
     dt_tensor_release(t);
     /* Ranks that disagree on dtype or placements fail on every rank under CHECK. */
     dt_placement mixed[1] = {me == 2 ? dt_replicate() : dt_shard(0)};
     int64_t ls2[2] = {me == 2 ? 10 : rows[me], 2};
-    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls2, mixed, global, DT_FROM_LOCAL_CHECK, &t),
+    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls2, DT_COUNT_OF(mixed), mixed, global, DT_FROM_LOCAL_CHECK, &t),
           DT_ERR_COMM, "different");
-    R_ERR(dt_tensor_from_local(mesh, data, me == 1 ? DT_I32 : DT_F32, 2, ls, s0, NULL, 0, &t),
+    R_ERR(dt_tensor_from_local(mesh, data, me == 1 ? DT_I32 : DT_F32, 2, ls, DT_COUNT_OF(s0), s0, NULL, 0, &t),
           DT_ERR_COMM, "different");
-    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, s0, global, 8u, &t), DT_ERR_ARG,
+    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, 8u, &t), DT_ERR_ARG,
           "flags");
-    R_ERR(dt_tensor_from_local(mesh, NULL, DT_F32, 2, ls, s0, global, 0, &t), DT_ERR_ARG, "local");
+    R_ERR(dt_tensor_from_local(mesh, NULL, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, 0, &t), DT_ERR_ARG, "local");
     dt_mesh_release(mesh);
     return DT_OK;
 }
@@ -328,25 +328,25 @@ static dt_status bad_input_body(dt_ctx *ctx, void *arg) {
     dt_placement far[2] = {dt_shard(2), dt_replicate()};
     dt_placement prod[2] = {dt_partial(DT_REDUCE_PROD), dt_replicate()};
     dt_tensor *t = NULL;
-    R_ERR(dt_tensor_distribute(NULL, full, DT_F32, 2, shape, pl, DT_ALL_RANKS, &t), DT_ERR_ARG,
+    R_ERR(dt_tensor_distribute(NULL, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t), DT_ERR_ARG,
           "mesh");
-    R_ERR(dt_tensor_distribute(mesh, full, (dt_dtype)9, 2, shape, pl, DT_ALL_RANKS, &t),
+    R_ERR(dt_tensor_distribute(mesh, full, (dt_dtype)9, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t),
           DT_ERR_DTYPE, "dtype");
-    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 9, shape, pl, DT_ALL_RANKS, &t), DT_ERR_SHAPE,
+    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 9, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t), DT_ERR_SHAPE,
           "ndim = 9");
-    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, neg, pl, DT_ALL_RANKS, &t), DT_ERR_SHAPE,
+    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, neg, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t), DT_ERR_SHAPE,
           "shape[1] = -1");
-    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, far, DT_ALL_RANKS, &t),
+    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(far), far, DT_ALL_RANKS, &t),
           DT_ERR_PLACEMENT, "S(2)");
-    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, prod, DT_ALL_RANKS, &t),
+    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(prod), prod, DT_ALL_RANKS, &t),
           DT_ERR_PLACEMENT, "P(prod)");
-    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, pl, 4, &t), DT_ERR_ARG, "src_rank = 4");
-    R_ERR(dt_tensor_distribute(mesh, NULL, DT_F32, 2, shape, pl, DT_ALL_RANKS, &t), DT_ERR_ARG,
+    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, 4, &t), DT_ERR_ARG, "src_rank = 4");
+    R_ERR(dt_tensor_distribute(mesh, NULL, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t), DT_ERR_ARG,
           "full");
-    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, pl, DT_ALL_RANKS, NULL), DT_ERR_ARG,
+    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, NULL), DT_ERR_ARG,
           "tensor_out");
     R_CHECK(t == NULL, "tensor_out written on failure");
-    R_OK(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, pl, DT_ALL_RANKS, &t));
+    R_OK(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t));
     R_ERR(dt_tensor_full(t, out, sizeof out - 1), DT_ERR_SIZE, "out_bytes = 47");
     R_ERR(dt_tensor_full(t, NULL, sizeof out), DT_ERR_ARG, "out");
     R_ERR(dt_tensor_full(NULL, out, sizeof out), DT_ERR_ARG, "tensor");
@@ -363,7 +363,7 @@ static dt_status bad_input_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_release(t));
     R_OK(dt_tensor_release(NULL));
     /* zeros: local storage of the right size, all zero; a 0-D tensor has one element. */
-    R_OK(dt_tensor_zeros(mesh, DT_I64, 2, shape, pl, &t));
+    R_OK(dt_tensor_zeros(mesh, DT_I64, 2, shape, DT_COUNT_OF(pl), pl, &t));
     R_OK(dt_tensor_info_get(t, &info));
     int64_t want_rows = dt_mesh_coord(mesh, 0) == 0 ? 2 : 1;
     R_CHECK(info.local_shape[0] == want_rows && info.local_shape[1] == 4, "zeros local shape");
@@ -372,7 +372,7 @@ static dt_status bad_input_body(dt_ctx *ctx, void *arg) {
     dt_tensor_release(t);
     dt_placement rr[2] = {dt_replicate(), dt_partial(DT_REDUCE_SUM)};
     double scalar = 2.5, back = 0;
-    R_OK(dt_tensor_distribute(mesh, &scalar, DT_F64, 0, NULL, rr, 0, &t));
+    R_OK(dt_tensor_distribute(mesh, &scalar, DT_F64, 0, NULL, DT_COUNT_OF(rr), rr, 0, &t));
     R_OK(dt_tensor_full(t, &back, sizeof back));
     R_CHECK(back == 2.5, "0-D P(sum) full = %g", back);
     dt_tensor_release(t);
@@ -393,7 +393,7 @@ static dt_status visualize_body(dt_ctx *ctx, void *arg) {
     dt_tensor *t;
     char buf[1024];
     size_t len;
-    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, shape, grid, &t));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, shape, DT_COUNT_OF(grid), grid, &t));
     R_OK(dt_tensor_visualize(t, buf, sizeof buf, &len));
     R_CHECK(len == strlen(buf) + 1, "len_out %zu for %zu chars", len, strlen(buf));
     R_CHECK(strstr(buf, "S(0),S(1)") && strstr(buf, "dp=2, tp=2"), "header:\n%s", buf);
@@ -407,17 +407,17 @@ static dt_status visualize_body(dt_ctx *ctx, void *arg) {
     R_CHECK(len > sizeof tiny, "len_out on DT_ERR_SIZE");
     dt_tensor_release(t);
     /* 3 elements sharded over tp=2 and replicated over dp: cells list the replicas. */
-    R_OK(dt_tensor_zeros(mesh, DT_F32, 1, vec, rep, &t));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 1, vec, DT_COUNT_OF(rep), rep, &t));
     R_OK(dt_tensor_visualize(t, buf, sizeof buf, NULL));
     R_CHECK(strstr(buf, "r0 r2") && strstr(buf, "r1 r3") && strstr(buf, "[2:3)"), "1-D:\n%s", buf);
     dt_tensor_release(t);
     /* Partial is named, and a dim smaller than the mesh shows the empty shards. */
     int64_t narrow[2] = {2, 1};
-    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, narrow, part, &t));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, narrow, DT_COUNT_OF(part), part, &t));
     R_OK(dt_tensor_visualize(t, buf, sizeof buf, NULL));
     R_CHECK(strstr(buf, "P(sum) on dp") && strstr(buf, "empty shards: r1 r3"), "partial:\n%s", buf);
     dt_tensor_release(t);
-    R_OK(dt_tensor_zeros(mesh, DT_F32, 3, cube, grid, &t));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 3, cube, DT_COUNT_OF(grid), grid, &t));
     R_ERR(dt_tensor_visualize(t, buf, sizeof buf, NULL), DT_ERR_UNSUPPORTED, "3-D");
     dt_tensor_release(t);
     dt_mesh_release(mesh);

@@ -27,15 +27,15 @@ static dt_status trace_body(dt_ctx *ctx, void *arg) {
     t_fill(DT_F32, x, 64, 3);
     dt_placement a_pl[2] = {dt_shard(0), dt_shard(1)}, b_pl[2] = {dt_replicate(), dt_shard(0)};
     dt_tensor *a, *b, *c, *d;
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, a_pl, DT_ALL_RANKS, &a));
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, b_pl, DT_ALL_RANKS, &b));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, DT_COUNT_OF(a_pl), a_pl, DT_ALL_RANKS, &a));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, DT_COUNT_OF(b_pl), b_pl, DT_ALL_RANKS, &b));
     R_OK(dt_mm(a, b, &c)); /* not recorded: tracing is off */
     dt_tensor_release(c);
     R_OK(dt_trace_start(ctx));
     R_OK(dt_comm_stats_reset(ctx));
     R_OK(dt_mm(a, b, &c));
     dt_placement rr[2] = {dt_replicate(), dt_replicate()};
-    R_OK(dt_tensor_redistribute(c, rr, &d));
+    R_OK(dt_tensor_redistribute(c, DT_COUNT_OF(rr), rr, &d));
     R_OK(dt_trace_stop(ctx));
     dt_tensor *e;
     R_OK(dt_add(d, d, &e)); /* not recorded: stopped */

@@ -401,7 +401,7 @@ static dt_status tensor_roundtrip(dt_ctx *ctx, const char *mesh_text, const char
     OK(dt_placements_parse(chain[0], pl, 8, &np));
     CHECK(np == mesh_ndim, "placements %s for a %d-D mesh", chain[0], mesh_ndim);
     dt_tensor *t;
-    OK(dt_tensor_distribute(mesh, dt_mesh_rank(mesh) == 0 ? full : NULL, DT_F32, 2, shape, pl, 0,
+    OK(dt_tensor_distribute(mesh, dt_mesh_rank(mesh) == 0 ? full : NULL, DT_F32, 2, shape, np, pl, 0,
                             &t));
     for (int k = 1; k <= nchain; k++) {
         const char *to = chain[k % nchain];
@@ -409,10 +409,10 @@ static dt_status tensor_roundtrip(dt_ctx *ctx, const char *mesh_text, const char
         dt_tensor *u;
         if (k == 2) {
             dt_request *req;
-            OK(dt_tensor_redistribute_async(t, pl, &req));
+            OK(dt_tensor_redistribute_async(t, np, pl, &req));
             OK(dt_request_wait(req, &u));
         } else {
-            OK(dt_tensor_redistribute(t, pl, &u));
+            OK(dt_tensor_redistribute(t, np, pl, &u));
         }
         dt_tensor_release(t);
         t = u;
@@ -466,16 +466,16 @@ static dt_status mode_ops(dt_ctx *ctx) {
     for (int i = 0; i < 4 * n * 8; i++) w1[i] = (float)((i * 5) % 9 - 4) / 8, w2[i] = (float)((i * 3) % 7 - 3) / 8;
     dt_placement col[1] = {dt_shard(0)}, row[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
     dt_tensor *tx, *a1, *a2, *r1, *r2, *h, *g, *o, *out;
-    OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, rep, DT_ALL_RANKS, &tx));
-    OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, col, DT_ALL_RANKS, &a1));
-    OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, row, DT_ALL_RANKS, &a2));
-    OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, rep, DT_ALL_RANKS, &r1));
-    OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, rep, DT_ALL_RANKS, &r2));
+    OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, DT_COUNT_OF(rep), rep, DT_ALL_RANKS, &tx));
+    OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, DT_COUNT_OF(col), col, DT_ALL_RANKS, &a1));
+    OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, DT_COUNT_OF(row), row, DT_ALL_RANKS, &a2));
+    OK(dt_tensor_distribute(mesh, w1, DT_F32, 2, w1s, DT_COUNT_OF(rep), rep, DT_ALL_RANKS, &r1));
+    OK(dt_tensor_distribute(mesh, w2, DT_F32, 2, w2s, DT_COUNT_OF(rep), rep, DT_ALL_RANKS, &r2));
     OK(dt_comm_stats_reset(ctx));
     OK(dt_linear(tx, a1, NULL, &h));
     OK(dt_unary_op(DT_OP_GELU, h, &g));
     OK(dt_linear(g, a2, NULL, &o));
-    OK(dt_tensor_redistribute(o, rep, &out));
+    OK(dt_tensor_redistribute(o, DT_COUNT_OF(rep), rep, &out));
     dt_comm_stats st;
     OK(dt_comm_stats_get(ctx, &st));
     uint64_t total = 0;
@@ -496,7 +496,7 @@ static dt_status mode_ops(dt_ctx *ctx) {
     /* softmax on a sharded dim and a sum over it: redistributed or Partial, same result */
     dt_tensor *sx, *sm, *rm, *ss, *rs;
     dt_placement s1[1] = {dt_shard(1)};
-    OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, s1, DT_ALL_RANKS, &sx));
+    OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, DT_COUNT_OF(s1), s1, DT_ALL_RANKS, &sx));
     OK(dt_softmax(sx, 1, &sm));
     OK(dt_softmax(tx, 1, &rm));
     int dims[1] = {1};

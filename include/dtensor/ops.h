@@ -56,7 +56,13 @@ typedef struct dt_op_args {
     int correction;           /* var/std: 1 = unbiased (torch's default), 0 = biased */
     int causal;               /* sdpa */
     int reduction_mean;       /* cross_entropy: 1 = mean over samples, 0 = none */
+    int use_ignore_index;     /* cross_entropy: 1 = rows labelled ignore_index are skipped */
+    int64_t ignore_index;     /* (loss 0, not counted in the mean); other labels outside
+                                 [0, C) are DT_ERR_ARG */
 } dt_op_args;
+
+/* PyTorch's default ignore_index for cross_entropy. */
+#define DT_IGNORE_INDEX (-100)
 
 /* A dense row-major block of this rank's data, as local kernels see it. */
 typedef struct dt_block {
@@ -121,12 +127,19 @@ dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tenso
 dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out);
 dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
 /* Concatenates 1 to 4 tensors along dim. */
+/* The same with another ignore_index. */
+dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target, int mean,
+                                  int64_t ignore_index, dt_tensor **out);
 dt_status dt_cat(dt_tensor *const *xs, int n, int dim, dt_tensor **out);
 /* Splits x along dim into n pieces of the given sizes (summing to the dim's size); outs gets
+/* torch's t(): transposes a 2-D tensor; a 0-D or 1-D one is returned as is (one more
+ * reference to x, as torch returns a view). */
+dt_status dt_t(dt_tensor *x, dt_tensor **out);
  * n new tensors. On failure none is returned. */
 dt_status dt_split(dt_tensor *x, int dim, const int64_t *sizes, int n, dt_tensor **outs);
 
-/* In place: the result replaces x's local data and placements (x must own its data). */
+/* In place: the result replaces x's local data (x must own its data); x keeps its placements
+ * (the result is redistributed to them when dispatch placed it otherwise). */
 dt_status dt_add_(dt_tensor *x, dt_tensor *other);
 dt_status dt_mul_(dt_tensor *x, dt_tensor *other);
 

@@ -35,6 +35,12 @@ static inline dt_placement dt_partial(dt_reduce_op op) {
     return p;
 }
 
+/* Number of elements of an array (not a pointer): the count that goes with a placements
+ * array, e.g. dt_tensor_zeros(mesh, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, &t). Every call
+ * that takes placements takes their count and checks it against the mesh's ndim, as
+ * PyTorch checks len(placements) == mesh.ndim. */
+#define DT_COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
 /* Parses text into at most cap placements; *n_out = how many. Malformed text is
  * DT_ERR_PARSE with the offending position in dt_last_error(). */
 dt_status dt_placements_parse(const char *text, dt_placement *placements_out, int cap, int *n_out);

@@ -64,11 +64,18 @@ typedef struct dt_plan_step {
 typedef struct dt_plan dt_plan;
 
 /* Plans src -> dst for a tensor of the given shape and dtype on a mesh of this shape. Pure:
- * no ranks, any mesh size. model NULL = default. Free with dt_plan_destroy. */
+ * no ranks, any mesh size. model NULL = default. The caller owns one reference: free with
+ * dt_plan_destroy. */
 dt_status dt_plan_create(int mesh_ndim, const int *mesh_shape, int ndim, const int64_t *shape,
                          dt_dtype dtype, const dt_placement *src, const dt_placement *dst,
                          const dt_cost_model *model, dt_plan **plan_out);
 dt_status dt_plan_destroy(dt_plan *plan);
+/* Plans are reference-counted (thread-safe): a mesh's plan cache holds one reference on each
+ * plan it keeps, a pending dt_tensor_redistribute_async one on its plan. dt_plan_retain adds
+ * one, e.g. to keep a plan borrowed from the cache past its eviction; dt_plan_release drops
+ * one and frees the plan with the last (dt_plan_destroy is the same). NULL is fine there. */
+dt_status dt_plan_retain(const dt_plan *plan);
+dt_status dt_plan_release(const dt_plan *plan);
 /* Number of steps (0 when src equals dst), step i, and the totals. */
 int dt_plan_nsteps(const dt_plan *plan);
 dt_status dt_plan_step_get(const dt_plan *plan, int i, dt_plan_step *step_out);
@@ -89,9 +96,10 @@ dt_status dt_redistribute_explain(int mesh_ndim, const int *mesh_shape,
                                   const dt_cost_model *model, char *buf, size_t cap,
                                   size_t *len_out);
 
-/* A new tensor with placements dst holding the same global value. The plan comes from the
+/* A new tensor with placements dst (ndst of them, the mesh's ndim) holding the same global
+ * value. The plan comes from the
  * mesh's cache. Collective over the mesh; blocks. The input is unchanged. */
-dt_status dt_tensor_redistribute(dt_tensor *tensor, const dt_placement *dst,
+dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement *dst,
                                  dt_tensor **tensor_out);
 
 /* Non-blocking form: returns at once with a handle; the work runs on this rank's
@@ -99,15 +107,17 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, const dt_placement *dst,
  * same on every rank). The input must stay alive and unchanged until the wait. Collective
  * over the mesh. */
 typedef struct dt_request dt_request;
-dt_status dt_tensor_redistribute_async(dt_tensor *tensor, const dt_placement *dst,
+dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_placement *dst,
                                        dt_request **request_out);
 /* Blocks until the request is done, frees it, and hands over its result (the caller owns the
  * tensor). On failure nothing is handed over and the request is freed all the same. */
 dt_status dt_request_wait(dt_request *request, dt_tensor **tensor_out);
 
-/* The plan the mesh's cache holds (or makes) for this tensor and target; borrowed, valid
- * while the mesh lives. */
-dt_status dt_tensor_redistribute_plan(dt_tensor *tensor, const dt_placement *dst,
+/* The plan the mesh's cache holds (or makes) for this tensor and target. Borrowed: valid
+ * until a later call plans on this mesh object (redistribute, an op, dt_op_strategy, this
+ * call, dt_mesh_set_cache_capacity), which may evict it from the bounded cache. To keep it
+ * longer, dt_plan_retain it and dt_plan_release it when done. */
+dt_status dt_tensor_redistribute_plan(dt_tensor *tensor, int ndst, const dt_placement *dst,
                                       const dt_plan **plan_out);
 
 #ifdef __cplusplus

@@ -40,16 +40,21 @@ dt_status dt_shard_layout(int mesh_ndim, const int *mesh_shape, const int *coord
                           const int64_t *shape, const dt_placement *placements,
                           int64_t *local_shape_out, int64_t *offset_out);
 
+/* Calls that take placements take nplacements, their count, which must equal the mesh's
+ * ndim (DT_ERR_PLACEMENT otherwise). */
+
 /* A tensor with zeroed local storage on the rank's device. Not collective. */
 dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
-                          const dt_placement *placements, dt_tensor **tensor_out);
+                          int nplacements, const dt_placement *placements,
+                          dt_tensor **tensor_out);
 
 /* Shards a full tensor (host memory) onto the rank's device (dt_ctx_set_device). With src_rank == DT_ALL_RANKS every rank passes the same full tensor
  * and keeps its slice (no communication). Otherwise only mesh rank src_rank passes it (others
  * pass NULL) and it sends each rank its shard, one shard-sized buffer at a time, so no more
  * than the one full copy ever exists. Collective over the mesh; blocks. */
 dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, int ndim,
-                               const int64_t *shape, const dt_placement *placements, int src_rank,
+                               const int64_t *shape, int nplacements,
+                               const dt_placement *placements, int src_rank,
                                dt_tensor **tensor_out);
 
 /* Wraps this rank's shard. global_shape NULL infers the global shape from every rank's local
@@ -60,8 +65,8 @@ dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, 
  * and unchanged in size); otherwise the data is copied, to the rank's device when local lives
  * elsewhere (as torch's from_local moves it); a borrowed local must be on the rank's device. */
 dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int ndim,
-                               const int64_t *local_shape, const dt_placement *placements,
-                               const int64_t *global_shape, unsigned flags,
+                               const int64_t *local_shape, int nplacements,
+                               const dt_placement *placements, const int64_t *global_shape, unsigned flags,
                                dt_tensor **tensor_out);
 
 dt_status dt_tensor_retain(dt_tensor *tensor);

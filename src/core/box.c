@@ -1,5 +1,6 @@
 /* Sub-box copy: the innermost run that is contiguous in both arrays is one memcpy, and an
  * odometer walks the outer dimensions. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/box.h"
@@ -9,6 +10,29 @@ size_t dt_shape_numel(const int64_t *shape, int ndim) {
     size_t n = 1;
     for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
     return n;
+}
+
+int dt_shape_size(const int64_t *shape, int ndim, size_t elem_size, int64_t *numel_out,
+                  int64_t *bytes_out) {
+    int64_t n = 1, bytes;
+    int zero = 0;
+    for (int d = 0; d < ndim; d++) zero |= shape[d] == 0;
+    /* An empty tensor's size is 0 whatever its other extents; only the nonzero ones
+     * can overflow. */
+    for (int d = 0; d < ndim && !zero; d++)
+        if (__builtin_mul_overflow(n, shape[d], &n)) return 0;
+    if (zero) n = 0;
+    if (__builtin_mul_overflow(n, (int64_t)elem_size, &bytes)) return 0;
+    if (numel_out) *numel_out = n;
+    if (bytes_out) *bytes_out = bytes;
+    return 1;
+}
+
+void dt_shape_text(const int64_t *shape, int ndim, char *buf, size_t cap) {
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, d ? ",%lld" : "%lld", (long long)shape[d]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
 }
 
 void dt_box_copy(void *dst, const int64_t *dst_shape, const int64_t *dst_off, const void *src,

@@ -13,7 +13,18 @@ void dt_box_copy(void *dst, const int64_t *dst_shape, const int64_t *dst_off, co
                  const int64_t *src_shape, const int64_t *src_off, const int64_t *box, int ndim,
                  size_t elem_size);
 
-/* Number of elements of a shape (1 for ndim 0). */
+/* Number of elements of a shape (1 for ndim 0). Unchecked: for shapes already accepted by
+ * dt_shape_size, or parts of them. */
 size_t dt_shape_numel(const int64_t *shape, int ndim);
+
+/* The one checked size product: elements and bytes (elem_size each) of a shape of
+ * non-negative extents. 0 when either overflows int64 (then the outputs are untouched);
+ * numel_out and bytes_out are nullable. Every shape that enters the library goes through
+ * it, so the unchecked products of its parts cannot wrap. */
+int dt_shape_size(const int64_t *shape, int ndim, size_t elem_size, int64_t *numel_out,
+                  int64_t *bytes_out);
+
+/* "[2,3,4]" into buf (truncated to cap, NUL-terminated). */
+void dt_shape_text(const int64_t *shape, int ndim, char *buf, size_t cap);
 
 #endif

@@ -77,11 +77,13 @@ static dt_status scatter_from(dt_tensor *t, const void *full, int src) {
 }
 
 dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, int ndim,
-                               const int64_t *shape, const dt_placement *placements, int src_rank,
+                               const int64_t *shape, int nplacements,
+                               const dt_placement *placements, int src_rank,
                                dt_tensor **tensor_out) {
     DT_ARG_NOT_NULL(tensor_out);
     dt_placement norm[DT_MESH_MAX_NDIM];
-    DT_CHECK(dt_spec_check("dt_tensor_distribute", mesh, dtype, ndim, shape, placements, norm));
+    DT_CHECK(dt_spec_check("dt_tensor_distribute", mesh, dtype, ndim, shape, nplacements,
+                           placements, norm));
     DT_ARG(src_rank == DT_ALL_RANKS || (src_rank >= 0 && src_rank < mesh->nranks),
            "dt_tensor_distribute: argument src_rank = %d is neither DT_ALL_RANKS nor a mesh rank "
            "in [0, %d)", src_rank, mesh->nranks);
@@ -106,7 +108,7 @@ dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, 
 }
 
 dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes) {
-    DT_ARG_NOT_NULL(tensor);
+    DT_TENSOR_ARG(tensor);
     dt_mesh *mesh = tensor->mesh;
     size_t es = dt_dtype_size(tensor->dtype), numel = dt_shape_numel(tensor->shape, tensor->ndim);
     DT_ARG(out != NULL || numel == 0, "dt_tensor_full: argument out is NULL");

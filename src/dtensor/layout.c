@@ -2,6 +2,7 @@
  * applied in mesh-dim order. Pure functions of the spec. */
 #include <string.h>
 
+#include "core/box.h"
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
 
@@ -16,6 +17,12 @@ dt_status dt_shape_dtype_check(const char *fn, int ndim, const int64_t *shape, d
         if (shape[d] < 0)
             return dt_error(DT_ERR_SHAPE, "%s: shape[%d] = %lld is negative", fn, d,
                             (long long)shape[d]);
+    if (!dt_shape_size(shape, ndim, dt_dtype_size(dtype), NULL, NULL)) {
+        char text[DT_MAX_NDIM * 21 + 3];
+        dt_shape_text(shape, ndim, text, sizeof text);
+        return dt_error(DT_ERR_SHAPE, "%s: shape %s of %s has more elements or bytes than an "
+                                      "int64 counts", fn, text, dt_dtype_name(dtype));
+    }
     return DT_OK;
 }
 

@@ -1,4 +1,5 @@
 /* DTensor objects: spec checks, construction, reference counting, accessors, from_local. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,18 +9,20 @@
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 
-static void shape_text(const int64_t *shape, int ndim, char *buf, size_t cap) {
-    size_t o = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < ndim && o < cap; d++)
-        o += (size_t)snprintf(buf + o, cap - o, d ? ",%lld" : "%lld", (long long)shape[d]);
-    if (o < cap) snprintf(buf + o, cap - o, "]");
+dt_status dt_placement_count_check(const char *fn, const char *what, int nplacements,
+                                   const dt_placement *placements, int mesh_ndim) {
+    DT_ARG(placements != NULL, "%s: argument %s is NULL", fn, what);
+    if (nplacements != mesh_ndim)
+        return dt_error(DT_ERR_PLACEMENT, "%s: %d %s given for a %d-D mesh (one per mesh dim)",
+                        fn, nplacements, what, mesh_ndim);
+    return DT_OK;
 }
 
 dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int ndim,
-                        const int64_t *shape, const dt_placement *placements,
+                        const int64_t *shape, int nplacements, const dt_placement *placements,
                         dt_placement *norm_out) {
     DT_ARG(mesh != NULL, "%s: argument mesh is NULL", fn);
-    DT_ARG(placements != NULL, "%s: argument placements is NULL", fn);
+    DT_CHECK(dt_placement_count_check(fn, "placements", nplacements, placements, mesh->ndim));
     DT_CHECK(dt_shape_dtype_check(fn, ndim, shape, dtype));
     memcpy(norm_out, placements, sizeof(dt_placement) * (size_t)mesh->ndim);
     dt_status st = dt_placements_normalize(norm_out, mesh->ndim, ndim);
@@ -38,6 +41,7 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                               (int)device.kind);
     dt_tensor *t = calloc(1, sizeof *t);
     if (!t) return dt_error(DT_ERR_NOMEM, "tensor: out of memory");
+    t->magic = DT_TENSOR_LIVE;
     atomic_init(&t->refs, 1);
     t->dtype = dtype;
     t->ndim = ndim;
@@ -89,37 +93,81 @@ void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,
 }
 
 dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
-                          const dt_placement *placements, dt_tensor **tensor_out) {
+                          int nplacements, const dt_placement *placements,
+                          dt_tensor **tensor_out) {
     DT_ARG_NOT_NULL(tensor_out);
     dt_placement norm[DT_MESH_MAX_NDIM];
-    DT_CHECK(dt_spec_check("dt_tensor_zeros", mesh, dtype, ndim, shape, placements, norm));
+    DT_CHECK(dt_spec_check("dt_tensor_zeros", mesh, dtype, ndim, shape, nplacements,
+                           placements, norm));
     return dt_tensor_new(mesh, mesh->ctx->device, dtype, ndim, shape, norm, NULL, true,
                          tensor_out);
 }
 
 dt_status dt_tensor_retain(dt_tensor *tensor) {
-    DT_ARG_NOT_NULL(tensor);
+    DT_TENSOR_ARG(tensor);
     atomic_fetch_add(&tensor->refs, 1);
     return DT_OK;
 }
 
+/* ---- quarantine: released shells wait in a per-thread ring of QUARANTINE before going back
+ * to malloc, so a second release of a tensor (a use after free in C) reads the poisoned
+ * magic, not reused memory, and fails with a message instead of corrupting the heap. ---- */
+#define QUARANTINE 256
+
+typedef struct quarantine {
+    dt_tensor *ring[QUARANTINE];
+    unsigned next;
+} quarantine;
+
+static pthread_key_t quarantine_key;
+static pthread_once_t quarantine_once = PTHREAD_ONCE_INIT;
+
+static void quarantine_destroy(void *p) {
+    quarantine *q = p;
+    for (int i = 0; i < QUARANTINE; i++) free(q->ring[i]);
+    free(q);
+}
+
+static void quarantine_init(void) {
+    pthread_key_create(&quarantine_key, quarantine_destroy);
+}
+
+static void shell_free(dt_tensor *t) {
+    t->magic = DT_TENSOR_DEAD;
+    pthread_once(&quarantine_once, quarantine_init);
+    quarantine *q = pthread_getspecific(quarantine_key);
+    if (!q && (q = calloc(1, sizeof *q)) && pthread_setspecific(quarantine_key, q) != 0) {
+        free(q);
+        q = NULL;
+    }
+    if (!q) {
+        free(t);
+        return;
+    }
+    free(q->ring[q->next]);
+    q->ring[q->next] = t;
+    q->next = (q->next + 1) % QUARANTINE;
+}
+
 dt_status dt_tensor_release(dt_tensor *tensor) {
-    if (!tensor || atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
+    if (!tensor) return DT_OK;
+    DT_CHECK(dt_tensor_check("dt_tensor_release", "tensor", tensor));
+    if (atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
     if (tensor->owned) dt_tensor_mem(tensor)->free(tensor->data);
     dt_mesh_release(tensor->mesh);
-    free(tensor);
+    shell_free(tensor);
     return DT_OK;
 }
 
 dt_status dt_tensor_to_local(dt_tensor *tensor, void **data_out) {
-    DT_ARG_NOT_NULL(tensor);
+    DT_TENSOR_ARG(tensor);
     DT_ARG_NOT_NULL(data_out);
     *data_out = tensor->data;
     return DT_OK;
 }
 
 dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *info_out) {
-    DT_ARG_NOT_NULL(tensor);
+    DT_TENSOR_ARG(tensor);
     DT_ARG_NOT_NULL(info_out);
     dt_tensor_info info = {
         .dtype = tensor->dtype,
@@ -210,9 +258,9 @@ static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *glob
         const int64_t *got = rows + (size_t)r * ROW_LEN + ROW_LOCAL;
         if (memcmp(want, got, sizeof(int64_t) * (size_t)ndim) != 0) {
             char g[96], w[96], full[96];
-            shape_text(got, ndim, g, sizeof g);
-            shape_text(want, ndim, w, sizeof w);
-            shape_text(global_io, ndim, full, sizeof full);
+            dt_shape_text(got, ndim, g, sizeof g);
+            dt_shape_text(want, ndim, w, sizeof w);
+            dt_shape_text(global_io, ndim, full, sizeof full);
             st = dt_error(DT_ERR_SHAPE, "dt_tensor_from_local: mesh rank %d holds a %s shard, but "
                                         "torch.chunk of global shape %s gives it %s",
                           r, g, full, w);
@@ -223,15 +271,16 @@ static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *glob
 }
 
 dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int ndim,
-                               const int64_t *local_shape, const dt_placement *placements,
-                               const int64_t *global_shape, unsigned flags,
+                               const int64_t *local_shape, int nplacements,
+                               const dt_placement *placements, const int64_t *global_shape,
+                               unsigned flags,
                                dt_tensor **tensor_out) {
     DT_ARG_NOT_NULL(tensor_out);
     DT_ARG((flags & ~(DT_FROM_LOCAL_BORROW | DT_FROM_LOCAL_CHECK)) == 0,
            "dt_tensor_from_local: argument flags = 0x%x has unknown bits", flags);
     dt_placement norm[DT_MESH_MAX_NDIM];
-    DT_CHECK(dt_spec_check("dt_tensor_from_local", mesh, dtype, ndim, local_shape, placements,
-                           norm));
+    DT_CHECK(dt_spec_check("dt_tensor_from_local", mesh, dtype, ndim, local_shape,
+                           nplacements, placements, norm));
     if (global_shape)
         for (int d = 0; d < ndim; d++)
             if (global_shape[d] < 0)
@@ -251,9 +300,9 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
         dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, global, norm, want, off);
         if (memcmp(want, local_shape, sizeof(int64_t) * (size_t)ndim) != 0) {
             char g[96], w[96], full[96];
-            shape_text(local_shape, ndim, g, sizeof g);
-            shape_text(want, ndim, w, sizeof w);
-            shape_text(global, ndim, full, sizeof full);
+            dt_shape_text(local_shape, ndim, g, sizeof g);
+            dt_shape_text(want, ndim, w, sizeof w);
+            dt_shape_text(global, ndim, full, sizeof full);
             return dt_error(DT_ERR_SHAPE, "dt_tensor_from_local: local_shape %s does not match "
                                           "the %s shard that global shape %s gives mesh rank %d",
                             g, w, full, mesh->rank);
@@ -288,7 +337,7 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
 }
 
 dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **tensor_out) {
-    DT_ARG_NOT_NULL(tensor);
+    DT_TENSOR_ARG(tensor);
     DT_ARG_NOT_NULL(tensor_out);
     const dt_mem_ops *to = dt_mem_ops_of(device.kind);
     if (!to)
@@ -319,7 +368,7 @@ dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **t
 }
 
 dt_status dt_tensor_local_to_host(dt_tensor *tensor, void *out, size_t out_bytes) {
-    DT_ARG_NOT_NULL(tensor);
+    DT_TENSOR_ARG(tensor);
     size_t bytes = tensor->local_numel * dt_dtype_size(tensor->dtype);
     DT_ARG(out != NULL || bytes == 0, "dt_tensor_local_to_host: argument out is NULL");
     if (out_bytes < bytes)

@@ -5,11 +5,18 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "core/check.h"
 #include "core/device.h"
 #include "dtensor/device.h"
 #include "dtensor/tensor.h"
 
+/* magic of a live tensor; a released one's shell holds DT_TENSOR_DEAD for a while (see
+ * tensor.c's quarantine), so a second release or a use after it fails cleanly. */
+#define DT_TENSOR_LIVE 0x7e5a11feu
+#define DT_TENSOR_DEAD 0xdeadbeefu
+
 struct dt_tensor {
+    unsigned magic;
     atomic_int refs;
     dt_mesh *mesh; /* retained */
     dt_dtype dtype;
@@ -24,6 +31,17 @@ struct dt_tensor {
     bool owned;
 };
 
+/* DT_ERR_ARG naming fn and the argument when t is NULL, released or not a tensor. */
+static inline dt_status dt_tensor_check(const char *fn, const char *arg, const dt_tensor *t) {
+    if (!t) return dt_error_set(DT_ERR_ARG, "%s: argument %s is NULL", fn, arg);
+    if (t->magic != DT_TENSOR_LIVE)
+        return dt_error_set(DT_ERR_ARG, "%s: argument %s (%p) is a released tensor (or not a "
+                                        "tensor)", fn, arg, (const void *)t);
+    return DT_OK;
+}
+
+#define DT_TENSOR_ARG(t) DT_CHECK(dt_tensor_check(__func__, #t, (t)))
+
 /* The memory table of t's device. */
 static inline const dt_mem_ops *dt_tensor_mem(const dt_tensor *t) {
     return dt_mem_ops_of(t->device.kind);
@@ -35,8 +53,13 @@ dt_status dt_shape_dtype_check(const char *fn, int ndim, const int64_t *shape, d
 /* Checks mesh, dtype, shape and placements of a spec and returns the placements normalised
  * in norm_out (mesh ndim entries). fn names the public call for messages. */
 dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int ndim,
-                        const int64_t *shape, const dt_placement *placements,
+                        const int64_t *shape, int nplacements, const dt_placement *placements,
                         dt_placement *norm_out);
+
+/* nplacements placements given for a mesh of mesh_ndim dims: DT_ERR_PLACEMENT unless equal.
+ * what names the argument for the message. */
+dt_status dt_placement_count_check(const char *fn, const char *what, int nplacements,
+                                   const dt_placement *placements, int mesh_ndim);
 
 /* Allocates a tensor on device for a checked spec; data NULL allocates zeroed storage,
  * otherwise the tensor takes data (on device) as it is (owned says whether release frees

@@ -31,7 +31,7 @@ static int cuts(const int64_t (*lo)[2], int nranks, int64_t size, int64_t *out) 
 }
 
 dt_status dt_tensor_visualize(const dt_tensor *tensor, char *buf, size_t cap, size_t *len_out) {
-    DT_ARG_NOT_NULL(tensor);
+    DT_TENSOR_ARG(tensor);
     DT_ARG(buf != NULL || cap == 0, "dt_tensor_visualize: argument buf is NULL with cap %zu", cap);
     if (tensor->ndim < 1 || tensor->ndim > 2)
         return dt_error(DT_ERR_UNSUPPORTED, "dt_tensor_visualize: only 1-D and 2-D tensors are "

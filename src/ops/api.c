@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
+#include "mesh/mesh_impl.h"
 #include "ops/op_impl.h"
 
 static dt_status two(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor **out) {
@@ -43,6 +44,12 @@ dt_status dt_reduce(dt_op op, dt_tensor *x, const int *dims, int ndims, int keep
     DT_ARG(dims != NULL || ndims == 0, "dt_reduce: argument dims is NULL");
     dt_op_args a = {.ndims = ndims, .keepdim = keepdim, .correction = 1};
     if (ndims) memcpy(a.dims, dims, sizeof(int) * (size_t)ndims);
+    if (op == DT_OP_ARGMAX || op == DT_OP_ARGMIN) {
+        /* The index ops reduce one dim, which their kernels read from args.dim. */
+        DT_ARG(ndims == 1, "dt_reduce: %s takes exactly one dim, got ndims = %d",
+               dt_op_name(op), ndims);
+        a.dim = dims[0], a.ndims = 0;
+    }
     return dt_op_call(op, &x, 1, &a, out);
 }
 
@@ -68,16 +75,31 @@ dt_status dt_embedding(dt_tensor *table, dt_tensor *indices, dt_tensor **out) {
     return two(DT_OP_EMBEDDING, table, indices, out);
 }
 
-dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, int mean, dt_tensor **out) {
+dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target, int mean,
+                                  int64_t ignore_index, dt_tensor **out) {
     dt_tensor *in[2] = {logits, target};
-    dt_op_args a = {.reduction_mean = mean};
+    dt_op_args a = {.reduction_mean = mean, .use_ignore_index = 1, .ignore_index = ignore_index};
     return dt_op_call(DT_OP_CROSS_ENTROPY, in, 2, &a, out);
+}
+
+dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, int mean, dt_tensor **out) {
+    return dt_cross_entropy_ignore(logits, target, mean, DT_IGNORE_INDEX, out);
 }
 
 dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out) {
     dt_tensor *in[3] = {q, k, v};
     dt_op_args a = {.causal = causal};
     return dt_op_call(DT_OP_SDPA, in, 3, &a, out);
+}
+
+dt_status dt_t(dt_tensor *x, dt_tensor **out) {
+    DT_ARG_NOT_NULL(x);
+    DT_ARG_NOT_NULL(out);
+    DT_ARG(x->ndim <= 2, "dt_t: expects a tensor of at most 2 dims, got %d-D", x->ndim);
+    if (x->ndim == 2) return dt_transpose(x, 0, 1, out);
+    DT_CHECK(dt_tensor_retain(x)); /* 0-D and 1-D: the identity, as torch's t() */
+    *out = x;
+    return DT_OK;
 }
 
 dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out) {
@@ -93,7 +115,9 @@ dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out)
     return dt_op_call(DT_OP_VIEW, &x, 1, &a, out);
 }
 
-/* x takes over the result's data and spec; the result shell goes. */
+/* x takes over the result's data; the result shell goes. x keeps its placements, as in
+ * PyTorch: a result that dispatch placed otherwise (add_(R weight, P(sum) grad) gives
+ * P(sum)) is redistributed back to them first. */
 static dt_status in_place(dt_op op, dt_tensor *x, dt_tensor *other) {
     DT_ARG_NOT_NULL(x);
     dt_tensor *r;
@@ -102,6 +126,19 @@ static dt_status in_place(dt_op op, dt_tensor *x, dt_tensor *other) {
         dt_tensor_release(r);
         return dt_error(DT_ERR_SHAPE, "%s_: the result's shape differs from the input's (the "
                                       "other input broadcasts it)", dt_op_name(op));
+    }
+    int same = 1;
+    for (int m = 0; m < x->mesh->ndim; m++)
+        same &= dt_placement_equal(r->placements[m], x->placements[m]);
+    if (!same) {
+        dt_tensor *back;
+        dt_status st = dt_tensor_redistribute(r, x->mesh->ndim, x->placements, &back);
+        dt_tensor_release(r);
+        if (st != DT_OK) {
+            dt_error_prefix(op == DT_OP_ADD ? "dt_add_" : "dt_mul_");
+            return st;
+        }
+        r = back;
     }
     void *data = x->data;
     int owned = x->owned;

@@ -2,6 +2,8 @@
  * variance, exact on uneven shards) and cross_entropy (the target's log-probability per
  * sample, negated, optionally averaged; loss parallel when the class dim is sharded and
  * keeping it so is cheaper than moving the logits). */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -126,25 +128,139 @@ static int loss_parallel_cheaper(dt_tensor *logits) {
     return cheaper;
 }
 
+/* What the labels say, agreed by every rank: the first label (in global flat order) that
+ * is neither a class nor ignored, and whether any row is ignored. */
+typedef struct labels {
+    int64_t bad_at, bad_value; /* bad_at = INT64_MAX when every label is fine */
+    int64_t ignored;
+} labels;
+
+/* Global flat index of local element i of t. */
+static int64_t global_index(const dt_tensor *t, size_t i) {
+    int64_t g = 0, rest = (int64_t)i, idx[DT_MAX_NDIM];
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        idx[d] = t->local_shape[d] ? rest % t->local_shape[d] : 0;
+        rest = t->local_shape[d] ? rest / t->local_shape[d] : 0;
+    }
+    for (int d = 0; d < t->ndim; d++) g = g * t->shape[d] + t->local_offset[d] + idx[d];
+    return g;
+}
+
+/* Reads this rank's labels and, when ranks hold different ones, gathers every rank's
+ * summary (one small all_gather); a replicated target needs no communication. The kernels
+ * skip class ids outside a shard, so an unchecked out-of-range label would be a silently
+ * finite loss. */
+static dt_status check_labels(dt_tensor *target, int64_t classes, const dt_op_args *a,
+                              labels *out, uint8_t **ignored_mask_out) {
+    if (target->dtype != DT_I64 && target->dtype != DT_I32)
+        return dt_error(DT_ERR_DTYPE, "cross_entropy: target must be i64 or i32 class ids, got "
+                                      "%s", dt_dtype_name(target->dtype));
+    size_t n = target->local_numel, es = dt_dtype_size(target->dtype);
+    void *host = malloc(n * es + 1);
+    uint8_t *mask = calloc(n + 1, 1);
+    dt_status st = host && mask ? dt_tensor_local_to_host(target, host, n * es) : DT_ERR_NOMEM;
+    labels mine = {.bad_at = INT64_MAX};
+    for (size_t i = 0; st == DT_OK && i < n; i++) {
+        int64_t v = target->dtype == DT_I64 ? ((int64_t *)host)[i] : ((int32_t *)host)[i];
+        if (a->use_ignore_index && v == a->ignore_index) {
+            mask[i] = 1;
+            mine.ignored++;
+        } else if ((v < 0 || v >= classes) && mine.bad_at == INT64_MAX) {
+            mine.bad_at = global_index(target, i);
+            mine.bad_value = v;
+        }
+    }
+    free(host);
+    if (st == DT_ERR_NOMEM) dt_error(st, "cross_entropy: out of memory for the labels");
+    int replicated = 1;
+    for (int m = 0; m < target->mesh->ndim; m++)
+        replicated &= target->placements[m].kind == DT_PLACEMENT_REPLICATE ||
+                      target->mesh->shape[m] == 1;
+    *out = mine;
+    if (st == DT_OK && !replicated) {
+        dt_mesh *mesh = target->mesh;
+        dt_comm *all;
+        labels *every = malloc(sizeof(labels) * (size_t)mesh->nranks);
+        st = every ? dt_mesh_mask_comm(mesh, (1u << mesh->ndim) - 1, &all) : DT_ERR_NOMEM;
+        if (st == DT_OK) st = dt_all_gather(all, &mine, every, 3, DT_I64);
+        for (int r = 0; st == DT_OK && r < mesh->nranks; r++) {
+            if (every[r].bad_at < out->bad_at) out->bad_at = every[r].bad_at,
+                                               out->bad_value = every[r].bad_value;
+            if (r != mesh->rank) out->ignored += every[r].ignored;
+        }
+        free(every);
+    }
+    if (st == DT_OK && out->bad_at != INT64_MAX)
+        st = dt_error(DT_ERR_ARG, "cross_entropy: target element %lld (flat, row-major) = %lld "
+                                  "is not a class in [0, %lld)%s", (long long)out->bad_at,
+                      (long long)out->bad_value, (long long)classes,
+                      a->use_ignore_index ? " nor ignore_index" : "");
+    if (st == DT_OK) *ignored_mask_out = mask;
+    else free(mask);
+    return st;
+}
+
+/* Per-sample weight 1, or 0 where the label is ignored: a tensor with the target's spec, made
+ * from this rank's mask (no communication). */
+static dt_status keep_weights(dt_tensor *target, dt_dtype dtype, const uint8_t *mask,
+                              dt_tensor **out) {
+    size_t n = target->local_numel;
+    void *w = malloc(n * dt_dtype_size(dtype) + 1);
+    if (!w) return dt_error(DT_ERR_NOMEM, "cross_entropy: out of memory for the weights");
+    for (size_t i = 0; i < n; i++) {
+        if (dtype == DT_F64) ((double *)w)[i] = mask[i] ? 0.0 : 1.0;
+        else ((float *)w)[i] = mask[i] ? 0.0f : 1.0f;
+    }
+    dt_status st = dt_tensor_from_local(target->mesh, w, dtype, target->ndim, target->local_shape,
+                                        target->mesh->ndim, target->placements, target->shape, 0,
+                                        out);
+    free(w);
+    return st;
+}
+
+/* -logprob per sample, 0 where ignored; mean: over the samples not ignored. */
+static dt_status reduce_loss(dt_tensor *neg, dt_tensor *keep, int mean, dt_tensor **out) {
+    dt_op_args all = {0};
+    if (!keep && mean) return call1(DT_OP_MEAN, neg, &all, out);
+    if (!keep) {
+        dt_tensor_retain(neg);
+        *out = neg;
+        return DT_OK;
+    }
+    dt_tensor *kept = NULL, *total = NULL, *count = NULL;
+    dt_status st = call2(DT_OP_MUL, neg, keep, &kept);
+    if (st == DT_OK && !mean) {
+        *out = kept;
+        return DT_OK;
+    }
+    if (st == DT_OK) st = call1(DT_OP_SUM, kept, &all, &total);
+    if (st == DT_OK) st = call1(DT_OP_SUM, keep, &all, &count);
+    if (st == DT_OK) st = call2(DT_OP_DIV, total, count, out); /* all ignored: 0/0, as torch */
+    dt_tensor_release(kept), dt_tensor_release(total), dt_tensor_release(count);
+    return st;
+}
+
 /* logits (N, C, d1...) with the class dim 1, target (N, d1...) of class indices. */
 static dt_status cross_entropy(dt_tensor *logits, dt_tensor *target, const dt_op_args *a,
                                dt_tensor **out) {
     if (logits->ndim < 2 || target->ndim != logits->ndim - 1)
         return dt_error(DT_ERR_SHAPE, "cross_entropy: logits (N, C, ...) and target (N, ...) "
                                       "expected, got %d-D and %d-D", logits->ndim, target->ndim);
-    dt_tensor *lp = NULL, *neg = NULL, *res = NULL;
-    dt_status st = loss_parallel_cheaper(logits) ? target_logprob_parallel(logits, target, &lp)
-                                                 : target_logprob_whole(logits, target, &lp);
+    if (logits->dtype != DT_F32 && logits->dtype != DT_F64)
+        return dt_error(DT_ERR_DTYPE, "cross_entropy: logits must be f32 or f64, got %s",
+                        dt_dtype_name(logits->dtype));
+    labels seen = {0};
+    uint8_t *ignored = NULL;
+    DT_CHECK(check_labels(target, logits->shape[1], a, &seen, &ignored));
+    dt_tensor *lp = NULL, *neg = NULL, *keep = NULL;
+    dt_status st = seen.ignored ? keep_weights(target, logits->dtype, ignored, &keep) : DT_OK;
+    free(ignored);
+    if (st == DT_OK)
+        st = loss_parallel_cheaper(logits) ? target_logprob_parallel(logits, target, &lp)
+                                           : target_logprob_whole(logits, target, &lp);
     if (st == DT_OK) st = call1(DT_OP_NEG, lp, NULL, &neg);
-    if (st == DT_OK && a->reduction_mean) {
-        dt_op_args all = {0};
-        st = call1(DT_OP_MEAN, neg, &all, &res);
-    } else if (st == DT_OK) {
-        res = neg;
-        neg = NULL;
-    }
-    dt_tensor_release(lp), dt_tensor_release(neg);
-    if (st == DT_OK) *out = res;
+    if (st == DT_OK) st = reduce_loss(neg, keep, a->reduction_mean, out);
+    dt_tensor_release(lp), dt_tensor_release(neg), dt_tensor_release(keep);
     return st;
 }
 

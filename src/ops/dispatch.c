@@ -114,6 +114,9 @@ static int entry_matches(const entry *e, uint64_t h, dt_op op, dt_tensor *const 
             continue;
         }
         if (e->in_spec[i].ndim != t->ndim || e->in_spec[i].dtype != t->dtype ||
+    /* Output shapes come from arguments too (view, expand): the one checked size product. */
+    DT_CHECK(dt_shape_dtype_check(dt_op_name(op), best->spec.ndim, best->spec.shape,
+                                  best->spec.dtype));
             memcmp(e->in_spec[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))
             return 0;
         for (int m = 0; m < mnd; m++)
@@ -217,6 +220,9 @@ static dt_status choose(dt_op op, const op_family *f, dt_tensor *const *in, int 
 
 /* "S(0),R | R,S(1) -> S(0),S(1)" for the trace. */
 static void strategy_text(const strategy *s, int n, int mnd, char *buf, size_t cap) {
+        if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
+            return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op),
+                            i, (void *)in[i]);
     size_t o = 0;
     char one[128];
     for (int i = 0; i < n && o < cap; i++) {
@@ -307,7 +313,7 @@ static dt_status redistribute_input(dt_op op, int i, dt_tensor *t, const dt_plac
     if (mode == DT_REDISTRIBUTE_LOG)
         fprintf(stderr, "[dtensor rank %d] %s: input %d %s -> %s\n", t->mesh->ctx->rank,
                 dt_op_name(op), i, have, need);
-    return dt_tensor_redistribute(t, want, out);
+    return dt_tensor_redistribute(t, t->mesh->ndim, want, out);
 }
 
 static void local_of(const dt_tensor *t, dt_local *l) {

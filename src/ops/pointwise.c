@@ -79,6 +79,19 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
             k++;
         }
     }
+    /* Adding a replicated value commutes with max, min and avg (not with sum, which would
+     * count it once per rank): max_i(a_i) + r = max_i(a_i + r), and r - max_i(a_i) =
+     * min_i(r - a_i). */
+    if ((op == DT_OP_ADD || op == DT_OP_SUB) && n == 2) {
+        static const dt_reduce_op kinds[] = {DT_REDUCE_MAX, DT_REDUCE_MIN, DT_REDUCE_AVG};
+        for (int j = 0; j < 3; j++) {
+            dt_reduce_op flipped = op == DT_OP_ADD || kinds[j] == DT_REDUCE_AVG ? kinds[j]
+                                   : kinds[j] == DT_REDUCE_MAX              ? DT_REDUCE_MIN
+                                                                            : DT_REDUCE_MAX;
+            rows[k++] = (rule_row){.in = {PP(kinds[j]), RP}, .out = PP(kinds[j])};
+            rows[k++] = (rule_row){.in = {RP, PP(kinds[j])}, .out = PP(flipped)};
+        }
+    }
     if (op == DT_OP_MAXIMUM) rows[k++] = (rule_row){.in = {PP(DT_REDUCE_MAX), PP(DT_REDUCE_MAX)}, .out = PP(DT_REDUCE_MAX)};
     if (op == DT_OP_MINIMUM) rows[k++] = (rule_row){.in = {PP(DT_REDUCE_MIN), PP(DT_REDUCE_MIN)}, .out = PP(DT_REDUCE_MIN)};
     if (monotone(op) || (op == DT_OP_MUL_SCALAR && a->scalar > 0)) {

@@ -32,6 +32,9 @@ static dt_status reduced_mask(dt_op op, const op_input *x, const dt_op_args *a, 
         if (d < 0)
             return dt_error(DT_ERR_ARG, "%s: dims[%d] = %d is out of range for a %d-D tensor",
                             dt_op_name(op), i, a->dims[i], x->ndim);
+        if (*mask & (1u << d))
+            return dt_error(DT_ERR_ARG, "%s: dims[%d] = %d repeats dim %d (each dim may appear "
+                                        "once)", dt_op_name(op), i, a->dims[i], d);
         *mask |= 1u << d;
     }
     return DT_OK;

@@ -40,17 +40,33 @@ static dt_status view_shape(const op_input *x, const dt_op_args *a, op_out *out)
     if (a->shape_ndim < 0 || a->shape_ndim > DT_MAX_NDIM)
         return dt_error(DT_ERR_ARG, "view: shape_ndim = %d", a->shape_ndim);
     for (int i = 0; i < a->shape_ndim; i++) {
-        if (a->shape[i] == -1 && infer < 0) infer = i;
+        if (a->shape[i] == -1 && infer >= 0)
+            return dt_error(DT_ERR_SHAPE, "view: only one dim may be -1 (inferred), but "
+                                          "shape[%d] and shape[%d] both are", infer, i);
+        if (a->shape[i] == -1) infer = i;
         else if (a->shape[i] < 0)
-            return dt_error(DT_ERR_SHAPE, "view: shape[%d] = %lld", i, (long long)a->shape[i]);
-        else known *= a->shape[i];
+            return dt_error(DT_ERR_SHAPE, "view: shape[%d] = %lld is negative (only -1, to "
+                                          "infer one dim, is allowed)", i,
+                            (long long)a->shape[i]);
+        else if (__builtin_mul_overflow(known, a->shape[i], &known)) {
+            char text[DT_MAX_NDIM * 21 + 3];
+            dt_shape_text(a->shape, a->shape_ndim, text, sizeof text);
+            return dt_error(DT_ERR_SHAPE, "view: shape %s has more elements than an int64 "
+                                          "counts", text);
+        }
     }
     out->ndim = a->shape_ndim;
     for (int i = 0; i < a->shape_ndim; i++) out->shape[i] = a->shape[i];
-    if (infer >= 0) out->shape[infer] = known ? numel / known : 0;
-    if ((int64_t)dt_shape_numel(out->shape, out->ndim) != numel)
-        return dt_error(DT_ERR_SHAPE, "view: %lld elements do not fit the new shape",
-                        (long long)numel);
+    if (infer >= 0 && known == 0)
+        return dt_error(DT_ERR_SHAPE, "view: shape[%d] = -1 cannot be inferred when the other "
+                                      "dims hold 0 elements (any size fits)", infer);
+    if (infer >= 0) out->shape[infer] = numel / known;
+    if ((int64_t)dt_shape_numel(out->shape, out->ndim) != numel) {
+        char text[DT_MAX_NDIM * 21 + 3];
+        dt_shape_text(a->shape, a->shape_ndim, text, sizeof text);
+        return dt_error(DT_ERR_SHAPE, "view: %lld elements do not fit shape %s",
+                        (long long)numel, text);
+    }
     return DT_OK;
 }
 

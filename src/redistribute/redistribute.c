@@ -134,19 +134,20 @@ dt_status dt_redistribute_cached_plan(dt_tensor *t, const dt_placement *dst, con
 }
 
 /* Checks the target, normalises it, and finds the plan. */
-static dt_status prepare(const char *fn, dt_tensor *t, const dt_placement *dst,
+static dt_status prepare(const char *fn, dt_tensor *t, int ndst, const dt_placement *dst,
                          const dt_plan **plan_out) {
-    DT_ARG(t != NULL, "%s: argument tensor is NULL", fn);
+    DT_CHECK(dt_tensor_check(fn, "tensor", t));
+    DT_CHECK(dt_placement_count_check(fn, "dst placements", ndst, dst, t->mesh->ndim));
     dt_placement src[DT_MESH_MAX_NDIM], norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_plan_check_args(fn, t->mesh->ndim, t->mesh->shape, t->ndim, t->shape, t->dtype,
                                 t->placements, dst, src, norm));
     return dt_redistribute_cached_plan(t, norm, plan_out);
 }
 
-dt_status dt_tensor_redistribute_plan(dt_tensor *tensor, const dt_placement *dst,
+dt_status dt_tensor_redistribute_plan(dt_tensor *tensor, int ndst, const dt_placement *dst,
                                       const dt_plan **plan_out) {
     DT_ARG_NOT_NULL(plan_out);
-    return prepare("dt_tensor_redistribute_plan", tensor, dst, plan_out);
+    return prepare("dt_tensor_redistribute_plan", tensor, ndst, dst, plan_out);
 }
 
 /* The communicator of every step on a lane (NULL for local steps). */
@@ -165,11 +166,11 @@ static dt_status step_comms(dt_tensor *t, const dt_plan *plan, int lane, dt_comm
     return DT_OK;
 }
 
-dt_status dt_tensor_redistribute(dt_tensor *tensor, const dt_placement *dst,
+dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement *dst,
                                  dt_tensor **tensor_out) {
     DT_ARG_NOT_NULL(tensor_out);
     const dt_plan *plan;
-    DT_CHECK(prepare("dt_tensor_redistribute", tensor, dst, &plan));
+    DT_CHECK(prepare("dt_tensor_redistribute", tensor, ndst, dst, &plan));
     dt_comm **comms;
     DT_CHECK(step_comms(tensor, plan, 0, &comms));
     dt_ctx *ctx = tensor->mesh->ctx;
@@ -209,11 +210,11 @@ static void request_free(dt_request *r) {
     free(r);
 }
 
-dt_status dt_tensor_redistribute_async(dt_tensor *tensor, const dt_placement *dst,
+dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_placement *dst,
                                        dt_request **request_out) {
     DT_ARG_NOT_NULL(request_out);
     const dt_plan *plan;
-    DT_CHECK(prepare("dt_tensor_redistribute_async", tensor, dst, &plan));
+    DT_CHECK(prepare("dt_tensor_redistribute_async", tensor, ndst, dst, &plan));
     dt_ctx *ctx = tensor->mesh->ctx;
     if (!ctx->worker) DT_CHECK(dt_worker_create(ctx, &ctx->worker));
     dt_request *r = calloc(1, sizeof *r);
