@@ -103,7 +103,8 @@ Test(ucx, rings_everywhere_3, .timeout = 120) {
 
 /* Rank 3 raises SIGKILL while all_reduces run: the others fail cleanly, naming it, well
  * within the 5 s timeout (the control plane sees the process die), and exit by themselves
- * (dtrun's grace is longer than the test allows); dtrun exits with rank 3's 128 + 9. */
+ * (dtrun's grace is longer than the test allows); dtrun exits with rank 3's 128 + 9, however
+ * soon after it the others exit, and names it as the root cause from their error records. */
 static void fault(const char *tls) {
     skip_without_ucx();
     char vars[128];
@@ -112,7 +113,15 @@ static void fault(const char *tls) {
     cr_expect_eq(r.code, 137, "dtrun exited with %d, expected 137 (rank 3's SIGKILL)", r.code);
     expect_each_rank(&r, 3, "fault: failed cleanly");
     cr_expect(!strstr(r.out, "FAILED BADLY"));
-    cr_expect(strstr(r.out, "dtrun: rank 3 was killed by signal 9"));
+    cr_expect(strstr(r.out, "dtrun: root cause: rank 3 was killed by signal 9 (Killed) [the other "
+                            "ranks' error records name it]"),
+              "%s", r.out);
+    for (int rank = 0; rank < 3; rank++) { /* each survivor's record: rank 3's death */
+        char want[96];
+        snprintf(want, sizeof want, "dtrun: also failed: rank %d exited with status 3: rank 3 failed",
+                 rank);
+        cr_expect(strstr(r.out, want), "no \"%s\" in:\n%s", want, r.out);
+    }
     cr_expect_lt(r.secs, 15.0, "took %.1f s", r.secs);
     free(r.out);
 }

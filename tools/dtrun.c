@@ -3,15 +3,31 @@
  *   dtrun -n 4 ./prog args...
  *
  * Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (127.0.0.1 unless
- * --addr) and MASTER_PORT (a free port unless --port); every line it prints comes out as
- * "[rank R] line" on dtrun's stdout or stderr. When a rank fails (non-zero exit or a signal)
- * the others get --grace seconds to notice and exit by themselves, then SIGTERM, then SIGKILL;
- * dtrun exits with the first failing rank's status (128 + signal number for a signal), 0 when
- * every rank succeeded. A plain POSIX program: no dtensor or UCX needed. */
+ * --addr), MASTER_PORT (a free port unless --port) and DT_ERROR_FILE, a file in a directory of
+ * dtrun's own where the dtensor runtimes write the rank's first failure (which rank failed, its
+ * status and message, when, and whether it began there: comm/boot/failure.h); every line a rank
+ * prints comes out as "[rank R] line" on dtrun's stdout or stderr. When a rank fails (non-zero
+ * exit or a signal) the others get --grace seconds to notice and exit by themselves, then
+ * SIGTERM, then SIGKILL.
+ *
+ * Once all have ended, dtrun prints every failure, the root cause first, and exits with the
+ * root cause's status (128 + signal number for a signal), 0 when every rank succeeded. The
+ * order in which ranks end says little: a rank killed by SIGKILL and a peer that exits the
+ * moment it hears of it end microseconds apart, and dtrun may see them in one wake-up. So the
+ * root cause is, in this order (dtrun_blame.c):
+ *   1. the rank with the earliest record of a failure that began there (its own error, not a
+ *      peer's, a timeout or an abort it heard of);
+ *   2. else the failed rank that the earliest record of a peer's failure names;
+ *   3. else the rank first seen killed by a signal dtrun did not send;
+ *   4. else the rank first seen to fail (SIGCHLD wakes dtrun at each end: no polling tick).
+ * A plain POSIX program (and Linux's PR_SET_PDEATHSIG): no dtensor or UCX needed. Programs
+ * that do not use the dtensor runtimes may write the record themselves. */
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +38,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LINE_MAX_BYTES 65536
-#define TERM_TO_KILL_S 3.0
+#include "dtrun.h"
+
+#define LINE_MAX_BYTES  65536
+#define TERM_TO_KILL_NS 3000000000LL
+#define LINGER_NS       1000000000LL /* output pipes a rank's own children still hold */
 
 typedef struct stream {
     int fd;  /* read end, -1 once closed */
@@ -33,20 +52,24 @@ typedef struct stream {
 } stream;
 
 typedef struct rank {
-    pid_t pid; /* 0 once reaped */
+    pid_t pid;     /* 0 once reaped */
+    unsigned sent; /* bit s: dtrun sent it signal s */
     stream s[2];
 } rank;
 
-static volatile sig_atomic_t got_signal;
+static volatile sig_atomic_t got_signal, got_child;
 
 static void on_signal(int sig) {
-    got_signal = sig;
+    if (sig == SIGCHLD)
+        got_child = 1;
+    else
+        got_signal = sig;
 }
 
-static double now_s(void) {
+static int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 static void usage(FILE *f) {
@@ -56,7 +79,12 @@ static void usage(FILE *f) {
                "  --addr A        MASTER_ADDR (default 127.0.0.1)\n"
                "  --grace S       after a rank fails, seconds the others get to exit by\n"
                "                  themselves before SIGTERM (default 2)\n"
-               "Exit status: the first failing rank's (128 + signal for a signal), else 0.\n");
+               "Each rank's first failure goes to the JSON file DT_ERROR_FILE names (the dtensor\n"
+               "runtimes write it). Once all ranks ended, dtrun prints every failure, the root\n"
+               "cause first: the earliest failure that began at its rank by these records, else\n"
+               "the rank the records name, else a rank killed by a signal dtrun did not send,\n"
+               "else the rank seen to fail first.\n"
+               "Exit status: the root cause's (128 + signal for a signal), else 0.\n");
 }
 
 /* Writes all of buf; output errors (a closed pipe) are ignored. */
@@ -140,14 +168,51 @@ static int set_job_token(void) {
     return setenv("DT_JOB_TOKEN", hex, 1);
 }
 
+/* The directory of the ranks' error records; "" when none could be made. */
+static char record_dir[4096];
+
+static void record_path(char *buf, size_t cap, int r) {
+    snprintf(buf, cap, "%s/rank%d.json", record_dir, r);
+}
+
+static void make_record_dir(void) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(record_dir, sizeof record_dir, "%s/dtrun-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(record_dir)) {
+        fprintf(stderr,
+                "dtrun: cannot make a directory for error records (%s): %s; the root "
+                "cause will be a guess from the order ranks end in\n",
+                record_dir, strerror(errno));
+        record_dir[0] = '\0';
+    }
+}
+
+/* Removes the records and any temporary file a rank left half written. */
+static void remove_record_dir(void) {
+    if (!record_dir[0]) return;
+    DIR *d = opendir(record_dir);
+    struct dirent *e;
+    char path[4400];
+    while (d && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", record_dir, e->d_name);
+        unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(record_dir);
+    record_dir[0] = '\0';
+}
+
 /* In the child: the rank's environment and output pipes, then the program. */
 static void start_child(int r, int n, const char *addr, int port, int out[2], int err[2],
-                        pid_t parent, char **argv) {
+                        pid_t parent, const sigset_t *mask, char **argv) {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the launcher */
     if (getppid() != parent) _exit(127);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    sigprocmask(SIG_SETMASK, mask, NULL);
     set_int("RANK", r);
     set_int("WORLD_SIZE", n);
     set_int("LOCAL_RANK", r);
@@ -155,6 +220,12 @@ static void start_child(int r, int n, const char *addr, int port, int out[2], in
     set_int("GROUP_RANK", 0);
     setenv("MASTER_ADDR", addr, 1);
     set_int("MASTER_PORT", port);
+    char path[4200];
+    record_path(path, sizeof path, r);
+    if (record_dir[0])
+        setenv("DT_ERROR_FILE", path, 1);
+    else
+        unsetenv("DT_ERROR_FILE");
     dup2(out[1], 1);
     dup2(err[1], 2);
     close(out[0]);
@@ -166,15 +237,36 @@ static void start_child(int r, int n, const char *addr, int port, int out[2], in
     _exit(127);
 }
 
-static int status_code(int ws) {
-    if (WIFEXITED(ws)) return WEXITSTATUS(ws);
-    if (WIFSIGNALED(ws)) return 128 + WTERMSIG(ws);
-    return 1;
-}
-
 static void signal_all(rank *ranks, int n, int sig) {
     for (int r = 0; r < n; r++)
-        if (ranks[r].pid > 0) kill(ranks[r].pid, sig);
+        if (ranks[r].pid > 0) {
+            ranks[r].sent |= 1u << sig;
+            kill(ranks[r].pid, sig);
+        }
+}
+
+/* Reaps every rank that ended; returns the first failure among them (-1 none). */
+static int reap(rank *ranks, dtrun_end *ends, int n, int *alive) {
+    int ws, first = -1;
+    pid_t pid;
+    while ((pid = waitpid(-1, &ws, WNOHANG)) > 0) {
+        int64_t t = now_ns();
+        for (int r = 0; r < n; r++) {
+            if (ranks[r].pid != pid) continue;
+            ranks[r].pid = 0;
+            (*alive)--;
+            dtrun_end *e = &ends[r];
+            e->seen_ns = t;
+            e->code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
+            if (WIFSIGNALED(ws)) {
+                e->signal = WTERMSIG(ws);
+                e->code = 128 + e->signal;
+                e->signal_ours = e->signal < 32 && (ranks[r].sent >> e->signal & 1);
+            }
+            if (e->code != 0 && first < 0) first = r;
+        }
+    }
+    return first;
 }
 
 int main(int argc, char **argv) {
@@ -203,7 +295,8 @@ int main(int argc, char **argv) {
         else
             break;
     }
-    if (i >= argc || n < 1 || n > 65535 || port < 0 || port > 65535 || !(grace >= 0)) {
+    if (i >= argc || n < 1 || n > 65535 || port < 0 || port > 65535 || !(grace >= 0) ||
+        grace > 1e6) {
         usage(stderr);
         return 2;
     }
@@ -215,36 +308,47 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dtrun: cannot make a job token: %s\n", strerror(errno));
         return 1;
     }
+    /* The signals dtrun waits for stay blocked except inside ppoll, so none slips in between
+     * a check and the wait. */
+    sigset_t waited, unblocked;
+    sigemptyset(&waited);
+    sigaddset(&waited, SIGCHLD);
+    sigaddset(&waited, SIGINT);
+    sigaddset(&waited, SIGTERM);
+    sigaddset(&waited, SIGHUP);
+    sigprocmask(SIG_BLOCK, &waited, &unblocked);
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGCHLD, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     rank *ranks = calloc((size_t)n, sizeof *ranks);
-    if (!ranks) {
+    dtrun_end *ends = calloc((size_t)n, sizeof *ends);
+    struct pollfd *fds = malloc(sizeof *fds * 2 * (size_t)n);
+    int *who = malloc(sizeof *who * 2 * (size_t)n);
+    if (!ranks || !ends || !fds || !who) {
         fprintf(stderr, "dtrun: out of memory\n");
         return 1;
     }
+    make_record_dir();
     pid_t self = getpid();
-    int alive = 0, open_streams = 0, failed_rank = -1, code = 0;
+    int alive = 0, open_streams = 0;
     for (int r = 0; r < n; r++) {
         int out[2], err[2];
-        if (pipe(out) != 0 || pipe(err) != 0) {
-            fprintf(stderr, "dtrun: pipe: %s\n", strerror(errno));
+        pid_t pid = -1;
+        if (pipe(out) == 0 && pipe(err) == 0) pid = fork();
+        if (pid == 0) start_child(r, n, addr, port, out, err, self, &unblocked, argv + i);
+        if (pid < 0) {
+            fprintf(stderr, "dtrun: cannot start rank %d: %s\n", r, strerror(errno));
             signal_all(ranks, n, SIGKILL);
+            remove_record_dir();
             return 1;
         }
-        pid_t pid = fork();
-        if (pid == 0) start_child(r, n, addr, port, out, err, self, argv + i);
         close(out[1]);
         close(err[1]);
-        if (pid < 0) {
-            fprintf(stderr, "dtrun: fork: %s\n", strerror(errno));
-            signal_all(ranks, n, SIGKILL);
-            return 1;
-        }
         ranks[r].pid = pid;
         ranks[r].s[0] = (stream){.fd = out[0], .out = 1};
         ranks[r].s[1] = (stream){.fd = err[0], .out = 2};
@@ -252,70 +356,85 @@ int main(int argc, char **argv) {
         open_streams += 2;
     }
 
-    struct pollfd *fds = malloc(sizeof *fds * 2 * (size_t)n);
-    int *who = malloc(sizeof *who * 2 * (size_t)n);
-    double term_at = -1, kill_at = -1, reaped_all_at = -1;
+    int64_t term_at = -1, kill_at = -1, reaped_all_at = -1;
+    int failed = -1, interrupted = 0, forwarded = 0;
     while (alive > 0 || open_streams > 0) {
         int nf = 0;
-        for (int r = 0; fds && who && r < n; r++)
+        for (int r = 0; r < n; r++)
             for (int k = 0; k < 2; k++)
                 if (ranks[r].s[k].fd >= 0) {
                     fds[nf] = (struct pollfd){.fd = ranks[r].s[k].fd, .events = POLLIN};
                     who[nf++] = 2 * r + k;
                 }
-        int k = poll(fds, (nfds_t)nf, 100);
+        int64_t t = now_ns(), until = INT64_MAX;
+        if (term_at >= 0) until = term_at;
+        if (kill_at >= 0 && kill_at < until) until = kill_at;
+        if (reaped_all_at >= 0 && reaped_all_at + LINGER_NS < until)
+            until = reaped_all_at + LINGER_NS;
+        int64_t wait = until == INT64_MAX ? -1 : until > t ? until - t : 0;
+        struct timespec ts = {(time_t)(wait / 1000000000LL), (long)(wait % 1000000000LL)};
+        int k =
+            got_child || got_signal ? 0 : ppoll(fds, (nfds_t)nf, wait < 0 ? NULL : &ts, &unblocked);
+        /* Reaped before the output is drained, so each end is stamped when it happened. */
+        int first = -1;
+        if (got_child) {
+            got_child = 0;
+            first = reap(ranks, ends, n, &alive);
+        }
         for (int j = 0; k > 0 && j < nf; j++) {
             if (!fds[j].revents) continue;
             stream *s = &ranks[who[j] / 2].s[who[j] % 2];
             drain(who[j] / 2, s);
             if (s->fd < 0) open_streams--;
         }
-        int ws;
-        pid_t pid;
-        while ((pid = waitpid(-1, &ws, WNOHANG)) > 0) {
-            for (int r = 0; r < n; r++) {
-                if (ranks[r].pid != pid) continue;
-                ranks[r].pid = 0;
-                alive--;
-                int c = status_code(ws);
-                if (c != 0 && failed_rank < 0) {
-                    failed_rank = r;
-                    code = c;
-                    if (WIFSIGNALED(ws))
-                        fprintf(stderr, "dtrun: rank %d was killed by signal %d (%s)\n", r,
-                                WTERMSIG(ws), strsignal(WTERMSIG(ws)));
-                    else
-                        fprintf(stderr, "dtrun: rank %d exited with status %d\n", r, c);
-                    if (alive > 0) {
-                        fprintf(stderr, "dtrun: stopping the other ranks (after %.1f s of grace)\n",
-                                grace);
-                        term_at = now_s() + grace;
-                    }
-                }
+        t = now_ns();
+        if (first >= 0 && failed < 0 && !interrupted) {
+            char what[256];
+            failed = first;
+            dtrun_describe_end(what, sizeof what, first, &ends[first]);
+            fprintf(stderr, "dtrun: %s\n", what);
+            if (alive > 0) {
+                fprintf(stderr, "dtrun: stopping the other ranks (after %.1f s of grace)\n", grace);
+                term_at = t + (int64_t)(grace * 1e9);
             }
         }
-        double t = now_s();
-        if (got_signal && failed_rank < 0) {
-            failed_rank = n;
-            code = 128 + got_signal;
-            signal_all(ranks, n, got_signal == SIGINT ? SIGINT : SIGTERM);
-            kill_at = t + TERM_TO_KILL_S;
+        if (got_signal) { /* forwarded once; a second one kills */
+            int sig = got_signal;
+            got_signal = 0;
+            if (failed < 0 && !interrupted) interrupted = sig;
+            signal_all(ranks, n, forwarded++ ? SIGKILL : sig == SIGINT ? SIGINT : SIGTERM);
+            term_at = -1;
+            kill_at = t + TERM_TO_KILL_NS;
         }
         if (term_at >= 0 && t >= term_at && alive > 0) {
             signal_all(ranks, n, SIGTERM);
             term_at = -1;
-            kill_at = t + TERM_TO_KILL_S;
+            kill_at = t + TERM_TO_KILL_NS;
         }
         if (kill_at >= 0 && t >= kill_at && alive > 0) {
             signal_all(ranks, n, SIGKILL);
             kill_at = -1;
         }
-        /* Output pipes a rank's own children still hold do not keep dtrun waiting long. */
         if (alive == 0 && reaped_all_at < 0) reaped_all_at = t;
-        if (alive == 0 && t - reaped_all_at > 1.0) break;
+        if (alive == 0 && t - reaped_all_at >= LINGER_NS) break;
     }
+
+    int code = interrupted ? 128 + interrupted : 0;
+    if (!interrupted) {
+        char path[4200];
+        for (int r = 0; r < n && record_dir[0]; r++) {
+            record_path(path, sizeof path, r);
+            dtrun_record_read(path, &ends[r].rec);
+        }
+        dtrun_why why;
+        int root = dtrun_root_cause(ends, n, &why);
+        dtrun_report(stderr, ends, n, root, why);
+        if (root >= 0) code = ends[root].code;
+    }
+    remove_record_dir();
     free(fds);
     free(who);
+    free(ends);
     free(ranks);
     return code;
 }

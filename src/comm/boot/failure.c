@@ -1,7 +1,10 @@
-/* The first failure of a world, and polling back-off (failure.h). */
+/* The first failure of a world, its record for the launcher, and polling back-off
+ * (failure.h). */
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/boot/failure.h"
 #include "core/check.h"
@@ -19,7 +22,11 @@ void dt_failure_init(dt_failure *f) {
 
 void dt_failure_fini(dt_failure *f) { pthread_mutex_destroy(&f->mu); }
 
-int dt_failure_record(dt_failure *f, int rank, dt_status st, const char *msg) {
+/* Set once the process's first failure went to DT_ERROR_FILE: later worlds' are consequences
+ * or come after it, and the launcher wants the first. */
+static atomic_int record_written;
+
+int dt_failure_record(dt_failure *f, int me, int rank, dt_status st, const char *msg) {
     int first = 0;
     pthread_mutex_lock(&f->mu);
     if (!atomic_load(&f->set)) {
@@ -30,7 +37,52 @@ int dt_failure_record(dt_failure *f, int rank, dt_status st, const char *msg) {
         first = 1;
     }
     pthread_mutex_unlock(&f->mu);
+    const char *path = getenv("DT_ERROR_FILE");
+    if (first && path && *path && !atomic_exchange(&record_written, 1))
+        dt_failure_write_record(path, me, rank, st, msg);
     return first;
+}
+
+static void json_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(out, "\\u%04x", c);
+        else
+            fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+int dt_failure_write_record(const char *path, int me, int rank, dt_status st, const char *msg) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp) return -1;
+    FILE *out = fopen(tmp, "w");
+    if (!out) return -1;
+    /* What a rank meets between ranks (a peer's failure, a timeout, a disagreement, a lost
+     * connection) may have begun elsewhere; its own errors began here. */
+    int origin =
+        rank == me && st != DT_ERR_ABORTED && st != DT_ERR_PEER_EXITED && st != DT_ERR_COMM;
+    struct timespec mono, real;
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    clock_gettime(CLOCK_REALTIME, &real);
+    fprintf(out,
+            "{\n  \"rank\": %d,\n  \"failed_rank\": %d,\n  \"origin\": %s,\n  \"status\": ", me,
+            rank, origin ? "true" : "false");
+    json_string(out, dt_status_str(st));
+    fprintf(out, ",\n  \"code\": %d,\n  \"message\": ", (int)st);
+    json_string(out, msg);
+    fprintf(out, ",\n  \"monotonic_ns\": %lld,\n  \"unix_time\": %lld.%09ld,\n  \"pid\": %ld\n}\n",
+            (long long)mono.tv_sec * 1000000000LL + mono.tv_nsec, (long long)real.tv_sec,
+            real.tv_nsec, (long)getpid());
+    if (fclose(out) != 0 || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
 }
 
 int dt_failure_get(dt_failure *f, int *rank, dt_status *st, char *msg, size_t cap) {

@@ -32,7 +32,7 @@ static struct timespec realtime_in(int64_t ns) {
 /* --- failure state ------------------------------------------------------------------------ */
 
 void nc_world_abort(nc_world *w, int rank, dt_status st, const char *msg) {
-    dt_failure_record(&w->fail, rank, st, msg);
+    dt_failure_record(&w->fail, w->rank, rank, st, msg);
     pthread_mutex_lock(&w->wd_mu);
     pthread_cond_signal(&w->wd_cv);
     pthread_mutex_unlock(&w->wd_mu);

@@ -29,7 +29,7 @@ int dt_ucx_available(void) {
 }
 
 void ux_world_abort(ux_world *w, int rank, dt_status st, const char *msg) {
-    dt_failure_record(&w->fail, rank, st, msg);
+    dt_failure_record(&w->fail, w->rank, rank, st, msg);
     atomic_fetch_add(&w->events, 1);
 }
 
