@@ -122,19 +122,23 @@ dt_status dt_layer_norm(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, double
                         dt_tensor **out);
 dt_status dt_rms_norm(dt_tensor *x, dt_tensor *weight, double eps, dt_tensor **out);
 dt_status dt_embedding(dt_tensor *table, dt_tensor *indices, dt_tensor **out);
+/* logits (N, C, ...) f32/f64, target (N, ...) i64/i32 class ids. Rows labelled
+ * DT_IGNORE_INDEX (-100, as PyTorch) are skipped: their loss is 0 and the mean is over the
+ * others. Any other label outside [0, C) is DT_ERR_ARG naming its position and value, on
+ * every rank. */
 dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, int mean, dt_tensor **out);
-dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out);
-dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out);
-dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
-/* Concatenates 1 to 4 tensors along dim. */
 /* The same with another ignore_index. */
 dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target, int mean,
                                   int64_t ignore_index, dt_tensor **out);
-dt_status dt_cat(dt_tensor *const *xs, int n, int dim, dt_tensor **out);
-/* Splits x along dim into n pieces of the given sizes (summing to the dim's size); outs gets
+dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out);
+dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out);
 /* torch's t(): transposes a 2-D tensor; a 0-D or 1-D one is returned as is (one more
  * reference to x, as torch returns a view). */
 dt_status dt_t(dt_tensor *x, dt_tensor **out);
+dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
+/* Concatenates 1 to 4 tensors along dim. */
+dt_status dt_cat(dt_tensor *const *xs, int n, int dim, dt_tensor **out);
+/* Splits x along dim into n pieces of the given sizes (summing to the dim's size); outs gets
  * n new tensors. On failure none is returned. */
 dt_status dt_split(dt_tensor *x, int dim, const int64_t *sizes, int n, dt_tensor **outs);
 

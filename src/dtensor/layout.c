@@ -47,6 +47,9 @@ dt_status dt_shard_layout(int mesh_ndim, const int *mesh_shape, const int *coord
         off[d] = 0;
     }
     for (int m = 0; m < mesh_ndim; m++) {
+        if (mesh_shape[m] < 1)
+            return dt_error(DT_ERR_MESH, "dt_shard_layout: mesh_shape[%d] = %d must be at least 1",
+                            m, mesh_shape[m]);
         DT_ARG(coord[m] >= 0 && coord[m] < mesh_shape[m],
                "dt_shard_layout: coord[%d] = %d is not in [0, %d)", m, coord[m], mesh_shape[m]);
         if (placements[m].kind != DT_PLACEMENT_SHARD) continue;

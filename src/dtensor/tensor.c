@@ -282,10 +282,8 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
     DT_CHECK(dt_spec_check("dt_tensor_from_local", mesh, dtype, ndim, local_shape,
                            nplacements, placements, norm));
     if (global_shape)
-        for (int d = 0; d < ndim; d++)
-            if (global_shape[d] < 0)
-                return dt_error(DT_ERR_SHAPE, "dt_tensor_from_local: global_shape[%d] = %lld is "
-                                              "negative", d, (long long)global_shape[d]);
+        DT_CHECK(dt_shape_dtype_check("dt_tensor_from_local (global_shape)", ndim, global_shape,
+                                      dtype));
     size_t numel = dt_shape_numel(local_shape, ndim);
     DT_ARG(local != NULL || numel == 0, "dt_tensor_from_local: argument local is NULL for a "
                                         "%zu-element shard", numel);
@@ -295,6 +293,9 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
         int64_t row[ROW_LEN];
         row_fill(row, dtype, ndim, local_shape, global_shape, norm, mesh->ndim);
         DT_CHECK(agree_on_spec(mesh, row, global, global_shape == NULL));
+        if (!global_shape) /* the sum of every rank's local shape */
+            DT_CHECK(dt_shape_dtype_check("dt_tensor_from_local (inferred global shape)", ndim,
+                                          global, dtype));
     } else {
         int64_t want[DT_MAX_NDIM], off[DT_MAX_NDIM];
         dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, global, norm, want, off);

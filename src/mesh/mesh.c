@@ -1,6 +1,7 @@
 /* Device meshes: validation, coordinates, sub-meshes and the communicator of every set of
  * mesh dimensions. Holds no placement logic. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +89,9 @@ dt_status dt_mesh_create(dt_ctx *ctx, int ndim, const int *shape, const char *co
     return DT_OK;
 }
 
+/* The largest size one mesh dim may have in text. */
+#define MESH_DIM_MAX (1 << 20)
+
 dt_status dt_mesh_parse(const char *text, int *shape_out, char (*names_out)[DT_MESH_NAME_MAX + 1],
                         int *ndim_out) {
     DT_ARG_NOT_NULL(text);
@@ -121,10 +125,15 @@ dt_status dt_mesh_parse(const char *text, int *shape_out, char (*names_out)[DT_M
             p = start;
         }
         char *end;
+        errno = 0;
         long v = strtol(start, &end, 10);
-        if (end == start || !isdigit((unsigned char)*start) || v > 1 << 20)
+        if (end == start || !isdigit((unsigned char)*start))
             return dt_error(DT_ERR_PARSE, "dt_mesh_parse: expected a size at offset %d of \"%s\"",
                             (int)(start - text), text);
+        if (errno == ERANGE || v > MESH_DIM_MAX)
+            return dt_error(DT_ERR_PARSE, "dt_mesh_parse: size %.*s at offset %d of \"%s\" is "
+                                          "larger than %d ranks", (int)(end - start), start,
+                            (int)(start - text), text, MESH_DIM_MAX);
         shape[ndim++] = (int)v;
         p = end;
         while (*p == ' ') p++;

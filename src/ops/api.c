@@ -40,7 +40,8 @@ dt_status dt_linear(dt_tensor *x, dt_tensor *w, dt_tensor *b, dt_tensor **out) {
 
 dt_status dt_reduce(dt_op op, dt_tensor *x, const int *dims, int ndims, int keepdim,
                     dt_tensor **out) {
-    DT_ARG(ndims >= 0 && ndims <= DT_MAX_NDIM, "dt_reduce: argument ndims = %d", ndims);
+    DT_ARG(ndims >= 0 && ndims <= DT_MAX_NDIM, "dt_reduce: argument ndims = %d is not in [0, %d]",
+           ndims, DT_MAX_NDIM);
     DT_ARG(dims != NULL || ndims == 0, "dt_reduce: argument dims is NULL");
     dt_op_args a = {.ndims = ndims, .keepdim = keepdim, .correction = 1};
     if (ndims) memcpy(a.dims, dims, sizeof(int) * (size_t)ndims);
@@ -108,7 +109,8 @@ dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out) {
 }
 
 dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out) {
-    DT_ARG(ndim >= 0 && ndim <= DT_MAX_NDIM, "dt_view: argument ndim = %d", ndim);
+    DT_ARG(ndim >= 0 && ndim <= DT_MAX_NDIM, "dt_view: argument ndim = %d is not in [0, %d]", ndim,
+           DT_MAX_NDIM);
     DT_ARG(shape != NULL || ndim == 0, "dt_view: argument shape is NULL");
     dt_op_args a = {.shape_ndim = ndim};
     if (ndim) memcpy(a.shape, shape, sizeof(int64_t) * (size_t)ndim);

@@ -114,9 +114,6 @@ static int entry_matches(const entry *e, uint64_t h, dt_op op, dt_tensor *const 
             continue;
         }
         if (e->in_spec[i].ndim != t->ndim || e->in_spec[i].dtype != t->dtype ||
-    /* Output shapes come from arguments too (view, expand): the one checked size product. */
-    DT_CHECK(dt_shape_dtype_check(dt_op_name(op), best->spec.ndim, best->spec.shape,
-                                  best->spec.dtype));
             memcmp(e->in_spec[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))
             return 0;
         for (int m = 0; m < mnd; m++)
@@ -164,6 +161,9 @@ static dt_status choose(dt_op op, const op_family *f, dt_tensor *const *in, int 
         gin[i] = in[i] ? (op_input){in[i]->ndim, in[i]->shape, in[i]->dtype}
                        : (op_input){-1, NULL, DT_F32};
     DT_CHECK(f->infer(op, gin, n, a, &best->spec));
+    /* Output shapes come from arguments too (view, expand): the one checked size product. */
+    DT_CHECK(dt_shape_dtype_check(dt_op_name(op), best->spec.ndim, best->spec.shape,
+                                  best->spec.dtype));
     static _Thread_local rule_row rows[DT_MESH_MAX_NDIM][DT_OP_MAX_ROWS];
     int nrows[DT_MESH_MAX_NDIM];
     long combos = 1;
@@ -220,9 +220,6 @@ static dt_status choose(dt_op op, const op_family *f, dt_tensor *const *in, int 
 
 /* "S(0),R | R,S(1) -> S(0),S(1)" for the trace. */
 static void strategy_text(const strategy *s, int n, int mnd, char *buf, size_t cap) {
-        if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
-            return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op),
-                            i, (void *)in[i]);
     size_t o = 0;
     char one[128];
     for (int i = 0; i < n && o < cap; i++) {
@@ -285,6 +282,9 @@ static dt_status check_inputs(dt_op op, const op_family *f, dt_tensor *const *in
     for (int i = 0; i < n; i++) {
         DT_ARG(in[i] != NULL || (f->optional & (1u << i)), "%s: input %d is NULL",
                dt_op_name(op), i);
+        if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
+            return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op),
+                            i, (void *)in[i]);
         if (in[i] && in[i]->mesh != in[0]->mesh)
             return dt_error(DT_ERR_MESH, "%s: input %d lives on another mesh than input 0",
                             dt_op_name(op), i);
