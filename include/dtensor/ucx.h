@@ -5,16 +5,25 @@
  *
  * Launch (every process runs the same binary, which calls dt_ucx_run):
  *   dtrun -n 4 ./prog args...                         one host (tools/dtrun.c)
+ *   torchrun --nproc-per-node 4 --master-port 29500 --no-python ./prog
  *   torchrun --nnodes 2 --nproc-per-node 4 --master-addr h0 --master-port 29500 --no-python ./prog
+ *   export DT_JOB_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')   then:
  *   srun -N 2 --ntasks-per-node 4 env MASTER_ADDR=h0 MASTER_PORT=29500 ./prog
- *   mpirun -np 8 -x MASTER_ADDR=h0 -x MASTER_PORT=29500 ./prog
+ *   mpirun -np 8 -x MASTER_ADDR=h0 -x MASTER_PORT=29500 -x DT_JOB_TOKEN ./prog
  *
  * Environment read by dt_ucx_run:
  *   rank and size   RANK/WORLD_SIZE (torchrun, dtrun), else OMPI_COMM_WORLD_RANK/_SIZE
  *                   (Open MPI), else PMI_RANK/PMI_SIZE (MPICH), else SLURM_PROCID/SLURM_NTASKS;
  *                   LOCAL_RANK/LOCAL_WORLD_SIZE and their equivalents are read when present.
  *   MASTER_ADDR, MASTER_PORT   where rank 0 listens for the rendezvous (only that address);
- *                   required whenever the world has more than one rank.
+ *                   required whenever the world has more than one rank. Under torchrun
+ *                   (TORCHELASTIC_USE_AGENT_STORE=True) they name torchrun's own store: rank 0
+ *                   listens on a free port and publishes it there for the others.
+ *   DT_JOB_TOKEN    the job's secret (at most 128 bytes), the same for every rank: rank 0
+ *                   lets in only ranks that show it; any other connection is logged on stderr
+ *                   and dropped. dtrun sets a fresh one per run; under torchrun, when unset,
+ *                   rank 0 makes one and hands it out through torchrun's store; with srun or
+ *                   mpirun set it yourself. Unset, MASTER_ADDR must be a loopback address.
  *   DT_STARTUP_TIMEOUT_S       how long the rendezvous may take (default 60).
  *   DT_TIMEOUT_S               per-operation timeout (default 300; 0 = wait forever).
  *   DT_UCX_RING_MIN_BYTES      collectives moving at least this many bytes use rings, smaller

@@ -17,6 +17,8 @@ typedef dt_ucx_env dt_boot_env;
 #define DT_BOOT_MAX_RANKS 65535
 /* Host name + boot id: ranks with equal ids share a host. */
 #define DT_BOOT_HOST_ID 128
+/* The job's secret (DT_JOB_TOKEN) as it travels in a HELLO: at most this many bytes. */
+#define DT_BOOT_TOKEN_BYTES 128
 
 /* --- environment (env.c) --------------------------------------------------------------- */
 
@@ -28,13 +30,24 @@ dt_status dt_boot_env_seconds(const char *name, double dflt, double *out);
 dt_status dt_boot_env_bytes(const char *name, size_t dflt, size_t *out);
 /* This host's id (zero-padded; never fails). */
 void dt_boot_host_id(char out[DT_BOOT_HOST_ID]);
+/* DT_JOB_TOKEN, zero-padded into out; *set_out = 0 (and out all zero) when it is unset or
+ * empty. DT_ERR_ARG when it is longer than DT_BOOT_TOKEN_BYTES. */
+dt_status dt_boot_token_read(uint8_t out[DT_BOOT_TOKEN_BYTES], int *set_out);
+/* A fresh random token: 32 hex digits and a NUL. */
+dt_status dt_boot_token_random(char out[33]);
+/* 1 when a and b are equal; takes the same time whatever they hold. */
+int dt_boot_token_equal(const uint8_t a[DT_BOOT_TOKEN_BYTES], const uint8_t b[DT_BOOT_TOKEN_BYTES]);
 
 /* --- rendezvous (bootstrap.c) ------------------------------------------------------------ */
 
 /* Meets every rank at MASTER_ADDR:MASTER_PORT within timeout_ns: publishes this rank's blob
  * (len bytes, any content) and returns everyone's (blobs[r], lens[r]; free with
  * dt_boot_blobs_free) plus the sockets for dt_boot_ctl_start (root: one per rank, socks[0]
- * unused; others: socks[0] is rank 0). Collective over the world; blocks. Needs size > 1. */
+ * unused; others: socks[0] is rank 0). Collective over the world; blocks. Needs size > 1.
+ * Rank 0 admits only HELLOs carrying the job's DT_JOB_TOKEN and drops (and logs to stderr)
+ * every other connection; without a token the rendezvous must be on a loopback address.
+ * Under torchrun, whose own store holds MASTER_PORT, rank 0 listens on a port of its own and
+ * publishes it (with a token when DT_JOB_TOKEN is unset) through that store (torchstore.c). */
 dt_status dt_boot_exchange(const dt_boot_env *env, int64_t timeout_ns, const void *blob, size_t len,
                            void ***blobs_out, size_t **lens_out, int **socks_out);
 void dt_boot_blobs_free(void **blobs, size_t *lens, int n);

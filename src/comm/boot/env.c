@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "comm/boot/boot.h"
@@ -40,6 +41,42 @@ void dt_boot_host_id(char out[DT_BOOT_HOST_ID]) {
     if (!fgets(out + DT_BOOT_HOST_ID / 2, DT_BOOT_HOST_ID / 2 - 1, f))
         out[DT_BOOT_HOST_ID / 2] = '\0';
     fclose(f);
+}
+
+dt_status dt_boot_token_read(uint8_t out[DT_BOOT_TOKEN_BYTES], int *set_out) {
+    memset(out, 0, DT_BOOT_TOKEN_BYTES);
+    const char *s = getenv("DT_JOB_TOKEN");
+    size_t n = s ? strlen(s) : 0;
+    if (n > DT_BOOT_TOKEN_BYTES)
+        return dt_error(DT_ERR_ARG,
+                        "environment: DT_JOB_TOKEN is %zu bytes long; at most %d are used, so "
+                        "give a shorter secret",
+                        n, DT_BOOT_TOKEN_BYTES);
+    if (n) memcpy(out, s, n);
+    *set_out = n > 0;
+    return DT_OK;
+}
+
+dt_status dt_boot_token_random(char out[33]) {
+    unsigned char b[16];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t k = getrandom(b + got, sizeof b - got, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return dt_error(DT_ERR_COMM, "getrandom failed: %s", strerror(errno));
+        got += (size_t)k;
+    }
+    for (size_t i = 0; i < sizeof b; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+    return DT_OK;
+}
+
+int dt_boot_token_equal(const uint8_t a[DT_BOOT_TOKEN_BYTES], const uint8_t b[DT_BOOT_TOKEN_BYTES]) {
+    /* Every byte is looked at whatever differs: no early exit for a timing oracle. */
+    volatile uint8_t diff = 0;
+    for (size_t i = 0; i < DT_BOOT_TOKEN_BYTES; i++)
+        diff |= (uint8_t)(a[i] ^ b[i]);
+    return diff == 0;
 }
 
 /* Parses env var name as an integer in [lo, hi]; *out untouched when unset (returns DT_OK). */

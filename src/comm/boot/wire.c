@@ -8,17 +8,16 @@
 #include "comm/boot/boot.h"
 #include "comm/boot/wire.h"
 
-int boot_wire_write(int fd, uint32_t type, int rank, int status, const void *payload, size_t len) {
-    boot_wire_hdr h = {
-        .magic = BOOT_WIRE_MAGIC, .type = type, .rank = rank, .status = status, .len = len};
-    char *buf = malloc(sizeof h + len);
+/* Sends head then body as one buffer (one segment on the wire, so a HELLO arrives whole). */
+static int send_joined(int fd, const void *head, size_t hlen, const void *body, size_t blen) {
+    char *buf = malloc(hlen + blen);
     if (!buf) {
         errno = ENOMEM;
         return -1;
     }
-    memcpy(buf, &h, sizeof h);
-    if (len) memcpy(buf + sizeof h, payload, len);
-    size_t off = 0, total = sizeof h + len;
+    memcpy(buf, head, hlen);
+    if (blen) memcpy(buf + hlen, body, blen);
+    size_t off = 0, total = hlen + blen;
     while (off < total) {
         ssize_t k = send(fd, buf + off, total - off, MSG_NOSIGNAL);
         if (k < 0 && errno == EINTR) continue;
@@ -34,8 +33,24 @@ int boot_wire_write(int fd, uint32_t type, int rank, int status, const void *pay
     return 0;
 }
 
-/* Reads exactly len bytes; 0, -1 (errno; 0 at end of stream) or -2 (deadline). */
-static int read_full(int fd, void *p, size_t len, int64_t deadline) {
+int boot_wire_write(int fd, uint32_t type, int rank, int status, const void *payload, size_t len) {
+    boot_wire_hdr h = {
+        .magic = BOOT_WIRE_MAGIC, .type = type, .rank = rank, .status = status, .len = len};
+    return send_joined(fd, &h, sizeof h, payload, len);
+}
+
+int boot_wire_write_hello(int fd, int rank, int size, const uint8_t token[DT_BOOT_TOKEN_BYTES],
+                          const void *blob, size_t len) {
+    boot_wire_hello h = {.hdr = {.magic = BOOT_WIRE_MAGIC,
+                                 .type = BOOT_MSG_HELLO,
+                                 .rank = rank,
+                                 .status = size,
+                                 .len = len}};
+    memcpy(h.token, token, sizeof h.token);
+    return send_joined(fd, &h, sizeof h, blob, len);
+}
+
+int boot_wire_read_full(int fd, void *p, size_t len, int64_t deadline) {
     size_t off = 0;
     while (off < len) {
         int ms = -1;
@@ -60,7 +75,7 @@ static int read_full(int fd, void *p, size_t len, int64_t deadline) {
 
 int boot_wire_read(int fd, boot_wire_hdr *hdr, char **payload_out, int64_t deadline_ns) {
     *payload_out = NULL;
-    int r = read_full(fd, hdr, sizeof *hdr, deadline_ns);
+    int r = boot_wire_read_full(fd, hdr, sizeof *hdr, deadline_ns);
     if (r) return r;
     if (hdr->magic != BOOT_WIRE_MAGIC || hdr->len > BOOT_WIRE_MAX_PAYLOAD) return -3;
     char *p = malloc(hdr->len + 1);
@@ -68,7 +83,7 @@ int boot_wire_read(int fd, boot_wire_hdr *hdr, char **payload_out, int64_t deadl
         errno = ENOMEM;
         return -1;
     }
-    r = read_full(fd, p, hdr->len, deadline_ns);
+    r = boot_wire_read_full(fd, p, hdr->len, deadline_ns);
     if (r) {
         free(p);
         return r;
