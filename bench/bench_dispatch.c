@@ -121,8 +121,10 @@ static dt_status gemm_body(dt_ctx *ctx, void *arg) {
     TRY(dt_tensor_zeros(mesh, DT_F32, 2, bs, DT_COUNT_OF(rep), rep, &b));
     dt_tensor_info ia, ib;
     dt_tensor_info_get(a, &ia), dt_tensor_info_get(b, &ib);
-    for (size_t i = 0; i < ia.local_numel; i++) ((float *)ia.local_data)[i] = 1.0f / (float)(i % 7 + 1);
-    for (size_t i = 0; i < ib.local_numel; i++) ((float *)ib.local_data)[i] = 1.0f / (float)(i % 5 + 1);
+    for (size_t i = 0; i < ia.local_numel; i++)
+        ((float *)ia.local_data)[i] = 1.0f / (float)(i % 7 + 1);
+    for (size_t i = 0; i < ib.local_numel; i++)
+        ((float *)ib.local_data)[i] = 1.0f / (float)(i % 5 + 1);
     float *out = malloc(ia.local_numel * sizeof(float));
     dt_comm *world;
     TRY(dt_ctx_world_comm(ctx, &world));
@@ -174,10 +176,12 @@ int main(int argc, char **argv) {
         }
         result *r = &results[i];
         if (table) {
-            printf("cached dispatch add, %d rank(s)\t%.0f ns (overhead %.0f ns)\tbare kernel %.0f ns\t%.1fx\n",
+            printf("cached dispatch add, %d rank(s)\t%.0f ns (overhead %.0f ns)\tbare kernel %.0f "
+                   "ns\t%.1fx\n",
                    ranks[i], r->add_ns, r->add_ns - r->add_kernel_ns, r->add_kernel_ns,
                    r->add_ns / r->add_kernel_ns);
-            printf("cached dispatch mm, %d rank(s)\t%.0f ns (overhead %.0f ns)\tbare kernel %.0f ns\t%.1fx\n",
+            printf("cached dispatch mm, %d rank(s)\t%.0f ns (overhead %.0f ns)\tbare kernel %.0f "
+                   "ns\t%.1fx\n",
                    ranks[i], r->mm_ns, r->mm_ns - r->mm_kernel_ns, r->mm_kernel_ns,
                    r->mm_ns / r->mm_kernel_ns);
             printf("cached dispatch add traced, %d rank(s)\t%.0f ns\tuntraced %.0f ns\t%.2fx\n",

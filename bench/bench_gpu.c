@@ -124,7 +124,8 @@ static dt_status copy_ref(dt_ctx *ctx, bw *out) {
     for (int k = 0; k < 5; k++) {
         TRY(dt_ctx_synchronize(ctx));
         double t0 = now();
-        for (int i = 0; i < 10; i++) cudaMemcpyAsync(b, a, BW_BYTES, cudaMemcpyDeviceToDevice, r->compute);
+        for (int i = 0; i < 10; i++)
+            cudaMemcpyAsync(b, a, BW_BYTES, cudaMemcpyDeviceToDevice, r->compute);
         TRY(dt_ctx_synchronize(ctx));
         if ((now() - t0) / 10 < best) best = (now() - t0) / 10;
     }
@@ -141,7 +142,8 @@ static dt_status bw_body(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     TRY(dt_mesh_create(ctx, 1, &n, NULL, &mesh));
     int64_t shape[1] = {(int64_t)(BW_BYTES / 4)};
-    dt_placement s0[1] = {dt_shard(0)}, rep[1] = {dt_replicate()}, p[1] = {dt_partial(DT_REDUCE_SUM)};
+    dt_placement s0[1] = {dt_shard(0)}, rep[1] = {dt_replicate()},
+                 p[1] = {dt_partial(DT_REDUCE_SUM)};
     dt_tensor *x, *y, *z = NULL;
     TRY(dt_tensor_zeros(mesh, DT_F32, 1, shape, DT_COUNT_OF(s0), s0, &x));
     TRY(dt_tensor_zeros(mesh, DT_F32, 1, shape, DT_COUNT_OF(s0), s0, &y));
@@ -171,7 +173,8 @@ static dt_status bw_body(dt_ctx *ctx, void *arg) {
                 double t0 = now();
                 for (int i = 0; i < 5; i++) {
                     dt_tensor_release(g);
-                    TRY(dt_tensor_redistribute(which ? pz : x, dt_mesh_ndim(mesh), which ? s0 : rep, &g));
+                    TRY(dt_tensor_redistribute(which ? pz : x, dt_mesh_ndim(mesh), which ? s0 : rep,
+                                               &g));
                 }
                 TRY(dt_ctx_synchronize(ctx));
                 if ((now() - t0) / 5 < best) best = (now() - t0) / 5;
@@ -293,7 +296,8 @@ int main(int argc, char **argv) {
     snprintf(ref, sizeof ref, "bare kernel %.0f ns", ns[1]);
     row("cached dispatch, add 4x4 on GPU", f, ref, ns[1] / ns[0]);
     double one = 0, four = 0;
-    if (dt_local_run(1, mlp_body, &one, NULL) != DT_OK || dt_local_run(4, mlp_body, &four, NULL) != DT_OK)
+    if (dt_local_run(1, mlp_body, &one, NULL) != DT_OK ||
+        dt_local_run(4, mlp_body, &four, NULL) != DT_OK)
         return 1;
     snprintf(f, sizeof f, "%.2f ms", four * 1e3);
     snprintf(ref, sizeof ref, "unsharded %.2f ms", one * 1e3);

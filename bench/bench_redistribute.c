@@ -102,7 +102,13 @@ int main(int argc, char **argv) {
         {"S(0)->R  (all_gather)", "S(0)", "R", {rows * RANKS, 1024}, shard * (n - 1), 0, 0},
         {"P->R     (all_reduce)", "P(sum)", "R", {rows, 1024}, 2 * shard * (n - 1) / n, 0, 0},
         {"P->S(0)  (reduce_scatter)", "P(sum)", "S(0)", {rows, 1024}, shard * (n - 1) / n, 0, 0},
-        {"S(0)->S(1) (all_to_all)", "S(0)", "S(1)", {rows * RANKS, 1024}, shard * (n - 1) / n, 0, 0},
+        {"S(0)->S(1) (all_to_all)",
+         "S(0)",
+         "S(1)",
+         {rows * RANKS, 1024},
+         shard * (n - 1) / n,
+         0,
+         0},
     };
     if (!table) {
         printf("redistribute on the local runtime: %d ranks (threads), %u MiB per rank, f32, best "
@@ -123,7 +129,8 @@ int main(int argc, char **argv) {
         }
         c->ref_s = times[0];
         if (table)
-            printf("redistribute %s, 4 ranks x 16 MiB\t%.2f GB/s/rank\tmemcpy %.2f GB/s/rank\t%.0f%%\n",
+            printf("redistribute %s, 4 ranks x 16 MiB\t%.2f GB/s/rank\tmemcpy %.2f "
+                   "GB/s/rank\t%.0f%%\n",
                    c->name, c->bytes_per_rank / c->best_s / 1e9, c->bytes_per_rank / c->ref_s / 1e9,
                    100 * c->ref_s / c->best_s);
         else

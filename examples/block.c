@@ -46,7 +46,9 @@ static dt_status param(dt_mesh *mesh, int rank, int ndim, const int64_t *shape, 
     dt_placement p[2];
     int np;
     dt_status st = dt_placements_parse(pl, p, 2, &np);
-    if (st == DT_OK) st = dt_tensor_distribute(mesh, x, DT_F32, ndim, shape, DT_COUNT_OF(p), p, DT_ALL_RANKS, out);
+    if (st == DT_OK)
+        st = dt_tensor_distribute(mesh, x, DT_F32, ndim, shape, DT_COUNT_OF(p), p, DT_ALL_RANKS,
+                                  out);
     free(x);
     (void)rank;
     return st;
@@ -120,7 +122,9 @@ dt_status dt_demo_block(dt_ctx *ctx, dt_mesh *mesh, int sharded, int verbose, dt
     int64_t s3[3] = {B, T, C};
     show(verbose, "x (batch on dp, sequence on tp)", x);
     STEP(dt_layer_norm(x, w.g1, w.b1, 1e-5, &n1), n1, "layer_norm (sequence parallel)");
-    if (sharded) STEP(dt_tensor_redistribute(n1, DT_COUNT_OF(gathered), gathered, &n1g), n1g, "all_gather the sequence");
+    if (sharded)
+        STEP(dt_tensor_redistribute(n1, DT_COUNT_OF(gathered), gathered, &n1g), n1g,
+             "all_gather the sequence");
     else n1g = n1;
     STEP(heads(rank, n1g, w.wq, &q), q, "q = x Wq^T, heads split");
     STEP(heads(rank, n1g, w.wk, &k), k, "k");
@@ -131,7 +135,9 @@ dt_status dt_demo_block(dt_ctx *ctx, dt_mesh *mesh, int sharded, int verbose, dt
     STEP(dt_linear(yc, w.wo, NULL, &a), a, "out projection (row parallel)");
     STEP(dt_add(x, a, &h), h, "residual (reduce_scatter)");
     STEP(dt_layer_norm(h, w.g2, w.b2, 1e-5, &n2), n2, "layer_norm (sequence parallel)");
-    if (sharded) STEP(dt_tensor_redistribute(n2, DT_COUNT_OF(gathered), gathered, &n2g), n2g, "all_gather the sequence");
+    if (sharded)
+        STEP(dt_tensor_redistribute(n2, DT_COUNT_OF(gathered), gathered, &n2g), n2g,
+             "all_gather the sequence");
     else n2g = n2;
     STEP(dt_linear(n2g, w.w1, NULL, &f1), f1, "fc1 (column parallel)");
     STEP(dt_unary_op(DT_OP_GELU, f1, &g), g, "gelu");

@@ -34,7 +34,8 @@ static dt_status show_shard(dt_tensor *t, int rank) {
     printf("rank %d (dp=%d, tp=%d) holds rows [%lld:%lld) cols [%lld:%lld):\n", rank,
            dt_mesh_coord(info.mesh, 0), dt_mesh_coord(info.mesh, 1),
            (long long)info.local_offset[0], (long long)(info.local_offset[0] + info.local_shape[0]),
-           (long long)info.local_offset[1], (long long)(info.local_offset[1] + info.local_shape[1]));
+           (long long)info.local_offset[1],
+           (long long)(info.local_offset[1] + info.local_shape[1]));
     for (int64_t i = 0; i < info.local_shape[0]; i++) {
         printf("   ");
         for (int64_t j = 0; j < info.local_shape[1]; j++)
@@ -57,7 +58,8 @@ static dt_status layout_part(dt_ctx *ctx) {
     int64_t shape[2] = {ROWS, COLS};
     dt_tensor *t;
     /* Only rank 0 passes the full tensor; it sends every other rank its shard. */
-    TRY(dt_tensor_distribute(mesh, rank == 0 ? full : NULL, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, 0, &t));
+    TRY(dt_tensor_distribute(mesh, rank == 0 ? full : NULL, DT_F32, 2, shape, DT_COUNT_OF(pl), pl,
+                             0, &t));
     dt_comm *world;
     TRY(dt_ctx_world_comm(ctx, &world));
     if (rank == 0) {
@@ -93,7 +95,8 @@ static dt_status block_part(dt_ctx *ctx) {
     dt_tensor *x, *xr, *y, *ref;
     TRY(dt_demo_input(mesh, "S(0),S(1)", &x));
     TRY(dt_demo_input(mesh, "R,R", &xr));
-    if (rank == 0) printf("\ntransformer block forward, tensor + sequence parallel (rank 0's view):\n");
+    if (rank == 0)
+        printf("\ntransformer block forward, tensor + sequence parallel (rank 0's view):\n");
     TRY(dt_trace_start(ctx));
     TRY(dt_comm_stats_reset(ctx));
     TRY(dt_demo_block(ctx, mesh, 1, rank == 0, x, &y));

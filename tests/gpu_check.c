@@ -4,10 +4,10 @@
  *
  *   gpu_check [--quick]     --quick: a few patterns per case (the meson test)
  *
- * Sections: device memory (allocator, copies, errors), work on the communication thread, ops (every case of the CPU suite on
- * meshes 1, 2, 4 and 2x2, each result against the unsharded CPU result), redistribute (the
- * property suite's random cases, exact), the tensor-parallel MLP (one all_reduce). Last line:
- * "N passed, N failed". */
+ * Sections: device memory (allocator, copies, errors), work on the communication thread, ops (every
+ * case of the CPU suite on meshes 1, 2, 4 and 2x2, each result against the unsharded CPU result),
+ * redistribute (the property suite's random cases, exact), the tensor-parallel MLP (one
+ * all_reduce). Last line: "N passed, N failed". */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -51,7 +51,8 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, shape, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &x));
     dt_tensor_info info;
     R_OK(dt_tensor_info_get(x, &info));
-    R_CHECK(info.device.kind == DT_DEVICE_CUDA, "distribute put the shard on %d", (int)info.device.kind);
+    R_CHECK(info.device.kind == DT_DEVICE_CUDA, "distribute put the shard on %d",
+            (int)info.device.kind);
     /* Round trip through the CPU is exact. */
     R_OK(dt_tensor_to_device(x, (dt_device){DT_DEVICE_CPU, 0}, &cpu));
     R_OK(dt_tensor_full(cpu, back, sizeof(float) * 256 * 96));
@@ -66,7 +67,8 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
         dt_placement rep[1] = {dt_replicate()};
         int64_t xs[2] = {64, 96};
         dt_tensor *a, *b, *c;
-        R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, xs, DT_COUNT_OF(rep), rep, DT_ALL_RANKS, &a));
+        R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, xs, DT_COUNT_OF(rep), rep, DT_ALL_RANKS,
+                                  &a));
         R_OK(dt_tensor_distribute(mesh, w, DT_F32, 2, ws, DT_COUNT_OF(rep), rep, DT_ALL_RANKS, &b));
         R_OK(dt_mm(a, b, &c));
         R_OK(dt_tensor_full(c, got, sizeof(float) * 64 * 80));
@@ -77,8 +79,8 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
                     acc += (double)host[i * 96 + k] * w[k * 80 + j];
                     mag += fabs((double)host[i * 96 + k] * w[k * 80 + j]);
                 }
-                R_CHECK(fabs(got[i * 80 + j] - acc) <= 2e-3 * (1 + mag), "tf32 mm [%d,%d]: %g, want %g",
-                        i, j, got[i * 80 + j], acc);
+                R_CHECK(fabs(got[i * 80 + j] - acc) <= 2e-3 * (1 + mag),
+                        "tf32 mm [%d,%d]: %g, want %g", i, j, got[i * 80 + j], acc);
             }
         dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(c);
         free(w), free(got);
@@ -112,7 +114,8 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
     }
     R_OK(dt_barrier(world));
     R_OK(dt_device_memory_stats(dev, &m1));
-    R_CHECK(m1.device_allocs == m0.device_allocs, "steady state called cudaMalloc %" PRIu64 " times",
+    R_CHECK(m1.device_allocs == m0.device_allocs,
+            "steady state called cudaMalloc %" PRIu64 " times",
             m1.device_allocs - m0.device_allocs);
     R_CHECK(m1.requests > m0.requests && m1.peak >= m1.in_use, "allocator statistics");
     R_OK(dt_ctx_synchronize(ctx));
@@ -138,7 +141,8 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
     t_fill(DT_F32, host, 37 * 24, 5);
     dt_placement src[2] = {dt_shard(0), dt_shard(1)}, dst[2] = {dt_replicate(), dt_shard(0)};
     dt_tensor *x, *y, *g;
-    R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, shape, DT_COUNT_OF(src), src, DT_ALL_RANKS, &x));
+    R_OK(dt_tensor_distribute(mesh, host, DT_F32, 2, shape, DT_COUNT_OF(src), src, DT_ALL_RANKS,
+                              &x));
     dt_request *req;
     R_OK(dt_tensor_redistribute_async(x, DT_COUNT_OF(dst), dst, &req));
     R_OK(dt_unary_op(DT_OP_GELU, x, &g)); /* compute meanwhile */
@@ -184,10 +188,12 @@ static dt_status twice_kernel(const dt_block *in, int n, dt_block *out, void *us
         return dt_error_set(DT_ERR_DEVICE, "twice: blocks on device %d/%d, stream %p",
                             (int)in[0].device.kind, (int)out->device.kind, (void *)s);
     float *h = malloc(sizeof(float) * count + 4);
-    cudaError_t e = cudaMemcpyAsync(h, in[0].data, sizeof(float) * count, cudaMemcpyDeviceToHost, s);
+    cudaError_t e =
+        cudaMemcpyAsync(h, in[0].data, sizeof(float) * count, cudaMemcpyDeviceToHost, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     for (size_t i = 0; i < count; i++) h[i] *= 2;
-    if (e == cudaSuccess) e = cudaMemcpyAsync(out->data, h, sizeof(float) * count, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(out->data, h, sizeof(float) * count, cudaMemcpyHostToDevice, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s); /* h goes away */
     free(h);
     return e == cudaSuccess ? DT_OK : dt_error_set(DT_ERR_DEVICE, "twice: CUDA error %d", (int)e);
@@ -212,7 +218,8 @@ static dt_status user_op_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &t));
     R_OK(dt_op_call(op, &t, 1, NULL, &u));
     R_OK(dt_tensor_full(u, y, sizeof y));
-    for (int i = 0; i < 36; i++) R_CHECK(y[i] == 2 * x[i], "element %d: %g, want %g", i, y[i], 2 * x[i]);
+    for (int i = 0; i < 36; i++)
+        R_CHECK(y[i] == 2 * x[i], "element %d: %g, want %g", i, y[i], 2 * x[i]);
     dt_tensor_release(u), dt_tensor_release(t);
     dt_mesh_release(mesh);
     return DT_OK;
@@ -288,7 +295,8 @@ int main(int argc, char **argv) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int p0 = passed, f0 = failed;
-    check_run("device memory: allocator, copies, errors (2 ranks)", dt_local_run(2, memory_body, NULL, NULL));
+    check_run("device memory: allocator, copies, errors (2 ranks)",
+              dt_local_run(2, memory_body, NULL, NULL));
     check_run("async redistribute and non-blocking all_reduce (2x2)",
               dt_local_run(4, async_body, NULL, NULL));
     check_user_op();
@@ -304,7 +312,8 @@ int main(int argc, char **argv) {
     check_run("tensor-parallel MLP on 4 ranks of one GPU", dt_local_run(4, mlp_body, &mlp, NULL));
     printf("mlp:          %d passed, %d failed\n", passed - p0, failed - f0);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    printf("(%.1f s)\n", (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+    printf("(%.1f s)\n",
+           (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -102,8 +102,8 @@ dt_status op_body(dt_ctx *ctx, void *arg) {
     for (int i = 0; i < c->n; i++) {
         void *buf = malloc(numel(c, i) * 8 + 8);
         fill(c, i, buf);
-        R_OK(dt_tensor_distribute(mesh, buf, c->dtype[i], c->nd[i], c->shape[i], dt_mesh_ndim(mesh), r->pl[i],
-                                  DT_ALL_RANKS, &in[i]));
+        R_OK(dt_tensor_distribute(mesh, buf, c->dtype[i], c->nd[i], c->shape[i], dt_mesh_ndim(mesh),
+                                  r->pl[i], DT_ALL_RANKS, &in[i]));
         free(buf);
     }
     dt_status st = dt_op_call(c->op, in, c->n, &c->args, &out);
@@ -218,9 +218,12 @@ dt_status mlp_body(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     R_OK(dt_mesh_create_str(ctx, "tp=4", &mesh));
     int64_t xs[2] = {T, C}, w1s[2] = {H, C}, w2s[2] = {C, H};
-    float *x = malloc(sizeof(float) * (size_t)(T * C)), *w1 = malloc(sizeof(float) * (size_t)(H * C)),
-          *w2 = malloc(sizeof(float) * (size_t)(C * H)), *h = malloc(sizeof(float) * (size_t)(T * H)),
-          *ref = malloc(sizeof(float) * (size_t)(T * C)), *y = malloc(sizeof(float) * (size_t)(T * C));
+    float *x = malloc(sizeof(float) * (size_t)(T * C)),
+          *w1 = malloc(sizeof(float) * (size_t)(H * C)),
+          *w2 = malloc(sizeof(float) * (size_t)(C * H)),
+          *h = malloc(sizeof(float) * (size_t)(T * H)),
+          *ref = malloc(sizeof(float) * (size_t)(T * C)),
+          *y = malloc(sizeof(float) * (size_t)(T * C));
     t_fill(DT_F32, x, (size_t)(T * C), 1), t_fill(DT_F32, w1, (size_t)(H * C), 2);
     t_fill(DT_F32, w2, (size_t)(C * H), 3);
     for (int i = 0; i < H * C; i++) w1[i] /= r->wscale, w2[i] /= r->wscale;
@@ -253,7 +256,8 @@ dt_status mlp_body(dt_ctx *ctx, void *arg) {
         for (int j = 0; j < H; j++) {
             double a = 0;
             for (int k = 0; k < C; k++) a += (double)x[i * C + k] * w1[j * C + k];
-            h[i * H + j] = (float)(0.5 * a * (1 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))));
+            h[i * H + j] =
+                (float)(0.5 * a * (1 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))));
         }
     for (int i = 0; i < T; i++)
         for (int j = 0; j < C; j++) {

@@ -80,7 +80,8 @@ dt_status property_body(dt_ctx *ctx, void *arg) {
             dt_tensor_info_get(u, &a);
             dt_tensor_info_get(want, &b);
             /* the shards may live on a GPU: compare host copies */
-            R_CHECK(a.local_numel == b.local_numel, "rank %d: shard sizes differ", dt_ctx_rank(ctx));
+            R_CHECK(a.local_numel == b.local_numel, "rank %d: shard sizes differ",
+                    dt_ctx_rank(ctx));
             R_OK(dt_tensor_local_to_host(u, x, n * es));
             R_OK(dt_tensor_local_to_host(want, back, n * es));
             R_CHECK(a.local_numel == 0 || memcmp(x, back, a.local_bytes) == 0,

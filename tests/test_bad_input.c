@@ -269,130 +269,130 @@ static dt_status zeros_pl(fx *f, int n, dt_placement p0) {
 
 /* name, status, phrase of the message, call (f is the fixture). */
 #define BAD_CALLS(X)                                                                               \
-    X(zeros_ndim_negative, DT_ERR_SHAPE, "ndim = -1",                                             \
+    X(zeros_ndim_negative, DT_ERR_SHAPE, "ndim = -1",                                              \
       dt_tensor_zeros(f->mesh, DT_F32, -1, f->shape, 2, f->pl, O))                                 \
-    X(zeros_ndim_too_many, DT_ERR_SHAPE, "ndim = 9",                                              \
+    X(zeros_ndim_too_many, DT_ERR_SHAPE, "ndim = 9",                                               \
       dt_tensor_zeros(f->mesh, DT_F32, 9, f->shape, 2, f->pl, O))                                  \
-    X(zeros_shape_null, DT_ERR_ARG, "shape is NULL",                                              \
+    X(zeros_shape_null, DT_ERR_ARG, "shape is NULL",                                               \
       dt_tensor_zeros(f->mesh, DT_F32, 2, NULL, 2, f->pl, O))                                      \
-    X(zeros_shape_negative, DT_ERR_SHAPE, "negative",                                             \
+    X(zeros_shape_negative, DT_ERR_SHAPE, "negative",                                              \
       dt_tensor_zeros(f->mesh, DT_F32, 2, (int64_t[]){4, -3}, 2, f->pl, O))                        \
-    X(zeros_bytes_overflow, DT_ERR_SHAPE, "[4611686018427387904]", s1d(f))                       \
-    X(zeros_numel_overflow, DT_ERR_SHAPE, "[1099511627776,1099511627776]",                       \
+    X(zeros_bytes_overflow, DT_ERR_SHAPE, "[4611686018427387904]", s1d(f))                         \
+    X(zeros_numel_overflow, DT_ERR_SHAPE, "[1099511627776,1099511627776]",                         \
       dt_tensor_zeros(f->mesh, DT_F32, 2, (int64_t[]){1ll << 40, 1ll << 40}, 2, f->pl, O))         \
-    X(distribute_numel_overflow, DT_ERR_SHAPE, "int64",                                           \
+    X(distribute_numel_overflow, DT_ERR_SHAPE, "int64",                                            \
       dt_tensor_distribute(f->mesh, NULL, DT_F32, 2, (int64_t[]){1ll << 40, 1ll << 40}, 2, f->pl,  \
                            DT_ALL_RANKS, O))                                                       \
-    X(from_local_global_overflow, DT_ERR_SHAPE, "int64", from_local_overflow(f))                  \
-    X(view_overflow, DT_ERR_SHAPE, "more elements than an int64", view_overflow(f))               \
-    X(view_two_inferred, DT_ERR_SHAPE, "only one dim may be -1", view_two_infer(f))               \
-    X(view_negative, DT_ERR_SHAPE, "shape[0] = -2 is negative", view_negative(f))                 \
-    X(view_mismatch, DT_ERR_SHAPE, "16 elements do not fit shape [5,3]", view_mismatch(f))        \
-    X(view_infer_empty, DT_ERR_SHAPE, "cannot be inferred", view_infer_empty(f))                  \
-    X(view_ndim, DT_ERR_ARG, "ndim = 9 is not in [0, 8]", dt_view(f->a, 9, f->shape, O))                           \
-    X(view_shape_null, DT_ERR_ARG, "shape is NULL", dt_view(f->a, 2, NULL, O))                    \
-    X(plan_overflow, DT_ERR_SHAPE, "int64", plan_with(f, 1ll << 40, NULL))                        \
+    X(from_local_global_overflow, DT_ERR_SHAPE, "int64", from_local_overflow(f))                   \
+    X(view_overflow, DT_ERR_SHAPE, "more elements than an int64", view_overflow(f))                \
+    X(view_two_inferred, DT_ERR_SHAPE, "only one dim may be -1", view_two_infer(f))                \
+    X(view_negative, DT_ERR_SHAPE, "shape[0] = -2 is negative", view_negative(f))                  \
+    X(view_mismatch, DT_ERR_SHAPE, "16 elements do not fit shape [5,3]", view_mismatch(f))         \
+    X(view_infer_empty, DT_ERR_SHAPE, "cannot be inferred", view_infer_empty(f))                   \
+    X(view_ndim, DT_ERR_ARG, "ndim = 9 is not in [0, 8]", dt_view(f->a, 9, f->shape, O))           \
+    X(view_shape_null, DT_ERR_ARG, "shape is NULL", dt_view(f->a, 2, NULL, O))                     \
+    X(plan_overflow, DT_ERR_SHAPE, "int64", plan_with(f, 1ll << 40, NULL))                         \
     X(plan_bad_model, DT_ERR_ARG, "cost model",                                                    \
       plan_with(f, 2, &(dt_cost_model){.latency_us = -1, .bandwidth_gbps = 1}))                    \
-    X(layout_mesh_zero, DT_ERR_MESH, "mesh_shape[0] = 0 must be at least 1", layout(f, 0, 0))     \
-    X(layout_coord_far, DT_ERR_ARG, "coord[0] = 3", layout(f, 2, 3))                              \
+    X(layout_mesh_zero, DT_ERR_MESH, "mesh_shape[0] = 0 must be at least 1", layout(f, 0, 0))      \
+    X(layout_coord_far, DT_ERR_ARG, "coord[0] = 3", layout(f, 2, 3))                               \
     X(zeros_dtype_unknown, DT_ERR_DTYPE, "dtype",                                                  \
       dt_tensor_zeros(f->mesh, (dt_dtype)99, 2, f->shape, 2, f->pl, O))                            \
     X(distribute_dtype_negative, DT_ERR_DTYPE, "dtype",                                            \
       dt_tensor_distribute(f->mesh, f->buf, (dt_dtype)-1, 2, f->shape, 2, f->pl, DT_ALL_RANKS, O)) \
-    X(add_dtype_mix, DT_ERR_DTYPE, "f64", dtype_mix(f))                                           \
-    X(dtype_parse, DT_ERR_PARSE, "f33", dtype_parse(f))                                           \
-    X(zeros_one_placement_2d, DT_ERR_PLACEMENT, "1 placements given for a 2-D mesh",              \
+    X(add_dtype_mix, DT_ERR_DTYPE, "f64", dtype_mix(f))                                            \
+    X(dtype_parse, DT_ERR_PARSE, "f33", dtype_parse(f))                                            \
+    X(zeros_one_placement_2d, DT_ERR_PLACEMENT, "1 placements given for a 2-D mesh",               \
       zeros_pl(f, 1, dt_shard(0)))                                                                 \
-    X(zeros_three_placements_2d, DT_ERR_PLACEMENT, "3 placements", zeros_pl(f, 3, dt_shard(0)))   \
-    X(zeros_placements_null, DT_ERR_ARG, "placements is NULL",                                    \
+    X(zeros_three_placements_2d, DT_ERR_PLACEMENT, "3 placements", zeros_pl(f, 3, dt_shard(0)))    \
+    X(zeros_placements_null, DT_ERR_ARG, "placements is NULL",                                     \
       dt_tensor_zeros(f->mesh, DT_F32, 2, f->shape, 2, NULL, O))                                   \
-    X(zeros_shard_dim_far, DT_ERR_PLACEMENT, "S(2)", zeros_pl(f, 2, dt_shard(2)))                 \
-    X(zeros_shard_dim_negative, DT_ERR_PLACEMENT, "S(-3)", zeros_pl(f, 2, dt_shard(-3)))          \
-    X(zeros_partial_prod, DT_ERR_PLACEMENT, "P(prod)", zeros_pl(f, 2, dt_partial(DT_REDUCE_PROD)))       \
-    X(zeros_kind_unknown, DT_ERR_PLACEMENT, "unknown kind 7",                                                    \
+    X(zeros_shard_dim_far, DT_ERR_PLACEMENT, "S(2)", zeros_pl(f, 2, dt_shard(2)))                  \
+    X(zeros_shard_dim_negative, DT_ERR_PLACEMENT, "S(-3)", zeros_pl(f, 2, dt_shard(-3)))           \
+    X(zeros_partial_prod, DT_ERR_PLACEMENT, "P(prod)", zeros_pl(f, 2, dt_partial(DT_REDUCE_PROD))) \
+    X(zeros_kind_unknown, DT_ERR_PLACEMENT, "unknown kind 7",                                      \
       zeros_pl(f, 2, (dt_placement){(dt_placement_kind)7, 0, DT_REDUCE_SUM}))                      \
-    X(redistribute_one_placement, DT_ERR_PLACEMENT, "1 dst placements",                           \
+    X(redistribute_one_placement, DT_ERR_PLACEMENT, "1 dst placements",                            \
       dt_tensor_redistribute(f->a, 1, f->pl, O))                                                   \
-    X(redistribute_async_none, DT_ERR_PLACEMENT, "0 dst placements", async_count(f))              \
-    X(redistribute_plan_three, DT_ERR_PLACEMENT, "3 dst placements",                              \
+    X(redistribute_async_none, DT_ERR_PLACEMENT, "0 dst placements", async_count(f))               \
+    X(redistribute_plan_three, DT_ERR_PLACEMENT, "3 dst placements",                               \
       dt_tensor_redistribute_plan(f->a, 3, f->three, (const dt_plan **)O))                         \
-    X(redistribute_dst_null, DT_ERR_ARG, "dst placements is NULL",                                \
+    X(redistribute_dst_null, DT_ERR_ARG, "dst placements is NULL",                                 \
       dt_tensor_redistribute(f->a, 2, NULL, O))                                                    \
-    X(redistribute_shard_far, DT_ERR_PLACEMENT, "S(5) is out of range",                                                \
+    X(redistribute_shard_far, DT_ERR_PLACEMENT, "S(5) is out of range",                            \
       dt_tensor_redistribute(f->a, 2, (dt_placement[]){dt_shard(5), dt_replicate()}, O))           \
-    X(from_local_count, DT_ERR_PLACEMENT, "1 placements", from_local_count(f))                    \
-    X(distribute_count, DT_ERR_PLACEMENT, "1 placements",                                         \
+    X(from_local_count, DT_ERR_PLACEMENT, "1 placements", from_local_count(f))                     \
+    X(distribute_count, DT_ERR_PLACEMENT, "1 placements",                                          \
       dt_tensor_distribute(f->mesh, f->buf, DT_F32, 2, f->shape, 1, f->pl, DT_ALL_RANKS, O))       \
-    X(placements_parse_bad_dim, DT_ERR_PARSE, "expected a tensor dimension at offset 2", parse_text(f, "S(x)"))                          \
-    X(placements_parse_unknown, DT_ERR_PARSE, "expected S(d), R or P(op)", parse_text(f, "Q"))                             \
-    X(placements_parse_cap, DT_ERR_SIZE, "has 3 placements but cap is 2", parse_cap(f))                                        \
-    X(placements_format_small, DT_ERR_SIZE, "needs 7 bytes, cap is 4", format_small(f))                                  \
-    X(mesh_ndim_zero, DT_ERR_MESH, "ndim = 0", mesh_shape(f, 0, 2, 2))                            \
-    X(mesh_dim_zero, DT_ERR_MESH, "shape[1] = 0 must be at least 1", mesh_shape(f, 2, 4, 0))      \
-    X(mesh_product, DT_ERR_MESH, "has 6 ranks but the world has 4", mesh_shape(f, 2, 2, 3))       \
-    X(mesh_names_twice, DT_ERR_MESH, "used twice", mesh_names(f, "tp", "tp"))                     \
-    X(mesh_name_chars, DT_ERR_MESH, "letters, digits", mesh_names(f, "d-p", "tp"))                \
+    X(placements_parse_bad_dim, DT_ERR_PARSE, "expected a tensor dimension at offset 2",           \
+      parse_text(f, "S(x)"))                                                                       \
+    X(placements_parse_unknown, DT_ERR_PARSE, "expected S(d), R or P(op)", parse_text(f, "Q"))     \
+    X(placements_parse_cap, DT_ERR_SIZE, "has 3 placements but cap is 2", parse_cap(f))            \
+    X(placements_format_small, DT_ERR_SIZE, "needs 7 bytes, cap is 4", format_small(f))            \
+    X(mesh_ndim_zero, DT_ERR_MESH, "ndim = 0", mesh_shape(f, 0, 2, 2))                             \
+    X(mesh_dim_zero, DT_ERR_MESH, "shape[1] = 0 must be at least 1", mesh_shape(f, 2, 4, 0))       \
+    X(mesh_product, DT_ERR_MESH, "has 6 ranks but the world has 4", mesh_shape(f, 2, 2, 3))        \
+    X(mesh_names_twice, DT_ERR_MESH, "used twice", mesh_names(f, "tp", "tp"))                      \
+    X(mesh_name_chars, DT_ERR_MESH, "letters, digits", mesh_names(f, "d-p", "tp"))                 \
     X(mesh_name_long, DT_ERR_MESH, "characters",                                                   \
       mesh_names(f, "a_very_long_mesh_dimension_name_indeed_longer_than_allowed", "tp"))           \
-    X(mesh_text_xx, DT_ERR_PARSE, "expected a size", mesh_text(f, "2xx2"))                        \
-    X(mesh_text_mixed, DT_ERR_PARSE, "name every dim", mesh_text(f, "dp=2,2"))                    \
-    X(mesh_text_long_number, DT_ERR_PARSE, "is larger than", mesh_text(f, "99999999999999999999"))\
-    X(mesh_text_empty, DT_ERR_PARSE, "expected a size", mesh_text(f, ""))                         \
-    X(mesh_text_null, DT_ERR_ARG, "text", mesh_text(f, NULL))                                     \
-    X(mesh_ctx_null, DT_ERR_ARG, "ctx", dt_mesh_create(NULL, 1, (int[]){4}, NULL, NULL))          \
-    X(mesh_dim_comm_far, DT_ERR_ARG, "dim = 5",                                                    \
-      dt_mesh_dim_comm(f->mesh, 5, (dt_comm **)O))                                                  \
-    X(mesh_rank_of_far, DT_ERR_ARG, "coord[1] = 2", coord_far(f))                                 \
+    X(mesh_text_xx, DT_ERR_PARSE, "expected a size", mesh_text(f, "2xx2"))                         \
+    X(mesh_text_mixed, DT_ERR_PARSE, "name every dim", mesh_text(f, "dp=2,2"))                     \
+    X(mesh_text_long_number, DT_ERR_PARSE, "is larger than", mesh_text(f, "99999999999999999999")) \
+    X(mesh_text_empty, DT_ERR_PARSE, "expected a size", mesh_text(f, ""))                          \
+    X(mesh_text_null, DT_ERR_ARG, "text", mesh_text(f, NULL))                                      \
+    X(mesh_ctx_null, DT_ERR_ARG, "ctx", dt_mesh_create(NULL, 1, (int[]){4}, NULL, NULL))           \
+    X(mesh_dim_comm_far, DT_ERR_ARG, "dim = 5", dt_mesh_dim_comm(f->mesh, 5, (dt_comm **)O))       \
+    X(mesh_rank_of_far, DT_ERR_ARG, "coord[1] = 2", coord_far(f))                                  \
     X(mesh_coord_of_far, DT_ERR_ARG, "mesh_rank = 9",                                              \
-      dt_mesh_coord_of(f->mesh, 9, (int[2]){0, 0}))                                                 \
-    X(release_twice, DT_ERR_ARG, "dt_tensor_release: argument tensor", release_twice(f))          \
-    X(retain_released, DT_ERR_ARG, "dt_tensor_retain: argument tensor", retain_released(f))       \
-    X(add_released, DT_ERR_ARG, "add: input 1", add_released(f))                                  \
-    X(redistribute_released, DT_ERR_ARG, "released tensor", redistribute_released(f))            \
-    X(to_local_released, DT_ERR_ARG, "dt_tensor_to_local", to_local_released(f))                 \
+      dt_mesh_coord_of(f->mesh, 9, (int[2]){0, 0}))                                                \
+    X(release_twice, DT_ERR_ARG, "dt_tensor_release: argument tensor", release_twice(f))           \
+    X(retain_released, DT_ERR_ARG, "dt_tensor_retain: argument tensor", retain_released(f))        \
+    X(add_released, DT_ERR_ARG, "add: input 1", add_released(f))                                   \
+    X(redistribute_released, DT_ERR_ARG, "released tensor", redistribute_released(f))              \
+    X(to_local_released, DT_ERR_ARG, "dt_tensor_to_local", to_local_released(f))                   \
     X(full_released, DT_ERR_ARG, "dt_tensor_full", full_released(f))                               \
-    X(info_released, DT_ERR_ARG, "dt_tensor_info_get", info_released(f))                          \
-    X(argmax_no_dim, DT_ERR_ARG, "exactly one dim", reduce_op(f, DT_OP_ARGMAX, 0, 0, 0))          \
-    X(argmin_two_dims, DT_ERR_ARG, "exactly one dim", reduce_op(f, DT_OP_ARGMIN, 2, 0, 1))        \
-    X(argmax_dim_far, DT_ERR_ARG, "dim = 4", reduce_op(f, DT_OP_ARGMAX, 1, 4, 0))                 \
-    X(sum_repeated_dims, DT_ERR_ARG, "repeats dim 0", reduce_op(f, DT_OP_SUM, 2, 0, 0))           \
-    X(mean_repeated_negative, DT_ERR_ARG, "repeats dim 1", reduce_op(f, DT_OP_MEAN, 2, 1, -1))    \
-    X(sum_dim_far, DT_ERR_ARG, "out of range", reduce_op(f, DT_OP_SUM, 1, 5, 0))                  \
-    X(reduce_ndims, DT_ERR_ARG, "ndims = 9 is not in [0, 8]", dt_reduce(DT_OP_SUM, f->a, (int[9]){0}, 9, 0, O))    \
-    X(reduce_dims_null, DT_ERR_ARG, "dims is NULL", dt_reduce(DT_OP_SUM, f->a, NULL, 1, 0, O))    \
-    X(softmax_dim_far, DT_ERR_ARG, "dim = 3 is out of range", dt_softmax(f->a, 3, O))                                    \
-    X(transpose_far, DT_ERR_ARG, "out of range", dt_transpose(f->a, 0, 2, O))                     \
+    X(info_released, DT_ERR_ARG, "dt_tensor_info_get", info_released(f))                           \
+    X(argmax_no_dim, DT_ERR_ARG, "exactly one dim", reduce_op(f, DT_OP_ARGMAX, 0, 0, 0))           \
+    X(argmin_two_dims, DT_ERR_ARG, "exactly one dim", reduce_op(f, DT_OP_ARGMIN, 2, 0, 1))         \
+    X(argmax_dim_far, DT_ERR_ARG, "dim = 4", reduce_op(f, DT_OP_ARGMAX, 1, 4, 0))                  \
+    X(sum_repeated_dims, DT_ERR_ARG, "repeats dim 0", reduce_op(f, DT_OP_SUM, 2, 0, 0))            \
+    X(mean_repeated_negative, DT_ERR_ARG, "repeats dim 1", reduce_op(f, DT_OP_MEAN, 2, 1, -1))     \
+    X(sum_dim_far, DT_ERR_ARG, "out of range", reduce_op(f, DT_OP_SUM, 1, 5, 0))                   \
+    X(reduce_ndims, DT_ERR_ARG, "ndims = 9 is not in [0, 8]",                                      \
+      dt_reduce(DT_OP_SUM, f->a, (int[9]){0}, 9, 0, O))                                            \
+    X(reduce_dims_null, DT_ERR_ARG, "dims is NULL", dt_reduce(DT_OP_SUM, f->a, NULL, 1, 0, O))     \
+    X(softmax_dim_far, DT_ERR_ARG, "dim = 3 is out of range", dt_softmax(f->a, 3, O))              \
+    X(transpose_far, DT_ERR_ARG, "out of range", dt_transpose(f->a, 0, 2, O))                      \
     X(t_of_3d, DT_ERR_ARG, "at most 2 dims", dt_t(f->c3, O))                                       \
-    X(permute_repeated, DT_ERR_ARG, "repeated", permute_repeat(f))                                \
-    X(slice_past_end, DT_ERR_ARG, "does not fit", slice_past(f))                                  \
-    X(unsqueeze_far, DT_ERR_ARG, "dim = 5 out of range", unsqueeze_far(f))                                             \
-    X(cat_mismatch, DT_ERR_SHAPE, "input 1 differs from input 0", cat_mismatch(f))                                             \
-    X(cat_none, DT_ERR_ARG, "got 0", cat_none(f))                                                       \
-    X(split_sizes, DT_ERR_SHAPE, "sizes add up to 3", split_sizes(f))                             \
-    X(mm_inner_mismatch, DT_ERR_SHAPE, "contracted sizes differ: 8 and 4", mm_inner(f))                                            \
-    X(add_not_broadcastable, DT_ERR_SHAPE, "broadcast", dt_add(f->a, f->c3, O))                   \
-    X(embedding_float_ids, DT_ERR_DTYPE, "indices must be i32 or i64", embedding_float_ids(f))                              \
-    X(unary_not_unary, DT_ERR_ARG, "not a unary op", dt_unary_op(DT_OP_ADD, f->a, O))             \
-    X(scalar_not_scalar, DT_ERR_ARG, "not a scalar op", dt_scalar_op(DT_OP_EXP, f->a, 2, O))      \
-    X(op_unknown, DT_ERR_ARG, "unknown value 999",                                                 \
-      dt_op_call((dt_op)999, &f->a, 1, NULL, O))                                                   \
-    X(op_no_inputs, DT_ERR_ARG, "got 0", dt_op_call(DT_OP_ADD, &f->a, 0, NULL, O))                \
-    X(op_null_input, DT_ERR_ARG, "input 1 is NULL", op_null_input(f))                             \
-    X(op_out_null, DT_ERR_ARG, "out is NULL", dt_add(f->a, f->b, NULL))                           \
-    X(add_in_place_broadcast, DT_ERR_SHAPE, "broadcasts", in_place_broadcast(f))                  \
-    X(sdpa_mismatch, DT_ERR_SHAPE, "same number of dims", sdpa_mismatch(f))                                           \
-    X(ce_label_equals_classes, DT_ERR_ARG, "element 2 (flat, row-major) = 8", ce_label_c(f))      \
-    X(ce_label_huge, DT_ERR_ARG, "= 1000000 is not a class in [0, 8)", ce_label_huge(f))          \
-    X(ce_label_negative, DT_ERR_ARG, "= -1 is not a class", ce_label_neg(f))                      \
+    X(permute_repeated, DT_ERR_ARG, "repeated", permute_repeat(f))                                 \
+    X(slice_past_end, DT_ERR_ARG, "does not fit", slice_past(f))                                   \
+    X(unsqueeze_far, DT_ERR_ARG, "dim = 5 out of range", unsqueeze_far(f))                         \
+    X(cat_mismatch, DT_ERR_SHAPE, "input 1 differs from input 0", cat_mismatch(f))                 \
+    X(cat_none, DT_ERR_ARG, "got 0", cat_none(f))                                                  \
+    X(split_sizes, DT_ERR_SHAPE, "sizes add up to 3", split_sizes(f))                              \
+    X(mm_inner_mismatch, DT_ERR_SHAPE, "contracted sizes differ: 8 and 4", mm_inner(f))            \
+    X(add_not_broadcastable, DT_ERR_SHAPE, "broadcast", dt_add(f->a, f->c3, O))                    \
+    X(embedding_float_ids, DT_ERR_DTYPE, "indices must be i32 or i64", embedding_float_ids(f))     \
+    X(unary_not_unary, DT_ERR_ARG, "not a unary op", dt_unary_op(DT_OP_ADD, f->a, O))              \
+    X(scalar_not_scalar, DT_ERR_ARG, "not a scalar op", dt_scalar_op(DT_OP_EXP, f->a, 2, O))       \
+    X(op_unknown, DT_ERR_ARG, "unknown value 999", dt_op_call((dt_op)999, &f->a, 1, NULL, O))      \
+    X(op_no_inputs, DT_ERR_ARG, "got 0", dt_op_call(DT_OP_ADD, &f->a, 0, NULL, O))                 \
+    X(op_null_input, DT_ERR_ARG, "input 1 is NULL", op_null_input(f))                              \
+    X(op_out_null, DT_ERR_ARG, "out is NULL", dt_add(f->a, f->b, NULL))                            \
+    X(add_in_place_broadcast, DT_ERR_SHAPE, "broadcasts", in_place_broadcast(f))                   \
+    X(sdpa_mismatch, DT_ERR_SHAPE, "same number of dims", sdpa_mismatch(f))                        \
+    X(ce_label_equals_classes, DT_ERR_ARG, "element 2 (flat, row-major) = 8", ce_label_c(f))       \
+    X(ce_label_huge, DT_ERR_ARG, "= 1000000 is not a class in [0, 8)", ce_label_huge(f))           \
+    X(ce_label_negative, DT_ERR_ARG, "= -1 is not a class", ce_label_neg(f))                       \
     X(ce_label_i32, DT_ERR_ARG, "= 9", ce_label_i32(f))                                            \
-    X(ce_ignore_disabled, DT_ERR_ARG, "= -100 is not a class", ce_ignore_off(f))                  \
-    X(ce_float_target, DT_ERR_DTYPE, "target must be i64 or i32", ce_float_target(f))             \
-    X(ce_int_logits, DT_ERR_DTYPE, "logits must be f32 or f64", ce_int_logits(f))                 \
-    X(ce_logits_1d, DT_ERR_SHAPE, "expected", dt_cross_entropy(f->v, f->v, 1, O))                 \
-    X(set_device_kind, DT_ERR_ARG, "device.kind = 9", set_device(f, 9))                                           \
-    X(local_to_host_small, DT_ERR_SIZE, "out_bytes = 4", local_to_host_small(f))                        \
-    X(full_small, DT_ERR_SIZE, "out_bytes = 8", dt_tensor_full(f->a, f->buf, 8))                       \
+    X(ce_ignore_disabled, DT_ERR_ARG, "= -100 is not a class", ce_ignore_off(f))                   \
+    X(ce_float_target, DT_ERR_DTYPE, "target must be i64 or i32", ce_float_target(f))              \
+    X(ce_int_logits, DT_ERR_DTYPE, "logits must be f32 or f64", ce_int_logits(f))                  \
+    X(ce_logits_1d, DT_ERR_SHAPE, "expected", dt_cross_entropy(f->v, f->v, 1, O))                  \
+    X(set_device_kind, DT_ERR_ARG, "device.kind = 9", set_device(f, 9))                            \
+    X(local_to_host_small, DT_ERR_SIZE, "out_bytes = 4", local_to_host_small(f))                   \
+    X(full_small, DT_ERR_SIZE, "out_bytes = 8", dt_tensor_full(f->a, f->buf, 8))                   \
     X(distribute_src_rank, DT_ERR_ARG, "src_rank = 4",                                             \
       dt_tensor_distribute(f->mesh, f->buf, DT_F32, 2, f->shape, 2, f->pl, 4, O))                  \
     X(distribute_full_null, DT_ERR_ARG, "full is NULL",                                            \
@@ -401,10 +401,10 @@ static dt_status zeros_pl(fx *f, int n, dt_placement p0) {
       dt_tensor_from_local(f->mesh, f->buf, DT_F32, 2, (int64_t[]){2, 4}, 2, f->pl, NULL, 8u, O))  \
     X(redistribute_mode, DT_ERR_ARG, "mode",                                                       \
       dt_ctx_set_redistribute_mode(f->ctx, (dt_redistribute_mode)7))                               \
-    X(plan_step_far, DT_ERR_ARG, "i = 7", plan_step_far(f))                                       \
+    X(plan_step_far, DT_ERR_ARG, "i = 7", plan_step_far(f))                                        \
     X(visualize_3d, DT_ERR_UNSUPPORTED, "3-D", visualize_3d(f))                                    \
-    X(all_reduce_null, DT_ERR_ARG, "comm is NULL", dt_all_reduce(NULL, f->buf, f->buf, 4, DT_F32,              \
-                                                     DT_REDUCE_SUM))
+    X(all_reduce_null, DT_ERR_ARG, "comm is NULL",                                                 \
+      dt_all_reduce(NULL, f->buf, f->buf, 4, DT_F32, DT_REDUCE_SUM))
 
 typedef struct bad_call {
     const char *name;

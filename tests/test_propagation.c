@@ -163,7 +163,8 @@ static dt_status prop_body(dt_ctx *ctx, void *arg) {
             if (index) ((int64_t *)buf)[k] = (int64_t)k % range;
             else ((float *)buf)[k] = (float)t_value(i + 1, k) / 8;
         }
-        R_OK(dt_tensor_distribute(mesh, buf, dt, p->nd[i], p->shape[i], dt_mesh_ndim(mesh), p->pl[i], DT_ALL_RANKS, &in[i]));
+        R_OK(dt_tensor_distribute(mesh, buf, dt, p->nd[i], p->shape[i], dt_mesh_ndim(mesh),
+                                  p->pl[i], DT_ALL_RANKS, &in[i]));
         free(buf);
     }
     int me = dt_ctx_rank(ctx) == 0; /* rank 0 reports */
@@ -178,7 +179,8 @@ static dt_status prop_body(dt_ctx *ctx, void *arg) {
         if (me) dt_placements_format(info.placements, mnd, p->got_out, sizeof p->got_out);
         for (int e = 0; me && e < s.nentries; e++)
             for (uint64_t c = 0; c < s.entries[e].calls; c++)
-                snprintf(p->got_coll[p->ncoll++], 64, "%s[dim0]", dt_coll_kind_name(s.entries[e].kind));
+                snprintf(p->got_coll[p->ncoll++], 64, "%s[dim0]",
+                         dt_coll_kind_name(s.entries[e].kind));
         dt_tensor_release(out);
     } else {
         dt_placement want[3 * 4], out[4];
@@ -261,7 +263,8 @@ Test(propagation, conformance_rows) {
             char want_coll[8][64], have[8][64];
             int nw = strstr(alt, "none") == alt ? 0 : expected_collectives(alt, want_coll);
             memcpy(have, p.got_coll, sizeof have);
-            int coll_ok = p.op == DT_OP_CROSS_ENTROPY ? nw == p.ncoll : same_lists(have, p.ncoll, want_coll, nw);
+            int coll_ok = p.op == DT_OP_CROSS_ENTROPY ? nw == p.ncoll
+                                                      : same_lists(have, p.ncoll, want_coll, nw);
             ok = out_ok && coll_ok;
         }
         checked++;

@@ -93,7 +93,8 @@ static dt_status row_body(dt_ctx *ctx, void *arg) {
     double *full = malloc(n * sizeof *full + 8), *back = malloc(n * sizeof *back + 8);
     for (size_t i = 0; i < n; i++) full[i] = t_value(7, i);
     dt_tensor *t, *u;
-    R_OK(dt_tensor_distribute(mesh, full, DT_F64, a->nd, a->shape, dt_mesh_ndim(mesh), a->src, DT_ALL_RANKS, &t));
+    R_OK(dt_tensor_distribute(mesh, full, DT_F64, a->nd, a->shape, dt_mesh_ndim(mesh), a->src,
+                              DT_ALL_RANKS, &t));
     R_OK(dt_comm_stats_reset(ctx));
     R_OK(dt_tensor_redistribute(t, dt_mesh_ndim(mesh), a->dst, &u));
     dt_comm_stats stats;
@@ -105,7 +106,8 @@ static dt_status row_body(dt_ctx *ctx, void *arg) {
             a->ncoll);
     R_OK(dt_tensor_full(u, back, n * sizeof *back));
     for (size_t i = 0; i < n; i++)
-        R_CHECK(back[i] == full[i], "%s: element %zu is %g, want %g", a->r->id, i, back[i], full[i]);
+        R_CHECK(back[i] == full[i], "%s: element %zu is %g, want %g", a->r->id, i, back[i],
+                full[i]);
     dt_tensor_release(t);
     dt_tensor_release(u);
     free(full);
@@ -127,8 +129,10 @@ Test(redistribute, conformance_table) {
         int nd = parse_dims(r->shape, dims, DT_MAX_NDIM);
         for (int d = 0; d < nd; d++) a.shape[d] = dims[d];
         a.nd = nd;
-        cr_assert_eq(dt_placements_parse(r->src, a.src, DT_MESH_MAX_NDIM, &nsrc), DT_OK, "%s", r->id);
-        cr_assert_eq(dt_placements_parse(r->dst, a.dst, DT_MESH_MAX_NDIM, &ndst), DT_OK, "%s", r->id);
+        cr_assert_eq(dt_placements_parse(r->src, a.src, DT_MESH_MAX_NDIM, &nsrc), DT_OK, "%s",
+                     r->id);
+        cr_assert_eq(dt_placements_parse(r->dst, a.dst, DT_MESH_MAX_NDIM, &ndst), DT_OK, "%s",
+                     r->id);
         dt_plan *plan;
         cr_assert_eq(dt_plan_create(mnd, ms, a.nd, a.shape, DT_F64, a.src, a.dst, NULL, &plan),
                      DT_OK, "%s: %s", r->id, dt_last_error());
@@ -190,7 +194,8 @@ static dt_status named_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_placements_parse(t->dst, dst, 4, &n));
     float x[128] = {0};
     dt_tensor *a, *b;
-    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, t->shape, dt_mesh_ndim(mesh), src, DT_ALL_RANKS, &a));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, t->shape, dt_mesh_ndim(mesh), src, DT_ALL_RANKS,
+                              &a));
     R_OK(dt_comm_stats_reset(ctx));
     R_OK(dt_tensor_redistribute(a, dt_mesh_ndim(mesh), dst, &b));
     dt_comm_stats s;
@@ -199,7 +204,8 @@ static dt_status named_body(dt_ctx *ctx, void *arg) {
         R_CHECK(s.nentries == 0, "%s: expected no communication, got %d kinds (first %s)", t->name,
                 s.nentries, dt_coll_kind_name(s.entries[0].kind));
     } else if (dt_ctx_rank(ctx) == 0) {
-        R_CHECK(s.nentries == 1, "%s: expected one kind of collective, got %d", t->name, s.nentries);
+        R_CHECK(s.nentries == 1, "%s: expected one kind of collective, got %d", t->name,
+                s.nentries);
         const dt_comm_stats_entry *e = &s.entries[0];
         R_CHECK(e->kind == t->kind && e->group_size == t->group && e->calls == 1,
                 "%s: got %llu x %s over %d, expected 1 x %s over %d", t->name,
@@ -240,7 +246,8 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_placements_parse("S(0),S(1)", src, 2, &n));
     dt_tensor *t, *sync[4], *async[4];
     dt_request *req[4];
-    R_OK(dt_tensor_distribute(mesh, x, DT_F64, 2, shape, dt_mesh_ndim(mesh), src, DT_ALL_RANKS, &t));
+    R_OK(
+        dt_tensor_distribute(mesh, x, DT_F64, 2, shape, dt_mesh_ndim(mesh), src, DT_ALL_RANKS, &t));
     for (int k = 0; k < 4; k++) {
         R_OK(dt_placements_parse(targets[k], dst[k], 2, &n));
         R_OK(dt_tensor_redistribute_async(t, dt_mesh_ndim(mesh), dst[k], &req[k]));
@@ -347,7 +354,8 @@ static dt_status cache_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_tensor_redistribute(t, 1, NULL, &u), DT_ERR_ARG, "dst");
     R_ERR(dt_tensor_redistribute(NULL, dt_mesh_ndim(mesh), dst, &u), DT_ERR_ARG, "tensor");
     R_ERR(dt_tensor_redistribute(t, dt_mesh_ndim(mesh), dst, NULL), DT_ERR_ARG, "tensor_out");
-    R_ERR(dt_tensor_redistribute_async(t, dt_mesh_ndim(mesh), dst, NULL), DT_ERR_ARG, "request_out");
+    R_ERR(dt_tensor_redistribute_async(t, dt_mesh_ndim(mesh), dst, NULL), DT_ERR_ARG,
+          "request_out");
     R_ERR(dt_request_wait(NULL, &u), DT_ERR_ARG, "request");
     dt_tensor_release(t);
     dt_mesh_release(mesh);
@@ -382,7 +390,8 @@ Test(redistribute, explain_without_ranks) {
                                          sizeof buf, NULL), DT_OK, "%s", dt_last_error());
     clock_gettime(CLOCK_MONOTONIC, &t1);
     cr_log_info("8x16x64 mesh planned in %.1f ms:\n%s",
-                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, buf);
+                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+                buf);
     cr_assert(strstr(buf, "reduce_scatter") || strstr(buf, "all_reduce"), "%s", buf);
     /* An 8-D mesh reversing eight shards: each mesh dim only holds its source placement, its
      * target or R, so the search stays small (3^8 states at most). */
@@ -401,7 +410,8 @@ Test(redistribute, explain_without_ranks) {
     T_ERR(dt_plan_create(2, zero, 2, shape, DT_F32, src, dst, NULL, &plan), DT_ERR_MESH,
           "mesh_shape[1] = 0");
     dt_placement far[2] = {dt_shard(-3), dt_replicate()};
-    T_ERR(dt_plan_create(2, ms, 2, shape, DT_F32, far, dst, NULL, &plan), DT_ERR_PLACEMENT, "S(-3)");
+    T_ERR(dt_plan_create(2, ms, 2, shape, DT_F32, far, dst, NULL, &plan), DT_ERR_PLACEMENT,
+          "S(-3)");
     T_ERR(dt_plan_create(2, ms, 2, shape, (dt_dtype)99, src, dst, NULL, &plan), DT_ERR_DTYPE,
           "dtype");
     dt_cost_model bad = {1, 1, 0};

@@ -76,7 +76,8 @@ Test(layout, matches_torch_chunk_exhaustively) {
                                      "%s", dt_last_error());
                         ref_layout(mnd, ms, coord, nd, shape, pl, rls, roff);
                         for (int d = 0; d < nd; d++) {
-                            cr_assert_eq(ls[d], rls[d], "mesh %d rank %d dim %d size", (int)mi, r, d);
+                            cr_assert_eq(ls[d], rls[d], "mesh %d rank %d dim %d size", (int)mi, r,
+                                         d);
                             if (ls[d]) cr_assert_eq(off[d], roff[d], "rank %d dim %d offset", r, d);
                             cr_assert(off[d] >= 0 && off[d] + ls[d] <= shape[d]);
                         }
@@ -192,8 +193,8 @@ static dt_status run_case(dt_ctx *ctx, const spec_case *c, uint64_t seed) {
     t_fill(c->dtype, full, numel, seed);
     int src_has = c->src == DT_ALL_RANKS || c->src == dt_mesh_rank(mesh);
     dt_tensor *t = NULL, *u = NULL;
-    R_OK(dt_tensor_distribute(mesh, src_has ? full : NULL, c->dtype, c->nd, c->shape, np, pl, c->src,
-                              &t));
+    R_OK(dt_tensor_distribute(mesh, src_has ? full : NULL, c->dtype, c->nd, c->shape, np, pl,
+                              c->src, &t));
     free(full);
     dt_status st = check_local(t, c, seed);
     if (st == DT_OK) st = check_full(t, c, seed, numel);
@@ -284,34 +285,39 @@ static dt_status from_local_body(dt_ctx *ctx, void *arg) {
     /* Shards of 3,3,2,2 rows add up to 10, but torch.chunk splits 10 rows as 3,3,3,1. */
     int64_t rows_bad[4] = {3, 3, 2, 2}, ls[2] = {rows_bad[me], 2};
     dt_tensor *t = NULL;
-    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, NULL, 0, &t), DT_ERR_SHAPE,
-          "mesh rank 2");
+    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, NULL, 0, &t),
+          DT_ERR_SHAPE, "mesh rank 2");
     R_CHECK(t == NULL, "tensor_out written on failure");
     /* The even split PyTorch would assume (4 rows each) is not what the shards say. */
     int64_t rows[4] = {3, 3, 3, 1}, global[2] = {16, 2};
     ls[0] = rows[me];
-    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, 0, &t), DT_ERR_SHAPE,
-          "local_shape");
+    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, 0, &t),
+          DT_ERR_SHAPE, "local_shape");
     global[0] = 10;
-    R_OK(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, DT_FROM_LOCAL_BORROW, &t));
+    R_OK(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global,
+                              DT_FROM_LOCAL_BORROW, &t));
     void *local;
     R_OK(dt_tensor_to_local(t, &local));
     R_CHECK(local == data, "BORROW copied the data");
     dt_tensor_release(t);
-    R_OK(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, DT_FROM_LOCAL_CHECK, &t));
+    R_OK(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global,
+                              DT_FROM_LOCAL_CHECK, &t));
     R_OK(dt_tensor_to_local(t, &local));
     R_CHECK(local != data, "without BORROW the data is copied");
     dt_tensor_release(t);
     /* Ranks that disagree on dtype or placements fail on every rank under CHECK. */
     dt_placement mixed[1] = {me == 2 ? dt_replicate() : dt_shard(0)};
     int64_t ls2[2] = {me == 2 ? 10 : rows[me], 2};
-    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls2, DT_COUNT_OF(mixed), mixed, global, DT_FROM_LOCAL_CHECK, &t),
+    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls2, DT_COUNT_OF(mixed), mixed, global,
+                               DT_FROM_LOCAL_CHECK, &t),
           DT_ERR_COMM, "different");
-    R_ERR(dt_tensor_from_local(mesh, data, me == 1 ? DT_I32 : DT_F32, 2, ls, DT_COUNT_OF(s0), s0, NULL, 0, &t),
+    R_ERR(dt_tensor_from_local(mesh, data, me == 1 ? DT_I32 : DT_F32, 2, ls, DT_COUNT_OF(s0), s0,
+                               NULL, 0, &t),
           DT_ERR_COMM, "different");
-    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, 8u, &t), DT_ERR_ARG,
-          "flags");
-    R_ERR(dt_tensor_from_local(mesh, NULL, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, 0, &t), DT_ERR_ARG, "local");
+    R_ERR(dt_tensor_from_local(mesh, data, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, 8u, &t),
+          DT_ERR_ARG, "flags");
+    R_ERR(dt_tensor_from_local(mesh, NULL, DT_F32, 2, ls, DT_COUNT_OF(s0), s0, global, 0, &t),
+          DT_ERR_ARG, "local");
     dt_mesh_release(mesh);
     return DT_OK;
 }
@@ -328,23 +334,28 @@ static dt_status bad_input_body(dt_ctx *ctx, void *arg) {
     dt_placement far[2] = {dt_shard(2), dt_replicate()};
     dt_placement prod[2] = {dt_partial(DT_REDUCE_PROD), dt_replicate()};
     dt_tensor *t = NULL;
-    R_ERR(dt_tensor_distribute(NULL, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t), DT_ERR_ARG,
-          "mesh");
-    R_ERR(dt_tensor_distribute(mesh, full, (dt_dtype)9, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t),
+    R_ERR(dt_tensor_distribute(NULL, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t),
+          DT_ERR_ARG, "mesh");
+    R_ERR(dt_tensor_distribute(mesh, full, (dt_dtype)9, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS,
+                               &t),
           DT_ERR_DTYPE, "dtype");
-    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 9, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t), DT_ERR_SHAPE,
-          "ndim = 9");
-    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, neg, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t), DT_ERR_SHAPE,
-          "shape[1] = -1");
-    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(far), far, DT_ALL_RANKS, &t),
-          DT_ERR_PLACEMENT, "S(2)");
-    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(prod), prod, DT_ALL_RANKS, &t),
+    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 9, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t),
+          DT_ERR_SHAPE, "ndim = 9");
+    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, neg, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t),
+          DT_ERR_SHAPE, "shape[1] = -1");
+    R_ERR(
+        dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(far), far, DT_ALL_RANKS, &t),
+        DT_ERR_PLACEMENT, "S(2)");
+    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(prod), prod, DT_ALL_RANKS,
+                               &t),
           DT_ERR_PLACEMENT, "P(prod)");
-    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, 4, &t), DT_ERR_ARG, "src_rank = 4");
-    R_ERR(dt_tensor_distribute(mesh, NULL, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t), DT_ERR_ARG,
-          "full");
-    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, NULL), DT_ERR_ARG,
-          "tensor_out");
+    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, 4, &t),
+          DT_ERR_ARG, "src_rank = 4");
+    R_ERR(dt_tensor_distribute(mesh, NULL, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t),
+          DT_ERR_ARG, "full");
+    R_ERR(
+        dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, NULL),
+        DT_ERR_ARG, "tensor_out");
     R_CHECK(t == NULL, "tensor_out written on failure");
     R_OK(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t));
     R_ERR(dt_tensor_full(t, out, sizeof out - 1), DT_ERR_SIZE, "out_bytes = 47");
