@@ -198,7 +198,7 @@ Test(rendezvous_guard, forged_rank_with_garbage_address, .timeout = 120) {
 }
 
 Test(rendezvous_guard, forged_rank_with_a_guessed_token, .timeout = 120) {
-    attack a = {"guessed token", forged(1, 2, "token-of-this-job-4f1d", 64), 1, NULL, 64,
+    attack a = {"guessed token",     forged(1, 2, "token-of-this-job-4f1d", 64), 1, NULL, 64,
                 "wrong DT_JOB_TOKEN"};
     world_despite(&a);
 }
@@ -215,17 +215,24 @@ Test(rendezvous_guard, oversized_hello, .timeout = 120) {
     attack a = {"oversized, no token", forged(1, 2, NULL, 1ull << 40), 1, NULL, 0,
                 "wrong DT_JOB_TOKEN"};
     world_despite(&a);
-    attack b = {"oversized, with the token", forged(1, 2, TOKEN, 1ull << 40), 1, NULL, 0,
+    attack b = {"oversized, with the token",
+                forged(1, 2, TOKEN, 1ull << 40),
+                1,
+                NULL,
+                0,
                 "announces 1099511627776 bytes, over the limit"};
     world_despite(&b);
 }
 
 Test(rendezvous_guard, another_protocol, .timeout = 120) {
-    attack a = {"http", {{0}}, 0,
+    attack a = {"http",
+                {{0}},
+                0,
                 "GET / HTTP/1.1\r\nHost: localhost\r\nUser-Agent: a-port-scanner/1.0\r\n"
                 "Accept: */*\r\nAccept-Language: en\r\nConnection: keep-alive\r\n"
                 "Cache-Control: no-cache\r\nPragma: no-cache\r\n\r\n",
-                0, "not a dtensor rendezvous HELLO"};
+                0,
+                "not a dtensor rendezvous HELLO"};
     world_despite(&a);
     boot_wire_hello old = forged(1, 2, NULL, 0);
     old.hdr.magic = 0x44540002u; /* the previous protocol: a dtensor of another build */
@@ -331,7 +338,8 @@ Test(rendezvous_guard, token_rules) {
 Test(rendezvous_guard, dtrun_token) {
     char cmd[512], a[2][4][64] = {{{0}}};
     for (int run = 0; run < 2; run++) {
-        snprintf(cmd, sizeof cmd, "env -u DT_JOB_TOKEN %s -n 2 sh -c 'echo \"$RANK $DT_JOB_TOKEN\"'",
+        snprintf(cmd, sizeof cmd,
+                 "env -u DT_JOB_TOKEN %s -n 2 sh -c 'echo \"$RANK $DT_JOB_TOKEN\"'",
                  need_env("DT_DTRUN"));
         FILE *p = popen(cmd, "r");
         cr_assert(p);

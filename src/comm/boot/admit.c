@@ -185,8 +185,8 @@ static int advance(door_state *s, int i, const char **why, char reason[160], dt_
             return 0;
         }
         if (!(p->blob = malloc(h->len ? h->len : 1))) {
-            *fatal = dt_error(DT_ERR_NOMEM, "rendezvous: out of memory for rank %d's address",
-                              h->rank);
+            *fatal =
+                dt_error(DT_ERR_NOMEM, "rendezvous: out of memory for rank %d's address", h->rank);
             return 0;
         }
     }

@@ -325,13 +325,12 @@ static dt_status store_meeting(const dt_boot_env *env, meeting *m, int *lfd_out)
         }
     } else {
         st = boot_store_get(fd, key, m->deadline, m->secs, val, sizeof val);
-        if (st == DT_OK &&
-            sscanf(val, "%d %255s %128s", &m->port, m->host, token) != 3)
-            st = dt_error(DT_ERR_COMM, "rendezvous: torchrun's store holds \"%s\" under %s, "
-                                       "not rank 0's address",
+        if (st == DT_OK && sscanf(val, "%d %255s %128s", &m->port, m->host, token) != 3)
+            st = dt_error(DT_ERR_COMM,
+                          "rendezvous: torchrun's store holds \"%s\" under %s, "
+                          "not rank 0's address",
                           val, key);
-        if (st == DT_OK && !have && strcmp(token, "-") != 0)
-            memcpy(m->token, token, strlen(token));
+        if (st == DT_OK && !have && strcmp(token, "-") != 0) memcpy(m->token, token, strlen(token));
     }
     close(fd);
     return st;

@@ -20,11 +20,11 @@
 #include "comm/boot/wire.h"
 #include "core/check.h"
 
-#define STORE_MAGIC       0x3C85F7CEu
-#define STORE_VALIDATE    0
-#define STORE_SET         1
-#define STORE_GET         3
-#define STORE_WAIT        6
+#define STORE_MAGIC        0x3C85F7CEu
+#define STORE_VALIDATE     0
+#define STORE_SET          1
+#define STORE_GET          3
+#define STORE_WAIT         6
 #define STORE_STOP_WAITING 0
 
 int boot_store_in_use(void) {
@@ -34,7 +34,8 @@ int boot_store_in_use(void) {
 
 void boot_store_key(char *out, size_t cap) {
     static atomic_int count;
-    const char *run = getenv("TORCHELASTIC_RUN_ID"), *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+    const char *run = getenv("TORCHELASTIC_RUN_ID"),
+               *restart = getenv("TORCHELASTIC_RESTART_COUNT");
     snprintf(out, cap, "dtensor/%s/%s/%d", run ? run : "", restart ? restart : "0",
              atomic_fetch_add(&count, 1));
 }
@@ -68,8 +69,9 @@ static dt_status send_query(int fd, const query *q, const char *what) {
         ssize_t k = send(fd, q->buf + off, q->len - off, MSG_NOSIGNAL);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
-            return dt_error(DT_ERR_COMM, "rendezvous: torchrun's store closed the connection "
-                                         "(%s): %s",
+            return dt_error(DT_ERR_COMM,
+                            "rendezvous: torchrun's store closed the connection "
+                            "(%s): %s",
                             what, strerror(errno));
         off += (size_t)k;
     }
@@ -144,8 +146,9 @@ dt_status boot_store_get(int fd, const char *key, int64_t deadline, double secs,
     uint64_t n;
     DT_CHECK(recv_exact(fd, &n, sizeof n, deadline, secs, key));
     if (n >= cap)
-        return dt_error(DT_ERR_SIZE, "rendezvous: torchrun's store holds %llu bytes under %s; "
-                                     "rank 0 publishes fewer than %zu",
+        return dt_error(DT_ERR_SIZE,
+                        "rendezvous: torchrun's store holds %llu bytes under %s; "
+                        "rank 0 publishes fewer than %zu",
                         (unsigned long long)n, key, cap);
     DT_CHECK(recv_exact(fd, val, (size_t)n, deadline, secs, key));
     val[n] = '\0';
