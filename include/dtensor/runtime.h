@@ -22,9 +22,27 @@ typedef dt_status (*dt_spmd_fn)(dt_ctx *ctx, void *arg);
 
 /* Runs fn on nranks threads (ranks 0..nranks-1) of this process and waits for all of them.
  * Blocks. rank_status_out (nullable, nranks entries) receives each rank's return value.
- * Returns DT_OK when every rank returned DT_OK; otherwise the status of the first rank to
- * fail, and dt_last_error() on the calling thread reads "rank R: <that rank's message>". */
+ * Returns DT_OK when every rank returned DT_OK and no call timed out; otherwise the status of
+ * the world's first failure (a rank that failed, or a timeout), and dt_last_error() on the
+ * calling thread reads "rank R: <that rank's message>".
+ *
+ * Checks, always on: a collective or send/recv that waits longer than DT_TIMEOUT_S seconds
+ * (environment; default 300, 0 = wait forever; see dt_local_set_timeout) for a rank that
+ * never comes fails with DT_ERR_ABORTED naming the call ("dt_all_reduce #12 on group world"),
+ * the ranks that never arrived and where they are, and aborts the world: every waiting and
+ * later call on every rank fails with DT_ERR_ABORTED, so all ranks can return. Members of a
+ * group whose collectives differ (kind, count, dtype, reduce op or root of their n-th call on
+ * the communicator) all fail it with DT_ERR_COMM naming both sides: "ranks called different
+ * collectives: rank 0 is in all_gather #12 (1024 x f32), rank 1 in all_reduce #12 (1024 x
+ * f32, sum)"; the group stays usable. (The UCX and NCCL runtimes do the latter with
+ * DT_DEBUG_COLLECTIVES=1.) DT_ERR_ARG when DT_TIMEOUT_S or DT_DEBUG_COLLECTIVES is malformed. */
 dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_status_out);
+
+/* Sets this rank's timeout (seconds; 0 = wait forever), overriding DT_TIMEOUT_S, for its
+ * later collectives and send/recv. Not collective: set it alike on every rank.
+ * DT_ERR_UNSUPPORTED for contexts of other runtimes (see dt_ucx_set_timeout,
+ * dt_nccl_set_timeout). */
+dt_status dt_local_set_timeout(dt_ctx *ctx, double seconds);
 
 /* This rank's index in the world, and the world size; -1 for a NULL context. */
 int dt_ctx_rank(const dt_ctx *ctx);

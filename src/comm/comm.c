@@ -58,6 +58,15 @@ dt_status dt_call_barrier(dt_comm *c, const dt_call *a) {
     return dt_barrier(c);
 }
 
+/* Stamps the collective about to be issued on comm (see dt_coll_fp); with DT_DEBUG_COLLECTIVES
+ * on a backend that does not compare fingerprints itself, checks them across the group first. */
+static dt_status issue(dt_comm *c, int64_t kind, int64_t count, int64_t dtype, int64_t op,
+                       int64_t root) {
+    c->fp = (dt_coll_fp){
+        .seq = ++c->seq, .kind = kind, .count = count, .dtype = dtype, .op = op, .root = root};
+    return c->ctx->check_collectives ? dt_comm_check_fp(c) : DT_OK;
+}
+
 #define IN_ORDER(comm, runner, ...)                                                                \
     do {                                                                                           \
         dt_call in_order_args_ = {__VA_ARGS__};                                                       \
@@ -138,6 +147,7 @@ dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t coun
     BUF_CHECK(recv, count);
     IN_ORDER(comm, dt_call_all_reduce, .send = send, .recv = recv, .count = count, .dtype = dtype,
              .op = op);
+    DT_CHECK(issue(comm, DT_COLL_ALL_REDUCE, (int64_t)count, dtype, op, -1));
     double t0 = dt_now_us();
     dt_status st = comm->ops->all_reduce(comm, send, recv, count, dtype, op);
     if (st == DT_OK) {
@@ -158,6 +168,7 @@ dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv, const size
     BUF_CHECK(recv, total);
     IN_ORDER(comm, dt_call_all_gatherv, .send = send, .recv = recv, .c1 = recvcounts, .d1 = displs,
              .dtype = dtype);
+    DT_CHECK(issue(comm, DT_COLL_ALL_GATHER, (int64_t)total, dtype, -1, -1));
     size_t *own = NULL;
     if (!displs) {
         DT_CHECK(packed_displs(recvcounts, comm->size, &own));
@@ -193,6 +204,7 @@ dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv, const 
     BUF_CHECK(recv, recvcounts[comm->rank]);
     IN_ORDER(comm, dt_call_reduce_scatterv, .send = send, .recv = recv, .c1 = recvcounts,
              .dtype = dtype, .op = op);
+    DT_CHECK(issue(comm, DT_COLL_REDUCE_SCATTER, (int64_t)total, dtype, op, -1));
     size_t *displs = NULL;
     DT_CHECK(packed_displs(recvcounts, comm->size, &displs));
     double t0 = dt_now_us();
@@ -230,6 +242,8 @@ dt_status dt_all_to_allv(dt_comm *comm, const void *send, const size_t *sendcoun
     BUF_CHECK(recv, rtotal);
     IN_ORDER(comm, dt_call_all_to_allv, .send = send, .recv = recv, .c1 = sendcounts, .d1 = sdispls,
              .c2 = recvcounts, .d2 = rdispls, .dtype = dtype);
+    /* Counts differ by rank by design; the backends check that they pair up. */
+    DT_CHECK(issue(comm, DT_COLL_ALL_TO_ALL, -1, dtype, -1, -1));
     size_t *own_s = NULL, *own_r = NULL;
     dt_status st = DT_OK;
     if (!sdispls) DT_CHECK_GOTO(packed_displs(sendcounts, comm->size, &own_s), st, out);
@@ -262,6 +276,7 @@ dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, i
     DT_ARG(root >= 0 && root < comm->size, "dt_broadcast: argument root = %d is not a rank of the "
                                            "group of %d", root, comm->size);
     IN_ORDER(comm, dt_call_broadcast, .recv = buf, .count = count, .dtype = dtype, .root = root);
+    DT_CHECK(issue(comm, DT_COLL_BROADCAST, (int64_t)count, dtype, -1, root));
     size_t b = count * dt_dtype_size(dtype);
     double t0 = dt_now_us();
     dt_status st = comm->ops->broadcast(comm, buf, b, root);
@@ -301,6 +316,7 @@ dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int pe
 dt_status dt_barrier(dt_comm *comm) {
     COMM_CHECK(comm);
     IN_ORDER(comm, dt_call_barrier, .count = 0);
+    DT_CHECK(issue(comm, DT_COLL_BARRIER, -1, -1, -1, -1));
     double t0 = dt_now_us();
     dt_status st = comm->ops->barrier(comm);
     if (st == DT_OK) dt_comm_count(comm, DT_COLL_BARRIER, 0, 0, t0);
@@ -359,6 +375,7 @@ dt_status dt_comm_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *sr
     DT_ARG(es == 2 || es == 4 || es == 8, "exchange_boxes: element size %zu", es);
     if (!c->ops->exchange_boxes || atomic_load(&c->pending)) /* packed keeps the issue order */
         return exchange_packed(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);
+    DT_CHECK(issue(c, DT_FP_EXCHANGE_BOXES, -1, -1, -1, -1));
     double t0 = dt_now_us();
     dt_status st = c->ops->exchange_boxes(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);
     if (st == DT_OK) {

@@ -39,6 +39,35 @@ typedef struct dt_comm_ops {
     void (*destroy)(dt_comm *c);
 } dt_comm_ops;
 
+/* What every member of a group must pass alike to one collective, and where the call stands in
+ * this rank's sequence on the communicator. comm.c fills comm->fp before each call into the
+ * backend; the local runtime compares members' fingerprints at its entry barrier, the others
+ * (with DT_DEBUG_COLLECTIVES=1) all_gather them first (fingerprint.c). All int64_t: compared
+ * field by field and sent as DT_I64 elements. */
+typedef struct dt_coll_fp {
+    int64_t seq;   /* 1 for the communicator's first collective on this rank */
+    int64_t kind;  /* dt_coll_kind, or DT_FP_EXCHANGE_BOXES */
+    int64_t count; /* elements every member agrees on (a v-form's total); -1: not compared */
+    int64_t dtype; /* dt_dtype; -1 for none */
+    int64_t op;    /* dt_reduce_op; -1 for none */
+    int64_t root;  /* broadcast's group root; -1 for none */
+} dt_coll_fp;
+#define DT_FP_EXCHANGE_BOXES DT_COLL_KIND_COUNT
+
+static inline int dt_coll_fp_equal(const dt_coll_fp *a, const dt_coll_fp *b) {
+    return a->seq == b->seq && a->kind == b->kind && a->count == b->count &&
+           a->dtype == b->dtype && a->op == b->op && a->root == b->root;
+}
+/* "all_reduce #12 (1024 x f32, sum)", "barrier #3". */
+void dt_coll_fp_str(const dt_coll_fp *fp, char *buf, size_t cap);
+/* The error for members whose fingerprints differ (world ranks ra and rb), on every member
+ * alike: "<what> on group world of 4 ranks: ranks called different collectives: rank 0 is in
+ * all_gather #12 (1024 x f32), rank 1 in all_reduce #12 (1024 x f32, sum)". DT_ERR_COMM. */
+dt_status dt_coll_fp_mismatch(const dt_comm *c, const char *what, int ra, const dt_coll_fp *a,
+                              int rb, const dt_coll_fp *b);
+/* DT_DEBUG_COLLECTIVES: all_gathers c->fp over c's members and compares (collective). */
+dt_status dt_comm_check_fp(dt_comm *c);
+
 /* Backends embed this as their first member. */
 struct dt_comm {
     const dt_comm_ops *ops;
@@ -47,6 +76,10 @@ struct dt_comm {
     int *members;   /* world rank of each group rank */
     char label[32]; /* for counters and traces: "world", "group" or the mesh dims */
     atomic_int pending; /* non-blocking requests queued or running on the comm thread */
+    /* The collective being issued, set by comm.c just before it calls ops (calls on one
+     * communicator never overlap: see dt_comm_in_order), and the count issued so far. */
+    dt_coll_fp fp;
+    int64_t seq;
 };
 
 /* Groups are matched across ranks by key and member list: ranks that create a communicator
@@ -56,6 +89,7 @@ enum { DT_KEY_WORLD = 1, DT_KEY_USER = 2, DT_KEY_MESH = 3 };
 
 typedef struct dt_backend_ops {
     const char *name;
+    int checks_collectives; /* compares fingerprints at every rendezvous by itself (local) */
     dt_status (*comm_create)(dt_ctx *ctx, const uint64_t key[2], const int *members, int n,
                              dt_comm **comm_out);
 } dt_backend_ops;
@@ -81,6 +115,7 @@ struct dt_ctx {
     dt_device device;         /* compute device (dt_ctx_set_device) */
     int allow_tf32;           /* dt_ctx_set_tf32, kept for GPUs set up later */
     struct dt_cuda_rank *cuda; /* streams and handles when device is CUDA (core/cuda/cuda_rt.h) */
+    int check_collectives;     /* DT_DEBUG_COLLECTIVES=1 on a backend that does not by itself */
 };
 
 /* Frees the rank's GPU state (ctx_fini_common calls it). */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/boot/boot.h"
 #include "comm/comm_impl.h"
 #include "trace/trace_impl.h"
 #include "comm/worker.h"
@@ -31,6 +32,9 @@ dt_status dt_ctx_comm_create(dt_ctx *ctx, const uint64_t key[2], const int *memb
 }
 
 dt_status dt_ctx_init_common(dt_ctx *ctx) {
+    int debug = 0;
+    DT_CHECK(dt_boot_env_flag("DT_DEBUG_COLLECTIVES", &debug));
+    ctx->check_collectives = debug && !ctx->backend->checks_collectives;
     if (pthread_mutex_init(&ctx->stats_mu, NULL) != 0)
         return dt_error(DT_ERR_SYSTEM, "rank %d: pthread_mutex_init failed", ctx->rank);
     return DT_OK;

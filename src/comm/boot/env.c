@@ -107,6 +107,24 @@ dt_status dt_boot_env_seconds(const char *name, double dflt, double *out) {
     return DT_OK;
 }
 
+dt_status dt_boot_env_timeout_ns(int64_t *ns_out) {
+    double s;
+    DT_CHECK(dt_boot_env_seconds("DT_TIMEOUT_S", DT_BOOT_TIMEOUT_S, &s));
+    if (s >= 1e9)
+        return dt_error(DT_ERR_ARG, "environment: DT_TIMEOUT_S=\"%s\" is not below 1e9 seconds "
+                                    "(0 waits forever)", getenv("DT_TIMEOUT_S"));
+    *ns_out = (int64_t)(s * 1e9);
+    return DT_OK;
+}
+
+dt_status dt_boot_env_flag(const char *name, int *out) {
+    const char *s = getenv(name);
+    if (s && *s && strcmp(s, "0") && strcmp(s, "1"))
+        return dt_error(DT_ERR_ARG, "environment: %s=\"%s\" is not 0 or 1", name, s);
+    *out = s && !strcmp(s, "1");
+    return DT_OK;
+}
+
 dt_status dt_boot_env_bytes(const char *name, size_t dflt, size_t *out) {
     const char *s = getenv(name);
     *out = dflt;

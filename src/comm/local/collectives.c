@@ -120,7 +120,7 @@ static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t 
     if (send == recv && mem == &dt_mem_cpu) st = scratch(c, (hi - lo) * es, &mine);
     else if (send == recv && !(mine = dev_scratch = mem->alloc((hi - lo) * es))) st = DT_ERR_NOMEM;
     if (st == DT_OK) {
-        g->slots[me] = (lw_slot){.send = send, .result = mine, .count = count};
+        g->slots[me] = (lw_slot){.send = send, .result = mine};
         st = lw_enter(c, "dt_all_reduce");
     }
     if (st != DT_OK) {
@@ -128,18 +128,10 @@ static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t 
         mem->free(dev_scratch);
         return st;
     }
-    for (int j = 0; j < n; j++) {
-        if (g->slots[j].count != count) {
-            st = dt_error(DT_ERR_COMM, "dt_all_reduce: ranks disagree on count: %zu on group "
-                                       "rank %d, %zu on group rank %d",
-                          count, me, g->slots[j].count, j);
-            break;
-        }
-    }
-    if (st == DT_OK) {
-        for (int j = 0; j < n; j++) srcs[j] = (const char *)g->slots[j].send + lo * es;
-        st = mem->reduce_n(dt, op, mine, srcs, n, hi - lo);
-    }
+    /* lw_enter compared counts, dtypes and ops (the fingerprints). */
+    for (int j = 0; j < n; j++)
+        srcs[j] = (const char *)g->slots[j].send + lo * es;
+    st = mem->reduce_n(dt, op, mine, srcs, n, hi - lo);
     phase_done(c, mem, &st);
     for (int j = 0; st == DT_OK && j < n; j++) {
         size_t jlo = count * (size_t)j / (size_t)n, jhi = count * (size_t)(j + 1) / (size_t)n;
@@ -188,12 +180,8 @@ static dt_status broadcast(dt_comm *base, void *buf, size_t bytes, int root) {
     dt_status st;
     const dt_mem_ops *mem = mem_of(buf, NULL, &st);
     DT_CHECK(st);
-    g->slots[base->rank] = (lw_slot){.send = buf, .count = bytes};
-    DT_CHECK(lw_enter(c, "dt_broadcast"));
-    for (int j = 0; j < g->n && st == DT_OK; j++)
-        if (g->slots[j].count != g->slots[root].count)
-            st = dt_error(DT_ERR_COMM, "dt_broadcast: root sends %zu bytes, group rank %d expects "
-                                       "%zu", g->slots[root].count, j, g->slots[j].count);
+    g->slots[base->rank] = (lw_slot){.send = buf};
+    DT_CHECK(lw_enter(c, "dt_broadcast")); /* which compared counts, dtypes and roots */
     /* Two host ranks: the root would sit idle, so it copies the upper half of a large message
      * (a GPU's copy engine gains nothing from it). */
     int split = g->n == 2 && bytes >= (1u << 20) && mem == &dt_mem_cpu;

@@ -20,7 +20,6 @@ typedef struct lw_slot {
     const int64_t *shape;  /* exchange_boxes: the source array's shape and the boxes */
     const dt_box *send_boxes, *recv_boxes;
     const void *result;   /* all_reduce: where this rank's reduced chunk is */
-    size_t count;
 } lw_slot;
 
 enum { LW_P2P_EMPTY = 0, LW_P2P_POSTED, LW_P2P_TAKEN, LW_P2P_DONE };
@@ -36,6 +35,12 @@ typedef struct lw_p2p {
     int sender_busy; /* the sender has started its part */
 } lw_p2p;
 
+/* Two members whose fingerprints differed at an entry barrier (group ranks; a = -1: none). */
+typedef struct lw_mismatch {
+    int a, b;
+    dt_coll_fp fa, fb;
+} lw_mismatch;
+
 typedef struct lw_group {
     struct lw_group *next; /* registry */
     uint64_t key[2];
@@ -44,12 +49,28 @@ typedef struct lw_group {
     int handles; /* live communicators on this group (registry lock) */
     int exited;  /* members that have returned (changed under registry lock and mu) */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int arrived; /* under mu */
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC, for the timeout */
+    int arrived;       /* under mu */
     atomic_uint_least64_t gen;
+    /* Under mu: per member, gen + 1 of the barrier it waits in (else anything else), and the
+     * fingerprint of the last collective it entered; for the entry barrier in progress, the
+     * group rank of its first arrival and of the first that differs from it (-1: none). */
+    uint64_t *arrived_at;
+    dt_coll_fp *fps;
+    int first, odd;
+    /* The last completed entry barrier's outcome: its members read it after gen moved on,
+     * and none can complete the next barrier before all of them have. */
+    lw_mismatch verdict;
     lw_slot *slots; /* n */
     lw_p2p *p2p;    /* n*n, [src*n + dst] */
 } lw_group;
+
+/* Where a rank is blocked, for the timeout's message (under lw_world.where_mu). */
+typedef struct lw_where {
+    const struct lw_comm *comm; /* NULL: not blocked in a collective or send/recv */
+    const char *what;
+    int64_t seq; /* 0 for send/recv */
+} lw_where;
 
 typedef struct lw_world {
     int size;
@@ -61,6 +82,9 @@ typedef struct lw_world {
     char failed_msg[512];
     atomic_int *exited; /* per world rank: 0, or the order in which it returned (1, 2, ...) */
     int nexited;
+    _Atomic int64_t *timeout_ns; /* per world rank (DT_TIMEOUT_S, dt_local_set_timeout); 0: none */
+    pthread_mutex_t where_mu;    /* a leaf: nothing else is locked while it is held */
+    lw_where *where;             /* per world rank */
 } lw_world;
 
 typedef struct lw_comm {
@@ -71,8 +95,9 @@ typedef struct lw_comm {
     size_t scratch_cap;
 } lw_comm;
 
-/* Entry barrier of a collective: fails with a clear error when the world aborted or a
- * member returned, instead of waiting forever. */
+/* Entry barrier of a collective: fails with a clear error when the world aborted, a member
+ * returned or the rank's timeout passed (which aborts the world), instead of waiting forever,
+ * and with DT_ERR_COMM on every member when their fingerprints (c->base.fp) differ. */
 dt_status lw_enter(lw_comm *c, const char *what);
 /* Barrier between phases of a collective that every member has entered: nobody can be
  * missing any more, so it only waits (peers may still be reading this rank's buffers). */
@@ -80,6 +105,18 @@ void lw_sync(lw_comm *c);
 /* The error for a member (peer = group rank, or -1 for any) that can no longer arrive;
  * DT_OK when none. Call with group->mu held. */
 dt_status lw_failure(lw_comm *c, const char *what, int peer);
+
+/* The absolute deadline of a wait starting now (0: none), and a wait on the group's condition
+ * until then; call with group->mu held. */
+int64_t lw_deadline(const lw_comm *c);
+void lw_wait(lw_group *g, int64_t deadline_ns);
+/* Records (what != NULL) or clears where this rank is blocked. */
+void lw_where_set(lw_comm *c, const char *what, int64_t seq);
+/* ", rank R (in dt_barrier #3 on group tp)" for world rank r, appended at buf + *len. */
+void lw_where_append(lw_world *w, int r, char *buf, size_t cap, size_t *len);
+/* The world failed (rank, st, msg) unless it already had: every waiter wakes and fails. Call
+ * with no group lock held. */
+void lw_abort(lw_world *w, int rank, dt_status st, const char *msg);
 
 extern const dt_comm_ops lw_comm_ops;
 

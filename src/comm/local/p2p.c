@@ -4,6 +4,7 @@
  * cores move it; a GPU message is one device copy by the receiver. */
 #include <string.h>
 
+#include "comm/boot/boot.h"
 #include "comm/local/local_impl.h"
 #include "core/check.h"
 #include "core/device.h"
@@ -18,6 +19,24 @@ static void part_done(lw_group *g, lw_p2p *box) {
     }
 }
 
+/* The peer (group rank) never came within this rank's timeout. Call with g->mu held. */
+static dt_status timed_out(lw_comm *c, const char *what, int peer, const char *never) {
+    char who[160] = "";
+    size_t len = 0;
+    lw_where_append(c->world, c->group->members[peer], who, sizeof who, &len);
+    double s = (double)atomic_load(&c->world->timeout_ns[c->base.ctx->rank]) / 1e9;
+    return dt_error(DT_ERR_ABORTED,
+                    "%s on group %s of %d ranks: timed out after %.1f s: %s never %s (raise "
+                    "DT_TIMEOUT_S or dt_local_set_timeout if it is only slow)",
+                    what, c->base.label, c->group->n, s, who + 2, never);
+}
+
+/* Before the first wait of a send or receive: where this rank waits, and until when. */
+static int64_t start_waiting(lw_comm *c, const char *what) {
+    lw_where_set(c, what, 0);
+    return lw_deadline(c);
+}
+
 dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer) {
     lw_comm *c = (lw_comm *)base;
     lw_group *g = c->group;
@@ -25,6 +44,8 @@ dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer) {
     const dt_mem_ops *mem = dt_mem_ops_of(dt_mem_kind_of(buf));
     dt_status st = mem->sync(); /* the receiver reads buf: our queued writes to it first */
     if (st != DT_OK) return st;
+    int64_t deadline = -1; /* not waited yet */
+    int expired = 0;
     pthread_mutex_lock(&g->mu);
     *box = (lw_p2p){.buf = buf, .bytes = bytes, .state = LW_P2P_POSTED};
     pthread_cond_broadcast(&g->cv);
@@ -43,11 +64,20 @@ dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer) {
             continue;
         }
         /* Once the receiver took the buffer it is copying from it: wait whatever happens. */
-        if (box->state == LW_P2P_POSTED && (st = lw_failure(c, "dt_send", peer)) != DT_OK) break;
-        pthread_cond_wait(&g->cv, &g->mu);
+        const int posted = box->state == LW_P2P_POSTED;
+        if (posted && (st = lw_failure(c, "dt_send", peer)) != DT_OK) break;
+        if (deadline < 0) deadline = start_waiting(c, "dt_send");
+        if (posted && deadline && dt_boot_now_ns() >= deadline) {
+            st = timed_out(c, "dt_send", peer, "received it");
+            expired = 1;
+            break;
+        }
+        lw_wait(g, posted ? deadline : 0);
     }
     box->state = LW_P2P_EMPTY;
+    if (deadline >= 0) lw_where_set(c, NULL, 0);
     pthread_mutex_unlock(&g->mu);
+    if (expired) lw_abort(c->world, base->ctx->rank, st, dt_last_error());
     return st;
 }
 
@@ -56,13 +86,24 @@ dt_status lw_recv(dt_comm *base, void *buf, size_t bytes, int peer) {
     lw_group *g = c->group;
     lw_p2p *box = &g->p2p[peer * g->n + base->rank];
     dt_status st = DT_OK;
+    int64_t deadline = -1; /* not waited yet */
+    int expired = 0;
     pthread_mutex_lock(&g->mu);
     while (box->state != LW_P2P_POSTED) {
-        if ((st = lw_failure(c, "dt_recv", peer)) != DT_OK) {
-            pthread_mutex_unlock(&g->mu);
-            return st;
+        if ((st = lw_failure(c, "dt_recv", peer)) != DT_OK) break;
+        if (deadline < 0) deadline = start_waiting(c, "dt_recv");
+        if (deadline && dt_boot_now_ns() >= deadline) {
+            st = timed_out(c, "dt_recv", peer, "sent it");
+            expired = 1;
+            break;
         }
-        pthread_cond_wait(&g->cv, &g->mu);
+        lw_wait(g, deadline);
+    }
+    if (deadline >= 0) lw_where_set(c, NULL, 0);
+    if (st != DT_OK) {
+        pthread_mutex_unlock(&g->mu);
+        if (expired) lw_abort(c->world, base->ctx->rank, st, dt_last_error());
+        return st;
     }
     if (box->bytes != bytes) {
         st = dt_error(DT_ERR_COMM, "dt_recv: group rank %d sent %zu bytes, group rank %d expects "

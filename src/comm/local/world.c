@@ -2,7 +2,9 @@
  * share, and turns a rank's failure or early return into errors for the ranks waiting on it. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "comm/boot/boot.h"
 #include "comm/local/local_impl.h"
 #include "comm/worker.h"
 #include "core/alloc.h"
@@ -28,6 +30,8 @@ static void group_free(lw_group *g) {
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     free(g->members);
+    free(g->arrived_at);
+    free(g->fps);
     free(g->slots);
     free(g->p2p);
     free(g);
@@ -42,17 +46,29 @@ static lw_group *group_get(lw_world *w, const uint64_t key[2], const int *member
     lw_group *g = calloc(1, sizeof *g);
     if (!g) return NULL;
     g->members = malloc(sizeof(int) * (size_t)n);
+    g->arrived_at = calloc((size_t)n, sizeof *g->arrived_at);
+    g->fps = calloc((size_t)n, sizeof *g->fps);
     g->slots = calloc((size_t)n, sizeof *g->slots);
     g->p2p = calloc((size_t)n * (size_t)n, sizeof *g->p2p);
-    if (!g->members || !g->slots || !g->p2p) {
+    pthread_condattr_t ca;
+    int ok = g->members && g->arrived_at && g->fps && g->slots && g->p2p &&
+             pthread_condattr_init(&ca) == 0;
+    if (ok) {
+        ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+             pthread_cond_init(&g->cv, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (!ok) {
         free(g->members);
+        free(g->arrived_at);
+        free(g->fps);
         free(g->slots);
         free(g->p2p);
         free(g);
         return NULL;
     }
     pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->cv, NULL);
+    g->odd = g->verdict.a = -1;
     memcpy(g->key, key, sizeof g->key);
     memcpy(g->members, members, sizeof(int) * (size_t)n);
     g->n = n;
@@ -103,7 +119,8 @@ void lw_comm_destroy(dt_comm *base) {
     free(c);
 }
 
-static const dt_backend_ops lw_backend = {.name = "local", .comm_create = comm_create};
+static const dt_backend_ops lw_backend = {
+    .name = "local", .checks_collectives = 1, .comm_create = comm_create};
 
 /* Wakes every waiter of the groups that rank belongs to (all groups when rank < 0). */
 static void wake_groups(lw_world *w, int rank) {
@@ -116,15 +133,26 @@ static void wake_groups(lw_world *w, int rank) {
     }
 }
 
+/* The world's first failure; call with w->mu held. */
+static void record_failure(lw_world *w, int rank, dt_status st, const char *msg) {
+    if (atomic_load(&w->aborted)) return;
+    w->failed_rank = rank;
+    w->failed_status = st;
+    snprintf(w->failed_msg, sizeof w->failed_msg, "%s", msg);
+    atomic_store(&w->aborted, 1);
+}
+
+void lw_abort(lw_world *w, int rank, dt_status st, const char *msg) {
+    pthread_mutex_lock(&w->mu);
+    record_failure(w, rank, st, msg);
+    wake_groups(w, -1);
+    pthread_mutex_unlock(&w->mu);
+}
+
 static void rank_finished(lw_world *w, int rank, dt_status st) {
     pthread_mutex_lock(&w->mu);
     atomic_store(&w->exited[rank], ++w->nexited);
-    if (st != DT_OK && !atomic_load(&w->aborted)) {
-        w->failed_rank = rank;
-        w->failed_status = st;
-        snprintf(w->failed_msg, sizeof w->failed_msg, "%s", dt_last_error());
-        atomic_store(&w->aborted, 1);
-    }
+    if (st != DT_OK) record_failure(w, rank, st, dt_last_error());
     wake_groups(w, rank);
     if (st != DT_OK) wake_groups(w, -1);
     pthread_mutex_unlock(&w->mu);
@@ -198,18 +226,26 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_sta
     DT_ARG(nranks >= 1 && nranks <= DT_LOCAL_MAX_RANKS,
            "dt_local_run: argument nranks = %d is not in [1, %d]", nranks, DT_LOCAL_MAX_RANKS);
     DT_ARG_NOT_NULL(fn);
+    int64_t timeout_ns;
+    DT_CHECK(dt_boot_env_timeout_ns(&timeout_ns));
     lw_world *w = calloc(1, sizeof *w);
     lw_rank *ranks = calloc((size_t)nranks, sizeof *ranks);
     atomic_int *exited = calloc((size_t)nranks, sizeof *exited);
+    _Atomic int64_t *timeouts = calloc((size_t)nranks, sizeof *timeouts);
+    lw_where *where = calloc((size_t)nranks, sizeof *where);
     dt_status st = DT_OK;
     int initialised = 0, started = 0;
-    if (!w || !ranks || !exited) {
+    if (!w || !ranks || !exited || !timeouts || !where) {
         st = dt_error(DT_ERR_NOMEM, "dt_local_run: out of memory for %d ranks", nranks);
         goto out;
     }
     w->size = nranks;
     w->exited = exited;
+    w->timeout_ns = timeouts;
+    w->where = where;
+    for (int i = 0; i < nranks; i++) atomic_store(&timeouts[i], timeout_ns);
     pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_init(&w->where_mu, NULL);
     for (; initialised < nranks; initialised++) {
         DT_CHECK_GOTO(ctx_init(&ranks[initialised], w, initialised), st, stop);
         ranks[initialised].fn = fn;
@@ -223,15 +259,8 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_sta
         }
     }
 stop:
-    if (st != DT_OK) { /* ranks already running must not wait for the missing ones */
-        pthread_mutex_lock(&w->mu);
-        w->failed_rank = started;
-        w->failed_status = st;
-        snprintf(w->failed_msg, sizeof w->failed_msg, "%s", dt_last_error());
-        atomic_store(&w->aborted, 1);
-        wake_groups(w, -1);
-        pthread_mutex_unlock(&w->mu);
-    }
+    if (st != DT_OK) /* ranks already running must not wait for the missing ones */
+        lw_abort(w, started, st, dt_last_error());
     for (int i = 0; i < started; i++) pthread_join(ranks[i].thread, NULL);
     for (int i = 0; i < initialised; i++) ctx_fini(&ranks[i]);
     if (rank_status_out)
@@ -246,11 +275,28 @@ stop:
         group_free(w->groups);
         w->groups = next;
     }
+    pthread_mutex_destroy(&w->where_mu);
     pthread_mutex_destroy(&w->mu);
     dt_host_cache_trim();
 out:
+    free(where);
+    free(timeouts);
     free(exited);
     free(ranks);
     free(w);
     return st;
+}
+
+dt_status dt_local_set_timeout(dt_ctx *ctx, double seconds) {
+    DT_ARG_NOT_NULL(ctx);
+    DT_ARG(seconds >= 0 && seconds < 1e9,
+           "dt_local_set_timeout: argument seconds = %g is not in [0, 1e9)", seconds);
+    if (ctx->backend != &lw_backend)
+        return dt_error(DT_ERR_UNSUPPORTED,
+                        "dt_local_set_timeout: the context belongs to the %s runtime, not the "
+                        "local one",
+                        ctx->backend->name);
+    lw_world *w = ctx->backend_state;
+    atomic_store(&w->timeout_ns[ctx->rank], (int64_t)(seconds * 1e9));
+    return DT_OK;
 }

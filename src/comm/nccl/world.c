@@ -12,7 +12,6 @@
 #include "core/check.h"
 
 #define DEFAULT_STARTUP_S 60.0
-#define DEFAULT_TIMEOUT_S 300.0
 #define BLOB_LEN          (DT_BOOT_HOST_ID + sizeof(ncclUniqueId))
 
 int dt_nccl_available(void) {
@@ -61,16 +60,17 @@ static dt_status alloc_world(nc_world **out) {
 
 static dt_status read_config(nc_world *w) {
     DT_CHECK(dt_ucx_env_read(&w->env));
-    double startup, timeout;
+    double startup;
+    int64_t timeout_ns;
     DT_CHECK(dt_boot_env_seconds("DT_STARTUP_TIMEOUT_S", DEFAULT_STARTUP_S, &startup));
-    DT_CHECK(dt_boot_env_seconds("DT_TIMEOUT_S", DEFAULT_TIMEOUT_S, &timeout));
+    DT_CHECK(dt_boot_env_timeout_ns(&timeout_ns));
     const char *b = getenv("DT_NCCL_BLOCKING");
     if (b && *b && strcmp(b, "0") && strcmp(b, "1"))
         return dt_error(DT_ERR_ARG, "environment: DT_NCCL_BLOCKING=\"%s\" is not 0 or 1", b);
     w->blocking = b && !strcmp(b, "1");
     w->startup_timeout_ns = (int64_t)(startup * 1e9);
     if (w->startup_timeout_ns <= 0) w->startup_timeout_ns = 1;
-    atomic_store(&w->timeout_ns, (int64_t)(timeout * 1e9));
+    atomic_store(&w->timeout_ns, timeout_ns);
     w->rank = w->env.rank;
     w->size = w->env.size;
     w->exited_at = calloc((size_t)w->size, sizeof *w->exited_at);
@@ -176,6 +176,7 @@ static dt_status first_contact(nc_world *w) {
         dt_error_prefix("dt_nccl_run: first contact over NCCL");
     else
         dt_comm_stats_reset(&w->ctx); /* the user's counters start at fn */
+    w->ctx.world->seq = 0;            /* and so do the collectives' numbers (dt_coll_fp) */
     return st;
 }
 

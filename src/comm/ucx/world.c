@@ -15,7 +15,6 @@
 #include "core/check.h"
 
 #define DEFAULT_STARTUP_S 60.0
-#define DEFAULT_TIMEOUT_S 300.0
 #define DEFAULT_RING_MIN  (64u << 10)
 #define CLOSE_NS          5000000000LL
 
@@ -116,14 +115,15 @@ static dt_status alloc_world(ux_world **out) {
 
 static dt_status read_config(ux_world *w) {
     DT_CHECK(dt_ucx_env_read(&w->env));
-    double startup, timeout;
+    double startup;
+    int64_t timeout_ns;
     DT_CHECK(dt_boot_env_seconds("DT_STARTUP_TIMEOUT_S", DEFAULT_STARTUP_S, &startup));
-    DT_CHECK(dt_boot_env_seconds("DT_TIMEOUT_S", DEFAULT_TIMEOUT_S, &timeout));
+    DT_CHECK(dt_boot_env_timeout_ns(&timeout_ns));
     DT_CHECK(dt_boot_env_bytes("DT_UCX_RING_MIN_BYTES", DEFAULT_RING_MIN, &w->ring_min_bytes));
     DT_CHECK(ux_err_mode_read(&w->err_mode, &w->cma));
     w->startup_timeout_ns = (int64_t)(startup * 1e9);
     if (w->startup_timeout_ns <= 0) w->startup_timeout_ns = 1;
-    atomic_store(&w->timeout_ns, (int64_t)(timeout * 1e9));
+    atomic_store(&w->timeout_ns, timeout_ns);
     w->rank = w->env.rank;
     w->size = w->env.size;
     size_t n = (size_t)w->size;
@@ -268,6 +268,7 @@ static dt_status first_contact(ux_world *w) {
         dt_error_prefix("dt_ucx_run: first contact over UCX");
     else
         dt_comm_stats_reset(&w->ctx); /* the user's counters start at fn */
+    w->ctx.world->seq = 0;            /* and so do the collectives' numbers (dt_coll_fp) */
     return st;
 }
 
