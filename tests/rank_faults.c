@@ -34,7 +34,7 @@ static void *suicide(void *arg) {
 
 int rank_fault_mode(const char *mode) {
     return !strcmp(mode, "fault") || !strcmp(mode, "hang") || !strcmp(mode, "peer-exit") ||
-           !strcmp(mode, "mismatch");
+           !strcmp(mode, "mismatch") || !strcmp(mode, "wrong-collective");
 }
 
 static void *buf_new(const rank_fault_buffers *b, size_t bytes) {
@@ -73,6 +73,17 @@ dt_status rank_fault_run(dt_ctx *ctx, const char *mode, const rank_fault_buffers
         if (st == DT_OK) st = dt_barrier(world);
         st = st == DT_OK ? dt_error_set(DT_ERR_ARG, "mismatched counts went through")
                          : failed_at(st, t0);
+    } else if (!strcmp(mode, "wrong-collective")) {
+        /* Run with DT_DEBUG_COLLECTIVES=1: without it nothing compares the kinds. */
+        if (!(out = buf_new(buffers, 60 * sizeof(float))))
+            st = dt_error_set(DT_ERR_NOMEM, "out of memory");
+        double t0 = now_s();
+        if (st == DT_OK) st = dt_barrier(world);
+        if (st == DT_OK)
+            st = me == 1 ? dt_all_gather(world, buf, out, 60 / (size_t)n, DT_F32)
+                         : dt_all_reduce(world, buf, out, 60, DT_F32, DT_REDUCE_SUM);
+        st = st == DT_OK ? dt_error_set(DT_ERR_ARG, "an all_gather met all_reduces")
+                         : failed_at(st, t0);
     } else if (!strcmp(mode, "peer-exit")) {
         if (!(out = buf_new(buffers, 3000 * sizeof(float) * (size_t)n)))
             st = dt_error_set(DT_ERR_NOMEM, "out of memory");
@@ -97,10 +108,12 @@ dt_status rank_fault_run(dt_ctx *ctx, const char *mode, const rank_fault_buffers
 
 int rank_fault_judge(const char *mode, dt_status st) {
     int n = getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : 0;
-    char culprit[32] = "ranks disagree on counts";
+    char culprit[32] = "ranks disagree on"; /* counts, or (DT_DEBUG_COLLECTIVES) its arguments */
     if (!strcmp(mode, "fault") || !strcmp(mode, "hang"))
         snprintf(culprit, sizeof culprit, "rank %d", n - 1);
     if (!strcmp(mode, "peer-exit")) snprintf(culprit, sizeof culprit, "rank 1");
+    if (!strcmp(mode, "wrong-collective"))
+        snprintf(culprit, sizeof culprit, "ranks called different");
     const char *msg = dt_last_error();
     int clean = st != DT_OK &&
                 (st == DT_ERR_ABORTED || st == DT_ERR_PEER_EXITED || st == DT_ERR_COMM) &&

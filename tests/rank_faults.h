@@ -3,6 +3,8 @@
  *   hang       the last rank stays alive but stops taking part
  *   peer-exit  rank 1 returns early, after five all_gathers that must succeed everywhere
  *   mismatch   ranks disagree on an all_reduce's count
+ *   wrong-collective  rank 1 calls all_gather where the others call all_reduce (needs
+ *              DT_DEBUG_COLLECTIVES=1, which names both sides)
  * The others must fail cleanly: DT_ERR_ABORTED, DT_ERR_PEER_EXITED or DT_ERR_COMM, with a
  * message naming the rank at fault (or the disagreement), never hang. */
 #ifndef DT_TEST_RANK_FAULTS_H

@@ -173,6 +173,32 @@ Test(ucx, mismatched_counts, .timeout = 60) {
     free(r.out);
 }
 
+/* DT_DEBUG_COLLECTIVES=1: ranks exchange fingerprints before each collective, so rank 1's
+ * all_gather among the others' all_reduces fails on every rank naming both sides (the user's
+ * first collective is #1 although dt_ucx_run's own first contact ran two before it). */
+Test(ucx, debug_collectives_names_different_collectives, .timeout = 60) {
+    skip_without_ucx();
+    run_result r = run_prog("UCX_TLS=sm DT_TIMEOUT_S=20 DT_DEBUG_COLLECTIVES=1", "-n 3 --grace 30",
+                            "wrong-collective");
+    cr_expect_eq(r.code, 3, "dtrun exited with %d", r.code);
+    expect_each_rank(&r, 3, "wrong-collective: failed cleanly");
+    cr_expect(strstr(r.out, "of 3 ranks: ranks called different collectives: "
+                            "rank 0 is in all_reduce #2 (60 x f32, sum), rank 1 in all_gather "
+                            "#2 (60 x f32)"),
+              "%s", r.out);
+    cr_expect_lt(r.secs, 15.0);
+    free(r.out);
+    /* Counts, too, with the same message as the local runtime's. */
+    r = run_prog("UCX_TLS=tcp DT_TIMEOUT_S=20 DT_DEBUG_COLLECTIVES=1", "-n 3 --grace 30",
+                 "mismatch");
+    cr_expect_eq(r.code, 3, "dtrun exited with %d", r.code);
+    expect_each_rank(&r, 3, "mismatch: failed cleanly");
+    cr_expect(strstr(r.out, "ranks disagree on its arguments: rank 0 is in all_reduce #1 (60 x "
+                            "f32, sum), rank 1 in all_reduce #1 (64 x f32, sum)"),
+              "%s", r.out);
+    free(r.out);
+}
+
 /* --- rendezvous errors and one-rank worlds, in this process ----------------------------- */
 
 static int closed_port(void) {
