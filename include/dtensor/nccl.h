@@ -19,6 +19,8 @@
  *   DT_TIMEOUT_S               how long a collective may stay unfinished after it was queued,
  *                              and how long the members of a new sub-communicator wait for
  *                              each other (default 300; 0 = wait forever).
+ *   DT_DEBUG_COLLECTIVES=1     ranks compare each collective's fingerprint first (a small
+ *                              all_gather through host memory), as under UCX (dtensor/ucx.h).
  *   DT_NCCL_BLOCKING=1         blocking NCCL communicators instead of non-blocking ones (to
  *                              rule NCCL's non-blocking mode out when debugging). Then a call
  *                              stuck inside NCCL, connecting to a peer that never comes, is

@@ -26,6 +26,13 @@
  *                   mpirun set it yourself. Unset, MASTER_ADDR must be a loopback address.
  *   DT_STARTUP_TIMEOUT_S       how long the rendezvous may take (default 60).
  *   DT_TIMEOUT_S               per-operation timeout (default 300; 0 = wait forever).
+ *   DT_DEBUG_COLLECTIVES=1     before each collective, the members all_gather its fingerprint
+ *                              (number on the communicator, kind, count, dtype, op, root) and
+ *                              all fail with DT_ERR_COMM naming both sides when they differ
+ *                              ("ranks called different collectives: rank 0 is in all_reduce
+ *                              #3 (60 x f32, sum), rank 1 in all_gather #3 (60 x f32)"). One
+ *                              small extra exchange per collective; the local runtime always
+ *                              checks, at no cost.
  *   DT_UCX_RING_MIN_BYTES      collectives moving at least this many bytes use rings, smaller
  *                              ones direct exchange (default 65536; see "Results" below).
  *   DT_UCX_CMA=1               also use CMA (single-copy shared memory): up to 1.7x the
