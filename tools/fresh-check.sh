@@ -5,6 +5,7 @@
 # reaches it: no CUDA toolkit, no package installed by hand, none of its environment.
 #   fresh-check.sh           the check; ends with a verdict line, exits 1 when a command failed
 #   fresh-check.sh --probe   whether it can run here: exit 0, or the reason on stdout and exit 1
+# FRESH_REV=<commit> checks that commit (an ancestor of HEAD) instead of HEAD.
 # The root is made from the machine's own apt sources (Debian's bookworm entries) and cached in
 # build-fresh/ as a tarball for a week; every check starts from a fresh copy of it.
 set -eu
@@ -157,12 +158,13 @@ remove_tree "$root"
 mkdir -p "$root"
 tar --numeric-owner -C "$root" -xpf "$base"
 setup_etc "$root"
-commit=$(git log -1 --format='%h %s' HEAD)
+rev=$(git rev-parse --verify "${FRESH_REV:-HEAD}^{commit}") || die "no commit ${FRESH_REV:-HEAD}"
+commit="$(git log -1 --format=%h "$rev") ($(git log -1 --format=%s "$rev" | cut -c1-60))"
 branch=$(git symbolic-ref -q HEAD || true)
 git bundle create "$root/root/dtensor.bundle" HEAD ${branch:+"$branch"} 2>/dev/null
 mount_root "$root"
-in_root "$root" "git clone -q /root/dtensor.bundle /root/dtensor && rm /root/dtensor.bundle" ||
-    die "git clone in the root failed"
+in_root "$root" "git clone -q /root/dtensor.bundle /root/dtensor && rm /root/dtensor.bundle &&
+    cd /root/dtensor && git checkout -q $rev" || die "git clone of $commit in the root failed"
 say "testing $commit in $root (Debian 12 minbase + $base_pkgs)"
 
 run() { # name: the README's command, from the clone, with its time
