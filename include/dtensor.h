@@ -3,6 +3,7 @@
 #define DTENSOR_H
 
 #include "dtensor/comm.h"
+#include "dtensor/create.h"
 #include "dtensor/device.h"
 #include "dtensor/mesh.h"
 #include "dtensor/nccl.h"
