@@ -29,6 +29,8 @@ dtrun="$build/dtrun"
 prog="$build/tests/nccl_rank_prog"
 check "nccl collectives, 1 rank" 0 "" "$dtrun" -n 1 "$prog" collectives
 check "nccl mesh communicators, 1 rank" 0 "" "$dtrun" -n 1 "$prog" mesh
+# DT_DEBUG_COLLECTIVES: the fingerprint exchange runs through NCCL before each collective
+check "nccl collectives, DT_DEBUG_COLLECTIVES=1, 1 rank" 0 "" env DT_DEBUG_COLLECTIVES=1 "$dtrun" -n 1 "$prog" collectives
 if [ "$2" = "--sim" ]; then
     export NCCLSIM_ANY_SIZE=1
     check "nccl mesh communicators, 4 ranks (sim)" 0 "" "$dtrun" -n 4 "$prog" mesh
@@ -38,6 +40,7 @@ else
     if [ "$gpus" -ge 2 ]; then
         check "nccl collectives, $gpus ranks" 0 "" "$dtrun" -n "$gpus" "$prog" collectives
         check "nccl: a killed rank aborts the others" 137 "failed cleanly after .* s: DT_ERR_ABORTED" env DT_TIMEOUT_S=20 "$dtrun" -n "$gpus" "$prog" fault
+        check "nccl: DT_DEBUG_COLLECTIVES names different collectives" 3 "ranks called different collectives: rank 0 is in all_reduce #2" env DT_DEBUG_COLLECTIVES=1 DT_TIMEOUT_S=20 "$dtrun" -n "$gpus" "$prog" wrong-collective
     fi
 fi
 [ "$skip" = 0 ] || echo "($skip skipped: no GPU, or a build without NCCL)"

@@ -88,7 +88,8 @@ void lw_where_append(lw_world *w, int r, char *buf, size_t cap, size_t *len) {
     if (atomic_load(&w->exited[r]))
         k = snprintf(buf + *len, cap - *len, ", rank %d (returned)", r);
     else if (!at->comm)
-        k = snprintf(buf + *len, cap - *len, ", rank %d (not in a collective or send/recv)", r);
+        k = snprintf(buf + *len, cap - *len, ", rank %d (not blocked in a collective or send/recv)",
+                     r);
     else if (at->seq)
         k = snprintf(buf + *len, cap - *len, ", rank %d (in %s #%lld on group %s)", r, at->what,
                      (long long)at->seq, at->comm->base.label);
@@ -190,28 +191,32 @@ static dt_status barrier(lw_comm *c, const char *what) {
         return what ? verdict(c, what) : DT_OK;
     }
     pthread_mutex_unlock(&g->mu);
-    for (int i = 0; i < LW_SPIN; i++) {
-        if (atomic_load(&g->gen) != gen) return what ? verdict(c, what) : DT_OK;
+    /* Waiting from here on, spinning included: say where, for a peer's timeout message. */
+    int64_t deadline = 0;
+    if (what) {
+        lw_where_set(c, what, c->base.fp.seq);
+        deadline = lw_deadline(c);
+    }
+    for (int i = 0; i < LW_SPIN && atomic_load(&g->gen) == gen; i++)
         sched_yield();
-    }
-    if (what) lw_where_set(c, what, c->base.fp.seq);
-    int64_t deadline = what ? lw_deadline(c) : 0;
     int expired = 0;
-    pthread_mutex_lock(&g->mu);
-    while (atomic_load(&g->gen) == gen) {
-        if (what && (st = failure(c, what)) != DT_OK) break;
-        if (deadline && dt_boot_now_ns() >= deadline) {
-            st = timed_out(c, what, gen);
-            expired = 1;
-            break;
+    if (atomic_load(&g->gen) == gen) {
+        pthread_mutex_lock(&g->mu);
+        while (atomic_load(&g->gen) == gen) {
+            if (what && (st = failure(c, what)) != DT_OK) break;
+            if (deadline && dt_boot_now_ns() >= deadline) {
+                st = timed_out(c, what, gen);
+                expired = 1;
+                break;
+            }
+            lw_wait(g, deadline);
         }
-        lw_wait(g, deadline);
+        if (st != DT_OK) { /* withdraw: this barrier will not complete */
+            g->arrived--;
+            g->arrived_at[me] = 0;
+        }
+        pthread_mutex_unlock(&g->mu);
     }
-    if (st != DT_OK) { /* withdraw: this barrier will not complete */
-        g->arrived--;
-        g->arrived_at[me] = 0;
-    }
-    pthread_mutex_unlock(&g->mu);
     if (what) lw_where_set(c, NULL, 0);
     if (expired) lw_abort(c->world, c->base.ctx->rank, st, dt_last_error());
     if (st != DT_OK) return st;
