@@ -7,7 +7,8 @@
  * Sections: device memory (allocator, copies, errors), work on the communication thread, ops (every
  * case of the CPU suite on meshes 1, 2, 4 and 2x2, each result against the unsharded CPU result),
  * redistribute (the property suite's random cases, exact), the tensor-parallel MLP (one
- * all_reduce). Last line: "N passed, N failed". */
+ * all_reduce), creation (rand, randn, casts... on GPU ranks against the CPU, bit for bit). Last
+ * line: "N passed, N failed". */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -280,6 +281,90 @@ static void check_redistribute(int quick, uint64_t seed) {
     }
 }
 
+/* ---- creation, random numbers and casts ---------------------------------------------------- */
+
+/* Each case made on GPU ranks of mesh 2x2 under several placements, gathered, against the
+ * one-rank CPU tensor: bit for bit (dtensor/create.h promises it). */
+#define CREATE_CASES 10
+
+typedef struct create_run {
+    int cuda;
+    dt_placement pl[2];
+    void *out[CREATE_CASES]; /* rank 0's gathered tensors */
+    size_t bytes[CREATE_CASES];
+} create_run;
+
+static dt_status create_case(dt_mesh *mesh, int i, const dt_placement *pl, int np,
+                             dt_tensor **out) {
+    int64_t shape[2] = {5, 7};
+    dt_generator g = {77, 3};
+    dt_tensor *t;
+    switch (i) {
+    case 0: return dt_tensor_rand(mesh, DT_F32, 2, shape, np, pl, &g, out);
+    case 1: return dt_tensor_randn(mesh, DT_BF16, 2, shape, np, pl, &g, out);
+    case 2: return dt_tensor_randn(mesh, DT_F64, 2, shape, np, pl, &g, out);
+    case 3:
+    case 4:
+        R_OK(dt_tensor_zeros(mesh, i == 3 ? DT_F16 : DT_F32, 2, shape, np, pl, out));
+        return i == 3 ? dt_tensor_uniform_(*out, -1, 2, &g) : dt_tensor_normal_(*out, 3, 0.5, &g);
+    case 5: return dt_tensor_arange(mesh, DT_F64, -1, 9, 0.37, np, pl, out);
+    case 6: return dt_tensor_eye(mesh, DT_I64, 5, 7, np, pl, out);
+    case 7: return dt_tensor_full_value(mesh, DT_F16, 2, shape, np, pl, 0.1, out);
+    case 8: /* a Partial f32 -> bf16 cast reduces first, on the GPU */
+        R_OK(dt_tensor_randn(mesh, DT_F32, 2, shape, np, pl, &g, &t));
+        break;
+    default:
+        R_OK(dt_tensor_arange(mesh, DT_I64, -40, 30, 3, np, pl, &t));
+        break;
+    }
+    dt_status st = dt_cast(t, i == 8 ? DT_BF16 : DT_F32, out);
+    dt_tensor_release(t);
+    return st;
+}
+
+static dt_status create_body(dt_ctx *ctx, void *arg) {
+    create_run *run = arg;
+    if (run->cuda) R_OK(dt_ctx_set_device(ctx, gpu));
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, run->cuda ? "2x2" : "1x1", &mesh));
+    for (int i = 0; i < CREATE_CASES; i++) {
+        dt_tensor *t;
+        dt_tensor_info info;
+        R_OK(create_case(mesh, i, run->pl, 2, &t));
+        R_OK(dt_tensor_info_get(t, &info));
+        size_t bytes = info.numel * dt_dtype_size(info.dtype);
+        void *full = malloc(bytes);
+        R_OK(dt_tensor_full(t, full, bytes));
+        if (dt_mesh_rank(mesh) == 0) run->out[i] = full, run->bytes[i] = bytes;
+        else free(full);
+        dt_tensor_release(t);
+    }
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+static void check_create(void) {
+    create_run ref = {.pl = {dt_replicate(), dt_replicate()}};
+    check_run("creation on one CPU rank", dt_local_run(1, create_body, &ref, NULL));
+    const char *texts[] = {"S(0),S(-1)", "P(sum),S(-1)", "R,P(max)", "S(-1),P(avg)"};
+    for (int k = 0; k < 4; k++) {
+        create_run run = {.cuda = 1};
+        int n = 0;
+        dt_placements_parse(texts[k], run.pl, 2, &n);
+        char what[96], detail[96] = "";
+        snprintf(what, sizeof what, "rand/randn/uniform_/normal_/arange/eye/full/cast on GPU [%s]",
+                 texts[k]);
+        dt_status st = dt_local_run(4, create_body, &run, NULL);
+        for (int i = 0; st == DT_OK && i < CREATE_CASES && !detail[0]; i++)
+            if (!ref.out[i] || run.bytes[i] != ref.bytes[i] ||
+                memcmp(run.out[i], ref.out[i], ref.bytes[i]) != 0)
+                snprintf(detail, sizeof detail, "case %d differs from the CPU tensor", i);
+        report(st == DT_OK && !detail[0], what, st != DT_OK ? dt_last_error() : detail);
+        for (int i = 0; i < CREATE_CASES; i++) free(run.out[i]);
+    }
+    for (int i = 0; i < CREATE_CASES; i++) free(ref.out[i]);
+}
+
 int main(int argc, char **argv) {
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     int n = dt_cuda_device_count();
@@ -311,6 +396,9 @@ int main(int argc, char **argv) {
     mlp_run mlp = {.cuda = 1, .T = 64, .C = 128, .H = 512, .wscale = 64};
     check_run("tensor-parallel MLP on 4 ranks of one GPU", dt_local_run(4, mlp_body, &mlp, NULL));
     printf("mlp:          %d passed, %d failed\n", passed - p0, failed - f0);
+    p0 = passed, f0 = failed;
+    check_create();
+    printf("create:       %d passed, %d failed\n", passed - p0, failed - f0);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("(%.1f s)\n",
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
