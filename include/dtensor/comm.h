@@ -130,9 +130,13 @@ typedef struct dt_comm_stats {
     double time_us[DT_COLL_KIND_COUNT];
     int nentries; /* (kind, group) pairs seen, at most DT_COMM_STATS_MAX */
     dt_comm_stats_entry entries[DT_COMM_STATS_MAX];
+    /* Op dispatch's strategy caches and the redistribute plan caches of all this rank's
+     * meshes: hits, misses and evictions summed (dt_mesh_cache_stats has one mesh's). */
+    dt_cache_stats caches[DT_CACHE_KIND_COUNT];
 } dt_comm_stats;
 
-/* Copies this rank's counters; resets them. Not collective. */
+/* dt_comm_stats_get copies this rank's counters, dt_comm_stats_reset zeroes them. Not
+ * collective. */
 dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *stats_out);
 dt_status dt_comm_stats_reset(dt_ctx *ctx);
 

@@ -67,6 +67,20 @@ dt_status dt_mesh_mask_comm(dt_mesh *mesh, unsigned dims_mask, dt_comm **comm_ou
  * ("dp","tp") mesh. Shares the parent's communicators. The caller owns one reference. */
 dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mesh **submesh_out);
 
+/* Each mesh object keeps two caches on each rank: the sharding strategies op dispatch chose
+ * (DT_CACHE_STRATEGY, keyed by op, input specs and arguments) and the redistribute plans
+ * (DT_CACHE_PLAN, keyed by shape, dtype, source and target placements and cost model). Each
+ * holds at most capacity entries; past that, inserting evicts an entry not used for a while
+ * (CLOCK, an approximation of least recently used). Default capacity: DT_CACHE_CAPACITY from
+ * the environment, else 4096, for each; a sub-mesh starts with its parent's.
+ *
+ * Sets one cache's capacity (>= 1); a cache holding more evicts down to it at once. Not
+ * collective: caches only save planning work, no result depends on them. */
+dt_status dt_mesh_set_cache_capacity(dt_mesh *mesh, dt_cache_kind kind, size_t capacity);
+/* One cache's counters on this mesh object: hits, misses and evictions since the mesh was
+ * made, entries and capacity now. dt_comm_stats_get sums the counters over a rank's meshes. */
+dt_status dt_mesh_cache_stats(const dt_mesh *mesh, dt_cache_kind kind, dt_cache_stats *stats_out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,8 +33,9 @@ dt_status dt_trace_merge(const char *const *paths, int n, const char *out_path);
 dt_status dt_trace_render_html(const char *trace_path, const char *html_path);
 
 /* Prints a communication summary: calls, bytes and time per collective kind and mesh dims,
- * from counters read with dt_comm_stats_get (like CommDebugMode's table). title names the
- * rank or the phase. */
+ * from counters read with dt_comm_stats_get (like CommDebugMode's table), then the hits,
+ * misses and evictions of the strategy and plan caches (when any). title names the rank or
+ * the phase. */
 dt_status dt_comm_stats_print(const dt_comm_stats *stats, const char *title, FILE *f);
 
 #ifdef __cplusplus

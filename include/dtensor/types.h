@@ -42,6 +42,19 @@ dt_status dt_dtype_parse(const char *name, dt_dtype *dtype_out);
 /* "sum", "avg", "max", "min", "prod"; "?" for an unknown op. */
 const char *dt_reduce_op_name(dt_reduce_op op);
 
+/* The caches every mesh keeps (see dt_mesh_set_cache_capacity): the sharding strategies op
+ * dispatch chose, and the redistribute plans. */
+typedef enum dt_cache_kind {
+    DT_CACHE_STRATEGY = 0,
+    DT_CACHE_PLAN,
+    DT_CACHE_KIND_COUNT
+} dt_cache_kind;
+
+typedef struct dt_cache_stats {
+    uint64_t hits, misses, evictions;
+    uint64_t entries, capacity; /* a mesh's cache now (0 in the rank's totals, dt_comm_stats) */
+} dt_cache_stats;
+
 /* Element conversions used by tests and examples to fill tensors of any dtype.
  * bf16/f16 round to nearest even; integers truncate toward zero. */
 dt_status dt_convert_from_f64(dt_dtype dtype, const double *src, void *dst, size_t count);

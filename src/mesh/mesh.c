@@ -7,7 +7,26 @@
 
 #include "comm/comm_impl.h"
 #include "core/check.h"
+#include "core/lru.h"
 #include "mesh/mesh_impl.h"
+
+#define DEFAULT_CACHE_CAPACITY 4096
+
+/* DT_CACHE_CAPACITY (entries per cache), else the default. */
+static size_t env_cache_capacity(void) {
+    const char *v = getenv("DT_CACHE_CAPACITY");
+    if (!v || !*v) return DEFAULT_CACHE_CAPACITY;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (*end || n < 1 || !isdigit((unsigned char)*v)) {
+        static atomic_int warned;
+        if (!atomic_exchange(&warned, 1))
+            fprintf(stderr, "dtensor: DT_CACHE_CAPACITY=\"%s\" is not a whole number >= 1; "
+                            "using %d\n", v, DEFAULT_CACHE_CAPACITY);
+        return DEFAULT_CACHE_CAPACITY;
+    }
+    return (size_t)n;
+}
 
 static dt_mesh *root_of(const dt_mesh *m) { return m->root ? m->root : (dt_mesh *)m; }
 
@@ -85,6 +104,7 @@ dt_status dt_mesh_create(dt_ctx *ctx, int ndim, const int *shape, const char *co
         r /= shape[d];
     }
     m->seq = ctx->next_mesh_seq++;
+    for (int k = 0; k < DT_CACHE_KIND_COUNT; k++) m->cache_capacity[k] = env_cache_capacity();
     *mesh_out = m;
     return DT_OK;
 }
@@ -166,8 +186,7 @@ dt_status dt_mesh_retain(dt_mesh *mesh) {
 
 dt_status dt_mesh_release(dt_mesh *mesh) {
     if (!mesh || atomic_fetch_sub(&mesh->refs, 1) != 1) return DT_OK;
-    if (mesh->op_cache_free) mesh->op_cache_free(mesh->op_cache);
-    if (mesh->plan_cache_free) mesh->plan_cache_free(mesh->plan_cache);
+    for (int k = 0; k < DT_CACHE_KIND_COUNT; k++) dt_lru_destroy(mesh->caches[k]);
     if (mesh->comms)
         for (size_t i = 0; i < (size_t)DT_MESH_LANES << mesh->ndim; i++)
             dt_comm_destroy(mesh->comms[i]);
@@ -379,8 +398,39 @@ dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mes
     atomic_init(&s->refs, 1);
     s->ctx = mesh->ctx;
     s->seq = root->seq;
+    memcpy(s->cache_capacity, mesh->cache_capacity, sizeof s->cache_capacity);
     s->root = root;
     dt_mesh_retain(root);
     *submesh_out = s;
+    return DT_OK;
+}
+
+dt_status dt_mesh_cache_make(dt_mesh *mesh, dt_cache_kind kind, void (*free_value)(void *),
+                             struct dt_lru **cache_out) {
+    if (!mesh->caches[kind])
+        DT_CHECK(dt_lru_create(mesh->cache_capacity[kind], free_value,
+                               &mesh->ctx->stats.caches[kind], &mesh->caches[kind]));
+    *cache_out = mesh->caches[kind];
+    return DT_OK;
+}
+
+dt_status dt_mesh_set_cache_capacity(dt_mesh *mesh, dt_cache_kind kind, size_t capacity) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG((unsigned)kind < DT_CACHE_KIND_COUNT,
+           "dt_mesh_set_cache_capacity: argument kind has unknown value %d", (int)kind);
+    DT_ARG(capacity >= 1, "dt_mesh_set_cache_capacity: argument capacity = %zu must be at least 1",
+           capacity);
+    if (mesh->caches[kind]) DT_CHECK(dt_lru_set_capacity(mesh->caches[kind], capacity));
+    mesh->cache_capacity[kind] = capacity;
+    return DT_OK;
+}
+
+dt_status dt_mesh_cache_stats(const dt_mesh *mesh, dt_cache_kind kind, dt_cache_stats *stats_out) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG_NOT_NULL(stats_out);
+    DT_ARG((unsigned)kind < DT_CACHE_KIND_COUNT,
+           "dt_mesh_cache_stats: argument kind has unknown value %d", (int)kind);
+    if (mesh->caches[kind]) *stats_out = mesh->caches[kind]->stats;
+    else *stats_out = (dt_cache_stats){.capacity = mesh->cache_capacity[kind]};
     return DT_OK;
 }

@@ -22,11 +22,16 @@ struct dt_mesh {
     int *ranks; /* world rank of each mesh rank */
     uint64_t seq;
     dt_comm **comms; /* root only: [lane << ndim | mask of root dims], made on first use */
-    void *plan_cache; /* owned by the redistribute layer */
-    void (*plan_cache_free)(void *);
-    void *op_cache; /* owned by op dispatch */
-    void (*op_cache_free)(void *);
+    /* This rank's caches: strategies (filled by op dispatch) and plans (by redistribute),
+     * made on first use with the capacity set here. */
+    struct dt_lru *caches[DT_CACHE_KIND_COUNT];
+    size_t cache_capacity[DT_CACHE_KIND_COUNT];
 };
+
+/* Makes the mesh's cache of kind, whose values free_value frees (mesh->caches[kind] is
+ * checked first by the caller: this is the slow path). */
+dt_status dt_mesh_cache_make(dt_mesh *mesh, dt_cache_kind kind, void (*free_value)(void *),
+                             struct dt_lru **cache_out);
 
 /* Communicators come in lanes: lane 0 for blocking calls, lane 1 for the communication
  * thread, so that work queued there never interleaves with the rank's own collectives. */

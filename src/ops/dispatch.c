@@ -10,6 +10,7 @@
 #include "comm/comm_impl.h"
 #include "trace/trace_impl.h"
 #include "core/check.h"
+#include "core/lru.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 #include "ops/op_impl.h"
@@ -24,102 +25,67 @@ typedef struct strategy {
     char text[160]; /* "S(0),R | R,S(1) -> S(0),S(1)", for traces */
 } strategy;
 
-/* ---- the per-mesh cache ------------------------------------------------------------------ */
+/* ---- the per-mesh cache (core/lru.h) ----------------------------------------------------
+ * The key is every fact the choice depends on, written once as words, so that hashing and
+ * comparing cannot disagree. Arguments go in field by field: callers' structs may carry
+ * padding garbage. A strategy is only read during the dispatch that looked it up, and nothing
+ * in that dispatch looks up this mesh's strategies again (run copies what it traces before
+ * the kernel, the one place that could), so eviction frees it directly. */
 
-#define BUCKETS 256
+#define ARGS_KEY_WORDS (10 + DT_MAX_NDIM / 2 + DT_MAX_NDIM)
+/* A field added to dt_op_args must be added to args_key too (this fails until the size is
+ * updated with it). */
+_Static_assert(sizeof(void *) != 8 || sizeof(dt_op_args) == 168,
+               "dt_op_args changed: key the new field in args_key, then update this size");
+#define CALL_KEY_WORDS                                                                             \
+    (2 + DT_OP_MAX_INPUTS * (1 + DT_MAX_NDIM + DT_PLACEMENTS_KEY_WORDS) + ARGS_KEY_WORDS)
 
-typedef struct entry {
-    struct entry *next;
-    uint64_t hash, model; /* the cost model version the choice was priced with */
-    dt_op op;
-    int n;
-    op_out in_spec[DT_OP_MAX_INPUTS];
-    dt_placement in_pl[DT_OP_MAX_INPUTS][DT_MESH_MAX_NDIM];
-    dt_op_args args;
-    strategy s;
-} entry;
+static const dt_op_args no_args; /* what a NULL args means */
 
-typedef struct cache {
-    entry *buckets[BUCKETS];
-} cache;
-
-static void cache_free(void *p) {
-    cache *c = p;
-    if (!c) return;
-    for (int b = 0; b < BUCKETS; b++)
-        for (entry *e = c->buckets[b], *next; e; e = next) {
-            next = e->next;
-            free(e);
-        }
-    free(c);
+static uint64_t two(int lo, int hi) {
+    return (uint64_t)(uint32_t)lo | (uint64_t)(uint32_t)hi << 32;
 }
 
-static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
-
-/* Arguments are compared field by field: callers' structs may carry padding garbage. */
-static uint64_t hash_args(uint64_t h, const dt_op_args *a) {
+static unsigned args_key(const dt_op_args *a, uint64_t *k) {
+    unsigned n = 0;
     union {
         double d;
         uint64_t u;
     } s = {.d = a->scalar};
-    h = mix(h, s.u);
-    for (int i = 0; i < a->ndims && i < DT_MAX_NDIM; i++) h = mix(h, (uint64_t)a->dims[i]);
-    h = mix(h, (uint64_t)a->ndims);
-    h = mix(h, (uint64_t)(a->keepdim | a->causal << 1 | a->reduction_mean << 2 | a->correction << 3));
-    h = mix(h, (uint64_t)a->dim ^ (uint64_t)a->dim2 << 16);
-    h = mix(h, (uint64_t)a->start ^ (uint64_t)a->end << 20);
-    for (int i = 0; i < a->shape_ndim && i < DT_MAX_NDIM; i++) h = mix(h, (uint64_t)a->shape[i]);
-    return mix(h, (uint64_t)a->shape_ndim);
+    k[n++] = s.u;
+    k[n++] = two(a->ndims, a->shape_ndim);
+    k[n++] = two(a->keepdim, a->correction);
+    k[n++] = two(a->causal, a->reduction_mean);
+    k[n++] = two(a->dim, a->dim2);
+    k[n++] = (uint64_t)a->start;
+    k[n++] = (uint64_t)a->end;
+    k[n++] = (uint64_t)(uint32_t)a->use_ignore_index;
+    k[n++] = (uint64_t)a->ignore_index;
+    for (int i = 0; i < a->ndims && i < DT_MAX_NDIM; i += 2)
+        k[n++] = two(a->dims[i], i + 1 < a->ndims && i + 1 < DT_MAX_NDIM ? a->dims[i + 1] : 0);
+    for (int i = 0; i < a->shape_ndim && i < DT_MAX_NDIM; i++) k[n++] = (uint64_t)a->shape[i];
+    return n;
 }
 
-static int same_args(const dt_op_args *a, const dt_op_args *b) {
-    if (a->scalar != b->scalar || a->ndims != b->ndims || a->keepdim != b->keepdim ||
-        a->dim != b->dim || a->dim2 != b->dim2 || a->start != b->start || a->end != b->end ||
-        a->shape_ndim != b->shape_ndim || a->correction != b->correction ||
-        a->causal != b->causal || a->reduction_mean != b->reduction_mean)
-        return 0;
-    for (int i = 0; i < a->ndims && i < DT_MAX_NDIM; i++)
-        if (a->dims[i] != b->dims[i]) return 0;
-    for (int i = 0; i < a->shape_ndim && i < DT_MAX_NDIM; i++)
-        if (a->shape[i] != b->shape[i]) return 0;
-    return 1;
-}
-
-static uint64_t hash_call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a, int mnd) {
-    uint64_t h = mix(0xcbf29ce484222325ull, (uint64_t)op);
+/* args NULL (what the typed wrappers pass) is one word; the same values passed in a struct
+ * make another key for the same choice. */
+static unsigned call_key(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a, int mnd,
+                         uint64_t model, uint64_t *k) {
+    unsigned w = 0;
+    k[w++] = two((int)op, n);
+    k[w++] = model; /* the cost model version the choice is priced with */
     for (int i = 0; i < n; i++) {
         const dt_tensor *t = in[i];
         if (!t) {
-            h = mix(h, 0xffff);
+            k[w++] = 0;
             continue;
         }
-        h = mix(h, (uint64_t)t->ndim << 8 | (uint64_t)t->dtype);
-        for (int d = 0; d < t->ndim; d++) h = mix(h, (uint64_t)t->shape[d]);
-        for (int m = 0; m < mnd; m++)
-            h = mix(h, (uint64_t)t->placements[m].kind << 16 | (uint64_t)t->placements[m].dim << 4 |
-                           (uint64_t)t->placements[m].op);
+        k[w++] = 1 | (uint64_t)t->ndim << 8 | (uint64_t)t->dtype << 16;
+        for (int d = 0; d < t->ndim; d++) k[w++] = (uint64_t)t->shape[d];
+        w += dt_placements_key(t->placements, mnd, k + w);
     }
-    return hash_args(h, a);
-}
-
-static int entry_matches(const entry *e, uint64_t h, dt_op op, dt_tensor *const *in, int n,
-                         const dt_op_args *a, int mnd) {
-    if (e->hash != h || e->op != op || e->n != n || !same_args(&e->args, a) ||
-        e->model != dt_cost_model_version(in[0]->mesh->ctx))
-        return 0;
-    for (int i = 0; i < n; i++) {
-        const dt_tensor *t = in[i];
-        if (!t) {
-            if (e->in_spec[i].ndim != -1) return 0;
-            continue;
-        }
-        if (e->in_spec[i].ndim != t->ndim || e->in_spec[i].dtype != t->dtype ||
-            memcmp(e->in_spec[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))
-            return 0;
-        for (int m = 0; m < mnd; m++)
-            if (!dt_placement_equal(e->in_pl[i][m], t->placements[m])) return 0;
-    }
-    return 1;
+    k[w++] = a != NULL;
+    return a ? w + args_key(a, k + w) : w;
 }
 
 /* ---- strategy search --------------------------------------------------------------------- */
@@ -230,45 +196,31 @@ static void strategy_text(const strategy *s, int n, int mnd, char *buf, size_t c
     if (o < cap) snprintf(buf + o, cap - o, " -> %s", one);
 }
 
+/* args nullable (no arguments). */
 static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int n,
-                        const dt_op_args *a, const strategy **out) {
+                        const dt_op_args *args, const strategy **out) {
     dt_mesh *mesh = in[0]->mesh;
-    if (!mesh->op_cache) {
-        if (!(mesh->op_cache = calloc(1, sizeof(cache))))
-            return dt_error(DT_ERR_NOMEM, "dispatch: out of memory");
-        mesh->op_cache_free = cache_free;
+    dt_lru *c = mesh->caches[DT_CACHE_STRATEGY];
+    if (!c) DT_CHECK(dt_mesh_cache_make(mesh, DT_CACHE_STRATEGY, free, &c));
+    uint64_t key[CALL_KEY_WORDS];
+    unsigned nk = call_key(op, in, n, args, mesh->ndim, dt_cost_model_version(mesh->ctx), key);
+    uint64_t h = dt_lru_hash(key, nk);
+    strategy *s = dt_lru_get(c, key, nk, h);
+    if (s) {
+        *out = s;
+        return DT_OK;
     }
-    cache *c = mesh->op_cache;
-    uint64_t h = hash_call(op, in, n, a, mesh->ndim);
-    entry **head = &c->buckets[h % BUCKETS];
-    for (entry *e = *head; e; e = e->next)
-        if (entry_matches(e, h, op, in, n, a, mesh->ndim)) {
-            *out = &e->s;
-            return DT_OK;
-        }
-    entry *e = calloc(1, sizeof *e);
-    if (!e) return dt_error(DT_ERR_NOMEM, "dispatch: out of memory");
-    dt_status st = choose(op, f, in, n, a, &e->s);
+    if (!(s = malloc(sizeof *s))) return dt_error(DT_ERR_NOMEM, "dispatch: out of memory");
+    dt_status st = choose(op, f, in, n, args ? args : &no_args, s);
+    if (st == DT_OK) {
+        strategy_text(s, n, mesh->ndim, s->text, sizeof s->text);
+        st = dt_lru_put(c, key, nk, h, s);
+    }
     if (st != DT_OK) {
-        free(e);
+        free(s);
         return st;
     }
-    strategy_text(&e->s, n, mesh->ndim, e->s.text, sizeof e->s.text);
-    e->hash = h;
-    e->model = dt_cost_model_version(mesh->ctx);
-    e->op = op;
-    e->n = n;
-    e->args = *a;
-    for (int i = 0; i < n; i++) {
-        e->in_spec[i].ndim = in[i] ? in[i]->ndim : -1;
-        if (!in[i]) continue;
-        e->in_spec[i].dtype = in[i]->dtype;
-        memcpy(e->in_spec[i].shape, in[i]->shape, sizeof(int64_t) * (size_t)in[i]->ndim);
-        memcpy(e->in_pl[i], in[i]->placements, sizeof(dt_placement) * (size_t)mesh->ndim);
-    }
-    e->next = *head;
-    *head = e;
-    *out = &e->s;
+    *out = s;
     return DT_OK;
 }
 
@@ -340,6 +292,8 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
     }
     dt_tensor *o = NULL;
     dt_device dev = in[0]->device;
+    char text[sizeof s->text];
+    text[0] = '\0';
     if (st == DT_OK)
         st = dt_tensor_alloc(mesh, dev, s->spec.dtype, s->spec.ndim, s->spec.shape, s->out, &o);
     if (st == DT_OK) {
@@ -354,6 +308,7 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
             memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
         }
         local_of(o, &c.out);
+        if (ctx->trace) memcpy(text, s->text, sizeof text); /* s is not read past this point */
         double tk = ctx->trace ? dt_now_us() : 0;
         st = f->compute(&c);
         if (ctx->trace) dt_trace_record(ctx, DT_LANE_COMPUTE, dt_op_name(op), tk, "%zu elements out", o->local_numel);
@@ -363,7 +318,7 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
         dt_tensor_release(o);
         return st;
     }
-    if (ctx->trace) dt_trace_record(ctx, DT_LANE_OPS, dt_op_name(op), t0, "%s", s->text);
+    if (ctx->trace) dt_trace_record(ctx, DT_LANE_OPS, dt_op_name(op), t0, "%s", text);
     *out = o;
     return DT_OK;
 }
@@ -373,12 +328,10 @@ dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_o
     const op_family *f = dt_op_family(op);
     DT_CHECK(check_inputs(op, f, inputs, ninputs));
     DT_ARG(out != NULL, "%s: argument out is NULL", dt_op_name(op));
-    dt_op_args zero = {0};
-    if (!args) args = &zero;
-    if (f->composite) return f->composite(op, inputs, ninputs, args, out);
+    if (f->composite) return f->composite(op, inputs, ninputs, args ? args : &no_args, out);
     const strategy *s;
     DT_CHECK(lookup(op, f, inputs, ninputs, args, &s));
-    return run(op, f, inputs, ninputs, args, s, out);
+    return run(op, f, inputs, ninputs, args ? args : &no_args, s, out);
 }
 
 dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
@@ -390,9 +343,8 @@ dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const 
     if (f->composite)
         return dt_error(DT_ERR_UNSUPPORTED, "%s is built from other ops: it has no single "
                                             "strategy", dt_op_name(op));
-    dt_op_args zero = {0};
     const strategy *s;
-    DT_CHECK(lookup(op, f, inputs, ninputs, args ? args : &zero, &s));
+    DT_CHECK(lookup(op, f, inputs, ninputs, args, &s));
     int mnd = inputs[0]->mesh->ndim;
     for (int i = 0; i < ninputs; i++)
         memcpy(input_placements_out + i * mnd, s->in[i], sizeof(dt_placement) * (size_t)mnd);

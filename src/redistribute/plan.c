@@ -463,6 +463,7 @@ dt_status dt_plan_search(int mesh_ndim, const int *mesh_shape, int ndim, const i
     if (st == DT_OK && !(plan = calloc(1, sizeof *plan)))
         st = dt_error(DT_ERR_NOMEM, "redistribute planner: out of memory");
     if (st == DT_OK) {
+        atomic_init(&plan->refs, 1);
         plan->nsteps = g.nodes[at].nsteps;
         plan->steps = calloc((size_t)(plan->nsteps ? plan->nsteps : 1), sizeof *plan->steps);
         if (!plan->steps) {

@@ -65,11 +65,21 @@ dt_status dt_plan_create(int mesh_ndim, const int *mesh_shape, int ndim, const i
     return dt_plan_search(mesh_ndim, mesh_shape, ndim, shape, dtype, s, d, model, plan_out);
 }
 
-dt_status dt_plan_destroy(dt_plan *plan) {
-    if (plan) free(plan->steps);
-    free(plan);
+dt_status dt_plan_retain(const dt_plan *plan) {
+    DT_ARG_NOT_NULL(plan);
+    atomic_fetch_add(&((dt_plan *)plan)->refs, 1); /* plans are made on the heap, never const */
     return DT_OK;
 }
+
+dt_status dt_plan_release(const dt_plan *plan) {
+    dt_plan *p = (dt_plan *)plan;
+    if (!p || atomic_fetch_sub(&p->refs, 1) != 1) return DT_OK;
+    free(p->steps);
+    free(p);
+    return DT_OK;
+}
+
+dt_status dt_plan_destroy(dt_plan *plan) { return dt_plan_release(plan); }
 
 int dt_plan_nsteps(const dt_plan *plan) { return plan ? plan->nsteps : -1; }
 int dt_plan_ncollectives(const dt_plan *plan) { return plan ? plan->ncollectives : -1; }

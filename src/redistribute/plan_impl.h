@@ -2,9 +2,12 @@
 #ifndef DT_REDISTRIBUTE_PLAN_IMPL_H
 #define DT_REDISTRIBUTE_PLAN_IMPL_H
 
+#include <stdatomic.h>
+
 #include "dtensor/redistribute.h"
 
 struct dt_plan {
+    atomic_int refs; /* the creator's, a mesh cache's, pending requests' */
     int mesh_ndim;
     int mesh_shape[DT_MESH_MAX_NDIM];
     int ndim;

@@ -7,6 +7,7 @@
 #include "trace/trace_impl.h"
 #include "comm/worker.h"
 #include "core/check.h"
+#include "core/lru.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 #include "redistribute/execute.h"
@@ -49,87 +50,41 @@ dt_status dt_ctx_set_cost_model(dt_ctx *ctx, const dt_cost_model *model) {
     return DT_OK;
 }
 
-/* ---- plan cache: one per mesh object, keyed by (shape, dtype, src, dst, model version) ---- */
+/* ---- plan cache: one bounded cache per mesh object (core/lru.h) --------------------------
+ * Keyed by (cost model version, shape, dtype, src, dst). The cache holds one reference on each
+ * plan: an evicted plan lives on while a request or a caller that retained it holds another. */
 
-#define CACHE_BUCKETS 64
+static void plan_unref(void *plan) { dt_plan_release(plan); }
 
-typedef struct entry {
-    struct entry *next;
-    uint64_t hash, version;
-    dt_plan *plan;
-} entry;
-
-typedef struct cache {
-    entry *buckets[CACHE_BUCKETS];
-} cache;
-
-static void cache_free(void *p) {
-    cache *c = p;
-    if (!c) return;
-    for (int b = 0; b < CACHE_BUCKETS; b++)
-        for (entry *e = c->buckets[b], *next; e; e = next) {
-            next = e->next;
-            dt_plan_destroy(e->plan);
-            free(e);
-        }
-    free(c);
-}
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-static int same_key(const dt_plan *p, const dt_tensor *t, const dt_placement *dst, int mnd) {
-    if (p->ndim != t->ndim || p->dtype != t->dtype) return 0;
-    if (memcmp(p->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim)) return 0;
-    for (int m = 0; m < mnd; m++)
-        if (!dt_placement_equal(p->src[m], t->placements[m]) || !dt_placement_equal(p->dst[m], dst[m]))
-            return 0;
-    return 1;
-}
+#define PLAN_KEY_WORDS (2 + DT_MAX_NDIM + 2 * DT_PLACEMENTS_KEY_WORDS)
 
 dt_status dt_redistribute_cached_plan(dt_tensor *t, const dt_placement *dst, const dt_plan **out) {
     dt_mesh *mesh = t->mesh;
     dt_redist_state *rs;
     DT_CHECK(redist_state(mesh->ctx, &rs));
-    if (!mesh->plan_cache) {
-        if (!(mesh->plan_cache = calloc(1, sizeof(cache))))
-            return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
-        mesh->plan_cache_free = cache_free;
+    dt_lru *c = mesh->caches[DT_CACHE_PLAN];
+    if (!c) DT_CHECK(dt_mesh_cache_make(mesh, DT_CACHE_PLAN, plan_unref, &c));
+    uint64_t key[PLAN_KEY_WORDS];
+    unsigned n = 0;
+    key[n++] = rs->version;
+    key[n++] = (uint64_t)t->ndim | (uint64_t)t->dtype << 8 | (uint64_t)mesh->ndim << 16;
+    for (int d = 0; d < t->ndim; d++) key[n++] = (uint64_t)t->shape[d];
+    n += dt_placements_key(t->placements, mesh->ndim, key + n);
+    n += dt_placements_key(dst, mesh->ndim, key + n);
+    uint64_t h = dt_lru_hash(key, n);
+    dt_plan *plan = dt_lru_get(c, key, n, h);
+    if (plan) {
+        *out = plan;
+        return DT_OK;
     }
-    cache *c = mesh->plan_cache;
-    uint64_t h = 0xcbf29ce484222325ull;
-    h = fnv(h, &t->ndim, sizeof t->ndim);
-    h = fnv(h, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-    h = fnv(h, &t->dtype, sizeof t->dtype);
-    for (int m = 0; m < mesh->ndim; m++) {
-        int codes[4] = {t->placements[m].kind, t->placements[m].dim, dst[m].kind, dst[m].dim};
-        if (t->placements[m].kind != DT_PLACEMENT_SHARD) codes[1] = (int)t->placements[m].op;
-        if (dst[m].kind != DT_PLACEMENT_SHARD) codes[3] = (int)dst[m].op;
-        h = fnv(h, codes, sizeof codes);
-    }
-    entry **head = &c->buckets[h % CACHE_BUCKETS];
-    for (entry *e = *head; e; e = e->next)
-        if (e->hash == h && e->version == rs->version && same_key(e->plan, t, dst, mesh->ndim)) {
-            *out = e->plan;
-            return DT_OK;
-        }
-    /* A plan replaced by a new cost model stays alive: a queued request may still use it. */
-    entry *e = malloc(sizeof *e);
-    if (!e) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
-    dt_status st = dt_plan_search(mesh->ndim, mesh->shape, t->ndim, t->shape, t->dtype,
-                                  t->placements, dst, &rs->model, &e->plan);
+    DT_CHECK(dt_plan_search(mesh->ndim, mesh->shape, t->ndim, t->shape, t->dtype, t->placements,
+                            dst, &rs->model, &plan));
+    dt_status st = dt_lru_put(c, key, n, h, plan);
     if (st != DT_OK) {
-        free(e);
+        dt_plan_release(plan);
         return st;
     }
-    e->hash = h;
-    e->version = rs->version;
-    e->next = *head;
-    *head = e;
-    *out = e->plan;
+    *out = plan;
     return DT_OK;
 }
 
@@ -175,6 +130,7 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement
     DT_CHECK(step_comms(tensor, plan, 0, &comms));
     dt_ctx *ctx = tensor->mesh->ctx;
     double t0 = ctx->trace ? dt_now_us() : 0;
+    dt_plan_retain(plan); /* nothing in execute plans on this mesh; this keeps it so */
     dt_status st = dt_plan_execute(plan, tensor, comms, tensor_out);
     free(comms);
     if (ctx->trace && st == DT_OK) {
@@ -184,6 +140,7 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement
         dt_trace_record(ctx, DT_LANE_OPS, "redistribute", t0, "%s -> %s: %d steps, %d collectives",
                         a, b, plan->nsteps, plan->ncollectives);
     }
+    dt_plan_release(plan);
     return st;
 }
 
@@ -192,7 +149,7 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement
 struct dt_request {
     dt_completion done;
     dt_tensor *in, *out;
-    const dt_plan *plan;
+    const dt_plan *plan; /* retained: the cache may evict it while the request runs */
     dt_comm **comms;
 };
 
@@ -205,6 +162,7 @@ static void run_request(void *arg) {
 }
 
 static void request_free(dt_request *r) {
+    dt_plan_release(r->plan);
     dt_tensor_release(r->in);
     free(r->comms);
     free(r);
@@ -226,6 +184,7 @@ dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_pla
     }
     dt_completion_init(&r->done);
     r->plan = plan;
+    dt_plan_retain(plan);
     r->in = tensor;
     dt_tensor_retain(tensor);
     st = dt_worker_submit(ctx->worker, run_request, r);

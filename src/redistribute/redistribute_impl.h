@@ -9,6 +9,22 @@
 dt_status dt_redistribute_cached_plan(dt_tensor *t, const dt_placement *dst,
                                       const dt_plan **plan_out);
 
+/* Writes n placements (normalised) into cache key words, four to a word, as codes that are
+ * equal exactly when dt_placement_equal says so; returns the words written, at most
+ * DT_PLACEMENTS_KEY_WORDS. */
+#define DT_PLACEMENTS_KEY_WORDS ((DT_MESH_MAX_NDIM + 3) / 4)
+static inline unsigned dt_placements_key(const dt_placement *p, int n, uint64_t *words) {
+    unsigned nw = (unsigned)(n + 3) / 4;
+    for (unsigned i = 0; i < nw; i++) words[i] = 0;
+    for (int m = 0; m < n; m++) {
+        unsigned v = p[m].kind == DT_PLACEMENT_SHARD     ? (unsigned)p[m].dim
+                     : p[m].kind == DT_PLACEMENT_PARTIAL ? (unsigned)p[m].op
+                                                         : 0;
+        words[m / 4] |= (uint64_t)(((unsigned)p[m].kind + 1) << 12 | (v & 0xfff)) << (16 * (m % 4));
+    }
+    return nw;
+}
+
 /* Changes whenever the rank's cost model does: caches of choices priced with it key on it. */
 uint64_t dt_cost_model_version(dt_ctx *ctx);
 

@@ -167,5 +167,17 @@ dt_status dt_comm_stats_print(const dt_comm_stats *stats, const char *title, FIL
                 (unsigned long long)e->bytes_in, (unsigned long long)e->bytes_out, e->time_us);
     }
     if (!s.nentries) fprintf(f, "  (no collectives)\n");
+    static const char *const cache_names[DT_CACHE_KIND_COUNT] = {
+        [DT_CACHE_STRATEGY] = "strategy", [DT_CACHE_PLAN] = "plan"};
+    uint64_t any = 0;
+    for (int k = 0; k < DT_CACHE_KIND_COUNT; k++)
+        any |= s.caches[k].hits | s.caches[k].misses | s.caches[k].evictions;
+    if (any) {
+        fprintf(f, "  %-15s %12s %12s %12s\n", "cache", "hits", "misses", "evictions");
+        for (int k = 0; k < DT_CACHE_KIND_COUNT; k++)
+            fprintf(f, "  %-15s %12llu %12llu %12llu\n", cache_names[k],
+                    (unsigned long long)s.caches[k].hits, (unsigned long long)s.caches[k].misses,
+                    (unsigned long long)s.caches[k].evictions);
+    }
     return DT_OK;
 }
