@@ -5,6 +5,7 @@
 #include "dtensor/comm.h"
 #include "dtensor/create.h"
 #include "dtensor/device.h"
+#include "dtensor/explain.h"
 #include "dtensor/mesh.h"
 #include "dtensor/nccl.h"
 #include "dtensor/ops.h"
