@@ -1,20 +1,62 @@
-/* dtensor-explain: prints the redistribute plan for a tensor on a mesh, without ranks.
- *   dtensor-explain --mesh 2x4 --shape 8,6 --dtype f32 --from "S(0),R" --to "R,S(1)" */
+/* dtensor-explain: what redistribute and op dispatch would do, without starting ranks.
+ *   dtensor-explain --mesh 2x4 --shape 8,6 --dtype f32 --from "S(0),R" --to "R,S(1)"
+ *   dtensor-explain --op mm --mesh 4 --shapes "12,8;8,16" --placements "S(0);R"
+ *   dtensor-explain --cases tests/conformance/propagation_cases.tsv
+ *   dtensor-explain --plugin ./libmyops.so --cases my_rows.tsv */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <dtensor.h>
 
+#include "explain.h"
+
 static int usage(const char *why) {
     if (why) fprintf(stderr, "dtensor-explain: %s\n", why);
     fprintf(stderr,
             "usage: dtensor-explain --mesh 2x4|dp=2,tp=4 --shape 8,6 --from PLACEMENTS --to "
-            "PLACEMENTS\n"
-            "                       [--dtype f32] [--latency-us 5] [--step-us 1] "
+            "PLACEMENTS [--dtype f32]\n"
+            "       dtensor-explain --op OP --mesh MESH --shapes \"12,8;8,16\" --placements "
+            "\"S(0);R\" [--dtypes \"f32;f32\"]\n"
+            "       dtensor-explain --cases ROWS.tsv [--cases MORE.tsv] [--strict]\n"
+            "  any of them: [--plugin ./libops.so]... [--latency-us 5] [--step-us 1] "
             "[--bandwidth-gbps 10]\n"
-            "placements: one per mesh dim, e.g. \"S(0),R\", \"P(sum),S(1)\"\n");
+            "placements: one per mesh dim, e.g. \"S(0),R\", \"P(sum),S(1)\"; ';' between inputs\n"
+            "OP: mm, add, mean(dim=0), softmax(dim=-1), view(8,6->48), ... or a registered op's "
+            "name\n"
+            "--plugin: a shared object whose " DT_PLUGIN_ENTRY "() registers ops (dtensor/"
+            "explain.h)\n"
+            "--cases: one line per row (pass, or what differs); exit 1 when a row differs or "
+            "fails\n");
     return 2;
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, "dtensor-explain: %s%s%s\n", what ? what : "", what ? ": " : "",
+            dt_last_error());
+    return 1;
+}
+
+static int load_plugin(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "dtensor-explain: --plugin %s: %s\n", path, dlerror());
+        return 1;
+    }
+    dt_plugin_register_fn entry;
+    *(void **)&entry = dlsym(h, DT_PLUGIN_ENTRY); /* the POSIX way to a function pointer */
+    if (!entry) {
+        fprintf(stderr, "dtensor-explain: --plugin %s defines no %s()\n", path, DT_PLUGIN_ENTRY);
+        return 1;
+    }
+    dt_status st = entry();
+    if (st != DT_OK) {
+        fprintf(stderr, "dtensor-explain: --plugin %s: %s() returned %s: %s\n", path,
+                DT_PLUGIN_ENTRY, dt_status_str(st), dt_last_error());
+        return 1;
+    }
+    return 0; /* the plugin stays loaded: its ops are called */
 }
 
 static int parse_shape(const char *text, int64_t *shape, int *ndim) {
@@ -31,56 +73,132 @@ static int parse_shape(const char *text, int64_t *shape, int *ndim) {
     }
 }
 
-int main(int argc, char **argv) {
-    const char *mesh = NULL, *shape_text = NULL, *from = NULL, *to = NULL, *dtype_text = "f32";
-    dt_cost_model model = dt_cost_model_default();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return usage(NULL), 0;
-        if (!v) return usage("every option takes a value");
-        if (strcmp(a, "--mesh") == 0) mesh = v;
-        else if (strcmp(a, "--shape") == 0) shape_text = v;
-        else if (strcmp(a, "--from") == 0) from = v;
-        else if (strcmp(a, "--to") == 0) to = v;
-        else if (strcmp(a, "--dtype") == 0) dtype_text = v;
-        else if (strcmp(a, "--latency-us") == 0) model.latency_us = atof(v);
-        else if (strcmp(a, "--step-us") == 0) model.step_us = atof(v);
-        else if (strcmp(a, "--bandwidth-gbps") == 0) model.bandwidth_gbps = atof(v);
-        else return usage("unknown option");
-        i++;
-    }
-    if (!mesh || !shape_text || !from || !to) return usage("--mesh, --shape, --from and --to are needed");
-    int mesh_shape[DT_MESH_MAX_NDIM], mnd, nsrc, ndst, ndim;
-    char names[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1];
-    const char *name_ptrs[DT_MESH_MAX_NDIM];
-    int64_t shape[DT_MAX_NDIM];
-    dt_placement src[DT_MESH_MAX_NDIM], dst[DT_MESH_MAX_NDIM];
-    dt_dtype dtype;
-    dt_status st = dt_mesh_parse(mesh, mesh_shape, names, &mnd);
-    if (st == DT_OK) st = dt_dtype_parse(dtype_text, &dtype);
-    if (st == DT_OK) st = dt_placements_parse(from, src, DT_MESH_MAX_NDIM, &nsrc);
-    if (st == DT_OK) st = dt_placements_parse(to, dst, DT_MESH_MAX_NDIM, &ndst);
-    if (st != DT_OK) return fprintf(stderr, "dtensor-explain: %s\n", dt_last_error()), 1;
-    if (parse_shape(shape_text, shape, &ndim) != 0) return usage("--shape takes sizes like 8,6");
-    if (nsrc != mnd || ndst != mnd) {
-        fprintf(stderr, "dtensor-explain: the mesh has %d dims but --from has %d placements and "
-                        "--to %d\n", mnd, nsrc, ndst);
-        return 1;
-    }
-    for (int m = 0; m < mnd; m++) name_ptrs[m] = names[m];
+/* Prints a text call's result, sized by a first call with no buffer. */
+typedef dt_status (*text_fn)(const void *arg, char *buf, size_t cap, size_t *len);
+
+static int print_text(text_fn fn, const void *arg) {
     size_t len = 0;
-    st = dt_redistribute_explain(mnd, mesh_shape, name_ptrs, ndim, shape, dtype, src, dst, &model,
-                                 NULL, 0, &len);
+    dt_status st = fn(arg, NULL, 0, &len);
     char *buf = st == DT_ERR_SIZE ? malloc(len) : NULL;
-    if (buf)
-        st = dt_redistribute_explain(mnd, mesh_shape, name_ptrs, ndim, shape, dtype, src, dst,
-                                     &model, buf, len, NULL);
+    if (buf) st = fn(arg, buf, len, NULL);
     if (st != DT_OK) {
-        fprintf(stderr, "dtensor-explain: %s\n", dt_last_error());
         free(buf);
-        return 1;
+        return fail(NULL);
     }
     fputs(buf, stdout);
     free(buf);
     return 0;
+}
+
+typedef struct opts {
+    const char *mesh, *shape, *from, *to, *dtype, *op, *shapes, *placements, *dtypes;
+    dt_cost_model model;
+    int mesh_shape[DT_MESH_MAX_NDIM], mnd;
+    char names[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1];
+    const char *name_ptrs[DT_MESH_MAX_NDIM];
+    const char *const *names_or_null;
+    explain_row row;
+} opts;
+
+static dt_status redistribute_text(const void *arg, char *buf, size_t cap, size_t *len) {
+    const opts *o = arg;
+    int64_t shape[DT_MAX_NDIM];
+    int ndim, nsrc, ndst;
+    dt_placement src[DT_MESH_MAX_NDIM], dst[DT_MESH_MAX_NDIM];
+    dt_dtype dtype;
+    dt_status st = dt_dtype_parse(o->dtype, &dtype);
+    if (st == DT_OK) st = dt_placements_parse(o->from, src, DT_MESH_MAX_NDIM, &nsrc);
+    if (st == DT_OK) st = dt_placements_parse(o->to, dst, DT_MESH_MAX_NDIM, &ndst);
+    if (st != DT_OK) return st;
+    if (parse_shape(o->shape, shape, &ndim) != 0)
+        return dt_error_set(DT_ERR_PARSE, "--shape takes sizes like 8,6, not \"%s\"", o->shape);
+    if (nsrc != o->mnd || ndst != o->mnd)
+        return dt_error_set(DT_ERR_PLACEMENT,
+                            "the mesh has %d dims but --from has %d placements "
+                            "and --to %d",
+                            o->mnd, nsrc, ndst);
+    return dt_redistribute_explain(o->mnd, o->mesh_shape, o->names_or_null, ndim, shape, dtype, src,
+                                   dst, &o->model, buf, cap, len);
+}
+
+static dt_status op_text(const void *arg, char *buf, size_t cap, size_t *len) {
+    const opts *o = arg;
+    const dt_spec *in[DT_OP_MAX_USER_INPUTS];
+    for (int i = 0; i < o->row.n; i++)
+        in[i] = &o->row.in[i];
+    return dt_op_explain(o->row.op, o->mnd, o->mesh_shape, o->names_or_null, in, o->row.n,
+                         &o->row.args, &o->model, buf, cap, len);
+}
+
+int main(int argc, char **argv) {
+    opts o = {.dtype = "f32", .model = dt_cost_model_default()};
+    const char *cases[16];
+    int ncases = 0, strict = 0;
+    for (int i = 1; i < argc; i++) { /* plugins first: --op and --cases may name their ops */
+        if (strcmp(argv[i], "--plugin") == 0 && i + 1 < argc && load_plugin(argv[++i])) return 1;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return usage(NULL), 0;
+        if (strcmp(a, "--strict") == 0) {
+            strict = 1;
+            continue;
+        }
+        if (!v) return usage("every option but --strict takes a value");
+        if (strcmp(a, "--mesh") == 0)
+            o.mesh = v;
+        else if (strcmp(a, "--shape") == 0)
+            o.shape = v;
+        else if (strcmp(a, "--from") == 0)
+            o.from = v;
+        else if (strcmp(a, "--to") == 0)
+            o.to = v;
+        else if (strcmp(a, "--dtype") == 0)
+            o.dtype = v;
+        else if (strcmp(a, "--op") == 0)
+            o.op = v;
+        else if (strcmp(a, "--shapes") == 0)
+            o.shapes = v;
+        else if (strcmp(a, "--placements") == 0)
+            o.placements = v;
+        else if (strcmp(a, "--dtypes") == 0)
+            o.dtypes = v;
+        else if (strcmp(a, "--plugin") == 0) {
+        } /* loaded above */
+        else if (strcmp(a, "--cases") == 0 && ncases < 16)
+            cases[ncases++] = v;
+        else if (strcmp(a, "--latency-us") == 0)
+            o.model.latency_us = atof(v);
+        else if (strcmp(a, "--step-us") == 0)
+            o.model.step_us = atof(v);
+        else if (strcmp(a, "--bandwidth-gbps") == 0)
+            o.model.bandwidth_gbps = atof(v);
+        else
+            return usage("unknown option");
+        i++;
+    }
+    if (ncases) {
+        if (o.op || o.mesh) return usage("--cases goes alone (each row names its op and mesh)");
+        int rc = 0;
+        for (int k = 0; k < ncases; k++) {
+            int r =
+                explain_check_file(cases[k], explain_engine_choose, &o.model, strict, stdout, NULL);
+            rc = r > rc ? r : rc;
+        }
+        return rc;
+    }
+    if (!o.mesh) return usage("--mesh is needed (or --cases)");
+    if (dt_mesh_parse(o.mesh, o.mesh_shape, o.names, &o.mnd) != DT_OK) return fail("--mesh");
+    for (int m = 0; m < o.mnd; m++)
+        o.name_ptrs[m] = o.names[m];
+    o.names_or_null = strchr(o.mesh, '=') ? o.name_ptrs : NULL; /* "2x2" prints as such */
+    if (o.op) {
+        if (!o.shapes || !o.placements) return usage("--op needs --shapes and --placements");
+        if (explain_row_parse(&o.row, o.op, o.mesh, o.shapes, o.placements, o.dtypes) != DT_OK)
+            return fail(o.op);
+        return print_text(op_text, &o);
+    }
+    if (!o.shape || !o.from || !o.to)
+        return usage("--mesh, --shape, --from and --to are needed (or --op, or --cases)");
+    return print_text(redistribute_text, &o);
 }
