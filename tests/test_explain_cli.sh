@@ -1,0 +1,68 @@
+#!/bin/sh
+# dtensor-explain as users run it: --op prints dispatch's strategy and the inputs' plans;
+# --cases names a wrong row and exits 1; --plugin makes a shared object's ops reachable.
+# usage: test_explain_cli.sh DTENSOR_EXPLAIN PLUGIN_SO SOURCE_DIR
+set -u
+explain=$1 plugin=$2 src=$3
+out=$(mktemp) && trap 'rm -f "$out"' EXIT
+fails=0
+
+# expect RC PATTERN... -- ARGS: runs the tool with ARGS; its exit status must be RC and its
+# output (stdout and stderr) must hold every fixed-string PATTERN.
+expect() {
+    rc=$1; shift
+    n=0
+    while [ "$1" != "--" ]; do n=$((n + 1)); eval "p$n=\$1"; shift; done
+    shift
+    "$explain" "$@" >"$out" 2>&1
+    got=$?
+    ok=1
+    [ "$got" -eq "$rc" ] || { echo "FAIL: exit $got, expected $rc: $*"; ok=0; }
+    i=1
+    while [ $i -le $n ]; do
+        eval "p=\$p$i"
+        grep -qF -- "$p" "$out" || { echo "FAIL: no \"$p\" in the output of: $*"; ok=0; }
+        i=$((i + 1))
+    done
+    if [ $ok -eq 0 ]; then
+        sed 's/^/    | /' "$out"
+        fails=$((fails + 1))
+    else
+        echo "ok: $*"
+    fi
+}
+
+expect 0 "mm on mesh 4" "strategy: S(0) | R -> S(0)" "input 1 stays R" \
+    -- --op mm --mesh 4 --shapes '12,8;8,16' --placements 'S(0);R'
+expect 0 "strategy: S(1) | S(0) -> P(sum)" "input 1 is redistributed to S(0):" \
+    "1. all_to_all     d0 " -- --op mm --mesh 4 --shapes '12,8;8,16' --placements 'S(1);S(1)'
+expect 0 "mean on mesh dp=2 x tp=2" "-> P(avg),R" \
+    -- --op 'mean(dim=0)' --mesh dp=2,tp=2 --shapes '8,6' --placements 'S(0),R'
+expect 0 "redistribute f32[8,8] on mesh dp=2 x tp=2: S(0),S(0) -> S(1),S(1)" \
+    -- --mesh dp=2,tp=2 --shape 8,8 --from 'S(0),S(0)' --to 'S(1),S(1)'
+expect 1 "op \"cumsum\" is neither built in nor registered" \
+    -- --op 'cumsum(dim=0)' --mesh 4 --shapes '8' --placements 'R'
+expect 1 "softmax needs dim=K" -- --op softmax --mesh 4 --shapes '8' --placements 'R'
+
+# The conformance rows pass; a wrong row is named with its file and line, and fails the run.
+expect 0 "P002 mm: pass" "rows:" "0 differ" \
+    -- --cases "$src/tests/conformance/propagation_cases.tsv"
+expect 1 "W001 mm: pass" \
+    "explain_wrong_rows.tsv:6: W002 mm (S(1) ; S(1) on 4): differs: got P(sum) with all_to_all[dim0], expected S(1) with none" \
+    "3 rows: 2 pass, 1 differ, 0 skipped, 0 errors" -- --cases "$src/tests/explain_wrong_rows.tsv"
+
+# A plugin's ops: explained, and its rows checked; without it they are skipped (--strict: fail).
+expect 0 "scale_rows on mesh 4" "strategy: S(1) | R -> S(1)" "all_gather" \
+    -- --plugin "$plugin" --op scale_rows --mesh 4 --shapes '8,6;8' --placements 'S(1);S(0)'
+expect 0 "E01 scale_rows: pass" "E07 softsign: pass" "7 rows: 7 pass, 0 differ" \
+    -- --plugin "$plugin" --cases "$src/examples/explain_plugin.tsv"
+expect 0 "E01 scale_rows: skipped: op \"scale_rows\" is neither built in nor registered" \
+    -- --cases "$src/examples/explain_plugin.tsv"
+expect 1 "skipped (an error with --strict)" -- --strict --cases "$src/examples/explain_plugin.tsv"
+expect 1 "--plugin /nonexistent/libx.so" -- --plugin /nonexistent/libx.so --op mm --mesh 4 \
+    --shapes '2,2;2,2' --placements 'R;R'
+libm=$(ldd "$explain" | awk '/libm\.so/ {print $3; exit}')
+[ -n "$libm" ] && expect 1 "defines no dt_plugin_register()" -- --plugin "$libm" --cases x
+
+[ $fails -eq 0 ] && echo "all dtensor-explain checks passed"
+exit $((fails != 0))
