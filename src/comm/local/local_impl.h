@@ -52,9 +52,10 @@ typedef struct lw_group {
     pthread_cond_t cv; /* on CLOCK_MONOTONIC, for the timeout */
     int arrived;       /* under mu */
     atomic_uint_least64_t gen;
-    /* Under mu: per member, gen + 1 of the barrier it waits in (else anything else), and the
-     * fingerprint of the last collective it entered; for the entry barrier in progress, the
-     * group rank of its first arrival and of the first that differs from it (-1: none). */
+    /* Under mu: per member, gen + 1 of the last barrier it arrived at (a member that gave up
+     * on it came all the same: a timeout does not name it as missing), and the fingerprint of
+     * the last collective it entered; for the entry barrier in progress, the group rank of its
+     * first arrival and of the first that differs from it (-1: none). */
     uint64_t *arrived_at;
     dt_coll_fp *fps;
     int first, odd;
