@@ -2,6 +2,7 @@
  * here; dispatch on real ranks in the conformance test), compared with the row's answers.
  * A row passes when the output placements and the collectives the inputs' redistributions
  * issue are one of the listed minimum-cost answers (tests/conformance/README.md). */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,7 +290,7 @@ int explain_check_file(const char *path, explain_engine engine, void *user, int 
     explain_totals t = {0};
     FILE *f = fopen(path, "r");
     if (!f) {
-        fprintf(out, "%s: cannot open it\n", path);
+        fprintf(out, "%s: cannot open it: %s\n", path, strerror(errno));
         return 2;
     }
     char *line = NULL;
@@ -302,20 +303,24 @@ int explain_check_file(const char *path, explain_engine engine, void *user, int 
         if (*first == '#' || *first == '\n' || *first == '\r' || !*first) continue;
         int nc = split_tabs(line, cols, 64);
         if (!header) { /* the header row names the columns */
+            char missing[512] = "";
             for (int c = 0; c < C_COUNT; c++) {
                 at[c] = -1;
                 for (int k = 0; k < nc; k++)
                     if (!strcmp(cols[k], column_names[c])) at[c] = k;
                 if (at[c] < 0 && c != C_DTYPES) {
-                    fprintf(out,
-                            "%s:%d: the header has no column \"%s\" (tab-separated: id, op, "
-                            "input_shapes, input_placements, expected_output_placements, "
-                            "expected_input_redistribution, mesh_shape)\n",
-                            path, lineno, column_names[c]);
-                    rc = 2;
+                    strcat(missing, *missing ? ", " : "");
+                    strcat(missing, column_names[c]);
                 }
             }
-            if (rc) break;
+            if (*missing) {
+                fprintf(out,
+                        "%s:%d: the header row lacks the column(s) %s (tab-separated, as in "
+                        "tests/conformance/propagation_cases.tsv)\n",
+                        path, lineno, missing);
+                rc = 2;
+                break;
+            }
             header = 1;
             continue;
         }
