@@ -11,14 +11,15 @@ static dt_status cpu_fill(const dt_fill *f, void *dst) {
         n *= (size_t)f->local_shape[d];
     if (n == 0) return DT_OK;
     int random = dt_fill_is_random(f);
-    uint64_t per = (uint64_t)dt_fill_per_block(f->dtype), have = UINT64_MAX;
+    int shift = dt_fill_block_shift(f->dtype);
+    uint64_t have = UINT64_MAX;
     dt_philox4 x = {{0, 0, 0, 0}};
     for (size_t r0 = 0; r0 < n; r0 += row) {
         uint64_t g0 = dt_fill_index(f, r0); /* a row is contiguous in the global tensor too */
         for (size_t j = 0; j < row; j++) {
             uint64_t gi = g0 + j;
-            if (random && gi / per != have) {
-                have = gi / per;
+            if (random && gi >> shift != have) {
+                have = gi >> shift;
                 x = dt_fill_block(f, gi);
             }
             dt_fill_elem(f, gi, x, dst, r0 + j);

@@ -56,9 +56,13 @@ DT_FILL_FN int dt_fill_is_random(const dt_fill *f) {
     return f->kind == DT_FILL_UNIFORM || f->kind == DT_FILL_NORMAL;
 }
 
-/* Elements per Philox block: f64 takes 64 bits a draw, the others 32. */
+/* Elements per Philox block: f64 takes 64 bits a draw, the others 32; log2 of it, so that
+ * the per-element index math is shifts and masks. */
 DT_FILL_FN int dt_fill_per_block(dt_dtype dtype) {
     return dtype == DT_F64 ? 2 : 4;
+}
+DT_FILL_FN int dt_fill_block_shift(dt_dtype dtype) {
+    return dtype == DT_F64 ? 1 : 2;
 }
 
 /* Random bits of a uniform draw: the output type's significand, so U is exact and < 1. */
@@ -80,7 +84,7 @@ DT_FILL_FN uint64_t dt_fill_index(const dt_fill *f, uint64_t k) {
 
 /* The Philox block holding global element gi's draw. */
 DT_FILL_FN dt_philox4 dt_fill_block(const dt_fill *f, uint64_t gi) {
-    return dt_philox_block(f->seed, f->offset + gi / (uint64_t)dt_fill_per_block(f->dtype));
+    return dt_philox_block(f->seed, f->offset + (gi >> dt_fill_block_shift(f->dtype)));
 }
 
 /* Stores v (float dtypes: rounded once from f64; bf16 and f16 through f32, as everywhere). */
@@ -113,7 +117,7 @@ DT_FILL_FN void dt_fill_store_i(dt_dtype dt, void *dst, size_t k, int64_t v) {
 /* Writes element k of dst, global element gi; x is dt_fill_block(f, gi) for random kinds. */
 DT_FILL_FN void dt_fill_elem(const dt_fill *f, uint64_t gi, dt_philox4 x, void *dst, size_t k) {
     int is_int = f->dtype == DT_I32 || f->dtype == DT_I64;
-    int per = dt_fill_per_block(f->dtype), lane = (int)(gi % (uint64_t)per);
+    int per = dt_fill_per_block(f->dtype), lane = (int)(gi & (uint64_t)(per - 1));
     switch (f->kind) {
     case DT_FILL_BITS: {
         int es = f->dtype == DT_F64 || f->dtype == DT_I64 ? 8
