@@ -112,17 +112,17 @@ dt_status dt_tensor_normal_(dt_tensor *tensor, double mean, double std, dt_gener
  * Partial inputs, where casting each rank's part is not casting the sum:
  *   - A widening float cast (bf16/f16 to f32/f64, f32 to f64) casts the parts and keeps
  *     Partial: the reduction that follows then runs in the wider type, as PyTorch's
- *     mixed-precision FSDP reduces gradients in reduce_dtype; the global value is the exact
- *     sum of the parts, which can be more accurate than the cast of the narrow sum.
+ *     mixed-precision FSDP reduces gradients in reduce_dtype; the global value is then the
+ *     parts summed in the wider type, more accurate than the cast of the narrow sum.
  *   - P(max)/P(min) under a narrowing float cast keep Partial: rounding to nearest is
  *     monotone, so the max of the rounded parts is the rounded max.
  *   - Otherwise (a narrowing cast of P(sum)/P(avg), or integers involved): a sum of rounded
- *     parts is not the rounded sum (bf16 parts of 1 + 2^-8 and 2^-8 sum to 1, not 1 + 2^-7),
- *     so x is first reduced in its own dtype (every Partial mesh dim, one redistribute to
- *     Replicate), then cast, and the result is laid out again in x's placements (the
- *     convention above: no further communication). Its global value is exactly the cast of
- *     x's global value. Collective over the mesh in this case only (all ranks call it; it
- *     blocks); otherwise local.
+ *     parts is not the rounded sum (f32 parts 1 + 2^-8 and 2^-8, each cast to bf16, sum to 1
+ *     in bf16; their sum, cast, is 1 + 2^-7), so x is first reduced in its own dtype (every
+ *     Partial mesh dim, one redistribute to Replicate), then cast, and the result is laid out
+ *     again in x's placements (the convention above: no further communication). Its global
+ *     value is exactly the cast of x's global value. Collective over the mesh in this case
+ *     only (all ranks call it; it blocks); otherwise local.
  * The caller owns *tensor_out. DT_ERR_DTYPE for an unknown dtype. */
 dt_status dt_cast(dt_tensor *x, dt_dtype dtype, dt_tensor **tensor_out);
 
