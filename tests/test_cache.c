@@ -7,6 +7,7 @@
 
 #include "core/lru.h"
 #include "helpers.h"
+#include "redistribute/redistribute_impl.h"
 
 static dt_cache_stats cstats(dt_mesh *mesh, dt_cache_kind kind) {
     dt_cache_stats s = {0};
@@ -333,4 +334,29 @@ Test(cache, lru_clock_and_destructor) {
     dt_lru_destroy(c); /* frees 1, 3 and 4 */
     cr_assert_eq(freed, 1 + 4 + 2 + 8 + 16);
     cr_assert_eq(dt_lru_create(0, NULL, NULL, &c), DT_ERR_ARG);
+}
+
+/* Key codes of placements are equal exactly when dt_placement_equal says so, on every mesh
+ * dim of a mesh of up to DT_MESH_MAX_NDIM dims. */
+Test(cache, placement_key_codes) {
+    dt_placement a[DT_MESH_MAX_NDIM], b[DT_MESH_MAX_NDIM];
+    for (int n = 1; n <= DT_MESH_MAX_NDIM; n++)
+        for (int m = 0; m < n; m++) {
+            for (int i = 0; i < n; i++)
+                a[i] = b[i] = dt_replicate();
+            uint64_t ka[DT_PLACEMENTS_KEY_WORDS], kb[DT_PLACEMENTS_KEY_WORDS];
+            a[m] = dt_shard(1), b[m] = dt_shard(1);
+            b[m].op = DT_REDUCE_MAX; /* not part of a shard */
+            unsigned na = dt_placements_key(a, n, ka), nb = dt_placements_key(b, n, kb);
+            cr_assert(na == (unsigned)(n + 3) / 4 && na == nb && !memcmp(ka, kb, 8 * na));
+            b[m] = dt_shard(2);
+            dt_placements_key(b, n, kb);
+            cr_assert(memcmp(ka, kb, 8 * na), "S(1) and S(2) on dim %d of %d share a key", m, n);
+            a[m] = dt_partial(DT_REDUCE_SUM), b[m] = dt_partial(DT_REDUCE_AVG);
+            dt_placements_key(a, n, ka), dt_placements_key(b, n, kb);
+            cr_assert(memcmp(ka, kb, 8 * na), "P(sum) and P(avg) on dim %d of %d", m, n);
+            b[m] = dt_replicate();
+            dt_placements_key(b, n, kb);
+            cr_assert(memcmp(ka, kb, 8 * na), "P(sum) and R on dim %d of %d", m, n);
+        }
 }

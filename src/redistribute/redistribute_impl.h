@@ -14,13 +14,14 @@ dt_status dt_redistribute_cached_plan(dt_tensor *t, const dt_placement *dst,
  * DT_PLACEMENTS_KEY_WORDS. */
 #define DT_PLACEMENTS_KEY_WORDS ((DT_MESH_MAX_NDIM + 3) / 4)
 static inline unsigned dt_placements_key(const dt_placement *p, int n, uint64_t *words) {
-    unsigned nw = (unsigned)(n + 3) / 4;
-    for (unsigned i = 0; i < nw; i++) words[i] = 0;
+    unsigned nw = 0;
+    uint64_t w = 0;
     for (int m = 0; m < n; m++) {
         unsigned v = p[m].kind == DT_PLACEMENT_SHARD     ? (unsigned)p[m].dim
                      : p[m].kind == DT_PLACEMENT_PARTIAL ? (unsigned)p[m].op
                                                          : 0;
-        words[m / 4] |= (uint64_t)(((unsigned)p[m].kind + 1) << 12 | (v & 0xfff)) << (16 * (m % 4));
+        w |= (uint64_t)(((unsigned)p[m].kind + 1) << 12 | (v & 0xfff)) << (16 * (m % 4));
+        if (m % 4 == 3 || m == n - 1) words[nw++] = w, w = 0;
     }
     return nw;
 }
