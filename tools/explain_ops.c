@@ -232,8 +232,7 @@ static dt_status shape_args(const char *op, const char *text, int n, const dt_sp
         snprintf(left, sizeof left, "%.*s", (int)(arrow - text), text);
         TRY(int_list(op, left, v, &nv));
         if (n < 1 || nv != in[0].ndim || memcmp(v, in[0].shape, sizeof(int64_t) * (size_t)nv))
-            return dt_error_set(DT_ERR_SHAPE, "%s(%s): input 0 does not have the shape %s", op,
-                                text, left);
+            return dt_error_set(DT_ERR_SHAPE, "%s: input 0 does not have the shape %s", op, left);
         text = arrow + 2;
     }
     return int_list(op, text, a->shape, &a->shape_ndim);
@@ -324,6 +323,8 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
         default:
             ok = 0;
         }
+        if (!ok && a->ndims == DT_MAX_NDIM && (kind == REDUCE || kind == PERM))
+            return BAD("%s: more than %d dims", name, DT_MAX_NDIM);
         if (!ok) return BAD("%s: cannot read the argument \"%s%s%s\"", name, k, bare ? "" : "=", v);
     }
     if ((kind == ARGINDEX || (kind == DIM && op != DT_OP_CAT)) && !have_dim)
