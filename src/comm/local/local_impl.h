@@ -66,8 +66,11 @@ typedef struct lw_group {
     lw_p2p *p2p;    /* n*n, [src*n + dst] */
 } lw_group;
 
-/* Where a rank is blocked, for the timeout's message (under lw_world.where_mu). */
+/* Where a rank is blocked, for a peer's timeout message. Each rank has its own lock, so that
+ * ranks entering a collective together do not contend for it; a leaf: nothing else is locked
+ * while it is held. */
 typedef struct lw_where {
+    pthread_mutex_t mu;
     const struct lw_comm *comm; /* NULL: not blocked in a collective or send/recv */
     const char *what;
     int64_t seq; /* 0 for send/recv */
@@ -84,7 +87,6 @@ typedef struct lw_world {
     atomic_int *exited; /* per world rank: 0, or the order in which it returned (1, 2, ...) */
     int nexited;
     _Atomic int64_t *timeout_ns; /* per world rank (DT_TIMEOUT_S, dt_local_set_timeout); 0: none */
-    pthread_mutex_t where_mu;    /* a leaf: nothing else is locked while it is held */
     lw_where *where;             /* per world rank */
 } lw_world;
 

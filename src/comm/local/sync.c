@@ -75,15 +75,18 @@ void lw_wait(lw_group *g, int64_t deadline_ns) {
 
 void lw_where_set(lw_comm *c, const char *what, int64_t seq) {
     lw_world *w = c->world;
-    pthread_mutex_lock(&w->where_mu);
-    w->where[c->base.ctx->rank] = (lw_where){.comm = what ? c : NULL, .what = what, .seq = seq};
-    pthread_mutex_unlock(&w->where_mu);
+    lw_where *at = &w->where[c->base.ctx->rank];
+    pthread_mutex_lock(&at->mu);
+    at->comm = what ? c : NULL;
+    at->what = what;
+    at->seq = seq;
+    pthread_mutex_unlock(&at->mu);
 }
 
 void lw_where_append(lw_world *w, int r, char *buf, size_t cap, size_t *len) {
     if (*len >= cap) return;
-    pthread_mutex_lock(&w->where_mu);
-    const lw_where *at = &w->where[r];
+    lw_where *at = &w->where[r];
+    pthread_mutex_lock(&at->mu);
     int k;
     if (atomic_load(&w->exited[r]))
         k = snprintf(buf + *len, cap - *len, ", rank %d (returned)", r);
@@ -96,7 +99,7 @@ void lw_where_append(lw_world *w, int r, char *buf, size_t cap, size_t *len) {
     else
         k = snprintf(buf + *len, cap - *len, ", rank %d (in %s on group %s)", r, at->what,
                      at->comm->base.label);
-    pthread_mutex_unlock(&w->where_mu);
+    pthread_mutex_unlock(&at->mu);
     if (k > 0) *len += (size_t)k;
 }
 
@@ -191,31 +194,33 @@ static dt_status barrier(lw_comm *c, const char *what) {
         return what ? verdict(c, what) : DT_OK;
     }
     pthread_mutex_unlock(&g->mu);
-    /* Waiting from here on, spinning included: say where, for a peer's timeout message. */
+    for (int i = 0; i < LW_SPIN; i++) {
+        if (atomic_load(&g->gen) != gen) return what ? verdict(c, what) : DT_OK;
+        sched_yield();
+    }
+    /* Going to sleep: say where, for a peer's timeout message (the spin above costs the fast
+     * path nothing; a rank the scheduler keeps spinning longer than a peer's timeout is
+     * reported as not blocked). */
     int64_t deadline = 0;
     if (what) {
         lw_where_set(c, what, c->base.fp.seq);
         deadline = lw_deadline(c);
     }
-    for (int i = 0; i < LW_SPIN && atomic_load(&g->gen) == gen; i++)
-        sched_yield();
     int expired = 0;
-    if (atomic_load(&g->gen) == gen) {
-        pthread_mutex_lock(&g->mu);
-        while (atomic_load(&g->gen) == gen) {
-            if (what && (st = failure(c, what)) != DT_OK) break;
-            if (deadline && dt_boot_now_ns() >= deadline) {
-                st = timed_out(c, what, gen);
-                expired = 1;
-                break;
-            }
-            lw_wait(g, deadline);
+    pthread_mutex_lock(&g->mu);
+    while (atomic_load(&g->gen) == gen) {
+        if (what && (st = failure(c, what)) != DT_OK) break;
+        if (deadline && dt_boot_now_ns() >= deadline) {
+            st = timed_out(c, what, gen);
+            expired = 1;
+            break;
         }
-        /* Withdraw: this barrier will not complete. arrived_at keeps saying this rank came,
-         * for a peer that times out in it too before this rank's abort reaches it. */
-        if (st != DT_OK) g->arrived--;
-        pthread_mutex_unlock(&g->mu);
+        lw_wait(g, deadline);
     }
+    /* Withdraw: this barrier will not complete. arrived_at keeps saying this rank came, for a
+     * peer that times out in it too before this rank's abort reaches it. */
+    if (st != DT_OK) g->arrived--;
+    pthread_mutex_unlock(&g->mu);
     if (what) lw_where_set(c, NULL, 0);
     if (expired) lw_abort(c->world, c->base.ctx->rank, st, dt_last_error());
     if (st != DT_OK) return st;

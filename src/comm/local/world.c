@@ -243,9 +243,11 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_sta
     w->exited = exited;
     w->timeout_ns = timeouts;
     w->where = where;
-    for (int i = 0; i < nranks; i++) atomic_store(&timeouts[i], timeout_ns);
+    for (int i = 0; i < nranks; i++) {
+        atomic_store(&timeouts[i], timeout_ns);
+        pthread_mutex_init(&where[i].mu, NULL);
+    }
     pthread_mutex_init(&w->mu, NULL);
-    pthread_mutex_init(&w->where_mu, NULL);
     for (; initialised < nranks; initialised++) {
         DT_CHECK_GOTO(ctx_init(&ranks[initialised], w, initialised), st, stop);
         ranks[initialised].fn = fn;
@@ -275,7 +277,8 @@ stop:
         group_free(w->groups);
         w->groups = next;
     }
-    pthread_mutex_destroy(&w->where_mu);
+    for (int i = 0; i < nranks; i++)
+        pthread_mutex_destroy(&where[i].mu);
     pthread_mutex_destroy(&w->mu);
     dt_host_cache_trim();
 out:
