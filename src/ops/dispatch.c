@@ -14,9 +14,8 @@
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 #include "ops/op_impl.h"
+#include "ops/strategy.h"
 #include "redistribute/redistribute_impl.h"
-
-#define MAX_COMBOS 20000 /* beyond this, each mesh dim keeps its few closest rows */
 
 typedef struct strategy {
     dt_placement in[DT_OP_MAX_INPUTS][DT_MESH_MAX_NDIM];
@@ -88,99 +87,35 @@ static unsigned call_key(dt_op op, dt_tensor *const *in, int n, const dt_op_args
     return a ? w + args_key(a, k + w) : w;
 }
 
-/* ---- strategy search --------------------------------------------------------------------- */
+/* ---- strategy search (ops/strategy.h, shared with dt_op_choose) -------------------------- */
 
-static int valid_for(const dt_placement *p, int mnd, int ndim) {
-    for (int m = 0; m < mnd; m++)
-        if (p[m].kind == DT_PLACEMENT_SHARD && (p[m].dim < 0 || p[m].dim >= ndim)) return 0;
-    return 1;
-}
-
-/* Many mesh dims multiply the combinations: keep, per mesh dim, the keep rows that leave the
- * most inputs as they are on that dim (row order breaks ties, so R -> R, first, stays). */
-static int closest_rows(rule_row *rows, int nrows, dt_tensor *const *in, int n, int m, int keep) {
-    if (nrows <= keep) return nrows;
-    int score[DT_OP_MAX_ROWS];
-    for (int r = 0; r < nrows; r++) {
-        score[r] = 0;
-        for (int i = 0; i < n; i++)
-            score[r] += in[i] && dt_placement_equal(rows[r].in[i], in[i]->placements[m]);
-    }
-    for (int k = 0; k < keep; k++) { /* selection: move the best remaining row to slot k */
-        int best = k;
-        for (int r = k + 1; r < nrows; r++)
-            if (score[r] > score[best]) best = r;
-        rule_row tr = rows[k];
-        int ts = score[k];
-        rows[k] = rows[best], score[k] = score[best];
-        rows[best] = tr, score[best] = ts;
-    }
-    return keep;
+/* A move's price: the plan the mesh's cache holds for it. */
+static dt_status price_cached(void *user, int i, const dt_placement *want, double *cost_us) {
+    dt_tensor *const *in = user;
+    const dt_plan *plan;
+    DT_CHECK(dt_redistribute_cached_plan(in[i], want, &plan));
+    *cost_us = plan->cost_us;
+    return DT_OK;
 }
 
 static dt_status choose(dt_op op, const op_family *f, dt_tensor *const *in, int n,
                         const dt_op_args *a, strategy *best) {
     dt_mesh *mesh = in[0]->mesh;
-    int mnd = mesh->ndim;
     op_input gin[DT_OP_MAX_INPUTS];
-    for (int i = 0; i < n; i++)
+    const dt_placement *have[DT_OP_MAX_INPUTS];
+    for (int i = 0; i < n; i++) {
         gin[i] = in[i] ? (op_input){in[i]->ndim, in[i]->shape, in[i]->dtype}
                        : (op_input){-1, NULL, DT_F32};
-    DT_CHECK(f->infer(op, gin, n, a, &best->spec));
-    /* Output shapes come from arguments too (view, expand): the one checked size product. */
-    DT_CHECK(dt_shape_dtype_check(dt_op_name(op), best->spec.ndim, best->spec.shape,
-                                  best->spec.dtype));
-    static _Thread_local rule_row rows[DT_MESH_MAX_NDIM][DT_OP_MAX_ROWS];
-    int nrows[DT_MESH_MAX_NDIM];
-    long combos = 1;
-    for (int m = 0; m < mnd; m++) {
-        nrows[m] = f->rules(op, gin, n, a, mesh->shape[m], mesh->nranks, rows[m]);
-        combos *= nrows[m];
+        have[i] = in[i] ? in[i]->placements : NULL;
     }
-    for (int keep = 4; combos > MAX_COMBOS && keep >= 1; keep--) {
-        combos = 1;
-        for (int m = 0; m < mnd; m++) {
-            nrows[m] = closest_rows(rows[m], nrows[m], in, n, m, keep);
-            combos *= nrows[m];
-        }
-    }
-    double best_cost = 0;
-    int best_changed = 0, found = 0;
-    int pick[DT_MESH_MAX_NDIM] = {0};
-    for (long k = 0; k < combos; k++) {
-        strategy s;
-        long rem = k;
-        for (int m = mnd - 1; m >= 0; m--) pick[m] = (int)(rem % nrows[m]), rem /= nrows[m];
-        for (int m = 0; m < mnd; m++) {
-            for (int i = 0; i < n; i++) s.in[i][m] = rows[m][pick[m]].in[i];
-            s.out[m] = rows[m][pick[m]].out;
-        }
-        if (!valid_for(s.out, mnd, best->spec.ndim)) continue;
-        double cost = 0;
-        int changed = 0, ok = 1;
-        for (int i = 0; i < n && ok; i++) {
-            if (!in[i]) continue;
-            ok = valid_for(s.in[i], mnd, in[i]->ndim);
-            int same = 1;
-            for (int m = 0; m < mnd; m++) same &= dt_placement_equal(s.in[i][m], in[i]->placements[m]);
-            if (!ok || same) continue;
-            const dt_plan *plan;
-            DT_CHECK(dt_redistribute_cached_plan(in[i], s.in[i], &plan));
-            cost += plan->cost_us;
-            changed++;
-        }
-        if (!ok) continue;
-        if (!found || cost < best_cost || (cost == best_cost && changed < best_changed)) {
-            found = 1;
-            best_cost = cost;
-            best_changed = changed;
-            memcpy(best->in, s.in, sizeof s.in);
-            memcpy(best->out, s.out, sizeof s.out);
-        }
-    }
-    if (!found)
-        return dt_error(DT_ERR_PLACEMENT, "%s: no sharding strategy fits these inputs",
-                        dt_op_name(op));
+    dt_strategy_query q = {.op = op, .family = f, .n = n, .in = gin, .have = have, .args = a,
+                           .mesh_ndim = mesh->ndim, .mesh_shape = mesh->shape,
+                           .price = price_cached, .user = (void *)in};
+    dt_strategy_found found;
+    DT_CHECK(dt_strategy_search(&q, &found));
+    memcpy(best->in, found.in, sizeof found.in);
+    memcpy(best->out, found.out, sizeof found.out);
+    best->spec = found.spec;
     return DT_OK;
 }
 

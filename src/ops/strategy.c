@@ -1,6 +1,6 @@
-/* The strategy search (ops/strategy.h), shared by dt_op_choose. dispatch.c's choose() runs the
- * same search over tensors, pricing with its mesh's plan cache; test_explain checks that the
- * two choose alike. Nothing here may reach a mesh or a rank. */
+/* The strategy search (ops/strategy.h), shared by op dispatch (pricing with its mesh's plan
+ * cache) and dt_op_choose (pricing with plans made from the specs). Nothing here may reach a
+ * mesh or a rank. */
 #include <string.h>
 
 #include "core/check.h"
