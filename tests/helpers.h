@@ -10,6 +10,9 @@
 /* Runs body on n ranks and asserts every rank returned DT_OK. */
 void t_run(int n, dt_spmd_fn body, void *arg);
 
+/* A loopback TCP port that was free a moment ago and has nothing listening on it. */
+int t_closed_port(void);
+
 /* Main-thread form of R_ERR. */
 #define T_ERR(call, want, needle)                                                                  \
     do {                                                                                           \

@@ -35,16 +35,6 @@ static void skip_without_ucx(void) {
     if (!DT_HAVE_UCX) cr_skip_test("built without UCX");
 }
 
-static int closed_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* The environment every rank of the test world inherits (RANK is set per process). */
 static void world_env(int port, const char *token, const char *startup_s) {
     char b[16];
@@ -166,7 +156,7 @@ typedef struct attack {
  * and rank 0 must have logged the attack. */
 static void world_despite(const attack *a) {
     skip_without_ucx();
-    int port = closed_port();
+    int port = t_closed_port();
     world_env(port, TOKEN, "30");
     proc r0 = spawn_rank(0);
     int fd = reach(port);
@@ -245,7 +235,7 @@ Test(rendezvous_guard, another_protocol, .timeout = 120) {
  * open the whole time, rank 1 comes last, and the world forms at once. */
 Test(rendezvous_guard, idle_sockets, .timeout = 120) {
     skip_without_ucx();
-    int port = closed_port();
+    int port = t_closed_port();
     world_env(port, TOKEN, "20");
     proc r0 = spawn_rank(0);
     enum { IDLE = 200 };
@@ -276,7 +266,7 @@ Test(rendezvous_guard, idle_sockets, .timeout = 120) {
  * dropped; the rank itself hears why it may have been turned away. */
 Test(rendezvous_guard, rank_of_another_job, .timeout = 120) {
     skip_without_ucx();
-    int port = closed_port();
+    int port = t_closed_port();
     world_env(port, TOKEN, "2");
     proc r0 = spawn_rank(0);
     close(reach(port));
@@ -298,7 +288,7 @@ Test(rendezvous_guard, rank_of_another_job, .timeout = 120) {
 /* Launched by hand without a token: a world on loopback still forms. */
 Test(rendezvous_guard, no_token_on_loopback, .timeout = 120) {
     skip_without_ucx();
-    int port = closed_port();
+    int port = t_closed_port();
     world_env(port, NULL, "30");
     proc r0 = spawn_rank(0), r1 = spawn_rank(1);
     char *out0, *out1;
@@ -318,7 +308,7 @@ static dt_status never(dt_ctx *ctx, void *arg) {
  * anything listens or connects (0.0.0.0: every interface). A token too long is refused too. */
 Test(rendezvous_guard, token_rules) {
     skip_without_ucx();
-    world_env(closed_port(), NULL, "1");
+    world_env(t_closed_port(), NULL, "1");
     setenv("MASTER_ADDR", "0.0.0.0", 1);
     for (int rank = 0; rank < 2; rank++) {
         setenv("RANK", rank ? "1" : "0", 1);
@@ -391,7 +381,7 @@ Test(rendezvous_torchrun, readme_line, .timeout = 300) {
     snprintf(cmd, sizeof cmd,
              "env -u DT_JOB_TOKEN -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT UCX_TLS=sm "
              "%s --nproc-per-node 4 --master-port %d --no-python %s ops 2>&1",
-             torchrun, closed_port(), need_env("DT_UCX_RANK_PROG"));
+             torchrun, t_closed_port(), need_env("DT_UCX_RANK_PROG"));
     FILE *p = popen(cmd, "r");
     cr_assert(p);
     char *out = calloc(1, 1 << 20);

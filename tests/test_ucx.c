@@ -201,16 +201,6 @@ Test(ucx, debug_collectives_names_different_collectives, .timeout = 60) {
 
 /* --- rendezvous errors and one-rank worlds, in this process ----------------------------- */
 
-static int closed_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static dt_status never(dt_ctx *ctx, void *arg) {
     (void)ctx;
     (void)arg;
@@ -230,7 +220,7 @@ static void set_world(int rank, int size, int port) {
 
 Test(ucx, rendezvous_unreachable_rank0, .timeout = 30) {
     skip_without_ucx();
-    int port = closed_port();
+    int port = t_closed_port();
     set_world(1, 2, port);
     setenv("DT_STARTUP_TIMEOUT_S", "1", 1);
     double t0 = t_now_s();
@@ -244,7 +234,7 @@ Test(ucx, rendezvous_unreachable_rank0, .timeout = 30) {
 
 Test(ucx, rendezvous_missing_ranks, .timeout = 30) {
     skip_without_ucx();
-    set_world(0, 3, closed_port());
+    set_world(0, 3, t_closed_port());
     setenv("DT_STARTUP_TIMEOUT_S", "1", 1);
     T_ERR(dt_ucx_run(never, NULL), DT_ERR_COMM, "1 of 3 ranks arrived; missing: 1, 2");
 }
