@@ -92,6 +92,16 @@ static dt_status ce_label_huge(fx *f) { return ce_with(f, 1000000, DT_I64, 1); }
 static dt_status ce_label_neg(fx *f) { return ce_with(f, -1, DT_I64, 1); }
 static dt_status ce_label_i32(fx *f) { return ce_with(f, 9, DT_I32, 1); }
 static dt_status ce_ignore_off(fx *f) { return ce_with(f, DT_IGNORE_INDEX, DT_I64, 0); }
+static dt_status ce_partial_target(fx *f) {
+    int64_t lab[4] = {1, 2, 3, 0}, ts[1] = {4};
+    dt_placement p[2] = {dt_partial(DT_REDUCE_SUM), dt_replicate()};
+    dt_tensor *t;
+    dt_status st = dt_tensor_distribute(f->mesh, lab, DT_I64, 1, ts, 2, p, DT_ALL_RANKS, &t);
+    if (st != DT_OK) return st;
+    st = dt_cross_entropy(f->logits, t, 1, O);
+    dt_tensor_release(t);
+    return st;
+}
 static dt_status ce_float_target(fx *f) { return dt_cross_entropy(f->logits, f->v, 1, O); }
 static dt_status ce_int_logits(fx *f) {
     int64_t s[2] = {4, 4}, ts[1] = {4};
@@ -387,6 +397,8 @@ static dt_status zeros_pl(fx *f, int n, dt_placement p0) {
     X(ce_label_negative, DT_ERR_ARG, "= -1 is not a class", ce_label_neg(f))                       \
     X(ce_label_i32, DT_ERR_ARG, "= 9", ce_label_i32(f))                                            \
     X(ce_ignore_disabled, DT_ERR_ARG, "= -100 is not a class", ce_ignore_off(f))                   \
+    X(ce_partial_target, DT_ERR_PLACEMENT, "target is Partial on mesh dim 0",                      \
+      ce_partial_target(f))                                                                        \
     X(ce_float_target, DT_ERR_DTYPE, "target must be i64 or i32", ce_float_target(f))              \
     X(ce_int_logits, DT_ERR_DTYPE, "logits must be f32 or f64", ce_int_logits(f))                  \
     X(ce_logits_1d, DT_ERR_SHAPE, "expected", dt_cross_entropy(f->v, f->v, 1, O))                  \

@@ -155,6 +155,10 @@ static dt_status check_labels(dt_tensor *target, int64_t classes, const dt_op_ar
     if (target->dtype != DT_I64 && target->dtype != DT_I32)
         return dt_error(DT_ERR_DTYPE, "cross_entropy: target must be i64 or i32 class ids, got "
                                       "%s", dt_dtype_name(target->dtype));
+    for (int m = 0; m < target->mesh->ndim; m++)
+        if (target->placements[m].kind == DT_PLACEMENT_PARTIAL)
+            return dt_error(DT_ERR_PLACEMENT, "cross_entropy: target is Partial on mesh dim %d; "
+                                              "class ids must be replicated or sharded", m);
     size_t n = target->local_numel, es = dt_dtype_size(target->dtype);
     void *host = malloc(n * es + 1);
     uint8_t *mask = calloc(n + 1, 1);
