@@ -253,3 +253,39 @@ static dt_status t_body(dt_ctx *ctx, void *arg) {
 }
 
 Test(hardening, t_of_a_vector_is_the_identity) { t_run(2, t_body, NULL); }
+
+/* exchange_boxes picks its protocol the same way on every rank: with a non-blocking request
+ * in flight on the comm, one rank could see it finished and go direct while another queued
+ * the packed all_to_allv (a valid program failing as "all_to_all vs exchange_boxes"). */
+static dt_status exchange_after_request_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    dt_comm *comm;
+    R_OK(dt_mesh_dim_comm(mesh, 0, &comm));
+    float x[8 * 8], back[8 * 8];
+    t_fill(DT_F32, x, 64, 4);
+    int64_t s[2] = {8, 8};
+    dt_placement s0[1] = {dt_shard(0)}, s1[1] = {dt_shard(1)};
+    dt_tensor *t;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, 1, s0, DT_ALL_RANKS, &t));
+    for (int it = 0; it < 50; it++) {
+        int v = dt_ctx_rank(ctx) + it, sum = 0;
+        dt_comm_request *req;
+        R_OK(dt_all_reduce_start(comm, &v, &sum, 1, DT_I32, DT_REDUCE_SUM, &req));
+        dt_tensor *u;
+        R_OK(dt_tensor_redistribute(t, 1, s1, &u)); /* an all_to_all of boxes */
+        R_OK(dt_comm_wait(req));
+        R_CHECK(sum == 6 + 4 * it, "iteration %d: all_reduce gave %d", it, sum);
+        R_OK(dt_tensor_full(u, back, sizeof back));
+        for (int i = 0; i < 64; i++) R_CHECK(back[i] == x[i], "iteration %d element %d", it, i);
+        dt_tensor_release(u);
+    }
+    dt_tensor_release(t);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(hardening, exchange_boxes_after_a_request_agrees_on_every_rank) {
+    t_run(4, exchange_after_request_body, NULL);
+}

@@ -32,6 +32,7 @@ dt_status dt_comm_submit(dt_comm *comm, dt_call_fn run, const dt_call *a, dt_com
     r->comm = comm;
     r->run = run;
     r->a = *a;
+    comm->had_requests = true;
     atomic_fetch_add(&comm->pending, 1);
     dt_status st = dt_worker_submit(ctx->worker, run_request, r);
     if (st != DT_OK) {

@@ -373,7 +373,9 @@ dt_status dt_comm_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *sr
                                  const int64_t *dst_shape, const dt_box *recv) {
     COMM_CHECK(c);
     DT_ARG(es == 2 || es == 4 || es == 8, "exchange_boxes: element size %zu", es);
-    if (!c->ops->exchange_boxes || atomic_load(&c->pending)) /* packed keeps the issue order */
+    /* The packed form is an all_to_allv, which queues behind pending requests (issue order).
+     * The choice must be the same on every rank: by had_requests, not by pending. */
+    if (!c->ops->exchange_boxes || c->had_requests)
         return exchange_packed(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);
     DT_CHECK(issue(c, DT_FP_EXCHANGE_BOXES, -1, -1, -1, -1));
     double t0 = dt_now_us();

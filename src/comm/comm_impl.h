@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dtensor/comm.h"
@@ -76,6 +77,10 @@ struct dt_comm {
     int *members;   /* world rank of each group rank */
     char label[32]; /* for counters and traces: "world", "group" or the mesh dims */
     atomic_int pending; /* non-blocking requests queued or running on the comm thread */
+    /* Set when the first non-blocking request is issued on this comm: program order, so the
+     * same on every rank, unlike pending (a rank whose request finished a moment earlier
+     * sees 0). exchange_boxes picks its protocol by it, so every rank picks the same. */
+    bool had_requests;
     /* The collective being issued, set by comm.c just before it calls ops (calls on one
      * communicator never overlap: see dt_comm_in_order), and the count issued so far. */
     dt_coll_fp fp;
