@@ -289,3 +289,30 @@ static dt_status exchange_after_request_body(dt_ctx *ctx, void *arg) {
 Test(hardening, exchange_boxes_after_a_request_agrees_on_every_rank) {
     t_run(4, exchange_after_request_body, NULL);
 }
+
+/* Integer P(avg) + P(avg): the reduction truncates, so adding the partial values first is
+ * not the sum of the averages; the result must equal trunc(A/n) + trunc(B/n) computed here. */
+static dt_status int_avg_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2", &mesh));
+    int me = dt_ctx_rank(ctx);
+    int64_t s[1] = {2}, a[2][2] = {{1, -3}, {0, 2}}, b[2][2] = {{1, 1}, {0, -2}};
+    dt_placement p[1] = {dt_partial(DT_REDUCE_AVG)};
+    dt_tensor *ta, *tb, *sum;
+    R_OK(dt_tensor_from_local(mesh, a[me], DT_I64, 1, s, 1, p, s, 0, &ta));
+    R_OK(dt_tensor_from_local(mesh, b[me], DT_I64, 1, s, 1, p, s, 0, &tb));
+    R_OK(dt_add(ta, tb, &sum));
+    int64_t got[2];
+    R_OK(dt_tensor_full(sum, got, sizeof got));
+    for (int i = 0; i < 2; i++) {
+        int64_t want = (a[0][i] + a[1][i]) / 2 + (b[0][i] + b[1][i]) / 2; /* C truncates */
+        R_CHECK(got[i] == want, "element %d: %lld, want %lld", i, (long long)got[i],
+                (long long)want);
+    }
+    dt_tensor_release(ta), dt_tensor_release(tb), dt_tensor_release(sum);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(hardening, integer_partial_avg_is_reduced_before_adding) { t_run(2, int_avg_body, NULL); }

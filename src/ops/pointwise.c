@@ -60,9 +60,11 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
             rows[k].in[i] = di >= 0 && in[i].shape[di] == o.shape[d] ? SP(di) : RP;
         }
     }
-    /* Partial rows. */
+    /* Partial rows. P(avg) only for floats: an integer avg truncates, and truncation does
+     * not commute with adding or scaling (trunc(s/n) + trunc(t/n) != trunc((s+t)/n)). */
     static const dt_reduce_op linear_ops[] = {DT_REDUCE_SUM, DT_REDUCE_AVG};
-    for (int l = 0; l < 2; l++) {
+    int integer = o.dtype == DT_I32 || o.dtype == DT_I64;
+    for (int l = 0; l < 2 - integer; l++) {
         dt_placement p = PP(linear_ops[l]);
         if (op == DT_OP_ADD || op == DT_OP_SUB || op == DT_OP_NEG || op == DT_OP_MUL_SCALAR ||
             (op == DT_OP_WHERE)) {
@@ -81,11 +83,10 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
     }
     /* Adding a replicated value commutes with max, min and avg (not with sum, which would
      * count it once per rank): max_i(a_i) + r = max_i(a_i + r), and r - max_i(a_i) =
-     * min_i(r - a_i). avg only for floats: an integer avg truncates, and
-     * trunc(s/n + r) != trunc(s/n) + r when s/n < 0 < s/n + r. */
+     * min_i(r - a_i). avg only for floats, as above: trunc(s/n + r) != trunc(s/n) + r when
+     * s/n < 0 < s/n + r. */
     if ((op == DT_OP_ADD || op == DT_OP_SUB) && n == 2) {
         static const dt_reduce_op kinds[] = {DT_REDUCE_MAX, DT_REDUCE_MIN, DT_REDUCE_AVG};
-        int integer = o.dtype == DT_I32 || o.dtype == DT_I64;
         for (int j = 0; j < 3 - integer; j++) {
             dt_reduce_op flipped = op == DT_OP_ADD || kinds[j] == DT_REDUCE_AVG ? kinds[j]
                                    : kinds[j] == DT_REDUCE_MAX              ? DT_REDUCE_MIN

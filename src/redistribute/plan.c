@@ -44,6 +44,7 @@ typedef struct search {
     int nd;
     const int64_t *shape;
     size_t es;
+    int integer; /* i32/i64: an avg truncates, so P(avg) -> P(sum) is no local step */
     dt_cost_model model;
     int opts[DT_MESH_MAX_NDIM][3], nopts[DT_MESH_MAX_NDIM]; /* per mesh dim: R, src, dst */
 } search;
@@ -138,7 +139,9 @@ static int classify(const search *S, const dt_placement *p, const dt_placement *
         return DT_STEP_TO_PARTIAL;
     }
     if (b.kind == DT_PLACEMENT_PARTIAL) {
-        int avg_sum = (a.op == DT_REDUCE_AVG && b.op == DT_REDUCE_SUM) ||
+        /* sum -> avg multiplies each part by n (exact); avg -> sum divides it, which for
+         * integers truncates each part: sum_i trunc(a_i / n) != trunc(sum_i a_i / n). */
+        int avg_sum = (a.op == DT_REDUCE_AVG && b.op == DT_REDUCE_SUM && !S->integer) ||
                       (a.op == DT_REDUCE_SUM && b.op == DT_REDUCE_AVG);
         return !fused && avg_sum ? DT_STEP_SCALE : -1;
     }
@@ -430,7 +433,8 @@ dt_status dt_plan_search(int mesh_ndim, const int *mesh_shape, int ndim, const i
                          dt_dtype dtype, const dt_placement *src, const dt_placement *dst,
                          const dt_cost_model *model, dt_plan **plan_out) {
     search S = {.mnd = mesh_ndim, .ms = mesh_shape, .nd = ndim, .shape = shape,
-                .es = dt_dtype_size(dtype), .model = model ? *model : dt_cost_model_default()};
+                .es = dt_dtype_size(dtype), .integer = dtype == DT_I32 || dtype == DT_I64,
+                .model = model ? *model : dt_cost_model_default()};
     /* A mesh dim only ever holds its source placement, its target one, or R: every route
      * passes through those (Partial to Partial of another kind through R, shard to shard
      * directly), and other placements never make a plan cheaper. */
