@@ -50,7 +50,7 @@ const op_case op_cases[] = {
     {"layer_norm", DT_OP_LAYER_NORM, A(0), 3, {3, 1, 1}, {{4, 3, 8}, {8}, {8}}, {F, F, F}},
     {"rms_norm", DT_OP_RMS_NORM, A(0), 2, {2, 1}, {{5, 6}, {6}}, {F, F}},
     {"embedding", DT_OP_EMBEDDING, A(0), 2, {2, 2}, {{11, 6}, {3, 5}}, {F, DT_I64}, 0, 11},
-    {"cross_entropy", DT_OP_CROSS_ENTROPY, A(.reduction_mean = 1), 2, {2, 1}, {{8, 10}, {8}},
+    {"cross_entropy", DT_OP_CROSS_ENTROPY, A(.reduction = DT_REDUCTION_MEAN), 2, {2, 1}, {{8, 10}, {8}},
      {F, DT_I64}, 0, 10},
     {"cross_entropy none", DT_OP_CROSS_ENTROPY, A(0), 2, {3, 2}, {{4, 7, 3}, {4, 3}},
      {F, DT_I32}, 0, 7},

@@ -81,7 +81,7 @@ static dt_status ce_with(fx *f, int64_t bad, dt_dtype dtype, int use_ignore) {
                                         dtype, 1, ts, 2, s0r, DT_ALL_RANKS, &t);
     if (st != DT_OK) return st;
     dt_tensor *in[2] = {f->logits, t};
-    dt_op_args a = {.reduction_mean = 1, .use_ignore_index = use_ignore,
+    dt_op_args a = {.reduction = DT_REDUCTION_MEAN, .use_ignore_index = use_ignore,
                     .ignore_index = DT_IGNORE_INDEX};
     st = dt_op_call(DT_OP_CROSS_ENTROPY, in, 2, &a, O);
     dt_tensor_release(t);

@@ -249,7 +249,7 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
     a->correction = op == DT_OP_VAR || op == DT_OP_STD; /* torch's unbiased default */
     if (kind == TWO_DIMS) a->dim = 0, a->dim2 = 1;
     if (kind == XENT)
-        a->reduction_mean = 1, a->use_ignore_index = 1, a->ignore_index = DT_IGNORE_INDEX;
+        a->reduction = DT_REDUCTION_MEAN, a->use_ignore_index = 1, a->ignore_index = DT_IGNORE_INDEX;
     for (int i = 0; i < t.n && ok; i++) {
         const char *k = t.key[i], *v = t.val[i];
         int bare = !*k;
@@ -312,9 +312,9 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
             break;
         case XENT:
             if (bare && !strcmp(v, "mean"))
-                a->reduction_mean = 1;
+                a->reduction = DT_REDUCTION_MEAN;
             else if (bare && !strcmp(v, "none"))
-                a->reduction_mean = 0;
+                a->reduction = DT_REDUCTION_NONE;
             else if (!strcmp(k, "ignore_index") && !strcmp(v, "none"))
                 a->use_ignore_index = 0;
             else
@@ -440,7 +440,7 @@ dt_status explain_op_format(dt_op op, const dt_op_args *a, char *buf, size_t cap
         if (a->causal || a->scalar != 0) PUT(")");
         break;
     case XENT:
-        PUT("(%s", a->reduction_mean ? "mean" : "none");
+        PUT("(%s", a->reduction == DT_REDUCTION_MEAN ? "mean" : a->reduction == DT_REDUCTION_SUM ? "sum" : "none");
         if (!a->use_ignore_index)
             PUT(",ignore_index=none");
         else if (a->ignore_index != DT_IGNORE_INDEX)

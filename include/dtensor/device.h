@@ -13,21 +13,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtensor/block.h"
 #include "dtensor/runtime.h"
 #include "dtensor/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum dt_device_kind { DT_DEVICE_CPU = 0, DT_DEVICE_CUDA = 1 } dt_device_kind;
-
-/* index: the CUDA device ordinal; for dt_ctx_set_device, -1 picks one from the rank (local
- * rank modulo the number of GPUs). Ignored for the CPU. */
-typedef struct dt_device {
-    dt_device_kind kind;
-    int index;
-} dt_device;
 
 /* Number of CUDA devices this process sees: 0 without a GPU, without a driver, or in a build
  * without CUDA. Never fails. */

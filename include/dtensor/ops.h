@@ -9,32 +9,18 @@
 #ifndef DTENSOR_OPS_H
 #define DTENSOR_OPS_H
 
+#include "dtensor/block.h"
+#include "dtensor/op_list.h"
 #include "dtensor/redistribute.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The op list: enum value, name. */
-#define DT_OP_LIST(X)                                                                              \
-    X(ADD, "add") X(SUB, "sub") X(MUL, "mul") X(DIV, "div") X(MAXIMUM, "maximum")                 \
-    X(MINIMUM, "minimum") X(WHERE, "where")                                                        \
-    X(NEG, "neg") X(EXP, "exp") X(LOG, "log") X(SQRT, "sqrt") X(RSQRT, "rsqrt") X(ABS, "abs")     \
-    X(RELU, "relu") X(GELU, "gelu") X(SILU, "silu") X(TANH, "tanh") X(SIGMOID, "sigmoid")         \
-    X(POW_SCALAR, "pow_scalar") X(ADD_SCALAR, "add_scalar") X(MUL_SCALAR, "mul_scalar")            \
-    X(MM, "mm") X(BMM, "bmm") X(MATMUL, "matmul") X(ADDMM, "addmm") X(LINEAR, "linear")            \
-    X(SUM, "sum") X(MEAN, "mean") X(AMAX, "amax") X(AMIN, "amin") X(MAX, "max") X(MIN, "min")     \
-    X(ARGMAX, "argmax")                                                                            \
-    X(ARGMIN, "argmin") X(VAR, "var") X(STD, "std")                                                \
-    X(SOFTMAX, "softmax") X(LOG_SOFTMAX, "log_softmax") X(LAYER_NORM, "layer_norm")                \
-    X(RMS_NORM, "rms_norm") X(EMBEDDING, "embedding") X(PICK, "pick")                              \
-    X(CROSS_ENTROPY, "cross_entropy") X(SDPA, "scaled_dot_product_attention")                      \
-    X(TRANSPOSE, "transpose") X(PERMUTE, "permute") X(VIEW, "view") X(SLICE, "slice")              \
-    X(UNSQUEEZE, "unsqueeze") X(SQUEEZE, "squeeze") X(CONTIGUOUS, "contiguous")                   \
-    X(EXPAND, "expand") X(CAT, "cat")
-
+/* The ops, each described once (dtensor/op_list.h); the enum and the typed wrappers below
+ * come from that description. */
 typedef enum dt_op {
-#define DT_OP_ENUM(e, name) DT_OP_##e,
+#define DT_OP_ENUM(e, name, family, min_in, max_in, kernel, args, wrapper) DT_OP_##e,
     DT_OP_LIST(DT_OP_ENUM)
 #undef DT_OP_ENUM
     DT_OP_COUNT
@@ -43,35 +29,44 @@ typedef enum dt_op {
 /* "add", "mm", ...; "?" for an unknown op. */
 const char *dt_op_name(dt_op op);
 
-/* Static arguments. Zero-initialise and set what the op reads. */
+/* How cross_entropy reduces the per-sample losses (torch's reduction=). */
+typedef enum dt_reduction {
+    DT_REDUCTION_NONE = 0,
+    DT_REDUCTION_MEAN, /* over the samples not ignored */
+    DT_REDUCTION_SUM,
+} dt_reduction;
+
+/* Static arguments of dt_op_call. Zero-initialise and set what the op reads: each op reads
+ * only the fields its entry in dtensor/op_list.h names (ARG_* in brackets below), and only
+ * those key dispatch's cache. */
 typedef struct dt_op_args {
-    double scalar;            /* pow/add/mul_scalar; eps for norms (0 = 1e-5); scale for sdpa (0 = 1/sqrt(D)) */
-    int dims[DT_MAX_NDIM];    /* reductions: dims to reduce (negative from the end); permute: the order */
-    int ndims;                /* reductions: 0 = all dims */
-    int keepdim;              /* reductions */
-    int dim, dim2;            /* softmax, argmax, slice, (un)squeeze: dim; transpose: dim and dim2 */
-    int64_t start, end;       /* slice [start, end) along dim */
+    double scalar;            /* [SCALAR] pow/add/mul_scalar: s; norms: eps (0 = 1e-5); sdpa:
+                                 scale (0 = 1/sqrt(D)) */
+    int dims[DT_MAX_NDIM];    /* [DIMS] reductions: dims to reduce (negative from the end);
+                                 permute: the order */
+    int ndims;                /* [DIMS] reductions: 0 = all dims */
+    int keepdim;              /* [KEEPDIM] reductions */
+    int dim, dim2;            /* [DIM] softmax, argmax, slice, (un)squeeze, cat: dim;
+                                 [DIM2] transpose: dim and dim2 */
+    int64_t start, end;       /* [RANGE] slice [start, end) along dim */
     int64_t shape[DT_MAX_NDIM];
-    int shape_ndim;           /* view: the new shape (one entry may be -1); expand: the target */
-    int correction;           /* var/std: 1 = unbiased (torch's default), 0 = biased */
-    int causal;               /* sdpa */
-    int reduction_mean;       /* cross_entropy: 1 = mean over samples, 0 = none */
-    int use_ignore_index;     /* cross_entropy: 1 = rows labelled ignore_index are skipped */
-    int64_t ignore_index;     /* (loss 0, not counted in the mean); other labels outside
-                                 [0, C) are DT_ERR_ARG */
+    int shape_ndim;           /* [SHAPE] view: the new shape (one entry may be -1); expand: the
+                                 target */
+    int correction;           /* [CORRECTION] var/std: 1 = unbiased (torch's default), 0 = biased */
+    int causal;               /* [CAUSAL] sdpa */
+    dt_reduction reduction;   /* [REDUCTION] cross_entropy */
+    int use_ignore_index;     /* [IGNORE] cross_entropy: 1 = rows labelled ignore_index are
+                                 skipped (loss 0, not counted in the mean); other labels */
+    int64_t ignore_index;     /* outside [0, C) are DT_ERR_ARG */
+    double label_smoothing;   /* [LABEL_SMOOTHING] cross_entropy, in [0, 1] */
+    int64_t k;                /* [K] topk: k; one_hot: the number of classes */
+    int smallest;             /* [SMALLEST] topk: 1 = the k smallest (torch's largest=False) */
+    uint64_t seed, offset;    /* [SEED] dropout: the generator's key and counter; read by the
+                                 kernel only, never keyed */
 } dt_op_args;
 
 /* PyTorch's default ignore_index for cross_entropy. */
 #define DT_IGNORE_INDEX (-100)
-
-/* A dense row-major block of this rank's data, as local kernels see it. */
-typedef struct dt_block {
-    void *data;
-    dt_dtype dtype;
-    int ndim;
-    int64_t shape[DT_MAX_NDIM];
-    dt_device device; /* where data lives: for CUDA, data is device memory */
-} dt_block;
 
 /* Registering an op (like PyTorch's register_sharding): its single-mesh-dim strategies as
  * rows of placements (ninputs inputs, then the output), how its output spec follows from the
@@ -102,40 +97,69 @@ dt_status dt_op_register(const dt_op_def *def, dt_op *op_out);
 dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
                      dt_tensor **out);
 
-/* Typed wrappers (same semantics as PyTorch; broadcasting follows NumPy). */
-dt_status dt_add(dt_tensor *a, dt_tensor *b, dt_tensor **out);
-dt_status dt_sub(dt_tensor *a, dt_tensor *b, dt_tensor **out);
-dt_status dt_mul(dt_tensor *a, dt_tensor *b, dt_tensor **out);
-dt_status dt_div(dt_tensor *a, dt_tensor *b, dt_tensor **out);
-dt_status dt_unary_op(dt_op op, dt_tensor *x, dt_tensor **out); /* neg, exp, ..., sigmoid */
-dt_status dt_scalar_op(dt_op op, dt_tensor *x, double s, dt_tensor **out); /* pow/add/mul_scalar */
-dt_status dt_mm(dt_tensor *a, dt_tensor *b, dt_tensor **out);
-dt_status dt_matmul(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+/* Typed wrappers (same semantics as PyTorch; broadcasting follows NumPy). Those of the
+ * binary, unary, scalar, reduce and dim groups of dtensor/op_list.h are declared from the
+ * list: dt_add(a, b, out) ... dt_pick; dt_neg(x, out) ... dt_contiguous;
+ * dt_pow_scalar(x, s, out) ...; dt_sum(x, dims, ndims, keepdim, out) ... dt_std (ndims 0:
+ * every dim; max and min give the values, as amax and amin; var and std are unbiased);
+ * dt_softmax(x, dim, out), dt_log_softmax, dt_unsqueeze, dt_squeeze. pick(logits (..., C),
+ * target (...)) is logits[..., target], the target logit of each row. */
+#define DT_DECLARE_BINARY(e, n, f, lo, hi, k, args, wrapper)                                       \
+    dt_status wrapper(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+#define DT_DECLARE_UNARY(e, n, f, lo, hi, k, args, wrapper)                                        \
+    dt_status wrapper(dt_tensor *x, dt_tensor **out);
+#define DT_DECLARE_SCALAR(e, n, f, lo, hi, k, args, wrapper)                                       \
+    dt_status wrapper(dt_tensor *x, double s, dt_tensor **out);
+#define DT_DECLARE_REDUCE(e, n, f, lo, hi, k, args, wrapper)                                       \
+    dt_status wrapper(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out);
+#define DT_DECLARE_DIM(e, n, f, lo, hi, k, args, wrapper)                                          \
+    dt_status wrapper(dt_tensor *x, int dim, dt_tensor **out);
+DT_OP_BINARY_LIST(DT_DECLARE_BINARY)
+DT_OP_UNARY_LIST(DT_DECLARE_UNARY)
+DT_OP_SCALAR_LIST(DT_DECLARE_SCALAR)
+DT_OP_REDUCE_LIST(DT_DECLARE_REDUCE)
+DT_OP_DIM_LIST(DT_DECLARE_DIM)
+
+/* The same by op value: dt_unary_op for the unary group, dt_scalar_op for the scalar group,
+ * dt_reduce for the reduce group and argmax/argmin (which take exactly one dim). */
+dt_status dt_unary_op(dt_op op, dt_tensor *x, dt_tensor **out);
+dt_status dt_scalar_op(dt_op op, dt_tensor *x, double s, dt_tensor **out);
+dt_status dt_reduce(dt_op op, dt_tensor *x, const int *dims, int ndims, int keepdim,
+                    dt_tensor **out);
+
+/* cond ? a : b element-wise with broadcasting; cond of any dtype (non-zero = true). */
+dt_status dt_where(dt_tensor *cond, dt_tensor *a, dt_tensor *b, dt_tensor **out);
+/* bias + a @ b: a (M, K), b (K, N), bias broadcast to (M, N). */
+dt_status dt_addmm(dt_tensor *bias, dt_tensor *a, dt_tensor *b, dt_tensor **out);
 /* x @ w^T + b (b nullable): x (..., in), w (out, in), b (out). */
 dt_status dt_linear(dt_tensor *x, dt_tensor *w, dt_tensor *b, dt_tensor **out);
-dt_status dt_reduce(dt_op op, dt_tensor *x, const int *dims, int ndims, int keepdim,
-                    dt_tensor **out); /* sum, mean, amax, amin, max, min, var, std (max and
-                                         min give the values, as amax and amin; argmax and
-                                         argmin the indices) */
-dt_status dt_softmax(dt_tensor *x, int dim, dt_tensor **out);
+/* The index (i64) of the largest / smallest element along dim; ties take the first. */
+dt_status dt_argmax(dt_tensor *x, int dim, int keepdim, dt_tensor **out);
+dt_status dt_argmin(dt_tensor *x, int dim, int keepdim, dt_tensor **out);
 dt_status dt_layer_norm(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, double eps,
                         dt_tensor **out);
 dt_status dt_rms_norm(dt_tensor *x, dt_tensor *weight, double eps, dt_tensor **out);
-dt_status dt_embedding(dt_tensor *table, dt_tensor *indices, dt_tensor **out);
 /* logits (N, C, ...) f32/f64, target (N, ...) i64/i32 class ids. Rows labelled
  * DT_IGNORE_INDEX (-100, as PyTorch) are skipped: their loss is 0 and the mean is over the
  * others. Any other label outside [0, C) is DT_ERR_ARG naming its position and value, on
  * every rank. */
-dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, int mean, dt_tensor **out);
+dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, dt_reduction reduction,
+                           dt_tensor **out);
 /* The same with another ignore_index. */
-dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target, int mean,
+dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target, dt_reduction reduction,
                                   int64_t ignore_index, dt_tensor **out);
 dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out);
 dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out);
+/* out dim i is x dim dims[i] (ndims == x's dims). */
+dt_status dt_permute(dt_tensor *x, int ndims, const int *dims, dt_tensor **out);
 /* torch's t(): transposes a 2-D tensor; a 0-D or 1-D one is returned as is (one more
  * reference to x, as torch returns a view). */
 dt_status dt_t(dt_tensor *x, dt_tensor **out);
 dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
+/* x[..., start:end, ...] along dim (negative start/end count from the end, as Python). */
+dt_status dt_slice(dt_tensor *x, int dim, int64_t start, int64_t end, dt_tensor **out);
+/* x broadcast to shape (NumPy rules; x's dims align from the right). */
+dt_status dt_expand(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
 /* Concatenates 1 to 4 tensors along dim. */
 dt_status dt_cat(dt_tensor *const *xs, int n, int dim, dt_tensor **out);
 /* Splits x along dim into n pieces of the given sizes (summing to the dim's size); outs gets

@@ -11,26 +11,54 @@ static dt_status two(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor **out) {
     return dt_op_call(op, in, 2, NULL, out);
 }
 
-dt_status dt_add(dt_tensor *a, dt_tensor *b, dt_tensor **out) { return two(DT_OP_ADD, a, b, out); }
-dt_status dt_sub(dt_tensor *a, dt_tensor *b, dt_tensor **out) { return two(DT_OP_SUB, a, b, out); }
-dt_status dt_mul(dt_tensor *a, dt_tensor *b, dt_tensor **out) { return two(DT_OP_MUL, a, b, out); }
-dt_status dt_div(dt_tensor *a, dt_tensor *b, dt_tensor **out) { return two(DT_OP_DIV, a, b, out); }
-dt_status dt_mm(dt_tensor *a, dt_tensor *b, dt_tensor **out) { return two(DT_OP_MM, a, b, out); }
-dt_status dt_matmul(dt_tensor *a, dt_tensor *b, dt_tensor **out) {
-    return two(DT_OP_MATMUL, a, b, out);
-}
+/* The wrappers of the generated groups (dtensor/op_list.h). */
+#define DEFINE_BINARY(e, n, f, lo, hi, k, args, wrapper)                                           \
+    dt_status wrapper(dt_tensor *a, dt_tensor *b, dt_tensor **out) {                              \
+        return two(DT_OP_##e, a, b, out);                                                          \
+    }
+#define DEFINE_UNARY(e, n, f, lo, hi, k, args, wrapper)                                            \
+    dt_status wrapper(dt_tensor *x, dt_tensor **out) { return dt_op_call(DT_OP_##e, &x, 1, NULL, out); }
+#define DEFINE_SCALAR(e, n, f, lo, hi, k, args, wrapper)                                           \
+    dt_status wrapper(dt_tensor *x, double s, dt_tensor **out) {                                  \
+        return dt_scalar_op(DT_OP_##e, x, s, out);                                                 \
+    }
+#define DEFINE_REDUCE(e, n, f, lo, hi, k, args, wrapper)                                           \
+    dt_status wrapper(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out) {   \
+        return dt_reduce(DT_OP_##e, x, dims, ndims, keepdim, out);                                 \
+    }
+#define DEFINE_DIM(e, n, f, lo, hi, k, args, wrapper)                                              \
+    dt_status wrapper(dt_tensor *x, int dim, dt_tensor **out) {                                   \
+        dt_op_args a = {.dim = dim};                                                               \
+        return dt_op_call(DT_OP_##e, &x, 1, &a, out);                                              \
+    }
+DT_OP_BINARY_LIST(DEFINE_BINARY)
+DT_OP_UNARY_LIST(DEFINE_UNARY)
+DT_OP_SCALAR_LIST(DEFINE_SCALAR)
+DT_OP_REDUCE_LIST(DEFINE_REDUCE)
+DT_OP_DIM_LIST(DEFINE_DIM)
+
+/* Whether op is in the group whose wrappers wrapper_form makes. */
+#define IS_OF(e, n, f, lo, hi, k, args, wrapper) || op == DT_OP_##e
 
 dt_status dt_unary_op(dt_op op, dt_tensor *x, dt_tensor **out) {
-    DT_ARG(op >= DT_OP_NEG && op <= DT_OP_SIGMOID, "dt_unary_op: %s is not a unary op",
-           dt_op_name(op));
+    DT_ARG(0 DT_OP_UNARY_LIST(IS_OF), "dt_unary_op: %s is not a unary op", dt_op_name(op));
     return dt_op_call(op, &x, 1, NULL, out);
 }
 
 dt_status dt_scalar_op(dt_op op, dt_tensor *x, double s, dt_tensor **out) {
-    DT_ARG(op == DT_OP_POW_SCALAR || op == DT_OP_ADD_SCALAR || op == DT_OP_MUL_SCALAR,
-           "dt_scalar_op: %s is not a scalar op", dt_op_name(op));
+    DT_ARG(0 DT_OP_SCALAR_LIST(IS_OF), "dt_scalar_op: %s is not a scalar op", dt_op_name(op));
     dt_op_args a = {.scalar = s};
     return dt_op_call(op, &x, 1, &a, out);
+}
+
+dt_status dt_where(dt_tensor *cond, dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+    dt_tensor *in[3] = {cond, a, b};
+    return dt_op_call(DT_OP_WHERE, in, 3, NULL, out);
+}
+
+dt_status dt_addmm(dt_tensor *bias, dt_tensor *a, dt_tensor *b, dt_tensor **out) {
+    dt_tensor *in[3] = {bias, a, b};
+    return dt_op_call(DT_OP_ADDMM, in, 3, NULL, out);
 }
 
 dt_status dt_linear(dt_tensor *x, dt_tensor *w, dt_tensor *b, dt_tensor **out) {
@@ -43,6 +71,8 @@ dt_status dt_reduce(dt_op op, dt_tensor *x, const int *dims, int ndims, int keep
     DT_ARG(ndims >= 0 && ndims <= DT_MAX_NDIM, "dt_reduce: argument ndims = %d is not in [0, %d]",
            ndims, DT_MAX_NDIM);
     DT_ARG(dims != NULL || ndims == 0, "dt_reduce: argument dims is NULL");
+    DT_ARG(0 DT_OP_REDUCE_LIST(IS_OF) || op == DT_OP_ARGMAX || op == DT_OP_ARGMIN,
+           "dt_reduce: %s is not a reduction", dt_op_name(op));
     dt_op_args a = {.ndims = ndims, .keepdim = keepdim, .correction = 1};
     if (ndims) memcpy(a.dims, dims, sizeof(int) * (size_t)ndims);
     if (op == DT_OP_ARGMAX || op == DT_OP_ARGMIN) {
@@ -54,9 +84,12 @@ dt_status dt_reduce(dt_op op, dt_tensor *x, const int *dims, int ndims, int keep
     return dt_op_call(op, &x, 1, &a, out);
 }
 
-dt_status dt_softmax(dt_tensor *x, int dim, dt_tensor **out) {
-    dt_op_args a = {.dim = dim};
-    return dt_op_call(DT_OP_SOFTMAX, &x, 1, &a, out);
+dt_status dt_argmax(dt_tensor *x, int dim, int keepdim, dt_tensor **out) {
+    return dt_reduce(DT_OP_ARGMAX, x, &dim, 1, keepdim, out);
+}
+
+dt_status dt_argmin(dt_tensor *x, int dim, int keepdim, dt_tensor **out) {
+    return dt_reduce(DT_OP_ARGMIN, x, &dim, 1, keepdim, out);
 }
 
 dt_status dt_layer_norm(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, double eps,
@@ -72,19 +105,16 @@ dt_status dt_rms_norm(dt_tensor *x, dt_tensor *weight, double eps, dt_tensor **o
     return dt_op_call(DT_OP_RMS_NORM, in, 2, &a, out);
 }
 
-dt_status dt_embedding(dt_tensor *table, dt_tensor *indices, dt_tensor **out) {
-    return two(DT_OP_EMBEDDING, table, indices, out);
-}
-
-dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target, int mean,
+dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target, dt_reduction reduction,
                                   int64_t ignore_index, dt_tensor **out) {
     dt_tensor *in[2] = {logits, target};
-    dt_op_args a = {.reduction_mean = mean, .use_ignore_index = 1, .ignore_index = ignore_index};
+    dt_op_args a = {.reduction = reduction, .use_ignore_index = 1, .ignore_index = ignore_index};
     return dt_op_call(DT_OP_CROSS_ENTROPY, in, 2, &a, out);
 }
 
-dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, int mean, dt_tensor **out) {
-    return dt_cross_entropy_ignore(logits, target, mean, DT_IGNORE_INDEX, out);
+dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, dt_reduction reduction,
+                           dt_tensor **out) {
+    return dt_cross_entropy_ignore(logits, target, reduction, DT_IGNORE_INDEX, out);
 }
 
 dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out) {
@@ -106,6 +136,37 @@ dt_status dt_t(dt_tensor *x, dt_tensor **out) {
 dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out) {
     dt_op_args a = {.dim = dim0, .dim2 = dim1};
     return dt_op_call(DT_OP_TRANSPOSE, &x, 1, &a, out);
+}
+
+dt_status dt_permute(dt_tensor *x, int ndims, const int *dims, dt_tensor **out) {
+    DT_ARG(ndims >= 0 && ndims <= DT_MAX_NDIM, "dt_permute: argument ndims = %d is not in [0, %d]",
+           ndims, DT_MAX_NDIM);
+    DT_ARG(dims != NULL || ndims == 0, "dt_permute: argument dims is NULL");
+    dt_op_args a = {.ndims = ndims};
+    if (ndims) memcpy(a.dims, dims, sizeof(int) * (size_t)ndims);
+    return dt_op_call(DT_OP_PERMUTE, &x, 1, &a, out);
+}
+
+dt_status dt_slice(dt_tensor *x, int dim, int64_t start, int64_t end, dt_tensor **out) {
+    DT_ARG_NOT_NULL(x);
+    int d = dt_norm_dim(dim, x->ndim);
+    DT_ARG(d >= 0, "dt_slice: dim = %d is out of range for a %d-D tensor", dim, x->ndim);
+    int64_t size = x->shape[d]; /* Python's rules: negative counts from the end, then clamped */
+    if (start < 0) start += size;
+    if (end < 0) end += size;
+    start = start < 0 ? 0 : start > size ? size : start;
+    end = end < start ? start : end > size ? size : end;
+    dt_op_args a = {.dim = d, .start = start, .end = end};
+    return dt_op_call(DT_OP_SLICE, &x, 1, &a, out);
+}
+
+dt_status dt_expand(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out) {
+    DT_ARG(ndim >= 0 && ndim <= DT_MAX_NDIM, "dt_expand: argument ndim = %d is not in [0, %d]",
+           ndim, DT_MAX_NDIM);
+    DT_ARG(shape != NULL || ndim == 0, "dt_expand: argument shape is NULL");
+    dt_op_args a = {.shape_ndim = ndim};
+    if (ndim) memcpy(a.shape, shape, sizeof(int64_t) * (size_t)ndim);
+    return dt_op_call(DT_OP_EXPAND, &x, 1, &a, out);
 }
 
 dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out) {

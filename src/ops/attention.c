@@ -46,5 +46,5 @@ static dt_status compute(local_call *c) {
 }
 
 const op_family dt_family_attention = {
-    .min_inputs = 3, .max_inputs = 3, .infer = infer, .rules = rules, .compute = compute,
+    .infer = infer, .rules = rules, .compute = compute,
 };

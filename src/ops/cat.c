@@ -59,6 +59,6 @@ static dt_status compute(local_call *c) {
 }
 
 const op_family dt_family_cat = {
-    .min_inputs = 1, .max_inputs = DT_OP_MAX_INPUTS, .infer = infer, .rules = rules,
+    .infer = infer, .rules = rules,
     .compute = compute,
 };

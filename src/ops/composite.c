@@ -263,7 +263,7 @@ static dt_status cross_entropy(dt_tensor *logits, dt_tensor *target, const dt_op
         st = loss_parallel_cheaper(logits) ? target_logprob_parallel(logits, target, &lp)
                                            : target_logprob_whole(logits, target, &lp);
     if (st == DT_OK) st = call1(DT_OP_NEG, lp, NULL, &neg);
-    if (st == DT_OK) st = reduce_loss(neg, keep, a->reduction_mean, out);
+    if (st == DT_OK) st = reduce_loss(neg, keep, a->reduction == DT_REDUCTION_MEAN, out);
     dt_tensor_release(lp), dt_tensor_release(neg), dt_tensor_release(keep);
     return st;
 }
@@ -279,5 +279,5 @@ static dt_status composite(dt_op op, dt_tensor *const *in, int n, const dt_op_ar
 }
 
 const op_family dt_family_composite = {
-    .min_inputs = 1, .max_inputs = 2, .composite = composite,
+    .composite = composite,
 };

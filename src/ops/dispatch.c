@@ -31,13 +31,8 @@ typedef struct strategy {
  * in that dispatch looks up this mesh's strategies again (run copies what it traces before
  * the kernel, the one place that could), so eviction frees it directly. */
 
-#define ARGS_KEY_WORDS (10 + DT_MAX_NDIM / 2 + DT_MAX_NDIM)
-/* A field added to dt_op_args must be added to args_key too (this fails until the size is
- * updated with it). */
-_Static_assert(sizeof(void *) != 8 || sizeof(dt_op_args) == 168,
-               "dt_op_args changed: key the new field in args_key, then update this size");
 #define CALL_KEY_WORDS                                                                             \
-    (2 + DT_OP_MAX_INPUTS * (1 + DT_MAX_NDIM + DT_PLACEMENTS_KEY_WORDS) + ARGS_KEY_WORDS)
+    (2 + DT_OP_MAX_INPUTS * (1 + DT_MAX_NDIM + DT_PLACEMENTS_KEY_WORDS) + DT_OP_ARGS_KEY_WORDS)
 
 static const dt_op_args no_args; /* what a NULL args means */
 
@@ -45,29 +40,8 @@ static uint64_t two(int lo, int hi) {
     return (uint64_t)(uint32_t)lo | (uint64_t)(uint32_t)hi << 32;
 }
 
-static unsigned args_key(const dt_op_args *a, uint64_t *k) {
-    unsigned n = 0;
-    union {
-        double d;
-        uint64_t u;
-    } s = {.d = a->scalar};
-    k[n++] = s.u;
-    k[n++] = two(a->ndims, a->shape_ndim);
-    k[n++] = two(a->keepdim, a->correction);
-    k[n++] = two(a->causal, a->reduction_mean);
-    k[n++] = two(a->dim, a->dim2);
-    k[n++] = (uint64_t)a->start;
-    k[n++] = (uint64_t)a->end;
-    k[n++] = (uint64_t)(uint32_t)a->use_ignore_index;
-    k[n++] = (uint64_t)a->ignore_index;
-    for (int i = 0; i < a->ndims && i < DT_MAX_NDIM; i += 2)
-        k[n++] = two(a->dims[i], i + 1 < a->ndims && i + 1 < DT_MAX_NDIM ? a->dims[i + 1] : 0);
-    for (int i = 0; i < a->shape_ndim && i < DT_MAX_NDIM; i++) k[n++] = (uint64_t)a->shape[i];
-    return n;
-}
-
-/* args NULL (what the typed wrappers pass) is one word; the same values passed in a struct
- * make another key for the same choice. */
+/* The arguments go in as the op reads them (dt_op_args_key): NULL and a zeroed struct are
+ * the same key, and fields the op ignores do not split its entries. */
 static unsigned call_key(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a, int mnd,
                          uint64_t model, uint64_t *k) {
     unsigned w = 0;
@@ -83,8 +57,7 @@ static unsigned call_key(dt_op op, dt_tensor *const *in, int n, const dt_op_args
         for (int d = 0; d < t->ndim; d++) k[w++] = (uint64_t)t->shape[d];
         w += dt_placements_key(t->placements, mnd, k + w);
     }
-    k[w++] = a != NULL;
-    return a ? w + args_key(a, k + w) : w;
+    return w + dt_op_args_key(op, a, k + w);
 }
 
 /* ---- strategy search (ops/strategy.h, shared with dt_op_choose) -------------------------- */
@@ -161,14 +134,9 @@ static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int 
 
 /* ---- running ----------------------------------------------------------------------------- */
 
-static dt_status check_inputs(dt_op op, const op_family *f, dt_tensor *const *in, int n) {
-    DT_ARG(f != NULL, "dt_op_call: argument op has unknown value %d", (int)op);
-    DT_ARG(in != NULL, "%s: argument inputs is NULL", dt_op_name(op));
-    DT_ARG(n >= f->min_inputs && n <= f->max_inputs, "%s: takes %d to %d inputs, got %d",
-           dt_op_name(op), f->min_inputs, f->max_inputs, n);
+static dt_status check_inputs(dt_op op, dt_tensor *const *in, int n) {
+    DT_CHECK(dt_op_inputs_check("dt_op_call", op, (const void *const *)in, n));
     for (int i = 0; i < n; i++) {
-        DT_ARG(in[i] != NULL || (f->optional & (1u << i)), "%s: input %d is NULL",
-               dt_op_name(op), i);
         if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
             return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op),
                             i, (void *)in[i]);
@@ -261,9 +229,10 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
 dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
                      dt_tensor **out) {
     const op_family *f = dt_op_family(op);
-    DT_CHECK(check_inputs(op, f, inputs, ninputs));
+    DT_CHECK(check_inputs(op, inputs, ninputs));
     DT_ARG(out != NULL, "%s: argument out is NULL", dt_op_name(op));
     if (f->composite) return f->composite(op, inputs, ninputs, args ? args : &no_args, out);
+    DT_CHECK(dt_op_kernel_check(op, dt_kernels_of(inputs[0]->device.kind)));
     const strategy *s;
     DT_CHECK(lookup(op, f, inputs, ninputs, args, &s));
     return run(op, f, inputs, ninputs, args ? args : &no_args, s, out);
@@ -272,7 +241,7 @@ dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_o
 dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
                          dt_placement *input_placements_out, dt_placement *output_placements_out) {
     const op_family *f = dt_op_family(op);
-    DT_CHECK(check_inputs(op, f, inputs, ninputs));
+    DT_CHECK(check_inputs(op, inputs, ninputs));
     DT_ARG(input_placements_out && output_placements_out,
            "%s: input_placements_out or output_placements_out is NULL", dt_op_name(op));
     if (f->composite)

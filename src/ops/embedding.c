@@ -57,9 +57,9 @@ static dt_status compute(local_call *c) {
 }
 
 const op_family dt_family_embedding = {
-    .min_inputs = 2, .max_inputs = 2, .infer = infer, .rules = rules, .compute = compute,
+    .infer = infer, .rules = rules, .compute = compute,
 };
 
 const op_family dt_family_pick = {
-    .min_inputs = 2, .max_inputs = 2, .infer = infer, .rules = rules, .compute = compute,
+    .infer = infer, .rules = rules, .compute = compute,
 };

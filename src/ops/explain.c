@@ -121,15 +121,11 @@ static dt_status check_mesh(const char *fn, int mnd, const int *shape) {
 }
 
 /* Checks the inputs as dt_op_call does and normalises their placements into have. */
-static dt_status check_inputs(dt_op op, const op_family *f, int mnd, const dt_spec *const *in,
+static dt_status check_inputs(dt_op op, int mnd, const dt_spec *const *in,
                               int n, dt_placement (*have)[DT_MESH_MAX_NDIM]) {
     const char *name = dt_op_name(op);
-    DT_ARG(f != NULL, "dt_op_choose: argument op has unknown value %d", (int)op);
-    DT_ARG(in != NULL, "%s: argument inputs is NULL", name);
-    DT_ARG(n >= f->min_inputs && n <= f->max_inputs, "%s: takes %d to %d inputs, got %d", name,
-           f->min_inputs, f->max_inputs, n);
+    DT_CHECK(dt_op_inputs_check("dt_op_choose", op, (const void *const *)in, n));
     for (int i = 0; i < n; i++) {
-        DT_ARG(in[i] != NULL || (f->optional & (1u << i)), "%s: input %d is NULL", name, i);
         if (!in[i]) continue;
         char what[32];
         snprintf(what, sizeof what, "input %d's placements", i);
@@ -158,7 +154,7 @@ dt_status dt_op_choose(dt_op op, int mesh_ndim, const int *mesh_shape, const dt_
                model->latency_us, model->step_us, model->bandwidth_gbps);
     const op_family *f = dt_op_family(op);
     dt_placement have[DT_OP_MAX_INPUTS][DT_MESH_MAX_NDIM];
-    DT_CHECK(check_inputs(op, f, mesh_ndim, inputs, ninputs, have));
+    DT_CHECK(check_inputs(op, mesh_ndim, inputs, ninputs, have));
     if (f->composite)
         return dt_error(DT_ERR_UNSUPPORTED,
                         "%s is built from other ops: it has no single "

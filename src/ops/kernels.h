@@ -9,8 +9,7 @@
 
 #include <stdint.h>
 
-#include "dtensor/device.h"
-#include "dtensor/ops.h"
+#include "dtensor/block.h"
 
 typedef dt_block dt_local;
 

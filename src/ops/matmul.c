@@ -130,6 +130,6 @@ static dt_status compute(local_call *c) {
 }
 
 const op_family dt_family_matmul = {
-    .min_inputs = 2, .max_inputs = 3, .optional = 1u << 2, /* linear's bias */
+    .optional = 1u << 2, /* linear's bias */
     .infer = infer, .rules = rules, .compute = compute,
 };

@@ -61,10 +61,10 @@ static dt_status compute(local_call *c) {
 }
 
 const op_family dt_family_softmax = {
-    .min_inputs = 1, .max_inputs = 1, .infer = infer, .rules = rules, .compute = compute,
+    .infer = infer, .rules = rules, .compute = compute,
 };
 
 const op_family dt_family_norm = {
-    .min_inputs = 1, .max_inputs = 3, .optional = 6u, /* weight and bias */
+    .optional = 6u, /* weight and bias */
     .infer = infer, .rules = rules, .compute = compute,
 };

@@ -46,7 +46,6 @@ typedef struct local_call {
 } local_call;
 
 typedef struct op_family {
-    int min_inputs, max_inputs;
     unsigned optional; /* bit i: input i may be NULL (a bias, a weight) */
     dt_status (*infer)(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out);
     /* Rows valid on a mesh dim of size mesh_size (of a mesh of mesh_total ranks). */
@@ -65,8 +64,57 @@ extern const op_family dt_family_pointwise, dt_family_matmul, dt_family_reduce,
 /* The name of a registered op, NULL when op is not one (user.c). */
 const char *dt_user_op_name(dt_op op);
 
-/* The family of op (registry.c). */
+/* Number of inputs of a registered op, 0 when op is not one (user.c). */
+int dt_user_op_ninputs(dt_op op);
+
+/* The dt_op_args fields an op reads (the arguments column of dtensor/op_list.h). */
+enum {
+    ARG_SCALAR = 1u << 0,
+    ARG_DIMS = 1u << 1, /* dims and ndims */
+    ARG_KEEPDIM = 1u << 2,
+    ARG_DIM = 1u << 3,
+    ARG_DIM2 = 1u << 4,
+    ARG_RANGE = 1u << 5, /* start and end */
+    ARG_SHAPE = 1u << 6, /* shape and shape_ndim */
+    ARG_CORRECTION = 1u << 7,
+    ARG_CAUSAL = 1u << 8,
+    ARG_REDUCTION = 1u << 9,
+    ARG_IGNORE = 1u << 10, /* use_ignore_index and ignore_index */
+    ARG_LABEL_SMOOTHING = 1u << 11,
+    ARG_K = 1u << 12,
+    ARG_SMALLEST = 1u << 13,
+    ARG_SEED = 1u << 14, /* seed and offset: read by the kernel, never keyed */
+    ARG_ALL = (1u << 15) - 1,
+};
+
+/* A built-in op as dtensor/op_list.h describes it. */
+typedef struct op_desc {
+    const char *name;
+    const op_family *family;
+    int min_inputs, max_inputs;
+    int kernel;            /* offsetof its dt_kernels slot; -1: none (composites, copies) */
+    const char *kernel_name;
+    unsigned args;         /* ARG_* */
+    const char *wrapper;   /* its typed wrapper's name */
+} op_desc;
+
+/* The description of a built-in op, NULL for any other value (registry.c). */
+const op_desc *dt_op_desc(dt_op op);
+
+/* The family of op, built-in or registered (registry.c). */
 const op_family *dt_op_family(dt_op op);
+
+/* The kernel op runs in table k, NULL when it runs none; DT_ERR_UNSUPPORTED naming the op and
+ * the table when the table lacks it. */
+dt_status dt_op_kernel_check(dt_op op, const dt_kernels *k);
+
+/* Checks op is known and in holds n inputs it takes (NULL only where optional), as fn. */
+dt_status dt_op_inputs_check(const char *fn, dt_op op, const void *const *in, int n);
+
+/* The cache key words of args as op reads them (at most DT_OP_ARGS_KEY_WORDS); args NULL is
+ * all zeros. Equal keys mean the op cannot tell the arguments apart. */
+#define DT_OP_ARGS_KEY_WORDS (16 + DT_MAX_NDIM / 2 + DT_MAX_NDIM)
+unsigned dt_op_args_key(dt_op op, const dt_op_args *args, uint64_t *key);
 
 /* Placement shorthands for rule tables. */
 #define RP ((dt_placement){DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM})

@@ -130,5 +130,5 @@ static dt_status compute(local_call *c) {
 }
 
 const op_family dt_family_pointwise = {
-    .min_inputs = 1, .max_inputs = 3, .infer = infer, .rules = rules, .compute = compute,
+    .infer = infer, .rules = rules, .compute = compute,
 };

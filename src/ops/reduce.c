@@ -100,5 +100,5 @@ static dt_status compute(local_call *c) {
 }
 
 const op_family dt_family_reduce = {
-    .min_inputs = 1, .max_inputs = 1, .infer = infer, .rules = rules, .compute = compute,
+    .infer = infer, .rules = rules, .compute = compute,
 };

@@ -1,53 +1,124 @@
-/* The op table: every op's name and family, in one place. */
+/* The op table, generated from dtensor/op_list.h: every built-in op's name, family, arity,
+ * kernel slot, argument schema and wrapper. The argument schema also gives the cache key. */
+#include <stddef.h>
+#include <string.h>
+
 #include "core/check.h"
 #include "ops/op_impl.h"
 
-static const char *const names[] = {
-#define NAME(e, name) [DT_OP_##e] = name,
-    DT_OP_LIST(NAME)
-#undef NAME
-};
-_Static_assert(sizeof names / sizeof names[0] == DT_OP_COUNT, "op name table incomplete");
+/* The kernel column: a dt_kernels slot, or none. */
+#define KERNEL_none (-1)
+#define KERNEL_SLOT(slot) ((int)offsetof(dt_kernels, slot))
+#define KERNEL_unary KERNEL_SLOT(unary)
+#define KERNEL_binary KERNEL_SLOT(binary)
+#define KERNEL_where KERNEL_SLOT(where)
+#define KERNEL_matmul KERNEL_SLOT(matmul)
+#define KERNEL_reduce KERNEL_SLOT(reduce)
+#define KERNEL_arg_reduce KERNEL_SLOT(arg_reduce)
+#define KERNEL_softmax KERNEL_SLOT(softmax)
+#define KERNEL_layer_norm KERNEL_SLOT(layer_norm)
+#define KERNEL_embedding KERNEL_SLOT(embedding)
+#define KERNEL_pick KERNEL_SLOT(pick)
+#define KERNEL_expand KERNEL_SLOT(expand)
+#define KERNEL_slice KERNEL_SLOT(slice)
+#define KERNEL_permute KERNEL_SLOT(permute)
+#define KERNEL_sdpa KERNEL_SLOT(sdpa)
 
-static const op_family *const families[] = {
-    [DT_OP_ADD] = &dt_family_pointwise,     [DT_OP_SUB] = &dt_family_pointwise,
-    [DT_OP_MUL] = &dt_family_pointwise,     [DT_OP_DIV] = &dt_family_pointwise,
-    [DT_OP_MAXIMUM] = &dt_family_pointwise, [DT_OP_MINIMUM] = &dt_family_pointwise,
-    [DT_OP_WHERE] = &dt_family_pointwise,   [DT_OP_NEG] = &dt_family_pointwise,
-    [DT_OP_EXP] = &dt_family_pointwise,     [DT_OP_LOG] = &dt_family_pointwise,
-    [DT_OP_SQRT] = &dt_family_pointwise,    [DT_OP_RSQRT] = &dt_family_pointwise,
-    [DT_OP_ABS] = &dt_family_pointwise,     [DT_OP_RELU] = &dt_family_pointwise,
-    [DT_OP_GELU] = &dt_family_pointwise,    [DT_OP_SILU] = &dt_family_pointwise,
-    [DT_OP_TANH] = &dt_family_pointwise,    [DT_OP_SIGMOID] = &dt_family_pointwise,
-    [DT_OP_POW_SCALAR] = &dt_family_pointwise, [DT_OP_ADD_SCALAR] = &dt_family_pointwise,
-    [DT_OP_MUL_SCALAR] = &dt_family_pointwise,
-    [DT_OP_MM] = &dt_family_matmul,         [DT_OP_BMM] = &dt_family_matmul,
-    [DT_OP_MATMUL] = &dt_family_matmul,     [DT_OP_ADDMM] = &dt_family_matmul,
-    [DT_OP_LINEAR] = &dt_family_matmul,
-    [DT_OP_SUM] = &dt_family_reduce,        [DT_OP_MEAN] = &dt_family_reduce,
-    [DT_OP_AMAX] = &dt_family_reduce,       [DT_OP_AMIN] = &dt_family_reduce,
-    [DT_OP_MAX] = &dt_family_reduce,        [DT_OP_MIN] = &dt_family_reduce,
-    [DT_OP_ARGMAX] = &dt_family_reduce,     [DT_OP_ARGMIN] = &dt_family_reduce,
-    [DT_OP_VAR] = &dt_family_composite,     [DT_OP_STD] = &dt_family_composite,
-    [DT_OP_SOFTMAX] = &dt_family_softmax,   [DT_OP_LOG_SOFTMAX] = &dt_family_softmax,
-    [DT_OP_LAYER_NORM] = &dt_family_norm,   [DT_OP_RMS_NORM] = &dt_family_norm,
-    [DT_OP_EMBEDDING] = &dt_family_embedding, [DT_OP_PICK] = &dt_family_pick,
-    [DT_OP_CROSS_ENTROPY] = &dt_family_composite, [DT_OP_SDPA] = &dt_family_attention,
-    [DT_OP_TRANSPOSE] = &dt_family_shape,   [DT_OP_PERMUTE] = &dt_family_shape,
-    [DT_OP_VIEW] = &dt_family_shape,        [DT_OP_SLICE] = &dt_family_shape,
-    [DT_OP_UNSQUEEZE] = &dt_family_shape,   [DT_OP_SQUEEZE] = &dt_family_shape,
-    [DT_OP_CONTIGUOUS] = &dt_family_shape, [DT_OP_EXPAND] = &dt_family_shape,
-    [DT_OP_CAT] = &dt_family_cat,
+static const op_desc descs[] = {
+#define DESC(e, name_, family_, min_in, max_in, kernel_, args_, wrapper_)                         \
+    [DT_OP_##e] = {.name = name_, .family = &dt_family_##family_, .min_inputs = min_in,            \
+                   .max_inputs = max_in, .kernel = KERNEL_##kernel_, .kernel_name = #kernel_,     \
+                   .args = (args_), .wrapper = #wrapper_},
+    DT_OP_LIST(DESC)
+#undef DESC
 };
-_Static_assert(sizeof families / sizeof families[0] == DT_OP_COUNT, "op family table incomplete");
+_Static_assert(sizeof descs / sizeof descs[0] == DT_OP_COUNT, "op table incomplete");
+
+const op_desc *dt_op_desc(dt_op op) {
+    return (unsigned)op < DT_OP_COUNT ? &descs[op] : NULL;
+}
 
 const char *dt_op_name(dt_op op) {
-    if ((unsigned)op < DT_OP_COUNT) return names[op];
+    if ((unsigned)op < DT_OP_COUNT) return descs[op].name;
     const char *user = dt_user_op_name(op);
     return user ? user : "?";
 }
 
 const op_family *dt_op_family(dt_op op) {
-    if ((unsigned)op < DT_OP_COUNT) return families[op];
+    if ((unsigned)op < DT_OP_COUNT) return descs[op].family;
     return dt_user_op_name(op) ? &dt_family_user : NULL;
+}
+
+dt_status dt_op_kernel_check(dt_op op, const dt_kernels *k) {
+    const op_desc *d = dt_op_desc(op);
+    if (!d || d->kernel < 0) return DT_OK;
+    void *const *slot = (void *const *)((const char *)k + d->kernel);
+    if (!k || !*slot)
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: no %s kernel on %s", d->name, d->kernel_name,
+                        k ? k->name : "this device");
+    return DT_OK;
+}
+
+dt_status dt_op_inputs_check(const char *fn, dt_op op, const void *const *in, int n) {
+    const op_family *f = dt_op_family(op);
+    DT_ARG(f != NULL, "%s: argument op has unknown value %d", fn, (int)op);
+    const char *name = dt_op_name(op);
+    DT_ARG(in != NULL, "%s: argument inputs is NULL", name);
+    const op_desc *d = dt_op_desc(op);
+    int lo = d ? d->min_inputs : dt_user_op_ninputs(op), hi = d ? d->max_inputs : lo;
+    if (lo == hi)
+        DT_ARG(n == lo, "%s: takes %d input%s, got %d", name, lo, lo == 1 ? "" : "s", n);
+    else
+        DT_ARG(n >= lo && n <= hi, "%s: takes %d to %d inputs, got %d", name, lo, hi, n);
+    for (int i = 0; i < n; i++)
+        DT_ARG(in[i] != NULL || (f->optional & (1u << i)), "%s: input %d is NULL", name, i);
+    return DT_OK;
+}
+
+/* ---- the argument key ---------------------------------------------------------------------
+ * Every field of dt_op_args belongs to one ARG_ bit; an op's key holds the fields of its bits,
+ * field by field (callers' structs may carry padding garbage). */
+_Static_assert(sizeof(void *) != 8 || sizeof(dt_op_args) == 208,
+               "dt_op_args changed: give the new field an ARG_ bit, key it below, then update "
+               "this size");
+
+static uint64_t two(int lo, int hi) {
+    return (uint64_t)(uint32_t)lo | (uint64_t)(uint32_t)hi << 32;
+}
+
+static uint64_t bits_of(double x) {
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+unsigned dt_op_args_key(dt_op op, const dt_op_args *a, uint64_t *k) {
+    static const dt_op_args zero;
+    const op_desc *d = dt_op_desc(op);
+    unsigned use = d ? d->args : ARG_ALL & ~ARG_SEED, n = 0; /* registered ops: every field */
+    if (!a) a = &zero;
+    if (use & ARG_SCALAR) k[n++] = bits_of(a->scalar);
+    if (use & ARG_DIMS) {
+        int nd = a->ndims < 0 ? 0 : a->ndims > DT_MAX_NDIM ? DT_MAX_NDIM : a->ndims;
+        k[n++] = (uint64_t)(uint32_t)a->ndims;
+        for (int i = 0; i < nd; i += 2) k[n++] = two(a->dims[i], i + 1 < nd ? a->dims[i + 1] : 0);
+    }
+    if (use & ARG_KEEPDIM) k[n++] = (uint64_t)(uint32_t)a->keepdim;
+    if (use & ARG_DIM) k[n++] = (uint64_t)(uint32_t)a->dim;
+    if (use & ARG_DIM2) k[n++] = (uint64_t)(uint32_t)a->dim2;
+    if (use & ARG_RANGE) k[n++] = (uint64_t)a->start, k[n++] = (uint64_t)a->end;
+    if (use & ARG_SHAPE) {
+        int nd = a->shape_ndim < 0 ? 0 : a->shape_ndim > DT_MAX_NDIM ? DT_MAX_NDIM : a->shape_ndim;
+        k[n++] = (uint64_t)(uint32_t)a->shape_ndim;
+        for (int i = 0; i < nd; i++) k[n++] = (uint64_t)a->shape[i];
+    }
+    if (use & ARG_CORRECTION) k[n++] = (uint64_t)(uint32_t)a->correction;
+    if (use & ARG_CAUSAL) k[n++] = (uint64_t)(uint32_t)a->causal;
+    if (use & ARG_REDUCTION) k[n++] = (uint64_t)(uint32_t)a->reduction;
+    if (use & ARG_IGNORE) k[n++] = (uint64_t)(uint32_t)a->use_ignore_index,
+                          k[n++] = (uint64_t)a->ignore_index;
+    if (use & ARG_LABEL_SMOOTHING) k[n++] = bits_of(a->label_smoothing);
+    if (use & ARG_K) k[n++] = (uint64_t)a->k;
+    if (use & ARG_SMALLEST) k[n++] = (uint64_t)(uint32_t)a->smallest;
+    return n;
 }

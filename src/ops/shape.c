@@ -205,5 +205,5 @@ static dt_status compute(local_call *c) {
 }
 
 const op_family dt_family_shape = {
-    .min_inputs = 1, .max_inputs = 1, .infer = infer, .rules = rules, .compute = compute,
+    .infer = infer, .rules = rules, .compute = compute,
 };

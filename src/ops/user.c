@@ -29,6 +29,11 @@ const char *dt_user_op_name(dt_op op) {
     return u ? u->name : NULL;
 }
 
+int dt_user_op_ninputs(dt_op op) {
+    const user_op *u = find(op);
+    return u ? u->def.ninputs : 0;
+}
+
 static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
     (void)a;
     const user_op *u = find(op);
@@ -69,7 +74,7 @@ static dt_status compute(local_call *c) {
 }
 
 const op_family dt_family_user = {
-    .min_inputs = 1, .max_inputs = DT_OP_MAX_USER_INPUTS, .infer = infer, .rules = rules,
+    .infer = infer, .rules = rules,
     .compute = compute,
 };
 
