@@ -18,63 +18,63 @@ extern "C" {
 typedef struct dt_comm dt_comm;
 
 /* The communicator over all ranks of the world; borrowed, valid while ctx lives. */
-dt_status dt_ctx_world_comm(dt_ctx *ctx, dt_comm **comm_out);
+DT_API dt_status dt_ctx_world_comm(dt_ctx *ctx, dt_comm **comm_out);
 
 /* A communicator over world ranks ranks[0..n-1] (group rank i = ranks[i]); the caller must be
  * one of them. Does not block. Matched by order: the k-th creation of a given rank list on
  * each member refers to the same group. Destroy it with dt_comm_destroy (not collective). */
-dt_status dt_comm_create(dt_ctx *ctx, const int *ranks, int n, dt_comm **comm_out);
-dt_status dt_comm_destroy(dt_comm *comm);
+DT_API dt_status dt_comm_create(dt_ctx *ctx, const int *ranks, int n, dt_comm **comm_out);
+DT_API dt_status dt_comm_destroy(dt_comm *comm);
 
 /* This rank's index in the group, the group size, and the world rank of group rank i;
  * -1 for bad arguments (and dt_last_error() says which). */
-int dt_comm_rank(const dt_comm *comm);
-int dt_comm_size(const dt_comm *comm);
-int dt_comm_world_rank(const dt_comm *comm, int group_rank);
+DT_API int dt_comm_rank(const dt_comm *comm);
+DT_API int dt_comm_size(const dt_comm *comm);
+DT_API int dt_comm_world_rank(const dt_comm *comm, int group_rank);
 
 /* recv = op over ranks of send (count elements). In place allowed. Every rank gets bitwise
  * identical results: each element is reduced once, in group-rank order (bf16/f16 in f32). */
-dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype,
+DT_API dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype,
                         dt_reduce_op op);
 
 /* recv = concatenation of every rank's send (count elements each). */
-dt_status dt_all_gather(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype);
+DT_API dt_status dt_all_gather(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype);
 
 /* Variable counts: rank i's send (recvcounts[i] elements) lands at recv + displs[i].
  * displs NULL means packed in rank order. recvcounts must agree on every rank. */
-dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv, const size_t *recvcounts,
+DT_API dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv, const size_t *recvcounts,
                          const size_t *displs, dt_dtype dtype);
 
 /* send holds size blocks of count elements; rank i receives block i reduced over ranks. */
-dt_status dt_reduce_scatter(dt_comm *comm, const void *send, void *recv, size_t count,
+DT_API dt_status dt_reduce_scatter(dt_comm *comm, const void *send, void *recv, size_t count,
                             dt_dtype dtype, dt_reduce_op op);
 
 /* Variable counts: send holds blocks of recvcounts[0], recvcounts[1], ... elements, packed;
  * rank i receives block i reduced over ranks. recvcounts must agree on every rank. */
-dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv, const size_t *recvcounts,
+DT_API dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv, const size_t *recvcounts,
                              dt_dtype dtype, dt_reduce_op op);
 
 /* Block i of send (count elements) goes to rank i; block j of recv comes from rank j. */
-dt_status dt_all_to_all(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype);
+DT_API dt_status dt_all_to_all(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype);
 
 /* Per-peer counts: sendcounts[j] elements at send + sdispls[j] go to rank j, and
  * recvcounts[j] elements from rank j land at recv + rdispls[j]. The counts must pair up
  * (my recvcounts[j] == rank j's sendcounts[me]). Displacement arrays NULL = packed. */
-dt_status dt_all_to_allv(dt_comm *comm, const void *send, const size_t *sendcounts,
+DT_API dt_status dt_all_to_allv(dt_comm *comm, const void *send, const size_t *sendcounts,
                          const size_t *sdispls, void *recv, const size_t *recvcounts,
                          const size_t *rdispls, dt_dtype dtype);
 
 /* buf (count elements) of group rank root is copied to every rank's buf. */
-dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int root);
+DT_API dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int root);
 
 /* Point to point, not collective. send blocks until the matching recv on peer has taken the
  * data (rendezvous, no intermediate copy), so pair them (e.g. even ranks send first). Messages
  * between one pair arrive in order; counts and dtypes must match. */
-dt_status dt_send(dt_comm *comm, const void *buf, size_t count, dt_dtype dtype, int peer);
-dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int peer);
+DT_API dt_status dt_send(dt_comm *comm, const void *buf, size_t count, dt_dtype dtype, int peer);
+DT_API dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int peer);
 
 /* Returns when every rank of the group has called it. */
-dt_status dt_barrier(dt_comm *comm);
+DT_API dt_status dt_barrier(dt_comm *comm);
 
 /* Non-blocking forms: they return at once with a handle and the collective runs on this
  * rank's communication thread, so computation can overlap it. Same arguments and semantics
@@ -82,18 +82,18 @@ dt_status dt_barrier(dt_comm *comm);
  * dt_comm_wait. Collectives on one communicator keep the order they were issued in: a
  * blocking call made while requests are pending on that communicator waits its turn. */
 typedef struct dt_comm_request dt_comm_request;
-dt_status dt_all_reduce_start(dt_comm *comm, const void *send, void *recv, size_t count,
+DT_API dt_status dt_all_reduce_start(dt_comm *comm, const void *send, void *recv, size_t count,
                               dt_dtype dtype, dt_reduce_op op, dt_comm_request **request_out);
-dt_status dt_all_gather_start(dt_comm *comm, const void *send, void *recv, size_t count,
+DT_API dt_status dt_all_gather_start(dt_comm *comm, const void *send, void *recv, size_t count,
                               dt_dtype dtype, dt_comm_request **request_out);
-dt_status dt_reduce_scatter_start(dt_comm *comm, const void *send, void *recv, size_t count,
+DT_API dt_status dt_reduce_scatter_start(dt_comm *comm, const void *send, void *recv, size_t count,
                                   dt_dtype dtype, dt_reduce_op op, dt_comm_request **request_out);
-dt_status dt_all_to_all_start(dt_comm *comm, const void *send, void *recv, size_t count,
+DT_API dt_status dt_all_to_all_start(dt_comm *comm, const void *send, void *recv, size_t count,
                               dt_dtype dtype, dt_comm_request **request_out);
 /* Blocks until the request is done, frees it and returns the collective's status. */
-dt_status dt_comm_wait(dt_comm_request *request);
+DT_API dt_status dt_comm_wait(dt_comm_request *request);
 /* 1 when done (then dt_comm_wait returns at once), 0 when not yet; -1 for NULL. */
-int dt_comm_test(const dt_comm_request *request);
+DT_API int dt_comm_test(const dt_comm_request *request);
 
 /* Communication accounting (like PyTorch's CommDebugMode): every call above that succeeds is
  * counted on the calling rank's context, by kind and group size, with the bytes of this
@@ -111,7 +111,7 @@ typedef enum dt_coll_kind {
 } dt_coll_kind;
 
 /* "all_reduce", "all_gather", ... ; "?" for an unknown kind. */
-const char *dt_coll_kind_name(dt_coll_kind kind);
+DT_API const char *dt_coll_kind_name(dt_coll_kind kind);
 
 #define DT_COMM_STATS_MAX 64
 
@@ -137,8 +137,8 @@ typedef struct dt_comm_stats {
 
 /* dt_comm_stats_get copies this rank's counters, dt_comm_stats_reset zeroes them. Not
  * collective. */
-dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *stats_out);
-dt_status dt_comm_stats_reset(dt_ctx *ctx);
+DT_API dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *stats_out);
+DT_API dt_status dt_comm_stats_reset(dt_ctx *ctx);
 
 #ifdef __cplusplus
 }

@@ -28,14 +28,14 @@ extern "C" {
 /* ---- constants ---------------------------------------------------------------------------- */
 
 /* torch.ones. */
-dt_status dt_tensor_ones(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
+DT_API dt_status dt_tensor_ones(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
                          int nplacements, const dt_placement *placements, dt_tensor **tensor_out);
 
 /* torch.full: every element is value, rounded once to dtype (named so because
  * dt_tensor_full gathers a tensor, as DTensor.full_tensor). Integer dtypes truncate toward
  * zero, as torch does; a value that is NaN, infinite or out of the type's range after
  * truncation is DT_ERR_ARG. */
-dt_status dt_tensor_full_value(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
+DT_API dt_status dt_tensor_full_value(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
                                int nplacements, const dt_placement *placements, double value,
                                dt_tensor **tensor_out);
 
@@ -43,11 +43,11 @@ dt_status dt_tensor_full_value(dt_mesh *mesh, dt_dtype dtype, int ndim, const in
  * element i = start + i * step computed in f64 and rounded once (integer dtypes: in i64, and
  * start and step must be whole numbers). DT_ERR_ARG for step 0, a step whose sign does not
  * lead from start to end, a non-finite bound, or a last element outside an integer dtype. */
-dt_status dt_tensor_arange(dt_mesh *mesh, dt_dtype dtype, double start, double end, double step,
+DT_API dt_status dt_tensor_arange(dt_mesh *mesh, dt_dtype dtype, double start, double end, double step,
                            int nplacements, const dt_placement *placements, dt_tensor **tensor_out);
 
 /* torch.eye(n, m): an (n, m) tensor with ones where row == column. n, m >= 0. */
-dt_status dt_tensor_eye(dt_mesh *mesh, dt_dtype dtype, int64_t n, int64_t m, int nplacements,
+DT_API dt_status dt_tensor_eye(dt_mesh *mesh, dt_dtype dtype, int64_t n, int64_t m, int nplacements,
                         const dt_placement *placements, dt_tensor **tensor_out);
 
 /* ---- random numbers ----------------------------------------------------------------------- */
@@ -84,22 +84,22 @@ static inline dt_generator dt_generator_make(uint64_t seed) {
  * Float dtypes only (DT_ERR_DTYPE for integers); gen must not be NULL. */
 
 /* torch.rand: uniform in [0, 1). */
-dt_status dt_tensor_rand(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
+DT_API dt_status dt_tensor_rand(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
                          int nplacements, const dt_placement *placements, dt_generator *gen,
                          dt_tensor **tensor_out);
 
 /* torch.randn: standard normal. */
-dt_status dt_tensor_randn(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
+DT_API dt_status dt_tensor_randn(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
                           int nplacements, const dt_placement *placements, dt_generator *gen,
                           dt_tensor **tensor_out);
 
 /* Tensor.uniform_(lo, hi): overwrites tensor's shard in place (keeping its placements, under
  * the Partial convention above) with uniform draws in [lo, hi). lo <= hi, both finite. Not
  * collective. Queued on the rank's compute stream on a GPU, like an op. */
-dt_status dt_tensor_uniform_(dt_tensor *tensor, double lo, double hi, dt_generator *gen);
+DT_API dt_status dt_tensor_uniform_(dt_tensor *tensor, double lo, double hi, dt_generator *gen);
 
 /* Tensor.normal_(mean, std): likewise with normal draws. mean finite, 0 <= std < inf. */
-dt_status dt_tensor_normal_(dt_tensor *tensor, double mean, double std, dt_generator *gen);
+DT_API dt_status dt_tensor_normal_(dt_tensor *tensor, double mean, double std, dt_generator *gen);
 
 /* ---- dtype conversion --------------------------------------------------------------------- */
 
@@ -124,7 +124,7 @@ dt_status dt_tensor_normal_(dt_tensor *tensor, double mean, double std, dt_gener
  *     value is exactly the cast of x's global value. Collective over the mesh in this case
  *     only (all ranks call it; it blocks); otherwise local.
  * The caller owns *tensor_out. DT_ERR_DTYPE for an unknown dtype. */
-dt_status dt_cast(dt_tensor *x, dt_dtype dtype, dt_tensor **tensor_out);
+DT_API dt_status dt_cast(dt_tensor *x, dt_dtype dtype, dt_tensor **tensor_out);
 
 #ifdef __cplusplus
 }

@@ -23,7 +23,7 @@ extern "C" {
 
 /* Number of CUDA devices this process sees: 0 without a GPU, without a driver, or in a build
  * without CUDA. Never fails. */
-int dt_cuda_device_count(void);
+DT_API int dt_cuda_device_count(void);
 
 /* Sets the calling rank's compute device. Tensors created afterwards (zeros, distribute,
  * from_local, op outputs) keep their local data there. For CUDA it makes the rank's compute
@@ -31,24 +31,24 @@ int dt_cuda_device_count(void);
  * GPU's caching allocator. Not collective, but every rank of a mesh should use the same kind
  * of device. Errors: DT_ERR_UNSUPPORTED (no CUDA in this build), DT_ERR_DEVICE (no such
  * GPU), DT_ERR_ARG (unknown kind). */
-dt_status dt_ctx_set_device(dt_ctx *ctx, dt_device device);
+DT_API dt_status dt_ctx_set_device(dt_ctx *ctx, dt_device device);
 
 /* The rank's compute device ({DT_DEVICE_CPU, 0} for a NULL context). */
-dt_device dt_ctx_device(const dt_ctx *ctx);
+DT_API dt_device dt_ctx_device(const dt_ctx *ctx);
 
 /* Lets f32 GEMMs of this rank use TF32 tensor cores (like torch.backends.cuda.matmul.
  * allow_tf32), on its GPU now or set later. Off by default. No effect on the CPU. */
-dt_status dt_ctx_set_tf32(dt_ctx *ctx, int allow);
+DT_API dt_status dt_ctx_set_tf32(dt_ctx *ctx, int allow);
 
 /* Blocks until the work this rank queued on its GPU streams is done (a no-op on the CPU).
  * Kernels and copies run asynchronously on CUDA; results read through dt_tensor_full,
  * dt_tensor_local_to_host or dt_tensor_to_device are always complete. */
-dt_status dt_ctx_synchronize(dt_ctx *ctx);
+DT_API dt_status dt_ctx_synchronize(dt_ctx *ctx);
 
 /* The compute stream (a cudaStream_t) of the rank whose op runs on the calling thread, for a
  * registered op's CUDA kernel (dt_op_register) to queue its work on; NULL when no GPU is
  * bound to the thread. */
-void *dt_cuda_current_stream(void);
+DT_API void *dt_cuda_current_stream(void);
 
 /* The caching allocator of one CUDA device. Freed blocks stay cached by size class and by
  * stream, and are handed out again to the same stream, so steady-state ops do not call
@@ -65,10 +65,10 @@ typedef struct dt_memory_stats {
 
 /* Statistics of device's allocator (all zeros for a GPU not used yet). DT_ERR_UNSUPPORTED
  * for the CPU and in builds without CUDA. Thread-safe. */
-dt_status dt_device_memory_stats(dt_device device, dt_memory_stats *stats_out);
+DT_API dt_status dt_device_memory_stats(dt_device device, dt_memory_stats *stats_out);
 
 /* Gives device's cached blocks back to the driver (torch.cuda.empty_cache). Thread-safe. */
-dt_status dt_device_empty_cache(dt_device device);
+DT_API dt_status dt_device_empty_cache(dt_device device);
 
 #ifdef __cplusplus
 }

@@ -41,14 +41,14 @@ typedef struct dt_op_choice {
 
 /* The op named name: built-in ("mm", "softmax", ...) or registered with dt_op_register.
  * DT_ERR_ARG naming it when there is none. */
-dt_status dt_op_lookup(const char *name, dt_op *op_out);
+DT_API dt_status dt_op_lookup(const char *name, dt_op *op_out);
 
 /* The strategy dt_op_call(op, inputs, ninputs, args) would choose on a mesh of mesh_ndim dims
  * of sizes mesh_shape. inputs[i] NULL = an absent optional input (a bias); each present one
  * has mesh_ndim placements. args NULL = all zero (as dt_op_call); model NULL = the default.
  * Ops built from other ops (var, std, cross_entropy) have no single strategy:
  * DT_ERR_UNSUPPORTED. Errors in the inputs are the ones dt_op_call reports. */
-dt_status dt_op_choose(dt_op op, int mesh_ndim, const int *mesh_shape, const dt_spec *const *inputs,
+DT_API dt_status dt_op_choose(dt_op op, int mesh_ndim, const int *mesh_shape, const dt_spec *const *inputs,
                        int ninputs, const dt_op_args *args, const dt_cost_model *model,
                        dt_op_choice *choice_out);
 
@@ -57,7 +57,7 @@ dt_status dt_op_choose(dt_op op, int mesh_ndim, const int *mesh_shape, const dt_
  * "d1", ... Writes at most cap bytes, NUL-terminated; *len_out (nullable) = the length
  * needed, so a call with cap 0 sizes the buffer (DT_ERR_SIZE until it fits). What
  * dtensor-explain --op prints. */
-dt_status dt_op_explain(dt_op op, int mesh_ndim, const int *mesh_shape,
+DT_API dt_status dt_op_explain(dt_op op, int mesh_ndim, const int *mesh_shape,
                         const char *const *dim_names, const dt_spec *const *inputs, int ninputs,
                         const dt_op_args *args, const dt_cost_model *model, char *buf, size_t cap,
                         size_t *len_out);
@@ -68,7 +68,7 @@ dt_status dt_op_explain(dt_op op, int mesh_ndim, const int *mesh_shape,
  * saying why. Loaders call it once, after dlopen. The library defines no such symbol. */
 #define DT_PLUGIN_ENTRY "dt_plugin_register"
 typedef dt_status (*dt_plugin_register_fn)(void);
-dt_status dt_plugin_register(void);
+DT_API dt_status dt_plugin_register(void);
 
 #ifdef __cplusplus
 }

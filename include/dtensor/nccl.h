@@ -72,7 +72,7 @@ extern "C" {
 
 /* 1 when this build of the library has the NCCL runtime (a CUDA build), else 0. Says nothing
  * about GPUs being present. */
-int dt_nccl_available(void);
+DT_API int dt_nccl_available(void);
 
 /* Runs fn on this process's rank: reads the world from the environment, meets the other
  * ranks at MASTER_ADDR:MASTER_PORT (rank 0's blob carries the world's ncclUniqueId), picks and
@@ -83,13 +83,13 @@ int dt_nccl_available(void);
  * with "rank R: <that rank's message>". Errors before fn runs: DT_ERR_COMM (rendezvous),
  * DT_ERR_DEVICE (no GPU visible, NCCL could not create the world communicator).
  * Without CUDA in the build: DT_ERR_UNSUPPORTED. */
-dt_status dt_nccl_run(dt_spmd_fn fn, void *arg);
+DT_API dt_status dt_nccl_run(dt_spmd_fn fn, void *arg);
 
 /* Sets this rank's timeout (seconds; 0 = wait forever), overriding DT_TIMEOUT_S. A collective
  * not finished that long after it was queued fails with DT_ERR_ABORTED naming it, and aborts
  * the world. Not collective: set it alike on every rank. DT_ERR_UNSUPPORTED for contexts of
  * other runtimes. */
-dt_status dt_nccl_set_timeout(dt_ctx *ctx, double seconds);
+DT_API dt_status dt_nccl_set_timeout(dt_ctx *ctx, double seconds);
 
 #ifdef __cplusplus
 }

@@ -27,7 +27,7 @@ typedef enum dt_op {
 } dt_op;
 
 /* "add", "mm", ...; "?" for an unknown op. */
-const char *dt_op_name(dt_op op);
+DT_API const char *dt_op_name(dt_op op);
 
 /* How cross_entropy reduces the per-sample losses (torch's reduction=). */
 typedef enum dt_reduction {
@@ -91,10 +91,10 @@ typedef struct dt_op_def {
 #define DT_OP_MAX_REGISTERED 64
 /* Registers def and returns its op id (>= DT_OP_COUNT) for dt_op_call. Not collective, but
  * every rank must register the same ops in the same order. Thread-safe. */
-dt_status dt_op_register(const dt_op_def *def, dt_op *op_out);
+DT_API dt_status dt_op_register(const dt_op_def *def, dt_op *op_out);
 
 /* The generic entry point: runs op on inputs with args. */
-dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
+DT_API dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
                      dt_tensor **out);
 
 /* Typed wrappers (same semantics as PyTorch; broadcasting follows NumPy). Those of the
@@ -105,15 +105,15 @@ dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_o
  * dt_softmax(x, dim, out), dt_log_softmax, dt_unsqueeze, dt_squeeze. pick(logits (..., C),
  * target (...)) is logits[..., target], the target logit of each row. */
 #define DT_DECLARE_BINARY(e, n, f, lo, hi, k, args, wrapper)                                       \
-    dt_status wrapper(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+    DT_API dt_status wrapper(dt_tensor *a, dt_tensor *b, dt_tensor **out);
 #define DT_DECLARE_UNARY(e, n, f, lo, hi, k, args, wrapper)                                        \
-    dt_status wrapper(dt_tensor *x, dt_tensor **out);
+    DT_API dt_status wrapper(dt_tensor *x, dt_tensor **out);
 #define DT_DECLARE_SCALAR(e, n, f, lo, hi, k, args, wrapper)                                       \
-    dt_status wrapper(dt_tensor *x, double s, dt_tensor **out);
+    DT_API dt_status wrapper(dt_tensor *x, double s, dt_tensor **out);
 #define DT_DECLARE_REDUCE(e, n, f, lo, hi, k, args, wrapper)                                       \
-    dt_status wrapper(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out);
+    DT_API dt_status wrapper(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out);
 #define DT_DECLARE_DIM(e, n, f, lo, hi, k, args, wrapper)                                          \
-    dt_status wrapper(dt_tensor *x, int dim, dt_tensor **out);
+    DT_API dt_status wrapper(dt_tensor *x, int dim, dt_tensor **out);
 DT_OP_BINARY_LIST(DT_DECLARE_BINARY)
 DT_OP_UNARY_LIST(DT_DECLARE_UNARY)
 DT_OP_SCALAR_LIST(DT_DECLARE_SCALAR)
@@ -122,54 +122,54 @@ DT_OP_DIM_LIST(DT_DECLARE_DIM)
 
 /* The same by op value: dt_unary_op for the unary group, dt_scalar_op for the scalar group,
  * dt_reduce for the reduce group and argmax/argmin (which take exactly one dim). */
-dt_status dt_unary_op(dt_op op, dt_tensor *x, dt_tensor **out);
-dt_status dt_scalar_op(dt_op op, dt_tensor *x, double s, dt_tensor **out);
-dt_status dt_reduce(dt_op op, dt_tensor *x, const int *dims, int ndims, int keepdim,
+DT_API dt_status dt_unary_op(dt_op op, dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_scalar_op(dt_op op, dt_tensor *x, double s, dt_tensor **out);
+DT_API dt_status dt_reduce(dt_op op, dt_tensor *x, const int *dims, int ndims, int keepdim,
                     dt_tensor **out);
 
 /* cond ? a : b element-wise with broadcasting; cond of any dtype (non-zero = true). */
-dt_status dt_where(dt_tensor *cond, dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_where(dt_tensor *cond, dt_tensor *a, dt_tensor *b, dt_tensor **out);
 /* bias + a @ b: a (M, K), b (K, N), bias broadcast to (M, N). */
-dt_status dt_addmm(dt_tensor *bias, dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_addmm(dt_tensor *bias, dt_tensor *a, dt_tensor *b, dt_tensor **out);
 /* x @ w^T + b (b nullable): x (..., in), w (out, in), b (out). */
-dt_status dt_linear(dt_tensor *x, dt_tensor *w, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_linear(dt_tensor *x, dt_tensor *w, dt_tensor *b, dt_tensor **out);
 /* The index (i64) of the largest / smallest element along dim; ties take the first. */
-dt_status dt_argmax(dt_tensor *x, int dim, int keepdim, dt_tensor **out);
-dt_status dt_argmin(dt_tensor *x, int dim, int keepdim, dt_tensor **out);
-dt_status dt_layer_norm(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, double eps,
+DT_API dt_status dt_argmax(dt_tensor *x, int dim, int keepdim, dt_tensor **out);
+DT_API dt_status dt_argmin(dt_tensor *x, int dim, int keepdim, dt_tensor **out);
+DT_API dt_status dt_layer_norm(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, double eps,
                         dt_tensor **out);
-dt_status dt_rms_norm(dt_tensor *x, dt_tensor *weight, double eps, dt_tensor **out);
+DT_API dt_status dt_rms_norm(dt_tensor *x, dt_tensor *weight, double eps, dt_tensor **out);
 /* logits (N, C, ...) f32/f64, target (N, ...) i64/i32 class ids. Rows labelled
  * DT_IGNORE_INDEX (-100, as PyTorch) are skipped: their loss is 0 and the mean is over the
  * others. Any other label outside [0, C) is DT_ERR_ARG naming its position and value, on
  * every rank. */
-dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, dt_reduction reduction,
+DT_API dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, dt_reduction reduction,
                            dt_tensor **out);
 /* The same with another ignore_index. */
-dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target, dt_reduction reduction,
+DT_API dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target, dt_reduction reduction,
                                   int64_t ignore_index, dt_tensor **out);
-dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out);
-dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out);
+DT_API dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out);
+DT_API dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out);
 /* out dim i is x dim dims[i] (ndims == x's dims). */
-dt_status dt_permute(dt_tensor *x, int ndims, const int *dims, dt_tensor **out);
+DT_API dt_status dt_permute(dt_tensor *x, int ndims, const int *dims, dt_tensor **out);
 /* torch's t(): transposes a 2-D tensor; a 0-D or 1-D one is returned as is (one more
  * reference to x, as torch returns a view). */
-dt_status dt_t(dt_tensor *x, dt_tensor **out);
-dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
+DT_API dt_status dt_t(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
 /* x[..., start:end, ...] along dim (negative start/end count from the end, as Python). */
-dt_status dt_slice(dt_tensor *x, int dim, int64_t start, int64_t end, dt_tensor **out);
+DT_API dt_status dt_slice(dt_tensor *x, int dim, int64_t start, int64_t end, dt_tensor **out);
 /* x broadcast to shape (NumPy rules; x's dims align from the right). */
-dt_status dt_expand(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
+DT_API dt_status dt_expand(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
 /* Concatenates 1 to 4 tensors along dim. */
-dt_status dt_cat(dt_tensor *const *xs, int n, int dim, dt_tensor **out);
+DT_API dt_status dt_cat(dt_tensor *const *xs, int n, int dim, dt_tensor **out);
 /* Splits x along dim into n pieces of the given sizes (summing to the dim's size); outs gets
  * n new tensors. On failure none is returned. */
-dt_status dt_split(dt_tensor *x, int dim, const int64_t *sizes, int n, dt_tensor **outs);
+DT_API dt_status dt_split(dt_tensor *x, int dim, const int64_t *sizes, int n, dt_tensor **outs);
 
 /* In place: the result replaces x's local data (x must own its data); x keeps its placements
  * (the result is redistributed to them when dispatch placed it otherwise). */
-dt_status dt_add_(dt_tensor *x, dt_tensor *other);
-dt_status dt_mul_(dt_tensor *x, dt_tensor *other);
+DT_API dt_status dt_add_(dt_tensor *x, dt_tensor *other);
+DT_API dt_status dt_mul_(dt_tensor *x, dt_tensor *other);
 
 /* What dispatch does about inputs whose placements differ from the chosen strategy's. */
 typedef enum dt_redistribute_mode {
@@ -178,11 +178,11 @@ typedef enum dt_redistribute_mode {
     DT_REDISTRIBUTE_EXPLICIT,     /* fail with DT_ERR_PLACEMENT naming the op and the input */
 } dt_redistribute_mode;
 
-dt_status dt_ctx_set_redistribute_mode(dt_ctx *ctx, dt_redistribute_mode mode);
+DT_API dt_status dt_ctx_set_redistribute_mode(dt_ctx *ctx, dt_redistribute_mode mode);
 
 /* The strategy dispatch picks for op on these inputs, without running it: the placements
  * each input is redistributed to (ninputs x mesh ndim, row-major) and the output's. */
-dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
+DT_API dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
                          dt_placement *input_placements_out, dt_placement *output_placements_out);
 
 #ifdef __cplusplus

@@ -36,17 +36,17 @@ typedef dt_status (*dt_spmd_fn)(dt_ctx *ctx, void *arg);
  * collectives: rank 0 is in all_gather #12 (1024 x f32), rank 1 in all_reduce #12 (1024 x
  * f32, sum)"; the group stays usable. (The UCX and NCCL runtimes do the latter with
  * DT_DEBUG_COLLECTIVES=1.) DT_ERR_ARG when DT_TIMEOUT_S or DT_DEBUG_COLLECTIVES is malformed. */
-dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_status_out);
+DT_API dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_status_out);
 
 /* Sets this rank's timeout (seconds; 0 = wait forever), overriding DT_TIMEOUT_S, for its
  * later collectives and send/recv. Not collective: set it alike on every rank.
  * DT_ERR_UNSUPPORTED for contexts of other runtimes (see dt_ucx_set_timeout,
  * dt_nccl_set_timeout). */
-dt_status dt_local_set_timeout(dt_ctx *ctx, double seconds);
+DT_API dt_status dt_local_set_timeout(dt_ctx *ctx, double seconds);
 
 /* This rank's index in the world, and the world size; -1 for a NULL context. */
-int dt_ctx_rank(const dt_ctx *ctx);
-int dt_ctx_size(const dt_ctx *ctx);
+DT_API int dt_ctx_rank(const dt_ctx *ctx);
+DT_API int dt_ctx_size(const dt_ctx *ctx);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,10 @@
 #ifndef DTENSOR_STATUS_H
 #define DTENSOR_STATUS_H
 
+/* Marks the public API: the shared library is built with hidden visibility and exports only
+ * what carries this. */
+#define DT_API __attribute__((visibility("default")))
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -27,17 +31,17 @@ typedef enum dt_status {
 } dt_status;
 
 /* Short constant name of a status, e.g. "DT_ERR_SHAPE". Never NULL. */
-const char *dt_status_str(dt_status status);
+DT_API const char *dt_status_str(dt_status status);
 
 /* The calling thread's last error message, e.g.
  * "dt_mesh_create: shape 2x3 has 6 ranks but the world has 4".
  * Kept until the next failing call on this thread; "" when none failed yet. Never NULL. */
-const char *dt_last_error(void);
+DT_API const char *dt_last_error(void);
 
 /* Records a printf-style message as the calling thread's last error and returns status.
  * For code built on dtensor (an SPMD body, say) to report its own failures the same way:
  * dt_local_run passes a failing rank's last error on to its caller. */
-dt_status dt_error_set(dt_status status, const char *fmt, ...)
+DT_API dt_status dt_error_set(dt_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif

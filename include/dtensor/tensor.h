@@ -36,7 +36,7 @@ typedef struct dt_tensor dt_tensor;
 
 /* Local shape and global offset of the shard at mesh coordinate coord. A pure function of
  * the spec: no ranks needed, so it works for any mesh size. placements are normalised. */
-dt_status dt_shard_layout(int mesh_ndim, const int *mesh_shape, const int *coord, int ndim,
+DT_API dt_status dt_shard_layout(int mesh_ndim, const int *mesh_shape, const int *coord, int ndim,
                           const int64_t *shape, const dt_placement *placements,
                           int64_t *local_shape_out, int64_t *offset_out);
 
@@ -44,7 +44,7 @@ dt_status dt_shard_layout(int mesh_ndim, const int *mesh_shape, const int *coord
  * ndim (DT_ERR_PLACEMENT otherwise). */
 
 /* A tensor with zeroed local storage on the rank's device. Not collective. */
-dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
+DT_API dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
                           int nplacements, const dt_placement *placements,
                           dt_tensor **tensor_out);
 
@@ -52,7 +52,7 @@ dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t
  * and keeps its slice (no communication). Otherwise only mesh rank src_rank passes it (others
  * pass NULL) and it sends each rank its shard, one shard-sized buffer at a time, so no more
  * than the one full copy ever exists. Collective over the mesh; blocks. */
-dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, int ndim,
+DT_API dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, int ndim,
                                const int64_t *shape, int nplacements,
                                const dt_placement *placements, int src_rank,
                                dt_tensor **tensor_out);
@@ -64,17 +64,17 @@ dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, 
  * (collective). DT_FROM_LOCAL_BORROW keeps a pointer to local (the caller keeps it alive
  * and unchanged in size); otherwise the data is copied, to the rank's device when local lives
  * elsewhere (as torch's from_local moves it); a borrowed local must be on the rank's device. */
-dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int ndim,
+DT_API dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int ndim,
                                const int64_t *local_shape, int nplacements,
                                const dt_placement *placements, const int64_t *global_shape, unsigned flags,
                                dt_tensor **tensor_out);
 
-dt_status dt_tensor_retain(dt_tensor *tensor);
+DT_API dt_status dt_tensor_retain(dt_tensor *tensor);
 /* Drops one reference; the last frees the tensor (and its data when owned). NULL is fine. */
-dt_status dt_tensor_release(dt_tensor *tensor);
+DT_API dt_status dt_tensor_release(dt_tensor *tensor);
 
 /* This rank's shard: a borrowed pointer to dense row-major data (may be NULL when empty). */
-dt_status dt_tensor_to_local(dt_tensor *tensor, void **data_out);
+DT_API dt_status dt_tensor_to_local(dt_tensor *tensor, void **data_out);
 
 typedef struct dt_tensor_info {
     dt_dtype dtype;
@@ -90,27 +90,27 @@ typedef struct dt_tensor_info {
     dt_device device; /* where local_data lives */
 } dt_tensor_info;
 
-dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *info_out);
+DT_API dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *info_out);
 
 /* A copy of tensor with the same spec whose local data lives on device (as torch's
  * DTensor.to(device)); the copy is complete when this returns. Not collective. Fails with
  * DT_ERR_UNSUPPORTED for CUDA in a build without it, DT_ERR_NOMEM when device is full. */
-dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **tensor_out);
+DT_API dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **tensor_out);
 
 /* Copies this rank's shard (local_bytes of dt_tensor_info) into host memory out, from
  * whichever device it lives on, after the work queued on it. Not collective; blocks. */
-dt_status dt_tensor_local_to_host(dt_tensor *tensor, void *out, size_t out_bytes);
+DT_API dt_status dt_tensor_local_to_host(dt_tensor *tensor, void *out, size_t out_bytes);
 
 /* Gathers the global tensor into host memory out (out_bytes >= numel * dtype size) on every
  * rank, reducing Partial dims. Collective over the mesh; blocks. */
-dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes);
+DT_API dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes);
 
 /* Text picture of which ranks hold which slice of a 1-D or 2-D tensor (like
  * jax.debug.visualize_sharding), Partial included. Writes at most cap bytes, NUL-terminated;
  * *len_out (nullable) = length needed. Not collective. */
-dt_status dt_tensor_visualize(const dt_tensor *tensor, char *buf, size_t cap, size_t *len_out);
+DT_API dt_status dt_tensor_visualize(const dt_tensor *tensor, char *buf, size_t cap, size_t *len_out);
 /* The same, printed to f. */
-dt_status dt_tensor_print_layout(const dt_tensor *tensor, FILE *f);
+DT_API dt_status dt_tensor_print_layout(const dt_tensor *tensor, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -17,26 +17,26 @@ extern "C" {
 #endif
 
 /* Starts (or restarts, clearing what was recorded) and stops recording on this rank. */
-dt_status dt_trace_start(dt_ctx *ctx);
-dt_status dt_trace_stop(dt_ctx *ctx);
+DT_API dt_status dt_trace_start(dt_ctx *ctx);
+DT_API dt_status dt_trace_stop(dt_ctx *ctx);
 
 /* Writes this rank's events as a Chrome trace JSON array to path. */
-dt_status dt_trace_write(dt_ctx *ctx, const char *path);
+DT_API dt_status dt_trace_write(dt_ctx *ctx, const char *path);
 
 /* Merges Chrome trace files (as written by dt_trace_write, one per rank or process) into
  * out_path. */
-dt_status dt_trace_merge(const char *const *paths, int n, const char *out_path);
+DT_API dt_status dt_trace_merge(const char *const *paths, int n, const char *out_path);
 
 /* Renders a trace file (one rank's or merged) as a self-contained HTML page that works
  * offline: ranks as lanes with rows for ops, compute and communication on one time axis,
  * hover for details, per-rank communication totals and compute/communication overlap. */
-dt_status dt_trace_render_html(const char *trace_path, const char *html_path);
+DT_API dt_status dt_trace_render_html(const char *trace_path, const char *html_path);
 
 /* Prints a communication summary: calls, bytes and time per collective kind and mesh dims,
  * from counters read with dt_comm_stats_get (like CommDebugMode's table), then the hits,
  * misses and evictions of the strategy and plan caches (when any). title names the rank or
  * the phase. */
-dt_status dt_comm_stats_print(const dt_comm_stats *stats, const char *title, FILE *f);
+DT_API dt_status dt_comm_stats_print(const dt_comm_stats *stats, const char *title, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -34,13 +34,13 @@ typedef enum dt_reduce_op {
 } dt_reduce_op;
 
 /* Bytes per element; 0 for an unknown dtype. */
-size_t dt_dtype_size(dt_dtype dtype);
+DT_API size_t dt_dtype_size(dt_dtype dtype);
 /* "f32", "f64", "bf16", "f16", "i32", "i64"; "?" for an unknown dtype. */
-const char *dt_dtype_name(dt_dtype dtype);
+DT_API const char *dt_dtype_name(dt_dtype dtype);
 /* Parses a dtype name as printed by dt_dtype_name. */
-dt_status dt_dtype_parse(const char *name, dt_dtype *dtype_out);
+DT_API dt_status dt_dtype_parse(const char *name, dt_dtype *dtype_out);
 /* "sum", "avg", "max", "min", "prod"; "?" for an unknown op. */
-const char *dt_reduce_op_name(dt_reduce_op op);
+DT_API const char *dt_reduce_op_name(dt_reduce_op op);
 
 /* The caches every mesh keeps (see dt_mesh_set_cache_capacity): the sharding strategies op
  * dispatch chose, and the redistribute plans. */
@@ -57,8 +57,8 @@ typedef struct dt_cache_stats {
 
 /* Element conversions used by tests and examples to fill tensors of any dtype.
  * bf16/f16 round to nearest even; integers truncate toward zero. */
-dt_status dt_convert_from_f64(dt_dtype dtype, const double *src, void *dst, size_t count);
-dt_status dt_convert_to_f64(dt_dtype dtype, const void *src, double *dst, size_t count);
+DT_API dt_status dt_convert_from_f64(dt_dtype dtype, const double *src, void *dst, size_t count);
+DT_API dt_status dt_convert_to_f64(dt_dtype dtype, const void *src, double *dst, size_t count);
 
 #ifdef __cplusplus
 }

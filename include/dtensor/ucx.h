@@ -85,7 +85,7 @@ extern "C" {
 #endif
 
 /* 1 when this build of the library has the UCX runtime, else 0. */
-int dt_ucx_available(void);
+DT_API int dt_ucx_available(void);
 
 /* The world as the launcher's environment describes it. */
 typedef struct dt_ucx_env {
@@ -98,7 +98,7 @@ typedef struct dt_ucx_env {
 
 /* Reads and checks the environment (no network, works in every build). Missing or malformed
  * variables are DT_ERR_ARG naming them, e.g. "RANK is set but WORLD_SIZE is not". */
-dt_status dt_ucx_env_read(dt_ucx_env *env_out);
+DT_API dt_status dt_ucx_env_read(dt_ucx_env *env_out);
 
 /* Runs fn on this process's rank: reads the world from the environment, meets the other
  * ranks at MASTER_ADDR:MASTER_PORT (rank 0 listens there, the others connect; each sends its
@@ -109,13 +109,13 @@ dt_status dt_ucx_env_read(dt_ucx_env *env_out);
  * with "rank R: <that rank's message>". A rendezvous that does not complete within
  * DT_STARTUP_TIMEOUT_S fails with DT_ERR_COMM naming the address and the missing ranks.
  * Without UCX in the build: DT_ERR_UNSUPPORTED. */
-dt_status dt_ucx_run(dt_spmd_fn fn, void *arg);
+DT_API dt_status dt_ucx_run(dt_spmd_fn fn, void *arg);
 
 /* Sets this rank's per-operation timeout (seconds; 0 = wait forever), overriding
  * DT_TIMEOUT_S. A collective or send/recv that does not complete in time fails with
  * DT_ERR_ABORTED naming the rank it was waiting for. Not collective: set it alike on every
  * rank. DT_ERR_UNSUPPORTED for contexts of other runtimes. */
-dt_status dt_ucx_set_timeout(dt_ctx *ctx, double seconds);
+DT_API dt_status dt_ucx_set_timeout(dt_ctx *ctx, double seconds);
 
 #ifdef __cplusplus
 }
