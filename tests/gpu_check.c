@@ -160,10 +160,10 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_zeros(mesh, DT_F32, 2, shape, DT_COUNT_OF(same), same, &sum));
     dt_tensor_info si;
     R_OK(dt_tensor_info_get(sum, &si));
-    dt_comm_request *creq;
+    dt_request *creq;
     R_OK(dt_all_reduce_start(tp, gi.local_data, si.local_data, gi.local_numel, DT_F32,
                              DT_REDUCE_MAX, &creq));
-    R_OK(dt_comm_wait(creq));
+    R_OK(dt_request_wait(creq, NULL));
     float *mine = malloc(gi.local_bytes + 4), *red = malloc(si.local_bytes + 4);
     R_OK(dt_tensor_local_to_host(g, mine, gi.local_bytes));
     R_OK(dt_tensor_local_to_host(sum, red, si.local_bytes));

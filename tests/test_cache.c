@@ -231,7 +231,7 @@ static dt_status settings_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_mesh_set_cache_capacity(NULL, DT_CACHE_PLAN, 4), DT_ERR_ARG, "mesh");
     dt_cache_stats s;
     R_ERR(dt_mesh_cache_stats(mesh, (dt_cache_kind)-1, &s), DT_ERR_ARG, "kind");
-    R_ERR(dt_mesh_cache_stats(mesh, DT_CACHE_PLAN, NULL), DT_ERR_ARG, "stats_out");
+    R_ERR(dt_mesh_cache_stats(mesh, DT_CACHE_PLAN, NULL), DT_ERR_ARG, "argument out");
     dt_mesh_release(sub);
     dt_mesh_release(mesh);
     return DT_OK;

@@ -401,18 +401,18 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
     float *ag = malloc(count * n * sizeof *ag), *rs = malloc(count * sizeof *rs);
     float *a2a = malloc(count * n * sizeof *a2a), *sync = malloc(count * sizeof *sync);
     for (size_t i = 0; i < count * (size_t)n; i++) s[i] = (float)((int)(i % 17) + me);
-    dt_comm_request *r1, *r2, *r3, *r4;
+    dt_request *r1, *r2, *r3, *r4;
     R_OK(dt_all_reduce_start(world, s, ar, count, DT_F32, DT_REDUCE_SUM, &r1));
     R_OK(dt_all_gather_start(world, s, ag, count, DT_F32, &r2));
     R_OK(dt_reduce_scatter_start(world, s, rs, count, DT_F32, DT_REDUCE_MAX, &r3));
     R_OK(dt_all_to_all_start(world, s, a2a, count, DT_F32, &r4));
     /* A blocking call while requests are pending waits its turn. */
     R_OK(dt_all_reduce(world, s, sync, count, DT_F32, DT_REDUCE_MIN));
-    R_CHECK(dt_comm_test(r1) == 1, "the blocking call ran before the request issued earlier");
-    R_OK(dt_comm_wait(r4));
-    R_OK(dt_comm_wait(r2));
-    R_OK(dt_comm_wait(r1));
-    R_OK(dt_comm_wait(r3));
+    R_CHECK(dt_request_test(r1) == 1, "the blocking call ran before the request issued earlier");
+    R_OK(dt_request_wait(r4, NULL));
+    R_OK(dt_request_wait(r2, NULL));
+    R_OK(dt_request_wait(r1, NULL));
+    R_OK(dt_request_wait(r3, NULL));
     for (size_t i = 0; i < count; i++) {
         float base = (float)(int)(i % 17);
         R_CHECK(ar[i] == n * base + (float)(n * (n - 1) / 2), "all_reduce %zu", i);
@@ -427,14 +427,14 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
                     "all_to_all block %d", j);
         }
     /* A failing request reports at the wait. */
-    dt_comm_request *bad;
+    dt_request *bad;
     R_OK(dt_all_reduce_start(world, s, ar, me == 0 && n > 1 ? 3 : 4, DT_F32, DT_REDUCE_SUM, &bad));
-    dt_status st = dt_comm_wait(bad);
+    dt_status st = dt_request_wait(bad, NULL);
     R_CHECK(n == 1 ? st == DT_OK : st == DT_ERR_COMM, "mismatched request: %s", dt_status_str(st));
     R_ERR(dt_all_reduce_start(NULL, s, ar, 1, DT_F32, DT_REDUCE_SUM, &bad), DT_ERR_ARG, "comm");
-    R_ERR(dt_all_gather_start(world, s, ag, 1, DT_F32, NULL), DT_ERR_ARG, "request_out");
-    R_ERR(dt_comm_wait(NULL), DT_ERR_ARG, "request");
-    R_CHECK(dt_comm_test(NULL) == -1, "test of NULL");
+    R_ERR(dt_all_gather_start(world, s, ag, 1, DT_F32, NULL), DT_ERR_ARG, "argument out");
+    R_ERR(dt_request_wait(NULL, NULL), DT_ERR_ARG, "request");
+    R_CHECK(dt_request_test(NULL) == -1, "test of NULL");
     free(s), free(ar), free(ag), free(rs), free(a2a), free(sync);
     return DT_OK;
 }

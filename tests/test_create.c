@@ -378,7 +378,7 @@ static dt_status bad_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_tensor_full_value(mesh, DT_I64, 1, shape, 1, r, NAN, &t), DT_ERR_ARG, "value");
     R_ERR(dt_tensor_ones(mesh, (dt_dtype)42, 1, shape, 1, r, &t), DT_ERR_DTYPE, "dtype");
     R_ERR(dt_tensor_eye(mesh, DT_F32, -1, 3, 1, r, &t), DT_ERR_ARG, "n = -1");
-    R_ERR(dt_tensor_eye(mesh, DT_F32, 2, 2, 1, r, NULL), DT_ERR_ARG, "tensor_out");
+    R_ERR(dt_tensor_eye(mesh, DT_F32, 2, 2, 1, r, NULL), DT_ERR_ARG, "argument out");
     R_ERR(dt_tensor_ones(NULL, DT_F32, 1, shape, 1, r, &t), DT_ERR_ARG, "mesh");
     R_CHECK(t == T_SENTINEL(dt_tensor *), "a failed call wrote tensor_out");
     dt_tensor *z;

@@ -151,7 +151,7 @@ Test(explain, lookup) {
     T_ERR(dt_op_lookup("cumsum", &op), DT_ERR_ARG, "\"cumsum\"");
     cr_assert_eq(op, DT_OP_COUNT, "nothing written on failure");
     T_ERR(dt_op_lookup(NULL, &op), DT_ERR_ARG, "name");
-    T_ERR(dt_op_lookup("mm", NULL), DT_ERR_ARG, "op_out");
+    T_ERR(dt_op_lookup("mm", NULL), DT_ERR_ARG, "argument out");
 }
 
 Test(explain, bad_input) {
@@ -162,7 +162,7 @@ Test(explain, bad_input) {
     dt_op_choice c, before;
     memset(&c, 0x5a, sizeof c);
     before = c;
-    T_ERR(dt_op_choose(DT_OP_MM, 1, mesh, in, 2, NULL, NULL, NULL), DT_ERR_ARG, "choice_out");
+    T_ERR(dt_op_choose(DT_OP_MM, 1, mesh, in, 2, NULL, NULL, NULL), DT_ERR_ARG, "argument out");
     T_ERR(dt_op_choose(DT_OP_MM, 0, mesh, in, 2, NULL, NULL, &c), DT_ERR_ARG, "mesh_ndim = 0");
     T_ERR(dt_op_choose(DT_OP_MM, 1, NULL, in, 2, NULL, NULL, &c), DT_ERR_ARG, "mesh_shape");
     T_ERR(dt_op_choose(DT_OP_MM, 1, zero, in, 2, NULL, NULL, &c), DT_ERR_MESH, "mesh_shape[0] = 0");

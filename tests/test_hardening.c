@@ -271,11 +271,11 @@ static dt_status exchange_after_request_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, 1, s0, DT_ALL_RANKS, &t));
     for (int it = 0; it < 50; it++) {
         int v = dt_ctx_rank(ctx) + it, sum = 0;
-        dt_comm_request *req;
+        dt_request *req;
         R_OK(dt_all_reduce_start(comm, &v, &sum, 1, DT_I32, DT_REDUCE_SUM, &req));
         dt_tensor *u;
         R_OK(dt_tensor_redistribute(t, 1, s1, &u)); /* an all_to_all of boxes */
-        R_OK(dt_comm_wait(req));
+        R_OK(dt_request_wait(req, NULL));
         R_CHECK(sum == 6 + 4 * it, "iteration %d: all_reduce gave %d", it, sum);
         R_OK(dt_tensor_full(u, back, sizeof back));
         for (int i = 0; i < 64; i++) R_CHECK(back[i] == x[i], "iteration %d element %d", it, i);

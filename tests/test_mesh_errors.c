@@ -58,7 +58,7 @@ static dt_status create_errors_body(dt_ctx *ctx, void *arg) {
     R_CREATE_ERR(ctx, 2, ((int[]){2, 2}), nul, DT_ERR_ARG, "names[1]");
     R_CREATE_ERR(NULL, 2, ((int[]){2, 2}), NULL, DT_ERR_ARG, "ctx");
     R_CREATE_ERR(ctx, 2, NULL, NULL, DT_ERR_ARG, "shape");
-    R_ERR(dt_mesh_create(ctx, 2, (int[]){2, 2}, NULL, NULL), DT_ERR_ARG, "mesh_out");
+    R_ERR(dt_mesh_create(ctx, 2, (int[]){2, 2}, NULL, NULL), DT_ERR_ARG, "argument out");
 
     /* DT_MESH_NAME_MAX characters is still a name. Every rank creates it, in the same order. */
     dt_mesh *m = NULL;
@@ -79,7 +79,7 @@ static dt_status create_errors_body(dt_ctx *ctx, void *arg) {
     R_STR_ERR(ctx, "2x0x2", DT_ERR_MESH, "shape[1] = 0");
     R_STR_ERR(NULL, "2x2", DT_ERR_ARG, "ctx");
     R_STR_ERR(ctx, NULL, DT_ERR_ARG, "text");
-    R_ERR(dt_mesh_create_str(ctx, "2x2", NULL), DT_ERR_ARG, "mesh_out");
+    R_ERR(dt_mesh_create_str(ctx, "2x2", NULL), DT_ERR_ARG, "argument out");
     return DT_OK;
 }
 
@@ -94,7 +94,7 @@ static dt_status use_errors_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_mesh_dim_index(m, "pp", &out), DT_ERR_MESH, "\"pp\"");
     R_MSG("dp,cp,tp");
     R_ERR(dt_mesh_dim_index(m, NULL, &out), DT_ERR_ARG, "name");
-    R_ERR(dt_mesh_dim_index(m, "dp", NULL), DT_ERR_ARG, "dim_out");
+    R_ERR(dt_mesh_dim_index(m, "dp", NULL), DT_ERR_ARG, "argument out");
     R_ERR(dt_mesh_dim_index(NULL, "dp", &out), DT_ERR_ARG, "mesh");
     R_ERR(dt_mesh_coord_of(m, 8, coord), DT_ERR_ARG, "mesh_rank = 8");
     R_ERR(dt_mesh_coord_of(m, -1, coord), DT_ERR_ARG, "mesh_rank = -1");
@@ -131,7 +131,7 @@ static dt_status use_errors_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_mesh_group_comm(m, (const char *[]){NULL}, 1, &c), DT_ERR_ARG, "names[0]");
     R_ERR(dt_mesh_dim_comm(NULL, 0, &c), DT_ERR_ARG, "mesh");
     R_CHECK(c == T_SENTINEL(dt_comm *), "comm_out written on failure");
-    R_ERR(dt_mesh_dim_comm(m, 0, NULL), DT_ERR_ARG, "comm_out");
+    R_ERR(dt_mesh_dim_comm(m, 0, NULL), DT_ERR_ARG, "argument out");
 
     R_ERR(dt_mesh_submesh(m, (const char *[]){"tp", "cp"}, 2, &sub), DT_ERR_MESH, "\"cp\"");
     R_ERR(dt_mesh_submesh(m, (const char *[]){"cp", "cp"}, 2, &sub), DT_ERR_MESH, "repeated");
@@ -140,7 +140,7 @@ static dt_status use_errors_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_mesh_submesh(m, (const char *[]){"dp"}, -1, &sub), DT_ERR_ARG, "n = -1");
     R_ERR(dt_mesh_submesh(NULL, (const char *[]){"dp"}, 1, &sub), DT_ERR_ARG, "mesh");
     R_CHECK(sub == T_SENTINEL(dt_mesh *), "submesh_out written on failure");
-    R_ERR(dt_mesh_submesh(m, (const char *[]){"dp"}, 1, NULL), DT_ERR_ARG, "submesh_out");
+    R_ERR(dt_mesh_submesh(m, (const char *[]){"dp"}, 1, NULL), DT_ERR_ARG, "argument out");
     R_ERR(dt_mesh_retain(NULL), DT_ERR_ARG, "mesh");
     R_OK(dt_mesh_release(NULL));
 

@@ -353,9 +353,9 @@ static dt_status cache_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_tensor_redistribute(t, DT_COUNT_OF(far), far, &u), DT_ERR_PLACEMENT, "S(3)");
     R_ERR(dt_tensor_redistribute(t, 1, NULL, &u), DT_ERR_ARG, "dst");
     R_ERR(dt_tensor_redistribute(NULL, dt_mesh_ndim(mesh), dst, &u), DT_ERR_ARG, "tensor");
-    R_ERR(dt_tensor_redistribute(t, dt_mesh_ndim(mesh), dst, NULL), DT_ERR_ARG, "tensor_out");
+    R_ERR(dt_tensor_redistribute(t, dt_mesh_ndim(mesh), dst, NULL), DT_ERR_ARG, "argument out");
     R_ERR(dt_tensor_redistribute_async(t, dt_mesh_ndim(mesh), dst, NULL), DT_ERR_ARG,
-          "request_out");
+          "argument out");
     R_ERR(dt_request_wait(NULL, &u), DT_ERR_ARG, "request");
     dt_tensor_release(t);
     dt_mesh_release(mesh);

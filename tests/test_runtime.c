@@ -43,7 +43,7 @@ static dt_status ident_inner(dt_ctx *ctx, ident_arg *a) {
     atomic_fetch_add(&a->seen[me], 1);
     dt_comm *w = T_SENTINEL(dt_comm *);
     R_ERR(dt_ctx_world_comm(NULL, &w), DT_ERR_ARG, "ctx");
-    R_ERR(dt_ctx_world_comm(ctx, NULL), DT_ERR_ARG, "comm_out");
+    R_ERR(dt_ctx_world_comm(ctx, NULL), DT_ERR_ARG, "argument out");
     R_CHECK(w == T_SENTINEL(dt_comm *), "comm_out written on failure");
     R_OK(dt_ctx_world_comm(ctx, &w));
     R_CHECK(dt_comm_rank(w) == me && dt_comm_size(w) == n, "world comm %d/%d", dt_comm_rank(w),
@@ -212,7 +212,7 @@ static dt_status user_comm_inner(dt_ctx *ctx) {
     R_ERR(dt_comm_create(ctx, (int[]){0, 1, 2, 3, 0}, 5, &c), DT_ERR_ARG, "n = 5");
     R_ERR(dt_comm_create(ctx, NULL, 2, &c), DT_ERR_ARG, "ranks");
     R_ERR(dt_comm_create(NULL, reversed, 4, &c), DT_ERR_ARG, "ctx");
-    R_ERR(dt_comm_create(ctx, reversed, 4, NULL), DT_ERR_ARG, "comm_out");
+    R_ERR(dt_comm_create(ctx, reversed, 4, NULL), DT_ERR_ARG, "argument out");
     R_CHECK(c == T_SENTINEL(dt_comm *), "comm_out written on failure");
     R_CHECK(dt_comm_rank(NULL) == -1 && dt_comm_size(NULL) == -1 &&
                 dt_comm_world_rank(NULL, 0) == -1,

@@ -355,14 +355,14 @@ static dt_status bad_input_body(dt_ctx *ctx, void *arg) {
           DT_ERR_ARG, "full");
     R_ERR(
         dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, NULL),
-        DT_ERR_ARG, "tensor_out");
+        DT_ERR_ARG, "argument out");
     R_CHECK(t == NULL, "tensor_out written on failure");
     R_OK(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t));
     R_ERR(dt_tensor_full(t, out, sizeof out - 1), DT_ERR_SIZE, "out_bytes = 47");
     R_ERR(dt_tensor_full(t, NULL, sizeof out), DT_ERR_ARG, "out");
     R_ERR(dt_tensor_full(NULL, out, sizeof out), DT_ERR_ARG, "tensor");
     R_ERR(dt_tensor_info_get(NULL, &(dt_tensor_info){0}), DT_ERR_ARG, "tensor");
-    R_ERR(dt_tensor_to_local(t, NULL), DT_ERR_ARG, "data_out");
+    R_ERR(dt_tensor_to_local(t, NULL), DT_ERR_ARG, "argument out");
     /* A full tensor of the right size still works after the failures. */
     R_OK(dt_tensor_full(t, out, sizeof out));
     /* Reference counting: the tensor outlives one release after a retain. */

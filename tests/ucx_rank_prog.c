@@ -514,14 +514,14 @@ static dt_status mode_ops(dt_ctx *ctx) {
     dt_comm *world;
     OK(dt_ctx_world_comm(ctx, &world));
     float one = 1, sum = 0, gathered[64], mx = 0;
-    dt_comm_request *q1, *q2;
+    dt_request *q1, *q2;
     OK(dt_all_reduce_start(world, &one, &sum, 1, DT_F32, DT_REDUCE_SUM, &q1));
     OK(dt_all_gather_start(world, &one, gathered, 1, DT_F32, &q2));
     float mine = (float)dt_ctx_rank(ctx);
     OK(dt_all_reduce(world, &mine, &mx, 1, DT_F32, DT_REDUCE_MAX));
-    CHECK(dt_comm_test(q1) == 1, "a blocking collective overtook a request issued before it");
-    OK(dt_comm_wait(q1));
-    OK(dt_comm_wait(q2));
+    CHECK(dt_request_test(q1) == 1, "a blocking collective overtook a request issued before it");
+    OK(dt_request_wait(q1, NULL));
+    OK(dt_request_wait(q2, NULL));
     CHECK(sum == (float)n && mx == (float)(n - 1) && gathered[n - 1] == 1, "non-blocking results");
     dt_mesh_release(mesh);
     printf("[ok] ops on %d ranks\n", n);

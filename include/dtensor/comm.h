@@ -18,12 +18,12 @@ extern "C" {
 typedef struct dt_comm dt_comm;
 
 /* The communicator over all ranks of the world; borrowed, valid while ctx lives. */
-DT_API dt_status dt_ctx_world_comm(dt_ctx *ctx, dt_comm **comm_out);
+DT_API dt_status dt_ctx_world_comm(dt_ctx *ctx, dt_comm **out);
 
 /* A communicator over world ranks ranks[0..n-1] (group rank i = ranks[i]); the caller must be
  * one of them. Does not block. Matched by order: the k-th creation of a given rank list on
  * each member refers to the same group. Destroy it with dt_comm_destroy (not collective). */
-DT_API dt_status dt_comm_create(dt_ctx *ctx, const int *ranks, int n, dt_comm **comm_out);
+DT_API dt_status dt_comm_create(dt_ctx *ctx, const int *ranks, int n, dt_comm **out);
 DT_API dt_status dt_comm_destroy(dt_comm *comm);
 
 /* This rank's index in the group, the group size, and the world rank of group rank i;
@@ -34,35 +34,37 @@ DT_API int dt_comm_world_rank(const dt_comm *comm, int group_rank);
 
 /* recv = op over ranks of send (count elements). In place allowed. Every rank gets bitwise
  * identical results: each element is reduced once, in group-rank order (bf16/f16 in f32). */
-DT_API dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype,
-                        dt_reduce_op op);
+DT_API dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t count,
+                               dt_dtype dtype, dt_reduce_op op);
 
 /* recv = concatenation of every rank's send (count elements each). */
-DT_API dt_status dt_all_gather(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype);
+DT_API dt_status dt_all_gather(dt_comm *comm, const void *send, void *recv, size_t count,
+                               dt_dtype dtype);
 
 /* Variable counts: rank i's send (recvcounts[i] elements) lands at recv + displs[i].
  * displs NULL means packed in rank order. recvcounts must agree on every rank. */
-DT_API dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv, const size_t *recvcounts,
-                         const size_t *displs, dt_dtype dtype);
+DT_API dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv,
+                                const size_t *recvcounts, const size_t *displs, dt_dtype dtype);
 
 /* send holds size blocks of count elements; rank i receives block i reduced over ranks. */
 DT_API dt_status dt_reduce_scatter(dt_comm *comm, const void *send, void *recv, size_t count,
-                            dt_dtype dtype, dt_reduce_op op);
+                                   dt_dtype dtype, dt_reduce_op op);
 
 /* Variable counts: send holds blocks of recvcounts[0], recvcounts[1], ... elements, packed;
  * rank i receives block i reduced over ranks. recvcounts must agree on every rank. */
-DT_API dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv, const size_t *recvcounts,
-                             dt_dtype dtype, dt_reduce_op op);
+DT_API dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv,
+                                    const size_t *recvcounts, dt_dtype dtype, dt_reduce_op op);
 
 /* Block i of send (count elements) goes to rank i; block j of recv comes from rank j. */
-DT_API dt_status dt_all_to_all(dt_comm *comm, const void *send, void *recv, size_t count, dt_dtype dtype);
+DT_API dt_status dt_all_to_all(dt_comm *comm, const void *send, void *recv, size_t count,
+                               dt_dtype dtype);
 
 /* Per-peer counts: sendcounts[j] elements at send + sdispls[j] go to rank j, and
  * recvcounts[j] elements from rank j land at recv + rdispls[j]. The counts must pair up
  * (my recvcounts[j] == rank j's sendcounts[me]). Displacement arrays NULL = packed. */
 DT_API dt_status dt_all_to_allv(dt_comm *comm, const void *send, const size_t *sendcounts,
-                         const size_t *sdispls, void *recv, const size_t *recvcounts,
-                         const size_t *rdispls, dt_dtype dtype);
+                                const size_t *sdispls, void *recv, const size_t *recvcounts,
+                                const size_t *rdispls, dt_dtype dtype);
 
 /* buf (count elements) of group rank root is copied to every rank's buf. */
 DT_API dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int root);
@@ -76,24 +78,19 @@ DT_API dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype,
 /* Returns when every rank of the group has called it. */
 DT_API dt_status dt_barrier(dt_comm *comm);
 
-/* Non-blocking forms: they return at once with a handle and the collective runs on this
+/* Non-blocking forms: they return at once with a request and the collective runs on this
  * rank's communication thread, so computation can overlap it. Same arguments and semantics
  * as the blocking calls; buffers must stay untouched (send) and unread (recv) until
- * dt_comm_wait. Collectives on one communicator keep the order they were issued in: a
+ * dt_request_wait. Collectives on one communicator keep the order they were issued in: a
  * blocking call made while requests are pending on that communicator waits its turn. */
-typedef struct dt_comm_request dt_comm_request;
 DT_API dt_status dt_all_reduce_start(dt_comm *comm, const void *send, void *recv, size_t count,
-                              dt_dtype dtype, dt_reduce_op op, dt_comm_request **request_out);
+                                     dt_dtype dtype, dt_reduce_op op, dt_request **out);
 DT_API dt_status dt_all_gather_start(dt_comm *comm, const void *send, void *recv, size_t count,
-                              dt_dtype dtype, dt_comm_request **request_out);
+                                     dt_dtype dtype, dt_request **out);
 DT_API dt_status dt_reduce_scatter_start(dt_comm *comm, const void *send, void *recv, size_t count,
-                                  dt_dtype dtype, dt_reduce_op op, dt_comm_request **request_out);
+                                         dt_dtype dtype, dt_reduce_op op, dt_request **out);
 DT_API dt_status dt_all_to_all_start(dt_comm *comm, const void *send, void *recv, size_t count,
-                              dt_dtype dtype, dt_comm_request **request_out);
-/* Blocks until the request is done, frees it and returns the collective's status. */
-DT_API dt_status dt_comm_wait(dt_comm_request *request);
-/* 1 when done (then dt_comm_wait returns at once), 0 when not yet; -1 for NULL. */
-DT_API int dt_comm_test(const dt_comm_request *request);
+                                     dt_dtype dtype, dt_request **out);
 
 /* Communication accounting (like PyTorch's CommDebugMode): every call above that succeeds is
  * counted on the calling rank's context, by kind and group size, with the bytes of this
@@ -137,7 +134,7 @@ typedef struct dt_comm_stats {
 
 /* dt_comm_stats_get copies this rank's counters, dt_comm_stats_reset zeroes them. Not
  * collective. */
-DT_API dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *stats_out);
+DT_API dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *out);
 DT_API dt_status dt_comm_stats_reset(dt_ctx *ctx);
 
 #ifdef __cplusplus

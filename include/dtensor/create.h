@@ -9,7 +9,7 @@
  * zeros; P(avg), P(max), P(min) hold it everywhere. None of these calls is collective (each
  * rank may call them alone) and none blocks on other ranks; every rank that holds a shard of
  * the tensor must call them with the same arguments. The caller owns the new tensor. Errors:
- * as dt_tensor_zeros, plus the value checks each call names; on error *tensor_out is not
+ * as dt_tensor_zeros, plus the value checks each call names; on error *out is not
  * written.
  *
  * Random numbers do not depend on the mesh: element i (flat, row-major) of the global tensor
@@ -29,26 +29,27 @@ extern "C" {
 
 /* torch.ones. */
 DT_API dt_status dt_tensor_ones(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
-                         int nplacements, const dt_placement *placements, dt_tensor **tensor_out);
+                                int nplacements, const dt_placement *placements, dt_tensor **out);
 
 /* torch.full: every element is value, rounded once to dtype (named so because
  * dt_tensor_full gathers a tensor, as DTensor.full_tensor). Integer dtypes truncate toward
  * zero, as torch does; a value that is NaN, infinite or out of the type's range after
  * truncation is DT_ERR_ARG. */
 DT_API dt_status dt_tensor_full_value(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
-                               int nplacements, const dt_placement *placements, double value,
-                               dt_tensor **tensor_out);
+                                      int nplacements, const dt_placement *placements, double value,
+                                      dt_tensor **out);
 
 /* torch.arange(start, end, step): a 1-D tensor of ceil((end - start) / step) elements,
  * element i = start + i * step computed in f64 and rounded once (integer dtypes: in i64, and
  * start and step must be whole numbers). DT_ERR_ARG for step 0, a step whose sign does not
  * lead from start to end, a non-finite bound, or a last element outside an integer dtype. */
-DT_API dt_status dt_tensor_arange(dt_mesh *mesh, dt_dtype dtype, double start, double end, double step,
-                           int nplacements, const dt_placement *placements, dt_tensor **tensor_out);
+DT_API dt_status dt_tensor_arange(dt_mesh *mesh, dt_dtype dtype, double start, double end,
+                                  double step, int nplacements, const dt_placement *placements,
+                                  dt_tensor **out);
 
 /* torch.eye(n, m): an (n, m) tensor with ones where row == column. n, m >= 0. */
 DT_API dt_status dt_tensor_eye(dt_mesh *mesh, dt_dtype dtype, int64_t n, int64_t m, int nplacements,
-                        const dt_placement *placements, dt_tensor **tensor_out);
+                               const dt_placement *placements, dt_tensor **out);
 
 /* ---- random numbers ----------------------------------------------------------------------- */
 
@@ -85,13 +86,13 @@ static inline dt_generator dt_generator_make(uint64_t seed) {
 
 /* torch.rand: uniform in [0, 1). */
 DT_API dt_status dt_tensor_rand(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
-                         int nplacements, const dt_placement *placements, dt_generator *gen,
-                         dt_tensor **tensor_out);
+                                int nplacements, const dt_placement *placements, dt_generator *gen,
+                                dt_tensor **out);
 
 /* torch.randn: standard normal. */
 DT_API dt_status dt_tensor_randn(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
-                          int nplacements, const dt_placement *placements, dt_generator *gen,
-                          dt_tensor **tensor_out);
+                                 int nplacements, const dt_placement *placements, dt_generator *gen,
+                                 dt_tensor **out);
 
 /* Tensor.uniform_(lo, hi): overwrites tensor's shard in place (keeping its placements, under
  * the Partial convention above) with uniform draws in [lo, hi). lo <= hi, both finite. Not
@@ -123,8 +124,8 @@ DT_API dt_status dt_tensor_normal_(dt_tensor *tensor, double mean, double std, d
  *     again in x's placements (the convention above: no further communication). Its global
  *     value is exactly the cast of x's global value. Collective over the mesh in this case
  *     only (all ranks call it; it blocks); otherwise local.
- * The caller owns *tensor_out. DT_ERR_DTYPE for an unknown dtype. */
-DT_API dt_status dt_cast(dt_tensor *x, dt_dtype dtype, dt_tensor **tensor_out);
+ * The caller owns *out. DT_ERR_DTYPE for an unknown dtype. */
+DT_API dt_status dt_cast(dt_tensor *x, dt_dtype dtype, dt_tensor **out);
 
 #ifdef __cplusplus
 }

@@ -55,17 +55,17 @@ DT_API void *dt_cuda_current_stream(void);
  * cudaMalloc/cudaFree. When cudaMalloc fails the cache is emptied and the allocation tried
  * once more before DT_ERR_NOMEM. */
 typedef struct dt_memory_stats {
-    size_t in_use;           /* bytes handed out and not yet freed (rounded to size classes) */
-    size_t peak;             /* most in_use so far */
-    size_t cached;           /* bytes held in the cache, free for reuse */
-    uint64_t requests;       /* allocations asked of the cache */
-    uint64_t device_allocs;  /* cudaMalloc calls */
-    uint64_t device_frees;   /* cudaFree calls */
+    size_t in_use;          /* bytes handed out and not yet freed (rounded to size classes) */
+    size_t peak;            /* most in_use so far */
+    size_t cached;          /* bytes held in the cache, free for reuse */
+    uint64_t requests;      /* allocations asked of the cache */
+    uint64_t device_allocs; /* cudaMalloc calls */
+    uint64_t device_frees;  /* cudaFree calls */
 } dt_memory_stats;
 
 /* Statistics of device's allocator (all zeros for a GPU not used yet). DT_ERR_UNSUPPORTED
  * for the CPU and in builds without CUDA. Thread-safe. */
-DT_API dt_status dt_device_memory_stats(dt_device device, dt_memory_stats *stats_out);
+DT_API dt_status dt_device_memory_stats(dt_device device, dt_memory_stats *out);
 
 /* Gives device's cached blocks back to the driver (torch.cuda.empty_cache). Thread-safe. */
 DT_API dt_status dt_device_empty_cache(dt_device device);

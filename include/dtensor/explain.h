@@ -41,16 +41,16 @@ typedef struct dt_op_choice {
 
 /* The op named name: built-in ("mm", "softmax", ...) or registered with dt_op_register.
  * DT_ERR_ARG naming it when there is none. */
-DT_API dt_status dt_op_lookup(const char *name, dt_op *op_out);
+DT_API dt_status dt_op_lookup(const char *name, dt_op *out);
 
 /* The strategy dt_op_call(op, inputs, ninputs, args) would choose on a mesh of mesh_ndim dims
  * of sizes mesh_shape. inputs[i] NULL = an absent optional input (a bias); each present one
  * has mesh_ndim placements. args NULL = all zero (as dt_op_call); model NULL = the default.
  * Ops built from other ops (var, std, cross_entropy) have no single strategy:
  * DT_ERR_UNSUPPORTED. Errors in the inputs are the ones dt_op_call reports. */
-DT_API dt_status dt_op_choose(dt_op op, int mesh_ndim, const int *mesh_shape, const dt_spec *const *inputs,
-                       int ninputs, const dt_op_args *args, const dt_cost_model *model,
-                       dt_op_choice *choice_out);
+DT_API dt_status dt_op_choose(dt_op op, int mesh_ndim, const int *mesh_shape,
+                              const dt_spec *const *inputs, int ninputs, const dt_op_args *args,
+                              const dt_cost_model *model, dt_op_choice *out);
 
 /* The same as text: the inputs, the chosen strategy, the output spec, then each input's
  * redistribute plan as dt_plan_format writes it (or that it stays). dim_names NULL = "d0",
@@ -58,9 +58,9 @@ DT_API dt_status dt_op_choose(dt_op op, int mesh_ndim, const int *mesh_shape, co
  * needed, so a call with cap 0 sizes the buffer (DT_ERR_SIZE until it fits). What
  * dtensor-explain --op prints. */
 DT_API dt_status dt_op_explain(dt_op op, int mesh_ndim, const int *mesh_shape,
-                        const char *const *dim_names, const dt_spec *const *inputs, int ninputs,
-                        const dt_op_args *args, const dt_cost_model *model, char *buf, size_t cap,
-                        size_t *len_out);
+                               const char *const *dim_names, const dt_spec *const *inputs,
+                               int ninputs, const dt_op_args *args, const dt_cost_model *model,
+                               char *buf, size_t cap, size_t *len_out);
 
 /* Plugins: a shared object that registers ops when loaded, for dtensor-explain --plugin (and
  * for any program that wants its ops). It defines this symbol (extern "C" in C++), which

@@ -19,16 +19,16 @@ typedef struct dt_mesh dt_mesh;
  * characters. Collective in order: every rank creates the same meshes in the same order
  * (nothing blocks; communicators are made on first use). The caller owns one reference. */
 DT_API dt_status dt_mesh_create(dt_ctx *ctx, int ndim, const int *shape, const char *const *names,
-                         dt_mesh **mesh_out);
+                                dt_mesh **out);
 
 /* The same from text: "dp=2,tp=2" (named) or "2x2" (names d0, d1). */
-DT_API dt_status dt_mesh_create_str(dt_ctx *ctx, const char *text, dt_mesh **mesh_out);
+DT_API dt_status dt_mesh_create_str(dt_ctx *ctx, const char *text, dt_mesh **out);
 
 /* Parses that text without making a mesh (no ranks needed): up to DT_MESH_MAX_NDIM sizes in
  * shape_out, names in names_out (nullable; "d0", "d1", ... when unnamed). Sizes are not
  * checked beyond being numbers; dt_mesh_create checks them. */
-DT_API dt_status dt_mesh_parse(const char *text, int *shape_out, char (*names_out)[DT_MESH_NAME_MAX + 1],
-                        int *ndim_out);
+DT_API dt_status dt_mesh_parse(const char *text, int *shape_out,
+                               char (*names_out)[DT_MESH_NAME_MAX + 1], int *ndim_out);
 
 DT_API dt_status dt_mesh_retain(dt_mesh *mesh);
 /* Drops one reference; the last one frees the mesh and its communicators. NULL is fine. */
@@ -45,27 +45,27 @@ DT_API int dt_mesh_coord(const dt_mesh *mesh, int dim);
 /* The rank context the mesh was made on (borrowed). */
 DT_API dt_ctx *dt_mesh_ctx(const dt_mesh *mesh);
 
-DT_API dt_status dt_mesh_dim_index(const dt_mesh *mesh, const char *name, int *dim_out);
+DT_API dt_status dt_mesh_dim_index(const dt_mesh *mesh, const char *name, int *out);
 /* Coordinate of mesh rank r (ndim entries), and the reverse. Pure functions of the shape. */
-DT_API dt_status dt_mesh_coord_of(const dt_mesh *mesh, int mesh_rank, int *coord_out);
-DT_API dt_status dt_mesh_rank_of(const dt_mesh *mesh, const int *coord, int *mesh_rank_out);
+DT_API dt_status dt_mesh_coord_of(const dt_mesh *mesh, int mesh_rank, int *out);
+DT_API dt_status dt_mesh_rank_of(const dt_mesh *mesh, const int *coord, int *out);
 /* World rank of mesh rank r. */
-DT_API dt_status dt_mesh_world_rank(const dt_mesh *mesh, int mesh_rank, int *world_rank_out);
+DT_API dt_status dt_mesh_world_rank(const dt_mesh *mesh, int mesh_rank, int *out);
 
 /* The communicator along one mesh dimension: the ranks that differ from this one only in
  * dim, ordered by their coordinate. Borrowed (owned by the mesh); made on first use. */
-DT_API dt_status dt_mesh_dim_comm(dt_mesh *mesh, int dim, dt_comm **comm_out);
+DT_API dt_status dt_mesh_dim_comm(dt_mesh *mesh, int dim, dt_comm **out);
 
 /* One communicator over several dimensions flattened (row-major in mesh order), e.g.
  * ("dp","tp"): the ranks that differ from this one only in those dims. names must follow
  * the mesh order. Borrowed. */
-DT_API dt_status dt_mesh_group_comm(dt_mesh *mesh, const char *const *names, int n, dt_comm **comm_out);
+DT_API dt_status dt_mesh_group_comm(dt_mesh *mesh, const char *const *names, int n, dt_comm **out);
 /* The same by a bit mask of dimensions (bit d = mesh dim d); 0 gives a group of one. */
-DT_API dt_status dt_mesh_mask_comm(dt_mesh *mesh, unsigned dims_mask, dt_comm **comm_out);
+DT_API dt_status dt_mesh_mask_comm(dt_mesh *mesh, unsigned dims_mask, dt_comm **out);
 
 /* The sub-mesh of the named dims (in mesh order) that contains this rank, e.g. "tp" of a
  * ("dp","tp") mesh. Shares the parent's communicators. The caller owns one reference. */
-DT_API dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mesh **submesh_out);
+DT_API dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mesh **out);
 
 /* Each mesh object keeps two caches on each rank: the sharding strategies op dispatch chose
  * (DT_CACHE_STRATEGY, keyed by op, input specs and arguments) and the redistribute plans
@@ -79,7 +79,7 @@ DT_API dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n,
 DT_API dt_status dt_mesh_set_cache_capacity(dt_mesh *mesh, dt_cache_kind kind, size_t capacity);
 /* One cache's counters on this mesh object: hits, misses and evictions since the mesh was
  * made, entries and capacity now. dt_comm_stats_get sums the counters over a rank's meshes. */
-DT_API dt_status dt_mesh_cache_stats(const dt_mesh *mesh, dt_cache_kind kind, dt_cache_stats *stats_out);
+DT_API dt_status dt_mesh_cache_stats(const dt_mesh *mesh, dt_cache_kind kind, dt_cache_stats *out);
 
 #ifdef __cplusplus
 }

@@ -19,12 +19,14 @@ extern "C" {
 
 /* The ops, each described once (dtensor/op_list.h); the enum and the typed wrappers below
  * come from that description. */
+/* clang-format off */
 typedef enum dt_op {
 #define DT_OP_ENUM(e, name, family, min_in, max_in, kernel, args, wrapper) DT_OP_##e,
     DT_OP_LIST(DT_OP_ENUM)
 #undef DT_OP_ENUM
     DT_OP_COUNT
 } dt_op;
+/* clang-format on */;
 
 /* "add", "mm", ...; "?" for an unknown op. */
 DT_API const char *dt_op_name(dt_op op);
@@ -40,29 +42,29 @@ typedef enum dt_reduction {
  * only the fields its entry in dtensor/op_list.h names (ARG_* in brackets below), and only
  * those key dispatch's cache. */
 typedef struct dt_op_args {
-    double scalar;            /* [SCALAR] pow/add/mul_scalar: s; norms: eps (0 = 1e-5); sdpa:
-                                 scale (0 = 1/sqrt(D)) */
-    int dims[DT_MAX_NDIM];    /* [DIMS] reductions: dims to reduce (negative from the end);
-                                 permute: the order */
-    int ndims;                /* [DIMS] reductions: 0 = all dims */
-    int keepdim;              /* [KEEPDIM] reductions */
-    int dim, dim2;            /* [DIM] softmax, argmax, slice, (un)squeeze, cat: dim;
-                                 [DIM2] transpose: dim and dim2 */
-    int64_t start, end;       /* [RANGE] slice [start, end) along dim */
+    double scalar;         /* [SCALAR] pow/add/mul_scalar: s; norms: eps (0 = 1e-5); sdpa:
+                              scale (0 = 1/sqrt(D)) */
+    int dims[DT_MAX_NDIM]; /* [DIMS] reductions: dims to reduce (negative from the end);
+                              permute: the order */
+    int ndims;             /* [DIMS] reductions: 0 = all dims */
+    int keepdim;           /* [KEEPDIM] reductions */
+    int dim, dim2;         /* [DIM] softmax, argmax, slice, (un)squeeze, cat: dim;
+                              [DIM2] transpose: dim and dim2 */
+    int64_t start, end;    /* [RANGE] slice [start, end) along dim */
     int64_t shape[DT_MAX_NDIM];
-    int shape_ndim;           /* [SHAPE] view: the new shape (one entry may be -1); expand: the
-                                 target */
-    int correction;           /* [CORRECTION] var/std: 1 = unbiased (torch's default), 0 = biased */
-    int causal;               /* [CAUSAL] sdpa */
-    dt_reduction reduction;   /* [REDUCTION] cross_entropy */
-    int use_ignore_index;     /* [IGNORE] cross_entropy: 1 = rows labelled ignore_index are
-                                 skipped (loss 0, not counted in the mean); other labels */
-    int64_t ignore_index;     /* outside [0, C) are DT_ERR_ARG */
-    double label_smoothing;   /* [LABEL_SMOOTHING] cross_entropy, in [0, 1] */
-    int64_t k;                /* [K] topk: k; one_hot: the number of classes */
-    int smallest;             /* [SMALLEST] topk: 1 = the k smallest (torch's largest=False) */
-    uint64_t seed, offset;    /* [SEED] dropout: the generator's key and counter; read by the
-                                 kernel only, never keyed */
+    int shape_ndim;         /* [SHAPE] view: the new shape (one entry may be -1); expand: the
+                               target */
+    int correction;         /* [CORRECTION] var/std: 1 = unbiased (torch's default), 0 = biased */
+    int causal;             /* [CAUSAL] sdpa */
+    dt_reduction reduction; /* [REDUCTION] cross_entropy */
+    int use_ignore_index;   /* [IGNORE] cross_entropy: 1 = rows labelled ignore_index are
+                               skipped (loss 0, not counted in the mean); other labels */
+    int64_t ignore_index;   /* outside [0, C) are DT_ERR_ARG */
+    double label_smoothing; /* [LABEL_SMOOTHING] cross_entropy, in [0, 1] */
+    int64_t k;              /* [K] topk: k; one_hot: the number of classes */
+    int smallest;           /* [SMALLEST] topk: 1 = the k smallest (torch's largest=False) */
+    uint64_t seed, offset;  /* [SEED] dropout: the generator's key and counter; read by the
+                               kernel only, never keyed */
 } dt_op_args;
 
 /* PyTorch's default ignore_index for cross_entropy. */
@@ -74,8 +76,8 @@ typedef struct dt_op_args {
  * redistributes inputs like for built-in ops. */
 #define DT_OP_MAX_USER_INPUTS 4
 typedef struct dt_op_def {
-    const char *name; /* copied */
-    int ninputs;      /* 1 .. DT_OP_MAX_USER_INPUTS */
+    const char *name;                                      /* copied */
+    int ninputs;                                           /* 1 .. DT_OP_MAX_USER_INPUTS */
     const dt_placement (*rows)[DT_OP_MAX_USER_INPUTS + 1]; /* copied; R -> R is always added */
     int nrows;
     /* Output dims, shape and dtype from the inputs' global specs (blocks with data NULL). */
@@ -91,11 +93,11 @@ typedef struct dt_op_def {
 #define DT_OP_MAX_REGISTERED 64
 /* Registers def and returns its op id (>= DT_OP_COUNT) for dt_op_call. Not collective, but
  * every rank must register the same ops in the same order. Thread-safe. */
-DT_API dt_status dt_op_register(const dt_op_def *def, dt_op *op_out);
+DT_API dt_status dt_op_register(const dt_op_def *def, dt_op *out);
 
 /* The generic entry point: runs op on inputs with args. */
 DT_API dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
-                     dt_tensor **out);
+                            dt_tensor **out);
 
 /* Typed wrappers (same semantics as PyTorch; broadcasting follows NumPy). Those of the
  * binary, unary, scalar, reduce and dim groups of dtensor/op_list.h are declared from the
@@ -111,7 +113,8 @@ DT_API dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, con
 #define DT_DECLARE_SCALAR(e, n, f, lo, hi, k, args, wrapper)                                       \
     DT_API dt_status wrapper(dt_tensor *x, double s, dt_tensor **out);
 #define DT_DECLARE_REDUCE(e, n, f, lo, hi, k, args, wrapper)                                       \
-    DT_API dt_status wrapper(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out);
+    DT_API dt_status wrapper(dt_tensor *x, const int *dims, int ndims, int keepdim,                \
+                             dt_tensor **out);
 #define DT_DECLARE_DIM(e, n, f, lo, hi, k, args, wrapper)                                          \
     DT_API dt_status wrapper(dt_tensor *x, int dim, dt_tensor **out);
 DT_OP_BINARY_LIST(DT_DECLARE_BINARY)
@@ -125,7 +128,7 @@ DT_OP_DIM_LIST(DT_DECLARE_DIM)
 DT_API dt_status dt_unary_op(dt_op op, dt_tensor *x, dt_tensor **out);
 DT_API dt_status dt_scalar_op(dt_op op, dt_tensor *x, double s, dt_tensor **out);
 DT_API dt_status dt_reduce(dt_op op, dt_tensor *x, const int *dims, int ndims, int keepdim,
-                    dt_tensor **out);
+                           dt_tensor **out);
 
 /* cond ? a : b element-wise with broadcasting; cond of any dtype (non-zero = true). */
 DT_API dt_status dt_where(dt_tensor *cond, dt_tensor *a, dt_tensor *b, dt_tensor **out);
@@ -137,17 +140,18 @@ DT_API dt_status dt_linear(dt_tensor *x, dt_tensor *w, dt_tensor *b, dt_tensor *
 DT_API dt_status dt_argmax(dt_tensor *x, int dim, int keepdim, dt_tensor **out);
 DT_API dt_status dt_argmin(dt_tensor *x, int dim, int keepdim, dt_tensor **out);
 DT_API dt_status dt_layer_norm(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, double eps,
-                        dt_tensor **out);
+                               dt_tensor **out);
 DT_API dt_status dt_rms_norm(dt_tensor *x, dt_tensor *weight, double eps, dt_tensor **out);
 /* logits (N, C, ...) f32/f64, target (N, ...) i64/i32 class ids. Rows labelled
  * DT_IGNORE_INDEX (-100, as PyTorch) are skipped: their loss is 0 and the mean is over the
  * others. Any other label outside [0, C) is DT_ERR_ARG naming its position and value, on
  * every rank. */
 DT_API dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, dt_reduction reduction,
-                           dt_tensor **out);
+                                  dt_tensor **out);
 /* The same with another ignore_index. */
-DT_API dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target, dt_reduction reduction,
-                                  int64_t ignore_index, dt_tensor **out);
+DT_API dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target,
+                                         dt_reduction reduction, int64_t ignore_index,
+                                         dt_tensor **out);
 DT_API dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out);
 DT_API dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out);
 /* out dim i is x dim dims[i] (ndims == x's dims). */
@@ -182,8 +186,9 @@ DT_API dt_status dt_ctx_set_redistribute_mode(dt_ctx *ctx, dt_redistribute_mode 
 
 /* The strategy dispatch picks for op on these inputs, without running it: the placements
  * each input is redistributed to (ninputs x mesh ndim, row-major) and the output's. */
-DT_API dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
-                         dt_placement *input_placements_out, dt_placement *output_placements_out);
+DT_API dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs,
+                                const dt_op_args *args, dt_placement *input_placements_out,
+                                dt_placement *output_placements_out);
 
 #ifdef __cplusplus
 }

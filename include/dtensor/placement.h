@@ -43,7 +43,8 @@ static inline dt_placement dt_partial(dt_reduce_op op) {
 
 /* Parses text into at most cap placements; *n_out = how many. Malformed text is
  * DT_ERR_PARSE with the offending position in dt_last_error(). */
-DT_API dt_status dt_placements_parse(const char *text, dt_placement *placements_out, int cap, int *n_out);
+DT_API dt_status dt_placements_parse(const char *text, dt_placement *placements_out, int cap,
+                                     int *n_out);
 
 /* Writes "S(0),R,P(sum)" (NUL-terminated) into buf; DT_ERR_SIZE if cap is too small. */
 DT_API dt_status dt_placements_format(const dt_placement *placements, int n, char *buf, size_t cap);

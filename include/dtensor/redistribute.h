@@ -66,9 +66,9 @@ typedef struct dt_plan dt_plan;
 /* Plans src -> dst for a tensor of the given shape and dtype on a mesh of this shape. Pure:
  * no ranks, any mesh size. model NULL = default. The caller owns one reference: free with
  * dt_plan_destroy. */
-DT_API dt_status dt_plan_create(int mesh_ndim, const int *mesh_shape, int ndim, const int64_t *shape,
-                         dt_dtype dtype, const dt_placement *src, const dt_placement *dst,
-                         const dt_cost_model *model, dt_plan **plan_out);
+DT_API dt_status dt_plan_create(int mesh_ndim, const int *mesh_shape, int ndim,
+                                const int64_t *shape, dt_dtype dtype, const dt_placement *src,
+                                const dt_placement *dst, const dt_cost_model *model, dt_plan **out);
 DT_API dt_status dt_plan_destroy(dt_plan *plan);
 /* Plans are reference-counted (thread-safe): a mesh's plan cache holds one reference on each
  * plan it keeps, a pending dt_tensor_redistribute_async one on its plan. dt_plan_retain adds
@@ -78,7 +78,7 @@ DT_API dt_status dt_plan_retain(const dt_plan *plan);
 DT_API dt_status dt_plan_release(const dt_plan *plan);
 /* Number of steps (0 when src equals dst), step i, and the totals. */
 DT_API int dt_plan_nsteps(const dt_plan *plan);
-DT_API dt_status dt_plan_step_get(const dt_plan *plan, int i, dt_plan_step *step_out);
+DT_API dt_status dt_plan_step_get(const dt_plan *plan, int i, dt_plan_step *out);
 /* Number of collectives (local steps not counted) and estimated cost. */
 DT_API int dt_plan_ncollectives(const dt_plan *plan);
 DT_API double dt_plan_cost_us(const dt_plan *plan);
@@ -86,39 +86,36 @@ DT_API double dt_plan_cost_us(const dt_plan *plan);
 /* The plan as text: one line per step (collective, mesh dims, group size, bytes sent and
  * received per rank, estimated cost), then the total. dim_names NULL = "d0", "d1", ...
  * Writes at most cap bytes, NUL-terminated; *len_out (nullable) = length needed. */
-DT_API dt_status dt_plan_format(const dt_plan *plan, const char *const *dim_names, char *buf, size_t cap,
-                         size_t *len_out);
+DT_API dt_status dt_plan_format(const dt_plan *plan, const char *const *dim_names, char *buf,
+                                size_t cap, size_t *len_out);
 
 /* Plan and format in one call, without ranks: what dtensor-explain prints. */
 DT_API dt_status dt_redistribute_explain(int mesh_ndim, const int *mesh_shape,
-                                  const char *const *dim_names, int ndim, const int64_t *shape,
-                                  dt_dtype dtype, const dt_placement *src, const dt_placement *dst,
-                                  const dt_cost_model *model, char *buf, size_t cap,
-                                  size_t *len_out);
+                                         const char *const *dim_names, int ndim,
+                                         const int64_t *shape, dt_dtype dtype,
+                                         const dt_placement *src, const dt_placement *dst,
+                                         const dt_cost_model *model, char *buf, size_t cap,
+                                         size_t *len_out);
 
 /* A new tensor with placements dst (ndst of them, the mesh's ndim) holding the same global
  * value. The plan comes from the
  * mesh's cache. Collective over the mesh; blocks. The input is unchanged. */
 DT_API dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement *dst,
-                                 dt_tensor **tensor_out);
+                                        dt_tensor **out);
 
-/* Non-blocking form: returns at once with a handle; the work runs on this rank's
- * communication thread, on communicators of its own, in the order the calls were made (the
- * same on every rank). The input must stay alive and unchanged until the wait. Collective
- * over the mesh. */
-typedef struct dt_request dt_request;
+/* Non-blocking form: returns at once with a request (dt_request_wait hands over the result);
+ * the work runs on this rank's communication thread, on communicators of its own, in the
+ * order the calls were made (the same on every rank). The input must stay alive and unchanged
+ * until the wait. Collective over the mesh. */
 DT_API dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_placement *dst,
-                                       dt_request **request_out);
-/* Blocks until the request is done, frees it, and hands over its result (the caller owns the
- * tensor). On failure nothing is handed over and the request is freed all the same. */
-DT_API dt_status dt_request_wait(dt_request *request, dt_tensor **tensor_out);
+                                              dt_request **out);
 
 /* The plan the mesh's cache holds (or makes) for this tensor and target. Borrowed: valid
  * until a later call plans on this mesh object (redistribute, an op, dt_op_strategy, this
  * call, dt_mesh_set_cache_capacity), which may evict it from the bounded cache. To keep it
  * longer, dt_plan_retain it and dt_plan_release it when done. */
 DT_API dt_status dt_tensor_redistribute_plan(dt_tensor *tensor, int ndst, const dt_placement *dst,
-                                      const dt_plan **plan_out);
+                                             const dt_plan **out);
 
 #ifdef __cplusplus
 }

@@ -21,7 +21,7 @@ typedef dt_status (*dt_spmd_fn)(dt_ctx *ctx, void *arg);
 #define DT_LOCAL_MAX_RANKS 1024
 
 /* Runs fn on nranks threads (ranks 0..nranks-1) of this process and waits for all of them.
- * Blocks. rank_status_out (nullable, nranks entries) receives each rank's return value.
+ * Blocks. out (nullable, nranks entries) receives each rank's return value.
  * Returns DT_OK when every rank returned DT_OK and no call timed out; otherwise the status of
  * the world's first failure (a rank that failed, or a timeout), and dt_last_error() on the
  * calling thread reads "rank R: <that rank's message>".
@@ -36,13 +36,26 @@ typedef dt_status (*dt_spmd_fn)(dt_ctx *ctx, void *arg);
  * collectives: rank 0 is in all_gather #12 (1024 x f32), rank 1 in all_reduce #12 (1024 x
  * f32, sum)"; the group stays usable. (The UCX and NCCL runtimes do the latter with
  * DT_DEBUG_COLLECTIVES=1.) DT_ERR_ARG when DT_TIMEOUT_S or DT_DEBUG_COLLECTIVES is malformed. */
-DT_API dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_status_out);
+DT_API dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out);
 
 /* Sets this rank's timeout (seconds; 0 = wait forever), overriding DT_TIMEOUT_S, for its
  * later collectives and send/recv. Not collective: set it alike on every rank.
  * DT_ERR_UNSUPPORTED for contexts of other runtimes (see dt_ucx_set_timeout,
  * dt_nccl_set_timeout). */
 DT_API dt_status dt_local_set_timeout(dt_ctx *ctx, double seconds);
+
+/* A request: work started by a non-blocking call (dt_all_reduce_start and the other _start
+ * collectives, dt_tensor_redistribute_async) that runs on the rank's communication thread. */
+typedef struct dt_request dt_request;
+typedef struct dt_tensor dt_tensor;
+
+/* Blocks until the request is done, frees it and returns its status. out (nullable) receives
+ * its result, which the caller then owns: the tensor of a redistribute, NULL for a collective
+ * (its result is in the buffers it was given). On failure nothing is handed over and the
+ * request is freed all the same. */
+DT_API dt_status dt_request_wait(dt_request *request, dt_tensor **out);
+/* 1 when done (dt_request_wait then returns at once), 0 when not yet; -1 for NULL. */
+DT_API int dt_request_test(const dt_request *request);
 
 /* This rank's index in the world, and the world size; -1 for a NULL context. */
 DT_API int dt_ctx_rank(const dt_ctx *ctx);

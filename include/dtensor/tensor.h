@@ -32,30 +32,30 @@ typedef struct dt_tensor dt_tensor;
 
 /* from_local flags. */
 #define DT_FROM_LOCAL_BORROW 1u /* keep a pointer to the caller's data instead of copying */
-#define DT_FROM_LOCAL_CHECK 2u  /* collective check that all ranks agree on the spec */
+#define DT_FROM_LOCAL_CHECK  2u /* collective check that all ranks agree on the spec */
 
 /* Local shape and global offset of the shard at mesh coordinate coord. A pure function of
  * the spec: no ranks needed, so it works for any mesh size. placements are normalised. */
 DT_API dt_status dt_shard_layout(int mesh_ndim, const int *mesh_shape, const int *coord, int ndim,
-                          const int64_t *shape, const dt_placement *placements,
-                          int64_t *local_shape_out, int64_t *offset_out);
+                                 const int64_t *shape, const dt_placement *placements,
+                                 int64_t *local_shape_out, int64_t *offset_out);
 
 /* Calls that take placements take nplacements, their count, which must equal the mesh's
  * ndim (DT_ERR_PLACEMENT otherwise). */
 
 /* A tensor with zeroed local storage on the rank's device. Not collective. */
 DT_API dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
-                          int nplacements, const dt_placement *placements,
-                          dt_tensor **tensor_out);
+                                 int nplacements, const dt_placement *placements, dt_tensor **out);
 
-/* Shards a full tensor (host memory) onto the rank's device (dt_ctx_set_device). With src_rank == DT_ALL_RANKS every rank passes the same full tensor
- * and keeps its slice (no communication). Otherwise only mesh rank src_rank passes it (others
- * pass NULL) and it sends each rank its shard, one shard-sized buffer at a time, so no more
- * than the one full copy ever exists. Collective over the mesh; blocks. */
+/* Shards a full tensor (host memory) onto the rank's device (dt_ctx_set_device). With src_rank ==
+ * DT_ALL_RANKS every rank passes the same full tensor and keeps its slice (no communication).
+ * Otherwise only mesh rank src_rank passes it (others pass NULL) and it sends each rank its shard,
+ * one shard-sized buffer at a time, so no more than the one full copy ever exists. Collective over
+ * the mesh; blocks. */
 DT_API dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, int ndim,
-                               const int64_t *shape, int nplacements,
-                               const dt_placement *placements, int src_rank,
-                               dt_tensor **tensor_out);
+                                      const int64_t *shape, int nplacements,
+                                      const dt_placement *placements, int src_rank,
+                                      dt_tensor **out);
 
 /* Wraps this rank's shard. global_shape NULL infers the global shape from every rank's local
  * shape (collective: one small all_gather), and rejects shards that do not follow torch.chunk.
@@ -65,16 +65,16 @@ DT_API dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype 
  * and unchanged in size); otherwise the data is copied, to the rank's device when local lives
  * elsewhere (as torch's from_local moves it); a borrowed local must be on the rank's device. */
 DT_API dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int ndim,
-                               const int64_t *local_shape, int nplacements,
-                               const dt_placement *placements, const int64_t *global_shape, unsigned flags,
-                               dt_tensor **tensor_out);
+                                      const int64_t *local_shape, int nplacements,
+                                      const dt_placement *placements, const int64_t *global_shape,
+                                      unsigned flags, dt_tensor **out);
 
 DT_API dt_status dt_tensor_retain(dt_tensor *tensor);
 /* Drops one reference; the last frees the tensor (and its data when owned). NULL is fine. */
 DT_API dt_status dt_tensor_release(dt_tensor *tensor);
 
 /* This rank's shard: a borrowed pointer to dense row-major data (may be NULL when empty). */
-DT_API dt_status dt_tensor_to_local(dt_tensor *tensor, void **data_out);
+DT_API dt_status dt_tensor_to_local(dt_tensor *tensor, void **out);
 
 typedef struct dt_tensor_info {
     dt_dtype dtype;
@@ -90,12 +90,12 @@ typedef struct dt_tensor_info {
     dt_device device; /* where local_data lives */
 } dt_tensor_info;
 
-DT_API dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *info_out);
+DT_API dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *out);
 
 /* A copy of tensor with the same spec whose local data lives on device (as torch's
  * DTensor.to(device)); the copy is complete when this returns. Not collective. Fails with
  * DT_ERR_UNSUPPORTED for CUDA in a build without it, DT_ERR_NOMEM when device is full. */
-DT_API dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **tensor_out);
+DT_API dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **out);
 
 /* Copies this rank's shard (local_bytes of dt_tensor_info) into host memory out, from
  * whichever device it lives on, after the work queued on it. Not collective; blocks. */
@@ -108,7 +108,8 @@ DT_API dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes);
 /* Text picture of which ranks hold which slice of a 1-D or 2-D tensor (like
  * jax.debug.visualize_sharding), Partial included. Writes at most cap bytes, NUL-terminated;
  * *len_out (nullable) = length needed. Not collective. */
-DT_API dt_status dt_tensor_visualize(const dt_tensor *tensor, char *buf, size_t cap, size_t *len_out);
+DT_API dt_status dt_tensor_visualize(const dt_tensor *tensor, char *buf, size_t cap,
+                                     size_t *len_out);
 /* The same, printed to f. */
 DT_API dt_status dt_tensor_print_layout(const dt_tensor *tensor, FILE *f);
 

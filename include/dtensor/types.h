@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define DT_MAX_NDIM 8      /* most tensor dimensions */
+#define DT_MAX_NDIM      8 /* most tensor dimensions */
 #define DT_MESH_MAX_NDIM 8 /* most device-mesh dimensions */
 
 typedef enum dt_dtype {
@@ -38,7 +38,7 @@ DT_API size_t dt_dtype_size(dt_dtype dtype);
 /* "f32", "f64", "bf16", "f16", "i32", "i64"; "?" for an unknown dtype. */
 DT_API const char *dt_dtype_name(dt_dtype dtype);
 /* Parses a dtype name as printed by dt_dtype_name. */
-DT_API dt_status dt_dtype_parse(const char *name, dt_dtype *dtype_out);
+DT_API dt_status dt_dtype_parse(const char *name, dt_dtype *out);
 /* "sum", "avg", "max", "min", "prod"; "?" for an unknown op. */
 DT_API const char *dt_reduce_op_name(dt_reduce_op op);
 

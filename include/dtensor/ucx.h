@@ -98,7 +98,7 @@ typedef struct dt_ucx_env {
 
 /* Reads and checks the environment (no network, works in every build). Missing or malformed
  * variables are DT_ERR_ARG naming them, e.g. "RANK is set but WORLD_SIZE is not". */
-DT_API dt_status dt_ucx_env_read(dt_ucx_env *env_out);
+DT_API dt_status dt_ucx_env_read(dt_ucx_env *out);
 
 /* Runs fn on this process's rank: reads the world from the environment, meets the other
  * ranks at MASTER_ADDR:MASTER_PORT (rank 0 listens there, the others connect; each sends its

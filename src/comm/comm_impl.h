@@ -178,8 +178,7 @@ dt_status dt_call_broadcast(dt_comm *c, const dt_call *a);
 dt_status dt_call_barrier(dt_comm *c, const dt_call *a);
 
 /* Queues run(a) on the comm thread behind the requests already there (async.c). */
-dt_status dt_comm_submit(dt_comm *comm, dt_call_fn run, const dt_call *a,
-                         dt_comm_request **request_out);
+dt_status dt_comm_submit(dt_comm *comm, dt_call_fn run, const dt_call *a, dt_request **out);
 int dt_comm_in_order(dt_comm *comm, dt_call_fn run, const dt_call *a, dt_status *st);
 
 /* Counts (and traces) one successful call on comm's context that started at t0_us. */

@@ -19,10 +19,10 @@ struct dt_user_group_count {
 int dt_ctx_rank(const dt_ctx *ctx) { return ctx ? ctx->rank : -1; }
 int dt_ctx_size(const dt_ctx *ctx) { return ctx ? ctx->size : -1; }
 
-dt_status dt_ctx_world_comm(dt_ctx *ctx, dt_comm **comm_out) {
+dt_status dt_ctx_world_comm(dt_ctx *ctx, dt_comm **out) {
     DT_ARG_NOT_NULL(ctx);
-    DT_ARG_NOT_NULL(comm_out);
-    *comm_out = ctx->world;
+    DT_ARG_NOT_NULL(out);
+    *out = ctx->world;
     return DT_OK;
 }
 
@@ -100,11 +100,11 @@ void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t byt
                         bytes_out);
 }
 
-dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *stats_out) {
+dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *out) {
     DT_ARG_NOT_NULL(ctx);
-    DT_ARG_NOT_NULL(stats_out);
+    DT_ARG_NOT_NULL(out);
     pthread_mutex_lock(&ctx->stats_mu);
-    *stats_out = ctx->stats;
+    *out = ctx->stats;
     pthread_mutex_unlock(&ctx->stats_mu);
     return DT_OK;
 }
@@ -134,10 +134,10 @@ static dt_status next_user_key(dt_ctx *ctx, const int *ranks, int n, uint64_t *s
     return DT_OK;
 }
 
-dt_status dt_comm_create(dt_ctx *ctx, const int *ranks, int n, dt_comm **comm_out) {
+dt_status dt_comm_create(dt_ctx *ctx, const int *ranks, int n, dt_comm **out) {
     DT_ARG_NOT_NULL(ctx);
     DT_ARG_NOT_NULL(ranks);
-    DT_ARG_NOT_NULL(comm_out);
+    DT_ARG_NOT_NULL(out);
     DT_ARG(n >= 1 && n <= ctx->size, "dt_comm_create: argument n = %d is not in [1, %d]", n,
            ctx->size);
     int self = 0;
@@ -154,5 +154,5 @@ dt_status dt_comm_create(dt_ctx *ctx, const int *ranks, int n, dt_comm **comm_ou
     uint64_t seq = 0;
     DT_CHECK(next_user_key(ctx, ranks, n, &seq));
     uint64_t key[2] = {DT_COMM_KEY(DT_KEY_USER, seq), 0};
-    return dt_ctx_comm_create(ctx, key, ranks, n, comm_out);
+    return dt_ctx_comm_create(ctx, key, ranks, n, out);
 }

@@ -6,8 +6,8 @@ int dt_cuda_device_count(void) { return 0; }
 
 void *dt_cuda_current_stream(void) { return NULL; }
 
-dt_status dt_device_memory_stats(dt_device device, dt_memory_stats *stats_out) {
-    DT_ARG_NOT_NULL(stats_out);
+dt_status dt_device_memory_stats(dt_device device, dt_memory_stats *out) {
+    DT_ARG_NOT_NULL(out);
     return dt_error(DT_ERR_UNSUPPORTED, "dt_device_memory_stats: device kind %d: %s",
                     (int)device.kind, "this build has no CUDA");
 }

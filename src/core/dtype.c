@@ -29,12 +29,12 @@ const char *dt_dtype_name(dt_dtype dtype) {
     return (unsigned)dtype < DT_DTYPE_COUNT ? dtypes[dtype].name : "?";
 }
 
-dt_status dt_dtype_parse(const char *name, dt_dtype *dtype_out) {
+dt_status dt_dtype_parse(const char *name, dt_dtype *out) {
     DT_ARG_NOT_NULL(name);
-    DT_ARG_NOT_NULL(dtype_out);
+    DT_ARG_NOT_NULL(out);
     for (int i = 0; i < DT_DTYPE_COUNT; i++) {
         if (strcmp(name, dtypes[i].name) == 0) {
-            *dtype_out = (dt_dtype)i;
+            *out = (dt_dtype)i;
             return DT_OK;
         }
     }

@@ -43,9 +43,9 @@ static dt_status cast_shard(dt_tensor *src, dt_tensor *out, int zeros) {
     return ops->cast(out->dtype, out->data, src->dtype, src->data, out->local_numel);
 }
 
-dt_status dt_cast(dt_tensor *x, dt_dtype dtype, dt_tensor **tensor_out) {
+dt_status dt_cast(dt_tensor *x, dt_dtype dtype, dt_tensor **out) {
     DT_TENSOR_ARG(x);
-    DT_ARG_NOT_NULL(tensor_out);
+    DT_ARG_NOT_NULL(out);
     if ((unsigned)dtype >= DT_DTYPE_COUNT)
         return dt_error(DT_ERR_DTYPE, "dt_cast: argument dtype has unknown value %d", (int)dtype);
     dt_mesh *mesh = x->mesh;
@@ -57,22 +57,22 @@ dt_status dt_cast(dt_tensor *x, dt_dtype dtype, dt_tensor **tensor_out) {
         rep[m] = dt_replicate();
         if (!part_castable(x->placements[m].op, x->dtype, dtype)) reduce_first = 1;
     }
-    dt_tensor *src = x, *out = NULL;
+    dt_tensor *src = x, *y = NULL;
     /* Every Partial dim at once: reducing only some would change the order the mesh dims
      * reduce in (P(max) then P(sum) is not P(sum) then P(max)). */
     if (reduce_first) DT_CHECK(dt_tensor_redistribute(x, mesh->ndim, rep, &src));
-    dt_status st = dt_tensor_alloc(mesh, x->device, dtype, x->ndim, x->shape, x->placements, &out);
+    dt_status st = dt_tensor_alloc(mesh, x->device, dtype, x->ndim, x->shape, x->placements, &y);
     int zeros = 0;
     for (int m = 0; reduce_first && m < mesh->ndim; m++)
         zeros |= x->placements[m].kind == DT_PLACEMENT_PARTIAL &&
                  x->placements[m].op == DT_REDUCE_SUM && mesh->coord[m] != 0;
-    if (st == DT_OK) st = cast_shard(src, out, zeros);
+    if (st == DT_OK) st = cast_shard(src, y, zeros);
     if (src != x) dt_tensor_release(src);
     if (st != DT_OK) {
         dt_error_prefix("dt_cast");
-        dt_tensor_release(out);
+        dt_tensor_release(y);
         return st;
     }
-    *tensor_out = out;
+    *out = y;
     return DT_OK;
 }

@@ -45,8 +45,8 @@ static dt_status fill_shard(dt_tensor *t, dt_fill f) {
 /* A new tensor of the checked spec with its shard written from f. */
 static dt_status create(const char *fn, dt_mesh *mesh, dt_dtype dtype, int ndim,
                         const int64_t *shape, int nplacements, const dt_placement *placements,
-                        const dt_fill *f, dt_tensor **tensor_out) {
-    DT_ARG(tensor_out != NULL, "%s: argument tensor_out is NULL", fn);
+                        const dt_fill *f, dt_tensor **out) {
+    DT_ARG(out != NULL, "%s: argument out is NULL", fn);
     dt_placement norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_spec_check(fn, mesh, dtype, ndim, shape, nplacements, placements, norm));
     dt_tensor *t;
@@ -57,7 +57,7 @@ static dt_status create(const char *fn, dt_mesh *mesh, dt_dtype dtype, int ndim,
         dt_tensor_release(t);
         return st;
     }
-    *tensor_out = t;
+    *out = t;
     return DT_OK;
 }
 
@@ -83,24 +83,24 @@ static dt_status value_bits(const char *fn, dt_dtype dtype, double value, uint64
 
 dt_status dt_tensor_full_value(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
                                int nplacements, const dt_placement *placements, double value,
-                               dt_tensor **tensor_out) {
+                               dt_tensor **out) {
     const char *fn = "dt_tensor_full_value";
     dt_fill f = {.kind = DT_FILL_BITS};
     DT_CHECK(value_bits(fn, dtype, value, &f.bits));
-    return create(fn, mesh, dtype, ndim, shape, nplacements, placements, &f, tensor_out);
+    return create(fn, mesh, dtype, ndim, shape, nplacements, placements, &f, out);
 }
 
 dt_status dt_tensor_ones(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
-                         int nplacements, const dt_placement *placements, dt_tensor **tensor_out) {
+                         int nplacements, const dt_placement *placements, dt_tensor **out) {
     dt_fill f = {.kind = DT_FILL_BITS};
     DT_CHECK(value_bits("dt_tensor_ones", dtype, 1.0, &f.bits));
     return create("dt_tensor_ones", mesh, dtype, ndim, shape, nplacements, placements, &f,
-                  tensor_out);
+                  out);
 }
 
 dt_status dt_tensor_arange(dt_mesh *mesh, dt_dtype dtype, double start, double end, double step,
                            int nplacements, const dt_placement *placements,
-                           dt_tensor **tensor_out) {
+                           dt_tensor **out) {
     const char *fn = "dt_tensor_arange";
     DT_ARG(isfinite(start) && isfinite(end),
            "%s: arguments start = %g and end = %g must be "
@@ -129,16 +129,16 @@ dt_status dt_tensor_arange(dt_mesh *mesh, dt_dtype dtype, double start, double e
         f.istart = (int64_t)start;
         f.istep = (int64_t)step;
     }
-    return create(fn, mesh, dtype, 1, shape, nplacements, placements, &f, tensor_out);
+    return create(fn, mesh, dtype, 1, shape, nplacements, placements, &f, out);
 }
 
 dt_status dt_tensor_eye(dt_mesh *mesh, dt_dtype dtype, int64_t n, int64_t m, int nplacements,
-                        const dt_placement *placements, dt_tensor **tensor_out) {
+                        const dt_placement *placements, dt_tensor **out) {
     DT_ARG(n >= 0 && m >= 0, "dt_tensor_eye: arguments n = %lld and m = %lld must be >= 0",
            (long long)n, (long long)m);
     int64_t shape[2] = {n, m};
     dt_fill f = {.kind = DT_FILL_EYE};
-    return create("dt_tensor_eye", mesh, dtype, 2, shape, nplacements, placements, &f, tensor_out);
+    return create("dt_tensor_eye", mesh, dtype, 2, shape, nplacements, placements, &f, out);
 }
 
 /* ---- random ------------------------------------------------------------------------------- */
@@ -164,29 +164,29 @@ static uint64_t blocks_of(dt_dtype dtype, const int64_t *shape, int ndim) {
 static dt_status create_random(const char *fn, dt_mesh *mesh, dt_dtype dtype, int ndim,
                                const int64_t *shape, int nplacements,
                                const dt_placement *placements, dt_generator *gen, dt_fill *f,
-                               dt_tensor **tensor_out) {
+                               dt_tensor **out) {
     DT_CHECK(random_check(fn, dtype, gen));
     f->seed = gen->seed;
     f->offset = gen->offset;
-    DT_CHECK(create(fn, mesh, dtype, ndim, shape, nplacements, placements, f, tensor_out));
+    DT_CHECK(create(fn, mesh, dtype, ndim, shape, nplacements, placements, f, out));
     gen->offset += blocks_of(dtype, shape, ndim);
     return DT_OK;
 }
 
 dt_status dt_tensor_rand(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
                          int nplacements, const dt_placement *placements, dt_generator *gen,
-                         dt_tensor **tensor_out) {
+                         dt_tensor **out) {
     dt_fill f = {.kind = DT_FILL_UNIFORM, .lo = 0, .hi = 1};
     return create_random("dt_tensor_rand", mesh, dtype, ndim, shape, nplacements, placements, gen,
-                         &f, tensor_out);
+                         &f, out);
 }
 
 dt_status dt_tensor_randn(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
                           int nplacements, const dt_placement *placements, dt_generator *gen,
-                          dt_tensor **tensor_out) {
+                          dt_tensor **out) {
     dt_fill f = {.kind = DT_FILL_NORMAL, .mean = 0, .std = 1};
     return create_random("dt_tensor_randn", mesh, dtype, ndim, shape, nplacements, placements, gen,
-                         &f, tensor_out);
+                         &f, out);
 }
 
 static dt_status fill_random_(const char *fn, dt_tensor *t, dt_generator *gen, dt_fill *f) {

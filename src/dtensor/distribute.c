@@ -79,8 +79,8 @@ static dt_status scatter_from(dt_tensor *t, const void *full, int src) {
 dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, int ndim,
                                const int64_t *shape, int nplacements,
                                const dt_placement *placements, int src_rank,
-                               dt_tensor **tensor_out) {
-    DT_ARG_NOT_NULL(tensor_out);
+                               dt_tensor **out) {
+    DT_ARG_NOT_NULL(out);
     dt_placement norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_spec_check("dt_tensor_distribute", mesh, dtype, ndim, shape, nplacements,
                            placements, norm));
@@ -103,7 +103,7 @@ dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, 
         dt_tensor_release(t);
         return st;
     }
-    *tensor_out = t;
+    *out = t;
     return DT_OK;
 }
 

@@ -94,13 +94,13 @@ void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,
 
 dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
                           int nplacements, const dt_placement *placements,
-                          dt_tensor **tensor_out) {
-    DT_ARG_NOT_NULL(tensor_out);
+                          dt_tensor **out) {
+    DT_ARG_NOT_NULL(out);
     dt_placement norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_spec_check("dt_tensor_zeros", mesh, dtype, ndim, shape, nplacements,
                            placements, norm));
     return dt_tensor_new(mesh, mesh->ctx->device, dtype, ndim, shape, norm, NULL, true,
-                         tensor_out);
+                         out);
 }
 
 dt_status dt_tensor_retain(dt_tensor *tensor) {
@@ -159,16 +159,16 @@ dt_status dt_tensor_release(dt_tensor *tensor) {
     return DT_OK;
 }
 
-dt_status dt_tensor_to_local(dt_tensor *tensor, void **data_out) {
+dt_status dt_tensor_to_local(dt_tensor *tensor, void **out) {
     DT_TENSOR_ARG(tensor);
-    DT_ARG_NOT_NULL(data_out);
-    *data_out = tensor->data;
+    DT_ARG_NOT_NULL(out);
+    *out = tensor->data;
     return DT_OK;
 }
 
-dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *info_out) {
+dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *out) {
     DT_TENSOR_ARG(tensor);
-    DT_ARG_NOT_NULL(info_out);
+    DT_ARG_NOT_NULL(out);
     dt_tensor_info info = {
         .dtype = tensor->dtype,
         .ndim = tensor->ndim,
@@ -185,7 +185,7 @@ dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *info_out) 
     memcpy(info.local_shape, tensor->local_shape, nb);
     memcpy(info.local_offset, tensor->local_offset, nb);
     memcpy(info.placements, tensor->placements, sizeof(dt_placement) * (size_t)tensor->mesh->ndim);
-    *info_out = info;
+    *out = info;
     return DT_OK;
 }
 
@@ -274,8 +274,8 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
                                const int64_t *local_shape, int nplacements,
                                const dt_placement *placements, const int64_t *global_shape,
                                unsigned flags,
-                               dt_tensor **tensor_out) {
-    DT_ARG_NOT_NULL(tensor_out);
+                               dt_tensor **out) {
+    DT_ARG_NOT_NULL(out);
     DT_ARG((flags & ~(DT_FROM_LOCAL_BORROW | DT_FROM_LOCAL_CHECK)) == 0,
            "dt_tensor_from_local: argument flags = 0x%x has unknown bits", flags);
     dt_placement norm[DT_MESH_MAX_NDIM];
@@ -332,14 +332,14 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
         }
     }
     dt_status st = dt_tensor_new(mesh, device, dtype, ndim, global, norm, numel ? data : NULL,
-                                 !(flags & DT_FROM_LOCAL_BORROW), tensor_out);
+                                 !(flags & DT_FROM_LOCAL_BORROW), out);
     if (st != DT_OK && data != local) mem->free(data);
     return st;
 }
 
-dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **tensor_out) {
+dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **out) {
     DT_TENSOR_ARG(tensor);
-    DT_ARG_NOT_NULL(tensor_out);
+    DT_ARG_NOT_NULL(out);
     const dt_mem_ops *to = dt_mem_ops_of(device.kind);
     if (!to)
         return dt_error(device.kind == DT_DEVICE_CUDA ? DT_ERR_UNSUPPORTED : DT_ERR_ARG,
@@ -364,7 +364,7 @@ dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **t
         dt_tensor_release(t);
         return st;
     }
-    *tensor_out = t;
+    *out = t;
     return DT_OK;
 }
 

@@ -44,10 +44,10 @@ static dt_status check_name(const char *name, int dim) {
 }
 
 dt_status dt_mesh_create(dt_ctx *ctx, int ndim, const int *shape, const char *const *names,
-                         dt_mesh **mesh_out) {
+                         dt_mesh **out) {
     DT_ARG_NOT_NULL(ctx);
     DT_ARG_NOT_NULL(shape);
-    DT_ARG_NOT_NULL(mesh_out);
+    DT_ARG_NOT_NULL(out);
     if (ndim < 1 || ndim > DT_MESH_MAX_NDIM)
         return dt_error(DT_ERR_MESH, "dt_mesh_create: ndim = %d is not in [1, %d]", ndim,
                         DT_MESH_MAX_NDIM);
@@ -105,7 +105,7 @@ dt_status dt_mesh_create(dt_ctx *ctx, int ndim, const int *shape, const char *co
     }
     m->seq = ctx->next_mesh_seq++;
     for (int k = 0; k < DT_CACHE_KIND_COUNT; k++) m->cache_capacity[k] = env_cache_capacity();
-    *mesh_out = m;
+    *out = m;
     return DT_OK;
 }
 
@@ -169,13 +169,13 @@ dt_status dt_mesh_parse(const char *text, int *shape_out, char (*names_out)[DT_M
     return DT_OK;
 }
 
-dt_status dt_mesh_create_str(dt_ctx *ctx, const char *text, dt_mesh **mesh_out) {
+dt_status dt_mesh_create_str(dt_ctx *ctx, const char *text, dt_mesh **out) {
     int shape[DT_MESH_MAX_NDIM], ndim;
     char names[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1];
     DT_CHECK(dt_mesh_parse(text, shape, names, &ndim));
     const char *name_ptrs[DT_MESH_MAX_NDIM];
     for (int d = 0; d < ndim; d++) name_ptrs[d] = names[d];
-    return dt_mesh_create(ctx, ndim, shape, name_ptrs, mesh_out);
+    return dt_mesh_create(ctx, ndim, shape, name_ptrs, out);
 }
 
 dt_status dt_mesh_retain(dt_mesh *mesh) {
@@ -221,13 +221,13 @@ const char *dt_mesh_dim_name(const dt_mesh *mesh, int dim) {
     MESH_GET(mesh, dim, mesh->names[dim], NULL);
 }
 
-dt_status dt_mesh_dim_index(const dt_mesh *mesh, const char *name, int *dim_out) {
+dt_status dt_mesh_dim_index(const dt_mesh *mesh, const char *name, int *out) {
     DT_ARG_NOT_NULL(mesh);
     DT_ARG_NOT_NULL(name);
-    DT_ARG_NOT_NULL(dim_out);
+    DT_ARG_NOT_NULL(out);
     for (int d = 0; d < mesh->ndim; d++) {
         if (strcmp(mesh->names[d], name) == 0) {
-            *dim_out = d;
+            *out = d;
             return DT_OK;
         }
     }
@@ -240,49 +240,49 @@ dt_status dt_mesh_dim_index(const dt_mesh *mesh, const char *name, int *dim_out)
                     name, all);
 }
 
-dt_status dt_mesh_coord_of(const dt_mesh *mesh, int mesh_rank, int *coord_out) {
+dt_status dt_mesh_coord_of(const dt_mesh *mesh, int mesh_rank, int *out) {
     DT_ARG_NOT_NULL(mesh);
-    DT_ARG_NOT_NULL(coord_out);
+    DT_ARG_NOT_NULL(out);
     DT_ARG(mesh_rank >= 0 && mesh_rank < mesh->nranks,
            "dt_mesh_coord_of: argument mesh_rank = %d is not in [0, %d)", mesh_rank, mesh->nranks);
     for (int d = mesh->ndim - 1; d >= 0; d--) {
-        coord_out[d] = mesh_rank % mesh->shape[d];
+        out[d] = mesh_rank % mesh->shape[d];
         mesh_rank /= mesh->shape[d];
     }
     return DT_OK;
 }
 
-dt_status dt_mesh_rank_of(const dt_mesh *mesh, const int *coord, int *mesh_rank_out) {
+dt_status dt_mesh_rank_of(const dt_mesh *mesh, const int *coord, int *out) {
     DT_ARG_NOT_NULL(mesh);
     DT_ARG_NOT_NULL(coord);
-    DT_ARG_NOT_NULL(mesh_rank_out);
+    DT_ARG_NOT_NULL(out);
     int r = 0;
     for (int d = 0; d < mesh->ndim; d++) {
         DT_ARG(coord[d] >= 0 && coord[d] < mesh->shape[d],
                "dt_mesh_rank_of: coord[%d] = %d is not in [0, %d)", d, coord[d], mesh->shape[d]);
         r = r * mesh->shape[d] + coord[d];
     }
-    *mesh_rank_out = r;
+    *out = r;
     return DT_OK;
 }
 
-dt_status dt_mesh_world_rank(const dt_mesh *mesh, int mesh_rank, int *world_rank_out) {
+dt_status dt_mesh_world_rank(const dt_mesh *mesh, int mesh_rank, int *out) {
     DT_ARG_NOT_NULL(mesh);
-    DT_ARG_NOT_NULL(world_rank_out);
+    DT_ARG_NOT_NULL(out);
     DT_ARG(mesh_rank >= 0 && mesh_rank < mesh->nranks,
            "dt_mesh_world_rank: argument mesh_rank = %d is not in [0, %d)", mesh_rank,
            mesh->nranks);
-    *world_rank_out = mesh->ranks[mesh_rank];
+    *out = mesh->ranks[mesh_rank];
     return DT_OK;
 }
 
-dt_status dt_mesh_mask_comm(dt_mesh *mesh, unsigned dims_mask, dt_comm **comm_out) {
+dt_status dt_mesh_mask_comm(dt_mesh *mesh, unsigned dims_mask, dt_comm **out) {
     DT_ARG_NOT_NULL(mesh);
-    DT_ARG_NOT_NULL(comm_out);
+    DT_ARG_NOT_NULL(out);
     DT_ARG(dims_mask < (1u << mesh->ndim),
            "dt_mesh_mask_comm: argument dims_mask = 0x%x names dims beyond the mesh's %d",
            dims_mask, mesh->ndim);
-    return dt_mesh_lane_comm(mesh, dims_mask, 0, comm_out);
+    return dt_mesh_lane_comm(mesh, dims_mask, 0, out);
 }
 
 dt_status dt_mesh_lane_comm(dt_mesh *mesh, unsigned dims_mask, int lane, dt_comm **comm_out) {
@@ -323,11 +323,11 @@ dt_status dt_mesh_lane_comm(dt_mesh *mesh, unsigned dims_mask, int lane, dt_comm
     return st;
 }
 
-dt_status dt_mesh_dim_comm(dt_mesh *mesh, int dim, dt_comm **comm_out) {
+dt_status dt_mesh_dim_comm(dt_mesh *mesh, int dim, dt_comm **out) {
     DT_ARG_NOT_NULL(mesh);
     DT_ARG(dim >= 0 && dim < mesh->ndim, "dt_mesh_dim_comm: argument dim = %d is not in [0, %d)",
            dim, mesh->ndim);
-    return dt_mesh_mask_comm(mesh, 1u << dim, comm_out);
+    return dt_mesh_mask_comm(mesh, 1u << dim, out);
 }
 
 /* Mask of the named dims, which must be distinct and in mesh order. */
@@ -355,16 +355,16 @@ static dt_status names_mask(const dt_mesh *mesh, const char *const *names, int n
     return DT_OK;
 }
 
-dt_status dt_mesh_group_comm(dt_mesh *mesh, const char *const *names, int n, dt_comm **comm_out) {
+dt_status dt_mesh_group_comm(dt_mesh *mesh, const char *const *names, int n, dt_comm **out) {
     DT_ARG_NOT_NULL(mesh);
     unsigned mask;
     DT_CHECK(names_mask(mesh, names, n, "dt_mesh_group_comm", &mask));
-    return dt_mesh_mask_comm(mesh, mask, comm_out);
+    return dt_mesh_mask_comm(mesh, mask, out);
 }
 
-dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mesh **submesh_out) {
+dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mesh **out) {
     DT_ARG_NOT_NULL(mesh);
-    DT_ARG_NOT_NULL(submesh_out);
+    DT_ARG_NOT_NULL(out);
     unsigned mask;
     DT_CHECK(names_mask(mesh, names, n, "dt_mesh_submesh", &mask));
     DT_ARG(n >= 1, "dt_mesh_submesh: argument n = 0: a sub-mesh needs at least one dimension");
@@ -401,7 +401,7 @@ dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mes
     memcpy(s->cache_capacity, mesh->cache_capacity, sizeof s->cache_capacity);
     s->root = root;
     dt_mesh_retain(root);
-    *submesh_out = s;
+    *out = s;
     return DT_OK;
 }
 
@@ -425,12 +425,12 @@ dt_status dt_mesh_set_cache_capacity(dt_mesh *mesh, dt_cache_kind kind, size_t c
     return DT_OK;
 }
 
-dt_status dt_mesh_cache_stats(const dt_mesh *mesh, dt_cache_kind kind, dt_cache_stats *stats_out) {
+dt_status dt_mesh_cache_stats(const dt_mesh *mesh, dt_cache_kind kind, dt_cache_stats *out) {
     DT_ARG_NOT_NULL(mesh);
-    DT_ARG_NOT_NULL(stats_out);
+    DT_ARG_NOT_NULL(out);
     DT_ARG((unsigned)kind < DT_CACHE_KIND_COUNT,
            "dt_mesh_cache_stats: argument kind has unknown value %d", (int)kind);
-    if (mesh->caches[kind]) *stats_out = mesh->caches[kind]->stats;
-    else *stats_out = (dt_cache_stats){.capacity = mesh->cache_capacity[kind]};
+    if (mesh->caches[kind]) *out = mesh->caches[kind]->stats;
+    else *out = (dt_cache_stats){.capacity = mesh->cache_capacity[kind]};
     return DT_OK;
 }

@@ -15,15 +15,15 @@
 _Static_assert(DT_OP_MAX_USER_INPUTS == DT_OP_MAX_INPUTS, "dt_op_choice sizes its inputs");
 _Static_assert(DT_MAX_NDIM <= 8 && DT_MESH_MAX_NDIM <= 8, "price keys pack 6 bits per mesh dim");
 
-dt_status dt_op_lookup(const char *name, dt_op *op_out) {
+dt_status dt_op_lookup(const char *name, dt_op *out) {
     DT_ARG_NOT_NULL(name);
-    DT_ARG_NOT_NULL(op_out);
+    DT_ARG_NOT_NULL(out);
     for (int op = 0; op < DT_OP_COUNT; op++)
-        if (!strcmp(dt_op_name((dt_op)op), name)) return *op_out = (dt_op)op, DT_OK;
+        if (!strcmp(dt_op_name((dt_op)op), name)) return *out = (dt_op)op, DT_OK;
     for (int op = DT_OP_COUNT; op < DT_OP_COUNT + DT_OP_MAX_REGISTERED; op++) {
         const char *user = dt_user_op_name((dt_op)op);
         if (!user) break;
-        if (!strcmp(user, name)) return *op_out = (dt_op)op, DT_OK;
+        if (!strcmp(user, name)) return *out = (dt_op)op, DT_OK;
     }
     return dt_error(DT_ERR_ARG,
                     "dt_op_lookup: no op is named \"%s\" (neither built in nor "
@@ -144,8 +144,8 @@ static dt_status check_inputs(dt_op op, int mnd, const dt_spec *const *in,
 
 dt_status dt_op_choose(dt_op op, int mesh_ndim, const int *mesh_shape, const dt_spec *const *inputs,
                        int ninputs, const dt_op_args *args, const dt_cost_model *model,
-                       dt_op_choice *choice_out) {
-    DT_ARG_NOT_NULL(choice_out);
+                       dt_op_choice *out) {
+    DT_ARG_NOT_NULL(out);
     DT_CHECK(check_mesh("dt_op_choose", mesh_ndim, mesh_shape));
     if (model)
         DT_ARG(model->latency_us >= 0 && model->step_us >= 0 && model->bandwidth_gbps > 0,
@@ -203,7 +203,7 @@ dt_status dt_op_choose(dt_op op, int mesh_ndim, const int *mesh_shape, const dt_
     }
     memcpy(c.output, best.out, row);
     memcpy(c.out_shape, best.spec.shape, sizeof(int64_t) * (size_t)best.spec.ndim);
-    *choice_out = c;
+    *out = c;
     return DT_OK;
 }
 

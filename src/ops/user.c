@@ -78,9 +78,9 @@ const op_family dt_family_user = {
     .compute = compute,
 };
 
-dt_status dt_op_register(const dt_op_def *def, dt_op *op_out) {
+dt_status dt_op_register(const dt_op_def *def, dt_op *out) {
     DT_ARG_NOT_NULL(def);
-    DT_ARG_NOT_NULL(op_out);
+    DT_ARG_NOT_NULL(out);
     DT_ARG(def->name && def->name[0], "dt_op_register: def->name is empty");
     DT_ARG(def->ninputs >= 1 && def->ninputs <= DT_OP_MAX_USER_INPUTS,
            "dt_op_register: def->ninputs = %d is not in [1, %d]", def->ninputs,
@@ -113,7 +113,7 @@ dt_status dt_op_register(const dt_op_def *def, dt_op *op_out) {
                       DT_OP_MAX_REGISTERED);
     else {
         ops[nops] = u;
-        *op_out = (dt_op)(DT_OP_COUNT + nops++);
+        *out = (dt_op)(DT_OP_COUNT + nops++);
     }
     pthread_mutex_unlock(&mu);
     if (st != DT_OK) {

@@ -56,13 +56,13 @@ static dt_status check_model(const char *fn, const dt_cost_model *model) {
 
 dt_status dt_plan_create(int mesh_ndim, const int *mesh_shape, int ndim, const int64_t *shape,
                          dt_dtype dtype, const dt_placement *src, const dt_placement *dst,
-                         const dt_cost_model *model, dt_plan **plan_out) {
-    DT_ARG_NOT_NULL(plan_out);
+                         const dt_cost_model *model, dt_plan **out) {
+    DT_ARG_NOT_NULL(out);
     DT_CHECK(check_model("dt_plan_create", model));
     dt_placement s[DT_MESH_MAX_NDIM], d[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_plan_check_args("dt_plan_create", mesh_ndim, mesh_shape, ndim, shape, dtype, src,
                                 dst, s, d));
-    return dt_plan_search(mesh_ndim, mesh_shape, ndim, shape, dtype, s, d, model, plan_out);
+    return dt_plan_search(mesh_ndim, mesh_shape, ndim, shape, dtype, s, d, model, out);
 }
 
 dt_status dt_plan_retain(const dt_plan *plan) {
@@ -85,11 +85,11 @@ int dt_plan_nsteps(const dt_plan *plan) { return plan ? plan->nsteps : -1; }
 int dt_plan_ncollectives(const dt_plan *plan) { return plan ? plan->ncollectives : -1; }
 double dt_plan_cost_us(const dt_plan *plan) { return plan ? plan->cost_us : -1.0; }
 
-dt_status dt_plan_step_get(const dt_plan *plan, int i, dt_plan_step *step_out) {
+dt_status dt_plan_step_get(const dt_plan *plan, int i, dt_plan_step *out) {
     DT_ARG_NOT_NULL(plan);
-    DT_ARG_NOT_NULL(step_out);
+    DT_ARG_NOT_NULL(out);
     DT_ARG(i >= 0 && i < plan->nsteps, "dt_plan_step_get: argument i = %d is not in [0, %d)", i,
            plan->nsteps);
-    *step_out = plan->steps[i];
+    *out = plan->steps[i];
     return DT_OK;
 }

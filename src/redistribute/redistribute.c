@@ -6,6 +6,7 @@
 #include "comm/comm_impl.h"
 #include "trace/trace_impl.h"
 #include "comm/worker.h"
+#include "comm/request.h"
 #include "core/check.h"
 #include "core/lru.h"
 #include "dtensor/tensor_impl.h"
@@ -100,9 +101,9 @@ static dt_status prepare(const char *fn, dt_tensor *t, int ndst, const dt_placem
 }
 
 dt_status dt_tensor_redistribute_plan(dt_tensor *tensor, int ndst, const dt_placement *dst,
-                                      const dt_plan **plan_out) {
-    DT_ARG_NOT_NULL(plan_out);
-    return prepare("dt_tensor_redistribute_plan", tensor, ndst, dst, plan_out);
+                                      const dt_plan **out) {
+    DT_ARG_NOT_NULL(out);
+    return prepare("dt_tensor_redistribute_plan", tensor, ndst, dst, out);
 }
 
 /* The communicator of every step on a lane (NULL for local steps). */
@@ -122,8 +123,8 @@ static dt_status step_comms(dt_tensor *t, const dt_plan *plan, int lane, dt_comm
 }
 
 dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement *dst,
-                                 dt_tensor **tensor_out) {
-    DT_ARG_NOT_NULL(tensor_out);
+                                 dt_tensor **out) {
+    DT_ARG_NOT_NULL(out);
     const dt_plan *plan;
     DT_CHECK(prepare("dt_tensor_redistribute", tensor, ndst, dst, &plan));
     dt_comm **comms;
@@ -131,7 +132,7 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement
     dt_ctx *ctx = tensor->mesh->ctx;
     double t0 = ctx->trace ? dt_now_us() : 0;
     dt_plan_retain(plan); /* nothing in execute plans on this mesh; this keeps it so */
-    dt_status st = dt_plan_execute(plan, tensor, comms, tensor_out);
+    dt_status st = dt_plan_execute(plan, tensor, comms, out);
     free(comms);
     if (ctx->trace && st == DT_OK) {
         char a[128], b[128];
@@ -146,22 +147,21 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement
 
 /* ---- non-blocking ---------------------------------------------------------------------- */
 
-struct dt_request {
-    dt_completion done;
-    dt_tensor *in, *out;
+typedef struct redist_request {
+    dt_request base;
+    dt_tensor *in;
     const dt_plan *plan; /* retained: the cache may evict it while the request runs */
     dt_comm **comms;
-};
+} redist_request;
 
-static void run_request(void *arg) {
-    dt_request *r = arg;
-    dt_tensor *out = NULL;
-    dt_status st = dt_plan_execute(r->plan, r->in, r->comms, &out);
-    r->out = out; /* published by the completion's lock */
-    dt_completion_signal(&r->done, st);
+static dt_status run_request(dt_request *base) {
+    redist_request *r = (redist_request *)base;
+    return dt_plan_execute(r->plan, r->in, r->comms, &r->base.out); /* published by the
+                                                                        completion's lock */
 }
 
-static void request_free(dt_request *r) {
+static void request_free(dt_request *base) {
+    redist_request *r = (redist_request *)base;
     dt_plan_release(r->plan);
     dt_tensor_release(r->in);
     free(r->comms);
@@ -169,40 +169,23 @@ static void request_free(dt_request *r) {
 }
 
 dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_placement *dst,
-                                       dt_request **request_out) {
-    DT_ARG_NOT_NULL(request_out);
+                                       dt_request **out) {
+    DT_ARG_NOT_NULL(out);
     const dt_plan *plan;
     DT_CHECK(prepare("dt_tensor_redistribute_async", tensor, ndst, dst, &plan));
-    dt_ctx *ctx = tensor->mesh->ctx;
-    if (!ctx->worker) DT_CHECK(dt_worker_create(ctx, &ctx->worker));
-    dt_request *r = calloc(1, sizeof *r);
+    redist_request *r = calloc(1, sizeof *r);
     if (!r) return dt_error(DT_ERR_NOMEM, "dt_tensor_redistribute_async: out of memory");
     dt_status st = step_comms(tensor, plan, 1, &r->comms);
     if (st != DT_OK) {
         free(r);
         return st;
     }
-    dt_completion_init(&r->done);
+    r->base.run = run_request, r->base.destroy = request_free;
     r->plan = plan;
     dt_plan_retain(plan);
     r->in = tensor;
     dt_tensor_retain(tensor);
-    st = dt_worker_submit(ctx->worker, run_request, r);
-    if (st != DT_OK) {
-        dt_completion_signal(&r->done, st);
-        dt_completion_wait(&r->done);
-        request_free(r);
-        return st;
-    }
-    *request_out = r;
+    DT_CHECK(dt_request_submit(tensor->mesh->ctx, &r->base));
+    *out = &r->base;
     return DT_OK;
-}
-
-dt_status dt_request_wait(dt_request *request, dt_tensor **tensor_out) {
-    DT_ARG_NOT_NULL(request);
-    dt_status st = dt_completion_wait(&request->done);
-    if (st == DT_OK && tensor_out) *tensor_out = request->out;
-    else dt_tensor_release(request->out);
-    request_free(request);
-    return st;
 }

@@ -167,8 +167,8 @@ static dt_status read_world(dt_ucx_env *e) {
                     "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, PMI_RANK/PMI_SIZE)");
 }
 
-dt_status dt_ucx_env_read(dt_ucx_env *env_out) {
-    DT_ARG_NOT_NULL(env_out);
+dt_status dt_ucx_env_read(dt_ucx_env *out) {
+    DT_ARG_NOT_NULL(out);
     dt_ucx_env e = {.local_rank = -1, .local_size = -1};
     DT_CHECK(read_world(&e));
     const char *addr = getenv("MASTER_ADDR");
@@ -187,6 +187,6 @@ dt_status dt_ucx_env_read(dt_ucx_env *env_out) {
                         "MASTER_ADDR and MASTER_PORT (where rank 0 listens) to meet the others",
                         !addr ? "MASTER_ADDR" : "", !addr && !e.master_port ? " and " : "",
                         !e.master_port ? "MASTER_PORT" : "", e.rank, e.size, e.source);
-    *env_out = e;
+    *out = e;
     return DT_OK;
 }

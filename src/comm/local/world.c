@@ -222,7 +222,7 @@ static void merge_traces(int nranks) {
     free(paths);
 }
 
-dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_status_out) {
+dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
     DT_ARG(nranks >= 1 && nranks <= DT_LOCAL_MAX_RANKS,
            "dt_local_run: argument nranks = %d is not in [1, %d]", nranks, DT_LOCAL_MAX_RANKS);
     DT_ARG_NOT_NULL(fn);
@@ -237,7 +237,7 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *rank_sta
     int initialised = 0, started = 0;
     if (!w || !ranks || !exited || !timeouts || !where) {
         st = dt_error(DT_ERR_NOMEM, "dt_local_run: out of memory for %d ranks", nranks);
-        goto out;
+        goto done;
     }
     w->size = nranks;
     w->exited = exited;
@@ -265,9 +265,9 @@ stop:
         lw_abort(w, started, st, dt_last_error());
     for (int i = 0; i < started; i++) pthread_join(ranks[i].thread, NULL);
     for (int i = 0; i < initialised; i++) ctx_fini(&ranks[i]);
-    if (rank_status_out)
+    if (out)
         for (int i = 0; i < nranks; i++)
-            rank_status_out[i] = i < started ? ranks[i].status : st;
+            out[i] = i < started ? ranks[i].status : st;
     if (st == DT_OK && atomic_load(&w->aborted))
         st = dt_error(w->failed_status, "rank %d: %s", w->failed_rank, w->failed_msg);
     merge_traces(started);
@@ -281,7 +281,7 @@ stop:
         pthread_mutex_destroy(&where[i].mu);
     pthread_mutex_destroy(&w->mu);
     dt_host_cache_trim();
-out:
+done:
     free(where);
     free(timeouts);
     free(exited);

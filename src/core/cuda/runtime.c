@@ -241,12 +241,12 @@ static dt_status device_arg(const char *fn, dt_device device, dt_cache_alloc **a
     return DT_OK;
 }
 
-dt_status dt_device_memory_stats(dt_device device, dt_memory_stats *stats_out) {
-    DT_ARG_NOT_NULL(stats_out);
+dt_status dt_device_memory_stats(dt_device device, dt_memory_stats *out) {
+    DT_ARG_NOT_NULL(out);
     dt_cache_alloc *a;
     DT_CHECK(device_arg(__func__, device, &a));
-    if (a) dt_cache_alloc_stats(a, stats_out);
-    else *stats_out = (dt_memory_stats){0};
+    if (a) dt_cache_alloc_stats(a, out);
+    else *out = (dt_memory_stats){0};
     return DT_OK;
 }
 

@@ -1,0 +1,21 @@
+/* Requests of the non-blocking calls (dtensor/runtime.h): one type for collectives and
+ * redistributes. Each kind embeds dt_request first and fills in run and destroy; the
+ * communication thread runs it, dt_request_wait hands over out and destroys it. */
+#ifndef DT_COMM_REQUEST_H
+#define DT_COMM_REQUEST_H
+
+#include "comm/worker.h"
+#include "dtensor/tensor.h"
+
+struct dt_request {
+    dt_completion done;
+    dt_status (*run)(dt_request *r);  /* on the communication thread */
+    void (*destroy)(dt_request *r);   /* frees r and what it holds (not out) */
+    dt_tensor *out;                   /* the result, when the work makes one */
+};
+
+/* Queues r (its run and destroy set) on ctx's communication thread, started when needed. On
+ * failure r is destroyed. */
+dt_status dt_request_submit(dt_ctx *ctx, dt_request *r);
+
+#endif
