@@ -144,6 +144,15 @@ Test(propagation, conformance_rows_on_ranks) {
     check_table(path, engine_ranks, 50);
 }
 
+/* The repository's copy: the shared rows plus rows of our own (D*, V*, ...), which only real
+ * ranks answer for ops built from other ops (var, std, cross_entropy). */
+Test(propagation, repository_rows_on_ranks) {
+    const char *src = getenv("DT_SOURCE_DIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/tests/conformance/propagation_cases.tsv", src ? src : "..");
+    check_table(path, engine_ranks, 80);
+}
+
 /* The op text map (tools/explain_ops.c) has a form for every op, which reads back as that op
  * with the same arguments. */
 Test(propagation, op_text_covers_every_op) {

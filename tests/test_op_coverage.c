@@ -1,0 +1,123 @@
+/* Every op, walked from 0 to DT_OP_COUNT, is complete: it has a description (name, family,
+ * arity), the kernel its description names in the CPU table (and the CUDA table in CUDA
+ * builds), a typed wrapper the shared library exports, at least one sharded-vs-unsharded case
+ * in tests/op_cases.c, and a row in the propagation conformance table. Adding an op without
+ * one of these fails here, naming the op and what it lacks. */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tools/explain.h"
+#include "dt_config.h"
+#include "helpers.h"
+#include "op_cases.h"
+#include "core/check.h"
+#include "ops/op_impl.h"
+
+/* The kernel slot d names in table k, NULL when the table lacks it. */
+static const void *slot(const dt_kernels *k, const op_desc *d) {
+    return k ? *(const void *const *)((const char *)k + d->kernel) : NULL;
+}
+
+Test(op_coverage, every_op_is_described_and_has_its_kernels) {
+    int missing = 0;
+    for (int op = 0; op < DT_OP_COUNT; op++) {
+        const op_desc *d = dt_op_desc((dt_op)op);
+        if (!d || !d->name || !strcmp(dt_op_name((dt_op)op), "?") || !d->family) {
+            cr_log_error("op %d: no description, name or family", op);
+            missing++;
+            continue;
+        }
+        const op_family *f = d->family;
+        if (!f->composite && !(f->infer && f->rules && f->compute)) {
+            cr_log_error("%s: its family lacks infer, rules or compute", d->name);
+            missing++;
+        }
+        if (d->min_inputs < 1 || d->max_inputs < d->min_inputs ||
+            d->max_inputs > DT_OP_MAX_INPUTS) {
+            cr_log_error("%s: arity %d..%d", d->name, d->min_inputs, d->max_inputs);
+            missing++;
+        }
+        if (d->kernel < 0) continue; /* composites and copies run no kernel */
+        if (!slot(&dt_kernels_cpu, d)) {
+            cr_log_error("%s: no CPU %s kernel", d->name, d->kernel_name);
+            missing++;
+        }
+#if DT_HAVE_CUDA
+        if (!slot(dt_kernels_of(DT_DEVICE_CUDA), d)) {
+            cr_log_error("%s: no CUDA %s kernel", d->name, d->kernel_name);
+            missing++;
+        }
+#endif
+    }
+    cr_assert_eq(missing, 0, "%d gaps in the op table (see the log)", missing);
+}
+
+/* A kernel slot no op names is dead; a NULL slot in a table would be called through. */
+Test(op_coverage, kernel_tables_are_full) {
+    const dt_kernels *tables[] = {&dt_kernels_cpu, dt_kernels_of(DT_DEVICE_CUDA)};
+    for (size_t t = 0; t < 2; t++) {
+        if (!tables[t]) continue;
+        const void *const *slots = (const void *const *)((const char *)tables[t] + sizeof(char *));
+        size_t n = (sizeof(dt_kernels) - sizeof(char *)) / sizeof(void *);
+        for (size_t i = 0; i < n; i++)
+            cr_expect(slots[i] != NULL, "%s table: slot %zu is NULL", tables[t]->name, i);
+    }
+}
+
+Test(op_coverage, every_op_has_an_exported_typed_wrapper) {
+    const char *lib = getenv("DT_LIBDTENSOR");
+    cr_assert(lib, "DT_LIBDTENSOR (the shared library's path) is not set");
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    cr_assert(h, "dlopen %s: %s", lib, dlerror());
+    int missing = 0;
+    for (int op = 0; op < DT_OP_COUNT; op++) {
+        const op_desc *d = dt_op_desc((dt_op)op);
+        if (!d->wrapper || !dlsym(h, d->wrapper)) {
+            cr_log_error("%s: wrapper %s is not exported", d->name, d->wrapper ? d->wrapper : "-");
+            missing++;
+        }
+    }
+    dlclose(h);
+    cr_assert_eq(missing, 0, "%d ops without a typed wrapper (see the log)", missing);
+}
+
+Test(op_coverage, every_op_has_a_sharded_case) {
+    int missing = 0;
+    for (int op = 0; op < DT_OP_COUNT; op++) {
+        int cases = 0;
+        for (size_t i = 0; i < op_ncases; i++) cases += op_cases[i].op == (dt_op)op;
+        if (!cases) {
+            cr_log_error("%s: no case in tests/op_cases.c", dt_op_name((dt_op)op));
+            missing++;
+        }
+    }
+    cr_assert_eq(missing, 0, "%d ops without a sharded-vs-unsharded case (see the log)",
+                 missing);
+}
+
+/* The engine that answers no row: it only notes which op each row parsed to. */
+static dt_status note_op(const explain_row *row, explain_seen *seen, void *user) {
+    (void)seen;
+    ((int *)user)[row->op] = 1;
+    return dt_error(DT_ERR_UNSUPPORTED, "counted");
+}
+
+Test(op_coverage, every_op_has_a_conformance_row) {
+    const char *src = getenv("DT_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/conformance/propagation_cases.tsv", src ? src : "..");
+    int seen[DT_OP_COUNT] = {0};
+    FILE *out = fopen("/dev/null", "w");
+    explain_totals t;
+    int rc = explain_check_file(path, note_op, seen, 0, out, &t);
+    fclose(out);
+    cr_assert_eq(rc, 0, "%s: cannot be read (%d)", path, rc);
+    int missing = 0;
+    for (int op = 0; op < DT_OP_COUNT; op++)
+        if (!seen[op]) {
+            cr_log_error("%s: no row in %s", dt_op_name((dt_op)op), path);
+            missing++;
+        }
+    cr_assert_eq(missing, 0, "%d ops without a conformance row (see the log)", missing);
+}
