@@ -63,10 +63,16 @@ static dt_op_args class_last(int ndim) {
     return perm;
 }
 
-/* The mean over classes of log_softmax, per sample (N, d...): label smoothing's term. */
+/* The mean over classes of log_softmax, per sample (N, d...): label smoothing's term. A sum
+ * scaled by 1 / C, which a sharded class dim leaves a Partial sum (mean on uneven shards
+ * would move the rows instead). */
 static dt_status class_mean(dt_tensor *lsm, dt_tensor **out) {
-    dt_op_args along = {.ndims = 1, .dims = {1}};
-    return call1(DT_OP_MEAN, lsm, &along, out);
+    dt_op_args along = {.ndims = 1, .dims = {1}}, scale = {.scalar = 1.0 / (double)lsm->shape[1]};
+    dt_tensor *s = NULL;
+    dt_status st = call1(DT_OP_SUM, lsm, &along, &s);
+    if (st == DT_OK) st = call1(DT_OP_MUL_SCALAR, s, &scale, out);
+    dt_tensor_release(s);
+    return st;
 }
 
 /* log_softmax(logits)[target] with the class dim whole: log_softmax re-shards the logits if
