@@ -193,7 +193,8 @@ static dt_status swiglu_body(dt_ctx *ctx, void *arg) {
     enum { T = 5, H = 7 };
     int64_t shape[2] = {T, H}, row[1] = {H};
     double g[T * H], u[T * H], got[T * H];
-    for (int e = 0; e < T * H; e++) g[e] = t_value(60, (size_t)e) / 4, u[e] = t_value(61, (size_t)e);
+    for (int e = 0; e < T * H; e++)
+        g[e] = t_value(60, (size_t)e) / 4, u[e] = t_value(61, (size_t)e);
     for (int k = 0; k < NSETS; k++)
         for (int bcast = 0; bcast < 2; bcast++) {
             dt_placement pg[2], pu[2];
