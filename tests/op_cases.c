@@ -70,6 +70,16 @@ const op_case op_cases[] = {
     {"expand", DT_OP_EXPAND, A(.shape_ndim = 3, .shape = {3, 5, 4}), 1, {2}, {{5, 1}}, {F}},
     {"cat", DT_OP_CAT, A(.dim = 1), 2, {2, 2}, {{4, 3}, {4, 5}}, {F, F}},
     {"cat three", DT_OP_CAT, A(.dim = 0), 3, {2, 2, 2}, {{2, 3}, {1, 3}, {3, 3}}, {F, F, F}},
+    {"stack", DT_OP_STACK, A(.dim = 1), 2, {2, 2}, {{5, 3}, {5, 3}}, {F, F}},
+    {"stack three last", DT_OP_STACK, A(.dim = -1), 3, {2, 2, 2}, {{3, 5}, {3, 5}, {3, 5}},
+     {F, F, F}},
+    {"swiglu", DT_OP_SWIGLU, A(0), 2, {2, 2}, {{5, 6}, {5, 6}}, {F, F}},
+    {"cross_entropy sum smoothed", DT_OP_CROSS_ENTROPY,
+     A(.reduction = DT_REDUCTION_SUM, .label_smoothing = 0.1), 2, {2, 1}, {{7, 6}, {7}},
+     {F, DT_I64}, 0, 6},
+    {"cross_entropy mean smoothed", DT_OP_CROSS_ENTROPY,
+     A(.reduction = DT_REDUCTION_MEAN, .label_smoothing = 0.3), 2, {3, 2}, {{3, 5, 2}, {3, 2}},
+     {F, DT_I32}, 0, 5},
     {"where", DT_OP_WHERE, A(0), 3, {2, 2, 1}, {{5, 6}, {5, 6}, {6}}, {DT_I32, F, F}, 0, 2},
 };
 #undef A

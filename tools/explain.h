@@ -15,12 +15,14 @@
  *   mul_scalar(2), mul(scalar), add(scalar=3)   scalar forms (pow, add, mul)
  *   sum, mean(dim=0), amax(dim=0,1,keepdim), var(dim=1,correction=0)
  *   argmax(dim=1), softmax(dim=-1), cat(dim=0), squeeze(dim=0), unsqueeze(dim=1)
+ *   stack(dim=0), stack (dim 0), swiglu
  *   transpose(0,1), t, permute(2,0,1)
  *   view(48), view(8,6->48), reshape(4,-1), expand(4,8)
  *   slice(dim=1,start=8,end=16), slice([:,8:])
  *   layer_norm, layer_norm(last), rms_norm(eps=1e-6)
  *   scaled_dot_product_attention(causal), sdpa
- *   cross_entropy(mean), cross_entropy(none,ignore_index=-1)
+ *   cross_entropy(mean), cross_entropy(none,ignore_index=-1),
+ *   cross_entropy(sum,label_smoothing=0.1)
  * and any op registered with dt_op_register, by its name (no arguments). */
 
 /* text -> op and args. in: the inputs' specs (slice's open end and view's "a->b" read input

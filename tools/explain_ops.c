@@ -13,14 +13,14 @@ typedef enum args_kind {
     SCALAR,   /* (2.5) */
     REDUCE,   /* (dim=0,1,keepdim,correction=0); no dims: all */
     ARGINDEX, /* argmax(dim=1,keepdim) */
-    DIM,      /* softmax(dim=-1), cat(dim=0) */
+    DIM,      /* softmax(dim=-1), cat(dim=0), stack(dim=0) */
     TWO_DIMS, /* transpose(0,1) */
     PERM,     /* permute(2,0,1) */
     SHAPE,    /* view(4,-1), view(8,6->48), expand(4,8) */
     SLICE,    /* slice(dim=1,start=8,end=16), slice([:,8:]) */
     NORM,     /* layer_norm(eps=1e-5), layer_norm(last) */
     SDPA,     /* (causal,scale=0.125) */
-    XENT,     /* cross_entropy(mean|none,ignore_index=-100|none) */
+    XENT,     /* cross_entropy(mean|sum|none,ignore_index=-100|none,label_smoothing=0.1) */
 } args_kind;
 
 static const args_kind kinds[] = {
@@ -77,6 +77,8 @@ static const args_kind kinds[] = {
     [DT_OP_CONTIGUOUS] = NONE,
     [DT_OP_EXPAND] = SHAPE,
     [DT_OP_CAT] = DIM,
+    [DT_OP_STACK] = DIM,
+    [DT_OP_SWIGLU] = NONE,
 };
 _Static_assert(sizeof kinds / sizeof kinds[0] == DT_OP_COUNT, "an op has no text form");
 
@@ -313,8 +315,13 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
         case XENT:
             if (bare && !strcmp(v, "mean"))
                 a->reduction = DT_REDUCTION_MEAN;
+            else if (bare && !strcmp(v, "sum"))
+                a->reduction = DT_REDUCTION_SUM;
             else if (bare && !strcmp(v, "none"))
                 a->reduction = DT_REDUCTION_NONE;
+            else if (!strcmp(k, "label_smoothing"))
+                ok = to_double(v, &a->label_smoothing) && a->label_smoothing >= 0 &&
+                     a->label_smoothing <= 1;
             else if (!strcmp(k, "ignore_index") && !strcmp(v, "none"))
                 a->use_ignore_index = 0;
             else
@@ -327,7 +334,8 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
             return BAD("%s: more than %d dims", name, DT_MAX_NDIM);
         if (!ok) return BAD("%s: cannot read the argument \"%s%s%s\"", name, k, bare ? "" : "=", v);
     }
-    if ((kind == ARGINDEX || (kind == DIM && op != DT_OP_CAT)) && !have_dim)
+    if ((kind == ARGINDEX || (kind == DIM && op != DT_OP_CAT && op != DT_OP_STACK)) &&
+        !have_dim)
         return BAD("%s needs dim=K", name);
     if (kind == PERM && a->ndims == 0) return BAD("%s needs the new order of the dims", name);
     if (kind == SLICE && !have_end) {
@@ -445,6 +453,7 @@ dt_status explain_op_format(dt_op op, const dt_op_args *a, char *buf, size_t cap
             PUT(",ignore_index=none");
         else if (a->ignore_index != DT_IGNORE_INDEX)
             PUT(",ignore_index=%lld", (long long)a->ignore_index);
+        if (a->label_smoothing != 0) PUT(",label_smoothing=%.17g", a->label_smoothing);
         PUT(")");
         break;
     default:

@@ -51,6 +51,26 @@ DT_API dt_status dt_tensor_arange(dt_mesh *mesh, dt_dtype dtype, double start, d
 DT_API dt_status dt_tensor_eye(dt_mesh *mesh, dt_dtype dtype, int64_t n, int64_t m, int nplacements,
                                const dt_placement *placements, dt_tensor **out);
 
+/* ---- like another tensor ----------------------------------------------------------------- */
+
+/* torch.zeros_like, ones_like, full_like(x, value), empty_like: a tensor with x's mesh, shape,
+ * dtype, device and placements, except that Partial becomes Replicate: the new value is known
+ * whole on every rank, so a Partial would only make a later consumer pay an all_reduce with
+ * nothing to reduce (PyTorch's like-factories do the same). Each rank writes only its shard;
+ * no communication; not collective. empty_like leaves the storage unwritten. x is not
+ * changed; the caller owns *tensor_out; errors as the calls above (value: as
+ * dt_tensor_full_value). */
+dt_status dt_tensor_zeros_like(dt_tensor *x, dt_tensor **tensor_out);
+dt_status dt_tensor_ones_like(dt_tensor *x, dt_tensor **tensor_out);
+dt_status dt_tensor_full_like(dt_tensor *x, double value, dt_tensor **tensor_out);
+dt_status dt_tensor_empty_like(dt_tensor *x, dt_tensor **tensor_out);
+
+/* Tensor.new_full(shape, value): x's mesh, dtype and device; x's placements (Partial made
+ * Replicate, as above) when shape is x's shape, otherwise Replicate (x's shards need not fit
+ * another shape), as PyTorch's new_* factories. */
+dt_status dt_tensor_new_full(dt_tensor *x, int ndim, const int64_t *shape, double value,
+                             dt_tensor **tensor_out);
+
 /* ---- random numbers ----------------------------------------------------------------------- */
 
 /* A Philox stream, as torch.Generator: the 64-bit seed is the key, the offset counts the

@@ -77,8 +77,8 @@
     X(ARGMIN, "argmin", reduce, 1, 1, arg_reduce, ARG_DIM | ARG_KEEPDIM, dt_argmin)                \
     X(LAYER_NORM, "layer_norm", norm, 1, 3, layer_norm, ARG_SCALAR, dt_layer_norm)                 \
     X(RMS_NORM, "rms_norm", norm, 1, 2, layer_norm, ARG_SCALAR, dt_rms_norm)                       \
-    X(CROSS_ENTROPY, "cross_entropy", composite, 2, 2, none, ARG_REDUCTION | ARG_IGNORE,           \
-      dt_cross_entropy)                                                                            \
+    X(CROSS_ENTROPY, "cross_entropy", composite, 2, 2, none,                                       \
+      ARG_REDUCTION | ARG_IGNORE | ARG_LABEL_SMOOTHING, dt_cross_entropy)                          \
     X(SDPA, "scaled_dot_product_attention", attention, 3, 3, sdpa, ARG_SCALAR | ARG_CAUSAL,        \
       dt_sdpa)                                                                                     \
     X(TRANSPOSE, "transpose", shape, 1, 1, permute, ARG_DIM | ARG_DIM2, dt_transpose)              \
@@ -88,8 +88,14 @@
     X(EXPAND, "expand", shape, 1, 1, expand, ARG_SHAPE, dt_expand)                                 \
     X(CAT, "cat", cat, 1, 4, none, ARG_DIM, dt_cat)
 
+/* Copies and composites with hand-written wrappers: stack (cat along a new dim) and swiglu
+ * (silu(gate) * up, two dispatched ops). */
+#define DT_OP_COMPOSE_LIST(X)                                                                      \
+    X(STACK, "stack", cat, 1, 4, none, ARG_DIM, dt_stack)                                          \
+    X(SWIGLU, "swiglu", composite, 2, 2, none, 0, dt_swiglu)
+
 #define DT_OP_LIST(X)                                                                              \
-    DT_OP_BINARY_LIST(X) DT_OP_UNARY_LIST(X) DT_OP_SCALAR_LIST(X) DT_OP_REDUCE_LIST(X)           \
-    DT_OP_DIM_LIST(X) DT_OP_OTHER_LIST(X)
+    DT_OP_BINARY_LIST(X) DT_OP_UNARY_LIST(X) DT_OP_SCALAR_LIST(X) DT_OP_REDUCE_LIST(X)             \
+    DT_OP_DIM_LIST(X) DT_OP_OTHER_LIST(X) DT_OP_COMPOSE_LIST(X)
 
 #endif

@@ -246,3 +246,60 @@ dt_status dt_split(dt_tensor *x, int dim, const int64_t *sizes, int n, dt_tensor
         for (int i = 0; i < made - 1; i++) dt_tensor_release(outs[i]);
     return st;
 }
+
+dt_status dt_stack(dt_tensor *const *xs, int n, int dim, dt_tensor **out) {
+    dt_op_args a = {.dim = dim};
+    return dt_op_call(DT_OP_STACK, xs, n, &a, out);
+}
+
+dt_status dt_unbind(dt_tensor *x, int dim, int n, dt_tensor **outs) {
+    DT_TENSOR_ARG(x);
+    DT_ARG(outs != NULL, "dt_unbind: argument outs is NULL");
+    int d = dt_norm_dim(dim, x->ndim);
+    DT_ARG(d >= 0, "dt_unbind: dim = %d is out of range for a %d-D tensor", dim, x->ndim);
+    DT_ARG(n == x->shape[d], "dt_unbind: n = %d, but dim %d has size %lld", n, d,
+           (long long)x->shape[d]);
+    /* Place x once for slicing it (a sharded dim cannot be sliced in place); every slice then
+     * finds its input as it wants it. */
+    dt_op_args a = {.dim = d, .start = 0, .end = n ? 1 : 0}, sq = {.dim = d};
+    dt_placement want[DT_MESH_MAX_NDIM], outp[DT_MESH_MAX_NDIM];
+    dt_tensor *src = x;
+    DT_CHECK(dt_op_strategy(DT_OP_SLICE, &x, 1, &a, want, outp));
+    int same = 1;
+    for (int m = 0; m < x->mesh->ndim; m++) same &= dt_placement_equal(want[m], x->placements[m]);
+    if (!same) DT_CHECK(dt_tensor_redistribute(x, x->mesh->ndim, want, &src));
+    dt_status st = DT_OK;
+    int made = 0;
+    for (; made < n && st == DT_OK; made++) {
+        dt_tensor *piece = NULL;
+        a.start = made, a.end = made + 1;
+        st = dt_op_call(DT_OP_SLICE, &src, 1, &a, &piece);
+        if (st == DT_OK) st = dt_op_call(DT_OP_SQUEEZE, &piece, 1, &sq, &outs[made]);
+        dt_tensor_release(piece);
+    }
+    if (src != x) dt_tensor_release(src);
+    if (st != DT_OK)
+        for (int i = 0; i < made - 1; i++) dt_tensor_release(outs[i]);
+    return st;
+}
+
+dt_status dt_reshape(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out) {
+    return dt_view(x, ndim, shape, out);
+}
+
+dt_status dt_swiglu(dt_tensor *gate, dt_tensor *up, dt_tensor **out) {
+    return two(DT_OP_SWIGLU, gate, up, out);
+}
+
+dt_status dt_cross_entropy_ex(dt_tensor *logits, dt_tensor *target, const dt_xent_opts *opts,
+                              dt_tensor **out) {
+    dt_xent_opts o = opts ? *opts : DT_XENT_DEFAULTS;
+    DT_ARG(o.label_smoothing >= 0 && o.label_smoothing <= 1,
+           "dt_cross_entropy_ex: opts->label_smoothing = %g is not in [0, 1]", o.label_smoothing);
+    DT_ARG((unsigned)o.reduction <= DT_REDUCTION_SUM,
+           "dt_cross_entropy_ex: opts->reduction = %d is not a dt_reduction", (int)o.reduction);
+    dt_tensor *in[2] = {logits, target};
+    dt_op_args a = {.reduction = o.reduction, .use_ignore_index = o.use_ignore_index != 0,
+                    .ignore_index = o.ignore_index, .label_smoothing = o.label_smoothing};
+    return dt_op_call(DT_OP_CROSS_ENTROPY, in, 2, &a, out);
+}

@@ -1,34 +1,45 @@
-/* cat: tensors joined along one dim. That dim must be whole on every rank (its pieces come
- * from different inputs); the other dims shard alike in every input; Partial passes through. */
+/* cat and stack: tensors joined along one dim (stack: along a new dim, each input one slice
+ * of it). That dim must be whole on every rank (its pieces come from different inputs); the
+ * other dims shard alike in every input; Partial passes through. Copies only, no kernel. */
 #include <string.h>
 
 #include "core/box.h"
 #include "core/check.h"
 #include "ops/op_impl.h"
 
+/* The joined dim of the output: stack's new dim ranges over ndim + 1 positions. */
+static int join_dim(dt_op op, const dt_op_args *a, int ndim) {
+    return dt_norm_dim(a->dim, op == DT_OP_STACK ? ndim + 1 : ndim);
+}
+
 static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
-    (void)op;
-    int d = dt_norm_dim(a->dim, in[0].ndim);
-    if (d < 0) return dt_error(DT_ERR_ARG, "cat: dim = %d out of range", a->dim);
-    *out = (op_out){.ndim = in[0].ndim, .dtype = in[0].dtype};
-    memcpy(out->shape, in[0].shape, sizeof(int64_t) * (size_t)in[0].ndim);
+    const char *name = dt_op_name(op);
+    int stack = op == DT_OP_STACK, d = join_dim(op, a, in[0].ndim);
+    if (d < 0 || (stack && in[0].ndim == DT_MAX_NDIM))
+        return dt_error(DT_ERR_ARG, "%s: dim = %d out of range for %d-D inputs", name, a->dim,
+                        in[0].ndim);
     for (int i = 1; i < n; i++) {
         if (in[i].ndim != in[0].ndim || in[i].dtype != in[0].dtype)
-            return dt_error(DT_ERR_SHAPE, "cat: input %d differs from input 0 in dims or dtype", i);
+            return dt_error(DT_ERR_SHAPE, "%s: input %d differs from input 0 in dims or dtype",
+                            name, i);
         for (int k = 0; k < in[0].ndim; k++)
-            if (k != d && in[i].shape[k] != in[0].shape[k])
-                return dt_error(DT_ERR_SHAPE, "cat: input %d has size %lld in dim %d, input 0 has "
-                                              "%lld", i, (long long)in[i].shape[k], k,
+            if ((stack || k != d) && in[i].shape[k] != in[0].shape[k])
+                return dt_error(DT_ERR_SHAPE, "%s: input %d has size %lld in dim %d, input 0 "
+                                              "has %lld", name, i, (long long)in[i].shape[k], k,
                                 (long long)in[0].shape[k]);
-        out->shape[d] += in[i].shape[d];
     }
+    *out = (op_out){.ndim = in[0].ndim + stack, .dtype = in[0].dtype};
+    for (int k = 0, j = 0; k < out->ndim; k++) /* stack: (A, B) -> (A, n, B) at d = 1 */
+        out->shape[k] = stack && k == d ? n : in[0].shape[j++];
+    if (!stack)
+        for (int i = 1; i < n; i++) out->shape[d] += in[i].shape[d];
     return DT_OK;
 }
 
 static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
                  int mesh_total, rule_row *rows) {
-    (void)op, (void)mesh_size, (void)mesh_total;
-    int d = dt_norm_dim(a->dim, in[0].ndim), k = 0;
+    (void)mesh_size, (void)mesh_total;
+    int stack = op == DT_OP_STACK, d = join_dim(op, a, in[0].ndim), k = 0;
     static const dt_reduce_op ops[] = {DT_REDUCE_SUM, DT_REDUCE_AVG, DT_REDUCE_MAX, DT_REDUCE_MIN};
     rows[k] = (rule_row){.out = RP};
     for (int i = 0; i < n; i++) rows[k].in[i] = RP;
@@ -38,8 +49,8 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
         for (int i = 0; i < n; i++) rows[k].in[i] = PP(ops[p]);
     }
     for (int s = 0; s < in[0].ndim; s++) {
-        if (s == d) continue;
-        rows[k].out = SP(s);
+        if (!stack && s == d) continue;
+        rows[k].out = SP(stack && s >= d ? s + 1 : s); /* stack: dims from d on move right */
         for (int i = 0; i < n; i++) rows[k].in[i] = SP(s);
         k++;
     }
@@ -47,13 +58,16 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
 }
 
 static dt_status compute(local_call *c) {
-    int d = dt_norm_dim(c->args->dim, c->out.ndim);
-    int64_t off[DT_MAX_NDIM] = {0};
+    int stack = c->op == DT_OP_STACK, d = join_dim(c->op, c->args, c->in[0].ndim);
+    int64_t off[DT_MAX_NDIM] = {0}, shape[DT_MAX_NDIM];
     dt_status st = DT_OK;
     for (int i = 0; i < c->ninputs && st == DT_OK; i++) {
-        st = c->mem->box_copy(c->out.data, c->out.shape, off, c->in[i].data, c->in[i].shape, NULL,
-                              c->in[i].shape, c->out.ndim, dt_dtype_size(c->out.dtype));
-        off[d] += c->in[i].shape[d];
+        /* stack: input i is the block of size 1 at index i of the new dim */
+        for (int k = 0, j = 0; k < c->out.ndim; k++)
+            shape[k] = stack && k == d ? 1 : c->in[i].shape[j++];
+        st = c->mem->box_copy(c->out.data, c->out.shape, off, c->in[i].data, shape, NULL, shape,
+                              c->out.ndim, dt_dtype_size(c->out.dtype));
+        off[d] += shape[d];
     }
     return st;
 }

@@ -1,7 +1,8 @@
 /* Ops built from other ops, so that dispatch places every piece: var/std (a sum-based
- * variance, exact on uneven shards) and cross_entropy (the target's log-probability per
- * sample, negated, optionally averaged; loss parallel when the class dim is sharded and
- * keeping it so is cheaper than moving the logits). */
+ * variance, exact on uneven shards), swiglu (silu(gate) * up, not fused) and cross_entropy
+ * (the target's log-probability per sample, negated, optionally label-smoothed, summed or
+ * averaged; loss parallel when the class dim is sharded and keeping it so is cheaper than
+ * moving the logits). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,32 +55,50 @@ static dt_status variance(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tensor
     return st;
 }
 
+/* pick wants the class dim last: (N, C, d...) -> (N, d..., C). */
+static dt_op_args class_last(int ndim) {
+    dt_op_args perm = {.ndims = ndim};
+    for (int i = 1; i < ndim - 1; i++) perm.dims[i] = i + 1;
+    perm.dims[ndim - 1] = 1;
+    return perm;
+}
+
+/* The mean over classes of log_softmax, per sample (N, d...): label smoothing's term. A sum
+ * scaled by 1 / C, which a sharded class dim leaves a Partial sum (mean on uneven shards
+ * would move the rows instead). */
+static dt_status class_mean(dt_tensor *lsm, dt_tensor **out) {
+    dt_op_args along = {.ndims = 1, .dims = {1}}, scale = {.scalar = 1.0 / (double)lsm->shape[1]};
+    dt_tensor *s = NULL;
+    dt_status st = call1(DT_OP_SUM, lsm, &along, &s);
+    if (st == DT_OK) st = call1(DT_OP_MUL_SCALAR, s, &scale, out);
+    dt_tensor_release(s);
+    return st;
+}
+
 /* log_softmax(logits)[target] with the class dim whole: log_softmax re-shards the logits if
- * the class dim was sharded. */
-static dt_status target_logprob_whole(dt_tensor *logits, dt_tensor *target, dt_tensor **out) {
-    dt_op_args along = {.dim = 1};
+ * the class dim was sharded. smooth (NULL: not wanted) gets the class mean of log_softmax. */
+static dt_status target_logprob_whole(dt_tensor *logits, dt_tensor *target, dt_tensor **out,
+                                      dt_tensor **smooth) {
+    dt_op_args along = {.dim = 1}, perm = class_last(logits->ndim);
     dt_tensor *lsm = NULL, *moved = NULL;
     dt_status st = dt_op_call(DT_OP_LOG_SOFTMAX, &logits, 1, &along, &lsm);
-    /* pick wants the class dim last: (N, C, d...) -> (N, d..., C). */
-    dt_op_args perm = {.ndims = logits->ndim};
-    for (int i = 1; i < logits->ndim - 1; i++) perm.dims[i] = i + 1;
-    perm.dims[logits->ndim - 1] = 1;
     if (st == DT_OK) st = dt_op_call(DT_OP_PERMUTE, &lsm, 1, &perm, &moved);
     if (st == DT_OK) st = call2(DT_OP_PICK, moved, target, out);
+    if (st == DT_OK && smooth) st = class_mean(lsm, smooth);
     dt_tensor_release(lsm), dt_tensor_release(moved);
     return st;
 }
 
 /* Loss parallel: the class dim stays sharded. The row max and the sum of exponentials are
  * reduced across the class shards (one value per sample each), the target logit is picked
- * where it lives (a Partial sum), and the logits never move. */
-static dt_status target_logprob_parallel(dt_tensor *logits, dt_tensor *target, dt_tensor **out) {
+ * where it lives (a Partial sum), and the logits never move. Smoothing's class mean of
+ * log_softmax is mean(z) - log sum exp z, mean(z) one more value per sample. */
+static dt_status target_logprob_parallel(dt_tensor *logits, dt_tensor *target, dt_tensor **out,
+                                         dt_tensor **smooth) {
     dt_op_args row = {.ndims = 1, .dims = {1}, .keepdim = 1}, sq = {.dim = 1};
-    dt_op_args perm = {.ndims = logits->ndim};
-    for (int i = 1; i < logits->ndim - 1; i++) perm.dims[i] = i + 1;
-    perm.dims[logits->ndim - 1] = 1;
+    dt_op_args perm = class_last(logits->ndim);
     dt_tensor *m = NULL, *z = NULL, *e = NULL, *s = NULL, *l = NULL, *ls = NULL, *zp = NULL,
-              *picked = NULL;
+              *picked = NULL, *zm = NULL;
     dt_status st = dt_op_call(DT_OP_AMAX, &logits, 1, &row, &m);  /* (N,1,d..) P(max) */
     if (st == DT_OK) st = call2(DT_OP_SUB, logits, m, &z);         /* all_reduce(max) */
     if (st == DT_OK) st = call1(DT_OP_EXP, z, NULL, &e);
@@ -89,7 +108,9 @@ static dt_status target_logprob_parallel(dt_tensor *logits, dt_tensor *target, d
     if (st == DT_OK) st = dt_op_call(DT_OP_PERMUTE, &z, 1, &perm, &zp);
     if (st == DT_OK) st = call2(DT_OP_PICK, zp, target, &picked); /* P(sum) */
     if (st == DT_OK) st = call2(DT_OP_SUB, picked, ls, out);      /* z[t] - log sum exp z */
-    dt_tensor *all[] = {m, z, e, s, l, ls, zp, picked};
+    if (st == DT_OK && smooth) st = class_mean(z, &zm);            /* P(sum) */
+    if (st == DT_OK && smooth) st = call2(DT_OP_SUB, zm, ls, smooth);
+    dt_tensor *all[] = {m, z, e, s, l, ls, zp, picked, zm};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
     return st;
 }
@@ -222,25 +243,35 @@ static dt_status keep_weights(dt_tensor *target, dt_dtype dtype, const uint8_t *
     return st;
 }
 
-/* -logprob per sample, 0 where ignored; mean: over the samples not ignored. */
-static dt_status reduce_loss(dt_tensor *neg, dt_tensor *keep, int mean, dt_tensor **out) {
+/* -logprob per sample, 0 where ignored; summed, or averaged over the samples not ignored. */
+static dt_status reduce_loss(dt_tensor *neg, dt_tensor *keep, dt_reduction how, dt_tensor **out) {
     dt_op_args all = {0};
-    if (!keep && mean) return call1(DT_OP_MEAN, neg, &all, out);
-    if (!keep) {
-        dt_tensor_retain(neg);
-        *out = neg;
-        return DT_OK;
+    dt_tensor *kept = neg, *total = NULL, *count = NULL;
+    dt_status st = keep ? call2(DT_OP_MUL, neg, keep, &kept) : dt_tensor_retain(neg);
+    if (st != DT_OK || how == DT_REDUCTION_NONE) {
+        if (st == DT_OK) *out = kept;
+        return st;
     }
-    dt_tensor *kept = NULL, *total = NULL, *count = NULL;
-    dt_status st = call2(DT_OP_MUL, neg, keep, &kept);
-    if (st == DT_OK && !mean) {
-        *out = kept;
-        return DT_OK;
+    if (!keep) st = call1(how == DT_REDUCTION_SUM ? DT_OP_SUM : DT_OP_MEAN, kept, &all, out);
+    else if (how == DT_REDUCTION_SUM) st = call1(DT_OP_SUM, kept, &all, out);
+    else {
+        st = call1(DT_OP_SUM, kept, &all, &total);
+        if (st == DT_OK) st = call1(DT_OP_SUM, keep, &all, &count);
+        if (st == DT_OK) st = call2(DT_OP_DIV, total, count, out); /* all ignored: 0/0, as torch */
     }
-    if (st == DT_OK) st = call1(DT_OP_SUM, kept, &all, &total);
-    if (st == DT_OK) st = call1(DT_OP_SUM, keep, &all, &count);
-    if (st == DT_OK) st = call2(DT_OP_DIV, total, count, out); /* all ignored: 0/0, as torch */
     dt_tensor_release(kept), dt_tensor_release(total), dt_tensor_release(count);
+    return st;
+}
+
+/* torch's label smoothing: -((1 - eps) * logprob[target] + eps * mean over classes of
+ * log_softmax), per sample. */
+static dt_status smoothed(dt_tensor *lp, dt_tensor *smooth, double eps, dt_tensor **out) {
+    dt_op_args keep = {.scalar = eps - 1}, spread = {.scalar = -eps};
+    dt_tensor *a = NULL, *b = NULL;
+    dt_status st = call1(DT_OP_MUL_SCALAR, lp, &keep, &a);
+    if (st == DT_OK) st = call1(DT_OP_MUL_SCALAR, smooth, &spread, &b);
+    if (st == DT_OK) st = call2(DT_OP_ADD, a, b, out);
+    dt_tensor_release(a), dt_tensor_release(b);
     return st;
 }
 
@@ -253,18 +284,37 @@ static dt_status cross_entropy(dt_tensor *logits, dt_tensor *target, const dt_op
     if (logits->dtype != DT_F32 && logits->dtype != DT_F64)
         return dt_error(DT_ERR_DTYPE, "cross_entropy: logits must be f32 or f64, got %s",
                         dt_dtype_name(logits->dtype));
+    double eps = a->label_smoothing;
+    if (!(eps >= 0 && eps <= 1))
+        return dt_error(DT_ERR_ARG, "cross_entropy: label_smoothing = %g is not in [0, 1]", eps);
+    if ((unsigned)a->reduction > DT_REDUCTION_SUM)
+        return dt_error(DT_ERR_ARG, "cross_entropy: reduction = %d is not a dt_reduction",
+                        (int)a->reduction);
     labels seen = {0};
     uint8_t *ignored = NULL;
     DT_CHECK(check_labels(target, logits->shape[1], a, &seen, &ignored));
-    dt_tensor *lp = NULL, *neg = NULL, *keep = NULL;
+    dt_tensor *lp = NULL, *smooth = NULL, *neg = NULL, *keep = NULL;
+    dt_tensor **want_smooth = eps > 0 ? &smooth : NULL;
     dt_status st = seen.ignored ? keep_weights(target, logits->dtype, ignored, &keep) : DT_OK;
     free(ignored);
     if (st == DT_OK)
-        st = loss_parallel_cheaper(logits) ? target_logprob_parallel(logits, target, &lp)
-                                           : target_logprob_whole(logits, target, &lp);
-    if (st == DT_OK) st = call1(DT_OP_NEG, lp, NULL, &neg);
-    if (st == DT_OK) st = reduce_loss(neg, keep, a->reduction == DT_REDUCTION_MEAN, out);
-    dt_tensor_release(lp), dt_tensor_release(neg), dt_tensor_release(keep);
+        st = loss_parallel_cheaper(logits)
+                 ? target_logprob_parallel(logits, target, &lp, want_smooth)
+                 : target_logprob_whole(logits, target, &lp, want_smooth);
+    if (st == DT_OK)
+        st = smooth ? smoothed(lp, smooth, eps, &neg) : call1(DT_OP_NEG, lp, NULL, &neg);
+    if (st == DT_OK) st = reduce_loss(neg, keep, a->reduction, out);
+    dt_tensor_release(lp), dt_tensor_release(smooth), dt_tensor_release(neg);
+    dt_tensor_release(keep);
+    return st;
+}
+
+/* silu(gate) * up: two dispatched ops (no fused kernel), so each is placed on its own. */
+static dt_status swiglu(dt_tensor *gate, dt_tensor *up, dt_tensor **out) {
+    dt_tensor *g = NULL;
+    dt_status st = call1(DT_OP_SILU, gate, NULL, &g);
+    if (st == DT_OK) st = call2(DT_OP_MUL, g, up, out);
+    dt_tensor_release(g);
     return st;
 }
 
@@ -273,6 +323,10 @@ static dt_status composite(dt_op op, dt_tensor *const *in, int n, const dt_op_ar
     if (op == DT_OP_CROSS_ENTROPY) {
         if (n != 2) return dt_error(DT_ERR_ARG, "cross_entropy: takes logits and target");
         return cross_entropy(in[0], in[1], a, out);
+    }
+    if (op == DT_OP_SWIGLU) {
+        if (n != 2) return dt_error(DT_ERR_ARG, "swiglu: takes gate and up");
+        return swiglu(in[0], in[1], out);
     }
     if (n != 1) return dt_error(DT_ERR_ARG, "%s: takes 1 input, got %d", dt_op_name(op), n);
     return variance(op, in[0], a, out);

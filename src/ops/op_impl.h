@@ -52,6 +52,12 @@ typedef struct op_family {
     int (*rules)(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
                  int mesh_total, rule_row *rows);
     dt_status (*compute)(local_call *c);
+    /* Optional: whether a combination of rows (one per mesh dim; in[i][m], out[m]) is valid on
+     * the whole mesh, for rules whose validity depends on how many ranks shard a dim together
+     * (a view keeps a nested shard only when the product of those mesh dims divides it). */
+    int (*combine_ok)(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_ndim,
+                      const int *mesh_shape, const dt_placement (*in_pl)[DT_MESH_MAX_NDIM],
+                      const dt_placement *out_pl);
     /* Ops built from other ops (cross_entropy, var): replaces the three above. */
     dt_status (*composite)(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
                            dt_tensor **out);

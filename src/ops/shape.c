@@ -123,10 +123,13 @@ static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a,
     }
 }
 
-/* For a view: the output dim that input dim d's shard can become, or -1. Dims are grouped
- * where running products agree; a shard survives on the first dim of a group when its
- * torch.chunk pieces stay whole rows of the other dims (sizes divisible by the mesh). */
-static int view_target(const op_input *x, const op_out *o, int d, int mesh_total) {
+/* For a view: the output dim that input dim d's shard can become, or -1, when ranks ranks
+ * shard d together. Dims are grouped where running products agree; a shard survives on the
+ * first dim of a group when its torch.chunk pieces stay whole rows of the other dims: the
+ * group's leading input and output dims both divide evenly over the ranks (then each piece is
+ * the same contiguous 1/ranks of the group's elements on both sides), or the group is one dim
+ * on both sides. Uneven pieces would chunk differently after the view: those redistribute. */
+static int view_target(const op_input *x, const op_out *o, int d, int ranks) {
     int i = 0, j = 0;
     while (i < x->ndim && j < o->ndim) {
         int i0 = i, j0 = j;
@@ -139,18 +142,35 @@ static int view_target(const op_input *x, const op_out *o, int d, int mesh_total
         if (d < i0 || d >= i) continue;
         if (d != i0) return -1; /* only the leading dim of a group keeps its shard */
         if (i - i0 == 1 && j - j0 == 1) return j0;
-        int64_t lead_in = x->shape[i0], lead_out = o->shape[j0];
-        if (lead_in == lead_out || (lead_in % mesh_total == 0 && lead_out % mesh_total == 0) ||
-            (i - i0 == 1 && lead_out % mesh_total == 0) || (j - j0 == 1 && lead_in % mesh_total == 0))
-            return j0;
+        if (x->shape[i0] % ranks == 0 && o->shape[j0] % ranks == 0) return j0;
         return -1;
     }
     return -1;
 }
 
+/* A view's rows are made per mesh dim (each checks its own mesh dim's size); nested shards of
+ * one dim (S(0),S(0)) must divide by the product of the mesh dims sharding it. */
+static int view_combine_ok(dt_op op, const op_input *in, int n, const dt_op_args *a,
+                           int mesh_ndim, const int *mesh_shape,
+                           const dt_placement (*in_pl)[DT_MESH_MAX_NDIM],
+                           const dt_placement *out_pl) {
+    (void)n, (void)out_pl;
+    if (op != DT_OP_VIEW) return 1;
+    op_out o;
+    if (infer(op, in, 1, a, &o) != DT_OK) return 0;
+    for (int d = 0; d < in[0].ndim; d++) {
+        int ranks = 1;
+        for (int m = 0; m < mesh_ndim; m++)
+            if (in_pl[0][m].kind == DT_PLACEMENT_SHARD && in_pl[0][m].dim == d)
+                ranks *= mesh_shape[m];
+        if (ranks > 1 && view_target(&in[0], &o, d, ranks) < 0) return 0;
+    }
+    return 1;
+}
+
 static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
                  int mesh_total, rule_row *rows) {
-    (void)n, (void)mesh_size;
+    (void)n, (void)mesh_total;
     op_out o;
     if (infer(op, in, 1, a, &o) != DT_OK) return 0;
     const op_input *x = &in[0];
@@ -168,7 +188,7 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
             for (int i = 0; i < x->ndim; i++)
                 if (perm[i] == d) to = i;
             break;
-        case DT_OP_VIEW: to = view_target(x, &o, d, mesh_total); break;
+        case DT_OP_VIEW: to = view_target(x, &o, d, mesh_size); break;
         case DT_OP_SLICE: to = d == d0 ? -1 : d; break;
         case DT_OP_UNSQUEEZE: to = d >= dt_norm_dim(a->dim, x->ndim + 1) ? d + 1 : d; break;
         case DT_OP_SQUEEZE: to = d == d0 ? -1 : d > d0 ? d - 1 : d; break;
@@ -205,5 +225,5 @@ static dt_status compute(local_call *c) {
 }
 
 const op_family dt_family_shape = {
-    .infer = infer, .rules = rules, .compute = compute,
+    .infer = infer, .rules = rules, .compute = compute, .combine_ok = view_combine_ok,
 };

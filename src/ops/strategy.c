@@ -74,6 +74,9 @@ dt_status dt_strategy_search(const dt_strategy_query *q, dt_strategy_found *best
             out[m] = rows[m][pick[m]].out;
         }
         if (!valid_for(out, mnd, best->spec.ndim)) continue;
+        if (f->combine_ok && !f->combine_ok(q->op, q->in, n, q->args, mnd, q->mesh_shape,
+                                            (const dt_placement(*)[DT_MESH_MAX_NDIM])in, out))
+            continue;
         double cost = 0;
         int changed = 0, ok = 1;
         for (int i = 0; i < n && ok; i++) {
