@@ -1,7 +1,8 @@
 #!/bin/sh
-# The shared library exports exactly the public API: every defined dynamic symbol is a
-# function declared DT_API in include/ (or a typed wrapper generated from dtensor/op_list.h),
-# and every such declaration is exported (a public function with no definition fails here).
+# The shared library exports exactly the public API: every function declared in include/
+# carries DT_API; every defined dynamic symbol is one of them (or a typed wrapper generated
+# from dtensor/op_list.h); every one of them is exported (a public function with no
+# definition fails here).
 # usage: test_exports.sh LIBDTENSOR.so SOURCE_ROOT
 set -eu
 lib=$1 root=$2
@@ -15,6 +16,13 @@ nm -D --defined-only "$lib" | awk '$2 ~ /^[TtDdBbRrVvWwi]$/ {print $3}' | sort -
     grep -oE ',[[:space:]]*dt_[a-z0-9_]+\)' "$root/include/dtensor/op_list.h" | tr -d ', )'
 } | grep -v '^dt_plugin_register$' | sort -u >"$tmp/declared" # the plugin defines that one
 status=0
+# a public function declared without DT_API would be hidden from the shared library
+bare=$(grep -nE '^(const |unsigned )?[a-z_0-9]+ \**dt_[a-z_0-9]+\(' "$root"/include/dtensor/*.h || true)
+if [ -n "$bare" ]; then
+    echo "declared in include/ without DT_API:"
+    echo "$bare" | sed 's/^/  /'
+    status=1
+fi
 leaked=$(comm -23 "$tmp/exported" "$tmp/declared")
 missing=$(comm -13 "$tmp/exported" "$tmp/declared")
 if [ -n "$leaked" ]; then

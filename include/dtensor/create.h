@@ -60,16 +60,16 @@ DT_API dt_status dt_tensor_eye(dt_mesh *mesh, dt_dtype dtype, int64_t n, int64_t
  * no communication; not collective. empty_like leaves the storage unwritten. x is not
  * changed; the caller owns *tensor_out; errors as the calls above (value: as
  * dt_tensor_full_value). */
-dt_status dt_tensor_zeros_like(dt_tensor *x, dt_tensor **tensor_out);
-dt_status dt_tensor_ones_like(dt_tensor *x, dt_tensor **tensor_out);
-dt_status dt_tensor_full_like(dt_tensor *x, double value, dt_tensor **tensor_out);
-dt_status dt_tensor_empty_like(dt_tensor *x, dt_tensor **tensor_out);
+DT_API dt_status dt_tensor_zeros_like(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_tensor_ones_like(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_tensor_full_like(dt_tensor *x, double value, dt_tensor **out);
+DT_API dt_status dt_tensor_empty_like(dt_tensor *x, dt_tensor **out);
 
 /* Tensor.new_full(shape, value): x's mesh, dtype and device; x's placements (Partial made
  * Replicate, as above) when shape is x's shape, otherwise Replicate (x's shards need not fit
  * another shape), as PyTorch's new_* factories. */
-dt_status dt_tensor_new_full(dt_tensor *x, int ndim, const int64_t *shape, double value,
-                             dt_tensor **tensor_out);
+DT_API dt_status dt_tensor_new_full(dt_tensor *x, int ndim, const int64_t *shape, double value,
+                                    dt_tensor **out);
 
 /* ---- random numbers ----------------------------------------------------------------------- */
 

@@ -173,34 +173,34 @@ DT_API dt_status dt_split(dt_tensor *x, int dim, const int64_t *sizes, int n, dt
 /* Stacks 1 to 4 tensors of one shape along a new dim (in [-ndim - 1, ndim]), as torch.stack:
  * (A, B) x n at dim 1 -> (A, n, B). The inputs' shards move to the dims they become; a copy,
  * no kernel. */
-dt_status dt_stack(dt_tensor *const *xs, int n, int dim, dt_tensor **out);
+DT_API dt_status dt_stack(dt_tensor *const *xs, int n, int dim, dt_tensor **out);
 /* torch.unbind: x's dim removed, one tensor per index along it; n must be x's size along dim
  * and outs must hold n. When dim is sharded, x is redistributed once (as dispatch decides
  * for slicing it), not once per piece. On failure none is returned. */
-dt_status dt_unbind(dt_tensor *x, int dim, int n, dt_tensor **outs);
+DT_API dt_status dt_unbind(dt_tensor *x, int dim, int n, dt_tensor **outs);
 /* torch.reshape: our tensors are contiguous, so it is dt_view (the shards follow the view
  * rules of dt_view). */
-dt_status dt_reshape(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
+DT_API dt_status dt_reshape(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
 /* silu(gate) * up (SwiGLU's gating, gate and up broadcast as mul): two dispatched ops, not
  * a fused kernel, so each piece is placed on its own. */
-dt_status dt_swiglu(dt_tensor *gate, dt_tensor *up, dt_tensor **out);
+DT_API dt_status dt_swiglu(dt_tensor *gate, dt_tensor *up, dt_tensor **out);
 
 /* cross_entropy's options (torch's keywords); DT_XENT_DEFAULTS are torch's defaults. */
 typedef struct dt_xent_opts {
     dt_reduction reduction;
-    int use_ignore_index;  /* 1: rows labelled ignore_index are skipped (loss 0, not counted */
-    int64_t ignore_index;  /*    in the mean) */
+    int use_ignore_index;   /* 1: rows labelled ignore_index are skipped (loss 0, not counted */
+    int64_t ignore_index;   /*    in the mean) */
     double label_smoothing; /* in [0, 1]: loss = (1 - eps) * nll + eps * the mean over classes
                                of -log_softmax */
 } dt_xent_opts;
 #define DT_XENT_DEFAULTS                                                                           \
-    ((dt_xent_opts){.reduction = DT_REDUCTION_MEAN, .use_ignore_index = 1,                         \
-                    .ignore_index = DT_IGNORE_INDEX})
+    ((dt_xent_opts){                                                                               \
+        .reduction = DT_REDUCTION_MEAN, .use_ignore_index = 1, .ignore_index = DT_IGNORE_INDEX})
 /* dt_cross_entropy with every option; opts NULL is DT_XENT_DEFAULTS. A label_smoothing outside
  * [0, 1] (or NaN) or an unknown reduction is DT_ERR_ARG. Loss parallel (class dim sharded)
  * works as in dt_cross_entropy: the logits are not gathered. */
-dt_status dt_cross_entropy_ex(dt_tensor *logits, dt_tensor *target, const dt_xent_opts *opts,
-                              dt_tensor **out);
+DT_API dt_status dt_cross_entropy_ex(dt_tensor *logits, dt_tensor *target, const dt_xent_opts *opts,
+                                     dt_tensor **out);
 
 /* In place: the result replaces x's local data (x must own its data); x keeps its placements
  * (the result is redistributed to them when dispatch placed it otherwise). */

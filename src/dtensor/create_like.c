@@ -18,7 +18,7 @@ static void like_placements(const dt_tensor *x, dt_placement *out) {
 
 /* A new tensor of x's mesh, dtype and device with the given shape and placements. */
 static dt_status make(const char *fn, dt_tensor *x, like_kind kind, double value, int ndim,
-                      const int64_t *shape, const dt_placement *pl, dt_tensor **tensor_out) {
+                      const int64_t *shape, const dt_placement *pl, dt_tensor **out) {
     dt_mesh *mesh = x->mesh;
     dt_tensor *t = NULL;
     dt_status st;
@@ -26,7 +26,7 @@ static dt_status make(const char *fn, dt_tensor *x, like_kind kind, double value
         dt_placement norm[DT_MESH_MAX_NDIM];
         st = dt_spec_check(fn, mesh, x->dtype, ndim, shape, mesh->ndim, pl, norm);
         if (st == DT_OK)
-            return dt_tensor_alloc(mesh, x->device, x->dtype, ndim, shape, norm, tensor_out);
+            return dt_tensor_alloc(mesh, x->device, x->dtype, ndim, shape, norm, out);
         return st;
     }
     st = kind == LIKE_ZEROS
@@ -42,40 +42,40 @@ static dt_status make(const char *fn, dt_tensor *x, like_kind kind, double value
         dt_error_prefix(fn);
         return st;
     }
-    *tensor_out = t;
+    *out = t;
     return DT_OK;
 }
 
 static dt_status like(const char *fn, dt_tensor *x, like_kind kind, double value,
-                      dt_tensor **tensor_out) {
+                      dt_tensor **out) {
     DT_CHECK(dt_tensor_check(fn, "x", x));
-    DT_ARG(tensor_out != NULL, "%s: argument tensor_out is NULL", fn);
+    DT_ARG(out != NULL, "%s: argument out is NULL", fn);
     dt_placement pl[DT_MESH_MAX_NDIM];
     like_placements(x, pl);
-    return make(fn, x, kind, value, x->ndim, x->shape, pl, tensor_out);
+    return make(fn, x, kind, value, x->ndim, x->shape, pl, out);
 }
 
-dt_status dt_tensor_zeros_like(dt_tensor *x, dt_tensor **tensor_out) {
-    return like("dt_tensor_zeros_like", x, LIKE_ZEROS, 0, tensor_out);
+dt_status dt_tensor_zeros_like(dt_tensor *x, dt_tensor **out) {
+    return like("dt_tensor_zeros_like", x, LIKE_ZEROS, 0, out);
 }
 
-dt_status dt_tensor_ones_like(dt_tensor *x, dt_tensor **tensor_out) {
-    return like("dt_tensor_ones_like", x, LIKE_FULL, 1, tensor_out);
+dt_status dt_tensor_ones_like(dt_tensor *x, dt_tensor **out) {
+    return like("dt_tensor_ones_like", x, LIKE_FULL, 1, out);
 }
 
-dt_status dt_tensor_full_like(dt_tensor *x, double value, dt_tensor **tensor_out) {
-    return like("dt_tensor_full_like", x, LIKE_FULL, value, tensor_out);
+dt_status dt_tensor_full_like(dt_tensor *x, double value, dt_tensor **out) {
+    return like("dt_tensor_full_like", x, LIKE_FULL, value, out);
 }
 
-dt_status dt_tensor_empty_like(dt_tensor *x, dt_tensor **tensor_out) {
-    return like("dt_tensor_empty_like", x, LIKE_EMPTY, 0, tensor_out);
+dt_status dt_tensor_empty_like(dt_tensor *x, dt_tensor **out) {
+    return like("dt_tensor_empty_like", x, LIKE_EMPTY, 0, out);
 }
 
 dt_status dt_tensor_new_full(dt_tensor *x, int ndim, const int64_t *shape, double value,
-                             dt_tensor **tensor_out) {
+                             dt_tensor **out) {
     const char *fn = "dt_tensor_new_full";
     DT_CHECK(dt_tensor_check(fn, "x", x));
-    DT_ARG(tensor_out != NULL, "%s: argument tensor_out is NULL", fn);
+    DT_ARG(out != NULL, "%s: argument out is NULL", fn);
     DT_ARG(ndim >= 0 && ndim <= DT_MAX_NDIM, "%s: argument ndim = %d is not in [0, %d]", fn, ndim,
            DT_MAX_NDIM);
     DT_ARG(shape != NULL || ndim == 0, "%s: argument shape is NULL", fn);
@@ -84,5 +84,5 @@ dt_status dt_tensor_new_full(dt_tensor *x, int ndim, const int64_t *shape, doubl
     if (same) like_placements(x, pl);
     else
         for (int m = 0; m < x->mesh->ndim; m++) pl[m] = dt_replicate();
-    return make(fn, x, LIKE_FULL, value, ndim, shape, pl, tensor_out);
+    return make(fn, x, LIKE_FULL, value, ndim, shape, pl, out);
 }
