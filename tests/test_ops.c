@@ -117,6 +117,66 @@ Test(ops, gqa_heads_shard_only_with_whole_groups) {
     }
 }
 
+/* dt_rope_tables as torchtitan's precompute_freqs_cis (angle t * theta^(-2i/D)) and sharded
+ * like any tensor; the shape errors of the model-code ops. */
+static dt_status rope_tables_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "3", &mesh));
+    const int64_t T = 7, D = 6, P = 3;
+    dt_placement s0[1] = {dt_shard(0)}, r[1] = {dt_replicate()};
+    dt_tensor *c, *s, *x, *y, *w, *bad;
+    R_OK(dt_rope_tables(mesh, DT_F64, T, D, 10000.0, 1, s0, &c, &s));
+    double cv[21], sv[21];
+    R_OK(dt_tensor_full(c, cv, sizeof cv));
+    R_OK(dt_tensor_full(s, sv, sizeof sv));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < P; i++) {
+            double a = (double)t * pow(10000.0, -2.0 * (double)i / (double)D);
+            R_CHECK(fabs(cv[t * P + i] - cos(a)) < 1e-12 && fabs(sv[t * P + i] - sin(a)) < 1e-12,
+                    "table (%lld, %lld): cos %g sin %g, want %g %g", (long long)t, (long long)i,
+                    cv[t * P + i], sv[t * P + i], cos(a), sin(a));
+        }
+    /* rope with those tables on a sequence-sharded x against the rotation done here */
+    int64_t xs[4] = {2, T, 2, D};
+    double xv[2 * 7 * 2 * 6], yv[2 * 7 * 2 * 6];
+    for (size_t k = 0; k < sizeof xv / sizeof xv[0]; k++) xv[k] = t_value(5, k);
+    dt_placement s1[1] = {dt_shard(1)};
+    R_OK(dt_tensor_distribute(mesh, xv, DT_F64, 4, xs, 1, s1, DT_ALL_RANKS, &x));
+    R_OK(dt_rope(x, c, s, &y));
+    R_OK(dt_tensor_full(y, yv, sizeof yv));
+    for (size_t k = 0; k < sizeof xv / sizeof xv[0]; k += 2) {
+        int64_t i = (int64_t)(k / 2 % (size_t)P), t = (int64_t)(k / (size_t)(2 * D) % (size_t)T);
+        double cc = cv[t * P + i], ss = sv[t * P + i];
+        R_CHECK(fabs(yv[k] - (xv[k] * cc - xv[k + 1] * ss)) < 1e-12 &&
+                    fabs(yv[k + 1] - (xv[k] * ss + xv[k + 1] * cc)) < 1e-12,
+                "rope pair %zu", k / 2);
+    }
+    /* errors: D odd, tables of the wrong length, layer_norm ndims against the weight */
+    R_CHECK(dt_rope_tables(mesh, DT_F32, T, 5, 1e4, 1, r, &bad, &bad) == DT_ERR_SHAPE, "D 5");
+    int64_t odd[4] = {2, T, 2, 5};
+    dt_tensor *xo;
+    R_OK(dt_tensor_zeros(mesh, DT_F64, 4, odd, 1, r, &xo));
+    R_CHECK(dt_rope(xo, c, s, &bad) == DT_ERR_SHAPE, "rope with D odd");
+    int64_t ws[2] = {2, D};
+    R_OK(dt_tensor_ones(mesh, DT_F64, 2, ws, 1, r, &w));
+    dt_tensor *in[3] = {x, w, NULL};
+    dt_op_args a = {.ndims = 1};
+    R_CHECK(dt_op_call(DT_OP_LAYER_NORM, in, 2, &a, &bad) == DT_ERR_SHAPE,
+            "layer_norm ndims 1 with a 2-D weight");
+    a.ndims = 2;
+    R_OK(dt_op_call(DT_OP_LAYER_NORM, in, 2, &a, &bad));
+    dt_tensor_release(bad);
+    dt_tensor *all[] = {c, s, x, y, xo, w};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(ops, rope_tables_and_model_op_errors) {
+    t_run(3, rope_tables_body, NULL);
+}
+
 Test(ops, tensor_parallel_mlp_issues_one_all_reduce) {
     mlp_run r = {.T = 8, .C = 16, .H = 64, .wscale = 16};
     t_run(4, mlp_body, &r);
