@@ -5,8 +5,6 @@
 
 static __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 static __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-static __device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-static __device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
 static __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
 static __device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
 
@@ -21,7 +19,7 @@ __global__ void rope_kernel(size_t pairs, int64_t S, int64_t H, int64_t P, const
         C x0 = D::ld(x[2 * k]), x1 = D::ld(x[2 * k + 1]);
         C c = D::ld(cs[t * P + i]), s = D::ld(sn[t * P + i]);
         C a = mul_rn(x0, c), b = mul_rn(x1, s), e = mul_rn(x0, s), f = mul_rn(x1, c);
-        y[2 * k] = D::st(sub_rn(a, b));
+        y[2 * k] = D::st(add_rn(a, -b)); /* a - b exactly */
         y[2 * k + 1] = D::st(add_rn(e, f));
     }
 }
