@@ -351,7 +351,8 @@ Test(kernels, dropout_mask_from_global_index) {
             expect("dropout", &o.t, want, x.n);
             if (p == 1) cr_assert_eq(kept, 0, "p = 1 keeps %zu", kept);
             if (p == 0) cr_assert_eq(kept, x.n, "p = 0 drops %zu", x.n - kept);
-            if (p == 0.5) cr_assert(kept > x.n / 4 && kept < 3 * x.n / 4, "p = 0.5 keeps %zu", kept);
+            if (p == 0.5)
+                cr_assert(kept > x.n / 4 && kept < 3 * x.n / 4, "p = 0.5 keeps %zu", kept);
             /* A box (rows 1..3, cols 2..6, all of dim 2) equals the full result there. */
             int64_t off[3] = {1, 2, 0};
             tens b = mk_shape(dt, SH(3, 5, 3)), bo = mk_out(dt, SH(3, 5, 3));

@@ -50,7 +50,8 @@ Test(ops, dropout_sharded_equals_one_rank_bit_for_bit) {
         {"2", {{DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM}}},
         {"2x2", {{DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM}}},
         {"2x2", {{DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}}},
-        {"2x3", {{DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 2, DT_REDUCE_SUM}}},
+        {"2x3",
+         {{DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 2, DT_REDUCE_SUM}}},
     };
     for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++) {
         dropout_run ref = {.mesh = "1", .dtype = dtypes[di], .p = 0.375};
