@@ -267,6 +267,41 @@ static void check_ops(int quick) {
     }
 }
 
+/* Dropout on GPU ranks: each run checks itself against dt_tensor_rand (op_cases.c) and must
+ * equal the one-rank CPU result bit for bit, on 1-D and 2-D meshes. */
+static void check_dropout(void) {
+    static const dt_dtype dtypes[] = {DT_F32, DT_F64, DT_BF16};
+    static const struct {
+        const char *mesh;
+        dt_placement pl[2];
+    } runs[] = {
+        {"1", {{DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM}}},
+        {"4", {{DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}}},
+        {"2x2", {{DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 2, DT_REDUCE_SUM}}},
+        {"2x2", {{DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}}},
+    };
+    for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++) {
+        dropout_run ref = {.mesh = "1", .dtype = dtypes[di], .p = 0.375};
+        if (dt_local_run(1, dropout_body, &ref, NULL) != DT_OK) {
+            report(0, "dropout on one CPU rank", dt_last_error());
+            continue;
+        }
+        for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+            dropout_run r = {.mesh = runs[i].mesh, .dtype = dtypes[di], .p = 0.375, .cuda = 1};
+            memcpy(r.pl, runs[i].pl, sizeof r.pl);
+            char what[96];
+            snprintf(what, sizeof what, "dropout %s on mesh %s (run %zu), bit for bit",
+                     dt_dtype_name(dtypes[di]), r.mesh, i);
+            dt_status st = dt_local_run(op_mesh_ranks(r.mesh), dropout_body, &r, NULL);
+            if (st != DT_OK) report(0, what, dt_last_error());
+            else report(r.bytes == ref.bytes && !memcmp(r.out, ref.out, ref.bytes), what,
+                        "differs from one CPU rank");
+            free(r.out);
+        }
+        free(ref.out);
+    }
+}
+
 /* ---- redistribute ------------------------------------------------------------------------ */
 
 static void check_redistribute(int quick, uint64_t seed) {
@@ -388,6 +423,7 @@ int main(int argc, char **argv) {
     printf("memory/async: %d passed, %d failed\n", passed - p0, failed - f0);
     p0 = passed, f0 = failed;
     check_ops(quick);
+    check_dropout();
     printf("ops:          %d passed, %d failed\n", passed - p0, failed - f0);
     p0 = passed, f0 = failed;
     check_redistribute(quick, seed);

@@ -1,6 +1,7 @@
 /* The op cases and the body that runs one (see op_cases.h). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "op_cases.h"
 
@@ -81,6 +82,21 @@ const op_case op_cases[] = {
      A(.reduction = DT_REDUCTION_MEAN, .label_smoothing = 0.3), 2, {3, 2}, {{3, 5, 2}, {3, 2}},
      {F, DT_I32}, 0, 5},
     {"where", DT_OP_WHERE, A(0), 3, {2, 2, 1}, {{5, 6}, {5, 6}, {6}}, {DT_I32, F, F}, 0, 2},
+    /* model-code ops: rope (x (B, T, H, D), cos/sin (T, D/2)), grouped-query attention
+     * (Hq 8 over Hkv 2, 6 over 3), layer_norm over the last 2 dims, dropout */
+    {"rope", DT_OP_ROPE, A(0), 3, {4, 2, 2}, {{3, 5, 3, 4}, {5, 2}, {5, 2}}, {F, F, F}},
+    {"rope f64", DT_OP_ROPE, A(0), 3, {4, 2, 2}, {{2, 7, 2, 6}, {7, 3}, {7, 3}},
+     {DT_F64, DT_F64, DT_F64}},
+    {"sdpa gqa 8/2", DT_OP_SDPA, A(.causal = 1), 3, {4, 4, 4}, {{2, 8, 5, 4}, {2, 2, 5, 4},
+     {2, 2, 5, 4}}, {F, F, F}},
+    {"sdpa gqa 6/3", DT_OP_SDPA, A(0), 3, {4, 4, 4}, {{3, 6, 4, 4}, {3, 3, 4, 4}, {3, 3, 4, 4}},
+     {F, F, F}},
+    {"layer_norm last=2", DT_OP_LAYER_NORM, A(.ndims = 2), 3, {3, 2, 2}, {{5, 3, 4}, {3, 4},
+     {3, 4}}, {F, F, F}},
+    {"rms_norm last 2 from weight", DT_OP_RMS_NORM, A(0), 2, {3, 2}, {{3, 4, 3}, {4, 3}}, {F, F}},
+    {"dropout", DT_OP_DROPOUT, A(.scalar = 0.3, .seed = 7, .offset = 3), 1, {2}, {{7, 5}}, {F}},
+    {"dropout 3-D bf16", DT_OP_DROPOUT, A(.scalar = 0.5, .seed = 99), 1, {3}, {{3, 5, 2}},
+     {DT_BF16}},
 };
 #undef A
 #undef F
@@ -287,5 +303,64 @@ dt_status mlp_body(dt_ctx *ctx, void *arg) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
     dt_mesh_release(mesh);
     free(x), free(w1), free(w2), free(h), free(ref), free(y);
+    return DT_OK;
+}
+
+dt_status dropout_body(dt_ctx *ctx, void *arg) {
+    dropout_run *r = arg;
+    if (r->cuda) R_OK(dt_ctx_set_device(ctx, (dt_device){DT_DEVICE_CUDA, -1}));
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, r->mesh, &mesh));
+    int mnd = dt_mesh_ndim(mesh);
+    const int64_t shape[3] = {5, 7, 3};
+    const size_t n = 105, es = dt_dtype_size(r->dtype);
+    double *xv = malloc(n * sizeof(double)), *yv = malloc(n * sizeof(double)),
+           *uv = malloc(n * sizeof(double));
+    unsigned char *buf = malloc(n * 8), *rb = malloc(n * 8), *ob = malloc(n * 8);
+    for (size_t k = 0; k < n; k++) xv[k] = t_value(11, k) / 4;
+    dt_convert_from_f64(r->dtype, xv, buf, n);
+    dt_convert_to_f64(r->dtype, buf, xv, n);
+    dt_tensor *x, *y, *u, *same;
+    R_OK(dt_tensor_distribute(mesh, buf, r->dtype, 3, shape, mnd, r->pl, DT_ALL_RANKS, &x));
+    dt_generator g = {42, 3}, g2 = g;
+    R_OK(dt_dropout(x, r->p, 1, &g, &y));
+    R_OK(dt_tensor_rand(mesh, r->dtype, 3, shape, mnd, r->pl, &g2, &u));
+    R_CHECK(g.offset == g2.offset, "dropout advanced the generator to %llu, rand to %llu",
+            (unsigned long long)g.offset, (unsigned long long)g2.offset);
+    R_OK(dt_tensor_full(y, ob, n * es));
+    R_OK(dt_tensor_full(u, rb, n * es));
+    dt_convert_to_f64(r->dtype, ob, yv, n);
+    dt_convert_to_f64(r->dtype, rb, uv, n);
+    /* The kernel's arithmetic: x times 1 / (1 - p) in f32 (f64 for f64), rounded to dtype. */
+    for (size_t k = 0; k < n; k++) {
+        double want = 0;
+        if (uv[k] >= r->p)
+            want = r->dtype == DT_F64 ? xv[k] * (1.0 / (1.0 - r->p))
+                                      : (double)((float)xv[k] * (float)(1.0 / (1.0 - r->p)));
+        dt_convert_from_f64(r->dtype, &want, rb + k * es, 1);
+    }
+    R_CHECK(memcmp(rb, ob, n * es) == 0, "dropout on %s: not (rand >= %g) * x / (1 - p)",
+            r->mesh, r->p);
+    /* The shortcuts. */
+    R_OK(dt_dropout(x, 0.5, 0, &g, &same));
+    R_CHECK(same == x, "training 0 made a new tensor");
+    dt_tensor_release(same);
+    R_OK(dt_dropout(x, 0, 1, &g, &same));
+    R_CHECK(same == x && g.offset == g2.offset, "p 0 made a new tensor or drew numbers");
+    dt_tensor_release(same);
+    R_CHECK(dt_dropout(x, 1.5, 1, &g, &same) == DT_ERR_ARG, "p 1.5 accepted");
+    R_CHECK(dt_dropout(x, -0.1, 1, &g, &same) == DT_ERR_ARG, "p -0.1 accepted");
+    R_OK(dt_dropout(x, 1, 1, &g, &same));
+    R_OK(dt_tensor_full(same, rb, n * es));
+    dt_convert_to_f64(r->dtype, rb, uv, n);
+    for (size_t k = 0; k < n; k++) R_CHECK(uv[k] == 0, "p 1: element %zu is %g", k, uv[k]);
+    dt_tensor_release(same);
+    if (dt_ctx_rank(ctx) == 0) {
+        r->out = ob, r->bytes = n * es;
+        ob = NULL;
+    }
+    free(ob), free(rb), free(buf), free(uv), free(yv), free(xv);
+    dt_tensor_release(u), dt_tensor_release(y), dt_tensor_release(x);
+    dt_mesh_release(mesh);
     return DT_OK;
 }

@@ -59,4 +59,21 @@ typedef struct mlp_run {
 } mlp_run;
 dt_status mlp_body(dt_ctx *ctx, void *arg); /* arg: mlp_run */
 
+/* dt_dropout of a (5, 7, 3) tensor of dtype placed as pl on mesh, gen (seed 42, offset 3):
+ * checks on rank 0 that the gathered result is (rand >= p ? x / (1 - p) : 0) bit for bit,
+ * rand drawn by dt_tensor_rand with the same placements from the same generator state, and
+ * that both generators advanced alike; out gets the result's bytes (free it). Also the
+ * shortcuts: training 0 and p 0 return x itself, p 1 gives zeros, p outside [0, 1] is
+ * DT_ERR_ARG. */
+typedef struct dropout_run {
+    const char *mesh;
+    dt_placement pl[2];
+    dt_dtype dtype;
+    double p;
+    int cuda;
+    unsigned char *out; /* rank 0 */
+    size_t bytes;
+} dropout_run;
+dt_status dropout_body(dt_ctx *ctx, void *arg);
+
 #endif

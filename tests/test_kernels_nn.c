@@ -1,6 +1,7 @@
 /* Local CPU kernels of the neural-network families (softmax, norms, indexing, permute,
- * attention) against naive double-precision references; same conventions as
+ * attention, rope, dropout) against naive double-precision references; same conventions as
  * test_kernels.c. */
+#include "core/philox.h"
 #include "kernel_check.h"
 
 Test(kernels, softmax_and_log_softmax_stable) {
@@ -245,4 +246,131 @@ Test(kernels, sdpa_causal_and_full) {
     }
     tens q = mk(DT_I32, SH(2, 2), 0, 3), o = mk_out(DT_I32, SH(2, 2));
     T_ERR(dt_cpu_sdpa(&q.t, &q.t, &q.t, 0, 1.0, &o.t), DT_ERR_DTYPE, "dt_cpu_sdpa");
+}
+
+Test(kernels, sdpa_grouped_query_heads) {
+    struct {
+        int64_t B, Hq, Hkv, Tq, Tk, D;
+    } cases[] = {{2, 8, 2, 5, 5, 4}, {1, 6, 3, 4, 6, 3}, {2, 4, 1, 3, 3, 2}, {1, 3, 3, 4, 4, 2}};
+    for (size_t di = 0; di < LEN(FLOATS); di++) {
+        dt_dtype dt = FLOATS[di];
+        for (size_t c = 0; c < LEN(cases); c++) {
+            for (int causal = 0; causal < 2; causal++) {
+                int64_t B = cases[c].B, Hq = cases[c].Hq, Hkv = cases[c].Hkv, Tq = cases[c].Tq,
+                        Tk = cases[c].Tk, D = cases[c].D, g = Hq / Hkv;
+                tens q = mk(dt, SH(B, Hq, Tq, D), -2, 2), k = mk(dt, SH(B, Hkv, Tk, D), -2, 2);
+                tens v = mk(dt, SH(B, Hkv, Tk, D), -2, 2), o = mk_out(dt, SH(B, Hq, Tq, D));
+                double scale = 1.0 / sqrt((double)D), *p = talloc((size_t)Tk * 8 + 8);
+                double *want = talloc(o.n * sizeof(double) + 1);
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t h = 0; h < Hq; h++) {
+                        size_t qh = (size_t)(b * Hq + h), kh = (size_t)(b * Hkv + h / g);
+                        for (int64_t i = 0; i < Tq; i++) {
+                            double mx = -INFINITY, sum = 0;
+                            for (int64_t j = 0; j < Tk; j++) {
+                                double s = 0;
+                                for (int64_t d = 0; d < D; d++)
+                                    s += q.v[(qh * Tq + i) * D + d] * k.v[(kh * Tk + j) * D + d];
+                                p[j] = causal && j > i ? -INFINITY : s * scale;
+                                mx = fmax(mx, p[j]);
+                            }
+                            for (int64_t j = 0; j < Tk; j++) sum += p[j] = exp(p[j] - mx);
+                            for (int64_t e = 0; e < D; e++) {
+                                double acc = 0;
+                                for (int64_t j = 0; j < Tk; j++)
+                                    acc += p[j] / sum * v.v[(kh * Tk + j) * D + e];
+                                want[(qh * Tq + i) * D + e] = acc;
+                            }
+                        }
+                    }
+                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, scale, &o.t));
+                expect(causal ? "sdpa gqa causal" : "sdpa gqa", &o.t, want, o.n);
+            }
+        }
+    }
+    tens q = mk(DT_F32, SH(1, 6, 2, 2), -1, 1), k = mk(DT_F32, SH(1, 4, 2, 2), -1, 1);
+    tens o = mk_out(DT_F32, SH(1, 6, 2, 2));
+    T_ERR(dt_cpu_sdpa(&q.t, &k.t, &k.t, 0, 1.0, &o.t), DT_ERR_SHAPE, "divisor");
+}
+
+Test(kernels, rope_rotates_interleaved_pairs) {
+    shp shapes[] = {SH(2, 3, 2, 4), SH(1, 5, 3, 6), SH(1, 1, 1, 2), SH(0, 2, 2, 4)};
+    for (size_t di = 0; di < LEN(FLOATS); di++) {
+        dt_dtype dt = FLOATS[di];
+        for (size_t si = 0; si < LEN(shapes); si++) {
+            shp s = shapes[si];
+            int64_t T = s.s[1], H = s.s[2], P = s.s[3] / 2;
+            tens x = mk(dt, s, -2, 2), o = mk_out(dt, s);
+            tens c = mk(dt, SH(T, P), -1, 1), sn = mk(dt, SH(T, P), -1, 1);
+            double *want = talloc(x.n * sizeof(double) + 1);
+            for (size_t e = 0; e < x.n; e += 2) {
+                int64_t i = (int64_t)(e / 2 % (size_t)P), t = (int64_t)(e / (size_t)(2 * P * H) %
+                                                                         (size_t)T);
+                double x0 = x.v[e], x1 = x.v[e + 1], cv = c.v[t * P + i], sv = sn.v[t * P + i];
+                want[e] = x0 * cv - x1 * sv;
+                want[e + 1] = x0 * sv + x1 * cv;
+            }
+            OK(dt_cpu_rope(&x.t, &c.t, &sn.t, &o.t));
+            expect("rope", &o.t, want, x.n);
+            OK(dt_cpu_rope(&x.t, &c.t, &sn.t, &x.t)); /* in place */
+            expect("rope in place", &x.t, want, x.n);
+        }
+    }
+    tens x = mk(DT_F32, SH(1, 2, 1, 3), -1, 1), o = mk_out(DT_F32, SH(1, 2, 1, 3));
+    tens c = mk(DT_F32, SH(2, 1), -1, 1);
+    T_ERR(dt_cpu_rope(&x.t, &c.t, &c.t, &o.t), DT_ERR_SHAPE, "D even");
+}
+
+/* The uniform of global element i as an independent reading of the Philox stream: f32, bf16
+ * and f16 take 32-bit lane i % 4 of block offset + i / 4 (top `bits` bits), f64 the 64-bit
+ * lane i % 2 of block offset + i / 2. */
+static double naive_unit(dt_dtype dt, uint64_t seed, uint64_t offset, uint64_t i) {
+    int wide = dt == DT_F64, bits = wide ? 53 : dt == DT_BF16 ? 8 : dt == DT_F16 ? 11 : 24;
+    dt_philox4 b = dt_philox_block(seed, offset + (wide ? i / 2 : i / 4));
+    uint64_t w = wide ? (uint64_t)b.v[2 * (i % 2)] | (uint64_t)b.v[2 * (i % 2) + 1] << 32
+                      : (uint64_t)b.v[i % 4] << 32;
+    return ldexp((double)(w >> (64 - bits)), -bits);
+}
+
+Test(kernels, dropout_mask_from_global_index) {
+    const uint64_t seed = 0x1234abcdull, offset = 5;
+    shp full = SH(5, 7, 3);
+    for (size_t di = 0; di < LEN(FLOATS); di++) {
+        dt_dtype dt = FLOATS[di];
+        for (double p = 0; p <= 1.0; p += 0.25) {
+            tens x = mk(dt, full, -2, 2), o = mk_out(dt, full);
+            double *want = talloc(x.n * sizeof(double) + 1);
+            size_t kept = 0;
+            for (size_t i = 0; i < x.n; i++) {
+                int keep = naive_unit(dt, seed, offset, i) >= p;
+                kept += keep;
+                want[i] = keep ? x.v[i] / (1 - p) : 0;
+            }
+            int64_t zero[3] = {0, 0, 0};
+            OK(dt_cpu_dropout(p, seed, offset, full.s, zero, &x.t, &o.t));
+            expect("dropout", &o.t, want, x.n);
+            if (p == 1) cr_assert_eq(kept, 0, "p = 1 keeps %zu", kept);
+            if (p == 0) cr_assert_eq(kept, x.n, "p = 0 drops %zu", x.n - kept);
+            if (p == 0.5)
+                cr_assert(kept > x.n / 4 && kept < 3 * x.n / 4, "p = 0.5 keeps %zu", kept);
+            /* A box (rows 1..3, cols 2..6, all of dim 2) equals the full result there. */
+            int64_t off[3] = {1, 2, 0};
+            tens b = mk_shape(dt, SH(3, 5, 3)), bo = mk_out(dt, SH(3, 5, 3));
+            double *bw = talloc(b.n * sizeof(double) + 1);
+            size_t k = 0;
+            for (int64_t r = 0; r < 3; r++)
+                for (int64_t cc = 0; cc < 5; cc++)
+                    for (int64_t l = 0; l < 3; l++, k++) {
+                        size_t gi = (size_t)(((r + 1) * 7 + cc + 2) * 3 + l);
+                        b.v[k] = x.v[gi];
+                        bw[k] = want[gi];
+                    }
+            store(&b);
+            OK(dt_cpu_dropout(p, seed, offset, full.s, off, &b.t, &bo.t));
+            expect("dropout box", &bo.t, bw, b.n);
+        }
+    }
+    tens x = mk(DT_I32, SH(2, 2), 0, 3), o = mk_out(DT_I32, SH(2, 2));
+    int64_t z[2] = {0, 0}, fs[2] = {2, 2};
+    T_ERR(dt_cpu_dropout(0.5, 1, 0, fs, z, &x.t, &o.t), DT_ERR_DTYPE, "float");
 }

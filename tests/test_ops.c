@@ -5,6 +5,7 @@
  * parallelism) and the redistribute modes. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "helpers.h"
 #include "op_cases.h"
@@ -33,6 +34,148 @@ Test(ops, sharded_equals_unsharded) {
         free(ref.result);
     }
     cr_log_info("%d sharded op runs equal their unsharded result", checked);
+}
+
+/* Dropout's mask depends on the global index only: every mesh and placement gives the one-rank
+ * result bit for bit (and each run checks itself against dt_tensor_rand, op_cases.c). */
+Test(ops, dropout_sharded_equals_one_rank_bit_for_bit) {
+    static const dt_dtype dtypes[] = {DT_F32, DT_F64, DT_BF16};
+    static const struct {
+        const char *mesh;
+        dt_placement pl[2];
+    } runs[] = {
+        {"4", {{DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM}}},
+        {"3", {{DT_PLACEMENT_SHARD, 2, DT_REDUCE_SUM}}},
+        {"3", {{DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}}},
+        {"2", {{DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM}}},
+        {"2x2", {{DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM}}},
+        {"2x2", {{DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}}},
+        {"2x3",
+         {{DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 2, DT_REDUCE_SUM}}},
+    };
+    for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++) {
+        dropout_run ref = {.mesh = "1", .dtype = dtypes[di], .p = 0.375};
+        t_run(1, dropout_body, &ref);
+        for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+            dropout_run r = {.mesh = runs[i].mesh, .dtype = dtypes[di], .p = 0.375};
+            memcpy(r.pl, runs[i].pl, sizeof r.pl);
+            t_run(op_mesh_ranks(r.mesh), dropout_body, &r);
+            cr_assert(r.bytes == ref.bytes && !memcmp(r.out, ref.out, ref.bytes),
+                      "dropout %s on mesh %s (run %zu) differs from one rank",
+                      dt_dtype_name(dtypes[di]), r.mesh, i);
+            free(r.out);
+        }
+        free(ref.out);
+    }
+}
+
+/* Grouped-query attention keeps heads sharded exactly when every rank holds whole groups:
+ * Hq 6 over Hkv 3 on 3 ranks and Hq 8 over Hkv 2 on 2 do (no redistribution), 8 over 2 on 4
+ * ranks does not (kv heads 1,1,0,0 against q heads 2,2,2,2). And the sharded results equal
+ * one rank's on meshes 2 and 3. */
+static dt_status gqa_strategy_body(dt_ctx *ctx, void *arg) {
+    const int *want_heads = arg; /* [0]: Hq, [1]: Hkv, [2]: expect S(1) kept */
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, want_heads[3] == 3 ? "3" : want_heads[3] == 2 ? "2" : "4", &mesh));
+    int64_t qs[4] = {2, want_heads[0], 4, 4}, ks[4] = {2, want_heads[1], 4, 4};
+    dt_placement s1[1] = {dt_shard(1)}, ins[3], outp[1];
+    dt_tensor *in[3];
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 4, qs, 1, s1, &in[0]));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 4, ks, 1, s1, &in[1]));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 4, ks, 1, s1, &in[2]));
+    R_OK(dt_op_strategy(DT_OP_SDPA, in, 3, NULL, ins, outp));
+    int kept = outp[0].kind == DT_PLACEMENT_SHARD && outp[0].dim == 1;
+    for (int i = 0; i < 3; i++) kept &= ins[i].kind == DT_PLACEMENT_SHARD && ins[i].dim == 1;
+    R_CHECK(kept == want_heads[2], "Hq %d, Hkv %d on %d ranks: heads %s", want_heads[0],
+            want_heads[1], want_heads[3], kept ? "kept sharded" : "moved");
+    for (int i = 0; i < 3; i++) dt_tensor_release(in[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(ops, gqa_heads_shard_only_with_whole_groups) {
+    static const int cases[][4] = {{6, 3, 1, 3}, {8, 2, 1, 2}, {8, 2, 0, 4}, {8, 4, 0, 3},
+                                   {6, 6, 1, 4}, {12, 6, 0, 4}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        t_run(cases[i][3], gqa_strategy_body, (void *)cases[i]);
+    static const char *const meshes[] = {"2", "3"};
+    for (size_t ci = 0; ci < op_ncases; ci++) {
+        const op_case *c = &op_cases[ci];
+        if (strncmp(c->name, "sdpa gqa", 8)) continue;
+        op_run ref = {.c = c, .mesh = "1"};
+        for (int i = 0; i < c->n; i++) ref.pl[i][0] = dt_replicate();
+        t_run(1, op_body, &ref);
+        for (size_t mi = 0; mi < 2; mi++)
+            for (int t = 0; t < op_case_tries(c, meshes[mi]); t++) {
+                op_run r = {.c = c, .mesh = meshes[mi]};
+                op_case_placements(c, ci, meshes[mi], t, r.pl);
+                t_run(op_mesh_ranks(meshes[mi]), op_body, &r);
+                char msg[256];
+                cr_assert(op_result_matches(&ref, &r, msg, sizeof msg), "%s: %s", c->name, msg);
+                free(r.result);
+            }
+        free(ref.result);
+    }
+}
+
+/* dt_rope_tables as torchtitan's precompute_freqs_cis (angle t * theta^(-2i/D)) and sharded
+ * like any tensor; the shape errors of the model-code ops. */
+static dt_status rope_tables_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "3", &mesh));
+    const int64_t T = 7, D = 6, P = 3;
+    dt_placement s0[1] = {dt_shard(0)}, r[1] = {dt_replicate()};
+    dt_tensor *c, *s, *x, *y, *w, *bad;
+    R_OK(dt_rope_tables(mesh, DT_F64, T, D, 10000.0, 1, s0, &c, &s));
+    double cv[21], sv[21];
+    R_OK(dt_tensor_full(c, cv, sizeof cv));
+    R_OK(dt_tensor_full(s, sv, sizeof sv));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < P; i++) {
+            double a = (double)t * pow(10000.0, -2.0 * (double)i / (double)D);
+            R_CHECK(fabs(cv[t * P + i] - cos(a)) < 1e-12 && fabs(sv[t * P + i] - sin(a)) < 1e-12,
+                    "table (%lld, %lld): cos %g sin %g, want %g %g", (long long)t, (long long)i,
+                    cv[t * P + i], sv[t * P + i], cos(a), sin(a));
+        }
+    /* rope with those tables on a sequence-sharded x against the rotation done here */
+    int64_t xs[4] = {2, T, 2, D};
+    double xv[2 * 7 * 2 * 6], yv[2 * 7 * 2 * 6];
+    for (size_t k = 0; k < sizeof xv / sizeof xv[0]; k++) xv[k] = t_value(5, k);
+    dt_placement s1[1] = {dt_shard(1)};
+    R_OK(dt_tensor_distribute(mesh, xv, DT_F64, 4, xs, 1, s1, DT_ALL_RANKS, &x));
+    R_OK(dt_rope(x, c, s, &y));
+    R_OK(dt_tensor_full(y, yv, sizeof yv));
+    for (size_t k = 0; k < sizeof xv / sizeof xv[0]; k += 2) {
+        int64_t i = (int64_t)(k / 2 % (size_t)P), t = (int64_t)(k / (size_t)(2 * D) % (size_t)T);
+        double cc = cv[t * P + i], ss = sv[t * P + i];
+        R_CHECK(fabs(yv[k] - (xv[k] * cc - xv[k + 1] * ss)) < 1e-12 &&
+                    fabs(yv[k + 1] - (xv[k] * ss + xv[k + 1] * cc)) < 1e-12,
+                "rope pair %zu", k / 2);
+    }
+    /* errors: D odd, tables of the wrong length, layer_norm ndims against the weight */
+    R_CHECK(dt_rope_tables(mesh, DT_F32, T, 5, 1e4, 1, r, &bad, &bad) == DT_ERR_SHAPE, "D 5");
+    int64_t odd[4] = {2, T, 2, 5};
+    dt_tensor *xo;
+    R_OK(dt_tensor_zeros(mesh, DT_F64, 4, odd, 1, r, &xo));
+    R_CHECK(dt_rope(xo, c, s, &bad) == DT_ERR_SHAPE, "rope with D odd");
+    int64_t ws[2] = {2, D};
+    R_OK(dt_tensor_ones(mesh, DT_F64, 2, ws, 1, r, &w));
+    dt_tensor *in[3] = {x, w, NULL};
+    dt_op_args a = {.ndims = 1};
+    R_CHECK(dt_op_call(DT_OP_LAYER_NORM, in, 2, &a, &bad) == DT_ERR_SHAPE,
+            "layer_norm ndims 1 with a 2-D weight");
+    a.ndims = 2;
+    R_OK(dt_op_call(DT_OP_LAYER_NORM, in, 2, &a, &bad));
+    dt_tensor_release(bad);
+    dt_tensor *all[] = {c, s, x, y, xo, w};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(ops, rope_tables_and_model_op_errors) {
+    t_run(3, rope_tables_body, NULL);
 }
 
 Test(ops, tensor_parallel_mlp_issues_one_all_reduce) {

@@ -19,8 +19,9 @@
  *   transpose(0,1), t, permute(2,0,1)
  *   view(48), view(8,6->48), reshape(4,-1), expand(4,8)
  *   slice(dim=1,start=8,end=16), slice([:,8:])
- *   layer_norm, layer_norm(last), rms_norm(eps=1e-6)
- *   scaled_dot_product_attention(causal), sdpa
+ *   layer_norm, layer_norm(last), layer_norm(last=2,eps=1e-5), rms_norm(eps=1e-6)
+ *   scaled_dot_product_attention(causal), sdpa, rope
+ *   dropout(0.1), dropout(p=0.1,seed=7,offset=4)
  *   cross_entropy(mean), cross_entropy(none,ignore_index=-1),
  *   cross_entropy(sum,label_smoothing=0.1)
  * and any op registered with dt_op_register, by its name (no arguments). */

@@ -18,9 +18,10 @@ typedef enum args_kind {
     PERM,     /* permute(2,0,1) */
     SHAPE,    /* view(4,-1), view(8,6->48), expand(4,8) */
     SLICE,    /* slice(dim=1,start=8,end=16), slice([:,8:]) */
-    NORM,     /* layer_norm(eps=1e-5), layer_norm(last) */
+    NORM,     /* layer_norm(eps=1e-5), layer_norm(last), layer_norm(last=2) */
     SDPA,     /* (causal,scale=0.125) */
     XENT,     /* cross_entropy(mean|sum|none,ignore_index=-100|none,label_smoothing=0.1) */
+    DROPOUT,  /* dropout(0.1), dropout(p=0.1,seed=7,offset=0) */
 } args_kind;
 
 static const args_kind kinds[] = {
@@ -79,6 +80,8 @@ static const args_kind kinds[] = {
     [DT_OP_CAT] = DIM,
     [DT_OP_STACK] = DIM,
     [DT_OP_SWIGLU] = NONE,
+    [DT_OP_ROPE] = NONE,
+    [DT_OP_DROPOUT] = DROPOUT,
 };
 _Static_assert(sizeof kinds / sizeof kinds[0] == DT_OP_COUNT, "an op has no text form");
 
@@ -304,8 +307,24 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
                 ok = 0;
             break;
         case NORM:
-            ok = (bare && !strcmp(v, "last")) || (!strcmp(k, "eps") && to_double(v, &a->scalar));
+            if (!strcmp(k, "last"))
+                ok = to_int(v, &a->ndims) && a->ndims >= 1 && a->ndims <= DT_MAX_NDIM;
+            else
+                ok = (bare && !strcmp(v, "last")) ||
+                     (!strcmp(k, "eps") && to_double(v, &a->scalar));
             break;
+        case DROPOUT: {
+            int64_t u = 0;
+            if (bare || !strcmp(k, "p")) {
+                ok = to_double(v, &a->scalar);
+            } else if (!strcmp(k, "seed") || !strcmp(k, "offset")) {
+                ok = to_i64(v, &u) && u >= 0;
+                *(!strcmp(k, "seed") ? &a->seed : &a->offset) = (uint64_t)u;
+            } else {
+                ok = 0;
+            }
+            break;
+        }
         case SDPA:
             if (!strcmp(k, "causal") || (bare && !strcmp(v, "causal")))
                 ok = to_flag(bare ? "" : v, &a->causal);
@@ -439,7 +458,17 @@ dt_status explain_op_format(dt_op op, const dt_op_args *a, char *buf, size_t cap
         PUT("(dim=%d,start=%lld,end=%lld)", a->dim, (long long)a->start, (long long)a->end);
         break;
     case NORM:
-        if (a->scalar != 0) PUT("(eps=%.17g)", a->scalar);
+        if (a->ndims > 0 || a->scalar != 0) PUT("(");
+        if (a->ndims > 0) PUT("last=%d", a->ndims);
+        if (a->scalar != 0) PUT("%seps=%.17g", a->ndims > 0 ? "," : "", a->scalar);
+        if (a->ndims > 0 || a->scalar != 0) PUT(")");
+        break;
+    case DROPOUT:
+        PUT("(p=%.17g", a->scalar);
+        if (a->seed || a->offset)
+            PUT(",seed=%llu,offset=%llu", (unsigned long long)a->seed,
+                (unsigned long long)a->offset);
+        PUT(")");
         break;
     case SDPA:
         if (a->causal || a->scalar != 0) PUT("(");

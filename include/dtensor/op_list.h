@@ -75,8 +75,8 @@
     X(LINEAR, "linear", matmul, 2, 3, matmul, 0, dt_linear)                                        \
     X(ARGMAX, "argmax", reduce, 1, 1, arg_reduce, ARG_DIM | ARG_KEEPDIM, dt_argmax)                \
     X(ARGMIN, "argmin", reduce, 1, 1, arg_reduce, ARG_DIM | ARG_KEEPDIM, dt_argmin)                \
-    X(LAYER_NORM, "layer_norm", norm, 1, 3, layer_norm, ARG_SCALAR, dt_layer_norm)                 \
-    X(RMS_NORM, "rms_norm", norm, 1, 2, layer_norm, ARG_SCALAR, dt_rms_norm)                       \
+    X(LAYER_NORM, "layer_norm", norm, 1, 3, layer_norm, ARG_SCALAR | ARG_DIMS, dt_layer_norm)      \
+    X(RMS_NORM, "rms_norm", norm, 1, 2, layer_norm, ARG_SCALAR | ARG_DIMS, dt_rms_norm)            \
     X(CROSS_ENTROPY, "cross_entropy", composite, 2, 2, none,                                       \
       ARG_REDUCTION | ARG_IGNORE | ARG_LABEL_SMOOTHING, dt_cross_entropy)                          \
     X(SDPA, "scaled_dot_product_attention", attention, 3, 3, sdpa, ARG_SCALAR | ARG_CAUSAL,        \
@@ -94,8 +94,13 @@
     X(STACK, "stack", cat, 1, 4, none, ARG_DIM, dt_stack)                                          \
     X(SWIGLU, "swiglu", composite, 2, 2, none, 0, dt_swiglu)
 
+/* Model-code ops, wrappers written by hand in ops.h (src/ops/api_nn.c). */
+#define DT_OP_NN_LIST(X)                                                                           \
+    X(ROPE, "rope", rope, 3, 3, rope, 0, dt_rope)                                                  \
+    X(DROPOUT, "dropout", dropout, 1, 1, dropout, ARG_SCALAR | ARG_SEED, dt_dropout)
+
 #define DT_OP_LIST(X)                                                                              \
     DT_OP_BINARY_LIST(X) DT_OP_UNARY_LIST(X) DT_OP_SCALAR_LIST(X) DT_OP_REDUCE_LIST(X)             \
-    DT_OP_DIM_LIST(X) DT_OP_OTHER_LIST(X) DT_OP_COMPOSE_LIST(X)
+    DT_OP_DIM_LIST(X) DT_OP_OTHER_LIST(X) DT_OP_COMPOSE_LIST(X) DT_OP_NN_LIST(X)
 
 #endif

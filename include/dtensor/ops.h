@@ -10,6 +10,7 @@
 #define DTENSOR_OPS_H
 
 #include "dtensor/block.h"
+#include "dtensor/create.h"
 #include "dtensor/op_list.h"
 #include "dtensor/redistribute.h"
 
@@ -43,10 +44,11 @@ typedef enum dt_reduction {
  * those key dispatch's cache. */
 typedef struct dt_op_args {
     double scalar;         /* [SCALAR] pow/add/mul_scalar: s; norms: eps (0 = 1e-5); sdpa:
-                              scale (0 = 1/sqrt(D)) */
+                              scale (0 = 1/sqrt(D)); dropout: p */
     int dims[DT_MAX_NDIM]; /* [DIMS] reductions: dims to reduce (negative from the end);
                               permute: the order */
-    int ndims;             /* [DIMS] reductions: 0 = all dims */
+    int ndims;             /* [DIMS] reductions: 0 = all dims; layer_norm, rms_norm: the
+                              normalised trailing dims (0: the weight's ndim, else 1) */
     int keepdim;           /* [KEEPDIM] reductions */
     int dim, dim2;         /* [DIM] softmax, argmax, slice, (un)squeeze, cat: dim;
                               [DIM2] transpose: dim and dim2 */
@@ -152,6 +154,9 @@ DT_API dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, dt_reduc
 DT_API dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target,
                                          dt_reduction reduction, int64_t ignore_index,
                                          dt_tensor **out);
+/* softmax(q k^T / sqrt(D) [causal]) v: q (..., Hq, Tq, D), k (..., Hkv, Tk, D), v (..., Hkv,
+ * Tk, Dv). Hkv may divide Hq (grouped-query attention, torch's enable_gqa): query head h
+ * reads kv head h / (Hq / Hkv). */
 DT_API dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out);
 DT_API dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out);
 /* out dim i is x dim dims[i] (ndims == x's dims). */
@@ -201,6 +206,29 @@ typedef struct dt_xent_opts {
  * works as in dt_cross_entropy: the logits are not gathered. */
 DT_API dt_status dt_cross_entropy_ex(dt_tensor *logits, dt_tensor *target, const dt_xent_opts *opts,
                                      dt_tensor **out);
+
+/* Rotary position embedding (torchtitan's apply_rotary_emb, interleaved pairs): x (B, T, H, D)
+ * with D even, cos and sin (T, D/2) of x's dtype; pair i of position t is rotated by the
+ * angle whose cos and sin are cos[t, i], sin[t, i]: out[2i] = x[2i] c - x[2i+1] s,
+ * out[2i+1] = x[2i] s + x[2i+1] c. An odd D is DT_ERR_SHAPE. */
+DT_API dt_status dt_rope(dt_tensor *x, dt_tensor *cos, dt_tensor *sin, dt_tensor **out);
+
+/* The rope tables for positions 0 .. T-1 and head size D (even) as torchtitan's
+ * precompute_freqs_cis: angle(t, i) = t * theta^(-2i/D), computed in f64 and rounded once to
+ * dtype. Both (T, D/2) on mesh with the given placements. Collective (every rank of mesh calls
+ * it; no communication). On failure neither is returned. */
+DT_API dt_status dt_rope_tables(dt_mesh *mesh, dt_dtype dtype, int64_t T, int64_t D, double theta,
+                                int nplacements, const dt_placement *placements,
+                                dt_tensor **cos_out, dt_tensor **sin_out);
+
+/* torch's dropout: training and p > 0 zero each element with probability p and scale the rest
+ * by 1 / (1 - p). Element i (flat index in the global tensor) is kept iff the uniform that
+ * dt_tensor_rand would draw for it from gen's state (same seed, offset and dtype) is >= p, so
+ * the mask is (rand(x.shape) >= p) whatever the placements; gen's offset then advances as
+ * dt_tensor_rand's does. training 0 or p 0: *out is x with one more reference (gen untouched);
+ * p 1: zeros. p outside [0, 1] is DT_ERR_ARG. Float dtypes. */
+DT_API dt_status dt_dropout(dt_tensor *x, double p, int training, dt_generator *gen,
+                            dt_tensor **out);
 
 /* In place: the result replaces x's local data (x must own its data); x keeps its placements
  * (the result is redistributed to them when dispatch placed it otherwise). */

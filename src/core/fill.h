@@ -87,6 +87,13 @@ DT_FILL_FN dt_philox4 dt_fill_block(const dt_fill *f, uint64_t gi) {
     return dt_philox_block(f->seed, f->offset + (gi >> dt_fill_block_shift(f->dtype)));
 }
 
+/* The uniform U in [0, 1) of global element gi of a draw of dtype (x: its block): what a
+ * rand fill stores (exact in dtype), and what dropout compares with p. */
+DT_FILL_FN double dt_fill_unit(dt_dtype dtype, uint64_t gi, dt_philox4 x) {
+    int per = dt_fill_per_block(dtype), lane = (int)(gi & (uint64_t)(per - 1));
+    return dt_rng_unit(dt_rng_word(x, per == 2, lane), dt_fill_unit_bits(dtype));
+}
+
 /* Stores v (float dtypes: rounded once from f64; bf16 and f16 through f32, as everywhere). */
 DT_FILL_FN void dt_fill_store_f(dt_dtype dt, void *dst, size_t k, double v) {
     switch (dt) {
@@ -149,7 +156,7 @@ DT_FILL_FN void dt_fill_elem(const dt_fill *f, uint64_t gi, dt_philox4 x, void *
         break;
     }
     case DT_FILL_UNIFORM: {
-        double u = dt_rng_unit(dt_rng_word(x, per == 2, lane), dt_fill_unit_bits(f->dtype));
+        double u = dt_fill_unit(f->dtype, gi, x);
         dt_fill_store_f(f->dtype, dst, k,
                         DT_RNG_ADD(f->lo, DT_RNG_MUL(u, DT_RNG_ADD(f->hi, -f->lo))));
         break;

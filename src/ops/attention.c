@@ -1,5 +1,8 @@
 /* Scaled dot-product attention on (batch..., heads, T, D) inputs: batch and head dims shard
- * (tensor-parallel attention with heads sharded); the sequence and feature dims stay whole. */
+ * (tensor-parallel attention with heads sharded); the sequence and feature dims stay whole.
+ * Grouped-query attention (torch's enable_gqa): k and v may have fewer heads than q, query
+ * head h reading kv head h / (Hq / Hkv); heads then shard only where every shard keeps whole
+ * groups. */
 #include <math.h>
 
 #include "core/check.h"
@@ -13,9 +16,17 @@ static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a,
     if (nd < 2 || k->ndim != nd || v->ndim != nd)
         return dt_error(DT_ERR_SHAPE, "scaled_dot_product_attention: q, k, v must have the same "
                                       "number of dims (at least 2)");
-    for (int d = 0; d < nd - 2; d++)
-        if (k->shape[d] != q->shape[d] || v->shape[d] != q->shape[d])
-            return dt_error(DT_ERR_SHAPE, "scaled_dot_product_attention: batch dim %d differs", d);
+    for (int d = 0; d < nd - 2; d++) {
+        if (k->shape[d] == q->shape[d] && v->shape[d] == q->shape[d]) continue;
+        /* The head dim (nd - 3) of k and v may divide q's: grouped-query attention. */
+        int gqa = d == nd - 3 && k->shape[d] > 0 && v->shape[d] == k->shape[d] &&
+                  q->shape[d] % k->shape[d] == 0;
+        if (!gqa)
+            return dt_error(DT_ERR_SHAPE, "scaled_dot_product_attention: dim %d differs (q %lld, "
+                            "k %lld, v %lld)%s", d, (long long)q->shape[d],
+                            (long long)k->shape[d], (long long)v->shape[d],
+                            d == nd - 3 ? ": k and v heads must be equal and divide q's" : "");
+    }
     if (k->shape[nd - 1] != q->shape[nd - 1] || v->shape[nd - 2] != k->shape[nd - 2])
         return dt_error(DT_ERR_SHAPE, "scaled_dot_product_attention: q/k feature sizes or k/v "
                                       "lengths differ");
@@ -29,13 +40,32 @@ static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a,
     return DT_OK;
 }
 
+/* Whether torch.chunk of hq query heads and hkv kv heads over m ranks gives every rank whole
+ * groups: each boundary of the kv chunks, times the group size, is the q chunks' boundary. */
+static int groups_aligned(int64_t hq, int64_t hkv, int m) {
+    int64_t g = hq / hkv, cq = (hq + m - 1) / m, ck = (hkv + m - 1) / m;
+    for (int i = 1; i < m; i++) {
+        int64_t bq = cq * i < hq ? cq * i : hq, bk = ck * i < hkv ? ck * i : hkv;
+        if (bq != g * bk) return 0;
+    }
+    return 1;
+}
+
 static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
                  int mesh_total, rule_row *rows) {
-    (void)op, (void)n, (void)a, (void)mesh_size, (void)mesh_total;
-    int k = 0;
+    (void)op, (void)n, (void)a;
+    int k = 0, nd = in[0].ndim;
     rows[k++] = (rule_row){.in = {RP, RP, RP}, .out = RP};
-    for (int d = 0; d < in[0].ndim - 2; d++)
+    for (int d = 0; d < nd - 2; d++) {
+        int64_t hq = in[0].shape[d], hkv = in[1].shape[d];
+        /* Grouped heads: on a 1-D mesh the chunk boundaries must line up; on more mesh dims
+         * (which may split the heads again, nested) only an even split of the kv heads over
+         * every rank is sure to. */
+        if (hq != hkv && !(mesh_size == mesh_total ? groups_aligned(hq, hkv, mesh_size)
+                                                   : hkv % mesh_total == 0))
+            continue;
         rows[k++] = (rule_row){.in = {SP(d), SP(d), SP(d)}, .out = SP(d)};
+    }
     return k;
 }
 

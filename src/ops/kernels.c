@@ -18,6 +18,8 @@ const dt_kernels dt_kernels_cpu = {
     .slice = dt_cpu_slice,
     .permute = dt_cpu_permute,
     .sdpa = dt_cpu_sdpa,
+    .rope = dt_cpu_rope,
+    .dropout = dt_cpu_dropout,
 };
 
 #if DT_HAVE_CUDA

@@ -103,9 +103,28 @@ dt_status dt_cpu_permute(const dt_local *x, const int *perm, dt_local *out);
 
 /* Scaled dot-product attention per (batch..., head): q (..., Tq, D), k (..., Tk, D),
  * v (..., Tk, Dv) -> out (..., Tq, Dv) = softmax(q k^T * scale [+ causal mask]) v. Causal masks
- * key j > query i (top-left aligned). Float dtypes. */
+ * key j > query i (top-left aligned). Float dtypes. Grouped-query: k and v may have fewer
+ * heads (dim ndim - 3) than q, a divisor Hkv of q's Hq; query head h reads kv head
+ * h / (Hq / Hkv) (torch's enable_gqa). */
 dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                       double scale, dt_local *out);
+
+/* ---- model ops -------------------------------------------------------------------------- */
+
+/* Rotary embedding with interleaved pairs: x (B, T, H, D), D even, cos and sin (T, D/2) of
+ * x's dtype; out (x's shape, may alias x): out[..t, h, 2i] = x0 c - x1 s, out[.., 2i+1] =
+ * x0 s + x1 c with x0, x1 = x[b, t, h, 2i], x[b, t, h, 2i+1] and c, s = cos[t, i], sin[t, i].
+ * Float dtypes, computed in f32 (f64 for f64), each product and sum rounded (no FMA). */
+dt_status dt_cpu_rope(const dt_local *x, const dt_local *cos, const dt_local *sin,
+                      dt_local *out);
+
+/* Dropout of a box of a global tensor: x is the box (x->ndim dims) starting at box_offset in a
+ * global tensor of global_shape. Global element i (row-major flat index) is kept, times
+ * 1 / (1 - p), iff the uniform dt_tensor_rand draws for element i of a tensor of x's dtype from
+ * the Philox stream (seed, offset) is >= p (core/fill.h: dt_fill_unit); else 0. out has x's
+ * shape (may alias x). Float dtypes. */
+dt_status dt_cpu_dropout(double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,
+                         const int64_t *box_offset, const dt_local *x, dt_local *out);
 
 /* ---- one table per device ------------------------------------------------------------- */
 
@@ -133,6 +152,9 @@ typedef struct dt_kernels {
     dt_status (*permute)(const dt_local *x, const int *perm, dt_local *out);
     dt_status (*sdpa)(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                       double scale, dt_local *out);
+    dt_status (*rope)(const dt_local *x, const dt_local *cos, const dt_local *sin, dt_local *out);
+    dt_status (*dropout)(double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,
+                         const int64_t *box_offset, const dt_local *x, dt_local *out);
 } dt_kernels;
 
 extern const dt_kernels dt_kernels_cpu;

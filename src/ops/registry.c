@@ -23,6 +23,8 @@
 #define KERNEL_slice KERNEL_SLOT(slice)
 #define KERNEL_permute KERNEL_SLOT(permute)
 #define KERNEL_sdpa KERNEL_SLOT(sdpa)
+#define KERNEL_rope KERNEL_SLOT(rope)
+#define KERNEL_dropout KERNEL_SLOT(dropout)
 
 static const op_desc descs[] = {
 #define DESC(e, name_, family_, min_in, max_in, kernel_, args_, wrapper_)                         \

@@ -11,12 +11,13 @@
 #include "core/half.h"
 #include "ops/kernels.h"
 
-/* Row i of S (Tq, Tk) becomes softmax(S[i, :lim] * scale), zero past lim. */
+/* Row i of S (rows, Tk), query i % Tq, becomes softmax(S[i, :lim] * scale), zero past lim. */
 #define DEFINE_SOFTROWS(SUF, CT, EXP)                                                              \
-    static void softrows_##SUF(CT *S, int64_t Tq, int64_t Tk, int causal, CT scale) {              \
-        for (int64_t i = 0; i < Tq; i++) {                                                         \
+    static void softrows_##SUF(CT *S, int64_t rows, int64_t Tq, int64_t Tk, int causal,           \
+                               CT scale) {                                                         \
+        for (int64_t i = 0; i < rows; i++) {                                                       \
             CT *s = S + i * Tk;                                                                    \
-            int64_t lim = causal && i + 1 < Tk ? i + 1 : Tk;                                       \
+            int64_t lim = causal && i % Tq + 1 < Tk ? i % Tq + 1 : Tk;                             \
             CT mx = -INFINITY;                                                                     \
             for (int64_t j = 0; j < lim; j++) {                                                    \
                 s[j] *= scale;                                                                     \
@@ -59,6 +60,20 @@ static dt_local mat(void *data, dt_dtype dt, int64_t rows, int64_t cols) {
     return m;
 }
 
+/* The kv groups of a grouped-query call: k and v may have fewer heads (dim nd - 3) than q
+ * and out, a divisor of q's; every other leading dim matches. *g gets Hq / Hkv (1 without
+ * groups). */
+static int gqa_groups(const dt_local *q, const dt_local *k, int64_t *g) {
+    int nd = q->ndim;
+    *g = 1;
+    for (int d = 0; d < nd - 2; d++) {
+        if (k->shape[d] == q->shape[d]) continue;
+        if (d != nd - 3 || k->shape[d] <= 0 || q->shape[d] % k->shape[d]) return 0;
+        *g = q->shape[d] / k->shape[d];
+    }
+    return 1;
+}
+
 dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                       double scale, dt_local *out) {
     dt_dtype dt = q->dtype;
@@ -70,15 +85,22 @@ dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, i
     if (q->ndim < 2 || k->ndim != q->ndim || v->ndim != q->ndim || out->ndim != q->ndim)
         return dt_error(DT_ERR_SHAPE, "dt_cpu_sdpa: q, k, v, out need the same ndim >= 2");
     int nd = q->ndim;
-    int64_t B = batch_of(q), Tq = q->shape[nd - 2], D = q->shape[nd - 1];
+    int64_t g, Tq = q->shape[nd - 2], D = q->shape[nd - 1];
     int64_t Tk = k->shape[nd - 2], Dv = v->shape[nd - 1];
-    if (batch_of(k) != B || batch_of(v) != B || batch_of(out) != B || k->shape[nd - 1] != D ||
+    /* B kv heads (times batch), each read by g query heads whose rows are adjacent in q: the
+     * group's queries are one (g * Tq, D) matrix. */
+    int64_t B = batch_of(k);
+    if (!gqa_groups(q, k, &g))
+        return dt_error(DT_ERR_SHAPE, "dt_cpu_sdpa: k's leading dims differ from q's other than "
+                                      "by a divisor of q's heads (dim %d)", nd - 3);
+    if (batch_of(v) != B || batch_of(out) != batch_of(q) || k->shape[nd - 1] != D ||
         v->shape[nd - 2] != Tk || out->shape[nd - 2] != Tq || out->shape[nd - 1] != Dv)
         return dt_error(DT_ERR_SHAPE, "dt_cpu_sdpa: shapes disagree (q (%lld, %lld), k "
                         "(%lld, %lld), v (%lld, %lld))", (long long)Tq, (long long)D,
                         (long long)k->shape[nd - 2], (long long)k->shape[nd - 1],
                         (long long)v->shape[nd - 2], (long long)Dv);
     if (B == 0 || Tq == 0 || Dv == 0) return DT_OK;
+    Tq *= g; /* rows per kv head; the causal mask reads the query as row % (Tq / g) */
     int half = dt == DT_BF16 || dt == DT_F16;
     dt_dtype ct = dt == DT_F64 ? DT_F64 : DT_F32;
     size_t es = dt_dtype_size(dt), cs = dt_dtype_size(ct);
@@ -115,9 +137,9 @@ dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, i
         dt_local mo = mat(half ? (void *)ho : (void *)ob, ct, Tq, Dv);
         DT_CHECK_GOTO(dt_cpu_matmul(&mq, &mk, 1, &ms), st, out); /* (Tq, D) @ (Tk, D)^T */
         if (ct == DT_F64)
-            softrows_f64(S, Tq, Tk, causal, scale);
+            softrows_f64(S, Tq, Tq / g, Tk, causal, scale);
         else
-            softrows_f32(S, Tq, Tk, causal, (float)scale);
+            softrows_f32(S, Tq, Tq / g, Tk, causal, (float)scale);
         DT_CHECK_GOTO(dt_cpu_matmul(&ms, &mv, 0, &mo), st, out); /* (Tq, Tk) @ (Tk, Dv) */
         if (half) narrow(dt, ho, (uint16_t *)ob, no);
     }

@@ -10,8 +10,8 @@
 static __device__ __forceinline__ float ex(float v) { return expf(v); }
 static __device__ __forceinline__ double ex(double v) { return exp(v); }
 
-/* Row i (mod Tq) of S (rows, Tk) becomes softmax(S[i, :lim] * scale), zero past lim, with the
- * CPU's steps: scale and store, max, exp and store, sum in double, times 1 / sum. */
+/* Row i (query i mod Tq) of S (rows, Tk) becomes softmax(S[i, :lim] * scale), zero past lim,
+ * with the CPU's steps: scale and store, max, exp and store, sum in double, times 1 / sum. */
 template <typename C, int G>
 __global__ void __launch_bounds__(G == 32 ? DT_CU_THREADS : G)
     softrows_kernel(C *S, int64_t rows, int64_t Tq, int64_t Tk, int causal, C scale) {
@@ -74,6 +74,19 @@ static int64_t batch_of(const dt_local *t) {
     return n;
 }
 
+/* The CPU kernel's rule: k's leading dims are q's but for the heads (dim nd - 3), which may
+ * divide q's; *g = Hq / Hkv. */
+static int gqa_groups(const dt_local *q, const dt_local *k, int64_t *g) {
+    int nd = q->ndim;
+    *g = 1;
+    for (int d = 0; d < nd - 2; d++) {
+        if (k->shape[d] == q->shape[d]) continue;
+        if (d != nd - 3 || k->shape[d] <= 0 || q->shape[d] % k->shape[d]) return 0;
+        *g = q->shape[d] / k->shape[d];
+    }
+    return 1;
+}
+
 dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                        double scale, dt_local *out) {
     const char *fn = "dt_cuda_sdpa";
@@ -86,9 +99,15 @@ dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, 
     if (q->ndim < 2 || k->ndim != q->ndim || v->ndim != q->ndim || out->ndim != q->ndim)
         return dt_error(DT_ERR_SHAPE, "%s: q, k, v, out need the same ndim >= 2", fn);
     int nd = q->ndim;
-    int64_t B = batch_of(q), Tq = q->shape[nd - 2], D = q->shape[nd - 1];
+    int64_t g, Tq = q->shape[nd - 2], D = q->shape[nd - 1];
     int64_t Tk = k->shape[nd - 2], Dv = v->shape[nd - 1];
-    if (batch_of(k) != B || batch_of(v) != B || batch_of(out) != B || k->shape[nd - 1] != D ||
+    /* B kv heads (times batch), each read by the g query heads adjacent in q: one
+     * (g * Tq, D) matrix per kv head. */
+    int64_t B = batch_of(k);
+    if (!gqa_groups(q, k, &g))
+        return dt_error(DT_ERR_SHAPE, "%s: k's leading dims differ from q's other than by a "
+                                      "divisor of q's heads (dim %d)", fn, nd - 3);
+    if (batch_of(v) != B || batch_of(out) != batch_of(q) || k->shape[nd - 1] != D ||
         v->shape[nd - 2] != Tk || out->shape[nd - 2] != Tq || out->shape[nd - 1] != Dv)
         return dt_error(DT_ERR_SHAPE, "%s: shapes disagree (q (%lld, %lld), k (%lld, %lld), v "
                         "(%lld, %lld))", fn, (long long)Tq, (long long)D,
@@ -97,6 +116,8 @@ dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, 
     DT_CU_RANK(r, fn);
     size_t es = dt_dtype_size(dt);
     if (B == 0 || Tq == 0 || Dv == 0) return DT_OK;
+    int64_t Tq1 = Tq; /* the causal mask's query is row % Tq1 */
+    Tq *= g;
     if (Tk == 0) /* no keys: every output row is an empty sum */
         return dt_cuda_status(cudaMemsetAsync(out->data, 0, (size_t)(B * Tq * Dv) * es,
                                               r->compute), fn);
@@ -133,9 +154,9 @@ dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, 
         DT_CHECK_GOTO(dt_cu_gemm(r, fn, t, st_t, ct1, 1, Tq, Tk, D, qb, Tq * D, kb, Tk * D, S,
                                  Tq * Tk, n), st, done);
         if (f64)
-            softrows<double>(r->compute, (double *)S, n * Tq, Tq, Tk, causal, scale);
+            softrows<double>(r->compute, (double *)S, n * Tq, Tq1, Tk, causal, scale);
         else
-            softrows<float>(r->compute, (float *)S, n * Tq, Tq, Tk, causal, (float)scale);
+            softrows<float>(r->compute, (float *)S, n * Tq, Tq1, Tk, causal, (float)scale);
         DT_CHECK_GOTO(DT_CUDA_LAUNCH_CHECK(fn), st, done);
         /* S (n, Tq, Tk) @ (n, Tk, Dv) -> (n, Tq, Dv) */
         if (!half) {

@@ -32,6 +32,10 @@ dt_status dt_cuda_slice(const dt_local *x, const int64_t *start, dt_local *out);
 dt_status dt_cuda_permute(const dt_local *x, const int *perm, dt_local *out);
 dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                        double scale, dt_local *out);
+dt_status dt_cuda_rope(const dt_local *x, const dt_local *cos, const dt_local *sin,
+                       dt_local *out); /* rope.cu */
+dt_status dt_cuda_dropout(double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,
+                          const int64_t *box_offset, const dt_local *x, dt_local *out);
 
 #ifdef __cplusplus
 }

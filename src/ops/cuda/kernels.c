@@ -17,4 +17,6 @@ const dt_kernels dt_kernels_cuda = {
     .slice = dt_cuda_slice,
     .permute = dt_cuda_permute,
     .sdpa = dt_cuda_sdpa,
+    .rope = dt_cuda_rope,
+    .dropout = dt_cuda_dropout,
 };
