@@ -18,6 +18,10 @@ const dt_kernels dt_kernels_cpu = {
     .slice = dt_cpu_slice,
     .permute = dt_cpu_permute,
     .sdpa = dt_cpu_sdpa,
+    .gather = dt_cpu_gather,
+    .one_hot = dt_cpu_one_hot,
+    .topk = dt_cpu_topk,
+    .cumsum = dt_cpu_cumsum,
 };
 
 #if DT_HAVE_CUDA

@@ -32,6 +32,13 @@ dt_status dt_cuda_slice(const dt_local *x, const int64_t *start, dt_local *out);
 dt_status dt_cuda_permute(const dt_local *x, const int *perm, dt_local *out);
 dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                        double scale, dt_local *out);
+/* gather.cu: out-of-range index values give 0 here (checking them would need a host sync). */
+dt_status dt_cuda_gather(const dt_local *x, int dim, const int64_t *shift, int64_t dim_offset,
+                         int64_t dim_size, const dt_local *index, dt_local *out);
+dt_status dt_cuda_one_hot(const dt_local *index, int64_t num_classes, int64_t class_offset,
+                          dt_local *out);
+dt_status dt_cuda_topk(const dt_local *x, int64_t k, int dim, int smallest, dt_local *out);
+dt_status dt_cuda_cumsum(const dt_local *x, int dim, dt_local *out); /* scan.cu */
 
 #ifdef __cplusplus
 }

@@ -17,4 +17,8 @@ const dt_kernels dt_kernels_cuda = {
     .slice = dt_cuda_slice,
     .permute = dt_cuda_permute,
     .sdpa = dt_cuda_sdpa,
+    .gather = dt_cuda_gather,
+    .one_hot = dt_cuda_one_hot,
+    .topk = dt_cuda_topk,
+    .cumsum = dt_cuda_cumsum,
 };
