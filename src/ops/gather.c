@@ -91,10 +91,14 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
     const op_input *ix = &in[1];
     rows[k++] = (rule_row){.in = {RP, RP}, .out = RP};
     for (int d = 0; d < x->ndim; d++) {
-        /* equal sizes chunk alike, so each rank's index rows meet its x rows */
+        /* Equal sizes chunk alike, so each rank's index rows meet its x rows. Then x whole
+         * with index sharded is left out: beside an S(d),S(d) row on an outer mesh dim it would
+         * pair nested index chunks with x chunks they are not inside; x R -> S(d) is a local
+         * chunk anyway. */
         if (d != dim && x->shape[d] == ix->shape[d])
             rows[k++] = (rule_row){.in = {SP(d), SP(d)}, .out = SP(d)};
-        rows[k++] = (rule_row){.in = {RP, SP(d)}, .out = SP(d)};
+        else
+            rows[k++] = (rule_row){.in = {RP, SP(d)}, .out = SP(d)};
     }
     rows[k++] = (rule_row){.in = {SP(dim), RP}, .out = PP(DT_REDUCE_SUM)}; /* masked */
     /* a selection commutes with adding (and averaging) the parts */
