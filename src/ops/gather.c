@@ -75,9 +75,11 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
     const op_input *x = &in[0];
     int k = 0;
     if (op == DT_OP_ONE_HOT) {
+        /* A whole index gives each rank its class range first: the (..., C) output is the
+         * large one, and ties go to the earlier row. */
+        rows[k++] = (rule_row){.in = {RP}, .out = SP(x->ndim)};
         rows[k++] = (rule_row){.in = {RP}, .out = RP};
         for (int d = 0; d < x->ndim; d++) rows[k++] = (rule_row){.in = {SP(d)}, .out = SP(d)};
-        rows[k++] = (rule_row){.in = {RP}, .out = SP(x->ndim)}; /* each rank its classes */
         return k;
     }
     int dim = dt_norm_dim(a->dim, x->ndim);
