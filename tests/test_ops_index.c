@@ -122,6 +122,11 @@ static dt_status gather_body(dt_ctx *ctx, void *arg) {
     ix[11] = 5;
     R_OK(dt_tensor_distribute(mesh, ix, DT_I64, 2, is, 1, r, DT_ALL_RANKS, &ti));
     R_ERR(dt_gather(tx, 1, ti, &out), DT_ERR_ARG, "index[5,1] = 5 is outside [0, 5)");
+    R_ERR(dt_gather(tx, 1, tx, &out), DT_ERR_DTYPE, "index must be i32 or i64, got f32");
+    R_ERR(dt_gather(tx, 2, ti, &out), DT_ERR_ARG, "dim = 2 is out of range");
+    R_ERR(dt_cumsum(tx, -3, &out), DT_ERR_ARG, "dim = -3 is out of range");
+    R_ERR(dt_topk(NULL, 1, 0, 1, &out, &out), DT_ERR_ARG, "argument x is NULL");
+    R_ERR(dt_topk(tx, 1, 0, 1, NULL, &out), DT_ERR_ARG, "values_out");
     dt_tensor_release(ti), dt_tensor_release(tx);
     dt_mesh_release(mesh);
     return DT_OK;

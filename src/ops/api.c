@@ -273,14 +273,15 @@ dt_status dt_topk(dt_tensor *x, int64_t k, int dim, int largest, dt_tensor **val
                   dt_tensor **indices_out) {
     DT_ARG(values_out != NULL && indices_out != NULL, "topk: argument values_out or indices_out "
                                                       "is NULL");
-    DT_ARG(x != NULL, "topk: argument x is NULL");
+    DT_CHECK(dt_tensor_check("dt_topk", "x", x)); /* before reading its mesh */
     dt_op_args a = {.k = k, .dim = dim, .smallest = !largest};
     dt_tensor *use = x, *moved = NULL, *ix = NULL, *vals = NULL;
     if (x->mesh->ctx->redistribute_mode == DT_REDISTRIBUTE_IMPLICIT) {
         dt_placement want[DT_MESH_MAX_NDIM], outp[DT_MESH_MAX_NDIM];
         DT_CHECK(dt_op_strategy(DT_OP_TOPK, &x, 1, &a, want, outp));
         int same = 1;
-        for (int m = 0; m < x->mesh->ndim; m++) same &= dt_placement_equal(want[m], x->placements[m]);
+        for (int m = 0; m < x->mesh->ndim; m++)
+            same &= dt_placement_equal(want[m], x->placements[m]);
         if (!same) DT_CHECK(dt_tensor_redistribute(x, x->mesh->ndim, want, &moved));
         if (moved) use = moved;
     }
