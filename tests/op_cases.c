@@ -97,6 +97,15 @@ const op_case op_cases[] = {
     {"dropout", DT_OP_DROPOUT, A(.scalar = 0.3, .seed = 7, .offset = 3), 1, {2}, {{7, 5}}, {F}},
     {"dropout 3-D bf16", DT_OP_DROPOUT, A(.scalar = 0.5, .seed = 99), 1, {3}, {{3, 5, 2}},
      {DT_BF16}},
+    /* gather: index rows equal to x's on dim 0 (sharded alike), fewer on dim 2 */
+    {"gather", DT_OP_GATHER, A(.dim = 1), 2, {3, 3}, {{5, 7, 6}, {5, 3, 4}}, {F, DT_I64}, 0, 7},
+    {"gather i32 index", DT_OP_GATHER, A(.dim = 0), 2, {2, 2}, {{9, 5}, {6, 5}}, {F, DT_I32}, 0, 9},
+    {"one_hot", DT_OP_ONE_HOT, A(.k = 7), 1, {2}, {{5, 3}}, {DT_I64}, 0, 7},
+    {"topk", DT_OP_TOPK, A(.k = 3, .dim = 1), 1, {3}, {{5, 7, 3}}, {F}},
+    {"topk smallest i32", DT_OP_TOPK, A(.k = 2, .dim = 0, .smallest = 1), 1, {2}, {{9, 5}},
+     {DT_I32}},
+    {"cumsum", DT_OP_CUMSUM, A(.dim = 1), 1, {3}, {{5, 6, 3}}, {F}},
+    {"cumsum i64", DT_OP_CUMSUM, A(.dim = 0), 1, {2}, {{7, 5}}, {DT_I64}},
 };
 #undef A
 #undef F

@@ -40,8 +40,8 @@ expect 0 "mean on mesh dp=2 x tp=2" "-> P(avg),R" \
     -- --op 'mean(dim=0)' --mesh dp=2,tp=2 --shapes '8,6' --placements 'S(0),R'
 expect 0 "redistribute f32[8,8] on mesh dp=2 x tp=2: S(0),S(0) -> S(1),S(1)" \
     -- --mesh dp=2,tp=2 --shape 8,8 --from 'S(0),S(0)' --to 'S(1),S(1)'
-expect 1 "op \"cumsum\" is neither built in nor registered" \
-    -- --op 'cumsum(dim=0)' --mesh 4 --shapes '8' --placements 'R'
+expect 1 "op \"no_such_op\" is neither built in nor registered" \
+    -- --op 'no_such_op(dim=0)' --mesh 4 --shapes '8' --placements 'R'
 expect 1 "softmax needs dim=K" -- --op softmax --mesh 4 --shapes '8' --placements 'R'
 
 # The conformance rows pass; a wrong row is named with its file and line, and fails the run.

@@ -49,6 +49,11 @@ static int64_t index_range(const explain_row *r) {
     if (r->op == DT_OP_EMBEDDING) return x->shape[0];
     if (r->op == DT_OP_CROSS_ENTROPY && x->ndim > 1) return x->shape[1];
     if (r->op == DT_OP_PICK && x->ndim > 0) return x->shape[x->ndim - 1];
+    if (r->op == DT_OP_GATHER) {
+        int d = r->args.dim < 0 ? r->args.dim + x->ndim : r->args.dim;
+        return d >= 0 && d < x->ndim ? x->shape[d] : 1;
+    }
+    if (r->op == DT_OP_ONE_HOT && r->args.k > 0) return r->args.k;
     return 1;
 }
 
@@ -168,7 +173,9 @@ Test(propagation, op_text_covers_every_op) {
                        .shape_ndim = 2,
                        .causal = 1,
                        .use_ignore_index = 1,
-                       .ignore_index = 7};
+                       .ignore_index = 7,
+                       .k = 3,
+                       .smallest = 1};
     dt_spec x = {.dtype = DT_F32, .ndim = 3, .shape = {4, 6, 8}, .nplacements = 1};
     for (int op = 0; op < DT_OP_COUNT; op++) {
         char text[256], again[256];

@@ -22,6 +22,8 @@ typedef enum args_kind {
     SDPA,     /* (causal,scale=0.125) */
     XENT,     /* cross_entropy(mean|sum|none,ignore_index=-100|none,label_smoothing=0.1) */
     DROPOUT,  /* dropout(0.1), dropout(p=0.1,seed=7,offset=0) */
+    TOPK,     /* topk(k=3,dim=0,largest=0); dim defaults to -1 */
+    CLASSES,  /* one_hot(classes=5), one_hot(num_classes=5), one_hot(5) */
 } args_kind;
 
 static const args_kind kinds[] = {
@@ -82,6 +84,10 @@ static const args_kind kinds[] = {
     [DT_OP_SWIGLU] = NONE,
     [DT_OP_ROPE] = NONE,
     [DT_OP_DROPOUT] = DROPOUT,
+    [DT_OP_GATHER] = DIM,
+    [DT_OP_ONE_HOT] = CLASSES,
+    [DT_OP_TOPK] = TOPK,
+    [DT_OP_CUMSUM] = DIM,
 };
 _Static_assert(sizeof kinds / sizeof kinds[0] == DT_OP_COUNT, "an op has no text form");
 
@@ -95,7 +101,9 @@ static const struct {
 };
 
 dt_dtype explain_op_input_dtype(dt_op op, int i) {
-    int index = i == 1 && (op == DT_OP_EMBEDDING || op == DT_OP_PICK || op == DT_OP_CROSS_ENTROPY);
+    int index = (i == 1 && (op == DT_OP_EMBEDDING || op == DT_OP_PICK ||
+                            op == DT_OP_CROSS_ENTROPY || op == DT_OP_GATHER)) ||
+                (i == 0 && op == DT_OP_ONE_HOT);
     return index ? DT_I64 : DT_F32;
 }
 
@@ -250,9 +258,10 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
     if (kind == SLICE && text[0] == '[') return numpy_slice(name, text, n ? &in[0] : NULL, a);
     tokens t;
     TRY(split_args(name, text, &t));
-    int ok = 1, positional = 0, have_dim = 0, have_end = 0;
+    int ok = 1, positional = 0, have_dim = 0, have_end = 0, have_k = 0;
     a->correction = op == DT_OP_VAR || op == DT_OP_STD; /* torch's unbiased default */
     if (kind == TWO_DIMS) a->dim = 0, a->dim2 = 1;
+    if (kind == TOPK) a->dim = -1; /* torch's default */
     if (kind == XENT)
         a->reduction = DT_REDUCTION_MEAN, a->use_ignore_index = 1, a->ignore_index = DT_IGNORE_INDEX;
     for (int i = 0; i < t.n && ok; i++) {
@@ -346,6 +355,21 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
             else
                 ok = !strcmp(k, "ignore_index") && to_i64(v, &a->ignore_index);
             break;
+        case TOPK:
+            if (!strcmp(k, "k") || (bare && positional == 0))
+                ok = to_i64(v, &a->k), have_k = 1;
+            else if (!strcmp(k, "dim") || (bare && positional == 1))
+                ok = to_int(v, &a->dim);
+            else if (!strcmp(k, "largest"))
+                ok = to_flag(v, &a->smallest), a->smallest = !a->smallest;
+            else
+                ok = 0;
+            positional++;
+            break;
+        case CLASSES:
+            ok = (bare || !strcmp(k, "classes") || !strcmp(k, "num_classes")) && !have_k++ &&
+                 to_i64(v, &a->k);
+            break;
         default:
             ok = 0;
         }
@@ -357,6 +381,8 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
         !have_dim)
         return BAD("%s needs dim=K", name);
     if (kind == PERM && a->ndims == 0) return BAD("%s needs the new order of the dims", name);
+    if (kind == TOPK && !have_k) return BAD("%s needs k=K", name);
+    if (kind == CLASSES && !have_k) return BAD("%s needs classes=C", name);
     if (kind == SLICE && !have_end) {
         int d = n ? a->dim + (a->dim < 0 ? in[0].ndim : 0) : -1;
         if (d < 0 || d >= in[0].ndim)
@@ -484,6 +510,12 @@ dt_status explain_op_format(dt_op op, const dt_op_args *a, char *buf, size_t cap
             PUT(",ignore_index=%lld", (long long)a->ignore_index);
         if (a->label_smoothing != 0) PUT(",label_smoothing=%.17g", a->label_smoothing);
         PUT(")");
+        break;
+    case TOPK:
+        PUT("(k=%lld,dim=%d%s)", (long long)a->k, a->dim, a->smallest ? ",largest=0" : "");
+        break;
+    case CLASSES:
+        PUT("(classes=%lld)", (long long)a->k);
         break;
     default:
         break;

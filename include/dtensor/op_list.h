@@ -99,8 +99,17 @@
     X(ROPE, "rope", rope, 3, 3, rope, 0, dt_rope)                                                  \
     X(DROPOUT, "dropout", dropout, 1, 1, dropout, ARG_SCALAR | ARG_SEED, dt_dropout)
 
+/* Indexing, selection and scans; wrappers written by hand in ops.h. topk is the indices only
+ * (dt_topk gathers the values with them). */
+#define DT_OP_INDEX_LIST(X)                                                                        \
+    X(GATHER, "gather", gather, 2, 2, gather, ARG_DIM, dt_gather)                                  \
+    X(ONE_HOT, "one_hot", gather, 1, 1, one_hot, ARG_K, dt_one_hot)                                \
+    X(TOPK, "topk", gather, 1, 1, topk, ARG_K | ARG_DIM | ARG_SMALLEST, dt_topk)                   \
+    X(CUMSUM, "cumsum", scan, 1, 1, cumsum, ARG_DIM, dt_cumsum)
+
 #define DT_OP_LIST(X)                                                                              \
     DT_OP_BINARY_LIST(X) DT_OP_UNARY_LIST(X) DT_OP_SCALAR_LIST(X) DT_OP_REDUCE_LIST(X)             \
-    DT_OP_DIM_LIST(X) DT_OP_OTHER_LIST(X) DT_OP_COMPOSE_LIST(X) DT_OP_NN_LIST(X)
+    DT_OP_DIM_LIST(X) DT_OP_OTHER_LIST(X) DT_OP_COMPOSE_LIST(X) DT_OP_NN_LIST(X)                   \
+    DT_OP_INDEX_LIST(X)
 
 #endif

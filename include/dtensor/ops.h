@@ -229,6 +229,23 @@ DT_API dt_status dt_rope_tables(dt_mesh *mesh, dt_dtype dtype, int64_t T, int64_
  * p 1: zeros. p outside [0, 1] is DT_ERR_ARG. Float dtypes. */
 DT_API dt_status dt_dropout(dt_tensor *x, double p, int training, dt_generator *gen,
                             dt_tensor **out);
+/* torch.gather: out (index's shape) = x at index along dim, out[..i..] = x[..index[..i..]..].
+ * index is i32/i64 with x's ndim, its sizes <= x's on every dim but dim. An index outside
+ * [0, x's size along dim) is DT_ERR_ARG naming its position and value on the CPU ranks whose
+ * shard of index holds it (every rank when index is replicated); CUDA ranks give 0 for it. */
+DT_API dt_status dt_gather(dt_tensor *x, int dim, dt_tensor *index, dt_tensor **out);
+/* index (...) i32/i64 -> (..., num_classes) i64 of 0/1; num_classes > 0 (no -1 inference). An
+ * index outside [0, num_classes) is DT_ERR_ARG on the CPU ranks that hold it (CUDA: a zero row). */
+DT_API dt_status dt_one_hot(dt_tensor *index, int64_t num_classes, dt_tensor **out);
+/* The k largest (smallest when largest is 0) elements of x along dim, sorted, ties taking the
+ * lower index, NaN above every number (as torch). values (x's dtype) and indices (i64) have x's
+ * shape with dim of size k; 0 <= k <= x's size along dim. The caller owns both; on failure
+ * neither is returned. x is redistributed at most once (the topk dim must be whole). */
+DT_API dt_status dt_topk(dt_tensor *x, int64_t k, int dim, int largest, dt_tensor **values_out,
+                         dt_tensor **indices_out);
+/* Inclusive cumulative sum along dim; x's shape and dtype (floats accumulate in f64, integers
+ * in i64). */
+DT_API dt_status dt_cumsum(dt_tensor *x, int dim, dt_tensor **out);
 
 /* In place: the result replaces x's local data (x must own its data); x keeps its placements
  * (the result is redistributed to them when dispatch placed it otherwise). */

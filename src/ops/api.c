@@ -1,6 +1,7 @@
 /* Typed entry points over dt_op_call, and the in-place variants. */
 #include <string.h>
 
+#include "comm/comm_impl.h"
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
@@ -302,4 +303,50 @@ dt_status dt_cross_entropy_ex(dt_tensor *logits, dt_tensor *target, const dt_xen
     dt_op_args a = {.reduction = o.reduction, .use_ignore_index = o.use_ignore_index != 0,
                     .ignore_index = o.ignore_index, .label_smoothing = o.label_smoothing};
     return dt_op_call(DT_OP_CROSS_ENTROPY, in, 2, &a, out);
+/* ---- indexing, selection and scans (DT_OP_INDEX_LIST) ------------------------------------ */
+
+dt_status dt_gather(dt_tensor *x, int dim, dt_tensor *index, dt_tensor **out) {
+    dt_tensor *in[2] = {x, index};
+    dt_op_args a = {.dim = dim};
+    return dt_op_call(DT_OP_GATHER, in, 2, &a, out);
+}
+
+dt_status dt_one_hot(dt_tensor *index, int64_t num_classes, dt_tensor **out) {
+    dt_op_args a = {.k = num_classes};
+    return dt_op_call(DT_OP_ONE_HOT, &index, 1, &a, out);
+}
+
+dt_status dt_cumsum(dt_tensor *x, int dim, dt_tensor **out) {
+    dt_op_args a = {.dim = dim};
+    return dt_op_call(DT_OP_CUMSUM, &x, 1, &a, out);
+}
+
+/* The indices op, then the values gathered with them. x goes where topk's strategy wants it
+ * first, so the gather finds x and the indices sharded alike and moves nothing; in the log and
+ * explicit modes dispatch moves (and reports) it instead. */
+dt_status dt_topk(dt_tensor *x, int64_t k, int dim, int largest, dt_tensor **values_out,
+                  dt_tensor **indices_out) {
+    DT_ARG(values_out != NULL && indices_out != NULL, "topk: argument values_out or indices_out "
+                                                      "is NULL");
+    DT_CHECK(dt_tensor_check("dt_topk", "x", x)); /* before reading its mesh */
+    dt_op_args a = {.k = k, .dim = dim, .smallest = !largest};
+    dt_tensor *use = x, *moved = NULL, *ix = NULL, *vals = NULL;
+    if (x->mesh->ctx->redistribute_mode == DT_REDISTRIBUTE_IMPLICIT) {
+        dt_placement want[DT_MESH_MAX_NDIM], outp[DT_MESH_MAX_NDIM];
+        DT_CHECK(dt_op_strategy(DT_OP_TOPK, &x, 1, &a, want, outp));
+        int same = 1;
+        for (int m = 0; m < x->mesh->ndim; m++)
+            same &= dt_placement_equal(want[m], x->placements[m]);
+        if (!same) DT_CHECK(dt_tensor_redistribute(x, x->mesh->ndim, want, &moved));
+        if (moved) use = moved;
+    }
+    dt_status st = dt_op_call(DT_OP_TOPK, &use, 1, &a, &ix);
+    if (st == DT_OK) st = dt_gather(use, dim, ix, &vals);
+    dt_tensor_release(moved);
+    if (st != DT_OK) {
+        dt_tensor_release(ix);
+        return st;
+    }
+    *values_out = vals, *indices_out = ix;
+    return DT_OK;
 }

@@ -211,6 +211,7 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
             memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
         }
         local_of(o, &c.out);
+        memcpy(c.out_offset, o->local_offset, sizeof(int64_t) * (size_t)o->ndim);
         if (ctx->trace) memcpy(text, s->text, sizeof text); /* s is not read past this point */
         double tk = ctx->trace ? dt_now_us() : 0;
         st = f->compute(&c);

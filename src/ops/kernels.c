@@ -20,6 +20,10 @@ const dt_kernels dt_kernels_cpu = {
     .sdpa = dt_cpu_sdpa,
     .rope = dt_cpu_rope,
     .dropout = dt_cpu_dropout,
+    .gather = dt_cpu_gather,
+    .one_hot = dt_cpu_one_hot,
+    .topk = dt_cpu_topk,
+    .cumsum = dt_cpu_cumsum,
 };
 
 #if DT_HAVE_CUDA

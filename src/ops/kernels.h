@@ -99,6 +99,29 @@ dt_status dt_cpu_slice(const dt_local *x, const int64_t *start, dt_local *out);
 /* out = x with dims permuted: out dim i is x dim perm[i]. */
 dt_status dt_cpu_permute(const dt_local *x, const int *perm, dt_local *out);
 
+/* out (index's shape) = x gathered along dim: out[i] = x[j] with j_d = i_d + shift[d] on every
+ * dim but dim (shift places out's block in x's) and j_dim = index[i] - dim_offset (x's block
+ * holds global rows dim_offset .. along dim). index is i32/i64 with x's ndim. An index value
+ * outside [0, dim_size) is DT_ERR_ARG naming its position and value; one inside it but outside
+ * x's block gives 0 (the masked gather of a dim-sharded x). Every dtype. */
+dt_status dt_cpu_gather(const dt_local *x, int dim, const int64_t *shift, int64_t dim_offset,
+                        int64_t dim_size, const dt_local *index, dt_local *out);
+
+/* out (..., C) i64 = (index[...] == class_offset + c) for c in [0, C), C out's last dim: the
+ * classes class_offset .. of one_hot(index, num_classes). index is i32/i64; a value outside
+ * [0, num_classes) is DT_ERR_ARG. */
+dt_status dt_cpu_one_hot(const dt_local *index, int64_t num_classes, int64_t class_offset,
+                         dt_local *out);
+
+/* out (x's shape, dim of size k) i64 = the indices along dim of the k largest (smallest)
+ * elements of x, sorted, ties taking the lower index, NaN above every number. Every dtype;
+ * k <= x's size along dim (DT_ERR_ARG otherwise). */
+dt_status dt_cpu_topk(const dt_local *x, int64_t k, int dim, int smallest, dt_local *out);
+
+/* out = inclusive cumulative sum of x along dim, x's shape and dtype (out may alias x). Floats
+ * accumulate in double and round each output once; integers accumulate in i64. */
+dt_status dt_cpu_cumsum(const dt_local *x, int dim, dt_local *out);
+
 /* ---- attention -------------------------------------------------------------------------- */
 
 /* Scaled dot-product attention per (batch..., head): q (..., Tq, D), k (..., Tk, D),
@@ -155,6 +178,12 @@ typedef struct dt_kernels {
     dt_status (*rope)(const dt_local *x, const dt_local *cos, const dt_local *sin, dt_local *out);
     dt_status (*dropout)(double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,
                          const int64_t *box_offset, const dt_local *x, dt_local *out);
+    dt_status (*gather)(const dt_local *x, int dim, const int64_t *shift, int64_t dim_offset,
+                        int64_t dim_size, const dt_local *index, dt_local *out);
+    dt_status (*one_hot)(const dt_local *index, int64_t num_classes, int64_t class_offset,
+                         dt_local *out);
+    dt_status (*topk)(const dt_local *x, int64_t k, int dim, int smallest, dt_local *out);
+    dt_status (*cumsum)(const dt_local *x, int dim, dt_local *out);
 } dt_kernels;
 
 extern const dt_kernels dt_kernels_cpu;

@@ -41,6 +41,7 @@ typedef struct local_call {
     int64_t in_offset[DT_OP_MAX_INPUTS][DT_MAX_NDIM]; /* global offset of each input block */
     const op_input *global;                           /* the inputs' global specs */
     dt_local out;
+    int64_t out_offset[DT_MAX_NDIM]; /* global offset of the output block */
     const dt_kernels *k;   /* of the device every block lives on */
     const dt_mem_ops *mem; /* the same device's copies */
 } local_call;
@@ -66,7 +67,7 @@ typedef struct op_family {
 extern const op_family dt_family_pointwise, dt_family_matmul, dt_family_reduce,
     dt_family_softmax, dt_family_norm, dt_family_embedding, dt_family_pick,
     dt_family_composite, dt_family_attention, dt_family_shape, dt_family_user, dt_family_cat,
-    dt_family_rope, dt_family_dropout;
+    dt_family_rope, dt_family_dropout, dt_family_gather, dt_family_scan;
 
 /* The name of a registered op, NULL when op is not one (user.c). */
 const char *dt_user_op_name(dt_op op);

@@ -25,6 +25,10 @@
 #define KERNEL_sdpa KERNEL_SLOT(sdpa)
 #define KERNEL_rope KERNEL_SLOT(rope)
 #define KERNEL_dropout KERNEL_SLOT(dropout)
+#define KERNEL_gather KERNEL_SLOT(gather)
+#define KERNEL_one_hot KERNEL_SLOT(one_hot)
+#define KERNEL_topk KERNEL_SLOT(topk)
+#define KERNEL_cumsum KERNEL_SLOT(cumsum)
 
 static const op_desc descs[] = {
 #define DESC(e, name_, family_, min_in, max_in, kernel_, args_, wrapper_)                         \

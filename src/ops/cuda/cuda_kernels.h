@@ -36,6 +36,13 @@ dt_status dt_cuda_rope(const dt_local *x, const dt_local *cos, const dt_local *s
                        dt_local *out); /* rope.cu */
 dt_status dt_cuda_dropout(double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,
                           const int64_t *box_offset, const dt_local *x, dt_local *out);
+/* gather.cu: out-of-range index values give 0 here (checking them would need a host sync). */
+dt_status dt_cuda_gather(const dt_local *x, int dim, const int64_t *shift, int64_t dim_offset,
+                         int64_t dim_size, const dt_local *index, dt_local *out);
+dt_status dt_cuda_one_hot(const dt_local *index, int64_t num_classes, int64_t class_offset,
+                          dt_local *out);
+dt_status dt_cuda_topk(const dt_local *x, int64_t k, int dim, int smallest, dt_local *out);
+dt_status dt_cuda_cumsum(const dt_local *x, int dim, dt_local *out); /* scan.cu */
 
 #ifdef __cplusplus
 }

@@ -19,4 +19,8 @@ const dt_kernels dt_kernels_cuda = {
     .sdpa = dt_cuda_sdpa,
     .rope = dt_cuda_rope,
     .dropout = dt_cuda_dropout,
+    .gather = dt_cuda_gather,
+    .one_hot = dt_cuda_one_hot,
+    .topk = dt_cuda_topk,
+    .cumsum = dt_cuda_cumsum,
 };

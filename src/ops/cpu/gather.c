@@ -1,0 +1,155 @@
+/* CPU selection kernels: gather along a dim (masked outside the block's rows), one_hot over a
+ * class range, and topk indices. gather is data movement by element size; topk compares in
+ * each dtype's own arithmetic (integers exactly), NaN above every number. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/half.h"
+#include "ops/kernels.h"
+
+static size_t numel(const dt_local *t) {
+    size_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
+static dt_status index_dtype(const char *fn, const dt_local *ix) {
+    if (ix->dtype != DT_I32 && ix->dtype != DT_I64)
+        return dt_error(DT_ERR_DTYPE, "%s: index must be i32 or i64, not %s", fn,
+                        dt_dtype_name(ix->dtype));
+    return DT_OK;
+}
+
+static inline int64_t index_at(const dt_local *ix, size_t i) {
+    return ix->dtype == DT_I32 ? ((const int32_t *)ix->data)[i] : ((const int64_t *)ix->data)[i];
+}
+
+dt_status dt_cpu_gather(const dt_local *x, int dim, const int64_t *shift, int64_t dim_offset,
+                        int64_t dim_size, const dt_local *index, dt_local *out) {
+    const char *fn = "dt_cpu_gather";
+    DT_CHECK(index_dtype(fn, index));
+    size_t es = dt_dtype_size(x->dtype), n = numel(index);
+    if (es == 0) return dt_error(DT_ERR_DTYPE, "%s: unknown dtype %d", fn, (int)x->dtype);
+    if (dim < 0 || dim >= x->ndim || index->ndim != x->ndim)
+        return dt_error(DT_ERR_SHAPE, "%s: dim %d, index %d-D, x %d-D", fn, dim, index->ndim,
+                        x->ndim);
+    int nd = x->ndim;
+    int64_t xs[DT_MAX_NDIM], idx[DT_MAX_NDIM] = {0};
+    for (int d = nd - 1; d >= 0; d--) xs[d] = d == nd - 1 ? 1 : xs[d + 1] * x->shape[d + 1];
+    int64_t base = 0; /* x's offset of the current out element on every dim but dim */
+    for (int d = 0; d < nd; d++)
+        if (d != dim) base += shift[d] * xs[d];
+    for (size_t i = 0; i < n; i++) {
+        int64_t v = index_at(index, i), r = v - dim_offset;
+        if (v < 0 || v >= dim_size) {
+            char at[128];
+            size_t o = 0;
+            for (int d = 0; d < nd; d++)
+                o += (size_t)snprintf(at + o, sizeof at - o, d ? ",%lld" : "%lld",
+                                      (long long)idx[d]);
+            return dt_error(DT_ERR_ARG, "gather: index[%s] = %lld is outside [0, %lld) along "
+                            "dim %d", at, (long long)v, (long long)dim_size, dim);
+        }
+        char *dst = (char *)out->data + i * es;
+        if (r >= 0 && r < x->shape[dim])
+            memcpy(dst, (const char *)x->data + (size_t)(base + r * xs[dim]) * es, es);
+        else
+            memset(dst, 0, es);
+        for (int d = nd - 1; d >= 0; d--) {
+            if (d != dim) base += xs[d];
+            if (++idx[d] < index->shape[d]) break;
+            if (d != dim) base -= xs[d] * index->shape[d];
+            idx[d] = 0;
+        }
+    }
+    return DT_OK;
+}
+
+dt_status dt_cpu_one_hot(const dt_local *index, int64_t num_classes, int64_t class_offset,
+                         dt_local *out) {
+    DT_CHECK(index_dtype("dt_cpu_one_hot", index));
+    int64_t C = out->shape[out->ndim - 1];
+    size_t n = numel(index);
+    int64_t *o = out->data;
+    for (size_t i = 0; i < n; i++) {
+        int64_t v = index_at(index, i);
+        if (v < 0 || v >= num_classes)
+            return dt_error(DT_ERR_ARG, "one_hot: index element %zu = %lld is outside [0, %lld)",
+                            i, (long long)v, (long long)num_classes);
+        for (int64_t c = 0; c < C; c++) o[i * (size_t)C + (size_t)c] = v == class_offset + c;
+    }
+    return DT_OK;
+}
+
+/* 1 when x[a] sorts above x[b]: NaN above every number, equal values neither. */
+#define ABOVE(T, LD)                                                                               \
+    static int above_##T(const void *p, size_t a, size_t b) {                                      \
+        T u = LD(((const T *)p)[a]), v = LD(((const T *)p)[b]);                                    \
+        return u != u ? v == v : u > v;                                                            \
+    }
+#define ID(x) (x)
+typedef int32_t i32;
+typedef int64_t i64;
+typedef double f64;
+typedef float f32;
+static inline float bf(uint16_t h) { return dt_bf16_to_f32(h); }
+static inline float hf(uint16_t h) { return dt_f16_to_f32(h); }
+ABOVE(f32, ID)
+ABOVE(f64, ID)
+ABOVE(i32, ID)
+ABOVE(i64, ID)
+static int above_bf16(const void *p, size_t a, size_t b) {
+    float u = bf(((const uint16_t *)p)[a]), v = bf(((const uint16_t *)p)[b]);
+    return u != u ? v == v : u > v;
+}
+static int above_f16(const void *p, size_t a, size_t b) {
+    float u = hf(((const uint16_t *)p)[a]), v = hf(((const uint16_t *)p)[b]);
+    return u != u ? v == v : u > v;
+}
+
+dt_status dt_cpu_topk(const dt_local *x, int64_t k, int dim, int smallest, dt_local *out) {
+    const char *fn = "dt_cpu_topk";
+    int (*above)(const void *, size_t, size_t);
+    switch (x->dtype) {
+    case DT_F32: above = above_f32; break;
+    case DT_F64: above = above_f64; break;
+    case DT_BF16: above = above_bf16; break;
+    case DT_F16: above = above_f16; break;
+    case DT_I32: above = above_i32; break;
+    case DT_I64: above = above_i64; break;
+    default: return dt_error(DT_ERR_DTYPE, "%s: unknown dtype %d", fn, (int)x->dtype);
+    }
+    if (dim < 0 || dim >= x->ndim)
+        return dt_error(DT_ERR_ARG, "%s: dim %d of a %d-D tensor", fn, dim, x->ndim);
+    int64_t L = x->shape[dim], inner = 1, outer = 1;
+    if (k < 0 || k > L)
+        return dt_error(DT_ERR_ARG, "%s: k = %lld is not in [0, %lld]", fn, (long long)k,
+                        (long long)L);
+    for (int d = 0; d < dim; d++) outer *= x->shape[d];
+    for (int d = dim + 1; d < x->ndim; d++) inner *= x->shape[d];
+    int64_t *o = out->data;
+    for (int64_t b = 0; b < outer; b++)
+        for (int64_t j = 0; j < inner; j++) {
+            size_t xb = (size_t)(b * L * inner + j), ob = (size_t)(b * k * inner + j);
+            /* insertion into the sorted best k so far; an equal value never passes an earlier
+             * one, so ties keep the lower index */
+            int64_t have = 0;
+            for (int64_t t = 0; t < L && k > 0; t++) {
+                size_t xt = xb + (size_t)(t * inner);
+                int64_t p = have;
+                while (p > 0) {
+                    size_t xp = xb + (size_t)(o[ob + (size_t)((p - 1) * inner)] * inner);
+                    if (!(smallest ? above(x->data, xp, xt) : above(x->data, xt, xp))) break;
+                    p--;
+                }
+                if (p >= k) continue;
+                for (int64_t q = (have < k ? have : k - 1); q > p; q--)
+                    o[ob + (size_t)(q * inner)] = o[ob + (size_t)((q - 1) * inner)];
+                o[ob + (size_t)(p * inner)] = t;
+                if (have < k) have++;
+            }
+        }
+    return DT_OK;
+}

@@ -1,0 +1,137 @@
+/* Local CPU kernels of gather, one_hot, topk and cumsum against naive double-precision
+ * references (same conventions as test_kernels.c): gather with a block's shift and a masked
+ * dim offset, one_hot over a class range, topk order with ties and NaN, cumsum on every dim. */
+#include "kernel_check.h"
+
+Test(kernels, gather_shifted_and_masked) {
+    shp xs = SH(4, 5, 3);
+    for (size_t di = 0; di < LEN(ALL); di++)
+        for (int dim = 0; dim < 3; dim++)
+            for (int64_t off = 0; off <= 2; off += 2) {
+                dt_dtype dt = ALL[di];
+                tens x = mk(dt, xs, -9, 9);
+                shp is = SH(3, 4, 2);
+                is.s[dim] = 6; /* the gather dim may be longer than x's */
+                int64_t shift[DT_MAX_NDIM] = {0}, size = xs.s[dim] + off + 1;
+                for (int d = 0; d < 3; d++)
+                    if (d != dim) shift[d] = xs.s[d] - is.s[d]; /* the last block that fits */
+                tens ix = mk(dim % 2 ? DT_I32 : DT_I64, is, 0, (double)size);
+                tens o = mk_out(dt, is);
+                double *want = talloc(o.n * sizeof(double) + 1);
+                int64_t c[DT_MAX_NDIM];
+                for (size_t i = 0; i < o.n; i++) {
+                    unravel(i, is, c);
+                    int64_t r = (int64_t)ix.v[i] - off, j[DT_MAX_NDIM];
+                    for (int d = 0; d < 3; d++) j[d] = d == dim ? r : c[d] + shift[d];
+                    want[i] = r >= 0 && r < xs.s[dim] ? x.v[bidx(xs, 3, j)] : 0;
+                }
+                OK(dt_cpu_gather(&x.t, dim, shift, off, size, &ix.t, &o.t));
+                expect("gather", &o.t, want, o.n);
+                if (dt != DT_F32) continue;
+                int64_t bad[] = {size, -1}; /* the first past the global dim, and below 0 */
+                for (int b = 0; b < 2; b++) {
+                    if (ix.t.dtype == DT_I32)
+                        ((int32_t *)ix.t.data)[o.n - 1] = (int32_t)bad[b];
+                    else
+                        ((int64_t *)ix.t.data)[o.n - 1] = bad[b];
+                    T_ERR(dt_cpu_gather(&x.t, dim, shift, off, size, &ix.t, &o.t), DT_ERR_ARG,
+                          b ? "] = -1 is outside" : "is outside [0,");
+                }
+            }
+}
+
+Test(kernels, one_hot_class_range) {
+    for (int i64 = 0; i64 < 2; i64++)
+        for (int64_t off = 0; off <= 4; off += 2) {
+            tens ix = mk(i64 ? DT_I64 : DT_I32, SH(2, 3), 0, 7);
+            tens o = mk_out(DT_I64, SH(2, 3, 3));
+            double *want = talloc(o.n * sizeof(double));
+            for (size_t i = 0; i < ix.n; i++)
+                for (int64_t c = 0; c < 3; c++) want[i * 3 + (size_t)c] = ix.v[i] == off + c;
+            OK(dt_cpu_one_hot(&ix.t, 7, off, &o.t));
+            expect("one_hot", &o.t, want, o.n);
+        }
+    tens ix = mk(DT_I64, SH(3), 0, 7), o = mk_out(DT_I64, SH(3, 7));
+    ((int64_t *)ix.t.data)[2] = 7;
+    T_ERR(dt_cpu_one_hot(&ix.t, 7, 0, &o.t), DT_ERR_ARG, "element 2 = 7");
+    ((int64_t *)ix.t.data)[2] = -1;
+    T_ERR(dt_cpu_one_hot(&ix.t, 7, 0, &o.t), DT_ERR_ARG, "= -1");
+}
+
+/* 1 when a sorts before b in topk order: NaN highest, ties to the lower index. */
+static int before(double va, int64_t a, double vb, int64_t b, int smallest) {
+    if (isnan(va) || isnan(vb)) {
+        if (isnan(va) && isnan(vb)) return a < b;
+        return smallest ? isnan(vb) : isnan(va);
+    }
+    if (va != vb) return smallest ? va < vb : va > vb;
+    return a < b;
+}
+
+Test(kernels, topk_sorted_ties_to_lower_index_nan_highest) {
+    shp s = SH(4, 9, 3);
+    for (size_t di = 0; di < LEN(ALL); di++)
+        for (int dim = 0; dim < 3; dim++)
+            for (int smallest = 0; smallest < 2; smallest++) {
+                int64_t L = s.s[dim], ks[] = {0, 1, 3, L};
+                dt_dtype dt = ALL[di];
+                tens x = mk_any(dt, s, -3, 4, 1); /* few values: many ties */
+                if (!is_int(dt)) {
+                    x.v[5] = x.v[17] = NAN;
+                    store(&x);
+                }
+                for (size_t ki = 0; ki < LEN(ks); ki++) {
+                    int64_t k = ks[ki];
+                    shp os = s;
+                    os.s[dim] = k;
+                    tens o = mk_out(DT_I64, os);
+                    double *want = talloc(o.n * sizeof(double) + 1);
+                    int64_t c[DT_MAX_NDIM];
+                    for (size_t i = 0; i < o.n; i++) {
+                        unravel(i, os, c);
+                        int64_t rank = c[dim], best = -1;
+                        /* the element with exactly rank elements before it */
+                        for (int64_t t = 0; t < L && best < 0; t++) {
+                            int64_t n = 0, ct[DT_MAX_NDIM], cu[DT_MAX_NDIM];
+                            memcpy(ct, c, sizeof ct), memcpy(cu, c, sizeof cu);
+                            ct[dim] = t;
+                            double vt = x.v[bidx(s, 3, ct)];
+                            for (int64_t u = 0; u < L; u++) {
+                                cu[dim] = u;
+                                n += before(x.v[bidx(s, 3, cu)], u, vt, t, smallest);
+                            }
+                            if (n == rank) best = t;
+                        }
+                        want[i] = (double)best;
+                    }
+                    OK(dt_cpu_topk(&x.t, k, dim, smallest, &o.t));
+                    expect(smallest ? "topk smallest" : "topk", &o.t, want, o.n);
+                }
+            }
+    tens x = mk(DT_F32, SH(3, 4), 0, 1), o = mk_out(DT_I64, SH(3, 5));
+    T_ERR(dt_cpu_topk(&x.t, 5, 1, 0, &o.t), DT_ERR_ARG, "k = 5");
+}
+
+Test(kernels, cumsum_every_dim_and_in_place) {
+    shp s = SH(3, 4, 5);
+    for (size_t di = 0; di < LEN(ALL); di++)
+        for (int dim = 0; dim < 3; dim++) {
+            dt_dtype dt = ALL[di];
+            tens x = mk(dt, s, -3, 3), o = mk_out(dt, s);
+            double *want = talloc(x.n * sizeof(double));
+            int64_t c[DT_MAX_NDIM];
+            for (size_t i = 0; i < x.n; i++) {
+                unravel(i, s, c);
+                double acc = 0;
+                for (int64_t t = c[dim]; t >= 0; t--) {
+                    c[dim] = t;
+                    acc += x.v[bidx(s, 3, c)];
+                }
+                want[i] = acc;
+            }
+            OK(dt_cpu_cumsum(&x.t, dim, &o.t));
+            expect("cumsum", &o.t, want, x.n);
+            OK(dt_cpu_cumsum(&x.t, dim, &x.t));
+            expect("cumsum in place", &x.t, want, x.n);
+        }
+}
