@@ -248,6 +248,23 @@ dt_status dt_split(dt_tensor *x, int dim, const int64_t *sizes, int n, dt_tensor
     return st;
 }
 
+/* x where op's strategy wants it (x itself, one more reference, when it is there already or
+ * when the mode is not implicit: dispatch then logs or refuses the move), so that several ops
+ * on it move it once. */
+static dt_status place_for(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tensor **out) {
+    dt_placement want[DT_MESH_MAX_NDIM], outp[DT_MESH_MAX_NDIM];
+    int same = 1;
+    if (x->mesh->ctx->redistribute_mode == DT_REDISTRIBUTE_IMPLICIT) {
+        DT_CHECK(dt_op_strategy(op, &x, 1, a, want, outp));
+        for (int m = 0; m < x->mesh->ndim; m++)
+            same &= dt_placement_equal(want[m], x->placements[m]);
+    }
+    if (!same) return dt_tensor_redistribute(x, x->mesh->ndim, want, out);
+    DT_CHECK(dt_tensor_retain(x));
+    *out = x;
+    return DT_OK;
+}
+
 dt_status dt_stack(dt_tensor *const *xs, int n, int dim, dt_tensor **out) {
     dt_op_args a = {.dim = dim};
     return dt_op_call(DT_OP_STACK, xs, n, &a, out);
@@ -263,12 +280,8 @@ dt_status dt_unbind(dt_tensor *x, int dim, int n, dt_tensor **outs) {
     /* Place x once for slicing it (a sharded dim cannot be sliced in place); every slice then
      * finds its input as it wants it. */
     dt_op_args a = {.dim = d, .start = 0, .end = n ? 1 : 0}, sq = {.dim = d};
-    dt_placement want[DT_MESH_MAX_NDIM], outp[DT_MESH_MAX_NDIM];
-    dt_tensor *src = x;
-    DT_CHECK(dt_op_strategy(DT_OP_SLICE, &x, 1, &a, want, outp));
-    int same = 1;
-    for (int m = 0; m < x->mesh->ndim; m++) same &= dt_placement_equal(want[m], x->placements[m]);
-    if (!same) DT_CHECK(dt_tensor_redistribute(x, x->mesh->ndim, want, &src));
+    dt_tensor *src;
+    DT_CHECK(place_for(DT_OP_SLICE, x, &a, &src));
     dt_status st = DT_OK;
     int made = 0;
     for (; made < n && st == DT_OK; made++) {
@@ -278,7 +291,7 @@ dt_status dt_unbind(dt_tensor *x, int dim, int n, dt_tensor **outs) {
         if (st == DT_OK) st = dt_op_call(DT_OP_SQUEEZE, &piece, 1, &sq, &outs[made]);
         dt_tensor_release(piece);
     }
-    if (src != x) dt_tensor_release(src);
+    dt_tensor_release(src);
     if (st != DT_OK)
         for (int i = 0; i < made - 1; i++) dt_tensor_release(outs[i]);
     return st;
@@ -303,6 +316,8 @@ dt_status dt_cross_entropy_ex(dt_tensor *logits, dt_tensor *target, const dt_xen
     dt_op_args a = {.reduction = o.reduction, .use_ignore_index = o.use_ignore_index != 0,
                     .ignore_index = o.ignore_index, .label_smoothing = o.label_smoothing};
     return dt_op_call(DT_OP_CROSS_ENTROPY, in, 2, &a, out);
+}
+
 /* ---- indexing, selection and scans (DT_OP_INDEX_LIST) ------------------------------------ */
 
 dt_status dt_gather(dt_tensor *x, int dim, dt_tensor *index, dt_tensor **out) {
@@ -330,19 +345,11 @@ dt_status dt_topk(dt_tensor *x, int64_t k, int dim, int largest, dt_tensor **val
                                                       "is NULL");
     DT_CHECK(dt_tensor_check("dt_topk", "x", x)); /* before reading its mesh */
     dt_op_args a = {.k = k, .dim = dim, .smallest = !largest};
-    dt_tensor *use = x, *moved = NULL, *ix = NULL, *vals = NULL;
-    if (x->mesh->ctx->redistribute_mode == DT_REDISTRIBUTE_IMPLICIT) {
-        dt_placement want[DT_MESH_MAX_NDIM], outp[DT_MESH_MAX_NDIM];
-        DT_CHECK(dt_op_strategy(DT_OP_TOPK, &x, 1, &a, want, outp));
-        int same = 1;
-        for (int m = 0; m < x->mesh->ndim; m++)
-            same &= dt_placement_equal(want[m], x->placements[m]);
-        if (!same) DT_CHECK(dt_tensor_redistribute(x, x->mesh->ndim, want, &moved));
-        if (moved) use = moved;
-    }
+    dt_tensor *use, *ix = NULL, *vals = NULL;
+    DT_CHECK(place_for(DT_OP_TOPK, x, &a, &use));
     dt_status st = dt_op_call(DT_OP_TOPK, &use, 1, &a, &ix);
     if (st == DT_OK) st = dt_gather(use, dim, ix, &vals);
-    dt_tensor_release(moved);
+    dt_tensor_release(use);
     if (st != DT_OK) {
         dt_tensor_release(ix);
         return st;
