@@ -117,9 +117,10 @@ dt_status dt_op_inputs_check(const char *fn, dt_op op, const void *const *in, in
 unsigned dt_op_args_key(dt_op op, const dt_op_args *args, uint64_t *key);
 
 /* Placement shorthands for rule tables. */
-#define RP ((dt_placement){DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM})
-#define SP(d) ((dt_placement){DT_PLACEMENT_SHARD, (d), DT_REDUCE_SUM})
-#define PP(op) ((dt_placement){DT_PLACEMENT_PARTIAL, 0, (op)})
+#define RP ((dt_placement){DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM, 0})
+#define SP(d) ((dt_placement){DT_PLACEMENT_SHARD, (d), DT_REDUCE_SUM, 0})
+#define PP(op) ((dt_placement){DT_PLACEMENT_PARTIAL, 0, (op), 0})
+#define NP(ord) ((dt_placement){DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_NORM, (ord)})
 
 /* Normalises a possibly negative dim; -1 when out of range. */
 static inline int dt_norm_dim(int d, int ndim) {

@@ -301,3 +301,34 @@ dt_status dt_cuda_scale(dt_dtype dtype, void *buf, size_t count, int64_t mul, in
     }
     return DT_CUDA_LAUNCH_CHECK(fn);
 }
+
+/* buf[i] = |buf[i]| ** e, as dt_pow_abs: f64 math for f64, f32 for the others. */
+template <int DT> __global__ void pow_abs_kernel(typename rtype<DT>::T *buf, size_t count, double e) {
+    typedef rtype<DT> R;
+    FOR_EACH(i, count) {
+        if constexpr (DT == DT_F64)
+            buf[i] = pow(fabs(buf[i]), e);
+        else
+            buf[i] = R::st(powf(fabsf((float)R::ld(buf[i])), (float)e));
+    }
+}
+
+dt_status dt_cuda_pow_abs(dt_dtype dtype, void *buf, size_t count, double e) {
+    const char *fn = "dt_cuda_pow_abs";
+    if (dtype != DT_F32 && dtype != DT_F64 && dtype != DT_BF16 && dtype != DT_F16)
+        return dt_error(DT_ERR_DTYPE, "%s: %s is not a float dtype", fn, dt_dtype_name(dtype));
+    RANK(r, fn);
+    if (count == 0) return DT_OK;
+    unsigned grid = dt_cuda_blocks(count, THREADS);
+    switch (dtype) {
+    case DT_F32: pow_abs_kernel<DT_F32><<<grid, THREADS, 0, r->compute>>>((float *)buf, count, e); break;
+    case DT_F64: pow_abs_kernel<DT_F64><<<grid, THREADS, 0, r->compute>>>((double *)buf, count, e); break;
+    case DT_BF16:
+        pow_abs_kernel<DT_BF16><<<grid, THREADS, 0, r->compute>>>((rtype<DT_BF16>::T *)buf, count, e);
+        break;
+    default:
+        pow_abs_kernel<DT_F16><<<grid, THREADS, 0, r->compute>>>((rtype<DT_F16>::T *)buf, count, e);
+        break;
+    }
+    return DT_CUDA_LAUNCH_CHECK(fn);
+}
