@@ -228,7 +228,7 @@ static dt_status user_op_body(dt_ctx *ctx, void *arg) {
 
 static void check_user_op(void) {
     static const dt_placement rows[1][DT_OP_MAX_USER_INPUTS + 1] = {
-        {{DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM, 0}, {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM, 0}}};
+        {{DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM}}};
     dt_op_def def = {.name = "gpu_check_twice", .ninputs = 1, .rows = rows, .nrows = 1,
                      .infer = twice_infer, .kernel = twice_kernel};
     dt_op op;

@@ -201,7 +201,7 @@ static dt_status no_gpu_body(dt_ctx *ctx, void *arg) {
     float full[10];
     for (int i = 0; i < 10; i++) full[i] = (float)i;
     int64_t gs[] = {10};
-    dt_placement s0 = {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM, 0};
+    dt_placement s0 = {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM};
     dt_tensor *t, *u;
     R_OK(dt_tensor_distribute(mesh, full, DT_F32, 1, gs, 1, &s0, DT_ALL_RANKS, &t));
     dt_tensor_info ti, ui;

@@ -162,12 +162,12 @@ static dt_status user_op_body(dt_ctx *ctx, void *arg) {
 
 Test(ops, registered_user_op) {
     static const dt_placement rows[][DT_OP_MAX_USER_INPUTS + 1] = {
-        {{DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM, 0}, {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM, 0},
-         {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM, 0}},
-        {{DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM, 0}, {DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM, 0},
-         {DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM, 0}},
-        {{DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_SUM, 0}, {DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM, 0},
-         {DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_SUM, 0}},
+        {{DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM}, {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM},
+         {DT_PLACEMENT_SHARD, 0, DT_REDUCE_SUM}},
+        {{DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}, {DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM},
+         {DT_PLACEMENT_SHARD, 1, DT_REDUCE_SUM}},
+        {{DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_SUM}, {DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM},
+         {DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_SUM}},
     };
     dt_op_def def = {.name = "row_scale", .ninputs = 2, .rows = rows, .nrows = 3,
                      .infer = row_scale_infer, .kernel = row_scale_kernel,
