@@ -1,0 +1,252 @@
+/* Pending norms (Partial(norm), "NormP(p)"): text, plans, and their reduction on real ranks
+ * against the same combination computed in double; errors for what cannot be one. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "helpers.h"
+
+/* ---- text and equality ------------------------------------------------------------------- */
+
+Test(norm, placement_text_round_trips) {
+    static const char *const texts[] = {"NormP(2)", "NormP(1)", "NormP(inf)", "NormP(-inf)",
+                                        "NormP(0.5)", "NormP(0)", "S(0),NormP(3)",
+                                        "NormP(2),NormP(2)"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        dt_placement p[4];
+        int n;
+        char back[128];
+        cr_assert_eq(dt_placements_parse(texts[i], p, 4, &n), DT_OK, "%s: %s", texts[i],
+                     dt_last_error());
+        cr_assert_eq(dt_placements_format(p, n, back, sizeof back), DT_OK);
+        cr_assert_str_eq(back, texts[i]);
+    }
+    dt_placement p[2];
+    int n;
+    cr_assert_eq(dt_placements_parse("NormPartial(2), Replicate()", p, 2, &n), DT_OK);
+    cr_assert(p[0].kind == DT_PLACEMENT_PARTIAL && p[0].op == DT_REDUCE_NORM && p[0].norm_ord == 2);
+    cr_assert(dt_placement_equal(dt_norm_partial(2), p[0]));
+    cr_assert(!dt_placement_equal(dt_norm_partial(2), dt_norm_partial(1)));
+    cr_assert(!dt_placement_equal(dt_norm_partial(1), dt_partial(DT_REDUCE_SUM)));
+    cr_assert_str_eq(dt_reduce_op_name(DT_REDUCE_NORM), "norm");
+    T_ERR(dt_placements_parse("NormP()", p, 2, &n), DT_ERR_PARSE, "expected a number");
+    T_ERR(dt_placements_parse("NormP(nan)", p, 2, &n), DT_ERR_PARSE, "expected a number");
+    T_ERR(dt_placements_parse("NormP(2", p, 2, &n), DT_ERR_PARSE, "expected ')'");
+    dt_placement bad = dt_norm_partial(NAN);
+    T_ERR(dt_placements_normalize(&bad, 1, 2), DT_ERR_PLACEMENT, "NormP(nan)");
+}
+
+/* ---- plans ------------------------------------------------------------------------------ */
+
+static void plan_has(const char *mesh, const char *src, const char *dst, dt_dtype dtype,
+                     int ncoll, dt_step_kind kind, unsigned mask) {
+    int ms[4], mnd, n;
+    char names[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1];
+    cr_assert_eq(dt_mesh_parse(mesh, ms, names, &mnd), DT_OK);
+    dt_placement s[4], d[4];
+    cr_assert_eq(dt_placements_parse(src, s, 4, &n), DT_OK);
+    cr_assert_eq(dt_placements_parse(dst, d, 4, &n), DT_OK);
+    int64_t shape[2] = {16, 8};
+    dt_plan *plan;
+    cr_assert_eq(dt_plan_create(mnd, ms, 2, shape, dtype, s, d, NULL, &plan), DT_OK, "%s -> %s: %s",
+                 src, dst, dt_last_error());
+    cr_assert_eq(dt_plan_ncollectives(plan), ncoll, "%s -> %s on %s", src, dst, mesh);
+    int found = 0;
+    for (int i = 0; i < dt_plan_nsteps(plan); i++) {
+        dt_plan_step st;
+        dt_plan_step_get(plan, i, &st);
+        found |= st.kind == kind && st.mesh_mask == mask;
+    }
+    cr_assert(found, "%s -> %s on %s: no %s over mesh dims 0x%x", src, dst, mesh,
+              dt_step_kind_name(kind), mask);
+    dt_plan_destroy(plan);
+}
+
+Test(norm, plans) {
+    plan_has("4", "NormP(2)", "R", DT_F32, 1, DT_STEP_ALL_REDUCE, 1);
+    plan_has("4", "NormP(inf)", "S(0)", DT_F64, 1, DT_STEP_REDUCE_SCATTER, 1);
+    plan_has("4", "NormP(2)", "S(1)", DT_BF16, 1, DT_STEP_REDUCE_SCATTER, 1);
+    plan_has("2x2", "NormP(2),NormP(2)", "R,R", DT_F32, 1, DT_STEP_ALL_REDUCE, 3); /* fused */
+    plan_has("2x2", "S(0),NormP(1)", "S(0),R", DT_F32, 1, DT_STEP_ALL_REDUCE, 2);
+    plan_has("2x2", "NormP(2),S(1)", "R,R", DT_F32, 2, DT_STEP_ALL_REDUCE, 1);
+    int ms[1] = {4};
+    int64_t shape[2] = {16, 8};
+    dt_placement n2 = dt_norm_partial(2);
+    dt_plan *plan;
+    cr_assert_eq(dt_plan_create(1, ms, 2, shape, DT_F32, &n2, &n2, NULL, &plan), DT_OK);
+    cr_assert_eq(dt_plan_nsteps(plan), 0);
+    dt_plan_destroy(plan);
+}
+
+Test(norm, plan_errors) {
+    int ms[1] = {4};
+    int64_t shape[2] = {16, 8};
+    dt_placement r = dt_replicate(), s0 = dt_shard(0), n2 = dt_norm_partial(2),
+                 n1 = dt_norm_partial(1), sum = dt_partial(DT_REDUCE_SUM);
+    dt_plan *plan;
+    T_ERR(dt_plan_create(1, ms, 2, shape, DT_F32, &r, &n2, NULL, &plan), DT_ERR_PLACEMENT,
+          "never made");
+    T_ERR(dt_plan_create(1, ms, 2, shape, DT_F32, &s0, &n2, NULL, &plan), DT_ERR_PLACEMENT,
+          "no route from S(0) to NormP(2)");
+    T_ERR(dt_plan_create(1, ms, 2, shape, DT_F32, &n1, &n2, NULL, &plan), DT_ERR_PLACEMENT,
+          "NormP(1) to NormP(2)");
+    /* through R: reduced, then split as any replicated value */
+    cr_assert_eq(dt_plan_create(1, ms, 2, shape, DT_F32, &n2, &sum, NULL, &plan), DT_OK);
+    cr_assert_eq(dt_plan_ncollectives(plan), 1);
+    dt_plan_destroy(plan);
+    T_ERR(dt_plan_create(1, ms, 2, shape, DT_I32, &n2, &r, NULL, &plan), DT_ERR_DTYPE,
+          "needs a float dtype, not i32");
+    T_ERR(dt_plan_create(1, ms, 2, shape, DT_I64, &r, &n2, NULL, &plan), DT_ERR_DTYPE,
+          "NormP(2) needs a float dtype");
+}
+
+/* ---- on ranks --------------------------------------------------------------------------- */
+
+/* The value rank r holds at element i: non-negative (it is a norm), some zeros. */
+static double part(int r, size_t i) {
+    return fabs(t_value(31 + (uint64_t)r, i)) / 4;
+}
+
+/* The p-norm of the parts of element i over ranks [0, nranks), in double. */
+static double combined(double p, int nranks, size_t i) {
+    double acc = p == -INFINITY ? INFINITY : 0;
+    for (int r = 0; r < nranks; r++) {
+        double v = part(r, i);
+        if (p == INFINITY) acc = fmax(acc, v);
+        else if (p == -INFINITY) acc = fmin(acc, v);
+        else if (p == 0 || p == 1) acc += v;
+        else acc += pow(v, p);
+    }
+    return isfinite(p) && p != 0 && p != 1 ? pow(acc, 1 / p) : acc;
+}
+
+typedef struct redist_case {
+    const char *mesh, *src, *dst;
+    double ord;
+    dt_dtype dtype;
+} redist_case;
+
+static dt_status redist_body(dt_ctx *ctx, void *arg) {
+    const redist_case *c = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, c->mesh, &mesh));
+    int mnd = dt_mesh_ndim(mesh), n, me = dt_mesh_rank(mesh), ms[4];
+    for (int m = 0; m < mnd; m++) ms[m] = dt_mesh_dim_size(mesh, m);
+    char src_text[64], dst_text[64];
+    snprintf(src_text, sizeof src_text, c->src, c->ord, c->ord);
+    snprintf(dst_text, sizeof dst_text, c->dst, c->ord, c->ord);
+    dt_placement src[4], dst[4];
+    R_OK(dt_placements_parse(src_text, src, 4, &n));
+    R_OK(dt_placements_parse(dst_text, dst, 4, &n));
+    /* Every rank holds a (12, 5) block: the NormP dims are not sharded; a shard dim splits
+     * rows, and each rank's rows are its own parts of them. */
+    enum { ROWS = 12, COLS = 5 };
+    int64_t gshape[2] = {ROWS, COLS}, lshape[2], off[2] = {0, 0};
+    double local[ROWS * COLS];
+    dt_tensor *t, *u;
+    {   /* a zeros tensor with the spec gives this rank's block */
+        dt_tensor *z;
+        R_OK(dt_tensor_zeros(mesh, c->dtype, 2, gshape, mnd, src, &z));
+        dt_tensor_info info;
+        R_OK(dt_tensor_info_get(z, &info));
+        memcpy(lshape, info.local_shape, sizeof lshape);
+        memcpy(off, info.local_offset, sizeof off);
+        dt_tensor_release(z);
+    }
+    /* Which ranks hold parts of one element: those that differ only on NormP dims. Part
+     * index = the rank's position among them (row-major over the NormP dims). */
+    int pidx = 0, nparts = 1;
+    for (int m = 0; m < mnd; m++)
+        if (src[m].kind == DT_PLACEMENT_PARTIAL) {
+            pidx = pidx * dt_mesh_dim_size(mesh, m) + dt_mesh_coord(mesh, m);
+            nparts *= dt_mesh_dim_size(mesh, m);
+        }
+    size_t nloc = (size_t)(lshape[0] * lshape[1]);
+    for (size_t k = 0; k < nloc; k++) {
+        size_t gi = (size_t)((off[0] + (int64_t)k / lshape[1]) * COLS + off[1] + (int64_t)k % lshape[1]);
+        local[k] = part(pidx, gi);
+    }
+    char buf[ROWS * COLS * 8];
+    R_OK(dt_convert_from_f64(c->dtype, local, buf, nloc));
+    R_OK(dt_tensor_from_local(mesh, buf, c->dtype, 2, lshape, mnd, src, gshape, 0, &t));
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(dt_tensor_redistribute(t, mnd, dst, &u));
+    dt_plan *plan;
+    R_OK(dt_plan_create(mnd, ms, 2, gshape, c->dtype, src, dst, NULL, &plan));
+    R_CHECK(t_issued_total(ctx) == (uint64_t)dt_plan_ncollectives(plan),
+            "%s -> %s: %llu collectives issued, the plan has %d", src_text, dst_text,
+            (unsigned long long)t_issued_total(ctx), dt_plan_ncollectives(plan));
+    R_CHECK(dt_plan_ncollectives(plan) <= 2, "%s -> %s: %d collectives", src_text, dst_text,
+            dt_plan_ncollectives(plan));
+    dt_plan_destroy(plan);
+    dt_tensor_info info;
+    R_OK(dt_tensor_info_get(u, &info));
+    R_OK(dt_tensor_local_to_host(u, buf, sizeof buf));
+    double tol = c->dtype == DT_F64 ? 1e-12 : c->dtype == DT_F32 ? 1e-5 : 1e-2;
+    for (int64_t a = 0; a < info.local_shape[0]; a++)
+        for (int64_t b = 0; b < info.local_shape[1]; b++) {
+            size_t gi = (size_t)((info.local_offset[0] + a) * COLS + info.local_offset[1] + b);
+            double want = combined(c->ord, nparts, gi),
+                   got = t_get(c->dtype, buf, (size_t)(a * info.local_shape[1] + b));
+            R_CHECK(fabs(got - want) <= tol * (1 + fabs(want)),
+                    "rank %d %s -> %s (%s): element %zu is %.9g, want %.9g", me, src_text,
+                    dst_text, dt_dtype_name(c->dtype), gi, got, want);
+        }
+    /* full_tensor reduces a pending norm too */
+    double full[ROWS * COLS];
+    dt_tensor *f64;
+    R_OK(dt_cast(t, DT_F64, &f64));
+    R_OK(dt_tensor_full(f64, full, sizeof full));
+    for (size_t gi = 0; gi < ROWS * COLS; gi++)
+        R_CHECK(fabs(full[gi] - combined(c->ord, nparts, gi)) <= tol * (1 + full[gi]),
+                "full_tensor of %s: element %zu is %.9g, want %.9g", src_text, gi, full[gi],
+                combined(c->ord, nparts, gi));
+    dt_tensor_release(f64);
+    dt_tensor_release(t);
+    dt_tensor_release(u);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(norm, redistribute_on_ranks) {
+    static const double ords[] = {2, 1, 3, 0.5, INFINITY, -INFINITY, 0, -1};
+    static const redist_case shapes[] = {
+        {"4", "NormP(%g)", "R", 0, DT_F32},
+        {"4", "NormP(%g)", "S(0)", 0, DT_F64},
+        {"4", "NormP(%g)", "S(1)", 0, DT_F32},
+        {"2x2", "NormP(%g),NormP(%g)", "R,R", 0, DT_F64},
+        {"2x2", "NormP(%g),NormP(%g)", "S(0),R", 0, DT_F32},
+        {"2x2", "S(0),NormP(%g)", "S(0),S(1)", 0, DT_F64},
+        {"2x2", "NormP(%g),S(1)", "R,R", 0, DT_F32},
+    };
+    for (size_t k = 0; k < sizeof ords / sizeof ords[0]; k++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            redist_case c = shapes[s];
+            c.ord = ords[k];
+            t_run(4, redist_body, &c);
+        }
+    redist_case half = {"4", "NormP(%g)", "R", 2, DT_BF16};
+    t_run(4, redist_body, &half);
+}
+
+static dt_status create_errors_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    dt_placement n2 = dt_norm_partial(2);
+    int64_t shape[1] = {8};
+    dt_tensor *t = T_SENTINEL(dt_tensor *);
+    R_ERR(dt_tensor_ones(mesh, DT_F32, 1, shape, 1, &n2, &t), DT_ERR_PLACEMENT, "made by norm ops");
+    R_ERR(dt_tensor_zeros(mesh, DT_I32, 1, shape, 1, &n2, &t), DT_ERR_DTYPE, "float dtype");
+    float full[8] = {0};
+    R_ERR(dt_tensor_distribute(mesh, full, DT_F32, 1, shape, 1, &n2, DT_ALL_RANKS, &t),
+          DT_ERR_PLACEMENT, "not distributed");
+    R_CHECK(t == T_SENTINEL(dt_tensor *), "an output was set on failure");
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 1, shape, 1, &n2, &t)); /* zeros are every part's norm */
+    dt_tensor_release(t);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(norm, creation_errors) {
+    t_run(4, create_errors_body, NULL);
+}
