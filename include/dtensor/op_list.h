@@ -88,8 +88,13 @@
     X(EXPAND, "expand", shape, 1, 1, expand, ARG_SHAPE, dt_expand)                                 \
     X(CAT, "cat", cat, 1, 4, none, ARG_DIM, dt_cat)
 
+/* Norms (hand-written wrappers): vector_norm's ord is args.scalar (inf allowed). */
+#define DT_OP_NORM_LIST(X)                                                                         \
+    X(VECTOR_NORM, "vector_norm", vector_norm, 1, 1, vector_norm,                                  \
+      ARG_SCALAR | ARG_DIMS | ARG_KEEPDIM, dt_vector_norm)
+
 #define DT_OP_LIST(X)                                                                              \
     DT_OP_BINARY_LIST(X) DT_OP_UNARY_LIST(X) DT_OP_SCALAR_LIST(X) DT_OP_REDUCE_LIST(X)           \
-    DT_OP_DIM_LIST(X) DT_OP_OTHER_LIST(X)
+    DT_OP_DIM_LIST(X) DT_OP_OTHER_LIST(X) DT_OP_NORM_LIST(X)
 
 #endif

@@ -18,6 +18,7 @@ const dt_kernels dt_kernels_cpu = {
     .slice = dt_cpu_slice,
     .permute = dt_cpu_permute,
     .sdpa = dt_cpu_sdpa,
+    .vector_norm = dt_cpu_vector_norm,
 };
 
 #if DT_HAVE_CUDA

@@ -23,6 +23,7 @@
 #define KERNEL_slice KERNEL_SLOT(slice)
 #define KERNEL_permute KERNEL_SLOT(permute)
 #define KERNEL_sdpa KERNEL_SLOT(sdpa)
+#define KERNEL_vector_norm KERNEL_SLOT(vector_norm)
 
 static const op_desc descs[] = {
 #define DESC(e, name_, family_, min_in, max_in, kernel_, args_, wrapper_)                         \

@@ -32,6 +32,8 @@ dt_status dt_cuda_slice(const dt_local *x, const int64_t *start, dt_local *out);
 dt_status dt_cuda_permute(const dt_local *x, const int *perm, dt_local *out);
 dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                        double scale, dt_local *out);
+dt_status dt_cuda_vector_norm(double ord, unsigned mask, const dt_local *x,
+                              dt_local *out); /* vector_norm.cu */
 
 #ifdef __cplusplus
 }

@@ -17,4 +17,5 @@ const dt_kernels dt_kernels_cuda = {
     .slice = dt_cuda_slice,
     .permute = dt_cuda_permute,
     .sdpa = dt_cuda_sdpa,
+    .vector_norm = dt_cuda_vector_norm,
 };
