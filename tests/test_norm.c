@@ -250,3 +250,247 @@ static dt_status create_errors_body(dt_ctx *ctx, void *arg) {
 Test(norm, creation_errors) {
     t_run(4, create_errors_body, NULL);
 }
+
+/* ---- the kernel, against naive loops ------------------------------------------------------ */
+
+#include "ops/kernels.h"
+
+/* ord-norm of the elements of x (shape sh, nd dims) whose kept dims equal those of out index
+ * oi, by walking every element and comparing indices: slow and plain. */
+static double naive_norm(double ord, const double *x, const int64_t *sh, int nd, unsigned mask,
+                         const int64_t *oi) {
+    size_t n = 1;
+    for (int d = 0; d < nd; d++) n *= (size_t)sh[d];
+    double s = 0, best = ord > 0 ? 0 : INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        size_t rest = i;
+        int match = 1;
+        for (int d = nd - 1; d >= 0; d--) {
+            int64_t id = (int64_t)(rest % (size_t)sh[d]);
+            rest /= (size_t)sh[d];
+            if (!((mask >> d) & 1u) && id != oi[d]) match = 0;
+        }
+        if (!match) continue;
+        double v = fabs(x[i]);
+        if (ord == INFINITY) best = v > best ? v : best;
+        else if (ord == -INFINITY) best = v < best ? v : best;
+        else if (ord == 0) s += v != 0;
+        else s += pow(v, ord);
+    }
+    if (isinf(ord)) return best;
+    return ord == 0 ? s : pow(s, 1 / ord);
+}
+
+Test(norm, kernel_against_naive_loops) {
+    static const double ords[] = {2, 1, 3, 0.5, -1, INFINITY, -INFINITY, 0};
+    static const struct { int nd; int64_t sh[3]; unsigned mask; } shapes[] = {
+        {2, {5, 7}, 3}, {2, {5, 7}, 1}, {2, {5, 7}, 2}, {3, {3, 4, 5}, 5}, {3, {3, 4, 5}, 2},
+        {3, {2, 1, 6}, 4}, {1, {9}, 1}, {2, {0, 3}, 1}, {2, {4, 0}, 1},
+    };
+    static const dt_dtype dts[] = {DT_F32, DT_F64, DT_BF16};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t k = 0; k < sizeof ords / sizeof ords[0]; k++)
+            for (size_t t = 0; t < sizeof dts / sizeof dts[0]; t++) {
+                int nd = shapes[s].nd;
+                unsigned mask = shapes[s].mask;
+                dt_dtype dt = dts[t];
+                size_t n = 1, nout = 1;
+                int64_t osh[3];
+                for (int d = 0; d < nd; d++) {
+                    n *= (size_t)shapes[s].sh[d];
+                    osh[d] = (mask >> d) & 1u ? 1 : shapes[s].sh[d];
+                    nout *= (size_t)osh[d];
+                }
+                double x[64], got[64];
+                char xb[64 * 8], ob[64 * 8];
+                for (size_t i = 0; i < n; i++) x[i] = t_value(5 + s, i) / 3; /* some zeros */
+                dt_convert_from_f64(dt, x, xb, n);
+                dt_convert_to_f64(dt, xb, x, n); /* what the kernel sees */
+                dt_local xl = {.data = xb, .dtype = dt, .ndim = nd}, ol = {.data = ob, .dtype = dt,
+                                                                          .ndim = nd};
+                memcpy(xl.shape, shapes[s].sh, sizeof(int64_t) * (size_t)nd);
+                memcpy(ol.shape, osh, sizeof(int64_t) * (size_t)nd);
+                cr_assert_eq(dt_cpu_vector_norm(ords[k], mask, &xl, &ol), DT_OK, "%s",
+                             dt_last_error());
+                dt_convert_to_f64(dt, ob, got, nout);
+                double tol = dt == DT_F64 ? 1e-12 : dt == DT_F32 ? 1e-6 : 8e-3;
+                for (size_t o = 0; o < nout; o++) {
+                    int64_t oi[3];
+                    size_t rest = o;
+                    for (int d = nd - 1; d >= 0; d--) oi[d] = (int64_t)(rest % (size_t)osh[d]), rest /= (size_t)osh[d];
+                    double want = naive_norm(ords[k], x, shapes[s].sh, nd, mask, oi);
+                    cr_assert(got[o] == want || fabs(got[o] - want) <= tol * fabs(want),
+                              "shape %zu mask 0x%x ord %g %s: out %zu = %.9g, want %.9g", s, mask,
+                              ords[k], dt_dtype_name(dt), o, got[o], want);
+                }
+            }
+    int32_t xi[4] = {1, 2, 3, 4}, oi32[1];
+    dt_local a = {.data = xi, .dtype = DT_I32, .ndim = 1, .shape = {4}},
+             b = {.data = oi32, .dtype = DT_I32, .ndim = 1, .shape = {1}};
+    T_ERR(dt_cpu_vector_norm(2, 1, &a, &b), DT_ERR_DTYPE, "not a float dtype");
+}
+
+/* ---- total norm and clipping on ranks ---------------------------------------------------- */
+
+typedef struct total_case {
+    const char *mesh;
+    int n;
+    const char *pl[5];
+    int nd[5];
+    int64_t shape[5][2];
+    dt_dtype dtype[5];
+    int reductions; /* collectives the Partial inputs need before the norm */
+    int unions;     /* all_reduces of the total: 0 when nothing is sharded, else 1 */
+} total_case;
+
+static const total_case total_cases[] = {
+    {"4", 4, {"S(0)", "R", "S(1)", "S(0)"}, {2, 1, 2, 2}, {{10, 6}, {7}, {5, 4}, {6, 3}},
+     {DT_F32, DT_F32, DT_F64, DT_F32}, 0, 1},
+    {"4", 3, {"R", "P(sum)", "S(0)"}, {2, 2, 1}, {{3, 3}, {8, 5}, {9}},
+     {DT_F64, DT_F32, DT_F32}, 1, 1},
+    {"4", 2, {"R", "R"}, {2, 1}, {{3, 3}, {5}}, {DT_F32, DT_F64}, 0, 0},
+    {"2x2", 5, {"S(0),S(1)", "R,S(0)", "S(0),R", "R,R", "S(0),S(0)"}, {2, 1, 2, 2, 2},
+     {{6, 6}, {9}, {5, 3}, {2, 2}, {11, 4}}, {DT_F32, DT_F32, DT_F64, DT_F32, DT_BF16}, 0, 1},
+    {"2x2", 3, {"R,S(0)", "R,S(1)", "R,R"}, {2, 2, 1}, {{6, 6}, {4, 7}, {5}},
+     {DT_F32, DT_F64, DT_F32}, 0, 1},
+    {"2x2", 2, {"P(sum),S(1)", "S(0),R"}, {2, 2}, {{6, 6}, {4, 7}}, {DT_F32, DT_F32}, 1, 1},
+};
+
+typedef struct total_arg {
+    const total_case *c;
+    double ord;
+    int clip; /* 0: total only; 1: clip to half the total; 2: max_norm above the total */
+} total_arg;
+
+static double elem(int k, size_t i) {
+    return t_value(100 + (uint64_t)k, i) / 2;
+}
+
+/* The norm of all elements of every tensor of c, computed in double from the full arrays. */
+static double reference_total(const total_case *c, double ord) {
+    double acc = ord == -INFINITY ? INFINITY : 0;
+    for (int k = 0; k < c->n; k++) {
+        size_t n = 1;
+        for (int d = 0; d < c->nd[k]; d++) n *= (size_t)c->shape[k][d];
+        for (size_t i = 0; i < n; i++) {
+            double v = fabs(elem(k, i));
+            if (ord == INFINITY) acc = fmax(acc, v);
+            else if (ord == -INFINITY) acc = fmin(acc, v);
+            else if (ord == 0) acc += v != 0;
+            else acc += pow(v, ord);
+        }
+    }
+    return isfinite(ord) && ord != 0 ? pow(acc, 1 / ord) : acc;
+}
+
+static dt_status total_body(dt_ctx *ctx, void *arg) {
+    const total_arg *a = arg;
+    const total_case *c = a->c;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, c->mesh, &mesh));
+    int mnd = dt_mesh_ndim(mesh), np;
+    dt_tensor *t[5];
+    double full[5][128];
+    for (int k = 0; k < c->n; k++) {
+        dt_placement pl[4];
+        R_OK(dt_placements_parse(c->pl[k], pl, 4, &np));
+        size_t n = 1;
+        for (int d = 0; d < c->nd[k]; d++) n *= (size_t)c->shape[k][d];
+        char buf[128 * 8];
+        for (size_t i = 0; i < n; i++) full[k][i] = elem(k, i);
+        R_OK(dt_convert_from_f64(c->dtype[k], full[k], buf, n));
+        R_OK(dt_tensor_distribute(mesh, buf, c->dtype[k], c->nd[k], c->shape[k], mnd, pl,
+                                  DT_ALL_RANKS, &t[k]));
+    }
+    double want = reference_total(c, a->ord), total = -1;
+    double tol = 1e-5;
+    for (int k = 0; k < c->n; k++) tol = c->dtype[k] == DT_BF16 ? 1e-2 : tol;
+    R_OK(dt_comm_stats_reset(ctx));
+    if (!a->clip) {
+        R_OK(dt_total_norm(t, c->n, a->ord, &total));
+    } else {
+        double max_norm = a->clip == 1 ? want / 2 : want * 2 + 1;
+        R_OK(dt_clip_grad_norm_(t, c->n, max_norm, a->ord, &total));
+        double coef = max_norm / (total + 1e-6);
+        if (coef > 1) coef = 1;
+        for (int k = 0; k < c->n; k++) { /* every element scaled, by coef */
+            size_t n = 1;
+            for (int d = 0; d < c->nd[k]; d++) n *= (size_t)c->shape[k][d];
+            char buf[128 * 8];
+            R_OK(dt_tensor_full(t[k], buf, sizeof buf));
+            for (size_t i = 0; i < n; i++) {
+                double got = t_get(c->dtype[k], buf, i), w = full[k][i] * coef;
+                if (a->clip == 2) R_CHECK(got == full[k][i], "max_norm above the total changed "
+                                                              "tensor %d element %zu", k, i);
+                R_CHECK(fabs(got - w) <= tol * (1 + fabs(w)), "clip %s: tensor %d element %zu "
+                        "is %g, want %g", c->mesh, k, i, got, w);
+            }
+        }
+        R_OK(dt_comm_stats_reset(ctx));
+        double after;
+        R_OK(dt_total_norm(t, c->n, a->ord, &after));
+        if (a->clip == 1)
+            R_CHECK(fabs(after - max_norm) <= tol * (1 + max_norm),
+                    "after clipping to %g the total is %g", max_norm, after);
+    }
+    R_CHECK(fabs(total - want) <= tol * (1 + want), "%s ord %g: total %.9g, want %.9g", c->mesh,
+            a->ord, total, want);
+    dt_comm_stats st;
+    R_OK(dt_comm_stats_get(ctx, &st));
+    uint64_t all = t_issued_total(ctx), ar = st.calls[DT_COLL_ALL_REDUCE];
+    R_CHECK(all == (uint64_t)(c->reductions + c->unions) && ar >= (uint64_t)c->unions,
+            "%s ord %g: %llu collectives (%llu all_reduce), want %d reductions + %d for the "
+            "total", c->mesh, a->ord, (unsigned long long)all, (unsigned long long)ar,
+            c->reductions, c->unions);
+    for (int k = 0; k < c->n; k++) dt_tensor_release(t[k]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(norm, total_norm_mixed_placements) {
+    static const double ords[] = {2, 1, 3, INFINITY, -INFINITY, 0};
+    for (size_t i = 0; i < sizeof total_cases / sizeof total_cases[0]; i++)
+        for (size_t k = 0; k < sizeof ords / sizeof ords[0]; k++) {
+            total_arg a = {&total_cases[i], ords[k], 0};
+            t_run(4, total_body, &a);
+        }
+}
+
+Test(norm, clip_grad_norm) {
+    for (size_t i = 0; i < sizeof total_cases / sizeof total_cases[0]; i++)
+        for (int clip = 1; clip <= 2; clip++) {
+            total_arg a = {&total_cases[i], 2, clip};
+            t_run(4, total_body, &a);
+        }
+    total_arg inf = {&total_cases[3], INFINITY, 1};
+    t_run(4, total_body, &inf);
+}
+
+static dt_status total_errors_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *m4, *m2;
+    R_OK(dt_mesh_create_str(ctx, "4", &m4));
+    R_OK(dt_mesh_create_str(ctx, "2x2", &m2));
+    dt_placement r = dt_replicate(), rr[2] = {dt_replicate(), dt_replicate()};
+    int64_t shape[1] = {4};
+    dt_tensor *a, *b, *i;
+    R_OK(dt_tensor_zeros(m4, DT_F32, 1, shape, 1, &r, &a));
+    R_OK(dt_tensor_zeros(m2, DT_F32, 1, shape, 2, rr, &b));
+    R_OK(dt_tensor_zeros(m4, DT_I32, 1, shape, 1, &r, &i));
+    double v = -7;
+    dt_tensor *ab[2] = {a, b}, *ai[2] = {a, i};
+    R_ERR(dt_total_norm(ab, 2, 2, &v), DT_ERR_MESH, "tensors[1] is on another mesh");
+    R_ERR(dt_total_norm(ai, 2, 2, &v), DT_ERR_DTYPE, "tensors[1] has dtype i32");
+    R_ERR(dt_total_norm(&a, 1, NAN, &v), DT_ERR_ARG, "ord is NaN");
+    R_ERR(dt_clip_grad_norm_(&a, 1, -1, 2, &v), DT_ERR_ARG, "max_norm = -1");
+    R_CHECK(v == -7, "norm_out set on failure");
+    R_OK(dt_total_norm(NULL, 0, 2, &v));
+    R_CHECK(v == 0, "the norm of no tensors is %g", v);
+    dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(i);
+    dt_mesh_release(m4), dt_mesh_release(m2);
+    return DT_OK;
+}
+
+Test(norm, total_norm_errors) {
+    t_run(4, total_errors_body, NULL);
+}
