@@ -494,3 +494,33 @@ static dt_status total_errors_body(dt_ctx *ctx, void *arg) {
 Test(norm, total_norm_errors) {
     t_run(4, total_errors_body, NULL);
 }
+
+/* from_local checks that ranks agree on p; the layout picture names the pending norm. */
+static dt_status from_local_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    float local[3] = {1, 2, 3};
+    int64_t shape[1] = {3};
+    dt_placement same = dt_norm_partial(2), mine = dt_norm_partial(dt_mesh_rank(mesh) == 2 ? 1 : 2);
+    dt_tensor *t;
+    R_OK(dt_tensor_from_local(mesh, local, DT_F32, 1, shape, 1, &same, shape, DT_FROM_LOCAL_CHECK,
+                              &t));
+    char pic[1024];
+    R_OK(dt_tensor_visualize(t, pic, sizeof pic, NULL));
+    R_CHECK(strstr(pic, "NormP(2)"), "the picture does not name NormP(2):\n%s", pic);
+    float full[3];
+    R_OK(dt_tensor_full(t, full, sizeof full)); /* 4 ranks each holding v: 2v */
+    R_CHECK(fabsf(full[2] - 6) < 1e-5f, "full_tensor of NormP(2) parts 3,3,3,3 is %g, want 6",
+            full[2]);
+    dt_tensor_release(t);
+    dt_tensor *u = T_SENTINEL(dt_tensor *);
+    R_ERR(dt_tensor_from_local(mesh, local, DT_F32, 1, shape, 1, &mine, shape, DT_FROM_LOCAL_CHECK,
+                               &u), DT_ERR_COMM, "different");
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(norm, from_local_and_picture) {
+    t_run(4, from_local_body, NULL);
+}
