@@ -524,3 +524,60 @@ static dt_status from_local_body(dt_ctx *ctx, void *arg) {
 Test(norm, from_local_and_picture) {
     t_run(4, from_local_body, NULL);
 }
+
+/* A registered op whose row keeps a pending norm (doubling commutes with a norm): used when
+ * the input holds that NormP, skipped (not an error) when the input could never become one. */
+static dt_status twice_infer(const dt_block *in, int n, dt_block *out, void *user) {
+    (void)n, (void)user;
+    *out = in[0];
+    return DT_OK;
+}
+
+static dt_status twice_kernel(const dt_block *in, int n, dt_block *out, void *user) {
+    (void)n, (void)user;
+    size_t count = 1;
+    for (int d = 0; d < in[0].ndim; d++) count *= (size_t)in[0].shape[d];
+    for (size_t i = 0; i < count; i++) ((float *)out->data)[i] = 2 * ((const float *)in[0].data)[i];
+    return DT_OK;
+}
+
+static dt_status registered_body(dt_ctx *ctx, void *arg) {
+    dt_op op = *(const dt_op *)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    float x[8] = {3, -4, 0, 1, 2, 2, -1, 5};
+    int64_t shape[1] = {8};
+    dt_placement s0 = dt_shard(0), r = dt_replicate();
+    dt_tensor *t, *n, *y, *z;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 1, shape, 1, &s0, DT_ALL_RANKS, &t));
+    R_OK(dt_vector_norm(t, 2, NULL, 0, 0, &n));
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(dt_op_call(op, &n, 1, NULL, &y)); /* NormP(2) row: no communication */
+    dt_tensor_info info;
+    R_OK(dt_tensor_info_get(y, &info));
+    R_CHECK(dt_placement_equal(info.placements[0], dt_norm_partial(2)) && t_issued_total(ctx) == 0,
+            "twice of a NormP(2) tensor moved data or lost the placement");
+    float v;
+    R_OK(dt_tensor_full(y, &v, sizeof v));
+    R_CHECK(fabsf(v - 2 * sqrtf(60)) < 1e-4f, "twice(norm) = %g, want %g", v, 2 * sqrtf(60));
+    dt_tensor *rt;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 1, shape, 1, &r, DT_ALL_RANKS, &rt));
+    R_OK(dt_op_call(op, &rt, 1, NULL, &z)); /* R input: the R row, not an unreachable NormP */
+    R_OK(dt_tensor_info_get(z, &info));
+    R_CHECK(info.placements[0].kind == DT_PLACEMENT_REPLICATE, "R input gave another placement");
+    dt_tensor_release(t), dt_tensor_release(n), dt_tensor_release(y), dt_tensor_release(rt),
+        dt_tensor_release(z);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(norm, registered_op_with_norm_row) {
+    static const dt_placement rows[][DT_OP_MAX_USER_INPUTS + 1] = {
+        {{DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_NORM, 2}, {DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_NORM, 2}},
+    };
+    dt_op_def def = {.name = "twice_norm_test", .ninputs = 1, .rows = rows, .nrows = 1,
+                     .infer = twice_infer, .kernel = twice_kernel};
+    dt_op op;
+    cr_assert_eq(dt_op_register(&def, &op), DT_OK, "%s", dt_last_error());
+    t_run(4, registered_body, &op);
+}

@@ -47,8 +47,9 @@ typedef struct pricer {
 static uint64_t price_key(int i, const dt_placement *want, int mnd) {
     uint64_t k = 1ull << 63 | (uint64_t)i << 56;
     for (int m = 0; m < mnd; m++) {
-        /* Partial(norm) is code 7 (sum..min are 0..3); its p does not enter the key, as no
-         * rule asks for a NormP input (only norm ops make one). */
+        /* Partial(norm) is code 7 (sum..min are 0..3); its p does not enter the key: the
+         * search prices a NormP want only where input i already holds that NormP (strategy.c),
+         * so input i and the mesh dim fix p. */
         unsigned v = want[m].kind == DT_PLACEMENT_SHARD     ? (unsigned)want[m].dim
                      : want[m].kind != DT_PLACEMENT_PARTIAL ? 0
                      : want[m].op == DT_REDUCE_NORM          ? 7
