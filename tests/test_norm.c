@@ -162,7 +162,8 @@ static dt_status redist_body(dt_ctx *ctx, void *arg) {
         }
     size_t nloc = (size_t)(lshape[0] * lshape[1]);
     for (size_t k = 0; k < nloc; k++) {
-        size_t gi = (size_t)((off[0] + (int64_t)k / lshape[1]) * COLS + off[1] + (int64_t)k % lshape[1]);
+        int64_t row = off[0] + (int64_t)k / lshape[1], col = off[1] + (int64_t)k % lshape[1];
+        size_t gi = (size_t)(row * COLS + col);
         local[k] = part(pidx, gi);
     }
     char buf[ROWS * COLS * 8];
@@ -317,7 +318,8 @@ Test(norm, kernel_against_naive_loops) {
                 for (size_t o = 0; o < nout; o++) {
                     int64_t oi[3];
                     size_t rest = o;
-                    for (int d = nd - 1; d >= 0; d--) oi[d] = (int64_t)(rest % (size_t)osh[d]), rest /= (size_t)osh[d];
+                    for (int d = nd - 1; d >= 0; d--)
+                        oi[d] = (int64_t)(rest % (size_t)osh[d]), rest /= (size_t)osh[d];
                     double want = naive_norm(ords[k], x, shapes[s].sh, nd, mask, oi);
                     cr_assert(got[o] == want || fabs(got[o] - want) <= tol * fabs(want),
                               "shape %zu mask 0x%x ord %g %s: out %zu = %.9g, want %.9g", s, mask,
@@ -573,7 +575,8 @@ static dt_status registered_body(dt_ctx *ctx, void *arg) {
 
 Test(norm, registered_op_with_norm_row) {
     static const dt_placement rows[][DT_OP_MAX_USER_INPUTS + 1] = {
-        {{DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_NORM, 2}, {DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_NORM, 2}},
+        {{DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_NORM, 2},
+         {DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_NORM, 2}},
     };
     dt_op_def def = {.name = "twice_norm_test", .ninputs = 1, .rows = rows, .nrows = 1,
                      .infer = twice_infer, .kernel = twice_kernel};

@@ -321,14 +321,16 @@ dt_status dt_cuda_pow_abs(dt_dtype dtype, void *buf, size_t count, double e) {
     if (count == 0) return DT_OK;
     unsigned grid = dt_cuda_blocks(count, THREADS);
     switch (dtype) {
-    case DT_F32: pow_abs_kernel<DT_F32><<<grid, THREADS, 0, r->compute>>>((float *)buf, count, e); break;
-    case DT_F64: pow_abs_kernel<DT_F64><<<grid, THREADS, 0, r->compute>>>((double *)buf, count, e); break;
-    case DT_BF16:
-        pow_abs_kernel<DT_BF16><<<grid, THREADS, 0, r->compute>>>((rtype<DT_BF16>::T *)buf, count, e);
+#define POW_CASE(DT)                                                                               \
+    case DT:                                                                                       \
+        pow_abs_kernel<DT><<<grid, THREADS, 0, r->compute>>>((rtype<DT>::T *)buf, count, e);       \
         break;
-    default:
-        pow_abs_kernel<DT_F16><<<grid, THREADS, 0, r->compute>>>((rtype<DT_F16>::T *)buf, count, e);
-        break;
+        POW_CASE(DT_F32)
+        POW_CASE(DT_F64)
+        POW_CASE(DT_BF16)
+        POW_CASE(DT_F16)
+#undef POW_CASE
+    default: break;
     }
     return DT_CUDA_LAUNCH_CHECK(fn);
 }
