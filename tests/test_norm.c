@@ -584,3 +584,19 @@ Test(norm, registered_op_with_norm_row) {
     cr_assert_eq(dt_op_register(&def, &op), DT_OK, "%s", dt_last_error());
     t_run(4, registered_body, &op);
 }
+
+static dt_status comm_rejects_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    dt_comm *c;
+    R_OK(dt_mesh_dim_comm(mesh, 0, &c));
+    float v = 1;
+    R_ERR(dt_all_reduce(c, &v, &v, 1, DT_F32, DT_REDUCE_NORM), DT_ERR_ARG, "placement-only");
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(norm, collectives_reject_the_norm_op) {
+    t_run(4, comm_rejects_body, NULL);
+}
