@@ -36,11 +36,11 @@ static dt_status scale_rows_kernel(const dt_block *in, int n, dt_block *out, voi
 
 /* One mesh dim each: inputs x, s, then the output. R, R -> R is always there. */
 #define R_                                                                                         \
-    { DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM }
+    { DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM, 0 }
 #define S_(d)                                                                                      \
-    { DT_PLACEMENT_SHARD, d, DT_REDUCE_SUM }
+    { DT_PLACEMENT_SHARD, d, DT_REDUCE_SUM, 0 }
 #define PSUM_                                                                                      \
-    { DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_SUM }
+    { DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_SUM, 0 }
 static const dt_placement scale_rows_rows[][DT_OP_MAX_USER_INPUTS + 1] = {
     {S_(0), S_(0), S_(0)}, /* rows split: each rank scales its own rows */
     {S_(1), R_, S_(1)},    /* columns split: every rank needs all of s */

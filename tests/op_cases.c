@@ -106,6 +106,18 @@ const op_case op_cases[] = {
      {DT_I32}},
     {"cumsum", DT_OP_CUMSUM, A(.dim = 1), 1, {3}, {{5, 6, 3}}, {F}},
     {"cumsum i64", DT_OP_CUMSUM, A(.dim = 0), 1, {2}, {{7, 5}}, {DT_I64}},
+    {"vector_norm 2", DT_OP_VECTOR_NORM, A(.scalar = 2), 1, {2}, {{7, 6}}, {F}},
+    {"vector_norm inf dim", DT_OP_VECTOR_NORM, A(.scalar = INFINITY, .ndims = 1, .dims = {1}), 1,
+     {3}, {{3, 9, 4}}, {F}},
+    {"vector_norm 1 keepdim", DT_OP_VECTOR_NORM, A(.scalar = 1, .ndims = 1, .dims = {0},
+     .keepdim = 1), 1, {2}, {{10, 3}}, {F}},
+    {"vector_norm 3 f64", DT_OP_VECTOR_NORM, A(.scalar = 3, .ndims = 2, .dims = {0, 2}), 1, {3},
+     {{5, 2, 6}}, {DT_F64}},
+    {"vector_norm -inf", DT_OP_VECTOR_NORM, A(.scalar = -INFINITY, .ndims = 1, .dims = {-1}), 1,
+     {2}, {{4, 9}}, {F}},
+    {"vector_norm 0", DT_OP_VECTOR_NORM, A(.scalar = 0), 1, {2}, {{6, 5}}, {F}},
+    {"vector_norm 0.5 bf16", DT_OP_VECTOR_NORM, A(.scalar = 0.5, .ndims = 1, .dims = {0}), 1,
+     {2}, {{8, 3}}, {DT_BF16}},
 };
 #undef A
 #undef F

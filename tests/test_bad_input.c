@@ -336,7 +336,7 @@ static dt_status zeros_pl(fx *f, int n, dt_placement p0) {
       dt_tensor_distribute(f->mesh, f->buf, DT_F32, 2, f->shape, 1, f->pl, DT_ALL_RANKS, O))       \
     X(placements_parse_bad_dim, DT_ERR_PARSE, "expected a tensor dimension at offset 2",           \
       parse_text(f, "S(x)"))                                                                       \
-    X(placements_parse_unknown, DT_ERR_PARSE, "expected S(d), R or P(op)", parse_text(f, "Q"))     \
+    X(placements_parse_unknown, DT_ERR_PARSE, "R, P(op) or NormP(p)", parse_text(f, "Q"))     \
     X(placements_parse_cap, DT_ERR_SIZE, "has 3 placements but cap is 2", parse_cap(f))            \
     X(placements_format_small, DT_ERR_SIZE, "needs 7 bytes, cap is 4", format_small(f))            \
     X(mesh_ndim_zero, DT_ERR_MESH, "ndim = 0", mesh_shape(f, 0, 2, 2))                             \

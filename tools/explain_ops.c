@@ -2,6 +2,7 @@
  * lists the forms). One entry per built-in op says which arguments its text takes; the
  * conformance test walks every op through it, so an op added without one fails there. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@ typedef enum args_kind {
     DROPOUT,  /* dropout(0.1), dropout(p=0.1,seed=7,offset=0) */
     TOPK,     /* topk(k=3,dim=0,largest=0); dim defaults to -1 */
     CLASSES,  /* one_hot(classes=5), one_hot(num_classes=5), one_hot(5) */
+    VNORM,    /* vector_norm(2), vector_norm(inf,dim=1,keepdim), vector_norm(ord=-inf,dim=0,1) */
 } args_kind;
 
 static const args_kind kinds[] = {
@@ -88,6 +90,7 @@ static const args_kind kinds[] = {
     [DT_OP_ONE_HOT] = CLASSES,
     [DT_OP_TOPK] = TOPK,
     [DT_OP_CUMSUM] = DIM,
+    [DT_OP_VECTOR_NORM] = VNORM,
 };
 _Static_assert(sizeof kinds / sizeof kinds[0] == DT_OP_COUNT, "an op has no text form");
 
@@ -98,6 +101,7 @@ static const struct {
     {"t", "transpose", "0,1"},
     {"reshape", "view", NULL},
     {"sdpa", "scaled_dot_product_attention", NULL},
+    {"linalg_vector_norm", "vector_norm", NULL},
 };
 
 dt_dtype explain_op_input_dtype(dt_op op, int i) {
@@ -262,6 +266,7 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
     a->correction = op == DT_OP_VAR || op == DT_OP_STD; /* torch's unbiased default */
     if (kind == TWO_DIMS) a->dim = 0, a->dim2 = 1;
     if (kind == TOPK) a->dim = -1; /* torch's default */
+    if (kind == VNORM) a->scalar = 2; /* torch's default ord */
     if (kind == XENT)
         a->reduction = DT_REDUCTION_MEAN, a->use_ignore_index = 1, a->ignore_index = DT_IGNORE_INDEX;
     for (int i = 0; i < t.n && ok; i++) {
@@ -340,6 +345,21 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
             else
                 ok = !strcmp(k, "scale") && to_double(v, &a->scalar);
             break;
+        case VNORM: {
+            int d;
+            if (!strcmp(k, "keepdim") || (bare && !strcmp(v, "keepdim"))) {
+                ok = to_flag(bare ? "" : v, &a->keepdim);
+            } else if (!strcmp(k, "ord") || (bare && !positional && !have_dim)) {
+                ok = to_double(v, &a->scalar) && !isnan(a->scalar); /* strtod reads inf */
+                positional++;
+            } else if ((bare || !strcmp(k, "dim")) && to_int(v, &d)) { /* dim=0,1 */
+                ok = (!bare || have_dim) && a->ndims < DT_MAX_NDIM;
+                if (ok) a->dims[a->ndims++] = d;
+                have_dim = 1;
+            } else
+                ok = 0;
+            break;
+        }
         case XENT:
             if (bare && !strcmp(v, "mean"))
                 a->reduction = DT_REDUCTION_MEAN;
@@ -501,6 +521,13 @@ dt_status explain_op_format(dt_op op, const dt_op_args *a, char *buf, size_t cap
         if (a->causal) PUT("causal");
         if (a->scalar != 0) PUT("%sscale=%.17g", a->causal ? "," : "", a->scalar);
         if (a->causal || a->scalar != 0) PUT(")");
+        break;
+    case VNORM:
+        PUT("(%.17g", a->scalar);
+        for (int i = 0; i < a->ndims; i++)
+            PUT(i ? ",%d" : ",dim=%d", a->dims[i]);
+        if (a->keepdim) PUT(",keepdim");
+        PUT(")");
         break;
     case XENT:
         PUT("(%s", a->reduction == DT_REDUCTION_MEAN ? "mean" : a->reduction == DT_REDUCTION_SUM ? "sum" : "none");

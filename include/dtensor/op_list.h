@@ -107,9 +107,14 @@
     X(TOPK, "topk", gather, 1, 1, topk, ARG_K | ARG_DIM | ARG_SMALLEST, dt_topk)                   \
     X(CUMSUM, "cumsum", scan, 1, 1, cumsum, ARG_DIM, dt_cumsum)
 
+/* Norms (hand-written wrappers): vector_norm's ord is args.scalar (inf allowed). */
+#define DT_OP_NORM_LIST(X)                                                                         \
+    X(VECTOR_NORM, "vector_norm", vector_norm, 1, 1, vector_norm,                                  \
+      ARG_SCALAR | ARG_DIMS | ARG_KEEPDIM, dt_vector_norm)
+
 #define DT_OP_LIST(X)                                                                              \
     DT_OP_BINARY_LIST(X) DT_OP_UNARY_LIST(X) DT_OP_SCALAR_LIST(X) DT_OP_REDUCE_LIST(X)             \
     DT_OP_DIM_LIST(X) DT_OP_OTHER_LIST(X) DT_OP_COMPOSE_LIST(X) DT_OP_NN_LIST(X)                   \
-    DT_OP_INDEX_LIST(X)
+    DT_OP_INDEX_LIST(X) DT_OP_NORM_LIST(X)
 
 #endif

@@ -44,7 +44,7 @@ typedef enum dt_reduction {
  * those key dispatch's cache. */
 typedef struct dt_op_args {
     double scalar;         /* [SCALAR] pow/add/mul_scalar: s; norms: eps (0 = 1e-5); sdpa:
-                              scale (0 = 1/sqrt(D)); dropout: p */
+                              scale (0 = 1/sqrt(D)); dropout: p; vector_norm: ord */
     int dims[DT_MAX_NDIM]; /* [DIMS] reductions: dims to reduce (negative from the end);
                               permute: the order */
     int ndims;             /* [DIMS] reductions: 0 = all dims; layer_norm, rms_norm: the
@@ -144,6 +144,28 @@ DT_API dt_status dt_argmin(dt_tensor *x, int dim, int keepdim, dt_tensor **out);
 DT_API dt_status dt_layer_norm(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, double eps,
                                dt_tensor **out);
 DT_API dt_status dt_rms_norm(dt_tensor *x, dt_tensor *weight, double eps, dt_tensor **out);
+/* torch.linalg.vector_norm(x, ord, dims, keepdim): max |x| for ord = INFINITY, min |x| for
+ * -INFINITY, the count of non-zeros for 0, (sum |x|^ord)^(1/ord) otherwise; over dims (ndims
+ * 0: every dim). Float dtypes. Where a reduced dim is sharded the result is a pending norm,
+ * NormP(ord) (dtensor/placement.h), on that mesh dim: no communication until it is
+ * redistributed (one all_reduce to R). A Partial input is reduced first. */
+DT_API dt_status dt_vector_norm(dt_tensor *x, double ord, const int *dims, int ndims, int keepdim,
+                                dt_tensor **out);
+
+/* The ord-norm of all elements of tensors[0..n) together (torch.nn.utils.get_total_norm):
+ * *out, the same double on every rank. The tensors share one mesh and may have any
+ * placements and float dtypes; Partial ones are reduced first (as dispatch reduces them for
+ * dt_vector_norm). Collective over the mesh; blocks. Beyond those reductions it issues at most
+ * one all_reduce, of one double, over the mesh dims that shard some tensor (none when every
+ * tensor is replicated); the parts are combined in double. n = 0 gives 0. */
+DT_API dt_status dt_total_norm(dt_tensor *const *tensors, int n, double ord, double *out);
+
+/* torch.nn.utils.clip_grad_norm_: the total norm as dt_total_norm, then every tensor scaled in
+ * place by max_norm / (total + 1e-6) when that is below 1 (by NaN when total is NaN, as torch;
+ * local, no communication: scaling commutes with every placement). *total_out (nullable) =
+ * the total before clipping. Collective over the mesh; blocks. */
+DT_API dt_status dt_clip_grad_norm_(dt_tensor *const *tensors, int n, double max_norm, double ord,
+                                    double *total_out);
 /* logits (N, C, ...) f32/f64, target (N, ...) i64/i32 class ids. Rows labelled
  * DT_IGNORE_INDEX (-100, as PyTorch) are skipped: their loss is 0 and the mean is over the
  * others. Any other label outside [0, C) is DT_ERR_ARG naming its position and value, on

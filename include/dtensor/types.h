@@ -30,7 +30,11 @@ typedef enum dt_reduce_op {
     DT_REDUCE_MAX,
     DT_REDUCE_MIN,
     DT_REDUCE_PROD,
-    DT_REDUCE_COUNT
+    DT_REDUCE_COUNT, /* collectives and kernels take the ops above, and only those */
+    /* Placements only: Partial's pending p-norm (p in dt_placement.norm_ord), text "NormP(2)".
+     * Each rank holds the p-norm of its part; no collective takes it: redistribute reduces
+     * |x|^p with sum (max for p = inf, min for p = -inf) and takes the p-th root. */
+    DT_REDUCE_NORM = 16
 } dt_reduce_op;
 
 /* Bytes per element; 0 for an unknown dtype. */
@@ -39,7 +43,7 @@ DT_API size_t dt_dtype_size(dt_dtype dtype);
 DT_API const char *dt_dtype_name(dt_dtype dtype);
 /* Parses a dtype name as printed by dt_dtype_name. */
 DT_API dt_status dt_dtype_parse(const char *name, dt_dtype *out);
-/* "sum", "avg", "max", "min", "prod"; "?" for an unknown op. */
+/* "sum", "avg", "max", "min", "prod", "norm"; "?" for an unknown op. */
 DT_API const char *dt_reduce_op_name(dt_reduce_op op);
 
 /* The caches every mesh keeps (see dt_mesh_set_cache_capacity): the sharding strategies op

@@ -20,7 +20,8 @@
            (int)(dt))
 
 #define OP_CHECK(op)                                                                               \
-    DT_ARG((unsigned)(op) < DT_REDUCE_COUNT, "%s: argument op has unknown value %d", __func__,     \
+    DT_ARG((unsigned)(op) < DT_REDUCE_COUNT, "%s: argument op has %s value %d", __func__,          \
+           (op) == DT_REDUCE_NORM ? "the placement-only (no collective takes it)" : "unknown",   \
            (int)(op))
 
 #define BUF_CHECK(buf, count)                                                                      \

@@ -52,6 +52,13 @@ static dt_status cpu_scale(dt_dtype dtype, void *buf, size_t count, int64_t mul,
     return DT_OK;
 }
 
+static dt_status cpu_pow_abs(dt_dtype dtype, void *buf, size_t count, double e) {
+    if (dtype != DT_F32 && dtype != DT_F64 && dtype != DT_BF16 && dtype != DT_F16)
+        return dt_error(DT_ERR_DTYPE, "pow_abs: %s is not a float dtype", dt_dtype_name(dtype));
+    dt_pow_abs(dtype, buf, count, e);
+    return DT_OK;
+}
+
 static dt_status cpu_sync(void) { return DT_OK; }
 
 const dt_mem_ops dt_mem_cpu = {
@@ -66,6 +73,7 @@ const dt_mem_ops dt_mem_cpu = {
     .reduce_n = cpu_reduce_n,
     .fill_identity = cpu_fill_identity,
     .scale = cpu_scale,
+    .pow_abs = cpu_pow_abs,
     .sync = cpu_sync,
 };
 

@@ -32,6 +32,8 @@ typedef struct dt_mem_ops {
                           int n, size_t count);
     dt_status (*fill_identity)(dt_dtype dtype, dt_reduce_op op, void *dst, size_t count);
     dt_status (*scale)(dt_dtype dtype, void *buf, size_t count, int64_t mul, int64_t div);
+    /* As dt_pow_abs (core/reduce.h): float dtypes, DT_ERR_DTYPE for others. */
+    dt_status (*pow_abs)(dt_dtype dtype, void *buf, size_t count, double e);
     /* Waits for the work the calling rank queued (its compute stream). */
     dt_status (*sync)(void);
 } dt_mem_ops;

@@ -43,6 +43,7 @@ dt_status dt_dtype_parse(const char *name, dt_dtype *out) {
 }
 
 const char *dt_reduce_op_name(dt_reduce_op op) {
+    if (op == DT_REDUCE_NORM) return "norm";
     return (unsigned)op < DT_REDUCE_COUNT ? reduce_names[op] : "?";
 }
 

@@ -109,3 +109,24 @@ void dt_scale(dt_dtype dtype, void *buf, size_t count, int64_t mul, int64_t div)
         }
     }
 }
+
+void dt_pow_abs(dt_dtype dtype, void *buf, size_t count, double e) {
+    float ef = (float)e;
+    for (size_t i = 0; i < count; i++) {
+        switch (dtype) {
+        case DT_F32: ((float *)buf)[i] = powf(fabsf(((float *)buf)[i]), ef); break;
+        case DT_F64: ((double *)buf)[i] = pow(fabs(((double *)buf)[i]), e); break;
+        case DT_BF16: {
+            uint16_t *h = (uint16_t *)buf + i;
+            *h = dt_f32_to_bf16(powf(fabsf(dt_bf16_to_f32(*h)), ef));
+            break;
+        }
+        case DT_F16: {
+            uint16_t *h = (uint16_t *)buf + i;
+            *h = dt_f32_to_f16(powf(fabsf(dt_f16_to_f32(*h)), ef));
+            break;
+        }
+        default: return;
+        }
+    }
+}

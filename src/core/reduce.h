@@ -21,4 +21,9 @@ void dt_fill_identity(dt_dtype dtype, dt_reduce_op op, void *dst, size_t count);
  * division truncating toward zero for i32/i64). */
 void dt_scale(dt_dtype dtype, void *buf, size_t count, int64_t mul, int64_t div);
 
+/* buf[i] = |buf[i]| ** e for float dtypes (f64 math for f64, f32 math otherwise); integer
+ * dtypes are left alone (callers reject them): the transforms around a pending p-norm's
+ * collective (dtensor/placement.h). */
+void dt_pow_abs(dt_dtype dtype, void *buf, size_t count, double e);
+
 #endif

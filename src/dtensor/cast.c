@@ -26,7 +26,10 @@ static int widens(dt_dtype from, dt_dtype to) {
 static int part_castable(dt_reduce_op op, dt_dtype from, dt_dtype to) {
     if (from == to) return 1;
     if (!is_float(from) || !is_float(to)) return 0;
-    return widens(from, to) || op == DT_REDUCE_MAX || op == DT_REDUCE_MIN;
+    /* A norm's parts are non-negative: rounding each costs one rounding of the result (no
+     * cancellation), and a reduced copy cannot be spread back (every rank holding it is a
+     * different norm). */
+    return widens(from, to) || op == DT_REDUCE_MAX || op == DT_REDUCE_MIN || op == DT_REDUCE_NORM;
 }
 
 /* Casts src's shard (its local data, same local shape) into out's, or zeros out's when it is

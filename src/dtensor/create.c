@@ -49,6 +49,11 @@ static dt_status create(const char *fn, dt_mesh *mesh, dt_dtype dtype, int ndim,
     DT_ARG(out != NULL, "%s: argument out is NULL", fn);
     dt_placement norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_spec_check(fn, mesh, dtype, ndim, shape, nplacements, placements, norm));
+    int m = dt_placements_find_norm(norm, mesh->ndim);
+    if (m >= 0) /* zeros are fine (dt_tensor_zeros): every part's norm is 0 */
+        return dt_error(DT_ERR_PLACEMENT, "%s: placements[%d] = NormP(%g): a pending norm is made "
+                                          "by norm ops (dt_vector_norm), not filled", fn, m,
+                        norm[m].norm_ord);
     dt_tensor *t;
     DT_CHECK(dt_tensor_alloc(mesh, mesh->ctx->device, dtype, ndim, shape, norm, &t));
     dt_status st = fill_shard(t, *f);

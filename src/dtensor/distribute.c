@@ -84,6 +84,11 @@ dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, 
     dt_placement norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_spec_check("dt_tensor_distribute", mesh, dtype, ndim, shape, nplacements,
                            placements, norm));
+    int nm = dt_placements_find_norm(norm, mesh->ndim);
+    if (nm >= 0)
+        return dt_error(DT_ERR_PLACEMENT, "dt_tensor_distribute: placements[%d] = NormP(%g): a "
+                                          "pending norm is made by norm ops (dt_vector_norm), not "
+                                          "distributed", nm, norm[nm].norm_ord);
     DT_ARG(src_rank == DT_ALL_RANKS || (src_rank >= 0 && src_rank < mesh->nranks),
            "dt_tensor_distribute: argument src_rank = %d is neither DT_ALL_RANKS nor a mesh rank "
            "in [0, %d)", src_rank, mesh->nranks);
@@ -143,6 +148,15 @@ dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes) {
         if (pl->kind != DT_PLACEMENT_PARTIAL) continue;
         dt_comm *c;
         DT_CHECK_GOTO(dt_mesh_dim_comm(mesh, m, &c), st, out);
+        if (pl->op == DT_REDUCE_NORM) {
+            DT_CHECK_GOTO(dt_norm_partial_pre(mem, tensor->dtype, local, tensor->local_numel,
+                                              pl->norm_ord), st, out);
+            DT_CHECK_GOTO(dt_all_reduce(c, local, local, tensor->local_numel, tensor->dtype,
+                                        dt_norm_partial_reduce_op(pl->norm_ord)), st, out);
+            DT_CHECK_GOTO(dt_norm_partial_post(mem, tensor->dtype, local, tensor->local_numel,
+                                               pl->norm_ord), st, out);
+            continue;
+        }
         DT_CHECK_GOTO(dt_all_reduce(c, local, local, tensor->local_numel, tensor->dtype, pl->op),
                       st, out);
     }

@@ -1,5 +1,8 @@
-/* Placement text: parse "S(0),R,P(sum)" (and PyTorch's spelling), print the short form. */
+/* Placement text: parse "S(0),R,P(sum),NormP(2)" (and PyTorch's spelling), print the short
+ * form. */
 #include <ctype.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,13 +28,32 @@ static dt_status parse_error(const char *text, const char *p, const char *what) 
                     (int)(p - text), text);
 }
 
+/* "NormP(p)": p a number, inf or -inf. */
+static dt_status parse_norm(const char *text, const char **pp, dt_placement *out) {
+    const char *p = skip_ws(*pp);
+    if (*p != '(') return parse_error(text, p, "expected '(' after NormP");
+    p = skip_ws(p + 1);
+    char *end;
+    double ord = strtod(p, &end);
+    if (end == p || isnan(ord)) return parse_error(text, p, "expected a number, inf or -inf as p");
+    p = skip_ws(end);
+    if (*p != ')') return parse_error(text, p, "expected ')'");
+    *out = dt_norm_partial(ord);
+    *pp = p + 1;
+    return DT_OK;
+}
+
 static dt_status parse_one(const char *text, const char **pp, dt_placement *out) {
+    static const char *const norm_w[] = {"NormP", "NormPartial", NULL};
     static const char *const shard_w[] = {"Shard", "S", NULL};
     static const char *const repl_w[] = {"Replicate", "R", NULL};
     static const char *const part_w[] = {"Partial", "P", NULL};
     const char *p = skip_ws(*pp);
     size_t n;
-    if ((n = match_word(p, shard_w))) {
+    if ((n = match_word(p, norm_w))) {
+        p += n;
+        DT_CHECK(parse_norm(text, &p, out));
+    } else if ((n = match_word(p, shard_w))) {
         p = skip_ws(p + n);
         if (*p != '(') return parse_error(text, p, "expected '(' after Shard");
         char *end;
@@ -75,7 +97,7 @@ static dt_status parse_one(const char *text, const char **pp, dt_placement *out)
         }
         *out = dt_partial(op);
     } else {
-        return parse_error(text, p, "expected S(d), R or P(op)");
+        return parse_error(text, p, "expected S(d), R, P(op) or NormP(p)");
     }
     *pp = skip_ws(p);
     return DT_OK;
@@ -113,12 +135,22 @@ dt_status dt_placements_parse(const char *text, dt_placement *placements_out, in
     return DT_OK;
 }
 
+/* The shortest %g text of v that reads back as v ("2", "0.5", "inf", "-inf"). */
+static int format_ord(char *buf, double v) {
+    int len = 0;
+    for (int prec = 1; prec <= 17; prec++) {
+        len = sprintf(buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return len;
+}
+
 dt_status dt_placements_format(const dt_placement *placements, int n, char *buf, size_t cap) {
     DT_ARG(placements != NULL || n == 0, "dt_placements_format: argument placements is NULL");
     DT_ARG_NOT_NULL(buf);
     DT_ARG(n >= 0 && n <= DT_MESH_MAX_NDIM, "dt_placements_format: argument n = %d is not in "
                                             "[0, %d]", n, DT_MESH_MAX_NDIM);
-    char tmp[16 * DT_MESH_MAX_NDIM];
+    char tmp[40 * DT_MESH_MAX_NDIM], ord[32];
     size_t o = 0;
     for (int i = 0; i < n; i++) {
         const dt_placement *pl = &placements[i];
@@ -127,6 +159,11 @@ dt_status dt_placements_format(const dt_placement *placements, int n, char *buf,
         case DT_PLACEMENT_SHARD: o += (size_t)sprintf(tmp + o, "%sS(%d)", sep, pl->dim); break;
         case DT_PLACEMENT_REPLICATE: o += (size_t)sprintf(tmp + o, "%sR", sep); break;
         case DT_PLACEMENT_PARTIAL:
+            if (pl->op == DT_REDUCE_NORM) {
+                format_ord(ord, pl->norm_ord);
+                o += (size_t)sprintf(tmp + o, "%sNormP(%s)", sep, ord);
+                break;
+            }
             o += (size_t)sprintf(tmp + o, "%sP(%s)", sep, dt_reduce_op_name(pl->op));
             break;
         default:
@@ -147,18 +184,23 @@ dt_status dt_placements_normalize(dt_placement *placements, int n, int tensor_nd
     for (int i = 0; i < n; i++) {
         dt_placement *pl = &placements[i];
         switch (pl->kind) {
-        case DT_PLACEMENT_REPLICATE: break;
+        case DT_PLACEMENT_REPLICATE: pl->norm_ord = 0; break;
         case DT_PLACEMENT_SHARD:
+            pl->norm_ord = 0;
             if (pl->dim < -tensor_ndim || pl->dim >= tensor_ndim)
                 return dt_error(DT_ERR_PLACEMENT, "placements[%d] = S(%d) is out of range for a "
                                                   "%d-D tensor", i, pl->dim, tensor_ndim);
             if (pl->dim < 0) pl->dim += tensor_ndim;
             break;
         case DT_PLACEMENT_PARTIAL:
+            if (pl->op == DT_REDUCE_NORM && isnan(pl->norm_ord))
+                return dt_error(DT_ERR_PLACEMENT, "placements[%d] = NormP(nan): p must be a "
+                                                  "number, inf or -inf", i);
             if (pl->op != DT_REDUCE_SUM && pl->op != DT_REDUCE_AVG && pl->op != DT_REDUCE_MAX &&
-                pl->op != DT_REDUCE_MIN)
+                pl->op != DT_REDUCE_MIN && pl->op != DT_REDUCE_NORM)
                 return dt_error(DT_ERR_PLACEMENT, "placements[%d] = P(%s): Partial takes sum, avg, "
-                                                  "max or min", i, dt_reduce_op_name(pl->op));
+                                                  "max, min or norm", i, dt_reduce_op_name(pl->op));
+            if (pl->op != DT_REDUCE_NORM) pl->norm_ord = 0;
             break;
         default:
             return dt_error(DT_ERR_PLACEMENT, "placements[%d] has unknown kind %d", i,
@@ -171,6 +213,7 @@ dt_status dt_placements_normalize(dt_placement *placements, int n, int tensor_nd
 int dt_placement_equal(dt_placement a, dt_placement b) {
     if (a.kind != b.kind) return 0;
     if (a.kind == DT_PLACEMENT_SHARD) return a.dim == b.dim;
-    if (a.kind == DT_PLACEMENT_PARTIAL) return a.op == b.op;
+    if (a.kind == DT_PLACEMENT_PARTIAL)
+        return a.op == b.op && (a.op != DT_REDUCE_NORM || a.norm_ord == b.norm_ord);
     return 1;
 }

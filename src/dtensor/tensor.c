@@ -18,6 +18,16 @@ dt_status dt_placement_count_check(const char *fn, const char *what, int nplacem
     return DT_OK;
 }
 
+dt_status dt_norm_partial_dtype_check(const char *fn, const dt_placement *placements, int n,
+                                      dt_dtype dtype) {
+    int m = dt_placements_find_norm(placements, n);
+    if (m < 0 || dtype == DT_F32 || dtype == DT_F64 || dtype == DT_BF16 || dtype == DT_F16)
+        return DT_OK;
+    return dt_error(DT_ERR_DTYPE, "%s: placements[%d] = NormP(%g) needs a float dtype, not %s "
+                                  "(a pending norm of integers has no exact root)", fn, m,
+                    placements[m].norm_ord, dt_dtype_name(dtype));
+}
+
 dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int ndim,
                         const int64_t *shape, int nplacements, const dt_placement *placements,
                         dt_placement *norm_out) {
@@ -27,6 +37,7 @@ dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int
     memcpy(norm_out, placements, sizeof(dt_placement) * (size_t)mesh->ndim);
     dt_status st = dt_placements_normalize(norm_out, mesh->ndim, ndim);
     if (st != DT_OK) dt_error_prefix(fn);
+    if (st == DT_OK) st = dt_norm_partial_dtype_check(fn, norm_out, mesh->ndim, dtype);
     return st;
 }
 
@@ -205,6 +216,8 @@ static void row_fill(int64_t *row, dt_dtype dtype, int ndim, const int64_t *loca
     for (int m = 0; m < mesh_ndim; m++) {
         row[ROW_PLACE + 3 * m] = norm[m].kind;
         row[ROW_PLACE + 3 * m + 1] = norm[m].kind == DT_PLACEMENT_SHARD ? norm[m].dim : 0;
+        if (norm[m].kind == DT_PLACEMENT_PARTIAL && norm[m].op == DT_REDUCE_NORM) /* p's bits */
+            memcpy(&row[ROW_PLACE + 3 * m + 1], &norm[m].norm_ord, sizeof(double));
         row[ROW_PLACE + 3 * m + 2] = norm[m].kind == DT_PLACEMENT_PARTIAL ? norm[m].op : 0;
     }
 }
@@ -251,8 +264,9 @@ static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *glob
         dt_placement pl[DT_MESH_MAX_NDIM];
         for (int m = 0; m < mesh->ndim; m++)
             pl[m] = (dt_placement){(dt_placement_kind)mine[ROW_PLACE + 3 * m],
-                                   (int)mine[ROW_PLACE + 3 * m + 1],
-                                   (dt_reduce_op)mine[ROW_PLACE + 3 * m + 2]};
+                                   mine[ROW_PLACE + 3 * m] == DT_PLACEMENT_SHARD
+                                       ? (int)mine[ROW_PLACE + 3 * m + 1] : 0,
+                                   (dt_reduce_op)mine[ROW_PLACE + 3 * m + 2], 0};
         dt_mesh_coord_of(mesh, r, coord);
         dt_shard_layout(mesh->ndim, mesh->shape, coord, ndim, global_io, pl, want, off);
         const int64_t *got = rows + (size_t)r * ROW_LEN + ROW_LOCAL;

@@ -56,6 +56,28 @@ dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int
                         const int64_t *shape, int nplacements, const dt_placement *placements,
                         dt_placement *norm_out);
 
+/* The first mesh dim holding Partial(norm), -1 when none does. */
+static inline int dt_placements_find_norm(const dt_placement *p, int n) {
+    for (int m = 0; m < n; m++)
+        if (p[m].kind == DT_PLACEMENT_PARTIAL && p[m].op == DT_REDUCE_NORM) return m;
+    return -1;
+}
+
+/* DT_ERR_DTYPE when placements hold Partial(norm) and dtype is not a float type: a pending
+ * norm of integers would need an integer root. */
+dt_status dt_norm_partial_dtype_check(const char *fn, const dt_placement *placements, int n,
+                                      dt_dtype dtype);
+
+/* Combining a pending p-norm over a group (norm_partial.c): raise each part to p in place
+ * (pre), run the collective with dt_norm_partial_reduce_op(p) (sum for finite p, max for inf,
+ * min for -inf), raise the result to 1/p (post). pre and post do nothing for p = 0, 1, inf
+ * and -inf. Work is queued on mem's device. */
+dt_reduce_op dt_norm_partial_reduce_op(double ord);
+dt_status dt_norm_partial_pre(const dt_mem_ops *mem, dt_dtype dtype, void *buf, size_t count,
+                              double ord);
+dt_status dt_norm_partial_post(const dt_mem_ops *mem, dt_dtype dtype, void *buf, size_t count,
+                               double ord);
+
 /* nplacements placements given for a mesh of mesh_ndim dims: DT_ERR_PLACEMENT unless equal.
  * what names the argument for the message. */
 dt_status dt_placement_count_check(const char *fn, const char *what, int nplacements,

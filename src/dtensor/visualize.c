@@ -94,7 +94,12 @@ dt_status dt_tensor_visualize(const dt_tensor *tensor, char *buf, size_t cap, si
             dt_text_put(&t, empty++ ? " r%d" : "empty shards: r%d", r);
     if (empty) dt_text_put(&t, "\n");
     for (int m = 0; m < mesh->ndim; m++)
-        if (tensor->placements[m].kind == DT_PLACEMENT_PARTIAL)
+        if (tensor->placements[m].kind == DT_PLACEMENT_PARTIAL &&
+            tensor->placements[m].op == DT_REDUCE_NORM)
+            dt_text_put(&t, "NormP(%g) on %s: ranks along %s hold p-norms of their parts; the "
+                            "tensor is the %g-norm of those\n", tensor->placements[m].norm_ord,
+                        mesh->names[m], mesh->names[m], tensor->placements[m].norm_ord);
+        else if (tensor->placements[m].kind == DT_PLACEMENT_PARTIAL)
             dt_text_put(&t, "P(%s) on %s: ranks along %s hold partial values; the tensor is their %s\n",
                 dt_reduce_op_name(tensor->placements[m].op), mesh->names[m], mesh->names[m],
                 dt_reduce_op_name(tensor->placements[m].op));

@@ -100,6 +100,16 @@ dt_status dt_layer_norm(dt_tensor *x, dt_tensor *weight, dt_tensor *bias, double
     return dt_op_call(DT_OP_LAYER_NORM, in, 3, &a, out);
 }
 
+dt_status dt_vector_norm(dt_tensor *x, double ord, const int *dims, int ndims, int keepdim,
+                         dt_tensor **out) {
+    DT_ARG(ndims >= 0 && ndims <= DT_MAX_NDIM, "dt_vector_norm: argument ndims = %d is not in "
+                                               "[0, %d]", ndims, DT_MAX_NDIM);
+    DT_ARG(dims != NULL || ndims == 0, "dt_vector_norm: argument dims is NULL");
+    dt_op_args a = {.scalar = ord, .ndims = ndims, .keepdim = keepdim};
+    for (int i = 0; i < ndims; i++) a.dims[i] = dims[i];
+    return dt_op_call(DT_OP_VECTOR_NORM, &x, 1, &a, out);
+}
+
 dt_status dt_rms_norm(dt_tensor *x, dt_tensor *weight, double eps, dt_tensor **out) {
     dt_tensor *in[2] = {x, weight};
     dt_op_args a = {.scalar = eps};

@@ -47,9 +47,13 @@ typedef struct pricer {
 static uint64_t price_key(int i, const dt_placement *want, int mnd) {
     uint64_t k = 1ull << 63 | (uint64_t)i << 56;
     for (int m = 0; m < mnd; m++) {
+        /* Partial(norm) is code 7 (sum..min are 0..3); its p does not enter the key: the
+         * search prices a NormP want only where input i already holds that NormP (strategy.c),
+         * so input i and the mesh dim fix p. */
         unsigned v = want[m].kind == DT_PLACEMENT_SHARD     ? (unsigned)want[m].dim
-                     : want[m].kind == DT_PLACEMENT_PARTIAL ? (unsigned)want[m].op
-                                                            : 0;
+                     : want[m].kind != DT_PLACEMENT_PARTIAL ? 0
+                     : want[m].op == DT_REDUCE_NORM          ? 7
+                                                            : (unsigned)want[m].op;
         k |= (uint64_t)(((unsigned)want[m].kind & 3) << 3 | (v & 7)) << (6 * m);
     }
     return k;
@@ -194,7 +198,7 @@ dt_status dt_op_choose(dt_op op, int mesh_ndim, const int *mesh_shape, const dt_
     for (int i = 0; i < ninputs; i++) {
         if (!inputs[i]) { /* absent: nothing moves (R, whatever the row said) */
             for (int m = 0; m < mesh_ndim; m++)
-                c.inputs[i][m] = (dt_placement){DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM};
+                c.inputs[i][m] = dt_replicate();
             continue;
         }
         memcpy(c.inputs[i], best.in[i], row);

@@ -24,6 +24,7 @@ const dt_kernels dt_kernels_cpu = {
     .one_hot = dt_cpu_one_hot,
     .topk = dt_cpu_topk,
     .cumsum = dt_cpu_cumsum,
+    .vector_norm = dt_cpu_vector_norm,
 };
 
 #if DT_HAVE_CUDA

@@ -65,6 +65,13 @@ dt_status dt_cpu_reduce(dt_reduce_op op, unsigned mask, const dt_local *x, dt_lo
 dt_status dt_cpu_arg_reduce(int is_max, int dim, int64_t offset, const dt_local *x,
                             dt_local *out, dt_local *values);
 
+/* The ord-norm of x over the dims in mask (torch.linalg.vector_norm): max |x| for ord = inf,
+ * min |x| for -inf, the count of non-zeros for 0, (sum |x|^ord)^(1/ord) otherwise (negative
+ * ord included). out has x's shape with reduced dims set to 1. Float dtypes (f64 math; bf16
+ * and f16 stored once rounded). An empty reduction gives 0 (ord > 0, inf, 0) or inf (ord < 0,
+ * -inf): the identity of the combination, so a rank's empty shard leaves a pending norm exact. */
+dt_status dt_cpu_vector_norm(double ord, unsigned mask, const dt_local *x, dt_local *out);
+
 /* ---- normalisation and softmax ---------------------------------------------------------- */
 
 /* Softmax (log_softmax when log) along dim; out has x's shape and dtype. */
@@ -184,6 +191,7 @@ typedef struct dt_kernels {
                          dt_local *out);
     dt_status (*topk)(const dt_local *x, int64_t k, int dim, int smallest, dt_local *out);
     dt_status (*cumsum)(const dt_local *x, int dim, dt_local *out);
+    dt_status (*vector_norm)(double ord, unsigned mask, const dt_local *x, dt_local *out);
 } dt_kernels;
 
 extern const dt_kernels dt_kernels_cpu;

@@ -67,7 +67,8 @@ typedef struct op_family {
 extern const op_family dt_family_pointwise, dt_family_matmul, dt_family_reduce,
     dt_family_softmax, dt_family_norm, dt_family_embedding, dt_family_pick,
     dt_family_composite, dt_family_attention, dt_family_shape, dt_family_user, dt_family_cat,
-    dt_family_rope, dt_family_dropout, dt_family_gather, dt_family_scan;
+    dt_family_rope, dt_family_dropout, dt_family_gather, dt_family_scan,
+    dt_family_vector_norm;
 
 /* The name of a registered op, NULL when op is not one (user.c). */
 const char *dt_user_op_name(dt_op op);
@@ -125,9 +126,10 @@ dt_status dt_op_inputs_check(const char *fn, dt_op op, const void *const *in, in
 unsigned dt_op_args_key(dt_op op, const dt_op_args *args, uint64_t *key);
 
 /* Placement shorthands for rule tables. */
-#define RP ((dt_placement){DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM})
-#define SP(d) ((dt_placement){DT_PLACEMENT_SHARD, (d), DT_REDUCE_SUM})
-#define PP(op) ((dt_placement){DT_PLACEMENT_PARTIAL, 0, (op)})
+#define RP ((dt_placement){DT_PLACEMENT_REPLICATE, 0, DT_REDUCE_SUM, 0})
+#define SP(d) ((dt_placement){DT_PLACEMENT_SHARD, (d), DT_REDUCE_SUM, 0})
+#define PP(op) ((dt_placement){DT_PLACEMENT_PARTIAL, 0, (op), 0})
+#define NP(ord) ((dt_placement){DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_NORM, (ord)})
 
 /* Normalises a possibly negative dim; -1 when out of range. */
 static inline int dt_norm_dim(int d, int ndim) {

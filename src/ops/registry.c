@@ -29,6 +29,7 @@
 #define KERNEL_one_hot KERNEL_SLOT(one_hot)
 #define KERNEL_topk KERNEL_SLOT(topk)
 #define KERNEL_cumsum KERNEL_SLOT(cumsum)
+#define KERNEL_vector_norm KERNEL_SLOT(vector_norm)
 
 static const op_desc descs[] = {
 #define DESC(e, name_, family_, min_in, max_in, kernel_, args_, wrapper_)                         \

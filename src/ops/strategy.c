@@ -15,6 +15,16 @@ static int valid_for(const dt_placement *p, int mnd, int ndim) {
     return 1;
 }
 
+/* A pending norm is only ever reduced, never made (dtensor/placement.h): a row asking for
+ * NormP on a mesh dim where the input does not hold that very NormP cannot be reached. */
+static int norm_reachable(const dt_placement *want, const dt_placement *have, int mnd) {
+    for (int m = 0; m < mnd; m++)
+        if (want[m].kind == DT_PLACEMENT_PARTIAL && want[m].op == DT_REDUCE_NORM &&
+            !dt_placement_equal(want[m], have[m]))
+            return 0;
+    return 1;
+}
+
 /* Many mesh dims multiply the combinations: keep, per mesh dim, the keep rows that leave the
  * most inputs as they are on that dim (row order breaks ties, so R -> R, first, stays). */
 static int closest_rows(rule_row *rows, int nrows, const dt_strategy_query *q, int m, int keep) {
@@ -81,7 +91,7 @@ dt_status dt_strategy_search(const dt_strategy_query *q, dt_strategy_found *best
         int changed = 0, ok = 1;
         for (int i = 0; i < n && ok; i++) {
             if (!q->have[i]) continue;
-            ok = valid_for(in[i], mnd, q->in[i].ndim);
+            ok = valid_for(in[i], mnd, q->in[i].ndim) && norm_reachable(in[i], q->have[i], mnd);
             int same = 1;
             for (int m = 0; m < mnd; m++)
                 same &= dt_placement_equal(in[i][m], q->have[i][m]);

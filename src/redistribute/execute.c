@@ -172,15 +172,28 @@ static dt_status all_to_all(exec *x, const dt_plan_step *s, dt_comm *c, const gr
     return st;
 }
 
-/* P(op) -> S(d): reduce-scatter the members' chunks of d. */
+static dt_status own_cur(exec *x, size_t numel);
+
+/* P(op) -> S(d): reduce-scatter the members' chunks of d. A pending p-norm reduces the parts
+ * raised to p (in this rank's own copy) and takes the root of its chunk. */
 static dt_status reduce_scatter(exec *x, const dt_plan_step *s, dt_comm *c, const group *g,
                                 int me, void *out) {
     unsigned m0 = (unsigned)__builtin_ctz(s->mesh_mask);
+    dt_placement from = s->before[m0];
+    dt_reduce_op op = from.op;
+    if (op == DT_REDUCE_NORM) {
+        DT_CHECK(own_cur(x, g->before[me].numel));
+        DT_CHECK(dt_norm_partial_pre(x->mem, x->plan->dtype, x->cur, g->before[me].numel,
+                                     from.norm_ord));
+        op = dt_norm_partial_reduce_op(from.norm_ord);
+    }
     void *send = NULL;
     int owned = 0;
     DT_CHECK(split_along(x, g, me, s->after[m0].dim, &send, &owned));
-    dt_status st = dt_reduce_scatterv(c, send, out, g->counts, x->plan->dtype, s->before[m0].op);
+    dt_status st = dt_reduce_scatterv(c, send, out, g->counts, x->plan->dtype, op);
     if (owned) x->mem->free(send);
+    if (st == DT_OK && from.op == DT_REDUCE_NORM)
+        st = dt_norm_partial_post(x->mem, x->plan->dtype, out, g->after[me].numel, from.norm_ord);
     return st;
 }
 
@@ -225,6 +238,14 @@ static dt_status run_step(exec *x, const dt_plan_step *s, dt_comm *c) {
         int64_t off[DT_MAX_NDIM];
         for (int d = 0; d < x->ndim; d++) off[d] = a.off[d] - b.off[d];
         st = x->mem->box_copy(out, a.shape, NULL, x->cur, b.shape, off, a.shape, x->ndim, x->es);
+    } else if (s->kind == DT_STEP_ALL_REDUCE && s->before[m0].op == DT_REDUCE_NORM) {
+        double ord = s->before[m0].norm_ord;
+        st = own_cur(x, b.numel);
+        if (st == DT_OK) st = dt_norm_partial_pre(x->mem, x->plan->dtype, x->cur, b.numel, ord);
+        if (st == DT_OK)
+            st = dt_all_reduce(c, x->cur, out, b.numel, x->plan->dtype,
+                               dt_norm_partial_reduce_op(ord));
+        if (st == DT_OK) st = dt_norm_partial_post(x->mem, x->plan->dtype, out, a.numel, ord);
     } else if (s->kind == DT_STEP_ALL_REDUCE) {
         st = dt_all_reduce(c, x->cur, out, b.numel, x->plan->dtype, s->before[m0].op);
     } else {

@@ -14,29 +14,11 @@
 #include "core/check.h"
 #include "redistribute/plan_impl.h"
 
-typedef uint32_t state_t; /* 4 bits per mesh dim: 0 = R, 1 + op = P(op), 5 + d = S(d) */
-
-static int enc(dt_placement p) {
-    if (p.kind == DT_PLACEMENT_REPLICATE) return 0;
-    if (p.kind == DT_PLACEMENT_PARTIAL) return 1 + (int)p.op;
-    return 5 + p.dim;
-}
-
-static dt_placement dec(int c) {
-    if (c == 0) return dt_replicate();
-    if (c < 5) return dt_partial((dt_reduce_op)(c - 1));
-    return dt_shard(c - 5);
-}
-
-static state_t pack(const dt_placement *p, int mnd) {
-    state_t s = 0;
-    for (int m = 0; m < mnd; m++) s |= (state_t)enc(p[m]) << (4 * m);
-    return s;
-}
-
-static void unpack(state_t s, int mnd, dt_placement *p) {
-    for (int m = 0; m < mnd; m++) p[m] = dec((int)((s >> (4 * m)) & 15u));
-}
+/* 4 bits per mesh dim: 0 = R, 1 + op = P(op) for sum..min, 5 + d = S(d), 13 + i = the
+ * search's i-th NormP (at most three distinct p per search: they come from src and dst). */
+typedef uint32_t state_t;
+#define NORM_CODE 13
+#define MAX_ORDS 3
 
 typedef struct search {
     int mnd;
@@ -47,7 +29,35 @@ typedef struct search {
     int integer; /* i32/i64: an avg truncates, so P(avg) -> P(sum) is no local step */
     dt_cost_model model;
     int opts[DT_MESH_MAX_NDIM][3], nopts[DT_MESH_MAX_NDIM]; /* per mesh dim: R, src, dst */
+    double ords[MAX_ORDS];                                  /* the p of each NormP code */
+    int nords;
 } search;
+
+static int enc(const search *S, dt_placement p) {
+    if (p.kind == DT_PLACEMENT_REPLICATE) return 0;
+    if (p.kind == DT_PLACEMENT_SHARD) return 5 + p.dim;
+    if (p.op != DT_REDUCE_NORM) return 1 + (int)p.op;
+    for (int i = 0; i < S->nords; i++)
+        if (S->ords[i] == p.norm_ord) return NORM_CODE + i;
+    return -1; /* not in the table: dt_plan_search registers every p first */
+}
+
+static dt_placement dec(const search *S, int c) {
+    if (c == 0) return dt_replicate();
+    if (c < 5) return dt_partial((dt_reduce_op)(c - 1));
+    if (c >= NORM_CODE) return dt_norm_partial(S->ords[c - NORM_CODE]);
+    return dt_shard(c - 5);
+}
+
+static state_t pack(const search *S, const dt_placement *p) {
+    state_t s = 0;
+    for (int m = 0; m < S->mnd; m++) s |= (state_t)enc(S, p[m]) << (4 * m);
+    return s;
+}
+
+static void unpack(const search *S, state_t s, dt_placement *p) {
+    for (int m = 0; m < S->mnd; m++) p[m] = dec(S, (int)((s >> (4 * m)) & 15u));
+}
 
 /* Mesh dims of size > 1 that shard tensor dim d (size-1 dims never split anything). */
 static unsigned sharders(const search *S, const dt_placement *p, int d) {
@@ -71,10 +81,11 @@ static int innermost(unsigned shard_mask, unsigned M) {
 }
 
 /* Partials reduce in mesh-dim order: P(op) at top may go only if no lower mesh dim holds a
- * Partial of another kind. */
-static int partial_ok(const search *S, const dt_placement *p, int top, dt_reduce_op op) {
+ * Partial of another kind (NormP of another p is another kind). */
+static int partial_ok(const search *S, const dt_placement *p, int top, dt_placement a) {
     for (int m = 0; m < top; m++)
-        if (p[m].kind == DT_PLACEMENT_PARTIAL && p[m].op != op && S->ms[m] > 1) return 0;
+        if (p[m].kind == DT_PLACEMENT_PARTIAL && !dt_placement_equal(p[m], a) && S->ms[m] > 1)
+            return 0;
     return 1;
 }
 
@@ -136,7 +147,9 @@ static int classify(const search *S, const dt_placement *p, const dt_placement *
     if (a.kind == DT_PLACEMENT_REPLICATE) {
         if (fused) return -1;
         if (b.kind == DT_PLACEMENT_SHARD) return above(M, sharders(S, p, b.dim)) ? DT_STEP_SLICE : -1;
-        return DT_STEP_TO_PARTIAL;
+        /* A pending norm is only ever reduced: no local step splits a value into parts whose
+         * norm it is (the value's sign would be lost). */
+        return b.op == DT_REDUCE_NORM ? -1 : DT_STEP_TO_PARTIAL;
     }
     if (b.kind == DT_PLACEMENT_PARTIAL) {
         /* sum -> avg multiplies each part by n (exact); avg -> sum divides it, which for
@@ -145,7 +158,7 @@ static int classify(const search *S, const dt_placement *p, const dt_placement *
                       (a.op == DT_REDUCE_SUM && b.op == DT_REDUCE_AVG);
         return !fused && avg_sum ? DT_STEP_SCALE : -1;
     }
-    if (!partial_ok(S, p, top, a.op)) return -1;
+    if (!partial_ok(S, p, top, a)) return -1;
     if (b.kind == DT_PLACEMENT_REPLICATE) return DT_STEP_ALL_REDUCE;
     if (!above(M, sharders(S, p, b.dim))) return -1;
     if (fused && !flat_is_nested(S, q, b.dim, M)) return -1;
@@ -343,7 +356,7 @@ static int heap_pop(graph *g) {
 static dt_status relax(graph *g, const search *S, int from, const dt_placement *p,
                        const dt_placement *q, int kind, unsigned M) {
     int to;
-    DT_CHECK(find(g, pack(q, S->mnd), &to));
+    DT_CHECK(find(g, pack(S, q), &to));
     node cand = g->nodes[from];
     node *dst = &g->nodes[to];
     if (dst->done) return DT_OK;
@@ -362,12 +375,12 @@ static dt_status relax(graph *g, const search *S, int from, const dt_placement *
 /* Every edge out of node idx. */
 static dt_status expand(graph *g, const search *S, int idx) {
     dt_placement p[DT_MESH_MAX_NDIM], q[DT_MESH_MAX_NDIM];
-    unpack(g->nodes[idx].s, S->mnd, p);
+    unpack(S, g->nodes[idx].s, p);
     for (int m = 0; m < S->mnd; m++) {
         for (int o = 0; o < S->nopts[m]; o++) {
-            if (S->opts[m][o] == enc(p[m])) continue;
+            if (S->opts[m][o] == enc(S, p[m])) continue;
             memcpy(q, p, sizeof q);
-            q[m] = dec(S->opts[m][o]);
+            q[m] = dec(S, S->opts[m][o]);
             int kind = S->ms[m] == 1 ? DT_STEP_RELABEL : classify(S, p, q, 1u << m);
             if (kind >= 0) DT_CHECK(relax(g, S, idx, p, q, kind, 1u << m));
         }
@@ -379,7 +392,7 @@ static dt_status expand(graph *g, const search *S, int idx) {
 static int same_on(const dt_placement *p, unsigned M) {
     int first = lowest(M);
     for (int m = first + 1; m < DT_MESH_MAX_NDIM; m++)
-        if ((M & (1u << m)) && enc(p[m]) != enc(p[first])) return 0;
+        if ((M & (1u << m)) && !dt_placement_equal(p[m], p[first])) return 0;
     return 1;
 }
 
@@ -438,15 +451,23 @@ dt_status dt_plan_search(int mesh_ndim, const int *mesh_shape, int ndim, const i
     /* A mesh dim only ever holds its source placement, its target one, or R: every route
      * passes through those (Partial to Partial of another kind through R, shard to shard
      * directly), and other placements never make a plan cheaper. */
+    for (int m = 0; m < 2 * mesh_ndim; m++) {
+        dt_placement p = m < mesh_ndim ? src[m] : dst[m - mesh_ndim];
+        if (p.kind != DT_PLACEMENT_PARTIAL || p.op != DT_REDUCE_NORM || enc(&S, p) >= 0) continue;
+        if (S.nords == MAX_ORDS)
+            return dt_error(DT_ERR_UNSUPPORTED, "redistribute planner: more than %d distinct "
+                                                "NormP(p) in one plan", MAX_ORDS);
+        S.ords[S.nords++] = p.norm_ord;
+    }
     for (int m = 0; m < mesh_ndim; m++) {
         add_opt(&S, m, 0);
-        add_opt(&S, m, enc(src[m]));
-        add_opt(&S, m, enc(dst[m]));
+        add_opt(&S, m, enc(&S, src[m]));
+        add_opt(&S, m, enc(&S, dst[m]));
     }
     graph g = {0};
-    state_t goal = pack(dst, mesh_ndim);
+    state_t goal = pack(&S, dst);
     int start, at = -1;
-    dt_status st = find(&g, pack(src, mesh_ndim), &start);
+    dt_status st = find(&g, pack(&S, src), &start);
     if (st == DT_OK) {
         g.nodes[start].cost = 0;
         st = heap_push(&g, start);
@@ -462,8 +483,14 @@ dt_status dt_plan_search(int mesh_ndim, const int *mesh_shape, int ndim, const i
         st = expand(&g, &S, idx);
     }
     dt_plan *plan = NULL;
-    if (st == DT_OK && at < 0) /* cannot happen: R everywhere reaches every state */
-        st = dt_error(DT_ERR_UNSUPPORTED, "redistribute planner: no route found");
+    if (st == DT_OK && at < 0) { /* R everywhere reaches every state but a NormP one */
+        char a[256], b[256];
+        dt_placements_format(src, mesh_ndim, a, sizeof a);
+        dt_placements_format(dst, mesh_ndim, b, sizeof b);
+        st = dt_error(DT_ERR_PLACEMENT, "redistribute: no route from %s to %s: a pending norm "
+                                        "(NormP) is only ever reduced, never made, and Partials "
+                                        "reduce in mesh-dim order", a, b);
+    }
     if (st == DT_OK && !(plan = calloc(1, sizeof *plan)))
         st = dt_error(DT_ERR_NOMEM, "redistribute planner: out of memory");
     if (st == DT_OK) {

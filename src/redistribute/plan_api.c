@@ -42,6 +42,8 @@ dt_status dt_plan_check_args(const char *fn, int mesh_ndim, const int *mesh_shap
     dt_status st = dt_placements_normalize(src_out, mesh_ndim, ndim);
     if (st == DT_OK) st = dt_placements_normalize(dst_out, mesh_ndim, ndim);
     if (st != DT_OK) dt_error_prefix(fn);
+    if (st == DT_OK) st = dt_norm_partial_dtype_check(fn, src_out, mesh_ndim, dtype);
+    if (st == DT_OK) st = dt_norm_partial_dtype_check(fn, dst_out, mesh_ndim, dtype);
     return st;
 }
 

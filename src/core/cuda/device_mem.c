@@ -60,5 +60,6 @@ const dt_mem_ops dt_mem_cuda = {
     .reduce_n = dt_cuda_reduce_n,
     .fill_identity = dt_cuda_fill_identity,
     .scale = dt_cuda_scale,
+    .pow_abs = dt_cuda_pow_abs,
     .sync = cuda_sync,
 };

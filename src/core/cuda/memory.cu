@@ -301,3 +301,36 @@ dt_status dt_cuda_scale(dt_dtype dtype, void *buf, size_t count, int64_t mul, in
     }
     return DT_CUDA_LAUNCH_CHECK(fn);
 }
+
+/* buf[i] = |buf[i]| ** e, as dt_pow_abs: f64 math for f64, f32 for the others. */
+template <int DT> __global__ void pow_abs_kernel(typename rtype<DT>::T *buf, size_t count, double e) {
+    typedef rtype<DT> R;
+    FOR_EACH(i, count) {
+        if constexpr (DT == DT_F64)
+            buf[i] = pow(fabs(buf[i]), e);
+        else
+            buf[i] = R::st(powf(fabsf((float)R::ld(buf[i])), (float)e));
+    }
+}
+
+dt_status dt_cuda_pow_abs(dt_dtype dtype, void *buf, size_t count, double e) {
+    const char *fn = "dt_cuda_pow_abs";
+    if (dtype != DT_F32 && dtype != DT_F64 && dtype != DT_BF16 && dtype != DT_F16)
+        return dt_error(DT_ERR_DTYPE, "%s: %s is not a float dtype", fn, dt_dtype_name(dtype));
+    RANK(r, fn);
+    if (count == 0) return DT_OK;
+    unsigned grid = dt_cuda_blocks(count, THREADS);
+    switch (dtype) {
+#define POW_CASE(DT)                                                                               \
+    case DT:                                                                                       \
+        pow_abs_kernel<DT><<<grid, THREADS, 0, r->compute>>>((rtype<DT>::T *)buf, count, e);       \
+        break;
+        POW_CASE(DT_F32)
+        POW_CASE(DT_F64)
+        POW_CASE(DT_BF16)
+        POW_CASE(DT_F16)
+#undef POW_CASE
+    default: break;
+    }
+    return DT_CUDA_LAUNCH_CHECK(fn);
+}

@@ -21,6 +21,7 @@ dt_status dt_cuda_reduce_n(dt_dtype dtype, dt_reduce_op op, void *dst, const voi
                            int n, size_t count);
 dt_status dt_cuda_fill_identity(dt_dtype dtype, dt_reduce_op op, void *dst, size_t count);
 dt_status dt_cuda_scale(dt_dtype dtype, void *buf, size_t count, int64_t mul, int64_t div);
+dt_status dt_cuda_pow_abs(dt_dtype dtype, void *buf, size_t count, double e);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,8 @@ dt_status dt_cuda_one_hot(const dt_local *index, int64_t num_classes, int64_t cl
                           dt_local *out);
 dt_status dt_cuda_topk(const dt_local *x, int64_t k, int dim, int smallest, dt_local *out);
 dt_status dt_cuda_cumsum(const dt_local *x, int dim, dt_local *out); /* scan.cu */
+dt_status dt_cuda_vector_norm(double ord, unsigned mask, const dt_local *x,
+                              dt_local *out); /* vector_norm.cu */
 
 #ifdef __cplusplus
 }

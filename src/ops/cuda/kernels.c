@@ -23,4 +23,5 @@ const dt_kernels dt_kernels_cuda = {
     .one_hot = dt_cuda_one_hot,
     .topk = dt_cuda_topk,
     .cumsum = dt_cuda_cumsum,
+    .vector_norm = dt_cuda_vector_norm,
 };
