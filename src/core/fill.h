@@ -12,7 +12,7 @@
 
 #include "core/half.h"
 #include "core/philox.h"
-#include "dtensor/device.h"
+#include "dtensor/block.h"
 #include "dtensor/types.h"
 
 #if defined(__CUDACC__)
