@@ -2,6 +2,7 @@
 #ifndef DTENSOR_H
 #define DTENSOR_H
 
+#include "dtensor/autograd.h"
 #include "dtensor/comm.h"
 #include "dtensor/create.h"
 #include "dtensor/device.h"

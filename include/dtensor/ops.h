@@ -22,7 +22,7 @@ extern "C" {
  * come from that description. */
 /* clang-format off */
 typedef enum dt_op {
-#define DT_OP_ENUM(e, name, family, min_in, max_in, kernel, args, wrapper) DT_OP_##e,
+#define DT_OP_ENUM(e, name, family, min_in, max_in, kernel, args, wrapper, grad) DT_OP_##e,
     DT_OP_LIST(DT_OP_ENUM)
 #undef DT_OP_ENUM
     DT_OP_COUNT
@@ -108,16 +108,16 @@ DT_API dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, con
  * every dim; max and min give the values, as amax and amin; var and std are unbiased);
  * dt_softmax(x, dim, out), dt_log_softmax, dt_unsqueeze, dt_squeeze. pick(logits (..., C),
  * target (...)) is logits[..., target], the target logit of each row. */
-#define DT_DECLARE_BINARY(e, n, f, lo, hi, k, args, wrapper)                                       \
+#define DT_DECLARE_BINARY(e, n, f, lo, hi, k, args, wrapper, g)                                     \
     DT_API dt_status wrapper(dt_tensor *a, dt_tensor *b, dt_tensor **out);
-#define DT_DECLARE_UNARY(e, n, f, lo, hi, k, args, wrapper)                                        \
+#define DT_DECLARE_UNARY(e, n, f, lo, hi, k, args, wrapper, g)                                      \
     DT_API dt_status wrapper(dt_tensor *x, dt_tensor **out);
-#define DT_DECLARE_SCALAR(e, n, f, lo, hi, k, args, wrapper)                                       \
+#define DT_DECLARE_SCALAR(e, n, f, lo, hi, k, args, wrapper, g)                                     \
     DT_API dt_status wrapper(dt_tensor *x, double s, dt_tensor **out);
-#define DT_DECLARE_REDUCE(e, n, f, lo, hi, k, args, wrapper)                                       \
+#define DT_DECLARE_REDUCE(e, n, f, lo, hi, k, args, wrapper, g)                                     \
     DT_API dt_status wrapper(dt_tensor *x, const int *dims, int ndims, int keepdim,                \
                              dt_tensor **out);
-#define DT_DECLARE_DIM(e, n, f, lo, hi, k, args, wrapper)                                          \
+#define DT_DECLARE_DIM(e, n, f, lo, hi, k, args, wrapper, g)                                        \
     DT_API dt_status wrapper(dt_tensor *x, int dim, dt_tensor **out);
 DT_OP_BINARY_LIST(DT_DECLARE_BINARY)
 DT_OP_UNARY_LIST(DT_DECLARE_UNARY)

@@ -6,6 +6,7 @@
 #include "comm/comm_impl.h"
 #include "core/box.h"
 #include "core/check.h"
+#include "autograd/autograd_impl.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 
@@ -164,6 +165,8 @@ dt_status dt_tensor_release(dt_tensor *tensor) {
     if (!tensor) return DT_OK;
     DT_CHECK(dt_tensor_check("dt_tensor_release", "tensor", tensor));
     if (atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
+    dt_node_release(tensor->node);
+    dt_tensor_release(tensor->grad);
     if (tensor->owned) dt_tensor_mem(tensor)->free(tensor->data);
     dt_mesh_release(tensor->mesh);
     shell_free(tensor);

@@ -29,6 +29,10 @@ struct dt_tensor {
     void *data;       /* on device */
     dt_device device; /* where data lives */
     bool owned;
+    /* autograd (src/autograd): */
+    bool requires_grad;   /* a leaf marked so, or the output of a recorded op */
+    struct dt_node *node; /* the op that made it (owned), NULL for a leaf */
+    dt_tensor *grad;      /* a leaf's accumulated gradient (owned) */
 };
 
 /* DT_ERR_ARG naming fn and the argument when t is NULL, released or not a tensor. */

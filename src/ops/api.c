@@ -13,21 +13,21 @@ static dt_status two(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor **out) {
 }
 
 /* The wrappers of the generated groups (dtensor/op_list.h). */
-#define DEFINE_BINARY(e, n, f, lo, hi, k, args, wrapper)                                           \
+#define DEFINE_BINARY(e, n, f, lo, hi, k, args, wrapper, g)                                        \
     dt_status wrapper(dt_tensor *a, dt_tensor *b, dt_tensor **out) {                              \
         return two(DT_OP_##e, a, b, out);                                                          \
     }
-#define DEFINE_UNARY(e, n, f, lo, hi, k, args, wrapper)                                            \
+#define DEFINE_UNARY(e, n, f, lo, hi, k, args, wrapper, g)                                         \
     dt_status wrapper(dt_tensor *x, dt_tensor **out) { return dt_op_call(DT_OP_##e, &x, 1, NULL, out); }
-#define DEFINE_SCALAR(e, n, f, lo, hi, k, args, wrapper)                                           \
+#define DEFINE_SCALAR(e, n, f, lo, hi, k, args, wrapper, g)                                        \
     dt_status wrapper(dt_tensor *x, double s, dt_tensor **out) {                                  \
         return dt_scalar_op(DT_OP_##e, x, s, out);                                                 \
     }
-#define DEFINE_REDUCE(e, n, f, lo, hi, k, args, wrapper)                                           \
+#define DEFINE_REDUCE(e, n, f, lo, hi, k, args, wrapper, g)                                        \
     dt_status wrapper(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out) {   \
         return dt_reduce(DT_OP_##e, x, dims, ndims, keepdim, out);                                 \
     }
-#define DEFINE_DIM(e, n, f, lo, hi, k, args, wrapper)                                              \
+#define DEFINE_DIM(e, n, f, lo, hi, k, args, wrapper, g)                                           \
     dt_status wrapper(dt_tensor *x, int dim, dt_tensor **out) {                                   \
         dt_op_args a = {.dim = dim};                                                               \
         return dt_op_call(DT_OP_##e, &x, 1, &a, out);                                              \
@@ -39,7 +39,7 @@ DT_OP_REDUCE_LIST(DEFINE_REDUCE)
 DT_OP_DIM_LIST(DEFINE_DIM)
 
 /* Whether op is in the group whose wrappers wrapper_form makes. */
-#define IS_OF(e, n, f, lo, hi, k, args, wrapper) || op == DT_OP_##e
+#define IS_OF(e, n, f, lo, hi, k, args, wrapper, g) || op == DT_OP_##e
 
 dt_status dt_unary_op(dt_op op, dt_tensor *x, dt_tensor **out) {
     DT_ARG(0 DT_OP_UNARY_LIST(IS_OF), "dt_unary_op: %s is not a unary op", dt_op_name(op));

@@ -236,7 +236,14 @@ dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_o
     DT_CHECK(dt_op_kernel_check(op, dt_kernels_of(inputs[0]->device.kind)));
     const strategy *s;
     DT_CHECK(lookup(op, f, inputs, ninputs, args, &s));
-    return run(op, f, inputs, ninputs, args ? args : &no_args, s, out);
+    DT_CHECK(run(op, f, inputs, ninputs, args ? args : &no_args, s, out));
+    if (!dt_autograd_wants(inputs, ninputs)) return DT_OK;
+    dt_status st = dt_autograd_record(op, inputs, ninputs, args, *out);
+    if (st != DT_OK) {
+        dt_tensor_release(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,

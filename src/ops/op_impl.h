@@ -6,6 +6,7 @@
 
 #include "dtensor/ops.h"
 #include "core/device.h"
+#include "autograd/autograd_impl.h"
 #include "ops/kernels.h"
 
 #define DT_OP_MAX_INPUTS 4
@@ -105,6 +106,7 @@ typedef struct op_desc {
     const char *kernel_name;
     unsigned args;         /* ARG_* */
     const char *wrapper;   /* its typed wrapper's name */
+    dt_grad_fn backward;   /* its backward rule (src/autograd) */
 } op_desc;
 
 /* The description of a built-in op, NULL for any other value (registry.c). */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/autograd_impl.h"
 #include "comm/comm_impl.h"
 #include "trace/trace_impl.h"
 #include "comm/worker.h"
@@ -142,6 +143,12 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement
                         a, b, plan->nsteps, plan->ncollectives);
     }
     dt_plan_release(plan);
+    /* Differentiable: the gradient goes back by the dual move (autograd/engine.c). A plan with
+     * nothing to do hands back the input itself, whose gradient is its own. */
+    if (st == DT_OK && *out != tensor && dt_autograd_wants(&tensor, 1)) {
+        st = dt_autograd_record_redistribute(tensor, *out);
+        if (st != DT_OK) dt_tensor_release(*out), *out = NULL;
+    }
     return st;
 }
 

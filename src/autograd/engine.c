@@ -1,0 +1,331 @@
+/* The graph and the backward walk.
+ *
+ * A node belongs to the tensor an op made (tensor->node) and holds references to the op's
+ * inputs, whose own nodes reach further back: the graph lives exactly as long as the tensors
+ * that can reach it. Backward collects the tensors with nodes reachable from the root in
+ * depth-first post-order (holding a reference to each), runs their rules from the root down
+ * with grad mode off, adds the results into the inputs' nodes or leaves, and then frees the
+ * graph: every visited node drops its inputs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/autograd_impl.h"
+#include "comm/comm_impl.h"
+#include "core/box.h"
+#include "core/check.h"
+#include "dtensor/tensor_impl.h"
+#include "mesh/mesh_impl.h"
+#include "ops/op_impl.h"
+
+typedef struct dt_node {
+    bool redistribute; /* out = redistribute(in[0]); else out = op(in, args) */
+    bool freed;        /* a backward ran through it: its inputs are gone */
+    dt_op op;
+    dt_op_args args;
+    int n;
+    dt_tensor *in[DT_GRAD_MAX_INPUTS]; /* retained */
+    /* during a backward: */
+    dt_tensor *grad; /* the output's gradient accumulated so far */
+    unsigned mark;   /* the walk that visited it */
+} dt_node;
+
+void dt_node_release(dt_node *node) {
+    if (!node) return;
+    for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]);
+    dt_tensor_release(node->grad);
+    free(node);
+}
+
+static dt_ctx *ctx_of(const dt_tensor *t) { return t->mesh->ctx; }
+
+bool dt_autograd_wants(dt_tensor *const *in, int n) {
+    if (!in[0] || ctx_of(in[0])->no_grad_depth) return false;
+    for (int i = 0; i < n; i++)
+        if (in[i] && in[i]->requires_grad) return true;
+    return false;
+}
+
+static dt_status record(dt_tensor *out, dt_node *node) {
+    out->node = node;
+    out->requires_grad = true;
+    for (int i = 0; i < node->n; i++)
+        if (node->in[i]) dt_tensor_retain(node->in[i]);
+    return DT_OK;
+}
+
+dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                             dt_tensor *out) {
+    DT_ARG(n <= DT_GRAD_MAX_INPUTS, "%s: %d inputs, autograd records at most %d",
+           dt_op_name(op), n, DT_GRAD_MAX_INPUTS);
+    dt_node *node = calloc(1, sizeof *node);
+    if (!node) return dt_error(DT_ERR_NOMEM, "%s: out of memory for its autograd node",
+                               dt_op_name(op));
+    node->op = op, node->n = n;
+    if (args) node->args = *args;
+    memcpy(node->in, in, sizeof(dt_tensor *) * (size_t)n);
+    return record(out, node);
+}
+
+dt_status dt_autograd_record_redistribute(dt_tensor *in, dt_tensor *out) {
+    dt_node *node = calloc(1, sizeof *node);
+    if (!node) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory for its autograd node");
+    node->redistribute = true, node->n = 1, node->in[0] = in;
+    return record(out, node);
+}
+
+/* ---- the walk ------------------------------------------------------------------------------ */
+
+typedef struct walk {
+    dt_tensor **order; /* post-order: inputs before the tensors made from them */
+    int n, cap;
+    unsigned mark;
+} walk;
+
+static dt_status push(walk *w, dt_tensor *t) {
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 64;
+        dt_tensor **o = realloc(w->order, sizeof *o * (size_t)cap);
+        if (!o) return dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for the graph");
+        w->order = o, w->cap = cap;
+    }
+    dt_tensor_retain(t);
+    w->order[w->n++] = t;
+    return DT_OK;
+}
+
+/* Post-order from t with an explicit stack (graphs of thousands of ops must not overflow the
+ * C stack): a tensor is pushed once every input with a node has been. */
+static dt_status collect(walk *w, dt_tensor *root) {
+    typedef struct frame {
+        dt_tensor *t;
+        int next;
+    } frame;
+    int cap = 64, top = 0;
+    frame *st = malloc(sizeof *st * (size_t)cap);
+    if (!st) return dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for the graph");
+    root->node->mark = w->mark;
+    st[top++] = (frame){root, 0};
+    dt_status s = DT_OK;
+    while (top && s == DT_OK) {
+        frame *f = &st[top - 1];
+        dt_node *node = f->t->node;
+        if (f->next == node->n) {
+            s = push(w, f->t);
+            top--;
+            continue;
+        }
+        dt_tensor *in = node->in[f->next++];
+        if (!in || !in->node || !in->requires_grad || in->node->mark == w->mark) continue;
+        if (in->node->freed) {
+            s = dt_error(DT_ERR_ARG, "dt_backward: the graph through %s was freed by an "
+                                     "earlier backward", in->node->redistribute
+                                                             ? "a redistribute"
+                                                             : dt_op_name(in->node->op));
+            break;
+        }
+        in->node->mark = w->mark;
+        if (top == cap) {
+            frame *g = realloc(st, sizeof *st * (size_t)(cap *= 2));
+            if (!g) {
+                s = dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for the graph");
+                break;
+            }
+            st = g;
+        }
+        st[top++] = (frame){in, 0};
+    }
+    free(st);
+    return s;
+}
+
+/* acc += g (g consumed). */
+static dt_status accumulate(dt_tensor **acc, dt_tensor *g) {
+    if (!*acc) {
+        *acc = g;
+        return DT_OK;
+    }
+    dt_tensor *sum;
+    dt_status st = dt_add(*acc, g, &sum);
+    dt_tensor_release(g);
+    if (st != DT_OK) return st;
+    dt_tensor_release(*acc);
+    *acc = sum;
+    return DT_OK;
+}
+
+/* The gradient of a redistribute's input: the output's gradient moved back to the input's
+ * placements, with Replicate where the input was Partial (each part of a sum has the sum's
+ * gradient), as PyTorch's redistribute backward does. */
+static dt_status redistribute_grad(dt_tensor *in, dt_tensor *g, dt_tensor **out) {
+    int mnd = in->mesh->ndim;
+    dt_placement want[DT_MESH_MAX_NDIM];
+    for (int m = 0; m < mnd; m++)
+        want[m] = in->placements[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate()
+                                                                   : in->placements[m];
+    return dt_tensor_redistribute(g, mnd, want, out);
+}
+
+/* Runs t's rule on its accumulated gradient and passes the results on. */
+static dt_status step(dt_tensor *t) {
+    dt_node *node = t->node;
+    dt_tensor *g = node->grad;
+    node->grad = NULL;
+    if (!g) return DT_OK; /* no path from the root reached it */
+    bool need[DT_GRAD_MAX_INPUTS] = {0};
+    dt_tensor *gin[DT_GRAD_MAX_INPUTS] = {0};
+    int any = 0;
+    for (int i = 0; i < node->n; i++) any |= need[i] = node->in[i] && node->in[i]->requires_grad;
+    dt_status st = DT_OK;
+    if (any && node->redistribute) st = redistribute_grad(node->in[0], g, &gin[0]);
+    else if (any) {
+        const op_desc *d = dt_op_desc(node->op);
+        dt_grad_call c = {.op = node->op, .args = &node->args, .n = node->n, .in = node->in,
+                          .need = need, .grad = g};
+        st = d ? d->backward(&c, gin)
+               : dt_error(DT_ERR_UNSUPPORTED, "dt_backward: %s is a registered op: it has no "
+                                              "backward rule", dt_op_name(node->op));
+    }
+    dt_tensor_release(g);
+    for (int i = 0; i < node->n; i++) {
+        if (st != DT_OK || !need[i] || !gin[i]) {
+            dt_tensor_release(gin[i]);
+            continue;
+        }
+        dt_tensor *in = node->in[i];
+        st = accumulate(in->node ? &in->node->grad : &in->grad, gin[i]);
+    }
+    return st;
+}
+
+/* A leaf's gradient in the leaf's placements (grad sync on). */
+static dt_status sync_leaf(dt_tensor *leaf) {
+    dt_tensor *g = leaf->grad;
+    int mnd = leaf->mesh->ndim, same = 1;
+    for (int m = 0; m < mnd; m++) same &= dt_placement_equal(g->placements[m], leaf->placements[m]);
+    if (same) return DT_OK;
+    dt_tensor *moved;
+    DT_CHECK(dt_tensor_redistribute(g, mnd, leaf->placements, &moved));
+    dt_tensor_release(g);
+    leaf->grad = moved;
+    return DT_OK;
+}
+
+static dt_status backward(dt_tensor *root, dt_tensor *seed) {
+    static _Atomic unsigned marks;
+    walk w = {.mark = atomic_fetch_add(&marks, 1) + 1};
+    dt_ctx *ctx = ctx_of(root);
+    dt_status st = collect(&w, root);
+    if (st == DT_OK) {
+        dt_tensor_retain(seed);
+        root->node->grad = seed;
+    }
+    ctx->no_grad_depth++;
+    for (int k = w.n - 1; k >= 0 && st == DT_OK; k--) st = step(w.order[k]);
+    /* Leaves reached: their inputs' gradients were added to leaf->grad. */
+    for (int k = 0; k < w.n && st == DT_OK; k++) {
+        dt_node *node = w.order[k]->node;
+        for (int i = 0; i < node->n && st == DT_OK; i++) {
+            dt_tensor *in = node->in[i];
+            if (in && !in->node && in->grad && !ctx->grad_unsynced) st = sync_leaf(in);
+        }
+    }
+    ctx->no_grad_depth--;
+    /* Free the graph: every visited node drops its inputs (and any gradient left on a failed
+     * walk); then the references the walk held go. */
+    for (int k = 0; k < w.n; k++) {
+        dt_node *node = w.order[k]->node;
+        for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]), node->in[i] = NULL;
+        dt_tensor_release(node->grad), node->grad = NULL;
+        node->n = 0, node->freed = true;
+    }
+    for (int k = 0; k < w.n; k++) dt_tensor_release(w.order[k]);
+    free(w.order);
+    return st;
+}
+
+dt_status dt_backward_with(dt_tensor *t, dt_tensor *grad) {
+    DT_TENSOR_ARG(t);
+    DT_TENSOR_ARG(grad);
+    DT_ARG(t->requires_grad, "dt_backward: the tensor does not require grad (no input of the "
+                             "ops that made it does)");
+    DT_ARG(grad->mesh == t->mesh, "dt_backward_with: grad lives on another mesh than t");
+    DT_ARG(grad->ndim == t->ndim && !memcmp(grad->shape, t->shape, sizeof(int64_t) * t->ndim),
+           "dt_backward_with: grad's shape differs from t's");
+    DT_ARG(grad->dtype == t->dtype, "dt_backward_with: grad is %s, t is %s",
+           dt_dtype_name(grad->dtype), dt_dtype_name(t->dtype));
+    if (!t->node) { /* a leaf: its gradient is grad */
+        dt_tensor_retain(grad);
+        DT_CHECK(accumulate(&t->grad, grad));
+        return t->mesh->ctx->grad_unsynced ? DT_OK : sync_leaf(t);
+    }
+    if (t->node->freed)
+        return dt_error(DT_ERR_ARG, "dt_backward: the graph was freed by an earlier backward");
+    return backward(t, grad);
+}
+
+dt_status dt_backward(dt_tensor *loss) {
+    DT_TENSOR_ARG(loss);
+    DT_ARG(dt_shape_numel(loss->shape, loss->ndim) == 1,
+           "dt_backward: loss has %zu elements; give a gradient with dt_backward_with",
+           dt_shape_numel(loss->shape, loss->ndim));
+    int mnd = loss->mesh->ndim;
+    dt_placement pl[DT_MESH_MAX_NDIM];
+    for (int m = 0; m < mnd; m++)
+        pl[m] = loss->placements[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate()
+                                                                 : loss->placements[m];
+    dt_tensor *one;
+    DT_CHECK(dt_tensor_ones(loss->mesh, loss->dtype, loss->ndim, loss->shape, mnd, pl, &one));
+    dt_status st = dt_backward_with(loss, one);
+    dt_tensor_release(one);
+    return st;
+}
+
+/* ---- the public switches ------------------------------------------------------------------- */
+
+dt_status dt_tensor_set_requires_grad(dt_tensor *tensor, int requires_grad) {
+    DT_TENSOR_ARG(tensor);
+    DT_ARG(!tensor->node, "dt_tensor_set_requires_grad: the tensor was made by a recorded op "
+                          "(its gradient flows to that op's inputs); only leaves can be set");
+    DT_ARG(!requires_grad || tensor->dtype == DT_F32 || tensor->dtype == DT_F64 ||
+               tensor->dtype == DT_BF16 || tensor->dtype == DT_F16,
+           "dt_tensor_set_requires_grad: a %s tensor cannot require grad (floats only)",
+           dt_dtype_name(tensor->dtype));
+    tensor->requires_grad = requires_grad != 0;
+    return DT_OK;
+}
+
+int dt_tensor_requires_grad(const dt_tensor *tensor) {
+    return tensor && tensor->magic == DT_TENSOR_LIVE && tensor->requires_grad;
+}
+
+dt_tensor *dt_tensor_grad(const dt_tensor *tensor) {
+    return tensor && tensor->magic == DT_TENSOR_LIVE ? tensor->grad : NULL;
+}
+
+dt_status dt_tensor_zero_grad(dt_tensor *tensor) {
+    DT_TENSOR_ARG(tensor);
+    dt_tensor_release(tensor->grad);
+    tensor->grad = NULL;
+    return DT_OK;
+}
+
+dt_status dt_no_grad_enter(dt_ctx *ctx) {
+    DT_ARG_NOT_NULL(ctx);
+    ctx->no_grad_depth++;
+    return DT_OK;
+}
+
+dt_status dt_no_grad_exit(dt_ctx *ctx) {
+    DT_ARG_NOT_NULL(ctx);
+    DT_ARG(ctx->no_grad_depth > 0, "dt_no_grad_exit: no dt_no_grad_enter scope is open");
+    ctx->no_grad_depth--;
+    return DT_OK;
+}
+
+int dt_grad_enabled(const dt_ctx *ctx) { return ctx && ctx->no_grad_depth == 0; }
+
+dt_status dt_ctx_set_grad_sync(dt_ctx *ctx, int sync) {
+    DT_ARG_NOT_NULL(ctx);
+    ctx->grad_unsynced = !sync;
+    return DT_OK;
+}
