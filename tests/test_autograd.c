@@ -199,3 +199,48 @@ Test(autograd, gradients_equal_finite_differences_and_one_rank) {
     cr_log_info("%d sharded gradient runs equal one rank's; %d cases wait for a rule", checked,
                 pending);
 }
+
+/* y = redistribute(x) then loss = sum(y * w): x's gradient is w, in x's placements, whether
+ * the move is blocking or a request waited on (the node is recorded at the wait). */
+static dt_status redistribute_body(dt_ctx *ctx, void *arg) {
+    int async = *(int *)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2x2", &mesh));
+    int64_t shape[2] = {5, 6};
+    double xb[30], wb[30], got[30];
+    for (int k = 0; k < 30; k++) xb[k] = t_value(3, (size_t)k), wb[k] = t_value(9, (size_t)k);
+    dt_placement src[2] = {dt_shard(0), dt_shard(1)}, dst[2] = {dt_replicate(), dt_shard(0)};
+    dt_placement rep[2] = {dt_replicate(), dt_replicate()};
+    dt_tensor *x, *w, *y, *p, *loss;
+    R_OK(dt_tensor_distribute(mesh, xb, DT_F64, 2, shape, 2, src, DT_ALL_RANKS, &x));
+    R_OK(dt_tensor_distribute(mesh, wb, DT_F64, 2, shape, 2, rep, DT_ALL_RANKS, &w));
+    R_OK(dt_tensor_set_requires_grad(x, 1));
+    if (async) {
+        dt_request *req;
+        R_OK(dt_tensor_redistribute_async(x, 2, dst, &req));
+        R_OK(dt_request_wait(req, &y));
+    } else {
+        R_OK(dt_tensor_redistribute(x, 2, dst, &y));
+    }
+    R_CHECK(dt_tensor_requires_grad(y), "the redistributed tensor does not require grad");
+    R_OK(dt_mul(y, w, &p));
+    R_OK(dt_sum(p, NULL, 0, 0, &loss));
+    R_OK(dt_backward(loss));
+    dt_tensor *g = dt_tensor_grad(x);
+    R_CHECK(g != NULL, "x got no gradient");
+    dt_tensor_info info;
+    R_OK(dt_tensor_info_get(g, &info));
+    R_CHECK(dt_placement_equal(info.placements[0], src[0]) &&
+                dt_placement_equal(info.placements[1], src[1]),
+            "the gradient is not in x's placements");
+    R_OK(dt_tensor_full(g, got, sizeof got));
+    for (int k = 0; k < 30; k++) R_CHECK(got[k] == wb[k], "grad[%d] = %g, want %g", k, got[k], wb[k]);
+    dt_tensor_release(loss), dt_tensor_release(p), dt_tensor_release(y);
+    dt_tensor_release(w), dt_tensor_release(x);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(autograd, redistribute_is_differentiable_blocking_and_async) {
+    for (int async = 0; async < 2; async++) t_run(4, redistribute_body, &async);
+}

@@ -33,6 +33,7 @@ dt_status dt_request_submit(dt_ctx *ctx, dt_request *r) {
 dt_status dt_request_wait(dt_request *request, dt_tensor **out) {
     DT_ARG_NOT_NULL(request);
     dt_status st = dt_completion_wait(&request->done);
+    if (st == DT_OK && request->finish) st = request->finish(request);
     if (st == DT_OK && out) *out = request->out;
     else dt_tensor_release(request->out);
     request->destroy(request);

@@ -11,6 +11,9 @@ struct dt_request {
     dt_completion done;
     dt_status (*run)(dt_request *r);  /* on the communication thread */
     void (*destroy)(dt_request *r);   /* frees r and what it holds (not out) */
+    dt_status (*finish)(dt_request *r); /* nullable: on the waiting thread, before out is
+                                           handed over (redistribute records its autograd
+                                           node there) */
     dt_tensor *out;                   /* the result, when the work makes one */
 };
 

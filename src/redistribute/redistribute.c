@@ -156,6 +156,7 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement
 
 typedef struct redist_request {
     dt_request base;
+    bool record; /* autograd wanted the move when it was asked for */
     dt_tensor *in;
     const dt_plan *plan; /* retained: the cache may evict it while the request runs */
     dt_comm **comms;
@@ -165,6 +166,13 @@ static dt_status run_request(dt_request *base) {
     redist_request *r = (redist_request *)base;
     return dt_plan_execute(r->plan, r->in, r->comms, &r->base.out); /* published by the
                                                                         completion's lock */
+}
+
+/* The node is recorded on the rank's own thread, when the result is handed over. */
+static dt_status request_finish(dt_request *base) {
+    redist_request *r = (redist_request *)base;
+    if (!r->record || r->base.out == r->in) return DT_OK;
+    return dt_autograd_record_redistribute(r->in, r->base.out);
 }
 
 static void request_free(dt_request *base) {
@@ -187,7 +195,8 @@ dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_pla
         free(r);
         return st;
     }
-    r->base.run = run_request, r->base.destroy = request_free;
+    r->base.run = run_request, r->base.destroy = request_free, r->base.finish = request_finish;
+    r->record = dt_autograd_wants(&tensor, 1);
     r->plan = plan;
     dt_plan_retain(plan);
     r->in = tensor;
