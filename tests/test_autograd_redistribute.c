@@ -177,3 +177,105 @@ Test(autograd_redistribute, every_conformance_row_forward_and_backward) {
     cr_log_info("%d rows: gradients equal w; %d collectives forward, %d backward (dual bound %d)",
                 rows, fwd_total, bwd_total, dual_total);
 }
+
+/* A Partial leaf whose parts differ, x = reduce(parts): loss = sum(exp(x) * w) through an
+ * explicit redistribute to Replicate and through the move dispatch makes for exp by itself
+ * (which records nothing). Both give d loss / d x = exp(x) w, computed here from the parts:
+ * the gradient of the value, the same for every reduce op. (A per-part rule for the explicit
+ * move, w / n for avg or w where the part is the max, would make the two disagree.) */
+typedef struct partial_run {
+    dt_reduce_op op;
+    int explicit_move;
+} partial_run;
+
+static dt_status partial_body(dt_ctx *ctx, void *arg) {
+    partial_run *p = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    enum { N = 12 };
+    int64_t shape[1] = {N};
+    double part[4][N], local[N], wb[N], gb[N];
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < N; i++) part[r][i] = t_value(31 + (uint64_t)r, (size_t)i) / 16;
+    for (int i = 0; i < N; i++) wb[i] = t_value(5, (size_t)i);
+    memcpy(local, part[dt_ctx_rank(ctx)], sizeof local);
+    dt_placement pl[1] = {dt_partial(p->op)}, rep[1] = {dt_replicate()};
+    dt_tensor *x, *w, *xr = NULL, *e, *prod, *loss;
+    R_OK(dt_tensor_from_local(mesh, local, DT_F64, 1, shape, 1, pl, shape, 0, &x));
+    R_OK(dt_tensor_distribute(mesh, wb, DT_F64, 1, shape, 1, rep, DT_ALL_RANKS, &w));
+    R_OK(dt_tensor_set_requires_grad(x, 1));
+    if (p->explicit_move) R_OK(dt_tensor_redistribute(x, 1, rep, &xr));
+    R_OK(dt_exp(xr ? xr : x, &e));
+    R_OK(dt_mul(e, w, &prod));
+    R_OK(dt_sum(prod, NULL, 0, 0, &loss));
+    R_OK(dt_backward(loss));
+    R_CHECK(dt_tensor_grad(x) != NULL, "no gradient");
+    R_OK(dt_tensor_full(dt_tensor_grad(x), gb, sizeof gb));
+    for (int i = 0; i < N; i++) {
+        double v = part[0][i];
+        for (int r = 1; r < 4; r++) {
+            double q = part[r][i];
+            v = p->op == DT_REDUCE_MAX ? fmax(v, q) : p->op == DT_REDUCE_MIN ? fmin(v, q) : v + q;
+        }
+        if (p->op == DT_REDUCE_AVG) v /= 4;
+        double want = exp(v) * wb[i];
+        R_CHECK(fabs(gb[i] - want) <= 1e-12 * (1 + fabs(want)),
+                "P(op %d) %s: gradient [%d] = %.15g, want exp(x) w = %.15g", (int)p->op,
+                p->explicit_move ? "explicit" : "implicit", i, gb[i], want);
+    }
+    dt_tensor_release(x), dt_tensor_release(w), dt_tensor_release(xr), dt_tensor_release(e);
+    dt_tensor_release(prod), dt_tensor_release(loss);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(autograd_redistribute, partial_sources_give_the_values_gradient_either_way) {
+    static const dt_reduce_op ops[] = {DT_REDUCE_SUM, DT_REDUCE_AVG, DT_REDUCE_MAX,
+                                       DT_REDUCE_MIN};
+    for (int o = 0; o < 4; o++)
+        for (int e = 0; e < 2; e++) {
+            partial_run p = {.op = ops[o], .explicit_move = e};
+            t_run(4, partial_body, &p);
+        }
+}
+
+/* slice's gradient arriving sharded along the sliced dim: padded with zeros sharded on the
+ * other dim, it reaches the input by one all_to_all, not an all_gather; with grad sync off the
+ * gradient stays there. Gathered: zeros with g at [start, end). */
+static dt_status slice_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    R_OK(dt_ctx_set_grad_sync(ctx, 0));
+    int64_t xs[2] = {8, 12}, ys[2] = {8, 8};
+    double xb[96], gy[64], gb[96];
+    for (int i = 0; i < 96; i++) xb[i] = t_value(3, (size_t)i);
+    for (int i = 0; i < 64; i++) gy[i] = t_value(9, (size_t)i);
+    dt_placement rep[1] = {dt_replicate()}, s1[1] = {dt_shard(1)};
+    dt_tensor *x, *y, *g;
+    R_OK(dt_tensor_distribute(mesh, xb, DT_F64, 2, xs, 1, rep, DT_ALL_RANKS, &x));
+    R_OK(dt_tensor_set_requires_grad(x, 1));
+    R_OK(dt_slice(x, 1, 2, 10, &y));
+    R_OK(dt_tensor_distribute(mesh, gy, DT_F64, 2, ys, 1, s1, DT_ALL_RANKS, &g));
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(dt_backward_with(y, g));
+    R_CHECK(t_issued(ctx, DT_COLL_ALL_TO_ALL) == 1 && t_issued_total(ctx) == 1,
+            "slice backward: %llu collectives, %llu all_to_all; want one all_to_all",
+            (unsigned long long)t_issued_total(ctx),
+            (unsigned long long)t_issued(ctx, DT_COLL_ALL_TO_ALL));
+    dt_tensor_info info;
+    R_OK(dt_tensor_info_get(dt_tensor_grad(x), &info));
+    R_CHECK(dt_placement_equal(info.placements[0], dt_shard(0)), "gradient not S(0)");
+    R_OK(dt_tensor_full(dt_tensor_grad(x), gb, sizeof gb));
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 12; j++) {
+            double want = j >= 2 && j < 10 ? gy[i * 8 + j - 2] : 0;
+            R_CHECK(gb[i * 12 + j] == want, "gradient [%d, %d] = %g, want %g", i, j,
+                    gb[i * 12 + j], want);
+        }
+    dt_tensor_release(x), dt_tensor_release(y), dt_tensor_release(g);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(autograd_redistribute, slice_pads_in_the_gradients_layout) { t_run(4, slice_body, NULL); }

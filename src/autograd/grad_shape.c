@@ -35,8 +35,9 @@ dt_status dt_grad_expand(const dt_grad_call *c, dt_tensor **gin) {
  * (R, Partial, a shard of another dim), so the gradient keeps its shards and the zeros cost
  * nothing to join. Where g shards d itself, cat cannot keep that shard (the joined dim is
  * whole on every rank): the zeros are sharded on g's largest other dim that the mesh dim can
- * split, so dispatch can move g there with one all_to_all instead of all_gathering it; a g
- * with no such dim (1-D) is joined replicated. */
+ * split, so dispatch can move g there with one all_to_all instead of all_gathering it (it
+ * would find that from replicated zeros too, R -> S being local, but sharded zeros are never
+ * allocated whole); a g with no such dim (1-D) is joined replicated. */
 static void pad_placements(dt_tensor *g, int d, dt_placement *pl) {
     for (int m = 0; m < g->mesh->ndim; m++) {
         pl[m] = g->placements[m];
