@@ -118,6 +118,33 @@ const op_case op_cases[] = {
     {"vector_norm 0", DT_OP_VECTOR_NORM, A(.scalar = 0), 1, {2}, {{6, 5}}, {F}},
     {"vector_norm 0.5 bf16", DT_OP_VECTOR_NORM, A(.scalar = 0.5, .ndims = 1, .dims = {0}), 1,
      {2}, {{8, 3}}, {DT_BF16}},
+    /* more shapes for the matmul and shape ops' gradients: broadcast batch dims on either
+     * side, a bias broadcast along rows, negative dims, slices touching either end */
+    {"bmm batch bcast", DT_OP_BMM, A(0), 2, {3, 3}, {{1, 4, 3}, {5, 3, 2}}, {F, F}},
+    {"matmul both batch", DT_OP_MATMUL, A(0), 2, {4, 3}, {{2, 1, 4, 3}, {3, 3, 5}}, {F, F}},
+    {"matmul 2-D @ 3-D", DT_OP_MATMUL, A(0), 2, {2, 3}, {{4, 6}, {3, 6, 5}}, {F, F}},
+    {"addmm column bias", DT_OP_ADDMM, A(0), 3, {2, 2, 2}, {{5, 1}, {5, 7}, {7, 3}}, {F, F, F}},
+    {"permute 4-D", DT_OP_PERMUTE, A(.ndims = 4, .dims = {3, 1, -4, 2}), 1, {4}, {{2, 3, 4, 5}},
+     {F}},
+    {"slice head", DT_OP_SLICE, A(.dim = 0, .start = 0, .end = 5), 1, {2}, {{9, 3}}, {F}},
+    {"slice tail last dim", DT_OP_SLICE, A(.dim = -1, .start = 2, .end = 7), 1, {3},
+     {{3, 2, 7}}, {F}},
+    {"unsqueeze last", DT_OP_UNSQUEEZE, A(.dim = -1), 1, {2}, {{3, 5}}, {F}},
+    {"squeeze last", DT_OP_SQUEEZE, A(.dim = -1), 1, {3}, {{4, 5, 1}}, {F}},
+    {"expand middle", DT_OP_EXPAND, A(.shape_ndim = 3, .shape = {4, 3, 6}), 1, {3}, {{4, 1, 6}},
+     {F}},
+    {"expand new dims -1", DT_OP_EXPAND, A(.shape_ndim = 3, .shape = {2, -1, 5}), 1, {2},
+     {{3, 1}}, {F}},
+    {"cat last", DT_OP_CAT, A(.dim = -1), 2, {3, 3}, {{3, 2, 4}, {3, 2, 1}}, {F, F}},
+    {"stack first", DT_OP_STACK, A(.dim = 0), 2, {2, 2}, {{4, 3}, {4, 3}}, {F, F}},
+    {"transpose 2-D", DT_OP_TRANSPOSE, A(.dim = 0, .dim2 = 1), 1, {2}, {{7, 5}}, {F}},
+    {"transpose negative", DT_OP_TRANSPOSE, A(.dim = -1, .dim2 = -3), 1, {4}, {{2, 3, 4, 5}},
+     {F}},
+    {"view 3-D to 2-D", DT_OP_VIEW, A(.shape_ndim = 2, .shape = {12, 5}), 1, {3}, {{4, 3, 5}},
+     {F}},
+    {"view 1-D to 3-D", DT_OP_VIEW, A(.shape_ndim = 3, .shape = {2, 3, 4}), 1, {1}, {{24}}, {F}},
+    {"view regroup", DT_OP_VIEW, A(.shape_ndim = 3, .shape = {6, 2, 4}), 1, {4}, {{2, 3, 4, 2}},
+     {F}},
 };
 #undef A
 #undef F

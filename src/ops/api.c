@@ -234,6 +234,8 @@ dt_status dt_cat(dt_tensor *const *xs, int n, int dim, dt_tensor **out) {
     return dt_op_call(DT_OP_CAT, xs, n, &a, out);
 }
 
+static dt_status place_for(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tensor **out);
+
 dt_status dt_split(dt_tensor *x, int dim, const int64_t *sizes, int n, dt_tensor **outs) {
     DT_ARG_NOT_NULL(x);
     DT_ARG(sizes != NULL && outs != NULL && n >= 1, "dt_split: sizes or outs is NULL, or n = %d",
@@ -245,14 +247,18 @@ dt_status dt_split(dt_tensor *x, int dim, const int64_t *sizes, int n, dt_tensor
     if (total != x->shape[d])
         return dt_error(DT_ERR_SHAPE, "dt_split: sizes add up to %lld, dim %d has %lld",
                         (long long)total, d, (long long)x->shape[d]);
-    dt_op_args a = {.dim = d};
+    /* Place x once for slicing it, as dt_unbind does: each piece would move it again. */
+    dt_op_args a = {.dim = d, .end = sizes[0]};
+    dt_tensor *src;
+    DT_CHECK(place_for(DT_OP_SLICE, x, &a, &src));
     dt_status st = DT_OK;
     int made = 0;
     for (; made < n && st == DT_OK; made++) {
         a.end = a.start + sizes[made];
-        st = dt_op_call(DT_OP_SLICE, &x, 1, &a, &outs[made]);
+        st = dt_op_call(DT_OP_SLICE, &src, 1, &a, &outs[made]);
         a.start = a.end;
     }
+    dt_tensor_release(src);
     if (st != DT_OK)
         for (int i = 0; i < made - 1; i++) dt_tensor_release(outs[i]);
     return st;
