@@ -22,7 +22,7 @@ static dt_status dist(dt_mesh *mesh, const double *buf, int ndim, const int64_t 
 }
 
 /* Calls of kind on communicators labelled group ("tp", "dp", ...) since the last reset. */
-__attribute__((unused)) static uint64_t issued_on(dt_ctx *ctx, dt_coll_kind kind, const char *group) {
+static uint64_t issued_on(dt_ctx *ctx, dt_coll_kind kind, const char *group) {
     dt_comm_stats s;
     dt_comm_stats_get(ctx, &s);
     uint64_t n = 0;
@@ -194,3 +194,93 @@ static void mlp_check(int sp) {
 Test(autograd_parallel, tensor_parallel_mlp_backward_issues_one_all_reduce) { mlp_check(0); }
 
 Test(autograd_parallel, sequence_parallel_mlp_backward_mirrors_its_forward) { mlp_check(1); }
+
+/* ---- gradient sync on dp=2 x tp=2: y = x W^T, loss = sum(y * w), x sharded over dp ---------- */
+
+enum { B = 16, K = 4, N = 8 }; /* x (B, K), W (N, K), y and w (B, N) */
+
+typedef struct sync_run {
+    int fsdp;       /* W (S(1), S(0)): sharded over dp too; else (R, S(0)), replicated over dp */
+    int microbatch; /* two backwards without sync, then one with */
+} sync_run;
+
+static dt_status sync_body(dt_ctx *ctx, void *arg) {
+    const sync_run *r = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "dp=2,tp=2", &mesh));
+    int64_t xs[2] = {B, K}, ws[2] = {N, K}, ys[2] = {B, N};
+    dt_placement px[2] = {dt_shard(0), dt_replicate()}, py[2] = {dt_shard(0), dt_shard(1)};
+    dt_placement pw[2] = {r->fsdp ? dt_shard(1) : dt_replicate(), dt_shard(0)};
+    double *w0 = values(11, N * K, 8), *lw = values(12, B * N, 4);
+    dt_tensor *tw, *tlw;
+    R_OK(dist(mesh, w0, 2, ws, pw, &tw));
+    R_OK(dist(mesh, lw, 2, ys, py, &tlw));
+    R_OK(dt_tensor_set_requires_grad(tw, 1));
+    const int steps = r->microbatch ? 3 : 1;
+    double *want = calloc(N * K, sizeof *want);
+    const dt_coll_kind reduction = r->fsdp ? DT_COLL_REDUCE_SCATTER : DT_COLL_ALL_REDUCE;
+    const char *rname = r->fsdp ? "reduce_scatter" : "all_reduce";
+    for (int k = 0; k < steps; k++) {
+        int synced = k == steps - 1;
+        R_OK(dt_ctx_set_grad_sync(ctx, synced));
+        double *x = values(20 + (uint64_t)k, B * K, 4);
+        for (int n = 0; n < N; n++) /* d/dW of sum(x W^T * w) is w^T x */
+            for (int c = 0; c < K; c++)
+                for (int b = 0; b < B; b++) want[n * K + c] += lw[b * N + n] * x[b * K + c];
+        dt_tensor *tx, *y, *yw, *loss;
+        R_OK(dist(mesh, x, 2, xs, px, &tx));
+        free(x);
+        R_OK(dt_comm_stats_reset(ctx));
+        R_OK(dt_linear(tx, tw, NULL, &y));
+        R_OK(placed(y, 2, py, "y"));
+        uint64_t gathers = issued_on(ctx, DT_COLL_ALL_GATHER, "dp"), all = t_issued_total(ctx);
+        R_CHECK(all == (uint64_t)r->fsdp && gathers == (uint64_t)r->fsdp,
+                "forward: %llu collectives, %llu all_gather over dp (FSDP gathers W once)",
+                (unsigned long long)all, (unsigned long long)gathers);
+        R_OK(dt_mul(y, tlw, &yw));
+        R_OK(dt_sum(yw, NULL, 0, 0, &loss));
+        R_OK(dt_comm_stats_reset(ctx));
+        R_OK(dt_backward(loss));
+        uint64_t red = issued_on(ctx, reduction, "dp");
+        all = t_issued_total(ctx);
+        R_CHECK(red == (uint64_t)synced && all == (uint64_t)synced,
+                "backward %d (sync %s): %llu collectives, %llu %s over dp, want %d", k,
+                synced ? "on" : "off", (unsigned long long)all, (unsigned long long)red, rname,
+                synced);
+        dt_tensor *g = dt_tensor_grad(tw);
+        R_CHECK(g != NULL, "W has no gradient after backward %d", k);
+        if (synced) {
+            R_OK(placed(g, 2, pw, "W's synced gradient"));
+        } else {
+            dt_placement pend[2] = {dt_partial(DT_REDUCE_SUM), dt_shard(0)};
+            R_OK(placed(g, 2, pend, "W's unsynced gradient")); /* Partial over dp */
+        }
+        R_OK(equals(g, want, N * K, 1e-12, "W's gradient"));
+        dt_tensor_release(tx), dt_tensor_release(y), dt_tensor_release(yw);
+        dt_tensor_release(loss);
+    }
+    dt_tensor_release(tw), dt_tensor_release(tlw);
+    dt_mesh_release(mesh);
+    free(w0), free(lw), free(want);
+    return DT_OK;
+}
+
+Test(autograd_parallel, ddp_gradient_is_all_reduced_over_dp) {
+    sync_run r = {.fsdp = 0};
+    t_run(4, sync_body, &r);
+}
+
+Test(autograd_parallel, fsdp_gradient_is_reduce_scattered_over_dp) {
+    sync_run r = {.fsdp = 1};
+    t_run(4, sync_body, &r);
+}
+
+Test(autograd_parallel, ddp_micro_batches_without_sync_reduce_once) {
+    sync_run r = {.fsdp = 0, .microbatch = 1};
+    t_run(4, sync_body, &r);
+}
+
+Test(autograd_parallel, fsdp_micro_batches_without_sync_reduce_once) {
+    sync_run r = {.fsdp = 1, .microbatch = 1};
+    t_run(4, sync_body, &r);
+}
