@@ -284,3 +284,178 @@ Test(autograd_parallel, fsdp_micro_batches_without_sync_reduce_once) {
     sync_run r = {.fsdp = 1, .microbatch = 1};
     t_run(4, sync_body, &r);
 }
+
+/* ---- lifetime: the graph and the gradients leave nothing behind ----------------------------- */
+
+static dt_status live_is(dt_ctx *ctx, int64_t tensors, int64_t bytes, const char *when) {
+    int64_t n, b;
+    dt_ctx_live(ctx, &n, &b);
+    R_CHECK(n == tensors && b == bytes, "%s: %lld tensors of %lld bytes live, want %lld of %lld",
+            when, (long long)n, (long long)b, (long long)tensors, (long long)bytes);
+    return DT_OK;
+}
+
+static int64_t local_bytes(dt_tensor *t) {
+    dt_tensor_info info;
+    return dt_tensor_info_get(t, &info) == DT_OK ? (int64_t)info.local_bytes : -1;
+}
+
+/* The MLP on tp=4 with only the loss kept: the graph holds the intermediates until backward,
+ * which frees them; zero_grad frees the gradients. */
+static dt_status lifetime_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "tp=4", &mesh));
+    int64_t xs[2] = {T, C}, w1s[2] = {H, C}, w2s[2] = {C, H};
+    double *x = values(1, T * C, 4), *w1 = values(2, H * C, 16), *w2 = values(3, C * H, 16);
+    dt_placement col[1] = {dt_shard(0)}, row[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
+    int64_t n0, b0;
+    dt_ctx_live(ctx, &n0, &b0);
+    dt_tensor *tx, *tw1, *tw2, *h, *act, *o, *y, *loss;
+    R_OK(dist(mesh, x, 2, xs, rep, &tx));
+    R_OK(dist(mesh, w1, 2, w1s, col, &tw1));
+    R_OK(dist(mesh, w2, 2, w2s, row, &tw2));
+    free(x), free(w1), free(w2);
+    R_OK(dt_tensor_set_requires_grad(tw1, 1));
+    R_OK(dt_tensor_set_requires_grad(tw2, 1));
+    int64_t params = local_bytes(tx) + local_bytes(tw1) + local_bytes(tw2);
+    R_OK(live_is(ctx, n0 + 3, b0 + params, "the parameters and x"));
+    for (int round = 0; round < 2; round++) { /* the second sees the first left nothing */
+        R_OK(dt_linear(tx, tw1, NULL, &h));
+        R_OK(dt_mul(h, h, &act));
+        R_OK(dt_linear(act, tw2, NULL, &o));
+        R_OK(dt_tensor_redistribute(o, 1, rep, &y));
+        R_OK(dt_sum(y, NULL, 0, 0, &loss));
+        R_ERR(dt_tensor_set_requires_grad(h, 0), DT_ERR_ARG, "recorded op");
+        R_ERR(dt_backward(y), DT_ERR_ARG, "elements");
+        dt_tensor_release(h), dt_tensor_release(act), dt_tensor_release(o);
+        dt_tensor_release(y);
+        int64_t n, b;
+        dt_ctx_live(ctx, &n, &b);
+        R_CHECK(n == n0 + 3 + 5, "the graph holds %lld tensors besides the loss and the leaves, "
+                "want 4 (h, act, o, y)", (long long)(n - n0 - 4));
+        R_OK(dt_backward(loss));
+        dt_tensor *g1 = dt_tensor_grad(tw1), *g2 = dt_tensor_grad(tw2);
+        R_CHECK(g1 && g2 && dt_tensor_grad(tx) == NULL, "gradients: W1 %p, W2 %p, x %p",
+                (void *)g1, (void *)g2, (void *)dt_tensor_grad(tx));
+        R_OK(live_is(ctx, n0 + 3 + 3,
+                     b0 + params + local_bytes(loss) + local_bytes(g1) + local_bytes(g2),
+                     "after backward: the leaves, the loss and two gradients"));
+        R_ERR(dt_backward(loss), DT_ERR_ARG, "freed");
+        dt_tensor_release(loss);
+        R_OK(dt_tensor_zero_grad(tw1));
+        R_OK(dt_tensor_zero_grad(tw2));
+        R_OK(live_is(ctx, n0 + 3, b0 + params, "after zero_grad"));
+    }
+    dt_tensor_release(tx), dt_tensor_release(tw1), dt_tensor_release(tw2);
+    R_OK(live_is(ctx, n0, b0, "at the end"));
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(autograd_parallel, backward_and_zero_grad_leave_only_the_parameters) {
+    t_run(4, lifetime_body, NULL);
+}
+
+/* Grad mode scopes, requires_grad on what cannot have one, and in-place updates. */
+static dt_status switches_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2", &mesh));
+    int64_t shape[1] = {6};
+    dt_placement s0[1] = {dt_shard(0)};
+    double *v = values(5, 6, 4), *u = values(6, 6, 4), after[6];
+    dt_tensor *p, *upd, *q, *idx;
+    R_OK(dist(mesh, v, 1, shape, s0, &p));
+    R_OK(dist(mesh, u, 1, shape, s0, &upd));
+    R_OK(dt_tensor_set_requires_grad(p, 1));
+    R_OK(dt_tensor_zeros(mesh, DT_I64, 1, shape, 1, s0, &idx));
+    R_ERR(dt_tensor_set_requires_grad(idx, 1), DT_ERR_ARG, "cannot require grad");
+    /* nested no_grad: nothing records until the outer scope closes */
+    R_CHECK(dt_grad_enabled(ctx), "grad mode starts off");
+    R_OK(dt_no_grad_enter(ctx));
+    R_OK(dt_no_grad_enter(ctx));
+    R_OK(dt_no_grad_exit(ctx));
+    R_CHECK(!dt_grad_enabled(ctx), "grad mode is on inside the outer no_grad scope");
+    R_OK(dt_mul(p, upd, &q));
+    R_CHECK(!dt_tensor_requires_grad(q), "an op under no_grad recorded a node");
+    R_OK(dt_tensor_set_requires_grad(q, 0)); /* a leaf: no node was recorded */
+    dt_tensor_release(q);
+    /* the optimizer's update: in place, allowed under no_grad */
+    R_OK(dt_add_(p, upd));
+    R_OK(dt_mul_(p, upd));
+    R_OK(dt_no_grad_exit(ctx));
+    R_ERR(dt_no_grad_exit(ctx), DT_ERR_ARG, "no dt_no_grad_enter");
+    R_CHECK(dt_grad_enabled(ctx), "grad mode stays off after its scopes closed");
+    for (int k = 0; k < 6; k++) after[k] = (v[k] + u[k]) * u[k];
+    R_OK(equals(p, after, 6, 0, "p after p += u; p *= u"));
+    R_CHECK(dt_tensor_requires_grad(p), "p no longer requires grad after its update");
+    R_OK(dt_mul(p, upd, &q));
+    R_CHECK(dt_tensor_requires_grad(q), "an op on p with grad mode on recorded nothing");
+    dt_tensor_release(q);
+    /* in place while recording: refused, on either side, and p is unchanged */
+    R_ERR(dt_add_(p, upd), DT_ERR_ARG, "requires grad");
+    R_ERR(dt_mul_(upd, p), DT_ERR_ARG, "requires grad");
+    R_OK(equals(p, after, 6, 0, "p after refused updates"));
+    R_OK(equals(upd, u, 6, 0, "u after a refused update"));
+    dt_tensor_release(p), dt_tensor_release(upd), dt_tensor_release(idx);
+    free(v), free(u);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(autograd_parallel, grad_mode_scopes_requires_grad_and_in_place_updates) {
+    t_run(2, switches_body, NULL);
+}
+
+/* ---- Partial losses: the seed is Replicate ones whatever the loss's reduction --------------- */
+
+static dt_status partial_loss_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    int64_t shape[1] = {8};
+    dt_placement s0[1] = {dt_shard(0)}, rep[1] = {dt_replicate()};
+    dt_placement psum[1] = {dt_partial(DT_REDUCE_SUM)}, pavg[1] = {dt_partial(DT_REDUCE_AVG)};
+    double *v = values(7, 8, 4), *w = values(8, 8, 4), want[8];
+    dt_tensor *x, *tw, *xw;
+    R_OK(dist(mesh, v, 1, shape, s0, &x));
+    R_OK(dist(mesh, w, 1, shape, s0, &tw));
+    R_OK(dt_tensor_set_requires_grad(x, 1));
+    for (int kind = 0; kind < 3; kind++) {
+        dt_tensor *loss, *s = NULL, *r = NULL;
+        R_OK(dt_mul(x, tw, &xw));
+        R_OK(dt_sum(xw, NULL, 0, 0, &s)); /* over the sharded dim: P(sum) */
+        R_OK(placed(s, 1, psum, "sum over a sharded dim"));
+        if (kind == 0) {
+            loss = s, s = NULL;
+        } else if (kind == 1) { /* the same value as a pending average */
+            R_OK(dt_tensor_redistribute(s, 1, rep, &r));
+            R_OK(dt_tensor_redistribute(r, 1, pavg, &loss));
+            R_OK(placed(loss, 1, pavg, "the P(avg) loss"));
+        } else { /* mean over the sharded dim: P(avg) made by an op */
+            R_OK(dt_mean(xw, NULL, 0, 0, &loss));
+            R_OK(placed(loss, 1, pavg, "mean over a sharded dim"));
+        }
+        double lv, ref = 0;
+        for (int k = 0; k < 8; k++) ref += v[k] * w[k] / (kind == 2 ? 8 : 1);
+        R_OK(dt_tensor_full(loss, &lv, sizeof lv));
+        R_CHECK(fabs(lv - ref) <= 1e-12 * (1 + fabs(ref)), "loss %d is %.15g, want %.15g", kind,
+                lv, ref);
+        R_OK(dt_backward(loss));
+        for (int k = 0; k < 8; k++) want[k] = w[k] / (kind == 2 ? 8 : 1);
+        R_OK(placed(dt_tensor_grad(x), 1, s0, "x's gradient"));
+        R_OK(equals(dt_tensor_grad(x), want, 8, 1e-15, "x's gradient"));
+        R_OK(dt_tensor_zero_grad(x));
+        dt_tensor_release(loss), dt_tensor_release(s), dt_tensor_release(r);
+        dt_tensor_release(xw);
+    }
+    dt_tensor_release(x), dt_tensor_release(tw);
+    free(v), free(w);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(autograd_parallel, partial_losses_are_seeded_with_replicated_ones) {
+    t_run(4, partial_loss_body, NULL);
+}
