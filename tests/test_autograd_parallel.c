@@ -139,10 +139,10 @@ static dt_status mlp_grad_body(dt_ctx *ctx, void *arg) {
     rs = t_issued(ctx, DT_COLL_REDUCE_SCATTER), all = t_issued_total(ctx);
     /* The mirror of the forward: the output's gradient is gathered where the output was
      * reduce_scattered, the input's reduce_scattered where the input was gathered. */
-    if (getenv("T_PRINT") && dt_ctx_rank(ctx) == 0) {
+    if (tp && all != (r->sp ? 2u : 1u) && dt_ctx_rank(ctx) == 0) { /* the table, for the failure */
         dt_comm_stats cs;
         dt_comm_stats_get(ctx, &cs);
-        dt_comm_stats_print(&cs, "backward", stderr);
+        dt_comm_stats_print(&cs, "MLP backward", stderr);
     }
     if (tp && r->sp)
         R_CHECK(ag == 1 && rs == 1 && all == 2, "sequence-parallel backward: %llu collectives "
