@@ -42,10 +42,11 @@ DT_API dt_status dt_no_grad_exit(dt_ctx *ctx);
 DT_API int dt_grad_enabled(const dt_ctx *ctx);
 
 /* Grad sync (default on): leaf gradients end in the leaf's placements: a leaf replicated over
- * a mesh dim whose gradient is Partial there is all_reduced (DDP), one sharded there is
- * reduce_scattered (FSDP). Off: leaf gradients stay as backward left them (Partial where the
- * leaf is replicated), for gradient accumulation; the next backward with sync on adds to them
- * and reduces once. */
+ * a mesh dim whose gradient is Partial there is all_reduced (DDP), one sharded there (and
+ * gathered by the ops that used it) is reduce_scattered (FSDP), once per backward however
+ * many ops used the leaf. Off: leaf gradients stay as backward left them (Partial where the
+ * leaf was replicated or gathered), for gradient accumulation; the next backward with sync on
+ * adds to them and reduces once. */
 DT_API dt_status dt_ctx_set_grad_sync(dt_ctx *ctx, int sync);
 
 #ifdef __cplusplus

@@ -176,7 +176,10 @@ static dt_status step(dt_tensor *t) {
     int any = 0;
     for (int i = 0; i < node->n; i++) any |= need[i] = node->in[i] && node->in[i]->requires_grad;
     dt_status st = DT_OK;
-    if (any && node->redistribute) st = redistribute_grad(node->in[0], g, &gin[0]);
+    /* A leaf's gradient passes a redistribute unmoved: the leaf's own sync (or its absence,
+     * for accumulation) places it once, after every use of the leaf has added into it. */
+    if (any && node->redistribute && !node->in[0]->node) dt_tensor_retain(gin[0] = g);
+    else if (any && node->redistribute) st = redistribute_grad(node->in[0], g, &gin[0]);
     else if (any) {
         const op_desc *d = dt_op_desc(node->op);
         dt_grad_call c = {.op = node->op, .args = &node->args, .n = node->n, .in = node->in,

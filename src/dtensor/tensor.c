@@ -44,6 +44,21 @@ dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int
 
 enum { GIVEN, UNINIT, ZEROED }; /* where make's storage comes from */
 
+/* The rank's live tensors and owned bytes (dt_ctx_live). In-place ops swap data and ownership
+ * between two tensors of the same local shape, so the sum stays right. */
+static void count_live(const dt_tensor *t, int sign) {
+    dt_ctx *ctx = t->mesh->ctx;
+    atomic_fetch_add(&ctx->live_tensors, sign);
+    if (t->owned)
+        atomic_fetch_add(&ctx->live_bytes,
+                         sign * (long long)(t->local_numel * dt_dtype_size(t->dtype)));
+}
+
+void dt_ctx_live(dt_ctx *ctx, int64_t *tensors_out, int64_t *bytes_out) {
+    *tensors_out = atomic_load(&ctx->live_tensors);
+    *bytes_out = atomic_load(&ctx->live_bytes);
+}
+
 /* One layout computation per tensor: dispatch makes one per op. */
 static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                       const int64_t *shape, const dt_placement *norm, void *data, bool owned,
@@ -81,6 +96,7 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
     }
     t->mesh = mesh;
     dt_mesh_retain(mesh);
+    count_live(t, 1);
     *out = t;
     return DT_OK;
 }
@@ -167,6 +183,7 @@ dt_status dt_tensor_release(dt_tensor *tensor) {
     if (atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
     dt_node_release(tensor->node);
     dt_tensor_release(tensor->grad);
+    count_live(tensor, -1);
     if (tensor->owned) dt_tensor_mem(tensor)->free(tensor->data);
     dt_mesh_release(tensor->mesh);
     shell_free(tensor);

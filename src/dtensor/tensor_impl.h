@@ -35,6 +35,10 @@ struct dt_tensor {
     dt_tensor *grad;      /* a leaf's accumulated gradient (owned) */
 };
 
+/* The calling rank's tensors alive now and the bytes of local data they own (tests use it to
+ * see that backward and zero_grad leave nothing behind). Not collective. */
+void dt_ctx_live(dt_ctx *ctx, int64_t *tensors_out, int64_t *bytes_out);
+
 /* DT_ERR_ARG naming fn and the argument when t is NULL, released or not a tensor. */
 static inline dt_status dt_tensor_check(const char *fn, const char *arg, const dt_tensor *t) {
     if (!t) return dt_error_set(DT_ERR_ARG, "%s: argument %s is NULL", fn, arg);

@@ -3,6 +3,7 @@
 
 #include "comm/comm_impl.h"
 #include "core/check.h"
+#include "dtensor/autograd.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 #include "ops/op_impl.h"
@@ -193,7 +194,14 @@ dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out)
  * PyTorch: a result that dispatch placed otherwise (add_(R weight, P(sum) grad) gives
  * P(sum)) is redistributed back to them first. */
 static dt_status in_place(dt_op op, dt_tensor *x, dt_tensor *other) {
-    DT_ARG_NOT_NULL(x);
+    DT_TENSOR_ARG(x);
+    DT_TENSOR_ARG(other);
+    /* Overwriting x would change what the graph computed from it (and x's own node or
+     * other's gradient could not follow the new data): refused while recording, allowed under
+     * dt_no_grad_enter, where optimizers update parameters. */
+    DT_ARG(!dt_grad_enabled(x->mesh->ctx) || (!x->requires_grad && !other->requires_grad),
+           "%s_: %s requires grad and grad mode is on; update it inside dt_no_grad_enter / "
+           "dt_no_grad_exit", dt_op_name(op), x->requires_grad ? "x" : "other");
     dt_tensor *r;
     DT_CHECK(two(op, x, other, &r));
     if (r->ndim != x->ndim || memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim)) {

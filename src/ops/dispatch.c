@@ -217,6 +217,11 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
         st = f->compute(&c);
         if (ctx->trace) dt_trace_record(ctx, DT_LANE_COMPUTE, dt_op_name(op), tk, "%zu elements out", o->local_numel);
     }
+    /* The node holds the inputs as the kernel used them: one that was moved is the output of
+     * a recorded redistribute, so its gradient goes back through that move's conjugate (an
+     * all_gather's reduce_scatter) and the rule computes on the moved values without moving
+     * them again (a gathered input stays alive until backward). */
+    if (st == DT_OK && dt_autograd_wants(in, n)) st = dt_autograd_record(op, use, n, a, o);
     for (int i = 0; i < n; i++) dt_tensor_release(moved[i]);
     if (st != DT_OK) {
         dt_tensor_release(o);
@@ -236,14 +241,7 @@ dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_o
     DT_CHECK(dt_op_kernel_check(op, dt_kernels_of(inputs[0]->device.kind)));
     const strategy *s;
     DT_CHECK(lookup(op, f, inputs, ninputs, args, &s));
-    DT_CHECK(run(op, f, inputs, ninputs, args ? args : &no_args, s, out));
-    if (!dt_autograd_wants(inputs, ninputs)) return DT_OK;
-    dt_status st = dt_autograd_record(op, inputs, ninputs, args, *out);
-    if (st != DT_OK) {
-        dt_tensor_release(*out);
-        *out = NULL;
-    }
-    return st;
+    return run(op, f, inputs, ninputs, args ? args : &no_args, s, out);
 }
 
 dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
