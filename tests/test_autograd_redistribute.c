@@ -71,8 +71,10 @@ static dt_status row_body(dt_ctx *ctx, void *arg) {
     R_CHECK(g != NULL, "%s: x got no gradient", r->id);
     dt_tensor_info info;
     R_OK(dt_tensor_info_get(g, &info));
-    for (int m = 0; m < r->mnd; m++) {
-        dt_placement want = r->sync ? r->src[m] : unpartial(r->src[m]);
+    /* Synced, the gradient is in x's placements; unsynced it stays as the backward left it
+     * (a leaf's gradient passes the redistribute unmoved), so only its value is checked. */
+    for (int m = 0; r->sync && m < r->mnd; m++) {
+        dt_placement want = r->src[m];
         char have[32], wanted[32];
         dt_placements_format(&info.placements[m], 1, have, sizeof have);
         dt_placements_format(&want, 1, wanted, sizeof wanted);
@@ -145,6 +147,13 @@ Test(autograd_redistribute, every_conformance_row_forward_and_backward) {
         uint64_t dual[NK];
         dual_of(plan, dual);
         dt_plan_destroy(plan);
+        /* A P(max) or P(min) y cannot be multiplied by w as it is: dispatch moves it for the
+         * loss's mul (a reduce_scatter or all_reduce), and that move's dual may add one
+         * collective per such mesh dim to the backward. */
+        uint64_t moved = 0;
+        for (int m = 0; m < r.mnd; m++)
+            moved += r.dst[m].kind == DT_PLACEMENT_PARTIAL &&
+                     (r.dst[m].op == DT_REDUCE_MAX || r.dst[m].op == DT_REDUCE_MIN);
         int nranks = 1;
         for (int m = 0; m < r.mnd; m++) nranks *= r.ms[m];
         for (r.sync = 0; r.sync < 2; r.sync++) {
@@ -153,8 +162,9 @@ Test(autograd_redistribute, every_conformance_row_forward_and_backward) {
             for (int k = 0; k < NK; k++) bwd += r.bwd[k], dn += dual[k];
             cr_assert_eq(r.other_bwd, 0, "%s: the backward issued %llu other collectives", r.id,
                          (unsigned long long)r.other_bwd);
-            cr_assert(bwd <= dn, "%s: the backward issued %llu collectives, the dual plan needs "
-                                 "%llu", r.id, (unsigned long long)bwd, (unsigned long long)dn);
+            cr_assert(bwd <= dn + moved, "%s: the backward issued %llu collectives, the dual plan "
+                                         "needs %llu (+%llu for dispatch's move of y)", r.id,
+                      (unsigned long long)bwd, (unsigned long long)dn, (unsigned long long)moved);
             /* the gradient is never Partial here (w is not): nothing to reduce */
             cr_assert(r.bwd[AR] == 0 && r.bwd[RS] == 0, "%s: the backward reduced (%llu "
                       "all_reduce, %llu reduce_scatter)", r.id, (unsigned long long)r.bwd[AR],
