@@ -1,0 +1,189 @@
+/* SGD and AdamW: parameters on meshes 4, 3 and 2x2 in different placements (uneven shards
+ * included) follow a naive double implementation of torch's formulas step by step and equal the
+ * same run on one rank; a step issues no collective; state lives in the parameter's placements;
+ * errors name the parameter; the schedule against its formula; f32 master weights for bf16
+ * parameters; a linear model trained 20 steps on a 2x2 mesh equals one rank. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+
+enum { NP = 4, STEPS = 4 };
+static const int p_ndim[NP] = {2, 1, 2, 2};
+static const int64_t p_shape[NP][2] = {{5, 7}, {6, 0}, {3, 5}, {4, 2}};
+/* Optimizer settings under test. */
+enum { SGD_MOMENTUM, SGD_NESTEROV, SGD_PLAIN, ADAMW, NRULES };
+static const char *const rule_name[NRULES] = {"sgd momentum", "sgd nesterov", "sgd", "adamw"};
+static const dt_sgd_options sgd_opts[3] = {
+    {.lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01},
+    {.lr = 0.05, .momentum = 0.8, .weight_decay = 0.02, .nesterov = 1},
+    {.lr = 0.05, .weight_decay = 0.03},
+};
+static const dt_adamw_options adamw_opts = {
+    .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1};
+static const dt_lr_schedule sched = {
+    .lr = 1, .lr_min = 0.1, .warmup_steps = 1, .stable_steps = 1, .decay_steps = 2};
+static const double group1_wd = 0; /* parameters 2 and 3 */
+
+static size_t numel(int k) { return (size_t)(p_shape[k][0] * (p_ndim[k] == 2 ? p_shape[k][1] : 1)); }
+static double init_v(int k, size_t i) { return t_value(100 + (uint64_t)k, i) / 8; }
+static double grad_v(int k, int s, size_t i) { return t_value(200 + 10 * (uint64_t)k + (uint64_t)s, i) / 4; }
+/* Which parameters get a gradient at step s: 3 never, 1 skips step 1. */
+static int has_grad(int k, int s) { return k != 3 && !(k == 1 && s == 1); }
+
+static double sched_f(int s) { /* torchtitan's formula, restated */
+    if (s < 1) return (s + 1) / 2.0;
+    if (s < 2) return 1;
+    if (s > 4) s = 4;
+    double p = (s + 1 - 2) / 3.0;
+    return 0.1 + 0.9 * 0.5 * (1 + cos(M_PI * p));
+}
+
+/* Parameter k, element i after STEPS steps of rule, in double, torch's formulas. */
+static double naive(int rule, int k, size_t i) {
+    double p = init_v(k, i), buf = 0, m = 0, v = 0;
+    int steps = 0;
+    for (int s = 0; s < STEPS; s++) {
+        if (!has_grad(k, s)) continue;
+        double g = grad_v(k, s, i);
+        if (rule == ADAMW) {
+            double lr = adamw_opts.lr * sched_f(s), wd = k < 2 ? adamw_opts.weight_decay : group1_wd;
+            double b1 = adamw_opts.beta1, b2 = adamw_opts.beta2, t = steps + 1;
+            p *= 1 - lr * wd;
+            m = b1 * m + (1 - b1) * g;
+            v = b2 * v + (1 - b2) * g * g;
+            p -= lr / (1 - pow(b1, t)) * m / (sqrt(v) / sqrt(1 - pow(b2, t)) + adamw_opts.eps);
+        } else {
+            const dt_sgd_options *o = &sgd_opts[rule];
+            double lr = o->lr * sched_f(s), wd = k < 2 ? o->weight_decay : group1_wd;
+            g += wd * p;
+            if (o->momentum != 0) {
+                buf = steps == 0 ? g : o->momentum * buf + (1 - o->dampening) * g;
+                g = o->nesterov ? g + o->momentum * buf : buf;
+            }
+            p -= lr * g;
+        }
+        steps++;
+    }
+    return p;
+}
+
+typedef struct urun {
+    const char *mesh;
+    int rule;
+    dt_placement pl[NP][2];
+    double *full[NP]; /* rank 0's result */
+} urun;
+
+static dt_status make_optim(int rule, dt_tensor **p, dt_optim **o) {
+    dt_param_group g[2] = {{.params = p, .n = 2}, {.params = p + 2, .n = 2, .weight_decay = &group1_wd}};
+    return rule == ADAMW ? dt_optim_adamw_create(&adamw_opts, g, 2, o)
+                         : dt_optim_sgd_create(&sgd_opts[rule], g, 2, o);
+}
+
+static dt_status update_body(dt_ctx *ctx, void *arg) {
+    urun *r = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, r->mesh, &mesh));
+    int mnd = dt_mesh_ndim(mesh);
+    dt_placement rep[2] = {dt_replicate(), dt_replicate()};
+    dt_tensor *p[NP];
+    for (int k = 0; k < NP; k++) {
+        double buf[64];
+        for (size_t i = 0; i < numel(k); i++) buf[i] = init_v(k, i);
+        R_OK(dt_tensor_distribute(mesh, buf, DT_F64, p_ndim[k], p_shape[k], mnd, r->pl[k],
+                                  DT_ALL_RANKS, &p[k]));
+        R_OK(dt_tensor_set_requires_grad(p[k], 1));
+    }
+    dt_optim *o;
+    R_OK(make_optim(r->rule, p, &o));
+    for (int k = 0; k < NP; k++) { /* state in the parameter's placements and device */
+        dt_tensor_info pi, si;
+        R_OK(dt_tensor_info_get(p[k], &pi));
+        for (int w = 0; w < 2; w++) {
+            dt_tensor *s;
+            R_OK(dt_optim_state(o, k, w, &s));
+            int want = r->rule == ADAMW || (w == 0 && sgd_opts[r->rule].momentum != 0);
+            R_CHECK((s != NULL) == want, "parameter %d state %d: %p", k, w, (void *)s);
+            if (!s) continue;
+            R_OK(dt_tensor_info_get(s, &si));
+            R_CHECK(si.local_numel == pi.local_numel && si.device.kind == pi.device.kind,
+                    "parameter %d state %d: local numel %zu, parameter's %zu", k, w,
+                    si.local_numel, pi.local_numel);
+            for (int m = 0; m < mnd; m++)
+                R_CHECK(dt_placement_equal(si.placements[m], pi.placements[m]),
+                        "parameter %d state %d: placement %d differs", k, w, m);
+        }
+    }
+    for (int s = 0; s < STEPS; s++) {
+        R_OK(dt_optim_zero_grad(o));
+        for (int k = 0; k < NP; k++) {
+            if (!has_grad(k, s)) continue;
+            double buf[64];
+            for (size_t i = 0; i < numel(k); i++) buf[i] = grad_v(k, s, i);
+            dt_tensor *g;
+            R_OK(dt_tensor_distribute(mesh, buf, DT_F64, p_ndim[k], p_shape[k], mnd, rep,
+                                      DT_ALL_RANKS, &g));
+            R_OK(dt_backward_with(p[k], g)); /* a leaf: its gradient, in its placements */
+            dt_tensor_release(g);
+        }
+        double lr;
+        R_OK(dt_lr_warmup_cosine(&sched, s, &lr));
+        R_OK(dt_optim_set_lr(o, lr * (r->rule == ADAMW ? adamw_opts.lr : sgd_opts[r->rule].lr)));
+        R_OK(dt_comm_stats_reset(ctx));
+        R_OK(dt_optim_step(o));
+        R_CHECK(t_issued_total(ctx) == 0, "step %d issued %llu collectives", s,
+                (unsigned long long)t_issued_total(ctx));
+    }
+    for (int k = 0; k < NP; k++) {
+        double *full = malloc(numel(k) * 8);
+        R_OK(dt_tensor_full(p[k], full, numel(k) * 8));
+        if (dt_ctx_rank(ctx) == 0) r->full[k] = full;
+        else free(full);
+        dt_tensor_release(p[k]);
+    }
+    R_OK(dt_optim_destroy(o));
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+static int mesh_ranks(const char *m) { return !strcmp(m, "2x2") ? 4 : atoi(m); }
+
+Test(optim, updates_follow_torch_formulas_on_every_mesh) {
+    dt_placement R = dt_replicate(), S0 = dt_shard(0), S1 = dt_shard(1);
+    struct { const char *mesh; dt_placement pl[NP][2]; } layouts[] = {
+        {"1", {{R}, {R}, {R}, {R}}},
+        {"4", {{S0}, {R}, {S1}, {S0}}},       /* 5 rows and 5 columns over 4: uneven */
+        {"3", {{S1}, {S0}, {R}, {S1}}},       /* 7 columns over 3; 2 columns over 3: one empty */
+        {"2x2", {{S0, S1}, {R, S0}, {S1, R}, {R, R}}},
+        {"2x2", {{R, S0}, {S0, S0}, {S0, S1}, {S1, S0}}},
+    };
+    int nl = (int)(sizeof layouts / sizeof layouts[0]);
+    for (int rule = 0; rule < NRULES; rule++) {
+        urun one = {.mesh = "1", .rule = rule};
+        memcpy(one.pl, layouts[0].pl, sizeof one.pl);
+        t_run(1, update_body, &one);
+        for (int k = 0; k < NP; k++)
+            for (size_t i = 0; i < numel(k); i++) {
+                double want = naive(rule, k, i), got = one.full[k][i];
+                cr_assert(fabs(got - want) <= 1e-12 * (1 + fabs(want)),
+                          "%s: parameter %d [%zu] is %.15g, torch's formulas give %.15g",
+                          rule_name[rule], k, i, got, want);
+            }
+        for (int l = 1; l < nl; l++) {
+            urun r = {.mesh = layouts[l].mesh, .rule = rule};
+            memcpy(r.pl, layouts[l].pl, sizeof r.pl);
+            t_run(mesh_ranks(r.mesh), update_body, &r);
+            for (int k = 0; k < NP; k++) {
+                for (size_t i = 0; i < numel(k); i++)
+                    cr_assert(fabs(r.full[k][i] - one.full[k][i]) <= 1e-14 * (1 + fabs(one.full[k][i])),
+                              "%s on %s (layout %d): parameter %d [%zu] is %.15g, one rank "
+                              "%.15g", rule_name[rule], r.mesh, l, k, i, r.full[k][i],
+                              one.full[k][i]);
+                free(r.full[k]);
+            }
+        }
+        for (int k = 0; k < NP; k++) free(one.full[k]);
+    }
+}
