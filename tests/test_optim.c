@@ -187,3 +187,111 @@ Test(optim, updates_follow_torch_formulas_on_every_mesh) {
         for (int k = 0; k < NP; k++) free(one.full[k]);
     }
 }
+
+/* ---- errors --------------------------------------------------------------------------------- */
+
+static dt_status errors_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2", &mesh));
+    int64_t shape[2] = {4, 3};
+    dt_placement s0[1] = {dt_shard(0)}, r1[1] = {dt_replicate()};
+    dt_placement ps[1] = {dt_partial(DT_REDUCE_SUM)};
+    dt_tensor *a, *b, *part, *ints, *plain, *g;
+    R_OK(dt_tensor_ones(mesh, DT_F64, 2, shape, 1, s0, &a));
+    R_OK(dt_tensor_ones(mesh, DT_F64, 2, shape, 1, r1, &b));
+    R_OK(dt_tensor_ones(mesh, DT_F64, 2, shape, 1, ps, &part));
+    R_OK(dt_tensor_zeros(mesh, DT_I32, 2, shape, 1, r1, &ints));
+    R_OK(dt_tensor_ones(mesh, DT_F64, 2, shape, 1, r1, &plain));
+    R_OK(dt_tensor_set_requires_grad(a, 1));
+    R_OK(dt_tensor_set_requires_grad(b, 1));
+    R_OK(dt_tensor_set_requires_grad(part, 1));
+    dt_optim *o = T_SENTINEL(dt_optim *);
+    dt_sgd_options so = {.lr = 0.1};
+    dt_tensor *list[3] = {a, b, a};
+    dt_param_group g1 = {.params = list, .n = 2};
+    /* options */
+    dt_sgd_options bad = {.lr = 0.1, .momentum = 0.9, .dampening = 0.5, .nesterov = 1};
+    R_ERR(dt_optim_sgd_create(&bad, &g1, 1, &o), DT_ERR_ARG, "nesterov");
+    bad = (dt_sgd_options){.lr = -1};
+    R_ERR(dt_optim_sgd_create(&bad, &g1, 1, &o), DT_ERR_ARG, "options->lr");
+    dt_adamw_options ab = {.lr = 0.1, .beta1 = 1, .beta2 = 0.9};
+    R_ERR(dt_optim_adamw_create(&ab, &g1, 1, &o), DT_ERR_ARG, "beta1");
+    R_ERR(dt_optim_sgd_create(NULL, &g1, 1, &o), DT_ERR_ARG, "options");
+    /* parameters */
+    dt_param_group dup = {.params = list, .n = 3};
+    R_ERR(dt_optim_sgd_create(&so, &dup, 1, &o), DT_ERR_ARG, "parameter 2");
+    R_MSG("parameter 0 again");
+    dt_tensor *pl_list[2] = {a, plain};
+    dt_param_group gp = {.params = pl_list, .n = 2};
+    R_ERR(dt_optim_sgd_create(&so, &gp, 1, &o), DT_ERR_ARG, "parameter 1");
+    R_MSG("requires grad");
+    dt_tensor *part_list[2] = {a, part};
+    dt_param_group gpart = {.params = part_list, .n = 2};
+    R_ERR(dt_optim_sgd_create(&so, &gpart, 1, &o), DT_ERR_PLACEMENT, "parameter 1");
+    R_MSG("Partial");
+    dt_tensor *int_list[1] = {ints};
+    dt_param_group gi = {.params = int_list, .n = 1};
+    R_ERR(dt_optim_sgd_create(&so, &gi, 1, &o), DT_ERR_ARG, "parameter 0");
+    R_CHECK(o == T_SENTINEL(dt_optim *), "a failed create wrote out");
+    /* a Partial gradient (grad sync off) is refused, naming the parameter, before any change */
+    R_OK(dt_optim_sgd_create(&so, &g1, 1, &o));
+    R_OK(dt_tensor_ones(mesh, DT_F64, 2, shape, 1, r1, &g));
+    R_OK(dt_backward_with(a, g));
+    dt_tensor *gp2;
+    R_OK(dt_tensor_ones(mesh, DT_F64, 2, shape, 1, ps, &gp2));
+    R_OK(dt_ctx_set_grad_sync(ctx, 0));
+    R_OK(dt_backward_with(b, gp2));
+    R_OK(dt_ctx_set_grad_sync(ctx, 1));
+    R_ERR(dt_optim_step(o), DT_ERR_PLACEMENT, "parameter 1");
+    R_MSG("P(sum)");
+    double va[12];
+    R_OK(dt_tensor_full(a, va, sizeof va));
+    R_CHECK(va[0] == 1 && va[11] == 1, "parameter 0 changed by a step that failed: %g", va[0]);
+    R_OK(dt_optim_zero_grad(o));
+    R_CHECK(!dt_tensor_grad(a) && !dt_tensor_grad(b), "zero_grad left a gradient");
+    R_OK(dt_optim_step(o)); /* no gradients: nothing to do */
+    R_ERR(dt_optim_set_lr(o, -0.5), DT_ERR_ARG, "lr");
+    dt_tensor *st;
+    R_ERR(dt_optim_state(o, 2, 0, &st), DT_ERR_ARG, "k = 2");
+    R_OK(dt_optim_destroy(o));
+    R_ERR(dt_optim_step(NULL), DT_ERR_ARG, "optim");
+    dt_tensor_release(g), dt_tensor_release(gp2);
+    dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(part);
+    dt_tensor_release(ints), dt_tensor_release(plain);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(optim, errors_name_the_argument) { t_run(2, errors_body, NULL); }
+
+/* ---- the schedule --------------------------------------------------------------------------- */
+
+Test(optim, schedule_follows_its_formula) {
+    dt_lr_schedule s = {.lr = 3e-4, .lr_min = 0.1, .warmup_steps = 3, .stable_steps = 2,
+                        .decay_steps = 5};
+    for (int step = 0; step < 14; step++) {
+        double want, got;
+        if (step < 3) want = (step + 1) / 4.0;
+        else if (step < 5) want = 1;
+        else {
+            int t = step > 10 ? 10 : step;
+            want = 0.1 + 0.9 * 0.5 * (1 + cos(M_PI * (t + 1 - 5) / 6.0));
+        }
+        cr_assert_eq(dt_lr_warmup_cosine(&s, step, &got), DT_OK);
+        cr_assert(fabs(got - 3e-4 * want) <= 1e-18, "step %d: %.17g, formula %.17g", step, got,
+                  3e-4 * want);
+    }
+    for (int step = 0; step < 5; step++) {
+        double got;
+        cr_assert_eq(dt_lr_warmup_cosine(&sched, step, &got), DT_OK);
+        cr_assert(fabs(got - sched_f(step)) <= 1e-15, "test schedule step %d", step);
+    }
+    double v;
+    dt_lr_schedule bad = s;
+    bad.lr_min = 2;
+    T_ERR(dt_lr_warmup_cosine(&bad, 0, &v), DT_ERR_ARG, "lr_min");
+    T_ERR(dt_lr_warmup_cosine(&s, -1, &v), DT_ERR_ARG, "step");
+    bad = s, bad.decay_steps = -1;
+    T_ERR(dt_lr_warmup_cosine(&bad, 0, &v), DT_ERR_ARG, "negative");
+}
