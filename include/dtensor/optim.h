@@ -10,8 +10,9 @@
  *
  * Mixed precision: a group with master_weights keeps an f32 copy of each bf16/f16 parameter;
  * the step updates the copy (state in f32) and writes it, rounded, into the parameter the model
- * computes with. With dt_tensor_set_grad_dtype (dtensor/autograd.h) the gradients of such
- * parameters are also accumulated and reduced in f32.
+ * computes with. The step also takes an f32 gradient for such a parameter; autograd itself
+ * still accumulates and reduces a bf16 parameter's gradient in bf16 (f32 gradient accumulation
+ * is not done yet).
  *
  * No call here is collective or blocks on other ranks; every rank holding shards of the
  * parameters must make the same calls with the same arguments (their states must agree). */
