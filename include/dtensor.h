@@ -10,6 +10,7 @@
 #include "dtensor/mesh.h"
 #include "dtensor/nccl.h"
 #include "dtensor/ops.h"
+#include "dtensor/optim.h"
 #include "dtensor/placement.h"
 #include "dtensor/redistribute.h"
 #include "dtensor/runtime.h"

@@ -7,8 +7,8 @@
  * Sections: device memory (allocator, copies, errors), work on the communication thread, ops (every
  * case of the CPU suite on meshes 1, 2, 4 and 2x2, each result against the unsharded CPU result),
  * redistribute (the property suite's random cases, exact), the tensor-parallel MLP (one
- * all_reduce), creation (rand, randn, casts... on GPU ranks against the CPU, bit for bit). Last
- * line: "N passed, N failed". */
+ * all_reduce), creation (rand, randn, casts... on GPU ranks against the CPU, bit for bit),
+ * optimizer steps (gpu_optim.c). Last line: "N passed, N failed". */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "gpu_optim.h"
 #include "op_cases.h"
 #include "property_cases.h"
 
@@ -435,6 +436,9 @@ int main(int argc, char **argv) {
     p0 = passed, f0 = failed;
     check_create();
     printf("create:       %d passed, %d failed\n", passed - p0, failed - f0);
+    p0 = passed, f0 = failed;
+    gpu_check_optim(report);
+    printf("optim:        %d passed, %d failed\n", passed - p0, failed - f0);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("(%.1f s)\n",
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));

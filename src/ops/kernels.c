@@ -25,6 +25,7 @@ const dt_kernels dt_kernels_cpu = {
     .topk = dt_cpu_topk,
     .cumsum = dt_cpu_cumsum,
     .vector_norm = dt_cpu_vector_norm,
+    .optim_step = dt_cpu_optim_step,
 };
 
 #if DT_HAVE_CUDA

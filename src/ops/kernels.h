@@ -156,6 +156,41 @@ dt_status dt_cpu_rope(const dt_local *x, const dt_local *cos, const dt_local *si
 dt_status dt_cpu_dropout(double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,
                          const int64_t *box_offset, const dt_local *x, dt_local *out);
 
+/* ---- optimizers ------------------------------------------------------------------------- */
+
+typedef enum dt_optim_rule { DT_OPTIM_RULE_SGD, DT_OPTIM_RULE_ADAMW } dt_optim_rule;
+
+/* One parameter's local shard for a fused optimizer step (ops/cpu/optim_math.h has the
+ * per-element update). numel elements each of param, grad and the state buffers. The update
+ * reads param (param_dtype) or, when master is not NULL, the f32 master copy, which it updates
+ * and then writes rounded into param. grad has grad_dtype (param_dtype or f32); state[0] and
+ * state[1] (SGD: the momentum buffer, NULL when momentum is 0; AdamW: exp_avg, exp_avg_sq) have
+ * state_dtype. The math runs in f64 when state_dtype is f64, else in f32, each stored value
+ * rounded once. Scalars are the host's, per parameter: */
+typedef struct dt_optim_item {
+    void *param;
+    const void *grad;
+    void *master;
+    void *state[2];
+    uint64_t numel;
+    dt_dtype param_dtype, grad_dtype, state_dtype;
+    double lr, weight_decay;
+    int first;                /* SGD: this step starts the momentum buffer (buf = g) */
+    double step_size, bc2_sqrt; /* AdamW: lr / (1 - beta1^t), sqrt(1 - beta2^t) */
+} dt_optim_item;
+
+/* The rule's hyperparameters shared by every item. */
+typedef struct dt_optim_hyper {
+    dt_optim_rule rule;
+    double momentum, dampening; /* SGD */
+    int nesterov;
+    double beta1, beta2, eps; /* AdamW */
+} dt_optim_hyper;
+
+/* One fused step over n items, in place (no item aliases another). Item arrays are host
+ * memory; the data pointers live on the table's device. */
+dt_status dt_cpu_optim_step(const dt_optim_hyper *h, const dt_optim_item *items, int n);
+
 /* ---- one table per device ------------------------------------------------------------- */
 
 /* The kernels above as a table, so op families run on whichever device their inputs live on:
@@ -192,6 +227,7 @@ typedef struct dt_kernels {
     dt_status (*topk)(const dt_local *x, int64_t k, int dim, int smallest, dt_local *out);
     dt_status (*cumsum)(const dt_local *x, int dim, dt_local *out);
     dt_status (*vector_norm)(double ord, unsigned mask, const dt_local *x, dt_local *out);
+    dt_status (*optim_step)(const dt_optim_hyper *h, const dt_optim_item *items, int n);
 } dt_kernels;
 
 extern const dt_kernels dt_kernels_cpu;

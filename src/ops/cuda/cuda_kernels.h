@@ -45,6 +45,9 @@ dt_status dt_cuda_topk(const dt_local *x, int64_t k, int dim, int smallest, dt_l
 dt_status dt_cuda_cumsum(const dt_local *x, int dim, dt_local *out); /* scan.cu */
 dt_status dt_cuda_vector_norm(double ord, unsigned mask, const dt_local *x,
                               dt_local *out); /* vector_norm.cu */
+/* optim.cu: one launch per up to DT_CU_OPTIM_ITEMS items (their table travels as the kernel's
+ * argument, as torch's multi_tensor_apply does). */
+dt_status dt_cuda_optim_step(const dt_optim_hyper *h, const dt_optim_item *items, int n);
 
 #ifdef __cplusplus
 }

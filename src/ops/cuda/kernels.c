@@ -24,4 +24,5 @@ const dt_kernels dt_kernels_cuda = {
     .topk = dt_cuda_topk,
     .cumsum = dt_cuda_cumsum,
     .vector_norm = dt_cuda_vector_norm,
+    .optim_step = dt_cuda_optim_step,
 };
