@@ -175,6 +175,51 @@ static dt_status argmax_body(dt_ctx *ctx, void *arg) {
 
 Test(autograd, ops_without_a_derivative_say_so) { t_run(2, argmax_body, NULL); }
 
+/* Ties and kinks, which the finite-difference cases avoid, with x (2, 4) sharded on the dim
+ * the reductions reduce: amax and the inf-norm split the gradient evenly among tied elements
+ * (the inf-norm with x's sign), maximum halves it where the operands tie, abs and relu give 0
+ * at 0 (as torch). */
+static dt_status ties_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    static const double xv[8] = {1, 3, 3, 2, -4, 4, 0, 1}, yv[8] = {1, 0, 5, 2, 0, 4, 1, 1};
+    static const double want[5][8] = {
+        {0, .5, .5, 0, 0, 1, 0, 0},     /* sum(amax(x, dim 1)) */
+        {0, .5, .5, 0, -.5, .5, 0, 0},  /* sum(vector_norm(x, inf, dim 1)) */
+        {.5, 1, 0, .5, 0, .5, 0, .5},   /* sum(maximum(x, y)) */
+        {1, 1, 1, 1, -1, 1, 0, 1},      /* sum(abs(x)) */
+        {1, 1, 1, 1, 0, 1, 0, 1},       /* sum(relu(x)) */
+    };
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2", &mesh));
+    dt_placement s1[1] = {dt_shard(1)};
+    int64_t shape[2] = {2, 4};
+    int dim = 1;
+    for (int k = 0; k < 5; k++) {
+        dt_tensor *x, *y, *out = NULL, *s;
+        R_OK(dt_tensor_distribute(mesh, xv, DT_F64, 2, shape, 1, s1, DT_ALL_RANKS, &x));
+        R_OK(dt_tensor_distribute(mesh, yv, DT_F64, 2, shape, 1, s1, DT_ALL_RANKS, &y));
+        R_OK(dt_tensor_set_requires_grad(x, 1));
+        if (k == 0) R_OK(dt_amax(x, &dim, 1, 0, &out));
+        if (k == 1) R_OK(dt_vector_norm(x, INFINITY, &dim, 1, 0, &out));
+        if (k == 2) R_OK(dt_maximum(x, y, &out));
+        if (k == 3) R_OK(dt_abs(x, &out));
+        if (k == 4) R_OK(dt_relu(x, &out));
+        R_OK(dt_sum(out, NULL, 0, 0, &s));
+        R_OK(dt_backward(s));
+        double g[8];
+        R_OK(dt_tensor_full(dt_tensor_grad(x), g, sizeof g));
+        for (int i = 0; i < 8; i++)
+            R_CHECK(g[i] == want[k][i], "case %d: gradient [%d] is %g, want %g", k, i, g[i],
+                    want[k][i]);
+        dt_tensor_release(s), dt_tensor_release(out), dt_tensor_release(y);
+        dt_tensor_release(x);
+    }
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(autograd, ties_share_the_gradient_and_kinks_give_zero) { t_run(2, ties_body, NULL); }
+
 Test(autograd, gradients_equal_finite_differences_and_one_rank) {
     static const char *const meshes[] = {"4", "3", "2x2"};
     int checked = 0, pending = 0;
