@@ -77,7 +77,8 @@ static inline dt_status chain_end(chain *c, int n, dt_tensor *const *res, dt_ten
     if (c->st == DT_OK)
         for (int i = 0; i < n; i++)
             if (res[i]) dt_tensor_retain(res[i]), in_grad[i] = res[i];
-    for (int i = 0; i < c->n; i++) dt_tensor_release(c->t[i]);
+    for (int i = 0; i < c->n; i++)
+        dt_tensor_release(c->t[i]);
     return c->st;
 }
 

@@ -25,7 +25,8 @@ static dt_tensor *grad_kept(chain *ch, const dt_grad_call *c) {
         int d = c->args->dims[i];
         mask |= 1u << (d < 0 ? d + x->ndim : d);
     }
-    for (int d = 0; d < x->ndim; d++) kept[d] = mask & (1u << d) ? 1 : x->shape[d];
+    for (int d = 0; d < x->ndim; d++)
+        kept[d] = mask & (1u << d) ? 1 : x->shape[d];
     if (ch->st != DT_OK) return NULL;
     dt_status st = dt_view(c->grad, x->ndim, kept, &o);
     return chain_keep(ch, st, o);
@@ -47,10 +48,18 @@ static dt_status extremum(const dt_grad_call *c, dt_tensor **gin) {
     return chain_end1(&ch, split_among(&ch, c, hit, NULL), gin);
 }
 
-dt_status dt_grad_amax(const dt_grad_call *c, dt_tensor **gin) { return extremum(c, gin); }
-dt_status dt_grad_amin(const dt_grad_call *c, dt_tensor **gin) { return extremum(c, gin); }
-dt_status dt_grad_max(const dt_grad_call *c, dt_tensor **gin) { return extremum(c, gin); }
-dt_status dt_grad_min(const dt_grad_call *c, dt_tensor **gin) { return extremum(c, gin); }
+dt_status dt_grad_amax(const dt_grad_call *c, dt_tensor **gin) {
+    return extremum(c, gin);
+}
+dt_status dt_grad_amin(const dt_grad_call *c, dt_tensor **gin) {
+    return extremum(c, gin);
+}
+dt_status dt_grad_max(const dt_grad_call *c, dt_tensor **gin) {
+    return extremum(c, gin);
+}
+dt_status dt_grad_min(const dt_grad_call *c, dt_tensor **gin) {
+    return extremum(c, gin);
+}
 
 /* out[i] = sum_{j <= i} x[j] along dim, so gx[j] = sum_{i >= j} g[i]: the reverse cumulative
  * sum, sum(g) - cumsum(g) + g. */

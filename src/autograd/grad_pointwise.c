@@ -47,10 +47,8 @@ dt_status dt_grad_where(const dt_grad_call *c, dt_tensor **gin) {
     dt_tensor *res[3] = {NULL, NULL, NULL};
     if (c->need[1] || c->need[2]) {
         dt_tensor *zero = chain1(&ch, dt_tensor_zeros_like, c->grad);
-        if (c->need[1])
-            res[1] = chain_sum_to(&ch, chain_where(&ch, IN(0), c->grad, zero), IN(1));
-        if (c->need[2])
-            res[2] = chain_sum_to(&ch, chain_where(&ch, IN(0), zero, c->grad), IN(2));
+        if (c->need[1]) res[1] = chain_sum_to(&ch, chain_where(&ch, IN(0), c->grad, zero), IN(1));
+        if (c->need[2]) res[2] = chain_sum_to(&ch, chain_where(&ch, IN(0), zero, c->grad), IN(2));
     }
     return chain_end(&ch, 3, res, gin);
 }
@@ -105,8 +103,8 @@ dt_status dt_grad_gelu(const dt_grad_call *c, dt_tensor **gin) {
     const double cc = 0.79788456080286535588, k = 0.044715; /* sqrt(2 / pi) */
     chain ch = {0};
     dt_tensor *x = IN(0), *x2 = chain2(&ch, dt_mul, x, x);
-    dt_tensor *inner = chain2(&ch, dt_mul, x, chains(&ch, dt_add_scalar,
-                                                     chains(&ch, dt_mul_scalar, x2, k), 1));
+    dt_tensor *inner =
+        chain2(&ch, dt_mul, x, chains(&ch, dt_add_scalar, chains(&ch, dt_mul_scalar, x2, k), 1));
     dt_tensor *t = chain1(&ch, dt_tanh, chains(&ch, dt_mul_scalar, inner, cc));
     dt_tensor *left = chains(&ch, dt_mul_scalar, chains(&ch, dt_add_scalar, t, 1), 0.5);
     dt_tensor *du = chains(&ch, dt_add_scalar, chains(&ch, dt_mul_scalar, x2, 3 * k), 1);
