@@ -145,6 +145,29 @@ const op_case op_cases[] = {
     {"view 1-D to 3-D", DT_OP_VIEW, A(.shape_ndim = 3, .shape = {2, 3, 4}), 1, {1}, {{24}}, {F}},
     {"view regroup", DT_OP_VIEW, A(.shape_ndim = 3, .shape = {6, 2, 4}), 1, {4}, {{2, 3, 4, 2}},
      {F}},
+    /* comparisons and sign; where with a float condition; more shapes for the rules of the
+     * pointwise and reduction ops (continuous data: no ties for maximum/minimum or amax) */
+    {"eq i32 ties", DT_OP_EQ, A(0), 2, {2, 1}, {{7, 5}, {5}}, {DT_I32, DT_I32}, 0, 3},
+    {"ne", DT_OP_NE, A(0), 2, {2, 2}, {{6, 5}, {6, 5}}, {F, F}},
+    {"gt bcast", DT_OP_GT, A(0), 2, {2, 2}, {{7, 4}, {7, 1}}, {F, F}},
+    {"ge bf16", DT_OP_GE, A(0), 2, {3, 1}, {{3, 5, 4}, {4}}, {DT_BF16, DT_BF16}},
+    {"lt f64", DT_OP_LT, A(0), 2, {1, 2}, {{6}, {5, 6}}, {DT_F64, DT_F64}},
+    {"le i64 ties", DT_OP_LE, A(0), 2, {2, 2}, {{9, 3}, {9, 3}}, {DT_I64, DT_I64}, 0, 4},
+    {"sign", DT_OP_SIGN, A(0), 1, {2}, {{7, 5}}, {F}},
+    {"sign i32", DT_OP_SIGN, A(0), 1, {1}, {{11}}, {DT_I32}},
+    {"where float cond", DT_OP_WHERE, A(0), 3, {2, 1, 2}, {{4, 5}, {5}, {4, 5}}, {F, F, F}},
+    {"maximum bcast f64", DT_OP_MAXIMUM, A(0), 2, {2, 1}, {{6, 5}, {5}}, {DT_F64, DT_F64}},
+    {"minimum bcast", DT_OP_MINIMUM, A(0), 2, {3, 2}, {{2, 4, 3}, {4, 1}}, {F, F}},
+    {"amax keepdim", DT_OP_AMAX, A(.ndims = 1, .dims = {1}, .keepdim = 1), 1, {3}, {{3, 7, 4}},
+     {F}},
+    {"amin all", DT_OP_AMIN, A(0), 1, {2}, {{6, 5}}, {F}},
+    {"max dims", DT_OP_MAX, A(.ndims = 2, .dims = {0, -1}), 1, {3}, {{5, 3, 4}}, {F}},
+    {"min dim", DT_OP_MIN, A(.ndims = 1, .dims = {1}), 1, {2}, {{6, 7}}, {DT_F64}},
+    {"cumsum last f64", DT_OP_CUMSUM, A(.dim = -1), 1, {2}, {{4, 9}}, {DT_F64}},
+    {"pow -1.5", DT_OP_POW_SCALAR, A(.scalar = -1.5), 1, {2}, {{6, 4}}, {F}, 1},
+    {"pow 0", DT_OP_POW_SCALAR, A(.scalar = 0), 1, {1}, {{9}}, {F}},
+    {"vector_norm -1", DT_OP_VECTOR_NORM, A(.scalar = -1, .ndims = 1, .dims = {1}), 1, {2},
+     {{5, 6}}, {F}},
 };
 #undef A
 #undef F

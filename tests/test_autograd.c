@@ -26,6 +26,12 @@ typedef struct grun {
 
 static int is_float(dt_dtype t) { return t == DT_F32 || t == DT_F64 || t == DT_BF16 || t == DT_F16; }
 
+/* Whether input i gets a gradient: float inputs, but where's condition (a selector, as torch's
+ * bool condition: it gets none even when it is a float that requires grad). */
+static int has_grad(const op_case *c, int i) {
+    return is_float(c->dtype[i]) && !(c->op == DT_OP_WHERE && i == 0);
+}
+
 static size_t count(const op_case *c, int i) {
     size_t n = 1;
     for (int d = 0; d < c->nd[i]; d++) n *= (size_t)c->shape[i][d];
@@ -87,7 +93,10 @@ static dt_status grad_body(dt_ctx *ctx, void *arg) {
             snprintf(r->why, sizeof r->why, "%s", dt_last_error());
         }
         for (int i = 0; i < c->n && st == DT_OK; i++) {
-            if (!is_float(c->dtype[i])) continue;
+            if (!has_grad(c, i)) {
+                R_CHECK(dt_tensor_grad(in[i]) == NULL, "%s: input %d got a gradient", c->name, i);
+                continue;
+            }
             dt_tensor *g = dt_tensor_grad(in[i]);
             R_CHECK(g != NULL, "%s: input %d got no gradient", c->name, i);
             double *full = malloc(count(c, i) * 8 + 8);
@@ -107,13 +116,15 @@ static void free_run(grun *r) {
     for (int i = 0; i < 3; i++) free(r->grad[i]);
 }
 
-/* Whether the case has a float input and a float output (ops with index outputs have no
- * derivative). */
+static int is_comparison(dt_op op) { return op >= DT_OP_EQ && op <= DT_OP_LE; }
+
+/* Whether the case has a float input and a float output (ops with index outputs and the
+ * comparisons have no derivative). */
 static int differentiable(const op_case *c) {
     int any = 0;
     for (int i = 0; i < c->n; i++) any |= is_float(c->dtype[i]);
     return any && c->op != DT_OP_ARGMAX && c->op != DT_OP_ARGMIN && c->op != DT_OP_ONE_HOT &&
-           c->op != DT_OP_TOPK;
+           c->op != DT_OP_TOPK && !is_comparison(c->op);
 }
 
 /* argmax of a tensor that needs a gradient, summed: the backward reaches argmax and says it
@@ -133,12 +144,81 @@ static dt_status argmax_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_sum(idx, NULL, 0, 0, &s));
     R_ERR(dt_backward(s), DT_ERR_UNSUPPORTED, "argmax has no derivative");
     R_CHECK(dt_tensor_grad(x) == NULL, "x got a gradient through argmax");
-    dt_tensor_release(s), dt_tensor_release(idx), dt_tensor_release(x);
+    dt_tensor_release(s), dt_tensor_release(idx);
+    /* every comparison likewise, named; a mask used as where's condition is no obstacle:
+     * where(x > 0, x, 0) is differentiable (its gradient skips the condition's graph) */
+    for (dt_op op = DT_OP_EQ; op <= DT_OP_LE; op++) {
+        dt_tensor *in[2] = {x, x}, *m;
+        R_OK(dt_op_call(op, in, 2, NULL, &m));
+        R_OK(dt_sum(m, NULL, 0, 0, &s));
+        R_ERR(dt_backward(s), DT_ERR_UNSUPPORTED, "no derivative");
+        R_CHECK(strstr(dt_last_error(), dt_op_name(op)) && dt_tensor_grad(x) == NULL,
+                "backward through %s: %s", dt_op_name(op), dt_last_error());
+        dt_tensor_release(s), dt_tensor_release(m);
+    }
+    dt_tensor *zero, *y, *mask;
+    R_OK(dt_tensor_zeros_like(x, &zero));
+    R_OK(dt_gt(x, zero, &mask));
+    R_OK(dt_where(mask, x, zero, &y));
+    R_OK(dt_sum(y, NULL, 0, 0, &s));
+    R_OK(dt_backward(s));
+    double grad[20];
+    R_OK(dt_tensor_full(dt_tensor_grad(x), grad, sizeof grad));
+    for (int k = 0; k < 20; k++)
+        R_CHECK(grad[k] == (buf[k] > 0), "where(x > 0, x, 0): gradient [%d] of x = %g is %g", k,
+                buf[k], grad[k]);
+    dt_tensor_release(s), dt_tensor_release(y), dt_tensor_release(mask), dt_tensor_release(zero);
+    dt_tensor_release(x);
     dt_mesh_release(mesh);
     return DT_OK;
 }
 
 Test(autograd, ops_without_a_derivative_say_so) { t_run(2, argmax_body, NULL); }
+
+/* Ties and kinks, which the finite-difference cases avoid, with x (2, 4) sharded on the dim
+ * the reductions reduce: amax and the inf-norm split the gradient evenly among tied elements
+ * (the inf-norm with x's sign), maximum halves it where the operands tie, abs and relu give 0
+ * at 0 (as torch). */
+static dt_status ties_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    static const double xv[8] = {1, 3, 3, 2, -4, 4, 0, 1}, yv[8] = {1, 0, 5, 2, 0, 4, 1, 1};
+    static const double want[5][8] = {
+        {0, .5, .5, 0, 0, 1, 0, 0},     /* sum(amax(x, dim 1)) */
+        {0, .5, .5, 0, -.5, .5, 0, 0},  /* sum(vector_norm(x, inf, dim 1)) */
+        {.5, 1, 0, .5, 0, .5, 0, .5},   /* sum(maximum(x, y)) */
+        {1, 1, 1, 1, -1, 1, 0, 1},      /* sum(abs(x)) */
+        {1, 1, 1, 1, 0, 1, 0, 1},       /* sum(relu(x)) */
+    };
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2", &mesh));
+    dt_placement s1[1] = {dt_shard(1)};
+    int64_t shape[2] = {2, 4};
+    int dim = 1;
+    for (int k = 0; k < 5; k++) {
+        dt_tensor *x, *y, *out = NULL, *s;
+        R_OK(dt_tensor_distribute(mesh, xv, DT_F64, 2, shape, 1, s1, DT_ALL_RANKS, &x));
+        R_OK(dt_tensor_distribute(mesh, yv, DT_F64, 2, shape, 1, s1, DT_ALL_RANKS, &y));
+        R_OK(dt_tensor_set_requires_grad(x, 1));
+        if (k == 0) R_OK(dt_amax(x, &dim, 1, 0, &out));
+        if (k == 1) R_OK(dt_vector_norm(x, INFINITY, &dim, 1, 0, &out));
+        if (k == 2) R_OK(dt_maximum(x, y, &out));
+        if (k == 3) R_OK(dt_abs(x, &out));
+        if (k == 4) R_OK(dt_relu(x, &out));
+        R_OK(dt_sum(out, NULL, 0, 0, &s));
+        R_OK(dt_backward(s));
+        double g[8];
+        R_OK(dt_tensor_full(dt_tensor_grad(x), g, sizeof g));
+        for (int i = 0; i < 8; i++)
+            R_CHECK(g[i] == want[k][i], "case %d: gradient [%d] is %g, want %g", k, i, g[i],
+                    want[k][i]);
+        dt_tensor_release(s), dt_tensor_release(out), dt_tensor_release(y);
+        dt_tensor_release(x);
+    }
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(autograd, ties_share_the_gradient_and_kinks_give_zero) { t_run(2, ties_body, NULL); }
 
 Test(autograd, gradients_equal_finite_differences_and_one_rank) {
     static const char *const meshes[] = {"4", "3", "2x2"};
@@ -157,7 +237,7 @@ Test(autograd, gradients_equal_finite_differences_and_one_rank) {
         cr_assert_eq(ref.backward_status, DT_OK, "%s: backward: %s", c->name, ref.why);
         /* one rank against central differences */
         for (int i = 0; i < c->n; i++) {
-            if (!is_float(c->dtype[i])) continue;
+            if (!has_grad(c, i)) continue;
             for (size_t k = 0; k < count(c, i); k++) {
                 const double h = 1e-5;
                 grun up = {.c = c, .mesh = "1", .fd_input = i, .fd_elem = (int)k, .fd_step = h};
@@ -182,7 +262,7 @@ Test(autograd, gradients_equal_finite_differences_and_one_rank) {
                 cr_assert_eq(r.backward_status, DT_OK, "%s on %s (try %d): backward: %s",
                              c->name, meshes[mi], t, r.why);
                 for (int i = 0; i < c->n; i++) {
-                    if (!is_float(c->dtype[i])) continue;
+                    if (!has_grad(c, i)) continue;
                     for (size_t k = 0; k < count(c, i); k++)
                         cr_assert(fabs(r.grad[i][k] - ref.grad[i][k]) <=
                                       1e-9 * (1 + fabs(ref.grad[i][k])),

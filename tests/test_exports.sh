@@ -12,8 +12,10 @@ nm -D --defined-only "$lib" | awk '$2 ~ /^[TtDdBbRrVvWwi]$/ {print $3}' | sort -
 {
     grep -rhoE 'DT_API [^(;]*\bdt_[A-Za-z0-9_]+[[:space:]]*\(' "$root/include" |
         grep -oE 'dt_[A-Za-z0-9_]+[[:space:]]*\($' | tr -d ' ('
-    # the wrapper column of the op list: the last argument of each X(...) entry
-    grep -oE ',[[:space:]]*dt_[a-z0-9_]+,[[:space:]]*[a-z0-9_]+\)' "$root/include/dtensor/op_list.h" | grep -oE 'dt_[a-z0-9_]+'
+    # the wrapper column of the op list: the argument before the last (the grad token) of
+    # each X(...) entry
+    grep -oE ',[[:space:]]*dt_[a-z0-9_]+,[[:space:]]*[a-z0-9_]+\)' "$root/include/dtensor/op_list.h" |
+        grep -oE 'dt_[a-z0-9_]+'
 } | grep -v '^dt_plugin_register$' | sort -u >"$tmp/declared" # the plugin defines that one
 status=0
 # a public function declared without DT_API would be hidden from the shared library

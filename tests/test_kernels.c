@@ -23,6 +23,7 @@ static double ref_unary(dt_unary f, double x, double s, int integer) {
     case DT_UNARY_POW_SCALAR: return pow(x, s);
     case DT_UNARY_ADD_SCALAR: return x + (integer ? trunc(s) : s);
     case DT_UNARY_MUL_SCALAR: return x * (integer ? trunc(s) : s);
+    case DT_UNARY_SIGN: return x > 0 ? 1 : x < 0 ? -1 : 0;
     default: return NAN;
     }
 }
@@ -36,7 +37,8 @@ Test(kernels, unary_all_ops_dtypes_and_in_place) {
                            f == DT_UNARY_POW_SCALAR;
             double s = f == DT_UNARY_POW_SCALAR ? 1.5 : f == DT_UNARY_MUL_SCALAR ? -2.5 : 1.75;
             int int_ok = f == DT_UNARY_NEG || f == DT_UNARY_ABS || f == DT_UNARY_RELU ||
-                         f == DT_UNARY_ADD_SCALAR || f == DT_UNARY_MUL_SCALAR;
+                         f == DT_UNARY_ADD_SCALAR || f == DT_UNARY_MUL_SCALAR ||
+                         f == DT_UNARY_SIGN;
             for (size_t si = 0; si < LEN(shapes); si++) {
                 tens x = is_int(dt) ? mk(dt, shapes[si], -9, 10)
                                     : mk(dt, shapes[si], positive ? 0.1 : -3, 3);
@@ -66,6 +68,12 @@ static double ref_binary(dt_binary f, double a, double b, int integer) {
     case DT_BINARY_DIV: return integer ? (b == 0 ? 0 : trunc(a / b)) : a / b;
     case DT_BINARY_MAX: return a > b ? a : b;
     case DT_BINARY_MIN: return a < b ? a : b;
+    case DT_BINARY_EQ: return a == b;
+    case DT_BINARY_NE: return a != b;
+    case DT_BINARY_GT: return a > b;
+    case DT_BINARY_GE: return a >= b;
+    case DT_BINARY_LT: return a < b;
+    case DT_BINARY_LE: return a <= b;
     default: return NAN;
     }
 }
@@ -105,6 +113,37 @@ Test(kernels, binary_broadcasting_and_aliasing) {
     }
     tens a = mk(DT_F32, SH(3, 2), 0, 1), b = mk(DT_F32, SH(3), 0, 1), o = mk_out(DT_F32, SH(3, 3));
     T_ERR(dt_cpu_binary(DT_BINARY_ADD, &a.t, &b.t, &o.t), DT_ERR_SHAPE, "broadcast");
+}
+
+/* Comparisons on whole-number floats (ties in every row), with NaN, -0 and +0 planted; sign of
+ * the same values. NaN compares false except under ne; -0 equals +0; sign(NaN) is NaN. */
+Test(kernels, comparisons_ties_nan_signed_zero_and_sign) {
+    for (size_t di = 0; di < LEN(ALL); di++) {
+        dt_dtype dt = ALL[di];
+        shp as = SH(4, 6), bs = SH(6);
+        tens a = mk_any(dt, as, -3, 3, 1), b = mk_any(dt, bs, -3, 3, 1);
+        if (!is_int(dt)) {
+            a.v[0] = NAN, a.v[1] = -0.0, b.v[1] = 0.0, b.v[2] = NAN, a.v[3] = -0.0, b.v[3] = -0.0;
+            store(&a), store(&b);
+        }
+        size_t n = numel(as);
+        for (int f = DT_BINARY_EQ; f <= DT_BINARY_LE; f++) {
+            double *want = talloc(n * sizeof(double) + 1);
+            for (size_t i = 0; i < n; i++) want[i] = ref_binary(f, a.v[i], b.v[i % 6], 0);
+            tens o = mk_out(dt, as);
+            OK(dt_cpu_binary(f, &a.t, &b.t, &o.t));
+            expect("comparison", &o.t, want, n);
+        }
+        tens s = mk_out(dt, as);
+        OK(dt_cpu_unary(DT_UNARY_SIGN, 0, &a.t, &s.t));
+        for (size_t i = 0; i < n; i++) {
+            double g = t_get(dt, s.t.data, i), x = a.v[i];
+            if (isnan(x)) cr_assert(isnan(g), "sign(NaN) [%s] is %g", dt_dtype_name(dt), g);
+            else /* +0 for -0 */
+                cr_assert(g == (x > 0) - (x < 0) && !(g == 0 && signbit(g)),
+                          "sign(%g) [%s] is %g", x, dt_dtype_name(dt), g);
+        }
+    }
 }
 
 Test(kernels, where_broadcasting_any_cond_dtype) {

@@ -91,6 +91,13 @@ static const args_kind kinds[] = {
     [DT_OP_TOPK] = TOPK,
     [DT_OP_CUMSUM] = DIM,
     [DT_OP_VECTOR_NORM] = VNORM,
+    [DT_OP_EQ] = NONE,
+    [DT_OP_NE] = NONE,
+    [DT_OP_GT] = NONE,
+    [DT_OP_GE] = NONE,
+    [DT_OP_LT] = NONE,
+    [DT_OP_LE] = NONE,
+    [DT_OP_SIGN] = NONE,
 };
 _Static_assert(sizeof kinds / sizeof kinds[0] == DT_OP_COUNT, "an op has no text form");
 

@@ -117,9 +117,24 @@
     X(VECTOR_NORM, "vector_norm", vector_norm, 1, 1, vector_norm,                                  \
       ARG_SCALAR | ARG_DIMS | ARG_KEEPDIM, dt_vector_norm, vector_norm)
 
+/* Comparisons, 1 where a (op) b holds and 0 elsewhere in the inputs' dtype (NumPy
+ * broadcasting; NaN compares false except under ne): masks for where and for backward rules.
+ * No derivative. Wrappers of the binary form, generated as DT_OP_BINARY_LIST's. */
+#define DT_OP_COMPARE_LIST(X)                                                                      \
+    X(EQ, "eq", pointwise, 2, 2, binary, 0, dt_eq, none)                                           \
+    X(NE, "ne", pointwise, 2, 2, binary, 0, dt_ne, none)                                           \
+    X(GT, "gt", pointwise, 2, 2, binary, 0, dt_gt, none)                                           \
+    X(GE, "ge", pointwise, 2, 2, binary, 0, dt_ge, none)                                           \
+    X(LT, "lt", pointwise, 2, 2, binary, 0, dt_lt, none)                                           \
+    X(LE, "le", pointwise, 2, 2, binary, 0, dt_le, none)
+
+/* sign(x): -1, 0 or 1 in x's dtype (NaN for NaN); its gradient is zero, as torch's. Wrapper of
+ * the unary form, generated as DT_OP_UNARY_LIST's. */
+#define DT_OP_SIGN_LIST(X) X(SIGN, "sign", pointwise, 1, 1, unary, 0, dt_sign, sign)
+
 #define DT_OP_LIST(X)                                                                              \
     DT_OP_BINARY_LIST(X) DT_OP_UNARY_LIST(X) DT_OP_SCALAR_LIST(X) DT_OP_REDUCE_LIST(X)             \
     DT_OP_DIM_LIST(X) DT_OP_OTHER_LIST(X) DT_OP_COMPOSE_LIST(X) DT_OP_NN_LIST(X)                   \
-    DT_OP_INDEX_LIST(X) DT_OP_NORM_LIST(X)
+    DT_OP_INDEX_LIST(X) DT_OP_NORM_LIST(X) DT_OP_COMPARE_LIST(X) DT_OP_SIGN_LIST(X)
 
 #endif

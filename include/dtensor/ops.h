@@ -124,9 +124,13 @@ DT_OP_UNARY_LIST(DT_DECLARE_UNARY)
 DT_OP_SCALAR_LIST(DT_DECLARE_SCALAR)
 DT_OP_REDUCE_LIST(DT_DECLARE_REDUCE)
 DT_OP_DIM_LIST(DT_DECLARE_DIM)
+/* dt_eq(a, b, out), dt_ne, dt_gt, dt_ge, dt_lt, dt_le: 1 where a (op) b, else 0, in the
+ * inputs' dtype; dt_sign(x, out): -1, 0, 1 (NaN for NaN). */
+DT_OP_COMPARE_LIST(DT_DECLARE_BINARY)
+DT_OP_SIGN_LIST(DT_DECLARE_UNARY)
 
-/* The same by op value: dt_unary_op for the unary group, dt_scalar_op for the scalar group,
- * dt_reduce for the reduce group and argmax/argmin (which take exactly one dim). */
+/* The same by op value: dt_unary_op for the unary group and sign, dt_scalar_op for the scalar
+ * group, dt_reduce for the reduce group and argmax/argmin (which take exactly one dim). */
 DT_API dt_status dt_unary_op(dt_op op, dt_tensor *x, dt_tensor **out);
 DT_API dt_status dt_scalar_op(dt_op op, dt_tensor *x, double s, dt_tensor **out);
 DT_API dt_status dt_reduce(dt_op op, dt_tensor *x, const int *dims, int ndims, int keepdim,

@@ -38,12 +38,15 @@ DT_OP_UNARY_LIST(DEFINE_UNARY)
 DT_OP_SCALAR_LIST(DEFINE_SCALAR)
 DT_OP_REDUCE_LIST(DEFINE_REDUCE)
 DT_OP_DIM_LIST(DEFINE_DIM)
+DT_OP_COMPARE_LIST(DEFINE_BINARY)
+DT_OP_SIGN_LIST(DEFINE_UNARY)
 
 /* Whether op is in the group whose wrappers wrapper_form makes. */
 #define IS_OF(e, n, f, lo, hi, k, args, wrapper, g) || op == DT_OP_##e
 
 dt_status dt_unary_op(dt_op op, dt_tensor *x, dt_tensor **out) {
-    DT_ARG(0 DT_OP_UNARY_LIST(IS_OF), "dt_unary_op: %s is not a unary op", dt_op_name(op));
+    DT_ARG(0 DT_OP_UNARY_LIST(IS_OF) DT_OP_SIGN_LIST(IS_OF), "dt_unary_op: %s is not a unary op",
+           dt_op_name(op));
     return dt_op_call(op, &x, 1, NULL, out);
 }
 

@@ -22,16 +22,19 @@ typedef enum dt_unary {
     DT_UNARY_POW_SCALAR, /* x ** s */
     DT_UNARY_ADD_SCALAR, /* x + s */
     DT_UNARY_MUL_SCALAR, /* x * s */
+    DT_UNARY_SIGN,       /* -1, 0, 1; NaN for NaN */
     DT_UNARY_COUNT
 } dt_unary;
 
 /* out = f(x) element-wise; out has x's shape and dtype (out may alias x: in place). Integer
- * dtypes support NEG, ABS, RELU, ADD_SCALAR and MUL_SCALAR (scalar truncated toward zero);
- * others return DT_ERR_DTYPE. */
+ * dtypes support NEG, ABS, RELU, SIGN, ADD_SCALAR and MUL_SCALAR (scalar truncated toward
+ * zero); others return DT_ERR_DTYPE. */
 dt_status dt_cpu_unary(dt_unary f, double scalar, const dt_local *x, dt_local *out);
 
 typedef enum dt_binary {
     DT_BINARY_ADD, DT_BINARY_SUB, DT_BINARY_MUL, DT_BINARY_DIV, DT_BINARY_MAX, DT_BINARY_MIN,
+    /* comparisons: 1 where a (op) b holds, else 0, in the operands' dtype (NaN: false, but NE) */
+    DT_BINARY_EQ, DT_BINARY_NE, DT_BINARY_GT, DT_BINARY_GE, DT_BINARY_LT, DT_BINARY_LE,
     DT_BINARY_COUNT
 } dt_binary;
 

@@ -6,7 +6,9 @@
 #include "core/check.h"
 #include "ops/op_impl.h"
 
-static int is_binary(dt_op op) { return op >= DT_OP_ADD && op <= DT_OP_MINIMUM; }
+static int is_binary(dt_op op) {
+    return (op >= DT_OP_ADD && op <= DT_OP_MINIMUM) || (op >= DT_OP_EQ && op <= DT_OP_LE);
+}
 
 static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
     (void)a;
@@ -39,9 +41,14 @@ static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a,
     return DT_OK;
 }
 
+/* Non-decreasing maps, NaN to NaN: f(max_i a_i) = max_i f(a_i), also when some a_i is NaN
+ * (both sides NaN). The comparisons are not among them for that reason: with a NaN among the
+ * a_i, max_i a_i > b is 0 while max_i (a_i > b) may be 1; nor are they linear, so a Partial
+ * input is reduced before any comparison. */
 static int monotone(dt_op op) {
     return op == DT_OP_EXP || op == DT_OP_LOG || op == DT_OP_SQRT || op == DT_OP_RELU ||
-           op == DT_OP_TANH || op == DT_OP_SIGMOID || op == DT_OP_ADD_SCALAR;
+           op == DT_OP_TANH || op == DT_OP_SIGMOID || op == DT_OP_ADD_SCALAR ||
+           op == DT_OP_SIGN;
 }
 
 static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
@@ -116,11 +123,14 @@ static const dt_unary unary_of[DT_OP_COUNT] = {
     [DT_OP_SILU] = DT_UNARY_SILU,     [DT_OP_TANH] = DT_UNARY_TANH,
     [DT_OP_SIGMOID] = DT_UNARY_SIGMOID, [DT_OP_POW_SCALAR] = DT_UNARY_POW_SCALAR,
     [DT_OP_ADD_SCALAR] = DT_UNARY_ADD_SCALAR, [DT_OP_MUL_SCALAR] = DT_UNARY_MUL_SCALAR,
+    [DT_OP_SIGN] = DT_UNARY_SIGN,
 };
 
 static const dt_binary binary_of[DT_OP_COUNT] = {
     [DT_OP_ADD] = DT_BINARY_ADD, [DT_OP_SUB] = DT_BINARY_SUB, [DT_OP_MUL] = DT_BINARY_MUL,
     [DT_OP_DIV] = DT_BINARY_DIV, [DT_OP_MAXIMUM] = DT_BINARY_MAX, [DT_OP_MINIMUM] = DT_BINARY_MIN,
+    [DT_OP_EQ] = DT_BINARY_EQ, [DT_OP_NE] = DT_BINARY_NE, [DT_OP_GT] = DT_BINARY_GT,
+    [DT_OP_GE] = DT_BINARY_GE, [DT_OP_LT] = DT_BINARY_LT, [DT_OP_LE] = DT_BINARY_LE,
 };
 
 static dt_status compute(local_call *c) {

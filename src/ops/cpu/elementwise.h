@@ -16,7 +16,9 @@
 #endif
 
 /* Float and double forms from one text: F is the libm suffix ("f" or empty). Max and min
- * propagate NaN, as torch.maximum does. GELU is GPT-2's tanh approximation. */
+ * propagate NaN, as torch.maximum does. GELU is GPT-2's tanh approximation. Sign is -1, 0 or
+ * 1 (+0 for -0) and NaN for NaN (as NumPy; sign stays monotone, NaN included). Comparisons
+ * give 1 or 0 in the operands' type; any comparison with NaN is 0 except NE's 1. */
 #define DT_EW_FLOAT_FNS(SUF, T, F)                                                                 \
     DT_EW_FN T dt_ew_relu_##SUF(T x) { return x > (T)0 ? x : (x != x ? x : (T)0); }                \
     DT_EW_FN T dt_ew_sigmoid_##SUF(T x) { return (T)1 / ((T)1 + exp##F(-x)); }                     \
@@ -28,6 +30,9 @@
     DT_EW_FN T dt_ew_rsqrt_##SUF(T x) { return (T)1 / sqrt##F(x); }                                \
     DT_EW_FN T dt_ew_max_##SUF(T a, T b) { return (b > a || b != b) ? b : a; }                     \
     DT_EW_FN T dt_ew_min_##SUF(T a, T b) { return (b < a || b != b) ? b : a; }                     \
+    DT_EW_FN T dt_ew_sign_##SUF(T x) {                                                             \
+        return x > (T)0 ? (T)1 : x < (T)0 ? (T)-1 : x != x ? x : (T)0;                            \
+    }                                                                                              \
     /* The whole unary table as one switch, for callers that map one element at a time. */         \
     DT_EW_FN T dt_ew_unary_##SUF(dt_unary f, T x, T s) {                                           \
         switch (f) {                                                                               \
@@ -45,6 +50,7 @@
         case DT_UNARY_POW_SCALAR: return pow##F(x, s);                                             \
         case DT_UNARY_ADD_SCALAR: return x + s;                                                    \
         case DT_UNARY_MUL_SCALAR: return x * s;                                                    \
+        case DT_UNARY_SIGN: return dt_ew_sign_##SUF(x);                                            \
         default: return x;                                                                         \
         }                                                                                          \
     }                                                                                              \
@@ -56,6 +62,12 @@
         case DT_BINARY_DIV: return a / b;                                                          \
         case DT_BINARY_MAX: return dt_ew_max_##SUF(a, b);                                          \
         case DT_BINARY_MIN: return dt_ew_min_##SUF(a, b);                                          \
+        case DT_BINARY_EQ: return (T)(a == b);                                                     \
+        case DT_BINARY_NE: return (T)(a != b);                                                     \
+        case DT_BINARY_GT: return (T)(a > b);                                                      \
+        case DT_BINARY_GE: return (T)(a >= b);                                                     \
+        case DT_BINARY_LT: return (T)(a < b);                                                      \
+        case DT_BINARY_LE: return (T)(a <= b);                                                     \
         default: return a;                                                                         \
         }                                                                                          \
     }
@@ -77,6 +89,7 @@ DT_EW_FLOAT_FNS(f64, double, )
     DT_EW_FN T dt_ew_relu_##SUF(T a) { return a > 0 ? a : (T)0; }                                  \
     DT_EW_FN T dt_ew_max_##SUF(T a, T b) { return a > b ? a : b; }                                 \
     DT_EW_FN T dt_ew_min_##SUF(T a, T b) { return a < b ? a : b; }                                 \
+    DT_EW_FN T dt_ew_sign_##SUF(T a) { return (T)((a > 0) - (a < 0)); }                            \
     DT_EW_FN T dt_ew_binary_##SUF(dt_binary f, T a, T b) {                                         \
         switch (f) {                                                                               \
         case DT_BINARY_ADD: return dt_ew_add_##SUF(a, b);                                          \
@@ -85,6 +98,12 @@ DT_EW_FLOAT_FNS(f64, double, )
         case DT_BINARY_DIV: return dt_ew_div_##SUF(a, b);                                          \
         case DT_BINARY_MAX: return dt_ew_max_##SUF(a, b);                                          \
         case DT_BINARY_MIN: return dt_ew_min_##SUF(a, b);                                          \
+        case DT_BINARY_EQ: return (T)(a == b);                                                     \
+        case DT_BINARY_NE: return (T)(a != b);                                                     \
+        case DT_BINARY_GT: return (T)(a > b);                                                      \
+        case DT_BINARY_GE: return (T)(a >= b);                                                     \
+        case DT_BINARY_LT: return (T)(a < b);                                                      \
+        case DT_BINARY_LE: return (T)(a <= b);                                                     \
         default: return a;                                                                         \
         }                                                                                          \
     }
@@ -95,7 +114,7 @@ DT_EW_INT_FNS(i64, int64_t, uint64_t)
 /* Whether dt_cpu_unary defines f for integer dtypes. */
 DT_EW_FN int dt_ew_unary_int_ok(dt_unary f) {
     return f == DT_UNARY_NEG || f == DT_UNARY_ABS || f == DT_UNARY_RELU ||
-           f == DT_UNARY_ADD_SCALAR || f == DT_UNARY_MUL_SCALAR;
+           f == DT_UNARY_ADD_SCALAR || f == DT_UNARY_MUL_SCALAR || f == DT_UNARY_SIGN;
 }
 
 /* A double scalar as an integer operand: truncated toward zero, saturated, NaN as 0. */

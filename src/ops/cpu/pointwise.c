@@ -21,6 +21,7 @@ static const char *const unary_names[] = {
     [DT_UNARY_SILU] = "silu",   [DT_UNARY_TANH] = "tanh",
     [DT_UNARY_SIGMOID] = "sigmoid", [DT_UNARY_POW_SCALAR] = "pow_scalar",
     [DT_UNARY_ADD_SCALAR] = "add_scalar", [DT_UNARY_MUL_SCALAR] = "mul_scalar",
+    [DT_UNARY_SIGN] = "sign",
 };
 _Static_assert(sizeof unary_names / sizeof unary_names[0] == DT_UNARY_COUNT,
                "unary name table incomplete");
@@ -55,6 +56,7 @@ static size_t numel(const dt_local *t) {
             MAP_CASE(SUF, DT_UNARY_POW_SCALAR)                                                     \
             MAP_CASE(SUF, DT_UNARY_ADD_SCALAR)                                                     \
             MAP_CASE(SUF, DT_UNARY_MUL_SCALAR)                                                     \
+            MAP_CASE(SUF, DT_UNARY_SIGN)                                                           \
         default: break;                                                                            \
         }                                                                                          \
     }
@@ -88,6 +90,9 @@ DEFINE_UNARY_HALF(f16, dt_f16_to_f32, dt_f32_to_f16)
             break;                                                                                 \
         case DT_UNARY_RELU:                                                                        \
             for (size_t i = 0; i < n; i++) y[i] = dt_ew_relu_##SUF(x[i]);                          \
+            break;                                                                                 \
+        case DT_UNARY_SIGN:                                                                        \
+            for (size_t i = 0; i < n; i++) y[i] = dt_ew_sign_##SUF(x[i]);                          \
             break;                                                                                 \
         case DT_UNARY_ADD_SCALAR:                                                                  \
             for (size_t i = 0; i < n; i++) y[i] = dt_ew_add_##SUF(x[i], s);                        \
@@ -177,6 +182,12 @@ static void bcast_next(const dt_bcast *it, int nin, int64_t *idx, int64_t *off) 
             BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_DIV)                                           \
             BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_MAX)                                           \
             BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_MIN)                                           \
+            BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_EQ)                                            \
+            BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_NE)                                            \
+            BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_GT)                                            \
+            BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_GE)                                            \
+            BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_LT)                                            \
+            BIN_CASE(CT, LOAD, STORE, FN, DT_BINARY_LE)                                            \
         default: break;                                                                            \
         }                                                                                          \
     }

@@ -6,7 +6,7 @@
 
 static const char *const unary_names[DT_UNARY_COUNT] = {
     "neg", "exp", "log", "sqrt", "rsqrt", "abs", "relu", "gelu", "silu", "tanh", "sigmoid",
-    "pow_scalar", "add_scalar", "mul_scalar",
+    "pow_scalar", "add_scalar", "mul_scalar", "sign",
 };
 
 /* elementwise.h's forms by overload, so one template covers every dtype. */
@@ -22,6 +22,7 @@ static __device__ __forceinline__ double ew_unary(dt_unary f, double x, double s
         case DT_UNARY_NEG: return dt_ew_neg_##SUF(x);                                              \
         case DT_UNARY_ABS: return dt_ew_abs_##SUF(x);                                              \
         case DT_UNARY_RELU: return dt_ew_relu_##SUF(x);                                            \
+        case DT_UNARY_SIGN: return dt_ew_sign_##SUF(x);                                            \
         case DT_UNARY_ADD_SCALAR: return dt_ew_add_##SUF(x, s);                                    \
         case DT_UNARY_MUL_SCALAR: return dt_ew_mul_##SUF(x, s);                                    \
         default: return x;                                                                         \
