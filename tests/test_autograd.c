@@ -324,3 +324,81 @@ static dt_status redistribute_body(dt_ctx *ctx, void *arg) {
 Test(autograd, redistribute_is_differentiable_blocking_and_async) {
     for (int async = 0; async < 2; async++) t_run(4, redistribute_body, &async);
 }
+
+/* A bf16 weight replicated over dp (batch sharded over dp) on 2x2: with its gradient dtype
+ * f32 the gradient is f32, in the weight's placements, equal to x^T w summed in double (the
+ * inputs are exact in bf16 and their products in f32), and the dp all_reduce moves f32 bytes;
+ * by default the gradient is bf16 and the all_reduce moves half the bytes. */
+typedef struct wide_run {
+    int f32;
+    uint64_t reduce_bytes;
+    float grad[8 * 6];
+} wide_run;
+
+static dt_status wide_body(dt_ctx *ctx, void *arg) {
+    wide_run *r = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2x2", &mesh));
+    int64_t xs[2] = {4, 6}, ws[2] = {8, 6}, ys[2] = {4, 8};
+    double xb[24], wb[48], gb[32];
+    for (int k = 0; k < 24; k++) xb[k] = (double)((k * 7) % 11 - 5) / 4;
+    for (int k = 0; k < 48; k++) wb[k] = (double)((k * 5) % 9 - 4) / 8;
+    for (int k = 0; k < 32; k++) gb[k] = (double)((k * 3) % 7 - 3) / 2;
+    uint16_t xh[24], wh[48], gh[32];
+    R_OK(dt_convert_from_f64(DT_BF16, xb, xh, 24));
+    R_OK(dt_convert_from_f64(DT_BF16, wb, wh, 48));
+    R_OK(dt_convert_from_f64(DT_BF16, gb, gh, 32));
+    dt_placement xpl[2] = {dt_shard(0), dt_replicate()}, wpl[2] = {dt_replicate(), dt_shard(0)};
+    dt_placement rep[2] = {dt_replicate(), dt_replicate()};
+    dt_tensor *x, *w, *g, *y, *p, *loss;
+    R_OK(dt_tensor_distribute(mesh, xh, DT_BF16, 2, xs, 2, xpl, DT_ALL_RANKS, &x));
+    R_OK(dt_tensor_distribute(mesh, wh, DT_BF16, 2, ws, 2, wpl, DT_ALL_RANKS, &w));
+    R_OK(dt_tensor_distribute(mesh, gh, DT_BF16, 2, ys, 2, rep, DT_ALL_RANKS, &g));
+    R_OK(dt_tensor_set_requires_grad(w, 1));
+    if (r->f32) R_OK(dt_tensor_set_grad_dtype(w, DT_F32));
+    R_OK(dt_linear(x, w, NULL, &y));
+    R_OK(dt_mul(y, g, &p));
+    R_OK(dt_sum(p, NULL, 0, 0, &loss));
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(dt_backward(loss));
+    dt_comm_stats s;
+    R_OK(dt_comm_stats_get(ctx, &s));
+    r->reduce_bytes = s.bytes_in[DT_COLL_ALL_REDUCE];
+    dt_tensor *gw = dt_tensor_grad(w);
+    dt_tensor_info info;
+    R_OK(dt_tensor_info_get(gw, &info));
+    R_CHECK(info.dtype == (r->f32 ? DT_F32 : DT_BF16), "the gradient is %s",
+            dt_dtype_name(info.dtype));
+    R_CHECK(dt_placement_equal(info.placements[0], wpl[0]) &&
+                dt_placement_equal(info.placements[1], wpl[1]),
+            "the gradient is not in w's placements");
+    double full[48];
+    uint16_t half[48];
+    if (r->f32) R_OK(dt_tensor_full(gw, r->grad, sizeof r->grad));
+    else {
+        R_OK(dt_tensor_full(gw, half, sizeof half));
+        R_OK(dt_convert_to_f64(DT_BF16, half, full, 48));
+        for (int k = 0; k < 48; k++) r->grad[k] = (float)full[k];
+    }
+    /* d loss / d w[o][i] = sum over rows b of g[b][o] x[b][i] */
+    for (int o = 0; o < 8 && r->f32; o++)
+        for (int i = 0; i < 6; i++) {
+            double want = 0;
+            for (int b = 0; b < 4; b++) want += gb[b * 8 + o] * xb[b * 6 + i];
+            R_CHECK(r->grad[o * 6 + i] == (float)want, "grad w[%d][%d] = %g, want %g", o, i,
+                    r->grad[o * 6 + i], want);
+        }
+    dt_tensor_release(loss), dt_tensor_release(p), dt_tensor_release(y);
+    dt_tensor_release(g), dt_tensor_release(w), dt_tensor_release(x);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(autograd, bf16_weight_gradient_accumulates_and_reduces_in_f32) {
+    wide_run narrow = {.f32 = 0}, wide = {.f32 = 1};
+    t_run(4, wide_body, &narrow);
+    t_run(4, wide_body, &wide);
+    cr_assert(wide.reduce_bytes == 2 * narrow.reduce_bytes && narrow.reduce_bytes > 0,
+              "the dp all_reduce moved %llu bytes in f32 and %llu in bf16",
+              (unsigned long long)wide.reduce_bytes, (unsigned long long)narrow.reduce_bytes);
+}

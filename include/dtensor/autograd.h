@@ -25,6 +25,13 @@ DT_API int dt_tensor_requires_grad(const dt_tensor *tensor);
 /* The gradient accumulated in a leaf, borrowed (NULL when none yet): a DTensor of the leaf's
  * shape, in the leaf's placements when grad sync is on. */
 DT_API dt_tensor *dt_tensor_grad(const dt_tensor *tensor);
+/* The dtype a leaf's gradient is accumulated and reduced in (FSDP's reduce_dtype): by default
+ * the leaf's own; DT_F32 for a bf16 parameter keeps the sum of its micro-batch gradients and
+ * its data-parallel reduction in f32 (torchtitan's default), and the optimizer's master weights
+ * (dtensor/optim.h) take that f32 gradient. Each contribution is widened before it is added (a
+ * Partial stays Partial: the reduction that places it runs in the wide type). DT_ERR_ARG for a
+ * non-leaf, a non-float dtype, or a leaf holding a gradient of another dtype. */
+DT_API dt_status dt_tensor_set_grad_dtype(dt_tensor *tensor, dt_dtype dtype);
 /* Drops the leaf's gradient (torch's zero_grad(set_to_none=True)). */
 DT_API dt_status dt_tensor_zero_grad(dt_tensor *tensor);
 

@@ -153,6 +153,20 @@ static dt_status accumulate(dt_tensor **acc, dt_tensor *g) {
     return DT_OK;
 }
 
+/* leaf->grad += g (g consumed), in the leaf's gradient dtype: a bf16 parameter whose gradient
+ * is kept in f32 widens each contribution first (a Partial stays Partial, so the reduction
+ * that places it runs in f32 too). */
+static dt_status accumulate_leaf(dt_tensor *leaf, dt_tensor *g) {
+    if (leaf->grad_dtype && g->dtype != (dt_dtype)(leaf->grad_dtype - 1)) {
+        dt_tensor *wide;
+        dt_status st = dt_cast(g, (dt_dtype)(leaf->grad_dtype - 1), &wide);
+        dt_tensor_release(g);
+        if (st != DT_OK) return st;
+        g = wide;
+    }
+    return accumulate(&leaf->grad, g);
+}
+
 /* The gradient of a redistribute's input: the output's gradient moved back to the input's
  * placements, with Replicate where the input was Partial (each part of a sum has the sum's
  * gradient), as PyTorch's redistribute backward does. */
@@ -195,7 +209,7 @@ static dt_status step(dt_tensor *t) {
             continue;
         }
         dt_tensor *in = node->in[i];
-        st = accumulate(in->node ? &in->node->grad : &in->grad, gin[i]);
+        st = in->node ? accumulate(&in->node->grad, gin[i]) : accumulate_leaf(in, gin[i]);
     }
     return st;
 }
@@ -258,7 +272,7 @@ dt_status dt_backward_with(dt_tensor *t, dt_tensor *grad) {
            dt_dtype_name(grad->dtype), dt_dtype_name(t->dtype));
     if (!t->node) { /* a leaf: its gradient is grad */
         dt_tensor_retain(grad);
-        DT_CHECK(accumulate(&t->grad, grad));
+        DT_CHECK(accumulate_leaf(t, grad));
         return t->mesh->ctx->grad_unsynced ? DT_OK : sync_leaf(t);
     }
     if (t->node->freed)
@@ -294,6 +308,20 @@ dt_status dt_tensor_set_requires_grad(dt_tensor *tensor, int requires_grad) {
            "dt_tensor_set_requires_grad: a %s tensor cannot require grad (floats only)",
            dt_dtype_name(tensor->dtype));
     tensor->requires_grad = requires_grad != 0;
+    return DT_OK;
+}
+
+dt_status dt_tensor_set_grad_dtype(dt_tensor *tensor, dt_dtype dtype) {
+    DT_TENSOR_ARG(tensor);
+    DT_ARG(!tensor->node, "dt_tensor_set_grad_dtype: the tensor was made by a recorded op; only "
+                          "leaves keep gradients");
+    DT_ARG(dtype == DT_F32 || dtype == DT_F64 || dtype == DT_BF16 || dtype == DT_F16,
+           "dt_tensor_set_grad_dtype: argument dtype = %s is not a float dtype",
+           dt_dtype_name(dtype));
+    DT_ARG(!tensor->grad || tensor->grad->dtype == dtype,
+           "dt_tensor_set_grad_dtype: the tensor holds a %s gradient; zero_grad first",
+           dt_dtype_name(tensor->grad ? tensor->grad->dtype : dtype));
+    tensor->grad_dtype = dtype == tensor->dtype ? 0 : (int)dtype + 1;
     return DT_OK;
 }
 

@@ -33,6 +33,7 @@ struct dt_tensor {
     bool requires_grad;   /* a leaf marked so, or the output of a recorded op */
     struct dt_node *node; /* the op that made it (owned), NULL for a leaf */
     dt_tensor *grad;      /* a leaf's accumulated gradient (owned) */
+    int grad_dtype;       /* dt_dtype + 1 its gradient is accumulated in; 0: its own */
 };
 
 /* The calling rank's tensors alive now and the bytes of local data they own (tests use it to
