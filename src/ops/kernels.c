@@ -25,6 +25,7 @@ const dt_kernels dt_kernels_cpu = {
     .topk = dt_cpu_topk,
     .cumsum = dt_cpu_cumsum,
     .vector_norm = dt_cpu_vector_norm,
+    .scatter_add = dt_cpu_scatter_add,
 };
 
 #if DT_HAVE_CUDA

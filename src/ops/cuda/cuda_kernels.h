@@ -45,6 +45,10 @@ dt_status dt_cuda_topk(const dt_local *x, int64_t k, int dim, int smallest, dt_l
 dt_status dt_cuda_cumsum(const dt_local *x, int dim, dt_local *out); /* scan.cu */
 dt_status dt_cuda_vector_norm(double ord, unsigned mask, const dt_local *x,
                               dt_local *out); /* vector_norm.cu */
+/* scatter.cu: out-of-range index values are skipped (checking them would need a host sync). */
+dt_status dt_cuda_scatter_add(const dt_local *src, int dim, const int64_t *shift,
+                              int64_t dim_offset, int64_t dim_size, const dt_local *index,
+                              dt_local *out);
 
 #ifdef __cplusplus
 }

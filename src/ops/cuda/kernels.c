@@ -24,4 +24,5 @@ const dt_kernels dt_kernels_cuda = {
     .topk = dt_cuda_topk,
     .cumsum = dt_cuda_cumsum,
     .vector_norm = dt_cuda_vector_norm,
+    .scatter_add = dt_cuda_scatter_add,
 };
