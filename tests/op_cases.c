@@ -100,6 +100,11 @@ const op_case op_cases[] = {
     /* gather: index rows equal to x's on dim 0 (sharded alike), fewer on dim 2 */
     {"gather", DT_OP_GATHER, A(.dim = 1), 2, {3, 3}, {{5, 7, 6}, {5, 3, 4}}, {F, DT_I64}, 0, 7},
     {"gather i32 index", DT_OP_GATHER, A(.dim = 0), 2, {2, 2}, {{9, 5}, {6, 5}}, {F, DT_I32}, 0, 9},
+    /* scatter_add: src spans out on dim 0 (sharded alike), not on dim 2; gather's adjoint */
+    {"scatter_add", DT_OP_SCATTER_ADD, A(.dim = 1, .shape = {5, 7, 6}, .shape_ndim = 3), 2,
+     {3, 3}, {{5, 3, 4}, {5, 3, 4}}, {F, DT_I64}, 0, 7},
+    {"scatter_add rows i32", DT_OP_SCATTER_ADD, A(.dim = 0, .shape = {9, 5}, .shape_ndim = 2), 2,
+     {2, 2}, {{12, 5}, {12, 5}}, {F, DT_I32}, 0, 9},
     {"one_hot", DT_OP_ONE_HOT, A(.k = 7), 1, {2}, {{5, 3}}, {DT_I64}, 0, 7},
     {"topk", DT_OP_TOPK, A(.k = 3, .dim = 1), 1, {3}, {{5, 7, 3}}, {F}},
     {"topk smallest i32", DT_OP_TOPK, A(.k = 2, .dim = 0, .smallest = 1), 1, {2}, {{9, 5}},

@@ -271,8 +271,8 @@ DT_API dt_status dt_topk(dt_tensor *x, int64_t k, int dim, int largest, dt_tenso
  * dims, its sizes <= shape's on every dim but dim. The adjoint of dt_gather: the gradient of
  * gather and of embedding. An index outside [0, shape[dim]) is DT_ERR_ARG naming its position
  * and value on the CPU ranks whose shard of index holds it; CUDA ranks skip it. Where out is
- * sharded each rank adds only what lands in its shard: a sharded result is never whole on one
- * rank. */
+ * sharded each rank adds only what lands in its shard, so a sharded result is never whole on
+ * one rank; whole inputs give out sharded along dim (each rank its rows). */
 DT_API dt_status dt_scatter_add(dt_tensor *src, int dim, dt_tensor *index, int ndim,
                                 const int64_t *shape, dt_tensor **out);
 /* Inclusive cumulative sum along dim; x's shape and dtype (floats accumulate in f64, integers

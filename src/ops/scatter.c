@@ -58,11 +58,15 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
     const op_input *src = &in[0];
     int dim = dt_norm_dim(a->dim, a->shape_ndim), k = 0;
     if (dim < 0) return 0;
+    /* Whole inputs give each rank its rows of the scatter dim first (ties go to the earlier
+     * row): the output is the large one (an embedding table's gradient), and a row-sharded
+     * table's gradient then comes out in the table's placement, never whole on every rank. */
+    rows[k++] = (rule_row){.in = {RP, RP}, .out = SP(dim)};
     rows[k++] = (rule_row){.in = {RP, RP}, .out = RP};
     for (int d = 0; d < src->ndim; d++) {
         if (spans(src, a, dim, d)) rows[k++] = (rule_row){.in = {SP(d), SP(d)}, .out = SP(d)};
         rows[k++] = (rule_row){.in = {SP(d), SP(d)}, .out = PP(DT_REDUCE_SUM)};
-        rows[k++] = (rule_row){.in = {RP, RP}, .out = SP(d)}; /* masked: each rank its part */
+        if (d != dim) rows[k++] = (rule_row){.in = {RP, RP}, .out = SP(d)}; /* masked */
     }
     rows[k++] = (rule_row){.in = {PP(DT_REDUCE_SUM), RP}, .out = PP(DT_REDUCE_SUM)};
     return k;
