@@ -103,6 +103,8 @@ const op_case op_cases[] = {
     /* scatter_add: src spans out on dim 0 (sharded alike), not on dim 2; gather's adjoint */
     {"scatter_add", DT_OP_SCATTER_ADD, A(.dim = 1, .shape = {5, 7, 6}, .shape_ndim = 3), 2,
      {3, 3}, {{5, 3, 4}, {5, 3, 4}}, {F, DT_I64}, 0, 7},
+    {"scatter_add index bcast", DT_OP_SCATTER_ADD, A(.dim = 0, .shape = {9, 5}, .shape_ndim = 2),
+     2, {2, 2}, {{12, 5}, {12, 1}}, {F, DT_I64}, 0, 9},
     {"scatter_add rows i32", DT_OP_SCATTER_ADD, A(.dim = 0, .shape = {9, 5}, .shape_ndim = 2), 2,
      {2, 2}, {{12, 5}, {12, 5}}, {F, DT_I32}, 0, 9},
     {"one_hot", DT_OP_ONE_HOT, A(.k = 7), 1, {2}, {{5, 3}}, {DT_I64}, 0, 7},

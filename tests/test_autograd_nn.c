@@ -125,18 +125,17 @@ static dt_status embedding_body(dt_ctx *ctx, void *arg) {
         R_CHECK(fabs(got[i] - want[i]) <= 1e-12, "d loss / d table [%d]: %g, want %g", i, got[i],
                 want[i]);
     /* the gradient's own op on whole inputs: each rank its rows, no whole table */
-    dt_tensor *src, *ix2, *ixe, *sin[2];
+    dt_tensor *src, *ix2, *sin[2];
     int64_t col[2] = {B * T, 1};
     dt_placement inp[2], outp;
     R_OK(dt_view(tl, 2, flat, &src));
     R_OK(dt_view(ti, 2, col, &ix2));
-    R_OK(dt_expand(ix2, 2, flat, &ixe));
-    sin[0] = src, sin[1] = ixe;
+    sin[0] = src, sin[1] = ix2;
     dt_op_args a = {.dim = 0, .shape = {V, E}, .shape_ndim = 2};
     R_OK(dt_op_strategy(DT_OP_SCATTER_ADD, sin, 2, &a, inp, &outp));
     R_CHECK(dt_placement_equal(outp, dt_shard(0)), "scatter_add on whole inputs is not made "
             "row-sharded");
-    dt_tensor_release(src), dt_tensor_release(ix2), dt_tensor_release(ixe);
+    dt_tensor_release(src), dt_tensor_release(ix2);
     dt_tensor_release(tw), dt_tensor_release(ti), dt_tensor_release(tl);
     dt_tensor_release(out), dt_tensor_release(prod), dt_tensor_release(loss);
     dt_mesh_release(mesh);

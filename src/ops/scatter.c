@@ -32,10 +32,10 @@ static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a,
         if (a->shape[d] < 0)
             return dt_error(DT_ERR_SHAPE, "scatter_add: shape[%d] = %lld is negative", d,
                             (long long)a->shape[d]);
-        if (ix->shape[d] != src->shape[d])
+        if (ix->shape[d] != src->shape[d] && (d == dim || ix->shape[d] != 1))
             return dt_error(DT_ERR_SHAPE, "scatter_add: index size %lld differs from src size "
-                            "%lld in dim %d", (long long)ix->shape[d],
-                            (long long)src->shape[d], d);
+                            "%lld in dim %d (it may be 1 on a dim other than dim %d)",
+                            (long long)ix->shape[d], (long long)src->shape[d], d, dim);
         if (d != dim && src->shape[d] > a->shape[d])
             return dt_error(DT_ERR_SHAPE, "scatter_add: src size %lld > output size %lld in "
                             "dim %d (only dim %d may be larger)", (long long)src->shape[d],
@@ -63,9 +63,12 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
      * table's gradient then comes out in the table's placement, never whole on every rank. */
     rows[k++] = (rule_row){.in = {RP, RP}, .out = SP(dim)};
     rows[k++] = (rule_row){.in = {RP, RP}, .out = RP};
+    const op_input *ix = &in[1];
     for (int d = 0; d < src->ndim; d++) {
-        if (spans(src, a, dim, d)) rows[k++] = (rule_row){.in = {SP(d), SP(d)}, .out = SP(d)};
-        rows[k++] = (rule_row){.in = {SP(d), SP(d)}, .out = PP(DT_REDUCE_SUM)};
+        /* an index broadcast along d (size 1) stays whole where src is split */
+        dt_placement is = ix->shape[d] == src->shape[d] ? SP(d) : RP;
+        if (spans(src, a, dim, d)) rows[k++] = (rule_row){.in = {SP(d), is}, .out = SP(d)};
+        rows[k++] = (rule_row){.in = {SP(d), is}, .out = PP(DT_REDUCE_SUM)};
         if (d != dim) rows[k++] = (rule_row){.in = {RP, RP}, .out = SP(d)}; /* masked */
     }
     rows[k++] = (rule_row){.in = {PP(DT_REDUCE_SUM), RP}, .out = PP(DT_REDUCE_SUM)};

@@ -52,17 +52,24 @@ dt_status dt_cpu_scatter_add(const dt_local *src, int dim, const int64_t *shift,
     size_t n = 1, on = 1;
     for (int d = 0; d < nd; d++) n *= (size_t)src->shape[d], on *= (size_t)out->shape[d];
     memset(out->data, 0, on * dt_dtype_size(t));
-    int64_t os[DT_MAX_NDIM], i[DT_MAX_NDIM] = {0};
-    for (int d = nd - 1; d >= 0; d--) os[d] = d == nd - 1 ? 1 : os[d + 1] * out->shape[d + 1];
+    /* out's strides, and index's (0 where it is broadcast) */
+    int64_t os[DT_MAX_NDIM], is[DT_MAX_NDIM], i[DT_MAX_NDIM] = {0}, step = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        os[d] = d == nd - 1 ? 1 : os[d + 1] * out->shape[d + 1];
+        is[d] = index->shape[d] == 1 && src->shape[d] != 1 ? 0 : step;
+        step *= index->shape[d];
+    }
     for (size_t e = 0; e < n; e++) {
-        int64_t v = index->dtype == DT_I32 ? ((const int32_t *)index->data)[e]
-                                           : ((const int64_t *)index->data)[e];
+        size_t ie = 0;
+        for (int d = 0; d < nd; d++) ie += (size_t)(i[d] * is[d]);
+        int64_t v = index->dtype == DT_I32 ? ((const int32_t *)index->data)[ie]
+                                           : ((const int64_t *)index->data)[ie];
         if (v < 0 || v >= dim_size) {
             char at[128];
             size_t o = 0;
             for (int d = 0; d < nd; d++)
                 o += (size_t)snprintf(at + o, sizeof at - o, d ? ",%lld" : "%lld",
-                                      (long long)i[d]);
+                                      (long long)(is[d] ? i[d] : 0));
             return dt_error(DT_ERR_ARG, "scatter_add: index[%s] = %lld is outside [0, %lld) "
                             "along dim %d", at, (long long)v, (long long)dim_size, dim);
         }

@@ -9,6 +9,7 @@ struct scatter_geom {
     int nd, dim;
     int64_t shape[DT_MAX_NDIM];                          /* src's */
     int64_t sstride[DT_MAX_NDIM], ostride[DT_MAX_NDIM];  /* src's, out's */
+    int64_t istride[DT_MAX_NDIM];                        /* index's, 0 where broadcast */
     int64_t oshape[DT_MAX_NDIM], shift[DT_MAX_NDIM];
     int64_t dim_offset, dim_size;
 };
@@ -19,7 +20,7 @@ __global__ void scatter_add_kernel(scatter_geom g, const T *src, const void *ix,
     typedef dt_cu_t<T> D;
     DT_CU_FOR(c, columns) {
         uint64_t rest = c;
-        int64_t soff = 0, ooff = 0;
+        int64_t soff = 0, ooff = 0, ioff = 0;
         bool inside = true;
         for (int d = g.nd - 1; d >= 0; d--) {
             if (d == g.dim) continue;
@@ -27,12 +28,14 @@ __global__ void scatter_add_kernel(scatter_geom g, const T *src, const void *ix,
             rest /= (uint64_t)g.shape[d];
             inside = inside && j >= 0 && j < g.oshape[d];
             soff += i * g.sstride[d];
+            ioff += i * g.istride[d];
             ooff += j * g.ostride[d];
         }
         if (!inside) continue;
         for (int64_t r = 0; r < g.shape[g.dim]; r++) {
             int64_t s = soff + r * g.sstride[g.dim];
-            int64_t v = is32 ? ((const int32_t *)ix)[s] : ((const int64_t *)ix)[s];
+            int64_t xi = ioff + r * g.istride[g.dim];
+            int64_t v = is32 ? ((const int32_t *)ix)[xi] : ((const int64_t *)ix)[xi];
             int64_t j = v - g.dim_offset;
             if (v < 0 || v >= g.dim_size || j < 0 || j >= g.oshape[g.dim]) continue;
             T *o = &out[ooff + j * g.ostride[g.dim]];
@@ -64,7 +67,10 @@ dt_status dt_cuda_scatter_add(const dt_local *src, int dim, const int64_t *shift
     if (n == 0) return DT_OK;
     scatter_geom g = {};
     g.nd = nd, g.dim = dim, g.dim_offset = dim_offset, g.dim_size = dim_size;
+    int64_t step = 1;
     for (int d = nd - 1; d >= 0; d--) {
+        g.istride[d] = index->shape[d] == 1 && src->shape[d] != 1 ? 0 : step;
+        step *= index->shape[d];
         g.shape[d] = src->shape[d];
         g.oshape[d] = out->shape[d];
         g.sstride[d] = d == nd - 1 ? 1 : g.sstride[d + 1] * src->shape[d + 1];
