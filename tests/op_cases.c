@@ -94,6 +94,12 @@ const op_case op_cases[] = {
     {"layer_norm last=2", DT_OP_LAYER_NORM, A(.ndims = 2), 3, {3, 2, 2}, {{5, 3, 4}, {3, 4},
      {3, 4}}, {F, F, F}},
     {"rms_norm last 2 from weight", DT_OP_RMS_NORM, A(0), 2, {3, 2}, {{3, 4, 3}, {4, 3}}, {F, F}},
+    /* the norms without weight and bias, and layer_norm with a weight but no bias */
+    {"layer_norm plain", DT_OP_LAYER_NORM, A(0), 1, {2}, {{6, 5}}, {F}},
+    {"layer_norm weight only", DT_OP_LAYER_NORM, A(0), 2, {3, 1}, {{3, 4, 6}, {6}}, {F, F}},
+    {"rms_norm plain last=2", DT_OP_RMS_NORM, A(.ndims = 2), 1, {3}, {{3, 4, 5}}, {F}},
+    {"sdpa scaled Tq<Tk Dv<D", DT_OP_SDPA, A(.causal = 1, .scalar = 0.3), 3, {4, 4, 4},
+     {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}}, {F, F, F}},
     {"dropout", DT_OP_DROPOUT, A(.scalar = 0.3, .seed = 7, .offset = 3), 1, {2}, {{7, 5}}, {F}},
     {"dropout 3-D bf16", DT_OP_DROPOUT, A(.scalar = 0.5, .seed = 99), 1, {3}, {{3, 5, 2}},
      {DT_BF16}},
