@@ -145,3 +145,44 @@ static dt_status embedding_body(dt_ctx *ctx, void *arg) {
 Test(autograd_nn, row_sharded_embedding_gradient_stays_row_sharded) {
     t_run(4, embedding_body, NULL);
 }
+
+/* pick with targets outside [0, C) (cross_entropy's ignore_index rows, and one past the end):
+ * the forward picks 0 there, so those rows get no gradient; the others get the loss weight at
+ * their target class. Logits whole, class-sharded and row-sharded on 4 ranks. */
+static dt_status pick_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    enum { N = 6, C = 9 };
+    int64_t ls[2] = {N, C}, ts[1] = {N};
+    int64_t t[N] = {3, -100, 8, 9, 0, 5};
+    double x[N * C], w[N], got[N * C];
+    for (int i = 0; i < N * C; i++) x[i] = t_value(5, (size_t)i);
+    for (int i = 0; i < N; i++) w[i] = t_value(6, (size_t)i);
+    dt_placement pls[3] = {dt_replicate(), dt_shard(1), dt_shard(0)};
+    for (int p = 0; p < 3; p++) {
+        dt_placement tp = p == 2 ? dt_shard(0) : dt_replicate(), rep = dt_replicate();
+        dt_tensor *lg, *tg, *tw, *picked, *prod, *loss;
+        R_OK(dt_tensor_distribute(mesh, x, DT_F64, 2, ls, 1, &pls[p], DT_ALL_RANKS, &lg));
+        R_OK(dt_tensor_distribute(mesh, t, DT_I64, 1, ts, 1, &tp, DT_ALL_RANKS, &tg));
+        R_OK(dt_tensor_distribute(mesh, w, DT_F64, 1, ts, 1, &rep, DT_ALL_RANKS, &tw));
+        R_OK(dt_tensor_set_requires_grad(lg, 1));
+        R_OK(dt_pick(lg, tg, &picked));
+        R_OK(dt_mul(picked, tw, &prod));
+        R_OK(dt_sum(prod, NULL, 0, 0, &loss));
+        R_OK(dt_backward(loss));
+        R_OK(dt_tensor_full(dt_tensor_grad(lg), got, sizeof got));
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < C; k++) {
+                double want = t[n] == k ? w[n] : 0;
+                R_CHECK(got[n * C + k] == want, "placement %d: d loss / d logits [%d, %d] = %g, "
+                        "want %g", p, n, k, got[n * C + k], want);
+            }
+        dt_tensor_release(lg), dt_tensor_release(tg), dt_tensor_release(tw);
+        dt_tensor_release(picked), dt_tensor_release(prod), dt_tensor_release(loss);
+    }
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(autograd_nn, pick_targets_out_of_range_get_no_gradient) { t_run(4, pick_body, NULL); }

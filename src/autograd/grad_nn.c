@@ -169,16 +169,26 @@ dt_status dt_grad_dropout(const dt_grad_call *c, dt_tensor **gin) {
 /* pick(logits (..., C), target (...)): the gradient is g at each row's target class and 0
  * elsewhere, where(one_hot(target, C), g[..., None], 0). It is the logits' size, as the
  * gradient must be, and one_hot writes each rank's class range when the logits' class dim is
- * sharded (loss parallel), so nothing is gathered. */
+ * sharded (loss parallel), so nothing is gathered. A target outside [0, C) (cross_entropy's
+ * ignored rows) picks 0, so its row gets no gradient: the target is clamped into range for
+ * one_hot and g zeroed where clamping moved it (all on per-row tensors). */
 dt_status dt_grad_pick(const dt_grad_call *c, dt_tensor **gin) {
-    dt_tensor *l = IN(0);
-    enum { HOT, GU, ZERO, N };
-    dt_tensor *t[N] = {0};
-    dt_status st = dt_one_hot(IN(1), l->shape[l->ndim - 1], &t[HOT]);
-    DO(dt_unsqueeze(c->grad, -1, &t[GU]));
-    DO(dt_mul_scalar(t[GU], 0, &t[ZERO]));
-    DO(dt_where(t[HOT], t[GU], t[ZERO], &gin[0]));
-    release_all(t, N);
+    dt_tensor *l = IN(0), *t = IN(1);
+    int64_t C = l->shape[l->ndim - 1];
+    enum { LO, HI, UP, TC, OFF, ZG, GZ, HOT, GU, ZERO, N };
+    dt_tensor *x[N] = {0};
+    dt_status st = dt_tensor_full_like(t, 0, &x[LO]);
+    DO(dt_tensor_full_like(t, (double)(C - 1), &x[HI]));
+    DO(dt_maximum(t, x[LO], &x[UP]));
+    DO(dt_minimum(x[UP], x[HI], &x[TC]));
+    DO(dt_sub(t, x[TC], &x[OFF])); /* non-zero where the target is out of range */
+    DO(dt_tensor_zeros_like(c->grad, &x[ZG]));
+    DO(dt_where(x[OFF], x[ZG], c->grad, &x[GZ]));
+    DO(dt_one_hot(x[TC], C, &x[HOT]));
+    DO(dt_unsqueeze(x[GZ], -1, &x[GU]));
+    DO(dt_mul_scalar(x[GU], 0, &x[ZERO]));
+    DO(dt_where(x[HOT], x[GU], x[ZERO], &gin[0]));
+    release_all(x, N);
     return finish(c, gin, st);
 }
 
