@@ -1,6 +1,7 @@
-/* Local CPU kernels of gather, one_hot, topk and cumsum against naive double-precision
- * references (same conventions as test_kernels.c): gather with a block's shift and a masked
- * dim offset, one_hot over a class range, topk order with ties and NaN, cumsum on every dim. */
+/* Local CPU kernels of gather, scatter_add, one_hot, topk and cumsum against naive
+ * double-precision references (same conventions as test_kernels.c): gather and scatter_add with
+ * a block's shift and a masked dim offset, one_hot over a class range, topk order with ties
+ * and NaN, cumsum on every dim. */
 #include "kernel_check.h"
 
 Test(kernels, gather_shifted_and_masked) {
@@ -134,4 +135,53 @@ Test(kernels, cumsum_every_dim_and_in_place) {
             OK(dt_cpu_cumsum(&x.t, dim, &x.t));
             expect("cumsum in place", &x.t, want, x.n);
         }
+}
+
+/* scatter_add against a naive sum: src blocks placed with a shift that fits and one that
+ * hangs over out's block (masked), a dim offset, an index longer than out along dim, and an
+ * index broadcast along another dim.
+ * Integer values keep the sums exact in every float dtype. */
+Test(kernels, scatter_add_shifted_and_masked) {
+    shp os = SH(4, 5, 3);
+    for (size_t di = 0; di < LEN(FLOATS); di++)
+        for (int dim = 0; dim < 3; dim++)
+            for (int over = 0; over < 3; over++) /* 2: index broadcast on a dim */
+                for (int64_t off = 0; off <= 2; off += 2) {
+                    dt_dtype dt = FLOATS[di];
+                    shp ss = SH(3, 4, 2);
+                    ss.s[dim] = 6; /* more src rows than out has along dim */
+                    int64_t shift[DT_MAX_NDIM] = {0}, size = os.s[dim] + off + 1;
+                    for (int d = 0; d < 3; d++)
+                        if (d != dim) shift[d] = over == 1 ? 2 : os.s[d] - ss.s[d];
+                    tens src = mk_any(dt, ss, -9, 9, 1);
+                    shp xs = ss;
+                    if (over == 2) xs.s[(dim + 1) % 3] = 1;
+                    tens ix = mk(dim % 2 ? DT_I32 : DT_I64, xs, 0, (double)size);
+                    tens o = mk_out(dt, os);
+                    double *want = talloc(o.n * sizeof(double) + 1);
+                    for (size_t i = 0; i < o.n; i++) want[i] = 0;
+                    int64_t c[DT_MAX_NDIM], j[DT_MAX_NDIM];
+                    for (size_t i = 0; i < src.n; i++) {
+                        unravel(i, ss, c);
+                        int in = 1;
+                        for (int d = 0; d < 3; d++) {
+                            j[d] = d == dim ? (int64_t)ix.v[bidx(xs, 3, c)] - off
+                                            : c[d] + shift[d];
+                            in = in && j[d] >= 0 && j[d] < os.s[d];
+                        }
+                        if (in) want[bidx(os, 3, j)] += src.v[i];
+                    }
+                    OK(dt_cpu_scatter_add(&src.t, dim, shift, off, size, &ix.t, &o.t));
+                    expect("scatter_add", &o.t, want, o.n);
+                    if (dt != DT_F32) continue;
+                    int64_t bad[] = {size, -1};
+                    for (int b = 0; b < 2; b++) {
+                        if (ix.t.dtype == DT_I32)
+                            ((int32_t *)ix.t.data)[ix.n - 1] = (int32_t)bad[b];
+                        else
+                            ((int64_t *)ix.t.data)[ix.n - 1] = bad[b];
+                        T_ERR(dt_cpu_scatter_add(&src.t, dim, shift, off, size, &ix.t, &o.t),
+                              DT_ERR_ARG, b ? "] = -1 is outside" : "is outside [0,");
+                    }
+                }
 }

@@ -24,6 +24,7 @@
  *   dropout(0.1), dropout(p=0.1,seed=7,offset=4)
  *   cross_entropy(mean), cross_entropy(none,ignore_index=-1),
  *   cross_entropy(sum,label_smoothing=0.1)
+ *   scatter_add(dim=0,shape=[11,6])
  * and any op registered with dt_op_register, by its name (no arguments). */
 
 /* text -> op and args. in: the inputs' specs (slice's open end and view's "a->b" read input

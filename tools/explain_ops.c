@@ -26,6 +26,7 @@ typedef enum args_kind {
     TOPK,     /* topk(k=3,dim=0,largest=0); dim defaults to -1 */
     CLASSES,  /* one_hot(classes=5), one_hot(num_classes=5), one_hot(5) */
     VNORM,    /* vector_norm(2), vector_norm(inf,dim=1,keepdim), vector_norm(ord=-inf,dim=0,1) */
+    SCATTER,  /* scatter_add(dim=0,shape=[11,6]) */
 } args_kind;
 
 static const args_kind kinds[] = {
@@ -98,6 +99,7 @@ static const args_kind kinds[] = {
     [DT_OP_LT] = NONE,
     [DT_OP_LE] = NONE,
     [DT_OP_SIGN] = NONE,
+    [DT_OP_SCATTER_ADD] = SCATTER,
 };
 _Static_assert(sizeof kinds / sizeof kinds[0] == DT_OP_COUNT, "an op has no text form");
 
@@ -113,7 +115,8 @@ static const struct {
 
 dt_dtype explain_op_input_dtype(dt_op op, int i) {
     int index = (i == 1 && (op == DT_OP_EMBEDDING || op == DT_OP_PICK ||
-                            op == DT_OP_CROSS_ENTROPY || op == DT_OP_GATHER)) ||
+                            op == DT_OP_CROSS_ENTROPY || op == DT_OP_GATHER ||
+                            op == DT_OP_SCATTER_ADD)) ||
                 (i == 0 && op == DT_OP_ONE_HOT);
     return index ? DT_I64 : DT_F32;
 }
@@ -393,6 +396,19 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
                 ok = 0;
             positional++;
             break;
+        case SCATTER: {
+            size_t len = strlen(v);
+            if (!strcmp(k, "dim")) {
+                ok = !have_dim++ && to_int(v, &a->dim);
+            } else if (!strcmp(k, "shape") && len >= 2 && v[0] == '[' && v[len - 1] == ']') {
+                char list[96];
+                snprintf(list, sizeof list, "%.*s", (int)(len - 2), v + 1);
+                TRY(int_list(name, list, a->shape, &a->shape_ndim));
+            } else {
+                ok = 0;
+            }
+            break;
+        }
         case CLASSES:
             ok = (bare || !strcmp(k, "classes") || !strcmp(k, "num_classes")) && !have_k++ &&
                  to_i64(v, &a->k);
@@ -410,6 +426,8 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
     if (kind == PERM && a->ndims == 0) return BAD("%s needs the new order of the dims", name);
     if (kind == TOPK && !have_k) return BAD("%s needs k=K", name);
     if (kind == CLASSES && !have_k) return BAD("%s needs classes=C", name);
+    if (kind == SCATTER && (!have_dim || !a->shape_ndim))
+        return BAD("%s needs dim=K and shape=[..]", name);
     if (kind == SLICE && !have_end) {
         int d = n ? a->dim + (a->dim < 0 ? in[0].ndim : 0) : -1;
         if (d < 0 || d >= in[0].ndim)
@@ -550,6 +568,11 @@ dt_status explain_op_format(dt_op op, const dt_op_args *a, char *buf, size_t cap
         break;
     case CLASSES:
         PUT("(classes=%lld)", (long long)a->k);
+        break;
+    case SCATTER:
+        PUT("(dim=%d,shape=[", a->dim);
+        for (int i = 0; i < a->shape_ndim; i++) PUT(i ? ",%lld" : "%lld", (long long)a->shape[i]);
+        PUT("])");
         break;
     default:
         break;

@@ -132,9 +132,15 @@
  * the unary form, generated as DT_OP_UNARY_LIST's. */
 #define DT_OP_SIGN_LIST(X) X(SIGN, "sign", pointwise, 1, 1, unary, 0, dt_sign, sign)
 
+/* Scatter (hand-written wrappers): the adjoint of gather, the gradient of gather, embedding. */
+#define DT_OP_SCATTER_LIST(X)                                                                      \
+    X(SCATTER_ADD, "scatter_add", scatter, 2, 2, scatter_add, ARG_DIM | ARG_SHAPE,                 \
+      dt_scatter_add, scatter_add)
+
 #define DT_OP_LIST(X)                                                                              \
     DT_OP_BINARY_LIST(X) DT_OP_UNARY_LIST(X) DT_OP_SCALAR_LIST(X) DT_OP_REDUCE_LIST(X)             \
     DT_OP_DIM_LIST(X) DT_OP_OTHER_LIST(X) DT_OP_COMPOSE_LIST(X) DT_OP_NN_LIST(X)                   \
-    DT_OP_INDEX_LIST(X) DT_OP_NORM_LIST(X) DT_OP_COMPARE_LIST(X) DT_OP_SIGN_LIST(X)
+    DT_OP_INDEX_LIST(X) DT_OP_NORM_LIST(X) DT_OP_COMPARE_LIST(X) DT_OP_SIGN_LIST(X)               \
+    DT_OP_SCATTER_LIST(X)
 
 #endif

@@ -269,6 +269,17 @@ DT_API dt_status dt_one_hot(dt_tensor *index, int64_t num_classes, dt_tensor **o
  * neither is returned. x is redistributed at most once (the topk dim must be whole). */
 DT_API dt_status dt_topk(dt_tensor *x, int64_t k, int dim, int largest, dt_tensor **values_out,
                          dt_tensor **indices_out);
+/* torch.zeros(shape).scatter_add_(dim, index, src): out (ndim dims, shape; src's dtype) is zero
+ * but where src's elements land, each added at out[..i..] with i's coordinate along dim
+ * replaced by index[..i..]. src is a float tensor of ndim dims, its sizes <= shape's on every
+ * dim but dim; index is i32/i64 of src's shape, except that it may have size 1 on a dim other
+ * than dim (broadcast: embedding's gradient scatters (N, E) rows with an (N, 1) index). The adjoint of dt_gather: the gradient of
+ * gather and of embedding. An index outside [0, shape[dim]) is DT_ERR_ARG naming its position
+ * and value on the CPU ranks whose shard of index holds it; CUDA ranks skip it. Where out is
+ * sharded each rank adds only what lands in its shard, so a sharded result is never whole on
+ * one rank; whole inputs give out sharded along dim (each rank its rows). */
+DT_API dt_status dt_scatter_add(dt_tensor *src, int dim, dt_tensor *index, int ndim,
+                                const int64_t *shape, dt_tensor **out);
 /* Inclusive cumulative sum along dim; x's shape and dtype (floats accumulate in f64, integers
  * in i64). */
 DT_API dt_status dt_cumsum(dt_tensor *x, int dim, dt_tensor **out);

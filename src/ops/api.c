@@ -353,6 +353,17 @@ dt_status dt_gather(dt_tensor *x, int dim, dt_tensor *index, dt_tensor **out) {
     return dt_op_call(DT_OP_GATHER, in, 2, &a, out);
 }
 
+dt_status dt_scatter_add(dt_tensor *src, int dim, dt_tensor *index, int ndim,
+                         const int64_t *shape, dt_tensor **out) {
+    if (ndim < 0 || ndim > DT_MAX_NDIM || (ndim && !shape))
+        return dt_error(DT_ERR_ARG, "dt_scatter_add: ndim = %d (0 .. %d, shape not NULL)", ndim,
+                        DT_MAX_NDIM);
+    dt_tensor *in[2] = {src, index};
+    dt_op_args a = {.dim = dim, .shape_ndim = ndim};
+    for (int d = 0; d < ndim; d++) a.shape[d] = shape[d];
+    return dt_op_call(DT_OP_SCATTER_ADD, in, 2, &a, out);
+}
+
 dt_status dt_one_hot(dt_tensor *index, int64_t num_classes, dt_tensor **out) {
     dt_op_args a = {.k = num_classes};
     return dt_op_call(DT_OP_ONE_HOT, &index, 1, &a, out);

@@ -93,24 +93,39 @@ static dt_status target_logprob_whole(dt_tensor *logits, dt_tensor *target, dt_t
  * reduced across the class shards (one value per sample each), the target logit is picked
  * where it lives (a Partial sum), and the logits never move. Smoothing's class mean of
  * log_softmax is mean(z) - log sum exp z, mean(z) one more value per sample. */
+/* x with its pending sums (and maxes) reduced: Partial mesh dims made Replicate, the others
+ * kept. The all_reduce dispatch would issue for the next op anyway, made explicit so autograd
+ * records x whole: the backward of the op that reads it then finds a whole value (per sample)
+ * and keeps the logits' class shards, instead of re-reducing x to whatever is cheapest for
+ * itself (a reduce_scatter to batch shards, which would move the logits-sized gradients). */
+static dt_status reduced(dt_tensor *x, dt_tensor **out) {
+    dt_placement pl[DT_MESH_MAX_NDIM];
+    int nd = x->mesh->ndim;
+    for (int k = 0; k < nd; k++)
+        pl[k] = x->placements[k].kind == DT_PLACEMENT_PARTIAL ? dt_replicate() : x->placements[k];
+    return dt_tensor_redistribute(x, nd, pl, out);
+}
+
 static dt_status target_logprob_parallel(dt_tensor *logits, dt_tensor *target, dt_tensor **out,
                                          dt_tensor **smooth) {
     dt_op_args row = {.ndims = 1, .dims = {1}, .keepdim = 1}, sq = {.dim = 1};
     dt_op_args perm = class_last(logits->ndim);
-    dt_tensor *m = NULL, *z = NULL, *e = NULL, *s = NULL, *l = NULL, *ls = NULL, *zp = NULL,
-              *picked = NULL, *zm = NULL;
-    dt_status st = dt_op_call(DT_OP_AMAX, &logits, 1, &row, &m);  /* (N,1,d..) P(max) */
-    if (st == DT_OK) st = call2(DT_OP_SUB, logits, m, &z);         /* all_reduce(max) */
+    dt_tensor *mp = NULL, *m = NULL, *z = NULL, *e = NULL, *sp = NULL, *s = NULL, *l = NULL,
+              *ls = NULL, *zp = NULL, *picked = NULL, *zm = NULL;
+    dt_status st = dt_op_call(DT_OP_AMAX, &logits, 1, &row, &mp); /* (N,1,d..) P(max) */
+    if (st == DT_OK) st = reduced(mp, &m);                         /* all_reduce(max) */
+    if (st == DT_OK) st = call2(DT_OP_SUB, logits, m, &z);
     if (st == DT_OK) st = call1(DT_OP_EXP, z, NULL, &e);
-    if (st == DT_OK) st = call1(DT_OP_SUM, e, &row, &s);           /* P(sum) */
-    if (st == DT_OK) st = call1(DT_OP_LOG, s, NULL, &l);           /* all_reduce(sum) */
+    if (st == DT_OK) st = call1(DT_OP_SUM, e, &row, &sp);          /* P(sum) */
+    if (st == DT_OK) st = reduced(sp, &s);                         /* all_reduce(sum) */
+    if (st == DT_OK) st = call1(DT_OP_LOG, s, NULL, &l);
     if (st == DT_OK) st = call1(DT_OP_SQUEEZE, l, &sq, &ls);
     if (st == DT_OK) st = dt_op_call(DT_OP_PERMUTE, &z, 1, &perm, &zp);
     if (st == DT_OK) st = call2(DT_OP_PICK, zp, target, &picked); /* P(sum) */
     if (st == DT_OK) st = call2(DT_OP_SUB, picked, ls, out);      /* z[t] - log sum exp z */
     if (st == DT_OK && smooth) st = class_mean(z, &zm);            /* P(sum) */
     if (st == DT_OK && smooth) st = call2(DT_OP_SUB, zm, ls, smooth);
-    dt_tensor *all[] = {m, z, e, s, l, ls, zp, picked, zm};
+    dt_tensor *all[] = {mp, m, z, e, sp, s, l, ls, zp, picked, zm};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
     return st;
 }

@@ -26,6 +26,7 @@ const dt_kernels dt_kernels_cpu = {
     .cumsum = dt_cpu_cumsum,
     .vector_norm = dt_cpu_vector_norm,
     .optim_step = dt_cpu_optim_step,
+    .scatter_add = dt_cpu_scatter_add,
 };
 
 #if DT_HAVE_CUDA

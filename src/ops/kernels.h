@@ -117,6 +117,19 @@ dt_status dt_cpu_permute(const dt_local *x, const int *perm, dt_local *out);
 dt_status dt_cpu_gather(const dt_local *x, int dim, const int64_t *shift, int64_t dim_offset,
                         int64_t dim_size, const dt_local *index, dt_local *out);
 
+/* The adjoint of gather: out = 0, then out[j] += src[i] for every element i of src with
+ * j_d = i_d + shift[d] on every dim but dim (shift places src's block in out's) and
+ * j_dim = index[i] - dim_offset (out's block holds global rows dim_offset .. along dim). index
+ * has src's ndim and shape, except that it may have size 1 on a dim other than dim (broadcast:
+ * one index for the whole line). Contributions whose j falls outside out's block are dropped
+ * (the masked scatter of a sharded out). Each out element adds its contributions in increasing
+ * order along dim (they share all other coordinates), in the dtype's compute type, rounding
+ * after each add. An index value outside [0, dim_size) is DT_ERR_ARG naming its position and
+ * value. Float dtypes. */
+dt_status dt_cpu_scatter_add(const dt_local *src, int dim, const int64_t *shift,
+                             int64_t dim_offset, int64_t dim_size, const dt_local *index,
+                             dt_local *out);
+
 /* out (..., C) i64 = (index[...] == class_offset + c) for c in [0, C), C out's last dim: the
  * classes class_offset .. of one_hot(index, num_classes). index is i32/i64; a value outside
  * [0, num_classes) is DT_ERR_ARG. */
@@ -231,6 +244,9 @@ typedef struct dt_kernels {
     dt_status (*cumsum)(const dt_local *x, int dim, dt_local *out);
     dt_status (*vector_norm)(double ord, unsigned mask, const dt_local *x, dt_local *out);
     dt_status (*optim_step)(const dt_optim_hyper *h, const dt_optim_item *items, int n);
+    dt_status (*scatter_add)(const dt_local *src, int dim, const int64_t *shift,
+                             int64_t dim_offset, int64_t dim_size, const dt_local *index,
+                             dt_local *out);
 } dt_kernels;
 
 extern const dt_kernels dt_kernels_cpu;

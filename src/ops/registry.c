@@ -30,6 +30,7 @@
 #define KERNEL_topk KERNEL_SLOT(topk)
 #define KERNEL_cumsum KERNEL_SLOT(cumsum)
 #define KERNEL_vector_norm KERNEL_SLOT(vector_norm)
+#define KERNEL_scatter_add KERNEL_SLOT(scatter_add)
 
 static const op_desc descs[] = {
 #define DESC(e, name_, family_, min_in, max_in, kernel_, args_, wrapper_, grad_)                  \

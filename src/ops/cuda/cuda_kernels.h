@@ -48,6 +48,10 @@ dt_status dt_cuda_vector_norm(double ord, unsigned mask, const dt_local *x,
 /* optim.cu: one launch per up to DT_CU_OPTIM_ITEMS items (their table travels as the kernel's
  * argument, as torch's multi_tensor_apply does). */
 dt_status dt_cuda_optim_step(const dt_optim_hyper *h, const dt_optim_item *items, int n);
+/* scatter.cu: out-of-range index values are skipped (checking them would need a host sync). */
+dt_status dt_cuda_scatter_add(const dt_local *src, int dim, const int64_t *shift,
+                              int64_t dim_offset, int64_t dim_size, const dt_local *index,
+                              dt_local *out);
 
 #ifdef __cplusplus
 }

@@ -25,4 +25,5 @@ const dt_kernels dt_kernels_cuda = {
     .cumsum = dt_cuda_cumsum,
     .vector_norm = dt_cuda_vector_norm,
     .optim_step = dt_cuda_optim_step,
+    .scatter_add = dt_cuda_scatter_add,
 };

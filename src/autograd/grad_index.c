@@ -1,0 +1,43 @@
+/* Backward rules of the indexing ops: gather, embedding and scatter_add. The gradient of a
+ * selection is a scatter-add (dt_scatter_add, a real op with its own sharding rules: a
+ * sharded table's gradient is added into each rank's shard or left Partial, never gathered
+ * whole), and scatter_add's own gradient is the gather back. */
+#include <string.h>
+
+#include "autograd/autograd_impl.h"
+#include "core/check.h"
+#include "dtensor/tensor_impl.h"
+
+#define IN(i) (c->in[(i)])
+
+/* gather(x, dim, index): gx = scatter_add(g, dim, index) into x's shape. */
+dt_status dt_grad_gather(const dt_grad_call *c, dt_tensor **gin) {
+    return dt_scatter_add(c->grad, c->args->dim, IN(1), IN(0)->ndim, IN(0)->shape, &gin[0]);
+}
+
+/* scatter_add(src, dim, index): gsrc = gather(g, dim, index), the index expanded to src's
+ * shape where it was broadcast. */
+dt_status dt_grad_scatter_add(const dt_grad_call *c, dt_tensor **gin) {
+    dt_tensor *ix = IN(1), *src = IN(0), *full = NULL;
+    if (!memcmp(ix->shape, src->shape, sizeof(int64_t) * (size_t)src->ndim))
+        return dt_gather(c->grad, c->args->dim, ix, &gin[0]);
+    dt_status st = dt_expand(ix, src->ndim, src->shape, &full);
+    if (st == DT_OK) st = dt_gather(c->grad, c->args->dim, full, &gin[0]);
+    dt_tensor_release(full);
+    return st;
+}
+
+/* embedding(table (V, E), idx (...)): g (..., E) added into the rows idx names,
+ * scatter_add(g (N, E), 0, idx (N, 1)) into (V, E), the index broadcast along E. */
+dt_status dt_grad_embedding(const dt_grad_call *c, dt_tensor **gin) {
+    dt_tensor *w = IN(0), *idx = IN(1);
+    int64_t N = 1, E = w->shape[1];
+    for (int d = 0; d < idx->ndim; d++) N *= idx->shape[d];
+    int64_t col[2] = {N, 1}, rows[2] = {N, E};
+    dt_tensor *i2 = NULL, *g2 = NULL;
+    dt_status st = dt_view(idx, 2, col, &i2);
+    if (st == DT_OK) st = dt_view(c->grad, 2, rows, &g2);
+    if (st == DT_OK) st = dt_scatter_add(g2, 0, i2, 2, w->shape, &gin[0]);
+    dt_tensor_release(i2), dt_tensor_release(g2);
+    return st;
+}

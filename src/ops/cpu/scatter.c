@@ -1,0 +1,90 @@
+/* CPU scatter_add: the adjoint of gather. Contributions are added in src's row-major order, so
+ * each out element (fed by one column of src along dim) sums its terms in increasing order
+ * along dim, as the CUDA kernel does. */
+#include <stdint.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/half.h"
+#include "ops/kernels.h"
+
+static inline double load(dt_dtype t, const void *p, size_t i) {
+    switch (t) {
+    case DT_F32: return ((const float *)p)[i];
+    case DT_F64: return ((const double *)p)[i];
+    case DT_BF16: return dt_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return dt_f16_to_f32(((const uint16_t *)p)[i]);
+    }
+}
+
+/* out[o] += v in the dtype's compute type (f32 for all but f64), rounded once to storage. */
+static inline void add_at(dt_dtype t, void *p, size_t o, double v) {
+    switch (t) {
+    case DT_F32: ((float *)p)[o] += (float)v; break;
+    case DT_F64: ((double *)p)[o] += v; break;
+    case DT_BF16: {
+        uint16_t *h = p;
+        h[o] = dt_f32_to_bf16(dt_bf16_to_f32(h[o]) + (float)v);
+        break;
+    }
+    default: {
+        uint16_t *h = p;
+        h[o] = dt_f32_to_f16(dt_f16_to_f32(h[o]) + (float)v);
+    }
+    }
+}
+
+dt_status dt_cpu_scatter_add(const dt_local *src, int dim, const int64_t *shift,
+                             int64_t dim_offset, int64_t dim_size, const dt_local *index,
+                             dt_local *out) {
+    const char *fn = "dt_cpu_scatter_add";
+    dt_dtype t = src->dtype;
+    if (t != DT_F32 && t != DT_F64 && t != DT_BF16 && t != DT_F16)
+        return dt_error(DT_ERR_DTYPE, "%s: src must be a float dtype, not %s", fn,
+                        dt_dtype_name(t));
+    if (index->dtype != DT_I32 && index->dtype != DT_I64)
+        return dt_error(DT_ERR_DTYPE, "%s: index must be i32 or i64, not %s", fn,
+                        dt_dtype_name(index->dtype));
+    int nd = src->ndim;
+    if (dim < 0 || dim >= nd || index->ndim != nd || out->ndim != nd)
+        return dt_error(DT_ERR_SHAPE, "%s: dim %d, src %d-D, index %d-D, out %d-D", fn, dim, nd,
+                        index->ndim, out->ndim);
+    size_t n = 1, on = 1;
+    for (int d = 0; d < nd; d++) n *= (size_t)src->shape[d], on *= (size_t)out->shape[d];
+    memset(out->data, 0, on * dt_dtype_size(t));
+    /* out's strides, and index's (0 where it is broadcast) */
+    int64_t os[DT_MAX_NDIM], is[DT_MAX_NDIM], i[DT_MAX_NDIM] = {0}, step = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        os[d] = d == nd - 1 ? 1 : os[d + 1] * out->shape[d + 1];
+        is[d] = index->shape[d] == 1 && src->shape[d] != 1 ? 0 : step;
+        step *= index->shape[d];
+    }
+    for (size_t e = 0; e < n; e++) {
+        size_t ie = 0;
+        for (int d = 0; d < nd; d++) ie += (size_t)(i[d] * is[d]);
+        int64_t v = index->dtype == DT_I32 ? ((const int32_t *)index->data)[ie]
+                                           : ((const int64_t *)index->data)[ie];
+        if (v < 0 || v >= dim_size) {
+            char at[128];
+            size_t o = 0;
+            for (int d = 0; d < nd; d++)
+                o += (size_t)snprintf(at + o, sizeof at - o, d ? ",%lld" : "%lld",
+                                      (long long)(is[d] ? i[d] : 0));
+            return dt_error(DT_ERR_ARG, "scatter_add: index[%s] = %lld is outside [0, %lld) "
+                            "along dim %d", at, (long long)v, (long long)dim_size, dim);
+        }
+        int64_t off = 0;
+        int inside = 1;
+        for (int d = 0; d < nd && inside; d++) {
+            int64_t j = d == dim ? v - dim_offset : i[d] + shift[d];
+            inside = j >= 0 && j < out->shape[d];
+            off += j * os[d];
+        }
+        if (inside) add_at(t, out->data, (size_t)off, load(t, src->data, e));
+        for (int d = nd - 1; d >= 0; d--) {
+            if (++i[d] < src->shape[d]) break;
+            i[d] = 0;
+        }
+    }
+    return DT_OK;
+}
