@@ -112,8 +112,13 @@ static dt_status target_logprob_parallel(dt_tensor *logits, dt_tensor *target, d
     dt_op_args perm = class_last(logits->ndim);
     dt_tensor *mp = NULL, *m = NULL, *z = NULL, *e = NULL, *sp = NULL, *s = NULL, *l = NULL,
               *ls = NULL, *zp = NULL, *picked = NULL, *zm = NULL;
+    /* The row max only shifts the exponentials: the loss does not depend on it, so it is
+     * taken without grad (as torch's logsumexp detaches it) and its backward costs nothing. */
+    dt_ctx *ctx = logits->mesh->ctx;
+    dt_no_grad_enter(ctx);
     dt_status st = dt_op_call(DT_OP_AMAX, &logits, 1, &row, &mp); /* (N,1,d..) P(max) */
     if (st == DT_OK) st = reduced(mp, &m);                         /* all_reduce(max) */
+    dt_no_grad_exit(ctx);
     if (st == DT_OK) st = call2(DT_OP_SUB, logits, m, &z);
     if (st == DT_OK) st = call1(DT_OP_EXP, z, NULL, &e);
     if (st == DT_OK) st = call1(DT_OP_SUM, e, &row, &sp);          /* P(sum) */
