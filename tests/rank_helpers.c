@@ -70,6 +70,16 @@ FILE *t_open_conformance(const char *name, char *path, size_t cap) {
     return fopen(path, "r");
 }
 
+int t_parse_dims(const char *text, int *out, int max) {
+    int n = 0;
+    for (const char *p = text; *p && n < max;) {
+        out[n++] = (int)strtol(p, (char **)&p, 10);
+        if (*p == 'x' || *p == ',') p++;
+        else if (*p) return -1;
+    }
+    return n;
+}
+
 int t_split_tabs(char *line, char **cols, int max) {
     int n = 0;
     for (char *p = line; n < max;) {

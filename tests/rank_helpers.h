@@ -78,6 +78,9 @@ FILE *t_open_conformance(const char *name, char *path, size_t cap);
 /* Splits a tab-separated line in place into at most max columns (newline dropped). */
 int t_split_tabs(char *line, char **cols, int max);
 
+/* "2x2" or "12,8" -> at most max sizes in out; their count, -1 for other text. */
+int t_parse_dims(const char *text, int *out, int max);
+
 /* Element i of buf as a double. */
 double t_get(dt_dtype dtype, const void *buf, size_t i);
 

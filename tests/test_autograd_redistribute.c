@@ -11,16 +11,6 @@
 
 #include "helpers.h"
 
-static int parse_dims(const char *text, int *out, int max) {
-    int n = 0;
-    for (const char *p = text; *p && n < max;) {
-        out[n++] = (int)strtol(p, (char **)&p, 10);
-        if (*p == 'x' || *p == ',') p++;
-        else if (*p) return -1;
-    }
-    return n;
-}
-
 /* Collectives by kind: all_gather, all_to_all, all_reduce, reduce_scatter. */
 enum { AG, A2A, AR, RS, NK };
 static const char *const kind_name[NK] = {"all_gather", "all_to_all", "all_reduce",
@@ -132,9 +122,9 @@ Test(autograd_redistribute, every_conformance_row_forward_and_backward) {
         snprintf(r.mesh, sizeof r.mesh, "%s", cols[1]);
         snprintf(r.src_text, sizeof r.src_text, "%s", cols[3]);
         snprintf(r.dst_text, sizeof r.dst_text, "%s", cols[4]);
-        r.mnd = parse_dims(cols[1], r.ms, DT_MESH_MAX_NDIM);
+        r.mnd = t_parse_dims(cols[1], r.ms, DT_MESH_MAX_NDIM);
         int dims[DT_MAX_NDIM], np;
-        r.nd = parse_dims(cols[2], dims, DT_MAX_NDIM);
+        r.nd = t_parse_dims(cols[2], dims, DT_MAX_NDIM);
         cr_assert(r.mnd > 0 && r.nd > 0, "%s: mesh %s shape %s", r.id, cols[1], cols[2]);
         for (int d = 0; d < r.nd; d++) r.shape[d] = dims[d];
         cr_assert_eq(dt_placements_parse(r.src_text, r.src, DT_MESH_MAX_NDIM, &np), DT_OK, "%s",

@@ -37,16 +37,6 @@ static int matches_any(const char *sig, const char *expected) {
     }
 }
 
-static int parse_dims(const char *text, int *out, int max) {
-    int n = 0;
-    for (const char *p = text; *p && n < max;) {
-        out[n++] = (int)strtol(p, (char **)&p, 10);
-        if (*p == 'x' || *p == ',') p++;
-        else if (*p) return -1;
-    }
-    return n;
-}
-
 typedef struct row {
     char id[16], mesh[32], shape[32], src[64], dst[64], expected[512];
 } row;
@@ -123,10 +113,10 @@ Test(redistribute, conformance_table) {
     for (int i = 0; i < n; i++) {
         row *r = &rows[i];
         run_arg a = {.r = r};
-        int ms[DT_MESH_MAX_NDIM], mnd = parse_dims(r->mesh, ms, DT_MESH_MAX_NDIM), nsrc, ndst;
+        int ms[DT_MESH_MAX_NDIM], mnd = t_parse_dims(r->mesh, ms, DT_MESH_MAX_NDIM), nsrc, ndst;
         a.nd = 0;
         int dims[DT_MAX_NDIM];
-        int nd = parse_dims(r->shape, dims, DT_MAX_NDIM);
+        int nd = t_parse_dims(r->shape, dims, DT_MAX_NDIM);
         for (int d = 0; d < nd; d++) a.shape[d] = dims[d];
         a.nd = nd;
         cr_assert_eq(dt_placements_parse(r->src, a.src, DT_MESH_MAX_NDIM, &nsrc), DT_OK, "%s",
@@ -225,7 +215,7 @@ static dt_status named_body(dt_ctx *ctx, void *arg) {
 Test(redistribute, named_transitions_issue_exact_collectives) {
     for (size_t i = 0; i < sizeof transitions / sizeof transitions[0]; i++) {
         int nranks = 1, ms[4];
-        int mnd = parse_dims(transitions[i].mesh, ms, 4);
+        int mnd = t_parse_dims(transitions[i].mesh, ms, 4);
         for (int m = 0; m < mnd; m++) nranks *= ms[m];
         t_run(nranks, named_body, (void *)&transitions[i]);
     }

@@ -95,3 +95,34 @@ dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, 
     m->b_batches = batch_numel(b);
     return DT_OK;
 }
+
+dt_status dt_scatter_check(const char *fn, const dt_local *src, int dim, const dt_local *index,
+                           const dt_local *out) {
+    dt_dtype t = src->dtype;
+    if (t != DT_F32 && t != DT_F64 && t != DT_BF16 && t != DT_F16)
+        return dt_error(DT_ERR_DTYPE, "%s: src must be a float dtype, not %s", fn,
+                        dt_dtype_name(t));
+    if (index->dtype != DT_I32 && index->dtype != DT_I64)
+        return dt_error(DT_ERR_DTYPE, "%s: index must be i32 or i64, not %s", fn,
+                        dt_dtype_name(index->dtype));
+    int nd = src->ndim;
+    if (dim < 0 || dim >= nd || index->ndim != nd || out->ndim != nd)
+        return dt_error(DT_ERR_SHAPE, "%s: dim %d, src %d-D, index %d-D, out %d-D", fn, dim, nd,
+                        index->ndim, out->ndim);
+    return DT_OK;
+}
+
+dt_status dt_topk_check(const char *fn, const dt_local *x, int64_t k, int dim, int64_t *outer,
+                        int64_t *len, int64_t *inner) {
+    if (dt_dtype_size(x->dtype) == 0)
+        return dt_error(DT_ERR_DTYPE, "%s: unknown dtype %d", fn, (int)x->dtype);
+    if (dim < 0 || dim >= x->ndim)
+        return dt_error(DT_ERR_ARG, "%s: dim %d of a %d-D tensor", fn, dim, x->ndim);
+    *len = x->shape[dim], *inner = 1, *outer = 1;
+    if (k < 0 || k > *len)
+        return dt_error(DT_ERR_ARG, "%s: k = %lld is not in [0, %lld]", fn, (long long)k,
+                        (long long)*len);
+    for (int d = 0; d < dim; d++) *outer *= x->shape[d];
+    for (int d = dim + 1; d < x->ndim; d++) *inner *= x->shape[d];
+    return DT_OK;
+}

@@ -37,6 +37,16 @@ typedef struct dt_matmul_dims {
 dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, int trans_b,
                           const dt_local *out, dt_matmul_dims *dims_out);
 
+/* scatter_add's checks: float src, i32/i64 index, dim in range, src, index and out of one
+ * ndim. */
+dt_status dt_scatter_check(const char *fn, const dt_local *src, int dim, const dt_local *index,
+                           const dt_local *out);
+
+/* topk's checks (a known dtype, dim in range, 0 <= k <= the dim's size) and x seen as
+ * (outer, L, inner) around dim. */
+dt_status dt_topk_check(const char *fn, const dt_local *x, int64_t k, int dim, int64_t *outer,
+                        int64_t *len, int64_t *inner);
+
 #ifdef __cplusplus
 }
 #endif

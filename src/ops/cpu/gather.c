@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "ops/kernels.h"
+#include "ops/kernel_args.h"
 
 static size_t numel(const dt_local *t) {
     size_t n = 1;
@@ -121,14 +122,8 @@ dt_status dt_cpu_topk(const dt_local *x, int64_t k, int dim, int smallest, dt_lo
     case DT_I64: above = above_i64; break;
     default: return dt_error(DT_ERR_DTYPE, "%s: unknown dtype %d", fn, (int)x->dtype);
     }
-    if (dim < 0 || dim >= x->ndim)
-        return dt_error(DT_ERR_ARG, "%s: dim %d of a %d-D tensor", fn, dim, x->ndim);
-    int64_t L = x->shape[dim], inner = 1, outer = 1;
-    if (k < 0 || k > L)
-        return dt_error(DT_ERR_ARG, "%s: k = %lld is not in [0, %lld]", fn, (long long)k,
-                        (long long)L);
-    for (int d = 0; d < dim; d++) outer *= x->shape[d];
-    for (int d = dim + 1; d < x->ndim; d++) inner *= x->shape[d];
+    int64_t L, inner, outer;
+    DT_CHECK(dt_topk_check(fn, x, k, dim, &outer, &L, &inner));
     int64_t *o = out->data;
     for (int64_t b = 0; b < outer; b++)
         for (int64_t j = 0; j < inner; j++) {

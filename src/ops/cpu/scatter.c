@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "ops/kernels.h"
+#include "ops/kernel_args.h"
 
 static inline double load(dt_dtype t, const void *p, size_t i) {
     switch (t) {
@@ -38,17 +39,9 @@ dt_status dt_cpu_scatter_add(const dt_local *src, int dim, const int64_t *shift,
                              int64_t dim_offset, int64_t dim_size, const dt_local *index,
                              dt_local *out) {
     const char *fn = "dt_cpu_scatter_add";
+    DT_CHECK(dt_scatter_check(fn, src, dim, index, out));
     dt_dtype t = src->dtype;
-    if (t != DT_F32 && t != DT_F64 && t != DT_BF16 && t != DT_F16)
-        return dt_error(DT_ERR_DTYPE, "%s: src must be a float dtype, not %s", fn,
-                        dt_dtype_name(t));
-    if (index->dtype != DT_I32 && index->dtype != DT_I64)
-        return dt_error(DT_ERR_DTYPE, "%s: index must be i32 or i64, not %s", fn,
-                        dt_dtype_name(index->dtype));
     int nd = src->ndim;
-    if (dim < 0 || dim >= nd || index->ndim != nd || out->ndim != nd)
-        return dt_error(DT_ERR_SHAPE, "%s: dim %d, src %d-D, index %d-D, out %d-D", fn, dim, nd,
-                        index->ndim, out->ndim);
     size_t n = 1, on = 1;
     for (int d = 0; d < nd; d++) n *= (size_t)src->shape[d], on *= (size_t)out->shape[d];
     memset(out->data, 0, on * dt_dtype_size(t));

@@ -3,6 +3,7 @@
  * range give 0 (a zero row for one_hot): checking them would need a host sync. topk runs one
  * thread per row with the CPU's insertion, so ties and NaN order alike. */
 #include "ops/cuda/cuda_common.cuh"
+#include "ops/kernel_args.h"
 
 static dt_status index_dtype(const char *fn, const dt_local *ix) {
     if (ix->dtype != DT_I32 && ix->dtype != DT_I64)
@@ -120,16 +121,8 @@ __global__ void topk_kernel(const T *x, int64_t L, int64_t inner, int64_t k, int
 
 dt_status dt_cuda_topk(const dt_local *x, int64_t k, int dim, int smallest, dt_local *out) {
     const char *fn = "dt_cuda_topk";
-    if (dt_dtype_size(x->dtype) == 0)
-        return dt_error(DT_ERR_DTYPE, "%s: unknown dtype %d", fn, (int)x->dtype);
-    if (dim < 0 || dim >= x->ndim)
-        return dt_error(DT_ERR_ARG, "%s: dim %d of a %d-D tensor", fn, dim, x->ndim);
-    int64_t L = x->shape[dim], inner = 1, outer = 1;
-    if (k < 0 || k > L)
-        return dt_error(DT_ERR_ARG, "%s: k = %lld is not in [0, %lld]", fn, (long long)k,
-                        (long long)L);
-    for (int d = 0; d < dim; d++) outer *= x->shape[d];
-    for (int d = dim + 1; d < x->ndim; d++) inner *= x->shape[d];
+    int64_t L, inner, outer;
+    DT_CHECK(dt_topk_check(fn, x, k, dim, &outer, &L, &inner));
     DT_CU_RANK(r, fn);
     uint64_t rows = (uint64_t)(outer * inner);
     if (rows == 0 || k == 0) return DT_OK;

@@ -4,6 +4,7 @@
  * order with the CPU's rounding: results equal the CPU's bit for bit. Index values out of range
  * are skipped (checking them would need a host sync). */
 #include "ops/cuda/cuda_common.cuh"
+#include "ops/kernel_args.h"
 
 struct scatter_geom {
     int nd, dim;
@@ -48,17 +49,9 @@ dt_status dt_cuda_scatter_add(const dt_local *src, int dim, const int64_t *shift
                               int64_t dim_offset, int64_t dim_size, const dt_local *index,
                               dt_local *out) {
     const char *fn = "dt_cuda_scatter_add";
+    DT_CHECK(dt_scatter_check(fn, src, dim, index, out));
     dt_dtype dt = src->dtype;
-    if (dt != DT_F32 && dt != DT_F64 && dt != DT_BF16 && dt != DT_F16)
-        return dt_error(DT_ERR_DTYPE, "%s: src must be a float dtype, not %s", fn,
-                        dt_dtype_name(dt));
-    if (index->dtype != DT_I32 && index->dtype != DT_I64)
-        return dt_error(DT_ERR_DTYPE, "%s: index must be i32 or i64, not %s", fn,
-                        dt_dtype_name(index->dtype));
     int nd = src->ndim;
-    if (dim < 0 || dim >= nd || index->ndim != nd || out->ndim != nd)
-        return dt_error(DT_ERR_SHAPE, "%s: dim %d, src %d-D, index %d-D, out %d-D", fn, dim, nd,
-                        index->ndim, out->ndim);
     DT_CU_RANK(r, fn);
     size_t on = dt_cu_numel(out), n = dt_cu_numel(src);
     if (on == 0) return DT_OK;
