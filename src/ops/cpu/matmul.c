@@ -12,6 +12,8 @@
 #include "ops/kernel_args.h"
 #include "ops/kernels.h"
 
+#include <pthread.h>
+
 #if DT_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
@@ -215,4 +217,18 @@ dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_lo
     dt_host_free(cx.fc);
     dt_host_free(cx.bt);
     return st;
+}
+
+void dt_cpu_gemm_ranks(int delta) {
+#if DT_HAVE_OPENBLAS
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int ranks, standard = -1;
+    pthread_mutex_lock(&mu);
+    if (standard < 0) standard = openblas_get_num_threads();
+    ranks += delta;
+    openblas_set_num_threads(ranks > 1 ? 1 : standard);
+    pthread_mutex_unlock(&mu);
+#else
+    (void)delta;
+#endif
 }
