@@ -416,9 +416,20 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     if (allocated + bytes > memory_limit() ||
         !(*p = guarded() ? arena_alloc(bytes) : malloc(bytes ? bytes : 1)))
         return fail(cudaErrorMemoryAllocation);
-    /* Garbage, as fresh device memory is: code that reads before writing shows up. */
+    /* Garbage, as fresh device memory is: code that reads before writing shows up. A large
+     * block (cuBLAS's 32 MiB workspace per rank) gets it at both ends only: filling it all
+     * would back every page, and the guard's mprotect of the arena around each piece of device
+     * work costs time per backed page. */
     void *q = *p;
-    device_work([=] { memset(q, 0xa5, bytes); });
+    const size_t edge = (size_t)1 << 20;
+    device_work([=] {
+        if (bytes <= 4 * edge) {
+            memset(q, 0xa5, bytes);
+        } else {
+            memset(q, 0xa5, edge);
+            memset((char *)q + bytes - edge, 0xa5, edge);
+        }
+    });
     allocations[(uintptr_t)*p] = bytes;
     allocated += bytes;
     return cudaSuccess;
