@@ -19,6 +19,15 @@
  * propagate NaN, as torch.maximum does. GELU is GPT-2's tanh approximation. Sign is -1, 0 or
  * 1 (+0 for -0) and NaN for NaN (as NumPy; sign stays monotone, NaN included). Comparisons
  * give 1 or 0 in the operands' type; any comparison with NaN is 0 except NE's 1. */
+/* The comparisons, 1 or 0 in T, the same for every type (NaN compares false but under ne). */
+#define DT_EW_COMPARE_CASES(T)                                                                     \
+    case DT_BINARY_EQ: return (T)(a == b);                                                         \
+    case DT_BINARY_NE: return (T)(a != b);                                                         \
+    case DT_BINARY_GT: return (T)(a > b);                                                          \
+    case DT_BINARY_GE: return (T)(a >= b);                                                         \
+    case DT_BINARY_LT: return (T)(a < b);                                                          \
+    case DT_BINARY_LE: return (T)(a <= b);
+
 #define DT_EW_FLOAT_FNS(SUF, T, F)                                                                 \
     DT_EW_FN T dt_ew_relu_##SUF(T x) { return x > (T)0 ? x : (x != x ? x : (T)0); }                \
     DT_EW_FN T dt_ew_sigmoid_##SUF(T x) { return (T)1 / ((T)1 + exp##F(-x)); }                     \
@@ -62,12 +71,7 @@
         case DT_BINARY_DIV: return a / b;                                                          \
         case DT_BINARY_MAX: return dt_ew_max_##SUF(a, b);                                          \
         case DT_BINARY_MIN: return dt_ew_min_##SUF(a, b);                                          \
-        case DT_BINARY_EQ: return (T)(a == b);                                                     \
-        case DT_BINARY_NE: return (T)(a != b);                                                     \
-        case DT_BINARY_GT: return (T)(a > b);                                                      \
-        case DT_BINARY_GE: return (T)(a >= b);                                                     \
-        case DT_BINARY_LT: return (T)(a < b);                                                      \
-        case DT_BINARY_LE: return (T)(a <= b);                                                     \
+        DT_EW_COMPARE_CASES(T)                                                                     \
         default: return a;                                                                         \
         }                                                                                          \
     }
@@ -98,12 +102,7 @@ DT_EW_FLOAT_FNS(f64, double, )
         case DT_BINARY_DIV: return dt_ew_div_##SUF(a, b);                                          \
         case DT_BINARY_MAX: return dt_ew_max_##SUF(a, b);                                          \
         case DT_BINARY_MIN: return dt_ew_min_##SUF(a, b);                                          \
-        case DT_BINARY_EQ: return (T)(a == b);                                                     \
-        case DT_BINARY_NE: return (T)(a != b);                                                     \
-        case DT_BINARY_GT: return (T)(a > b);                                                      \
-        case DT_BINARY_GE: return (T)(a >= b);                                                     \
-        case DT_BINARY_LT: return (T)(a < b);                                                      \
-        case DT_BINARY_LE: return (T)(a <= b);                                                     \
+        DT_EW_COMPARE_CASES(T)                                                                     \
         default: return a;                                                                         \
         }                                                                                          \
     }
