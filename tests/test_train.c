@@ -3,10 +3,11 @@
  * vocab-parallel head, so the loss is loss parallel, over tp), on 3 tp ranks (every sharded
  * weight uneven) and on 2 dp ranks. The loss curves must agree within 1e-5 relative in f32:
  * the gradients autograd derives, and the collectives dispatch inserts for them, equal one
- * rank's. */
+ * rank's. Between steps each rank holds exactly its parameters and their AdamW moments. */
 #include <math.h>
 
 #include "../examples/tiny_llama.h"
+#include "dtensor/tensor_impl.h"
 #include "helpers.h"
 #include "op_cases.h"
 
@@ -37,6 +38,12 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
     dt_param_group all = {.params = m.w, .n = TL_NWEIGHTS};
     dt_optim *opt;
     R_OK(dt_optim_adamw_create(&adamw, &all, 1, &opt));
+    int64_t param_bytes = 0;
+    for (int i = 0; i < TL_NWEIGHTS; i++) {
+        dt_tensor_info info;
+        R_OK(dt_tensor_info_get(m.w[i], &info));
+        param_bytes += (int64_t)info.local_bytes;
+    }
     for (int s = 0; s < STEPS; s++) {
         dt_tensor *tok, *tgt, *loss;
         R_OK(tl_batch(&m, s, &tok, &tgt));
@@ -46,6 +53,13 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
         R_OK(dt_optim_step(opt));
         R_OK(dt_optim_zero_grad(opt));
+        /* What is left between steps: the parameters and AdamW's two moments per parameter
+         * (the graph, the gradients and every temporary are gone) */
+        int64_t live, bytes;
+        dt_ctx_live(ctx, &live, &bytes);
+        R_CHECK(live == 3 * TL_NWEIGHTS && bytes == 3 * param_bytes,
+                "step %d: %lld tensors and %lld bytes alive, want %d and %lld", s,
+                (long long)live, (long long)bytes, 3 * TL_NWEIGHTS, (long long)(3 * param_bytes));
     }
     R_OK(dt_optim_destroy(opt));
     tl_model_free(&m);
