@@ -126,3 +126,14 @@ dt_status dt_topk_check(const char *fn, const dt_local *x, int64_t k, int dim, i
     for (int d = dim + 1; d < x->ndim; d++) *inner *= x->shape[d];
     return DT_OK;
 }
+
+int dt_gqa_groups(const dt_local *q, const dt_local *k, int64_t *g) {
+    int nd = q->ndim;
+    *g = 1;
+    for (int d = 0; d < nd - 2; d++) {
+        if (k->shape[d] == q->shape[d]) continue;
+        if (d != nd - 3 || k->shape[d] <= 0 || q->shape[d] % k->shape[d]) return 0;
+        *g = q->shape[d] / k->shape[d];
+    }
+    return 1;
+}

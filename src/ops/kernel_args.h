@@ -37,6 +37,11 @@ typedef struct dt_matmul_dims {
 dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, int trans_b,
                           const dt_local *out, dt_matmul_dims *dims_out);
 
+/* The kv groups of a grouped-query attention call: k and v may have fewer heads (dim
+ * ndim - 3) than q and out, a divisor of q's; every other leading dim matches. *g gets
+ * Hq / Hkv (1 without groups); 0 when the shapes are not such a call. */
+int dt_gqa_groups(const dt_local *q, const dt_local *k, int64_t *g);
+
 /* scatter_add's checks: float src, i32/i64 index, dim in range, src, index and out of one
  * ndim. */
 dt_status dt_scatter_check(const char *fn, const dt_local *src, int dim, const dt_local *index,

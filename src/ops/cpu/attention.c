@@ -9,6 +9,7 @@
 #include "core/alloc.h"
 #include "core/check.h"
 #include "core/half.h"
+#include "ops/kernel_args.h"
 #include "ops/kernels.h"
 
 /* Row i of S (rows, Tk), query i % Tq, becomes softmax(S[i, :lim] * scale), zero past lim. */
@@ -60,20 +61,6 @@ static dt_local mat(void *data, dt_dtype dt, int64_t rows, int64_t cols) {
     return m;
 }
 
-/* The kv groups of a grouped-query call: k and v may have fewer heads (dim nd - 3) than q
- * and out, a divisor of q's; every other leading dim matches. *g gets Hq / Hkv (1 without
- * groups). */
-static int gqa_groups(const dt_local *q, const dt_local *k, int64_t *g) {
-    int nd = q->ndim;
-    *g = 1;
-    for (int d = 0; d < nd - 2; d++) {
-        if (k->shape[d] == q->shape[d]) continue;
-        if (d != nd - 3 || k->shape[d] <= 0 || q->shape[d] % k->shape[d]) return 0;
-        *g = q->shape[d] / k->shape[d];
-    }
-    return 1;
-}
-
 dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                       double scale, dt_local *out) {
     dt_dtype dt = q->dtype;
@@ -90,7 +77,7 @@ dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, i
     /* B kv heads (times batch), each read by g query heads whose rows are adjacent in q: the
      * group's queries are one (g * Tq, D) matrix. */
     int64_t B = batch_of(k);
-    if (!gqa_groups(q, k, &g))
+    if (!dt_gqa_groups(q, k, &g))
         return dt_error(DT_ERR_SHAPE, "dt_cpu_sdpa: k's leading dims differ from q's other than "
                                       "by a divisor of q's heads (dim %d)", nd - 3);
     if (batch_of(v) != B || batch_of(out) != batch_of(q) || k->shape[nd - 1] != D ||

@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "ops/cuda/cuda_common.cuh"
+#include "ops/kernel_args.h"
 
 #define CHUNK_BYTES ((size_t)256 << 20) /* S (and widened v, out) per chunk of heads */
 
@@ -74,19 +75,6 @@ static int64_t batch_of(const dt_local *t) {
     return n;
 }
 
-/* The CPU kernel's rule: k's leading dims are q's but for the heads (dim nd - 3), which may
- * divide q's; *g = Hq / Hkv. */
-static int gqa_groups(const dt_local *q, const dt_local *k, int64_t *g) {
-    int nd = q->ndim;
-    *g = 1;
-    for (int d = 0; d < nd - 2; d++) {
-        if (k->shape[d] == q->shape[d]) continue;
-        if (d != nd - 3 || k->shape[d] <= 0 || q->shape[d] % k->shape[d]) return 0;
-        *g = q->shape[d] / k->shape[d];
-    }
-    return 1;
-}
-
 dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                        double scale, dt_local *out) {
     const char *fn = "dt_cuda_sdpa";
@@ -104,7 +92,7 @@ dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, 
     /* B kv heads (times batch), each read by the g query heads adjacent in q: one
      * (g * Tq, D) matrix per kv head. */
     int64_t B = batch_of(k);
-    if (!gqa_groups(q, k, &g))
+    if (!dt_gqa_groups(q, k, &g))
         return dt_error(DT_ERR_SHAPE, "%s: k's leading dims differ from q's other than by a "
                                       "divisor of q's heads (dim %d)", fn, nd - 3);
     if (batch_of(v) != B || batch_of(out) != batch_of(q) || k->shape[nd - 1] != D ||
