@@ -9,18 +9,18 @@
  * so one style serves a replicated and a sequence-sharded input alike: a colwise linear
  * all_gathers a Shard(1) input and takes a Replicate one as it is.
  *
- *   style                      parameters over tp          input over tp    output over tp
- *   colwise (linear)           weight S(0), bias S(0)      Replicate        Shard(-1), or `output`
- *   colwise (embedding)        weight S(1)                 Replicate        Shard(-1), or `output`
- *   rowwise (linear)           weight S(1), bias R         Shard(-1)        Replicate, or `output`
- *                                                                           (Shard(1): sequence
- *                                                                           parallel, a
- * reduce_scatter) rowwise (embedding)        weight S(0)                 Replicate Replicate, or
- * `output` sequence parallel (norm)   weight R                    Shard(1)         Shard(1) prepare
- * input / output     -                           `input`          `output` loss parallel (linear)
- * colwise with output Shard(-1): logits stay vocab-sharded and dt_cross_entropy reduces them
- * without gathering (one all_reduce of the row max, one of the sum of exponentials and one of the
- *                              target logit instead of an all_gather of the logits)
+ *   style               parameters over tp     input over tp   output over tp
+ *   colwise (linear)    weight S(0), bias S(0) Replicate       Shard(-1), or its output
+ *   colwise (embedding) weight S(1)            Replicate       Shard(-1), or its output
+ *   rowwise (linear)    weight S(1), bias R    Shard(-1)       Replicate, or its output
+ *   rowwise (embedding) weight S(0)            Replicate       Replicate, or its output
+ *   sequence parallel   weight R (a norm)      Shard(1)        Shard(1)
+ *   prepare input       -                      its input       -
+ *   prepare output      -                      -               its output
+ * A rowwise output of Shard(1) is sequence parallelism (the Partial sum reduce_scattered over
+ * the sequence instead of all_reduced). Loss parallel is colwise on the vocabulary projection
+ * with its output kept Shard(-1): dt_cross_entropy reduces vocab-sharded logits without
+ * gathering them.
  *
  * Data parallelism over dp_dim places every parameter: DT_DP_REPLICATE keeps it whole there
  * (DDP: its gradient is all_reduced once per backward by grad sync), DT_DP_SHARD stores it
