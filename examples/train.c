@@ -3,7 +3,8 @@
  * named mesh: "dp" shards the batch (parameters replicated, or FSDP-sharded with --fsdp),
  * "tp" runs torchtitan's tensor-parallel plan (sequence parallel and loss parallel by
  * default). One progress line per step (loss, tokens/s, step time, rank 0's peak tensor
- * memory), then a trace of the last steps (Perfetto / chrome://tracing) and its timeline page.
+ * memory, collectives issued by rank 0), then a trace of the last steps (Perfetto /
+ * chrome://tracing) and its timeline page; --comms 1 prints step 1's collectives by kind.
  *
  * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--sp 0|1] [--ac none]
  *       [--text PATH] [--out PREFIX] [--dim N --layers N --heads N --kv-heads N --hidden N
@@ -32,7 +33,7 @@ typedef enum ac_mode { AC_NONE = 0, AC_FULL, AC_SELECTIVE } ac_mode;
 typedef struct options {
     int ranks, steps, trace_steps;
     char mesh[64];
-    int fsdp, sp;
+    int fsdp, sp, comms;
     ac_mode ac;
     const char *text_path, *out;
     tl_config cfg;
@@ -73,6 +74,7 @@ static dt_status train(dt_ctx *ctx, void *arg) {
         dt_tensor *tok, *tgt, *loss;
         TRY(tl_batch(&m, sh->text, sh->n, s, &tok, &tgt));
         TRY(dt_ctx_reset_peak(ctx));
+        TRY(dt_comm_stats_reset(ctx));
         double t0 = now_s();
         TRY(tl_loss(&m, tok, tgt, &loss));
         TRY(dt_backward(loss));
@@ -80,13 +82,21 @@ static dt_status train(dt_ctx *ctx, void *arg) {
         TRY(dt_optim_zero_grad(opt));
         double dt = now_s() - t0;
         dt_tensor_memory mem;
+        dt_comm_stats cs;
         TRY(dt_ctx_tensor_memory(ctx, &mem));
+        TRY(dt_comm_stats_get(ctx, &cs));
+        uint64_t colls = 0;
+        for (int k = 0; k < DT_COLL_KIND_COUNT; k++)
+            colls += cs.calls[k];
+        if (rank == 0 && s == 0 && o->comms) dt_comm_stats_print(&cs, "rank 0, step 1", stdout);
         float v;
         TRY(dt_tensor_full(loss, &v, sizeof v));
         if (s > 0) total += dt;
         if (rank == 0)
-            printf("step %3d/%d  loss %.4f  %8.0f tokens/s  step %7.1f ms  peak %6.2f MiB\n", s + 1,
-                   o->steps, v, tokens / dt, dt * 1e3, (double)mem.peak_bytes / (1 << 20)),
+            printf("step %3d/%d  loss %.4f  %8.0f tokens/s  step %7.1f ms  peak %6.2f MiB  %3llu "
+                   "collectives\n",
+                   s + 1, o->steps, v, tokens / dt, dt * 1e3, (double)mem.peak_bytes / (1 << 20),
+                   (unsigned long long)colls),
                 fflush(stdout);
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
     }
@@ -127,7 +137,7 @@ static int usage(const char *bad) {
     fprintf(stderr,
             "train: bad argument %s\nusage: train [--ranks N] [--mesh dp=2,tp=2] "
             "[--steps N] [--fsdp 0|1] [--sp 0|1] [--ac none] [--text PATH] "
-            "[--out PREFIX] [--trace-steps N] [--dim N] [--layers N] [--heads N] "
+            "[--out PREFIX] [--trace-steps N] [--comms 0|1] [--dim N] [--layers N] [--heads N] "
             "[--kv-heads N] [--hidden N] [--seq N] [--batch N] [--lr X]\n",
             bad);
     return 2;
@@ -159,7 +169,8 @@ int main(int argc, char **argv) {
                 {"--dim", &o.cfg.dim},       {"--layers", &o.cfg.layers},
                 {"--heads", &o.cfg.heads},   {"--kv-heads", &o.cfg.kv_heads},
                 {"--hidden", &o.cfg.hidden}, {"--seq", &o.cfg.seq},
-                {"--batch", &o.cfg.batch},   {"--trace-steps", &o.trace_steps}};
+                {"--batch", &o.cfg.batch},   {"--trace-steps", &o.trace_steps},
+                {"--comms", &o.comms}};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) return usage(argv[i]);
         const char *a = argv[i], *v = argv[++i];
