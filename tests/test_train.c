@@ -1,9 +1,10 @@
-/* The small Llama-style model of examples/tiny_llama.c trained for 20 AdamW steps on one rank, on a
- * 2x2 (dp x tp) mesh (batch sharded over dp; torchtitan's colwise/rowwise plan with a
+/* The small Llama-style model of examples/tiny_llama.c trained for 20 AdamW steps on one rank,
+ * on a 2x2 (dp x tp) mesh (batch sharded over dp; torchtitan's colwise/rowwise plan with a
  * vocab-parallel head, so the loss is loss parallel, over tp), on 3 tp ranks (every sharded
- * weight uneven) and on 2 dp ranks. The loss curves must agree within 1e-5 relative in f32:
- * the gradients autograd derives, and the collectives dispatch inserts for them, equal one
- * rank's. Between steps each rank holds exactly its parameters and their AdamW moments. */
+ * weight uneven), on 2 dp ranks, and on 2x2 again with FSDP over dp and sequence parallelism.
+ * The loss curves must agree within 1e-5 relative in f32: the gradients autograd derives, and
+ * the collectives dispatch inserts for them, equal one rank's. Between steps each rank holds
+ * exactly its parameters and their AdamW moments (sharded alike under FSDP). */
 #include <math.h>
 
 #include "../examples/tiny_llama.h"
@@ -14,8 +15,14 @@
 enum { STEPS = 20 };
 #define LR 0.02
 
-static const tl_config cfg = {.vocab = 11, .seq = 6, .batch = 2, .dim = 8, .layers = 1,
-                              .heads = 2, .kv_heads = 1, .hidden = 12};
+static const tl_config cfg = {.vocab = 11,
+                              .seq = 6,
+                              .batch = 2,
+                              .dim = 8,
+                              .layers = 1,
+                              .heads = 2,
+                              .kv_heads = 1,
+                              .hidden = 12};
 
 typedef struct layout {
     const char *mesh;
@@ -33,8 +40,8 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_mesh_create_str(ctx, r->l.mesh, &mesh));
     tl_model m;
     R_OK(tl_model_init(&m, mesh, &cfg, &r->l.l, 1234));
-    dt_adamw_options adamw = {.lr = LR, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                              .weight_decay = 0.1};
+    dt_adamw_options adamw = {
+        .lr = LR, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     dt_optim *opt;
     R_OK(dt_optim_adamw_create_params(&adamw, m.params, &opt));
     int np = dt_params_count(m.params);
@@ -66,9 +73,8 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
         int64_t live, bytes;
         dt_ctx_live(ctx, &live, &bytes);
         R_CHECK(live == 3 * np + 2 && bytes == 3 * param_bytes + rope_bytes,
-                "step %d: %lld tensors and %lld bytes alive, want %d and %lld", s,
-                (long long)live, (long long)bytes, 3 * np + 2,
-                (long long)(3 * param_bytes + rope_bytes));
+                "step %d: %lld tensors and %lld bytes alive, want %d and %lld", s, (long long)live,
+                (long long)bytes, 3 * np + 2, (long long)(3 * param_bytes + rope_bytes));
     }
     R_OK(dt_optim_destroy(opt));
     tl_model_free(&m);
@@ -82,6 +88,7 @@ Test(train, loss_curves_equal_on_every_layout) {
         {"2x2", {.dp_dim = 0, .tp_dim = 1, .loss_parallel = 1}},
         {"3", {.dp_dim = -1, .tp_dim = 0, .loss_parallel = 1}},
         {"2", {.dp_dim = 0, .tp_dim = -1}},
+        {"2x2", {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .sequence_parallel = 1, .loss_parallel = 1}},
     };
     train_run ref = {.l = layouts[0]};
     t_run(1, train_body, &ref);
