@@ -367,3 +367,60 @@ static dt_status layers_body(dt_ctx *ctx, void *arg) {
 Test(nn, layers_match_naive_loops) {
     t_run(1, layers_body, NULL);
 }
+
+/* ---- the use hook (where FSDP substitutes its gathered weights) -------------------------- */
+
+typedef struct hook_log {
+    int calls, last, fail;
+} hook_log;
+
+static dt_status gather_hook(void *user, dt_params *p, int i, dt_tensor *stored, int ncompute,
+                             const dt_placement *compute, dt_tensor **out) {
+    (void)p;
+    hook_log *log = user;
+    log->calls++, log->last = i;
+    if (log->fail) return dt_error_set(DT_ERR_COMM, "my prefetch of parameter %d failed", i);
+    return dt_tensor_redistribute(stored, ncompute, compute, out);
+}
+
+static dt_status hook_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "dp=2", &mesh));
+    small m;
+    R_OK(declare_small(mesh, &m));
+    dt_parallelize_options o = {.tp_dim = -1, .dp_dim = 0, .dp_mode = DT_DP_SHARD};
+    R_OK(dt_parallelize(m.p, &o));
+    dt_generator gen = dt_generator_make(3);
+    R_OK(dt_params_materialize(m.p, &gen));
+    hook_log log = {0};
+    R_OK(dt_params_set_use_hook(m.p, gather_hook, &log));
+    int64_t shape[3] = {B, T, DIM};
+    dt_placement pl = dt_shard(0);
+    dt_tensor *x, *y;
+    R_OK(dt_tensor_ones(mesh, DT_F32, 3, shape, 1, &pl, &x));
+    dt_scope *s;
+    R_OK(dt_scope_create(&s));
+    R_OK(dt_scope_end(s, dt_nn_mlp_forward(s, &m.mlp, x), &y));
+    int w2;
+    R_OK(dt_params_find(m.p, "block.mlp.w2.weight", &w2));
+    R_CHECK(log.calls == 3 && log.last == w2, "hook called %d times, last for %d (w2 is %d)",
+            log.calls, log.last, w2);
+    R_CHECK(dt_params_group_of(m.p, w2) == 0 && dt_params_group_of(m.p, 0) == -1,
+            "groups of w2 and emb: %d, %d", dt_params_group_of(m.p, w2),
+            dt_params_group_of(m.p, 0));
+    dt_tensor_release(y);
+    log.fail = 1;
+    R_OK(dt_scope_create(&s));
+    dt_tensor *never = T_SENTINEL(dt_tensor *);
+    R_ERR(dt_scope_end(s, dt_nn_mlp_forward(s, &m.mlp, x), &never), DT_ERR_COMM, "my prefetch");
+    R_CHECK(log.calls == 4, "the hook ran %d times after failing once", log.calls - 3);
+    dt_tensor_release(x);
+    R_OK(dt_params_destroy(m.p));
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(nn, use_hook_replaces_the_gather) {
+    t_run(2, hook_body, NULL);
+}

@@ -106,6 +106,19 @@ DT_API dt_mesh *dt_params_mesh(const dt_params *params);
  * layer fetches its weights here and only here. Collective over the mesh when it gathers. */
 DT_API dt_tensor *dt_params_use(dt_scope *scope, dt_params *params, int i);
 
+/* Replaces how dt_params_use makes a parameter's compute form, for FSDP with prefetch and
+ * reshard-after-forward: fn (NULL: the default, one redistribute per use) is called for every
+ * use of a parameter whose stored and compute placements differ, with the parameter's index,
+ * its stored tensor and its compute placements (ncompute = the mesh's ndim), and returns
+ * through out a new reference the scope then owns (gathered ahead of time, say, and recorded so
+ * that backward reduce_scatters into stored). Group and order come from the registry
+ * (dt_params_group_of). Not collective itself; the hook's work is. */
+typedef dt_status (*dt_params_use_fn)(void *user, dt_params *params, int i, dt_tensor *stored,
+                                      int ncompute, const dt_placement *compute, dt_tensor **out);
+DT_API dt_status dt_params_set_use_hook(dt_params *params, dt_params_use_fn fn, void *user);
+/* The group parameter i belongs to (-1: declared before the first group). */
+DT_API int dt_params_group_of(const dt_params *params, int i);
+
 /* A module's input and output as its style wants them over the tensor-parallel mesh dim
  * (dtensor/parallel.h: Replicate for a colwise module's input, Shard(1) for a sequence-parallel
  * norm's, ...): x itself when already so, else x redistributed (recorded by autograd). The

@@ -282,7 +282,21 @@ dt_tensor *dt_params_use(dt_scope *scope, dt_params *params, int i) {
     for (int m = 0; m < mnd; m++)
         same &= dt_placement_equal(e->stored[m], e->compute[m]);
     if (same) return e->tensor;
+    if (params->use_hook)
+        return DT_DO(scope, params->use_hook, params->use_user, params, i, e->tensor, mnd,
+                     e->compute);
     return DT_DO(scope, dt_tensor_redistribute, e->tensor, mnd, e->compute);
+}
+
+dt_status dt_params_set_use_hook(dt_params *params, dt_params_use_fn fn, void *user) {
+    DT_ARG_NOT_NULL(params);
+    params->use_hook = fn, params->use_user = user;
+    return DT_OK;
+}
+
+int dt_params_group_of(const dt_params *params, int i) {
+    if (!params || i < 0 || i >= params->nparams) return -1;
+    return params->params[i].group;
 }
 
 /* x with its tp placement made want (a negative Shard dim counted from x's end). */

@@ -41,6 +41,8 @@ struct dt_params {
     int ngroups, cap_groups;
     int tp_dim, dp_dim; /* set by dt_parallelize; -1: none */
     int parallelized, materialized;
+    dt_params_use_fn use_hook; /* dt_params_set_use_hook; NULL: redistribute */
+    void *use_user;
 };
 
 /* DT_ERR_ARG naming fn unless module names a module of kind (kind < 0: any). */
