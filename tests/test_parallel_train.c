@@ -13,8 +13,8 @@
 
 enum { STEPS = 10 };
 
-static const tl_config cfg = {.vocab = 64,
-                              .seq = 8,
+static const tl_config cfg = {.vocab = 256,
+                              .seq = 32,
                               .batch = 12,
                               .dim = 32,
                               .layers = 2,
@@ -96,13 +96,15 @@ Test(parallel_train, loss_parity_and_collectives) {
      * - TP (tp=4, and the tp dim of dp x tp): forward all_reduces the rowwise outputs
      *   (embedding, wo and w2 of each block: 5); backward all_reduces the gradient flowing
      *   into each norm from its colwise consumers (attention and mlp of each block, output: 5)
-     *   and the 5 norm weights' Partial gradients (grad sync); the tiny logits go to
-     *   cross_entropy by one all_to_all each way (the cost model finds that cheaper than the
-     *   two all_reduces of loss parallel at this size).
+     *   and the 5 norm weights' Partial gradients (grad sync). The logits (384 x 256) reach
+     *   cross_entropy by one all_to_all each way: on 4 ranks the cost model finds that cheaper
+     *   than loss parallel's two all_reduces of per-row statistics.
      * - SP (tp=2): each all_reduce of TP becomes a reduce_scatter and its gather an
      *   all_gather: the embedding, wo and w2 outputs reduce_scatter (5) and the attention, mlp
      *   and output inputs all_gather (5), the same mirrored in backward; the 5 norm weights'
-     *   gradients are Partial over tp (sequence-sharded inputs) and all_reduced once each.
+     *   gradients are Partial over tp (sequence-sharded inputs) and all_reduced once each. On 2
+     *   ranks loss parallel wins: the vocab-sharded logits are never moved, cross_entropy
+     *   all_reduces the row max and the sum of exponentials (2) instead.
      * - Uneven (3 ranks): FSDP over 3 is as over 4 (uneven shards gather and scatter in one
      *   collective each); tp=3 splits 8 query and 4 kv heads unevenly, so the head views
      *   re-shard by all_to_all (26 per step) where tp=2 and tp=4 keep whole heads. */
@@ -117,11 +119,11 @@ Test(parallel_train, loss_parity_and_collectives) {
         {"tp=2 sp",
          "2",
          {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1},
-         {5, 10, 10, 2}},
+         {7, 10, 10, 0}},
         {"tp=3 sp (uneven)",
          "3",
          {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1},
-         {5, 10, 10, 26}},
+         {7, 10, 10, 28}},
         {"dp=3 fsdp (uneven)", "3", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}, {0, 22, 21, 0}},
     };
     static const config one = {"1 rank", "1", {.dp_dim = -1, .tp_dim = -1}, {0, 0, 0, 0}};
