@@ -14,8 +14,7 @@
 
 #define STEPS 20
 static const tl_config cfg = {.vocab = 256, .seq = 64, .batch = 4, .dim = 64, .layers = 1,
-                              .heads = 4, .kv_heads = 4,
-                              .hidden = 172};
+                              .heads = 4, .kv_heads = 4, .hidden = 172};
 
 static double now_ms(void) {
     struct timespec t;

@@ -23,9 +23,6 @@ typedef struct tl_layout {
     int loss_parallel;     /* logits stay vocab-sharded into cross_entropy */
 } tl_layout;
 
-/* No parallelism on any mesh dim. */
-#define TL_LAYOUT_NONE ((tl_layout){.dp_dim = -1, .tp_dim = -1})
-
 typedef struct tl_block {
     dt_module attention_norm, ffn_norm;
     dt_nn_attention attention;
