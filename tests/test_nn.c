@@ -424,3 +424,60 @@ static dt_status hook_body(dt_ctx *ctx, void *arg) {
 Test(nn, use_hook_replaces_the_gather) {
     t_run(2, hook_body, NULL);
 }
+
+/* ---- styles at module boundaries --------------------------------------------------------- */
+
+static int placed(dt_tensor *t, const char *want) {
+    dt_tensor_info info;
+    char got[32];
+    if (!t || dt_tensor_info_get(t, &info) != DT_OK) return 0;
+    dt_placements_format(info.placements, info.mesh_ndim, got, sizeof got);
+    if (strcmp(got, want)) fprintf(stderr, "placements %s, want %s\n", got, want);
+    return !strcmp(got, want);
+}
+
+static dt_status styles_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "tp=2", &mesh));
+    small m;
+    R_OK(declare_small(mesh, &m));
+    dt_style_rule plan[] = {
+        {"block.mlp.w1", dt_style_colwise()},
+        {"block.mlp.w3", dt_style_colwise()},
+        {"block.mlp.w2", dt_style_rowwise()},
+        {"block.mlp", dt_style_prepare_output(dt_shard(1))},
+        {"block.norm", dt_style_sequence_parallel()},
+        {"block.attn", dt_style_prepare_input(dt_replicate())},
+        {"out", dt_style_colwise_to(dt_replicate())},
+    };
+    dt_parallelize_options o = {.tp_dim = 0, .plan = plan, .nplan = 7, .dp_dim = -1};
+    R_OK(dt_parallelize(m.p, &o));
+    dt_generator gen = dt_generator_make(3);
+    R_OK(dt_params_materialize(m.p, &gen));
+    int64_t shape[3] = {B, T, DIM};
+    dt_placement r = dt_replicate();
+    dt_tensor *x;
+    R_OK(dt_tensor_ones(mesh, DT_F32, 3, shape, 1, &r, &x));
+    dt_scope *s;
+    R_OK(dt_scope_create(&s));
+    /* the mlp's Partial sum all_reduced by w2, then its output sequence-sharded */
+    dt_tensor *y = dt_nn_mlp_forward(s, &m.mlp, x);
+    /* a sequence-parallel norm shards a replicated input over the sequence */
+    dt_tensor *h = dt_nn_rms_norm_forward(s, m.norm, x);
+    /* prepare_input gathers it back for the container */
+    dt_tensor *g = dt_module_input(s, m.attn.self, h);
+    /* colwise with output Replicate: logits gathered */
+    dt_tensor *l = dt_nn_linear_forward(s, m.out, g);
+    int ok = placed(y, "S(1)") && placed(h, "S(1)") && placed(g, "R") && placed(l, "R");
+    R_OK(dt_scope_end(s, NULL, NULL));
+    R_CHECK(ok, "module boundaries placed otherwise (above)");
+    dt_tensor_release(x);
+    R_OK(dt_params_destroy(m.p));
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(nn, styles_place_module_inputs_and_outputs) {
+    t_run(2, styles_body, NULL);
+}
