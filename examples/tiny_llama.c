@@ -135,6 +135,7 @@ dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int s
     for (int d = 0; d < mnd; d++)
         pl[d] = dt_replicate();
     if (m->layout.dp_dim >= 0) pl[m->layout.dp_dim] = dt_shard(0);
+    if (m->layout.dp_replicate_dim > 0) pl[m->layout.dp_replicate_dim - 1] = dt_shard(0);
     dt_status st =
         dt_tensor_distribute(m->mesh, buf, DT_I64, 2, shape, mnd, pl, DT_ALL_RANKS, tokens);
     if (st == DT_OK) {

@@ -18,6 +18,8 @@ typedef struct tl_config {
 
 typedef struct tl_layout {
     int dp_dim, tp_dim;    /* mesh dims; -1: none */
+    int dp_replicate_dim;  /* HSDP: a second data-parallel mesh dim, parameters replicated
+                              there (0 = none, else the mesh dim + 1) */
     int fsdp;              /* parameters Shard over dp (else replicated: DDP) */
     int sequence_parallel; /* norms and residuals sharded over the sequence on tp */
     int loss_parallel;     /* logits stay vocab-sharded into cross_entropy */

@@ -6,6 +6,7 @@
  * memory, collectives issued by rank 0), then a trace of the last steps (Perfetto /
  * chrome://tracing) and its timeline page; --comms 1 prints step 1's collectives by kind.
  *
+ * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp.
  * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--sp 0|1] [--ac none]
  *       [--text PATH] [--out PREFIX] [--dim N --layers N --heads N --kv-heads N --hidden N
  *       --seq N --batch N] */
@@ -59,7 +60,13 @@ static dt_status train(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     TRY(dt_mesh_create_str(ctx, o->mesh, &mesh));
     tl_layout l = {.dp_dim = -1, .tp_dim = -1, .fsdp = o->fsdp};
-    if (dt_mesh_dim_index(mesh, "dp", &l.dp_dim) != DT_OK) l.dp_dim = -1;
+    /* torchtitan's names: dp (or dp_shard) shards parameters under FSDP, dp_replicate keeps
+     * them replicated (HSDP with both); the batch is split over all of them */
+    int rep;
+    if (dt_mesh_dim_index(mesh, "dp", &l.dp_dim) != DT_OK &&
+        dt_mesh_dim_index(mesh, "dp_shard", &l.dp_dim) != DT_OK)
+        l.dp_dim = -1;
+    if (dt_mesh_dim_index(mesh, "dp_replicate", &rep) == DT_OK) l.dp_replicate_dim = rep + 1;
     if (dt_mesh_dim_index(mesh, "tp", &l.tp_dim) != DT_OK) l.tp_dim = -1;
     l.sequence_parallel = o->sp && l.tp_dim >= 0, l.loss_parallel = l.tp_dim >= 0;
     tl_model m;

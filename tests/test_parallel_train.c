@@ -1,8 +1,8 @@
 /* Loss parity as torchtitan checks it: the model of examples/tiny_llama.c (2 blocks,
  * grouped-query attention with RoPE, SwiGLU), defined once and parallelized by a plan, trained
  * for 10 AdamW steps on one rank and on dp=4 (FSDP: Shard(0) parameters gathered at use), DDP
- * over 2, tp=4, dp=2 x tp=2 (FSDP + TP), tp=2 with sequence parallelism, and 3 ranks (uneven
- * everything). Every loss curve must equal the one-rank curve within 1e-5 relative in f32,
+ * over 2, HSDP on 2x2, tp=4, dp=2 x tp=2 (FSDP + TP), tp=2 with sequence parallelism, and 3 ranks
+ * (uneven everything). Every loss curve must equal the one-rank curve within 1e-5 relative in f32,
  * and each configuration issues exactly the collectives per step written below (counted per
  * kind on rank 0 for forward + backward + optimizer step; the same every step). */
 #include <math.h>
@@ -93,6 +93,9 @@ Test(parallel_train, loss_parity_and_collectives) {
      *   each gradient into its shard; the extra all_gather is cross_entropy's label check over
      *   the dp-sharded targets (24 bytes).
      * - DDP: one all_reduce per gradient, plus the label check.
+     * - HSDP (batch over both dims of 2x2, parameters sharded over d1 and replicated over d0):
+     *   FSDP's all_gather and reduce_scatter over d1, then one all_reduce of each gradient
+     *   shard over d0.
      * - TP (tp=4, and the tp dim of dp x tp): forward all_reduces the rowwise outputs
      *   (embedding, wo and w2 of each block: 5); backward all_reduces the gradient flowing
      *   into each norm from its colwise consumers (attention and mlp of each block, output: 5)
@@ -124,6 +127,10 @@ Test(parallel_train, loss_parity_and_collectives) {
          "3",
          {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1},
          {7, 10, 10, 28}},
+        {"hsdp 2x2",
+         "2x2",
+         {.dp_dim = 1, .tp_dim = -1, .fsdp = 1, .dp_replicate_dim = 1},
+         {21, 22, 21, 0}},
         {"dp=3 fsdp (uneven)", "3", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}, {0, 22, 21, 0}},
     };
     static const config one = {"1 rank", "1", {.dp_dim = -1, .tp_dim = -1}, {0, 0, 0, 0}};
