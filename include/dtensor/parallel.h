@@ -19,8 +19,9 @@
  *   prepare output      -                      -               its output
  * A rowwise output of Shard(1) is sequence parallelism (the Partial sum reduce_scattered over
  * the sequence instead of all_reduced). Loss parallel is colwise on the vocabulary projection
- * with its output kept Shard(-1): dt_cross_entropy reduces vocab-sharded logits without
- * gathering them.
+ * with its output kept Shard(-1): the logits are never gathered, and dt_cross_entropy reduces
+ * them where they lie (two all_reduces of per-row statistics) unless its cost model finds one
+ * all_to_all of the logits cheaper (small logits on many ranks).
  *
  * Data parallelism over dp_dim places every parameter: DT_DP_REPLICATE keeps it whole there
  * (DDP: its gradient is all_reduced once per backward by grad sync), DT_DP_SHARD stores it
