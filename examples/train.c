@@ -34,7 +34,7 @@ typedef enum ac_mode { AC_NONE = 0, AC_FULL, AC_SELECTIVE } ac_mode;
 typedef struct options {
     int ranks, steps, trace_steps;
     char mesh[64];
-    int fsdp, sp, comms;
+    int fsdp, sp, comms, print_params;
     ac_mode ac;
     const char *text_path, *out;
     tl_config cfg;
@@ -75,6 +75,7 @@ static dt_status train(dt_ctx *ctx, void *arg) {
         .lr = o->lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.01};
     dt_optim *opt;
     TRY(dt_optim_adamw_create_params(&adamw, m.params, &opt));
+    if (rank == 0 && o->print_params) TRY(dt_params_print(m.params, stdout));
     double tokens = (double)o->cfg.batch * o->cfg.seq, total = 0;
     for (int s = 0; s < o->steps; s++) {
         if (s == o->steps - o->trace_steps) TRY(dt_trace_start(ctx));
@@ -144,7 +145,8 @@ static int usage(const char *bad) {
     fprintf(stderr,
             "train: bad argument %s\nusage: train [--ranks N] [--mesh dp=2,tp=2] "
             "[--steps N] [--fsdp 0|1] [--sp 0|1] [--ac none] [--text PATH] "
-            "[--out PREFIX] [--trace-steps N] [--comms 0|1] [--dim N] [--layers N] [--heads N] "
+            "[--out PREFIX] [--trace-steps N] [--comms 0|1] [--params 0|1] [--dim N] [--layers N] "
+            "[--heads N] "
             "[--kv-heads N] [--hidden N] [--seq N] [--batch N] [--lr X]\n",
             bad);
     return 2;
@@ -177,7 +179,7 @@ int main(int argc, char **argv) {
                 {"--heads", &o.cfg.heads},   {"--kv-heads", &o.cfg.kv_heads},
                 {"--hidden", &o.cfg.hidden}, {"--seq", &o.cfg.seq},
                 {"--batch", &o.cfg.batch},   {"--trace-steps", &o.trace_steps},
-                {"--comms", &o.comms}};
+                {"--comms", &o.comms},       {"--params", &o.print_params}};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) return usage(argv[i]);
         const char *a = argv[i], *v = argv[++i];

@@ -203,6 +203,17 @@ static dt_status registry_body(dt_ctx *ctx, void *arg) {
                 "%s: stored %s compute %s, want %s and %s", want[i].name, a, b, want[i].stored,
                 want[i].compute);
     }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&text, &len);
+    R_CHECK(mf != NULL, "open_memstream");
+    R_OK(dt_params_print(m.p, mf));
+    fclose(mf);
+    int printed = strstr(text, "block.mlp.w2.weight") && strstr(text, "8x12") &&
+                  strstr(text, "rowwise") && strstr(text, "S(0),S(1)") &&
+                  strstr(text, "11 parameters, 658 elements, 2 groups");
+    free(text);
+    R_CHECK(printed, "dt_params_print left out a parameter, its style or the totals");
     R_CHECK(dt_module_style(m.norm)->kind == DT_STYLE_SEQUENCE_PARALLEL &&
                 dt_module_style(m.attn.self) == NULL,
             "module styles");

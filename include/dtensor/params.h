@@ -16,6 +16,8 @@
 #ifndef DTENSOR_PARAMS_H
 #define DTENSOR_PARAMS_H
 
+#include <stdio.h>
+
 #include "dtensor/create.h"
 #include "dtensor/scope.h"
 
@@ -96,6 +98,10 @@ DT_API const char *dt_params_module_name(const dt_params *params, int module);
 /* Module m's parameter named name ("weight"), -1 when it has none. */
 DT_API int dt_module_param(dt_module module, const char *name);
 DT_API dt_mesh *dt_params_mesh(const dt_params *params);
+
+/* Prints one line per parameter (index, name, shape, group, its module's style, stored and
+ * compute placements) and the totals, as a plan a person can check. Not collective. */
+DT_API dt_status dt_params_print(const dt_params *params, FILE *f);
 
 /* ---- computing with them ----------------------------------------------------------------- */
 

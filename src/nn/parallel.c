@@ -1,6 +1,7 @@
 /* dt_parallelize: a plan (module name patterns and styles) checked against the registry, then
  * each module's style and each parameter's stored and compute placements recorded. Data
  * only: nothing here communicates or makes tensors. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -147,4 +148,33 @@ const dt_style *dt_module_style(dt_module module) {
     if (dt_module_check(__func__, module, -1) != DT_OK) return NULL;
     const module_entry *m = &module.params->modules[module.index];
     return m->has_style ? &m->style : NULL;
+}
+
+dt_status dt_params_print(const dt_params *params, FILE *f) {
+    DT_ARG_NOT_NULL(params);
+    DT_ARG_NOT_NULL(f);
+    int mnd = dt_mesh_ndim(params->mesh);
+    int64_t total = 0;
+    fprintf(f, "  %-3s %-36s %-12s %-16s %-18s %-16s %s\n", "#", "parameter", "shape", "group",
+            "style", "stored", "compute");
+    for (int i = 0; i < params->nparams; i++) {
+        const param_entry *e = &params->params[i];
+        const module_entry *m = &params->modules[e->module];
+        char shape[32] = "", st[64], cp[64];
+        int64_t n = 1;
+        for (int d = 0, at = 0; d < e->ndim && at < (int)sizeof shape; d++) {
+            at += snprintf(shape + at, sizeof shape - (size_t)at, d ? "x%lld" : "%lld",
+                           (long long)e->shape[d]);
+            n *= e->shape[d];
+        }
+        total += n;
+        dt_placements_format(e->stored, mnd, st, sizeof st);
+        dt_placements_format(e->compute, mnd, cp, sizeof cp);
+        fprintf(f, "  %-3d %-36s %-12s %-16s %-18s %-16s %s\n", i, e->name, shape,
+                e->group >= 0 ? params->groups[e->group].name : "",
+                m->has_style ? dt_style_name(m->style.kind) : "-", st, cp);
+    }
+    fprintf(f, "  %d parameters, %lld elements, %d groups\n", params->nparams, (long long)total,
+            params->ngroups);
+    return DT_OK;
 }
