@@ -49,9 +49,28 @@ enum { GIVEN, UNINIT, ZEROED }; /* where make's storage comes from */
 static void count_live(const dt_tensor *t, int sign) {
     dt_ctx *ctx = t->mesh->ctx;
     atomic_fetch_add(&ctx->live_tensors, sign);
-    if (t->owned)
-        atomic_fetch_add(&ctx->live_bytes,
-                         sign * (long long)(t->local_numel * dt_dtype_size(t->dtype)));
+    if (!t->owned) return;
+    long long now = atomic_fetch_add(&ctx->live_bytes,
+                                     sign * (long long)(t->local_numel * dt_dtype_size(t->dtype)));
+    now += sign * (long long)(t->local_numel * dt_dtype_size(t->dtype));
+    long long peak = atomic_load(&ctx->live_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&ctx->live_peak, &peak, now)) {
+    }
+}
+
+dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out) {
+    DT_ARG_NOT_NULL(ctx);
+    DT_ARG_NOT_NULL(out);
+    out->tensors = atomic_load(&ctx->live_tensors);
+    out->bytes = atomic_load(&ctx->live_bytes);
+    out->peak_bytes = atomic_load(&ctx->live_peak);
+    return DT_OK;
+}
+
+dt_status dt_ctx_reset_peak(dt_ctx *ctx) {
+    DT_ARG_NOT_NULL(ctx);
+    atomic_store(&ctx->live_peak, atomic_load(&ctx->live_bytes));
+    return DT_OK;
 }
 
 void dt_ctx_live(dt_ctx *ctx, int64_t *tensors_out, int64_t *bytes_out) {

@@ -108,24 +108,37 @@ static int groups_aligned(int64_t hq, int64_t hkv, int m) {
 
 static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
                  int mesh_total, rule_row *rows) {
-    (void)op, (void)a;
+    (void)op, (void)a, (void)mesh_total;
     int k = 0, nd = in[0].ndim;
     rule_row r = {.out = RP};
     for (int i = 0; i < n; i++) r.in[i] = RP;
     rows[k++] = r;
     for (int d = 0; d < nd - 2; d++) {
         int64_t hq = in[0].shape[d], hkv = in[1].shape[d];
-        /* Grouped heads: on a 1-D mesh the chunk boundaries must line up; on more mesh dims
-         * (which may split the heads again, nested) only an even split of the kv heads over
-         * every rank is sure to. */
-        if (hq != hkv && !(mesh_size == mesh_total ? groups_aligned(hq, hkv, mesh_size)
-                                                   : hkv % mesh_total == 0))
-            continue;
+        /* Grouped heads: the chunk boundaries must line up over this mesh dim; combine_ok
+         * checks a head dim that several mesh dims split together. */
+        if (hq != hkv && !groups_aligned(hq, hkv, mesh_size)) continue;
         r.out = SP(d);
         for (int i = 0; i < n; i++) r.in[i] = SP(d);
         rows[k++] = r;
     }
     return k;
+}
+
+/* Grouped heads that several mesh dims split (nested: the first splits, the next splits each
+ * piece) keep whole groups on every rank when the kv heads divide evenly over all of them;
+ * one mesh dim alone was checked by rules. */
+static int combine_ok(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_ndim,
+                      const int *mesh_shape, const dt_placement (*in_pl)[DT_MESH_MAX_NDIM],
+                      const dt_placement *out_pl) {
+    (void)op, (void)n, (void)a, (void)out_pl;
+    int h = in[0].ndim - 3;
+    if (h < 0 || in[0].shape[h] == in[1].shape[h]) return 1;
+    int dims = 0, ranks = 1;
+    for (int m = 0; m < mesh_ndim; m++)
+        if (in_pl[0][m].kind == DT_PLACEMENT_SHARD && in_pl[0][m].dim == h)
+            dims++, ranks *= mesh_shape[m];
+    return dims < 2 || in[1].shape[h] % ranks == 0;
 }
 
 static dt_status compute(local_call *c) {
@@ -140,5 +153,5 @@ static dt_status compute(local_call *c) {
 }
 
 const op_family dt_family_attention = {
-    .infer = infer, .rules = rules, .compute = compute, .aux = aux,
+    .infer = infer, .rules = rules, .compute = compute, .aux = aux, .combine_ok = combine_ok,
 };
