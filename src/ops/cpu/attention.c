@@ -10,12 +10,13 @@
 #include "core/alloc.h"
 #include "core/check.h"
 #include "core/half.h"
+#include "ops/cpu/vexp.h"
 #include "ops/kernel_args.h"
 #include "ops/kernels.h"
 
 /* Row i of S (rows, Tk), query i % Tq, becomes softmax(S[i, :lim] * scale), zero past lim;
  * lse (NULL or rows) gets the row's log-sum-exp of the scaled scores. */
-#define DEFINE_SOFTROWS(SUF, CT, EXP, LOG)                                                         \
+#define DEFINE_SOFTROWS(SUF, CT, EXP_ROW, LOG)                                                     \
     static void softrows_##SUF(CT *S, int64_t rows, int64_t Tq, int64_t Tk, int causal,           \
                                CT scale, CT *lse) {                                                \
         for (int64_t i = 0; i < rows; i++) {                                                       \
@@ -27,10 +28,8 @@
                 if (s[j] > mx || s[j] != s[j]) mx = s[j];                                          \
             }                                                                                      \
             double sum = 0.0;                                                                      \
-            for (int64_t j = 0; j < lim; j++) {                                                    \
-                s[j] = EXP(s[j] - mx);                                                             \
-                sum += (double)s[j];                                                               \
-            }                                                                                      \
+            EXP_ROW(s, s, lim, 1, -mx);                                                            \
+            for (int64_t j = 0; j < lim; j++) sum += (double)s[j];                                 \
             CT inv = (CT)(1.0 / sum);                                                              \
             for (int64_t j = 0; j < lim; j++) s[j] *= inv;                                         \
             for (int64_t j = lim; j < Tk; j++) s[j] = 0;                                           \
@@ -40,26 +39,29 @@
 
 /* The backward's row pass: S (rows, Tk) holds q k^T and becomes P = exp(S * scale - lse),
  * zero past the mask; dP (rows, Tk) becomes dS * scale = P (dP - sum_j P dP) * scale. */
-#define DEFINE_GRADROWS(SUF, CT, EXP)                                                              \
+#define DEFINE_GRADROWS(SUF, CT, EXP_ROW)                                                          \
     static void gradrows_##SUF(CT *S, CT *dP, const CT *lse, int64_t rows, int64_t Tq,           \
                                int64_t Tk, int causal, CT scale) {                                 \
         for (int64_t i = 0; i < rows; i++) {                                                       \
             CT *s = S + i * Tk, *dp = dP + i * Tk;                                                 \
             int64_t lim = causal && i % Tq + 1 < Tk ? i % Tq + 1 : Tk;                             \
             double dot = 0.0;                                                                      \
-            for (int64_t j = 0; j < lim; j++) {                                                    \
-                s[j] = EXP(s[j] * scale - lse[i]);                                                 \
-                dot += (double)s[j] * (double)dp[j];                                               \
-            }                                                                                      \
+            EXP_ROW(s, s, lim, scale, -lse[i]);                                                    \
+            for (int64_t j = 0; j < lim; j++) dot += (double)s[j] * (double)dp[j];                 \
             for (int64_t j = 0; j < lim; j++) dp[j] = s[j] * (dp[j] - (CT)dot) * scale;           \
             for (int64_t j = lim; j < Tk; j++) s[j] = dp[j] = 0;                                   \
         }                                                                                          \
     }
 
-DEFINE_SOFTROWS(f32, float, expf, log)
-DEFINE_SOFTROWS(f64, double, exp, log)
-DEFINE_GRADROWS(f32, float, expf)
-DEFINE_GRADROWS(f64, double, exp)
+/* y[j] = exp(a x[j] + b), j < n: SIMD for f32 */
+#define ROW_F32(y, x, n, a, b) dt_vexpf_affine(y, x, n, a, b)
+#define ROW_F64(y, x, n, a, b)                                                                     \
+    for (int64_t j_ = 0; j_ < (n); j_++) (y)[j_] = exp((a) * (x)[j_] + (b))
+
+DEFINE_SOFTROWS(f32, float, ROW_F32, log)
+DEFINE_SOFTROWS(f64, double, ROW_F64, log)
+DEFINE_GRADROWS(f32, float, ROW_F32)
+DEFINE_GRADROWS(f64, double, ROW_F64)
 
 static void widen(dt_dtype dt, const void *src, float *dst, size_t n) {
     const uint16_t *h = src;
@@ -80,12 +82,16 @@ static dt_local mat(void *data, dt_dtype dt, int64_t rows, int64_t cols) {
     return m;
 }
 
-/* m (rows, cols) of element size es into t (cols, rows). */
+/* m (rows, cols) into t (cols, rows), f32 or f64 (es 4 or 8). */
 static void transpose(const void *m, void *t, int64_t rows, int64_t cols, size_t es) {
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++)
-            memcpy((char *)t + (size_t)(j * rows + i) * es,
-                   (const char *)m + (size_t)(i * cols + j) * es, es);
+    for (int64_t i = 0; i < rows; i++) {
+        if (es == 8)
+            for (int64_t j = 0; j < cols; j++)
+                ((double *)t)[j * rows + i] = ((const double *)m)[i * cols + j];
+        else
+            for (int64_t j = 0; j < cols; j++)
+                ((float *)t)[j * rows + i] = ((const float *)m)[i * cols + j];
+    }
 }
 
 /* One operand of a kv head's computation: its data in the compute dtype (a bf16/f16 block
