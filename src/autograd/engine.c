@@ -176,6 +176,8 @@ static dt_status redistribute_grad(dt_tensor *in, dt_tensor *g, dt_tensor **out)
     for (int m = 0; m < mnd; m++)
         want[m] = in->placements[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate()
                                                                    : in->placements[m];
+    /* A move across meshes (dt_tensor_redistribute_to) goes back to the input's mesh. */
+    if (g->mesh != in->mesh) return dt_tensor_redistribute_to(g, in->mesh, mnd, want, out);
     return dt_tensor_redistribute(g, mnd, want, out);
 }
 
@@ -191,8 +193,10 @@ static dt_status step(dt_tensor *t) {
     for (int i = 0; i < node->n; i++) any |= need[i] = node->in[i] && node->in[i]->requires_grad;
     dt_status st = DT_OK;
     /* A leaf's gradient passes a redistribute unmoved: the leaf's own sync (or its absence,
-     * for accumulation) places it once, after every use of the leaf has added into it. */
-    if (any && node->redistribute && !node->in[0]->node) dt_tensor_retain(gin[0] = g);
+     * for accumulation) places it once, after every use of the leaf has added into it. Not a
+     * move across meshes: that gradient must go back to the leaf's mesh. */
+    if (any && node->redistribute && !node->in[0]->node && node->in[0]->mesh == t->mesh)
+        dt_tensor_retain(gin[0] = g);
     else if (any && node->redistribute) st = redistribute_grad(node->in[0], g, &gin[0]);
     else if (any) {
         const op_desc *d = dt_op_desc(node->op);
@@ -265,7 +269,7 @@ dt_status dt_backward_with(dt_tensor *t, dt_tensor *grad) {
     DT_TENSOR_ARG(grad);
     DT_ARG(t->requires_grad, "dt_backward: the tensor does not require grad (no input of the "
                              "ops that made it does)");
-    DT_ARG(grad->mesh == t->mesh, "dt_backward_with: grad lives on another mesh than t");
+    DT_ARG(dt_mesh_equal(grad->mesh, t->mesh), "dt_backward_with: grad lives on another mesh than t");
     DT_ARG(grad->ndim == t->ndim && !memcmp(grad->shape, t->shape, sizeof(int64_t) * t->ndim),
            "dt_backward_with: grad's shape differs from t's");
     DT_ARG(grad->dtype == t->dtype, "dt_backward_with: grad is %s, t is %s",
