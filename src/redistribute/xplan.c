@@ -157,11 +157,12 @@ static dt_status estimate(dt_xplan *p, const dt_cost_model *model) {
     return DT_OK;
 }
 
-dt_status dt_xplan_build(const dt_mesh_desc *src_mesh, const dt_mesh_desc *dst_mesh, int ndim,
-                         const int64_t *shape, dt_dtype dtype, const dt_placement *src,
-                         const dt_placement *dst, const dt_cost_model *model, dt_xplan **out) {
-    dt_cost_model def = dt_cost_model_default();
-    if (!model) model = &def;
+/* The plan that reduces the source's Partial dims into placement `into` (R, or S(d): a
+ * reduce_scatter leaves less to send) before the transfers. */
+static dt_status build_one(const dt_mesh_desc *src_mesh, const dt_mesh_desc *dst_mesh, int ndim,
+                           const int64_t *shape, dt_dtype dtype, const dt_placement *src,
+                           const dt_placement *dst, const dt_cost_model *model, dt_placement into,
+                           dt_xplan **out) {
     dt_xplan *p = calloc(1, sizeof *p);
     int ns = mesh_size(src_mesh), nd = mesh_size(dst_mesh);
     if (p) p->rank_store = malloc(sizeof(int) * (size_t)(ns + nd));
@@ -175,7 +176,8 @@ dt_status dt_xplan_build(const dt_mesh_desc *src_mesh, const dt_mesh_desc *dst_m
     p->mesh[0].ranks = p->rank_store, p->mesh[1].ranks = p->rank_store + ns;
     p->ndim = ndim, p->dtype = dtype;
     if (ndim) memcpy(p->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    for (int m = 0; m < src_mesh->ndim; m++) p->src[m] = src[m], p->mid_src[m] = unpartial(src[m]);
+    for (int m = 0; m < src_mesh->ndim; m++)
+        p->src[m] = src[m], p->mid_src[m] = src[m].kind == DT_PLACEMENT_PARTIAL ? into : src[m];
     for (int m = 0; m < dst_mesh->ndim; m++) p->dst[m] = dst[m], p->mid_dst[m] = unpartial(dst[m]);
     dt_status st = DT_OK;
     if (!placements_equal(p->src, p->mid_src, src_mesh->ndim))
@@ -191,6 +193,31 @@ dt_status dt_xplan_build(const dt_mesh_desc *src_mesh, const dt_mesh_desc *dst_m
         return st;
     }
     *out = p;
+    return DT_OK;
+}
+
+dt_status dt_xplan_build(const dt_mesh_desc *src_mesh, const dt_mesh_desc *dst_mesh, int ndim,
+                         const int64_t *shape, dt_dtype dtype, const dt_placement *src,
+                         const dt_placement *dst, const dt_cost_model *model, dt_xplan **out) {
+    dt_cost_model def = dt_cost_model_default();
+    if (!model) model = &def;
+    int partial = 0;
+    for (int m = 0; m < src_mesh->ndim; m++) partial |= src[m].kind == DT_PLACEMENT_PARTIAL;
+    /* Partial source dims: reduced into Replicate or into a shard of any tensor dim, whichever
+     * costs least in all (the first of equals, Replicate first). */
+    dt_xplan *best = NULL;
+    for (int d = -1; d < (partial ? ndim : 0); d++) {
+        dt_xplan *p = NULL;
+        dt_placement into = d < 0 ? dt_replicate() : dt_shard(d);
+        dt_status st = build_one(src_mesh, dst_mesh, ndim, shape, dtype, src, dst, model, into, &p);
+        if (st != DT_OK) {
+            dt_xplan_destroy(best);
+            return st;
+        }
+        if (!best || p->cost_us < best->cost_us) dt_xplan_destroy(best), best = p;
+        else dt_xplan_destroy(p);
+    }
+    *out = best;
     return DT_OK;
 }
 
