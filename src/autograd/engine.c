@@ -24,16 +24,32 @@ typedef struct dt_node {
     dt_op_args args;
     int n;
     dt_tensor *in[DT_GRAD_MAX_INPUTS]; /* retained */
+    /* a node of dt_autograd_record_custom: */
+    const char *custom_name;
+    dt_custom_backward_fn custom;
+    void *state;
+    void (*free_state)(void *);
     /* during a backward: */
     dt_tensor *grad; /* the output's gradient accumulated so far */
     unsigned mark;   /* the walk that visited it */
 } dt_node;
 
+static void free_state(dt_node *node) {
+    if (node->free_state && node->state) node->free_state(node->state);
+    node->state = NULL;
+}
+
 void dt_node_release(dt_node *node) {
     if (!node) return;
     for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]);
     dt_tensor_release(node->grad);
+    free_state(node);
     free(node);
+}
+
+static const char *node_name(const dt_node *node) {
+    return node->redistribute ? "a redistribute" : node->custom ? node->custom_name
+                                                                : dt_op_name(node->op);
 }
 
 static dt_ctx *ctx_of(const dt_tensor *t) { return t->mesh->ctx; }
@@ -62,6 +78,24 @@ dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_
                                dt_op_name(op));
     node->op = op, node->n = n;
     if (args) node->args = *args;
+    memcpy(node->in, in, sizeof(dt_tensor *) * (size_t)n);
+    return record(out, node);
+}
+
+dt_status dt_autograd_record_custom(const char *name, dt_tensor *const *in, int n, dt_tensor *out,
+                                    dt_custom_backward_fn backward, void *state,
+                                    void (*free_state_fn)(void *)) {
+    dt_node *node = n <= DT_GRAD_MAX_INPUTS ? calloc(1, sizeof *node) : NULL;
+    if (!node) {
+        if (free_state_fn) free_state_fn(state);
+        return n > DT_GRAD_MAX_INPUTS
+                   ? dt_error(DT_ERR_ARG, "%s: %d inputs, autograd records at most %d", name, n,
+                              DT_GRAD_MAX_INPUTS)
+                   : dt_error(DT_ERR_NOMEM, "%s: out of memory for its autograd node", name);
+    }
+    node->custom_name = name, node->custom = backward;
+    node->state = state, node->free_state = free_state_fn;
+    node->n = n;
     memcpy(node->in, in, sizeof(dt_tensor *) * (size_t)n);
     return record(out, node);
 }
@@ -118,9 +152,7 @@ static dt_status collect(walk *w, dt_tensor *root) {
         if (!in || !in->node || !in->requires_grad || in->node->mark == w->mark) continue;
         if (in->node->freed) {
             s = dt_error(DT_ERR_ARG, "dt_backward: the graph through %s was freed by an "
-                                     "earlier backward", in->node->redistribute
-                                                             ? "a redistribute"
-                                                             : dt_op_name(in->node->op));
+                                     "earlier backward", node_name(in->node));
             break;
         }
         in->node->mark = w->mark;
@@ -198,6 +230,7 @@ static dt_status step(dt_tensor *t) {
     if (any && node->redistribute && !node->in[0]->node && node->in[0]->mesh == t->mesh)
         dt_tensor_retain(gin[0] = g);
     else if (any && node->redistribute) st = redistribute_grad(node->in[0], g, &gin[0]);
+    else if (any && node->custom) st = node->custom(node->state, node->in, need, g, gin);
     else if (any) {
         const op_desc *d = dt_op_desc(node->op);
         dt_grad_call c = {.op = node->op, .args = &node->args, .n = node->n, .in = node->in,
@@ -257,6 +290,7 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
         dt_node *node = w.order[k]->node;
         for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]), node->in[i] = NULL;
         dt_tensor_release(node->grad), node->grad = NULL;
+        free_state(node);
         node->n = 0, node->freed = true;
     }
     for (int k = 0; k < w.n; k++) dt_tensor_release(w.order[k]);
