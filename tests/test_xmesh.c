@@ -6,6 +6,7 @@
  * gradient of sum(y * w) is w (independent of the move). The messages each rank sends are the
  * plan's. Also: meshes compared by value in op dispatch, and the plan as text. */
 #include <stdlib.h>
+#include <time.h>
 
 #include "helpers.h"
 
@@ -387,4 +388,140 @@ Test(xmesh, plan_text) {
     dt_mesh_desc dup = {.ndim = 1, .shape = {2}, .ranks = bad};
     T_ERR(dt_xplan_create(&c, &dup, 2, s53, DT_F32, &s0, &s0, NULL, &p), DT_ERR_ARG,
           "both world rank 1");
+}
+
+/* ---- the planner's invariant on random specs (no ranks) --------------------------------------
+ * Meshes of 1 to 3 dims over random distinct ranks of an 8-rank world, tensors of 0 to 3
+ * dims with extents 0 to 7 (uneven and empty shards), placements R, S(d) and P(sum): every
+ * target rank that keeps a value receives each element of its block exactly once, every box
+ * lies in its sender's block (after the plan before), and the totals add up. */
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return *s;
+}
+
+static void random_mesh(uint64_t *s, dt_mesh_desc *m, int *ranks) {
+    int n = 1 + (int)(rng_next(s) % 8), perm[8];
+    m->ndim = 1 + (int)(rng_next(s) % 3);
+    for (int d = 0; d < m->ndim; d++) m->shape[d] = 1;
+    for (int left = n, d = 0; d < m->ndim; d++) { /* a factorization of some size <= 8 */
+        int f = 1 + (int)(rng_next(s) % (unsigned)left);
+        m->shape[d] = f, left = left / f ? left / f : 1;
+    }
+    for (int i = 0; i < 8; i++) perm[i] = i;
+    for (int i = 7; i > 0; i--) {
+        int j = (int)(rng_next(s) % (unsigned)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int total = 1;
+    for (int d = 0; d < m->ndim; d++) total *= m->shape[d];
+    memcpy(ranks, perm, sizeof(int) * (size_t)total);
+    m->ranks = ranks;
+}
+
+static void random_placements(uint64_t *s, int mnd, int ndim, dt_placement *p) {
+    for (int m = 0; m < mnd; m++) {
+        unsigned r = (unsigned)(rng_next(s) % 4);
+        p[m] = r == 0 || ndim == 0 ? dt_replicate() : r == 3 ? dt_partial(DT_REDUCE_SUM)
+                                                             : dt_shard((int)(rng_next(s) % (unsigned)ndim));
+    }
+}
+
+static void mesh_coord(const dt_mesh_desc *m, int r, int *c) {
+    for (int d = m->ndim - 1; d >= 0; d--) c[d] = r % m->shape[d], r /= m->shape[d];
+}
+
+static int mesh_index(const dt_mesh_desc *m, int world) {
+    int n = 1;
+    for (int d = 0; d < m->ndim; d++) n *= m->shape[d];
+    for (int r = 0; r < n; r++)
+        if (m->ranks[r] == world) return r;
+    return -1;
+}
+
+Test(xmesh, plan_property) {
+    const char *env = getenv("DT_PROPERTY_SEED"); /* replays a printed seed */
+    uint64_t seed = env ? strtoull(env, NULL, 10) : 0x9e3779b97f4a7c15ull ^ (uint64_t)time(NULL);
+    uint64_t s = seed ? seed : 1;
+    fprintf(stderr, "xmesh plan_property seed %llu (DT_PROPERTY_SEED replays it)\n",
+            (unsigned long long)seed);
+    for (int trial = 0; trial < 2000; trial++) {
+        dt_mesh_desc S, D;
+        int sr[8], dr[8];
+        random_mesh(&s, &S, sr);
+        random_mesh(&s, &D, dr);
+        int ndim = (int)(rng_next(&s) % 4);
+        int64_t shape[3];
+        for (int d = 0; d < ndim; d++) shape[d] = (int64_t)(rng_next(&s) % 8);
+        dt_placement sp[3], dp[3], mid[3], dmid[3];
+        random_placements(&s, S.ndim, ndim, sp);
+        random_placements(&s, D.ndim, ndim, dp);
+        dt_xplan *p;
+        cr_assert_eq(dt_xplan_create(&S, &D, ndim, shape, DT_F32, sp, dp, NULL, &p), DT_OK,
+                     "seed %llu trial %d: %s", (unsigned long long)seed, trial, dt_last_error());
+        memcpy(mid, sp, sizeof sp);
+        const dt_plan *before = dt_xplan_before(p);
+        if (before) {
+            dt_plan_step last;
+            cr_assert_eq(dt_plan_step_get(before, dt_plan_nsteps(before) - 1, &last), DT_OK);
+            memcpy(mid, last.after, sizeof(dt_placement) * (size_t)S.ndim);
+        }
+        for (int m = 0; m < D.ndim; m++)
+            dmid[m] = dp[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate() : dp[m];
+        int nd = 1, nmsg = 0;
+        size_t bytes = 0;
+        for (int d = 0; d < D.ndim; d++) nd *= D.shape[d];
+        for (int j = 0; j < nd; j++) {
+            int c[DT_MESH_MAX_NDIM], keeps = 1;
+            int64_t ext[3] = {0}, off[3] = {0};
+            mesh_coord(&D, j, c);
+            for (int m = 0; m < D.ndim; m++)
+                keeps &= !(dp[m].kind == DT_PLACEMENT_PARTIAL && c[m] != 0);
+            cr_assert_eq(dt_shard_layout(D.ndim, D.shape, c, ndim, shape, dmid, ext, off), DT_OK);
+            size_t numel = 1;
+            for (int d = 0; d < ndim; d++) numel *= (size_t)ext[d];
+            unsigned char *cover = calloc(numel + 1, 1);
+            for (int i = 0; i < dt_xplan_ntransfers(p); i++) {
+                dt_transfer t;
+                cr_assert_eq(dt_xplan_transfer_get(p, i, &t), DT_OK);
+                if (t.to != D.ranks[j]) continue;
+                cr_assert(keeps, "seed %llu trial %d: rank %d gets data it zeroes",
+                          (unsigned long long)seed, trial, t.to);
+                /* The box lies in the sender's block (after the plan before). */
+                int si = mesh_index(&S, t.from), sc[DT_MESH_MAX_NDIM];
+                int64_t sext[3] = {0}, soff[3] = {0};
+                cr_assert(si >= 0, "seed %llu trial %d: sender %d is not in the source mesh",
+                          (unsigned long long)seed, trial, t.from);
+                mesh_coord(&S, si, sc);
+                cr_assert_eq(dt_shard_layout(S.ndim, S.shape, sc, ndim, shape, mid, sext, soff),
+                             DT_OK);
+                size_t n = 1;
+                for (int d = 0; d < ndim; d++) {
+                    cr_assert(t.off[d] >= soff[d] && t.off[d] + t.ext[d] <= soff[d] + sext[d] &&
+                                  t.off[d] >= off[d] && t.off[d] + t.ext[d] <= off[d] + ext[d],
+                              "seed %llu trial %d: a box outside its blocks",
+                              (unsigned long long)seed, trial);
+                    n *= (size_t)t.ext[d];
+                }
+                cr_assert_eq(t.bytes, n * 4);
+                if (t.from != t.to) nmsg++, bytes += t.bytes;
+                for (size_t e = 0; e < n; e++) { /* mark the box's elements in the block */
+                    size_t rest = e, idx = 0;
+                    int64_t at[3];
+                    for (int d = ndim - 1; d >= 0; d--) at[d] = (int64_t)(rest % (size_t)t.ext[d]), rest /= (size_t)t.ext[d];
+                    for (int d = 0; d < ndim; d++) idx = idx * (size_t)ext[d] + (size_t)(t.off[d] - off[d] + at[d]);
+                    cover[idx]++;
+                }
+            }
+            for (size_t e = 0; keeps && e < numel; e++)
+                cr_assert_eq(cover[e], 1, "seed %llu trial %d: target rank %d gets element %zu "
+                                          "%d times", (unsigned long long)seed, trial, D.ranks[j],
+                             e, cover[e]);
+            free(cover);
+        }
+        cr_assert_eq(dt_xplan_nmessages(p), nmsg);
+        cr_assert_eq(dt_xplan_bytes(p), bytes);
+        dt_xplan_destroy(p);
+    }
 }
