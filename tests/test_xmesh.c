@@ -5,6 +5,7 @@
  * unsharded tensor: every target rank's block is cut from it with dt_shard_layout, and the
  * gradient of sum(y * w) is w (independent of the move). The messages each rank sends are the
  * plan's. Also: meshes compared by value in op dispatch, and the plan as text. */
+#include <math.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -525,3 +526,85 @@ Test(xmesh, plan_property) {
         dt_xplan_destroy(p);
     }
 }
+
+/* ---- a two-stage pipeline on dp=2 x pp=2 x tp=2 ------------------------------------------
+ * Stage 0 (pp=0, its (dp, tp) sub-mesh) computes h = x @ W0, hands h to stage 1's sub-mesh,
+ * which computes loss = sum(h @ W1). The loss and both weights' gradients equal the
+ * unpipelined model's (the same ops, every tensor replicated on the whole mesh). Stage-0 ranks
+ * run their backward with dt_backward_with on the handed-off h they do not hold. */
+static dt_status pipeline_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh, *st[2];
+    R_OK(dt_mesh_create_str(ctx, "dp=2,pp=2,tp=2", &mesh));
+    const char *dims[2] = {"dp", "tp"};
+    for (int s = 0; s < 2; s++) R_OK(dt_mesh_submesh_at(mesh, dims, 2, (int[]){0, s, 0}, &st[s]));
+    int stage = dt_mesh_coord(mesh, 1);
+    enum { N = 6, K = 5, M = 4 };
+    int64_t sx[2] = {N, K}, s0[2] = {K, M}, s1[2] = {M, 3}, sh[2] = {N, M};
+    double x[N * K], w0[K * M], w1[M * 3], g0[K * M], g1[M * 3], r0[K * M], r1[M * 3];
+    for (int i = 0; i < N * K; i++) x[i] = t_value(21, (size_t)i);
+    for (int i = 0; i < K * M; i++) w0[i] = t_value(22, (size_t)i);
+    for (int i = 0; i < M * 3; i++) w1[i] = t_value(23, (size_t)i);
+    /* The unpipelined model. */
+    dt_placement rrr[3] = {dt_replicate(), dt_replicate(), dt_replicate()};
+    dt_tensor *X, *W0, *W1, *H, *Y, *L;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F64, 2, sx, 3, rrr, DT_ALL_RANKS, &X));
+    R_OK(dt_tensor_distribute(mesh, w0, DT_F64, 2, s0, 3, rrr, DT_ALL_RANKS, &W0));
+    R_OK(dt_tensor_distribute(mesh, w1, DT_F64, 2, s1, 3, rrr, DT_ALL_RANKS, &W1));
+    R_OK(dt_tensor_set_requires_grad(W0, 1));
+    R_OK(dt_tensor_set_requires_grad(W1, 1));
+    R_OK(dt_mm(X, W0, &H));
+    R_OK(dt_mm(H, W1, &Y));
+    R_OK(dt_sum(Y, NULL, 0, 0, &L));
+    R_OK(dt_backward(L));
+    double ref_loss;
+    R_OK(dt_tensor_full(L, &ref_loss, 8));
+    R_OK(dt_tensor_full(dt_tensor_grad(W0), r0, sizeof r0));
+    R_OK(dt_tensor_full(dt_tensor_grad(W1), r1, sizeof r1));
+    /* The pipeline: activations S(0) over dp and S(1) over tp. */
+    dt_placement act[2] = {dt_shard(0), dt_shard(1)}, xs[2] = {dt_shard(0), dt_replicate()},
+                 ws[2] = {dt_replicate(), dt_shard(1)}, w1s[2] = {dt_replicate(), dt_shard(0)};
+    dt_tensor *h, *hand;
+    if (stage == 0) {
+        dt_tensor *xl, *w;
+        R_OK(dt_tensor_distribute(st[0], x, DT_F64, 2, sx, 2, xs, DT_ALL_RANKS, &xl));
+        R_OK(dt_tensor_distribute(st[0], w0, DT_F64, 2, s0, 2, ws, DT_ALL_RANKS, &w));
+        R_OK(dt_tensor_set_requires_grad(w, 1));
+        R_OK(dt_mm(xl, w, &h));
+        R_OK(dt_tensor_redistribute_to(h, st[1], 2, act, &hand));
+        dt_tensor *g;
+        R_OK(dt_tensor_zeros(st[1], DT_F64, 2, sh, 2, act, &g));
+        R_OK(dt_backward_with(hand, g));
+        R_OK(dt_tensor_full(dt_tensor_grad(w), g0, sizeof g0));
+        for (int i = 0; i < K * M; i++)
+            R_CHECK(fabs(g0[i] - r0[i]) <= 1e-12 * (1 + fabs(r0[i])), "dW0[%d] = %g, want %g", i,
+                    g0[i], r0[i]);
+        dt_tensor_release(xl), dt_tensor_release(w), dt_tensor_release(g);
+    } else {
+        dt_tensor *w, *y, *l;
+        R_OK(dt_tensor_zeros(st[0], DT_F64, 2, sh, 2, act, &h)); /* stage 0's, held there */
+        R_OK(dt_tensor_set_requires_grad(h, 1));
+        R_OK(dt_tensor_redistribute_to(h, st[1], 2, act, &hand));
+        R_OK(dt_tensor_distribute(st[1], w1, DT_F64, 2, s1, 2, w1s, DT_ALL_RANKS, &w));
+        R_OK(dt_tensor_set_requires_grad(w, 1));
+        R_OK(dt_mm(hand, w, &y));
+        R_OK(dt_sum(y, NULL, 0, 0, &l));
+        double loss;
+        R_OK(dt_tensor_full(l, &loss, 8));
+        R_CHECK(fabs(loss - ref_loss) <= 1e-12 * (1 + fabs(ref_loss)), "loss %g, want %g", loss,
+                ref_loss);
+        R_OK(dt_backward(l));
+        R_OK(dt_tensor_full(dt_tensor_grad(w), g1, sizeof g1));
+        for (int i = 0; i < M * 3; i++)
+            R_CHECK(fabs(g1[i] - r1[i]) <= 1e-12 * (1 + fabs(r1[i])), "dW1[%d] = %g, want %g", i,
+                    g1[i], r1[i]);
+        dt_tensor_release(w), dt_tensor_release(y), dt_tensor_release(l);
+    }
+    dt_tensor_release(h), dt_tensor_release(hand);
+    dt_tensor *all[] = {X, W0, W1, H, Y, L};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    dt_mesh_release(st[0]), dt_mesh_release(st[1]), dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(xmesh, two_stage_pipeline_equals_unpipelined) { t_run(8, pipeline_body, NULL); }

@@ -184,11 +184,12 @@ DT_API dt_status dt_xplan_format(const dt_xplan *plan, const char *const *src_na
  * such a tensor back. Ranks in neither mesh need not call. Blocks; point-to-point sends on the
  * world communicator, in the plan's order. The input is unchanged.
  *
- * Differentiable: the output's gradient goes back to the source mesh by the reverse move (in
- * tensor's placements, Replicate where they are Partial). For that every rank of the union
- * must record the move: on ranks outside the source mesh mark the empty input requires_grad,
- * and on ranks outside dst_mesh run dt_backward_with(out, g) with g a tensor that holds
- * nothing on dst_mesh (dt_tensor_zeros there) while the target ranks run their backward. */
+ * Differentiable: the output's gradient is placed as the output was (Replicate where Partial)
+ * and goes back to the source mesh by the reverse move (in tensor's placements, Replicate
+ * where they are Partial). For that every rank of the union must record the move: on ranks
+ * outside the source mesh mark the empty input requires_grad, and on ranks outside dst_mesh
+ * run dt_backward_with(out, g) with g a tensor that holds nothing on dst_mesh (dt_tensor_zeros
+ * there, any placements) while the target ranks run their backward. */
 DT_API dt_status dt_tensor_redistribute_to(dt_tensor *tensor, dt_mesh *dst_mesh, int ndst,
                                            const dt_placement *dst, dt_tensor **out);
 

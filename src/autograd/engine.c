@@ -202,15 +202,28 @@ static dt_status accumulate_leaf(dt_tensor *leaf, dt_tensor *g) {
 /* The gradient of a redistribute's input: the output's gradient moved back to the input's
  * placements, with Replicate where the input was Partial (each part of a sum has the sum's
  * gradient), as PyTorch's redistribute backward does. */
-static dt_status redistribute_grad(dt_tensor *in, dt_tensor *g, dt_tensor **out) {
+static void unpartial(const dt_placement *p, int n, dt_placement *out) {
+    for (int m = 0; m < n; m++) out[m] = p[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate() : p[m];
+}
+
+static dt_status redistribute_grad(dt_tensor *in, dt_tensor *made, dt_tensor *g, dt_tensor **out) {
     int mnd = in->mesh->ndim;
     dt_placement want[DT_MESH_MAX_NDIM];
-    for (int m = 0; m < mnd; m++)
-        want[m] = in->placements[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate()
-                                                                   : in->placements[m];
-    /* A move across meshes (dt_tensor_redistribute_to) goes back to the input's mesh. */
-    if (g->mesh != in->mesh) return dt_tensor_redistribute_to(g, in->mesh, mnd, want, out);
-    return dt_tensor_redistribute(g, mnd, want, out);
+    unpartial(in->placements, mnd, want);
+    if (made->mesh == in->mesh) return dt_tensor_redistribute(g, mnd, want, out);
+    /* A move across meshes (dt_tensor_redistribute_to) goes back to the input's mesh from the
+     * output's placements (Replicate where Partial): every rank of both meshes knows those,
+     * while the gradient's own placements are known only where it was computed (a rank outside
+     * the output's mesh passes any). */
+    int dnd = made->mesh->ndim, same = 1;
+    dt_placement from[DT_MESH_MAX_NDIM];
+    unpartial(made->placements, dnd, from);
+    for (int m = 0; m < dnd; m++) same &= dt_placement_equal(g->placements[m], from[m]);
+    dt_tensor *placed = g;
+    if (!same) DT_CHECK(dt_tensor_redistribute(g, dnd, from, &placed));
+    dt_status st = dt_tensor_redistribute_to(placed, in->mesh, mnd, want, out);
+    if (placed != g) dt_tensor_release(placed);
+    return st;
 }
 
 /* Runs t's rule on its accumulated gradient and passes the results on. */
@@ -229,7 +242,7 @@ static dt_status step(dt_tensor *t) {
      * move across meshes: that gradient must go back to the leaf's mesh. */
     if (any && node->redistribute && !node->in[0]->node && node->in[0]->mesh == t->mesh)
         dt_tensor_retain(gin[0] = g);
-    else if (any && node->redistribute) st = redistribute_grad(node->in[0], g, &gin[0]);
+    else if (any && node->redistribute) st = redistribute_grad(node->in[0], t, g, &gin[0]);
     else if (any && node->custom) st = node->custom(node->state, node->in, need, g, gin);
     else if (any) {
         const op_desc *d = dt_op_desc(node->op);
