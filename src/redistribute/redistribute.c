@@ -206,6 +206,10 @@ dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_pla
     DT_ARG_NOT_NULL(out);
     const dt_plan *plan;
     DT_CHECK(prepare("dt_tensor_redistribute_async", tensor, ndst, dst, &plan));
+    if (tensor->mesh->rank < 0)
+        return dt_error(DT_ERR_UNSUPPORTED, "dt_tensor_redistribute_async: rank %d is not in the "
+                                            "tensor's mesh (use dt_tensor_redistribute, which "
+                                            "changes only the spec there)", tensor->mesh->ctx->rank);
     redist_request *r = calloc(1, sizeof *r);
     if (!r) return dt_error(DT_ERR_NOMEM, "dt_tensor_redistribute_async: out of memory");
     dt_status st = step_comms(tensor, plan, 1, &r->comms);
