@@ -1,7 +1,8 @@
 /* Ring attention (dt_ring_sdpa) on real local ranks against full attention on one rank: the
  * library's dt_sdpa on replicated q, k, v (and its autograd for the gradients), f64, for
  * cp = 2, 3, 4, sequence lengths that 2 * cp divides and ones it does not, causal in the
- * load-balanced order and in plain order, and non-causal; forward and backward. The ring
+ * load-balanced order and in plain order, and non-causal, grouped-query heads (also sharded
+ * over tp), batch sharded over dp; forward and backward. The ring
  * sends cp - 1 key/value blocks per rank forward, and cp - 1 plus cp (the gradients' trip
  * home) backward, counted from the rank's point-to-point calls. */
 #include <math.h>
@@ -13,6 +14,7 @@ typedef struct rcase {
     const char *mesh; /* the cp dim is the last */
     int causal, lb;
     int64_t B, H, T, D, Dv;
+    int64_t Hkv; /* 0: H; fewer: grouped-query attention */
 } rcase;
 
 static const rcase cases[] = {
@@ -22,10 +24,14 @@ static const rcase cases[] = {
     {"cp=4", 1, 0, 1, 1, 11, 3, 2}, {"cp=3", 0, 0, 1, 2, 7, 3, 4},
     {"cp=4", 1, 1, 1, 1, 3, 2, 2}, /* a rank with no rows */
     {"dp=2,cp=2", 1, 1, 2, 2, 9, 3, 2},
+    {"cp=3", 1, 1, 1, 4, 11, 3, 2, 2},      /* grouped-query heads */
+    {"tp=2,cp=2", 1, 1, 1, 4, 10, 2, 3, 2}, /* and the heads sharded over tp */
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
-static int world_of(const char *mesh) { return strcmp(mesh, "cp=2") == 0 ? 2 : strcmp(mesh, "cp=3") == 0 ? 3 : 4; }
+static int world_of(const char *mesh) {
+    return strcmp(mesh, "cp=2") == 0 ? 2 : strcmp(mesh, "cp=3") == 0 ? 3 : 4;
+}
 
 /* x (B, H, T, E) with its sequence rows in the order row i <- position pos(i). */
 static void reorder(const double *x, double *out, int64_t BH, int64_t T, int64_t E, int cp,
@@ -55,41 +61,48 @@ static dt_status body(dt_ctx *ctx, void *p) {
     dt_mesh *mesh;
     R_OK(dt_mesh_create_str(ctx, c->mesh, &mesh));
     int mnd = dt_mesh_ndim(mesh), cpd = mnd - 1, cp = dt_mesh_dim_size(mesh, cpd);
-    int64_t BH = c->B * c->H, sq[4] = {c->B, c->H, c->T, c->D}, sv[4] = {c->B, c->H, c->T, c->Dv};
-    size_t nq = (size_t)(BH * c->T * c->D), nv = (size_t)(BH * c->T * c->Dv);
-    double *hq = malloc(nq * 8), *hk = malloc(nq * 8), *hv = malloc(nv * 8), *hw = malloc(nv * 8);
-    double *pq = malloc(nq * 8), *pk = malloc(nq * 8), *pv = malloc(nv * 8), *pw = malloc(nv * 8);
-    size_t most = nq > nv ? nq : nv;
-    double *ref = malloc(nv * 8), *got = malloc(most * 8), *tmp = malloc(most * 8);
-    double *rg[3] = {malloc(nq * 8), malloc(nq * 8), malloc(nv * 8)};
-    for (size_t i = 0; i < nq; i++) hq[i] = t_value(1 + (uint64_t)k, i) / 8, hk[i] = t_value(2, i) / 8;
-    for (size_t i = 0; i < nv; i++) hv[i] = t_value(3, i) / 4, hw[i] = t_value(4, i);
+    int64_t Hkv = c->Hkv ? c->Hkv : c->H, BH = c->B * c->H, BHkv = c->B * Hkv;
+    int64_t sq[4] = {c->B, c->H, c->T, c->D}, sk[4] = {c->B, Hkv, c->T, c->D};
+    int64_t sv[4] = {c->B, Hkv, c->T, c->Dv}, so[4] = {c->B, c->H, c->T, c->Dv};
+    size_t nq = (size_t)(BH * c->T * c->D), nk = (size_t)(BHkv * c->T * c->D);
+    size_t nv = (size_t)(BHkv * c->T * c->Dv), no = (size_t)(BH * c->T * c->Dv);
+    double *hq = malloc(nq * 8), *hk = malloc(nk * 8), *hv = malloc(nv * 8), *hw = malloc(no * 8);
+    double *pq = malloc(nq * 8), *pk = malloc(nk * 8), *pv = malloc(nv * 8), *pw = malloc(no * 8);
+    size_t most = nq > no ? nq : no;
+    double *ref = malloc(no * 8), *got = malloc(most * 8), *tmp = malloc(most * 8);
+    double *rg[3] = {malloc(nq * 8), malloc(nk * 8), malloc(nv * 8)};
+    for (size_t i = 0; i < nq; i++) hq[i] = t_value(1 + (uint64_t)k, i) / 8;
+    for (size_t i = 0; i < nk; i++) hk[i] = t_value(2, i) / 8;
+    for (size_t i = 0; i < nv; i++) hv[i] = t_value(3, i) / 4;
+    for (size_t i = 0; i < no; i++) hw[i] = t_value(4, i);
     /* The reference: full attention, replicated, and d sum(out * w) / d (q, k, v). */
     dt_placement rep[2] = {dt_replicate(), dt_replicate()};
     dt_tensor *rq, *rk, *rv, *rw, *ro, *rp, *rl;
     R_OK(dt_tensor_distribute(mesh, hq, DT_F64, 4, sq, mnd, rep, DT_ALL_RANKS, &rq));
-    R_OK(dt_tensor_distribute(mesh, hk, DT_F64, 4, sq, mnd, rep, DT_ALL_RANKS, &rk));
+    R_OK(dt_tensor_distribute(mesh, hk, DT_F64, 4, sk, mnd, rep, DT_ALL_RANKS, &rk));
     R_OK(dt_tensor_distribute(mesh, hv, DT_F64, 4, sv, mnd, rep, DT_ALL_RANKS, &rv));
-    R_OK(dt_tensor_distribute(mesh, hw, DT_F64, 4, sv, mnd, rep, DT_ALL_RANKS, &rw));
+    R_OK(dt_tensor_distribute(mesh, hw, DT_F64, 4, so, mnd, rep, DT_ALL_RANKS, &rw));
     dt_tensor *rin[3] = {rq, rk, rv};
     for (int i = 0; i < 3; i++) R_OK(dt_tensor_set_requires_grad(rin[i], 1));
     R_OK(dt_sdpa(rq, rk, rv, c->causal, &ro));
     R_OK(dt_mul(ro, rw, &rp));
     R_OK(dt_sum(rp, NULL, 0, 0, &rl));
     R_OK(dt_backward(rl));
-    R_OK(dt_tensor_full(ro, ref, nv * 8));
-    for (int i = 0; i < 3; i++) R_OK(dt_tensor_full(dt_tensor_grad(rin[i]), rg[i], (i < 2 ? nq : nv) * 8));
+    const size_t nin[3] = {nq, nk, nv};
+    const int64_t bh_in[3] = {BH, BHkv, BHkv};
+    R_OK(dt_tensor_full(ro, ref, no * 8));
+    for (int i = 0; i < 3; i++) R_OK(dt_tensor_full(dt_tensor_grad(rin[i]), rg[i], nin[i] * 8));
     /* The ring: the sequence in the chosen order, sharded over cp (and the batch over dp). */
-    reorder(hq, pq, BH, c->T, c->D, cp, c->lb), reorder(hk, pk, BH, c->T, c->D, cp, c->lb);
-    reorder(hv, pv, BH, c->T, c->Dv, cp, c->lb), reorder(hw, pw, BH, c->T, c->Dv, cp, c->lb);
-    dt_placement pl[2];
-    if (mnd == 2) pl[0] = dt_shard(0), pl[1] = dt_shard(2);
+    reorder(hq, pq, BH, c->T, c->D, cp, c->lb), reorder(hk, pk, BHkv, c->T, c->D, cp, c->lb);
+    reorder(hv, pv, BHkv, c->T, c->Dv, cp, c->lb), reorder(hw, pw, BH, c->T, c->Dv, cp, c->lb);
+    dt_placement pl[2]; /* dp shards the batch, tp the heads, cp the sequence */
+    if (mnd == 2) pl[0] = dt_shard(c->mesh[0] == 't' ? 1 : 0), pl[1] = dt_shard(2);
     else pl[0] = dt_shard(2);
     dt_tensor *q, *kk, *v, *w, *o, *prod, *loss;
     R_OK(dt_tensor_distribute(mesh, pq, DT_F64, 4, sq, mnd, pl, DT_ALL_RANKS, &q));
-    R_OK(dt_tensor_distribute(mesh, pk, DT_F64, 4, sq, mnd, pl, DT_ALL_RANKS, &kk));
+    R_OK(dt_tensor_distribute(mesh, pk, DT_F64, 4, sk, mnd, pl, DT_ALL_RANKS, &kk));
     R_OK(dt_tensor_distribute(mesh, pv, DT_F64, 4, sv, mnd, pl, DT_ALL_RANKS, &v));
-    R_OK(dt_tensor_distribute(mesh, pw, DT_F64, 4, sv, mnd, pl, DT_ALL_RANKS, &w));
+    R_OK(dt_tensor_distribute(mesh, pw, DT_F64, 4, so, mnd, pl, DT_ALL_RANKS, &w));
     dt_tensor *in[3] = {q, kk, v};
     for (int i = 0; i < 3; i++) R_OK(dt_tensor_set_requires_grad(in[i], 1));
     R_OK(dt_comm_stats_reset(ctx));
@@ -98,9 +111,9 @@ static dt_status body(dt_ctx *ctx, void *p) {
     R_CHECK(fs == (uint64_t)(cp - 1) && fr == (uint64_t)(cp - 1),
             "case %d: forward sent %llu and received %llu blocks, want %d each", k,
             (unsigned long long)fs, (unsigned long long)fr, cp - 1);
-    R_OK(dt_tensor_full(o, tmp, nv * 8));
+    R_OK(dt_tensor_full(o, tmp, no * 8));
     reorder(ref, got, BH, c->T, c->Dv, cp, c->lb); /* the reference in the ring's order */
-    dt_status st = near("out", k, tmp, got, nv);
+    dt_status st = near("out", k, tmp, got, no);
     if (st != DT_OK) return st;
     R_OK(dt_mul(o, w, &prod));
     R_OK(dt_sum(prod, NULL, 0, 0, &loss));
@@ -112,10 +125,10 @@ static dt_status body(dt_ctx *ctx, void *p) {
     static const char *const names[3] = {"dq", "dk", "dv"};
     for (int i = 0; i < 3; i++) {
         int64_t E = i < 2 ? c->D : c->Dv;
-        size_t n = i < 2 ? nq : nv;
+        size_t n = nin[i];
         R_CHECK(dt_tensor_grad(in[i]) != NULL, "case %d: %s missing", k, names[i]);
         R_OK(dt_tensor_full(dt_tensor_grad(in[i]), tmp, n * 8));
-        reorder(rg[i], got, BH, c->T, E, cp, c->lb);
+        reorder(rg[i], got, bh_in[i], c->T, E, cp, c->lb);
         if ((st = near(names[i], k, tmp, got, n)) != DT_OK) return st;
     }
     dt_tensor *all[] = {rq, rk, rv, rw, ro, rp, rl, q, kk, v, w, o, prod, loss};

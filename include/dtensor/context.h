@@ -22,9 +22,11 @@ extern "C" {
 DT_API int64_t dt_cp_position(int64_t T, int cp, int64_t i);
 
 /* Ring attention: softmax(q k^T / sqrt(D) [causal]) v with the sequence dim (ndim - 2)
- * sharded S(ndim - 2) over mesh dim cp_dim. q (..., T, D), k (..., T, D), v (..., T, Dv), f32
- * or f64 on the CPU, with equal placements: cp_dim shards the sequence, other mesh dims may
- * shard the leading (batch, head) dims or replicate; none is Partial. load_balanced says the
+ * sharded S(ndim - 2) over mesh dim cp_dim. q (..., Hq, T, D), k (..., Hkv, T, D), v (...,
+ * Hkv, T, Dv), f32 or f64 on the CPU; Hkv may divide Hq (grouped-query attention: query head h
+ * reads kv head h / (Hq / Hkv)). Equal placements: cp_dim shards the sequence, other mesh dims
+ * may shard the leading (batch, head) dims, keeping whole groups, or replicate; none is
+ * Partial. load_balanced says the
  * sequence dim holds the tokens in dt_cp_position's order (the causal mask then compares
  * original positions); the output keeps that order and q's placements. cp - 1 ring steps
  * forward, each sending this rank's current key/value block (in f64) to the next rank.

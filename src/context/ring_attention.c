@@ -1,8 +1,9 @@
 /* Ring attention (dtensor/context.h): the blocks' math (online softmax forward, the
  * log-sum-exp backward) and the two ring drivers. Rank-local data is copied into f64 once;
  * every block step reads (batch x head) slices of it. The transfers are context/ring.h's; this
- * file knows which block is where. Shapes: BH = the product of the local leading dims, Tl =
- * this rank's rows, Tb = a block's rows; q (BH, Tl, D), k (BH, Tb, D), v (BH, Tb, Dv). */
+ * file knows which block is where. Shapes: BH = the product of q's local leading dims, BHkv
+ * k's and v's (fewer with grouped-query heads: query head h reads kv head h / G), Tl = this
+ * rank's rows, Tb = a block's rows; q (BH, Tl, D), k (BHkv, Tb, D), v (BHkv, Tb, Dv). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -38,7 +39,8 @@ typedef struct ring {
     dt_comm *comm; /* the cp group, lane 1 (the communication thread's) */
     int n, me;
     int causal, lb;
-    int64_t T, BH, D, Dv, chunk; /* chunk: the largest block's rows */
+    int64_t T, BH, BHkv, Hq, G, D, Dv, chunk; /* Hq: local query heads; chunk: the largest
+                                                 block's rows */
     double scale;
 } ring;
 
@@ -57,10 +59,16 @@ static void positions(const ring *g, int o, int64_t *pos) {
 
 /* Block of rank o, in doubles: k then v, packed for its rows. */
 static size_t block_len(const ring *g, int o) {
-    return (size_t)(g->BH * rows_of(g, o) * (g->D + g->Dv));
+    return (size_t)(g->BHkv * rows_of(g, o) * (g->D + g->Dv));
 }
 
 static int masked(const ring *g, int64_t pq, int64_t pk) { return g->causal && pk > pq; }
+
+/* The kv slice query slice b reads: its batch's kv head h / G. */
+static int64_t kv_of(const ring *g, int64_t b) {
+    int64_t Hkv = g->Hq / g->G;
+    return b / g->Hq * Hkv + b % g->Hq / g->G;
+}
 
 /* ---- the math of one block ------------------------------------------------------------------ */
 
@@ -71,7 +79,8 @@ static void block_forward(const ring *g, const double *q, const int64_t *pq, int
     const int64_t D = g->D, Dv = g->Dv;
     double *s = malloc(sizeof(double) * (size_t)(Tb ? Tb : 1));
     for (int64_t b = 0; b < g->BH && s; b++) {
-        const double *kb = kv + b * Tb * D, *vb = kv + g->BH * Tb * D + b * Tb * Dv;
+        int64_t c = kv_of(g, b);
+        const double *kb = kv + c * Tb * D, *vb = kv + g->BHkv * Tb * D + c * Tb * Dv;
         for (int64_t i = 0; i < Tl; i++) {
             const double *qi = q + (b * Tl + i) * D;
             double mb = -INFINITY;
@@ -106,8 +115,9 @@ static void block_backward(const ring *g, const double *q, const double *dout, c
                            const int64_t *pk, int64_t Tb, double *dq, double *dkv) {
     const int64_t D = g->D, Dv = g->Dv;
     for (int64_t b = 0; b < g->BH; b++) {
-        const double *kb = kv + b * Tb * D, *vb = kv + g->BH * Tb * D + b * Tb * Dv;
-        double *dkb = dkv + b * Tb * D, *dvb = dkv + g->BH * Tb * D + b * Tb * Dv;
+        int64_t c = kv_of(g, b);
+        const double *kb = kv + c * Tb * D, *vb = kv + g->BHkv * Tb * D + c * Tb * Dv;
+        double *dkb = dkv + c * Tb * D, *dvb = dkv + g->BHkv * Tb * D + c * Tb * Dv;
         for (int64_t i = 0; i < Tl; i++) {
             const double *qi = q + (b * Tl + i) * D, *doi = dout + (b * Tl + i) * Dv;
             double *dqi = dq + (b * Tl + i) * D;
@@ -191,7 +201,7 @@ static void trace_step(const ring *g, double t0, const char *what, int s, int o)
 static dt_status ring_forward(const ring *g, const dt_tensor *q, const dt_tensor *k,
                               const dt_tensor *v, saved *sv) {
     int64_t Tl = rows_of(g, g->me);
-    size_t cap = (size_t)(g->BH * g->chunk * (g->D + g->Dv));
+    size_t cap = (size_t)(g->BHkv * g->chunk * (g->D + g->Dv));
     double *qd = malloc(sizeof(double) * (q->local_numel + 1));
     double *cur = malloc(sizeof(double) * (cap + 1)), *next = malloc(sizeof(double) * (cap + 1));
     double *m = malloc(sizeof(double) * (size_t)(g->BH * Tl + 1));
@@ -240,7 +250,7 @@ static dt_status ring_backward(const ring *g, const dt_tensor *q, const dt_tenso
                                const dt_tensor *v, const saved *sv, const dt_tensor *dout,
                                double *dq, double *dkv_out) {
     int64_t Tl = rows_of(g, g->me);
-    size_t cap = (size_t)(g->BH * g->chunk * (g->D + g->Dv));
+    size_t cap = (size_t)(g->BHkv * g->chunk * (g->D + g->Dv));
     double *qd = malloc(sizeof(double) * (q->local_numel + 1));
     double *dod = malloc(sizeof(double) * (dout->local_numel + 1));
     double *delta = malloc(sizeof(double) * (size_t)(g->BH * Tl + 1));
@@ -341,12 +351,25 @@ static dt_status check(dt_tensor *q, dt_tensor *k, dt_tensor *v, int cp_dim) {
         return dt_error(DT_ERR_DTYPE, "%s: q, k and v dtypes differ", FN);
     if (nd < 2 || k->ndim != nd || v->ndim != nd)
         return dt_error(DT_ERR_SHAPE, "%s: q, k, v need the same number of dims (at least 2)", FN);
-    for (int d = 0; d < nd - 1; d++)
-        if (k->shape[d] != q->shape[d] || v->shape[d] != q->shape[d])
+    for (int d = 0; d < nd - 1; d++) {
+        if (v->shape[d] != k->shape[d] || (k->shape[d] != q->shape[d] && d != nd - 3))
             return dt_error(DT_ERR_SHAPE, "%s: dim %d differs (q %lld, k %lld, v %lld): self "
-                                          "attention over one sequence, heads alike", FN, d,
+                                          "attention over one sequence", FN, d,
                             (long long)q->shape[d], (long long)k->shape[d],
                             (long long)v->shape[d]);
+        if (d == nd - 3 && (k->shape[d] == 0 || q->shape[d] % k->shape[d] != 0))
+            return dt_error(DT_ERR_SHAPE, "%s: k and v have %lld heads, which must divide q's "
+                                          "%lld (grouped-query attention)", FN,
+                            (long long)k->shape[d], (long long)q->shape[d]);
+    }
+    /* Grouped heads sharded over a mesh dim: every rank must hold whole groups. */
+    if (nd > 2 && k->shape[nd - 3] && q->shape[nd - 3] != k->shape[nd - 3]) {
+        int64_t G = q->shape[nd - 3] / k->shape[nd - 3];
+        if (q->local_shape[nd - 3] != G * k->local_shape[nd - 3] ||
+            q->local_offset[nd - 3] != G * k->local_offset[nd - 3])
+            return dt_error(DT_ERR_PLACEMENT, "%s: the head shards split a group of %lld query "
+                                              "heads from its kv head", FN, (long long)G);
+    }
     if (k->shape[nd - 1] != q->shape[nd - 1])
         return dt_error(DT_ERR_SHAPE, "%s: q and k feature sizes differ", FN);
     if (q->device.kind != DT_DEVICE_CPU || k->device.kind != DT_DEVICE_CPU ||
@@ -381,8 +404,10 @@ dt_status dt_ring_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int cp_dim, int
     sv->cp_dim = cp_dim;
     g->ctx = q->mesh->ctx, g->causal = causal != 0, g->lb = load_balanced != 0;
     g->T = q->shape[nd - 2], g->D = q->shape[nd - 1], g->Dv = v->shape[nd - 1];
-    g->BH = 1;
-    for (int d = 0; d < nd - 2; d++) g->BH *= q->local_shape[d];
+    g->BH = g->BHkv = 1;
+    for (int d = 0; d < nd - 2; d++) g->BH *= q->local_shape[d], g->BHkv *= k->local_shape[d];
+    g->Hq = nd > 2 ? q->local_shape[nd - 3] : 1;
+    g->G = nd > 2 ? q->shape[nd - 3] / k->shape[nd - 3] : 1;
     g->scale = g->D ? 1 / sqrt((double)g->D) : 1;
     dt_status st = dt_mesh_lane_comm(q->mesh, 1u << cp_dim, 1, &g->comm);
     dt_tensor *o = NULL;
