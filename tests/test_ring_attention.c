@@ -7,6 +7,7 @@
  * home) backward, counted from the rank's point-to-point calls. */
 #include <math.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "helpers.h"
 
@@ -184,3 +185,53 @@ static dt_status errors_body(dt_ctx *ctx, void *p) {
 }
 
 Test(ring_attention, errors) { t_run(2, errors_body, NULL); }
+
+/* The trace of a forward on cp = 3: each rank records one compute event per ring step and one
+ * send and one receive (on the cp group) per transfer, each transfer finished before the
+ * step that reads its block begins; the transfers run on the communication thread, so they
+ * may overlap the step before (how much is timing, not asserted). */
+static dt_status trace_body(dt_ctx *ctx, void *p) {
+    (void)p;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "cp=3", &mesh));
+    int64_t s[3] = {2, 12, 4};
+    dt_placement pl = dt_shard(1);
+    dt_tensor *q, *o;
+    R_OK(dt_tensor_ones(mesh, DT_F64, 3, s, 1, &pl, &q));
+    R_OK(dt_trace_start(ctx));
+    R_OK(dt_ring_sdpa(q, q, q, 0, 1, 1, &o));
+    R_OK(dt_trace_stop(ctx));
+    char path[96]; /* the context's address and the clock keep concurrent runs apart */
+    snprintf(path, sizeof path, "/tmp/dt_ring_trace_%p_%lld_%d.json", (void *)ctx,
+             (long long)time(NULL), dt_ctx_rank(ctx));
+    R_OK(dt_trace_write(ctx, path));
+    FILE *f = fopen(path, "r");
+    R_CHECK(f != NULL, "cannot read %s", path);
+    double step_ts[8], step_end[8], send_end[8];
+    int nstep = 0, nsend = 0, nrecv = 0;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        const char *ts = strstr(line, "\"ts\":"), *dur = strstr(line, "\"dur\":");
+        if (!ts || !dur) continue;
+        double t0 = atof(ts + 5), d = atof(dur + 6);
+        if (strstr(line, "\"name\":\"ring_attention\"") && nstep < 8)
+            step_ts[nstep] = t0, step_end[nstep++] = t0 + d;
+        else if (strstr(line, "\"name\":\"send\"") && strstr(line, "group cp") && nsend < 8)
+            send_end[nsend++] = t0 + d;
+        else if (strstr(line, "\"name\":\"recv\"") && strstr(line, "group cp"))
+            nrecv++;
+    }
+    fclose(f);
+    remove(path);
+    R_CHECK(nstep == 3 && nsend == 2 && nrecv == 2, "%d steps, %d sends, %d receives", nstep,
+            nsend, nrecv);
+    for (int i = 0; i < nsend; i++)
+        R_CHECK(send_end[i] <= step_ts[i + 1] + 1e-3 && step_end[i] <= step_ts[i + 1] + 1e-3,
+                "transfer %d ends at %.3f, after step %d begins at %.3f", i, send_end[i], i + 1,
+                step_ts[i + 1]);
+    dt_tensor_release(q), dt_tensor_release(o);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(ring_attention, trace_shows_the_ring) { t_run(3, trace_body, NULL); }
