@@ -2,7 +2,7 @@
  * library's dt_sdpa on replicated q, k, v (and its autograd for the gradients), f64, for
  * cp = 2, 3, 4, sequence lengths that 2 * cp divides and ones it does not, causal in the
  * load-balanced order and in plain order, and non-causal, grouped-query heads (also sharded
- * over tp), batch sharded over dp; forward and backward. The ring
+ * over tp), batch sharded over dp, one case in f32; forward and backward. The ring
  * sends cp - 1 key/value blocks per rank forward, and cp - 1 plus cp (the gradients' trip
  * home) backward, counted from the rank's point-to-point calls. */
 #include <math.h>
@@ -16,6 +16,7 @@ typedef struct rcase {
     int causal, lb;
     int64_t B, H, T, D, Dv;
     int64_t Hkv; /* 0: H; fewer: grouped-query attention */
+    int f32;     /* the ring in f32 (the reference stays f64) */
 } rcase;
 
 static const rcase cases[] = {
@@ -27,6 +28,7 @@ static const rcase cases[] = {
     {"dp=2,cp=2", 1, 1, 2, 2, 9, 3, 2},
     {"cp=3", 1, 1, 1, 4, 11, 3, 2, 2},      /* grouped-query heads */
     {"tp=2,cp=2", 1, 1, 1, 4, 10, 2, 3, 2}, /* and the heads sharded over tp */
+    {"cp=3", 1, 1, 1, 2, 10, 3, 2, 0, 1},   /* f32 */
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -48,12 +50,36 @@ typedef struct arg {
     const rcase *c;
 } arg;
 
+/* f64 agrees to rounding; f32 to its precision. */
 static dt_status near(const char *what, int k, const double *got, const double *want, size_t n) {
+    double tol = cases[k].f32 ? 1e-5 : 1e-12;
     for (size_t i = 0; i < n; i++)
-        R_CHECK(fabs(got[i] - want[i]) <= 1e-12 * (1 + fabs(want[i])),
+        R_CHECK(fabs(got[i] - want[i]) <= tol * (1 + fabs(want[i])),
                 "case %d: %s[%zu] = %.17g, full attention gives %.17g", k, what, i, got[i],
                 want[i]);
     return DT_OK;
+}
+
+/* A ring input of dtype dt from f64 host data, and a ring result back in f64. */
+static dt_status make(dt_mesh *m, const double *h, size_t n, dt_dtype dt, const int64_t *shape,
+                      const dt_placement *pl, dt_tensor **out) {
+    float *f = malloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) f[i] = (float)h[i];
+    dt_status st = dt_tensor_distribute(m, dt == DT_F32 ? (const void *)f : (const void *)h, dt,
+                                        4, shape, dt_mesh_ndim(m), pl, DT_ALL_RANKS, out);
+    free(f);
+    return st;
+}
+
+static dt_status full_f64(dt_tensor *t, double *out, size_t n) {
+    dt_tensor_info info;
+    R_OK(dt_tensor_info_get(t, &info));
+    if (info.dtype == DT_F64) return dt_tensor_full(t, out, n * 8);
+    float *f = malloc(n * sizeof(float) + 4);
+    dt_status st = dt_tensor_full(t, f, n * sizeof(float));
+    for (size_t i = 0; st == DT_OK && i < n; i++) out[i] = f[i];
+    free(f);
+    return st;
 }
 
 static dt_status body(dt_ctx *ctx, void *p) {
@@ -100,10 +126,11 @@ static dt_status body(dt_ctx *ctx, void *p) {
     if (mnd == 2) pl[0] = dt_shard(c->mesh[0] == 't' ? 1 : 0), pl[1] = dt_shard(2);
     else pl[0] = dt_shard(2);
     dt_tensor *q, *kk, *v, *w, *o, *prod, *loss;
-    R_OK(dt_tensor_distribute(mesh, pq, DT_F64, 4, sq, mnd, pl, DT_ALL_RANKS, &q));
-    R_OK(dt_tensor_distribute(mesh, pk, DT_F64, 4, sk, mnd, pl, DT_ALL_RANKS, &kk));
-    R_OK(dt_tensor_distribute(mesh, pv, DT_F64, 4, sv, mnd, pl, DT_ALL_RANKS, &v));
-    R_OK(dt_tensor_distribute(mesh, pw, DT_F64, 4, so, mnd, pl, DT_ALL_RANKS, &w));
+    dt_dtype dt = c->f32 ? DT_F32 : DT_F64;
+    R_OK(make(mesh, pq, nq, dt, sq, pl, &q));
+    R_OK(make(mesh, pk, nk, dt, sk, pl, &kk));
+    R_OK(make(mesh, pv, nv, dt, sv, pl, &v));
+    R_OK(make(mesh, pw, no, dt, so, pl, &w));
     dt_tensor *in[3] = {q, kk, v};
     for (int i = 0; i < 3; i++) R_OK(dt_tensor_set_requires_grad(in[i], 1));
     R_OK(dt_comm_stats_reset(ctx));
@@ -112,7 +139,7 @@ static dt_status body(dt_ctx *ctx, void *p) {
     R_CHECK(fs == (uint64_t)(cp - 1) && fr == (uint64_t)(cp - 1),
             "case %d: forward sent %llu and received %llu blocks, want %d each", k,
             (unsigned long long)fs, (unsigned long long)fr, cp - 1);
-    R_OK(dt_tensor_full(o, tmp, no * 8));
+    R_OK(full_f64(o, tmp, no));
     reorder(ref, got, BH, c->T, c->Dv, cp, c->lb); /* the reference in the ring's order */
     dt_status st = near("out", k, tmp, got, no);
     if (st != DT_OK) return st;
@@ -128,7 +155,7 @@ static dt_status body(dt_ctx *ctx, void *p) {
         int64_t E = i < 2 ? c->D : c->Dv;
         size_t n = nin[i];
         R_CHECK(dt_tensor_grad(in[i]) != NULL, "case %d: %s missing", k, names[i]);
-        R_OK(dt_tensor_full(dt_tensor_grad(in[i]), tmp, n * 8));
+        R_OK(full_f64(dt_tensor_grad(in[i]), tmp, n));
         reorder(rg[i], got, bh_in[i], c->T, E, cp, c->lb);
         if ((st = near(names[i], k, tmp, got, n)) != DT_OK) return st;
     }
