@@ -4,6 +4,7 @@
 
 #include "dtensor/autograd.h"
 #include "dtensor/comm.h"
+#include "dtensor/context.h"
 #include "dtensor/create.h"
 #include "dtensor/device.h"
 #include "dtensor/explain.h"

@@ -47,6 +47,17 @@ dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_
 /* Records out = redistribute(in) (src: in's placements). */
 dt_status dt_autograd_record_redistribute(dt_tensor *in, dt_tensor *out);
 
+/* A node whose backward is its maker's own function, for layers that run their own
+ * communication (ring attention): backward(state, in, need, grad, in_grad) sets in_grad[i]
+ * for every need[i], as a dt_grad_fn does; it runs with grad mode off. state is the maker's
+ * (what forward saved); free_state (nullable) frees it when the graph goes. */
+typedef dt_status (*dt_custom_backward_fn)(void *state, dt_tensor *const *in, const bool *need,
+                                           dt_tensor *grad, dt_tensor **in_grad);
+/* Records out = name(in) with that backward. On failure free_state(state) has run. */
+dt_status dt_autograd_record_custom(const char *name, dt_tensor *const *in, int n, dt_tensor *out,
+                                    dt_custom_backward_fn backward, void *state,
+                                    void (*free_state)(void *));
+
 /* A tensor's node, released with the tensor (tensor.c calls this). */
 struct dt_node;
 void dt_node_release(struct dt_node *node);

@@ -26,17 +26,33 @@ typedef struct dt_node {
     dt_tensor *in[DT_GRAD_MAX_INPUTS]; /* retained */
     int nsaved;
     dt_tensor *saved[DT_OP_MAX_AUX]; /* the op's other outputs (retained): rules' state */
+    /* a node of dt_autograd_record_custom: */
+    const char *custom_name;
+    dt_custom_backward_fn custom;
+    void *state;
+    void (*free_state)(void *);
     /* during a backward: */
     dt_tensor *grad; /* the output's gradient accumulated so far */
     unsigned mark;   /* the walk that visited it */
 } dt_node;
+
+static void free_state(dt_node *node) {
+    if (node->free_state && node->state) node->free_state(node->state);
+    node->state = NULL;
+}
 
 void dt_node_release(dt_node *node) {
     if (!node) return;
     for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]);
     for (int i = 0; i < node->nsaved; i++) dt_tensor_release(node->saved[i]);
     dt_tensor_release(node->grad);
+    free_state(node);
     free(node);
+}
+
+static const char *node_name(const dt_node *node) {
+    return node->redistribute ? "a redistribute" : node->custom ? node->custom_name
+                                                                : dt_op_name(node->op);
 }
 
 static dt_ctx *ctx_of(const dt_tensor *t) { return t->mesh->ctx; }
@@ -69,6 +85,24 @@ dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_
     memcpy(node->in, in, sizeof(dt_tensor *) * (size_t)n);
     node->nsaved = nsaved;
     for (int i = 0; i < nsaved; i++) node->saved[i] = saved[i];
+    return record(out, node);
+}
+
+dt_status dt_autograd_record_custom(const char *name, dt_tensor *const *in, int n, dt_tensor *out,
+                                    dt_custom_backward_fn backward, void *state,
+                                    void (*free_state_fn)(void *)) {
+    dt_node *node = n <= DT_GRAD_MAX_INPUTS ? calloc(1, sizeof *node) : NULL;
+    if (!node) {
+        if (free_state_fn) free_state_fn(state);
+        return n > DT_GRAD_MAX_INPUTS
+                   ? dt_error(DT_ERR_ARG, "%s: %d inputs, autograd records at most %d", name, n,
+                              DT_GRAD_MAX_INPUTS)
+                   : dt_error(DT_ERR_NOMEM, "%s: out of memory for its autograd node", name);
+    }
+    node->custom_name = name, node->custom = backward;
+    node->state = state, node->free_state = free_state_fn;
+    node->n = n;
+    memcpy(node->in, in, sizeof(dt_tensor *) * (size_t)n);
     return record(out, node);
 }
 
@@ -124,9 +158,7 @@ static dt_status collect(walk *w, dt_tensor *root) {
         if (!in || !in->node || !in->requires_grad || in->node->mark == w->mark) continue;
         if (in->node->freed) {
             s = dt_error(DT_ERR_ARG, "dt_backward: the graph through %s was freed by an "
-                                     "earlier backward", in->node->redistribute
-                                                             ? "a redistribute"
-                                                             : dt_op_name(in->node->op));
+                                     "earlier backward", node_name(in->node));
             break;
         }
         in->node->mark = w->mark;
@@ -176,13 +208,28 @@ static dt_status accumulate_leaf(dt_tensor *leaf, dt_tensor *g) {
 /* The gradient of a redistribute's input: the output's gradient moved back to the input's
  * placements, with Replicate where the input was Partial (each part of a sum has the sum's
  * gradient), as PyTorch's redistribute backward does. */
-static dt_status redistribute_grad(dt_tensor *in, dt_tensor *g, dt_tensor **out) {
+static void unpartial(const dt_placement *p, int n, dt_placement *out) {
+    for (int m = 0; m < n; m++) out[m] = p[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate() : p[m];
+}
+
+static dt_status redistribute_grad(dt_tensor *in, dt_tensor *made, dt_tensor *g, dt_tensor **out) {
     int mnd = in->mesh->ndim;
     dt_placement want[DT_MESH_MAX_NDIM];
-    for (int m = 0; m < mnd; m++)
-        want[m] = in->placements[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate()
-                                                                   : in->placements[m];
-    return dt_tensor_redistribute(g, mnd, want, out);
+    unpartial(in->placements, mnd, want);
+    if (made->mesh == in->mesh) return dt_tensor_redistribute(g, mnd, want, out);
+    /* A move across meshes (dt_tensor_redistribute_to) goes back to the input's mesh from the
+     * output's placements (Replicate where Partial): every rank of both meshes knows those,
+     * while the gradient's own placements are known only where it was computed (a rank outside
+     * the output's mesh passes any). */
+    int dnd = made->mesh->ndim, same = 1;
+    dt_placement from[DT_MESH_MAX_NDIM];
+    unpartial(made->placements, dnd, from);
+    for (int m = 0; m < dnd; m++) same &= dt_placement_equal(g->placements[m], from[m]);
+    dt_tensor *placed = g;
+    if (!same) DT_CHECK(dt_tensor_redistribute(g, dnd, from, &placed));
+    dt_status st = dt_tensor_redistribute_to(placed, in->mesh, mnd, want, out);
+    if (placed != g) dt_tensor_release(placed);
+    return st;
 }
 
 /* Runs t's rule on its accumulated gradient and passes the results on. */
@@ -197,9 +244,12 @@ static dt_status step(dt_tensor *t) {
     for (int i = 0; i < node->n; i++) any |= need[i] = node->in[i] && node->in[i]->requires_grad;
     dt_status st = DT_OK;
     /* A leaf's gradient passes a redistribute unmoved: the leaf's own sync (or its absence,
-     * for accumulation) places it once, after every use of the leaf has added into it. */
-    if (any && node->redistribute && !node->in[0]->node) dt_tensor_retain(gin[0] = g);
-    else if (any && node->redistribute) st = redistribute_grad(node->in[0], g, &gin[0]);
+     * for accumulation) places it once, after every use of the leaf has added into it. Not a
+     * move across meshes: that gradient must go back to the leaf's mesh. */
+    if (any && node->redistribute && !node->in[0]->node && node->in[0]->mesh == t->mesh)
+        dt_tensor_retain(gin[0] = g);
+    else if (any && node->redistribute) st = redistribute_grad(node->in[0], t, g, &gin[0]);
+    else if (any && node->custom) st = node->custom(node->state, node->in, need, g, gin);
     else if (any) {
         const op_desc *d = dt_op_desc(node->op);
         dt_grad_call c = {.op = node->op, .args = &node->args, .n = node->n, .in = node->in,
@@ -261,6 +311,7 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
         for (int i = 0; i < node->nsaved; i++)
             dt_tensor_release(node->saved[i]), node->saved[i] = NULL;
         dt_tensor_release(node->grad), node->grad = NULL;
+        free_state(node);
         node->n = node->nsaved = 0, node->freed = true;
     }
     for (int k = 0; k < w.n; k++) dt_tensor_release(w.order[k]);
@@ -273,7 +324,7 @@ dt_status dt_backward_with(dt_tensor *t, dt_tensor *grad) {
     DT_TENSOR_ARG(grad);
     DT_ARG(t->requires_grad, "dt_backward: the tensor does not require grad (no input of the "
                              "ops that made it does)");
-    DT_ARG(grad->mesh == t->mesh, "dt_backward_with: grad lives on another mesh than t");
+    DT_ARG(dt_mesh_equal(grad->mesh, t->mesh), "dt_backward_with: grad lives on another mesh than t");
     DT_ARG(grad->ndim == t->ndim && !memcmp(grad->shape, t->shape, sizeof(int64_t) * t->ndim),
            "dt_backward_with: grad's shape differs from t's");
     DT_ARG(grad->dtype == t->dtype, "dt_backward_with: grad is %s, t is %s",

@@ -93,9 +93,11 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
     t->ndim = ndim;
     if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
     memcpy(t->placements, norm, sizeof(dt_placement) * (size_t)mesh->ndim);
-    dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, t->local_shape,
-                    t->local_offset);
-    t->local_numel = dt_shape_numel(t->local_shape, ndim);
+    /* A rank outside the mesh (a sub-mesh made elsewhere) holds nothing of the tensor. */
+    if (mesh->rank >= 0)
+        dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, t->local_shape,
+                        t->local_offset);
+    t->local_numel = mesh->rank >= 0 ? dt_shape_numel(t->local_shape, ndim) : 0;
     t->device = device;
     t->data = data;
     t->owned = owned;
@@ -350,8 +352,9 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
             DT_CHECK(dt_shape_dtype_check("dt_tensor_from_local (inferred global shape)", ndim,
                                           global, dtype));
     } else {
-        int64_t want[DT_MAX_NDIM], off[DT_MAX_NDIM];
-        dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, global, norm, want, off);
+        int64_t want[DT_MAX_NDIM] = {0}, off[DT_MAX_NDIM];
+        if (mesh->rank >= 0) /* outside the mesh the shard is empty */
+            dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, global, norm, want, off);
         if (memcmp(want, local_shape, sizeof(int64_t) * (size_t)ndim) != 0) {
             char g[96], w[96], full[96];
             dt_shape_text(local_shape, ndim, g, sizeof g);

@@ -140,9 +140,11 @@ static dt_status check_inputs(dt_op op, dt_tensor *const *in, int n) {
         if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
             return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op),
                             i, (void *)in[i]);
-        if (in[i] && in[i]->mesh != in[0]->mesh)
-            return dt_error(DT_ERR_MESH, "%s: input %d lives on another mesh than input 0",
-                            dt_op_name(op), i);
+        /* Meshes compare by value: two made alike over the same ranks are one. */
+        if (in[i] && !dt_mesh_equal(in[i]->mesh, in[0]->mesh))
+            return dt_error(DT_ERR_MESH, "%s: input %d lives on another mesh than input 0 (shape "
+                                         "or ranks differ; move it with "
+                                         "dt_tensor_redistribute_to)", dt_op_name(op), i);
         if (in[i] && (in[i]->device.kind != in[0]->device.kind ||
                       in[i]->device.index != in[0]->device.index))
             return dt_error(DT_ERR_DEVICE, "%s: input %d is on %s:%d but input 0 is on %s:%d "
@@ -217,7 +219,8 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
     for (int i = 0; i < na && st == DT_OK; i++)
         st = dt_tensor_alloc(mesh, dev, aspec[i].dtype, aspec[i].ndim, aspec[i].shape, s->out,
                              &ax[i]);
-    if (st == DT_OK) {
+    /* A rank outside the mesh holds nothing of any input or of the output: nothing to run. */
+    if (st == DT_OK && mesh->rank >= 0) {
         local_call c = {.op = op, .args = a, .ninputs = n, .global = gin, .naux = na,
                         .k = dt_kernels_of(dev.kind), .mem = dt_mem_ops_of(dev.kind)};
         for (int i = 0; i < n; i++) {

@@ -210,7 +210,7 @@ static dt_status check_grad(const dt_optim *o, int k, dt_tensor **g_out) {
                                           "gradient to the parameter's placements first", fn, k,
                         gs, ps, m);
     }
-    DT_ARG(g->mesh == p->mesh, "%s: parameter %d's gradient is on another mesh", fn, k);
+    DT_ARG(dt_mesh_equal(g->mesh, p->mesh), "%s: parameter %d's gradient is on another mesh", fn, k);
     DT_ARG(g->ndim == p->ndim && !memcmp(g->shape, p->shape, sizeof(int64_t) * (size_t)p->ndim),
            "%s: parameter %d's gradient has another shape", fn, k);
     if (g->dtype != p->dtype && !(g->dtype == DT_F32 && q->master))
