@@ -2,7 +2,8 @@
 # configures, builds and runs. Everything else goes through meson/ninja in build*/.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
-PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev ucx-utils
+PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev ucx-utils \
+	libxxhash-dev
 # make test only: the timeline test renders the demo's page in headless Chromium
 # (tests/test_timeline.sh). make demo needs no browser.
 TEST_PKGS := chromium
