@@ -187,11 +187,18 @@ Test(checkpoint, rank_files_are_safetensors) {
     }
     cr_expect_eq(files, 4);
     cr_expect_eq(b_chunks, 2, "b is replicated over mesh dim 0: written by 2 ranks, not %d", b_chunks);
-    /* Python's safetensors, when it is there */
-    char cmd[900];
-    snprintf(cmd, sizeof cmd, "python3 -c 'import safetensors' 2>/dev/null || exit 0; for f in %s/rank-*.safetensors; do "
-             "python3 -c 'import sys; from safetensors import safe_open; f = safe_open(sys.argv[1], \"np\"); "
-             "assert len(list(f.keys())) > 0' $f || exit 1; done", path);
+    /* Python's safetensors, when it is there: opens each file and reads every tensor (numpy
+     * has no bfloat16: those are checked for shape only) */
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import safetensors' 2>/dev/null || exit 0; for f in %s/rank-*.safetensors; "
+             "do python3 -c 'import sys\nfrom safetensors import safe_open\n"
+             "with safe_open(sys.argv[1], \"np\") as h:\n"
+             " assert h.metadata()[\"format\"] == \"pt\"\n"
+             " for k in h.keys():\n"
+             "  s = h.get_slice(k)\n"
+             "  if s.get_dtype() != \"BF16\": assert list(h.get_tensor(k).shape) == s.get_shape()\n"
+             "' $f || exit 1; done", path);
     cr_expect_eq(system(cmd), 0, "Python's safetensors rejected a rank file");
     rmtree(dir);
 }
