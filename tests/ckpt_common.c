@@ -88,7 +88,8 @@ dt_status ct_body(dt_ctx *ctx, void *arg) {
     }
     if (st == DT_OK && !r->load) {
         dt_checkpoint_save_options o = {.blob = r->blob, .blob_bytes = r->blob ? strlen(r->blob) : 0,
-                                        .keep_last = r->keep_last};
+                                        .keep_last = r->keep_last, .progress = r->progress,
+                                        .progress_arg = r->progress_arg};
         if (r->async) {
             dt_checkpoint_pending *p;
             st = dt_checkpoint_save_async(ctx, r->dir, names, t, r->n, &o, &p);
@@ -122,3 +123,27 @@ dt_status ct_body(dt_ctx *ctx, void *arg) {
     dt_mesh_release(mesh);
     return st;
 }
+
+ct_spec ct_spec_make(const char *name, dt_dtype dt, int ndim, const int64_t *shape, const char *pl,
+                    uint64_t seed, int small) {
+    ct_spec s = {.dtype = dt, .ndim = ndim, .seed = seed, .small = small};
+    snprintf(s.name, sizeof s.name, "%s", name);
+    snprintf(s.placements, sizeof s.placements, "%s", pl);
+    for (int d = 0; d < ndim; d++) s.shape[d] = shape[d];
+    return s;
+}
+
+/* The fixed set: uneven sizes, replicated, Partial, empty and 0-d tensors, every dtype. */
+ct_run ct_fixed(const char *dir, uint64_t step) {
+    ct_run r = {.dir = dir, .mesh_ndim = 2, .mesh_shape = {2, 2}, .blob = "step=42"};
+    r.specs[r.n++] = ct_spec_make("layers.0.w", DT_F32, 2, (int64_t[]){13, 10}, "S(0),S(1)", 1 + 100 * step, 0);
+    r.specs[r.n++] = ct_spec_make("b", DT_BF16, 1, (int64_t[]){7}, "R,S(0)", 2 + 100 * step, 0);
+    r.specs[r.n++] = ct_spec_make("e", DT_I64, 3, (int64_t[]){5, 3, 4}, "S(2),S(0)", 3 + 100 * step, 0);
+    r.specs[r.n++] = ct_spec_make("z", DT_F32, 2, (int64_t[]){0, 4}, "S(0),R", 4 + 100 * step, 0);
+    r.specs[r.n++] = ct_spec_make("p", DT_F32, 2, (int64_t[]){6, 4}, "P(sum),S(1)", 5 + 100 * step, 1);
+    r.specs[r.n++] = ct_spec_make("s", DT_F64, 0, NULL, "R,R", 6 + 100 * step, 0);
+    r.specs[r.n++] = ct_spec_make("h", DT_F16, 2, (int64_t[]){3, 9}, "S(1),S(1)", 7 + 100 * step, 0);
+    r.specs[r.n++] = ct_spec_make("i", DT_I32, 1, (int64_t[]){11}, "R,R", 8 + 100 * step, 0);
+    return r;
+}
+

@@ -27,6 +27,8 @@ typedef struct ct_run {
     int load;    /* 0: save; 1: load into zeros and compare */
     int async;   /* save asynchronously, overwriting the tensors before the wait */
     int keep_last;
+    dt_checkpoint_progress_fn progress; /* nullable */
+    void *progress_arg;
 } ct_run;
 
 /* The full tensor of a spec (host, malloc'd): arbitrary bytes, or small exact integers. */
@@ -36,5 +38,11 @@ void *ct_full(const ct_spec *s, size_t *bytes_out);
 dt_status ct_check_shard(dt_tensor *t, const void *full);
 /* The SPMD body: save or load (and check) r's tensors on r's mesh. */
 dt_status ct_body(dt_ctx *ctx, void *arg);
+
+ct_spec ct_spec_make(const char *name, dt_dtype dt, int ndim, const int64_t *shape,
+                     const char *placements, uint64_t seed, int small);
+/* Eight tensors on a 2x2 mesh: uneven sizes, replicated, Partial, empty and 0-d tensors, every
+ * dtype; their data differs with step. */
+ct_run ct_fixed(const char *dir, uint64_t step);
 
 #endif

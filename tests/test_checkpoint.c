@@ -25,28 +25,9 @@ static void rmtree(const char *d) {
     cr_assert_eq(system(cmd), 0);
 }
 
-static ct_spec spec(const char *name, dt_dtype dt, int ndim, const int64_t *shape, const char *pl,
-                    uint64_t seed, int small) {
-    ct_spec s = {.dtype = dt, .ndim = ndim, .seed = seed, .small = small};
-    snprintf(s.name, sizeof s.name, "%s", name);
-    snprintf(s.placements, sizeof s.placements, "%s", pl);
-    for (int d = 0; d < ndim; d++) s.shape[d] = shape[d];
-    return s;
-}
+#define spec ct_spec_make
 
-/* The fixed set: uneven sizes, replicated, Partial, empty and 0-d tensors, every dtype. */
-static ct_run fixed_save(const char *dir) {
-    ct_run r = {.dir = dir, .mesh_ndim = 2, .mesh_shape = {2, 2}, .blob = "step=42"};
-    r.specs[r.n++] = spec("layers.0.w", DT_F32, 2, (int64_t[]){13, 10}, "S(0),S(1)", 1, 0);
-    r.specs[r.n++] = spec("b", DT_BF16, 1, (int64_t[]){7}, "R,S(0)", 2, 0);
-    r.specs[r.n++] = spec("e", DT_I64, 3, (int64_t[]){5, 3, 4}, "S(2),S(0)", 3, 0);
-    r.specs[r.n++] = spec("z", DT_F32, 2, (int64_t[]){0, 4}, "S(0),R", 4, 0);
-    r.specs[r.n++] = spec("p", DT_F32, 2, (int64_t[]){6, 4}, "P(sum),S(1)", 5, 1);
-    r.specs[r.n++] = spec("s", DT_F64, 0, NULL, "R,R", 6, 0);
-    r.specs[r.n++] = spec("h", DT_F16, 2, (int64_t[]){3, 9}, "S(1),S(1)", 7, 0);
-    r.specs[r.n++] = spec("i", DT_I32, 1, (int64_t[]){11}, "R,R", 8, 0);
-    return r;
-}
+static ct_run fixed_save(const char *dir) { return ct_fixed(dir, 0); }
 
 static ct_run retarget(ct_run r, int ndim, const int *shape, const char *pl) {
     r.load = 1, r.mesh_ndim = ndim;
