@@ -105,6 +105,22 @@ dt_status ck_meta_read(const char *dir, ck_meta *out, const char *fn);
 void ck_meta_free(ck_meta *m);
 const ck_tensor *ck_meta_find(const ck_meta *m, const char *name);
 
+/* Reading chunks back (chunks.c), shared by loading and the tool. The data files of a
+ * checkpoint, opened on first use and checked against the sizes the metadata records. */
+typedef struct ck_files {
+    const char *dir;
+    const ck_meta *m;
+    int *fd; /* m->nfiles entries, -1 until opened */
+} ck_files;
+dt_status ck_files_fd(ck_files *fs, int f, const char *fn, int *fd_out);
+/* A whole chunk into dst, its checksum checked (DT_ERR_IO naming the tensor when it fails). */
+dt_status ck_read_chunk(ck_files *fs, const ck_tensor *t, const ck_chunk *c, void *dst,
+                        const char *fn);
+/* The box [s, s+e) of chunk c (s relative to the chunk) into dst, packed, reading only those
+ * bytes: one pread per run of bytes contiguous in the file. Not checksummed. */
+dt_status ck_read_box(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const int64_t *s,
+                      const int64_t *e, char *dst, const char *fn);
+
 /* fs.c --------------------------------------------------------------------------------------- */
 /* Whole-file helpers with DT_ERR_IO messages naming fn and the path. */
 dt_status ck_write_file(const char *path, const void *data, size_t bytes, const char *fn);
