@@ -137,6 +137,11 @@ dt_status ck_remove_tree(const char *path, const char *fn);
 void ck_split_path(const char *path, char *parent, size_t pcap, char *base, size_t bcap);
 /* base = prefix + digits: the number and prefix length; -1 when base has no trailing number. */
 int64_t ck_trailing_number(const char *base, size_t *prefix_len);
+/* Makes the files in partial a complete checkpoint at dir: m checked as a loader will check
+ * it, partial fsynced and renamed to dir (a checkpoint already there moved aside to dir.old
+ * until the end), renamed(arg) called (nullable), then metadata.json written last. */
+dt_status ck_publish(const ck_meta *m, const char *partial, const char *dir,
+                     void (*renamed)(void *), void *arg, const char *fn);
 /* The keep_last rotation of dt_checkpoint_save_options beside dir. */
 dt_status ck_rotate(const char *dir, int keep_last, const char *fn);
 

@@ -310,46 +310,16 @@ static void *writer_main(void *arg) {
 
 /* Rank 0: the metadata from everyone's records, the directory renamed into place, then
  * metadata.json, then rotation. */
+static void on_renamed(void *arg) { progress(arg, DT_CHECKPOINT_RENAMED); }
+
 static dt_status publish(dt_checkpoint_pending *p, const ck_rec *all, int nall) {
     ck_meta m = {0};
     char err[512];
     if (ck_meta_from_records(all, nall, &m, err, sizeof err))
         return dt_error(DT_ERR_ARG, "%s: %s", save_fn, err);
     if (p->blob) m.has_blob = 1, m.blob_bytes = p->opts.blob_bytes, m.blob_hash = p->blob_hash;
-    size_t len;
-    char *text = ck_meta_format(&m, &len);
+    dt_status st = ck_publish(&m, p->partial, p->dir, on_renamed, p, save_fn);
     ck_meta_free(&m);
-    if (!text) return dt_error(DT_ERR_NOMEM, "%s: out of memory for the metadata", save_fn);
-    /* What a loader will check, checked before anything is published: chunks that tile each
-     * tensor (ranks that disagree on a tensor's layout fail here). */
-    if (ck_meta_parse(text, len, &m, err, sizeof err)) {
-        free(text);
-        return dt_error(DT_ERR_ARG, "%s: the ranks' shards do not make a checkpoint: %s", save_fn,
-                        err);
-    }
-    ck_meta_free(&m);
-    char parent[4096], base[256], old[4200], meta[4300];
-    ck_split_path(p->dir, parent, sizeof parent, base, sizeof base);
-    snprintf(old, sizeof old, "%s.old", p->dir);
-    snprintf(meta, sizeof meta, "%s/%s", p->dir, CK_META_FILE);
-    dt_status st = ck_fsync_dir(p->partial, save_fn);
-    struct stat sb;
-    int replacing = stat(p->dir, &sb) == 0;
-    if (st == DT_OK && replacing) { /* the checkpoint being replaced moves aside until done */
-        st = ck_remove_tree(old, save_fn);
-        if (st == DT_OK && rename(p->dir, old) != 0)
-            st = dt_error(DT_ERR_IO, "%s: cannot move %s aside: %s", save_fn, p->dir,
-                          strerror(errno));
-    }
-    if (st == DT_OK && rename(p->partial, p->dir) != 0)
-        st = dt_error(DT_ERR_IO, "%s: cannot rename %s to %s: %s", save_fn, p->partial, p->dir,
-                      strerror(errno));
-    if (st == DT_OK) st = ck_fsync_dir(parent, save_fn);
-    if (st == DT_OK) progress(p, DT_CHECKPOINT_RENAMED);
-    if (st == DT_OK) st = ck_write_file(meta, text, len, save_fn);
-    if (st == DT_OK) st = ck_fsync_dir(p->dir, save_fn);
-    free(text);
-    if (st == DT_OK && replacing) st = ck_remove_tree(old, save_fn);
     if (st == DT_OK) progress(p, DT_CHECKPOINT_COMPLETE);
     if (st == DT_OK) st = ck_rotate(p->dir, p->opts.keep_last, save_fn);
     return st;
