@@ -75,6 +75,14 @@ _Static_assert(sizeof(ck_rec) % 8 == 0, "ck_rec is gathered as int64 words");
 and shape across ranks, files named by rank. 0 or -1 with err. */
 int ck_meta_from_records(const ck_rec *recs, int nrec, ck_meta *out, char *err, size_t errcap);
 
+/* rank_file.c: writes the data file at path for the records with a chunk, asking chunk(arg, i,
+ * scratch, &data) for record i's bytes (scratch: a buffer of the largest chunk's size when
+ * scratch is set, else NULL), hashing them into the record as they are written, then fsync.
+ * Sets begin, end and hash of those records and file_bytes of all. No file without chunks. */
+typedef dt_status (*ck_chunk_fn)(void *arg, int i, void *scratch, const void **data_out);
+dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_fn chunk,
+                             void *arg, int scratch, const char *fn);
+
 /* safetensors.c ------------------------------------------------------------------------------ */
 /* "F32", "BF16", ... (safetensors' names); NULL for others. */
 const char *ck_st_dtype_name(dt_dtype dtype);

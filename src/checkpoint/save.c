@@ -239,6 +239,12 @@ static dt_status stage(dt_ctx *ctx, const char *dir, const char *const *names,
 
 /* This rank's data file (and rank 0's blob), fsynced. Touches no communicator, so it may run on
  * a background thread. */
+static dt_status chunk_of(void *arg, int i, void *scratch, const void **data_out) {
+    (void)scratch;
+    *data_out = ((const dt_checkpoint_pending *)arg)->data[i];
+    return DT_OK;
+}
+
 static dt_status write_rank(dt_checkpoint_pending *p) {
     if (p->rank == 0 && p->blob) {
         char path[4300];
@@ -246,58 +252,9 @@ static dt_status write_rank(dt_checkpoint_pending *p) {
         p->blob_hash = XXH64(p->blob, p->opts.blob_bytes, 0);
         DT_CHECK(ck_write_file(path, p->blob, p->opts.blob_bytes, save_fn));
     }
-    int nchunks = 0;
-    for (int i = 0; i < p->nrec; i++) nchunks += p->recs[i].has_chunk;
-    if (nchunks == 0) return DT_OK;
-    ck_st_entry *e = calloc((size_t)nchunks, sizeof *e);
-    int64_t(*offs)[DT_MAX_NDIM] = calloc((size_t)nchunks, sizeof *offs);
-    int *idx = calloc((size_t)nchunks, sizeof *idx);
-    dt_status st = DT_OK;
-    char *hdr = NULL;
-    size_t hlen = 0;
-    if (!e || !offs || !idx) {
-        st = dt_error(DT_ERR_NOMEM, "%s: out of memory for %d chunks", save_fn, nchunks);
-        goto done;
-    }
-    uint64_t cursor = 0;
-    for (int i = 0, c = 0; i < p->nrec; i++) {
-        const ck_rec *r = &p->recs[i];
-        if (!r->has_chunk) continue;
-        snprintf(e[c].name, sizeof e[c].name, "%s", r->name);
-        e[c].dtype = (dt_dtype)r->dtype, e[c].ndim = r->ndim;
-        memcpy(e[c].shape, r->chunk_shape, sizeof e[c].shape);
-        memcpy(offs[c], r->offset, sizeof offs[c]);
-        uint64_t bytes = dt_shape_numel(r->chunk_shape, r->ndim) * dt_dtype_size(e[c].dtype);
-        e[c].begin = cursor, e[c].end = cursor + bytes;
-        cursor += bytes;
-        idx[c++] = i;
-    }
-    if (!(hdr = ck_st_header(e, nchunks, (const int64_t(*)[DT_MAX_NDIM])offs, &hlen))) {
-        st = dt_error(DT_ERR_NOMEM, "%s: out of memory for a header", save_fn);
-        goto done;
-    }
     char path[4300];
     snprintf(path, sizeof path, "%s/rank-%05d.safetensors", p->partial, p->rank);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = dt_error(DT_ERR_IO, "%s: cannot create %s: %s", save_fn, path, strerror(errno));
-        goto done;
-    }
-    st = ck_write_all(fd, hdr, hlen, path, save_fn);
-    for (int c = 0; c < nchunks && st == DT_OK; c++) {
-        ck_rec *r = &p->recs[idx[c]];
-        size_t bytes = (size_t)(e[c].end - e[c].begin);
-        r->hash = XXH64(p->data[idx[c]], bytes, 0);
-        r->begin = hlen + e[c].begin, r->end = hlen + e[c].end;
-        st = ck_write_all(fd, p->data[idx[c]], bytes, path, save_fn);
-    }
-    if (st == DT_OK && fsync(fd) != 0)
-        st = dt_error(DT_ERR_IO, "%s: cannot fsync %s: %s", save_fn, path, strerror(errno));
-    close(fd);
-    for (int i = 0; i < p->nrec; i++) p->recs[i].file_bytes = hlen + cursor;
-done:
-    free(e), free(offs), free(idx), free(hdr);
-    return st;
+    return ck_write_rank_file(path, p->recs, p->nrec, chunk_of, p, 0, save_fn);
 }
 
 static void *writer_main(void *arg) {
