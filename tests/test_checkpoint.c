@@ -500,3 +500,49 @@ Test(checkpoint, load_reads_only_the_overlap) {
     t_run(4, ct_body, &l);
     rmtree(dir);
 }
+
+/* --- consolidate and convert -------------------------------------------------------------- */
+
+Test(checkpoint, consolidate_then_convert_to_another_mesh) {
+    char *dir = tmpdir(), path[600], file[700], conv[700];
+    snprintf(path, sizeof path, "%s/ck", dir);
+    snprintf(file, sizeof file, "%s/full.safetensors", dir);
+    snprintf(conv, sizeof conv, "%s/converted", dir);
+    ct_run r = fixed_save(path);
+    t_run(4, ct_body, &r);
+    cr_assert_eq(dt_checkpoint_consolidate(path, file), DT_OK, "%s", dt_last_error());
+    /* the single file holds every tensor in full, read by the minimal reader */
+    size_t len;
+    unsigned char *all = (unsigned char *)slurp(file, &len);
+    unsigned long long hlen = 0;
+    for (int b = 0; b < 8; b++) hlen |= (unsigned long long)all[b] << (8 * b);
+    char *json = strndup((char *)all + 8, hlen);
+    st_ent e[16];
+    int n = st_entries(json, e, 16);
+    cr_assert_eq(n, r.n, "%d entries in %s", n, json);
+    for (int k = 0; k < n; k++) {
+        int s = -1;
+        for (int i = 0; i < r.n; i++)
+            if (!strcmp(r.specs[i].name, e[k].name)) s = i;
+        cr_assert(s >= 0, "unknown entry %s", e[k].name);
+        size_t fb;
+        unsigned char *full = ct_full(&r.specs[s], &fb);
+        cr_assert_eq((size_t)(e[k].end - e[k].begin), fb, "%s", e[k].name);
+        cr_expect(memcmp(all + 8 + hlen + e[k].begin, full, fb) == 0, "%s differs", e[k].name);
+        free(full);
+    }
+    free(json), free(all);
+    T_ERR(dt_checkpoint_convert(file, conv, "2x3", "S(0)"), DT_ERR_ARG, "1 placements");
+    T_ERR(dt_checkpoint_convert(file, conv, "3", "P(sum)"), DT_ERR_PLACEMENT, "Partial");
+    cr_assert_eq(dt_checkpoint_convert(file, conv, "3", "S(0)"), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_checkpoint_check(conv, 1), DT_OK, "%s", dt_last_error());
+    ct_run l = retarget(r, 1, (int[]){4}, "S(1)");
+    l.dir = conv;
+    t_run(4, ct_body, &l);
+    cr_assert_eq(dt_checkpoint_convert(file, conv, "dp=2,tp=2", "S(1),S(0)"), DT_OK, "%s",
+                 dt_last_error());
+    ct_run l2 = retarget(r, 1, (int[]){3}, "S(0)");
+    l2.dir = conv;
+    t_run(3, ct_body, &l2);
+    rmtree(dir);
+}

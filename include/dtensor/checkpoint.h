@@ -114,6 +114,20 @@ DT_API dt_status dt_checkpoint_check(const char *dir, int checksums);
 DT_API dt_status dt_checkpoint_latest(const char *root, const char *prefix, char *buf,
                                       size_t cap);
 
+/* For export: one safetensors file at out_path with every tensor of the checkpoint in full,
+ * in name order (written to out_path.tmp, fsynced, renamed). Reads and checks every chunk;
+ * holds one full tensor in memory at a time. Not collective. */
+DT_API dt_status dt_checkpoint_consolidate(const char *dir, const char *out_path);
+
+/* From one safetensors file (a Hugging Face export, a consolidated checkpoint) to a sharded
+ * checkpoint at dir, as if saved by the ranks of mesh (text as dt_mesh_create_str: "2x2",
+ * "dp=2,tp=2") with placements (text, one per mesh dim) for every tensor: a Shard(d) on a
+ * tensor with fewer than d+1 dims is Replicate for it. Partial placements are DT_ERR_PLACEMENT.
+ * Writes the rank files one at a time, reading from in_path only each chunk's bytes; needs
+ * no ranks. Crash safe as a save. Not collective. */
+DT_API dt_status dt_checkpoint_convert(const char *in_path, const char *dir, const char *mesh,
+                                       const char *placements);
+
 #ifdef __cplusplus
 }
 #endif

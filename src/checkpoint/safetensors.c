@@ -139,12 +139,18 @@ int ck_st_parse(const char *json, size_t len, uint64_t data_bytes, ck_st_entry *
         x->begin = (uint64_t)off[0], x->end = (uint64_t)off[1];
         n++;
     }
+    /* as the Python library requires: the entries tile the data section, back to back */
     qsort(e, (size_t)n, sizeof *e, entry_cmp);
-    for (int i = 1; i < n; i++)
-        if (e[i].begin < e[i - 1].end) {
-            bad(err, errcap, "entry \"%s\" overlaps another", e[i].name);
+    for (int i = 0; i < n; i++)
+        if (e[i].begin != (i ? e[i - 1].end : 0)) {
+            bad(err, errcap, "entry \"%s\" does not start where the previous one ends", e[i].name);
             goto done;
         }
+    if ((n ? e[n - 1].end : 0) != data_bytes) {
+        snprintf(err, errcap, "the entries cover %llu of the %llu data bytes",
+                 (unsigned long long)(n ? e[n - 1].end : 0), (unsigned long long)data_bytes);
+        goto done;
+    }
     rc = 0;
 done:
     ck_json_free(&doc);
