@@ -70,7 +70,8 @@ fresh-check:
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(SIM_BUILD) build-gpu
 
-# Fuzz the text parsers for FUZZ_SECONDS (default 60) with libFuzzer (clang).
+# Fuzz the text parsers, then the checkpoint readers (metadata.json, safetensors headers), for
+# FUZZ_SECONDS (default 60) each with libFuzzer (clang).
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	@test -f build-fuzz/build.ninja || CC=clang meson setup build-fuzz -Dtests=false \
@@ -80,3 +81,6 @@ fuzz: deps
 	clang -g -fsanitize=fuzzer,address,undefined -Iinclude tests/fuzz/fuzz_parse.c \
 		-Lbuild-fuzz -ldtensor -Wl,-rpath,$(CURDIR)/build-fuzz -o build-fuzz/fuzz_parse
 	./build-fuzz/fuzz_parse -max_total_time=$(FUZZ_SECONDS) -max_len=64
+	clang -g -fsanitize=fuzzer,address,undefined -Iinclude tests/fuzz/fuzz_checkpoint.c \
+		-Lbuild-fuzz -ldtensor -Wl,-rpath,$(CURDIR)/build-fuzz -o build-fuzz/fuzz_checkpoint
+	./build-fuzz/fuzz_checkpoint -max_total_time=$(FUZZ_SECONDS) -max_len=4096
