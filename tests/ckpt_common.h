@@ -24,8 +24,8 @@ typedef struct ct_run {
     int n;
     ct_spec specs[CT_MAX];
     const char *blob;
-    int load;    /* 0: save; 1: load into zeros and compare */
-    int async;   /* save asynchronously, overwriting the tensors before the wait */
+    int load;  /* 0: save; 1: load into zeros and compare */
+    int async; /* save asynchronously, overwriting the tensors before the wait */
     int keep_last;
     dt_checkpoint_progress_fn progress; /* nullable */
     void *progress_arg;

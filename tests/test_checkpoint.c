@@ -27,16 +27,21 @@ static void rmtree(const char *d) {
 
 #define spec ct_spec_make
 
-static ct_run fixed_save(const char *dir) { return ct_fixed(dir, 0); }
+static ct_run fixed_save(const char *dir) {
+    return ct_fixed(dir, 0);
+}
 
 static ct_run retarget(ct_run r, int ndim, const int *shape, const char *pl) {
     r.load = 1, r.mesh_ndim = ndim;
-    for (int d = 0; d < ndim; d++) r.mesh_shape[d] = shape[d];
+    for (int d = 0; d < ndim; d++)
+        r.mesh_shape[d] = shape[d];
     for (int i = 0; i < r.n; i++) {
         /* the placement text names tensor dims; clamp them to each tensor's rank */
         const char *p = pl;
-        if (r.specs[i].ndim == 0) p = ndim == 1 ? "R" : "R,R";
-        else if (strstr(pl, "S(1)") && r.specs[i].ndim < 2) p = ndim == 1 ? "S(0)" : "S(0),R";
+        if (r.specs[i].ndim == 0)
+            p = ndim == 1 ? "R" : "R,R";
+        else if (strstr(pl, "S(1)") && r.specs[i].ndim < 2)
+            p = ndim == 1 ? "S(0)" : "S(0),R";
         snprintf(r.specs[i].placements, sizeof r.specs[i].placements, "%s", p);
     }
     return r;
@@ -94,7 +99,8 @@ static int st_entries(const char *json, st_ent *e, int cap) {
     int n = 0;
     for (const char *p = json; (p = strstr(p, "\":{\"dtype\":\"")) != NULL && n < cap; p++) {
         const char *q = p;
-        while (q[-1] != '"') q--;
+        while (q[-1] != '"')
+            q--;
         snprintf(e[n].name, sizeof e[n].name, "%.*s", (int)(p - q), q);
         sscanf(p + 12, "%7[A-Z0-9]", e[n].dtype);
         e[n].ndim = ints_at(strstr(p, "\"shape\":"), e[n].shape);
@@ -129,8 +135,10 @@ Test(checkpoint, rank_files_are_safetensors) {
         cr_assert_eq(fread(all, 1, (size_t)size, f), (size_t)size);
         fclose(f);
         unsigned long long hlen = 0;
-        for (int b = 0; b < 8; b++) hlen |= (unsigned long long)all[b] << (8 * b);
-        cr_assert(hlen % 8 == 0 && 8 + hlen <= (unsigned long long)size, "%s: header %llu", fp, hlen);
+        for (int b = 0; b < 8; b++)
+            hlen |= (unsigned long long)all[b] << (8 * b);
+        cr_assert(hlen % 8 == 0 && 8 + hlen <= (unsigned long long)size, "%s: header %llu", fp,
+                  hlen);
         char *json = strndup((char *)all + 8, hlen);
         st_ent e[16];
         int n = st_entries(json, e, 16);
@@ -151,15 +159,18 @@ Test(checkpoint, rank_files_are_safetensors) {
             cr_assert_eq(e[k].noff, sp->ndim);
             size_t fb, es = dt_dtype_size(sp->dtype), cnt = 1;
             unsigned char *full = ct_full(sp, &fb);
-            for (int d = 0; d < e[k].ndim; d++) cnt *= (size_t)e[k].shape[d];
+            for (int d = 0; d < e[k].ndim; d++)
+                cnt *= (size_t)e[k].shape[d];
             cr_assert_eq((size_t)(e[k].end - e[k].begin), cnt * es);
             long long idx[8] = {0};
             for (size_t i = 0; i < cnt; i++) {
                 size_t g = 0;
-                for (int d = 0; d < sp->ndim; d++) g = g * (size_t)sp->shape[d] + (size_t)(e[k].off[d] + idx[d]);
+                for (int d = 0; d < sp->ndim; d++)
+                    g = g * (size_t)sp->shape[d] + (size_t)(e[k].off[d] + idx[d]);
                 cr_assert(memcmp(all + 8 + hlen + e[k].begin + i * es, full + g * es, es) == 0,
                           "%s: %s element %zu", fp, e[k].name, i);
-                for (int d = sp->ndim - 1; d >= 0 && ++idx[d] == e[k].shape[d]; d--) idx[d] = 0;
+                for (int d = sp->ndim - 1; d >= 0 && ++idx[d] == e[k].shape[d]; d--)
+                    idx[d] = 0;
             }
             free(full);
         }
@@ -167,19 +178,22 @@ Test(checkpoint, rank_files_are_safetensors) {
         free(json), free(all);
     }
     cr_expect_eq(files, 4);
-    cr_expect_eq(b_chunks, 2, "b is replicated over mesh dim 0: written by 2 ranks, not %d", b_chunks);
+    cr_expect_eq(b_chunks, 2, "b is replicated over mesh dim 0: written by 2 ranks, not %d",
+                 b_chunks);
     /* Python's safetensors, when it is there: opens each file and reads every tensor (numpy
      * has no bfloat16: those are checked for shape only) */
     char cmd[1400];
-    snprintf(cmd, sizeof cmd,
-             "python3 -c 'import safetensors' 2>/dev/null || exit 0; for f in %s/rank-*.safetensors; "
-             "do python3 -c 'import sys\nfrom safetensors import safe_open\n"
-             "with safe_open(sys.argv[1], \"np\") as h:\n"
-             " assert h.metadata()[\"format\"] == \"pt\"\n"
-             " for k in h.keys():\n"
-             "  s = h.get_slice(k)\n"
-             "  if s.get_dtype() != \"BF16\": assert list(h.get_tensor(k).shape) == s.get_shape()\n"
-             "' $f || exit 1; done", path);
+    snprintf(
+        cmd, sizeof cmd,
+        "python3 -c 'import safetensors' 2>/dev/null || exit 0; for f in %s/rank-*.safetensors; "
+        "do python3 -c 'import sys\nfrom safetensors import safe_open\n"
+        "with safe_open(sys.argv[1], \"np\") as h:\n"
+        " assert h.metadata()[\"format\"] == \"pt\"\n"
+        " for k in h.keys():\n"
+        "  s = h.get_slice(k)\n"
+        "  if s.get_dtype() != \"BF16\": assert list(h.get_tensor(k).shape) == s.get_shape()\n"
+        "' $f || exit 1; done",
+        path);
     cr_expect_eq(system(cmd), 0, "Python's safetensors rejected a rank file");
     rmtree(dir);
 }
@@ -210,7 +224,8 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     dt_checkpoint_load_options strict = {.strict = 1}, loose = {0};
     R_ERR(dt_checkpoint_load(a->dir, (const char *[]){"w", "c"}, ts, 2, &strict), DT_ERR_ARG,
           "\"c\" is not in the checkpoint");
-    R_ERR(dt_checkpoint_load(a->dir, names, ts, 1, &strict), DT_ERR_ARG, "\"b\", which was not asked");
+    R_ERR(dt_checkpoint_load(a->dir, names, ts, 1, &strict), DT_ERR_ARG,
+          "\"b\", which was not asked");
     R_OK(dt_checkpoint_load(a->dir, names, ts, 1, &loose));
     R_OK(dt_checkpoint_load(a->dir, (const char *[]){"w", "c"}, ts, 2, &loose));
     R_ERR(dt_checkpoint_load(a->dir, names, (dt_tensor *[]){w3, b}, 2, &loose), DT_ERR_SHAPE,
@@ -375,7 +390,10 @@ static void random_mesh(uint64_t *s, ct_run *r, int *world) {
     for (int d = 0; d < nd - 1; d++) {
         int f = 1;
         for (int c = 2; c <= left; c++)
-            if (left % c == 0 && rnd(s) % 2) { f = c; break; }
+            if (left % c == 0 && rnd(s) % 2) {
+                f = c;
+                break;
+            }
         r->mesh_shape[r->mesh_ndim++] = f, left /= f;
     }
     r->mesh_shape[r->mesh_ndim++] = left;
@@ -388,10 +406,11 @@ static void random_placements(uint64_t *s, const ct_run *r, ct_spec *sp, int all
         unsigned k = (unsigned)(rnd(s) % 5);
         const char *sep = d ? "," : "";
         if (k <= 1 && sp->ndim > 0)
-            len += (size_t)snprintf(sp->placements + len, sizeof sp->placements - len, "%sS(%d)", sep,
-                                    (int)(rnd(s) % (uint64_t)sp->ndim));
+            len += (size_t)snprintf(sp->placements + len, sizeof sp->placements - len, "%sS(%d)",
+                                    sep, (int)(rnd(s) % (uint64_t)sp->ndim));
         else if (k == 2 && allow_partial && sp->small)
-            len += (size_t)snprintf(sp->placements + len, sizeof sp->placements - len, "%sP(sum)", sep);
+            len += (size_t)snprintf(sp->placements + len, sizeof sp->placements - len, "%sP(sum)",
+                                    sep);
         else
             len += (size_t)snprintf(sp->placements + len, sizeof sp->placements - len, "%sR", sep);
     }
@@ -415,7 +434,8 @@ Test(checkpoint, random_meshes_placements_and_shapes) {
             snprintf(sp->name, sizeof sp->name, "t%d.weight", i);
             sp->dtype = (dt_dtype)(rnd(&s) % DT_DTYPE_COUNT);
             sp->ndim = (int)(rnd(&s) % 4);
-            for (int d = 0; d < sp->ndim; d++) sp->shape[d] = (int64_t)(rnd(&s) % 10);
+            for (int d = 0; d < sp->ndim; d++)
+                sp->shape[d] = (int64_t)(rnd(&s) % 10);
             sp->seed = s;
             sp->small = rnd(&s) % 3 == 0 && sp->dtype != DT_I32 && sp->dtype != DT_I64;
             random_placements(&s, &r, sp, 1);
@@ -423,13 +443,15 @@ Test(checkpoint, random_meshes_placements_and_shapes) {
         ct_run l = r;
         l.load = 1;
         random_mesh(&s, &l, &wload);
-        for (int i = 0; i < l.n; i++) random_placements(&s, &l, &l.specs[i], 1);
+        for (int i = 0; i < l.n; i++)
+            random_placements(&s, &l, &l.specs[i], 1);
         char what[1024] = "";
         size_t wl = 0;
         for (int i = 0; i < r.n; i++)
-            wl += (size_t)snprintf(what + wl, sizeof what - wl, " %s %s: [%s] on %d ranks -> [%s] on %d;",
-                                   r.specs[i].name, dt_dtype_name(r.specs[i].dtype),
-                                   r.specs[i].placements, wsave, l.specs[i].placements, wload);
+            wl += (size_t)snprintf(what + wl, sizeof what - wl,
+                                   " %s %s: [%s] on %d ranks -> [%s] on %d;", r.specs[i].name,
+                                   dt_dtype_name(r.specs[i].dtype), r.specs[i].placements, wsave,
+                                   l.specs[i].placements, wload);
         dt_status st = dt_local_run(wsave, ct_body, &r, NULL);
         cr_assert_eq(st, DT_OK, "seed %llu case %d save:%s %s", (unsigned long long)seed, c, what,
                      dt_last_error());
@@ -464,7 +486,8 @@ static dt_status read_body(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     R_OK(dt_mesh_create(ctx, 1, (int[]){4}, NULL, &mesh));
     dt_tensor *t;
-    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, (int64_t[]){64, 4096}, 1, (dt_placement[]){dt_shard(1)}, &t));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, (int64_t[]){64, 4096}, 1, (dt_placement[]){dt_shard(1)},
+                         &t));
     long long before = thread_rchar();
     R_OK(dt_checkpoint_load(a->dir, (const char *[]){"big"}, &t, 1, NULL));
     a->read[dt_ctx_rank(ctx)] = thread_rchar() - before;
@@ -515,7 +538,8 @@ Test(checkpoint, consolidate_then_convert_to_another_mesh) {
     size_t len;
     unsigned char *all = (unsigned char *)slurp(file, &len);
     unsigned long long hlen = 0;
-    for (int b = 0; b < 8; b++) hlen |= (unsigned long long)all[b] << (8 * b);
+    for (int b = 0; b < 8; b++)
+        hlen |= (unsigned long long)all[b] << (8 * b);
     char *json = strndup((char *)all + 8, hlen);
     st_ent e[16];
     int n = st_entries(json, e, 16);

@@ -52,7 +52,8 @@ static void expect_loads(const char *root, int step) {
     snprintf(dir, sizeof dir, "%s/step-%d", root, step);
     ct_run r = ct_fixed(dir, (uint64_t)step);
     r.load = 1, r.mesh_ndim = 1, r.mesh_shape[0] = 1;
-    for (int i = 0; i < r.n; i++) snprintf(r.specs[i].placements, sizeof r.specs[i].placements, "R");
+    for (int i = 0; i < r.n; i++)
+        snprintf(r.specs[i].placements, sizeof r.specs[i].placements, "R");
     t_run(1, ct_body, &r);
 }
 
@@ -69,8 +70,10 @@ Test(checkpoint_ucx, save_on_4_load_on_3) {
 
 /* kill rank, stage: before its file, after it, rank 0 after every file, rank 0 after the
  * rename and before metadata.json. */
-static const int kills[][2] = {{1, DT_CHECKPOINT_STAGED}, {2, DT_CHECKPOINT_RANK_FILE},
-                               {0, DT_CHECKPOINT_RANK_FILE}, {0, DT_CHECKPOINT_RENAMED}};
+static const int kills[][2] = {{1, DT_CHECKPOINT_STAGED},
+                               {2, DT_CHECKPOINT_RANK_FILE},
+                               {0, DT_CHECKPOINT_RANK_FILE},
+                               {0, DT_CHECKPOINT_RENAMED}};
 
 Test(checkpoint_ucx, sigkill_mid_save_keeps_the_previous_checkpoint, .timeout = 240) {
     if (!DT_HAVE_UCX) cr_skip_test("built without UCX");

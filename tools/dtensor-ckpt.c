@@ -35,8 +35,10 @@ static int inspect(const char *dir) {
     ck_meta m;
     if (ck_meta_read(dir, &m, "dtensor-ckpt inspect") != DT_OK) return failed();
     uint64_t total = 0, chunks = 0;
-    for (int f = 0; f < m.nfiles; f++) total += m.files[f].bytes;
-    for (int i = 0; i < m.ntensors; i++) chunks += (uint64_t)m.tensors[i].nchunks;
+    for (int f = 0; f < m.nfiles; f++)
+        total += m.files[f].bytes;
+    for (int i = 0; i < m.ntensors; i++)
+        chunks += (uint64_t)m.tensors[i].nchunks;
     char b[32];
     bytes_text((double)total, b, sizeof b);
     printf("%s: complete checkpoint, %d tensors in %llu chunks, %d files (%s)", dir, m.ntensors,
@@ -45,8 +47,8 @@ static int inspect(const char *dir) {
     printf("\n\nfiles:\n");
     for (int f = 0; f < m.nfiles; f++) {
         bytes_text((double)m.files[f].bytes, b, sizeof b);
-        printf("  %-28s %12llu bytes (%s)\n", m.files[f].name,
-               (unsigned long long)m.files[f].bytes, b);
+        printf("  %-28s %12llu bytes (%s)\n", m.files[f].name, (unsigned long long)m.files[f].bytes,
+               b);
     }
     printf("\ntensors:\n  %-32s %-5s %-16s %-8s %s\n", "name", "dtype", "shape", "chunks",
            "saved as");

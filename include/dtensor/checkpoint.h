@@ -34,10 +34,10 @@ extern "C" {
 
 /* Points of a save at which the progress callback is called (on the rank named). */
 typedef enum dt_checkpoint_stage {
-    DT_CHECKPOINT_STAGED = 0,    /* every rank: shards reduced and snapshotted */
-    DT_CHECKPOINT_RANK_FILE,     /* every rank: its data file is written and fsynced */
-    DT_CHECKPOINT_RENAMED,       /* rank 0: the directory is in place, metadata.json not yet */
-    DT_CHECKPOINT_COMPLETE,      /* rank 0: metadata.json is written; the checkpoint is complete */
+    DT_CHECKPOINT_STAGED = 0, /* every rank: shards reduced and snapshotted */
+    DT_CHECKPOINT_RANK_FILE,  /* every rank: its data file is written and fsynced */
+    DT_CHECKPOINT_RENAMED,    /* rank 0: the directory is in place, metadata.json not yet */
+    DT_CHECKPOINT_COMPLETE,   /* rank 0: metadata.json is written; the checkpoint is complete */
 } dt_checkpoint_stage;
 
 typedef void (*dt_checkpoint_progress_fn)(void *arg, dt_checkpoint_stage stage, int rank);
@@ -111,8 +111,7 @@ DT_API dt_status dt_checkpoint_check(const char *dir, int checksums);
 /* The complete checkpoint with the highest trailing number among the entries of root whose
  * names are prefix followed by digits ("step-" -> "root/step-12"), as a path into buf.
  * DT_ERR_IO when there is none, DT_ERR_SIZE when buf is too small. Not collective. */
-DT_API dt_status dt_checkpoint_latest(const char *root, const char *prefix, char *buf,
-                                      size_t cap);
+DT_API dt_status dt_checkpoint_latest(const char *root, const char *prefix, char *buf, size_t cap);
 
 /* For export: one safetensors file at out_path with every tensor of the checkpoint in full,
  * in name order (written to out_path.tmp, fsynced, renamed). Reads and checks every chunk;

@@ -25,16 +25,17 @@ dt_status ck_files_fd(ck_files *fs, int f, const char *fn, int *fd_out) {
     struct stat sb;
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != fs->m->files[f].bytes) {
         close(fd);
-        return dt_error(DT_ERR_IO, "%s: %s is %lld bytes, the metadata says %llu (truncated or "
-                        "overwritten)", fn, path, (long long)sb.st_size,
-                        (unsigned long long)fs->m->files[f].bytes);
+        return dt_error(DT_ERR_IO,
+                        "%s: %s is %lld bytes, the metadata says %llu (truncated or "
+                        "overwritten)",
+                        fn, path, (long long)sb.st_size, (unsigned long long)fs->m->files[f].bytes);
     }
     *fd_out = fs->fd[f] = fd;
     return DT_OK;
 }
 
 dt_status ck_read_chunk(ck_files *fs, const ck_tensor *t, const ck_chunk *c, void *dst,
-                            const char *fn) {
+                        const char *fn) {
     int fd;
     DT_CHECK(ck_files_fd(fs, c->file, fn, &fd));
     char path[4200];
@@ -42,9 +43,10 @@ dt_status ck_read_chunk(ck_files *fs, const ck_tensor *t, const ck_chunk *c, voi
     DT_CHECK(ck_pread_all(fd, dst, (size_t)(c->end - c->begin), c->begin, path, fn));
     uint64_t h = XXH64(dst, (size_t)(c->end - c->begin), 0);
     if (h != c->hash)
-        return dt_error(DT_ERR_IO, "%s: tensor \"%s\": the chunk at byte %llu of %s fails its "
-                        "checksum (xxh64 %016llx, expected %016llx)", fn, t->name,
-                        (unsigned long long)c->begin, path, (unsigned long long)h,
+        return dt_error(DT_ERR_IO,
+                        "%s: tensor \"%s\": the chunk at byte %llu of %s fails its "
+                        "checksum (xxh64 %016llx, expected %016llx)",
+                        fn, t->name, (unsigned long long)c->begin, path, (unsigned long long)h,
                         (unsigned long long)c->hash);
     return DT_OK;
 }
@@ -52,7 +54,7 @@ dt_status ck_read_chunk(ck_files *fs, const ck_tensor *t, const ck_chunk *c, voi
 /* The box [s, s+e) of chunk c (s relative to the chunk) into dst, packed: one pread per run
  * of bytes that are contiguous in the file. */
 dt_status ck_read_box(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const int64_t *s,
-                          const int64_t *e, char *dst, const char *fn) {
+                      const int64_t *e, char *dst, const char *fn) {
     int fd, nd = t->ndim;
     DT_CHECK(ck_files_fd(fs, c->file, fn, &fd));
     char path[4200];
@@ -60,18 +62,22 @@ dt_status ck_read_box(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const
     size_t es = dt_dtype_size(t->dtype);
     int64_t stride[DT_MAX_NDIM];
     int64_t acc = 1;
-    for (int d = nd - 1; d >= 0; d--) stride[d] = acc, acc *= c->shape[d];
+    for (int d = nd - 1; d >= 0; d--)
+        stride[d] = acc, acc *= c->shape[d];
     int k = nd - 1;
-    while (k > 0 && e[k] == c->shape[k]) k--;
+    while (k > 0 && e[k] == c->shape[k])
+        k--;
     size_t run = (size_t)(nd ? e[k] * stride[k] : 1) * es;
     int64_t idx[DT_MAX_NDIM] = {0};
     for (;;) {
         int64_t elem = 0;
-        for (int d = 0; d < nd; d++) elem += (s[d] + (d < k ? idx[d] : 0)) * stride[d];
+        for (int d = 0; d < nd; d++)
+            elem += (s[d] + (d < k ? idx[d] : 0)) * stride[d];
         DT_CHECK(ck_pread_all(fd, dst, run, c->begin + (uint64_t)elem * es, path, fn));
         dst += run;
         int d = k - 1;
-        while (d >= 0 && ++idx[d] == e[d]) idx[d--] = 0;
+        while (d >= 0 && ++idx[d] == e[d])
+            idx[d--] = 0;
         if (d < 0) return DT_OK;
     }
 }

@@ -9,11 +9,11 @@
 
 #include "dtensor/checkpoint.h"
 
-#define CK_META_FILE  "metadata.json"
-#define CK_BLOB_FILE  "blob.bin"
-#define CK_FORMAT     "dtensor-checkpoint"
-#define CK_FILE_MAX   64 /* a data file's name, with its NUL */
-#define CK_TEXT_MAX   96 /* placements and mesh text */
+#define CK_META_FILE "metadata.json"
+#define CK_BLOB_FILE "blob.bin"
+#define CK_FORMAT    "dtensor-checkpoint"
+#define CK_FILE_MAX  64 /* a data file's name, with its NUL */
+#define CK_TEXT_MAX  96 /* placements and mesh text */
 /* Bounds on untrusted metadata: more is refused as malformed. */
 #define CK_MAX_TENSORS (1 << 20)
 #define CK_MAX_CHUNKS  (1 << 16) /* per tensor */
@@ -29,7 +29,7 @@ typedef struct ck_st_entry {
 } ck_st_entry;
 
 typedef struct ck_chunk {
-    int file; /* index into ck_meta.files */
+    int file;            /* index into ck_meta.files */
     uint64_t begin, end; /* byte range in that file (absolute) */
     uint64_t hash;       /* XXH64 (seed 0) of those bytes */
     int64_t offset[DT_MAX_NDIM], shape[DT_MAX_NDIM];
@@ -80,8 +80,8 @@ int ck_meta_from_records(const ck_rec *recs, int nrec, ck_meta *out, char *err, 
  * scratch is set, else NULL), hashing them into the record as they are written, then fsync.
  * Sets begin, end and hash of those records and file_bytes of all. No file without chunks. */
 typedef dt_status (*ck_chunk_fn)(void *arg, int i, void *scratch, const void **data_out);
-dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_fn chunk,
-                             void *arg, int scratch, const char *fn);
+dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_fn chunk, void *arg,
+                             int scratch, const char *fn);
 
 /* safetensors.c ------------------------------------------------------------------------------ */
 /* "F32", "BF16", ... (safetensors' names); NULL for others. */

@@ -39,7 +39,8 @@ static dt_status consolidate_into(const ck_meta *m, ck_files *fs, int fd, const 
         for (int c = 0; c < t->nchunks && st == DT_OK; c++) {
             const ck_chunk *k = &t->chunks[c];
             char *buf = malloc((size_t)(k->end - k->begin) + 1);
-            st = buf ? ck_read_chunk(fs, t, k, buf, fn) : dt_error(DT_ERR_NOMEM, "%s: out of memory", fn);
+            st = buf ? ck_read_chunk(fs, t, k, buf, fn)
+                     : dt_error(DT_ERR_NOMEM, "%s: out of memory", fn);
             if (st == DT_OK)
                 dt_box_copy(full, t->shape, k->offset, buf, k->shape, NULL, k->shape, t->ndim, es);
             free(buf);
@@ -57,13 +58,15 @@ dt_status dt_checkpoint_consolidate(const char *dir, const char *out_path) {
     ck_meta m;
     DT_CHECK(ck_meta_read(dir, &m, fn));
     ck_files fs = {.dir = dir, .m = &m, .fd = malloc(((size_t)m.nfiles + 1) * sizeof(int))};
-    for (int f = 0; fs.fd && f < m.nfiles; f++) fs.fd[f] = -1;
+    for (int f = 0; fs.fd && f < m.nfiles; f++)
+        fs.fd[f] = -1;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
     int fd = fs.fd ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : -1;
     dt_status st = !fs.fd ? dt_error(DT_ERR_NOMEM, "%s: out of memory", fn)
-                   : fd < 0 ? dt_error(DT_ERR_IO, "%s: cannot create %s: %s", fn, tmp, strerror(errno))
-                            : consolidate_into(&m, &fs, fd, tmp, fn);
+                   : fd < 0
+                       ? dt_error(DT_ERR_IO, "%s: cannot create %s: %s", fn, tmp, strerror(errno))
+                       : consolidate_into(&m, &fs, fd, tmp, fn);
     if (st == DT_OK && fsync(fd) != 0)
         st = dt_error(DT_ERR_IO, "%s: cannot fsync %s: %s", fn, tmp, strerror(errno));
     if (fd >= 0) close(fd);
@@ -81,7 +84,7 @@ dt_status dt_checkpoint_consolidate(const char *dir, const char *out_path) {
 
 typedef struct conv {
     ck_files fs;
-    ck_meta src; /* the input as a checkpoint of one file: one chunk per tensor, no checksums */
+    ck_meta src;    /* the input as a checkpoint of one file: one chunk per tensor, no checksums */
     int *tensor_of; /* per record: its tensor in src */
     ck_rec *recs;
     const char *fn;
@@ -115,8 +118,10 @@ static dt_status conv_source(conv *c, const char *in_path, char *parent, size_t 
     for (int i = 0; i < n && st == DT_OK; i++) {
         ck_tensor *t = &c->src.tensors[c->src.ntensors++];
         if (!ck_name_ok(e[i].name))
-            st = dt_error(DT_ERR_ARG, "%s: tensor name \"%s\" in %s is not a checkpoint name "
-                          "(printable, no space, '\"' or '\\')", c->fn, e[i].name, in_path);
+            st = dt_error(DT_ERR_ARG,
+                          "%s: tensor name \"%s\" in %s is not a checkpoint name "
+                          "(printable, no space, '\"' or '\\')",
+                          c->fn, e[i].name, in_path);
         snprintf(t->name, sizeof t->name, "%s", e[i].name);
         t->dtype = e[i].dtype, t->ndim = e[i].ndim;
         memcpy(t->shape, e[i].shape, sizeof t->shape);
@@ -183,7 +188,8 @@ dt_status dt_checkpoint_convert(const char *in_path, const char *dir, const char
         DT_ARG(mshape[d] >= 1 && mshape[d] <= 65536 && world <= 65536 / mshape[d],
                "%s: mesh \"%s\" is not 1 to 65536 ranks", fn, mesh);
         if (pl[d].kind == DT_PLACEMENT_PARTIAL)
-            return dt_error(DT_ERR_PLACEMENT, "%s: placement %d is Partial; a file holds values", fn, d);
+            return dt_error(DT_ERR_PLACEMENT, "%s: placement %d is Partial; a file holds values",
+                            fn, d);
         world *= mshape[d];
         ml += (size_t)snprintf(mesh_text + ml, sizeof mesh_text - ml, "%s%s=%d", d ? "," : "",
                                mnames[d], mshape[d]);
@@ -210,7 +216,8 @@ dt_status dt_checkpoint_convert(const char *in_path, const char *dir, const char
         st = dt_error(DT_ERR_IO, "%s: cannot create %s: %s", fn, partial, strerror(errno));
     for (int rank = 0; rank < world && st == DT_OK; rank++) {
         int coord[DT_MESH_MAX_NDIM], rest = rank, nrec;
-        for (int d = mnd - 1; d >= 0; d--) coord[d] = rest % mshape[d], rest /= mshape[d];
+        for (int d = mnd - 1; d >= 0; d--)
+            coord[d] = rest % mshape[d], rest /= mshape[d];
         c.recs = all + nall;
         st = conv_records(&c, mnd, mshape, coord, mesh_text, pl, rank, &nrec);
         snprintf(path, sizeof path, "%s/rank-%05d.safetensors", partial, rank);

@@ -20,8 +20,9 @@ dt_status ck_write_all(int fd, const void *data, size_t bytes, const char *path,
         size_t step = bytes < ((size_t)1 << 30) ? bytes : ((size_t)1 << 30);
         ssize_t k = write(fd, p, step);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return dt_error(DT_ERR_IO, "%s: cannot write %s: %s", fn, path,
-                                    k < 0 ? strerror(errno) : "no progress");
+        if (k <= 0)
+            return dt_error(DT_ERR_IO, "%s: cannot write %s: %s", fn, path,
+                            k < 0 ? strerror(errno) : "no progress");
         p += k, bytes -= (size_t)k;
     }
     return DT_OK;
@@ -88,7 +89,8 @@ dt_status ck_read_file(const char *path, char **data_out, size_t *bytes_out, siz
 
 dt_status ck_fsync_dir(const char *dir, const char *fn) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot open directory %s: %s", fn, dir, strerror(errno));
+    if (fd < 0)
+        return dt_error(DT_ERR_IO, "%s: cannot open directory %s: %s", fn, dir, strerror(errno));
     int rc = fsync(fd);
     int e = errno;
     close(fd);
@@ -105,7 +107,8 @@ dt_status ck_mkdirs(const char *dir, const char *fn) {
         char c = *s;
         *s = '\0';
         if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return dt_error(DT_ERR_IO, "%s: cannot create directory %s: %s", fn, p, strerror(errno));
+            return dt_error(DT_ERR_IO, "%s: cannot create directory %s: %s", fn, p,
+                            strerror(errno));
         *s = c;
         if (c == '\0') break;
     }
@@ -127,18 +130,24 @@ dt_status ck_remove_tree(const char *path, const char *fn) {
 
 void ck_split_path(const char *path, char *parent, size_t pcap, char *base, size_t bcap) {
     size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/') n--; /* "a/b/" is "a/b" */
+    while (n > 1 && path[n - 1] == '/')
+        n--; /* "a/b/" is "a/b" */
     size_t cut = n;
-    while (cut > 0 && path[cut - 1] != '/') cut--;
+    while (cut > 0 && path[cut - 1] != '/')
+        cut--;
     snprintf(base, bcap, "%.*s", (int)(n - cut), path + cut);
-    if (cut == 0) snprintf(parent, pcap, ".");
-    else if (cut == 1) snprintf(parent, pcap, "/");
-    else snprintf(parent, pcap, "%.*s", (int)(cut - 1), path);
+    if (cut == 0)
+        snprintf(parent, pcap, ".");
+    else if (cut == 1)
+        snprintf(parent, pcap, "/");
+    else
+        snprintf(parent, pcap, "%.*s", (int)(cut - 1), path);
 }
 
 int64_t ck_trailing_number(const char *base, size_t *prefix_len) {
     size_t n = strlen(base), k = n;
-    while (k > 0 && base[k - 1] >= '0' && base[k - 1] <= '9') k--;
+    while (k > 0 && base[k - 1] >= '0' && base[k - 1] <= '9')
+        k--;
     if (k == n || n - k > 18) return -1;
     *prefix_len = k;
     return strtoll(base + k, NULL, 10);

@@ -34,10 +34,14 @@ static int hex4(parser *p, unsigned *out) {
     for (int k = 0; k < 4; k++) {
         char c = p->s[p->i++];
         v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return fail(p, "bad \\u escape");
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return fail(p, "bad \\u escape");
     }
     *out = v;
     return 0;
@@ -63,16 +67,34 @@ static int parse_string(parser *p, const char **out) {
         char e = p->s[p->i++];
         unsigned cp;
         switch (e) {
-        case '"': dst[n++] = '"'; continue;
-        case '\\': dst[n++] = '\\'; continue;
-        case '/': dst[n++] = '/'; continue;
-        case 'b': dst[n++] = '\b'; continue;
-        case 'f': dst[n++] = '\f'; continue;
-        case 'n': dst[n++] = '\n'; continue;
-        case 'r': dst[n++] = '\r'; continue;
-        case 't': dst[n++] = '\t'; continue;
-        case 'u': break;
-        default: return fail(p, "bad escape");
+        case '"':
+            dst[n++] = '"';
+            continue;
+        case '\\':
+            dst[n++] = '\\';
+            continue;
+        case '/':
+            dst[n++] = '/';
+            continue;
+        case 'b':
+            dst[n++] = '\b';
+            continue;
+        case 'f':
+            dst[n++] = '\f';
+            continue;
+        case 'n':
+            dst[n++] = '\n';
+            continue;
+        case 'r':
+            dst[n++] = '\r';
+            continue;
+        case 't':
+            dst[n++] = '\t';
+            continue;
+        case 'u':
+            break;
+        default:
+            return fail(p, "bad escape");
         }
         if (hex4(p, &cp)) return -1;
         if (cp >= 0xd800 && cp < 0xdc00) { /* a surrogate pair */
@@ -163,8 +185,10 @@ static int parse_container(parser *p, int depth, int is_obj, int *idx_out) {
         int child;
         if (parse_value(p, depth + 1, &child)) return -1;
         p->doc->nodes[child].key = key;
-        if (prev < 0) p->doc->nodes[self].first = child;
-        else p->doc->nodes[prev].next = child;
+        if (prev < 0)
+            p->doc->nodes[self].first = child;
+        else
+            p->doc->nodes[prev].next = child;
         prev = child;
         p->doc->nodes[self].count++;
         skip_ws(p);
@@ -173,7 +197,8 @@ static int parse_container(parser *p, int depth, int is_obj, int *idx_out) {
             p->i++;
             continue;
         }
-        if (p->s[p->i] != close) return fail(p, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
+        if (p->s[p->i] != close)
+            return fail(p, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
         p->i++;
         *idx_out = self;
         return 0;

@@ -29,7 +29,8 @@ static dt_status load_shard(ck_files *fs, const ck_tensor *t, const dt_tensor_in
         int empty = 0, whole = 1;
         for (int d = 0; d < nd; d++) {
             int64_t a = c->offset[d] > info->local_offset[d] ? c->offset[d] : info->local_offset[d];
-            int64_t b1 = c->offset[d] + c->shape[d], b2 = info->local_offset[d] + info->local_shape[d];
+            int64_t b1 = c->offset[d] + c->shape[d],
+                    b2 = info->local_offset[d] + info->local_shape[d];
             int64_t b = b1 < b2 ? b1 : b2;
             if (b <= a) empty = 1;
             ext[d] = b - a;
@@ -39,7 +40,8 @@ static dt_status load_shard(ck_files *fs, const ck_tensor *t, const dt_tensor_in
         if (empty || c->end == c->begin) continue;
         size_t bytes = (size_t)(c->end - c->begin);
         char *buf = malloc(whole || verify ? bytes : dt_shape_numel(ext, nd) * es);
-        if (!buf) return dt_error(DT_ERR_NOMEM, "%s: tensor \"%s\": out of memory", load_fn, t->name);
+        if (!buf)
+            return dt_error(DT_ERR_NOMEM, "%s: tensor \"%s\": out of memory", load_fn, t->name);
         dt_status st;
         if (whole || verify) { /* the whole chunk, so its checksum can be checked */
             st = ck_read_chunk(fs, t, c, buf, load_fn);
@@ -68,10 +70,11 @@ static int holds_zeros(const dt_tensor_info *info) {
 
 static dt_status check_target(const ck_tensor *t, const char *name, const dt_tensor_info *info) {
     if (t->dtype != info->dtype)
-        return dt_error(DT_ERR_DTYPE, "%s: tensor \"%s\" is %s in the checkpoint, %s here",
-                        load_fn, name, dt_dtype_name(t->dtype), dt_dtype_name(info->dtype));
+        return dt_error(DT_ERR_DTYPE, "%s: tensor \"%s\" is %s in the checkpoint, %s here", load_fn,
+                        name, dt_dtype_name(t->dtype), dt_dtype_name(info->dtype));
     int same = t->ndim == info->ndim;
-    for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == info->shape[d];
+    for (int d = 0; same && d < t->ndim; d++)
+        same = t->shape[d] == info->shape[d];
     if (!same) {
         char a[128], b[128];
         dt_shape_text(t->shape, t->ndim, a, sizeof a);
@@ -100,8 +103,10 @@ static dt_status load_all(ck_files *fs, const ck_meta *m, const char *const *nam
     }
     for (int i = 0; i < m->ntensors && st == DT_OK && o->strict; i++)
         if (!asked[i])
-            st = dt_error(DT_ERR_ARG, "%s: the checkpoint holds tensor \"%s\", which was not asked "
-                          "for (strict)", load_fn, m->tensors[i].name);
+            st = dt_error(DT_ERR_ARG,
+                          "%s: the checkpoint holds tensor \"%s\", which was not asked "
+                          "for (strict)",
+                          load_fn, m->tensors[i].name);
     free(asked);
     for (int i = 0; i < n && st == DT_OK; i++) {
         const ck_tensor *t = ck_meta_find(m, names[i]);
@@ -112,8 +117,10 @@ static dt_status load_all(ck_files *fs, const ck_meta *m, const char *const *nam
         int on_host = info.device.kind == DT_DEVICE_CPU;
         char *host = on_host ? info.local_data : malloc(info.local_bytes);
         if (!host) return dt_error(DT_ERR_NOMEM, "%s: out of memory for \"%s\"", load_fn, t->name);
-        if (holds_zeros(&info)) memset(host, 0, info.local_bytes);
-        else st = load_shard(fs, t, &info, host, o->verify);
+        if (holds_zeros(&info))
+            memset(host, 0, info.local_bytes);
+        else
+            st = load_shard(fs, t, &info, host, o->verify);
         if (st == DT_OK && !on_host)
             st = dt_mem_transfer(info.local_data, info.device.kind, host, DT_DEVICE_CPU,
                                  info.local_bytes);
@@ -134,7 +141,8 @@ dt_status dt_checkpoint_load(const char *dir, const char *const *names, dt_tenso
     ck_files fs = {.dir = dir, .m = &m, .fd = malloc(((size_t)m.nfiles + 1) * sizeof(int))};
     dt_status st = DT_OK;
     if (!fs.fd) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", load_fn);
-    for (int f = 0; fs.fd && f < m.nfiles; f++) fs.fd[f] = -1;
+    for (int f = 0; fs.fd && f < m.nfiles; f++)
+        fs.fd[f] = -1;
     if (st == DT_OK) st = load_all(&fs, &m, names, tensors, n, &o);
     for (int f = 0; fs.fd && f < m.nfiles; f++)
         if (fs.fd[f] >= 0) close(fs.fd[f]);
@@ -145,8 +153,10 @@ dt_status dt_checkpoint_load(const char *dir, const char *const *names, dt_tenso
 
 dt_status dt_checkpoint_blob(const char *dir, void *buf, size_t cap, size_t *bytes_out) {
     const char *fn = "dt_checkpoint_blob";
-    DT_ARG(dir && bytes_out && (buf || cap == 0), "%s: dir or bytes_out NULL, or buf NULL with "
-                                                   "cap %zu", fn, cap);
+    DT_ARG(dir && bytes_out && (buf || cap == 0),
+           "%s: dir or bytes_out NULL, or buf NULL with "
+           "cap %zu",
+           fn, cap);
     ck_meta m;
     DT_CHECK(ck_meta_read(dir, &m, fn));
     dt_status st = DT_OK;
@@ -154,8 +164,7 @@ dt_status dt_checkpoint_blob(const char *dir, void *buf, size_t cap, size_t *byt
     size_t len = 0;
     snprintf(path, sizeof path, "%s/%s", dir, CK_BLOB_FILE);
     if (m.has_blob) st = ck_read_file(path, &data, &len, (size_t)m.blob_bytes, fn);
-    if (st == DT_OK && m.has_blob &&
-        (len != m.blob_bytes || XXH64(data, len, 0) != m.blob_hash))
+    if (st == DT_OK && m.has_blob && (len != m.blob_bytes || XXH64(data, len, 0) != m.blob_hash))
         st = dt_error(DT_ERR_IO, "%s: %s does not match its size or checksum", fn, path);
     if (st == DT_OK) {
         if (len) memcpy(buf, data, len < cap ? len : cap);
@@ -173,7 +182,8 @@ dt_status dt_checkpoint_check(const char *dir, int checksums) {
     DT_CHECK(ck_meta_read(dir, &m, fn));
     ck_files fs = {.dir = dir, .m = &m, .fd = malloc(((size_t)m.nfiles + 1) * sizeof(int))};
     dt_status st = fs.fd ? DT_OK : dt_error(DT_ERR_NOMEM, "%s: out of memory", fn);
-    for (int f = 0; fs.fd && f < m.nfiles; f++) fs.fd[f] = -1;
+    for (int f = 0; fs.fd && f < m.nfiles; f++)
+        fs.fd[f] = -1;
     for (int f = 0; st == DT_OK && f < m.nfiles; f++) {
         int fd;
         st = ck_files_fd(&fs, f, fn, &fd);

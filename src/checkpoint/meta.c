@@ -35,7 +35,8 @@ static int file_name_ok(const char *s) {
 
 static void put_ints(dt_text *t, const int64_t *v, int n) {
     dt_text_put(t, "[");
-    for (int i = 0; i < n; i++) dt_text_put(t, "%s%lld", i ? "," : "", (long long)v[i]);
+    for (int i = 0; i < n; i++)
+        dt_text_put(t, "%s%lld", i ? "," : "", (long long)v[i]);
     dt_text_put(t, "]");
 }
 
@@ -48,7 +49,8 @@ static void meta_text(dt_text *t, const ck_meta *m) {
     if (m->has_blob)
         dt_text_put(t, "{\"bytes\":%llu,\"xxh64\":\"%016llx\"}", (unsigned long long)m->blob_bytes,
                     (unsigned long long)m->blob_hash);
-    else dt_text_put(t, "null");
+    else
+        dt_text_put(t, "null");
     dt_text_put(t, ",\n\"tensors\":[");
     for (int i = 0; i < m->ntensors; i++) {
         const ck_tensor *x = &m->tensors[i];
@@ -59,9 +61,10 @@ static void meta_text(dt_text *t, const ck_meta *m) {
                     x->mesh);
         for (int c = 0; c < x->nchunks; c++) {
             const ck_chunk *k = &x->chunks[c];
-            dt_text_put(t, "%s{\"file\":%d,\"begin\":%llu,\"end\":%llu,\"xxh64\":\"%016llx\",\"offset\":",
-                        c ? "," : "", k->file, (unsigned long long)k->begin,
-                        (unsigned long long)k->end, (unsigned long long)k->hash);
+            dt_text_put(
+                t, "%s{\"file\":%d,\"begin\":%llu,\"end\":%llu,\"xxh64\":\"%016llx\",\"offset\":",
+                c ? "," : "", k->file, (unsigned long long)k->begin, (unsigned long long)k->end,
+                (unsigned long long)k->hash);
             put_ints(t, k->offset, x->ndim);
             dt_text_put(t, ",\"shape\":");
             put_ints(t, k->shape, x->ndim);
@@ -84,7 +87,8 @@ char *ck_meta_format(const ck_meta *m, size_t *len_out) {
 }
 
 void ck_meta_free(ck_meta *m) {
-    for (int i = 0; m->tensors && i < m->ntensors; i++) free(m->tensors[i].chunks);
+    for (int i = 0; m->tensors && i < m->ntensors; i++)
+        free(m->tensors[i].chunks);
     free(m->tensors), free(m->files);
     memset(m, 0, sizeof *m);
 }
@@ -105,9 +109,12 @@ static int hex64(const ck_jnode *v, uint64_t *out) {
     for (int i = 0; i < 16; i++) {
         char c = v->str[i];
         h <<= 4;
-        if (c >= '0' && c <= '9') h |= (uint64_t)(c - '0');
-        else if (c >= 'a' && c <= 'f') h |= (uint64_t)(c - 'a' + 10);
-        else return -1;
+        if (c >= '0' && c <= '9')
+            h |= (uint64_t)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            h |= (uint64_t)(c - 'a' + 10);
+        else
+            return -1;
     }
     *out = h;
     return 0;
@@ -115,7 +122,8 @@ static int hex64(const ck_jnode *v, uint64_t *out) {
 
 static int boxes_overlap(const ck_chunk *a, const ck_chunk *b, int ndim) {
     for (int d = 0; d < ndim; d++)
-        if (a->offset[d] >= b->offset[d] + b->shape[d] || b->offset[d] >= a->offset[d] + a->shape[d])
+        if (a->offset[d] >= b->offset[d] + b->shape[d] ||
+            b->offset[d] >= a->offset[d] + a->shape[d])
             return 0;
     return 1;
 }
@@ -189,7 +197,8 @@ static int parse_tensor(const ck_json *doc, const ck_jnode *v, const ck_meta *m,
 
 static int parse_doc(const ck_json *doc, ck_meta *m, char *err, size_t errcap) {
     const ck_jnode *root = &doc->nodes[0];
-    const ck_jnode *fmt = ck_json_get(doc, root, "format"), *ver = ck_json_get(doc, root, "version");
+    const ck_jnode *fmt = ck_json_get(doc, root, "format"),
+                   *ver = ck_json_get(doc, root, "version");
     if (!fmt || fmt->type != CK_JSTR || strcmp(fmt->str, CK_FORMAT) != 0)
         FAIL("not a %s metadata file", CK_FORMAT);
     if (!ver || ver->type != CK_JINT || ver->num != 1) FAIL("unsupported version (1 expected)");
@@ -209,7 +218,8 @@ static int parse_doc(const ck_json *doc, ck_meta *m, char *err, size_t errcap) {
     const ck_jnode *blob = ck_json_get(doc, root, "blob");
     if (blob && blob->type == CK_JOBJ) {
         const ck_jnode *by = ck_json_get(doc, blob, "bytes");
-        if (!by || by->type != CK_JINT || by->num < 0 || hex64(ck_json_get(doc, blob, "xxh64"), &m->blob_hash))
+        if (!by || by->type != CK_JINT || by->num < 0 ||
+            hex64(ck_json_get(doc, blob, "xxh64"), &m->blob_hash))
             FAIL("bad blob entry");
         m->has_blob = 1, m->blob_bytes = (uint64_t)by->num;
     } else if (!blob || blob->type != CK_JNULL) {
@@ -237,8 +247,10 @@ int ck_meta_parse(const char *text, size_t len, ck_meta *out, char *err, size_t 
     if (ck_json_parse(text, len, &doc, err, errcap)) return -1;
     int rc = parse_doc(&doc, &m, err, errcap);
     ck_json_free(&doc);
-    if (rc) ck_meta_free(&m);
-    else *out = m;
+    if (rc)
+        ck_meta_free(&m);
+    else
+        *out = m;
     return rc;
 }
 

@@ -12,14 +12,15 @@
 #include "core/box.h"
 #include "core/check.h"
 
-dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_fn chunk,
-                             void *arg, int scratch, const char *fn) {
+dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_fn chunk, void *arg,
+                             int scratch, const char *fn) {
     int nchunks = 0;
     size_t most = 0;
     for (int i = 0; i < nrec; i++) {
         if (!recs[i].has_chunk) continue;
         nchunks++;
-        size_t b = dt_shape_numel(recs[i].chunk_shape, recs[i].ndim) * dt_dtype_size((dt_dtype)recs[i].dtype);
+        size_t b = dt_shape_numel(recs[i].chunk_shape, recs[i].ndim) *
+                   dt_dtype_size((dt_dtype)recs[i].dtype);
         most = b > most ? b : most;
     }
     if (nchunks == 0) return DT_OK;
@@ -70,7 +71,8 @@ dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_
     }
     if (st == DT_OK && fsync(fd) != 0)
         st = dt_error(DT_ERR_IO, "%s: cannot fsync %s: %s", fn, path, strerror(errno));
-    for (int i = 0; i < nrec; i++) recs[i].file_bytes = hlen + cursor;
+    for (int i = 0; i < nrec; i++)
+        recs[i].file_bytes = hlen + cursor;
 done:
     if (fd >= 0) close(fd);
     free(e), free(offs), free(idx), free(hdr), free(buf);

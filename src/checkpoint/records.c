@@ -30,7 +30,8 @@ int ck_meta_from_records(const ck_rec *recs, int nrec, ck_meta *out, char *err, 
         snprintf(err, errcap, "out of memory for %d records", nrec);
         goto done;
     }
-    for (int i = 0; i < nrec; i++) by[i] = &recs[i];
+    for (int i = 0; i < nrec; i++)
+        by[i] = &recs[i];
     qsort(by, (size_t)nrec, sizeof *by, rec_cmp);
     for (int i = 0; i < nrec; i++) /* one file per rank that wrote a chunk, in rank order */
         if (by[i]->has_chunk && file_of(&m, by[i]->rank) < 0) {
@@ -40,7 +41,8 @@ int ck_meta_from_records(const ck_rec *recs, int nrec, ck_meta *out, char *err, 
         }
     for (int i = 0; i < nrec;) {
         int j = i;
-        while (j < nrec && strcmp(by[j]->name, by[i]->name) == 0) j++;
+        while (j < nrec && strcmp(by[j]->name, by[i]->name) == 0)
+            j++;
         const ck_rec *r = by[i];
         ck_tensor *t = &m.tensors[m.ntensors++];
         snprintf(t->name, sizeof t->name, "%s", r->name);
@@ -57,8 +59,10 @@ int ck_meta_from_records(const ck_rec *recs, int nrec, ck_meta *out, char *err, 
             const ck_rec *q = by[k];
             if (q->dtype != r->dtype || q->ndim != r->ndim ||
                 memcmp(q->shape, r->shape, (size_t)r->ndim * sizeof r->shape[0]) != 0) {
-                snprintf(err, errcap, "tensor \"%s\" has another dtype or shape on rank %d than "
-                         "on rank %d", r->name, q->rank, r->rank);
+                snprintf(err, errcap,
+                         "tensor \"%s\" has another dtype or shape on rank %d than "
+                         "on rank %d",
+                         r->name, q->rank, r->rank);
                 goto done;
             }
             if (!q->has_chunk) continue;
@@ -73,7 +77,9 @@ int ck_meta_from_records(const ck_rec *recs, int nrec, ck_meta *out, char *err, 
     rc = 0;
 done:
     free(by);
-    if (rc) ck_meta_free(&m);
-    else *out = m;
+    if (rc)
+        ck_meta_free(&m);
+    else
+        *out = m;
     return rc;
 }

@@ -40,7 +40,8 @@ int ck_st_dtype_parse(const char *name, dt_dtype *out) {
 
 static void put_ints(dt_text *t, const int64_t *v, int n) {
     dt_text_put(t, "[");
-    for (int i = 0; i < n; i++) dt_text_put(t, "%s%lld", i ? "," : "", (long long)v[i]);
+    for (int i = 0; i < n; i++)
+        dt_text_put(t, "%s%lld", i ? "," : "", (long long)v[i]);
     dt_text_put(t, "]");
 }
 
@@ -75,7 +76,8 @@ char *ck_st_header(const ck_st_entry *e, int n, const int64_t (*offsets)[DT_MAX_
     dt_text t = {.buf = buf + 8, .cap = json + 1};
     header_text(&t, e, n, offsets);
     memset(buf + 8 + t.len, ' ', json - t.len);
-    for (int b = 0; b < 8; b++) buf[b] = (char)((uint64_t)json >> (8 * b));
+    for (int b = 0; b < 8; b++)
+        buf[b] = (char)((uint64_t)json >> (8 * b));
     *len_out = total;
     return buf;
 }
@@ -87,7 +89,9 @@ static int bad(char *err, size_t cap, const char *fmt, const char *name) {
 
 static int entry_cmp(const void *a, const void *b) {
     const ck_st_entry *x = a, *y = b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+    return x->begin < y->begin   ? -1
+           : x->begin > y->begin ? 1
+                                 : (x->end > y->end) - (x->end < y->end);
 }
 
 int ck_st_parse(const char *json, size_t len, uint64_t data_bytes, ck_st_entry **out, int *n_out,
@@ -120,10 +124,11 @@ int ck_st_parse(const char *json, size_t len, uint64_t data_bytes, ck_st_entry *
             bad(err, errcap, "entry \"%s\": missing or unsupported dtype", x->name);
             goto done;
         }
-        x->ndim = ck_json_ints(&doc, ck_json_get(&doc, v, "shape"), x->shape, DT_MAX_NDIM, 0,
-                               INT64_MAX);
+        x->ndim =
+            ck_json_ints(&doc, ck_json_get(&doc, v, "shape"), x->shape, DT_MAX_NDIM, 0, INT64_MAX);
         int64_t off[2], bytes;
-        if (x->ndim < 0 || !dt_shape_size(x->shape, x->ndim, dt_dtype_size(x->dtype), NULL, &bytes)) {
+        if (x->ndim < 0 ||
+            !dt_shape_size(x->shape, x->ndim, dt_dtype_size(x->dtype), NULL, &bytes)) {
             bad(err, errcap, "entry \"%s\": bad shape", x->name);
             goto done;
         }
@@ -133,7 +138,8 @@ int ck_st_parse(const char *json, size_t len, uint64_t data_bytes, ck_st_entry *
             goto done;
         }
         if (off[1] - off[0] != bytes) {
-            bad(err, errcap, "entry \"%s\": data_offsets do not match its shape and dtype", x->name);
+            bad(err, errcap, "entry \"%s\": data_offsets do not match its shape and dtype",
+                x->name);
             goto done;
         }
         x->begin = (uint64_t)off[0], x->end = (uint64_t)off[1];
@@ -154,8 +160,10 @@ int ck_st_parse(const char *json, size_t len, uint64_t data_bytes, ck_st_entry *
     rc = 0;
 done:
     ck_json_free(&doc);
-    if (rc) free(e);
-    else *out = e, *n_out = n;
+    if (rc)
+        free(e);
+    else
+        *out = e, *n_out = n;
     return rc;
 }
 
@@ -178,7 +186,8 @@ dt_status ck_st_read(const char *path, ck_st_entry **out, int *n_out, uint64_t *
         goto done;
     }
     DT_CHECK_GOTO(ck_pread_all(fd, lenb, 8, 0, path, fn), st, done);
-    for (int b = 0; b < 8; b++) hlen |= (uint64_t)lenb[b] << (8 * b);
+    for (int b = 0; b < 8; b++)
+        hlen |= (uint64_t)lenb[b] << (8 * b);
     if (hlen > CK_HEADER_MAX || hlen > fbytes - 8) {
         st = dt_error(DT_ERR_PARSE, "%s: header length %llu does not fit in the file (%llu bytes)",
                       path, (unsigned long long)hlen, (unsigned long long)fbytes);
@@ -197,7 +206,8 @@ dt_status ck_st_read(const char *path, ck_st_entry **out, int *n_out, uint64_t *
         st = dt_error(DT_ERR_PARSE, "%s: bad safetensors header: %s", path, err);
         goto done;
     }
-    for (int i = 0; i < n; i++) e[i].begin += 8 + hlen, e[i].end += 8 + hlen;
+    for (int i = 0; i < n; i++)
+        e[i].begin += 8 + hlen, e[i].end += 8 + hlen;
     *out = e, *n_out = n;
     if (file_bytes_out) *file_bytes_out = fbytes;
 done:

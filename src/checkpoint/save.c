@@ -80,7 +80,8 @@ static dt_status check_args(dt_ctx *ctx, const char *dir, const char *const *nam
     for (int i = 0; i < n; i++) {
         DT_ARG(names[i] && ck_name_ok(names[i]),
                "%s: name %d (\"%.64s\") is not 1 to %d printable characters without space, '\"' "
-               "or '\\'", save_fn, i, names[i] ? names[i] : "(null)", DT_CHECKPOINT_NAME_MAX);
+               "or '\\'",
+               save_fn, i, names[i] ? names[i] : "(null)", DT_CHECKPOINT_NAME_MAX);
         DT_ARG(tensors[i] != NULL, "%s: tensor %d (\"%s\") is NULL", save_fn, i, names[i]);
     }
     const char **sorted = malloc(((size_t)n + 1) * sizeof *sorted);
@@ -89,7 +90,8 @@ static dt_status check_args(dt_ctx *ctx, const char *dir, const char *const *nam
     qsort(sorted, (size_t)n, sizeof *sorted, name_cmp);
     for (int i = 1; i < n; i++)
         if (strcmp(sorted[i], sorted[i - 1]) == 0) {
-            dt_status st = dt_error(DT_ERR_ARG, "%s: name \"%s\" is given twice", save_fn, sorted[i]);
+            dt_status st =
+                dt_error(DT_ERR_ARG, "%s: name \"%s\" is given twice", save_fn, sorted[i]);
             free(sorted);
             return st;
         }
@@ -99,7 +101,8 @@ static dt_status check_args(dt_ctx *ctx, const char *dir, const char *const *nam
 
 static void pending_free(dt_checkpoint_pending *p) {
     if (!p) return;
-    for (int i = 0; i < p->nrec; i++) free(p->owned[i]), dt_tensor_release(p->held[i]);
+    for (int i = 0; i < p->nrec; i++)
+        free(p->owned[i]), dt_tensor_release(p->held[i]);
     free(p->recs), free(p->data), free(p->owned), free(p->held), free(p->blob);
     free(p);
 }
@@ -119,8 +122,10 @@ static dt_status stage_one(dt_checkpoint_pending *p, const char *name, dt_tensor
     *rec_used = 0;
     if (!has_chunk && dt_mesh_rank(info.mesh) != 0) return DT_OK;
     if (!ck_st_dtype_name(info.dtype))
-        return dt_error(DT_ERR_DTYPE, "%s: tensor \"%s\" has dtype %s, which has no safetensors "
-                        "name", save_fn, name, dt_dtype_name(info.dtype));
+        return dt_error(DT_ERR_DTYPE,
+                        "%s: tensor \"%s\" has dtype %s, which has no safetensors "
+                        "name",
+                        save_fn, name, dt_dtype_name(info.dtype));
     int k = p->nrec;
     ck_rec *r = &p->recs[k];
     memset(r, 0, sizeof *r);
@@ -181,7 +186,8 @@ static dt_status stage(dt_ctx *ctx, const char *dir, const char *const *names,
     p->ctx = ctx, p->rank = dt_ctx_rank(ctx);
     if (opts) p->opts = *opts;
     size_t dl = strlen(dir);
-    while (dl > 1 && dir[dl - 1] == '/') dl--;
+    while (dl > 1 && dir[dl - 1] == '/')
+        dl--;
     snprintf(p->dir, sizeof p->dir, "%.*s", (int)dl, dir);
     snprintf(p->partial, sizeof p->partial, "%s.partial", p->dir);
     dt_status st = dt_ctx_world_comm(ctx, &p->world);
@@ -196,11 +202,13 @@ static dt_status stage(dt_ctx *ctx, const char *dir, const char *const *names,
     if (!p->recs || !p->data || !p->owned || !p->held)
         st = dt_error(DT_ERR_NOMEM, "%s: out of memory for %d tensors", save_fn, n);
     if (st == DT_OK && p->rank == 0 && p->opts.blob_bytes) {
-        if (!p->opts.blob) st = dt_error(DT_ERR_ARG, "%s: blob is NULL with blob_bytes = %zu",
-                                         save_fn, p->opts.blob_bytes);
+        if (!p->opts.blob)
+            st = dt_error(DT_ERR_ARG, "%s: blob is NULL with blob_bytes = %zu", save_fn,
+                          p->opts.blob_bytes);
         else if (!(p->blob = malloc(p->opts.blob_bytes)))
             st = dt_error(DT_ERR_NOMEM, "%s: out of memory for the blob", save_fn);
-        else memcpy(p->blob, p->opts.blob, p->opts.blob_bytes);
+        else
+            memcpy(p->blob, p->opts.blob, p->opts.blob_bytes);
     }
     if (st == DT_OK && p->rank == 0) { /* a stale .partial is a save that never finished */
         char parent[4096], base[256];
@@ -260,14 +268,18 @@ static dt_status write_rank(dt_checkpoint_pending *p) {
 static void *writer_main(void *arg) {
     dt_checkpoint_pending *p = arg;
     p->wst = write_rank(p);
-    if (p->wst != DT_OK) snprintf(p->werr, sizeof p->werr, "%s", dt_last_error());
-    else progress(p, DT_CHECKPOINT_RANK_FILE);
+    if (p->wst != DT_OK)
+        snprintf(p->werr, sizeof p->werr, "%s", dt_last_error());
+    else
+        progress(p, DT_CHECKPOINT_RANK_FILE);
     return NULL;
 }
 
 /* Rank 0: the metadata from everyone's records, the directory renamed into place, then
  * metadata.json, then rotation. */
-static void on_renamed(void *arg) { progress(arg, DT_CHECKPOINT_RENAMED); }
+static void on_renamed(void *arg) {
+    progress(arg, DT_CHECKPOINT_RENAMED);
+}
 
 static dt_status publish(dt_checkpoint_pending *p, const ck_rec *all, int nall) {
     ck_meta m = {0};
@@ -297,8 +309,12 @@ static dt_status finish(dt_checkpoint_pending *p, dt_status wst) {
         total += counts[r], words[r] = (size_t)counts[r] * CK_REC_WORDS;
     if (st == DT_OK) {
         all = calloc((size_t)total + 1, sizeof *all);
-        st = agree(p->world, all ? DT_OK : dt_error(DT_ERR_NOMEM, "%s: out of memory for %lld "
-                                                    "records", save_fn, (long long)total),
+        st = agree(p->world,
+                   all ? DT_OK
+                       : dt_error(DT_ERR_NOMEM,
+                                  "%s: out of memory for %lld "
+                                  "records",
+                                  save_fn, (long long)total),
                    p->rank, "gathering records");
     }
     if (st == DT_OK)
@@ -333,8 +349,10 @@ dt_status dt_checkpoint_save_async(dt_ctx *ctx, const char *dir, const char *con
     DT_CHECK(stage(ctx, dir, names, tensors, n, opts, 1, &p));
     if (pthread_create(&p->thread, NULL, writer_main, p) != 0) {
         p->wst = write_rank(p); /* no thread to be had: write now */
-        if (p->wst != DT_OK) snprintf(p->werr, sizeof p->werr, "%s", dt_last_error());
-        else progress(p, DT_CHECKPOINT_RANK_FILE);
+        if (p->wst != DT_OK)
+            snprintf(p->werr, sizeof p->werr, "%s", dt_last_error());
+        else
+            progress(p, DT_CHECKPOINT_RANK_FILE);
     } else {
         p->threaded = 1;
     }

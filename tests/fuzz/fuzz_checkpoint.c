@@ -28,7 +28,8 @@ static void setup(void) {
     snprintf(st, sizeof st, "%s/in.safetensors", dir);
     snprintf(out, sizeof out, "%s/out", dir);
     /* a: f32 [2,2] = 1,2,3,4 */
-    static const char hdr[] = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}  ";
+    static const char hdr[] =
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}  ";
     unsigned char file[8 + sizeof hdr - 1 + 16] = {sizeof hdr - 1};
     memcpy(file + 8, hdr, sizeof hdr - 1);
     float v[4] = {1, 2, 3, 4};
