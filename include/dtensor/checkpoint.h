@@ -49,7 +49,8 @@ typedef struct dt_checkpoint_save_options {
      * trailing number ("step-7" beside "step-12") are deleted but the keep_last highest
      * numbers, as are incomplete ones with lower numbers. 0 keeps everything. */
     int keep_last;
-    dt_checkpoint_progress_fn progress; /* nullable; called on the rank's thread */
+    dt_checkpoint_progress_fn progress; /* nullable; on the rank's thread (the writer's for
+                                         * RANK_FILE of an async save) */
     void *progress_arg;
 } dt_checkpoint_save_options;
 
