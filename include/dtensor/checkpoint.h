@@ -95,7 +95,9 @@ DT_API dt_status dt_checkpoint_wait(dt_checkpoint_pending *pending);
  * rank reads only what it needs. opts nullable (strict, no extra verification).
  * DT_ERR_IO for an incomplete checkpoint or a file that is missing, short or corrupt (a
  * checksum that does not match), DT_ERR_PARSE for a malformed header or metadata, and
- * DT_ERR_ARG / DT_ERR_SHAPE / DT_ERR_DTYPE naming the tensor for strict mismatches. */
+ * DT_ERR_ARG / DT_ERR_SHAPE / DT_ERR_DTYPE naming the tensor for strict mismatches. Names,
+ * shapes and dtypes are checked before any tensor changes; after an I/O or checksum error the
+ * tensors' contents are unspecified (chunks are read straight into the shards). */
 DT_API dt_status dt_checkpoint_load(const char *dir, const char *const *names,
                                     dt_tensor *const *tensors, int n,
                                     const dt_checkpoint_load_options *opts);

@@ -54,27 +54,35 @@ dt_status ck_read_chunk(ck_files *fs, const ck_tensor *t, const ck_chunk *c, voi
 /* The box [s, s+e) of chunk c (s relative to the chunk) into dst, packed: one pread per run
  * of bytes that are contiguous in the file. */
 dt_status ck_read_box(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const int64_t *s,
-                      const int64_t *e, char *dst, const char *fn) {
+                      const int64_t *e, char *dst, const int64_t *dst_shape, const int64_t *dst_off,
+                      const char *fn) {
     int fd, nd = t->ndim;
     DT_CHECK(ck_files_fd(fs, c->file, fn, &fd));
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", fs->dir, fs->m->files[c->file].name);
     size_t es = dt_dtype_size(t->dtype);
-    int64_t stride[DT_MAX_NDIM];
-    int64_t acc = 1;
-    for (int d = nd - 1; d >= 0; d--)
+    int64_t stride[DT_MAX_NDIM], dstride[DT_MAX_NDIM];
+    int64_t acc = 1, dacc = 1;
+    for (int d = nd - 1; d >= 0; d--) {
         stride[d] = acc, acc *= c->shape[d];
+        dstride[d] = dacc, dacc *= dst_shape[d];
+    }
+    /* a run: the trailing dims the box spans in full in both the chunk and dst, and the
+     * extent of the first dim before them; contiguous on both sides */
     int k = nd - 1;
-    while (k > 0 && e[k] == c->shape[k])
+    while (k > 0 && e[k] == c->shape[k] && e[k] == dst_shape[k])
         k--;
     size_t run = (size_t)(nd ? e[k] * stride[k] : 1) * es;
     int64_t idx[DT_MAX_NDIM] = {0};
     for (;;) {
-        int64_t elem = 0;
-        for (int d = 0; d < nd; d++)
-            elem += (s[d] + (d < k ? idx[d] : 0)) * stride[d];
-        DT_CHECK(ck_pread_all(fd, dst, run, c->begin + (uint64_t)elem * es, path, fn));
-        dst += run;
+        int64_t src = 0, dpos = 0;
+        for (int d = 0; d < nd; d++) {
+            int64_t i = d < k ? idx[d] : 0;
+            src += (s[d] + i) * stride[d];
+            dpos += (dst_off[d] + i) * dstride[d];
+        }
+        DT_CHECK(ck_pread_all(fd, dst + (size_t)dpos * es, run, c->begin + (uint64_t)src * es, path,
+                              fn));
         int d = k - 1;
         while (d >= 0 && ++idx[d] == e[d])
             idx[d--] = 0;

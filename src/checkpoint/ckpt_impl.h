@@ -124,10 +124,12 @@ dt_status ck_files_fd(ck_files *fs, int f, const char *fn, int *fd_out);
 /* A whole chunk into dst, its checksum checked (DT_ERR_IO naming the tensor when it fails). */
 dt_status ck_read_chunk(ck_files *fs, const ck_tensor *t, const ck_chunk *c, void *dst,
                         const char *fn);
-/* The box [s, s+e) of chunk c (s relative to the chunk) into dst, packed, reading only those
- * bytes: one pread per run of bytes contiguous in the file. Not checksummed. */
+/* The box [s, s+e) of chunk c (s relative to the chunk) into the box at dst_off of dst (a
+ * dense array of shape dst_shape), reading only those bytes, straight into dst: one pread per
+ * run of elements contiguous in both. Not checksummed. */
 dt_status ck_read_box(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const int64_t *s,
-                      const int64_t *e, char *dst, const char *fn);
+                      const int64_t *e, char *dst, const int64_t *dst_shape, const int64_t *dst_off,
+                      const char *fn);
 
 /* fs.c --------------------------------------------------------------------------------------- */
 /* Whole-file helpers with DT_ERR_IO messages naming fn and the path. */

@@ -38,21 +38,32 @@ static dt_status load_shard(ck_files *fs, const ck_tensor *t, const dt_tensor_in
             whole &= ext[d] == c->shape[d];
         }
         if (empty || c->end == c->begin) continue;
+        if (!whole && !verify) { /* only the overlap, straight into the shard */
+            DT_CHECK(ck_read_box(fs, t, c, s, ext, host, info->local_shape, dst_off, load_fn));
+            continue;
+        }
+        /* The whole chunk, so its checksum can be checked: straight into the shard when it is
+         * one contiguous stretch of it, else through a buffer. */
         size_t bytes = (size_t)(c->end - c->begin);
-        char *buf = malloc(whole || verify ? bytes : dt_shape_numel(ext, nd) * es);
+        int direct = whole, k = 0;
+        while (k < nd - 1 && ext[k] == 1)
+            k++;
+        for (int d = k + 1; d < nd; d++)
+            direct &= ext[d] == info->local_shape[d];
+        char *at = host;
+        if (direct) {
+            int64_t pos = 0;
+            for (int d = 0; d < nd; d++)
+                pos = pos * info->local_shape[d] + dst_off[d];
+            at = host + (size_t)pos * es;
+        }
+        char *buf = direct ? at : malloc(bytes);
         if (!buf)
             return dt_error(DT_ERR_NOMEM, "%s: tensor \"%s\": out of memory", load_fn, t->name);
-        dt_status st;
-        if (whole || verify) { /* the whole chunk, so its checksum can be checked */
-            st = ck_read_chunk(fs, t, c, buf, load_fn);
-            if (st == DT_OK)
-                dt_box_copy(host, info->local_shape, dst_off, buf, c->shape, s, ext, nd, es);
-        } else {
-            st = ck_read_box(fs, t, c, s, ext, buf, load_fn);
-            if (st == DT_OK)
-                dt_box_copy(host, info->local_shape, dst_off, buf, ext, NULL, ext, nd, es);
-        }
-        free(buf);
+        dt_status st = ck_read_chunk(fs, t, c, buf, load_fn);
+        if (st == DT_OK && !direct)
+            dt_box_copy(host, info->local_shape, dst_off, buf, c->shape, s, ext, nd, es);
+        if (!direct) free(buf);
         DT_CHECK(st);
     }
     return DT_OK;
