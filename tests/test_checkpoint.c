@@ -360,6 +360,26 @@ Test(checkpoint, keep_last_latest_and_stale_partials) {
     cr_assert_eq(dt_checkpoint_latest(dir, "step-", got, sizeof got), DT_OK);
     cr_expect(strstr(got, "step-5"), "%s", got);
     T_ERR(dt_checkpoint_check(path, 0), DT_ERR_IO, "incomplete");
+    /* a directory holding anything else is never replaced, rotated away or removed */
+    char keep[700];
+    snprintf(keep, sizeof keep, "%s/step-9/notes.txt", dir);
+    spit(keep, "mine", 4);
+    snprintf(keep, sizeof keep, "%s/step-2", dir);
+    cr_assert_eq(mkdir(keep, 0755), 0);
+    snprintf(keep, sizeof keep, "%s/step-2/notes.txt", dir);
+    spit(keep, "mine", 4);
+    ct_run again = fixed_save(path);
+    again.n = 2, again.keep_last = 1;
+    cr_expect_neq(dt_local_run(4, ct_body, &again, NULL), DT_OK);
+    cr_expect(strstr(dt_last_error(), "is not a checkpoint"), "%s", dt_last_error());
+    snprintf(path, sizeof path, "%s/step-10", dir);
+    again.dir = path;
+    t_run(4, ct_body, &again);
+    cr_expect_eq(access(keep, 0), 0, "rotation removed a directory that was not a checkpoint");
+    snprintf(keep, sizeof keep, "%s/step-9/notes.txt", dir);
+    cr_expect_eq(access(keep, 0), 0);
+    snprintf(keep, sizeof keep, "%s/step-5", dir);
+    cr_expect_neq(access(keep, 0), 0, "keep_last 1 kept step-5");
     rmtree(dir);
 }
 

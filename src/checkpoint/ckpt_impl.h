@@ -141,6 +141,12 @@ dt_status ck_pread_all(int fd, void *dst, size_t bytes, uint64_t off, const char
                        const char *fn);
 dt_status ck_fsync_dir(const char *dir, const char *fn);
 dt_status ck_mkdirs(const char *dir, const char *fn);
+/* 1 when path is a directory holding nothing but a checkpoint's files (metadata, blob, rank
+ * files, their temporaries): the only directories a save replaces or rotation deletes. */
+int ck_is_ours(const char *path);
+/* An empty directory at partial: a stale one of a save that never finished is removed, anything
+ * else there is an error. */
+dt_status ck_fresh_dir(const char *partial, const char *fn);
 /* rm -rf (no error when absent). */
 dt_status ck_remove_tree(const char *path, const char *fn);
 /* "a/b/step-12" -> parent "a/b", base "step-12". */

@@ -213,9 +213,7 @@ dt_status dt_checkpoint_convert(const char *in_path, const char *dir, const char
         ck_split_path(dir, dparent, sizeof dparent, base, sizeof base);
         st = ck_mkdirs(dparent, fn);
     }
-    if (st == DT_OK) st = ck_remove_tree(partial, fn);
-    if (st == DT_OK && mkdir(partial, 0755) != 0)
-        st = dt_error(DT_ERR_IO, "%s: cannot create %s: %s", fn, partial, strerror(errno));
+    if (st == DT_OK) st = ck_fresh_dir(partial, fn);
     for (int rank = 0; rank < world && st == DT_OK; rank++) {
         int coord[DT_MESH_MAX_NDIM], rest = rank, nrec;
         for (int d = mnd - 1; d >= 0; d--)

@@ -153,6 +153,26 @@ int64_t ck_trailing_number(const char *base, size_t *prefix_len) {
     return strtoll(base + k, NULL, 10);
 }
 
+int ck_is_ours(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int ours = 1;
+    for (struct dirent *e; ours && (e = readdir(d)) != NULL;) {
+        const char *n = e->d_name;
+        size_t len = strlen(n);
+        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, CK_META_FILE) ||
+            !strcmp(n, CK_META_FILE ".tmp") || !strcmp(n, CK_BLOB_FILE) ||
+            !strcmp(n, CK_BLOB_FILE ".tmp"))
+            continue;
+        ours = len == strlen("rank-00000.safetensors") && !strncmp(n, "rank-", 5) &&
+               !strcmp(n + 10, ".safetensors");
+        for (int i = 5; ours && i < 10; i++)
+            ours = n[i] >= '0' && n[i] <= '9';
+    }
+    closedir(d);
+    return ours;
+}
+
 static int is_complete(const char *parent, const char *name) {
     char p[4400];
     snprintf(p, sizeof p, "%s/%s/%s", parent, name, CK_META_FILE);
@@ -206,7 +226,7 @@ dt_status ck_rotate(const char *dir, int keep_last, const char *fn) {
         } else if (num < mine) {
             char p[4400];
             snprintf(p, sizeof p, "%s/%s", parent, e->d_name);
-            if (st == DT_OK) st = ck_remove_tree(p, fn);
+            if (st == DT_OK && ck_is_ours(p)) st = ck_remove_tree(p, fn);
         }
     }
     closedir(d);
@@ -219,7 +239,7 @@ dt_status ck_rotate(const char *dir, int keep_last, const char *fn) {
             if (pos++ >= keep_last) {
                 char p[4400];
                 snprintf(p, sizeof p, "%s/%s", parent, sib[i].name);
-                st = ck_remove_tree(p, fn);
+                if (ck_is_ours(p)) st = ck_remove_tree(p, fn);
             }
         }
     }
@@ -245,6 +265,11 @@ dt_status ck_publish(const ck_meta *m, const char *partial, const char *dir,
     dt_status st = ck_fsync_dir(partial, fn);
     struct stat sb;
     int replacing = stat(dir, &sb) == 0;
+    if (st == DT_OK && replacing && !ck_is_ours(dir))
+        st = dt_error(DT_ERR_IO,
+                      "%s: %s exists and is not a checkpoint (files other than a "
+                      "checkpoint's in it); not replacing it",
+                      fn, dir);
     if (st == DT_OK && replacing) { /* the checkpoint being replaced moves aside until done */
         st = ck_remove_tree(old, fn);
         if (st == DT_OK && rename(dir, old) != 0)
@@ -260,4 +285,17 @@ dt_status ck_publish(const ck_meta *m, const char *partial, const char *dir,
     free(text);
     if (st == DT_OK && replacing) st = ck_remove_tree(old, fn);
     return st;
+}
+
+dt_status ck_fresh_dir(const char *partial, const char *fn) {
+    struct stat sb;
+    if (lstat(partial, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode) || !ck_is_ours(partial))
+            return dt_error(DT_ERR_IO, "%s: %s exists and is not a checkpoint's; not removing it",
+                            fn, partial);
+        DT_CHECK(ck_remove_tree(partial, fn));
+    }
+    if (mkdir(partial, 0755) != 0)
+        return dt_error(DT_ERR_IO, "%s: cannot create %s: %s", fn, partial, strerror(errno));
+    return DT_OK;
 }

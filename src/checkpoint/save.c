@@ -43,19 +43,22 @@ static void progress(const dt_checkpoint_pending *p, dt_checkpoint_stage stage) 
     if (p->opts.progress) p->opts.progress(p->opts.progress_arg, stage, p->rank);
 }
 
-/* Every rank learns whether any failed. The failing ranks keep their own message; the others
- * fail with DT_ERR_ABORTED naming the lowest failing rank. */
+/* Every rank learns whether any failed, and why: the failing ranks keep their own message;
+ * the others fail with DT_ERR_ABORTED quoting the lowest failing rank's. */
 static dt_status agree(dt_comm *world, dt_status mine, int rank, const char *what) {
     int64_t v = mine == DT_OK ? INT64_MAX : rank, low;
-    char keep[1024];
+    char keep[1024], why[512] = "";
     snprintf(keep, sizeof keep, "%s", dt_last_error());
     dt_status st = dt_all_reduce(world, &v, &low, 1, DT_I64, DT_REDUCE_MIN);
     if (st != DT_OK) return st;
+    if (low == INT64_MAX) return DT_OK;
+    if (low == rank) snprintf(why, sizeof why, "%.511s", keep);
+    st = dt_broadcast(world, why, sizeof why / 4, DT_I32, (int)low);
     if (mine != DT_OK) return dt_error(mine, "%s", keep);
-    if (low != INT64_MAX)
-        return dt_error(DT_ERR_ABORTED, "%s: rank %lld failed while %s", save_fn, (long long)low,
-                        what);
-    return DT_OK;
+    if (st != DT_OK) return st;
+    why[sizeof why - 1] = '\0';
+    return dt_error(DT_ERR_ABORTED, "%s: rank %lld failed while %s: %s", save_fn, (long long)low,
+                    what, why);
 }
 
 static void mesh_text(dt_mesh *mesh, char *buf, size_t cap) {
@@ -214,10 +217,7 @@ static dt_status stage(dt_ctx *ctx, const char *dir, const char *const *names,
         char parent[4096], base[256];
         ck_split_path(p->dir, parent, sizeof parent, base, sizeof base);
         st = ck_mkdirs(parent, save_fn);
-        if (st == DT_OK) st = ck_remove_tree(p->partial, save_fn);
-        if (st == DT_OK && mkdir(p->partial, 0755) != 0)
-            st = dt_error(DT_ERR_IO, "%s: cannot create %s: %s", save_fn, p->partial,
-                          strerror(errno));
+        if (st == DT_OK) st = ck_fresh_dir(p->partial, save_fn);
     }
     st = agree(p->world, st, p->rank, "creating the directory");
     /* Every rank runs every tensor's reduction even after a local failure: the others wait in
