@@ -19,10 +19,12 @@ static char *tmpdir(void) {
     return d;
 }
 
-static void rmtree(const char *d) {
+/* Removes and frees a tmpdir(). */
+static void rmtree(char *d) {
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
     cr_assert_eq(system(cmd), 0);
+    free(d);
 }
 
 #define spec ct_spec_make
