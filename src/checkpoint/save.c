@@ -153,8 +153,12 @@ static dt_status stage_one(dt_checkpoint_pending *p, const char *name, dt_tensor
             if (!copy)
                 return dt_error(DT_ERR_NOMEM, "%s: out of memory staging \"%s\" (%zu bytes)",
                                 save_fn, name, info.local_bytes);
+            dt_status st = dt_tensor_local_to_host(t, copy, info.local_bytes);
+            if (st != DT_OK) {
+                free(copy);
+                return st;
+            }
             p->owned[k] = copy, p->data[k] = copy;
-            DT_CHECK(dt_tensor_local_to_host(t, copy, info.local_bytes));
         }
     }
     p->nrec++;
@@ -245,14 +249,14 @@ static dt_status stage(dt_ctx *ctx, const char *dir, const char *const *names,
     return DT_OK;
 }
 
-/* This rank's data file (and rank 0's blob), fsynced. Touches no communicator, so it may run on
- * a background thread. */
 static dt_status chunk_of(void *arg, int i, void *scratch, const void **data_out) {
     (void)scratch;
     *data_out = ((const dt_checkpoint_pending *)arg)->data[i];
     return DT_OK;
 }
 
+/* This rank's data file (and rank 0's blob), fsynced. Touches no communicator, so it may run on
+ * a background thread. */
 static dt_status write_rank(dt_checkpoint_pending *p) {
     if (p->rank == 0 && p->blob) {
         char path[4300];
