@@ -83,6 +83,7 @@ static dt_status make(dt_mesh *mesh, const ct_spec *s, int zeros, dt_tensor **ou
 dt_status ct_body(dt_ctx *ctx, void *arg) {
     const ct_run *r = arg;
     dt_mesh *mesh;
+    if (r->cuda) R_OK(dt_ctx_set_device(ctx, (dt_device){DT_DEVICE_CUDA, -1}));
     R_OK(dt_mesh_create(ctx, r->mesh_ndim, r->mesh_shape, NULL, &mesh));
     dt_tensor *t[CT_MAX] = {0};
     const char *names[CT_MAX];
@@ -105,7 +106,7 @@ dt_status ct_body(dt_ctx *ctx, void *arg) {
                 dt_tensor_info info;
                 dt_tensor_to_local(t[i], &local);
                 dt_tensor_info_get(t[i], &info);
-                if (local) memset(local, 0x5a, info.local_bytes);
+                if (local && info.device.kind == DT_DEVICE_CPU) memset(local, 0x5a, info.local_bytes);
             }
             if (st == DT_OK) st = dt_checkpoint_wait(p);
         } else {

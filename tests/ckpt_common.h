@@ -27,6 +27,7 @@ typedef struct ct_run {
     int load;  /* 0: save; 1: load into zeros and compare */
     int async; /* save asynchronously, overwriting the tensors before the wait */
     int keep_last;
+    int cuda; /* the ranks' tensors on their GPU (dt_ctx_set_device) */
     dt_checkpoint_progress_fn progress; /* nullable */
     void *progress_arg;
 } ct_run;
