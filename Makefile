@@ -41,6 +41,7 @@ test-gpu-sim: deps
 	ninja -C $(SIM_BUILD)
 	./$(SIM_BUILD)/tests/gpu_check
 	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/gpu_check --quick
+	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/ckpt_gpu_check > /dev/null
 	CUDASIM_DEVICES=2 ./$(SIM_BUILD)/tests/gpu_check --quick > /dev/null
 	CUDASIM_GUARD=1 ./$(SIM_BUILD)/examples/demo --cuda $(SIM_BUILD) > /dev/null
 	sh tests/nccl_checks.sh $(SIM_BUILD) --sim
@@ -74,7 +75,7 @@ clean:
 # FUZZ_SECONDS (default 60) each with libFuzzer (clang).
 FUZZ_SECONDS ?= 60
 fuzz: deps
-	@test -f build-fuzz/build.ninja || CC=clang meson setup build-fuzz -Dtests=false \
+	@test -f build-fuzz/build.ninja || CC=clang meson setup build-fuzz -Dtests=false -Dcuda=disabled \
 		-Dc_args=-fsanitize=fuzzer-no-link \
 		-Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 	ninja -C build-fuzz
