@@ -295,6 +295,20 @@ Test(checkpoint, corrupt_truncated_and_lying_files) {
     cr_expect(strstr(dt_last_error(), "fails its checksum"), "%s", dt_last_error());
     spit(f1, orig_file, flen);
 
+    /* a rank file's header that lies: a shape that does not fit its bytes, or one that does
+     * ([7,5] written as [5,7]) but is not the chunk's */
+    char *lie = malloc(flen), *sh;
+    memcpy(lie, orig_file, flen);
+    cr_assert((sh = memmem(lie, flen, "\"shape\":[7,5]", 13)) != NULL, "rank 1's w chunk");
+    sh[9] = '8';
+    spit(f1, lie, flen);
+    T_ERR(dt_checkpoint_check(path, 1), DT_ERR_PARSE, "bad safetensors header");
+    sh[9] = '5', sh[11] = '7';
+    spit(f1, lie, flen);
+    T_ERR(dt_checkpoint_check(path, 1), DT_ERR_IO, "does not describe tensor \"layers.0.w\"");
+    free(lie);
+    spit(f1, orig_file, flen);
+
     spit(f1, orig_file, flen - 5);
     T_ERR(dt_checkpoint_check(path, 0), DT_ERR_IO, "truncated or overwritten");
     cr_expect_neq(dt_local_run(4, ct_body, &same, NULL), DT_OK, "a truncated file loaded");

@@ -108,7 +108,8 @@ DT_API dt_status dt_checkpoint_blob(const char *dir, void *buf, size_t cap, size
 
 /* DT_OK when dir is a complete checkpoint whose metadata parses and whose files all exist
  * with the sizes it records; DT_ERR_IO ("incomplete: ...") or DT_ERR_PARSE otherwise. With
- * checksums set, also reads every chunk and checks its checksum. Not collective. */
+ * checksums set, also checks each file's own safetensors header against the metadata and
+ * reads every chunk to check its checksum. Not collective. */
 DT_API dt_status dt_checkpoint_check(const char *dir, int checksums);
 
 /* The complete checkpoint with the highest trailing number among the entries of root whose

@@ -186,6 +186,39 @@ dt_status dt_checkpoint_blob(const char *dir, void *buf, size_t cap, size_t *byt
     return st;
 }
 
+/* File f's own safetensors header (what Python reads) names each of its chunks as the metadata
+ * does: same name, shape and byte range. */
+static dt_status header_agrees(const ck_meta *m, const char *dir, int f, const char *fn) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, m->files[f].name);
+    ck_st_entry *e;
+    int n, found = 0;
+    DT_CHECK(ck_st_read(path, &e, &n, NULL));
+    dt_status st = DT_OK;
+    for (int i = 0; i < m->ntensors && st == DT_OK; i++) {
+        const ck_tensor *t = &m->tensors[i];
+        for (int c = 0; c < t->nchunks && st == DT_OK; c++) {
+            const ck_chunk *k = &t->chunks[c];
+            if (k->file != f) continue;
+            found++;
+            int ok = 0;
+            for (int j = 0; j < n && !ok; j++)
+                ok = !strcmp(e[j].name, t->name) && e[j].begin == k->begin && e[j].end == k->end &&
+                     e[j].dtype == t->dtype && e[j].ndim == t->ndim &&
+                     !memcmp(e[j].shape, k->shape, (size_t)t->ndim * sizeof k->shape[0]);
+            if (!ok)
+                st = dt_error(DT_ERR_IO,
+                              "%s: the header of %s does not describe tensor \"%s\"'s "
+                              "chunk at byte %llu as the metadata does",
+                              fn, path, t->name, (unsigned long long)k->begin);
+        }
+    }
+    if (st == DT_OK && found != n)
+        st = dt_error(DT_ERR_IO, "%s: %s holds %d entries, the metadata %d", fn, path, n, found);
+    free(e);
+    return st;
+}
+
 dt_status dt_checkpoint_check(const char *dir, int checksums) {
     const char *fn = "dt_checkpoint_check";
     DT_ARG(dir && *dir, "%s: argument dir is NULL or empty", fn);
@@ -199,6 +232,8 @@ dt_status dt_checkpoint_check(const char *dir, int checksums) {
         int fd;
         st = ck_files_fd(&fs, f, fn, &fd);
     }
+    for (int f = 0; st == DT_OK && checksums && f < m.nfiles; f++)
+        st = header_agrees(&m, dir, f, fn);
     for (int i = 0; st == DT_OK && checksums && i < m.ntensors; i++)
         for (int c = 0; st == DT_OK && c < m.tensors[i].nchunks; c++) {
             const ck_chunk *k = &m.tensors[i].chunks[c];
