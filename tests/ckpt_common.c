@@ -115,7 +115,8 @@ dt_status ct_body(dt_ctx *ctx, void *arg) {
     }
     if (st == DT_OK && r->load) {
         dt_comm_stats_reset(ctx);
-        st = dt_checkpoint_load(r->dir, names, t, r->n, NULL);
+        dt_checkpoint_load_options lo = {.strict = 1, .max_gap = r->max_gap};
+        st = dt_checkpoint_load(r->dir, names, t, r->n, &lo);
         if (st == DT_OK && t_issued_total(ctx) != 0)
             st = t_fail(__FILE__, __LINE__, "load issued %llu collectives",
                         (unsigned long long)t_issued_total(ctx));

@@ -28,6 +28,7 @@ typedef struct ct_run {
     int async; /* save asynchronously, overwriting the tensors before the wait */
     int keep_last;
     int cuda; /* the ranks' tensors on their GPU (dt_ctx_set_device) */
+    size_t max_gap; /* the load's dt_checkpoint_load_options.max_gap */
     dt_checkpoint_progress_fn progress; /* nullable */
     void *progress_arg;
 } ct_run;

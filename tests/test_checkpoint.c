@@ -481,8 +481,10 @@ Test(checkpoint, random_meshes_placements_and_shapes) {
         random_mesh(&s, &l, &wload);
         for (int i = 0; i < l.n; i++)
             random_placements(&s, &l, &l.specs[i], 1);
+        static const size_t gaps[] = {0, 0, 4, 64, 1 << 20};
+        l.max_gap = gaps[rnd(&s) % 5];
         char what[1024] = "";
-        size_t wl = 0;
+        size_t wl = (size_t)snprintf(what, sizeof what, " max_gap %zu;", l.max_gap);
         for (int i = 0; i < r.n; i++)
             wl += (size_t)snprintf(what + wl, sizeof what - wl,
                                    " %s %s: [%s] on %d ranks -> [%s] on %d;", r.specs[i].name,

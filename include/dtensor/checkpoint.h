@@ -62,6 +62,11 @@ typedef struct dt_checkpoint_load_options {
     /* Read every chunk that overlaps this rank's shards in full to check its checksum. Off,
      * only the chunks read in full anyway (a shard that covers them) are checked. */
     int verify;
+    /* 0 (default): read exactly the bytes of each overlap, one pread per contiguous run. > 0:
+     * runs at most max_gap bytes apart in a file are read with one pread of the span covering
+     * them (more bytes read, far fewer calls: for shards that cut the saved rows finely, or
+     * filesystems where each request is costly). */
+    size_t max_gap;
 } dt_checkpoint_load_options;
 
 /* Saves n named tensors (arrays borrowed) and the blob into dir, replacing a checkpoint

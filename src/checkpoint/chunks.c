@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -53,9 +54,40 @@ dt_status ck_read_chunk(ck_files *fs, const ck_tensor *t, const ck_chunk *c, voi
 
 /* The box [s, s+e) of chunk c (s relative to the chunk) into dst, packed: one pread per run
  * of bytes that are contiguous in the file. */
+/* Runs waiting to be read with one pread of the span that covers them. */
+typedef struct ck_span {
+    uint64_t src[256];
+    size_t dst[256];
+    int n;
+    size_t run;
+    char *buf;
+    size_t cap;
+} ck_span;
+
+static dt_status span_flush(ck_span *sp, int fd, char *dst, const char *path, const char *fn) {
+    if (sp->n == 0) return DT_OK;
+    if (sp->n == 1) {
+        sp->n = 0;
+        return ck_pread_all(fd, dst + sp->dst[0], sp->run, sp->src[0], path, fn);
+    }
+    size_t bytes = (size_t)(sp->src[sp->n - 1] - sp->src[0]) + sp->run;
+    if (bytes > sp->cap) {
+        free(sp->buf);
+        if (!(sp->buf = malloc(bytes)))
+            return sp->cap = 0,
+                   dt_error(DT_ERR_NOMEM, "%s: out of memory for %zu bytes", fn, bytes);
+        sp->cap = bytes;
+    }
+    DT_CHECK(ck_pread_all(fd, sp->buf, bytes, sp->src[0], path, fn));
+    for (int i = 0; i < sp->n; i++)
+        memcpy(dst + sp->dst[i], sp->buf + (sp->src[i] - sp->src[0]), sp->run);
+    sp->n = 0;
+    return DT_OK;
+}
+
 dt_status ck_read_box(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const int64_t *s,
                       const int64_t *e, char *dst, const int64_t *dst_shape, const int64_t *dst_off,
-                      const char *fn) {
+                      size_t max_gap, const char *fn) {
     int fd, nd = t->ndim;
     DT_CHECK(ck_files_fd(fs, c->file, fn, &fd));
     char path[4200];
@@ -72,8 +104,9 @@ dt_status ck_read_box(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const
     int k = nd - 1;
     while (k > 0 && e[k] == c->shape[k] && e[k] == dst_shape[k])
         k--;
-    size_t run = (size_t)(nd ? e[k] * stride[k] : 1) * es;
+    ck_span sp = {.run = (size_t)(nd ? e[k] * stride[k] : 1) * es};
     int64_t idx[DT_MAX_NDIM] = {0};
+    dt_status st = DT_OK;
     for (;;) {
         int64_t src = 0, dpos = 0;
         for (int d = 0; d < nd; d++) {
@@ -81,11 +114,19 @@ dt_status ck_read_box(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const
             src += (s[d] + i) * stride[d];
             dpos += (dst_off[d] + i) * dstride[d];
         }
-        DT_CHECK(ck_pread_all(fd, dst + (size_t)dpos * es, run, c->begin + (uint64_t)src * es, path,
-                              fn));
+        uint64_t at = c->begin + (uint64_t)src * es; /* increasing from run to run */
+        if (sp.n && (sp.n == 256 || at - (sp.src[sp.n - 1] + sp.run) > max_gap ||
+                     at + sp.run - sp.src[0] > ((uint64_t)64 << 20)))
+            st = span_flush(&sp, fd, dst, path, fn);
+        if (st != DT_OK) break;
+        sp.src[sp.n] = at, sp.dst[sp.n++] = (size_t)dpos * es;
+        if (max_gap == 0) st = span_flush(&sp, fd, dst, path, fn);
         int d = k - 1;
         while (d >= 0 && ++idx[d] == e[d])
             idx[d--] = 0;
-        if (d < 0) return DT_OK;
+        if (d < 0 || st != DT_OK) break;
     }
+    if (st == DT_OK) st = span_flush(&sp, fd, dst, path, fn);
+    free(sp.buf);
+    return st;
 }

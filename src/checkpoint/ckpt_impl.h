@@ -126,10 +126,12 @@ dt_status ck_read_chunk(ck_files *fs, const ck_tensor *t, const ck_chunk *c, voi
                         const char *fn);
 /* The box [s, s+e) of chunk c (s relative to the chunk) into the box at dst_off of dst (a
  * dense array of shape dst_shape), reading only those bytes, straight into dst: one pread per
- * run of elements contiguous in both. Not checksummed. */
+ * run of elements contiguous in both. max_gap > 0: runs at most max_gap bytes apart in the
+ * file are read with one pread of the span that covers them (up to 64 MiB), through a buffer.
+ * Not checksummed. */
 dt_status ck_read_box(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const int64_t *s,
                       const int64_t *e, char *dst, const int64_t *dst_shape, const int64_t *dst_off,
-                      const char *fn);
+                      size_t max_gap, const char *fn);
 
 /* fs.c --------------------------------------------------------------------------------------- */
 /* Whole-file helpers with DT_ERR_IO messages naming fn and the path. */

@@ -96,7 +96,7 @@ static dt_status conv_chunk(void *arg, int i, void *scratch, const void **data_o
     const ck_tensor *t = &c->src.tensors[c->tensor_of[i]];
     int64_t zero[DT_MAX_NDIM] = {0};
     DT_CHECK(ck_read_box(&c->fs, t, &t->chunks[0], r->offset, r->chunk_shape, scratch,
-                         r->chunk_shape, zero, c->fn));
+                         r->chunk_shape, zero, 0, c->fn));
     *data_out = scratch;
     return DT_OK;
 }

@@ -20,7 +20,8 @@ static const char *const load_fn = "dt_checkpoint_load";
 
 /* Fills this rank's shard of target (on host, shape info->local_shape) from t's chunks. */
 static dt_status load_shard(ck_files *fs, const ck_tensor *t, const dt_tensor_info *info,
-                            char *host, int verify) {
+                            char *host, const dt_checkpoint_load_options *o) {
+    int verify = o->verify;
     int nd = t->ndim;
     size_t es = dt_dtype_size(t->dtype);
     for (int ci = 0; ci < t->nchunks; ci++) {
@@ -39,7 +40,8 @@ static dt_status load_shard(ck_files *fs, const ck_tensor *t, const dt_tensor_in
         }
         if (empty || c->end == c->begin) continue;
         if (!whole && !verify) { /* only the overlap, straight into the shard */
-            DT_CHECK(ck_read_box(fs, t, c, s, ext, host, info->local_shape, dst_off, load_fn));
+            DT_CHECK(ck_read_box(fs, t, c, s, ext, host, info->local_shape, dst_off, o->max_gap,
+                                 load_fn));
             continue;
         }
         /* The whole chunk, so its checksum can be checked: straight into the shard when it is
@@ -131,7 +133,7 @@ static dt_status load_all(ck_files *fs, const ck_meta *m, const char *const *nam
         if (holds_zeros(&info))
             memset(host, 0, info.local_bytes);
         else
-            st = load_shard(fs, t, &info, host, o->verify);
+            st = load_shard(fs, t, &info, host, o);
         if (st == DT_OK && !on_host)
             st = dt_mem_transfer(info.local_data, info.device.kind, host, DT_DEVICE_CPU,
                                  info.local_bytes);
