@@ -2,18 +2,13 @@
  * tensors reduced, this rank's owned shards snapshotted or pinned), write (this rank's data
  * file, fsynced; on a background thread when asynchronous), finish (collective: the chunk
  * records gathered, rank 0 renames the directory into place and writes metadata.json last). */
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include "checkpoint/ckpt_impl.h"
-#include "core/box.h"
 #include "core/check.h"
 #include "dtensor/comm.h"
 #include "dtensor/redistribute.h"
