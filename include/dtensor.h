@@ -3,6 +3,7 @@
 #define DTENSOR_H
 
 #include "dtensor/autograd.h"
+#include "dtensor/checkpoint.h"
 #include "dtensor/comm.h"
 #include "dtensor/context.h"
 #include "dtensor/create.h"

@@ -91,6 +91,20 @@ DT_API dt_status dt_optim_get_lr(const dt_optim *optim, double *out);
 DT_API dt_status dt_optim_param_count(const dt_optim *optim, int *out);
 DT_API dt_status dt_optim_state(const dt_optim *optim, int k, int which, dt_tensor **out);
 
+/* The state as named tensors, for a checkpoint (dtensor/checkpoint.h): *out = how many there
+ * are; tensor i (borrowed) with its name "<param>.<slot>" written into name_out (cap bytes),
+ * where param_names[k] names parameter k and slot is SGD's "momentum_buffer", AdamW's
+ * "exp_avg" and "exp_avg_sq", or "master" for an f32 master copy (torch's state_dict names).
+ * Ordered by parameter, then slot. DT_ERR_SIZE when the name does not fit. Loading a
+ * checkpoint into these tensors restores the state in place. */
+DT_API dt_status dt_optim_state_count(const dt_optim *optim, int *out);
+DT_API dt_status dt_optim_state_named(const dt_optim *optim, const char *const *param_names, int i,
+                                      char *name_out, size_t cap, dt_tensor **out);
+/* Parameter k's step count (torch's state['step'], which AdamW's bias correction reads): to
+ * keep in the checkpoint's blob and set back after loading. */
+DT_API dt_status dt_optim_steps_get(const dt_optim *optim, int k, int64_t *out);
+DT_API dt_status dt_optim_steps_set(dt_optim *optim, int k, int64_t steps);
+
 /* Linear warmup, a stable phase, then cosine decay to a floor, as torchtitan's
  * linear_warmup_stable_decay with decay_type cosine: the learning rate of 0-based step is
  * lr * f with f = (step + 1) / (warmup_steps + 1) during warmup, 1 for stable_steps, then

@@ -316,3 +316,66 @@ dt_status dt_optim_state(const dt_optim *optim, int k, int which, dt_tensor **ou
     *out = which == 2 ? q->master : q->state[which];
     return DT_OK;
 }
+
+/* ---- state by name (checkpoints) ----------------------------------------------------------- */
+
+/* The state tensors in order: per parameter, its state slots then its master copy. */
+static int state_slot(const dt_optim *o, int i, int *k_out, int *which_out) {
+    for (int k = 0; k < o->n; k++) {
+        const opt_param *q = &o->params[k];
+        dt_tensor *slots[3] = {q->state[0], q->state[1], q->master};
+        for (int w = 0; w < 3; w++)
+            if (slots[w] && i-- == 0) {
+                *k_out = k, *which_out = w;
+                return 1;
+            }
+    }
+    return 0;
+}
+
+dt_status dt_optim_state_count(const dt_optim *optim, int *out) {
+    DT_OPTIM_ARG(optim);
+    DT_ARG(out != NULL, "dt_optim_state_count: argument out is NULL");
+    int n = 0, k, w;
+    while (state_slot(optim, n, &k, &w)) n++;
+    *out = n;
+    return DT_OK;
+}
+
+dt_status dt_optim_state_named(const dt_optim *optim, const char *const *param_names, int i,
+                               char *name_out, size_t cap, dt_tensor **out) {
+    const char *fn = "dt_optim_state_named";
+    DT_OPTIM_ARG(optim);
+    DT_ARG(param_names && name_out && out, "%s: param_names, name_out or out is NULL", fn);
+    int k, w;
+    DT_ARG(i >= 0 && state_slot(optim, i, &k, &w), "%s: argument i = %d is not a state tensor", fn,
+           i);
+    DT_ARG(param_names[k] != NULL, "%s: param_names[%d] is NULL", fn, k);
+    static const char *const sgd[] = {"momentum_buffer", "?", "master"};
+    static const char *const adamw[] = {"exp_avg", "exp_avg_sq", "master"};
+    const char *suffix = (optim->h.rule == DT_OPTIM_RULE_ADAMW ? adamw : sgd)[w];
+    int need = snprintf(name_out, cap, "%s.%s", param_names[k], suffix);
+    if (need < 0 || (size_t)need >= cap)
+        return dt_error(DT_ERR_SIZE, "%s: \"%s.%s\" needs %d bytes, cap is %zu", fn,
+                        param_names[k], suffix, need + 1, cap);
+    *out = w == 2 ? optim->params[k].master : optim->params[k].state[w];
+    return DT_OK;
+}
+
+dt_status dt_optim_steps_get(const dt_optim *optim, int k, int64_t *out) {
+    DT_OPTIM_ARG(optim);
+    DT_ARG(out != NULL, "dt_optim_steps_get: argument out is NULL");
+    DT_ARG(k >= 0 && k < optim->n, "dt_optim_steps_get: argument k = %d is not a parameter (%d "
+                                   "of them)", k, optim->n);
+    *out = optim->params[k].steps;
+    return DT_OK;
+}
+
+dt_status dt_optim_steps_set(dt_optim *optim, int k, int64_t steps) {
+    DT_OPTIM_ARG(optim);
+    DT_ARG(k >= 0 && k < optim->n, "dt_optim_steps_set: argument k = %d is not a parameter (%d "
+                                   "of them)", k, optim->n);
+    DT_ARG(steps >= 0, "dt_optim_steps_set: argument steps = %lld is negative", (long long)steps);
+    optim->params[k].steps = steps;
+    return DT_OK;
+}
