@@ -143,9 +143,9 @@ Test(checkpoint_optim, adamw_resumed_on_another_mesh_continues_exactly) {
 
 /* --- the tiny Llama of examples/tiny_llama.c --------------------------------------------- */
 
-enum { STEPS = 16, SAVE_AT = 8 };
-static const tl_config tl_cfg = {
-    .vocab = 11, .seq = 6, .batch = 2, .dim = 8, .heads = 2, .hidden = 12};
+enum { STEPS = 16, SAVE_AT = 8, MAXP = 16 };
+static const tl_config tl_cfg = {.vocab = 11, .seq = 6, .batch = 2, .dim = 8, .layers = 1,
+                                 .heads = 2, .kv_heads = 2, .hidden = 12};
 
 typedef struct train_arg {
     const char *mesh, *dir;
@@ -159,46 +159,48 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     R_OK(dt_mesh_create_str(ctx, a->mesh, &mesh));
     tl_model m;
+    tl_layout l = {.dp_dim = a->dp_dim, .tp_dim = a->tp_dim};
     /* a resumed run starts from other weights: everything it has comes from the checkpoint */
-    R_OK(tl_model_init(&m, mesh, &tl_cfg, a->dp_dim, a->tp_dim, a->resume ? 999 : 1234));
+    R_OK(tl_model_init(&m, mesh, &tl_cfg, &l, a->resume ? 999 : 1234));
     dt_adamw_options ao = {
         .lr = 0.02, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
-    dt_param_group g = {.params = m.w, .n = TL_NWEIGHTS};
     dt_optim *o;
-    R_OK(dt_optim_adamw_create(&ao, &g, 1, &o));
-    int ns;
+    R_OK(dt_optim_adamw_create_params(&ao, m.params, &o));
+    int np, ns;
+    const char *pnames[MAXP];
+    dt_tensor *pts[MAXP];
+    R_OK(dt_params_arrays(m.params, pnames, pts, MAXP, &np));
     R_OK(dt_optim_state_count(o, &ns));
-    char snames[2 * TL_NWEIGHTS][64];
-    const char *names[3 * TL_NWEIGHTS];
-    dt_tensor *ts[3 * TL_NWEIGHTS];
-    for (int k = 0; k < TL_NWEIGHTS; k++)
-        names[k] = tl_weight_names[k], ts[k] = m.w[k];
+    char snames[2 * MAXP][96];
+    const char *names[3 * MAXP];
+    dt_tensor *ts[3 * MAXP];
+    for (int k = 0; k < np; k++) names[k] = pnames[k], ts[k] = pts[k];
     for (int i = 0; i < ns; i++) {
-        R_OK(dt_optim_state_named(o, tl_weight_names, i, snames[i], sizeof snames[i],
-                                  &ts[TL_NWEIGHTS + i]));
-        names[TL_NWEIGHTS + i] = snames[i];
+        R_OK(dt_optim_state_named(o, pnames, i, snames[i], sizeof snames[i], &ts[np + i]));
+        names[np + i] = snames[i];
     }
     int first = 0;
     if (a->resume) {
-        R_OK(dt_checkpoint_load(a->dir, names, ts, TL_NWEIGHTS + ns, NULL));
-        int64_t blob[1 + TL_NWEIGHTS]; /* the data position, then the step counts */
+        R_OK(dt_checkpoint_load(a->dir, names, ts, np + ns, NULL));
+        int64_t blob[1 + MAXP] = {0}; /* the data position, then the step counts */
         size_t len;
         R_OK(dt_checkpoint_blob(a->dir, blob, sizeof blob, &len));
-        R_CHECK(len == sizeof blob, "blob of %zu bytes", len);
+        R_CHECK(len == sizeof(int64_t) * (size_t)(1 + np), "blob of %zu bytes", len);
         first = (int)blob[0];
-        for (int k = 0; k < TL_NWEIGHTS; k++)
+        for (int k = 0; k < np; k++)
             R_OK(dt_optim_steps_set(o, k, blob[1 + k]));
     }
     for (int s = first; s < STEPS; s++) {
         if (!a->resume && s == SAVE_AT) {
-            int64_t blob[1 + TL_NWEIGHTS] = {s};
-            for (int k = 0; k < TL_NWEIGHTS; k++)
+            int64_t blob[1 + MAXP] = {s};
+            for (int k = 0; k < np; k++)
                 R_OK(dt_optim_steps_get(o, k, &blob[1 + k]));
-            dt_checkpoint_save_options so = {.blob = blob, .blob_bytes = sizeof blob};
-            R_OK(dt_checkpoint_save(ctx, a->dir, names, ts, TL_NWEIGHTS + ns, &so));
+            dt_checkpoint_save_options so = {.blob = blob,
+                                             .blob_bytes = sizeof(int64_t) * (size_t)(1 + np)};
+            R_OK(dt_checkpoint_save(ctx, a->dir, names, ts, np + ns, &so));
         }
         dt_tensor *tok, *tgt, *loss;
-        R_OK(tl_batch(&m, s, &tok, &tgt));
+        R_OK(tl_batch(&m, NULL, 0, s, &tok, &tgt));
         R_OK(tl_loss(&m, tok, tgt, &loss));
         R_OK(dt_tensor_full(loss, &a->loss[s], sizeof a->loss[s]));
         R_OK(dt_backward(loss));
