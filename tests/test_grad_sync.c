@@ -1,0 +1,248 @@
+/* Coalesced grad sync: leaves of mixed shapes (uneven and empty shards, shards on dim 0 and 1),
+ * DDP, FSDP, HSDP and FSDP x TP placements, f32 leaves and bf16 leaves with f32 or bf16
+ * gradients, on 2, 3 and 2x2 ranks. Every gradient must be bitwise the per-leaf sync's (bucket
+ * cap 0) on every rank, in the leaf's placements and gradient dtype, whatever the bucket cap;
+ * and a synced backward must issue one collective per bucket: with the default cap one per
+ * (collective, gradient dtype) pair, with a one-byte cap one per leaf and step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+
+enum { B = 6, MAXL = 10, MAXR = 4, MAXE = 256 };
+
+/* A leaf: its shape, dtype and gradient dtype, stored and compute placements, and the
+ * placements of its input x (B, shape...) in forward: loss += sum((x * w)^2). */
+typedef struct leaf_spec {
+    int ndim;
+    int64_t shape[3];
+    dt_dtype dtype, grad_dtype;
+    const char *stored, *compute, *x;
+    int uses; /* terms of the loss using it */
+} leaf_spec;
+
+typedef struct suite {
+    const char *mesh;
+    int n;
+    leaf_spec leaves[MAXL];
+    /* collectives of the synced backward of the f32 graph and of the bf16 graph:
+     * {all_reduce, reduce_scatter} with the default cap and with a one-byte cap */
+    int want_default[2][2], want_alone[2][2];
+} suite;
+
+typedef struct grads {
+    size_t bytes[MAXR][MAXL];
+    unsigned char data[MAXR][MAXL][MAXE * 4];
+} grads;
+
+typedef struct sync_run {
+    const suite *s;
+    size_t cap; /* SIZE_MAX: the default */
+    const grads *ref; /* NULL: record into got */
+    grads *got;
+    uint64_t calls[2][2];
+} sync_run;
+
+static int64_t numel(const int64_t *shape, int ndim) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    return n;
+}
+
+static dt_status make_leaf(dt_mesh *mesh, const leaf_spec *l, int i, dt_tensor **out) {
+    size_t n = (size_t)numel(l->shape, l->ndim);
+    double v[MAXE];
+    uint16_t h[MAXE];
+    for (size_t k = 0; k < n; k++) v[k] = t_value(100 + (uint64_t)i, k) / 2;
+    dt_placement pl[DT_MESH_MAX_NDIM];
+    int np;
+    R_OK(dt_placements_parse(l->stored, pl, DT_MESH_MAX_NDIM, &np));
+    if (l->dtype == DT_BF16) R_OK(dt_convert_from_f64(DT_BF16, v, h, n));
+    float f[MAXE];
+    for (size_t k = 0; k < n; k++) f[k] = (float)v[k];
+    R_OK(dt_tensor_distribute(mesh, l->dtype == DT_BF16 ? (void *)h : (void *)f, l->dtype, l->ndim,
+                              l->shape, np, pl, DT_ALL_RANKS, out));
+    R_OK(dt_tensor_set_requires_grad(*out, 1));
+    if (l->grad_dtype != l->dtype) R_OK(dt_tensor_set_grad_dtype(*out, l->grad_dtype));
+    return DT_OK;
+}
+
+/* sum((x * w)^2) for use u of leaf i, added to *loss. */
+static dt_status term(dt_mesh *mesh, const leaf_spec *l, int i, int u, dt_tensor *w,
+                      dt_tensor **loss) {
+    int64_t xs[4] = {B};
+    memcpy(xs + 1, l->shape, sizeof(int64_t) * (size_t)l->ndim);
+    size_t n = (size_t)numel(xs, l->ndim + 1);
+    double *v = malloc(n * sizeof *v);
+    void *buf = malloc(n * sizeof(float));
+    for (size_t k = 0; k < n; k++) v[k] = t_value(200 + 16 * (uint64_t)i + (uint64_t)u, k) / 4;
+    if (l->dtype == DT_BF16) R_OK(dt_convert_from_f64(DT_BF16, v, buf, n));
+    else
+        for (size_t k = 0; k < n; k++) ((float *)buf)[k] = (float)v[k];
+    dt_placement px[DT_MESH_MAX_NDIM], pc[DT_MESH_MAX_NDIM];
+    int np;
+    R_OK(dt_placements_parse(l->x, px, DT_MESH_MAX_NDIM, &np));
+    dt_tensor *x, *wc = w, *y, *y2, *s, *sum;
+    R_OK(dt_tensor_distribute(mesh, buf, l->dtype, l->ndim + 1, xs, np, px, DT_ALL_RANKS, &x));
+    free(v), free(buf);
+    if (l->compute) {
+        R_OK(dt_placements_parse(l->compute, pc, DT_MESH_MAX_NDIM, &np));
+        R_OK(dt_tensor_redistribute(w, np, pc, &wc)); /* FSDP's gather, recorded */
+    }
+    R_OK(dt_mul(x, wc, &y));
+    R_OK(dt_mul(y, y, &y2));
+    R_OK(dt_sum(y2, NULL, 0, 0, &s));
+    if (*loss) {
+        R_OK(dt_add(*loss, s, &sum));
+        dt_tensor_release(*loss), dt_tensor_release(s);
+        *loss = sum;
+    } else {
+        *loss = s;
+    }
+    if (wc != w) dt_tensor_release(wc);
+    dt_tensor_release(x), dt_tensor_release(y), dt_tensor_release(y2);
+    return DT_OK;
+}
+
+/* The loss over the leaves of one graph (f32: 0, bf16: 1). */
+static dt_status loss_of(dt_mesh *mesh, const suite *s, dt_tensor **leaves, int graph,
+                         dt_tensor **out) {
+    *out = NULL;
+    for (int i = 0; i < MAXL && s->leaves[i].ndim; i++)
+        if ((s->leaves[i].dtype == DT_BF16) == graph)
+            for (int u = 0; u < s->leaves[i].uses; u++)
+                R_OK(term(mesh, &s->leaves[i], i, u, leaves[i], out));
+    return DT_OK;
+}
+
+static dt_status sync_body(dt_ctx *ctx, void *arg) {
+    sync_run *r = arg;
+    const suite *s = r->s;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, s->mesh, &mesh));
+    if (r->cap != SIZE_MAX) R_OK(dt_ctx_set_grad_bucket_bytes(ctx, r->cap));
+    dt_tensor *leaves[MAXL] = {0};
+    int nl = 0;
+    for (; nl < MAXL && s->leaves[nl].ndim; nl++) R_OK(make_leaf(mesh, &s->leaves[nl], nl, &leaves[nl]));
+    for (int graph = 0; graph < 2; graph++) {
+        /* f32: a micro-batch without sync first (its gradients stay Partial), then one with */
+        for (int k = graph ? 1 : 0; k < 2; k++) {
+            dt_tensor *loss;
+            R_OK(loss_of(mesh, s, leaves, graph, &loss));
+            R_OK(dt_ctx_set_grad_sync(ctx, k == 1));
+            R_OK(dt_comm_stats_reset(ctx));
+            R_OK(dt_backward(loss));
+            dt_comm_stats cs;
+            R_OK(dt_comm_stats_get(ctx, &cs));
+            uint64_t all = t_issued_total(ctx);
+            if (k == 0) R_CHECK(all == 0, "backward without sync: %llu collectives", (unsigned long long)all);
+            r->calls[graph][0] = cs.calls[DT_COLL_ALL_REDUCE];
+            r->calls[graph][1] = cs.calls[DT_COLL_REDUCE_SCATTER];
+            R_CHECK(all == r->calls[graph][0] + r->calls[graph][1],
+                    "graph %d: %llu collectives besides all_reduce and reduce_scatter", graph,
+                    (unsigned long long)(all - r->calls[graph][0] - r->calls[graph][1]));
+            dt_tensor_release(loss);
+        }
+    }
+    int me = dt_ctx_rank(ctx);
+    for (int i = 0; i < nl; i++) {
+        const leaf_spec *l = &s->leaves[i];
+        dt_tensor *g = dt_tensor_grad(leaves[i]);
+        R_CHECK(g, "leaf %d has no gradient", i);
+        dt_tensor_info info;
+        R_OK(dt_tensor_info_get(g, &info));
+        dt_placement want[DT_MESH_MAX_NDIM];
+        int np;
+        R_OK(dt_placements_parse(l->stored, want, DT_MESH_MAX_NDIM, &np));
+        for (int m = 0; m < np; m++)
+            R_CHECK(dt_placement_equal(info.placements[m], want[m]),
+                    "leaf %d: the gradient is not in %s", i, l->stored);
+        R_CHECK(info.dtype == l->grad_dtype, "leaf %d: the gradient is %s", i,
+                dt_dtype_name(info.dtype));
+        R_CHECK(info.local_bytes <= sizeof r->got->data[0][0], "leaf %d: too big", i);
+        unsigned char host[MAXE * 4];
+        R_OK(dt_tensor_local_to_host(g, host, info.local_bytes));
+        if (!r->ref) {
+            r->got->bytes[me][i] = info.local_bytes;
+            memcpy(r->got->data[me][i], host, info.local_bytes);
+            continue;
+        }
+        R_CHECK(r->ref->bytes[me][i] == info.local_bytes &&
+                    !memcmp(r->ref->data[me][i], host, info.local_bytes),
+                "cap %zu rank %d leaf %d (%s): the gradient differs from the per-leaf sync's", r->cap, me, i,
+                l->stored);
+    }
+    for (int i = 0; i < nl; i++) dt_tensor_release(leaves[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+static void check(const suite *s) {
+    static grads ref, got;
+    memset(&ref, 0, sizeof ref);
+    sync_run r0 = {.s = s, .cap = 0, .got = &ref};
+    t_run(s->n, sync_body, &r0);
+    for (int g = 0; g < 2; g++)
+        for (int k = 0; k < 2; k++)
+            cr_expect(r0.calls[g][k] == (uint64_t)s->want_alone[g][k],
+                      "%s per leaf, graph %d: %llu %s, want %d", s->mesh, g,
+                      (unsigned long long)r0.calls[g][k], k ? "reduce_scatter" : "all_reduce",
+                      s->want_alone[g][k]);
+    /* the default cap, one byte (a bucket per leaf, through the coalescing path) and 64 bytes */
+    const size_t caps[3] = {SIZE_MAX, 1, 64};
+    for (int c = 0; c < 3; c++) {
+        sync_run r = {.s = s, .cap = caps[c], .ref = &ref, .got = &got};
+        t_run(s->n, sync_body, &r);
+        for (int g = 0; g < 2; g++)
+            for (int k = 0; k < 2; k++) {
+                uint64_t have = r.calls[g][k];
+                int lo = s->want_default[g][k], hi = s->want_alone[g][k];
+                if (c == 0)
+                    cr_expect(have == (uint64_t)lo, "%s default cap, graph %d: %llu %s, want %d",
+                              s->mesh, g, (unsigned long long)have,
+                              k ? "reduce_scatter" : "all_reduce", lo);
+                else if (c == 1)
+                    cr_expect(have == (uint64_t)hi, "%s 1-byte cap, graph %d: %llu %s, want %d",
+                              s->mesh, g, (unsigned long long)have,
+                              k ? "reduce_scatter" : "all_reduce", hi);
+                else
+                    cr_expect(have >= (uint64_t)lo && have <= (uint64_t)hi,
+                              "%s 64-byte cap, graph %d: %llu %s, want %d..%d", s->mesh, g,
+                              (unsigned long long)have, k ? "reduce_scatter" : "all_reduce", lo,
+                              hi);
+            }
+    }
+}
+
+#define F32 DT_F32
+#define BF DT_BF16
+
+/* On n ranks of one dim: FSDP leaves (S(0) uneven or empty, S(1)) and DDP leaves. f32 graph:
+ * 3 FSDP leaves -> 1 reduce_scatter, 2 DDP leaves (one used twice) -> 1 all_reduce. bf16
+ * graph: reduce_scatters of f32 gradients (2 leaves) and of bf16 ones (1), all_reduces of an
+ * f32 gradient and a bf16 one. */
+#define ONE_DIM(m, nr)                                                                              \
+    {.mesh = m,                                                                                     \
+     .n = nr,                                                                                       \
+     .leaves = {{2, {7, 5}, F32, F32, "S(0)", "R", "S(0)", 1},                                      \
+                {1, {3}, F32, F32, "R", NULL, "S(0)", 2},                                           \
+                {3, {4, 3, 5}, F32, F32, "S(1)", "R", "S(0)", 1},                                   \
+                {2, {1, 4}, F32, F32, "S(0)", "R", "S(0)", 1},                                      \
+                {2, {6, 2}, F32, F32, "R", NULL, "S(0)", 1},                                        \
+                {2, {5, 2}, BF, F32, "S(0)", "R", "S(0)", 1},                                       \
+                {1, {6}, BF, F32, "R", NULL, "S(0)", 1},                                            \
+                {1, {9}, BF, BF, "R", NULL, "S(0)", 1},                                             \
+                {2, {3, 4}, BF, BF, "S(0)", "R", "S(0)", 1},                                        \
+                {2, {2, 3}, BF, F32, "S(1)", "R", "S(0)", 1}},                                      \
+     .want_default = {{1, 1}, {2, 2}},                                                              \
+     .want_alone = {{2, 3}, {2, 3}}}
+
+Test(grad_sync, one_dim_two_ranks) {
+    static const suite s = ONE_DIM("2", 2);
+    check(&s);
+}
+
+Test(grad_sync, one_dim_three_ranks_uneven) {
+    static const suite s = ONE_DIM("3", 3);
+    check(&s);
+}
