@@ -246,3 +246,27 @@ Test(grad_sync, one_dim_three_ranks_uneven) {
     static const suite s = ONE_DIM("3", 3);
     check(&s);
 }
+
+/* On 2x2, batch over both dims: HSDP leaves (one used twice) (replicated over d0, sharded over d1), DDP over
+ * both dims and over d0 only (x replicated over d1), FSDP x TP (S(0) over d0, S(1) over d1 as
+ * the input is). */
+Test(grad_sync, two_dims) {
+    static const suite s = {
+        .mesh = "2x2",
+        .n = 4,
+        .leaves = {{2, {6, 4}, F32, F32, "R,S(0)", "R,R", "S(0),S(0)", 1},
+                   {2, {5, 3}, F32, F32, "R,R", NULL, "S(0),S(0)", 1},
+                   {2, {4, 6}, F32, F32, "S(0),S(1)", "R,S(1)", "S(0),S(2)", 1},
+                   {1, {7}, F32, F32, "R,S(0)", "R,R", "S(0),S(0)", 2},
+                   {1, {5}, F32, F32, "R,R", NULL, "S(0),R", 1},
+                   {2, {3, 5}, BF, F32, "R,S(0)", "R,R", "S(0),S(0)", 1},
+                   {2, {4, 3}, BF, BF, "R,S(0)", "R,R", "S(0),S(0)", 1},
+                   {2, {2, 2}, BF, F32, "R,R", NULL, "S(0),S(0)", 1}},
+        /* per leaf: HSDP is a reduce_scatter over d1 then an all_reduce over d0, DDP over both
+         * one all_reduce over the flattened group, FSDP x TP one reduce_scatter over d0. The
+         * two f32 HSDP leaves share their two collectives; the f32 and bf16 HSDP gradients of
+         * the bf16 graph do not. */
+        .want_default = {{3, 2}, {3, 2}},
+        .want_alone = {{4, 3}, {3, 2}}};
+    check(&s);
+}
