@@ -264,9 +264,10 @@ Test(grad_sync, two_dims) {
                    {2, {2, 2}, BF, F32, "R,R", NULL, "S(0),S(0)", 1}},
         /* per leaf: HSDP is a reduce_scatter over d1 then an all_reduce over d0, DDP over both
          * one all_reduce over the flattened group, FSDP x TP one reduce_scatter over d0. The
-         * two f32 HSDP leaves share their two collectives; the f32 and bf16 HSDP gradients of
-         * the bf16 graph do not. */
-        .want_default = {{3, 2}, {3, 2}},
+         * two f32 HSDP leaves share their two collectives, and their all_reduce over d0 is the
+         * one of the leaf replicated over d1; the f32 and bf16 HSDP gradients of the bf16 graph
+         * share none. */
+        .want_default = {{2, 2}, {3, 2}},
         .want_alone = {{4, 3}, {3, 2}}};
     check(&s);
 }

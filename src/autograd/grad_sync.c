@@ -5,7 +5,9 @@
  * member by member (member k's region = the concatenation of every leaf's chunk for k), each
  * up to the bucket cap. Per element the sums are those of reducing each leaf alone: the
  * collectives reduce every element in group-rank order whatever its position in the buffer.
- * Plans with other steps (gathers, local slices, pending norms) go leaf by leaf. */
+ * A leaf whose move takes several collectives (HSDP: a reduce_scatter, then an all_reduce) takes
+ * them in rounds, each shared with the leaves taking the same one next. Plans with other steps
+ * (gathers, local slices, pending norms) go leaf by leaf. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +26,9 @@
 typedef struct item {
     dt_tensor *leaf;
     const dt_plan *plan; /* retained; NULL: goes alone through dt_tensor_redistribute */
-    int key; /* index of the first item with the same steps (-1: alone); at first, position */
+    int pos;             /* where backward first reached it (sorting only) */
+    int next;            /* its plan's next step */
+    size_t bytes;        /* of the whole gradient: buckets are cut alike on every rank */
     void *cur;           /* the block: the gradient's data until a step makes a new one */
     bool owned;
     int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM];
@@ -35,8 +39,7 @@ typedef struct sync {
     dt_mesh *mesh;
     const dt_mem_ops *mem;
     dt_dtype dtype;
-    size_t es, cap; /* element size; bucket cap in bytes (0: one leaf a bucket) */
-    int ncoll;      /* collectives issued */
+    size_t es;
 } sync;
 
 static size_t bucket_cap(const dt_ctx *ctx) {
@@ -57,19 +60,22 @@ static bool coalescable(const dt_plan *p) {
     return colls > 0;
 }
 
-static bool same_steps(const item *a, const item *b) {
+/* The step an item takes next, past relabels (nothing moves); NULL when done. */
+static const dt_plan_step *next_step(item *it) {
+    while (it->plan && it->next < it->plan->nsteps && it->plan->steps[it->next].kind == DT_STEP_RELABEL)
+        it->next++;
+    return it->plan && it->next < it->plan->nsteps ? &it->plan->steps[it->next] : NULL;
+}
+
+/* Whether two items' next steps are one collective: same kind over the same mesh dims with the
+ * same reduce op, on gradients of one mesh, dtype and device. */
+static bool same_step(item *a, item *b) {
+    const dt_plan_step *s = next_step(a), *t = next_step(b);
     const dt_tensor *ga = a->leaf->grad, *gb = b->leaf->grad;
-    if (ga->mesh != gb->mesh || ga->dtype != gb->dtype || ga->device.kind != gb->device.kind ||
-        ga->device.index != gb->device.index || a->plan->nsteps != b->plan->nsteps)
-        return false;
-    for (int i = 0; i < a->plan->nsteps; i++) {
-        const dt_plan_step *s = &a->plan->steps[i], *t = &b->plan->steps[i];
-        if (s->kind != t->kind) return false;
-        if (s->kind == DT_STEP_RELABEL) continue;
-        int m = __builtin_ctz(s->mesh_mask);
-        if (s->mesh_mask != t->mesh_mask || s->before[m].op != t->before[m].op) return false;
-    }
-    return true;
+    if (!s || !t || s->kind != t->kind || s->mesh_mask != t->mesh_mask) return false;
+    int m = __builtin_ctz(s->mesh_mask);
+    return s->before[m].op == t->before[m].op && ga->mesh == gb->mesh && ga->dtype == gb->dtype &&
+           ga->device.kind == gb->device.kind && ga->device.index == gb->device.index;
 }
 
 /* Replaces an item's block by buf (numel elements, owned), laid out under placements pl (the
@@ -94,8 +100,8 @@ static dt_status copy_out(const sync *x, const char *src, size_t at, size_t n, v
 }
 
 /* P -> R over the step's group: one in-place all_reduce of the bucket's blocks, packed. */
-static dt_status all_reduce(sync *x, int si, dt_comm *c, item **b, int n) {
-    const dt_plan_step *s = &b[0]->plan->steps[si];
+static dt_status all_reduce(sync *x, dt_comm *c, item **b, int n) {
+    const dt_plan_step *s = next_step(b[0]);
     size_t total = 0;
     for (int i = 0; i < n; i++) total += b[i]->numel;
     char *flat = x->mem->alloc(total * x->es);
@@ -109,10 +115,9 @@ static dt_status all_reduce(sync *x, int si, dt_comm *c, item **b, int n) {
     for (size_t i = 0, at = 0; i < (size_t)n && st == DT_OK; at += b[i++]->numel) {
         void *p;
         st = copy_out(x, flat, at, b[i]->numel, &p);
-        if (st == DT_OK) item_take(x, b[i], p, b[i]->plan->steps[si].after);
+        if (st == DT_OK) item_take(x, b[i], p, next_step(b[i])->after);
     }
     x->mem->free(flat);
-    x->ncoll++;
     return st;
 }
 
@@ -127,8 +132,8 @@ static size_t chunk_numel(const item *it, int d, int64_t e) {
 /* P -> S(d) over the step's group of g members: member k's region of the input holds every
  * leaf's chunk for k (its block cut along d to member k's after-layout), in bucket order; this
  * rank receives the concatenation of its own chunks. */
-static dt_status reduce_scatter(sync *x, int si, dt_comm *c, item **b, int n) {
-    const dt_plan_step *s = &b[0]->plan->steps[si];
+static dt_status reduce_scatter(sync *x, dt_comm *c, item **b, int n) {
+    const dt_plan_step *s = next_step(b[0]);
     int g = s->group_size, me = dt_comm_rank(c), m0 = __builtin_ctz(s->mesh_mask);
     int64_t *ext = malloc(sizeof *ext * (size_t)g * (size_t)n * 2), *off = ext + g * n;
     size_t *counts = calloc((size_t)g, sizeof *counts), total = 0;
@@ -142,7 +147,7 @@ static dt_status reduce_scatter(sync *x, int si, dt_comm *c, item **b, int n) {
             if (s->mesh_mask & (1u << m)) coord[m] = r % x->mesh->shape[m], r /= x->mesh->shape[m];
         for (int i = 0; i < n; i++) {
             const dt_tensor *t = b[i]->leaf->grad;
-            const dt_placement *after = b[i]->plan->steps[si].after;
+            const dt_placement *after = next_step(b[i])->after;
             int64_t shape[DT_MAX_NDIM], o[DT_MAX_NDIM];
             int d = after[m0].dim;
             dt_shard_layout(x->mesh->ndim, x->mesh->shape, coord, t->ndim, t->shape, after, shape,
@@ -159,7 +164,7 @@ static dt_status reduce_scatter(sync *x, int si, dt_comm *c, item **b, int n) {
     for (int k = 0; k < g && st == DT_OK; k++)
         for (int i = 0; i < n && st == DT_OK; i++) {
             item *it = b[i];
-            int nd = it->leaf->grad->ndim, d = it->plan->steps[si].after[m0].dim;
+            int nd = it->leaf->grad->ndim, d = next_step(it)->after[m0].dim;
             int64_t box[DT_MAX_NDIM], at[DT_MAX_NDIM] = {0};
             memcpy(box, it->shape, sizeof box);
             box[d] = ext[k * n + i], at[d] = off[k * n + i];
@@ -170,44 +175,44 @@ static dt_status reduce_scatter(sync *x, int si, dt_comm *c, item **b, int n) {
         st = dt_reduce_scatterv(c, send, recv, counts, x->dtype, s->before[m0].op);
     for (size_t i = 0, at = 0; i < (size_t)n && st == DT_OK; i++) {
         item *it = b[i];
-        int d = it->plan->steps[si].after[m0].dim;
+        int d = next_step(it)->after[m0].dim;
         size_t cnt = chunk_numel(it, d, ext[(size_t)me * (size_t)n + i]);
         void *q;
         st = copy_out(x, recv, at, cnt, &q);
-        if (st == DT_OK) item_take(x, it, q, it->plan->steps[si].after);
+        if (st == DT_OK) item_take(x, it, q, next_step(it)->after);
         at += cnt;
     }
     if (send) x->mem->free(send);
     if (recv) x->mem->free(recv);
     free(ext);
     free(counts);
-    x->ncoll++;
     return st;
 }
 
-/* Runs the steps of items[0]'s plan on every item with its key, bucket by bucket. */
-static dt_status run_key(sync *x, item *items, int nitems, int key, item **b) {
-    const dt_plan *plan = items[key].plan;
-    for (int si = 0; si < plan->nsteps; si++) {
-        const dt_plan_step *s = &plan->steps[si];
-        if (s->kind == DT_STEP_RELABEL) continue;
-        dt_comm *c;
-        DT_CHECK(dt_mesh_lane_comm(x->mesh, s->mesh_mask, 0, &c));
-        int i = key;
-        while (i < nitems) {
-            int n = 0;
-            size_t bytes = 0;
-            for (; i < nitems; i++) {
-                if (items[i].key != key) continue;
-                size_t add = items[i].numel * x->es;
-                if (n && (x->cap == 0 || bytes + add > x->cap)) break;
-                b[n++] = &items[i], bytes += add;
-            }
-            if (!n) break;
-            DT_CHECK(s->kind == DT_STEP_ALL_REDUCE ? all_reduce(x, si, c, b, n)
-                                                   : reduce_scatter(x, si, c, b, n));
-        }
+/* One bucket: the first item with a step to take and the items after it taking the same one,
+ * up to the cap; each moves one step on. *done when no item has a step left. */
+static dt_status run_bucket(dt_ctx *ctx, size_t cap, item *items, int nitems, item **b, int *ncoll,
+                            bool *done) {
+    int lead = 0;
+    while (lead < nitems && !next_step(&items[lead])) lead++;
+    if ((*done = lead == nitems)) return DT_OK;
+    int n = 0;
+    size_t bytes = 0;
+    for (int i = lead; i < nitems; i++) {
+        if (i != lead && !same_step(&items[lead], &items[i])) continue;
+        if (n && (bytes + items[i].bytes > cap)) break;
+        b[n++] = &items[i], bytes += items[i].bytes;
     }
+    dt_tensor *g = b[0]->leaf->grad;
+    sync x = {.mesh = g->mesh, .mem = dt_tensor_mem(g), .dtype = g->dtype,
+              .es = dt_dtype_size(g->dtype)};
+    const dt_plan_step *s = next_step(b[0]);
+    dt_comm *c;
+    DT_CHECK(dt_mesh_lane_comm(x.mesh, s->mesh_mask, 0, &c));
+    dt_ctx_bind(ctx);
+    DT_CHECK(s->kind == DT_STEP_ALL_REDUCE ? all_reduce(&x, c, b, n) : reduce_scatter(&x, c, b, n));
+    for (int i = 0; i < n; i++) b[i]->next++;
+    *ncoll += 1;
     return DT_OK;
 }
 
@@ -229,22 +234,22 @@ static bool placed(const dt_tensor *leaf) {
 static int by_leaf(const void *a, const void *b) {
     const item *x = a, *y = b;
     uintptr_t p = (uintptr_t)x->leaf, q = (uintptr_t)y->leaf;
-    return p < q ? -1 : p > q ? 1 : x->key - y->key;
+    return p < q ? -1 : p > q ? 1 : x->pos - y->pos;
 }
 
 /* The leaves to place, each once, in the order given: items[0..*n). */
 static dt_status collect(dt_tensor *const *leaves, int nleaves, item *items, int *n) {
     int k = 0;
     for (int i = 0; i < nleaves; i++)
-        if (leaves[i]->grad && !placed(leaves[i])) items[k] = (item){.leaf = leaves[i], .key = i}, k++;
-    qsort(items, (size_t)k, sizeof *items, by_leaf); /* key holds the position for now */
+        if (leaves[i]->grad && !placed(leaves[i])) items[k++] = (item){.leaf = leaves[i], .pos = i};
+    qsort(items, (size_t)k, sizeof *items, by_leaf);
     int u = 0;
     for (int i = 0; i < k; i++)
         if (!u || items[u - 1].leaf != items[i].leaf) items[u++] = items[i];
     for (int i = 1; i < u; i++) { /* back to first-use order (insertion: short lists) */
         item t = items[i];
         int j = i;
-        for (; j > 0 && items[j - 1].key > t.key; j--) items[j] = items[j - 1];
+        for (; j > 0 && items[j - 1].pos > t.pos; j--) items[j] = items[j - 1];
         items[j] = t;
     }
     *n = u;
@@ -264,35 +269,23 @@ dt_status dt_grad_sync(dt_tensor *const *leaves, int nleaves) {
     size_t cap = bucket_cap(ctx);
     int n = 0, alone = 0, ncoll = 0;
     dt_status st = collect(leaves, nleaves, items, &n);
-    /* Plans first (retained: planning others may evict them from the cache), then keys. */
+    /* Plans first (retained: planning others may evict them from the cache). */
     for (int i = 0; i < n && st == DT_OK; i++) {
         item *it = &items[i];
         dt_tensor *g = it->leaf->grad;
         const dt_plan *p;
-        it->key = -1;
         st = dt_redistribute_cached_plan(g, it->leaf->placements, &p);
         if (st != DT_OK || cap == 0 || !coalescable(p)) continue;
         dt_plan_retain(it->plan = p);
-        it->cur = g->data, it->numel = g->local_numel, it->key = i;
+        it->cur = g->data, it->numel = g->local_numel;
+        it->bytes = dt_shape_numel(g->shape, g->ndim) * dt_dtype_size(g->dtype);
         memcpy(it->shape, g->local_shape, sizeof it->shape);
         memcpy(it->off, g->local_offset, sizeof it->off);
-        for (int j = 0; j < i; j++)
-            if (items[j].plan && items[j].key == j && same_steps(&items[j], it)) {
-                it->key = j;
-                break;
-            }
     }
     for (int i = 0; i < n && st == DT_OK; i++)
         if (!items[i].plan) st = sync_alone(items[i].leaf), alone++;
-    for (int i = 0; i < n && st == DT_OK; i++) {
-        if (!items[i].plan || items[i].key != i) continue;
-        dt_tensor *g = items[i].leaf->grad;
-        sync x = {.mesh = g->mesh, .mem = dt_tensor_mem(g), .dtype = g->dtype,
-                  .es = dt_dtype_size(g->dtype), .cap = cap};
-        dt_ctx_bind(ctx);
-        st = run_key(&x, items, n, i, bucket);
-        ncoll += x.ncoll;
-    }
+    for (bool done = false; st == DT_OK && !done;)
+        st = run_bucket(ctx, cap, items, n, bucket, &ncoll, &done);
     /* The placed gradients (every block a step made is owned; plans have a collective). */
     for (int i = 0; i < n; i++) {
         item *it = &items[i];
