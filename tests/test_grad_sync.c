@@ -4,6 +4,7 @@
  * cap 0) on every rank, in the leaf's placements and gradient dtype, whatever the bucket cap;
  * and a synced backward must issue one collective per bucket: with the default cap one per
  * (collective, gradient dtype) pair, with a one-byte cap one per leaf and step. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,15 +38,48 @@ typedef struct grads {
 
 typedef struct sync_run {
     const suite *s;
-    size_t cap; /* SIZE_MAX: the default */
+    size_t cap;       /* SIZE_MAX: the default */
     const grads *ref; /* NULL: record into got */
     grads *got;
     uint64_t calls[2][2];
+    int trace;        /* rank 0 counts the synced backwards' collectives in its trace too */
+    int traced[2][3]; /* all_reduce, reduce_scatter and grad_sync events per graph */
 } sync_run;
+
+/* Counts occurrences of "name":"<name>" in the trace file at path. */
+static int count_events(const char *path, const char *name) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char want[64], line[4096];
+    snprintf(want, sizeof want, "\"name\":\"%s\"", name);
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        for (const char *p = line; (p = strstr(p, want)); p += strlen(want))
+            n++;
+    fclose(f);
+    return n;
+}
+
+static dt_status traced(dt_ctx *ctx, sync_run *r, int graph) {
+    char path[] = "/tmp/test_grad_sync_XXXXXX";
+    int fd = mkstemp(path);
+    R_CHECK(fd >= 0, "no temporary file for the trace");
+    FILE *f = fdopen(fd, "w");
+    R_CHECK(f, "no temporary file for the trace");
+    fclose(f);
+    R_OK(dt_trace_stop(ctx));
+    R_OK(dt_trace_write(ctx, path));
+    r->traced[graph][0] = count_events(path, "all_reduce");
+    r->traced[graph][1] = count_events(path, "reduce_scatter");
+    r->traced[graph][2] = count_events(path, "grad_sync");
+    remove(path);
+    return DT_OK;
+}
 
 static int64_t numel(const int64_t *shape, int ndim) {
     int64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= shape[d];
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
     return n;
 }
 
@@ -53,13 +87,15 @@ static dt_status make_leaf(dt_mesh *mesh, const leaf_spec *l, int i, dt_tensor *
     size_t n = (size_t)numel(l->shape, l->ndim);
     double v[MAXE];
     uint16_t h[MAXE];
-    for (size_t k = 0; k < n; k++) v[k] = t_value(100 + (uint64_t)i, k) / 2;
+    for (size_t k = 0; k < n; k++)
+        v[k] = t_value(100 + (uint64_t)i, k) / 2;
     dt_placement pl[DT_MESH_MAX_NDIM];
     int np;
     R_OK(dt_placements_parse(l->stored, pl, DT_MESH_MAX_NDIM, &np));
     if (l->dtype == DT_BF16) R_OK(dt_convert_from_f64(DT_BF16, v, h, n));
     float f[MAXE];
-    for (size_t k = 0; k < n; k++) f[k] = (float)v[k];
+    for (size_t k = 0; k < n; k++)
+        f[k] = (float)v[k];
     R_OK(dt_tensor_distribute(mesh, l->dtype == DT_BF16 ? (void *)h : (void *)f, l->dtype, l->ndim,
                               l->shape, np, pl, DT_ALL_RANKS, out));
     R_OK(dt_tensor_set_requires_grad(*out, 1));
@@ -75,10 +111,13 @@ static dt_status term(dt_mesh *mesh, const leaf_spec *l, int i, int u, dt_tensor
     size_t n = (size_t)numel(xs, l->ndim + 1);
     double *v = malloc(n * sizeof *v);
     void *buf = malloc(n * sizeof(float));
-    for (size_t k = 0; k < n; k++) v[k] = t_value(200 + 16 * (uint64_t)i + (uint64_t)u, k) / 4;
-    if (l->dtype == DT_BF16) R_OK(dt_convert_from_f64(DT_BF16, v, buf, n));
+    for (size_t k = 0; k < n; k++)
+        v[k] = t_value(200 + 16 * (uint64_t)i + (uint64_t)u, k) / 4;
+    if (l->dtype == DT_BF16)
+        R_OK(dt_convert_from_f64(DT_BF16, v, buf, n));
     else
-        for (size_t k = 0; k < n; k++) ((float *)buf)[k] = (float)v[k];
+        for (size_t k = 0; k < n; k++)
+            ((float *)buf)[k] = (float)v[k];
     dt_placement px[DT_MESH_MAX_NDIM], pc[DT_MESH_MAX_NDIM];
     int np;
     R_OK(dt_placements_parse(l->x, px, DT_MESH_MAX_NDIM, &np));
@@ -123,7 +162,8 @@ static dt_status sync_body(dt_ctx *ctx, void *arg) {
     if (r->cap != SIZE_MAX) R_OK(dt_ctx_set_grad_bucket_bytes(ctx, r->cap));
     dt_tensor *leaves[MAXL] = {0};
     int nl = 0;
-    for (; nl < MAXL && s->leaves[nl].ndim; nl++) R_OK(make_leaf(mesh, &s->leaves[nl], nl, &leaves[nl]));
+    for (; nl < MAXL && s->leaves[nl].ndim; nl++)
+        R_OK(make_leaf(mesh, &s->leaves[nl], nl, &leaves[nl]));
     for (int graph = 0; graph < 2; graph++) {
         /* f32: a micro-batch without sync first (its gradients stay Partial), then one with */
         for (int k = graph ? 1 : 0; k < 2; k++) {
@@ -131,11 +171,16 @@ static dt_status sync_body(dt_ctx *ctx, void *arg) {
             R_OK(loss_of(mesh, s, leaves, graph, &loss));
             R_OK(dt_ctx_set_grad_sync(ctx, k == 1));
             R_OK(dt_comm_stats_reset(ctx));
+            int trace = r->trace && k == 1 && dt_ctx_rank(ctx) == 0;
+            if (trace) R_OK(dt_trace_start(ctx));
             R_OK(dt_backward(loss));
+            if (trace) R_OK(traced(ctx, r, graph));
             dt_comm_stats cs;
             R_OK(dt_comm_stats_get(ctx, &cs));
             uint64_t all = t_issued_total(ctx);
-            if (k == 0) R_CHECK(all == 0, "backward without sync: %llu collectives", (unsigned long long)all);
+            if (k == 0)
+                R_CHECK(all == 0, "backward without sync: %llu collectives",
+                        (unsigned long long)all);
             r->calls[graph][0] = cs.calls[DT_COLL_ALL_REDUCE];
             r->calls[graph][1] = cs.calls[DT_COLL_REDUCE_SCATTER];
             R_CHECK(all == r->calls[graph][0] + r->calls[graph][1],
@@ -169,10 +214,11 @@ static dt_status sync_body(dt_ctx *ctx, void *arg) {
         }
         R_CHECK(r->ref->bytes[me][i] == info.local_bytes &&
                     !memcmp(r->ref->data[me][i], host, info.local_bytes),
-                "cap %zu rank %d leaf %d (%s): the gradient differs from the per-leaf sync's", r->cap, me, i,
-                l->stored);
+                "cap %zu rank %d leaf %d (%s): the gradient differs from the per-leaf sync's",
+                r->cap, me, i, l->stored);
     }
-    for (int i = 0; i < nl; i++) dt_tensor_release(leaves[i]);
+    for (int i = 0; i < nl; i++)
+        dt_tensor_release(leaves[i]);
     dt_mesh_release(mesh);
     return DT_OK;
 }
@@ -191,8 +237,15 @@ static void check(const suite *s) {
     /* the default cap, one byte (a bucket per leaf, through the coalescing path) and 64 bytes */
     const size_t caps[3] = {SIZE_MAX, 1, 64};
     for (int c = 0; c < 3; c++) {
-        sync_run r = {.s = s, .cap = caps[c], .ref = &ref, .got = &got};
+        sync_run r = {.s = s, .cap = caps[c], .ref = &ref, .got = &got, .trace = c == 0};
         t_run(s->n, sync_body, &r);
+        for (int g = 0; c == 0 && g < 2; g++) /* the trace shows each bucket's collective */
+            cr_expect(r.traced[g][0] == s->want_default[g][0] &&
+                          r.traced[g][1] == s->want_default[g][1] && r.traced[g][2] == 1,
+                      "%s graph %d: the trace holds %d all_reduce, %d reduce_scatter and %d "
+                      "grad_sync events, want %d, %d and 1",
+                      s->mesh, g, r.traced[g][0], r.traced[g][1], r.traced[g][2],
+                      s->want_default[g][0], s->want_default[g][1]);
         for (int g = 0; g < 2; g++)
             for (int k = 0; k < 2; k++) {
                 uint64_t have = r.calls[g][k];
@@ -215,27 +268,29 @@ static void check(const suite *s) {
 }
 
 #define F32 DT_F32
-#define BF DT_BF16
+#define BF  DT_BF16
 
 /* On n ranks of one dim: FSDP leaves (S(0) uneven or empty, S(1)) and DDP leaves. f32 graph:
  * 3 FSDP leaves -> 1 reduce_scatter, 2 DDP leaves (one used twice) -> 1 all_reduce. bf16
  * graph: reduce_scatters of f32 gradients (2 leaves) and of bf16 ones (1), all_reduces of an
  * f32 gradient and a bf16 one. */
-#define ONE_DIM(m, nr)                                                                              \
-    {.mesh = m,                                                                                     \
-     .n = nr,                                                                                       \
-     .leaves = {{2, {7, 5}, F32, F32, "S(0)", "R", "S(0)", 1},                                      \
-                {1, {3}, F32, F32, "R", NULL, "S(0)", 2},                                           \
-                {3, {4, 3, 5}, F32, F32, "S(1)", "R", "S(0)", 1},                                   \
-                {2, {1, 4}, F32, F32, "S(0)", "R", "S(0)", 1},                                      \
-                {2, {6, 2}, F32, F32, "R", NULL, "S(0)", 1},                                        \
-                {2, {5, 2}, BF, F32, "S(0)", "R", "S(0)", 1},                                       \
-                {1, {6}, BF, F32, "R", NULL, "S(0)", 1},                                            \
-                {1, {9}, BF, BF, "R", NULL, "S(0)", 1},                                             \
-                {2, {3, 4}, BF, BF, "S(0)", "R", "S(0)", 1},                                        \
-                {2, {2, 3}, BF, F32, "S(1)", "R", "S(0)", 1}},                                      \
-     .want_default = {{1, 1}, {2, 2}},                                                              \
-     .want_alone = {{2, 3}, {2, 3}}}
+#define ONE_DIM(m, nr)                                                                             \
+    {                                                                                              \
+        .mesh = m, .n = nr, .leaves = {{2, {7, 5}, F32, F32, "S(0)", "R", "S(0)", 1},              \
+                                       {1, {3}, F32, F32, "R", NULL, "S(0)", 2},                   \
+                                       {3, {4, 3, 5}, F32, F32, "S(1)", "R", "S(0)", 1},           \
+                                       {2, {1, 4}, F32, F32, "S(0)", "R", "S(0)", 1},              \
+                                       {2, {6, 2}, F32, F32, "R", NULL, "S(0)", 1},                \
+                                       {2, {5, 2}, BF, F32, "S(0)", "R", "S(0)", 1},               \
+                                       {1, {6}, BF, F32, "R", NULL, "S(0)", 1},                    \
+                                       {1, {9}, BF, BF, "R", NULL, "S(0)", 1},                     \
+                                       {2, {3, 4}, BF, BF, "S(0)", "R", "S(0)", 1},                \
+                                       {2, {2, 3}, BF, F32, "S(1)", "R", "S(0)", 1}},              \
+        .want_default = {{1, 1}, {2, 2}}, .want_alone = {                                          \
+            {2, 3},                                                                                \
+            {2, 3}                                                                                 \
+        }                                                                                          \
+    }
 
 Test(grad_sync, one_dim_two_ranks) {
     static const suite s = ONE_DIM("2", 2);
@@ -247,9 +302,9 @@ Test(grad_sync, one_dim_three_ranks_uneven) {
     check(&s);
 }
 
-/* On 2x2, batch over both dims: HSDP leaves (one used twice) (replicated over d0, sharded over d1), DDP over
- * both dims and over d0 only (x replicated over d1), FSDP x TP (S(0) over d0, S(1) over d1 as
- * the input is). */
+/* On 2x2, batch over both dims: HSDP leaves (one used twice) (replicated over d0, sharded over d1),
+ * DDP over both dims and over d0 only (x replicated over d1), FSDP x TP (S(0) over d0, S(1) over d1
+ * as the input is). */
 Test(grad_sync, two_dims) {
     static const suite s = {
         .mesh = "2x2",

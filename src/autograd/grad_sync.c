@@ -62,7 +62,8 @@ static bool coalescable(const dt_plan *p) {
 
 /* The step an item takes next, past relabels (nothing moves); NULL when done. */
 static const dt_plan_step *next_step(item *it) {
-    while (it->plan && it->next < it->plan->nsteps && it->plan->steps[it->next].kind == DT_STEP_RELABEL)
+    while (it->plan && it->next < it->plan->nsteps &&
+           it->plan->steps[it->next].kind == DT_STEP_RELABEL)
         it->next++;
     return it->plan && it->next < it->plan->nsteps ? &it->plan->steps[it->next] : NULL;
 }
