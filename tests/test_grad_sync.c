@@ -292,6 +292,10 @@ static void check(const suite *s) {
         }                                                                                          \
     }
 
+Test(grad_sync, bucket_cap_needs_a_context) {
+    T_ERR(dt_ctx_set_grad_bucket_bytes(NULL, 1 << 20), DT_ERR_ARG, "ctx");
+}
+
 Test(grad_sync, one_dim_two_ranks) {
     static const suite s = ONE_DIM("2", 2);
     check(&s);

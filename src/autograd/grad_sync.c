@@ -190,6 +190,18 @@ static dt_status reduce_scatter(sync *x, dt_comm *c, item **b, int n) {
     return st;
 }
 
+/* A leaf's gradient once its last step is taken: the block, owned by a new tensor in the
+ * leaf's placements, replaces the gradient at once (its whole-tensor Partial goes). */
+static dt_status place(item *it) {
+    dt_tensor *g = it->leaf->grad, *out;
+    DT_CHECK(dt_tensor_new(g->mesh, g->device, g->dtype, g->ndim, g->shape, it->leaf->placements,
+                           it->cur, true, &out));
+    it->cur = NULL, it->owned = false;
+    dt_tensor_release(g);
+    it->leaf->grad = out;
+    return DT_OK;
+}
+
 /* One bucket: the first item with a step to take and the items after it taking the same one,
  * up to the cap; each moves one step on. *done when no item has a step left. */
 static dt_status run_bucket(dt_ctx *ctx, size_t cap, item *items, int nitems, item **b, int *ncoll,
@@ -212,9 +224,13 @@ static dt_status run_bucket(dt_ctx *ctx, size_t cap, item *items, int nitems, it
     DT_CHECK(dt_mesh_lane_comm(x.mesh, s->mesh_mask, 0, &c));
     dt_ctx_bind(ctx);
     DT_CHECK(s->kind == DT_STEP_ALL_REDUCE ? all_reduce(&x, c, b, n) : reduce_scatter(&x, c, b, n));
-    for (int i = 0; i < n; i++) b[i]->next++;
     *ncoll += 1;
-    return DT_OK;
+    dt_status st = DT_OK;
+    for (int i = 0; i < n; i++) {
+        b[i]->next++;
+        if (st == DT_OK && !next_step(b[i])) st = place(b[i]);
+    }
+    return st;
 }
 
 /* One leaf alone (no steps to share): the gradient redistributed to the leaf's placements. */
@@ -287,21 +303,10 @@ dt_status dt_grad_sync(dt_tensor *const *leaves, int nleaves) {
         if (!items[i].plan) st = sync_alone(items[i].leaf), alone++;
     for (bool done = false; st == DT_OK && !done;)
         st = run_bucket(ctx, cap, items, n, bucket, &ncoll, &done);
-    /* The placed gradients (every block a step made is owned; plans have a collective). */
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++) { /* blocks of leaves left unplaced by a failure */
         item *it = &items[i];
-        if (!it->plan) continue;
-        dt_tensor *g = it->leaf->grad, *out = NULL;
-        if (st == DT_OK)
-            st = dt_tensor_new(g->mesh, g->device, g->dtype, g->ndim, g->shape,
-                               it->leaf->placements, it->cur, true, &out);
-        if (st == DT_OK) {
-            dt_tensor_release(g);
-            it->leaf->grad = out;
-        } else if (it->owned) {
-            dt_mem_ops_of(g->device.kind)->free(it->cur);
-        }
-        dt_plan_release(it->plan);
+        if (it->owned) dt_mem_ops_of(it->leaf->grad->device.kind)->free(it->cur);
+        if (it->plan) dt_plan_release(it->plan);
     }
     if (ctx->trace && st == DT_OK && n)
         dt_trace_record(ctx, DT_LANE_OPS, "grad_sync", t0,
