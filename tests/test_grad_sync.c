@@ -27,8 +27,9 @@ typedef struct suite {
     int n;
     leaf_spec leaves[MAXL];
     /* collectives of the synced backward of the f32 graph and of the bf16 graph:
-     * {all_reduce, reduce_scatter} with the default cap and with a one-byte cap */
-    int want_default[2][2], want_alone[2][2];
+     * {all_reduce, reduce_scatter} with the default cap, a one-byte cap and a 64-byte cap
+     * (buckets are cut on whole gradients' bytes, in the order backward reached the leaves) */
+    int want_default[2][2], want_alone[2][2], want_64[2][2];
 } suite;
 
 typedef struct grads {
@@ -249,20 +250,14 @@ static void check(const suite *s) {
         for (int g = 0; g < 2; g++)
             for (int k = 0; k < 2; k++) {
                 uint64_t have = r.calls[g][k];
-                int lo = s->want_default[g][k], hi = s->want_alone[g][k];
-                if (c == 0)
-                    cr_expect(have == (uint64_t)lo, "%s default cap, graph %d: %llu %s, want %d",
-                              s->mesh, g, (unsigned long long)have,
-                              k ? "reduce_scatter" : "all_reduce", lo);
-                else if (c == 1)
-                    cr_expect(have == (uint64_t)hi, "%s 1-byte cap, graph %d: %llu %s, want %d",
-                              s->mesh, g, (unsigned long long)have,
-                              k ? "reduce_scatter" : "all_reduce", hi);
-                else
-                    cr_expect(have >= (uint64_t)lo && have <= (uint64_t)hi,
-                              "%s 64-byte cap, graph %d: %llu %s, want %d..%d", s->mesh, g,
-                              (unsigned long long)have, k ? "reduce_scatter" : "all_reduce", lo,
-                              hi);
+                int want = c == 0   ? s->want_default[g][k]
+                           : c == 1 ? s->want_alone[g][k]
+                                    : s->want_64[g][k];
+                cr_expect(have == (uint64_t)want, "%s cap %s, graph %d: %llu %s, want %d", s->mesh,
+                          c == 0   ? "default"
+                          : c == 1 ? "1 byte"
+                                   : "64 bytes",
+                          g, (unsigned long long)have, k ? "reduce_scatter" : "all_reduce", want);
             }
     }
 }
@@ -273,7 +268,9 @@ static void check(const suite *s) {
 /* On n ranks of one dim: FSDP leaves (S(0) uneven or empty, S(1)) and DDP leaves. f32 graph:
  * 3 FSDP leaves -> 1 reduce_scatter, 2 DDP leaves (one used twice) -> 1 all_reduce. bf16
  * graph: reduce_scatters of f32 gradients (2 leaves) and of bf16 ones (1), all_reduces of an
- * f32 gradient and a bf16 one. */
+ * f32 gradient and a bf16 one. Under a 64-byte cap the FSDP gradients of 140, 240 and 16
+ * bytes go one by one (3) while the DDP ones of 12 and 48 bytes share one; in the bf16 graph
+ * the f32 FSDP gradients of 40 and 24 bytes fill one bucket exactly. */
 #define ONE_DIM(m, nr)                                                                             \
     {                                                                                              \
         .mesh = m, .n = nr, .leaves = {{2, {7, 5}, F32, F32, "S(0)", "R", "S(0)", 1},              \
@@ -286,9 +283,9 @@ static void check(const suite *s) {
                                        {1, {9}, BF, BF, "R", NULL, "S(0)", 1},                     \
                                        {2, {3, 4}, BF, BF, "S(0)", "R", "S(0)", 1},                \
                                        {2, {2, 3}, BF, F32, "S(1)", "R", "S(0)", 1}},              \
-        .want_default = {{1, 1}, {2, 2}}, .want_alone = {                                          \
-            {2, 3},                                                                                \
-            {2, 3}                                                                                 \
+        .want_default = {{1, 1}, {2, 2}}, .want_alone = {{2, 3}, {2, 3}}, .want_64 = {             \
+            {1, 3},                                                                                \
+            {2, 2}                                                                                 \
         }                                                                                          \
     }
 
@@ -327,6 +324,9 @@ Test(grad_sync, two_dims) {
          * one of the leaf replicated over d1; the f32 and bf16 HSDP gradients of the bf16 graph
          * share none. */
         .want_default = {{2, 2}, {3, 2}},
-        .want_alone = {{4, 3}, {3, 2}}};
+        .want_alone = {{4, 3}, {3, 2}},
+        /* 64 bytes, f32 graph: leaf 0 (96 B) goes alone in both its steps, leaves 3 (28 B) and
+         * 4 (20 B) share the all_reduce over d0: 3 all_reduces, 3 reduce_scatters */
+        .want_64 = {{3, 3}, {3, 2}}};
     check(&s);
 }
