@@ -254,23 +254,20 @@ static int by_leaf(const void *a, const void *b) {
     return p < q ? -1 : p > q ? 1 : x->pos - y->pos;
 }
 
-/* The leaves to place, each once, in the order given: items[0..*n). */
-static dt_status collect(dt_tensor *const *leaves, int nleaves, item *items, int *n) {
-    int k = 0;
+static int by_pos(const void *a, const void *b) {
+    return ((const item *)a)->pos - ((const item *)b)->pos;
+}
+
+/* The leaves to place, each once, in the order backward first reached them: items[0..n). */
+static int collect(dt_tensor *const *leaves, int nleaves, item *items) {
+    int k = 0, n = 0;
     for (int i = 0; i < nleaves; i++)
         if (leaves[i]->grad && !placed(leaves[i])) items[k++] = (item){.leaf = leaves[i], .pos = i};
     qsort(items, (size_t)k, sizeof *items, by_leaf);
-    int u = 0;
     for (int i = 0; i < k; i++)
-        if (!u || items[u - 1].leaf != items[i].leaf) items[u++] = items[i];
-    for (int i = 1; i < u; i++) { /* back to first-use order (insertion: short lists) */
-        item t = items[i];
-        int j = i;
-        for (; j > 0 && items[j - 1].pos > t.pos; j--) items[j] = items[j - 1];
-        items[j] = t;
-    }
-    *n = u;
-    return DT_OK;
+        if (!n || items[n - 1].leaf != items[i].leaf) items[n++] = items[i];
+    qsort(items, (size_t)n, sizeof *items, by_pos);
+    return n;
 }
 
 dt_status dt_grad_sync(dt_tensor *const *leaves, int nleaves) {
@@ -284,8 +281,8 @@ dt_status dt_grad_sync(dt_tensor *const *leaves, int nleaves) {
     }
     double t0 = ctx->trace ? dt_now_us() : 0;
     size_t cap = bucket_cap(ctx);
-    int n = 0, alone = 0, ncoll = 0;
-    dt_status st = collect(leaves, nleaves, items, &n);
+    int n = collect(leaves, nleaves, items), alone = 0, ncoll = 0;
+    dt_status st = DT_OK;
     /* Plans first (retained: planning others may evict them from the cache). */
     for (int i = 0; i < n && st == DT_OK; i++) {
         item *it = &items[i];
