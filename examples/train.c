@@ -9,7 +9,8 @@
  * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp.
  * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--sp 0|1] [--ac none]
  *       [--text PATH] [--out PREFIX] [--dim N --layers N --heads N --kv-heads N --hidden N
- *       --seq N --batch N] */
+ *       --seq N --batch N] [--bucket-kb N: grad sync's bucket cap, 0 = one collective per
+ *       gradient] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ typedef struct options {
     int ranks, steps, trace_steps;
     char mesh[64];
     int fsdp, sp, comms, print_params;
+    int bucket_kb; /* grad sync's bucket cap in KiB (0: per gradient); -1: the default */
     ac_mode ac;
     const char *text_path, *out;
     tl_config cfg;
@@ -59,6 +61,7 @@ static dt_status train(dt_ctx *ctx, void *arg) {
     int rank = dt_ctx_rank(ctx);
     dt_mesh *mesh;
     TRY(dt_mesh_create_str(ctx, o->mesh, &mesh));
+    if (o->bucket_kb >= 0) TRY(dt_ctx_set_grad_bucket_bytes(ctx, (size_t)o->bucket_kb << 10));
     tl_layout l = {.dp_dim = -1, .tp_dim = -1, .fsdp = o->fsdp};
     /* torchtitan's names: dp (or dp_shard) shards parameters under FSDP, dp_replicate keeps
      * them replicated (HSDP with both); the batch is split over all of them */
@@ -145,8 +148,8 @@ static int usage(const char *bad) {
     fprintf(stderr,
             "train: bad argument %s\nusage: train [--ranks N] [--mesh dp=2,tp=2] "
             "[--steps N] [--fsdp 0|1] [--sp 0|1] [--ac none] [--text PATH] "
-            "[--out PREFIX] [--trace-steps N] [--comms 0|1] [--params 0|1] [--dim N] [--layers N] "
-            "[--heads N] "
+            "[--out PREFIX] [--trace-steps N] [--comms 0|1] [--params 0|1] [--bucket-kb N] "
+            "[--dim N] [--layers N] [--heads N] "
             "[--kv-heads N] [--hidden N] [--seq N] [--batch N] [--lr X]\n",
             bad);
     return 2;
@@ -158,6 +161,7 @@ int main(int argc, char **argv) {
                  .trace_steps = 3,
                  .fsdp = 1,
                  .sp = 1,
+                 .bucket_kb = -1,
                  .text_path = "/usr/share/common-licenses/GPL-3",
                  .out = "train_trace",
                  .lr = 3e-3,
@@ -179,7 +183,8 @@ int main(int argc, char **argv) {
                 {"--heads", &o.cfg.heads},   {"--kv-heads", &o.cfg.kv_heads},
                 {"--hidden", &o.cfg.hidden}, {"--seq", &o.cfg.seq},
                 {"--batch", &o.cfg.batch},   {"--trace-steps", &o.trace_steps},
-                {"--comms", &o.comms},       {"--params", &o.print_params}};
+                {"--comms", &o.comms},       {"--params", &o.print_params},
+                {"--bucket-kb", &o.bucket_kb}};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) return usage(argv[i]);
         const char *a = argv[i], *v = argv[++i];

@@ -56,6 +56,17 @@ DT_API int dt_grad_enabled(const dt_ctx *ctx);
  * adds to them and reduces once. */
 DT_API dt_status dt_ctx_set_grad_sync(dt_ctx *ctx, int sync);
 
+/* Grad sync is coalesced, as DDP's buckets and FSDP2's per-group reduce_scatter are: after a
+ * backward, the leaves whose gradients need the same collectives (the same mesh dims, reduce
+ * op, gradient dtype and device) are packed, in the order backward reached them, into buckets
+ * of at most bytes (DDP's bucket_cap_mb; a larger gradient gets a bucket of its own), and each
+ * bucket is one all_reduce of a flat buffer (DDP) or one reduce_scatter whose rank-k region
+ * holds every leaf's shard for rank k (FSDP, uneven shards included). Each element is reduced
+ * as it would be alone (bitwise on the local runtime). Default 25 MiB; 0 reduces every leaf by
+ * itself. Moves that are not plain reductions (a gradient to gather, a pending norm) are always
+ * made leaf by leaf. Not collective, but every rank must set the same value. */
+DT_API dt_status dt_ctx_set_grad_bucket_bytes(dt_ctx *ctx, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -58,6 +58,12 @@ dt_status dt_autograd_record_custom(const char *name, dt_tensor *const *in, int 
                                     dt_custom_backward_fn backward, void *state,
                                     void (*free_state)(void *));
 
+/* Grad sync (grad_sync.c): moves the gradient of each leaves[i] (repeats allowed; leaves
+ * without a gradient or already placed are skipped) into the leaf's placements, coalescing the
+ * collectives of leaves that need the same ones into buckets. Collective over the leaves'
+ * meshes: every rank passes the same leaves in the same order. */
+dt_status dt_grad_sync(dt_tensor *const *leaves, int n);
+
 /* A tensor's node, released with the tensor (tensor.c calls this). */
 struct dt_node;
 void dt_node_release(struct dt_node *node);

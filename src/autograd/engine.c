@@ -270,17 +270,29 @@ static dt_status step(dt_tensor *t) {
     return st;
 }
 
-/* A leaf's gradient in the leaf's placements (grad sync on). */
-static dt_status sync_leaf(dt_tensor *leaf) {
-    dt_tensor *g = leaf->grad;
-    int mnd = leaf->mesh->ndim, same = 1;
-    for (int m = 0; m < mnd; m++) same &= dt_placement_equal(g->placements[m], leaf->placements[m]);
-    if (same) return DT_OK;
-    dt_tensor *moved;
-    DT_CHECK(dt_tensor_redistribute(g, mnd, leaf->placements, &moved));
-    dt_tensor_release(g);
-    leaf->grad = moved;
-    return DT_OK;
+/* The leaves the walk reached, in the order it reached them, placed by grad sync. */
+static dt_status sync_leaves(const walk *w) {
+    int n = 0, cap = 0;
+    dt_tensor **leaves = NULL;
+    for (int k = 0; k < w->n; k++) {
+        dt_node *node = w->order[k]->node;
+        for (int i = 0; i < node->n; i++) {
+            dt_tensor *in = node->in[i];
+            if (!in || in->node || !in->grad) continue;
+            if (n == cap) {
+                dt_tensor **l = realloc(leaves, sizeof *l * (size_t)(cap = cap ? 2 * cap : 64));
+                if (!l) {
+                    free(leaves);
+                    return dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for the leaves");
+                }
+                leaves = l;
+            }
+            leaves[n++] = in;
+        }
+    }
+    dt_status st = dt_grad_sync(leaves, n);
+    free(leaves);
+    return st;
 }
 
 static dt_status backward(dt_tensor *root, dt_tensor *seed) {
@@ -295,13 +307,7 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     ctx->no_grad_depth++;
     for (int k = w.n - 1; k >= 0 && st == DT_OK; k--) st = step(w.order[k]);
     /* Leaves reached: their inputs' gradients were added to leaf->grad. */
-    for (int k = 0; k < w.n && st == DT_OK; k++) {
-        dt_node *node = w.order[k]->node;
-        for (int i = 0; i < node->n && st == DT_OK; i++) {
-            dt_tensor *in = node->in[i];
-            if (in && !in->node && in->grad && !ctx->grad_unsynced) st = sync_leaf(in);
-        }
-    }
+    if (st == DT_OK && !ctx->grad_unsynced) st = sync_leaves(&w);
     ctx->no_grad_depth--;
     /* Free the graph: every visited node drops its inputs (and any gradient left on a failed
      * walk); then the references the walk held go. */
@@ -332,7 +338,7 @@ dt_status dt_backward_with(dt_tensor *t, dt_tensor *grad) {
     if (!t->node) { /* a leaf: its gradient is grad */
         dt_tensor_retain(grad);
         DT_CHECK(accumulate_leaf(t, grad));
-        return t->mesh->ctx->grad_unsynced ? DT_OK : sync_leaf(t);
+        return t->mesh->ctx->grad_unsynced ? DT_OK : dt_grad_sync(&t, 1);
     }
     if (t->node->freed)
         return dt_error(DT_ERR_ARG, "dt_backward: the graph was freed by an earlier backward");

@@ -118,6 +118,7 @@ struct dt_ctx {
     int redistribute_mode;    /* dt_redistribute_mode, read by op dispatch */
     int no_grad_depth;        /* dt_no_grad_enter scopes open (autograd: records when 0) */
     bool grad_unsynced;       /* dt_ctx_set_grad_sync(ctx, 0) */
+    size_t grad_bucket_bytes; /* dt_ctx_set_grad_bucket_bytes + 1; 0: the default */
     atomic_llong live_tensors, live_bytes; /* tensors of this rank alive, and their owned bytes */
     atomic_llong live_peak;                /* most live_bytes since start or the last reset */
     void (*redist_free)(dt_redist_state *);
