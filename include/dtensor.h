@@ -2,11 +2,13 @@
 #ifndef DTENSOR_H
 #define DTENSOR_H
 
+#include "dtensor/ac.h"
 #include "dtensor/autograd.h"
 #include "dtensor/comm.h"
 #include "dtensor/create.h"
 #include "dtensor/device.h"
 #include "dtensor/explain.h"
+#include "dtensor/fsdp.h"
 #include "dtensor/mesh.h"
 #include "dtensor/nccl.h"
 #include "dtensor/ops.h"

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "autograd/autograd_impl.h"
+#include "autograd/saved.h"
 #include "comm/comm_impl.h"
 #include "core/box.h"
 #include "core/check.h"
@@ -50,7 +51,51 @@ static dt_status record(dt_tensor *out, dt_node *node) {
     out->requires_grad = true;
     for (int i = 0; i < node->n; i++)
         if (node->in[i]) dt_tensor_retain(node->in[i]);
+    if (ctx_of(out)->ac_region) dt_ac_note(ctx_of(out), out);
     return DT_OK;
+}
+
+int dt_node_op(const dt_tensor *t) {
+    return t->node && !t->node->redistribute ? (int)t->node->op : -1;
+}
+
+int dt_node_inputs(const dt_tensor *t, dt_tensor ***in_out, const dt_op_args **args_out) {
+    if (!t->node) return 0;
+    *in_out = t->node->in;
+    *args_out = &t->node->args;
+    return t->node->n;
+}
+
+bool dt_node_done(const dt_tensor *t) { return t->node && t->node->freed; }
+
+dt_status dt_saved_refill(dt_tensor *t) {
+    if (!t || !t->dropped) return DT_OK;
+    if (!t->hooks)
+        return dt_error(DT_ERR_ARG, "dt_backward: a saved tensor's storage was dropped and "
+                                    "nothing can refill it");
+    DT_CHECK(t->hooks->refill(t->hooks, t));
+    if (t->dropped)
+        return dt_error(DT_ERR_ARG, "dt_backward: a dropped saved tensor was not refilled by "
+                                    "its owner");
+    return DT_OK;
+}
+
+dt_status dt_autograd_at_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
+    dt_backward_hook *h = malloc(sizeof *h);
+    if (!h) return dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for a hook");
+    *h = (dt_backward_hook){.fn = fn, .user = user};
+    dt_backward_hook **tail = &ctx->backward_end;
+    while (*tail) tail = &(*tail)->next;
+    *tail = h;
+    return DT_OK;
+}
+
+void dt_autograd_cancel_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
+    for (dt_backward_hook **p = &ctx->backward_end; *p;) {
+        dt_backward_hook *h = *p;
+        if (h->fn == fn && h->user == user) *p = h->next, free(h);
+        else p = &h->next;
+    }
 }
 
 dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
@@ -190,6 +235,17 @@ static dt_status step(dt_tensor *t) {
     int any = 0;
     for (int i = 0; i < node->n; i++) any |= need[i] = node->in[i] && node->in[i]->requires_grad;
     dt_status st = DT_OK;
+    /* Saved inputs whose storage was dropped after the forward come back first. */
+    for (int i = 0; i < node->n && st == DT_OK && any && !node->redistribute; i++)
+        st = dt_saved_refill(node->in[i]);
+    if (st != DT_OK) {
+        dt_tensor_release(g);
+        return st;
+    }
+    /* A gathered parameter's owner reduces the gradient itself (FSDP: all of a unit at once). */
+    if (any && node->redistribute && !node->in[0]->node && t->hooks && t->hooks->grad_ready &&
+        !ctx_of(t)->grad_unsynced)
+        return t->hooks->grad_ready(t->hooks, t, g);
     /* A leaf's gradient passes a redistribute unmoved: the leaf's own sync (or its absence,
      * for accumulation) places it once, after every use of the leaf has added into it. */
     if (any && node->redistribute && !node->in[0]->node) dt_tensor_retain(gin[0] = g);
@@ -227,9 +283,42 @@ static dt_status sync_leaf(dt_tensor *leaf) {
     return DT_OK;
 }
 
+/* Frees what t's node holds once its rule ran: its inputs (the saved tensors, which die here
+ * unless something else holds them, so activations go as backward passes them) and any
+ * gradient left. Leaves that require grad are kept in leaves (retained) for the final sync:
+ * their gradients may still arrive (an FSDP unit's reduce_scatter, waited for at the end). */
+static dt_status release_node(dt_tensor *t, walk *leaves) {
+    dt_node *node = t->node;
+    dt_status st = DT_OK;
+    for (int i = 0; i < node->n; i++) {
+        dt_tensor *in = node->in[i];
+        if (in && !in->node && in->requires_grad && st == DT_OK) {
+            int seen = 0;
+            for (int k = 0; k < leaves->n && !seen; k++) seen = leaves->order[k] == in;
+            if (!seen) st = push(leaves, in);
+        }
+        dt_tensor_release(in), node->in[i] = NULL;
+    }
+    dt_tensor_release(node->grad), node->grad = NULL;
+    node->n = 0, node->freed = true;
+    return st;
+}
+
+static dt_status run_backward_end(dt_ctx *ctx, dt_status st) {
+    while (ctx->backward_end) {
+        dt_backward_hook *h = ctx->backward_end;
+        ctx->backward_end = h->next;
+        dt_status s2 = h->fn(h->user); /* run even after a failure: owners clean up there */
+        if (st == DT_OK) st = s2;
+        free(h);
+    }
+    return st;
+}
+
 static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     static _Atomic unsigned marks;
     walk w = {.mark = atomic_fetch_add(&marks, 1) + 1};
+    walk leaves = {0};
     dt_ctx *ctx = ctx_of(root);
     dt_status st = collect(&w, root);
     if (st == DT_OK) {
@@ -237,26 +326,22 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
         root->node->grad = seed;
     }
     ctx->no_grad_depth++;
-    for (int k = w.n - 1; k >= 0 && st == DT_OK; k--) st = step(w.order[k]);
+    /* From the root down; each node's inputs go as soon as its rule ran. */
+    for (int k = w.n - 1; k >= 0; k--) {
+        dt_tensor *t = w.order[k];
+        if (st == DT_OK) st = step(t);
+        dt_status s2 = release_node(t, &leaves);
+        if (st == DT_OK) st = s2;
+        dt_tensor_release(t);
+    }
+    st = run_backward_end(ctx, st);
     /* Leaves reached: their inputs' gradients were added to leaf->grad. */
-    for (int k = 0; k < w.n && st == DT_OK; k++) {
-        dt_node *node = w.order[k]->node;
-        for (int i = 0; i < node->n && st == DT_OK; i++) {
-            dt_tensor *in = node->in[i];
-            if (in && !in->node && in->grad && !ctx->grad_unsynced) st = sync_leaf(in);
-        }
-    }
+    for (int k = 0; k < leaves.n && st == DT_OK; k++)
+        if (!ctx->grad_unsynced && leaves.order[k]->grad) st = sync_leaf(leaves.order[k]);
     ctx->no_grad_depth--;
-    /* Free the graph: every visited node drops its inputs (and any gradient left on a failed
-     * walk); then the references the walk held go. */
-    for (int k = 0; k < w.n; k++) {
-        dt_node *node = w.order[k]->node;
-        for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]), node->in[i] = NULL;
-        dt_tensor_release(node->grad), node->grad = NULL;
-        node->n = 0, node->freed = true;
-    }
-    for (int k = 0; k < w.n; k++) dt_tensor_release(w.order[k]);
+    for (int k = 0; k < leaves.n; k++) dt_tensor_release(leaves.order[k]);
     free(w.order);
+    free(leaves.order);
     return st;
 }
 

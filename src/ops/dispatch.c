@@ -140,6 +140,10 @@ static dt_status check_inputs(dt_op op, dt_tensor *const *in, int n) {
         if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
             return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op),
                             i, (void *)in[i]);
+        if (in[i] && in[i]->dropped)
+            return dt_error(DT_ERR_ARG, "%s: input %d's storage was dropped after a forward "
+                                        "(activation checkpointing or FSDP resharding): only "
+                                        "backward may read it", dt_op_name(op), i);
         if (in[i] && in[i]->mesh != in[0]->mesh)
             return dt_error(DT_ERR_MESH, "%s: input %d lives on another mesh than input 0",
                             dt_op_name(op), i);
@@ -176,6 +180,41 @@ static void local_of(const dt_tensor *t, dt_local *l) {
     memcpy(l->shape, t->local_shape, sizeof(int64_t) * (size_t)t->ndim);
 }
 
+/* The local kernel on inputs already in the strategy's placements, into o's storage. */
+static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *use, int n,
+                               const dt_op_args *a, dt_tensor *o) {
+    dt_ctx *ctx = o->mesh->ctx;
+    dt_device dev = o->device;
+    op_input gin[DT_OP_MAX_INPUTS];
+    local_call c = {.op = op, .args = a, .ninputs = n, .global = gin,
+                    .k = dt_kernels_of(dev.kind), .mem = dt_mem_ops_of(dev.kind)};
+    for (int i = 0; i < n; i++) {
+        gin[i] = use[i] ? (op_input){use[i]->ndim, use[i]->shape, use[i]->dtype}
+                        : (op_input){-1, NULL, DT_F32};
+        if (!use[i]) continue;
+        local_of(use[i], &c.in[i]);
+        memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
+    }
+    local_of(o, &c.out);
+    memcpy(c.out_offset, o->local_offset, sizeof(int64_t) * (size_t)o->ndim);
+    double tk = ctx->trace ? dt_now_us() : 0;
+    dt_status st = f->compute(&c);
+    if (ctx->trace)
+        dt_trace_record(ctx, DT_LANE_COMPUTE, dt_op_name(op), tk, "%zu elements out",
+                        o->local_numel);
+    return st;
+}
+
+dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                       dt_tensor *out) {
+    const op_family *f = dt_op_family(op);
+    if (f->composite)
+        return dt_error(DT_ERR_ARG, "%s: a composite records no node of its own", dt_op_name(op));
+    DT_CHECK(dt_op_kernel_check(op, dt_kernels_of(out->device.kind)));
+    dt_ctx_bind(out->mesh->ctx);
+    return compute_local(op, f, in, n, args ? args : &no_args, out);
+}
+
 static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
                      const dt_op_args *a, const strategy *s, dt_tensor **out) {
     dt_mesh *mesh = in[0]->mesh;
@@ -200,22 +239,8 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
     if (st == DT_OK)
         st = dt_tensor_alloc(mesh, dev, s->spec.dtype, s->spec.ndim, s->spec.shape, s->out, &o);
     if (st == DT_OK) {
-        op_input gin[DT_OP_MAX_INPUTS];
-        local_call c = {.op = op, .args = a, .ninputs = n, .global = gin,
-                        .k = dt_kernels_of(dev.kind), .mem = dt_mem_ops_of(dev.kind)};
-        for (int i = 0; i < n; i++) {
-            gin[i] = use[i] ? (op_input){use[i]->ndim, use[i]->shape, use[i]->dtype}
-                            : (op_input){-1, NULL, DT_F32};
-            if (!use[i]) continue;
-            local_of(use[i], &c.in[i]);
-            memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
-        }
-        local_of(o, &c.out);
-        memcpy(c.out_offset, o->local_offset, sizeof(int64_t) * (size_t)o->ndim);
         if (ctx->trace) memcpy(text, s->text, sizeof text); /* s is not read past this point */
-        double tk = ctx->trace ? dt_now_us() : 0;
-        st = f->compute(&c);
-        if (ctx->trace) dt_trace_record(ctx, DT_LANE_COMPUTE, dt_op_name(op), tk, "%zu elements out", o->local_numel);
+        st = compute_local(op, f, use, n, a, o);
     }
     /* The node holds the inputs as the kernel used them: one that was moved is the output of
      * a recorded redistribute, so its gradient goes back through that move's conjugate (an
