@@ -113,6 +113,18 @@ DT_API dt_status dt_tensor_visualize(const dt_tensor *tensor, char *buf, size_t 
 /* The same, printed to f. */
 DT_API dt_status dt_tensor_print_layout(const dt_tensor *tensor, FILE *f);
 
+/* The calling rank's tensor memory: tensors alive, the bytes of local data they own, and the
+ * most such bytes alive at once since the context started or the last
+ * dt_ctx_tensor_memory_reset_peak (which starts it from the bytes alive then). Storage that
+ * activation checkpointing or FSDP resharding dropped does not count while dropped. Borrowed
+ * data (dt_tensor_from_local without a copy) and scratch buffers are not counted. Not
+ * collective. */
+typedef struct dt_tensor_memory {
+    int64_t tensors, bytes, peak_bytes;
+} dt_tensor_memory;
+DT_API dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out);
+DT_API dt_status dt_ctx_tensor_memory_reset_peak(dt_ctx *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -72,6 +72,21 @@ void dt_ctx_live_peak_reset(dt_ctx *ctx) {
     atomic_store(&ctx->peak_bytes, atomic_load(&ctx->live_bytes));
 }
 
+dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out) {
+    DT_ARG_NOT_NULL(ctx);
+    DT_ARG_NOT_NULL(out);
+    *out = (dt_tensor_memory){.tensors = atomic_load(&ctx->live_tensors),
+                              .bytes = atomic_load(&ctx->live_bytes),
+                              .peak_bytes = atomic_load(&ctx->peak_bytes)};
+    return DT_OK;
+}
+
+dt_status dt_ctx_tensor_memory_reset_peak(dt_ctx *ctx) {
+    DT_ARG_NOT_NULL(ctx);
+    dt_ctx_live_peak_reset(ctx);
+    return DT_OK;
+}
+
 void dt_tensor_storage_drop(dt_tensor *t) {
     if (t->dropped || !t->owned) return;
     count_bytes(t->mesh->ctx, -(long long)(t->local_numel * dt_dtype_size(t->dtype)));
