@@ -254,3 +254,61 @@ Test(fsdp, checkpointing_one_rank) { ac_policies(mk("one", 1, 0, "dp", NULL, -1,
 Test(fsdp, checkpointing_fsdp_x_tp) {
     ac_policies(mk("fsdp x tp 2x2", 2, 2, "dp", "tp", 0, -1, 1, 1));
 }
+
+static dt_status errors_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2", &mesh));
+    int64_t shape[2] = {4, 3};
+    dt_placement rep = dt_replicate(), s0 = dt_shard(0);
+    dt_generator gen = dt_generator_make(5);
+    dt_tensor *x, *y, *z, *o;
+    R_OK(dt_tensor_randn(mesh, DT_F32, 2, shape, 1, &rep, &gen, &x));
+    R_OK(dt_tensor_set_requires_grad(x, 1));
+    /* a tensor a region dropped is backward's alone */
+    dt_ac_region *region, *second;
+    R_OK(dt_ac_begin(ctx, DT_AC_FULL, &region));
+    R_ERR(dt_ac_begin(ctx, DT_AC_FULL, &second), DT_ERR_ARG, "already open");
+    R_OK(dt_exp(x, &y));
+    R_OK(dt_mul(y, y, &z));
+    R_OK(dt_ac_end(region, 1, &z));
+    R_ERR(dt_add(y, y, &o), DT_ERR_ARG, "dropped");
+    R_ERR(dt_tensor_redistribute(y, 1, &s0, &o), DT_ERR_ARG, "dropped");
+    dt_tensor_release(y);
+    dt_tensor *loss;
+    R_OK(dt_sum(z, NULL, 0, 0, &loss));
+    R_OK(dt_backward(loss)); /* y comes back for mul's rule */
+    dt_tensor_release(loss), dt_tensor_release(z);
+    dt_ac_mode mode;
+    R_ERR(dt_ac_mode_parse("partial", &mode), DT_ERR_ARG, "partial");
+    R_OK(dt_ac_mode_parse("selective", &mode));
+    R_CHECK(mode == DT_AC_SELECTIVE && !strcmp(dt_ac_mode_name(mode), "selective"), "mode");
+    /* FSDP arguments */
+    dt_fsdp *f;
+    dt_fsdp_options o3 = dt_fsdp_options_default();
+    o3.dp_dim = 3;
+    R_ERR(dt_fsdp_create(mesh, &o3, &f), DT_ERR_ARG, "dp_dim = 3");
+    R_OK(dt_fsdp_create(mesh, NULL, &f));
+    R_ERR(dt_fsdp_add_unit(f, 1, &x, NULL), DT_ERR_ARG, "params[0]");
+    dt_tensor *full[1], *w, *w2;
+    R_ERR(dt_fsdp_unit_begin(f, 0, full), DT_ERR_ARG, "unit = 0");
+    R_OK(dt_fsdp_shard_param(f, x, &w));
+    R_ERR(dt_fsdp_shard_param(f, w, &w2), DT_ERR_ARG, "not Replicate");
+    R_OK(dt_fsdp_add_unit(f, 1, &w, NULL));
+    /* a unit begun again before the backward of its last forward: that graph can no longer get
+     * its gathered parameters back, and says so */
+    R_OK(dt_fsdp_unit_begin(f, 0, full));
+    R_OK(dt_sum(full[0], NULL, 0, 0, &loss));
+    R_OK(dt_fsdp_unit_end(f, 0));
+    R_OK(dt_fsdp_unit_begin(f, 0, full));
+    R_OK(dt_fsdp_unit_end(f, 0));
+    dt_tensor *sq;
+    R_OK(dt_mul(loss, loss, &sq));
+    R_ERR(dt_backward(sq), DT_ERR_ARG, "dropped");
+    dt_tensor_release(sq), dt_tensor_release(loss);
+    R_OK(dt_fsdp_destroy(f));
+    dt_tensor_release(w), dt_tensor_release(x);
+    return dt_mesh_release(mesh);
+}
+
+Test(fsdp, errors) { t_run(2, errors_body, NULL); }
