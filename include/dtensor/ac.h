@@ -24,7 +24,12 @@
 extern "C" {
 #endif
 
-typedef enum dt_ac_mode { DT_AC_NONE = 0, DT_AC_FULL, DT_AC_SELECTIVE, DT_AC_MODE_COUNT } dt_ac_mode;
+typedef enum dt_ac_mode {
+    DT_AC_NONE = 0,
+    DT_AC_FULL,
+    DT_AC_SELECTIVE,
+    DT_AC_MODE_COUNT
+} dt_ac_mode;
 
 /* "none", "full", "selective"; NULL for another value. */
 DT_API const char *dt_ac_mode_name(dt_ac_mode mode);
