@@ -26,6 +26,7 @@ typedef struct layout {
 
 typedef struct run {
     layout l;
+    int accum; /* a micro-batch before each step's batch, its backward with grad sync off */
     float loss[STEPS];
     int64_t ag[STEPS], rs[STEPS]; /* all_gathers and reduce_scatters on the dp group, rank 0 */
     dt_fsdp_stats fs;
@@ -96,6 +97,15 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
     if (m.fsdp) R_OK(dt_fsdp_stats_reset(m.fsdp));
     for (int s = 0; s < STEPS; s++) {
         dt_tensor *tok, *tgt, *loss = NULL;
+        if (r->accum) { /* gradient accumulation: reduced once, by the synced backward */
+            dt_tensor *mt, *mg, *ml;
+            R_OK(fm_batch(&m, 100 + s, &mt, &mg));
+            R_OK(dt_ctx_set_grad_sync(ctx, 0));
+            R_OK(fm_loss(&m, mt, mg, &ml));
+            R_OK(dt_backward(ml));
+            R_OK(dt_ctx_set_grad_sync(ctx, 1));
+            dt_tensor_release(ml), dt_tensor_release(mt), dt_tensor_release(mg);
+        }
         R_OK(fm_batch(&m, s, &tok, &tgt));
         int64_t live, base;
         dt_ctx_live(ctx, &live, &base);
@@ -164,6 +174,7 @@ Test(fsdp, loss_curves_counts_and_memory) {
         mk("fsdp dp=4 no prefetch", 4, 0, "dp", NULL, 0, -1, -1, 3),
         mk("fsdp x tp 2x2", 2, 2, "dp", "tp", 0, -1, 1, 1),
         mk("hsdp 2x2", 2, 2, "rep", "dp", 1, 0, -1, 1),
+        mk("fsdp dp=3", 3, 0, "dp", NULL, 0, -1, -1, 1),
     };
     /* The same meshes with replicated parameters: the collectives the model itself issues on
      * the dp group (dispatch's choices for batch-sharded activations) */
@@ -171,16 +182,17 @@ Test(fsdp, loss_curves_counts_and_memory) {
         mk("ddp dp=4", 4, 0, "dp", NULL, 0, -1, -1, 0),
         mk("ddp x tp 2x2", 2, 2, "dp", "tp", 0, -1, 1, 0),
         mk("ddp 2x2", 2, 2, "rep", "dp", 1, 0, -1, 0),
+        mk("ddp dp=3", 3, 0, "dp", NULL, 0, -1, -1, 0),
     };
-    static const int plain_of[5] = {0, 0, 0, 1, 2};
-    run base[3];
-    for (int i = 0; i < 3; i++) {
+    static const int plain_of[6] = {0, 0, 0, 1, 2, 3};
+    run base[4];
+    for (int i = 0; i < 4; i++) {
         base[i] = (run){.l = plain[i]};
         train(&base[i]);
         assert_close(&base[i], &ref);
     }
-    run rs[5];
-    for (int i = 0; i < 5; i++) {
+    run rs[6];
+    for (int i = 0; i < 6; i++) {
         rs[i] = (run){.l = layouts[i]};
         train(&rs[i]);
         assert_close(&rs[i], &ref);
@@ -227,8 +239,8 @@ Test(fsdp, loss_curves_counts_and_memory) {
     /* at most the current unit and the prefetched one are gathered at once */
     cr_assert(rs[0].fs.max_gathered_bytes < ref.param_bytes / 2, "dp=4: %lld bytes gathered",
               (long long)rs[0].fs.max_gathered_bytes);
-    for (int i = 0; i < 5; i++) run_free(&rs[i]);
-    for (int i = 0; i < 3; i++) run_free(&base[i]);
+    for (int i = 0; i < 6; i++) run_free(&rs[i]);
+    for (int i = 0; i < 4; i++) run_free(&base[i]);
     run_free(&ref);
 }
 
@@ -253,6 +265,22 @@ Test(fsdp, checkpointing_one_rank) { ac_policies(mk("one", 1, 0, "dp", NULL, -1,
 
 Test(fsdp, checkpointing_fsdp_x_tp) {
     ac_policies(mk("fsdp x tp 2x2", 2, 2, "dp", "tp", 0, -1, 1, 1));
+}
+
+Test(fsdp, gradient_accumulation) {
+    run ref = {.l = mk("one", 1, 0, "dp", NULL, -1, -1, -1, 0), .accum = 1};
+    train(&ref);
+    const layout ls[] = {mk("fsdp dp=4 accumulating", 4, 0, "dp", NULL, 0, -1, -1, 1),
+                         mk("fsdp x tp 2x2 accumulating", 2, 2, "dp", "tp", 0, -1, 1, 1)};
+    for (int i = 0; i < 2; i++) {
+        run r = {.l = ls[i], .accum = 1};
+        train(&r);
+        assert_close(&r, &ref);
+        /* the unsynced backward reduces nothing: one reduce_scatter per unit per step */
+        cr_assert_eq(r.fs.reduce_scatters, STEPS * NU);
+        run_free(&r);
+    }
+    run_free(&ref);
 }
 
 static dt_status errors_body(dt_ctx *ctx, void *arg) {
