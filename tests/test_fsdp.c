@@ -256,8 +256,9 @@ static void ac_policies(layout l) {
                 "optimizer state): none %lld, full %lld, selective %lld", l.name,
                 (long long)r[0].act_peak[0], (long long)r[1].act_peak[0],
                 (long long)r[2].act_peak[0]);
-    cr_assert(r[DT_AC_FULL].act_peak[0] < r[DT_AC_NONE].act_peak[0]);
-    cr_assert(r[DT_AC_SELECTIVE].act_peak[0] <= r[DT_AC_NONE].act_peak[0]);
+    /* byte counts, not timings: the same on every run */
+    cr_assert(r[DT_AC_FULL].act_peak[0] < r[DT_AC_SELECTIVE].act_peak[0]);
+    cr_assert(r[DT_AC_SELECTIVE].act_peak[0] < r[DT_AC_NONE].act_peak[0]);
     for (int a = 0; a < DT_AC_MODE_COUNT; a++) run_free(&r[a]);
 }
 
