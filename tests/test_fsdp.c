@@ -209,16 +209,22 @@ Test(fsdp, loss_curves_counts_and_memory) {
                          (long long)b->rs[s]);
         }
         cr_assert_eq(r->fs.reduce_scatters, STEPS * NU);
+        /* HSDP: one all_reduce per unit over the replicate dim; FSDP x TP: one for each unit
+         * whose gradients are all Partial over tp (the embedding's) */
+        if (r->l.m.tp_dim < 0)
+            cr_assert_eq(r->fs.all_reduces, r->l.m.rep_dim >= 0 ? STEPS * NU : 0,
+                         "%s: %lld all_reduces", r->l.name, (long long)r->fs.all_reduces);
         cr_assert_eq(r->fs.forward_gathers + r->fs.backward_gathers,
                      (r->ag[0] - b->ag[0]) * STEPS);
         cr_log_info("%s: loss %.6g -> %.6g as on one rank; per step %lld all_gathers, %lld "
                     "reduce_scatters on the dp group (replicated: %lld, %lld); %lld prefetched in %d steps; parameters "
-                    "%lld bytes per rank (one rank %lld), gathered at most %lld",
+                    "%lld bytes per rank (one rank %lld), gathered at most %lld; %lld unit "
+                    "all_reduces",
                     r->l.name, r->loss[0], r->loss[STEPS - 1], (long long)r->ag[0],
                     (long long)r->rs[0], (long long)b->ag[0], (long long)b->rs[0],
                     (long long)r->fs.prefetches, STEPS,
                     (long long)r->param_bytes, (long long)ref.param_bytes,
-                    (long long)r->fs.max_gathered_bytes);
+                    (long long)r->fs.max_gathered_bytes, (long long)r->fs.all_reduces);
     }
     /* resharding and prefetching change where the bytes are, not the values */
     assert_same_bits(&rs[0], &rs[1]);

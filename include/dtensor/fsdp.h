@@ -20,8 +20,9 @@
  *     k-1's, so communication overlaps the current unit's computation (the trace shows both).
  *
  * HSDP: a mesh (replicate, shard): parameters Replicate over the first dim and sharded over
- * the second (dp_dim); their gradients are all_reduced over the first by the leaf's own sync
- * (dtensor/autograd.h) after the unit's reduce_scatter. FSDP x TP: a parameter already
+ * the second (dp_dim); after the unit's reduce_scatter one all_reduce of the unit's reduced
+ * shards over the replicate dim (when every gradient of the unit is Partial there; otherwise
+ * each parameter's own sync, dtensor/autograd.h, all_reduces it). FSDP x TP: a parameter already
  * sharded over a tp dim is sharded over dp on its first tensor dim that no other mesh dim
  * shards (PyTorch nests both on dim 0 with a strided shard; this library has none).
  *
@@ -74,10 +75,11 @@ DT_API dt_status dt_fsdp_unit_begin(dt_fsdp *fsdp, int unit, dt_tensor **full_ou
 DT_API dt_status dt_fsdp_unit_end(dt_fsdp *fsdp, int unit);
 
 /* What the state did since its creation or the last reset: unit gathers issued in forward
- * and in backward (prefetched ones included), those issued as prefetches, and unit
- * reduce_scatters. Not collective. */
+ * and in backward (prefetched ones included), those issued as prefetches, unit
+ * reduce_scatters, and unit all_reduces over the mesh dims where the unit's gradients were
+ * left Partial (HSDP's replicate dim). Not collective. */
 typedef struct dt_fsdp_stats {
-    int64_t forward_gathers, backward_gathers, prefetches, reduce_scatters;
+    int64_t forward_gathers, backward_gathers, prefetches, reduce_scatters, all_reduces;
     int64_t max_gathered_bytes; /* most bytes of gathered parameters alive at once on this rank */
 } dt_fsdp_stats;
 DT_API dt_status dt_fsdp_stats_get(const dt_fsdp *fsdp, dt_fsdp_stats *out);

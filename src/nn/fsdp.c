@@ -249,11 +249,31 @@ static dt_status reduce_finish(unit *u) {
     dt_request *req = u->rs;
     u->rs = NULL;
     dt_status st = dt_request_wait(req, NULL);
-    int mnd = u->f->mesh->ndim, dp = u->f->opt.dp_dim;
+    dt_fsdp *f = u->f;
+    int mnd = f->mesh->ndim, dp = f->opt.dp_dim;
+    /* Mesh dims where every gradient of the unit is still Partial (HSDP's replicate dim): one
+     * all_reduce of the reduced shards over them, rather than one per parameter in the leaf
+     * sync. The slot layout is the same on every rank of that group (same dp coordinate). */
+    unsigned mask = 0;
+    for (int p = 0; p < u->n; p++) {
+        unsigned mp = 0;
+        for (int m = 0; m < mnd; m++)
+            if (m != dp && u->gpl[p][m].kind == DT_PLACEMENT_PARTIAL) mp |= 1u << m;
+        mask = p == 0 ? mp : mask == mp ? mask : 0;
+    }
+    if (st == DT_OK && mask) {
+        dt_comm *comm;
+        st = dt_mesh_lane_comm(f->mesh, mask, 1, &comm);
+        if (st == DT_OK)
+            st = dt_all_reduce(comm, u->rrecv, u->rrecv, u->slot, u->param[0]->dtype,
+                               DT_REDUCE_SUM);
+        if (st == DT_OK) f->stats.all_reduces++;
+    }
     for (int p = 0; p < u->n && st == DT_OK; p++) {
         dt_tensor *w = u->param[p], *g;
         dt_placement pl[DT_MESH_MAX_NDIM];
-        for (int m = 0; m < mnd; m++) pl[m] = m == dp ? w->placements[m] : u->gpl[p][m];
+        for (int m = 0; m < mnd; m++)
+            pl[m] = m == dp || (mask >> m & 1) ? w->placements[m] : u->gpl[p][m];
         st = dt_tensor_alloc(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl, &g);
         if (st != DT_OK) break;
         if (bytes_of(g))
