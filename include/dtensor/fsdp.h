@@ -62,8 +62,9 @@ DT_API dt_status dt_fsdp_destroy(dt_fsdp *fsdp);
 DT_API dt_status dt_fsdp_shard_param(dt_fsdp *fsdp, dt_tensor *param, dt_tensor **out);
 
 /* Adds a unit of n parameters (leaves sharded over dp_dim as dt_fsdp_shard_param leaves them;
- * retained) after the units added so far; *unit_out (nullable) = its index. Units run their
- * forward in the order added. Not collective. */
+ * retained; one dtype and device) after the units added so far; *unit_out (nullable) = its
+ * index. Units run their forward in the order added. DT_ERR_UNSUPPORTED for a parameter whose
+ * gradient dtype was set (mixed-precision reduction is not done here). Not collective. */
 DT_API dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *unit_out);
 
 /* Before the unit's forward: full_out[i] (borrowed, valid until the unit's next begin) is

@@ -452,6 +452,10 @@ dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *
         DT_ARG(!w->node && w->placements[dp].kind == DT_PLACEMENT_SHARD,
                "dt_fsdp_add_unit: params[%d] is not a leaf sharded over mesh dim %d (give it "
                "dt_fsdp_shard_param's result)", p, dp);
+        if (w->grad_dtype)
+            return dt_error(DT_ERR_UNSUPPORTED, "dt_fsdp_add_unit: params[%d] keeps its gradient "
+                                                "in another dtype (dt_tensor_set_grad_dtype): "
+                                                "FSDP units reduce in the parameters' dtype", p);
         DT_ARG(w->dtype == params[0]->dtype && w->device.kind == params[0]->device.kind,
                "dt_fsdp_add_unit: params[%d] differs in dtype or device from params[0] (one "
                "flat buffer per unit)", p);
