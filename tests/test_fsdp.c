@@ -26,7 +26,8 @@ typedef struct layout {
 
 typedef struct run {
     layout l;
-    int accum; /* a micro-batch before each step's batch, its backward with grad sync off */
+    int accum;     /* a micro-batch before each step's batch, its backward with grad sync off */
+    int keep_last; /* the last unit stays gathered after its forward */
     float loss[STEPS];
     int64_t ag[STEPS], rs[STEPS]; /* all_gathers and reduce_scatters on the dp group, rank 0 */
     dt_fsdp_stats fs;
@@ -35,7 +36,8 @@ typedef struct run {
     size_t ngrads[MAXR];
 } run;
 
-/* fsdp: 0 none (replicated), 1 resharding after forward, 2 kept, 3 without prefetch */
+/* fsdp: 0 none (replicated), 1 resharding after forward, 2 kept, 3 without prefetch, 4 the last
+ * unit kept */
 static layout mk(const char *name, int n0, int n1, const char *d0, const char *d1, int dp,
                  int rep, int tp, int fsdp) {
     layout l = {name, {.ndim = n1 ? 2 : 1, .shape = {n0, n1}, .names = {d0, d1}, .dp_dim = dp,
@@ -86,6 +88,7 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_mesh_create(ctx, l->ndim, l->shape, l->names, &mesh));
     fm_model m;
     R_OK(fm_init(&m, mesh, &cfg, l, 77));
+    if (r->keep_last) R_OK(dt_fsdp_unit_set_reshard_after_forward(m.fsdp, NU - 1, 0));
     dt_adamw_options adamw = {.lr = 0.02, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                               .weight_decay = 0.1};
     dt_param_group all = {.params = m.p, .n = NP};
@@ -175,6 +178,7 @@ Test(fsdp, loss_curves_counts_and_memory) {
         mk("fsdp x tp 2x2", 2, 2, "dp", "tp", 0, -1, 1, 1),
         mk("hsdp 2x2", 2, 2, "rep", "dp", 1, 0, -1, 1),
         mk("fsdp dp=3", 3, 0, "dp", NULL, 0, -1, -1, 1),
+        mk("fsdp dp=4 last kept", 4, 0, "dp", NULL, 0, -1, -1, 1),
     };
     /* The same meshes with replicated parameters: the collectives the model itself issues on
      * the dp group (dispatch's choices for batch-sharded activations) */
@@ -184,16 +188,16 @@ Test(fsdp, loss_curves_counts_and_memory) {
         mk("ddp 2x2", 2, 2, "rep", "dp", 1, 0, -1, 0),
         mk("ddp dp=3", 3, 0, "dp", NULL, 0, -1, -1, 0),
     };
-    static const int plain_of[6] = {0, 0, 0, 1, 2, 3};
+    static const int plain_of[7] = {0, 0, 0, 1, 2, 3, 0};
     run base[4];
     for (int i = 0; i < 4; i++) {
         base[i] = (run){.l = plain[i]};
         train(&base[i]);
         assert_close(&base[i], &ref);
     }
-    run rs[6];
-    for (int i = 0; i < 6; i++) {
-        rs[i] = (run){.l = layouts[i]};
+    run rs[7];
+    for (int i = 0; i < 7; i++) {
+        rs[i] = (run){.l = layouts[i], .keep_last = i == 6};
         train(&rs[i]);
         assert_close(&rs[i], &ref);
         const run *r = &rs[i], *b = &base[plain_of[i]];
@@ -201,7 +205,8 @@ Test(fsdp, loss_curves_counts_and_memory) {
             /* one all_gather per unit forward, one more in backward when resharded; one
              * reduce_scatter per unit: on top of what the model issues with replicated
              * parameters */
-            cr_assert_eq(r->ag[s] - b->ag[s], NU * (r->l.m.fsdp_options.reshard_after_forward ? 2 : 1),
+            cr_assert_eq(r->ag[s] - b->ag[s],
+                         NU * (r->l.m.fsdp_options.reshard_after_forward ? 2 : 1) - r->keep_last,
                          "%s step %d: %lld all_gathers, %lld with replicated parameters",
                          r->l.name, s, (long long)r->ag[s], (long long)b->ag[s]);
             cr_assert_eq(r->rs[s] - b->rs[s], NU, "%s step %d: %lld reduce_scatters, %lld with "
@@ -245,7 +250,8 @@ Test(fsdp, loss_curves_counts_and_memory) {
     /* at most the current unit and the prefetched one are gathered at once */
     cr_assert(rs[0].fs.max_gathered_bytes < ref.param_bytes / 2, "dp=4: %lld bytes gathered",
               (long long)rs[0].fs.max_gathered_bytes);
-    for (int i = 0; i < 6; i++) run_free(&rs[i]);
+    assert_same_bits(&rs[0], &rs[6]);
+    for (int i = 0; i < 7; i++) run_free(&rs[i]);
     for (int i = 0; i < 4; i++) run_free(&base[i]);
     run_free(&ref);
 }

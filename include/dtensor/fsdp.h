@@ -75,6 +75,10 @@ DT_API dt_status dt_fsdp_unit_begin(dt_fsdp *fsdp, int unit, dt_tensor **full_ou
  * (use only what the unit's ops made from here on). Not collective. */
 DT_API dt_status dt_fsdp_unit_end(dt_fsdp *fsdp, int unit);
 
+/* Overrides reshard_after_forward for one unit: torchtitan keeps the last unit gathered, since
+ * its backward starts right after its forward. Not collective (every rank sets the same). */
+DT_API dt_status dt_fsdp_unit_set_reshard_after_forward(dt_fsdp *fsdp, int unit, int reshard);
+
 /* What the state did since its creation or the last reset: unit gathers issued in forward
  * and in backward (prefetched ones included), those issued as prefetches, unit
  * reduce_scatters, and unit all_reduces over the mesh dims where the unit's gradients were

@@ -24,6 +24,7 @@ typedef struct unit {
     dt_saved_hooks hooks; /* first: a gathered parameter's hooks point here */
     dt_fsdp *f;
     int index, n;
+    bool reshard;      /* drop the gathered storage at the end of the unit's forward */
     dt_tensor **param; /* retained */
     dt_tensor **full;  /* retained: the last forward's gathered parameters (NULL before) */
     dt_tensor **grad;  /* gradients backward handed over, in the reduce's placements */
@@ -470,6 +471,7 @@ dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *
     if (u) {
         *u = (unit){.hooks = {.refill = refill, .grad_ready = grad_ready, .detach = detach},
                     .f = fsdp, .index = fsdp->n, .n = n,
+                    .reshard = fsdp->opt.reshard_after_forward != 0,
                     .es = dt_dtype_size(params[0]->dtype)};
         u->param = calloc((size_t)n, sizeof *u->param);
         u->full = calloc((size_t)n, sizeof *u->full);
@@ -531,11 +533,17 @@ dt_status dt_fsdp_unit_begin(dt_fsdp *fsdp, int unit_index, dt_tensor **full_out
 dt_status dt_fsdp_unit_end(dt_fsdp *fsdp, int unit_index) {
     DT_CHECK(unit_arg("dt_fsdp_unit_end", fsdp, unit_index));
     unit *u = fsdp->u[unit_index];
-    if (fsdp->opt.reshard_after_forward) drop_full(u);
+    if (u->reshard) drop_full(u);
     dt_ctx *ctx = fsdp->mesh->ctx;
     if (ctx->trace)
         dt_trace_record(ctx, DT_LANE_OPS, "fsdp_unit", u->t_begin, "unit %d forward%s",
-                        unit_index, fsdp->opt.reshard_after_forward ? ", resharded" : "");
+                        unit_index, u->reshard ? ", resharded" : "");
+    return DT_OK;
+}
+
+dt_status dt_fsdp_unit_set_reshard_after_forward(dt_fsdp *fsdp, int unit_index, int reshard) {
+    DT_CHECK(unit_arg("dt_fsdp_unit_set_reshard_after_forward", fsdp, unit_index));
+    fsdp->u[unit_index]->reshard = reshard != 0;
     return DT_OK;
 }
 
