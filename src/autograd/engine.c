@@ -4,8 +4,10 @@
  * inputs, whose own nodes reach further back: the graph lives exactly as long as the tensors
  * that can reach it. Backward collects the tensors with nodes reachable from the root in
  * depth-first post-order (holding a reference to each), runs their rules from the root down
- * with grad mode off, adds the results into the inputs' nodes or leaves, and then frees the
- * graph: every visited node drops its inputs. */
+ * with grad mode off and adds the results into the inputs' nodes or leaves, freeing the graph
+ * as it goes: a node drops its inputs as soon as its rule ran. Saved inputs whose storage an
+ * owner dropped after the forward (activation checkpointing, FSDP) are refilled through their
+ * hooks (autograd/saved.h) just before a rule reads them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -292,10 +294,10 @@ static dt_status release_node(dt_tensor *t, walk *leaves) {
     dt_status st = DT_OK;
     for (int i = 0; i < node->n; i++) {
         dt_tensor *in = node->in[i];
-        if (in && !in->node && in->requires_grad && st == DT_OK) {
-            int seen = 0;
-            for (int k = 0; k < leaves->n && !seen; k++) seen = leaves->order[k] == in;
-            if (!seen) st = push(leaves, in);
+        if (in && !in->node && in->requires_grad && in->sync_mark != leaves->mark &&
+            st == DT_OK) {
+            in->sync_mark = leaves->mark;
+            st = push(leaves, in);
         }
         dt_tensor_release(in), node->in[i] = NULL;
     }
@@ -318,7 +320,7 @@ static dt_status run_backward_end(dt_ctx *ctx, dt_status st) {
 static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     static _Atomic unsigned marks;
     walk w = {.mark = atomic_fetch_add(&marks, 1) + 1};
-    walk leaves = {0};
+    walk leaves = {.mark = w.mark};
     dt_ctx *ctx = ctx_of(root);
     dt_status st = collect(&w, root);
     if (st == DT_OK) {

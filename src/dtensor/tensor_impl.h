@@ -34,6 +34,7 @@ struct dt_tensor {
     struct dt_node *node; /* the op that made it (owned), NULL for a leaf */
     dt_tensor *grad;      /* a leaf's accumulated gradient (owned) */
     int grad_dtype;       /* dt_dtype + 1 its gradient is accumulated in; 0: its own */
+    unsigned sync_mark;   /* a leaf: the backward that listed it for its gradient sync */
     /* saved tensors that can be dropped (autograd/saved.h): */
     bool dropped;                  /* its storage was freed; hooks->refill puts it back */
     struct dt_saved_hooks *hooks;  /* borrowed; detach is called when the tensor dies */
