@@ -26,9 +26,12 @@
  * sharded over a tp dim is sharded over dp on its first tensor dim that no other mesh dim
  * shards (PyTorch nests both on dim 0 with a strided shard; this library has none).
  *
- * All calls are collective over the mesh and made by every rank in the same order. Gradient
- * sync off (dt_ctx_set_grad_sync) bypasses the unit reduce: gradients are then left to the
- * leaves as usual. */
+ * Every rank of the mesh makes the same calls in the same order (each call says whether it
+ * communicates). The gathers and reduces run on the dp group's communicator of the
+ * communication thread (dtensor/redistribute.h's async lane), and are counted in
+ * dt_comm_stats_get under the dp dim's name. Gradient sync off (dt_ctx_set_grad_sync) bypasses
+ * the unit reduce: gradients are then left to the leaves as usual, and the next synced
+ * backward adds the unit's reduced shards to them. */
 #ifndef DTENSOR_FSDP_H
 #define DTENSOR_FSDP_H
 
