@@ -8,7 +8,7 @@ PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev li
 TEST_PKGS := chromium
 MESON_FLAGS := -Dwerror=true
 
-.PHONY: all deps test-deps build demo test test-gpu-sim test-asan bench fuzz gpu-check fresh-check \
+.PHONY: all deps test-deps build demo train test test-gpu-sim test-asan bench fuzz gpu-check fresh-check \
 	clean
 
 all: build
@@ -25,6 +25,12 @@ build: deps
 
 demo: build
 	./$(BUILD)/examples/demo $(BUILD)
+
+# The Llama-style model of examples/tiny_llama.c trained on the GPL-3 text on 4 in-process ranks
+# (dp=2 x tp=2); TRAIN_ARGS passes flags (--mesh tp=4 --steps 50 ...; see README.md).
+TRAIN_ARGS ?=
+train: build
+	./$(BUILD)/examples/train --out $(BUILD)/train_trace $(TRAIN_ARGS)
 
 test: test-deps build test-gpu-sim
 	meson test -C $(BUILD) --print-errorlogs

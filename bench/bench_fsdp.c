@@ -127,7 +127,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         TRY(dt_comm_stats_reset(ctx));
         dt_tensor_memory mem;
         TRY(dt_ctx_tensor_memory(ctx, &mem));
-        TRY(dt_ctx_tensor_memory_reset_peak(ctx));
+        TRY(dt_ctx_reset_peak(ctx));
         if (last && r->trace && rank == 0) TRY(dt_trace_start(ctx));
         double t0 = now_ms(), c0 = cpu_ms();
         TRY(fm_loss(&m, tok, tgt, &loss));

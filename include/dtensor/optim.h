@@ -42,12 +42,16 @@ typedef struct dt_adamw_options {
 
 /* A parameter group: n parameters (the array is borrowed; the optimizer retains each tensor),
  * with this group's weight decay (NULL: the options') and whether to keep f32 master weights
- * for its bf16/f16 parameters (f32 and f64 parameters are their own master). */
+ * for its bf16/f16 parameters (f32 and f64 parameters are their own master). reduce_f32 (with
+ * master_weights): the group's bf16/f16 parameters accumulate and reduce their gradients in f32
+ * (dt_tensor_set_grad_dtype; torchtitan's mixed precision: bf16 compute, f32 master weights
+ * and gradient reduction), set when the optimizer is made. */
 typedef struct dt_param_group {
     dt_tensor *const *params;
     int n;
     const double *weight_decay;
     int master_weights;
+    int reduce_f32;
 } dt_param_group;
 
 /* Make an optimizer over the parameters of ngroups groups (parameter k counts through the
@@ -59,6 +63,11 @@ DT_API dt_status dt_optim_sgd_create(const dt_sgd_options *options, const dt_par
                                      int ngroups, dt_optim **out);
 DT_API dt_status dt_optim_adamw_create(const dt_adamw_options *options,
                                        const dt_param_group *groups, int ngroups, dt_optim **out);
+/* The same over every parameter of a materialized registry (dtensor/params.h), in its order,
+ * one group (options' weight decay); DT_ERR_ARG for a registry not materialized. */
+typedef struct dt_params dt_params;
+DT_API dt_status dt_optim_adamw_create_params(const dt_adamw_options *options,
+                                              const dt_params *params, dt_optim **out);
 /* Releases the state, the master weights and the optimizer's references to the parameters.
  * NULL is fine. */
 DT_API dt_status dt_optim_destroy(dt_optim *optim);

@@ -27,6 +27,8 @@ typedef struct dt_node {
     dt_op_args args;
     int n;
     dt_tensor *in[DT_GRAD_MAX_INPUTS]; /* retained */
+    int nsaved;
+    dt_tensor *saved[DT_OP_MAX_AUX]; /* the op's other outputs (retained): rules' state */
     /* during a backward: */
     dt_tensor *grad; /* the output's gradient accumulated so far */
     unsigned mark;   /* the walk that visited it */
@@ -35,6 +37,7 @@ typedef struct dt_node {
 void dt_node_release(dt_node *node) {
     if (!node) return;
     for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]);
+    for (int i = 0; i < node->nsaved; i++) dt_tensor_release(node->saved[i]);
     dt_tensor_release(node->grad);
     free(node);
 }
@@ -53,6 +56,7 @@ static dt_status record(dt_tensor *out, dt_node *node) {
     out->requires_grad = true;
     for (int i = 0; i < node->n; i++)
         if (node->in[i]) dt_tensor_retain(node->in[i]);
+    for (int i = 0; i < node->nsaved; i++) dt_tensor_retain(node->saved[i]);
     if (ctx_of(out)->ac_region) dt_ac_note(ctx_of(out), out);
     return DT_OK;
 }
@@ -101,7 +105,7 @@ void dt_autograd_cancel_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), v
 }
 
 dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
-                             dt_tensor *out) {
+                             dt_tensor *out, dt_tensor *const *saved, int nsaved) {
     DT_ARG(n <= DT_GRAD_MAX_INPUTS, "%s: %d inputs, autograd records at most %d",
            dt_op_name(op), n, DT_GRAD_MAX_INPUTS);
     dt_node *node = calloc(1, sizeof *node);
@@ -110,6 +114,8 @@ dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_
     node->op = op, node->n = n;
     if (args) node->args = *args;
     memcpy(node->in, in, sizeof(dt_tensor *) * (size_t)n);
+    node->nsaved = nsaved;
+    for (int i = 0; i < nsaved; i++) node->saved[i] = saved[i];
     return record(out, node);
 }
 
@@ -255,7 +261,7 @@ static dt_status step(dt_tensor *t) {
     else if (any) {
         const op_desc *d = dt_op_desc(node->op);
         dt_grad_call c = {.op = node->op, .args = &node->args, .n = node->n, .in = node->in,
-                          .need = need, .grad = g};
+                          .saved = node->saved, .nsaved = node->nsaved, .need = need, .grad = g};
         st = d ? d->backward(&c, gin)
                : dt_error(DT_ERR_UNSUPPORTED, "dt_backward: %s is a registered op: it has no "
                                               "backward rule", dt_op_name(node->op));
@@ -301,8 +307,9 @@ static dt_status release_node(dt_tensor *t, walk *leaves) {
         }
         dt_tensor_release(in), node->in[i] = NULL;
     }
+    for (int i = 0; i < node->nsaved; i++) dt_tensor_release(node->saved[i]), node->saved[i] = NULL;
     dt_tensor_release(node->grad), node->grad = NULL;
-    node->n = 0, node->freed = true;
+    node->n = node->nsaved = 0, node->freed = true;
     return st;
 }
 

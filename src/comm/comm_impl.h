@@ -119,7 +119,7 @@ struct dt_ctx {
     int no_grad_depth;        /* dt_no_grad_enter scopes open (autograd: records when 0) */
     bool grad_unsynced;       /* dt_ctx_set_grad_sync(ctx, 0) */
     atomic_llong live_tensors, live_bytes; /* tensors of this rank alive, and their owned bytes */
-    atomic_llong peak_bytes;               /* most live_bytes since the last peak reset */
+    atomic_llong live_peak;                /* most live_bytes since start or the last reset */
     struct dt_backward_hook *backward_end; /* run once when the running backward ends */
     struct dt_ac_region *ac_region;        /* the open activation-checkpoint region, if any */
     void (*redist_free)(dt_redist_state *);

@@ -49,8 +49,8 @@ enum { GIVEN, UNINIT, ZEROED }; /* where make's storage comes from */
  * between two tensors of the same local shape, so the sum stays right. */
 static void count_bytes(dt_ctx *ctx, long long bytes) {
     long long now = atomic_fetch_add(&ctx->live_bytes, bytes) + bytes;
-    long long peak = atomic_load(&ctx->peak_bytes);
-    while (now > peak && !atomic_compare_exchange_weak(&ctx->peak_bytes, &peak, now)) {
+    long long peak = atomic_load(&ctx->live_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&ctx->live_peak, &peak, now)) {
     }
 }
 
@@ -66,22 +66,22 @@ void dt_ctx_live(dt_ctx *ctx, int64_t *tensors_out, int64_t *bytes_out) {
     *bytes_out = atomic_load(&ctx->live_bytes);
 }
 
-int64_t dt_ctx_live_peak(dt_ctx *ctx) { return atomic_load(&ctx->peak_bytes); }
+int64_t dt_ctx_live_peak(dt_ctx *ctx) { return atomic_load(&ctx->live_peak); }
 
 void dt_ctx_live_peak_reset(dt_ctx *ctx) {
-    atomic_store(&ctx->peak_bytes, atomic_load(&ctx->live_bytes));
+    atomic_store(&ctx->live_peak, atomic_load(&ctx->live_bytes));
 }
 
 dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out) {
     DT_ARG_NOT_NULL(ctx);
     DT_ARG_NOT_NULL(out);
-    *out = (dt_tensor_memory){.tensors = atomic_load(&ctx->live_tensors),
-                              .bytes = atomic_load(&ctx->live_bytes),
-                              .peak_bytes = atomic_load(&ctx->peak_bytes)};
+    out->tensors = atomic_load(&ctx->live_tensors);
+    out->bytes = atomic_load(&ctx->live_bytes);
+    out->peak_bytes = atomic_load(&ctx->live_peak);
     return DT_OK;
 }
 
-dt_status dt_ctx_tensor_memory_reset_peak(dt_ctx *ctx) {
+dt_status dt_ctx_reset_peak(dt_ctx *ctx) {
     DT_ARG_NOT_NULL(ctx);
     dt_ctx_live_peak_reset(ctx);
     return DT_OK;

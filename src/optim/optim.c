@@ -86,7 +86,10 @@ static dt_status check_param(const char *fn, dt_tensor *p, int k, int g, int j) 
 
 /* Parameter k's state: buffers zeroed in its placements, the master a copy made under no grad
  * (a widening cast of a non-Partial tensor is local). */
-static dt_status init_param(opt_param *q, dt_optim_rule rule, double momentum, int master) {
+static dt_status init_param(opt_param *q, dt_optim_rule rule, double momentum,
+                            const dt_param_group *g) {
+    int master = g->master_weights;
+    if (g->reduce_f32 && is_half(q->p->dtype)) DT_CHECK(dt_tensor_set_grad_dtype(q->p, DT_F32));
     if (master && is_half(q->p->dtype)) {
         dt_ctx *ctx = q->p->mesh->ctx;
         DT_CHECK(dt_no_grad_enter(ctx));
@@ -109,6 +112,9 @@ static dt_status create(const char *fn, const dt_optim_hyper *h, double lr, doub
         DT_ARG(groups[g].n >= 0 && (groups[g].params || groups[g].n == 0),
                "%s: groups[%d] has n = %d and params %p", fn, g, groups[g].n,
                (const void *)groups[g].params);
+        DT_ARG(!groups[g].reduce_f32 || groups[g].master_weights,
+               "%s: groups[%d].reduce_f32 needs master_weights (an f32 gradient updates the f32 "
+               "master)", fn, g);
         DT_ARG(!groups[g].weight_decay || *groups[g].weight_decay >= 0,
                "%s: groups[%d].weight_decay = %g is negative", fn, g,
                groups[g].weight_decay ? *groups[g].weight_decay : 0.0);
@@ -135,7 +141,7 @@ static dt_status create(const char *fn, const dt_optim_hyper *h, double lr, doub
             q->p = groups[g].params[j];
             dt_tensor_retain(q->p);
             q->weight_decay = groups[g].weight_decay ? *groups[g].weight_decay : wd;
-            st = init_param(q, h->rule, h->momentum, groups[g].master_weights);
+            st = init_param(q, h->rule, h->momentum, &groups[g]);
         }
     }
     if (st != DT_OK) {
