@@ -2,6 +2,7 @@
 #ifndef DTENSOR_H
 #define DTENSOR_H
 
+#include "dtensor/ac.h"
 #include "dtensor/autograd.h"
 #include "dtensor/checkpoint.h"
 #include "dtensor/comm.h"
@@ -9,6 +10,7 @@
 #include "dtensor/create.h"
 #include "dtensor/device.h"
 #include "dtensor/explain.h"
+#include "dtensor/fsdp.h"
 #include "dtensor/mesh.h"
 #include "dtensor/nccl.h"
 #include "dtensor/nn.h"

@@ -35,9 +35,12 @@ DT_API dt_status dt_tensor_set_grad_dtype(dt_tensor *tensor, dt_dtype dtype);
 /* Drops the leaf's gradient (torch's zero_grad(set_to_none=True)). */
 DT_API dt_status dt_tensor_zero_grad(dt_tensor *tensor);
 
-/* Backpropagates from loss (a DTensor of one element, any placements) with gradient 1, then
- * frees the graph: the nodes and what they hold are released, and a second backward through
- * the same graph is DT_ERR_ARG. Gradients add into leaves that have one already. */
+/* Backpropagates from loss (a DTensor of one element, any placements) with gradient 1 and
+ * frees the graph as it goes: each node drops the tensors it saved as soon as its rule ran (so
+ * activations die during backward, not after it), and a second backward through the same
+ * graph is DT_ERR_ARG. Saved tensors whose storage activation checkpointing or FSDP dropped
+ * (dtensor/ac.h, dtensor/fsdp.h) are refilled just before the first rule that reads them.
+ * Gradients add into leaves that have one already. */
 DT_API dt_status dt_backward(dt_tensor *loss);
 /* The same from any tensor t with gradient grad (t's shape; any placements). */
 DT_API dt_status dt_backward_with(dt_tensor *t, dt_tensor *grad);

@@ -100,7 +100,8 @@ DT_API dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_ten
 /* The calling rank's tensor memory: tensors alive, bytes of local data they own (on any
  * device; borrowed data is not counted) and the most bytes owned at once since the context
  * began or the last dt_ctx_reset_peak (a training step's peak: activations, gradients and
- * gathered weights included). Not collective. */
+ * gathered weights included). Storage that activation checkpointing or FSDP resharding dropped
+ * does not count while dropped. Not collective. */
 typedef struct dt_tensor_memory {
     int64_t tensors, bytes, peak_bytes;
 } dt_tensor_memory;

@@ -4,12 +4,15 @@
  * inputs, whose own nodes reach further back: the graph lives exactly as long as the tensors
  * that can reach it. Backward collects the tensors with nodes reachable from the root in
  * depth-first post-order (holding a reference to each), runs their rules from the root down
- * with grad mode off, adds the results into the inputs' nodes or leaves, and then frees the
- * graph: every visited node drops its inputs. */
+ * with grad mode off and adds the results into the inputs' nodes or leaves, freeing the graph
+ * as it goes: a node drops its inputs as soon as its rule ran. Saved inputs whose storage an
+ * owner dropped after the forward (activation checkpointing, FSDP) are refilled through their
+ * hooks (autograd/saved.h) just before a rule reads them. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd/autograd_impl.h"
+#include "autograd/saved.h"
 #include "comm/comm_impl.h"
 #include "core/box.h"
 #include "core/check.h"
@@ -70,7 +73,51 @@ static dt_status record(dt_tensor *out, dt_node *node) {
     for (int i = 0; i < node->n; i++)
         if (node->in[i]) dt_tensor_retain(node->in[i]);
     for (int i = 0; i < node->nsaved; i++) dt_tensor_retain(node->saved[i]);
+    if (ctx_of(out)->ac_region) dt_ac_note(ctx_of(out), out);
     return DT_OK;
+}
+
+int dt_node_op(const dt_tensor *t) {
+    return t->node && !t->node->redistribute ? (int)t->node->op : -1;
+}
+
+int dt_node_inputs(const dt_tensor *t, dt_tensor ***in_out, const dt_op_args **args_out) {
+    if (!t->node) return 0;
+    *in_out = t->node->in;
+    *args_out = &t->node->args;
+    return t->node->n;
+}
+
+bool dt_node_done(const dt_tensor *t) { return t->node && t->node->freed; }
+
+dt_status dt_saved_refill(dt_tensor *t) {
+    if (!t || !t->dropped) return DT_OK;
+    if (!t->hooks)
+        return dt_error(DT_ERR_ARG, "dt_backward: a saved tensor's storage was dropped and "
+                                    "nothing can refill it");
+    DT_CHECK(t->hooks->refill(t->hooks, t));
+    if (t->dropped)
+        return dt_error(DT_ERR_ARG, "dt_backward: a dropped saved tensor was not refilled by "
+                                    "its owner");
+    return DT_OK;
+}
+
+dt_status dt_autograd_at_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
+    dt_backward_hook *h = malloc(sizeof *h);
+    if (!h) return dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for a hook");
+    *h = (dt_backward_hook){.fn = fn, .user = user};
+    dt_backward_hook **tail = &ctx->backward_end;
+    while (*tail) tail = &(*tail)->next;
+    *tail = h;
+    return DT_OK;
+}
+
+void dt_autograd_cancel_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
+    for (dt_backward_hook **p = &ctx->backward_end; *p;) {
+        dt_backward_hook *h = *p;
+        if (h->fn == fn && h->user == user) *p = h->next, free(h);
+        else p = &h->next;
+    }
 }
 
 dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
@@ -243,6 +290,17 @@ static dt_status step(dt_tensor *t) {
     int any = 0;
     for (int i = 0; i < node->n; i++) any |= need[i] = node->in[i] && node->in[i]->requires_grad;
     dt_status st = DT_OK;
+    /* Saved inputs whose storage was dropped after the forward come back first. */
+    for (int i = 0; i < node->n && st == DT_OK && any && !node->redistribute; i++)
+        st = dt_saved_refill(node->in[i]);
+    if (st != DT_OK) {
+        dt_tensor_release(g);
+        return st;
+    }
+    /* A gathered parameter's owner reduces the gradient itself (FSDP: all of a unit at once). */
+    if (any && node->redistribute && !node->in[0]->node && t->hooks && t->hooks->grad_ready &&
+        !ctx_of(t)->grad_unsynced)
+        return t->hooks->grad_ready(t->hooks, t, g);
     /* A leaf's gradient passes a redistribute unmoved: the leaf's own sync (or its absence,
      * for accumulation) places it once, after every use of the leaf has added into it. Not a
      * move across meshes: that gradient must go back to the leaf's mesh. */
@@ -270,58 +328,72 @@ static dt_status step(dt_tensor *t) {
     return st;
 }
 
-/* The leaves the walk reached, in the order it reached them, placed by grad sync. */
-static dt_status sync_leaves(const walk *w) {
-    int n = 0, cap = 0;
-    dt_tensor **leaves = NULL;
+/* Frees what t's node holds once its rule ran: its inputs (the saved tensors, which die here
+ * unless something else holds them, so activations go as backward passes them) and any
+ * gradient left. Leaves that require grad are kept in leaves (retained) for the final sync:
+ * their gradients may still arrive (an FSDP unit's reduce_scatter, waited for at the end). */
+static void release_node(dt_tensor *t) {
+    dt_node *node = t->node;
+    for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]), node->in[i] = NULL;
+    for (int i = 0; i < node->nsaved; i++) dt_tensor_release(node->saved[i]), node->saved[i] = NULL;
+    dt_tensor_release(node->grad), node->grad = NULL;
+    free_state(node);
+    node->n = node->nsaved = 0, node->freed = true;
+}
+
+/* The leaves that require grad, in the order the post-order walk first reaches them (the
+ * order grad sync buckets them in, the same on every rank), retained in leaves: their
+ * gradients may arrive until the end (an FSDP unit's reduce_scatter, waited for there). */
+static dt_status collect_leaves(const walk *w, walk *leaves) {
     for (int k = 0; k < w->n; k++) {
         dt_node *node = w->order[k]->node;
         for (int i = 0; i < node->n; i++) {
             dt_tensor *in = node->in[i];
-            if (!in || in->node || !in->grad) continue;
-            if (n == cap) {
-                dt_tensor **l = realloc(leaves, sizeof *l * (size_t)(cap = cap ? 2 * cap : 64));
-                if (!l) {
-                    free(leaves);
-                    return dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for the leaves");
-                }
-                leaves = l;
-            }
-            leaves[n++] = in;
+            if (!in || in->node || !in->requires_grad || in->sync_mark == leaves->mark) continue;
+            in->sync_mark = leaves->mark;
+            DT_CHECK(push(leaves, in));
         }
     }
-    dt_status st = dt_grad_sync(leaves, n);
-    free(leaves);
+    return DT_OK;
+}
+
+static dt_status run_backward_end(dt_ctx *ctx, dt_status st) {
+    while (ctx->backward_end) {
+        dt_backward_hook *h = ctx->backward_end;
+        ctx->backward_end = h->next;
+        dt_status s2 = h->fn(h->user); /* run even after a failure: owners clean up there */
+        if (st == DT_OK) st = s2;
+        free(h);
+    }
     return st;
 }
 
 static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     static _Atomic unsigned marks;
     walk w = {.mark = atomic_fetch_add(&marks, 1) + 1};
+    walk leaves = {.mark = w.mark};
     dt_ctx *ctx = ctx_of(root);
     dt_status st = collect(&w, root);
+    if (st == DT_OK) st = collect_leaves(&w, &leaves);
     if (st == DT_OK) {
         dt_tensor_retain(seed);
         root->node->grad = seed;
     }
     ctx->no_grad_depth++;
-    for (int k = w.n - 1; k >= 0 && st == DT_OK; k--) st = step(w.order[k]);
-    /* Leaves reached: their inputs' gradients were added to leaf->grad. */
-    if (st == DT_OK && !ctx->grad_unsynced) st = sync_leaves(&w);
-    ctx->no_grad_depth--;
-    /* Free the graph: every visited node drops its inputs (and any gradient left on a failed
-     * walk); then the references the walk held go. */
-    for (int k = 0; k < w.n; k++) {
-        dt_node *node = w.order[k]->node;
-        for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]), node->in[i] = NULL;
-        for (int i = 0; i < node->nsaved; i++)
-            dt_tensor_release(node->saved[i]), node->saved[i] = NULL;
-        dt_tensor_release(node->grad), node->grad = NULL;
-        free_state(node);
-        node->n = node->nsaved = 0, node->freed = true;
+    /* From the root down; each node's inputs go as soon as its rule ran. */
+    for (int k = w.n - 1; k >= 0; k--) {
+        dt_tensor *t = w.order[k];
+        if (st == DT_OK) st = step(t);
+        release_node(t);
+        dt_tensor_release(t);
     }
-    for (int k = 0; k < w.n; k++) dt_tensor_release(w.order[k]);
+    st = run_backward_end(ctx, st);
+    /* Leaves reached: their inputs' gradients were added to leaf->grad. */
+    if (st == DT_OK && !ctx->grad_unsynced) st = dt_grad_sync(leaves.order, leaves.n);
+    ctx->no_grad_depth--;
+    for (int k = 0; k < leaves.n; k++) dt_tensor_release(leaves.order[k]);
     free(w.order);
+    free(leaves.order);
     return st;
 }
 

@@ -7,6 +7,7 @@
 #include "core/box.h"
 #include "core/check.h"
 #include "autograd/autograd_impl.h"
+#include "autograd/saved.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 
@@ -46,16 +47,29 @@ enum { GIVEN, UNINIT, ZEROED }; /* where make's storage comes from */
 
 /* The rank's live tensors and owned bytes (dt_ctx_live). In-place ops swap data and ownership
  * between two tensors of the same local shape, so the sum stays right. */
-static void count_live(const dt_tensor *t, int sign) {
-    dt_ctx *ctx = t->mesh->ctx;
-    atomic_fetch_add(&ctx->live_tensors, sign);
-    if (!t->owned) return;
-    long long now = atomic_fetch_add(&ctx->live_bytes,
-                                     sign * (long long)(t->local_numel * dt_dtype_size(t->dtype)));
-    now += sign * (long long)(t->local_numel * dt_dtype_size(t->dtype));
+static void count_bytes(dt_ctx *ctx, long long bytes) {
+    long long now = atomic_fetch_add(&ctx->live_bytes, bytes) + bytes;
     long long peak = atomic_load(&ctx->live_peak);
     while (now > peak && !atomic_compare_exchange_weak(&ctx->live_peak, &peak, now)) {
     }
+}
+
+static void count_live(const dt_tensor *t, int sign) {
+    dt_ctx *ctx = t->mesh->ctx;
+    atomic_fetch_add(&ctx->live_tensors, sign);
+    if (t->owned && !t->dropped)
+        count_bytes(ctx, sign * (long long)(t->local_numel * dt_dtype_size(t->dtype)));
+}
+
+void dt_ctx_live(dt_ctx *ctx, int64_t *tensors_out, int64_t *bytes_out) {
+    *tensors_out = atomic_load(&ctx->live_tensors);
+    *bytes_out = atomic_load(&ctx->live_bytes);
+}
+
+int64_t dt_ctx_live_peak(dt_ctx *ctx) { return atomic_load(&ctx->live_peak); }
+
+void dt_ctx_live_peak_reset(dt_ctx *ctx) {
+    atomic_store(&ctx->live_peak, atomic_load(&ctx->live_bytes));
 }
 
 dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out) {
@@ -69,13 +83,28 @@ dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out) {
 
 dt_status dt_ctx_reset_peak(dt_ctx *ctx) {
     DT_ARG_NOT_NULL(ctx);
-    atomic_store(&ctx->live_peak, atomic_load(&ctx->live_bytes));
+    dt_ctx_live_peak_reset(ctx);
     return DT_OK;
 }
 
-void dt_ctx_live(dt_ctx *ctx, int64_t *tensors_out, int64_t *bytes_out) {
-    *tensors_out = atomic_load(&ctx->live_tensors);
-    *bytes_out = atomic_load(&ctx->live_bytes);
+void dt_tensor_storage_drop(dt_tensor *t) {
+    if (t->dropped || !t->owned) return;
+    count_bytes(t->mesh->ctx, -(long long)(t->local_numel * dt_dtype_size(t->dtype)));
+    dt_tensor_mem(t)->free(t->data);
+    t->data = NULL;
+    t->dropped = true;
+}
+
+dt_status dt_tensor_storage_alloc(dt_tensor *t) {
+    if (!t->dropped) return DT_OK;
+    size_t bytes = t->local_numel * dt_dtype_size(t->dtype);
+    void *p = dt_tensor_mem(t)->alloc(bytes);
+    if (!p) return dt_error(DT_ERR_NOMEM, "tensor: out of memory refilling a dropped shard "
+                                          "(%zu bytes)", bytes);
+    t->data = p;
+    t->dropped = false;
+    count_bytes(t->mesh->ctx, (long long)bytes);
+    return DT_OK;
 }
 
 /* One layout computation per tensor: dispatch makes one per op. */
@@ -202,6 +231,7 @@ dt_status dt_tensor_release(dt_tensor *tensor) {
     if (!tensor) return DT_OK;
     DT_CHECK(dt_tensor_check("dt_tensor_release", "tensor", tensor));
     if (atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
+    if (tensor->hooks) tensor->hooks->detach(tensor->hooks, tensor);
     dt_node_release(tensor->node);
     dt_tensor_release(tensor->grad);
     count_live(tensor, -1);

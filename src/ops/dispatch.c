@@ -140,6 +140,10 @@ static dt_status check_inputs(dt_op op, dt_tensor *const *in, int n) {
         if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
             return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op),
                             i, (void *)in[i]);
+        if (in[i] && in[i]->dropped)
+            return dt_error(DT_ERR_ARG, "%s: input %d's storage was dropped after a forward "
+                                        "(activation checkpointing or FSDP resharding): only "
+                                        "backward may read it", dt_op_name(op), i);
         /* Meshes compare by value: two made alike over the same ranks are one. */
         if (in[i] && !dt_mesh_equal(in[i]->mesh, in[0]->mesh))
             return dt_error(DT_ERR_MESH, "%s: input %d lives on another mesh than input 0 (shape "
@@ -176,6 +180,60 @@ static dt_status redistribute_input(dt_op op, int i, dt_tensor *t, const dt_plac
 static void local_of(const dt_tensor *t, dt_local *l) {
     *l = (dt_local){.data = t->data, .dtype = t->dtype, .ndim = t->ndim, .device = t->device};
     memcpy(l->shape, t->local_shape, sizeof(int64_t) * (size_t)t->ndim);
+}
+
+/* The local kernel on inputs already in the strategy's placements, into o's storage. */
+static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *use, int n,
+                               const dt_op_args *a, dt_tensor *o, dt_tensor *const *ax, int na) {
+    dt_ctx *ctx = o->mesh->ctx;
+    dt_device dev = o->device;
+    /* A rank outside the mesh holds nothing of any input or of the output: nothing to run. */
+    if (o->mesh->rank < 0) return DT_OK;
+    op_input gin[DT_OP_MAX_INPUTS];
+    local_call c = {.op = op, .args = a, .ninputs = n, .global = gin, .naux = na,
+                    .k = dt_kernels_of(dev.kind), .mem = dt_mem_ops_of(dev.kind)};
+    for (int i = 0; i < n; i++) {
+        gin[i] = use[i] ? (op_input){use[i]->ndim, use[i]->shape, use[i]->dtype}
+                        : (op_input){-1, NULL, DT_F32};
+        if (!use[i]) continue;
+        local_of(use[i], &c.in[i]);
+        memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
+    }
+    local_of(o, &c.out);
+    memcpy(c.out_offset, o->local_offset, sizeof(int64_t) * (size_t)o->ndim);
+    for (int i = 0; i < na; i++) local_of(ax[i], &c.aux[i]);
+    double tk = ctx->trace ? dt_now_us() : 0;
+    dt_status st = f->compute(&c);
+    if (ctx->trace)
+        dt_trace_record(ctx, DT_LANE_COMPUTE, dt_op_name(op), tk, "%zu elements out",
+                        o->local_numel);
+    return st;
+}
+
+dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                       dt_tensor *out) {
+    const op_family *f = dt_op_family(op);
+    if (f->composite)
+        return dt_error(DT_ERR_ARG, "%s: a composite records no node of its own", dt_op_name(op));
+    DT_CHECK(dt_op_kernel_check(op, dt_kernels_of(out->device.kind)));
+    dt_ctx_bind(out->mesh->ctx);
+    const dt_op_args *a = args ? args : &no_args;
+    /* The other outputs (attention's log-sum-exp) are computed as the forward did, into
+     * temporaries: the node kept its own. */
+    op_input gin[DT_OP_MAX_INPUTS];
+    for (int i = 0; i < n; i++)
+        gin[i] = in[i] ? (op_input){in[i]->ndim, in[i]->shape, in[i]->dtype}
+                       : (op_input){-1, NULL, DT_F32};
+    op_out spec[DT_OP_MAX_AUX];
+    int for_grad = 0, na = f->aux ? f->aux(op, gin, n, a, spec, &for_grad) : 0;
+    dt_tensor *ax[DT_OP_MAX_AUX] = {0};
+    dt_status st = DT_OK;
+    for (int i = 0; i < na && st == DT_OK; i++)
+        st = dt_tensor_alloc(out->mesh, out->device, spec[i].dtype, spec[i].ndim, spec[i].shape,
+                             out->placements, &ax[i]);
+    if (st == DT_OK) st = compute_local(op, f, in, n, a, out, ax, na);
+    for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
+    return st;
 }
 
 /* The op's other outputs (f->aux) when this call computes them: n specs in spec, 0 when
@@ -219,22 +277,9 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
     for (int i = 0; i < na && st == DT_OK; i++)
         st = dt_tensor_alloc(mesh, dev, aspec[i].dtype, aspec[i].ndim, aspec[i].shape, s->out,
                              &ax[i]);
-    /* A rank outside the mesh holds nothing of any input or of the output: nothing to run. */
-    if (st == DT_OK && mesh->rank >= 0) {
-        local_call c = {.op = op, .args = a, .ninputs = n, .global = gin, .naux = na,
-                        .k = dt_kernels_of(dev.kind), .mem = dt_mem_ops_of(dev.kind)};
-        for (int i = 0; i < n; i++) {
-            if (!use[i]) continue;
-            local_of(use[i], &c.in[i]);
-            memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
-        }
-        local_of(o, &c.out);
-        memcpy(c.out_offset, o->local_offset, sizeof(int64_t) * (size_t)o->ndim);
-        for (int i = 0; i < na; i++) local_of(ax[i], &c.aux[i]);
+    if (st == DT_OK) {
         if (ctx->trace) memcpy(text, s->text, sizeof text); /* s is not read past this point */
-        double tk = ctx->trace ? dt_now_us() : 0;
-        st = f->compute(&c);
-        if (ctx->trace) dt_trace_record(ctx, DT_LANE_COMPUTE, dt_op_name(op), tk, "%zu elements out", o->local_numel);
+        st = compute_local(op, f, use, n, a, o, ax, na);
     }
     /* The node holds the inputs as the kernel used them: one that was moved is the output of
      * a recorded redistribute, so its gradient goes back through that move's conjugate (an

@@ -122,6 +122,12 @@ typedef struct op_desc {
 /* The description of a built-in op, NULL for any other value (registry.c). */
 const op_desc *dt_op_desc(dt_op op);
 
+/* Runs op's local kernel again on inputs in (as its autograd node holds them: already in the
+ * chosen strategy's placements) into out's storage, which has out's spec: what activation
+ * checkpointing recomputes with. No redistribution, no recording (dispatch.c). */
+dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                       dt_tensor *out);
+
 /* The family of op, built-in or registered (registry.c). */
 const op_family *dt_op_family(dt_op op);
 
