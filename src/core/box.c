@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/box.h"
+#include "core/copy.h"
 #include "dtensor/types.h"
 
 size_t dt_shape_numel(const int64_t *shape, int ndim) {
@@ -61,6 +62,9 @@ void dt_box_copy(void *dst, const int64_t *dst_shape, const int64_t *dst_off, co
         base_d += (dst_off ? dst_off[d] : 0) * dstride[d];
         base_s += (src_off ? src_off[d] : 0) * sstride[d];
     }
+    /* A large box goes out with streaming stores (core/copy.h) when its runs span whole cache
+     * lines: it will not be read again while it is still in the cache. */
+    int stream = run_bytes >= 256 && dt_shape_numel(box, ndim) * elem_size >= DT_STREAM_MIN_BYTES;
     int64_t idx[DT_MAX_NDIM] = {0};
     for (;;) {
         int64_t od = base_d, os = base_s;
@@ -68,9 +72,15 @@ void dt_box_copy(void *dst, const int64_t *dst_shape, const int64_t *dst_off, co
             od += idx[d] * dstride[d];
             os += idx[d] * sstride[d];
         }
-        memcpy(dbase + (size_t)od * elem_size, sbase + (size_t)os * elem_size, run_bytes);
+        char *to = dbase + (size_t)od * elem_size;
+        const char *from = sbase + (size_t)os * elem_size;
+        if (stream)
+            dt_copy_stream_unfenced(to, from, run_bytes);
+        else
+            memcpy(to, from, run_bytes);
         int d = inner - 1;
         while (d >= 0 && ++idx[d] == box[d]) idx[d--] = 0;
         if (d < 0) break;
     }
+    if (stream) dt_stream_fence();
 }

@@ -9,7 +9,7 @@
 #if defined(__x86_64__) || defined(__SSE2__)
 #include <emmintrin.h>
 
-void dt_copy_stream(void *dst, const void *src, size_t bytes) {
+void dt_copy_stream_unfenced(void *dst, const void *src, size_t bytes) {
     char *d = dst;
     const char *s = src;
     size_t head = (64 - ((uintptr_t)d & 63)) & 63;
@@ -27,11 +27,21 @@ void dt_copy_stream(void *dst, const void *src, size_t bytes) {
         _mm_stream_si128((__m128i *)(d + 48), e);
     }
     memcpy(d, s, bytes);
-    _mm_sfence();
 }
+
+void dt_stream_fence(void) { _mm_sfence(); }
 #else
-void dt_copy_stream(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+void dt_copy_stream_unfenced(void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+}
+
+void dt_stream_fence(void) {}
 #endif
+
+void dt_copy_stream(void *dst, const void *src, size_t bytes) {
+    dt_copy_stream_unfenced(dst, src, bytes);
+    dt_stream_fence();
+}
 
 void dt_copy_large(void *dst, const void *src, size_t bytes) {
     if (bytes >= DT_STREAM_MIN_BYTES)

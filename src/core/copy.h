@@ -15,6 +15,10 @@
  * Blocks must not overlap. On targets without streaming stores: memcpy. */
 void dt_copy_stream(void *dst, const void *src, size_t bytes);
 
+/* dt_copy_stream without the fence, for a series of copies that ends with dt_stream_fence. */
+void dt_copy_stream_unfenced(void *dst, const void *src, size_t bytes);
+void dt_stream_fence(void);
+
 /* dt_copy_stream from DT_STREAM_MIN_BYTES on, memcpy below. Blocks must not overlap. */
 void dt_copy_large(void *dst, const void *src, size_t bytes);
 

@@ -1,9 +1,11 @@
 /* Blocked n-way reductions per dtype: one accumulator block, sources folded in order, so the
- * inner loops vectorise and every rank that reduces the same inputs gets the same bits. */
+ * inner loops vectorise and every rank that reduces the same inputs gets the same bits. A large
+ * result leaves through streaming stores (core/copy.h): the destination is not read first. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "core/copy.h"
 #include "core/half.h"
 #include "core/reduce.h"
 
@@ -16,6 +18,8 @@
 #define DEFINE_REDUCE(NAME, T, ACC, LOAD, STORE)                                                   \
     static void NAME(dt_reduce_op op, void *dst, const void *const *srcs, int n, size_t count) {   \
         ACC acc[BLOCK];                                                                            \
+        T out[BLOCK];                                                                              \
+        const int stream = count * sizeof(T) >= DT_STREAM_MIN_BYTES;                               \
         for (size_t base = 0; base < count; base += BLOCK) {                                       \
             size_t m = count - base < BLOCK ? count - base : BLOCK;                                \
             const T *s0 = (const T *)srcs[0] + base;                                               \
@@ -41,9 +45,11 @@
             }                                                                                      \
             if (op == DT_REDUCE_AVG)                                                               \
                 for (size_t i = 0; i < m; i++) acc[i] /= (ACC)n;                                   \
-            T *d = (T *)dst + base;                                                                \
+            T *d = stream ? out : (T *)dst + base;                                                 \
             for (size_t i = 0; i < m; i++) d[i] = STORE(acc[i]);                                   \
+            if (stream) dt_copy_stream_unfenced((T *)dst + base, out, m * sizeof(T));              \
         }                                                                                          \
+        if (stream) dt_stream_fence();                                                             \
     }
 
 DEFINE_REDUCE(reduce_f32, float, float, ID, ID)
