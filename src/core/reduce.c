@@ -16,10 +16,10 @@
 #define MINOF(a, v) (((v) < (a) || (v) != (v)) ? (v) : (a))
 
 #define DEFINE_REDUCE(NAME, T, ACC, LOAD, STORE)                                                   \
-    static void NAME(dt_reduce_op op, void *dst, const void *const *srcs, int n, size_t count) {   \
+    static void NAME(dt_reduce_op op, void *dst, const void *const *srcs, int n, size_t count,    \
+                     int stream) {                                                                 \
         ACC acc[BLOCK];                                                                            \
         T out[BLOCK];                                                                              \
-        const int stream = count * sizeof(T) >= DT_STREAM_MIN_BYTES;                               \
         for (size_t base = 0; base < count; base += BLOCK) {                                       \
             size_t m = count - base < BLOCK ? count - base : BLOCK;                                \
             const T *s0 = (const T *)srcs[0] + base;                                               \
@@ -49,7 +49,6 @@
             for (size_t i = 0; i < m; i++) d[i] = STORE(acc[i]);                                   \
             if (stream) dt_copy_stream_unfenced((T *)dst + base, out, m * sizeof(T));              \
         }                                                                                          \
-        if (stream) dt_stream_fence();                                                             \
     }
 
 DEFINE_REDUCE(reduce_f32, float, float, ID, ID)
@@ -59,17 +58,29 @@ DEFINE_REDUCE(reduce_f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16)
 DEFINE_REDUCE(reduce_i32, int32_t, int32_t, ID, ID)
 DEFINE_REDUCE(reduce_i64, int64_t, int64_t, ID, ID)
 
-void dt_reduce_n(dt_dtype dtype, dt_reduce_op op, void *dst, const void *const *srcs, int n,
-                 size_t count) {
+static void reduce(dt_dtype dtype, dt_reduce_op op, void *dst, const void *const *srcs, int n,
+                   size_t count, int stream) {
     switch (dtype) {
-    case DT_F32: reduce_f32(op, dst, srcs, n, count); break;
-    case DT_F64: reduce_f64(op, dst, srcs, n, count); break;
-    case DT_BF16: reduce_bf16(op, dst, srcs, n, count); break;
-    case DT_F16: reduce_f16(op, dst, srcs, n, count); break;
-    case DT_I32: reduce_i32(op, dst, srcs, n, count); break;
-    case DT_I64: reduce_i64(op, dst, srcs, n, count); break;
+    case DT_F32: reduce_f32(op, dst, srcs, n, count, stream); break;
+    case DT_F64: reduce_f64(op, dst, srcs, n, count, stream); break;
+    case DT_BF16: reduce_bf16(op, dst, srcs, n, count, stream); break;
+    case DT_F16: reduce_f16(op, dst, srcs, n, count, stream); break;
+    case DT_I32: reduce_i32(op, dst, srcs, n, count, stream); break;
+    case DT_I64: reduce_i64(op, dst, srcs, n, count, stream); break;
     default: break;
     }
+}
+
+void dt_reduce_n(dt_dtype dtype, dt_reduce_op op, void *dst, const void *const *srcs, int n,
+                 size_t count) {
+    int stream = count * dt_dtype_size(dtype) >= DT_STREAM_MIN_BYTES;
+    reduce(dtype, op, dst, srcs, n, count, stream);
+    if (stream) dt_stream_fence();
+}
+
+void dt_reduce_n_streamed(dt_dtype dtype, dt_reduce_op op, void *dst, const void *const *srcs,
+                          int n, size_t count) {
+    reduce(dtype, op, dst, srcs, n, count, 1);
 }
 
 void dt_fill_identity(dt_dtype dtype, dt_reduce_op op, void *dst, size_t count) {

@@ -8,7 +8,10 @@
 
 #include "comm/local/local_impl.h"
 #include "core/check.h"
+#include "core/box.h"
+#include "core/copy.h"
 #include "core/device.h"
+#include "core/reduce.h"
 
 static lw_comm *lw(dt_comm *c) { return (lw_comm *)c; }
 
@@ -222,6 +225,57 @@ static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *
     return st;
 }
 
+/* Rank me reduces its box of every member's array straight out of their memory, run by run
+ * (the box's contiguous stretches), into its dense dst: P -> S(d > 0) in one pass, no packed
+ * copy. Host memory (dt_comm_reduce_scatter_boxes packs for device arrays). */
+static dt_status reduce_scatter_boxes(dt_comm *base, int ndim, const void *src,
+                                      const int64_t *shape, const dt_box *boxes, void *dst,
+                                      dt_dtype dt, dt_reduce_op op) {
+    lw_comm *c = lw(base);
+    lw_group *g = c->group;
+    const int n = g->n, me = base->rank;
+    const size_t es = dt_dtype_size(dt);
+    const void **srcs = malloc(sizeof(void *) * (size_t)n);
+    if (!srcs) return dt_error(DT_ERR_NOMEM, "dt_reduce_scatter_boxes: out of memory");
+    g->slots[me] = (lw_slot){.send = src};
+    dt_status st = lw_enter(c, "dt_reduce_scatter_boxes");
+    if (st != DT_OK) {
+        free(srcs);
+        return st;
+    }
+    const dt_box *b = &boxes[me];
+    int64_t stride[DT_MAX_NDIM];
+    for (int d = ndim - 1; d >= 0; d--) stride[d] = d == ndim - 1 ? 1 : stride[d + 1] * shape[d + 1];
+    /* Trailing dims the box covers whole fold into one run, as in dt_box_copy. */
+    int inner = ndim;
+    size_t run = 1;
+    while (inner > 0) {
+        int d = --inner;
+        run *= (size_t)b->ext[d];
+        if (b->ext[d] != shape[d]) break;
+    }
+    const size_t total = dt_shape_numel(b->ext, ndim);
+    const int stream = run * es >= 256 && total * es >= DT_STREAM_MIN_BYTES;
+    int64_t idx[DT_MAX_NDIM] = {0};
+    for (char *out = dst; total;) {
+        int64_t o = 0;
+        for (int d = 0; d < ndim; d++) o += (b->off[d] + (d < inner ? idx[d] : 0)) * stride[d];
+        for (int j = 0; j < n; j++) srcs[j] = (const char *)g->slots[j].send + (size_t)o * es;
+        if (stream)
+            dt_reduce_n_streamed(dt, op, out, srcs, n, run);
+        else
+            dt_reduce_n(dt, op, out, srcs, n, run);
+        out += run * es;
+        int d = inner - 1;
+        while (d >= 0 && ++idx[d] == b->ext[d]) idx[d--] = 0;
+        if (d < 0) break;
+    }
+    if (stream) dt_stream_fence();
+    free(srcs);
+    lw_sync(c); /* peers may still be reading our array */
+    return DT_OK;
+}
+
 static dt_status barrier_op(dt_comm *base) { return lw_enter(lw(base), "dt_barrier"); }
 
 dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer);
@@ -239,5 +293,7 @@ const dt_comm_ops lw_comm_ops = {
     .recv = lw_recv,
     .barrier = barrier_op,
     .exchange_boxes = exchange_boxes,
+    .reduce_scatter_boxes = reduce_scatter_boxes,
+    .direct = true,
     .destroy = lw_comm_destroy,
 };
