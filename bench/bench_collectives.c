@@ -25,6 +25,7 @@
 #include <dtensor.h>
 
 #include "bench_util.h"
+#include "core/alloc.h"
 #include "core/copy.h"
 
 enum { OP_AG, OP_RS, OP_AR, OP_A2A, OP_BC, NOPS };
@@ -81,7 +82,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     dt_comm *c;
     TRY(dt_ctx_world_comm(ctx, &c));
     size_t cap = sizes[nsizes - 1] / 2 * 3; /* the largest "must" is under 1.5 S */
-    float *in = malloc(cap), *out = malloc(cap);
+    float *in = dt_host_alloc(cap), *out = dt_host_alloc(cap); /* as tensors are */
     if (!in || !out) return dt_error_set(DT_ERR_NOMEM, "bench: out of memory");
     memset(in, 0, cap); /* zeros: sums stay normal floats */
     memset(out, 0, cap);
@@ -105,8 +106,8 @@ static dt_status body(dt_ctx *ctx, void *arg) {
                     t_ref[cur][op][k][r] = (t2 - t1) / iters;
                 }
             }
-    free(in);
-    free(out);
+    dt_host_free(in);
+    dt_host_free(out);
     return st;
 }
 

@@ -12,6 +12,9 @@
  * (s: a rank's shard, T: a rank's partial tensor; both 16 MiB here). Each row also gives the
  * ring model's bus bandwidth (nccl-tests' busbw): size / time x (n-1)/n, x 2(n-1)/n for P->R.
  *
+ * The references copy between buffers from the library's host allocator, as the tensors
+ * are (huge pages where the kernel grants them).
+ *
  * Method: one warm-up round, then BENCH_REPS rounds; a round runs every transition and both of
  * its references once, each after a cache flush (3 x the last-level cache) and timed from a
  * barrier to the barrier after the last rank is done. Figures: median [min, max] over rounds.
@@ -24,6 +27,7 @@
 #include <dtensor.h>
 
 #include "bench_util.h"
+#include "core/alloc.h"
 #include "core/copy.h"
 
 enum { IN_S0, IN_S1, IN_P, NINPUTS };
@@ -117,7 +121,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     dt_comm *world;
     TRY(dt_ctx_world_comm(ctx, &world));
     size_t ref = (size_t)ranks * per_rank; /* the largest "must" */
-    bufs b = {malloc(ref), malloc(ref), NULL, 3 * bench_llc_bytes() / (size_t)ranks};
+    bufs b = {dt_host_alloc(ref), dt_host_alloc(ref), NULL, 3 * bench_llc_bytes() / (size_t)ranks};
     b.flush = malloc(b.flush_bytes);
     if (!b.src || !b.dst || !b.flush) return dt_error_set(DT_ERR_NOMEM, "bench: out of memory");
     memset(b.src, 1, ref);
@@ -130,8 +134,8 @@ static dt_status body(dt_ctx *ctx, void *arg) {
                 st = run_one(world, in, &cases[i], w, &b, &t);
                 if (st == DT_OK && r >= 0 && dt_ctx_rank(ctx) == 0) cases[i].t[w][r] = t;
             }
-    free(b.src);
-    free(b.dst);
+    dt_host_free(b.src);
+    dt_host_free(b.dst);
     free(b.flush);
     for (int i = 0; i < NINPUTS; i++) dt_tensor_release(in[i]);
     dt_mesh_release(mesh);
