@@ -19,6 +19,11 @@ void dt_copy_stream(void *dst, const void *src, size_t bytes);
 void dt_copy_stream_unfenced(void *dst, const void *src, size_t bytes);
 void dt_stream_fence(void);
 
+/* Asks for bytes at p to be brought into the cache (a hint; no fault on bad addresses). */
+static inline void dt_prefetch(const void *p, size_t bytes) {
+    for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch((const char *)p + i);
+}
+
 /* dt_copy_stream from DT_STREAM_MIN_BYTES on, memcpy below. Blocks must not overlap. */
 void dt_copy_large(void *dst, const void *src, size_t bytes);
 

@@ -256,19 +256,25 @@ static dt_status reduce_scatter_boxes(dt_comm *base, int ndim, const void *src,
     }
     const size_t total = dt_shape_numel(b->ext, ndim);
     const int stream = run * es >= 256 && total * es >= DT_STREAM_MIN_BYTES;
+    /* Short runs: the next run of every source is prefetched (as dt_box_copy does). */
+    const int ahead = stream && run * es <= 4096;
     int64_t idx[DT_MAX_NDIM] = {0};
-    for (char *out = dst; total;) {
-        int64_t o = 0;
-        for (int d = 0; d < ndim; d++) o += (b->off[d] + (d < inner ? idx[d] : 0)) * stride[d];
+    int64_t o = 0;
+    for (int d = 0; d < ndim; d++) o += b->off[d] * stride[d];
+    for (char *out = dst; total; out += run * es) {
+        int d = inner - 1;
+        while (d >= 0 && ++idx[d] == b->ext[d]) idx[d--] = 0;
+        int64_t next = 0;
+        for (int k = 0; k < ndim; k++) next += (b->off[k] + (k < inner ? idx[k] : 0)) * stride[k];
+        for (int j = 0; ahead && d >= 0 && j < n; j++)
+            dt_prefetch((const char *)g->slots[j].send + (size_t)next * es, run * es);
         for (int j = 0; j < n; j++) srcs[j] = (const char *)g->slots[j].send + (size_t)o * es;
         if (stream)
             dt_reduce_n_streamed(dt, op, out, srcs, n, run);
         else
             dt_reduce_n(dt, op, out, srcs, n, run);
-        out += run * es;
-        int d = inner - 1;
-        while (d >= 0 && ++idx[d] == b->ext[d]) idx[d--] = 0;
         if (d < 0) break;
+        o = next;
     }
     if (stream) dt_stream_fence();
     free(srcs);
