@@ -16,7 +16,7 @@
  * are (huge pages where the kernel grants them).
  *
  * Method: one warm-up round, then BENCH_REPS rounds; a round runs every transition and both of
- * its references once, each after a cache flush (3 x the last-level cache) and timed from a
+ * its references once, each after a cache flush (4 x the last-level cache) and timed from a
  * barrier to the barrier after the last rank is done. Figures: median [min, max] over rounds.
  *
  *   bench_redistribute [--table] [--ranks N] [--mib M] */
@@ -121,7 +121,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     dt_comm *world;
     TRY(dt_ctx_world_comm(ctx, &world));
     size_t ref = (size_t)ranks * per_rank; /* the largest "must" */
-    bufs b = {dt_host_alloc(ref), dt_host_alloc(ref), NULL, 3 * bench_llc_bytes() / (size_t)ranks};
+    bufs b = {dt_host_alloc(ref), dt_host_alloc(ref), NULL, 4 * bench_llc_bytes() / (size_t)ranks};
     b.flush = malloc(b.flush_bytes);
     if (!b.src || !b.dst || !b.flush) return dt_error_set(DT_ERR_NOMEM, "bench: out of memory");
     memset(b.src, 1, ref);
@@ -168,7 +168,7 @@ int main(int argc, char **argv) {
     if (!table)
         printf("redistribute on the local runtime: %d ranks (threads) on %ld cores, %zu MiB per "
                "rank, f32; median [min, max] of %d interleaved rounds, each run after a flush of "
-               "3 x %zu MiB LLC\nmust = bytes per rank the direct algorithm moves ((read + "
+               "4 x %zu MiB LLC\nmust = bytes per rank the direct algorithm moves ((read + "
                "written) / 2); stream = streaming copy of those bytes on every rank at once; "
                "busbw = ring model\n%-11s %8s %22s %9s %9s %9s %7s %7s %8s\n",
                ranks, sysconf(_SC_NPROCESSORS_ONLN), per_rank >> 20, BENCH_REPS,

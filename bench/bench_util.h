@@ -55,7 +55,7 @@ static inline size_t bench_llc_bytes(void) {
 }
 
 /* Evicts what a timed run left in the caches: every rank writes then reads its part of a
- * buffer three times the last-level cache (the caller sizes buf at 3 x LLC / ranks). */
+ * buffer four times the last-level cache (the caller sizes buf at 4 x LLC / ranks). */
 static inline void bench_flush(char *buf, size_t bytes) {
     static volatile unsigned long sink;
     memset(buf, (int)(sink & 0x7f), bytes);

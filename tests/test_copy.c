@@ -87,3 +87,45 @@ Test(copy, reduce_n_streams_large_results) {
         free(d);
     }
 }
+
+/* Sums and averages of 1 to 8 sources, bit for bit against a loop that adds them in source order
+ * (the fused passes must not reorder), f32 and f64, both sides of the streaming size. */
+Test(copy, reduce_n_sums_in_source_order) {
+    const size_t counts[] = {300, DT_STREAM_MIN_BYTES / 4 + 5};
+    for (int c = 0; c < 2; c++) {
+        size_t n = counts[c];
+        float *f[8], *got = malloc(4 * n);
+        double *g[8], *gotd = malloc(8 * n);
+        cr_assert(got && gotd);
+        for (int k = 0; k < 8; k++) {
+            f[k] = malloc(4 * n);
+            g[k] = malloc(8 * n);
+            cr_assert(f[k] && g[k]);
+            for (size_t i = 0; i < n; i++) /* magnitudes apart, so the order shows in the bits */
+                g[k][i] = f[k][i] = (float)(((i * 2654435761u + (size_t)k * 40503u) % 2001) - 1000) *
+                                    (k % 2 ? 1e-4f : 3.3f);
+        }
+        for (int ns = 1; ns <= 8; ns++)
+            for (int avg = 0; avg < 2; avg++) {
+                dt_reduce_op op = avg ? DT_REDUCE_AVG : DT_REDUCE_SUM;
+                dt_reduce_n(DT_F32, op, got, (const void *const *)f, ns, n);
+                dt_reduce_n(DT_F64, op, gotd, (const void *const *)g, ns, n);
+                for (size_t i = 0; i < n; i++) {
+                    float want = f[0][i];
+                    double wantd = g[0][i];
+                    for (int k = 1; k < ns; k++) want += f[k][i], wantd += g[k][i];
+                    if (avg) want /= (float)ns, wantd /= (double)ns;
+                    cr_assert(memcmp(&got[i], &want, 4) == 0 && memcmp(&gotd[i], &wantd, 8) == 0,
+                              "%d sources, %s, count %zu, element %zu: %.9g / %.17g, expected "
+                              "%.9g / %.17g", ns, avg ? "avg" : "sum", n, i, got[i], gotd[i], want,
+                              wantd);
+                }
+            }
+        for (int k = 0; k < 8; k++) {
+            free(f[k]);
+            free(g[k]);
+        }
+        free(got);
+        free(gotd);
+    }
+}
