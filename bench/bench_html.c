@@ -15,7 +15,7 @@
 #define MAX_SERIES 8
 #define W 520
 #define H 320
-#define ML 56 /* margins: left, right, top, bottom */
+#define ML 60 /* margins: left, right, top, bottom */
 #define MR 16
 #define MT 28
 #define MB 44
@@ -94,16 +94,9 @@ static void size_label(double s, char *buf, size_t cap) {
         snprintf(buf, cap, "%g", s);
 }
 
-/* A round upper bound for the y axis: 1, 2 or 5 x 10^k at or above v. */
-static double nice_ceil(double v) {
-    if (v <= 0) return 1;
-    double e = pow(10, floor(log10(v)));
-    return v <= e ? e : v <= 2 * e ? 2 * e : v <= 5 * e ? 5 * e : 10 * e;
-}
-
 static void plot(const char *op) {
     int ranks[MAX_SERIES], nr = 0;
-    double xmin = 1e300, xmax = 0, ymax = 0;
+    double xmin = 1e300, xmax = 0, ymin = 1e300, ymax = 0;
     for (int i = 0; i < npts; i++) {
         const point *p = &pts[i];
         if (strcmp(p->op, op)) continue;
@@ -114,19 +107,23 @@ static void plot(const char *op) {
         xmax = fmax(xmax, p->size);
         ymax = fmax(ymax, p->busbw * p->time / p->tmin);
         if (p->mem_pct > 0) ymax = fmax(ymax, p->busbw * 100 / p->mem_pct);
+        if (p->busbw > 0) ymin = fmin(ymin, p->busbw * p->time / p->tmax);
     }
     if (!nr) return;
-    ymax = nice_ceil(ymax);
+    /* Whole decades of GB/s around every point. */
+    double ly0 = ymin < 1e300 ? floor(log10(ymin)) : -2, ly1 = ymax > 0 ? ceil(log10(ymax)) : 1;
+    if (ly1 <= ly0) ly1 = ly0 + 1;
     double lx0 = log2(xmin), lx1 = log2(xmax) > lx0 ? log2(xmax) : lx0 + 1;
 #define X(s) (ML + (log2(s) - lx0) / (lx1 - lx0) * (W - ML - MR))
-#define Y(v) (H - MB - (v) / ymax * (H - MT - MB))
+#define Y(v) (H - MB - (log10((v) > 0 ? (v) : 1e-300) < ly0 ? 0 : (log10(v) - ly0)) / (ly1 - ly0) * (H - MT - MB))
     printf("<figure><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"11\">\n",
            W, H, W, H);
-    printf("<text x=\"%d\" y=\"16\" font-size=\"13\" font-weight=\"bold\">%s: busbw (GB/s) vs "
-           "size</text>\n", ML, op);
-    for (int t = 0; t <= 5; t++) { /* y grid */
-        double v = ymax * t / 5;
+    printf("<text x=\"%d\" y=\"16\" font-size=\"13\" font-weight=\"bold\">%s</text>\n"
+           "<text transform=\"translate(12 %d) rotate(-90)\" text-anchor=\"middle\">busbw "
+           "(GB/s)</text>\n", ML, op, (MT + H - MB) / 2);
+    for (double e = ly0; e <= ly1; e++) { /* y grid: decades */
+        double v = pow(10, e);
         printf("<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
                "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
                ML, W - MR, Y(v), Y(v), ML - 4, Y(v) + 4, v);
@@ -163,10 +160,10 @@ static void plot(const char *op) {
                    "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n",
                    X(p->size), X(p->size), Y(lo), Y(hi), col, X(p->size), Y(p->busbw), col);
         }
-        printf("<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"/>"
-               "<text x=\"%d\" y=\"%d\">%d ranks</text>\n",
-               ML + 8, ML + 26, MT + 12 + 14 * r, MT + 12 + 14 * r, col, ML + 30,
-               MT + 16 + 14 * r, ranks[r]);
+        const int lx = W - MR - 66 * (nr - r); /* legend: the title's row, right-aligned */
+        printf("<line x1=\"%d\" x2=\"%d\" y1=\"12\" y2=\"12\" stroke=\"%s\" stroke-width=\"2\"/>"
+               "<text x=\"%d\" y=\"16\">%d ranks</text>\n",
+               lx, lx + 14, col, lx + 17, ranks[r]);
     }
     puts("</svg><figcaption>solid: median busbw, whiskers: min and max round; dashed: the busbw "
          "at the speed of a copy of the bytes it must move (same run)</figcaption></figure>");
