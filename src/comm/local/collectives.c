@@ -197,7 +197,100 @@ static dt_status broadcast(dt_comm *base, void *buf, size_t bytes, int root) {
     return st;
 }
 
-/* Each rank copies the boxes its peers send it straight out of their arrays: one copy. */
+/* Runs of a box (as dt_box_copy folds them): trailing dims the box covers whole in both arrays
+ * make one contiguous run of *run elements; dims before *inner are walked. */
+static void fold_runs(const int64_t *ext, const int64_t *a, const int64_t *b, int ndim,
+                      int *inner, size_t *run) {
+    *inner = ndim;
+    *run = 1;
+    while (*inner > 0) {
+        int d = --*inner;
+        *run *= (size_t)ext[d];
+        if (ext[d] != a[d] || ext[d] != b[d]) break;
+    }
+}
+
+static void strides_of(const int64_t *shape, int ndim, int64_t *out) {
+    for (int d = ndim - 1; d >= 0; d--) out[d] = d == ndim - 1 ? 1 : out[d + 1] * shape[d + 1];
+}
+
+/* Push order, host memory: each rank reads its own array once, in order, and writes each run
+ * to the peer that receives it (streaming stores for a large exchange), instead of every rank
+ * reading short strided runs out of its peers' arrays. It applies when a rank's non-empty send
+ * boxes walk the same outer dims (the same extents and offsets before their runs), as
+ * S(i) -> S(j) does. pushable says so for group rank j, from the published slots: every member
+ * computes it for every member, so that all push or all pull. */
+static int pushable(const lw_group *g, int j, int ndim) {
+    const lw_slot *s = &g->slots[j];
+    int inner = -1, first = -1;
+    for (int k = 0; k < g->n; k++) {
+        const dt_box *sb = &s->send_boxes[k];
+        if (dt_shape_numel(sb->ext, ndim) == 0) continue;
+        int in;
+        size_t run;
+        fold_runs(sb->ext, s->shape, g->slots[k].recv_shape, ndim, &in, &run);
+        if (inner < 0) {
+            inner = in;
+            first = k;
+        } else if (in != inner ||
+                   memcmp(s->send_boxes[first].ext, sb->ext, sizeof(int64_t) * (size_t)in) ||
+                   memcmp(s->send_boxes[first].off, sb->off, sizeof(int64_t) * (size_t)in)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The push itself (pushable(g, me) holds): walks the shared outer dims once; at each step
+ * copies every peer's run, reading this rank's array in order. */
+static void push_boxes(const lw_group *g, int me, int ndim, size_t es) {
+    const lw_slot *s = &g->slots[me];
+    int64_t sstride[DT_MAX_NDIM], outer[DT_MAX_NDIM] = {0};
+    strides_of(s->shape, ndim, sstride);
+    int inner = -1;
+    size_t total = 0, min_run = SIZE_MAX;
+    for (int k = 0; k < g->n; k++) {
+        size_t numel = dt_shape_numel(s->send_boxes[k].ext, ndim), run;
+        if (!numel) continue;
+        fold_runs(s->send_boxes[k].ext, s->shape, g->slots[k].recv_shape, ndim, &inner, &run);
+        memcpy(outer, s->send_boxes[k].ext, sizeof outer);
+        total += numel;
+        if (run < min_run) min_run = run;
+    }
+    if (inner < 0) return; /* nothing to send */
+    const int stream = min_run * es >= 256 && total * es >= DT_STREAM_MIN_BYTES;
+    int64_t idx[DT_MAX_NDIM] = {0};
+    for (int more = 1; more;) {
+        for (int k = 0; k < g->n; k++) {
+            const dt_box *sb = &s->send_boxes[k], *rb = &g->slots[k].recv_boxes[me];
+            if (dt_shape_numel(sb->ext, ndim) == 0) continue;
+            int in;
+            size_t run;
+            int64_t dstride[DT_MAX_NDIM], so = 0, dof = 0;
+            fold_runs(sb->ext, s->shape, g->slots[k].recv_shape, ndim, &in, &run);
+            strides_of(g->slots[k].recv_shape, ndim, dstride);
+            for (int d = 0; d < ndim; d++) {
+                int64_t i = d < inner ? idx[d] : 0;
+                so += (sb->off[d] + i) * sstride[d];
+                dof += (rb->off[d] + i) * dstride[d];
+            }
+            char *to = (char *)g->slots[k].recv + (size_t)dof * es;
+            const char *from = (const char *)s->send + (size_t)so * es;
+            if (stream)
+                dt_copy_stream_unfenced(to, from, run * es);
+            else
+                memcpy(to, from, run * es);
+        }
+        int d = inner - 1;
+        while (d >= 0 && ++idx[d] == outer[d]) idx[d--] = 0;
+        more = d >= 0;
+    }
+    if (stream) dt_stream_fence();
+}
+
+/* Host arrays: each rank pushes its boxes into its peers' arrays in the order it reads its own
+ * (push_boxes); otherwise, and for device arrays, each copies the boxes its peers send it
+ * straight out of their arrays. One copy either way. */
 static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *src,
                                 const int64_t *src_shape, const dt_box *send, void *dst,
                                 const int64_t *dst_shape, const dt_box *recv) {
@@ -208,7 +301,7 @@ static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *
     const dt_mem_ops *mem = mem_of(src, dst, &st);
     DT_CHECK(st);
     g->slots[me] = (lw_slot){.send = src, .shape = src_shape, .send_boxes = send,
-                             .recv_boxes = recv};
+                             .recv_boxes = recv, .recv = dst, .recv_shape = dst_shape};
     DT_CHECK(lw_enter(c, "exchange_boxes"));
     for (int j = 0; j < g->n && st == DT_OK; j++) /* every pair, so all ranks agree */
         for (int k = 0; k < g->n && st == DT_OK; k++)
@@ -216,6 +309,13 @@ static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *
                        sizeof(int64_t) * (size_t)ndim))
                 st = dt_error(DT_ERR_COMM, "exchange_boxes: the box group rank %d sends to rank "
                                            "%d does not match the box rank %d expects", j, k, k);
+    int push = st == DT_OK && mem == &dt_mem_cpu;
+    for (int j = 0; push && j < g->n; j++) push = pushable(g, j, ndim);
+    if (push) {
+        push_boxes(g, me, ndim, es);
+        phase_done(c, mem, &st);
+        return st;
+    }
     for (int j = 0; j < g->n && st == DT_OK; j++) {
         const lw_slot *s = &g->slots[j];
         st = mem->box_copy(dst, dst_shape, recv[j].off, s->send, s->shape, s->send_boxes[me].off,

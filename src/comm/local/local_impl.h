@@ -20,6 +20,8 @@ typedef struct lw_slot {
     const int64_t *shape;  /* exchange_boxes: the source array's shape and the boxes */
     const dt_box *send_boxes, *recv_boxes;
     const void *result;   /* all_reduce: where this rank's reduced chunk is */
+    void *recv;           /* exchange_boxes: the destination array peers push into, and its shape */
+    const int64_t *recv_shape;
 } lw_slot;
 
 enum { LW_P2P_EMPTY = 0, LW_P2P_POSTED, LW_P2P_TAKEN, LW_P2P_DONE };
