@@ -130,8 +130,34 @@ static dt_status reduce_scatterv(dt_comm *base, const void *send, void *recv, co
     return st;
 }
 
-/* Reduce-scatter into chunks (rank i reduces chunk i, sources in rank order), then every rank
- * copies the other chunks: bandwidth-optimal, and all ranks end with the same bits. */
+/* Host arrays, one pass: rank me reduces its chunk [lo, hi) a 64 KiB piece at a time from every
+ * member's send into a small buffer, and writes the piece into every member's recv, so no
+ * reduced chunk is read back and no barrier parts two phases. In place is safe: only rank me
+ * reads or writes its chunk anywhere, and it reads a piece from every member before it writes
+ * the piece back. */
+static void all_reduce_push(const lw_group *g, int me, dt_dtype dt, dt_reduce_op op, size_t lo,
+                            size_t hi, void *piece, const void **srcs) {
+    (void)me;
+    const size_t es = dt_dtype_size(dt), step = PUSH_PIECE / es;
+    const int stream = (hi - lo) * es >= DT_STREAM_MIN_BYTES;
+    for (size_t o = lo; o < hi; o += step) {
+        size_t m = hi - o < step ? hi - o : step;
+        for (int j = 0; j < g->n; j++) srcs[j] = (const char *)g->slots[j].send + o * es;
+        dt_reduce_n(dt, op, piece, srcs, g->n, m); /* 64 KiB: stays in the cache */
+        for (int j = 0; j < g->n; j++) {
+            char *dst = (char *)g->slots[j].recv + o * es;
+            if (stream)
+                dt_copy_stream_unfenced(dst, piece, m * es);
+            else
+                memcpy(dst, piece, m * es);
+        }
+    }
+    if (stream) dt_stream_fence();
+}
+
+/* Device arrays: reduce-scatter into chunks (rank i reduces chunk i, sources in rank order),
+ * then every rank copies the other chunks. Both forms are bandwidth-optimal, and all ranks end
+ * with the same bits: each element is reduced once, in rank order. */
 static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t count, dt_dtype dt,
                             dt_reduce_op op) {
     lw_comm *c = lw(base);
@@ -142,10 +168,22 @@ static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t 
     dt_status st;
     const dt_mem_ops *mem = mem_of(send, recv, &st);
     DT_CHECK(st);
-    /* In place, our chunk of send is still being read by peers: reduce into scratch. */
-    void *mine = (char *)recv + lo * es, *dev_scratch = NULL;
     const void **srcs = malloc(sizeof(void *) * (size_t)n);
     if (!srcs) return dt_error(DT_ERR_NOMEM, "dt_all_reduce: out of memory");
+    if (mem == &dt_mem_cpu) {
+        void *piece = NULL;
+        st = scratch(c, PUSH_PIECE, &piece);
+        g->slots[me] = (lw_slot){.send = send, .recv = recv};
+        if (st == DT_OK) st = lw_enter(c, "dt_all_reduce");
+        if (st == DT_OK) {
+            all_reduce_push(g, me, dt, op, lo, hi, piece, srcs);
+            phase_done(c, mem, &st);
+        }
+        free(srcs);
+        return st;
+    }
+    /* In place, our chunk of send is still being read by peers: reduce into scratch. */
+    void *mine = (char *)recv + lo * es, *dev_scratch = NULL;
     if (send == recv && mem == &dt_mem_cpu) st = scratch(c, (hi - lo) * es, &mine);
     else if (send == recv && !(mine = dev_scratch = mem->alloc((hi - lo) * es))) st = DT_ERR_NOMEM;
     if (st == DT_OK) {
