@@ -5,9 +5,10 @@
  * reduce_scatter and all_to_all: each rank's input, all_reduce and broadcast: the vector).
  * algbw = size / time; busbw = algbw x (n-1)/n (all_gather, reduce_scatter, all_to_all),
  * x 2(n-1)/n (all_reduce), x 1 (broadcast): the ring model's bytes per link. Each point is also
- * set against a copy of the bytes the direct algorithm moves per rank ("must", (read +
- * written) / 2: all_gather, all_to_all and broadcast S, reduce_scatter (n+1)/(2n) S,
- * all_reduce (3n-1)/(2n) S) on every rank at once, in the same round: streaming stores from
+ * set against a copy of the least bytes each rank must move ("must", (read + written) / 2,
+ * every input byte read once and every output byte written once: all_gather (n+1)/(2n) S,
+ * reduce_scatter (n+1)/(2n) S, all_reduce, all_to_all and broadcast S) on every rank at once,
+ * in the same round: streaming stores from
  * 256 KiB on, memcpy below (core/copy.h, dt_copy_large). mem% = copy time / collective time.
  *
  * Method: one warm-up round, then BENCH_REPS rounds; a round times every collective at every
@@ -49,8 +50,7 @@ static int cur; /* the rank count being measured */
 
 static double must_bytes(int op, size_t size, int n) {
     double s = (double)size;
-    if (op == OP_RS) return (n + 1) / (2.0 * n) * s;
-    if (op == OP_AR) return (3.0 * n - 1) / (2.0 * n) * s;
+    if (op == OP_RS || op == OP_AG) return (n + 1) / (2.0 * n) * s; /* S: the whole buffer */
     return s;
 }
 
@@ -81,7 +81,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     int n = dt_ctx_size(ctx), me = dt_ctx_rank(ctx);
     dt_comm *c;
     TRY(dt_ctx_world_comm(ctx, &c));
-    size_t cap = sizes[nsizes - 1] / 2 * 3; /* the largest "must" is under 1.5 S */
+    size_t cap = sizes[nsizes - 1]; /* the largest "must" is S */
     float *in = dt_host_alloc(cap), *out = dt_host_alloc(cap); /* as tensors are */
     if (!in || !out) return dt_error_set(DT_ERR_NOMEM, "bench: out of memory");
     memset(in, 0, cap); /* zeros: sums stay normal floats */
