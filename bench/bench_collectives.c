@@ -32,7 +32,7 @@
 enum { OP_AG, OP_RS, OP_AR, OP_A2A, OP_BC, NOPS };
 static const char *const op_names[NOPS] = {"all_gather", "reduce_scatter", "all_reduce",
                                            "all_to_all", "broadcast"};
-#define MAX_SIZES 24
+#define MAX_SIZES      24
 #define MAX_RANKCOUNTS 8
 
 static size_t sizes[MAX_SIZES];
@@ -81,7 +81,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     int n = dt_ctx_size(ctx), me = dt_ctx_rank(ctx);
     dt_comm *c;
     TRY(dt_ctx_world_comm(ctx, &c));
-    size_t cap = sizes[nsizes - 1]; /* the largest "must" is S */
+    size_t cap = sizes[nsizes - 1];                            /* the largest "must" is S */
     float *in = dt_host_alloc(cap), *out = dt_host_alloc(cap); /* as tensors are */
     if (!in || !out) return dt_error_set(DT_ERR_NOMEM, "bench: out of memory");
     memset(in, 0, cap); /* zeros: sums stay normal floats */
@@ -95,10 +95,12 @@ static dt_status body(dt_ctx *ctx, void *arg) {
                 iters = iters < 1 ? 1 : iters > 64 ? 64 : iters;
                 st = dt_barrier(c);
                 double t0 = bench_now();
-                for (int i = 0; i < iters && st == DT_OK; i++) st = run_op(c, op, in, out, s, n);
+                for (int i = 0; i < iters && st == DT_OK; i++)
+                    st = run_op(c, op, in, out, s, n);
                 if (st == DT_OK) st = dt_barrier(c);
                 double t1 = bench_now();
-                for (int i = 0; i < iters; i++) dt_copy_large(out, in, must);
+                for (int i = 0; i < iters; i++)
+                    dt_copy_large(out, in, must);
                 if (st == DT_OK) st = dt_barrier(c);
                 double t2 = bench_now();
                 if (r >= 0 && me == 0) {
@@ -137,8 +139,10 @@ int main(int argc, char **argv) {
     if (nsizes == 0 || (sizes[nsizes - 1] != max && nsizes < MAX_SIZES)) sizes[nsizes++] = max;
     for (int i = 0; i < nr; i++)
         if (rc[i] < 2 || rc[i] > 64 || max % (4 * (size_t)rc[i])) {
-            fprintf(stderr, "bench_collectives: %d ranks: ranks go from 2 to 64 and --max must "
-                            "be a multiple of 4 x ranks\n", rc[i]);
+            fprintf(stderr,
+                    "bench_collectives: %d ranks: ranks go from 2 to 64 and --max must "
+                    "be a multiple of 4 x ranks\n",
+                    rc[i]);
             return 2;
         }
     for (cur = 0; cur < nr; cur++)
@@ -151,7 +155,8 @@ int main(int argc, char **argv) {
                "must_GBps\tcopy_GBps\tmem_pct\n");
     else
         printf("local runtime collectives, %ld cores; median [min, max] of %d interleaved rounds; "
-               "GB/s = 1e9 B/s\n", sysconf(_SC_NPROCESSORS_ONLN), BENCH_REPS);
+               "GB/s = 1e9 B/s\n",
+               sysconf(_SC_NPROCESSORS_ONLN), BENCH_REPS);
     for (int ri = 0; ri < nr; ri++) {
         int n = rc[ri];
         for (int op = 0; op < NOPS; op++) {

@@ -13,12 +13,12 @@
 
 #define MAX_POINTS 4096
 #define MAX_SERIES 8
-#define W 520
-#define H 320
-#define ML 60 /* margins: left, right, top, bottom */
-#define MR 16
-#define MT 28
-#define MB 44
+#define W          520
+#define H          320
+#define ML         60 /* margins: left, right, top, bottom */
+#define MR         16
+#define MT         28
+#define MB         44
 
 typedef struct point {
     int ranks;
@@ -101,7 +101,8 @@ static void plot(const char *op) {
         const point *p = &pts[i];
         if (strcmp(p->op, op)) continue;
         int known = 0;
-        for (int r = 0; r < nr; r++) known |= ranks[r] == p->ranks;
+        for (int r = 0; r < nr; r++)
+            known |= ranks[r] == p->ranks;
         if (!known && nr < MAX_SERIES) ranks[nr++] = p->ranks;
         xmin = fmin(xmin, p->size);
         xmax = fmax(xmax, p->size);
@@ -115,13 +116,16 @@ static void plot(const char *op) {
     if (ly1 <= ly0) ly1 = ly0 + 1;
     double lx0 = log2(xmin), lx1 = log2(xmax) > lx0 ? log2(xmax) : lx0 + 1;
 #define X(s) (ML + (log2(s) - lx0) / (lx1 - lx0) * (W - ML - MR))
-#define Y(v) (H - MB - (log10((v) > 0 ? (v) : 1e-300) < ly0 ? 0 : (log10(v) - ly0)) / (ly1 - ly0) * (H - MT - MB))
+#define Y(v)                                                                                       \
+    (H - MB -                                                                                      \
+     (log10((v) > 0 ? (v) : 1e-300) < ly0 ? 0 : (log10(v) - ly0)) / (ly1 - ly0) * (H - MT - MB))
     printf("<figure><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"11\">\n",
            W, H, W, H);
     printf("<text x=\"%d\" y=\"16\" font-size=\"13\" font-weight=\"bold\">%s</text>\n"
            "<text transform=\"translate(12 %d) rotate(-90)\" text-anchor=\"middle\">busbw "
-           "(GB/s)</text>\n", ML, op, (MT + H - MB) / 2);
+           "(GB/s)</text>\n",
+           ML, op, (MT + H - MB) / 2);
     for (double e = ly0; e <= ly1; e++) { /* y grid: decades */
         double v = pow(10, e);
         printf("<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
@@ -191,7 +195,8 @@ int main(int argc, char **argv) {
     int nseen = 0;
     for (int i = 0; i < npts; i++) {
         int known = 0;
-        for (int k = 0; k < nseen; k++) known |= !strcmp(seen[k], pts[i].op);
+        for (int k = 0; k < nseen; k++)
+            known |= !strcmp(seen[k], pts[i].op);
         if (known || nseen == 16) continue;
         seen[nseen++] = pts[i].op;
         plot(pts[i].op);

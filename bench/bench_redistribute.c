@@ -37,7 +37,7 @@ enum { T_OP, T_STREAM, T_MEMCPY, NTIMES };
 typedef struct bench_case {
     const char *name, *src, *dst;
     int input;
-    double must;                /* bytes per rank, see above */
+    double must;                 /* bytes per rank, see above */
     double bus_size, bus_factor; /* nccl-tests size (bytes) and busbw factor */
     double t[NTIMES][BENCH_REPS];
 } bench_case;
@@ -138,7 +138,8 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     dt_host_free(b.src);
     dt_host_free(b.dst);
     free(b.flush);
-    for (int i = 0; i < NINPUTS; i++) dt_tensor_release(in[i]);
+    for (int i = 0; i < NINPUTS; i++)
+        dt_tensor_release(in[i]);
     dt_mesh_release(mesh);
     return st;
 }
@@ -170,7 +171,8 @@ int main(int argc, char **argv) {
         printf("redistribute on the local runtime: %d ranks (threads) on %ld cores, %zu MiB per "
                "rank, f32; median [min, max] of %d interleaved rounds, each run after a flush of "
                "4 x %zu MiB LLC\nmust = least bytes per rank ((read + written) / 2); stream = "
-               "streaming copy of those bytes on every rank at once; busbw = ring model\n%-11s %8s %22s %9s %9s %9s %7s %7s %8s\n",
+               "streaming copy of those bytes on every rank at once; busbw = ring model\n%-11s %8s "
+               "%22s %9s %9s %9s %7s %7s %8s\n",
                ranks, sysconf(_SC_NPROCESSORS_ONLN), per_rank >> 20, BENCH_REPS,
                bench_llc_bytes() >> 20, "case", "must MiB", "time ms [min, max]", "GB/s", "stream",
                "memcpy", "%strm", "%mcpy", "busbw");

@@ -9,7 +9,8 @@
 #include "helpers.h"
 
 static void fill(unsigned char *p, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(seed * 131u + i * 7u + (i >> 9));
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(seed * 131u + i * 7u + (i >> 9));
 }
 
 Test(copy, stream_every_alignment_and_tail) {
@@ -25,9 +26,11 @@ Test(copy, stream_every_alignment_and_tail) {
                 dt_copy_stream(dst + dof, src + so, lens[l]);
                 for (size_t i = 0; i < lens[l]; i++)
                     if (dst[dof + i] != src[so + i])
-                        cr_assert_fail("len %zu, src+%d, dst+%d: byte %zu differs", lens[l], so, dof, i);
+                        cr_assert_fail("len %zu, src+%d, dst+%d: byte %zu differs", lens[l], so,
+                                       dof, i);
                 /* nothing outside the block */
-                for (int i = 0; i < dof; i++) cr_assert_eq(dst[i], 0xee);
+                for (int i = 0; i < dof; i++)
+                    cr_assert_eq(dst[i], 0xee);
                 cr_assert_eq(dst[dof + lens[l]], 0xee, "len %zu: byte past the end", lens[l]);
             }
     /* dt_copy_large on both sides of the threshold */
@@ -45,8 +48,10 @@ Test(copy, box_copy_streams_large_boxes) {
     const int64_t rows = 300, scols = 1000, dcols = 800, bcols = 300; /* 1200-byte runs */
     float *src = malloc(sizeof(float) * rows * scols), *dst = malloc(sizeof(float) * rows * dcols);
     cr_assert(src && dst);
-    for (int64_t i = 0; i < rows * scols; i++) src[i] = (float)i;
-    for (int64_t i = 0; i < rows * dcols; i++) dst[i] = -1;
+    for (int64_t i = 0; i < rows * scols; i++)
+        src[i] = (float)i;
+    for (int64_t i = 0; i < rows * dcols; i++)
+        dst[i] = -1;
     cr_assert(rows * bcols * 4 >= (int64_t)DT_STREAM_MIN_BYTES);
     const int64_t sshape[2] = {rows, scols}, dshape[2] = {rows, dcols}, box[2] = {rows, bcols};
     const int64_t soff[2] = {0, 123}, doff[2] = {0, 401};
@@ -102,8 +107,9 @@ Test(copy, reduce_n_sums_in_source_order) {
             g[k] = malloc(8 * n);
             cr_assert(f[k] && g[k]);
             for (size_t i = 0; i < n; i++) /* magnitudes apart, so the order shows in the bits */
-                g[k][i] = f[k][i] = (float)(((i * 2654435761u + (size_t)k * 40503u) % 2001) - 1000) *
-                                    (k % 2 ? 1e-4f : 3.3f);
+                g[k][i] = f[k][i] =
+                    (float)(((i * 2654435761u + (size_t)k * 40503u) % 2001) - 1000) *
+                    (k % 2 ? 1e-4f : 3.3f);
         }
         for (int ns = 1; ns <= 8; ns++)
             for (int avg = 0; avg < 2; avg++) {
@@ -113,12 +119,13 @@ Test(copy, reduce_n_sums_in_source_order) {
                 for (size_t i = 0; i < n; i++) {
                     float want = f[0][i];
                     double wantd = g[0][i];
-                    for (int k = 1; k < ns; k++) want += f[k][i], wantd += g[k][i];
+                    for (int k = 1; k < ns; k++)
+                        want += f[k][i], wantd += g[k][i];
                     if (avg) want /= (float)ns, wantd /= (double)ns;
                     cr_assert(memcmp(&got[i], &want, 4) == 0 && memcmp(&gotd[i], &wantd, 8) == 0,
                               "%d sources, %s, count %zu, element %zu: %.9g / %.17g, expected "
-                              "%.9g / %.17g", ns, avg ? "avg" : "sum", n, i, got[i], gotd[i], want,
-                              wantd);
+                              "%.9g / %.17g",
+                              ns, avg ? "avg" : "sum", n, i, got[i], gotd[i], want, wantd);
                 }
             }
         for (int k = 0; k < 8; k++) {

@@ -29,7 +29,9 @@ void dt_copy_stream_unfenced(void *dst, const void *src, size_t bytes) {
     memcpy(d, s, bytes);
 }
 
-void dt_stream_fence(void) { _mm_sfence(); }
+void dt_stream_fence(void) {
+    _mm_sfence();
+}
 #else
 void dt_copy_stream_unfenced(void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);

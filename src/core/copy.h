@@ -21,7 +21,8 @@ void dt_stream_fence(void);
 
 /* Asks for bytes at p to be brought into the cache (a hint; no fault on bad addresses). */
 static inline void dt_prefetch(const void *p, size_t bytes) {
-    for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch((const char *)p + i);
+    for (size_t i = 0; i < bytes; i += 64)
+        __builtin_prefetch((const char *)p + i);
 }
 
 /* dt_copy_stream from DT_STREAM_MIN_BYTES on, memcpy below. Blocks must not overlap. */
