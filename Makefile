@@ -2,13 +2,14 @@
 # configures, builds and runs. Everything else goes through meson/ninja in build*/.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
-PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev ucx-utils
+PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev ucx-utils \
+	libxxhash-dev
 # make test only: the timeline test renders the demo's page in headless Chromium
 # (tests/test_timeline.sh). make demo needs no browser.
 TEST_PKGS := chromium
 MESON_FLAGS := -Dwerror=true
 
-.PHONY: all deps test-deps build demo test test-gpu-sim test-asan bench fuzz gpu-check fresh-check \
+.PHONY: all deps test-deps build demo train test test-gpu-sim test-asan bench fuzz gpu-check fresh-check \
 	clean
 
 all: build
@@ -26,6 +27,12 @@ build: deps
 demo: build
 	./$(BUILD)/examples/demo $(BUILD)
 
+# The Llama-style model of examples/tiny_llama.c trained on the GPL-3 text on 4 in-process ranks
+# (dp=2 x tp=2); TRAIN_ARGS passes flags (--mesh tp=4 --steps 50 ...; see README.md).
+TRAIN_ARGS ?=
+train: build
+	./$(BUILD)/examples/train --out $(BUILD)/train_trace $(TRAIN_ARGS)
+
 test: test-deps build test-gpu-sim
 	meson test -C $(BUILD) --print-errorlogs
 
@@ -40,6 +47,7 @@ test-gpu-sim: deps
 	ninja -C $(SIM_BUILD)
 	./$(SIM_BUILD)/tests/gpu_check
 	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/gpu_check --quick
+	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/ckpt_gpu_check > /dev/null
 	CUDASIM_DEVICES=2 ./$(SIM_BUILD)/tests/gpu_check --quick > /dev/null
 	CUDASIM_GUARD=1 ./$(SIM_BUILD)/examples/demo --cuda $(SIM_BUILD) > /dev/null
 	sh tests/nccl_checks.sh $(SIM_BUILD) --sim
@@ -70,13 +78,17 @@ fresh-check:
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(SIM_BUILD) build-gpu
 
-# Fuzz the text parsers for FUZZ_SECONDS (default 60) with libFuzzer (clang).
+# Fuzz the text parsers, then the checkpoint readers (metadata.json, safetensors headers), for
+# FUZZ_SECONDS (default 60) each with libFuzzer (clang).
 FUZZ_SECONDS ?= 60
 fuzz: deps
-	@test -f build-fuzz/build.ninja || CC=clang meson setup build-fuzz -Dtests=false \
+	@test -f build-fuzz/build.ninja || CC=clang meson setup build-fuzz -Dtests=false -Dcuda=disabled \
 		-Dc_args=-fsanitize=fuzzer-no-link \
 		-Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 	ninja -C build-fuzz
 	clang -g -fsanitize=fuzzer,address,undefined -Iinclude tests/fuzz/fuzz_parse.c \
 		-Lbuild-fuzz -ldtensor -Wl,-rpath,$(CURDIR)/build-fuzz -o build-fuzz/fuzz_parse
 	./build-fuzz/fuzz_parse -max_total_time=$(FUZZ_SECONDS) -max_len=64
+	clang -g -fsanitize=fuzzer,address,undefined -Iinclude tests/fuzz/fuzz_checkpoint.c \
+		-Lbuild-fuzz -ldtensor -Wl,-rpath,$(CURDIR)/build-fuzz -o build-fuzz/fuzz_checkpoint
+	./build-fuzz/fuzz_checkpoint -max_total_time=$(FUZZ_SECONDS) -max_len=4096

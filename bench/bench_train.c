@@ -13,8 +13,8 @@
 #include "../examples/tiny_llama.h"
 
 #define STEPS 20
-static const tl_config cfg = {.vocab = 256, .seq = 64, .batch = 4, .dim = 64, .heads = 4,
-                              .hidden = 172};
+static const tl_config cfg = {.vocab = 256, .seq = 64, .batch = 4, .dim = 64, .layers = 1,
+                              .heads = 4, .kv_heads = 4, .hidden = 172};
 
 static double now_ms(void) {
     struct timespec t;
@@ -41,12 +41,13 @@ typedef struct run {
 
 static dt_status sgd(dt_ctx *ctx, const tl_model *m) {
     TRY(dt_no_grad_enter(ctx));
-    for (int i = 0; i < TL_NWEIGHTS; i++) {
-        dt_tensor *d;
-        TRY(dt_mul_scalar(dt_tensor_grad(m->w[i]), -0.1, &d));
-        TRY(dt_add_(m->w[i], d));
+    for (int i = 0; i < dt_params_count(m->params); i++) {
+        dt_tensor *w, *d;
+        TRY(dt_params_at(m->params, i, NULL, &w));
+        TRY(dt_mul_scalar(dt_tensor_grad(w), -0.1, &d));
+        TRY(dt_add_(w, d));
         dt_tensor_release(d);
-        TRY(dt_tensor_zero_grad(m->w[i]));
+        TRY(dt_tensor_zero_grad(w));
     }
     return dt_no_grad_exit(ctx);
 }
@@ -58,10 +59,11 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     TRY(dt_mesh_create_str(ctx, r->mesh, &mesh));
     TRY(dt_ctx_world_comm(ctx, &world));
     tl_model m;
-    TRY(tl_model_init(&m, mesh, &cfg, -1, r->tp_dim, 7));
+    tl_layout l = {.dp_dim = -1, .tp_dim = r->tp_dim, .loss_parallel = 1};
+    TRY(tl_model_init(&m, mesh, &cfg, &l, 7));
     for (int s = 0; s < STEPS + 3; s++) {
         dt_tensor *tok, *tgt, *loss;
-        TRY(tl_batch(&m, s, &tok, &tgt));
+        TRY(tl_batch(&m, NULL, 0, s, &tok, &tgt));
         TRY(dt_barrier(world));
         double t0 = now_ms();
         TRY(tl_loss(&m, tok, tgt, &loss));

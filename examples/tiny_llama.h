@@ -1,40 +1,59 @@
-/* A small Llama-style model written against dtensor as model code is: token embedding,
- * RMSNorm, causal multi-head attention, SwiGLU MLP, a vocabulary projection and cross_entropy,
- * one block. Weights are drawn with the mesh-independent generator (dt_tensor_randn), so the
- * same seed gives the same model on any mesh and placements; tensor parallelism puts the
- * q/k/v, gate/up and vocabulary projections column-parallel and the output projections
- * row-parallel over one mesh dim, data parallelism shards the batch over another. Used by
- * tests/test_train.c and bench/bench_train.c. */
+/* A small Llama-style model written once, as torchtitan's Llama: token embedding, blocks of
+ * RMSNorm + causal grouped-query attention with RoPE + RMSNorm + SwiGLU MLP, a final norm and
+ * a vocabulary projection into cross_entropy. Parameters live in a registry under torchtitan's
+ * names (tok_embeddings.weight, layers.0.attention.wq.weight, ...), one group per block, and
+ * are drawn with the mesh-independent generator, so one seed gives one model on any mesh.
+ * How it runs in parallel is a layout: data parallel over one mesh dim (batch sharded;
+ * parameters replicated or FSDP-sharded), tensor parallel over another through a plan of
+ * PyTorch's styles (tl_plan), optionally with sequence parallelism and loss parallelism. Used
+ * by tests/test_train.c, tests/test_parallel_train.c, bench/bench_train.c and examples/train.c. */
 #ifndef DT_EXAMPLES_TINY_LLAMA_H
 #define DT_EXAMPLES_TINY_LLAMA_H
 
 #include <dtensor.h>
 
 typedef struct tl_config {
-    int vocab, seq, batch, dim, heads, hidden;
+    int vocab, seq, batch, dim, layers, heads, kv_heads, hidden;
 } tl_config;
 
-enum { TL_NWEIGHTS = 12 };
+typedef struct tl_layout {
+    int dp_dim, tp_dim;    /* mesh dims; -1: none */
+    int dp_replicate_dim;  /* HSDP: a second data-parallel mesh dim, parameters replicated
+                              there (0 = none, else the mesh dim + 1) */
+    int fsdp;              /* parameters Shard over dp (else replicated: DDP) */
+    int sequence_parallel; /* norms and residuals sharded over the sequence on tp */
+    int loss_parallel;     /* logits stay vocab-sharded into cross_entropy */
+} tl_layout;
+
+typedef struct tl_block {
+    dt_module attention_norm, ffn_norm;
+    dt_nn_attention attention;
+    dt_nn_mlp feed_forward;
+} tl_block;
 
 typedef struct tl_model {
     tl_config cfg;
-    dt_mesh *mesh; /* borrowed */
-    int dp_dim;    /* mesh dim sharding the batch, -1: none */
-    int tp_dim;    /* mesh dim of tensor parallelism, -1: none */
-    dt_tensor *w[TL_NWEIGHTS]; /* leaves that require grad */
+    tl_layout layout;
+    dt_mesh *mesh;     /* borrowed */
+    dt_params *params; /* owned */
+    dt_module tok_embeddings, norm, output;
+    tl_block *layers;     /* cfg.layers */
+    dt_tensor *cos, *sin; /* rope tables (seq, head_dim / 2), replicated */
 } tl_model;
 
-/* The weights' names, in w's order ("emb", "attn_norm", "wq", ...). */
-extern const char *const tl_weight_names[TL_NWEIGHTS];
+/* The tensor-parallel plan of layout (torchtitan's for Llama), into rules[0..cap); *n_out rules. */
+dt_status tl_plan(const tl_layout *layout, dt_style_rule *rules, int cap, int *n_out);
 
-/* Draws the model's weights (seed: the generator's) in the layout's placements. */
-dt_status tl_model_init(tl_model *m, dt_mesh *mesh, const tl_config *cfg, int dp_dim, int tp_dim,
+/* Declares, parallelizes (tl_plan, and layout's data parallelism) and materializes the model. */
+dt_status tl_model_init(tl_model *m, dt_mesh *mesh, const tl_config *cfg, const tl_layout *layout,
                         uint64_t seed);
 void tl_model_free(tl_model *m);
 
 /* Step step's tokens (batch, seq) and next-token targets, the same on every mesh, sharded over
- * the batch on dp_dim. */
-dt_status tl_batch(const tl_model *m, int step, dt_tensor **tokens, dt_tensor **targets);
+ * the batch on dp_dim: from text (n bytes; windows at positions drawn from step) when text is
+ * set, else from a synthetic rule (mostly the previous token + 1). */
+dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int step,
+                   dt_tensor **tokens, dt_tensor **targets);
 
 /* The mean cross_entropy of the model's next-token predictions. */
 dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_tensor **out);

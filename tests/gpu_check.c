@@ -8,7 +8,8 @@
  * case of the CPU suite on meshes 1, 2, 4 and 2x2, each result against the unsharded CPU result),
  * redistribute (the property suite's random cases, exact), the tensor-parallel MLP (one
  * all_reduce), creation (rand, randn, casts... on GPU ranks against the CPU, bit for bit),
- * optimizer steps (gpu_optim.c). Last line: "N passed, N failed". */
+ * optimizer steps (gpu_optim.c); the ops section ends with attention's every output
+ * (gpu_attention.c). Last line: "N passed, N failed". */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "gpu_attention.h"
 #include "gpu_optim.h"
 #include "op_cases.h"
 #include "property_cases.h"
@@ -425,6 +427,7 @@ int main(int argc, char **argv) {
     p0 = passed, f0 = failed;
     check_ops(quick);
     check_dropout();
+    gpu_check_attention(report);
     printf("ops:          %d passed, %d failed\n", passed - p0, failed - f0);
     p0 = passed, f0 = failed;
     check_redistribute(quick, seed);

@@ -100,6 +100,15 @@ const op_case op_cases[] = {
     {"rms_norm plain last=2", DT_OP_RMS_NORM, A(.ndims = 2), 1, {3}, {{3, 4, 5}}, {F}},
     {"sdpa scaled Tq<Tk Dv<D", DT_OP_SDPA, A(.causal = 1, .scalar = 0.3), 3, {4, 4, 4},
      {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}}, {F, F, F}},
+    /* attention's backward: q, k, v, grad_out, lse (f32 rows; bf16 inputs keep f32 rows) */
+    {"sdpa_backward gqa causal", DT_OP_SDPA_BACKWARD, A(.causal = 1), 5, {4, 4, 4, 4, 3},
+     {{2, 8, 5, 4}, {2, 2, 5, 4}, {2, 2, 5, 4}, {2, 8, 5, 4}, {2, 8, 5}}, {F, F, F, F, F}},
+    {"sdpa_backward scaled Tq<Tk", DT_OP_SDPA_BACKWARD, A(.causal = 1, .scalar = 0.3), 5,
+     {4, 4, 4, 4, 3}, {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 3}, {2, 2, 3, 3}, {2, 2, 3}},
+     {F, F, F, F, F}},
+    {"sdpa_backward bf16", DT_OP_SDPA_BACKWARD, A(0), 5, {3, 3, 3, 3, 2},
+     {{3, 4, 4}, {3, 6, 4}, {3, 6, 4}, {3, 4, 4}, {3, 4}},
+     {DT_BF16, DT_BF16, DT_BF16, DT_BF16, F}},
     {"dropout", DT_OP_DROPOUT, A(.scalar = 0.3, .seed = 7, .offset = 3), 1, {2}, {{7, 5}}, {F}},
     {"dropout 3-D bf16", DT_OP_DROPOUT, A(.scalar = 0.5, .seed = 99), 1, {3}, {{3, 5, 2}},
      {DT_BF16}},
@@ -212,7 +221,7 @@ dt_status op_body(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     if (r->cuda) R_OK(dt_ctx_set_device(ctx, (dt_device){DT_DEVICE_CUDA, -1}));
     R_OK(dt_mesh_create_str(ctx, r->mesh, &mesh));
-    dt_tensor *in[3] = {0}, *out = NULL;
+    dt_tensor *in[OP_CASE_MAX_IN] = {0}, *out = NULL;
     for (int i = 0; i < c->n; i++) {
         void *buf = malloc(numel(c, i) * 8 + 8);
         fill(c, i, buf);
@@ -222,10 +231,10 @@ dt_status op_body(dt_ctx *ctx, void *arg) {
     }
     dt_status st = dt_op_call(c->op, in, c->n, &c->args, &out);
     if (st != DT_OK) {
-        char p[3][64] = {"", "", ""};
-        for (int i = 0; i < c->n; i++) dt_placements_format(r->pl[i], dt_mesh_ndim(mesh), p[i], 64);
-        return t_fail(__FILE__, __LINE__, "%s on %s with %s | %s | %s: %s", c->name, r->mesh, p[0],
-                      p[1], p[2], dt_last_error());
+        char p[OP_CASE_MAX_IN * 64];
+        op_run_placements(r, p, sizeof p);
+        return t_fail(__FILE__, __LINE__, "%s on %s with %s: %s", c->name, r->mesh, p,
+                      dt_last_error());
     }
     dt_tensor_info info;
     R_OK(dt_tensor_info_get(out, &info));
@@ -290,7 +299,7 @@ int op_case_tries(const op_case *c, const char *mesh) {
 }
 
 void op_case_placements(const op_case *c, size_t ci, const char *mesh, int t,
-                        dt_placement pl[3][2]) {
+                        dt_placement pl[OP_CASE_MAX_IN][2]) {
     int mnd = mesh_ndim(mesh), n = combos(c, mnd);
     uint64_t h = (ci * 7919 + 1) * 0x9e3779b97f4a7c15ull + (uint64_t)t * 6364136223846793005ull +
                  (uint64_t)op_mesh_ranks(mesh) * 1442695040888963407ull;
@@ -306,6 +315,16 @@ void op_case_placements(const op_case *c, size_t ci, const char *mesh, int t,
         }
 }
 
+void op_run_placements(const op_run *r, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < r->c->n && used + 64 < cap; i++) {
+        if (i) used += (size_t)snprintf(buf + used, cap - used, " | ");
+        dt_placements_format(r->pl[i], mesh_ndim(r->mesh), buf + used, cap - used);
+        used += strlen(buf + used);
+    }
+}
+
 int op_result_matches(const op_run *ref, const op_run *r, char *msg, size_t cap) {
     const op_case *c = r->c;
     if (r->result_n != ref->result_n) {
@@ -316,10 +335,10 @@ int op_result_matches(const op_run *ref, const op_run *r, char *msg, size_t cap)
     for (size_t k = 0; k < ref->result_n; k++) {
         double want = ref->result[k], got = r->result[k];
         if (fabs(got - want) <= tol * (1 + fabs(want)) || (isnan(got) && isnan(want))) continue;
-        char p[3][64] = {"", "", ""};
-        for (int i = 0; i < c->n; i++) dt_placements_format(r->pl[i], mesh_ndim(r->mesh), p[i], 64);
-        snprintf(msg, cap, "mesh %s with %s | %s | %s: element %zu is %g, want %g", r->mesh, p[0],
-                 p[1], p[2], k, got, want);
+        char p[OP_CASE_MAX_IN * 64];
+        op_run_placements(r, p, sizeof p);
+        snprintf(msg, cap, "mesh %s with %s: element %zu is %g, want %g", r->mesh, p, k, got,
+                 want);
         return 0;
     }
     return 1;

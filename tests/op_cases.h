@@ -6,14 +6,16 @@
 
 #include "rank_helpers.h"
 
+#define OP_CASE_MAX_IN 5 /* inputs of a case */
+
 typedef struct op_case {
     const char *name;
     dt_op op;
     dt_op_args args;
     int n;
-    int nd[3];
-    int64_t shape[3][4];
-    dt_dtype dtype[3];
+    int nd[OP_CASE_MAX_IN];
+    int64_t shape[OP_CASE_MAX_IN][4];
+    dt_dtype dtype[OP_CASE_MAX_IN];
     int positive; /* inputs > 0 (log, sqrt, rsqrt, pow) */
     int64_t index_range; /* integer inputs in [0, range) */
 } op_case;
@@ -26,7 +28,7 @@ extern const size_t op_ncases;
 typedef struct op_run {
     const op_case *c;
     const char *mesh;
-    dt_placement pl[3][2];
+    dt_placement pl[OP_CASE_MAX_IN][2];
     int cuda;       /* ranks compute on the GPU (dt_ctx_set_device) */
     double *result; /* out on rank 0: full result, as doubles (free it) */
     size_t result_n;
@@ -43,7 +45,9 @@ int op_mesh_ranks(const char *mesh);
  * placements of try t: a pure function of (case index, mesh, t). */
 int op_case_tries(const op_case *c, const char *mesh);
 void op_case_placements(const op_case *c, size_t ci, const char *mesh, int t,
-                        dt_placement pl[3][2]);
+                        dt_placement pl[OP_CASE_MAX_IN][2]);
+/* The placements of r's inputs as text: "S(0) | R | ...". */
+void op_run_placements(const op_run *r, char *buf, size_t cap);
 /* Whether r's result equals ref's within the case's tolerance; msg says where not. */
 int op_result_matches(const op_run *ref, const op_run *r, char *msg, size_t cap);
 double tolerance(const op_case *c);

@@ -14,12 +14,12 @@
 typedef struct grun {
     const op_case *c;
     const char *mesh;
-    dt_placement pl[3][2];
+    dt_placement pl[OP_CASE_MAX_IN][2];
     int fd_input, fd_elem; /* >= 0: input fd_input's element fd_elem moved by fd_step */
     double fd_step;
     /* out, on rank 0: */
     double loss;
-    double *grad[3];
+    double *grad[OP_CASE_MAX_IN];
     dt_status backward_status;
     char why[256];
 } grun;
@@ -64,7 +64,7 @@ static dt_status grad_body(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     R_OK(dt_mesh_create_str(ctx, r->mesh, &mesh));
     int mnd = dt_mesh_ndim(mesh);
-    dt_tensor *in[3] = {0}, *out = NULL, *w = NULL, *prod = NULL, *loss = NULL;
+    dt_tensor *in[OP_CASE_MAX_IN] = {0}, *out = NULL, *w = NULL, *prod = NULL, *loss = NULL;
     for (int i = 0; i < c->n; i++) {
         double *buf = malloc(count(c, i) * 8 + 8);
         fill(c, i, buf);
@@ -113,7 +113,7 @@ static dt_status grad_body(dt_ctx *ctx, void *arg) {
 }
 
 static void free_run(grun *r) {
-    for (int i = 0; i < 3; i++) free(r->grad[i]);
+    for (int i = 0; i < OP_CASE_MAX_IN; i++) free(r->grad[i]);
 }
 
 static int is_comparison(dt_op op) { return op >= DT_OP_EQ && op <= DT_OP_LE; }
@@ -124,7 +124,7 @@ static int differentiable(const op_case *c) {
     int any = 0;
     for (int i = 0; i < c->n; i++) any |= is_float(c->dtype[i]);
     return any && c->op != DT_OP_ARGMAX && c->op != DT_OP_ARGMIN && c->op != DT_OP_ONE_HOT &&
-           c->op != DT_OP_TOPK && !is_comparison(c->op);
+           c->op != DT_OP_TOPK && c->op != DT_OP_SDPA_BACKWARD && !is_comparison(c->op);
 }
 
 /* argmax of a tensor that needs a gradient, summed: the backward reaches argmax and says it

@@ -40,6 +40,15 @@ expect 0 "mean on mesh dp=2 x tp=2" "-> P(avg),R" \
     -- --op 'mean(dim=0)' --mesh dp=2,tp=2 --shapes '8,6' --placements 'S(0),R'
 expect 0 "redistribute f32[8,8] on mesh dp=2 x tp=2: S(0),S(0) -> S(1),S(1)" \
     -- --mesh dp=2,tp=2 --shape 8,8 --from 'S(0),S(0)' --to 'S(1),S(1)'
+# Across meshes: the example keeps every block in place; a pipeline hand-off sends
+# each box once; a wrong rank list is named.
+expect 0 "across meshes: 2x2 (ranks 0-3) S(0),S(0) -> 4 (ranks 0-3) S(0)" "rank 1 keeps" \
+    "total: 0 messages" -- --mesh 2x2 --to-mesh 4 --shape 8,6 --from 'S(0),S(0)' --to 'S(0)'
+expect 0 "tp=2 (ranks 0,1) S(0) -> tp=2 (ranks 2,3) S(1)" "rank 1 -> rank 3" "[3:5,2:3]" \
+    "total: 4 messages" -- --mesh tp=2 --ranks 0,1 --to-ranks 2,3 --shape 5,3 --from 'S(0)' \
+    --to 'S(1)'
+expect 1 "--to-ranks \"2\" must list the 2 world ranks" \
+    -- --mesh tp=2 --to-ranks 2 --shape 5,3 --from 'S(0)' --to 'S(1)'
 expect 1 "op \"no_such_op\" is neither built in nor registered" \
     -- --op 'no_such_op(dim=0)' --mesh 4 --shapes '8' --placements 'R'
 expect 1 "softmax needs dim=K" -- --op softmax --mesh 4 --shapes '8' --placements 'R'

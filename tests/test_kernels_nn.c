@@ -3,6 +3,7 @@
  * test_kernels.c. */
 #include "core/philox.h"
 #include "kernel_check.h"
+#include "ops/cpu/vexp.h"
 
 Test(kernels, softmax_and_log_softmax_stable) {
     struct {
@@ -193,6 +194,28 @@ Test(kernels, permute_every_order) {
     T_ERR(dt_cpu_permute(&x.t, (int[]){1, 1}, &o.t), DT_ERR_ARG, "permutation");
 }
 
+/* ---- the vectorisable exp the CPU softmax and attention kernels use --------------------- */
+
+/* dt_vexpf within 2 ulp of exp in double over [-87.3, 88.7] (a million points and the ends),
+ * 0 below, inf above, -inf -> 0, NaN -> NaN. */
+Test(kernels, vexpf_is_within_two_ulp) {
+    double worst = 0;
+    for (int k = 0; k <= 1000000; k++) {
+        float x = (float)(-87.3 + 176.0 * k / 1000000.0);
+        double want = exp((double)x), got = dt_vexpf(x);
+        double ulp = nextafterf((float)want, INFINITY) - (float)want;
+        double err = fabs(got - want) / ulp;
+        if (err > worst) worst = err;
+        cr_assert(err <= 2.0, "dt_vexpf(%.9g) = %.9g, exp = %.9g (%.2f ulp)", x, got, want, err);
+    }
+    cr_log_info("dt_vexpf: worst %.2f ulp", worst);
+    cr_assert_eq(dt_vexpf(-INFINITY), 0.0f);
+    cr_assert_eq(dt_vexpf(-100.0f), 0.0f);
+    cr_assert(isinf(dt_vexpf(89.0f)) && isinf(dt_vexpf(INFINITY)));
+    cr_assert(isnan(dt_vexpf(NAN)));
+    cr_assert_eq(dt_vexpf(0.0f), 1.0f);
+}
+
 /* ---- attention ---------------------------------------------------------------------------- */
 
 Test(kernels, sdpa_causal_and_full) {
@@ -239,58 +262,102 @@ Test(kernels, sdpa_causal_and_full) {
                         }
                     }
                 }
-                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, scale, &o.t));
+                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, scale, &o.t, NULL));
                 expect(causal ? "sdpa causal" : "sdpa", &o.t, want, o.n);
             }
         }
     }
     tens q = mk(DT_I32, SH(2, 2), 0, 3), o = mk_out(DT_I32, SH(2, 2));
-    T_ERR(dt_cpu_sdpa(&q.t, &q.t, &q.t, 0, 1.0, &o.t), DT_ERR_DTYPE, "dt_cpu_sdpa");
+    T_ERR(dt_cpu_sdpa(&q.t, &q.t, &q.t, 0, 1.0, &o.t, NULL), DT_ERR_DTYPE, "dt_cpu_sdpa");
 }
 
-Test(kernels, sdpa_grouped_query_heads) {
+/* Grouped-query attention forward with its log-sum-exp, and the backward from that lse,
+ * against the textbook formulas in double (probabilities from a fresh softmax, not from the
+ * lse): dP = g v^T, dS = P (dP - sum_j P dP), dq = scale dS k, dk = scale dS^T q and
+ * dv = P^T g, dk and dv summed over each kv head's query heads. */
+Test(kernels, sdpa_grouped_query_heads_and_backward) {
     struct {
         int64_t B, Hq, Hkv, Tq, Tk, D;
-    } cases[] = {{2, 8, 2, 5, 5, 4}, {1, 6, 3, 4, 6, 3}, {2, 4, 1, 3, 3, 2}, {1, 3, 3, 4, 4, 2}};
+    } cases[] = {{2, 8, 2, 5, 5, 4}, {1, 6, 3, 4, 6, 3}, {2, 4, 1, 3, 3, 2}, {1, 3, 3, 4, 4, 2},
+                 {1, 2, 1, 6, 2, 3}, {1, 2, 2, 3, 0, 2}};
     for (size_t di = 0; di < LEN(FLOATS); di++) {
-        dt_dtype dt = FLOATS[di];
+        dt_dtype dt = FLOATS[di], lt = dt == DT_F64 ? DT_F64 : DT_F32;
         for (size_t c = 0; c < LEN(cases); c++) {
             for (int causal = 0; causal < 2; causal++) {
                 int64_t B = cases[c].B, Hq = cases[c].Hq, Hkv = cases[c].Hkv, Tq = cases[c].Tq,
                         Tk = cases[c].Tk, D = cases[c].D, g = Hq / Hkv;
                 tens q = mk(dt, SH(B, Hq, Tq, D), -2, 2), k = mk(dt, SH(B, Hkv, Tk, D), -2, 2);
                 tens v = mk(dt, SH(B, Hkv, Tk, D), -2, 2), o = mk_out(dt, SH(B, Hq, Tq, D));
+                tens go = mk(dt, SH(B, Hq, Tq, D), -2, 2), l = mk_out(lt, SH(B, Hq, Tq));
+                tens dq = mk_out(dt, SH(B, Hq, Tq, D)), dk = mk_out(dt, SH(B, Hkv, Tk, D));
+                tens dv = mk_out(dt, SH(B, Hkv, Tk, D));
                 double scale = 1.0 / sqrt((double)D), *p = talloc((size_t)Tk * 8 + 8);
+                double *dp = talloc((size_t)Tk * 8 + 8);
                 double *want = talloc(o.n * sizeof(double) + 1);
+                double *wl = talloc(l.n * sizeof(double) + 1);
+                double *wdq = talloc(q.n * 8 + 8), *wdk = talloc(k.n * 8 + 8);
+                double *wdv = talloc(v.n * 8 + 8);
+                memset(wdk, 0, k.n * 8), memset(wdv, 0, v.n * 8);
                 for (int64_t b = 0; b < B; b++)
                     for (int64_t h = 0; h < Hq; h++) {
                         size_t qh = (size_t)(b * Hq + h), kh = (size_t)(b * Hkv + h / g);
                         for (int64_t i = 0; i < Tq; i++) {
-                            double mx = -INFINITY, sum = 0;
+                            double mx = -INFINITY, sum = 0, dot = 0;
+                            size_t qi = qh * (size_t)Tq + (size_t)i;
                             for (int64_t j = 0; j < Tk; j++) {
                                 double s = 0;
                                 for (int64_t d = 0; d < D; d++)
-                                    s += q.v[(qh * Tq + i) * D + d] * k.v[(kh * Tk + j) * D + d];
+                                    s += q.v[qi * D + d] * k.v[(kh * Tk + j) * D + d];
                                 p[j] = causal && j > i ? -INFINITY : s * scale;
                                 mx = fmax(mx, p[j]);
                             }
                             for (int64_t j = 0; j < Tk; j++) sum += p[j] = exp(p[j] - mx);
+                            wl[qi] = Tk ? mx + log(sum) : -INFINITY;
                             for (int64_t e = 0; e < D; e++) {
                                 double acc = 0;
                                 for (int64_t j = 0; j < Tk; j++)
                                     acc += p[j] / sum * v.v[(kh * Tk + j) * D + e];
-                                want[(qh * Tq + i) * D + e] = acc;
+                                want[qi * D + e] = acc;
+                            }
+                            for (int64_t j = 0; j < Tk; j++) {
+                                p[j] /= sum, dp[j] = 0;
+                                for (int64_t e = 0; e < D; e++)
+                                    dp[j] += go.v[qi * D + e] * v.v[(kh * Tk + j) * D + e];
+                                dot += p[j] * dp[j];
+                            }
+                            for (int64_t d = 0; d < D; d++) wdq[qi * D + d] = 0;
+                            for (int64_t j = 0; j < Tk; j++) {
+                                double ds = p[j] * (dp[j] - dot) * scale;
+                                size_t kj = (kh * Tk + j) * D;
+                                for (int64_t d = 0; d < D; d++) {
+                                    wdq[qi * D + d] += ds * k.v[kj + d];
+                                    wdk[kj + d] += ds * q.v[qi * D + d];
+                                    wdv[kj + d] += p[j] * go.v[qi * D + d];
+                                }
                             }
                         }
                     }
-                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, scale, &o.t));
-                expect(causal ? "sdpa gqa causal" : "sdpa gqa", &o.t, want, o.n);
+                const char *what = causal ? "sdpa gqa causal" : "sdpa gqa";
+                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, scale, &o.t, &l.t));
+                expect(what, &o.t, want, o.n);
+                expect(what, &l.t, wl, l.n);
+                OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, scale, &dq.t, &dk.t,
+                                        &dv.t));
+                expect("sdpa backward dq", &dq.t, wdq, q.n);
+                expect("sdpa backward dk", &dk.t, wdk, k.n);
+                expect("sdpa backward dv", &dv.t, wdv, v.n);
             }
         }
     }
     tens q = mk(DT_F32, SH(1, 6, 2, 2), -1, 1), k = mk(DT_F32, SH(1, 4, 2, 2), -1, 1);
-    tens o = mk_out(DT_F32, SH(1, 6, 2, 2));
-    T_ERR(dt_cpu_sdpa(&q.t, &k.t, &k.t, 0, 1.0, &o.t), DT_ERR_SHAPE, "divisor");
+    tens o = mk_out(DT_F32, SH(1, 6, 2, 2)), l = mk_out(DT_F64, SH(1, 6, 2));
+    T_ERR(dt_cpu_sdpa(&q.t, &k.t, &k.t, 0, 1.0, &o.t, NULL), DT_ERR_SHAPE, "divisor");
+    T_ERR(dt_cpu_sdpa(&q.t, &q.t, &q.t, 0, 1.0, &o.t, &l.t), DT_ERR_DTYPE, "lse is f64");
+    tens l2 = mk_out(DT_F32, SH(1, 6, 3));
+    T_ERR(dt_cpu_sdpa(&q.t, &q.t, &q.t, 0, 1.0, &o.t, &l2.t), DT_ERR_SHAPE, "query row");
+    tens lf = mk_out(DT_F32, SH(1, 6, 2)), d1 = mk_out(DT_F32, SH(1, 6, 2, 2));
+    T_ERR(dt_cpu_sdpa_backward(&o.t, &q.t, &q.t, &q.t, &lf.t, 0, 1.0, &d1.t, &k.t, &d1.t),
+          DT_ERR_SHAPE, "dq, dk, dv");
 }
 
 Test(kernels, rope_rotates_interleaved_pairs) {

@@ -93,19 +93,52 @@ static dt_status gqa_strategy_body(dt_ctx *ctx, void *arg) {
     return DT_OK;
 }
 
+/* On a 2-D mesh the heads may be split by one mesh dim (tp; batch on the other): whole
+ * groups when the kv heads line up over that dim alone; split by both (nested) only when the
+ * kv heads divide evenly over all four ranks. */
+static dt_status gqa_2d_body(dt_ctx *ctx, void *arg) {
+    const char *const *c = arg; /* placements, Hq, Hkv, "kept" or "moved" */
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2x2", &mesh));
+    int64_t qs[4] = {2, atoi(c[1]), 4, 4}, ks[4] = {2, atoi(c[2]), 4, 4};
+    dt_placement pl[2], ins[3][2], outp[2];
+    int np;
+    R_OK(dt_placements_parse(c[0], pl, 2, &np));
+    dt_tensor *in[3];
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 4, qs, 2, pl, &in[0]));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 4, ks, 2, pl, &in[1]));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 4, ks, 2, pl, &in[2]));
+    R_OK(dt_op_strategy(DT_OP_SDPA, in, 3, NULL, &ins[0][0], outp));
+    int kept = 1;
+    for (int i = 0; i < 3; i++)
+        for (int m = 0; m < 2; m++) kept &= dt_placement_equal(ins[i][m], pl[m]);
+    R_CHECK(kept == !strcmp(c[3], "kept"), "Hq %s, Hkv %s as %s on 2x2: %s, want %s", c[1], c[2],
+            c[0], kept ? "kept" : "moved", c[3]);
+    for (int i = 0; i < 3; i++) dt_tensor_release(in[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
 Test(ops, gqa_heads_shard_only_with_whole_groups) {
+    static const char *const cases2d[][4] = {{"S(0),S(1)", "4", "2", "kept"},
+                                             {"S(0),S(1)", "8", "2", "kept"},
+                                             {"S(1),S(1)", "8", "2", "moved"},
+                                             {"S(1),S(1)", "8", "4", "kept"},
+                                             {"S(0),S(1)", "6", "3", "moved"}};
+    for (size_t i = 0; i < sizeof cases2d / sizeof cases2d[0]; i++)
+        t_run(4, gqa_2d_body, (void *)cases2d[i]);
     static const int cases[][4] = {{6, 3, 1, 3}, {8, 2, 1, 2}, {8, 2, 0, 4}, {8, 4, 0, 3},
                                    {6, 6, 1, 4}, {12, 6, 0, 4}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         t_run(cases[i][3], gqa_strategy_body, (void *)cases[i]);
-    static const char *const meshes[] = {"2", "3"};
+    static const char *const meshes[] = {"2", "3", "2x2"};
     for (size_t ci = 0; ci < op_ncases; ci++) {
         const op_case *c = &op_cases[ci];
         if (strncmp(c->name, "sdpa gqa", 8)) continue;
         op_run ref = {.c = c, .mesh = "1"};
         for (int i = 0; i < c->n; i++) ref.pl[i][0] = dt_replicate();
         t_run(1, op_body, &ref);
-        for (size_t mi = 0; mi < 2; mi++)
+        for (size_t mi = 0; mi < 3; mi++)
             for (int t = 0; t < op_case_tries(c, meshes[mi]); t++) {
                 op_run r = {.c = c, .mesh = meshes[mi]};
                 op_case_placements(c, ci, meshes[mi], t, r.pl);

@@ -272,6 +272,55 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
 
 Test(optim, errors_name_the_argument) { t_run(2, errors_body, NULL); }
 
+/* Mixed precision per group on dp = 2: two bf16 weights replicated, each rank's gradient
+ * contribution 1 and 2^-9 (the batch is sharded). The reduce_f32 group's gradient is f32 and
+ * exactly 1 + 2^-9; the other group's is bf16, where 1 + 2^-9 rounds to 1. */
+static dt_status mixed_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2", &mesh));
+    int64_t shape[1] = {3};
+    dt_placement r1[1] = {dt_replicate()}, ps[1] = {dt_partial(DT_REDUCE_SUM)};
+    dt_tensor *w[2], *g;
+    for (int i = 0; i < 2; i++) {
+        R_OK(dt_tensor_ones(mesh, DT_BF16, 1, shape, 1, r1, &w[i]));
+        R_OK(dt_tensor_set_requires_grad(w[i], 1));
+    }
+    dt_param_group groups[2] = {{.params = w, .n = 1, .master_weights = 1, .reduce_f32 = 1},
+                                {.params = w + 1, .n = 1, .master_weights = 1}};
+    dt_adamw_options ao = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    dt_optim *o = T_SENTINEL(dt_optim *);
+    dt_param_group bad = {.params = w, .n = 1, .reduce_f32 = 1};
+    R_ERR(dt_optim_adamw_create(&ao, &bad, 1, &o), DT_ERR_ARG, "groups[0].reduce_f32");
+    R_OK(dt_optim_adamw_create(&ao, groups, 2, &o));
+    uint16_t local[3];
+    double mine[3] = {dt_ctx_rank(ctx) ? ldexp(1, -9) : 1, 0, 0};
+    R_OK(dt_convert_from_f64(DT_BF16, mine, local, 3));
+    R_OK(dt_tensor_from_local(mesh, local, DT_BF16, 1, shape, 1, ps, shape, 0, &g));
+    for (int i = 0; i < 2; i++) R_OK(dt_backward_with(w[i], g));
+    dt_tensor_info info[2];
+    double got[2][3];
+    for (int i = 0; i < 2; i++) {
+        R_OK(dt_tensor_info_get(dt_tensor_grad(w[i]), &info[i]));
+        R_CHECK(info[i].placements[0].kind == DT_PLACEMENT_REPLICATE, "gradient %d not R", i);
+        dt_tensor *g64;
+        R_OK(dt_cast(dt_tensor_grad(w[i]), DT_F64, &g64));
+        R_OK(dt_tensor_full(g64, got[i], sizeof got[i]));
+        dt_tensor_release(g64);
+    }
+    R_CHECK(info[0].dtype == DT_F32 && info[1].dtype == DT_BF16, "gradient dtypes %s, %s",
+            dt_dtype_name(info[0].dtype), dt_dtype_name(info[1].dtype));
+    R_CHECK(got[0][0] == 1 + ldexp(1, -9) && got[1][0] == 1, "gradients %.12g, %.12g",
+            got[0][0], got[1][0]);
+    R_OK(dt_optim_step(o));
+    R_OK(dt_optim_destroy(o));
+    dt_tensor_release(g), dt_tensor_release(w[0]), dt_tensor_release(w[1]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(optim, mixed_precision_is_chosen_per_group) { t_run(2, mixed_body, NULL); }
+
 /* ---- the schedule --------------------------------------------------------------------------- */
 
 Test(optim, schedule_follows_its_formula) {

@@ -1,5 +1,7 @@
 /* dtensor-explain: what redistribute and op dispatch would do, without starting ranks.
  *   dtensor-explain --mesh 2x4 --shape 8,6 --dtype f32 --from "S(0),R" --to "R,S(1)"
+ *   dtensor-explain --mesh tp=2 --ranks 0,1 --to-mesh tp=2 --to-ranks 2,3 --shape 8,6
+ *                   --from "S(0)" --to "S(1)"      (across meshes: dt_xplan)
  *   dtensor-explain --op mm --mesh 4 --shapes "12,8;8,16" --placements "S(0);R"
  *   dtensor-explain --cases tests/conformance/propagation_cases.tsv
  *   dtensor-explain --plugin ./libmyops.so --cases my_rows.tsv */
@@ -17,6 +19,8 @@ static int usage(const char *why) {
     fprintf(stderr,
             "usage: dtensor-explain --mesh 2x4|dp=2,tp=4 --shape 8,6 --from PLACEMENTS --to "
             "PLACEMENTS [--dtype f32]\n"
+            "         [--ranks 0,1] [--to-mesh MESH [--to-ranks 2,3]]: across meshes of one "
+            "world\n"
             "       dtensor-explain --op OP --mesh MESH --shapes \"12,8;8,16\" --placements "
             "\"S(0);R\" [--dtypes \"f32;f32\"]\n"
             "       dtensor-explain --cases ROWS.tsv [--cases MORE.tsv] [--strict]\n"
@@ -92,6 +96,7 @@ static int print_text(text_fn fn, const void *arg) {
 
 typedef struct opts {
     const char *mesh, *shape, *from, *to, *dtype, *op, *shapes, *placements, *dtypes;
+    const char *ranks, *to_mesh, *to_ranks; /* across meshes */
     dt_cost_model model;
     int mesh_shape[DT_MESH_MAX_NDIM], mnd;
     char names[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1];
@@ -119,6 +124,68 @@ static dt_status redistribute_text(const void *arg, char *buf, size_t cap, size_
                             o->mnd, nsrc, ndst);
     return dt_redistribute_explain(o->mnd, o->mesh_shape, o->names_or_null, ndim, shape, dtype, src,
                                    dst, &o->model, buf, cap, len);
+}
+
+/* "0,1,2" into world ranks (at most max); -1 when malformed. */
+static int parse_ranks(const char *text, int *ranks, int max) {
+    int n = 0;
+    for (const char *p = text;;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 1 << 20 || n == max) return -1;
+        ranks[n++] = (int)v;
+        if (*end == '\0') return n;
+        if (*end != ',') return -1;
+        p = end + 1;
+    }
+}
+
+/* One mesh of a cross-mesh plan: its text and optional world ranks (default 0..n-1). */
+static dt_status mesh_desc_of(const char *what, const char *text, const char *ranks_text,
+                              int *ranks, dt_mesh_desc *d, char (*names)[DT_MESH_NAME_MAX + 1]) {
+    dt_status st = dt_mesh_parse(text, d->shape, names, &d->ndim);
+    if (st != DT_OK) return st;
+    int n = 1;
+    for (int m = 0; m < d->ndim; m++) n *= d->shape[m];
+    d->ranks = NULL;
+    if (!ranks_text) return DT_OK;
+    if (parse_ranks(ranks_text, ranks, 4096) != n)
+        return dt_error_set(DT_ERR_PARSE, "--%s \"%s\" must list the %d world ranks of mesh %s",
+                            what, ranks_text, n, text);
+    d->ranks = ranks;
+    return DT_OK;
+}
+
+static dt_status xmesh_text(const void *arg, char *buf, size_t cap, size_t *len) {
+    const opts *o = arg;
+    static int sr[4096], dr[4096];
+    char sn[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1], dn[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1];
+    dt_mesh_desc S, D;
+    int64_t shape[DT_MAX_NDIM];
+    int ndim, nsrc, ndst;
+    dt_placement src[DT_MESH_MAX_NDIM], dst[DT_MESH_MAX_NDIM];
+    dt_dtype dtype;
+    dt_status st = mesh_desc_of("ranks", o->mesh, o->ranks, sr, &S, sn);
+    if (st == DT_OK) st = mesh_desc_of("to-ranks", o->to_mesh, o->to_ranks, dr, &D, dn);
+    if (st == DT_OK) st = dt_dtype_parse(o->dtype, &dtype);
+    if (st == DT_OK) st = dt_placements_parse(o->from, src, DT_MESH_MAX_NDIM, &nsrc);
+    if (st == DT_OK) st = dt_placements_parse(o->to, dst, DT_MESH_MAX_NDIM, &ndst);
+    if (st != DT_OK) return st;
+    if (parse_shape(o->shape, shape, &ndim) != 0)
+        return dt_error_set(DT_ERR_PARSE, "--shape takes sizes like 8,6, not \"%s\"", o->shape);
+    if (nsrc != S.ndim || ndst != D.ndim)
+        return dt_error_set(DT_ERR_PLACEMENT, "--from has %d placements for a %d-D mesh, --to %d "
+                                              "for a %d-D mesh", nsrc, S.ndim, ndst, D.ndim);
+    const char *snp[DT_MESH_MAX_NDIM], *dnp[DT_MESH_MAX_NDIM];
+    for (int m = 0; m < S.ndim; m++) snp[m] = sn[m];
+    for (int m = 0; m < D.ndim; m++) dnp[m] = dn[m];
+    dt_xplan *p;
+    st = dt_xplan_create(&S, &D, ndim, shape, dtype, src, dst, &o->model, &p);
+    if (st != DT_OK) return st;
+    st = dt_xplan_format(p, strchr(o->mesh, '=') ? snp : NULL, strchr(o->to_mesh, '=') ? dnp : NULL,
+                         buf, cap, len);
+    dt_xplan_destroy(p);
+    return st;
 }
 
 static dt_status op_text(const void *arg, char *buf, size_t cap, size_t *len) {
@@ -153,6 +220,12 @@ int main(int argc, char **argv) {
             o.from = v;
         else if (strcmp(a, "--to") == 0)
             o.to = v;
+        else if (strcmp(a, "--ranks") == 0)
+            o.ranks = v;
+        else if (strcmp(a, "--to-mesh") == 0)
+            o.to_mesh = v;
+        else if (strcmp(a, "--to-ranks") == 0)
+            o.to_ranks = v;
         else if (strcmp(a, "--dtype") == 0)
             o.dtype = v;
         else if (strcmp(a, "--op") == 0)
@@ -188,6 +261,12 @@ int main(int argc, char **argv) {
         return rc;
     }
     if (!o.mesh) return usage("--mesh is needed (or --cases)");
+    if (o.to_mesh || o.ranks || o.to_ranks) {
+        if (!o.to_mesh) o.to_mesh = o.mesh; /* --ranks alone: the same shape over other ranks */
+        if (!o.shape || !o.from || !o.to)
+            return usage("across meshes: --shape, --from and --to are needed");
+        return print_text(xmesh_text, &o);
+    }
     if (dt_mesh_parse(o.mesh, o.mesh_shape, o.names, &o.mnd) != DT_OK) return fail("--mesh");
     for (int m = 0; m < o.mnd; m++)
         o.name_ptrs[m] = o.names[m];

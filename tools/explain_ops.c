@@ -87,6 +87,7 @@ static const args_kind kinds[] = {
     [DT_OP_SWIGLU] = NONE,
     [DT_OP_ROPE] = NONE,
     [DT_OP_DROPOUT] = DROPOUT,
+    [DT_OP_SDPA_BACKWARD] = SDPA,
     [DT_OP_GATHER] = DIM,
     [DT_OP_ONE_HOT] = CLASSES,
     [DT_OP_TOPK] = TOPK,
@@ -110,6 +111,7 @@ static const struct {
     {"t", "transpose", "0,1"},
     {"reshape", "view", NULL},
     {"sdpa", "scaled_dot_product_attention", NULL},
+    {"sdpa_backward", "scaled_dot_product_attention_backward", NULL},
     {"linalg_vector_norm", "vector_norm", NULL},
 };
 

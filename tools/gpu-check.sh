@@ -17,7 +17,7 @@ command -v nvcc >/dev/null 2>&1 || PATH=$PATH:/usr/local/cuda/bin
 [ "$sim" = 1 ] || command -v nvcc >/dev/null 2>&1 || { echo "gpu-check: nvcc not found" >&2; exit 1; }
 start=$(date +%s)
 log=$(mktemp)
-trap 'rm -f "$log" "$log.nccl"' EXIT
+trap 'rm -f "$log" "$log.nccl" "$log.ckpt"' EXIT
 if [ ! -f "$build/build.ninja" ]; then
     if [ "$sim" = 1 ]; then gpu="-Dgpu_sim=true"; else gpu="-Dcuda=enabled"; fi
     meson setup "$build" $gpu -Dtests=false -Ducx=disabled -Dopenblas=disabled \
@@ -27,6 +27,12 @@ ninja -C "$build" >/dev/null || { ninja -C "$build" | tail -40; echo "gpu-check:
 echo "gpu-check: built in $(($(date +%s) - start)) s"
 # Bounded, so that a hang still leaves the sections that ran and a verdict.
 timeout 300 "$build/tests/gpu_check" | tee "$log"
+echo "checkpoints of device tensors:"
+if [ -x "$build/tests/ckpt_gpu_check" ]; then
+    timeout 120 "$build/tests/ckpt_gpu_check" | tee "$log.ckpt"
+else
+    echo "  (not in this build: no libxxhash)"; echo "0 passed, 0 failed" > "$log.ckpt"
+fi
 echo "nccl runtime (processes under dtrun):"
 if [ "$sim" = 1 ]; then nccl_mode=--sim; else nccl_mode=; fi
 sh tests/nccl_checks.sh "$build" $nccl_mode | tee "$log.nccl"
@@ -37,8 +43,9 @@ echo
 echo "gpu-check: $(($(date +%s) - start)) s in all"
 grep -E '^(memory/async|ops|redistribute|mlp):' "$log"
 echo "nccl:         $(tail -n 1 "$log.nccl")"
-# The verdict: both programs' last lines ("N passed, N failed"), added up.
-tail -q -n 1 "$log" "$log.nccl" | awk '
+echo "checkpoint:   $(tail -n 1 "$log.ckpt")"
+# The verdict: the three programs' last lines ("N passed, N failed"), added up.
+tail -q -n 1 "$log" "$log.nccl" "$log.ckpt" | awk '
     /^[0-9]+ passed, [0-9]+ failed$/ { p += $1; f += $3; n++ }
-    END { if (n < 2) f++; printf "%d passed, %d failed\n", p, f; exit f > 0 }'
+    END { if (n < 3) f++; printf "%d passed, %d failed\n", p, f; exit f > 0 }'
 

@@ -35,9 +35,12 @@ DT_API dt_status dt_tensor_set_grad_dtype(dt_tensor *tensor, dt_dtype dtype);
 /* Drops the leaf's gradient (torch's zero_grad(set_to_none=True)). */
 DT_API dt_status dt_tensor_zero_grad(dt_tensor *tensor);
 
-/* Backpropagates from loss (a DTensor of one element, any placements) with gradient 1, then
- * frees the graph: the nodes and what they hold are released, and a second backward through
- * the same graph is DT_ERR_ARG. Gradients add into leaves that have one already. */
+/* Backpropagates from loss (a DTensor of one element, any placements) with gradient 1 and
+ * frees the graph as it goes: each node drops the tensors it saved as soon as its rule ran (so
+ * activations die during backward, not after it), and a second backward through the same
+ * graph is DT_ERR_ARG. Saved tensors whose storage activation checkpointing or FSDP dropped
+ * (dtensor/ac.h, dtensor/fsdp.h) are refilled just before the first rule that reads them.
+ * Gradients add into leaves that have one already. */
 DT_API dt_status dt_backward(dt_tensor *loss);
 /* The same from any tensor t with gradient grad (t's shape; any placements). */
 DT_API dt_status dt_backward_with(dt_tensor *t, dt_tensor *grad);
@@ -55,6 +58,17 @@ DT_API int dt_grad_enabled(const dt_ctx *ctx);
  * leaf was replicated or gathered), for gradient accumulation; the next backward with sync on
  * adds to them and reduces once. */
 DT_API dt_status dt_ctx_set_grad_sync(dt_ctx *ctx, int sync);
+
+/* Grad sync is coalesced, as DDP's buckets and FSDP2's per-group reduce_scatter are: after a
+ * backward, the leaves whose gradients need the same collectives (the same mesh dims, reduce
+ * op, gradient dtype and device) are packed, in the order backward reached them, into buckets
+ * of at most bytes (DDP's bucket_cap_mb; a larger gradient gets a bucket of its own), and each
+ * bucket is one all_reduce of a flat buffer (DDP) or one reduce_scatter whose rank-k region
+ * holds every leaf's shard for rank k (FSDP, uneven shards included). Each element is reduced
+ * as it would be alone (bitwise on the local runtime). Default 25 MiB; 0 reduces every leaf by
+ * itself. Moves that are not plain reductions (a gradient to gather, a pending norm) are always
+ * made leaf by leaf. Not collective, but every rank must set the same value. */
+DT_API dt_status dt_ctx_set_grad_bucket_bytes(dt_ctx *ctx, size_t bytes);
 
 #ifdef __cplusplus
 }

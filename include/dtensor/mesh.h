@@ -39,7 +39,8 @@ DT_API int dt_mesh_ndim(const dt_mesh *mesh);
 DT_API int dt_mesh_dim_size(const dt_mesh *mesh, int dim);
 DT_API const char *dt_mesh_dim_name(const dt_mesh *mesh, int dim);
 DT_API int dt_mesh_nranks(const dt_mesh *mesh);
-/* This rank's index in the mesh (row-major) and its coordinate on dim. */
+/* This rank's index in the mesh (row-major) and its coordinate on dim; both -1 on a
+ * sub-mesh this rank is not in (see dt_mesh_submesh_at). */
 DT_API int dt_mesh_rank(const dt_mesh *mesh);
 DT_API int dt_mesh_coord(const dt_mesh *mesh, int dim);
 /* The rank context the mesh was made on (borrowed). */
@@ -66,6 +67,20 @@ DT_API dt_status dt_mesh_mask_comm(dt_mesh *mesh, unsigned dims_mask, dt_comm **
 /* The sub-mesh of the named dims (in mesh order) that contains this rank, e.g. "tp" of a
  * ("dp","tp") mesh. Shares the parent's communicators. The caller owns one reference. */
 DT_API dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mesh **out);
+
+/* The sub-mesh of the named dims at parent coordinate coord (mesh ndim entries; those of the
+ * named dims are ignored), which need not contain this rank: e.g. on every rank, the "tp"
+ * sub-mesh of pipeline stage pp=1, to hand a tensor to it (dt_tensor_redistribute_to). On a
+ * rank outside it, dt_mesh_rank and dt_mesh_coord are -1, it has no communicators, and
+ * tensors made on it hold nothing (their local shape is all zeros); ops on them are no-ops
+ * that give such tensors. Not collective. The caller owns one reference. */
+DT_API dt_status dt_mesh_submesh_at(dt_mesh *mesh, const char *const *names, int n,
+                                    const int *coord, dt_mesh **out);
+
+/* 1 when a and b are the same mesh by value: the same world, shape and world rank of every
+ * mesh rank (dimension names aside), as PyTorch compares DeviceMesh objects; 0 otherwise (and
+ * for NULL). Ops take inputs on equal meshes as on one; the output lives on input 0's. */
+DT_API int dt_mesh_equal(const dt_mesh *a, const dt_mesh *b);
 
 /* Each mesh object keeps two caches on each rank: the sharding strategies op dispatch chose
  * (DT_CACHE_STRATEGY, keyed by op, input specs and arguments) and the redistribute plans

@@ -99,10 +99,12 @@
     X(STACK, "stack", cat, 1, 4, none, ARG_DIM, dt_stack, stack)                                   \
     X(SWIGLU, "swiglu", composite, 2, 2, none, 0, dt_swiglu, through)
 
-/* Model-code ops, wrappers written by hand in ops.h (src/ops/api_nn.c). */
+/* Model-code ops, wrappers written by hand in ops.h (src/ops/api_nn.c, api.c). */
 #define DT_OP_NN_LIST(X)                                                                           \
     X(ROPE, "rope", rope, 3, 3, rope, 0, dt_rope, rope)                                            \
-    X(DROPOUT, "dropout", dropout, 1, 1, dropout, ARG_SCALAR | ARG_SEED, dt_dropout, dropout)
+    X(DROPOUT, "dropout", dropout, 1, 1, dropout, ARG_SCALAR | ARG_SEED, dt_dropout, dropout)    \
+    X(SDPA_BACKWARD, "scaled_dot_product_attention_backward", attention, 5, 5, sdpa_backward,      \
+      ARG_SCALAR | ARG_CAUSAL, dt_sdpa_backward, none)
 
 /* Indexing, selection and scans; wrappers written by hand in ops.h. topk is the indices only
  * (dt_topk gathers the values with them). */

@@ -76,7 +76,7 @@ typedef struct dt_op_args {
  * rows of placements (ninputs inputs, then the output), how its output spec follows from the
  * inputs', and its local kernel. Dispatch combines the rows over mesh dims, prices them and
  * redistributes inputs like for built-in ops. */
-#define DT_OP_MAX_USER_INPUTS 4
+#define DT_OP_MAX_USER_INPUTS 5
 typedef struct dt_op_def {
     const char *name;                                      /* copied */
     int ninputs;                                           /* 1 .. DT_OP_MAX_USER_INPUTS */
@@ -100,6 +100,11 @@ DT_API dt_status dt_op_register(const dt_op_def *def, dt_op *out);
 /* The generic entry point: runs op on inputs with args. */
 DT_API dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
                             dt_tensor **out);
+/* The same for an op with outputs besides the first (scaled_dot_product_attention's
+ * log-sum-exp; its backward's dk and dv): aux[0..naux) receives them, in out's placements.
+ * DT_ERR_ARG when naux is not the op's count. */
+DT_API dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs,
+                                const dt_op_args *args, dt_tensor **out, dt_tensor **aux, int naux);
 
 /* Typed wrappers (same semantics as PyTorch; broadcasting follows NumPy). Those of the
  * binary, unary, scalar, reduce and dim groups of dtensor/op_list.h are declared from the
@@ -184,6 +189,18 @@ DT_API dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target,
  * Tk, Dv). Hkv may divide Hq (grouped-query attention, torch's enable_gqa): query head h
  * reads kv head h / (Hq / Hkv). */
 DT_API dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out);
+/* dt_sdpa that also returns each query row's log-sum-exp of its scaled, masked scores: lse
+ * (..., Hq, Tq), f64 for f64 inputs and f32 for the others, -inf for a row without keys
+ * (torch's _scaled_dot_product_flash_attention). The state dt_sdpa_backward starts from; the
+ * autograd node of dt_sdpa saves it by itself. */
+DT_API dt_status dt_sdpa_lse(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal,
+                             dt_tensor **out, dt_tensor **lse);
+/* dt_sdpa's gradients at grad_out (the output's shape) from the forward's lse, without a
+ * softmax pass: P = exp(q k^T / sqrt(D) - lse) per head, then dq, dk, dv of q's, k's and v's
+ * shapes (dk and dv summed over the query heads of each kv head). Sharded as the forward. */
+DT_API dt_status dt_sdpa_backward(dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor *grad_out,
+                                  dt_tensor *lse, int causal, dt_tensor **dq, dt_tensor **dk,
+                                  dt_tensor **dv);
 DT_API dt_status dt_transpose(dt_tensor *x, int dim0, int dim1, dt_tensor **out);
 /* out dim i is x dim dims[i] (ndims == x's dims). */
 DT_API dt_status dt_permute(dt_tensor *x, int ndims, const int *dims, dt_tensor **out);

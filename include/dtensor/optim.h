@@ -42,12 +42,16 @@ typedef struct dt_adamw_options {
 
 /* A parameter group: n parameters (the array is borrowed; the optimizer retains each tensor),
  * with this group's weight decay (NULL: the options') and whether to keep f32 master weights
- * for its bf16/f16 parameters (f32 and f64 parameters are their own master). */
+ * for its bf16/f16 parameters (f32 and f64 parameters are their own master). reduce_f32 (with
+ * master_weights): the group's bf16/f16 parameters accumulate and reduce their gradients in f32
+ * (dt_tensor_set_grad_dtype; torchtitan's mixed precision: bf16 compute, f32 master weights
+ * and gradient reduction), set when the optimizer is made. */
 typedef struct dt_param_group {
     dt_tensor *const *params;
     int n;
     const double *weight_decay;
     int master_weights;
+    int reduce_f32;
 } dt_param_group;
 
 /* Make an optimizer over the parameters of ngroups groups (parameter k counts through the
@@ -59,6 +63,11 @@ DT_API dt_status dt_optim_sgd_create(const dt_sgd_options *options, const dt_par
                                      int ngroups, dt_optim **out);
 DT_API dt_status dt_optim_adamw_create(const dt_adamw_options *options,
                                        const dt_param_group *groups, int ngroups, dt_optim **out);
+/* The same over every parameter of a materialized registry (dtensor/params.h), in its order,
+ * one group (options' weight decay); DT_ERR_ARG for a registry not materialized. */
+typedef struct dt_params dt_params;
+DT_API dt_status dt_optim_adamw_create_params(const dt_adamw_options *options,
+                                              const dt_params *params, dt_optim **out);
 /* Releases the state, the master weights and the optimizer's references to the parameters.
  * NULL is fine. */
 DT_API dt_status dt_optim_destroy(dt_optim *optim);
@@ -81,6 +90,20 @@ DT_API dt_status dt_optim_get_lr(const dt_optim *optim, double *out);
  * copy (NULL without one). */
 DT_API dt_status dt_optim_param_count(const dt_optim *optim, int *out);
 DT_API dt_status dt_optim_state(const dt_optim *optim, int k, int which, dt_tensor **out);
+
+/* The state as named tensors, for a checkpoint (dtensor/checkpoint.h): *out = how many there
+ * are; tensor i (borrowed) with its name "<param>.<slot>" written into name_out (cap bytes),
+ * where param_names[k] names parameter k and slot is SGD's "momentum_buffer", AdamW's
+ * "exp_avg" and "exp_avg_sq", or "master" for an f32 master copy (torch's state_dict names).
+ * Ordered by parameter, then slot. DT_ERR_SIZE when the name does not fit. Loading a
+ * checkpoint into these tensors restores the state in place. */
+DT_API dt_status dt_optim_state_count(const dt_optim *optim, int *out);
+DT_API dt_status dt_optim_state_named(const dt_optim *optim, const char *const *param_names, int i,
+                                      char *name_out, size_t cap, dt_tensor **out);
+/* Parameter k's step count (torch's state['step'], which AdamW's bias correction reads): to
+ * keep in the checkpoint's blob and set back after loading. */
+DT_API dt_status dt_optim_steps_get(const dt_optim *optim, int k, int64_t *out);
+DT_API dt_status dt_optim_steps_set(dt_optim *optim, int k, int64_t steps);
 
 /* Linear warmup, a stable phase, then cosine decay to a floor, as torchtitan's
  * linear_warmup_stable_decay with decay_type cosine: the learning rate of 0-based step is

@@ -117,6 +117,82 @@ DT_API dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const
 DT_API dt_status dt_tensor_redistribute_plan(dt_tensor *tensor, int ndst, const dt_placement *dst,
                                              const dt_plan **out);
 
+/* ---- across meshes ----------------------------------------------------------------------
+ * A tensor moved to another mesh over the same world: a pipeline stage's output on the pp=0
+ * sub-mesh handed to the pp=1 sub-mesh, a mesh to one of its sub-meshes and back, or two
+ * meshes of different shapes over the same ranks. The plan is point to point: each target
+ * rank's block is cut into the boxes that the source blocks overlap, and each box comes from
+ * one source rank holding it (a rank holding it itself copies it locally; replicas share the
+ * sending). Partial source dims are reduced on the source mesh first (a same-mesh plan), and
+ * Partial target dims are made locally on the target mesh afterwards; for P(sum) targets only
+ * the ranks that keep the value receive it. */
+
+/* A mesh by value, for planning without ranks: its shape and the world rank of each mesh rank
+ * (row-major); ranks NULL means 0, 1, ..., n-1. */
+typedef struct dt_mesh_desc {
+    int ndim;
+    int shape[DT_MESH_MAX_NDIM];
+    const int *ranks;
+} dt_mesh_desc;
+
+/* One message of a cross-mesh plan: the box [off, off + ext) of the global tensor that world
+ * rank from sends to world rank to (from == to: a local copy, nothing sent). */
+typedef struct dt_transfer {
+    int from, to;
+    int64_t off[DT_MAX_NDIM], ext[DT_MAX_NDIM];
+    size_t bytes;
+} dt_transfer;
+
+typedef struct dt_xplan dt_xplan;
+
+/* Plans moving a tensor of this shape and dtype from src placements on src_mesh to dst
+ * placements on dst_mesh. Pure: no ranks. model NULL = default (for the estimate and the
+ * plans before and after). Free with dt_xplan_destroy. */
+DT_API dt_status dt_xplan_create(const dt_mesh_desc *src_mesh, const dt_mesh_desc *dst_mesh,
+                                 int ndim, const int64_t *shape, dt_dtype dtype,
+                                 const dt_placement *src, const dt_placement *dst,
+                                 const dt_cost_model *model, dt_xplan **out);
+/* NULL is fine. */
+DT_API dt_status dt_xplan_destroy(dt_xplan *plan);
+/* Transfers in the order every rank runs them (local copies included), and transfer i. */
+DT_API int dt_xplan_ntransfers(const dt_xplan *plan);
+DT_API dt_status dt_xplan_transfer_get(const dt_xplan *plan, int i, dt_transfer *out);
+/* The same-mesh plans run before (on the source mesh: Partial dims reduced) and after (on the
+ * target mesh: Partial dims made, local); NULL when there is nothing to do. Borrowed. */
+DT_API const dt_plan *dt_xplan_before(const dt_xplan *plan);
+DT_API const dt_plan *dt_xplan_after(const dt_xplan *plan);
+/* Messages between ranks (local copies not counted), their bytes, and the estimate: the
+ * plans before and after plus, for the busiest rank, latency_us per message it sends or
+ * receives and its bytes over the bandwidth. -1 (0 bytes) for NULL. */
+DT_API int dt_xplan_nmessages(const dt_xplan *plan);
+DT_API size_t dt_xplan_bytes(const dt_xplan *plan);
+DT_API double dt_xplan_cost_us(const dt_xplan *plan);
+
+/* The plan as text (what dtensor-explain --to-mesh prints): the meshes, the plan before, one
+ * line per transfer, the plan after, then the totals. Names NULL = "d0", "d1", ... Writes at
+ * most cap bytes, NUL-terminated; *len_out (nullable) = length needed. */
+DT_API dt_status dt_xplan_format(const dt_xplan *plan, const char *const *src_names,
+                                 const char *const *dst_names, char *buf, size_t cap,
+                                 size_t *len_out);
+
+/* A new tensor on dst_mesh with placements dst (ndst = dst_mesh's ndim) holding the same
+ * global value as tensor, which lives on another mesh of the same world (between meshes equal
+ * by value, dt_mesh_equal, a same-mesh plan moves it). Collective over the union of both
+ * meshes' ranks: each of them calls it with meshes and placements describing the same move.
+ * A rank outside the source mesh passes a tensor on it that holds nothing (made on a
+ * dt_mesh_submesh_at it is not in, e.g. with dt_tensor_zeros); a rank outside dst_mesh gets
+ * such a tensor back. Ranks in neither mesh need not call. Blocks; point-to-point sends on the
+ * world communicator, in the plan's order. The input is unchanged.
+ *
+ * Differentiable: the output's gradient is placed as the output was (Replicate where Partial)
+ * and goes back to the source mesh by the reverse move (in tensor's placements, Replicate
+ * where they are Partial). For that every rank of the union must record the move: on ranks
+ * outside the source mesh mark the empty input requires_grad, and on ranks outside dst_mesh
+ * run dt_backward_with(out, g) with g a tensor that holds nothing on dst_mesh (dt_tensor_zeros
+ * there, any placements) while the target ranks run their backward. */
+DT_API dt_status dt_tensor_redistribute_to(dt_tensor *tensor, dt_mesh *dst_mesh, int ndst,
+                                           const dt_placement *dst, dt_tensor **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,6 +28,7 @@ typedef enum dt_status {
     DT_ERR_SIZE = -12,        /* an output buffer is too small */
     DT_ERR_SYSTEM = -13,      /* the operating system refused (threads, locks) */
     DT_ERR_DEVICE = -14,      /* a GPU error (CUDA, cuBLAS, NCCL), or data on the wrong device */
+    DT_ERR_IO = -15,          /* a file cannot be read or written, or is incomplete or corrupt */
 } dt_status;
 
 /* Short constant name of a status, e.g. "DT_ERR_SHAPE". Never NULL. */

@@ -97,6 +97,17 @@ DT_API dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *out
  * DT_ERR_UNSUPPORTED for CUDA in a build without it, DT_ERR_NOMEM when device is full. */
 DT_API dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **out);
 
+/* The calling rank's tensor memory: tensors alive, bytes of local data they own (on any
+ * device; borrowed data is not counted) and the most bytes owned at once since the context
+ * began or the last dt_ctx_reset_peak (a training step's peak: activations, gradients and
+ * gathered weights included). Storage that activation checkpointing or FSDP resharding dropped
+ * does not count while dropped. Not collective. */
+typedef struct dt_tensor_memory {
+    int64_t tensors, bytes, peak_bytes;
+} dt_tensor_memory;
+DT_API dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out);
+DT_API dt_status dt_ctx_reset_peak(dt_ctx *ctx);
+
 /* Copies this rank's shard (local_bytes of dt_tensor_info) into host memory out, from
  * whichever device it lives on, after the work queued on it. Not collective; blocks. */
 DT_API dt_status dt_tensor_local_to_host(dt_tensor *tensor, void *out, size_t out_bytes);

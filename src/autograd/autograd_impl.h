@@ -11,7 +11,7 @@
 #include "dtensor/autograd.h"
 #include "dtensor/ops.h"
 
-#define DT_GRAD_MAX_INPUTS 4
+#define DT_GRAD_MAX_INPUTS 5
 
 /* What a backward rule sees: the forward call and the gradient of its output. */
 typedef struct dt_grad_call {
@@ -19,6 +19,8 @@ typedef struct dt_grad_call {
     const dt_op_args *args;
     int n;
     dt_tensor *const *in;  /* the forward's inputs, as they were (NULL where optional and absent) */
+    dt_tensor *const *saved; /* the forward's other outputs (attention's log-sum-exp) */
+    int nsaved;
     const bool *need;      /* need[i]: input i wants a gradient */
     dt_tensor *grad;       /* the gradient of the output (the output's shape) */
 } dt_grad_call;
@@ -38,11 +40,29 @@ DT_OP_LIST(DT_GRAD_DECLARE)
 /* Whether a call on inputs records a node: grad mode is on and some input requires grad. */
 bool dt_autograd_wants(dt_tensor *const *in, int n);
 
-/* Records out = op(in, args) (out is new, made by dispatch). */
+/* Records out = op(in, args) (out is new, made by dispatch); the node keeps the op's other
+ * outputs saved[0..nsaved) for the rule. */
 dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
-                             dt_tensor *out);
+                             dt_tensor *out, dt_tensor *const *saved, int nsaved);
 /* Records out = redistribute(in) (src: in's placements). */
 dt_status dt_autograd_record_redistribute(dt_tensor *in, dt_tensor *out);
+
+/* A node whose backward is its maker's own function, for layers that run their own
+ * communication (ring attention): backward(state, in, need, grad, in_grad) sets in_grad[i]
+ * for every need[i], as a dt_grad_fn does; it runs with grad mode off. state is the maker's
+ * (what forward saved); free_state (nullable) frees it when the graph goes. */
+typedef dt_status (*dt_custom_backward_fn)(void *state, dt_tensor *const *in, const bool *need,
+                                           dt_tensor *grad, dt_tensor **in_grad);
+/* Records out = name(in) with that backward. On failure free_state(state) has run. */
+dt_status dt_autograd_record_custom(const char *name, dt_tensor *const *in, int n, dt_tensor *out,
+                                    dt_custom_backward_fn backward, void *state,
+                                    void (*free_state)(void *));
+
+/* Grad sync (grad_sync.c): moves the gradient of each leaves[i] (repeats allowed; leaves
+ * without a gradient or already placed are skipped) into the leaf's placements, coalescing the
+ * collectives of leaves that need the same ones into buckets. Collective over the leaves'
+ * meshes: every rank passes the same leaves in the same order. */
+dt_status dt_grad_sync(dt_tensor *const *leaves, int n);
 
 /* A tensor's node, released with the tensor (tensor.c calls this). */
 struct dt_node;

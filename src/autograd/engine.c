@@ -4,12 +4,15 @@
  * inputs, whose own nodes reach further back: the graph lives exactly as long as the tensors
  * that can reach it. Backward collects the tensors with nodes reachable from the root in
  * depth-first post-order (holding a reference to each), runs their rules from the root down
- * with grad mode off, adds the results into the inputs' nodes or leaves, and then frees the
- * graph: every visited node drops its inputs. */
+ * with grad mode off and adds the results into the inputs' nodes or leaves, freeing the graph
+ * as it goes: a node drops its inputs as soon as its rule ran. Saved inputs whose storage an
+ * owner dropped after the forward (activation checkpointing, FSDP) are refilled through their
+ * hooks (autograd/saved.h) just before a rule reads them. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd/autograd_impl.h"
+#include "autograd/saved.h"
 #include "comm/comm_impl.h"
 #include "core/box.h"
 #include "core/check.h"
@@ -24,16 +27,35 @@ typedef struct dt_node {
     dt_op_args args;
     int n;
     dt_tensor *in[DT_GRAD_MAX_INPUTS]; /* retained */
+    int nsaved;
+    dt_tensor *saved[DT_OP_MAX_AUX]; /* the op's other outputs (retained): rules' state */
+    /* a node of dt_autograd_record_custom: */
+    const char *custom_name;
+    dt_custom_backward_fn custom;
+    void *state;
+    void (*free_state)(void *);
     /* during a backward: */
     dt_tensor *grad; /* the output's gradient accumulated so far */
     unsigned mark;   /* the walk that visited it */
 } dt_node;
 
+static void free_state(dt_node *node) {
+    if (node->free_state && node->state) node->free_state(node->state);
+    node->state = NULL;
+}
+
 void dt_node_release(dt_node *node) {
     if (!node) return;
     for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]);
+    for (int i = 0; i < node->nsaved; i++) dt_tensor_release(node->saved[i]);
     dt_tensor_release(node->grad);
+    free_state(node);
     free(node);
+}
+
+static const char *node_name(const dt_node *node) {
+    return node->redistribute ? "a redistribute" : node->custom ? node->custom_name
+                                                                : dt_op_name(node->op);
 }
 
 static dt_ctx *ctx_of(const dt_tensor *t) { return t->mesh->ctx; }
@@ -50,11 +72,56 @@ static dt_status record(dt_tensor *out, dt_node *node) {
     out->requires_grad = true;
     for (int i = 0; i < node->n; i++)
         if (node->in[i]) dt_tensor_retain(node->in[i]);
+    for (int i = 0; i < node->nsaved; i++) dt_tensor_retain(node->saved[i]);
+    if (ctx_of(out)->ac_region) dt_ac_note(ctx_of(out), out);
     return DT_OK;
 }
 
+int dt_node_op(const dt_tensor *t) {
+    return t->node && !t->node->redistribute ? (int)t->node->op : -1;
+}
+
+int dt_node_inputs(const dt_tensor *t, dt_tensor ***in_out, const dt_op_args **args_out) {
+    if (!t->node) return 0;
+    *in_out = t->node->in;
+    *args_out = &t->node->args;
+    return t->node->n;
+}
+
+bool dt_node_done(const dt_tensor *t) { return t->node && t->node->freed; }
+
+dt_status dt_saved_refill(dt_tensor *t) {
+    if (!t || !t->dropped) return DT_OK;
+    if (!t->hooks)
+        return dt_error(DT_ERR_ARG, "dt_backward: a saved tensor's storage was dropped and "
+                                    "nothing can refill it");
+    DT_CHECK(t->hooks->refill(t->hooks, t));
+    if (t->dropped)
+        return dt_error(DT_ERR_ARG, "dt_backward: a dropped saved tensor was not refilled by "
+                                    "its owner");
+    return DT_OK;
+}
+
+dt_status dt_autograd_at_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
+    dt_backward_hook *h = malloc(sizeof *h);
+    if (!h) return dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for a hook");
+    *h = (dt_backward_hook){.fn = fn, .user = user};
+    dt_backward_hook **tail = &ctx->backward_end;
+    while (*tail) tail = &(*tail)->next;
+    *tail = h;
+    return DT_OK;
+}
+
+void dt_autograd_cancel_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
+    for (dt_backward_hook **p = &ctx->backward_end; *p;) {
+        dt_backward_hook *h = *p;
+        if (h->fn == fn && h->user == user) *p = h->next, free(h);
+        else p = &h->next;
+    }
+}
+
 dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
-                             dt_tensor *out) {
+                             dt_tensor *out, dt_tensor *const *saved, int nsaved) {
     DT_ARG(n <= DT_GRAD_MAX_INPUTS, "%s: %d inputs, autograd records at most %d",
            dt_op_name(op), n, DT_GRAD_MAX_INPUTS);
     dt_node *node = calloc(1, sizeof *node);
@@ -62,6 +129,26 @@ dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_
                                dt_op_name(op));
     node->op = op, node->n = n;
     if (args) node->args = *args;
+    memcpy(node->in, in, sizeof(dt_tensor *) * (size_t)n);
+    node->nsaved = nsaved;
+    for (int i = 0; i < nsaved; i++) node->saved[i] = saved[i];
+    return record(out, node);
+}
+
+dt_status dt_autograd_record_custom(const char *name, dt_tensor *const *in, int n, dt_tensor *out,
+                                    dt_custom_backward_fn backward, void *state,
+                                    void (*free_state_fn)(void *)) {
+    dt_node *node = n <= DT_GRAD_MAX_INPUTS ? calloc(1, sizeof *node) : NULL;
+    if (!node) {
+        if (free_state_fn) free_state_fn(state);
+        return n > DT_GRAD_MAX_INPUTS
+                   ? dt_error(DT_ERR_ARG, "%s: %d inputs, autograd records at most %d", name, n,
+                              DT_GRAD_MAX_INPUTS)
+                   : dt_error(DT_ERR_NOMEM, "%s: out of memory for its autograd node", name);
+    }
+    node->custom_name = name, node->custom = backward;
+    node->state = state, node->free_state = free_state_fn;
+    node->n = n;
     memcpy(node->in, in, sizeof(dt_tensor *) * (size_t)n);
     return record(out, node);
 }
@@ -118,9 +205,7 @@ static dt_status collect(walk *w, dt_tensor *root) {
         if (!in || !in->node || !in->requires_grad || in->node->mark == w->mark) continue;
         if (in->node->freed) {
             s = dt_error(DT_ERR_ARG, "dt_backward: the graph through %s was freed by an "
-                                     "earlier backward", in->node->redistribute
-                                                             ? "a redistribute"
-                                                             : dt_op_name(in->node->op));
+                                     "earlier backward", node_name(in->node));
             break;
         }
         in->node->mark = w->mark;
@@ -170,13 +255,28 @@ static dt_status accumulate_leaf(dt_tensor *leaf, dt_tensor *g) {
 /* The gradient of a redistribute's input: the output's gradient moved back to the input's
  * placements, with Replicate where the input was Partial (each part of a sum has the sum's
  * gradient), as PyTorch's redistribute backward does. */
-static dt_status redistribute_grad(dt_tensor *in, dt_tensor *g, dt_tensor **out) {
+static void unpartial(const dt_placement *p, int n, dt_placement *out) {
+    for (int m = 0; m < n; m++) out[m] = p[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate() : p[m];
+}
+
+static dt_status redistribute_grad(dt_tensor *in, dt_tensor *made, dt_tensor *g, dt_tensor **out) {
     int mnd = in->mesh->ndim;
     dt_placement want[DT_MESH_MAX_NDIM];
-    for (int m = 0; m < mnd; m++)
-        want[m] = in->placements[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate()
-                                                                   : in->placements[m];
-    return dt_tensor_redistribute(g, mnd, want, out);
+    unpartial(in->placements, mnd, want);
+    if (made->mesh == in->mesh) return dt_tensor_redistribute(g, mnd, want, out);
+    /* A move across meshes (dt_tensor_redistribute_to) goes back to the input's mesh from the
+     * output's placements (Replicate where Partial): every rank of both meshes knows those,
+     * while the gradient's own placements are known only where it was computed (a rank outside
+     * the output's mesh passes any). */
+    int dnd = made->mesh->ndim, same = 1;
+    dt_placement from[DT_MESH_MAX_NDIM];
+    unpartial(made->placements, dnd, from);
+    for (int m = 0; m < dnd; m++) same &= dt_placement_equal(g->placements[m], from[m]);
+    dt_tensor *placed = g;
+    if (!same) DT_CHECK(dt_tensor_redistribute(g, dnd, from, &placed));
+    dt_status st = dt_tensor_redistribute_to(placed, in->mesh, mnd, want, out);
+    if (placed != g) dt_tensor_release(placed);
+    return st;
 }
 
 /* Runs t's rule on its accumulated gradient and passes the results on. */
@@ -190,14 +290,28 @@ static dt_status step(dt_tensor *t) {
     int any = 0;
     for (int i = 0; i < node->n; i++) any |= need[i] = node->in[i] && node->in[i]->requires_grad;
     dt_status st = DT_OK;
+    /* Saved inputs whose storage was dropped after the forward come back first. */
+    for (int i = 0; i < node->n && st == DT_OK && any && !node->redistribute; i++)
+        st = dt_saved_refill(node->in[i]);
+    if (st != DT_OK) {
+        dt_tensor_release(g);
+        return st;
+    }
+    /* A gathered parameter's owner reduces the gradient itself (FSDP: all of a unit at once). */
+    if (any && node->redistribute && !node->in[0]->node && t->hooks && t->hooks->grad_ready &&
+        !ctx_of(t)->grad_unsynced)
+        return t->hooks->grad_ready(t->hooks, t, g);
     /* A leaf's gradient passes a redistribute unmoved: the leaf's own sync (or its absence,
-     * for accumulation) places it once, after every use of the leaf has added into it. */
-    if (any && node->redistribute && !node->in[0]->node) dt_tensor_retain(gin[0] = g);
-    else if (any && node->redistribute) st = redistribute_grad(node->in[0], g, &gin[0]);
+     * for accumulation) places it once, after every use of the leaf has added into it. Not a
+     * move across meshes: that gradient must go back to the leaf's mesh. */
+    if (any && node->redistribute && !node->in[0]->node && node->in[0]->mesh == t->mesh)
+        dt_tensor_retain(gin[0] = g);
+    else if (any && node->redistribute) st = redistribute_grad(node->in[0], t, g, &gin[0]);
+    else if (any && node->custom) st = node->custom(node->state, node->in, need, g, gin);
     else if (any) {
         const op_desc *d = dt_op_desc(node->op);
         dt_grad_call c = {.op = node->op, .args = &node->args, .n = node->n, .in = node->in,
-                          .need = need, .grad = g};
+                          .saved = node->saved, .nsaved = node->nsaved, .need = need, .grad = g};
         st = d ? d->backward(&c, gin)
                : dt_error(DT_ERR_UNSUPPORTED, "dt_backward: %s is a registered op: it has no "
                                               "backward rule", dt_op_name(node->op));
@@ -214,49 +328,72 @@ static dt_status step(dt_tensor *t) {
     return st;
 }
 
-/* A leaf's gradient in the leaf's placements (grad sync on). */
-static dt_status sync_leaf(dt_tensor *leaf) {
-    dt_tensor *g = leaf->grad;
-    int mnd = leaf->mesh->ndim, same = 1;
-    for (int m = 0; m < mnd; m++) same &= dt_placement_equal(g->placements[m], leaf->placements[m]);
-    if (same) return DT_OK;
-    dt_tensor *moved;
-    DT_CHECK(dt_tensor_redistribute(g, mnd, leaf->placements, &moved));
-    dt_tensor_release(g);
-    leaf->grad = moved;
+/* Frees what t's node holds once its rule ran: its inputs (the saved tensors, which die here
+ * unless something else holds them, so activations go as backward passes them) and any
+ * gradient left. Leaves that require grad are kept in leaves (retained) for the final sync:
+ * their gradients may still arrive (an FSDP unit's reduce_scatter, waited for at the end). */
+static void release_node(dt_tensor *t) {
+    dt_node *node = t->node;
+    for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]), node->in[i] = NULL;
+    for (int i = 0; i < node->nsaved; i++) dt_tensor_release(node->saved[i]), node->saved[i] = NULL;
+    dt_tensor_release(node->grad), node->grad = NULL;
+    free_state(node);
+    node->n = node->nsaved = 0, node->freed = true;
+}
+
+/* The leaves that require grad, in the order the post-order walk first reaches them (the
+ * order grad sync buckets them in, the same on every rank), retained in leaves: their
+ * gradients may arrive until the end (an FSDP unit's reduce_scatter, waited for there). */
+static dt_status collect_leaves(const walk *w, walk *leaves) {
+    for (int k = 0; k < w->n; k++) {
+        dt_node *node = w->order[k]->node;
+        for (int i = 0; i < node->n; i++) {
+            dt_tensor *in = node->in[i];
+            if (!in || in->node || !in->requires_grad || in->sync_mark == leaves->mark) continue;
+            in->sync_mark = leaves->mark;
+            DT_CHECK(push(leaves, in));
+        }
+    }
     return DT_OK;
+}
+
+static dt_status run_backward_end(dt_ctx *ctx, dt_status st) {
+    while (ctx->backward_end) {
+        dt_backward_hook *h = ctx->backward_end;
+        ctx->backward_end = h->next;
+        dt_status s2 = h->fn(h->user); /* run even after a failure: owners clean up there */
+        if (st == DT_OK) st = s2;
+        free(h);
+    }
+    return st;
 }
 
 static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     static _Atomic unsigned marks;
     walk w = {.mark = atomic_fetch_add(&marks, 1) + 1};
+    walk leaves = {.mark = w.mark};
     dt_ctx *ctx = ctx_of(root);
     dt_status st = collect(&w, root);
+    if (st == DT_OK) st = collect_leaves(&w, &leaves);
     if (st == DT_OK) {
         dt_tensor_retain(seed);
         root->node->grad = seed;
     }
     ctx->no_grad_depth++;
-    for (int k = w.n - 1; k >= 0 && st == DT_OK; k--) st = step(w.order[k]);
+    /* From the root down; each node's inputs go as soon as its rule ran. */
+    for (int k = w.n - 1; k >= 0; k--) {
+        dt_tensor *t = w.order[k];
+        if (st == DT_OK) st = step(t);
+        release_node(t);
+        dt_tensor_release(t);
+    }
+    st = run_backward_end(ctx, st);
     /* Leaves reached: their inputs' gradients were added to leaf->grad. */
-    for (int k = 0; k < w.n && st == DT_OK; k++) {
-        dt_node *node = w.order[k]->node;
-        for (int i = 0; i < node->n && st == DT_OK; i++) {
-            dt_tensor *in = node->in[i];
-            if (in && !in->node && in->grad && !ctx->grad_unsynced) st = sync_leaf(in);
-        }
-    }
+    if (st == DT_OK && !ctx->grad_unsynced) st = dt_grad_sync(leaves.order, leaves.n);
     ctx->no_grad_depth--;
-    /* Free the graph: every visited node drops its inputs (and any gradient left on a failed
-     * walk); then the references the walk held go. */
-    for (int k = 0; k < w.n; k++) {
-        dt_node *node = w.order[k]->node;
-        for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]), node->in[i] = NULL;
-        dt_tensor_release(node->grad), node->grad = NULL;
-        node->n = 0, node->freed = true;
-    }
-    for (int k = 0; k < w.n; k++) dt_tensor_release(w.order[k]);
+    for (int k = 0; k < leaves.n; k++) dt_tensor_release(leaves.order[k]);
     free(w.order);
+    free(leaves.order);
     return st;
 }
 
@@ -265,7 +402,7 @@ dt_status dt_backward_with(dt_tensor *t, dt_tensor *grad) {
     DT_TENSOR_ARG(grad);
     DT_ARG(t->requires_grad, "dt_backward: the tensor does not require grad (no input of the "
                              "ops that made it does)");
-    DT_ARG(grad->mesh == t->mesh, "dt_backward_with: grad lives on another mesh than t");
+    DT_ARG(dt_mesh_equal(grad->mesh, t->mesh), "dt_backward_with: grad lives on another mesh than t");
     DT_ARG(grad->ndim == t->ndim && !memcmp(grad->shape, t->shape, sizeof(int64_t) * t->ndim),
            "dt_backward_with: grad's shape differs from t's");
     DT_ARG(grad->dtype == t->dtype, "dt_backward_with: grad is %s, t is %s",
@@ -273,7 +410,7 @@ dt_status dt_backward_with(dt_tensor *t, dt_tensor *grad) {
     if (!t->node) { /* a leaf: its gradient is grad */
         dt_tensor_retain(grad);
         DT_CHECK(accumulate_leaf(t, grad));
-        return t->mesh->ctx->grad_unsynced ? DT_OK : sync_leaf(t);
+        return t->mesh->ctx->grad_unsynced ? DT_OK : dt_grad_sync(&t, 1);
     }
     if (t->node->freed)
         return dt_error(DT_ERR_ARG, "dt_backward: the graph was freed by an earlier backward");

@@ -194,79 +194,20 @@ dt_status dt_grad_pick(const dt_grad_call *c, dt_tensor **gin) {
 
 /* ---- scaled dot-product attention -------------------------------------------------------- */
 
-/* The naive backward: the probabilities P (..., Hq, Tq, Tk) are recomputed whole, as
- * sdpa(q, k, I) (the forward's own scale, causal mask and grouping, against an identity
- * value), then with G = Hq / Hkv query heads per kv head (head h = kv * G + j):
- *   dV = sum_j P^T dO,   dP = dO V^T,   dS = P (dP - sum(dP P, -1)),
- *   dQ = scale dS K,     dK = scale sum_j dS^T Q.
- * No log-sum-exp is saved: memory is that of P, as in eager attention. */
+/* From the log-sum-exp the forward saved: one scaled_dot_product_attention_backward call,
+ * sharded as the forward was (batch or heads), rebuilds P = exp(q k^T * scale - lse) a kv
+ * head at a time and returns dq, dk and dv; no softmax pass and no (..., Tq, Tk) tensor. */
 dt_status dt_grad_sdpa(const dt_grad_call *c, dt_tensor **gin) {
-    dt_tensor *q = IN(0), *k = IN(1), *v = IN(2), *g = c->grad;
-    int nd = q->ndim;
-    int64_t Hq = q->shape[nd - 3], Hkv = k->shape[nd - 3], G = Hq / Hkv;
-    int64_t Tq = q->shape[nd - 2], Tk = k->shape[nd - 2], D = q->shape[nd - 1];
-    int64_t Dv = v->shape[nd - 1];
-    double scale = c->args->scalar != 0 ? c->args->scalar : 1 / sqrt((double)D);
-    if (nd + 1 > DT_MAX_NDIM)
-        return dt_error(DT_ERR_SHAPE, "dt_backward: scaled_dot_product_attention of %d-D "
-                                      "inputs (at most %d)", nd, DT_MAX_NDIM - 1);
-    /* grouped shapes: (..., Hkv, G, T, E) for the query side, (..., Hkv, 1, T, E) for kv */
-    int64_t sq[DT_MAX_NDIM], sk[DT_MAX_NDIM], sv[DT_MAX_NDIM], sg[DT_MAX_NDIM], sp[DT_MAX_NDIM];
-    int64_t se[DT_MAX_NDIM];
-    for (int d = 0; d < nd - 3; d++)
-        sq[d] = sk[d] = sv[d] = sg[d] = sp[d] = se[d] = q->shape[d];
-    int b = nd - 3;
-    sq[b] = sk[b] = sv[b] = sg[b] = sp[b] = Hkv;
-    sq[b + 1] = sg[b + 1] = sp[b + 1] = G;
-    sk[b + 1] = sv[b + 1] = 1;
-    sq[b + 2] = sg[b + 2] = sp[b + 2] = Tq;
-    sk[b + 2] = sv[b + 2] = Tk;
-    sq[b + 3] = sk[b + 3] = D;
-    sv[b + 3] = sg[b + 3] = Dv;
-    sp[b + 3] = Tk;
-    se[b] = Hkv, se[b + 1] = Tk, se[b + 2] = Tk;
-    enum { EYE, EYEX, P, P5, G5, V5, VT, PT, DV5, DP, DPP, RS, DPS, DS, K5, DQ5, DQ, DST, Q5, DK5,
-           DK, N };
-    dt_tensor *t[N] = {0};
-    dt_status st = DT_OK;
-    dt_placement rep[DT_MESH_MAX_NDIM];
-    int mnd = dt_mesh_ndim(q->mesh);
-    for (int m = 0; m < mnd; m++) rep[m] = dt_replicate();
-    DO(dt_tensor_eye(q->mesh, q->dtype, Tk, Tk, mnd, rep, &t[EYE]));
-    DO(dt_expand(t[EYE], nd, se, &t[EYEX]));
-    dt_tensor *qkv[3] = {q, k, t[EYEX]};
-    DO(dt_op_call(DT_OP_SDPA, qkv, 3, c->args, &t[P])); /* (..., Hq, Tq, Tk) */
-    DO(dt_view(t[P], nd + 1, sp, &t[P5]));
-    DO(dt_view(g, nd + 1, sg, &t[G5]));
-    int last = nd, j = nd - 2;
-    if (c->need[2]) {
-        DO(dt_transpose(t[P5], last, last - 1, &t[PT]));
-        DO(dt_matmul(t[PT], t[G5], &t[DV5])); /* (..., Hkv, G, Tk, Dv) */
-        DO(dt_sum(t[DV5], &j, 1, 0, &gin[2]));
+    if (c->nsaved < 1)
+        return dt_error(DT_ERR_ARG, "dt_backward: scaled_dot_product_attention saved no "
+                                    "log-sum-exp");
+    dt_tensor *in[5] = {IN(0), IN(1), IN(2), c->grad, c->saved[0]}, *g[3], *aux[2];
+    dt_status st = dt_op_call_aux(DT_OP_SDPA_BACKWARD, in, 5, c->args, &g[0], aux, 2);
+    if (st != DT_OK) return st;
+    g[1] = aux[0], g[2] = aux[1];
+    for (int i = 0; i < 3; i++) {
+        if (c->need[i]) gin[i] = g[i];
+        else dt_tensor_release(g[i]);
     }
-    if (c->need[0] || c->need[1]) {
-        int lastd = -1;
-        DO(dt_view(v, nd + 1, sv, &t[V5]));
-        DO(dt_transpose(t[V5], last, last - 1, &t[VT]));
-        DO(dt_matmul(t[G5], t[VT], &t[DP])); /* (..., Hkv, G, Tq, Tk) */
-        DO(dt_mul(t[DP], t[P5], &t[DPP]));
-        DO(dt_sum(t[DPP], &lastd, 1, 1, &t[RS]));
-        DO(dt_sub(t[DP], t[RS], &t[DPS]));
-        DO(dt_mul(t[P5], t[DPS], &t[DS]));
-    }
-    if (c->need[0]) {
-        DO(dt_view(k, nd + 1, sk, &t[K5]));
-        DO(dt_matmul(t[DS], t[K5], &t[DQ5])); /* (..., Hkv, G, Tq, D) */
-        DO(dt_mul_scalar(t[DQ5], scale, &t[DQ]));
-        DO(dt_view(t[DQ], nd, q->shape, &gin[0]));
-    }
-    if (c->need[1]) {
-        DO(dt_transpose(t[DS], last, last - 1, &t[DST]));
-        DO(dt_view(q, nd + 1, sq, &t[Q5]));
-        DO(dt_matmul(t[DST], t[Q5], &t[DK5])); /* (..., Hkv, G, Tk, D) */
-        DO(dt_sum(t[DK5], &j, 1, 0, &t[DK]));
-        DO(dt_mul_scalar(t[DK], scale, &gin[1]));
-    }
-    release_all(t, N);
-    return finish(c, gin, st);
+    return DT_OK;
 }

@@ -127,7 +127,11 @@ struct dt_ctx {
     int redistribute_mode;    /* dt_redistribute_mode, read by op dispatch */
     int no_grad_depth;        /* dt_no_grad_enter scopes open (autograd: records when 0) */
     bool grad_unsynced;       /* dt_ctx_set_grad_sync(ctx, 0) */
+    size_t grad_bucket_bytes; /* dt_ctx_set_grad_bucket_bytes + 1; 0: the default */
     atomic_llong live_tensors, live_bytes; /* tensors of this rank alive, and their owned bytes */
+    atomic_llong live_peak;                /* most live_bytes since start or the last reset */
+    struct dt_backward_hook *backward_end; /* run once when the running backward ends */
+    struct dt_ac_region *ac_region;        /* the open activation-checkpoint region, if any */
     void (*redist_free)(dt_redist_state *);
     dt_device device;         /* compute device (dt_ctx_set_device) */
     int allow_tf32;           /* dt_ctx_set_tf32, kept for GPUs set up later */

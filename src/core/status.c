@@ -25,6 +25,7 @@ const char *dt_status_str(dt_status status) {
     case DT_ERR_SIZE: return "DT_ERR_SIZE";
     case DT_ERR_SYSTEM: return "DT_ERR_SYSTEM";
     case DT_ERR_DEVICE: return "DT_ERR_DEVICE";
+    case DT_ERR_IO: return "DT_ERR_IO";
     }
     return "DT_ERR_UNKNOWN";
 }

@@ -100,8 +100,10 @@ dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, 
     dt_ctx_bind(mesh->ctx);
     DT_CHECK(dt_tensor_new(mesh, mesh->ctx->device, dtype, ndim, shape, norm, NULL, true, &t));
     dt_status st = DT_OK;
-    if (src_rank == DT_ALL_RANKS)
+    if (src_rank == DT_ALL_RANKS && mesh->rank >= 0) /* outside the mesh: holds nothing */
         st = cut_shard(t, mesh->rank, full, t->data);
+    else if (src_rank == DT_ALL_RANKS)
+        st = DT_OK;
     else
         st = scatter_from(t, full, src_rank);
     if (st != DT_OK) {

@@ -7,6 +7,7 @@
 #include "core/box.h"
 #include "core/check.h"
 #include "autograd/autograd_impl.h"
+#include "autograd/saved.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 
@@ -46,17 +47,64 @@ enum { GIVEN, UNINIT, ZEROED }; /* where make's storage comes from */
 
 /* The rank's live tensors and owned bytes (dt_ctx_live). In-place ops swap data and ownership
  * between two tensors of the same local shape, so the sum stays right. */
+static void count_bytes(dt_ctx *ctx, long long bytes) {
+    long long now = atomic_fetch_add(&ctx->live_bytes, bytes) + bytes;
+    long long peak = atomic_load(&ctx->live_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&ctx->live_peak, &peak, now)) {
+    }
+}
+
 static void count_live(const dt_tensor *t, int sign) {
     dt_ctx *ctx = t->mesh->ctx;
     atomic_fetch_add(&ctx->live_tensors, sign);
-    if (t->owned)
-        atomic_fetch_add(&ctx->live_bytes,
-                         sign * (long long)(t->local_numel * dt_dtype_size(t->dtype)));
+    if (t->owned && !t->dropped)
+        count_bytes(ctx, sign * (long long)(t->local_numel * dt_dtype_size(t->dtype)));
 }
 
 void dt_ctx_live(dt_ctx *ctx, int64_t *tensors_out, int64_t *bytes_out) {
     *tensors_out = atomic_load(&ctx->live_tensors);
     *bytes_out = atomic_load(&ctx->live_bytes);
+}
+
+int64_t dt_ctx_live_peak(dt_ctx *ctx) { return atomic_load(&ctx->live_peak); }
+
+void dt_ctx_live_peak_reset(dt_ctx *ctx) {
+    atomic_store(&ctx->live_peak, atomic_load(&ctx->live_bytes));
+}
+
+dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out) {
+    DT_ARG_NOT_NULL(ctx);
+    DT_ARG_NOT_NULL(out);
+    out->tensors = atomic_load(&ctx->live_tensors);
+    out->bytes = atomic_load(&ctx->live_bytes);
+    out->peak_bytes = atomic_load(&ctx->live_peak);
+    return DT_OK;
+}
+
+dt_status dt_ctx_reset_peak(dt_ctx *ctx) {
+    DT_ARG_NOT_NULL(ctx);
+    dt_ctx_live_peak_reset(ctx);
+    return DT_OK;
+}
+
+void dt_tensor_storage_drop(dt_tensor *t) {
+    if (t->dropped || !t->owned) return;
+    count_bytes(t->mesh->ctx, -(long long)(t->local_numel * dt_dtype_size(t->dtype)));
+    dt_tensor_mem(t)->free(t->data);
+    t->data = NULL;
+    t->dropped = true;
+}
+
+dt_status dt_tensor_storage_alloc(dt_tensor *t) {
+    if (!t->dropped) return DT_OK;
+    size_t bytes = t->local_numel * dt_dtype_size(t->dtype);
+    void *p = dt_tensor_mem(t)->alloc(bytes);
+    if (!p) return dt_error(DT_ERR_NOMEM, "tensor: out of memory refilling a dropped shard "
+                                          "(%zu bytes)", bytes);
+    t->data = p;
+    t->dropped = false;
+    count_bytes(t->mesh->ctx, (long long)bytes);
+    return DT_OK;
 }
 
 /* One layout computation per tensor: dispatch makes one per op. */
@@ -74,9 +122,11 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
     t->ndim = ndim;
     if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
     memcpy(t->placements, norm, sizeof(dt_placement) * (size_t)mesh->ndim);
-    dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, t->local_shape,
-                    t->local_offset);
-    t->local_numel = dt_shape_numel(t->local_shape, ndim);
+    /* A rank outside the mesh (a sub-mesh made elsewhere) holds nothing of the tensor. */
+    if (mesh->rank >= 0)
+        dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, t->local_shape,
+                        t->local_offset);
+    t->local_numel = mesh->rank >= 0 ? dt_shape_numel(t->local_shape, ndim) : 0;
     t->device = device;
     t->data = data;
     t->owned = owned;
@@ -181,6 +231,7 @@ dt_status dt_tensor_release(dt_tensor *tensor) {
     if (!tensor) return DT_OK;
     DT_CHECK(dt_tensor_check("dt_tensor_release", "tensor", tensor));
     if (atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
+    if (tensor->hooks) tensor->hooks->detach(tensor->hooks, tensor);
     dt_node_release(tensor->node);
     dt_tensor_release(tensor->grad);
     count_live(tensor, -1);
@@ -331,8 +382,9 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
             DT_CHECK(dt_shape_dtype_check("dt_tensor_from_local (inferred global shape)", ndim,
                                           global, dtype));
     } else {
-        int64_t want[DT_MAX_NDIM], off[DT_MAX_NDIM];
-        dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, global, norm, want, off);
+        int64_t want[DT_MAX_NDIM] = {0}, off[DT_MAX_NDIM];
+        if (mesh->rank >= 0) /* outside the mesh the shard is empty */
+            dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, global, norm, want, off);
         if (memcmp(want, local_shape, sizeof(int64_t) * (size_t)ndim) != 0) {
             char g[96], w[96], full[96];
             dt_shape_text(local_shape, ndim, g, sizeof g);

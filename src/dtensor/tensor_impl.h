@@ -34,11 +34,25 @@ struct dt_tensor {
     struct dt_node *node; /* the op that made it (owned), NULL for a leaf */
     dt_tensor *grad;      /* a leaf's accumulated gradient (owned) */
     int grad_dtype;       /* dt_dtype + 1 its gradient is accumulated in; 0: its own */
+    unsigned sync_mark;   /* a leaf: the backward that listed it for its gradient sync */
+    /* saved tensors that can be dropped (autograd/saved.h): */
+    bool dropped;                  /* its storage was freed; hooks->refill puts it back */
+    struct dt_saved_hooks *hooks;  /* borrowed; detach is called when the tensor dies */
 };
 
 /* The calling rank's tensors alive now and the bytes of local data they own (tests use it to
  * see that backward and zero_grad leave nothing behind). Not collective. */
 void dt_ctx_live(dt_ctx *ctx, int64_t *tensors_out, int64_t *bytes_out);
+/* The most owned bytes alive at once on the rank since the last reset (or the context's
+ * start), and the reset, which starts the peak from the bytes alive now. Not collective. */
+int64_t dt_ctx_live_peak(dt_ctx *ctx);
+void dt_ctx_live_peak_reset(dt_ctx *ctx);
+
+/* Frees t's owned storage and marks it dropped (its spec, node and references stay): live
+ * bytes fall by its size. A dropped tensor is not an op's input until it is refilled. */
+void dt_tensor_storage_drop(dt_tensor *t);
+/* Gives a dropped t fresh uninitialised storage of its size (the caller fills it). */
+dt_status dt_tensor_storage_alloc(dt_tensor *t);
 
 /* DT_ERR_ARG naming fn and the argument when t is NULL, released or not a tensor. */
 static inline dt_status dt_tensor_check(const char *fn, const char *arg, const dt_tensor *t) {

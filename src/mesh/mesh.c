@@ -286,6 +286,10 @@ dt_status dt_mesh_mask_comm(dt_mesh *mesh, unsigned dims_mask, dt_comm **out) {
 }
 
 dt_status dt_mesh_lane_comm(dt_mesh *mesh, unsigned dims_mask, int lane, dt_comm **comm_out) {
+    if (mesh->rank < 0)
+        return dt_error(DT_ERR_MESH, "mesh communicator: rank %d is not in this mesh (a sub-mesh "
+                                     "made with dt_mesh_submesh_at elsewhere): it has no groups",
+                        mesh->ctx->rank);
     dt_mesh *root = root_of(mesh);
     unsigned mask = 0;
     for (int d = 0; d < mesh->ndim; d++)
@@ -362,12 +366,10 @@ dt_status dt_mesh_group_comm(dt_mesh *mesh, const char *const *names, int n, dt_
     return dt_mesh_mask_comm(mesh, mask, out);
 }
 
-dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mesh **out) {
-    DT_ARG_NOT_NULL(mesh);
-    DT_ARG_NOT_NULL(out);
-    unsigned mask;
-    DT_CHECK(names_mask(mesh, names, n, "dt_mesh_submesh", &mask));
-    DT_ARG(n >= 1, "dt_mesh_submesh: argument n = 0: a sub-mesh needs at least one dimension");
+/* The sub-mesh of the dims in mask at parent coordinate at (the other dims' entries are
+ * ignored): its ranks come from the parent's, so a sub-mesh of a sub-mesh works too. This
+ * rank's coordinate in it is -1 everywhere when it is not a member. */
+static dt_status submesh(dt_mesh *mesh, unsigned mask, const int *at, dt_mesh **out) {
     dt_mesh *root = root_of(mesh);
     dt_mesh *s = calloc(1, sizeof *s);
     if (!s) return dt_error(DT_ERR_NOMEM, "dt_mesh_submesh: out of memory");
@@ -376,7 +378,6 @@ dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mes
         if (!(mask & (1u << d))) continue;
         s->shape[s->ndim] = mesh->shape[d];
         s->root_dim[s->ndim] = mesh->root_dim[d];
-        s->coord[s->ndim] = mesh->coord[d];
         strcpy(s->names[s->ndim], mesh->names[d]);
         s->nranks *= mesh->shape[d];
         s->ndim++;
@@ -386,15 +387,20 @@ dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mes
         free(s);
         return dt_error(DT_ERR_NOMEM, "dt_mesh_submesh: out of memory");
     }
-    int coord[DT_MESH_MAX_NDIM], rcoord[DT_MESH_MAX_NDIM], rr;
+    int coord[DT_MESH_MAX_NDIM], pcoord[DT_MESH_MAX_NDIM], pr;
+    s->rank = -1;
     for (int r = 0; r < s->nranks; r++) {
         dt_mesh_coord_of(s, r, coord);
-        memcpy(rcoord, root->coord, sizeof rcoord);
-        for (int d = 0; d < s->ndim; d++) rcoord[s->root_dim[d]] = coord[d];
-        dt_mesh_rank_of(root, rcoord, &rr);
-        s->ranks[r] = root->ranks[rr];
+        memcpy(pcoord, at, sizeof(int) * (size_t)mesh->ndim);
+        for (int d = 0, k = 0; d < mesh->ndim; d++)
+            if (mask & (1u << d)) pcoord[d] = coord[k++];
+        dt_mesh_rank_of(mesh, pcoord, &pr);
+        s->ranks[r] = mesh->ranks[pr];
+        if (s->ranks[r] == mesh->ctx->rank) s->rank = r;
     }
-    dt_mesh_rank_of(s, s->coord, &s->rank);
+    if (s->rank >= 0) dt_mesh_coord_of(s, s->rank, s->coord);
+    else
+        for (int d = 0; d < s->ndim; d++) s->coord[d] = -1;
     atomic_init(&s->refs, 1);
     s->ctx = mesh->ctx;
     s->seq = root->seq;
@@ -403,6 +409,42 @@ dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mes
     dt_mesh_retain(root);
     *out = s;
     return DT_OK;
+}
+
+dt_status dt_mesh_submesh(dt_mesh *mesh, const char *const *names, int n, dt_mesh **out) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG_NOT_NULL(out);
+    unsigned mask;
+    DT_CHECK(names_mask(mesh, names, n, "dt_mesh_submesh", &mask));
+    DT_ARG(n >= 1, "dt_mesh_submesh: argument n = 0: a sub-mesh needs at least one dimension");
+    DT_ARG(mesh->rank >= 0, "dt_mesh_submesh: rank %d is not in the mesh (use dt_mesh_submesh_at)",
+           mesh->ctx->rank);
+    return submesh(mesh, mask, mesh->coord, out);
+}
+
+dt_status dt_mesh_submesh_at(dt_mesh *mesh, const char *const *names, int n, const int *coord,
+                             dt_mesh **out) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG_NOT_NULL(coord);
+    DT_ARG_NOT_NULL(out);
+    unsigned mask;
+    DT_CHECK(names_mask(mesh, names, n, "dt_mesh_submesh_at", &mask));
+    DT_ARG(n >= 1, "dt_mesh_submesh_at: argument n = 0: a sub-mesh needs at least one dimension");
+    int at[DT_MESH_MAX_NDIM];
+    for (int d = 0; d < mesh->ndim; d++) {
+        at[d] = mask & (1u << d) ? 0 : coord[d];
+        DT_ARG(at[d] >= 0 && at[d] < mesh->shape[d],
+               "dt_mesh_submesh_at: coord[%d] = %d is not in [0, %d) (dim \"%s\")", d, coord[d],
+               mesh->shape[d], mesh->names[d]);
+    }
+    return submesh(mesh, mask, at, out);
+}
+
+int dt_mesh_equal(const dt_mesh *a, const dt_mesh *b) {
+    if (a == b) return 1;
+    if (!a || !b || a->ctx != b->ctx || a->ndim != b->ndim || a->nranks != b->nranks) return 0;
+    return !memcmp(a->shape, b->shape, sizeof(int) * (size_t)a->ndim) &&
+           !memcmp(a->ranks, b->ranks, sizeof(int) * (size_t)a->nranks);
 }
 
 dt_status dt_mesh_cache_make(dt_mesh *mesh, dt_cache_kind kind, void (*free_value)(void *),

@@ -138,6 +138,26 @@ dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tenso
     return dt_op_call(DT_OP_SDPA, in, 3, &a, out);
 }
 
+dt_status dt_sdpa_lse(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out,
+                      dt_tensor **lse) {
+    dt_tensor *in[3] = {q, k, v};
+    dt_op_args a = {.causal = causal};
+    DT_ARG_NOT_NULL(lse);
+    return dt_op_call_aux(DT_OP_SDPA, in, 3, &a, out, lse, 1);
+}
+
+dt_status dt_sdpa_backward(dt_tensor *q, dt_tensor *k, dt_tensor *v, dt_tensor *grad_out,
+                           dt_tensor *lse, int causal, dt_tensor **dq, dt_tensor **dk,
+                           dt_tensor **dv) {
+    DT_ARG_NOT_NULL(dk);
+    DT_ARG_NOT_NULL(dv);
+    dt_tensor *in[5] = {q, k, v, grad_out, lse}, *aux[2];
+    dt_op_args a = {.causal = causal};
+    DT_CHECK(dt_op_call_aux(DT_OP_SDPA_BACKWARD, in, 5, &a, dq, aux, 2));
+    *dk = aux[0], *dv = aux[1];
+    return DT_OK;
+}
+
 dt_status dt_t(dt_tensor *x, dt_tensor **out) {
     DT_ARG_NOT_NULL(x);
     DT_ARG_NOT_NULL(out);

@@ -1,16 +1,20 @@
-/* Scaled dot-product attention on (batch..., heads, T, D) inputs: batch and head dims shard
- * (tensor-parallel attention with heads sharded); the sequence and feature dims stay whole.
- * Grouped-query attention (torch's enable_gqa): k and v may have fewer heads than q, query
- * head h reading kv head h / (Hq / Hkv); heads then shard only where every shard keeps whole
- * groups. */
+/* Scaled dot-product attention on (batch..., heads, T, D) inputs, and its backward: batch and
+ * head dims shard (tensor-parallel attention with heads sharded); the sequence and feature
+ * dims stay whole. Grouped-query attention (torch's enable_gqa): k and v may have fewer heads
+ * than q, query head h reading kv head h / (Hq / Hkv); heads then shard only where every
+ * shard keeps whole groups.
+ *
+ * The forward's other output is each query row's log-sum-exp (..., Hq, Tq), computed when
+ * asked for or when autograd records the call: the backward (q, k, v, grad_out, lse) ->
+ * dq, with dk and dv as its other outputs, rebuilds the probabilities from it. */
 #include <math.h>
+#include <string.h>
 
 #include "core/check.h"
+#include "ops/kernel_args.h"
 #include "ops/op_impl.h"
 
-static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
-    (void)op, (void)a;
-    if (n != 3) return dt_error(DT_ERR_ARG, "scaled_dot_product_attention: takes q, k, v");
+static dt_status infer_forward(const op_input *in, op_out *out) {
     const op_input *q = &in[0], *k = &in[1], *v = &in[2];
     int nd = q->ndim;
     if (nd < 2 || k->ndim != nd || v->ndim != nd)
@@ -40,6 +44,57 @@ static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a,
     return DT_OK;
 }
 
+/* The log-sum-exp rows of q: (..., Tq). */
+static op_out lse_spec(const op_input *q) {
+    op_out o = {.ndim = q->ndim - 1, .dtype = dt_sdpa_lse_dtype(q->dtype)};
+    for (int d = 0; d < o.ndim; d++) o.shape[d] = q->shape[d];
+    return o;
+}
+
+static int same_spec(const op_input *a, const op_out *b) {
+    if (a->ndim != b->ndim || a->dtype != b->dtype) return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return 0;
+    return 1;
+}
+
+static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
+    (void)a;
+    const char *name = dt_op_name(op);
+    if (op == DT_OP_SDPA && n != 3) return dt_error(DT_ERR_ARG, "%s: takes q, k, v", name);
+    if (op == DT_OP_SDPA) return infer_forward(in, out);
+    if (n != 5) return dt_error(DT_ERR_ARG, "%s: takes q, k, v, grad_out, lse", name);
+    op_out o;
+    DT_CHECK(infer_forward(in, &o));
+    op_out l = lse_spec(&in[0]);
+    if (!same_spec(&in[3], &o))
+        return dt_error(DT_ERR_SHAPE, "%s: grad_out must have the output's shape and dtype",
+                        name);
+    if (!same_spec(&in[4], &l))
+        return dt_error(DT_ERR_SHAPE, "%s: lse must be (..., Tq) of %s, one per query row", name,
+                        dt_dtype_name(l.dtype));
+    out->ndim = in[0].ndim;
+    memcpy(out->shape, in[0].shape, sizeof(int64_t) * (size_t)in[0].ndim);
+    out->dtype = in[0].dtype;
+    return DT_OK;
+}
+
+static int aux(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *o,
+               int *for_grad) {
+    (void)n, (void)a;
+    if (op == DT_OP_SDPA) {
+        o[0] = lse_spec(&in[0]);
+        *for_grad = 1;
+        return 1;
+    }
+    for (int i = 0; i < 2; i++) { /* dk, dv */
+        o[i] = (op_out){.ndim = in[1 + i].ndim, .dtype = in[1 + i].dtype};
+        memcpy(o[i].shape, in[1 + i].shape, sizeof(int64_t) * (size_t)in[1 + i].ndim);
+    }
+    *for_grad = 0;
+    return 2;
+}
+
 /* Whether torch.chunk of hq query heads and hkv kv heads over m ranks gives every rank whole
  * groups: each boundary of the kv chunks, times the group size, is the q chunks' boundary. */
 static int groups_aligned(int64_t hq, int64_t hkv, int m) {
@@ -53,28 +108,50 @@ static int groups_aligned(int64_t hq, int64_t hkv, int m) {
 
 static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
                  int mesh_total, rule_row *rows) {
-    (void)op, (void)n, (void)a;
+    (void)op, (void)a, (void)mesh_total;
     int k = 0, nd = in[0].ndim;
-    rows[k++] = (rule_row){.in = {RP, RP, RP}, .out = RP};
+    rule_row r = {.out = RP};
+    for (int i = 0; i < n; i++) r.in[i] = RP;
+    rows[k++] = r;
     for (int d = 0; d < nd - 2; d++) {
         int64_t hq = in[0].shape[d], hkv = in[1].shape[d];
-        /* Grouped heads: on a 1-D mesh the chunk boundaries must line up; on more mesh dims
-         * (which may split the heads again, nested) only an even split of the kv heads over
-         * every rank is sure to. */
-        if (hq != hkv && !(mesh_size == mesh_total ? groups_aligned(hq, hkv, mesh_size)
-                                                   : hkv % mesh_total == 0))
-            continue;
-        rows[k++] = (rule_row){.in = {SP(d), SP(d), SP(d)}, .out = SP(d)};
+        /* Grouped heads: the chunk boundaries must line up over this mesh dim; combine_ok
+         * checks a head dim that several mesh dims split together. */
+        if (hq != hkv && !groups_aligned(hq, hkv, mesh_size)) continue;
+        r.out = SP(d);
+        for (int i = 0; i < n; i++) r.in[i] = SP(d);
+        rows[k++] = r;
     }
     return k;
+}
+
+/* Grouped heads that several mesh dims split (nested: the first splits, the next splits each
+ * piece) keep whole groups on every rank when the kv heads divide evenly over all of them;
+ * one mesh dim alone was checked by rules. */
+static int combine_ok(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_ndim,
+                      const int *mesh_shape, const dt_placement (*in_pl)[DT_MESH_MAX_NDIM],
+                      const dt_placement *out_pl) {
+    (void)op, (void)n, (void)a, (void)out_pl;
+    int h = in[0].ndim - 3;
+    if (h < 0 || in[0].shape[h] == in[1].shape[h]) return 1;
+    int dims = 0, ranks = 1;
+    for (int m = 0; m < mesh_ndim; m++)
+        if (in_pl[0][m].kind == DT_PLACEMENT_SHARD && in_pl[0][m].dim == h)
+            dims++, ranks *= mesh_shape[m];
+    return dims < 2 || in[1].shape[h] % ranks == 0;
 }
 
 static dt_status compute(local_call *c) {
     double scale = c->args->scalar;
     if (scale == 0) scale = 1.0 / sqrt((double)c->global[0].shape[c->global[0].ndim - 1]);
-    return c->k->sdpa(&c->in[0], &c->in[1], &c->in[2], c->args->causal, scale, &c->out);
+    const dt_local *in = c->in;
+    if (c->op == DT_OP_SDPA)
+        return c->k->sdpa(&in[0], &in[1], &in[2], c->args->causal, scale, &c->out,
+                          c->naux ? &c->aux[0] : NULL);
+    return c->k->sdpa_backward(&in[3], &in[0], &in[1], &in[2], &in[4], c->args->causal, scale,
+                               &c->out, &c->aux[0], &c->aux[1]);
 }
 
 const op_family dt_family_attention = {
-    .infer = infer, .rules = rules, .compute = compute,
+    .infer = infer, .rules = rules, .compute = compute, .aux = aux, .combine_ok = combine_ok,
 };

@@ -140,9 +140,15 @@ static dt_status check_inputs(dt_op op, dt_tensor *const *in, int n) {
         if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
             return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op),
                             i, (void *)in[i]);
-        if (in[i] && in[i]->mesh != in[0]->mesh)
-            return dt_error(DT_ERR_MESH, "%s: input %d lives on another mesh than input 0",
-                            dt_op_name(op), i);
+        if (in[i] && in[i]->dropped)
+            return dt_error(DT_ERR_ARG, "%s: input %d's storage was dropped after a forward "
+                                        "(activation checkpointing or FSDP resharding): only "
+                                        "backward may read it", dt_op_name(op), i);
+        /* Meshes compare by value: two made alike over the same ranks are one. */
+        if (in[i] && !dt_mesh_equal(in[i]->mesh, in[0]->mesh))
+            return dt_error(DT_ERR_MESH, "%s: input %d lives on another mesh than input 0 (shape "
+                                         "or ranks differ; move it with "
+                                         "dt_tensor_redistribute_to)", dt_op_name(op), i);
         if (in[i] && (in[i]->device.kind != in[0]->device.kind ||
                       in[i]->device.index != in[0]->device.index))
             return dt_error(DT_ERR_DEVICE, "%s: input %d is on %s:%d but input 0 is on %s:%d "
@@ -176,13 +182,77 @@ static void local_of(const dt_tensor *t, dt_local *l) {
     memcpy(l->shape, t->local_shape, sizeof(int64_t) * (size_t)t->ndim);
 }
 
+/* The local kernel on inputs already in the strategy's placements, into o's storage. */
+static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *use, int n,
+                               const dt_op_args *a, dt_tensor *o, dt_tensor *const *ax, int na) {
+    dt_ctx *ctx = o->mesh->ctx;
+    dt_device dev = o->device;
+    /* A rank outside the mesh holds nothing of any input or of the output: nothing to run. */
+    if (o->mesh->rank < 0) return DT_OK;
+    op_input gin[DT_OP_MAX_INPUTS];
+    local_call c = {.op = op, .args = a, .ninputs = n, .global = gin, .naux = na,
+                    .k = dt_kernels_of(dev.kind), .mem = dt_mem_ops_of(dev.kind)};
+    for (int i = 0; i < n; i++) {
+        gin[i] = use[i] ? (op_input){use[i]->ndim, use[i]->shape, use[i]->dtype}
+                        : (op_input){-1, NULL, DT_F32};
+        if (!use[i]) continue;
+        local_of(use[i], &c.in[i]);
+        memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
+    }
+    local_of(o, &c.out);
+    memcpy(c.out_offset, o->local_offset, sizeof(int64_t) * (size_t)o->ndim);
+    for (int i = 0; i < na; i++) local_of(ax[i], &c.aux[i]);
+    double tk = ctx->trace ? dt_now_us() : 0;
+    dt_status st = f->compute(&c);
+    if (ctx->trace)
+        dt_trace_record(ctx, DT_LANE_COMPUTE, dt_op_name(op), tk, "%zu elements out",
+                        o->local_numel);
+    return st;
+}
+
+dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                       dt_tensor *out) {
+    const op_family *f = dt_op_family(op);
+    if (f->composite)
+        return dt_error(DT_ERR_ARG, "%s: a composite records no node of its own", dt_op_name(op));
+    DT_CHECK(dt_op_kernel_check(op, dt_kernels_of(out->device.kind)));
+    dt_ctx_bind(out->mesh->ctx);
+    const dt_op_args *a = args ? args : &no_args;
+    /* The other outputs (attention's log-sum-exp) are computed as the forward did, into
+     * temporaries: the node kept its own. */
+    op_input gin[DT_OP_MAX_INPUTS];
+    for (int i = 0; i < n; i++)
+        gin[i] = in[i] ? (op_input){in[i]->ndim, in[i]->shape, in[i]->dtype}
+                       : (op_input){-1, NULL, DT_F32};
+    op_out spec[DT_OP_MAX_AUX];
+    int for_grad = 0, na = f->aux ? f->aux(op, gin, n, a, spec, &for_grad) : 0;
+    dt_tensor *ax[DT_OP_MAX_AUX] = {0};
+    dt_status st = DT_OK;
+    for (int i = 0; i < na && st == DT_OK; i++)
+        st = dt_tensor_alloc(out->mesh, out->device, spec[i].dtype, spec[i].ndim, spec[i].shape,
+                             out->placements, &ax[i]);
+    if (st == DT_OK) st = compute_local(op, f, in, n, a, out, ax, na);
+    for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
+    return st;
+}
+
+/* The op's other outputs (f->aux) when this call computes them: n specs in spec, 0 when
+ * none. want: the caller asked for them. */
+static int aux_specs(dt_op op, const op_family *f, dt_tensor *const *in, const op_input *gin,
+                     int n, const dt_op_args *a, int want, op_out *spec) {
+    int for_grad = 0;
+    int na = f->aux ? f->aux(op, gin, n, a, spec, &for_grad) : 0;
+    return !for_grad || want || dt_autograd_wants(in, n) ? na : 0;
+}
+
 static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
-                     const dt_op_args *a, const strategy *s, dt_tensor **out) {
+                     const dt_op_args *a, const strategy *s, dt_tensor **out, dt_tensor **aux) {
     dt_mesh *mesh = in[0]->mesh;
     dt_ctx *ctx = mesh->ctx;
     double t0 = ctx->trace ? dt_now_us() : 0;
     dt_ctx_bind(ctx);
     dt_tensor *moved[DT_OP_MAX_INPUTS] = {0}, *use[DT_OP_MAX_INPUTS] = {0};
+    dt_tensor *o = NULL, *ax[DT_OP_MAX_AUX] = {0};
     dt_status st = DT_OK;
     for (int i = 0; i < n && st == DT_OK; i++) {
         use[i] = in[i];
@@ -193,47 +263,47 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
         if (!same && (st = redistribute_input(op, i, in[i], s->in[i], &moved[i])) == DT_OK)
             use[i] = moved[i];
     }
-    dt_tensor *o = NULL;
+    op_input gin[DT_OP_MAX_INPUTS];
+    for (int i = 0; i < n; i++)
+        gin[i] = use[i] ? (op_input){use[i]->ndim, use[i]->shape, use[i]->dtype}
+                        : (op_input){-1, NULL, DT_F32};
+    op_out aspec[DT_OP_MAX_AUX];
+    int na = aux_specs(op, f, in, gin, n, a, aux != NULL, aspec);
     dt_device dev = in[0]->device;
     char text[sizeof s->text];
     text[0] = '\0';
     if (st == DT_OK)
         st = dt_tensor_alloc(mesh, dev, s->spec.dtype, s->spec.ndim, s->spec.shape, s->out, &o);
+    for (int i = 0; i < na && st == DT_OK; i++)
+        st = dt_tensor_alloc(mesh, dev, aspec[i].dtype, aspec[i].ndim, aspec[i].shape, s->out,
+                             &ax[i]);
     if (st == DT_OK) {
-        op_input gin[DT_OP_MAX_INPUTS];
-        local_call c = {.op = op, .args = a, .ninputs = n, .global = gin,
-                        .k = dt_kernels_of(dev.kind), .mem = dt_mem_ops_of(dev.kind)};
-        for (int i = 0; i < n; i++) {
-            gin[i] = use[i] ? (op_input){use[i]->ndim, use[i]->shape, use[i]->dtype}
-                            : (op_input){-1, NULL, DT_F32};
-            if (!use[i]) continue;
-            local_of(use[i], &c.in[i]);
-            memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
-        }
-        local_of(o, &c.out);
-        memcpy(c.out_offset, o->local_offset, sizeof(int64_t) * (size_t)o->ndim);
         if (ctx->trace) memcpy(text, s->text, sizeof text); /* s is not read past this point */
-        double tk = ctx->trace ? dt_now_us() : 0;
-        st = f->compute(&c);
-        if (ctx->trace) dt_trace_record(ctx, DT_LANE_COMPUTE, dt_op_name(op), tk, "%zu elements out", o->local_numel);
+        st = compute_local(op, f, use, n, a, o, ax, na);
     }
     /* The node holds the inputs as the kernel used them: one that was moved is the output of
      * a recorded redistribute, so its gradient goes back through that move's conjugate (an
      * all_gather's reduce_scatter) and the rule computes on the moved values without moving
-     * them again (a gathered input stays alive until backward). */
-    if (st == DT_OK && dt_autograd_wants(in, n)) st = dt_autograd_record(op, use, n, a, o);
+     * them again (a gathered input stays alive until backward). It saves the other outputs. */
+    if (st == DT_OK && dt_autograd_wants(in, n))
+        st = dt_autograd_record(op, use, n, a, o, ax, na);
     for (int i = 0; i < n; i++) dt_tensor_release(moved[i]);
     if (st != DT_OK) {
         dt_tensor_release(o);
+        for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
         return st;
     }
     if (ctx->trace) dt_trace_record(ctx, DT_LANE_OPS, dt_op_name(op), t0, "%s", text);
     *out = o;
+    for (int i = 0; i < na; i++) {
+        if (aux) aux[i] = ax[i];
+        else dt_tensor_release(ax[i]);
+    }
     return DT_OK;
 }
 
-dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
-                     dt_tensor **out) {
+static dt_status call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
+                      dt_tensor **out, dt_tensor **aux) {
     const op_family *f = dt_op_family(op);
     DT_CHECK(check_inputs(op, inputs, ninputs));
     DT_ARG(out != NULL, "%s: argument out is NULL", dt_op_name(op));
@@ -241,7 +311,31 @@ dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_o
     DT_CHECK(dt_op_kernel_check(op, dt_kernels_of(inputs[0]->device.kind)));
     const strategy *s;
     DT_CHECK(lookup(op, f, inputs, ninputs, args, &s));
-    return run(op, f, inputs, ninputs, args ? args : &no_args, s, out);
+    return run(op, f, inputs, ninputs, args ? args : &no_args, s, out, aux);
+}
+
+dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
+                     dt_tensor **out) {
+    return call(op, inputs, ninputs, args, out, NULL);
+}
+
+dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs,
+                         const dt_op_args *args, dt_tensor **out, dt_tensor **aux, int naux) {
+    const op_family *f = dt_op_family(op);
+    DT_ARG(aux != NULL, "%s: argument aux is NULL", dt_op_name(op));
+    int na = 0, for_grad;
+    if (f && f->aux && inputs && ninputs > 0) {
+        op_out spec[DT_OP_MAX_AUX];
+        op_input gin[DT_OP_MAX_INPUTS];
+        DT_CHECK(check_inputs(op, inputs, ninputs));
+        for (int i = 0; i < ninputs; i++)
+            gin[i] = inputs[i] ? (op_input){inputs[i]->ndim, inputs[i]->shape, inputs[i]->dtype}
+                               : (op_input){-1, NULL, DT_F32};
+        na = f->aux(op, gin, ninputs, args ? args : &no_args, spec, &for_grad);
+    }
+    DT_ARG(naux == na, "%s: argument naux is %d, the op has %d outputs besides the first",
+           dt_op_name(op), naux, na);
+    return call(op, inputs, ninputs, args, out, aux);
 }
 
 dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,

@@ -127,13 +127,63 @@ dt_status dt_topk_check(const char *fn, const dt_local *x, int64_t k, int dim, i
     return DT_OK;
 }
 
-int dt_gqa_groups(const dt_local *q, const dt_local *k, int64_t *g) {
+static int64_t batch_of(const dt_local *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim - 2; d++) n *= t->shape[d];
+    return n;
+}
+
+dt_status dt_sdpa_check(const char *fn, const dt_local *q, const dt_local *k, const dt_local *v,
+                        const dt_local *out, const dt_local *lse, dt_sdpa_dims *dims) {
+    dt_dtype dt = q->dtype;
+    if (dt != DT_F32 && dt != DT_F64 && dt != DT_BF16 && dt != DT_F16)
+        return dt_error(DT_ERR_DTYPE, "%s: dtype %s not supported (float dtypes only)", fn,
+                        dt_dtype_name(dt));
+    if (k->dtype != dt || v->dtype != dt || out->dtype != dt)
+        return dt_error(DT_ERR_DTYPE, "%s: q, k, v and out dtypes differ", fn);
+    if (lse && lse->dtype != dt_sdpa_lse_dtype(dt))
+        return dt_error(DT_ERR_DTYPE, "%s: lse is %s, expected %s", fn, dt_dtype_name(lse->dtype),
+                        dt_dtype_name(dt_sdpa_lse_dtype(dt)));
     int nd = q->ndim;
-    *g = 1;
-    for (int d = 0; d < nd - 2; d++) {
-        if (k->shape[d] == q->shape[d]) continue;
-        if (d != nd - 3 || k->shape[d] <= 0 || q->shape[d] % k->shape[d]) return 0;
-        *g = q->shape[d] / k->shape[d];
+    if (nd < 2 || k->ndim != nd || v->ndim != nd || out->ndim != nd)
+        return dt_error(DT_ERR_SHAPE, "%s: q, k, v, out need the same ndim >= 2", fn);
+    dt_sdpa_dims d = {.g = 1, .Tq = q->shape[nd - 2], .D = q->shape[nd - 1],
+                      .Tk = k->shape[nd - 2], .Dv = v->shape[nd - 1]};
+    for (int i = 0; i < nd - 2; i++) {
+        if (k->shape[i] == q->shape[i]) continue;
+        if (i != nd - 3 || k->shape[i] <= 0 || q->shape[i] % k->shape[i])
+            return dt_error(DT_ERR_SHAPE, "%s: k's leading dims differ from q's other than by a "
+                                          "divisor of q's heads (dim %d)", fn, nd - 3);
+        d.g = q->shape[i] / k->shape[i];
     }
+    d.B = batch_of(k), d.R = d.g * d.Tq;
+    if (batch_of(v) != d.B || batch_of(out) != batch_of(q) || k->shape[nd - 1] != d.D ||
+        v->shape[nd - 2] != d.Tk || out->shape[nd - 2] != d.Tq || out->shape[nd - 1] != d.Dv)
+        return dt_error(DT_ERR_SHAPE, "%s: shapes disagree (q (%lld, %lld), k (%lld, %lld), v "
+                        "(%lld, %lld))", fn, (long long)d.Tq, (long long)d.D,
+                        (long long)k->shape[nd - 2], (long long)k->shape[nd - 1],
+                        (long long)v->shape[nd - 2], (long long)d.Dv);
+    int64_t rows = 1;
+    for (int i = 0; lse && i < lse->ndim; i++) rows *= lse->shape[i];
+    if (lse && (lse->ndim != nd - 1 || lse->shape[nd - 2] != d.Tq || rows != batch_of(q) * d.Tq))
+        return dt_error(DT_ERR_SHAPE, "%s: lse must hold one value per query row (%d dims)", fn,
+                        nd - 1);
+    *dims = d;
+    return DT_OK;
+}
+
+static int same_spec(const dt_local *a, const dt_local *b) {
+    if (a->ndim != b->ndim || a->dtype != b->dtype) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
     return 1;
+}
+
+dt_status dt_sdpa_grads_check(const char *fn, const dt_local *q, const dt_local *k,
+                              const dt_local *v, const dt_local *dq, const dt_local *dk,
+                              const dt_local *dv) {
+    if (!same_spec(dq, q) || !same_spec(dk, k) || !same_spec(dv, v))
+        return dt_error(DT_ERR_SHAPE, "%s: dq, dk, dv must have q's, k's and v's shapes and "
+                                      "dtype", fn);
+    return DT_OK;
 }

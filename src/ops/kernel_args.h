@@ -37,10 +37,27 @@ typedef struct dt_matmul_dims {
 dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, int trans_b,
                           const dt_local *out, dt_matmul_dims *dims_out);
 
-/* The kv groups of a grouped-query attention call: k and v may have fewer heads (dim
- * ndim - 3) than q and out, a divisor of q's; every other leading dim matches. *g gets
- * Hq / Hkv (1 without groups); 0 when the shapes are not such a call. */
-int dt_gqa_groups(const dt_local *q, const dt_local *k, int64_t *g);
+/* An attention call's sizes: B kv heads (times the batch), each read by g query heads whose
+ * rows are adjacent in q, so a kv head's queries are one (R = g Tq, D) matrix. */
+typedef struct dt_sdpa_dims {
+    int64_t B, g, Tq, R, Tk, D, Dv;
+} dt_sdpa_dims;
+
+/* The dtype of attention's log-sum-exp rows: f64 for f64, else f32. */
+static inline dt_dtype dt_sdpa_lse_dtype(dt_dtype qdtype) {
+    return qdtype == DT_F64 ? DT_F64 : DT_F32;
+}
+
+/* Checks an attention call as fn (q, k, v; out of the output's shape, lse NULL or of the
+ * rows' shape; every one of q's float dtype but lse) and fills *dims. k and v may have fewer
+ * heads (dim ndim - 3) than q, a divisor of q's (grouped-query attention); every other
+ * leading dim matches. */
+dt_status dt_sdpa_check(const char *fn, const dt_local *q, const dt_local *k, const dt_local *v,
+                        const dt_local *out, const dt_local *lse, dt_sdpa_dims *dims);
+/* Checks the backward's outputs: dq, dk, dv of q's, k's and v's shapes and dtype. */
+dt_status dt_sdpa_grads_check(const char *fn, const dt_local *q, const dt_local *k,
+                              const dt_local *v, const dt_local *dq, const dt_local *dk,
+                              const dt_local *dv);
 
 /* scatter_add's checks: float src, i32/i64 index, dim in range, src, index and out of one
  * ndim. */

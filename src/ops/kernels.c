@@ -18,6 +18,7 @@ const dt_kernels dt_kernels_cpu = {
     .slice = dt_cpu_slice,
     .permute = dt_cpu_permute,
     .sdpa = dt_cpu_sdpa,
+    .sdpa_backward = dt_cpu_sdpa_backward,
     .rope = dt_cpu_rope,
     .dropout = dt_cpu_dropout,
     .gather = dt_cpu_gather,

@@ -156,9 +156,18 @@ dt_status dt_cpu_cumsum(const dt_local *x, int dim, dt_local *out);
  * v (..., Tk, Dv) -> out (..., Tq, Dv) = softmax(q k^T * scale [+ causal mask]) v. Causal masks
  * key j > query i (top-left aligned). Float dtypes. Grouped-query: k and v may have fewer
  * heads (dim ndim - 3) than q, a divisor Hkv of q's Hq; query head h reads kv head
- * h / (Hq / Hkv) (torch's enable_gqa). */
+ * h / (Hq / Hkv) (torch's enable_gqa). lse: NULL, or (..., Tq) of dt_sdpa_lse_dtype(q's
+ * dtype) receiving each row's log-sum-exp of its scaled, masked scores (-inf for a row with
+ * no key): what the backward needs to rebuild the probabilities. */
 dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                      double scale, dt_local *out);
+                      double scale, dt_local *out, dt_local *lse);
+/* Its gradients from the saved lse, without a softmax pass: per kv head P = exp(q k^T *
+ * scale - lse) (masked), dP = g v^T, dS = P (dP - rowsum(P dP)), then dq = scale dS k,
+ * dk = scale dS^T q and dv = P^T g, each kv head's summed over the query heads that read it.
+ * g and dq have out's and q's shapes, dk and dv k's and v's; all of q's dtype. */
+dt_status dt_cpu_sdpa_backward(const dt_local *g, const dt_local *q, const dt_local *k,
+                               const dt_local *v, const dt_local *lse, int causal, double scale,
+                               dt_local *dq, dt_local *dk, dt_local *dv);
 
 /* ---- model ops -------------------------------------------------------------------------- */
 
@@ -237,7 +246,10 @@ typedef struct dt_kernels {
     dt_status (*slice)(const dt_local *x, const int64_t *start, dt_local *out);
     dt_status (*permute)(const dt_local *x, const int *perm, dt_local *out);
     dt_status (*sdpa)(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                      double scale, dt_local *out);
+                      double scale, dt_local *out, dt_local *lse);
+    dt_status (*sdpa_backward)(const dt_local *g, const dt_local *q, const dt_local *k,
+                               const dt_local *v, const dt_local *lse, int causal, double scale,
+                               dt_local *dq, dt_local *dk, dt_local *dv);
     dt_status (*rope)(const dt_local *x, const dt_local *cos, const dt_local *sin, dt_local *out);
     dt_status (*dropout)(double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,
                          const int64_t *box_offset, const dt_local *x, dt_local *out);

@@ -9,7 +9,8 @@
 #include "autograd/autograd_impl.h"
 #include "ops/kernels.h"
 
-#define DT_OP_MAX_INPUTS 4
+#define DT_OP_MAX_INPUTS 5
+#define DT_OP_MAX_AUX 2 /* outputs besides the first */
 #define DT_OP_MAX_ROWS 64
 
 /* An input as the rules see it: its global spec. */
@@ -43,6 +44,8 @@ typedef struct local_call {
     const op_input *global;                           /* the inputs' global specs */
     dt_local out;
     int64_t out_offset[DT_MAX_NDIM]; /* global offset of the output block */
+    int naux;                        /* the op's other outputs (0 when not computed) */
+    dt_local aux[DT_OP_MAX_AUX];
     const dt_kernels *k;   /* of the device every block lives on */
     const dt_mem_ops *mem; /* the same device's copies */
 } local_call;
@@ -60,6 +63,13 @@ typedef struct op_family {
     int (*combine_ok)(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_ndim,
                       const int *mesh_shape, const dt_placement (*in_pl)[DT_MESH_MAX_NDIM],
                       const dt_placement *out_pl);
+    /* Optional: the op's outputs besides the first (attention's log-sum-exp, its backward's
+     * dk and dv): their specs, the count returned (at most DT_OP_MAX_AUX). They take the first
+     * output's placements, so every dim the rules may shard of the output must be the same dim
+     * of each (chunked alike). *for_grad 1: computed only when the caller asks for them or the
+     * call records an autograd node (which saves them for the backward rule); 0: always. */
+    int (*aux)(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *aux,
+               int *for_grad);
     /* Ops built from other ops (cross_entropy, var): replaces the three above. */
     dt_status (*composite)(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
                            dt_tensor **out);
@@ -111,6 +121,12 @@ typedef struct op_desc {
 
 /* The description of a built-in op, NULL for any other value (registry.c). */
 const op_desc *dt_op_desc(dt_op op);
+
+/* Runs op's local kernel again on inputs in (as its autograd node holds them: already in the
+ * chosen strategy's placements) into out's storage, which has out's spec: what activation
+ * checkpointing recomputes with. No redistribution, no recording (dispatch.c). */
+dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                       dt_tensor *out);
 
 /* The family of op, built-in or registered (registry.c). */
 const op_family *dt_op_family(dt_op op);

@@ -23,6 +23,7 @@
 #define KERNEL_slice KERNEL_SLOT(slice)
 #define KERNEL_permute KERNEL_SLOT(permute)
 #define KERNEL_sdpa KERNEL_SLOT(sdpa)
+#define KERNEL_sdpa_backward KERNEL_SLOT(sdpa_backward)
 #define KERNEL_rope KERNEL_SLOT(rope)
 #define KERNEL_dropout KERNEL_SLOT(dropout)
 #define KERNEL_gather KERNEL_SLOT(gather)

@@ -62,7 +62,7 @@ static dt_status check_tensors(const char *fn, dt_tensor *const *tensors, int n)
         snprintf(what, sizeof what, "tensors[%d]", i);
         DT_CHECK(dt_tensor_check(fn, what, tensors[i]));
         const dt_tensor *t = tensors[i];
-        if (t->mesh != tensors[0]->mesh)
+        if (!dt_mesh_equal(t->mesh, tensors[0]->mesh))
             return dt_error(DT_ERR_MESH, "%s: tensors[%d] is on another mesh than tensors[0] (one "
                                          "mesh for all)", fn, i);
         if (t->dtype != DT_F32 && t->dtype != DT_F64 && t->dtype != DT_BF16 && t->dtype != DT_F16)

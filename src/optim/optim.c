@@ -86,7 +86,10 @@ static dt_status check_param(const char *fn, dt_tensor *p, int k, int g, int j) 
 
 /* Parameter k's state: buffers zeroed in its placements, the master a copy made under no grad
  * (a widening cast of a non-Partial tensor is local). */
-static dt_status init_param(opt_param *q, dt_optim_rule rule, double momentum, int master) {
+static dt_status init_param(opt_param *q, dt_optim_rule rule, double momentum,
+                            const dt_param_group *g) {
+    int master = g->master_weights;
+    if (g->reduce_f32 && is_half(q->p->dtype)) DT_CHECK(dt_tensor_set_grad_dtype(q->p, DT_F32));
     if (master && is_half(q->p->dtype)) {
         dt_ctx *ctx = q->p->mesh->ctx;
         DT_CHECK(dt_no_grad_enter(ctx));
@@ -109,6 +112,9 @@ static dt_status create(const char *fn, const dt_optim_hyper *h, double lr, doub
         DT_ARG(groups[g].n >= 0 && (groups[g].params || groups[g].n == 0),
                "%s: groups[%d] has n = %d and params %p", fn, g, groups[g].n,
                (const void *)groups[g].params);
+        DT_ARG(!groups[g].reduce_f32 || groups[g].master_weights,
+               "%s: groups[%d].reduce_f32 needs master_weights (an f32 gradient updates the f32 "
+               "master)", fn, g);
         DT_ARG(!groups[g].weight_decay || *groups[g].weight_decay >= 0,
                "%s: groups[%d].weight_decay = %g is negative", fn, g,
                groups[g].weight_decay ? *groups[g].weight_decay : 0.0);
@@ -135,7 +141,7 @@ static dt_status create(const char *fn, const dt_optim_hyper *h, double lr, doub
             q->p = groups[g].params[j];
             dt_tensor_retain(q->p);
             q->weight_decay = groups[g].weight_decay ? *groups[g].weight_decay : wd;
-            st = init_param(q, h->rule, h->momentum, groups[g].master_weights);
+            st = init_param(q, h->rule, h->momentum, &groups[g]);
         }
     }
     if (st != DT_OK) {
@@ -204,7 +210,7 @@ static dt_status check_grad(const dt_optim *o, int k, dt_tensor **g_out) {
                                           "gradient to the parameter's placements first", fn, k,
                         gs, ps, m);
     }
-    DT_ARG(g->mesh == p->mesh, "%s: parameter %d's gradient is on another mesh", fn, k);
+    DT_ARG(dt_mesh_equal(g->mesh, p->mesh), "%s: parameter %d's gradient is on another mesh", fn, k);
     DT_ARG(g->ndim == p->ndim && !memcmp(g->shape, p->shape, sizeof(int64_t) * (size_t)p->ndim),
            "%s: parameter %d's gradient has another shape", fn, k);
     if (g->dtype != p->dtype && !(g->dtype == DT_F32 && q->master))
@@ -308,5 +314,68 @@ dt_status dt_optim_state(const dt_optim *optim, int k, int which, dt_tensor **ou
            which);
     const opt_param *q = &optim->params[k];
     *out = which == 2 ? q->master : q->state[which];
+    return DT_OK;
+}
+
+/* ---- state by name (checkpoints) ----------------------------------------------------------- */
+
+/* The state tensors in order: per parameter, its state slots then its master copy. */
+static int state_slot(const dt_optim *o, int i, int *k_out, int *which_out) {
+    for (int k = 0; k < o->n; k++) {
+        const opt_param *q = &o->params[k];
+        dt_tensor *slots[3] = {q->state[0], q->state[1], q->master};
+        for (int w = 0; w < 3; w++)
+            if (slots[w] && i-- == 0) {
+                *k_out = k, *which_out = w;
+                return 1;
+            }
+    }
+    return 0;
+}
+
+dt_status dt_optim_state_count(const dt_optim *optim, int *out) {
+    DT_OPTIM_ARG(optim);
+    DT_ARG(out != NULL, "dt_optim_state_count: argument out is NULL");
+    int n = 0, k, w;
+    while (state_slot(optim, n, &k, &w)) n++;
+    *out = n;
+    return DT_OK;
+}
+
+dt_status dt_optim_state_named(const dt_optim *optim, const char *const *param_names, int i,
+                               char *name_out, size_t cap, dt_tensor **out) {
+    const char *fn = "dt_optim_state_named";
+    DT_OPTIM_ARG(optim);
+    DT_ARG(param_names && name_out && out, "%s: param_names, name_out or out is NULL", fn);
+    int k, w;
+    DT_ARG(i >= 0 && state_slot(optim, i, &k, &w), "%s: argument i = %d is not a state tensor", fn,
+           i);
+    DT_ARG(param_names[k] != NULL, "%s: param_names[%d] is NULL", fn, k);
+    static const char *const sgd[] = {"momentum_buffer", "?", "master"};
+    static const char *const adamw[] = {"exp_avg", "exp_avg_sq", "master"};
+    const char *suffix = (optim->h.rule == DT_OPTIM_RULE_ADAMW ? adamw : sgd)[w];
+    int need = snprintf(name_out, cap, "%s.%s", param_names[k], suffix);
+    if (need < 0 || (size_t)need >= cap)
+        return dt_error(DT_ERR_SIZE, "%s: \"%s.%s\" needs %d bytes, cap is %zu", fn,
+                        param_names[k], suffix, need + 1, cap);
+    *out = w == 2 ? optim->params[k].master : optim->params[k].state[w];
+    return DT_OK;
+}
+
+dt_status dt_optim_steps_get(const dt_optim *optim, int k, int64_t *out) {
+    DT_OPTIM_ARG(optim);
+    DT_ARG(out != NULL, "dt_optim_steps_get: argument out is NULL");
+    DT_ARG(k >= 0 && k < optim->n, "dt_optim_steps_get: argument k = %d is not a parameter (%d "
+                                   "of them)", k, optim->n);
+    *out = optim->params[k].steps;
+    return DT_OK;
+}
+
+dt_status dt_optim_steps_set(dt_optim *optim, int k, int64_t steps) {
+    DT_OPTIM_ARG(optim);
+    DT_ARG(k >= 0 && k < optim->n, "dt_optim_steps_set: argument k = %d is not a parameter (%d "
+                                   "of them)", k, optim->n);
+    DT_ARG(steps >= 0, "dt_optim_steps_set: argument steps = %lld is negative", (long long)steps);
+    optim->params[k].steps = steps;
     return DT_OK;
 }

@@ -94,6 +94,9 @@ dt_status dt_redistribute_cached_plan(dt_tensor *t, const dt_placement *dst, con
 static dt_status prepare(const char *fn, dt_tensor *t, int ndst, const dt_placement *dst,
                          const dt_plan **plan_out) {
     DT_CHECK(dt_tensor_check(fn, "tensor", t));
+    if (t->dropped)
+        return dt_error(DT_ERR_ARG, "%s: the tensor's storage was dropped after a forward "
+                                    "(activation checkpointing or FSDP resharding)", fn);
     DT_CHECK(dt_placement_count_check(fn, "dst placements", ndst, dst, t->mesh->ndim));
     dt_placement src[DT_MESH_MAX_NDIM], norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_plan_check_args(fn, t->mesh->ndim, t->mesh->shape, t->ndim, t->shape, t->dtype,
@@ -123,11 +126,29 @@ static dt_status step_comms(dt_tensor *t, const dt_plan *plan, int lane, dt_comm
     return DT_OK;
 }
 
+/* On a rank outside the tensor's mesh (a sub-mesh made elsewhere) the tensor holds nothing,
+ * and so does the result: no data moves, the spec changes (and autograd records it, as the
+ * member ranks do). */
+static dt_status move_outside(dt_tensor *t, const dt_plan *plan, dt_tensor **out) {
+    if (plan->nsteps == 0) {
+        dt_tensor_retain(t);
+        *out = t;
+        return DT_OK;
+    }
+    DT_CHECK(dt_tensor_new(t->mesh, t->device, t->dtype, t->ndim, t->shape, plan->dst, NULL, true,
+                           out));
+    dt_status st = DT_OK;
+    if (dt_autograd_wants(&t, 1) && (st = dt_autograd_record_redistribute(t, *out)) != DT_OK)
+        dt_tensor_release(*out), *out = NULL;
+    return st;
+}
+
 dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement *dst,
                                  dt_tensor **out) {
     DT_ARG_NOT_NULL(out);
     const dt_plan *plan;
     DT_CHECK(prepare("dt_tensor_redistribute", tensor, ndst, dst, &plan));
+    if (tensor->mesh->rank < 0) return move_outside(tensor, plan, out);
     dt_comm **comms;
     DT_CHECK(step_comms(tensor, plan, 0, &comms));
     dt_ctx *ctx = tensor->mesh->ctx;
@@ -188,6 +209,10 @@ dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_pla
     DT_ARG_NOT_NULL(out);
     const dt_plan *plan;
     DT_CHECK(prepare("dt_tensor_redistribute_async", tensor, ndst, dst, &plan));
+    if (tensor->mesh->rank < 0)
+        return dt_error(DT_ERR_UNSUPPORTED, "dt_tensor_redistribute_async: rank %d is not in the "
+                                            "tensor's mesh (use dt_tensor_redistribute, which "
+                                            "changes only the spec there)", tensor->mesh->ctx->rank);
     redist_request *r = calloc(1, sizeof *r);
     if (!r) return dt_error(DT_ERR_NOMEM, "dt_tensor_redistribute_async: out of memory");
     dt_status st = step_comms(tensor, plan, 1, &r->comms);

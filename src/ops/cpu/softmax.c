@@ -6,13 +6,14 @@
 
 #include "core/check.h"
 #include "core/half.h"
+#include "ops/cpu/vexp.h"
 #include "ops/kernels.h"
 
 #define BLOCK 256
 #define ID(v) (v)
 #define MAXOF(a, v) (((v) > (a) || (v) != (v)) ? (v) : (a))
 
-#define DEFINE_SOFTMAX(SUF, T, CT, LOAD, STORE, EXP)                                               \
+#define DEFINE_SOFTMAX(SUF, T, CT, LOAD, STORE, EXP, EXP_ROW)                                      \
     /* inner == 1: contiguous rows of n */                                                         \
     static void softmax_rows_##SUF(int lg, int64_t rows, int64_t n, const T *x, T *y) {            \
         for (int64_t r = 0; r < rows; r++) {                                                       \
@@ -21,7 +22,23 @@
             CT mx = -INFINITY;                                                                     \
             for (int64_t t = 0; t < n; t++) mx = MAXOF(mx, LOAD(xr[t]));                           \
             double sum = 0.0;                                                                      \
-            for (int64_t t = 0; t < n; t++) sum += (double)EXP(LOAD(xr[t]) - mx);                  \
+            if (!lg && sizeof(T) == sizeof(CT)) { /* exp once, into y (x[t] is read first) */     \
+                EXP_ROW(yr, xr, n, mx);                                                            \
+                for (int64_t t = 0; t < n; t++) sum += (double)yr[t];                              \
+                CT inv = (CT)(1.0 / sum);                                                          \
+                for (int64_t t = 0; t < n; t++) yr[t] = (T)(yr[t] * inv);                          \
+                continue;                                                                          \
+            }                                                                                      \
+            if (sizeof(T) == sizeof(CT)) { /* log: exp in chunks beside x (y may be x) */        \
+                T e[BLOCK];                                                                        \
+                for (int64_t t0 = 0; t0 < n; t0 += BLOCK) {                                        \
+                    int64_t m = n - t0 < BLOCK ? n - t0 : BLOCK;                                   \
+                    EXP_ROW(e, xr + t0, m, mx);                                                    \
+                    for (int64_t t = 0; t < m; t++) sum += (double)e[t];                           \
+                }                                                                                  \
+            } else {                                                                               \
+                for (int64_t t = 0; t < n; t++) sum += (double)EXP(LOAD(xr[t]) - mx);              \
+            }                                                                                      \
             if (lg) { /* (x - max) first: exact for x near max, then the small log(sum) */         \
                 CT ls = (CT)log(sum);                                                              \
                 for (int64_t t = 0; t < n; t++) yr[t] = STORE((LOAD(xr[t]) - mx) - ls);            \
@@ -63,10 +80,16 @@
         }                                                                                          \
     }
 
-DEFINE_SOFTMAX(f32, float, float, ID, ID, expf)
-DEFINE_SOFTMAX(f64, double, double, ID, ID, exp)
-DEFINE_SOFTMAX(bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16, expf)
-DEFINE_SOFTMAX(f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16, expf)
+/* y[t] = exp(x[t] - mx) over a row: SIMD for f32 */
+#define ROW_F32(y, x, n, mx) dt_vexpf_affine((float *)(y), (const float *)(x), n, 1.0f, -(mx))
+#define ROW_F64(y, x, n, mx)                                                                       \
+    for (int64_t t = 0; t < n; t++) (y)[t] = exp((x)[t] - (mx))
+#define ROW_NONE(y, x, n, mx) (void)0 /* bf16/f16 never take the exp-once path */
+
+DEFINE_SOFTMAX(f32, float, float, ID, ID, dt_vexpf, ROW_F32)
+DEFINE_SOFTMAX(f64, double, double, ID, ID, exp, ROW_F64)
+DEFINE_SOFTMAX(bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16, expf, ROW_NONE)
+DEFINE_SOFTMAX(f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16, expf, ROW_NONE)
 
 dt_status dt_cpu_softmax(int log, int dim, const dt_local *x, dt_local *out) {
     if (dim < 0 || dim >= x->ndim)

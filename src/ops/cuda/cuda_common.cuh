@@ -169,11 +169,13 @@ static inline cublasComputeType_t dt_cu_f32_compute(const dt_cuda_rank *r) {
 }
 
 /* Row-major batched GEMM on r's compute stream: C[i] (M, N) = A[i] (M, K) @ B[i] (K, N)
- * (B[i] given as (N, K) when trans_b), i < batch, strides in elements (0 broadcasts). C is
- * dense per matrix; K == 0 zeroes it. ab/c are the storage types, ct the compute type
- * (alpha and beta are double for CUBLAS_COMPUTE_64F, else float). */
+ * (B[i] given as (N, K) when trans has DT_CU_TRANS_B, A[i] as (K, M) when it has
+ * DT_CU_TRANS_A), i < batch, strides in elements (0 broadcasts). C is dense per matrix;
+ * K == 0 zeroes it. ab/c are the storage types, ct the compute type (alpha and beta are
+ * double for CUBLAS_COMPUTE_64F, else float). */
+enum { DT_CU_TRANS_B = 1, DT_CU_TRANS_A = 2 };
 dt_status dt_cu_gemm(dt_cuda_rank *r, const char *fn, cudaDataType ab, cudaDataType c,
-                     cublasComputeType_t ct, int trans_b, int64_t M, int64_t N, int64_t K,
+                     cublasComputeType_t ct, int trans, int64_t M, int64_t N, int64_t K,
                      const void *A, int64_t sa, const void *B, int64_t sb, void *C, int64_t sc,
                      int64_t batch);
 

@@ -31,7 +31,10 @@ dt_status dt_cuda_expand(const dt_local *x, dt_local *out); /* expand.cu */
 dt_status dt_cuda_slice(const dt_local *x, const int64_t *start, dt_local *out);
 dt_status dt_cuda_permute(const dt_local *x, const int *perm, dt_local *out);
 dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                       double scale, dt_local *out);
+                       double scale, dt_local *out, dt_local *lse);
+dt_status dt_cuda_sdpa_backward(const dt_local *g, const dt_local *q, const dt_local *k,
+                                const dt_local *v, const dt_local *lse, int causal, double scale,
+                                dt_local *dq, dt_local *dk, dt_local *dv);
 dt_status dt_cuda_rope(const dt_local *x, const dt_local *cos, const dt_local *sin,
                        dt_local *out); /* rope.cu */
 dt_status dt_cuda_dropout(double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,

@@ -17,6 +17,7 @@ const dt_kernels dt_kernels_cuda = {
     .slice = dt_cuda_slice,
     .permute = dt_cuda_permute,
     .sdpa = dt_cuda_sdpa,
+    .sdpa_backward = dt_cuda_sdpa_backward,
     .rope = dt_cuda_rope,
     .dropout = dt_cuda_dropout,
     .gather = dt_cuda_gather,

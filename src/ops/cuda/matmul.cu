@@ -18,9 +18,10 @@ static size_t storage_size(cudaDataType t) {
 }
 
 /* Row-major C (M, N) = A (M, K) B (K, N) is column-major C^T (N, M) = B^T (N, K) A^T (K, M):
- * cuBLAS's first operand is our B (transposed when B is given as (N, K)), its second our A. */
+ * cuBLAS's first operand is our B (transposed when B is given as (N, K)), its second our A
+ * (transposed when A is given as (K, M)). */
 dt_status dt_cu_gemm(dt_cuda_rank *r, const char *fn, cudaDataType ab, cudaDataType c,
-                     cublasComputeType_t ct, int trans_b, int64_t M, int64_t N, int64_t K,
+                     cublasComputeType_t ct, int trans, int64_t M, int64_t N, int64_t K,
                      const void *A, int64_t sa, const void *B, int64_t sb, void *C, int64_t sc,
                      int64_t batch) {
     if (batch == 0 || M == 0 || N == 0) return DT_OK;
@@ -45,8 +46,9 @@ dt_status dt_cu_gemm(dt_cuda_rank *r, const char *fn, cudaDataType ab, cudaDataT
     int f64 = ct == CUBLAS_COMPUTE_64F || ct == CUBLAS_COMPUTE_64F_PEDANTIC;
     const void *alpha = f64 ? (const void *)&one_d : (const void *)&one_f;
     const void *beta = f64 ? (const void *)&zero_d : (const void *)&zero_f;
-    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    int n = (int)N, m = (int)M, k = (int)K, ldb = trans_b ? k : n;
+    int tb = trans & DT_CU_TRANS_B, ta = trans & DT_CU_TRANS_A;
+    cublasOperation_t op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int n = (int)N, m = (int)M, k = (int)K, ldb = tb ? k : n, lda = ta ? m : k;
     for (int64_t i0 = 0; i0 < batch; i0 += MAX_BATCH) {
         int cnt = (int)(batch - i0 < MAX_BATCH ? batch - i0 : MAX_BATCH);
         const char *a = (const char *)A + (size_t)(i0 * sa) * ab_es;
@@ -54,11 +56,11 @@ dt_status dt_cu_gemm(dt_cuda_rank *r, const char *fn, cudaDataType ab, cudaDataT
         char *cp = (char *)C + (size_t)(i0 * sc) * es;
         cublasStatus_t s;
         if (cnt == 1)
-            s = cublasGemmEx(r->blas, op_b, CUBLAS_OP_N, n, m, k, alpha, b, ab, ldb, a, ab, k,
-                             beta, cp, c, n, ct, CUBLAS_GEMM_DEFAULT);
+            s = cublasGemmEx(r->blas, op_b, op_a, n, m, k, alpha, b, ab, ldb, a, ab, lda, beta,
+                             cp, c, n, ct, CUBLAS_GEMM_DEFAULT);
         else
-            s = cublasGemmStridedBatchedEx(r->blas, op_b, CUBLAS_OP_N, n, m, k, alpha, b, ab,
-                                           ldb, sb, a, ab, k, sa, beta, cp, c, n, sc, cnt, ct,
+            s = cublasGemmStridedBatchedEx(r->blas, op_b, op_a, n, m, k, alpha, b, ab, ldb, sb,
+                                           a, ab, lda, sa, beta, cp, c, n, sc, cnt, ct,
                                            CUBLAS_GEMM_DEFAULT);
         DT_CHECK(dt_cublas_status(s, fn));
     }

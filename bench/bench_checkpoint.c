@@ -1,0 +1,128 @@
+/* Checkpoint throughput on 4 in-process ranks: save (2x2 [S(0),S(1)]), load onto the same
+ * mesh, and a resharding load (onto 4 ranks [S(1)]), next to one plain sequential write (with
+ * fsync) and read of the same bytes in the same run, to the same directory. Best of 3.
+ * DT_BENCH_DIR: where to write (default /tmp); DT_BENCH_MIB: total size (default 128). */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <dtensor.h>
+
+#define NT 4
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct bench {
+    char dir[700];
+    int64_t rows, cols;
+    int mode; /* 0 save, 1 load same mesh, 2 load resharded, 3 the same with max_gap 64 KiB */
+    double secs;
+} bench;
+
+static dt_status body(dt_ctx *ctx, void *arg) {
+    bench *b = arg;
+    int reshard = b->mode >= 2;
+    dt_mesh *mesh;
+    dt_status st = reshard ? dt_mesh_create(ctx, 1, (int[]){4}, NULL, &mesh)
+                           : dt_mesh_create(ctx, 2, (int[]){2, 2}, NULL, &mesh);
+    if (st != DT_OK) return st;
+    dt_placement two[] = {dt_shard(0), dt_shard(1)}, one[] = {dt_shard(1)};
+    dt_tensor *t[NT];
+    char names[NT][16];
+    const char *np[NT];
+    int64_t shape[] = {b->rows, b->cols};
+    for (int i = 0; i < NT; i++) {
+        snprintf(names[i], sizeof names[i], "w%d", i);
+        np[i] = names[i];
+        st = dt_tensor_zeros(mesh, DT_F32, 2, shape, reshard ? 1 : 2, reshard ? one : two, &t[i]);
+        if (st != DT_OK) return st;
+        void *local;
+        dt_tensor_info info;
+        dt_tensor_to_local(t[i], &local);
+        dt_tensor_info_get(t[i], &info);
+        memset(local, 0x3c + i, info.local_bytes);
+    }
+    dt_comm *world;
+    dt_ctx_world_comm(ctx, &world);
+    dt_barrier(world);
+    double t0 = now();
+    if (b->mode == 0)
+        st = dt_checkpoint_save(ctx, b->dir, np, t, NT, NULL);
+    else {
+        dt_checkpoint_load_options lo = {.strict = 1, .max_gap = b->mode == 3 ? 65536 : 0};
+        st = dt_checkpoint_load(b->dir, np, t, NT, &lo);
+    }
+    if (st == DT_OK) st = dt_barrier(world);
+    if (dt_ctx_rank(ctx) == 0) b->secs = now() - t0;
+    for (int i = 0; i < NT; i++)
+        dt_tensor_release(t[i]);
+    dt_mesh_release(mesh);
+    return st;
+}
+
+static double plain(const char *path, size_t bytes, int write_it) {
+    size_t piece = (size_t)8 << 20;
+    char *buf = malloc(piece);
+    memset(buf, 0x5a, piece);
+    double t0 = now();
+    int fd = write_it ? open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : open(path, O_RDONLY);
+    for (size_t done = 0; fd >= 0 && done < bytes;) {
+        size_t n = bytes - done < piece ? bytes - done : piece;
+        ssize_t k = write_it ? write(fd, buf, n) : read(fd, buf, n);
+        if (k <= 0) break;
+        done += (size_t)k;
+    }
+    if (write_it) fsync(fd);
+    close(fd);
+    free(buf);
+    return now() - t0;
+}
+
+int main(int argc, char **argv) {
+    int table = argc > 1 && !strcmp(argv[1], "--table");
+    const char *root = getenv("DT_BENCH_DIR") ? getenv("DT_BENCH_DIR") : "/tmp";
+    long mib = getenv("DT_BENCH_MIB") ? atol(getenv("DT_BENCH_MIB")) : 128;
+    char tmp[600], plainf[700];
+    snprintf(tmp, sizeof tmp, "%s/dtbench-ckpt-XXXXXX", root);
+    if (!mkdtemp(tmp)) return perror("mkdtemp"), 1;
+    snprintf(plainf, sizeof plainf, "%s/plain.bin", tmp);
+    bench b = {.cols = 4096};
+    b.rows = (int64_t)mib * (1 << 20) / (NT * 4 * b.cols);
+    snprintf(b.dir, sizeof b.dir, "%s/ck", tmp);
+    size_t bytes = (size_t)(NT * 4 * b.rows * b.cols);
+    double best[4] = {1e30, 1e30, 1e30, 1e30}, pw = 1e30, pr = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        for (int mode = 0; mode < 4; mode++) {
+            b.mode = mode;
+            if (dt_local_run(4, body, &b, NULL) != DT_OK)
+                return fprintf(stderr, "bench_checkpoint: %s\n", dt_last_error()), 1;
+            if (b.secs < best[mode]) best[mode] = b.secs;
+        }
+        double w = plain(plainf, bytes, 1), r = plain(plainf, bytes, 0);
+        pw = w < pw ? w : pw, pr = r < pr ? r : pr;
+    }
+    double gb = (double)bytes / 1e9;
+    const char *names[] = {"checkpoint save, 4 ranks", "checkpoint load, same mesh",
+                           "checkpoint load, resharded", "resharded, max_gap 64 KiB"};
+    for (int mode = 0; mode < 4; mode++) {
+        double ref = mode == 0 ? pw : pr;
+        if (table)
+            printf("%s, %ld MiB\t%.2f GB/s\tplain %s %.2f GB/s\t%.0f%%\n", names[mode], mib,
+                   gb / best[mode], mode == 0 ? "write+fsync" : "read", gb / ref,
+                   100 * ref / best[mode]);
+        else
+            printf("%-30s %8.3f s %8.2f GB/s   plain %-11s %8.2f GB/s   %5.0f%%\n", names[mode],
+                   best[mode], gb / best[mode], mode == 0 ? "write+fsync" : "read", gb / ref,
+                   100 * ref / best[mode]);
+    }
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    return system(cmd) != 0;
+}

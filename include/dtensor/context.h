@@ -1,0 +1,42 @@
+/* Context parallelism: attention with the sequence sharded over a mesh dim (ring attention).
+ * Each rank keeps its queries; the key/value blocks travel around the ring of that mesh dim,
+ * one step per rank, each step's transfer running on the rank's communication thread while
+ * the block already there is computed; the partial results merge with an online softmax (a
+ * running max and sum of exponentials per query row, kept as log-sum-exp). For causal
+ * attention the sequence may be laid out in the load-balanced order (each rank holds a head
+ * chunk and its mirrored tail chunk), so every rank does about the same causal work. */
+#ifndef DTENSOR_CONTEXT_H
+#define DTENSOR_CONTEXT_H
+
+#include "dtensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The load-balanced order of a sequence of length T over cp ranks: cut into 2*cp chunks of
+ * torch.chunk sizes, laid out as chunk 0, 2cp-1, 1, 2cp-2, ..., cp-1, cp; sharded S(seq) over
+ * cp ranks, rank i then holds chunks i and 2cp-1-i (exactly so when 2*cp divides T). Returns
+ * the original position of row i of that order, -1 for arguments out of range (T < 0, cp < 1,
+ * i not in [0, T)). Pure. */
+DT_API int64_t dt_cp_position(int64_t T, int cp, int64_t i);
+
+/* Ring attention: softmax(q k^T / sqrt(D) [causal]) v with the sequence dim (ndim - 2)
+ * sharded S(ndim - 2) over mesh dim cp_dim. q (..., Hq, T, D), k (..., Hkv, T, D), v (...,
+ * Hkv, T, Dv), f32 or f64 on the CPU; Hkv may divide Hq (grouped-query attention: query head h
+ * reads kv head h / (Hq / Hkv)). Equal placements: cp_dim shards the sequence, other mesh dims
+ * may shard the leading (batch, head) dims, keeping whole groups, or replicate; none is
+ * Partial. load_balanced says the
+ * sequence dim holds the tokens in dt_cp_position's order (the causal mask then compares
+ * original positions); the output keeps that order and q's placements. cp - 1 ring steps
+ * forward, each sending this rank's current key/value block (in f64) to the next rank.
+ * Differentiable: backward runs the same ring (cp - 1 key/value steps, and cp steps that carry
+ * each block's key/value gradient on until it is home), reading the log-sum-exp the forward
+ * saved. Collective over the cp_dim group of each rank; blocks. */
+DT_API dt_status dt_ring_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int cp_dim, int causal,
+                              int load_balanced, dt_tensor **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,99 @@
+/* Fully sharded data parallelism (PyTorch's FSDP2) over one mesh dim, on plain parameter
+ * arrays. Parameters are stored sharded over the data-parallel dim (dt_fsdp_shard_param) and
+ * grouped in units, one per layer or block, in forward order. Model code brackets each unit's
+ * forward with dt_fsdp_unit_begin (which hands out the unit's parameters gathered over dp) and
+ * dt_fsdp_unit_end.
+ *
+ *   - Gather: one all_gather per unit (the shards of all its parameters packed into one
+ *     buffer, each padded to its largest shard), recorded in the autograd graph as a
+ *     redistribute of each parameter, so backward sends each gradient home.
+ *   - Reshard after forward (default on): dt_fsdp_unit_end frees the gathered storage; the
+ *     graph keeps the tensors, and backward gathers the unit again (one all_gather) before the
+ *     first of its nodes runs. Off: the gathered parameters stay from forward to backward.
+ *     Either way they are freed once the unit's backward is done.
+ *   - Gradients: once backward has the whole gradient of every parameter of a unit, one
+ *     reduce_scatter per unit (packed like the gather) leaves each parameter's gradient in
+ *     the parameter's own placements; it runs on the communication thread while backward goes
+ *     on, and is waited for at the end of backward.
+ *   - Prefetch (default on): dt_fsdp_unit_begin of unit k issues unit k+1's all_gather on
+ *     the communication thread before returning, and backward's gather of unit k issues unit
+ *     k-1's, so communication overlaps the current unit's computation (the trace shows both).
+ *
+ * HSDP: a mesh (replicate, shard): parameters Replicate over the first dim and sharded over
+ * the second (dp_dim); after the unit's reduce_scatter one all_reduce of the unit's reduced
+ * shards over the replicate dim (when every gradient of the unit is Partial there; otherwise
+ * each parameter's own sync, dtensor/autograd.h, all_reduces it). FSDP x TP: a parameter already
+ * sharded over a tp dim is sharded over dp on its first tensor dim that no other mesh dim
+ * shards (PyTorch nests both on dim 0 with a strided shard; this library has none).
+ *
+ * Every rank of the mesh makes the same calls in the same order (each call says whether it
+ * communicates). The gathers and reduces run on the dp group's communicator of the
+ * communication thread (dtensor/redistribute.h's async lane), and are counted in
+ * dt_comm_stats_get under the dp dim's name. Gradient sync off (dt_ctx_set_grad_sync) bypasses
+ * the unit reduce: gradients are then left to the leaves as usual, and the next synced
+ * backward adds the unit's reduced shards to them. */
+#ifndef DTENSOR_FSDP_H
+#define DTENSOR_FSDP_H
+
+#include "dtensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_fsdp dt_fsdp;
+
+typedef struct dt_fsdp_options {
+    int dp_dim;                /* mesh dim the parameters are sharded over */
+    int reshard_after_forward; /* free gathered parameters after each unit's forward */
+    int prefetch;              /* issue the next unit's all_gather early */
+} dt_fsdp_options;
+
+/* dp_dim 0, reshard_after_forward 1, prefetch 1. */
+DT_API dt_fsdp_options dt_fsdp_options_default(void);
+
+/* An FSDP state for parameters on mesh (retained). options NULL = the defaults. The caller owns
+ * it: free with dt_fsdp_destroy. Not collective. */
+DT_API dt_status dt_fsdp_create(dt_mesh *mesh, const dt_fsdp_options *options, dt_fsdp **out);
+/* Waits for anything the state still has in flight and frees it; the units' parameters are
+ * released (the caller's references stay). Collective when a request is in flight. */
+DT_API dt_status dt_fsdp_destroy(dt_fsdp *fsdp);
+
+/* A new leaf holding param (Replicate over dp_dim) sharded over dp_dim on its first tensor
+ * dim that no other mesh dim shards, requiring grad when param does. The caller owns it;
+ * param is unchanged. Collective (no communication: each rank keeps its slice). */
+DT_API dt_status dt_fsdp_shard_param(dt_fsdp *fsdp, dt_tensor *param, dt_tensor **out);
+
+/* Adds a unit of n parameters (leaves sharded over dp_dim as dt_fsdp_shard_param leaves them;
+ * retained; one dtype and device) after the units added so far; *unit_out (nullable) = its
+ * index. Units run their forward in the order added. DT_ERR_UNSUPPORTED for a parameter whose
+ * gradient dtype was set (mixed-precision reduction is not done here). Not collective. */
+DT_API dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *unit_out);
+
+/* Before the unit's forward: full_out[i] (borrowed, valid until the unit's next begin) is
+ * parameter i gathered over dp_dim, recorded as a redistribute of it when grad mode is on.
+ * Collective; blocks until the unit's gather is in (then issues the next unit's). */
+DT_API dt_status dt_fsdp_unit_begin(dt_fsdp *fsdp, int unit, dt_tensor **full_out);
+/* After the unit's forward: frees the gathered storage when reshard_after_forward is set
+ * (use only what the unit's ops made from here on). Not collective. */
+DT_API dt_status dt_fsdp_unit_end(dt_fsdp *fsdp, int unit);
+
+/* Overrides reshard_after_forward for one unit: torchtitan keeps the last unit gathered, since
+ * its backward starts right after its forward. Not collective (every rank sets the same). */
+DT_API dt_status dt_fsdp_unit_set_reshard_after_forward(dt_fsdp *fsdp, int unit, int reshard);
+
+/* What the state did since its creation or the last reset: unit gathers issued in forward
+ * and in backward (prefetched ones included), those issued as prefetches, unit
+ * reduce_scatters, and unit all_reduces over the mesh dims where the unit's gradients were
+ * left Partial (HSDP's replicate dim). Not collective. */
+typedef struct dt_fsdp_stats {
+    int64_t forward_gathers, backward_gathers, prefetches, reduce_scatters, all_reduces;
+    int64_t max_gathered_bytes; /* most bytes of gathered parameters alive at once on this rank */
+} dt_fsdp_stats;
+DT_API dt_status dt_fsdp_stats_get(const dt_fsdp *fsdp, dt_fsdp_stats *out);
+DT_API dt_status dt_fsdp_stats_reset(dt_fsdp *fsdp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,585 @@
+/* FSDP units (dtensor/fsdp.h): packed all_gathers and reduce_scatters over the dp group, the
+ * gathered parameters as saved tensors the engine asks the unit to refill (autograd/saved.h),
+ * and prefetching on the communication thread. Knows nothing of what the model computes.
+ *
+ * A rank's part of a unit's flat buffer (a slot) holds each parameter's shard at off[p],
+ * padded to len[p], the largest shard of that parameter over the dp group; the gathered
+ * buffer is the dp group's slots in group-rank order. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/autograd_impl.h"
+#include "autograd/saved.h"
+#include "comm/comm_impl.h"
+#include "core/box.h"
+#include "core/check.h"
+#include "dtensor/fsdp.h"
+#include "dtensor/redistribute.h"
+#include "dtensor/runtime.h"
+#include "dtensor/tensor_impl.h"
+#include "mesh/mesh_impl.h"
+#include "trace/trace_impl.h"
+
+typedef struct unit {
+    dt_saved_hooks hooks; /* first: a gathered parameter's hooks point here */
+    dt_fsdp *f;
+    int index, n;
+    bool reshard;      /* drop the gathered storage at the end of the unit's forward */
+    dt_tensor **param; /* retained */
+    dt_tensor **full;  /* retained: the last forward's gathered parameters (NULL before) */
+    dt_tensor **grad;  /* gradients backward handed over, in the reduce's placements */
+    dt_placement (*gpl)[DT_MESH_MAX_NDIM]; /* those placements, dp taken as P(sum) */
+    int ngrad;
+    size_t *off, *len, slot, es;
+    dt_request *gather; /* an all_gather in flight (prefetched) */
+    void *gsend, *grecv;
+    dt_request *rs; /* a reduce_scatter in flight */
+    void *rsend, *rrecv;
+    double t_begin; /* trace: when the unit's forward began */
+} unit;
+
+struct dt_fsdp {
+    dt_mesh *mesh; /* retained */
+    dt_fsdp_options opt;
+    dt_comm *comm; /* the dp group on the communication-thread lane */
+    int dp_size;
+    unit **u;
+    int n, cap;
+    bool end_registered;
+    dt_fsdp_stats stats;
+    int64_t gathered_bytes;
+};
+
+dt_fsdp_options dt_fsdp_options_default(void) {
+    return (dt_fsdp_options){.dp_dim = 0, .reshard_after_forward = 1, .prefetch = 1};
+}
+
+static const dt_mem_ops *mem_of(const unit *u) { return dt_tensor_mem(u->param[0]); }
+
+static size_t bytes_of(const dt_tensor *t) { return t->local_numel * dt_dtype_size(t->dtype); }
+
+static void count_gathered(dt_fsdp *f, int64_t bytes) {
+    f->gathered_bytes += bytes;
+    if (f->gathered_bytes > f->stats.max_gathered_bytes)
+        f->stats.max_gathered_bytes = f->gathered_bytes;
+}
+
+/* The shard of parameter p held by dp group rank r (with this rank's other coordinates). */
+static void chunk_of(const unit *u, int p, int r, int64_t *shape, int64_t *off) {
+    const dt_mesh *mesh = u->f->mesh;
+    int coord[DT_MESH_MAX_NDIM], mr;
+    memcpy(coord, mesh->coord, sizeof(int) * (size_t)mesh->ndim);
+    coord[u->f->opt.dp_dim] = r;
+    dt_mesh_rank_of(mesh, coord, &mr);
+    dt_tensor_layout_of(u->param[p], mr, shape, off);
+}
+
+/* ---- gather ------------------------------------------------------------------------------ */
+
+static void gather_free(unit *u) {
+    mem_of(u)->free(u->gsend), mem_of(u)->free(u->grecv);
+    u->gsend = u->grecv = NULL;
+}
+
+/* Packs this rank's shards and issues the unit's all_gather on the communication thread. */
+static dt_status gather_start(unit *u) {
+    const dt_mem_ops *mem = mem_of(u);
+    dt_fsdp *f = u->f;
+    u->gsend = mem->alloc(u->slot * u->es);
+    u->grecv = mem->alloc(u->slot * u->es * (size_t)f->dp_size);
+    dt_status st = u->gsend && u->grecv ? mem->zero(u->gsend, u->slot * u->es) : DT_ERR_NOMEM;
+    for (int p = 0; p < u->n && st == DT_OK; p++)
+        if (bytes_of(u->param[p]))
+            st = mem->copy((char *)u->gsend + u->off[p] * u->es, u->param[p]->data,
+                           bytes_of(u->param[p]));
+    if (st == DT_OK)
+        st = dt_all_gather_start(f->comm, u->gsend, u->grecv, u->slot, u->param[0]->dtype,
+                                 &u->gather);
+    if (st != DT_OK) {
+        gather_free(u);
+        return st == DT_ERR_NOMEM ? dt_error(DT_ERR_NOMEM, "fsdp: out of memory for unit %d's "
+                                                           "gather", u->index)
+                                  : st;
+    }
+    return DT_OK;
+}
+
+/* Waits for the unit's gather and copies every rank's shard into the gathered parameters
+ * whose storage is present (dropped ones are given storage first when refill is set). */
+static dt_status gather_finish(unit *u, bool refill) {
+    dt_request *req = u->gather;
+    u->gather = NULL;
+    dt_status st = dt_request_wait(req, NULL);
+    const dt_mem_ops *mem = mem_of(u);
+    for (int p = 0; p < u->n && st == DT_OK; p++) {
+        dt_tensor *full = u->full[p];
+        if (refill && full->dropped) {
+            st = dt_tensor_storage_alloc(full);
+            if (st == DT_OK) count_gathered(u->f, (int64_t)bytes_of(full));
+        }
+        for (int r = 0; r < u->f->dp_size && st == DT_OK; r++) {
+            int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM], zero[DT_MAX_NDIM] = {0};
+            chunk_of(u, p, r, shape, off);
+            if (!dt_shape_numel(shape, full->ndim)) continue;
+            for (int d = 0; d < full->ndim; d++) off[d] -= full->local_offset[d];
+            st = mem->box_copy(full->data, full->local_shape, off,
+                               (char *)u->grecv + ((size_t)r * u->slot + u->off[p]) * u->es,
+                               shape, zero, shape, full->ndim, u->es);
+        }
+    }
+    gather_free(u);
+    return st;
+}
+
+static void drop_full(unit *u) {
+    for (int p = 0; p < u->n; p++)
+        if (u->full[p] && !u->full[p]->dropped) {
+            count_gathered(u->f, -(int64_t)bytes_of(u->full[p]));
+            dt_tensor_storage_drop(u->full[p]);
+        }
+}
+
+static void forget_full(unit *u) {
+    drop_full(u);
+    for (int p = 0; p < u->n; p++) {
+        if (u->full[p]) u->full[p]->hooks = NULL; /* an old graph through it can no longer
+                                                     refill it: backward then fails cleanly */
+        dt_tensor_release(u->full[p]);
+        u->full[p] = NULL;
+    }
+}
+
+/* This forward's gathered parameters: new tensors, each recorded as a redistribute of its
+ * parameter (outside any activation-checkpoint region: the unit refills them itself). */
+static dt_status new_full(unit *u) {
+    forget_full(u);
+    dt_ctx *ctx = u->f->mesh->ctx;
+    struct dt_ac_region *region = ctx->ac_region;
+    ctx->ac_region = NULL;
+    dt_status st = DT_OK;
+    for (int p = 0; p < u->n && st == DT_OK; p++) {
+        dt_tensor *w = u->param[p];
+        dt_placement pl[DT_MESH_MAX_NDIM];
+        memcpy(pl, w->placements, sizeof pl);
+        pl[u->f->opt.dp_dim] = dt_replicate();
+        st = dt_tensor_alloc(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl, &u->full[p]);
+        if (st != DT_OK) break;
+        count_gathered(u->f, (int64_t)bytes_of(u->full[p]));
+        u->full[p]->hooks = &u->hooks;
+        if (dt_autograd_wants(&w, 1)) st = dt_autograd_record_redistribute(w, u->full[p]);
+    }
+    ctx->ac_region = region;
+    return st;
+}
+
+/* Issues unit j's gather ahead of its use, when it has none in flight. */
+static dt_status prefetch(dt_fsdp *f, int j, bool backward) {
+    if (!f->opt.prefetch || j < 0 || j >= f->n || f->u[j]->gather) return DT_OK;
+    unit *v = f->u[j];
+    if (backward && (!v->full[0] || !v->full[0]->dropped || v->ngrad)) return DT_OK;
+    DT_CHECK(gather_start(v));
+    f->stats.prefetches++;
+    if (backward) f->stats.backward_gathers++;
+    else f->stats.forward_gathers++;
+    return DT_OK;
+}
+
+/* ---- reduce ------------------------------------------------------------------------------ */
+
+static void reduce_free(unit *u) {
+    mem_of(u)->free(u->rsend), mem_of(u)->free(u->rrecv);
+    u->rsend = u->rrecv = NULL;
+}
+
+/* The unit's gradients (all n) packed per destination rank; one reduce_scatter, in flight. A
+ * gradient is first put in the gathered parameter's placements with Partial(sum) over dp;
+ * where the parameter is Replicate and the gradient Partial(sum) on another dim (HSDP), that
+ * Partial stays for the leaf's own sync to reduce on the smaller shard. */
+static dt_status reduce_start(unit *u) {
+    dt_fsdp *f = u->f;
+    int mnd = f->mesh->ndim, dp = f->opt.dp_dim;
+    const dt_mem_ops *mem = mem_of(u);
+    dt_status st = DT_OK;
+    for (int p = 0; p < u->n && st == DT_OK; p++) {
+        dt_tensor *g = u->grad[p], *full = u->full[p];
+        dt_placement *pl = u->gpl[p];
+        for (int m = 0; m < mnd; m++)
+            pl[m] = m == dp ? dt_partial(DT_REDUCE_SUM)
+                    : full->placements[m].kind == DT_PLACEMENT_REPLICATE &&
+                            g->placements[m].kind == DT_PLACEMENT_PARTIAL &&
+                            g->placements[m].op == DT_REDUCE_SUM
+                        ? g->placements[m]
+                        : full->placements[m];
+        dt_tensor *moved;
+        st = dt_tensor_redistribute(g, mnd, pl, &moved);
+        if (st != DT_OK) break;
+        dt_tensor_release(g);
+        u->grad[p] = moved;
+    }
+    if (st != DT_OK) return st;
+    u->rsend = mem->alloc(u->slot * u->es * (size_t)f->dp_size);
+    u->rrecv = mem->alloc(u->slot * u->es);
+    st = u->rsend && u->rrecv ? mem->zero(u->rsend, u->slot * u->es * (size_t)f->dp_size)
+                              : DT_ERR_NOMEM;
+    for (int p = 0; p < u->n && st == DT_OK; p++) {
+        dt_tensor *g = u->grad[p];
+        for (int r = 0; r < f->dp_size && st == DT_OK; r++) {
+            int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM], zero[DT_MAX_NDIM] = {0};
+            chunk_of(u, p, r, shape, off);
+            if (!dt_shape_numel(shape, g->ndim)) continue;
+            for (int d = 0; d < g->ndim; d++) off[d] -= g->local_offset[d];
+            st = mem->box_copy((char *)u->rsend + ((size_t)r * u->slot + u->off[p]) * u->es,
+                               shape, zero, g->data, g->local_shape, off, shape, g->ndim, u->es);
+        }
+    }
+    if (st == DT_OK)
+        st = dt_reduce_scatter_start(f->comm, u->rsend, u->rrecv, u->slot, u->param[0]->dtype,
+                                     DT_REDUCE_SUM, &u->rs);
+    if (st != DT_OK) {
+        reduce_free(u);
+        return st == DT_ERR_NOMEM ? dt_error(DT_ERR_NOMEM, "fsdp: out of memory for unit %d's "
+                                                           "reduce_scatter", u->index)
+                                  : st;
+    }
+    f->stats.reduce_scatters++;
+    return DT_OK;
+}
+
+/* Waits for the reduce_scatter and adds each shard into its parameter's gradient. */
+static dt_status reduce_finish(unit *u) {
+    dt_request *req = u->rs;
+    u->rs = NULL;
+    dt_status st = dt_request_wait(req, NULL);
+    dt_fsdp *f = u->f;
+    int mnd = f->mesh->ndim, dp = f->opt.dp_dim;
+    /* Mesh dims where every gradient of the unit is still Partial (HSDP's replicate dim): one
+     * all_reduce of the reduced shards over them, rather than one per parameter in the leaf
+     * sync. The slot layout is the same on every rank of that group (same dp coordinate). */
+    unsigned mask = 0;
+    for (int p = 0; p < u->n; p++) {
+        unsigned mp = 0;
+        for (int m = 0; m < mnd; m++)
+            if (m != dp && u->gpl[p][m].kind == DT_PLACEMENT_PARTIAL) mp |= 1u << m;
+        mask = p == 0 ? mp : mask == mp ? mask : 0;
+    }
+    if (st == DT_OK && mask) {
+        dt_comm *comm;
+        st = dt_mesh_lane_comm(f->mesh, mask, 1, &comm);
+        if (st == DT_OK)
+            st = dt_all_reduce(comm, u->rrecv, u->rrecv, u->slot, u->param[0]->dtype,
+                               DT_REDUCE_SUM);
+        if (st == DT_OK) f->stats.all_reduces++;
+    }
+    for (int p = 0; p < u->n && st == DT_OK; p++) {
+        dt_tensor *w = u->param[p], *g;
+        dt_placement pl[DT_MESH_MAX_NDIM];
+        for (int m = 0; m < mnd; m++)
+            pl[m] = m == dp || (mask >> m & 1) ? w->placements[m] : u->gpl[p][m];
+        st = dt_tensor_alloc(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl, &g);
+        if (st != DT_OK) break;
+        if (bytes_of(g))
+            st = mem_of(u)->copy(g->data, (char *)u->rrecv + u->off[p] * u->es, bytes_of(g));
+        if (st == DT_OK && w->grad) {
+            dt_tensor *sum;
+            st = dt_add(w->grad, g, &sum);
+            dt_tensor_release(g);
+            g = st == DT_OK ? sum : NULL;
+            if (st == DT_OK) dt_tensor_release(w->grad);
+        }
+        if (st == DT_OK) w->grad = g;
+        else dt_tensor_release(g);
+    }
+    reduce_free(u);
+    return st;
+}
+
+/* ---- the engine's hooks ------------------------------------------------------------------ */
+
+static void clear_grads(unit *u) {
+    for (int p = 0; p < u->n; p++) dt_tensor_release(u->grad[p]), u->grad[p] = NULL;
+    u->ngrad = 0;
+}
+
+/* At the end of every backward that reached a unit: units some of whose parameters got no
+ * gradient reduce with zeros for them, every reduce is waited for, gathers nobody used are
+ * dropped, and all gathered storage goes. */
+static dt_status backward_end(void *user) {
+    dt_fsdp *f = user;
+    f->end_registered = false;
+    dt_status st = DT_OK;
+    for (int k = 0; k < f->n; k++) {
+        unit *u = f->u[k];
+        for (int p = 0; p < u->n && st == DT_OK && u->ngrad && u->ngrad < u->n; p++) {
+            if (u->grad[p]) continue;
+            dt_tensor *full = u->full[p];
+            st = dt_tensor_zeros(full->mesh, full->dtype, full->ndim, full->shape, f->mesh->ndim,
+                                 full->placements, &u->grad[p]);
+        }
+        if (st == DT_OK && u->ngrad && u->ngrad < u->n) st = reduce_start(u);
+        if (u->rs) {
+            dt_status s2 = st == DT_OK ? reduce_finish(u) : dt_request_wait(u->rs, NULL);
+            if (st != DT_OK) u->rs = NULL, reduce_free(u);
+            if (st == DT_OK) st = s2;
+        }
+        if (u->gather) {
+            dt_status s2 = dt_request_wait(u->gather, NULL);
+            u->gather = NULL;
+            gather_free(u);
+            if (st == DT_OK) st = s2;
+        }
+        clear_grads(u);
+        drop_full(u);
+    }
+    return st;
+}
+
+static dt_status note_backward(dt_fsdp *f) {
+    if (f->end_registered) return DT_OK;
+    DT_CHECK(dt_autograd_at_backward_end(f->mesh->ctx, backward_end, f));
+    f->end_registered = true;
+    return DT_OK;
+}
+
+static dt_status refill(dt_saved_hooks *h, dt_tensor *t) {
+    (void)t;
+    unit *u = (unit *)h;
+    dt_fsdp *f = u->f;
+    DT_CHECK(note_backward(f));
+    if (!u->gather) {
+        DT_CHECK(gather_start(u));
+        f->stats.backward_gathers++;
+    }
+    DT_CHECK(gather_finish(u, true));
+    return prefetch(f, u->index - 1, true);
+}
+
+static dt_status grad_ready(dt_saved_hooks *h, dt_tensor *t, dt_tensor *g) {
+    unit *u = (unit *)h;
+    dt_status st = note_backward(u->f);
+    int p = 0;
+    while (p < u->n && u->full[p] != t) p++;
+    if (st == DT_OK && (p == u->n || u->grad[p]))
+        st = dt_error(DT_ERR_ARG, "fsdp: unit %d got a gradient for a tensor it did not gather "
+                                  "in this forward", u->index);
+    if (st != DT_OK) {
+        dt_tensor_release(g);
+        return st;
+    }
+    u->grad[p] = g;
+    if (++u->ngrad < u->n) return DT_OK;
+    /* Every use of the unit's parameters is behind us: reduce, and free the gathered ones. */
+    st = reduce_start(u);
+    drop_full(u);
+    return st;
+}
+
+static void detach(dt_saved_hooks *h, dt_tensor *t) {
+    (void)h;
+    t->hooks = NULL; /* the unit holds its gathered tensors: this is a graph's last copy */
+}
+
+/* ---- the public calls -------------------------------------------------------------------- */
+
+dt_status dt_fsdp_create(dt_mesh *mesh, const dt_fsdp_options *options, dt_fsdp **out) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG_NOT_NULL(out);
+    dt_fsdp_options o = options ? *options : dt_fsdp_options_default();
+    DT_ARG(o.dp_dim >= 0 && o.dp_dim < mesh->ndim,
+           "dt_fsdp_create: options->dp_dim = %d is not a dim of a %d-D mesh", o.dp_dim,
+           mesh->ndim);
+    dt_comm *comm;
+    DT_CHECK(dt_mesh_lane_comm(mesh, 1u << o.dp_dim, 1, &comm));
+    dt_fsdp *f = calloc(1, sizeof *f);
+    if (!f) return dt_error(DT_ERR_NOMEM, "dt_fsdp_create: out of memory");
+    *f = (dt_fsdp){.mesh = mesh, .opt = o, .comm = comm, .dp_size = mesh->shape[o.dp_dim]};
+    dt_mesh_retain(mesh);
+    *out = f;
+    return DT_OK;
+}
+
+dt_status dt_fsdp_shard_param(dt_fsdp *fsdp, dt_tensor *param, dt_tensor **out) {
+    DT_ARG_NOT_NULL(fsdp);
+    DT_TENSOR_ARG(param);
+    DT_ARG_NOT_NULL(out);
+    DT_ARG(param->mesh == fsdp->mesh, "dt_fsdp_shard_param: param lives on another mesh");
+    int mnd = fsdp->mesh->ndim, dp = fsdp->opt.dp_dim;
+    DT_ARG(param->placements[dp].kind == DT_PLACEMENT_REPLICATE,
+           "dt_fsdp_shard_param: param is not Replicate over mesh dim %d (dp_dim)", dp);
+    int d = 0;
+    for (; d < param->ndim; d++) {
+        int taken = 0;
+        for (int m = 0; m < mnd; m++)
+            taken |= param->placements[m].kind == DT_PLACEMENT_SHARD && param->placements[m].dim == d;
+        if (!taken) break;
+    }
+    DT_ARG(d < param->ndim, "dt_fsdp_shard_param: param (%d-D) has no dim that other mesh dims "
+                            "leave unsharded", param->ndim);
+    dt_placement pl[DT_MESH_MAX_NDIM];
+    memcpy(pl, param->placements, sizeof pl);
+    pl[dp] = dt_shard(d);
+    dt_ctx *ctx = fsdp->mesh->ctx;
+    ctx->no_grad_depth++;
+    dt_tensor *t;
+    dt_status st = dt_tensor_redistribute(param, mnd, pl, &t);
+    if (st == DT_OK && t == param) { /* nothing moved (a dp of one): a leaf of its own */
+        dt_tensor_release(t);
+        st = dt_contiguous(param, &t);
+    }
+    ctx->no_grad_depth--;
+    if (st != DT_OK) return st;
+    st = dt_tensor_set_requires_grad(t, param->requires_grad);
+    if (st != DT_OK) dt_tensor_release(t);
+    else *out = t;
+    return st;
+}
+
+static void unit_free(unit *u) {
+    if (!u) return;
+    forget_full(u);
+    clear_grads(u);
+    for (int p = 0; p < u->n; p++) dt_tensor_release(u->param[p]);
+    free(u->param), free(u->full), free(u->grad), free(u->gpl), free(u->off), free(u->len);
+    free(u);
+}
+
+dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *unit_out) {
+    DT_ARG_NOT_NULL(fsdp);
+    DT_ARG(n > 0 && params, "dt_fsdp_add_unit: a unit needs parameters (n = %d)", n);
+    int dp = fsdp->opt.dp_dim;
+    for (int p = 0; p < n; p++) {
+        DT_CHECK(dt_tensor_check("dt_fsdp_add_unit", "params[i]", params[p]));
+        const dt_tensor *w = params[p];
+        DT_ARG(w->mesh == fsdp->mesh, "dt_fsdp_add_unit: params[%d] lives on another mesh", p);
+        DT_ARG(!w->node && w->placements[dp].kind == DT_PLACEMENT_SHARD,
+               "dt_fsdp_add_unit: params[%d] is not a leaf sharded over mesh dim %d (give it "
+               "dt_fsdp_shard_param's result)", p, dp);
+        if (w->grad_dtype)
+            return dt_error(DT_ERR_UNSUPPORTED, "dt_fsdp_add_unit: params[%d] keeps its gradient "
+                                                "in another dtype (dt_tensor_set_grad_dtype): "
+                                                "FSDP units reduce in the parameters' dtype", p);
+        DT_ARG(w->dtype == params[0]->dtype && w->device.kind == params[0]->device.kind,
+               "dt_fsdp_add_unit: params[%d] differs in dtype or device from params[0] (one "
+               "flat buffer per unit)", p);
+    }
+    if (fsdp->n == fsdp->cap) {
+        int cap = fsdp->cap ? 2 * fsdp->cap : 8;
+        unit **g = realloc(fsdp->u, sizeof *g * (size_t)cap);
+        if (!g) return dt_error(DT_ERR_NOMEM, "dt_fsdp_add_unit: out of memory");
+        fsdp->u = g, fsdp->cap = cap;
+    }
+    unit *u = calloc(1, sizeof *u);
+    if (u) {
+        *u = (unit){.hooks = {.refill = refill, .grad_ready = grad_ready, .detach = detach},
+                    .f = fsdp, .index = fsdp->n, .n = n,
+                    .reshard = fsdp->opt.reshard_after_forward != 0,
+                    .es = dt_dtype_size(params[0]->dtype)};
+        u->param = calloc((size_t)n, sizeof *u->param);
+        u->full = calloc((size_t)n, sizeof *u->full);
+        u->grad = calloc((size_t)n, sizeof *u->grad);
+        u->gpl = calloc((size_t)n, sizeof *u->gpl);
+        u->off = calloc((size_t)n, sizeof *u->off);
+        u->len = calloc((size_t)n, sizeof *u->len);
+    }
+    if (!u || !u->param || !u->full || !u->grad || !u->gpl || !u->off || !u->len) {
+        if (u) free(u->param), free(u->full), free(u->grad), free(u->gpl), free(u->off),
+            free(u->len);
+        free(u);
+        return dt_error(DT_ERR_NOMEM, "dt_fsdp_add_unit: out of memory");
+    }
+    for (int p = 0; p < n; p++) {
+        dt_tensor_retain(params[p]);
+        u->param[p] = params[p];
+        for (int r = 0; r < fsdp->dp_size; r++) {
+            int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM];
+            chunk_of(u, p, r, shape, off);
+            size_t numel = dt_shape_numel(shape, params[p]->ndim);
+            if (numel > u->len[p]) u->len[p] = numel;
+        }
+        u->off[p] = u->slot;
+        u->slot += u->len[p];
+    }
+    fsdp->u[fsdp->n] = u;
+    if (unit_out) *unit_out = fsdp->n;
+    fsdp->n++;
+    return DT_OK;
+}
+
+static dt_status unit_arg(const char *fn, dt_fsdp *fsdp, int unit) {
+    DT_ARG(fsdp != NULL, "%s: argument fsdp is NULL", fn);
+    DT_ARG(unit >= 0 && unit < fsdp->n, "%s: argument unit = %d, but there are %d units", fn,
+           unit, fsdp->n);
+    return DT_OK;
+}
+
+dt_status dt_fsdp_unit_begin(dt_fsdp *fsdp, int unit_index, dt_tensor **full_out) {
+    DT_CHECK(unit_arg("dt_fsdp_unit_begin", fsdp, unit_index));
+    DT_ARG_NOT_NULL(full_out);
+    unit *u = fsdp->u[unit_index];
+    dt_ctx *ctx = fsdp->mesh->ctx;
+    u->t_begin = ctx->trace ? dt_now_us() : 0;
+    if (!u->gather) {
+        DT_CHECK(gather_start(u));
+        fsdp->stats.forward_gathers++;
+    }
+    dt_status st = new_full(u);
+    if (st == DT_OK) st = gather_finish(u, false);
+    else if (u->gather) dt_request_wait(u->gather, NULL), u->gather = NULL, gather_free(u);
+    if (st == DT_OK) st = prefetch(fsdp, unit_index + 1, false);
+    if (st != DT_OK) return st;
+    for (int p = 0; p < u->n; p++) full_out[p] = u->full[p];
+    return DT_OK;
+}
+
+dt_status dt_fsdp_unit_end(dt_fsdp *fsdp, int unit_index) {
+    DT_CHECK(unit_arg("dt_fsdp_unit_end", fsdp, unit_index));
+    unit *u = fsdp->u[unit_index];
+    if (u->reshard) drop_full(u);
+    dt_ctx *ctx = fsdp->mesh->ctx;
+    if (ctx->trace)
+        dt_trace_record(ctx, DT_LANE_OPS, "fsdp_unit", u->t_begin, "unit %d forward%s",
+                        unit_index, u->reshard ? ", resharded" : "");
+    return DT_OK;
+}
+
+dt_status dt_fsdp_unit_set_reshard_after_forward(dt_fsdp *fsdp, int unit_index, int reshard) {
+    DT_CHECK(unit_arg("dt_fsdp_unit_set_reshard_after_forward", fsdp, unit_index));
+    fsdp->u[unit_index]->reshard = reshard != 0;
+    return DT_OK;
+}
+
+dt_status dt_fsdp_destroy(dt_fsdp *fsdp) {
+    if (!fsdp) return DT_OK;
+    dt_status st = DT_OK;
+    for (int k = 0; k < fsdp->n; k++) {
+        unit *u = fsdp->u[k];
+        if (u->gather) {
+            dt_status s2 = dt_request_wait(u->gather, NULL);
+            if (st == DT_OK) st = s2;
+            gather_free(u);
+        }
+        if (u->rs) {
+            dt_status s2 = dt_request_wait(u->rs, NULL);
+            if (st == DT_OK) st = s2;
+            reduce_free(u);
+        }
+        unit_free(u);
+    }
+    if (fsdp->end_registered) dt_autograd_cancel_backward_end(fsdp->mesh->ctx, backward_end, fsdp);
+    free(fsdp->u);
+    dt_mesh_release(fsdp->mesh);
+    free(fsdp);
+    return st;
+}
+
+dt_status dt_fsdp_stats_get(const dt_fsdp *fsdp, dt_fsdp_stats *out) {
+    DT_ARG_NOT_NULL(fsdp);
+    DT_ARG_NOT_NULL(out);
+    *out = fsdp->stats;
+    return DT_OK;
+}
+
+dt_status dt_fsdp_stats_reset(dt_fsdp *fsdp) {
+    DT_ARG_NOT_NULL(fsdp);
+    fsdp->stats = (dt_fsdp_stats){.max_gathered_bytes = fsdp->gathered_bytes};
+    return DT_OK;
+}

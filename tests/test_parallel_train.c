@@ -1,0 +1,163 @@
+/* Loss parity as torchtitan checks it: the model of examples/tiny_llama.c (2 blocks,
+ * grouped-query attention with RoPE, SwiGLU), defined once and parallelized by a plan, trained
+ * for 10 AdamW steps on one rank and on dp=4 (FSDP: Shard(0) parameters gathered at use), DDP
+ * over 2, HSDP on 2x2, tp=4, dp=2 x tp=2 (FSDP + TP), tp=2 with sequence parallelism, and 3 ranks
+ * (uneven everything). Every loss curve must equal the one-rank curve within 1e-5 relative in f32,
+ * and each configuration issues exactly the collectives per step written below (counted per
+ * kind on rank 0 for forward + backward + optimizer step; the same every step). */
+#include <math.h>
+
+#include "../examples/tiny_llama.h"
+#include "helpers.h"
+#include "op_cases.h"
+
+enum { STEPS = 10 };
+
+static const tl_config cfg = {.vocab = 256,
+                              .seq = 32,
+                              .batch = 12,
+                              .dim = 32,
+                              .layers = 2,
+                              .heads = 8,
+                              .kv_heads = 4,
+                              .hidden = 40};
+
+typedef struct config {
+    const char *name, *mesh;
+    tl_layout l;
+    /* collectives per step: all_reduce, all_gather, reduce_scatter, all_to_all */
+    int want[4];
+} config;
+
+typedef struct run {
+    const config *c;
+    float loss[STEPS];
+    uint64_t calls[STEPS][4];
+} run;
+
+static const dt_coll_kind kinds[4] = {DT_COLL_ALL_REDUCE, DT_COLL_ALL_GATHER,
+                                      DT_COLL_REDUCE_SCATTER, DT_COLL_ALL_TO_ALL};
+
+static dt_status body(dt_ctx *ctx, void *arg) {
+    run *r = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, r->c->mesh, &mesh));
+    tl_model m;
+    R_OK(tl_model_init(&m, mesh, &cfg, &r->c->l, 99));
+    dt_adamw_options adamw = {
+        .lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    dt_optim *opt;
+    R_OK(dt_optim_adamw_create_params(&adamw, m.params, &opt));
+    for (int s = 0; s < STEPS; s++) {
+        dt_tensor *tok, *tgt, *loss;
+        R_OK(tl_batch(&m, NULL, 0, s, &tok, &tgt));
+        R_OK(dt_comm_stats_reset(ctx));
+        /* DT_PRINT_COMMS=1: step 0's redistributions and collectives of rank 0 */
+        if (s == 0 && dt_ctx_rank(ctx) == 0 && getenv("DT_PRINT_COMMS"))
+            R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_LOG));
+        if (s == 1) R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_IMPLICIT));
+        R_OK(tl_loss(&m, tok, tgt, &loss));
+        R_OK(dt_backward(loss));
+        R_OK(dt_optim_step(opt));
+        R_OK(dt_optim_zero_grad(opt));
+        dt_comm_stats cs;
+        R_OK(dt_comm_stats_get(ctx, &cs));
+        if (dt_ctx_rank(ctx) == 0) {
+            for (int k = 0; k < 4; k++)
+                r->calls[s][k] = cs.calls[kinds[k]];
+            uint64_t other = 0;
+            for (int k = 0; k < DT_COLL_KIND_COUNT; k++)
+                other += cs.calls[k];
+            for (int k = 0; k < 4; k++)
+                other -= cs.calls[kinds[k]];
+            R_CHECK(other == 0,
+                    "%s step %d: %llu collectives of other kinds (send, recv, "
+                    "broadcast, barrier)",
+                    r->c->name, s, (unsigned long long)other);
+            if (s == 0 && getenv("DT_PRINT_COMMS")) dt_comm_stats_print(&cs, r->c->name, stderr);
+        }
+        R_OK(dt_tensor_full(loss, &r->loss[s], sizeof r->loss[s]));
+        dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
+    }
+    R_OK(dt_optim_destroy(opt));
+    tl_model_free(&m);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(parallel_train, loss_parity_and_collectives) {
+    /* 21 parameters: tok_embeddings, 9 per block (2 norms, wq wk wv wo, w1 w2 w3), norm,
+     * output. Grad sync is coalesced (autograd/grad_sync.c): the gradients needing the same
+     * collective share one per bucket (25 MiB, far above this model). Per step:
+     * - FSDP over dp: one all_gather per parameter at its use in forward (the gathered weight
+     *   stays in the graph for backward: no reshard after forward yet), one reduce_scatter of
+     *   all the gradients into their shards; the extra all_gather is cross_entropy's label
+     *   check over the dp-sharded targets (24 bytes).
+     * - DDP: one all_reduce of all the gradients, plus the label check.
+     * - HSDP (batch over both dims of 2x2, parameters sharded over d1 and replicated over d0):
+     *   FSDP's all_gathers and reduce_scatter over d1, then one all_reduce of the gradient
+     *   shards over d0.
+     * - TP (tp=4, and the tp dim of dp x tp): forward all_reduces the rowwise outputs
+     *   (embedding, wo and w2 of each block: 5); backward all_reduces the gradient flowing
+     *   into each norm from its colwise consumers (attention and mlp of each block, output: 5)
+     *   and, once, the 5 norm weights' Partial gradients (grad sync). The logits (384 x 256)
+     *   reach cross_entropy by one all_to_all each way: on 4 ranks the cost model finds that
+     *   cheaper than loss parallel's two all_reduces of per-row statistics. Under FSDP x TP the
+     *   one reduce_scatter over dp takes every gradient, the norm weights' included (their
+     *   all_reduce over tp follows it).
+     * - SP (tp=2): each all_reduce of TP becomes a reduce_scatter and its gather an
+     *   all_gather: the embedding, wo and w2 outputs reduce_scatter (5) and the attention, mlp
+     *   and output inputs all_gather (5), the same mirrored in backward; the 5 norm weights'
+     *   gradients are Partial over tp (sequence-sharded inputs) and all_reduced together. On 2
+     *   ranks loss parallel wins: the vocab-sharded logits are never moved, cross_entropy
+     *   all_reduces the row max and the sum of exponentials (2) instead.
+     * - Uneven (3 ranks): FSDP over 3 is as over 4 (uneven shards gather and scatter in one
+     *   collective each); tp=3 splits 8 query and 4 kv heads unevenly, so the head views
+     *   re-shard by all_to_all (26 per step) where tp=2 and tp=4 keep whole heads. */
+    static const config configs[] = {
+        {"dp=4 fsdp", "4", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}, {0, 22, 1, 0}},
+        {"dp=2 ddp", "2", {.dp_dim = 0, .tp_dim = -1}, {1, 1, 0, 0}},
+        {"tp=4", "4", {.dp_dim = -1, .tp_dim = 0, .loss_parallel = 1}, {11, 0, 0, 2}},
+        {"dp=2 fsdp x tp=2",
+         "2x2",
+         {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .loss_parallel = 1},
+         {11, 22, 1, 2}},
+        {"tp=2 sp",
+         "2",
+         {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1},
+         {3, 10, 10, 0}},
+        {"tp=3 sp (uneven)",
+         "3",
+         {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1},
+         {3, 10, 10, 28}},
+        {"hsdp 2x2",
+         "2x2",
+         {.dp_dim = 1, .tp_dim = -1, .fsdp = 1, .dp_replicate_dim = 1},
+         {1, 22, 1, 0}},
+        {"dp=3 fsdp (uneven)", "3", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}, {0, 22, 1, 0}},
+    };
+    static const config one = {"1 rank", "1", {.dp_dim = -1, .tp_dim = -1}, {0, 0, 0, 0}};
+    run ref = {.c = &one};
+    t_run(1, body, &ref);
+    cr_assert(ref.loss[STEPS - 1] < ref.loss[0], "one rank did not learn: %g -> %g", ref.loss[0],
+              ref.loss[STEPS - 1]);
+    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+        const config *c = &configs[i];
+        run r = {.c = c};
+        t_run(op_mesh_ranks(c->mesh), body, &r);
+        for (int s = 0; s < STEPS; s++)
+            cr_expect(fabsf(r.loss[s] - ref.loss[s]) <= 1e-5f * fabsf(ref.loss[s]),
+                      "%s step %d: loss %.8g, one rank %.8g", c->name, s, r.loss[s], ref.loss[s]);
+        for (int s = 0; s < STEPS; s++)
+            for (int k = 0; k < 4; k++)
+                cr_expect(r.calls[s][k] == (uint64_t)c->want[k],
+                          "%s step %d: %llu %s per step, want %d", c->name, s,
+                          (unsigned long long)r.calls[s][k], dt_coll_kind_name(kinds[k]),
+                          c->want[k]);
+        cr_log_info("%s: loss %.6g -> %.6g as on one rank; per step %llu all_reduce, %llu "
+                    "all_gather, %llu reduce_scatter, %llu all_to_all",
+                    c->name, r.loss[0], r.loss[STEPS - 1], (unsigned long long)r.calls[0][0],
+                    (unsigned long long)r.calls[0][1], (unsigned long long)r.calls[0][2],
+                    (unsigned long long)r.calls[0][3]);
+    }
+}
