@@ -61,8 +61,9 @@ test-asan: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		meson test -C $(ASAN_BUILD) --print-errorlogs --timeout-multiplier 4
 
+# QUICK=1: a shorter sweep and no UCX runs (about a minute on 2 cores).
 bench: build
-	@sh tools/bench-table.sh $(BUILD)
+	@BENCH_QUICK=$(QUICK) sh tools/bench-table.sh $(BUILD)
 
 # On a GPU machine with nvcc, meson and ninja only: every op and redistribution on CUDA
 # against the CPU, then the GPU benchmarks; exits 77 without a GPU.

@@ -1,34 +1,51 @@
-/* Redistribute bandwidth on the local runtime: 4 ranks, 16 MiB per rank (f32), for S->R,
- * P->R, P->S and S(0)->S(1). Each figure is printed next to the time plain memcpy needs to
- * move the same bytes per rank with the same number of threads, measured in the same run.
- * Bytes per rank follow the ring model (NCCL's bus bandwidth): all_gather and all_to_all
- * move (n-1)/n of the output, reduce_scatter (n-1)/n of the input, all_reduce twice that.
- * Both sides are timed from a barrier to the barrier after the last rank is done. */
+/* Redistribute on the local runtime against memory speed: 4 ranks (threads), 16 MiB of input
+ * per rank (f32), the six transitions S(0)->R, S(1)->R, P->R, P->S(0), P->S(1), S(0)->S(1).
+ *
+ * Each transition is set against a copy of the bytes it must move, run on every rank at once
+ * in the same repetition: a streaming copy (non-temporal stores, core/copy.h) and glibc's
+ * memcpy. "Must move" is the least memory traffic per rank, (read + written) / 2, which is
+ * what a copy of that many bytes reads and writes: every input byte read once (by some rank)
+ * and every output byte written once:
+ *   S->R (all_gather)        reads s, writes n*s              -> (n+1)/2 s
+ *   P->R (all_reduce)        reads T, writes T                -> T
+ *   P->S (reduce_scatter)    reads T, writes T/n              -> (n+1)/(2n) T
+ *   S(0)->S(1) (all_to_all)  reads s, writes s                -> s
+ * (s: a rank's shard, T: a rank's partial tensor; both 16 MiB here). Each row also gives the
+ * ring model's bus bandwidth (nccl-tests' busbw): size / time x (n-1)/n, x 2(n-1)/n for P->R.
+ *
+ * The references copy between buffers from the library's host allocator, as the tensors
+ * are (huge pages where the kernel grants them).
+ *
+ * Method: one warm-up round, then BENCH_REPS rounds; a round runs every transition and both of
+ * its references once, each after a cache flush (4 x the last-level cache) and timed from a
+ * barrier to the barrier after the last rank is done. Figures: median [min, max] over rounds.
+ *
+ *   bench_redistribute [--table] [--ranks N] [--mib M] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <dtensor.h>
 
-#define RANKS 4
-#define PER_RANK (16u << 20) /* bytes of each rank's input shard */
-#define REPS 7
+#include "bench_util.h"
+#include "core/alloc.h"
+#include "core/copy.h"
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+enum { IN_S0, IN_S1, IN_P, NINPUTS };
+enum { T_OP, T_STREAM, T_MEMCPY, NTIMES };
 
 typedef struct bench_case {
     const char *name, *src, *dst;
-    int64_t shape[2];
-    double bytes_per_rank; /* ring-model bytes each rank moves */
-    double best_s, ref_s;
+    int input;
+    double must;                 /* bytes per rank, see above */
+    double bus_size, bus_factor; /* nccl-tests size (bytes) and busbw factor */
+    double t[NTIMES][BENCH_REPS];
 } bench_case;
 
-static double times[RANKS];
+#define NCASES 6
+static bench_case cases[NCASES];
+static int ranks = 4;
+static size_t per_rank = (size_t)16 << 20;
 
 #define TRY(call)                                                                                  \
     do {                                                                                           \
@@ -36,107 +53,146 @@ static double times[RANKS];
         if (st_ != DT_OK) return st_;                                                              \
     } while (0)
 
-static dt_status redistribute_body(dt_ctx *ctx, void *arg) {
-    bench_case *c = arg;
-    dt_mesh *mesh;
-    TRY(dt_mesh_create_str(ctx, "4", &mesh));
-    dt_placement src[1], dst[1];
-    int n;
-    TRY(dt_placements_parse(c->src, src, 1, &n));
-    TRY(dt_placements_parse(c->dst, dst, 1, &n));
-    dt_tensor *t;
-    TRY(dt_tensor_zeros(mesh, DT_F32, 2, c->shape, DT_COUNT_OF(src), src, &t));
-    dt_tensor_info info;
-    dt_tensor_info_get(t, &info);
-    memset(info.local_data, 1, info.local_bytes); /* touch the pages */
-    dt_comm *world;
-    TRY(dt_ctx_world_comm(ctx, &world));
-    double best = 1e30;
-    for (int r = 0; r < REPS; r++) {
-        dt_tensor *u;
-        TRY(dt_barrier(world));
-        double t0 = now();
-        TRY(dt_tensor_redistribute(t, DT_COUNT_OF(dst), dst, &u));
-        TRY(dt_barrier(world)); /* the time until every rank is done */
-        double dt = now() - t0;
-        if (dt < best) best = dt;
-        dt_tensor_release(u);
+static void set_cases(void) {
+    double n = ranks, s = (double)per_rank, ag = (n - 1) / n;
+    bench_case c[NCASES] = {
+        {"S(0)->R", "S(0)", "R", IN_S0, (n + 1) / 2 * s, n * s, ag, {{0}}},
+        {"S(1)->R", "S(1)", "R", IN_S1, (n + 1) / 2 * s, n * s, ag, {{0}}},
+        {"P->R", "P(sum)", "R", IN_P, s, s, 2 * ag, {{0}}},
+        {"P->S(0)", "P(sum)", "S(0)", IN_P, (n + 1) / (2 * n) * s, s, ag, {{0}}},
+        {"P->S(1)", "P(sum)", "S(1)", IN_P, (n + 1) / (2 * n) * s, s, ag, {{0}}},
+        {"S(0)->S(1)", "S(0)", "S(1)", IN_S0, s, s, ag, {{0}}},
+    };
+    memcpy(cases, c, sizeof c);
+}
+
+/* The three inputs, 16 MiB per rank each: S(0) of (n*rows, 1024), S(1) of (rows, n*1024), and
+ * P(sum) of (rows, 1024), rows = per_rank / 4 KiB. */
+static dt_status make_inputs(dt_mesh *mesh, dt_tensor **in) {
+    const int64_t rows = (int64_t)(per_rank / 4 / 1024), n = ranks;
+    const int64_t shapes[NINPUTS][2] = {{rows * n, 1024}, {rows, 1024 * n}, {rows, 1024}};
+    const char *pl[NINPUTS] = {"S(0)", "S(1)", "P(sum)"};
+    for (int i = 0; i < NINPUTS; i++) {
+        dt_placement p[1];
+        int np;
+        TRY(dt_placements_parse(pl[i], p, 1, &np));
+        TRY(dt_tensor_zeros(mesh, DT_F32, 2, shapes[i], 1, p, &in[i]));
+        dt_tensor_info info;
+        dt_tensor_info_get(in[i], &info);
+        memset(info.local_data, 1, info.local_bytes); /* small normal floats */
     }
-    times[dt_ctx_rank(ctx)] = best;
-    dt_tensor_release(t);
-    dt_mesh_release(mesh);
     return DT_OK;
 }
 
-/* The reference: every thread memcpys the same number of bytes at the same time. */
-static dt_status memcpy_body(dt_ctx *ctx, void *arg) {
-    bench_case *c = arg;
-    size_t bytes = (size_t)c->bytes_per_rank;
-    char *a = malloc(bytes), *b = malloc(bytes);
-    if (!a || !b) return dt_error_set(DT_ERR_NOMEM, "bench: out of memory");
-    memset(a, 1, bytes);
-    memset(b, 2, bytes);
+typedef struct bufs {
+    char *src, *dst, *flush;
+    size_t flush_bytes;
+} bufs;
+
+/* One timed run of case c, side which; returns the barrier-to-barrier seconds. */
+static dt_status run_one(dt_comm *world, dt_tensor **in, const bench_case *c, int which,
+                         const bufs *b, double *out) {
+    bench_flush(b->flush, b->flush_bytes);
+    dt_placement dst[1];
+    int np;
+    TRY(dt_placements_parse(c->dst, dst, 1, &np));
+    dt_tensor *u = NULL;
+    TRY(dt_barrier(world));
+    double t0 = bench_now();
+    if (which == T_OP)
+        TRY(dt_tensor_redistribute(in[c->input], 1, dst, &u));
+    else if (which == T_STREAM)
+        dt_copy_stream(b->dst, b->src, (size_t)c->must);
+    else
+        memcpy(b->dst, b->src, (size_t)c->must);
+    TRY(dt_barrier(world));
+    *out = bench_now() - t0;
+    dt_tensor_release(u);
+    return DT_OK;
+}
+
+static dt_status body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    char spec[16];
+    snprintf(spec, sizeof spec, "%d", ranks);
+    dt_mesh *mesh;
+    TRY(dt_mesh_create_str(ctx, spec, &mesh));
+    dt_tensor *in[NINPUTS];
+    TRY(make_inputs(mesh, in));
     dt_comm *world;
     TRY(dt_ctx_world_comm(ctx, &world));
-    double best = 1e30;
-    for (int r = 0; r < REPS; r++) {
-        TRY(dt_barrier(world));
-        double t0 = now();
-        memcpy(b, a, bytes);
-        TRY(dt_barrier(world));
-        double dt = now() - t0;
-        if (dt < best) best = dt;
-    }
-    times[dt_ctx_rank(ctx)] = best;
-    free(a);
-    free(b);
-    return DT_OK;
+    size_t ref = (size_t)ranks * per_rank; /* the largest "must" */
+    bufs b = {dt_host_alloc(ref), dt_host_alloc(ref), NULL, 4 * bench_llc_bytes() / (size_t)ranks};
+    b.flush = malloc(b.flush_bytes);
+    if (!b.src || !b.dst || !b.flush) return dt_error_set(DT_ERR_NOMEM, "bench: out of memory");
+    memset(b.src, 1, ref);
+    memset(b.dst, 2, ref);
+    dt_status st = DT_OK;
+    for (int r = -1; r < BENCH_REPS && st == DT_OK; r++) /* r = -1: warm-up */
+        for (int i = 0; i < NCASES && st == DT_OK; i++)
+            for (int w = 0; w < NTIMES && st == DT_OK; w++) {
+                double t;
+                st = run_one(world, in, &cases[i], w, &b, &t);
+                if (st == DT_OK && r >= 0 && dt_ctx_rank(ctx) == 0) cases[i].t[w][r] = t;
+            }
+    dt_host_free(b.src);
+    dt_host_free(b.dst);
+    free(b.flush);
+    for (int i = 0; i < NINPUTS; i++)
+        dt_tensor_release(in[i]);
+    dt_mesh_release(mesh);
+    return st;
 }
 
 int main(int argc, char **argv) {
-    /* --table: rows of "case<TAB>figure<TAB>reference<TAB>ratio" for make bench */
-    int table = argc > 1 && !strcmp(argv[1], "--table");
-    const int64_t rows = PER_RANK / 4 / 1024; /* f32, 1024 columns: 4096 rows per shard */
-    double n = RANKS, shard = PER_RANK;
-    bench_case cases[] = {
-        {"S(0)->R  (all_gather)", "S(0)", "R", {rows * RANKS, 1024}, shard * (n - 1), 0, 0},
-        {"P->R     (all_reduce)", "P(sum)", "R", {rows, 1024}, 2 * shard * (n - 1) / n, 0, 0},
-        {"P->S(0)  (reduce_scatter)", "P(sum)", "S(0)", {rows, 1024}, shard * (n - 1) / n, 0, 0},
-        {"S(0)->S(1) (all_to_all)",
-         "S(0)",
-         "S(1)",
-         {rows * RANKS, 1024},
-         shard * (n - 1) / n,
-         0,
-         0},
-    };
-    if (!table) {
-        printf("redistribute on the local runtime: %d ranks (threads), %u MiB per rank, f32, best "
-               "of %d\n", RANKS, PER_RANK >> 20, REPS);
-        printf("%-28s %10s %10s %12s %12s %7s\n", "case", "time ms", "GB/s/rank", "memcpy ms",
-               "memcpy GB/s", "ratio");
+    int table = 0; /* --table: rows of "case<TAB>figure<TAB>reference<TAB>ratio" for make bench */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--table"))
+            table = 1;
+        else if (!strcmp(argv[i], "--ranks") && i + 1 < argc)
+            ranks = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+            per_rank = (size_t)atoi(argv[++i]) << 20;
+        else {
+            fprintf(stderr, "usage: bench_redistribute [--table] [--ranks N] [--mib M]\n");
+            return 2;
+        }
     }
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        bench_case *c = &cases[i];
-        if (dt_local_run(RANKS, redistribute_body, c, NULL) != DT_OK) {
-            fprintf(stderr, "bench failed: %s\n", dt_last_error());
-            return 1;
-        }
-        c->best_s = times[0];
-        if (dt_local_run(RANKS, memcpy_body, c, NULL) != DT_OK) {
-            fprintf(stderr, "bench failed: %s\n", dt_last_error());
-            return 1;
-        }
-        c->ref_s = times[0];
+    if (ranks < 2 || ranks > 64 || per_rank < ((size_t)1 << 20)) {
+        fprintf(stderr, "bench_redistribute: --ranks 2..64, --mib >= 1\n");
+        return 2;
+    }
+    set_cases();
+    if (dt_local_run(ranks, body, NULL, NULL) != DT_OK) {
+        fprintf(stderr, "bench_redistribute failed: %s\n", dt_last_error());
+        return 1;
+    }
+    if (!table)
+        printf("redistribute on the local runtime: %d ranks (threads) on %ld cores, %zu MiB per "
+               "rank, f32; median [min, max] of %d interleaved rounds, each run after a flush of "
+               "4 x %zu MiB LLC\nmust = least bytes per rank ((read + written) / 2); stream = "
+               "streaming copy of those bytes on every rank at once; busbw = ring model\n%-11s %8s "
+               "%22s %9s %9s %9s %7s %7s %8s\n",
+               ranks, sysconf(_SC_NPROCESSORS_ONLN), per_rank >> 20, BENCH_REPS,
+               bench_llc_bytes() >> 20, "case", "must MiB", "time ms [min, max]", "GB/s", "stream",
+               "memcpy", "%strm", "%mcpy", "busbw");
+    for (int i = 0; i < NCASES; i++) {
+        const bench_case *c = &cases[i];
+        bench_stat op = bench_stat_of(c->t[T_OP], BENCH_REPS);
+        bench_stat sc = bench_stat_of(c->t[T_STREAM], BENCH_REPS);
+        bench_stat mc = bench_stat_of(c->t[T_MEMCPY], BENCH_REPS);
+        double gbs = c->must / op.med / 1e9, bus = c->bus_size / op.med / 1e9 * c->bus_factor;
         if (table)
-            printf("redistribute %s, 4 ranks x 16 MiB\t%.2f GB/s/rank\tmemcpy %.2f "
-                   "GB/s/rank\t%.0f%%\n",
-                   c->name, c->bytes_per_rank / c->best_s / 1e9, c->bytes_per_rank / c->ref_s / 1e9,
-                   100 * c->ref_s / c->best_s);
+            printf("redistribute %s, %d ranks x %zu MiB\t%.2f ms [%.2f, %.2f], %.2f GB/s/rank, "
+                   "busbw %.2f\tstreaming copy %.2f GB/s [%.2f, %.2f] (memcpy %.2f)\t%.0f%%\n",
+                   c->name, ranks, per_rank >> 20, op.med * 1e3, op.min * 1e3, op.max * 1e3, gbs,
+                   bus, c->must / sc.med / 1e9, c->must / sc.max / 1e9, c->must / sc.min / 1e9,
+                   c->must / mc.med / 1e9, 100 * sc.med / op.med);
         else
-            printf("%-28s %10.2f %10.2f %12.2f %12.2f %6.0f%%\n", c->name, c->best_s * 1e3,
-                   c->bytes_per_rank / c->best_s / 1e9, c->ref_s * 1e3,
-                   c->bytes_per_rank / c->ref_s / 1e9, 100 * c->ref_s / c->best_s);
+            printf("%-11s %8.1f %8.2f [%5.2f, %5.2f] %9.2f %9.2f %9.2f %6.0f%% %6.0f%% %8.2f\n",
+                   c->name, c->must / 1048576, op.med * 1e3, op.min * 1e3, op.max * 1e3, gbs,
+                   c->must / sc.med / 1e9, c->must / mc.med / 1e9, 100 * sc.med / op.med,
+                   100 * mc.med / op.med, bus);
     }
     return 0;
 }

@@ -413,3 +413,59 @@ Test(redistribute, explain_without_ranks) {
     T_ERR(dt_plan_step_get(plan, 0, &step), DT_ERR_ARG, "i = 0");
     dt_plan_destroy(plan);
 }
+
+/* The six transitions of the benchmark table at a size where the local runtime streams its
+ * stores and reads strided boxes in place (S(1)->R and P->S(1) in one pass): every element
+ * against the full tensor. x[i] = i % 1000; rank r holds (r + 1) x as its partial, so the
+ * sum is 10 x on 4 ranks, exact in f32. (256, 2048) f32: 2 MiB, 512 KiB shards, 2 KiB runs. */
+#define BIG_R 256
+#define BIG_C 2048
+static dt_status large_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    static const char *const cases[][2] = {{"S(0)", "R"},    {"S(1)", "R"},    {"P(sum)", "R"},
+                                           {"P(sum)", "S(0)"}, {"P(sum)", "S(1)"}, {"S(0)", "S(1)"}};
+    const int64_t shape[2] = {BIG_R, BIG_C};
+    float *x = malloc(sizeof(float) * BIG_R * BIG_C);
+    R_CHECK(x != NULL, "out of memory");
+    for (int64_t i = 0; i < BIG_R * BIG_C; i++) x[i] = (float)(i % 1000);
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    const float scale = (float)(dt_ctx_rank(ctx) + 1);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        dt_placement src[1], dst[1];
+        int n;
+        R_OK(dt_placements_parse(cases[c][0], src, 1, &n));
+        R_OK(dt_placements_parse(cases[c][1], dst, 1, &n));
+        dt_tensor *a, *b;
+        const int partial = src[0].kind == DT_PLACEMENT_PARTIAL;
+        if (partial) {
+            float *mine = malloc(sizeof(float) * BIG_R * BIG_C);
+            R_CHECK(mine != NULL, "out of memory");
+            for (int64_t i = 0; i < BIG_R * BIG_C; i++) mine[i] = scale * x[i];
+            R_OK(dt_tensor_from_local(mesh, mine, DT_F32, 2, shape, 1, src, shape, 0, &a));
+            free(mine);
+        } else {
+            R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, 1, src, DT_ALL_RANKS, &a));
+        }
+        R_OK(dt_tensor_redistribute(a, 1, dst, &b));
+        dt_tensor_info in;
+        R_OK(dt_tensor_info_get(b, &in));
+        const float *got = in.local_data;
+        const float want_scale = partial ? 10.0f : 1.0f;
+        for (int64_t r = 0; r < in.local_shape[0]; r++)
+            for (int64_t k = 0; k < in.local_shape[1]; k++) {
+                float want = want_scale *
+                             x[(r + in.local_offset[0]) * BIG_C + k + in.local_offset[1]];
+                R_CHECK(got[r * in.local_shape[1] + k] == want, "%s -> %s: (%lld, %lld) is %g, "
+                        "expected %g", cases[c][0], cases[c][1], (long long)(r + in.local_offset[0]),
+                        (long long)(k + in.local_offset[1]), got[r * in.local_shape[1] + k], want);
+            }
+        dt_tensor_release(a);
+        dt_tensor_release(b);
+    }
+    dt_mesh_release(mesh);
+    free(x);
+    return DT_OK;
+}
+
+Test(redistribute, large_transitions_exact) { t_run(4, large_body, NULL); }

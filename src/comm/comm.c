@@ -369,6 +369,67 @@ out:
     return st;
 }
 
+int dt_comm_direct_boxes(const dt_comm *c, size_t es) {
+    return c->ops->direct && c->ops->exchange_boxes && !c->had_requests &&
+           (es == 2 || es == 4 || es == 8);
+}
+
+dt_status dt_comm_reduce_scatter_boxes(dt_comm *c, int ndim, const void *src,
+                                       const int64_t *shape, const dt_box *boxes, void *dst,
+                                       dt_dtype dtype, dt_reduce_op op) {
+    COMM_CHECK(c);
+    DTYPE_CHECK(dtype);
+    OP_CHECK(op);
+    const size_t es = dt_dtype_size(dtype), total = dt_shape_numel(shape, ndim);
+    size_t *counts = malloc(sizeof(size_t) * (size_t)c->size);
+    if (!counts) return dt_error(DT_ERR_NOMEM, "reduce_scatter_boxes: out of memory");
+    for (int k = 0; k < c->size; k++) counts[k] = dt_shape_numel(boxes[k].ext, ndim);
+    dt_status st = DT_OK;
+    /* The same choice on every rank: by the backend and had_requests; host memory is what
+     * every member's tensor is in when this one's is (one mesh, one device kind). */
+    if (!c->ops->reduce_scatter_boxes || c->had_requests || dt_mem_kind_of(src) != DT_DEVICE_CPU) {
+        const dt_mem_ops *mem = dt_mem_ops_of(dt_mem_kind_of(src));
+        char *packed = mem->alloc(total * es), *p = packed;
+        if (!packed) st = dt_error(DT_ERR_NOMEM, "reduce_scatter_boxes: %zu bytes", total * es);
+        for (int k = 0; k < c->size && st == DT_OK; p += counts[k] * es, k++)
+            st = mem->box_copy(p, boxes[k].ext, NULL, src, shape, boxes[k].off, boxes[k].ext, ndim,
+                               es);
+        if (st == DT_OK) st = dt_reduce_scatterv(c, packed, dst, counts, dtype, op);
+        mem->free(packed);
+        free(counts);
+        return st;
+    }
+    st = issue(c, DT_COLL_REDUCE_SCATTER, (int64_t)total, dtype, op, -1);
+    double t0 = dt_now_us();
+    if (st == DT_OK) st = c->ops->reduce_scatter_boxes(c, ndim, src, shape, boxes, dst, dtype, op);
+    if (st == DT_OK) dt_comm_count(c, DT_COLL_REDUCE_SCATTER, total * es, counts[c->rank] * es, t0);
+    free(counts);
+    return st;
+}
+
+dt_status dt_comm_gather_boxes(dt_comm *c, int ndim, size_t es, const void *src,
+                               const int64_t *src_shape, void *dst, const int64_t *dst_shape,
+                               const dt_box *recv) {
+    COMM_CHECK(c);
+    DT_ARG(dt_comm_direct_boxes(c, es),
+           "gather_boxes: the %s backend does not copy boxes (element size %zu)", c->ops->name, es);
+    dt_box *send = calloc((size_t)c->size, sizeof *send);
+    if (!send) return dt_error(DT_ERR_NOMEM, "gather_boxes: out of memory");
+    for (int k = 0; k < c->size; k++)
+        memcpy(send[k].ext, src_shape, sizeof(int64_t) * (size_t)ndim);
+    dt_status st = issue(c, DT_FP_EXCHANGE_BOXES, -1, -1, -1, -1);
+    double t0 = dt_now_us();
+    if (st == DT_OK)
+        st = c->ops->exchange_boxes(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);
+    free(send);
+    if (st == DT_OK) {
+        size_t out = 0;
+        for (int k = 0; k < c->size; k++) out += dt_shape_numel(recv[k].ext, ndim) * es;
+        dt_comm_count(c, DT_COLL_ALL_GATHER, dt_shape_numel(src_shape, ndim) * es, out, t0);
+    }
+    return st;
+}
+
 dt_status dt_comm_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *src,
                                  const int64_t *src_shape, const dt_box *send, void *dst,
                                  const int64_t *dst_shape, const dt_box *recv) {

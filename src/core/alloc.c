@@ -1,17 +1,23 @@
 /* Size-class cache of large host blocks. Blocks below 256 KiB go straight to malloc; larger
  * ones are rounded up to a class (four per power of two, so at most 25% is wasted) and kept
  * on a free list when freed, up to a total of DT_HOST_CACHE_MB (default 1024) megabytes.
- * A 64-byte header keeps the class. */
+ * A 64-byte header keeps the class. Blocks from 4 MiB on are 2 MiB-aligned and asked to be
+ * backed by transparent huge pages (a large copy or a strided read then walks 512x fewer page
+ * tables); where the kernel refuses (THP off, not Linux) they are plain pages, and
+ * DT_HUGE_PAGES=0 turns the request off. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/alloc.h"
 
 #define HEADER 64
 #define MIN_SHIFT 18 /* 256 KiB */
 #define MAX_CLASS (4 * (40 - MIN_SHIFT))
+#define HUGE_MIN ((size_t)4 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
 
 typedef struct block {
     struct block *next;
@@ -41,6 +47,32 @@ static int class_of(size_t bytes) {
     return -1;
 }
 
+static int huge_wanted(void) {
+    static int wanted = -1; /* a benign race: every thread computes the same */
+    if (wanted < 0) {
+        const char *env = getenv("DT_HUGE_PAGES");
+        wanted = !(env && env[0] == '0');
+    }
+    return wanted;
+}
+
+/* A block of at least len bytes on huge pages where the kernel grants them; NULL when len is
+ * small, huge pages are off, or the aligned allocation failed (the caller falls back). */
+static block *huge_block(size_t len) {
+#ifdef MADV_HUGEPAGE
+    if (len < HUGE_MIN || !huge_wanted()) return NULL;
+    len = (len + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+    void *p;
+    if (posix_memalign(&p, HUGE_PAGE, len) != 0) return NULL;
+    (void)madvise(p, len, MADV_HUGEPAGE); /* refused: plain pages, same memory */
+    return p;
+#else
+    (void)len;
+    (void)huge_wanted;
+    return NULL;
+#endif
+}
+
 void *dt_host_alloc(size_t bytes) {
     int cls = bytes < ((size_t)1 << MIN_SHIFT) ? 0 : class_of(bytes);
     if (cls < 0) return NULL;
@@ -55,7 +87,9 @@ void *dt_host_alloc(size_t bytes) {
     }
     if (!b) {
         size_t size = cls ? class_size(cls) : (bytes ? bytes : 1);
-        if (posix_memalign((void **)&b, HEADER, size + HEADER) != 0) return NULL;
+        if (!(b = huge_block(size + HEADER)) &&
+            posix_memalign((void **)&b, HEADER, size + HEADER) != 0)
+            return NULL;
     }
     b->cls = cls;
     return (char *)b + HEADER;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/box.h"
+#include "core/copy.h"
 #include "dtensor/types.h"
 
 size_t dt_shape_numel(const int64_t *shape, int ndim) {
@@ -35,6 +36,26 @@ void dt_shape_text(const int64_t *shape, int ndim, char *buf, size_t cap) {
     if (o < cap) snprintf(buf + o, cap - o, "]");
 }
 
+/* The runs of a box, in order: an odometer over its dims before the folded contiguous run. */
+#define RUNS_AHEAD 4
+typedef struct box_runs {
+    int64_t idx[DT_MAX_NDIM];
+    int inner;
+    const int64_t *box;
+} box_runs;
+
+/* Moves to the next run; 0 past the last. */
+static int runs_next(box_runs *r) {
+    int d = r->inner - 1;
+    while (d >= 0 && ++r->idx[d] == r->box[d]) r->idx[d--] = 0;
+    return d >= 0;
+}
+
+static int64_t runs_offset(const box_runs *r, const int64_t *stride, int64_t base) {
+    for (int d = 0; d < r->inner; d++) base += r->idx[d] * stride[d];
+    return base;
+}
+
 void dt_box_copy(void *dst, const int64_t *dst_shape, const int64_t *dst_off, const void *src,
                  const int64_t *src_shape, const int64_t *src_off, const int64_t *box, int ndim,
                  size_t elem_size) {
@@ -61,16 +82,30 @@ void dt_box_copy(void *dst, const int64_t *dst_shape, const int64_t *dst_off, co
         base_d += (dst_off ? dst_off[d] : 0) * dstride[d];
         base_s += (src_off ? src_off[d] : 0) * sstride[d];
     }
-    int64_t idx[DT_MAX_NDIM] = {0};
-    for (;;) {
-        int64_t od = base_d, os = base_s;
-        for (int d = 0; d < inner; d++) {
-            od += idx[d] * dstride[d];
-            os += idx[d] * sstride[d];
-        }
-        memcpy(dbase + (size_t)od * elem_size, sbase + (size_t)os * elem_size, run_bytes);
-        int d = inner - 1;
-        while (d >= 0 && ++idx[d] == box[d]) idx[d--] = 0;
-        if (d < 0) break;
+    /* A large box goes out with streaming stores (core/copy.h) when its runs span whole cache
+     * lines: it will not be read again while it is still in the cache. Short runs of a large
+     * box are read RUNS_AHEAD runs ahead with software prefetches: the hardware prefetchers
+     * stop at each 4 KiB page, so a strided read of 1 KiB pieces otherwise waits on its lines. */
+    const size_t total = dt_shape_numel(box, ndim) * elem_size;
+    const int stream = run_bytes >= 256 && total >= DT_STREAM_MIN_BYTES;
+    const int ahead = stream && run_bytes <= 4096;
+    box_runs cur = {.inner = inner, .box = box}, pf = cur;
+    int pf_more = ahead;
+    for (int k = 0; k < RUNS_AHEAD && pf_more; k++) {
+        dt_prefetch(sbase + (size_t)runs_offset(&pf, sstride, base_s) * elem_size, run_bytes);
+        pf_more = runs_next(&pf);
     }
+    do {
+        if (pf_more) {
+            dt_prefetch(sbase + (size_t)runs_offset(&pf, sstride, base_s) * elem_size, run_bytes);
+            pf_more = runs_next(&pf);
+        }
+        char *to = dbase + (size_t)runs_offset(&cur, dstride, base_d) * elem_size;
+        const char *from = sbase + (size_t)runs_offset(&cur, sstride, base_s) * elem_size;
+        if (stream)
+            dt_copy_stream_unfenced(to, from, run_bytes);
+        else
+            memcpy(to, from, run_bytes);
+    } while (runs_next(&cur));
+    if (stream) dt_stream_fence();
 }

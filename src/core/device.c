@@ -5,6 +5,7 @@
 #include "core/alloc.h"
 #include "core/box.h"
 #include "core/check.h"
+#include "core/copy.h"
 #include "core/device.h"
 #include "core/reduce.h"
 #include "dt_config.h"
@@ -25,7 +26,12 @@ static dt_status cpu_zero(void *dst, size_t bytes) {
 }
 
 static dt_status cpu_copy(void *dst, const void *src, size_t bytes) {
-    if (bytes && dst != src) memmove(dst, src, bytes);
+    if (!bytes || dst == src) return DT_OK;
+    const char *d = dst, *s = src;
+    if (d + bytes <= s || s + bytes <= d)
+        dt_copy_large(dst, src, bytes); /* streaming stores for large blocks */
+    else
+        memmove(dst, src, bytes);
     return DT_OK;
 }
 

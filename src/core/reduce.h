@@ -13,6 +13,11 @@
 void dt_reduce_n(dt_dtype dtype, dt_reduce_op op, void *dst, const void *const *srcs, int n,
                  size_t count);
 
+/* dt_reduce_n with streaming stores whatever the count, and no fence: for a series of pieces of
+ * one large result, ended by dt_stream_fence (core/copy.h). */
+void dt_reduce_n_streamed(dt_dtype dtype, dt_reduce_op op, void *dst, const void *const *srcs,
+                          int n, size_t count);
+
 /* Fills count elements with the identity of op (0 for sum/avg, 1 for prod, -inf/+inf or the
  * integer extremes for max/min). */
 void dt_fill_identity(dt_dtype dtype, dt_reduce_op op, void *dst, size_t count);

@@ -96,6 +96,18 @@ static dt_status gather(exec *x, const dt_plan_step *s, dt_comm *c, const group 
         g->displs[k] = (size_t)(g->before[k].off[d] - a->off[d]) * inner;
     }
     if (leading_ones(a->shape, d)) return dt_all_gatherv(c, x->cur, out, g->counts, g->displs, x->plan->dtype);
+    if (dt_comm_direct_boxes(c, x->es)) { /* one pass: each block straight to its place */
+        dt_box *recv = calloc((size_t)g->n, sizeof *recv);
+        if (!recv) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
+        for (int k = 0; k < g->n; k++) {
+            memcpy(recv[k].ext, g->before[k].shape, sizeof recv[k].ext);
+            recv[k].off[d] = g->before[k].off[d] - a->off[d];
+        }
+        dt_status st = dt_comm_gather_boxes(c, x->ndim, x->es, x->cur, g->before[me].shape, out,
+                                            a->shape, recv);
+        free(recv);
+        return st;
+    }
     void *tmp = alloc_elems(x, a->numel);
     if (!tmp) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
     dt_status st = dt_all_gatherv(c, x->cur, tmp, g->counts, NULL, x->plan->dtype);
@@ -187,9 +199,27 @@ static dt_status reduce_scatter(exec *x, const dt_plan_step *s, dt_comm *c, cons
                                      from.norm_ord));
         op = dt_norm_partial_reduce_op(from.norm_ord);
     }
+    const int d = s->after[m0].dim;
+    const layout *b = &g->before[me];
+    if (!leading_ones(b->shape, d)) { /* strided chunks: reduced where they lie */
+        dt_box *boxes = calloc((size_t)g->n, sizeof *boxes);
+        if (!boxes) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
+        for (int k = 0; k < g->n; k++) {
+            memcpy(boxes[k].ext, b->shape, sizeof boxes[k].ext);
+            boxes[k].ext[d] = g->after[k].shape[d];
+            boxes[k].off[d] = g->after[k].off[d] - b->off[d];
+        }
+        dt_status st = dt_comm_reduce_scatter_boxes(c, x->ndim, x->cur, b->shape, boxes, out,
+                                                    x->plan->dtype, op);
+        free(boxes);
+        if (st == DT_OK && from.op == DT_REDUCE_NORM)
+            st = dt_norm_partial_post(x->mem, x->plan->dtype, out, g->after[me].numel,
+                                      from.norm_ord);
+        return st;
+    }
     void *send = NULL;
     int owned = 0;
-    DT_CHECK(split_along(x, g, me, s->after[m0].dim, &send, &owned));
+    DT_CHECK(split_along(x, g, me, d, &send, &owned));
     dt_status st = dt_reduce_scatterv(c, send, out, g->counts, x->plan->dtype, op);
     if (owned) x->mem->free(send);
     if (st == DT_OK && from.op == DT_REDUCE_NORM)

@@ -8,7 +8,10 @@
 
 #include "comm/local/local_impl.h"
 #include "core/check.h"
+#include "core/box.h"
+#include "core/copy.h"
 #include "core/device.h"
+#include "core/reduce.h"
 
 static lw_comm *lw(dt_comm *c) { return (lw_comm *)c; }
 
@@ -57,6 +60,26 @@ static dt_status scratch(lw_comm *c, size_t bytes, void **out) {
     return DT_OK;
 }
 
+/* Push order for an all_gather of host arrays: this rank copies its own block into every
+ * member's output, a 64 KiB piece at a time to all of them, so that it reads the block from
+ * memory once (pulling, every rank reads every block: n times the reads). */
+#define PUSH_PIECE ((size_t)64 << 10)
+static void push_block(const lw_group *g, int me, const char *send, size_t bytes, size_t es) {
+    const int stream = bytes >= DT_STREAM_MIN_BYTES;
+    for (size_t o = 0; o < bytes; o += PUSH_PIECE) {
+        size_t len = bytes - o < PUSH_PIECE ? bytes - o : PUSH_PIECE;
+        for (int j = 0; j < g->n; j++) {
+            char *dst = (char *)g->slots[j].recv + g->slots[j].displs[me] * es;
+            if (dst == send) continue; /* in place */
+            if (stream)
+                dt_copy_stream_unfenced(dst + o, send + o, len);
+            else
+                memcpy(dst + o, send + o, len);
+        }
+    }
+    if (stream) dt_stream_fence();
+}
+
 static dt_status all_gatherv(dt_comm *base, const void *send, void *recv, const size_t *counts,
                              const size_t *displs, dt_dtype dt) {
     lw_comm *c = lw(base);
@@ -65,9 +88,15 @@ static dt_status all_gatherv(dt_comm *base, const void *send, void *recv, const 
     dt_status st;
     const dt_mem_ops *mem = mem_of(send, recv, &st);
     DT_CHECK(st);
-    g->slots[base->rank] = (lw_slot){.send = send, .counts = counts};
+    g->slots[base->rank] = (lw_slot){.send = send, .counts = counts, .displs = displs,
+                                     .recv = recv};
     DT_CHECK(lw_enter(c, "dt_all_gatherv"));
     st = check_counts(c, counts, "dt_all_gatherv");
+    if (st == DT_OK && mem == &dt_mem_cpu) {
+        push_block(g, base->rank, send, counts[base->rank] * es, es);
+        phase_done(c, mem, &st);
+        return st;
+    }
     for (int j = 0; st == DT_OK && j < g->n; j++) {
         char *dst = (char *)recv + displs[j] * es;
         if (counts[j] && dst != g->slots[j].send)
@@ -101,8 +130,34 @@ static dt_status reduce_scatterv(dt_comm *base, const void *send, void *recv, co
     return st;
 }
 
-/* Reduce-scatter into chunks (rank i reduces chunk i, sources in rank order), then every rank
- * copies the other chunks: bandwidth-optimal, and all ranks end with the same bits. */
+/* Host arrays, one pass: rank me reduces its chunk [lo, hi) a 64 KiB piece at a time from every
+ * member's send into a small buffer, and writes the piece into every member's recv, so no
+ * reduced chunk is read back and no barrier parts two phases. In place is safe: only rank me
+ * reads or writes its chunk anywhere, and it reads a piece from every member before it writes
+ * the piece back. */
+static void all_reduce_push(const lw_group *g, int me, dt_dtype dt, dt_reduce_op op, size_t lo,
+                            size_t hi, void *piece, const void **srcs) {
+    (void)me;
+    const size_t es = dt_dtype_size(dt), step = PUSH_PIECE / es;
+    const int stream = (hi - lo) * es >= DT_STREAM_MIN_BYTES;
+    for (size_t o = lo; o < hi; o += step) {
+        size_t m = hi - o < step ? hi - o : step;
+        for (int j = 0; j < g->n; j++) srcs[j] = (const char *)g->slots[j].send + o * es;
+        dt_reduce_n(dt, op, piece, srcs, g->n, m); /* 64 KiB: stays in the cache */
+        for (int j = 0; j < g->n; j++) {
+            char *dst = (char *)g->slots[j].recv + o * es;
+            if (stream)
+                dt_copy_stream_unfenced(dst, piece, m * es);
+            else
+                memcpy(dst, piece, m * es);
+        }
+    }
+    if (stream) dt_stream_fence();
+}
+
+/* Device arrays: reduce-scatter into chunks (rank i reduces chunk i, sources in rank order),
+ * then every rank copies the other chunks. Both forms are bandwidth-optimal, and all ranks end
+ * with the same bits: each element is reduced once, in rank order. */
 static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t count, dt_dtype dt,
                             dt_reduce_op op) {
     lw_comm *c = lw(base);
@@ -113,10 +168,22 @@ static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t 
     dt_status st;
     const dt_mem_ops *mem = mem_of(send, recv, &st);
     DT_CHECK(st);
-    /* In place, our chunk of send is still being read by peers: reduce into scratch. */
-    void *mine = (char *)recv + lo * es, *dev_scratch = NULL;
     const void **srcs = malloc(sizeof(void *) * (size_t)n);
     if (!srcs) return dt_error(DT_ERR_NOMEM, "dt_all_reduce: out of memory");
+    if (mem == &dt_mem_cpu) {
+        void *piece = NULL;
+        st = scratch(c, PUSH_PIECE, &piece);
+        g->slots[me] = (lw_slot){.send = send, .recv = recv};
+        if (st == DT_OK) st = lw_enter(c, "dt_all_reduce");
+        if (st == DT_OK) {
+            all_reduce_push(g, me, dt, op, lo, hi, piece, srcs);
+            phase_done(c, mem, &st);
+        }
+        free(srcs);
+        return st;
+    }
+    /* In place, our chunk of send is still being read by peers: reduce into scratch. */
+    void *mine = (char *)recv + lo * es, *dev_scratch = NULL;
     if (send == recv && mem == &dt_mem_cpu) st = scratch(c, (hi - lo) * es, &mine);
     else if (send == recv && !(mine = dev_scratch = mem->alloc((hi - lo) * es))) st = DT_ERR_NOMEM;
     if (st == DT_OK) {
@@ -194,7 +261,100 @@ static dt_status broadcast(dt_comm *base, void *buf, size_t bytes, int root) {
     return st;
 }
 
-/* Each rank copies the boxes its peers send it straight out of their arrays: one copy. */
+/* Runs of a box (as dt_box_copy folds them): trailing dims the box covers whole in both arrays
+ * make one contiguous run of *run elements; dims before *inner are walked. */
+static void fold_runs(const int64_t *ext, const int64_t *a, const int64_t *b, int ndim,
+                      int *inner, size_t *run) {
+    *inner = ndim;
+    *run = 1;
+    while (*inner > 0) {
+        int d = --*inner;
+        *run *= (size_t)ext[d];
+        if (ext[d] != a[d] || ext[d] != b[d]) break;
+    }
+}
+
+static void strides_of(const int64_t *shape, int ndim, int64_t *out) {
+    for (int d = ndim - 1; d >= 0; d--) out[d] = d == ndim - 1 ? 1 : out[d + 1] * shape[d + 1];
+}
+
+/* Push order, host memory: each rank reads its own array once, in order, and writes each run
+ * to the peer that receives it (streaming stores for a large exchange), instead of every rank
+ * reading short strided runs out of its peers' arrays. It applies when a rank's non-empty send
+ * boxes walk the same outer dims (the same extents and offsets before their runs), as
+ * S(i) -> S(j) does. pushable says so for group rank j, from the published slots: every member
+ * computes it for every member, so that all push or all pull. */
+static int pushable(const lw_group *g, int j, int ndim) {
+    const lw_slot *s = &g->slots[j];
+    int inner = -1, first = -1;
+    for (int k = 0; k < g->n; k++) {
+        const dt_box *sb = &s->send_boxes[k];
+        if (dt_shape_numel(sb->ext, ndim) == 0) continue;
+        int in;
+        size_t run;
+        fold_runs(sb->ext, s->shape, g->slots[k].recv_shape, ndim, &in, &run);
+        if (inner < 0) {
+            inner = in;
+            first = k;
+        } else if (in != inner ||
+                   memcmp(s->send_boxes[first].ext, sb->ext, sizeof(int64_t) * (size_t)in) ||
+                   memcmp(s->send_boxes[first].off, sb->off, sizeof(int64_t) * (size_t)in)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The push itself (pushable(g, me) holds): walks the shared outer dims once; at each step
+ * copies every peer's run, reading this rank's array in order. */
+static void push_boxes(const lw_group *g, int me, int ndim, size_t es) {
+    const lw_slot *s = &g->slots[me];
+    int64_t sstride[DT_MAX_NDIM], outer[DT_MAX_NDIM] = {0};
+    strides_of(s->shape, ndim, sstride);
+    int inner = -1;
+    size_t total = 0, min_run = SIZE_MAX;
+    for (int k = 0; k < g->n; k++) {
+        size_t numel = dt_shape_numel(s->send_boxes[k].ext, ndim), run;
+        if (!numel) continue;
+        fold_runs(s->send_boxes[k].ext, s->shape, g->slots[k].recv_shape, ndim, &inner, &run);
+        memcpy(outer, s->send_boxes[k].ext, sizeof outer);
+        total += numel;
+        if (run < min_run) min_run = run;
+    }
+    if (inner < 0) return; /* nothing to send */
+    const int stream = min_run * es >= 256 && total * es >= DT_STREAM_MIN_BYTES;
+    int64_t idx[DT_MAX_NDIM] = {0};
+    for (int more = 1; more;) {
+        for (int k = 0; k < g->n; k++) {
+            const dt_box *sb = &s->send_boxes[k], *rb = &g->slots[k].recv_boxes[me];
+            if (dt_shape_numel(sb->ext, ndim) == 0) continue;
+            int in;
+            size_t run;
+            int64_t dstride[DT_MAX_NDIM], so = 0, dof = 0;
+            fold_runs(sb->ext, s->shape, g->slots[k].recv_shape, ndim, &in, &run);
+            strides_of(g->slots[k].recv_shape, ndim, dstride);
+            for (int d = 0; d < ndim; d++) {
+                int64_t i = d < inner ? idx[d] : 0;
+                so += (sb->off[d] + i) * sstride[d];
+                dof += (rb->off[d] + i) * dstride[d];
+            }
+            char *to = (char *)g->slots[k].recv + (size_t)dof * es;
+            const char *from = (const char *)s->send + (size_t)so * es;
+            if (stream)
+                dt_copy_stream_unfenced(to, from, run * es);
+            else
+                memcpy(to, from, run * es);
+        }
+        int d = inner - 1;
+        while (d >= 0 && ++idx[d] == outer[d]) idx[d--] = 0;
+        more = d >= 0;
+    }
+    if (stream) dt_stream_fence();
+}
+
+/* Host arrays: each rank pushes its boxes into its peers' arrays in the order it reads its own
+ * (push_boxes); otherwise, and for device arrays, each copies the boxes its peers send it
+ * straight out of their arrays. One copy either way. */
 static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *src,
                                 const int64_t *src_shape, const dt_box *send, void *dst,
                                 const int64_t *dst_shape, const dt_box *recv) {
@@ -205,7 +365,7 @@ static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *
     const dt_mem_ops *mem = mem_of(src, dst, &st);
     DT_CHECK(st);
     g->slots[me] = (lw_slot){.send = src, .shape = src_shape, .send_boxes = send,
-                             .recv_boxes = recv};
+                             .recv_boxes = recv, .recv = dst, .recv_shape = dst_shape};
     DT_CHECK(lw_enter(c, "exchange_boxes"));
     for (int j = 0; j < g->n && st == DT_OK; j++) /* every pair, so all ranks agree */
         for (int k = 0; k < g->n && st == DT_OK; k++)
@@ -213,6 +373,13 @@ static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *
                        sizeof(int64_t) * (size_t)ndim))
                 st = dt_error(DT_ERR_COMM, "exchange_boxes: the box group rank %d sends to rank "
                                            "%d does not match the box rank %d expects", j, k, k);
+    int push = st == DT_OK && mem == &dt_mem_cpu;
+    for (int j = 0; push && j < g->n; j++) push = pushable(g, j, ndim);
+    if (push) {
+        push_boxes(g, me, ndim, es);
+        phase_done(c, mem, &st);
+        return st;
+    }
     for (int j = 0; j < g->n && st == DT_OK; j++) {
         const lw_slot *s = &g->slots[j];
         st = mem->box_copy(dst, dst_shape, recv[j].off, s->send, s->shape, s->send_boxes[me].off,
@@ -220,6 +387,63 @@ static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *
     }
     phase_done(c, mem, &st);
     return st;
+}
+
+/* Rank me reduces its box of every member's array straight out of their memory, run by run
+ * (the box's contiguous stretches), into its dense dst: P -> S(d > 0) in one pass, no packed
+ * copy. Host memory (dt_comm_reduce_scatter_boxes packs for device arrays). */
+static dt_status reduce_scatter_boxes(dt_comm *base, int ndim, const void *src,
+                                      const int64_t *shape, const dt_box *boxes, void *dst,
+                                      dt_dtype dt, dt_reduce_op op) {
+    lw_comm *c = lw(base);
+    lw_group *g = c->group;
+    const int n = g->n, me = base->rank;
+    const size_t es = dt_dtype_size(dt);
+    const void **srcs = malloc(sizeof(void *) * (size_t)n);
+    if (!srcs) return dt_error(DT_ERR_NOMEM, "dt_reduce_scatter_boxes: out of memory");
+    g->slots[me] = (lw_slot){.send = src};
+    dt_status st = lw_enter(c, "dt_reduce_scatter_boxes");
+    if (st != DT_OK) {
+        free(srcs);
+        return st;
+    }
+    const dt_box *b = &boxes[me];
+    int64_t stride[DT_MAX_NDIM];
+    for (int d = ndim - 1; d >= 0; d--) stride[d] = d == ndim - 1 ? 1 : stride[d + 1] * shape[d + 1];
+    /* Trailing dims the box covers whole fold into one run, as in dt_box_copy. */
+    int inner = ndim;
+    size_t run = 1;
+    while (inner > 0) {
+        int d = --inner;
+        run *= (size_t)b->ext[d];
+        if (b->ext[d] != shape[d]) break;
+    }
+    const size_t total = dt_shape_numel(b->ext, ndim);
+    const int stream = run * es >= 256 && total * es >= DT_STREAM_MIN_BYTES;
+    /* Short runs: the next run of every source is prefetched (as dt_box_copy does). */
+    const int ahead = stream && run * es <= 4096;
+    int64_t idx[DT_MAX_NDIM] = {0};
+    int64_t o = 0;
+    for (int d = 0; d < ndim; d++) o += b->off[d] * stride[d];
+    for (char *out = dst; total; out += run * es) {
+        int d = inner - 1;
+        while (d >= 0 && ++idx[d] == b->ext[d]) idx[d--] = 0;
+        int64_t next = 0;
+        for (int k = 0; k < ndim; k++) next += (b->off[k] + (k < inner ? idx[k] : 0)) * stride[k];
+        for (int j = 0; ahead && d >= 0 && j < n; j++)
+            dt_prefetch((const char *)g->slots[j].send + (size_t)next * es, run * es);
+        for (int j = 0; j < n; j++) srcs[j] = (const char *)g->slots[j].send + (size_t)o * es;
+        if (stream)
+            dt_reduce_n_streamed(dt, op, out, srcs, n, run);
+        else
+            dt_reduce_n(dt, op, out, srcs, n, run);
+        if (d < 0) break;
+        o = next;
+    }
+    if (stream) dt_stream_fence();
+    free(srcs);
+    lw_sync(c); /* peers may still be reading our array */
+    return DT_OK;
 }
 
 static dt_status barrier_op(dt_comm *base) { return lw_enter(lw(base), "dt_barrier"); }
@@ -239,5 +463,7 @@ const dt_comm_ops lw_comm_ops = {
     .recv = lw_recv,
     .barrier = barrier_op,
     .exchange_boxes = exchange_boxes,
+    .reduce_scatter_boxes = reduce_scatter_boxes,
+    .direct = true,
     .destroy = lw_comm_destroy,
 };

@@ -20,6 +20,8 @@ typedef struct lw_slot {
     const int64_t *shape;  /* exchange_boxes: the source array's shape and the boxes */
     const dt_box *send_boxes, *recv_boxes;
     const void *result;   /* all_reduce: where this rank's reduced chunk is */
+    void *recv;           /* exchange_boxes: the destination array peers push into, and its shape */
+    const int64_t *recv_shape;
 } lw_slot;
 
 enum { LW_P2P_EMPTY = 0, LW_P2P_POSTED, LW_P2P_TAKEN, LW_P2P_DONE };
@@ -76,8 +78,16 @@ typedef struct lw_where {
     int64_t seq; /* 0 for send/recv */
 } lw_where;
 
+/* How many times a rank that reached a barrier first yields before it sleeps on the group's
+ * condition: while every rank has a core, a peer is likely to arrive within a few yields and
+ * waking from a sleep costs more; with more ranks than cores a yielding rank only takes
+ * turns from the ranks that still work (8 ranks on 2 cores: 1 MiB collectives 4-6x slower), so
+ * the world's spin is then 0 and waiters sleep at once. */
+#define LW_SPIN 64
+
 typedef struct lw_world {
     int size;
+    int spin; /* LW_SPIN when the ranks fit on the usable cores, else 0 */
     pthread_mutex_t mu; /* registry, exits and failure */
     lw_group *groups;
     atomic_int aborted;

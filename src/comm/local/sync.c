@@ -1,8 +1,8 @@
 /* Barriers of the local backend: a counter and a generation under the group lock, a short
- * spin while peers are likely running, then a condition variable. Whether a barrier
- * completes or fails is decided under the lock: a rank that gives up (the world aborted, a
- * member returned, or its timeout passed) takes its arrival back, so a barrier never completes
- * without everyone. An entry barrier also compares the members' fingerprints as they arrive:
+ * spin while peers are likely running (none when the ranks outnumber the cores: lw_world.spin),
+ * then a condition variable. Whether a barrier completes or fails is decided under the lock: a
+ * rank that gives up (the world aborted, a member returned, or its timeout passed) takes its
+ * arrival back, so a barrier never completes without everyone. An entry barrier also compares the members' fingerprints as they arrive:
  * a few integers under a lock already held, so the check is always on. */
 #include <sched.h>
 #include <stdio.h>
@@ -11,8 +11,6 @@
 #include "comm/boot/boot.h"
 #include "comm/local/local_impl.h"
 #include "core/check.h"
-
-#define LW_SPIN 64
 
 /* "dt_all_reduce #12" for the collective in progress, "dt_recv" for point to point. */
 static void call_name(const lw_comm *c, const char *what, int p2p, char *buf, size_t cap) {
@@ -194,7 +192,7 @@ static dt_status barrier(lw_comm *c, const char *what) {
         return what ? verdict(c, what) : DT_OK;
     }
     pthread_mutex_unlock(&g->mu);
-    for (int i = 0; i < LW_SPIN; i++) {
+    for (int i = 0; i < c->world->spin; i++) {
         if (atomic_load(&g->gen) != gen) return what ? verdict(c, what) : DT_OK;
         sched_yield();
     }

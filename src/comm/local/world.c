@@ -1,8 +1,10 @@
 /* The local runtime: starts one thread per rank, keeps the registry of groups that ranks
  * share, and turns a rank's failure or early return into errors for the ranks waiting on it. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/boot/boot.h"
 #include "comm/local/local_impl.h"
@@ -223,6 +225,14 @@ static void merge_traces(int nranks) {
     free(paths);
 }
 
+/* The cores this process may run on (its affinity mask), for the barrier's spin policy. */
+static int usable_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
     DT_ARG(nranks >= 1 && nranks <= DT_LOCAL_MAX_RANKS,
            "dt_local_run: argument nranks = %d is not in [1, %d]", nranks, DT_LOCAL_MAX_RANKS);
@@ -241,6 +251,7 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
         goto done;
     }
     w->size = nranks;
+    w->spin = nranks <= usable_cores() ? LW_SPIN : 0;
     w->exited = exited;
     w->timeout_ns = timeouts;
     w->where = where;

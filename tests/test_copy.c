@@ -1,0 +1,138 @@
+/* The memory-speed primitives against naive loops: streaming copies at every alignment and
+ * tail length, box copies and n-way reductions on both sides of the size from which they
+ * stream (DT_STREAM_MIN_BYTES). */
+#include <stdint.h>
+
+#include "core/box.h"
+#include "core/copy.h"
+#include "core/reduce.h"
+#include "helpers.h"
+
+static void fill(unsigned char *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(seed * 131u + i * 7u + (i >> 9));
+}
+
+Test(copy, stream_every_alignment_and_tail) {
+    const size_t big = DT_STREAM_MIN_BYTES + 1000;
+    unsigned char *src = malloc(big + 256), *dst = malloc(big + 256);
+    cr_assert(src && dst);
+    fill(src, big + 256, 1);
+    const size_t lens[] = {0, 1, 63, 64, 65, 127, 1000, 4096 + 17, big - 3};
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++)
+        for (int so = 0; so < 64; so += 13)
+            for (int dof = 0; dof < 64; dof += 7) {
+                memset(dst, 0xee, big + 256);
+                dt_copy_stream(dst + dof, src + so, lens[l]);
+                for (size_t i = 0; i < lens[l]; i++)
+                    if (dst[dof + i] != src[so + i])
+                        cr_assert_fail("len %zu, src+%d, dst+%d: byte %zu differs", lens[l], so,
+                                       dof, i);
+                /* nothing outside the block */
+                for (int i = 0; i < dof; i++)
+                    cr_assert_eq(dst[i], 0xee);
+                cr_assert_eq(dst[dof + lens[l]], 0xee, "len %zu: byte past the end", lens[l]);
+            }
+    /* dt_copy_large on both sides of the threshold */
+    for (size_t n = DT_STREAM_MIN_BYTES - 1; n <= DT_STREAM_MIN_BYTES + 1; n++) {
+        memset(dst, 0, big);
+        dt_copy_large(dst + 3, src + 5, n);
+        cr_assert(memcmp(dst + 3, src + 5, n) == 0, "dt_copy_large %zu bytes", n);
+    }
+    free(src);
+    free(dst);
+}
+
+/* A (rows, cols) f32 column block of a wider array, large enough to stream, against a loop. */
+Test(copy, box_copy_streams_large_boxes) {
+    const int64_t rows = 300, scols = 1000, dcols = 800, bcols = 300; /* 1200-byte runs */
+    float *src = malloc(sizeof(float) * rows * scols), *dst = malloc(sizeof(float) * rows * dcols);
+    cr_assert(src && dst);
+    for (int64_t i = 0; i < rows * scols; i++)
+        src[i] = (float)i;
+    for (int64_t i = 0; i < rows * dcols; i++)
+        dst[i] = -1;
+    cr_assert(rows * bcols * 4 >= (int64_t)DT_STREAM_MIN_BYTES);
+    const int64_t sshape[2] = {rows, scols}, dshape[2] = {rows, dcols}, box[2] = {rows, bcols};
+    const int64_t soff[2] = {0, 123}, doff[2] = {0, 401};
+    dt_box_copy(dst, dshape, doff, src, sshape, soff, box, 2, sizeof(float));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < dcols; c++) {
+            float want = c >= 401 && c < 701 ? (float)(r * scols + 123 + c - 401) : -1.0f;
+            cr_assert_eq(dst[r * dcols + c], want, "(%lld, %lld)", (long long)r, (long long)c);
+        }
+    free(src);
+    free(dst);
+}
+
+/* Sums of 3 sources: below and above the streaming size, unaligned destination, in place. */
+Test(copy, reduce_n_streams_large_results) {
+    const size_t counts[] = {1000, DT_STREAM_MIN_BYTES / 4 + 77};
+    for (int k = 0; k < 2; k++) {
+        size_t n = counts[k];
+        float *a = malloc(4 * n), *b = malloc(4 * n), *c = malloc(4 * n), *d = malloc(4 * n + 4);
+        cr_assert(a && b && c && d);
+        for (size_t i = 0; i < n; i++) {
+            a[i] = (float)(i % 97);
+            b[i] = (float)(i % 13) * 0.5f;
+            c[i] = -(float)(i % 5);
+        }
+        const void *srcs[3] = {a, b, c};
+        dt_reduce_n(DT_F32, DT_REDUCE_SUM, d + 1, srcs, 3, n);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(d[1 + i], a[i] + b[i] + c[i], "count %zu, element %zu", n, i);
+        dt_reduce_n(DT_F32, DT_REDUCE_MAX, a, srcs, 3, n); /* in place into the first source */
+        for (size_t i = 0; i < n; i++) {
+            float m = (float)(i % 97), bb = (float)(i % 13) * 0.5f;
+            cr_assert_eq(a[i], m > bb ? m : bb, "max, count %zu, element %zu", n, i);
+        }
+        free(a);
+        free(b);
+        free(c);
+        free(d);
+    }
+}
+
+/* Sums and averages of 1 to 8 sources, bit for bit against a loop that adds them in source order
+ * (the fused passes must not reorder), f32 and f64, both sides of the streaming size. */
+Test(copy, reduce_n_sums_in_source_order) {
+    const size_t counts[] = {300, DT_STREAM_MIN_BYTES / 4 + 5};
+    for (int c = 0; c < 2; c++) {
+        size_t n = counts[c];
+        float *f[8], *got = malloc(4 * n);
+        double *g[8], *gotd = malloc(8 * n);
+        cr_assert(got && gotd);
+        for (int k = 0; k < 8; k++) {
+            f[k] = malloc(4 * n);
+            g[k] = malloc(8 * n);
+            cr_assert(f[k] && g[k]);
+            for (size_t i = 0; i < n; i++) /* magnitudes apart, so the order shows in the bits */
+                g[k][i] = f[k][i] =
+                    (float)(((i * 2654435761u + (size_t)k * 40503u) % 2001) - 1000) *
+                    (k % 2 ? 1e-4f : 3.3f);
+        }
+        for (int ns = 1; ns <= 8; ns++)
+            for (int avg = 0; avg < 2; avg++) {
+                dt_reduce_op op = avg ? DT_REDUCE_AVG : DT_REDUCE_SUM;
+                dt_reduce_n(DT_F32, op, got, (const void *const *)f, ns, n);
+                dt_reduce_n(DT_F64, op, gotd, (const void *const *)g, ns, n);
+                for (size_t i = 0; i < n; i++) {
+                    float want = f[0][i];
+                    double wantd = g[0][i];
+                    for (int k = 1; k < ns; k++)
+                        want += f[k][i], wantd += g[k][i];
+                    if (avg) want /= (float)ns, wantd /= (double)ns;
+                    cr_assert(memcmp(&got[i], &want, 4) == 0 && memcmp(&gotd[i], &wantd, 8) == 0,
+                              "%d sources, %s, count %zu, element %zu: %.9g / %.17g, expected "
+                              "%.9g / %.17g",
+                              ns, avg ? "avg" : "sum", n, i, got[i], gotd[i], want, wantd);
+                }
+            }
+        for (int k = 0; k < 8; k++) {
+            free(f[k]);
+            free(g[k]);
+        }
+        free(got);
+        free(gotd);
+    }
+}
