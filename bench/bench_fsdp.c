@@ -5,11 +5,16 @@
  * per checkpointing policy (dt_ctx_tensor_memory's peak over forward and backward above the
  * bytes alive before: parameters and optimizer state), and from a trace of one step on rank 0 how much of the
  * FSDP all_gathers' time overlapped computation (the trace is written to
- * bench_fsdp_trace.json, its timeline to bench_fsdp_trace.html). --table prints rows for
+ * bench_fsdp_trace.json, its timeline to bench_fsdp_trace.html, in $DT_BENCH_DIR, default the
+ * current directory; make bench sets the build's bench directory). --table prints rows for
  * make bench: case, figure, reference, ratio. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Where the trace of one FSDP step goes (main: $DT_BENCH_DIR). */
+static char trace_json[1024] = "bench_fsdp_trace.json";
+static char trace_html[1024] = "bench_fsdp_trace.html";
 #include <time.h>
 
 #include "../examples/fsdp_model.h"
@@ -143,7 +148,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
             r->ms[s - WARMUP] = now_ms() - t0, r->cpu[s - WARMUP] = cpu_ms() - c0;
         if (last && r->trace && rank == 0) {
             TRY(dt_trace_stop(ctx));
-            TRY(dt_trace_write(ctx, "bench_fsdp_trace.json"));
+            TRY(dt_trace_write(ctx, trace_json));
         }
         if (rank == 0) {
             r->ag = issued(ctx, &r->l, DT_COLL_ALL_GATHER);
@@ -173,8 +178,8 @@ static int go(run *r) {
     qsort(r->cpu, STEPS, sizeof r->cpu[0], cmp);
     r->cpu_med = r->cpu[STEPS / 2];
     if (r->trace) {
-        trace_overlap("bench_fsdp_trace.json", &r->gather_us, &r->overlap_us);
-        dt_trace_render_html("bench_fsdp_trace.json", "bench_fsdp_trace.html");
+        trace_overlap(trace_json, &r->gather_us, &r->overlap_us);
+        dt_trace_render_html(trace_json, trace_html);
     }
     return 0;
 }
@@ -193,6 +198,11 @@ static fm_layout lay(int n0, int n1, const char *d0, const char *d1, int dp, int
 int main(int argc, char **argv) {
     int table = argc > 1 && !strcmp(argv[1], "--table");
     const char *only = argc > 1 && !table ? argv[1] : NULL; /* runs whose name holds it */
+    const char *dir = getenv("DT_BENCH_DIR");
+    if (dir && *dir) {
+        snprintf(trace_json, sizeof trace_json, "%s/bench_fsdp_trace.json", dir);
+        snprintf(trace_html, sizeof trace_html, "%s/bench_fsdp_trace.html", dir);
+    }
     run runs[] = {
         {.name = "1 rank", .l = lay(1, 0, "dp", NULL, -1, -1, 0, 1, 1, DT_AC_NONE)},
         {.name = "ddp dp=4", .l = lay(4, 0, "dp", NULL, 0, -1, 0, 1, 1, DT_AC_NONE)},
