@@ -46,6 +46,12 @@ static void rmtree(const char *d) {
 
 static char out[1 << 16];
 
+/* Removes d and frees its name (tmpdir's). */
+static void rmtree_free(char *d) {
+    rmtree(d);
+    free(d);
+}
+
 /* The checkpoint of step, loaded here on 1 local rank: bit-exact. */
 static void expect_loads(const char *root, int step) {
     char dir[600];
@@ -65,7 +71,7 @@ Test(checkpoint_ucx, save_on_4_load_on_3) {
     snprintf(args, sizeof args, "load %s 1", root);
     cr_assert_eq(dtrun(3, args, out, sizeof out), 0, "%s", out);
     cr_expect(strstr(out, "[rank 2] [ok] load step 1"), "%s", out);
-    rmtree(root);
+    rmtree_free(root);
 }
 
 /* kill rank, stage: before its file, after it, rank 0 after every file, rank 0 after the
@@ -97,5 +103,5 @@ Test(checkpoint_ucx, sigkill_mid_save_keeps_the_previous_checkpoint, .timeout = 
     cr_assert_eq(dtrun(4, args, out, sizeof out), 0, "%s", out);
     cr_assert_eq(dt_checkpoint_check(dir2, 1), DT_OK, "%s", dt_last_error());
     expect_loads(root, 2);
-    rmtree(root);
+    rmtree_free(root);
 }

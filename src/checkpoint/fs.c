@@ -232,7 +232,7 @@ dt_status ck_rotate(const char *dir, int keep_last, const char *fn) {
     closedir(d);
     if (st == DT_OK) {
         /* newest first; dir takes its place in the order and is never removed */
-        qsort(sib, n, sizeof *sib, sibling_desc);
+        if (n) qsort(sib, n, sizeof *sib, sibling_desc); /* sib is NULL when n is 0 */
         int pos = 0, mine_placed = 0;
         for (size_t i = 0; i < n && st == DT_OK; i++) {
             if (!mine_placed && sib[i].num < mine) pos++, mine_placed = 1;

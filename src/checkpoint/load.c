@@ -177,10 +177,12 @@ dt_status dt_checkpoint_blob(const char *dir, void *buf, size_t cap, size_t *byt
     size_t len = 0;
     snprintf(path, sizeof path, "%s/%s", dir, CK_BLOB_FILE);
     if (m.has_blob) st = ck_read_file(path, &data, &len, (size_t)m.blob_bytes, fn);
-    if (st == DT_OK && m.has_blob && (len != m.blob_bytes || XXH64(data, len, 0) != m.blob_hash))
+    if (st == DT_OK && m.has_blob && (len != m.blob_bytes ||
+                                     XXH64(data ? data : "", len, 0) != m.blob_hash))
         st = dt_error(DT_ERR_IO, "%s: %s does not match its size or checksum", fn, path);
     if (st == DT_OK) {
-        if (len) memcpy(buf, data, len < cap ? len : cap);
+        if (len && cap) /* buf may be NULL when cap is 0 */
+            memcpy(buf, data, len < cap ? len : cap);
         *bytes_out = len;
     }
     free(data);

@@ -234,7 +234,7 @@ static int parse_doc(const ck_json *doc, ck_meta *m, char *err, size_t errcap) {
         m->ntensors++; /* counted either way, so that ck_meta_free frees its chunks */
         if (rc) return -1;
     }
-    qsort(m->tensors, (size_t)m->ntensors, sizeof *m->tensors, tensor_cmp);
+    if (m->ntensors > 1) qsort(m->tensors, (size_t)m->ntensors, sizeof *m->tensors, tensor_cmp);
     for (int i = 1; i < m->ntensors; i++)
         if (strcmp(m->tensors[i].name, m->tensors[i - 1].name) == 0)
             FAIL("tensor \"%s\" appears twice", m->tensors[i].name);

@@ -65,7 +65,7 @@ dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_
         const void *data;
         st = chunk(arg, idx[c], buf, &data);
         if (st != DT_OK) break;
-        r->hash = XXH64(data, bytes, 0);
+        r->hash = XXH64(data ? data : "", bytes, 0); /* no data for 0 bytes */
         r->begin = hlen + e[c].begin, r->end = hlen + e[c].end;
         st = ck_write_all(fd, data, bytes, path, fn);
     }

@@ -32,7 +32,7 @@ int ck_meta_from_records(const ck_rec *recs, int nrec, ck_meta *out, char *err, 
     }
     for (int i = 0; i < nrec; i++)
         by[i] = &recs[i];
-    qsort(by, (size_t)nrec, sizeof *by, rec_cmp);
+    if (nrec > 1) qsort(by, (size_t)nrec, sizeof *by, rec_cmp);
     for (int i = 0; i < nrec; i++) /* one file per rank that wrote a chunk, in rank order */
         if (by[i]->has_chunk && file_of(&m, by[i]->rank) < 0) {
             ck_file *f = &m.files[m.nfiles++];

@@ -146,7 +146,7 @@ int ck_st_parse(const char *json, size_t len, uint64_t data_bytes, ck_st_entry *
         n++;
     }
     /* as the Python library requires: the entries tile the data section, back to back */
-    qsort(e, (size_t)n, sizeof *e, entry_cmp);
+    if (n > 1) qsort(e, (size_t)n, sizeof *e, entry_cmp);
     for (int i = 0; i < n; i++)
         if (e[i].begin != (i ? e[i - 1].end : 0)) {
             bad(err, errcap, "entry \"%s\" does not start where the previous one ends", e[i].name);

@@ -85,7 +85,7 @@ static dt_status check_args(dt_ctx *ctx, const char *dir, const char *const *nam
     const char **sorted = malloc(((size_t)n + 1) * sizeof *sorted);
     if (!sorted) return dt_error(DT_ERR_NOMEM, "%s: out of memory for %d names", save_fn, n);
     memcpy(sorted, names, (size_t)n * sizeof *sorted);
-    qsort(sorted, (size_t)n, sizeof *sorted, name_cmp);
+    if (n > 1) qsort(sorted, (size_t)n, sizeof *sorted, name_cmp);
     for (int i = 1; i < n; i++)
         if (strcmp(sorted[i], sorted[i - 1]) == 0) {
             dt_status st =
@@ -256,7 +256,7 @@ static dt_status write_rank(dt_checkpoint_pending *p) {
     if (p->rank == 0 && p->blob) {
         char path[4300];
         snprintf(path, sizeof path, "%s/%s", p->partial, CK_BLOB_FILE);
-        p->blob_hash = XXH64(p->blob, p->opts.blob_bytes, 0);
+        p->blob_hash = XXH64(p->blob ? p->blob : "", p->opts.blob_bytes, 0);
         DT_CHECK(ck_write_file(path, p->blob, p->opts.blob_bytes, save_fn));
     }
     char path[4300];
