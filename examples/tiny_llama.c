@@ -161,8 +161,15 @@ dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_t
     dt_scope *s;
     TRY(dt_scope_create(&s));
     dt_tensor *x = dt_nn_embedding_forward(s, m->tok_embeddings, tokens); /* (B, T, dim) */
-    for (int i = 0; i < c->layers; i++)
+    dt_ctx *ctx = dt_mesh_ctx(m->mesh);
+    for (int i = 0; i < c->layers; i++) {
+        /* activation checkpointing: a region around each block keeps what the policy keeps */
+        dt_ac_region *r = NULL;
+        int ac = m->layout.ac != DT_AC_NONE && dt_grad_enabled(ctx) && dt_scope_ok(s);
+        if (ac) dt_scope_fail(s, dt_ac_begin(ctx, m->layout.ac, &r));
         x = block(s, m, &m->layers[i], x);
+        if (r) dt_scope_fail(s, dt_ac_end(r, x ? 1 : 0, &x));
+    }
     x = dt_nn_rms_norm_forward(s, m->norm, x);
     dt_tensor *logits = dt_nn_linear_forward(s, m->output, x); /* (B, T, vocab) */
     dt_tensor *lg = DT_DO(s, dt_view, logits, 2, rows);

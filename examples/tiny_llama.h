@@ -23,6 +23,7 @@ typedef struct tl_layout {
     int fsdp;              /* parameters Shard over dp (else replicated: DDP) */
     int sequence_parallel; /* norms and residuals sharded over the sequence on tp */
     int loss_parallel;     /* logits stay vocab-sharded into cross_entropy */
+    dt_ac_mode ac;         /* activation checkpointing per block (dtensor/ac.h) */
 } tl_layout;
 
 typedef struct tl_block {

@@ -7,7 +7,7 @@
  * chrome://tracing) and its timeline page; --comms 1 prints step 1's collectives by kind.
  *
  * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp.
- * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--sp 0|1] [--ac none]
+ * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--sp 0|1] [--ac none|full|selective]
  *       [--text PATH] [--out PREFIX] [--dim N --layers N --heads N --kv-heads N --hidden N
  *       --seq N --batch N] [--bucket-kb N: grad sync's bucket cap, 0 = one collective per
  *       gradient] */
@@ -28,16 +28,12 @@
         }                                                                                          \
     } while (0)
 
-/* Activation checkpointing per block, as torchtitan offers it; only "none" is built so far
- * (the policies land with the autograd engine's recomputation). */
-typedef enum ac_mode { AC_NONE = 0, AC_FULL, AC_SELECTIVE } ac_mode;
-
 typedef struct options {
     int ranks, steps, trace_steps;
     char mesh[64];
     int fsdp, sp, comms, print_params;
     int bucket_kb; /* grad sync's bucket cap in KiB (0: per gradient); -1: the default */
-    ac_mode ac;
+    dt_ac_mode ac; /* activation checkpointing per block: none, full, selective */
     const char *text_path, *out;
     tl_config cfg;
     double lr;
@@ -62,7 +58,7 @@ static dt_status train(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     TRY(dt_mesh_create_str(ctx, o->mesh, &mesh));
     if (o->bucket_kb >= 0) TRY(dt_ctx_set_grad_bucket_bytes(ctx, (size_t)o->bucket_kb << 10));
-    tl_layout l = {.dp_dim = -1, .tp_dim = -1, .fsdp = o->fsdp};
+    tl_layout l = {.dp_dim = -1, .tp_dim = -1, .fsdp = o->fsdp, .ac = o->ac};
     /* torchtitan's names: dp (or dp_shard) shards parameters under FSDP, dp_replicate keeps
      * them replicated (HSDP with both); the batch is split over all of them */
     int rep;
@@ -147,7 +143,7 @@ static int read_text(const char *path, unsigned char **out, size_t *n) {
 static int usage(const char *bad) {
     fprintf(stderr,
             "train: bad argument %s\nusage: train [--ranks N] [--mesh dp=2,tp=2] "
-            "[--steps N] [--fsdp 0|1] [--sp 0|1] [--ac none] [--text PATH] "
+            "[--steps N] [--fsdp 0|1] [--sp 0|1] [--ac none|full|selective] [--text PATH] "
             "[--out PREFIX] [--trace-steps N] [--comms 0|1] [--params 0|1] [--bucket-kb N] "
             "[--dim N] [--layers N] [--heads N] "
             "[--kv-heads N] [--hidden N] [--seq N] [--batch N] [--lr X]\n",
@@ -206,13 +202,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--lr")) {
             o.lr = atof(v);
         } else if (!strcmp(a, "--ac")) {
-            if (strcmp(v, "none"))
-                return fprintf(stderr,
-                               "train: --ac %s: only \"none\" is built so far (full and "
-                               "selective come with recomputation in autograd)\n",
-                               v),
-                       2;
-            o.ac = AC_NONE;
+            if (dt_ac_mode_parse(v, &o.ac) != DT_OK)
+                return fprintf(stderr, "train: --ac: %s\n", dt_last_error()), 2;
         } else {
             return usage(a);
         }

@@ -33,6 +33,7 @@ typedef struct run {
     const config *c;
     float loss[STEPS];
     uint64_t calls[STEPS][4];
+    int64_t peak; /* rank 0's most tensor bytes at once over a step, above the bytes before */
 } run;
 
 static const dt_coll_kind kinds[4] = {DT_COLL_ALL_REDUCE, DT_COLL_ALL_GATHER,
@@ -52,12 +53,17 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         dt_tensor *tok, *tgt, *loss;
         R_OK(tl_batch(&m, NULL, 0, s, &tok, &tgt));
         R_OK(dt_comm_stats_reset(ctx));
+        dt_tensor_memory before, after;
+        R_OK(dt_ctx_reset_peak(ctx));
+        R_OK(dt_ctx_tensor_memory(ctx, &before));
         /* DT_PRINT_COMMS=1: step 0's redistributions and collectives of rank 0 */
         if (s == 0 && dt_ctx_rank(ctx) == 0 && getenv("DT_PRINT_COMMS"))
             R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_LOG));
         if (s == 1) R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_IMPLICIT));
         R_OK(tl_loss(&m, tok, tgt, &loss));
         R_OK(dt_backward(loss));
+        R_OK(dt_ctx_tensor_memory(ctx, &after));
+        if (after.peak_bytes - before.bytes > r->peak) r->peak = after.peak_bytes - before.bytes;
         R_OK(dt_optim_step(opt));
         R_OK(dt_optim_zero_grad(opt));
         dt_comm_stats cs;
@@ -159,5 +165,40 @@ Test(parallel_train, loss_parity_and_collectives) {
                     c->name, r.loss[0], r.loss[STEPS - 1], (unsigned long long)r.calls[0][0],
                     (unsigned long long)r.calls[0][1], (unsigned long long)r.calls[0][2],
                     (unsigned long long)r.calls[0][3]);
+    }
+}
+
+/* Activation checkpointing per block (tiny_llama's layout.ac): full and selective train with
+ * losses bitwise those of none on the same mesh (recomputation replays the same kernels on the
+ * same values), on one rank and on FSDP x TP 2x2, and hold fewer activation bytes at the
+ * step's peak (full fewest: only the blocks' inputs and outputs stay). */
+Test(parallel_train, activation_checkpointing_is_bitwise_none) {
+    static const config base[] = {
+        {"1 rank", "1", {.dp_dim = -1, .tp_dim = -1}, {0}},
+        {"dp=2 fsdp x tp=2", "2x2", {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .loss_parallel = 1},
+         {0}},
+    };
+    for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) {
+        run r[DT_AC_MODE_COUNT];
+        config c[DT_AC_MODE_COUNT];
+        for (int a = 0; a < DT_AC_MODE_COUNT; a++) {
+            c[a] = base[i];
+            c[a].l.ac = (dt_ac_mode)a;
+            r[a] = (run){.c = &c[a]};
+            t_run(op_mesh_ranks(c[a].mesh), body, &r[a]);
+        }
+        for (int a = 1; a < DT_AC_MODE_COUNT; a++)
+            cr_expect(!memcmp(r[a].loss, r[0].loss, sizeof r[0].loss),
+                      "%s, ac %s: the losses differ from no checkpointing (last %.9g, %.9g)",
+                      base[i].name, dt_ac_mode_name((dt_ac_mode)a), r[a].loss[STEPS - 1],
+                      r[0].loss[STEPS - 1]);
+        cr_expect(r[DT_AC_FULL].peak < r[DT_AC_SELECTIVE].peak &&
+                      r[DT_AC_SELECTIVE].peak < r[DT_AC_NONE].peak,
+                  "%s: peak bytes full %lld, selective %lld, none %lld", base[i].name,
+                  (long long)r[DT_AC_FULL].peak, (long long)r[DT_AC_SELECTIVE].peak,
+                  (long long)r[DT_AC_NONE].peak);
+        cr_log_info("%s: peak activation bytes none %lld, selective %lld, full %lld",
+                    base[i].name, (long long)r[DT_AC_NONE].peak,
+                    (long long)r[DT_AC_SELECTIVE].peak, (long long)r[DT_AC_FULL].peak);
     }
 }
