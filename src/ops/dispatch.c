@@ -71,16 +71,20 @@ static dt_status price_cached(void *user, int i, const dt_placement *want, doubl
     return DT_OK;
 }
 
+/* The inputs' global specs as families see them (absent optional inputs: ndim -1). */
+static void globals_of(dt_tensor *const *in, int n, op_input *gin) {
+    for (int i = 0; i < n; i++)
+        gin[i] = in[i] ? (op_input){in[i]->ndim, in[i]->shape, in[i]->dtype}
+                       : (op_input){-1, NULL, DT_F32};
+}
+
 static dt_status choose(dt_op op, const op_family *f, dt_tensor *const *in, int n,
                         const dt_op_args *a, strategy *best) {
     dt_mesh *mesh = in[0]->mesh;
     op_input gin[DT_OP_MAX_INPUTS];
     const dt_placement *have[DT_OP_MAX_INPUTS];
-    for (int i = 0; i < n; i++) {
-        gin[i] = in[i] ? (op_input){in[i]->ndim, in[i]->shape, in[i]->dtype}
-                       : (op_input){-1, NULL, DT_F32};
-        have[i] = in[i] ? in[i]->placements : NULL;
-    }
+    globals_of(in, n, gin);
+    for (int i = 0; i < n; i++) have[i] = in[i] ? in[i]->placements : NULL;
     dt_strategy_query q = {.op = op, .family = f, .n = n, .in = gin, .have = have, .args = a,
                            .mesh_ndim = mesh->ndim, .mesh_shape = mesh->shape,
                            .price = price_cached, .user = (void *)in};
@@ -192,9 +196,8 @@ static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *u
     op_input gin[DT_OP_MAX_INPUTS];
     local_call c = {.op = op, .args = a, .ninputs = n, .global = gin, .naux = na,
                     .k = dt_kernels_of(dev.kind), .mem = dt_mem_ops_of(dev.kind)};
+    globals_of(use, n, gin);
     for (int i = 0; i < n; i++) {
-        gin[i] = use[i] ? (op_input){use[i]->ndim, use[i]->shape, use[i]->dtype}
-                        : (op_input){-1, NULL, DT_F32};
         if (!use[i]) continue;
         local_of(use[i], &c.in[i]);
         memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
@@ -221,9 +224,7 @@ dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *
     /* The other outputs (attention's log-sum-exp) are computed as the forward did, into
      * temporaries: the node kept its own. */
     op_input gin[DT_OP_MAX_INPUTS];
-    for (int i = 0; i < n; i++)
-        gin[i] = in[i] ? (op_input){in[i]->ndim, in[i]->shape, in[i]->dtype}
-                       : (op_input){-1, NULL, DT_F32};
+    globals_of(in, n, gin);
     op_out spec[DT_OP_MAX_AUX];
     int for_grad = 0, na = f->aux ? f->aux(op, gin, n, a, spec, &for_grad) : 0;
     dt_tensor *ax[DT_OP_MAX_AUX] = {0};
@@ -264,9 +265,7 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
             use[i] = moved[i];
     }
     op_input gin[DT_OP_MAX_INPUTS];
-    for (int i = 0; i < n; i++)
-        gin[i] = use[i] ? (op_input){use[i]->ndim, use[i]->shape, use[i]->dtype}
-                        : (op_input){-1, NULL, DT_F32};
+    globals_of(use, n, gin);
     op_out aspec[DT_OP_MAX_AUX];
     int na = aux_specs(op, f, in, gin, n, a, aux != NULL, aspec);
     dt_device dev = in[0]->device;
@@ -328,9 +327,7 @@ dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs,
         op_out spec[DT_OP_MAX_AUX];
         op_input gin[DT_OP_MAX_INPUTS];
         DT_CHECK(check_inputs(op, inputs, ninputs));
-        for (int i = 0; i < ninputs; i++)
-            gin[i] = inputs[i] ? (op_input){inputs[i]->ndim, inputs[i]->shape, inputs[i]->dtype}
-                               : (op_input){-1, NULL, DT_F32};
+        globals_of(inputs, ninputs, gin);
         na = f->aux(op, gin, ninputs, args ? args : &no_args, spec, &for_grad);
     }
     DT_ARG(naux == na, "%s: argument naux is %d, the op has %d outputs besides the first",
