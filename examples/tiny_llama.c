@@ -89,6 +89,8 @@ dt_status tl_model_init(tl_model *m, dt_mesh *mesh, const tl_config *cfg, const 
     if (st == DT_OK) st = tl_plan(layout, plan, 16, &o.nplan);
     if (st == DT_OK) st = dt_parallelize(m->params, &o);
     if (st == DT_OK) st = dt_params_materialize(m->params, &gen);
+    if (st == DT_OK && layout->fsdp && layout->fsdp_units && layout->dp_dim >= 0)
+        st = tl_fsdp_attach(m);
     if (st == DT_OK)
         st = dt_rope_tables(mesh, DT_F32, cfg->seq, cfg->dim / cfg->heads, 10000.0, mnd, rep,
                             &m->cos, &m->sin);
@@ -97,6 +99,7 @@ dt_status tl_model_init(tl_model *m, dt_mesh *mesh, const tl_config *cfg, const 
 }
 
 void tl_model_free(tl_model *m) {
+    tl_fsdp_detach(m);
     dt_params_destroy(m->params);
     dt_tensor_release(m->cos), dt_tensor_release(m->sin);
     free(m->layers);
@@ -175,5 +178,6 @@ dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_t
     dt_tensor *lg = DT_DO(s, dt_view, logits, 2, rows);
     dt_tensor *tg = DT_DO(s, dt_view, targets, 1, flat);
     dt_tensor *loss = DT_DO(s, dt_cross_entropy, lg, tg, DT_REDUCTION_MEAN);
+    dt_scope_fail(s, tl_fsdp_end_forward(m));
     return dt_scope_end(s, loss, out);
 }

@@ -24,6 +24,8 @@ typedef struct tl_layout {
     int sequence_parallel; /* norms and residuals sharded over the sequence on tp */
     int loss_parallel;     /* logits stay vocab-sharded into cross_entropy */
     dt_ac_mode ac;         /* activation checkpointing per block (dtensor/ac.h) */
+    int fsdp_units;        /* with fsdp: dtensor/fsdp.h units per group (one all_gather per
+                              block, prefetch, reshard after forward; tiny_llama_fsdp.c) */
 } tl_layout;
 
 typedef struct tl_block {
@@ -40,6 +42,7 @@ typedef struct tl_model {
     dt_module tok_embeddings, norm, output;
     tl_block *layers;     /* cfg.layers */
     dt_tensor *cos, *sin; /* rope tables (seq, head_dim / 2), replicated */
+    struct tl_fsdp *fsdp; /* layout.fsdp_units: the units and the use hook */
 } tl_model;
 
 /* The tensor-parallel plan of layout (torchtitan's for Llama), into rules[0..cap); *n_out rules. */
@@ -55,6 +58,13 @@ void tl_model_free(tl_model *m);
  * set, else from a synthetic rule (mostly the previous token + 1). */
 dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int step,
                    dt_tensor **tokens, dt_tensor **targets);
+
+/* FSDP units (tiny_llama_fsdp.c): made by tl_model_init when layout.fsdp_units is set,
+ * ended by tl_loss after each forward, freed by tl_model_free. */
+dt_status tl_fsdp_attach(tl_model *m);
+dt_status tl_fsdp_end_forward(const tl_model *m);
+dt_status tl_fsdp_stats(const tl_model *m, dt_fsdp_stats *out);
+void tl_fsdp_detach(tl_model *m);
 
 /* The mean cross_entropy of the model's next-token predictions. */
 dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_tensor **out);

@@ -7,7 +7,8 @@
  * chrome://tracing) and its timeline page; --comms 1 prints step 1's collectives by kind.
  *
  * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp.
- * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--sp 0|1] [--ac none|full|selective]
+ * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--fsdp-units 0|1] [--sp 0|1]
+ *       [--ac none|full|selective]
  *       [--text PATH] [--out PREFIX] [--dim N --layers N --heads N --kv-heads N --hidden N
  *       --seq N --batch N] [--bucket-kb N: grad sync's bucket cap, 0 = one collective per
  *       gradient] */
@@ -31,7 +32,7 @@
 typedef struct options {
     int ranks, steps, trace_steps;
     char mesh[64];
-    int fsdp, sp, comms, print_params;
+    int fsdp, fsdp_units, sp, comms, print_params;
     int bucket_kb; /* grad sync's bucket cap in KiB (0: per gradient); -1: the default */
     dt_ac_mode ac; /* activation checkpointing per block: none, full, selective */
     const char *text_path, *out;
@@ -58,7 +59,8 @@ static dt_status train(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     TRY(dt_mesh_create_str(ctx, o->mesh, &mesh));
     if (o->bucket_kb >= 0) TRY(dt_ctx_set_grad_bucket_bytes(ctx, (size_t)o->bucket_kb << 10));
-    tl_layout l = {.dp_dim = -1, .tp_dim = -1, .fsdp = o->fsdp, .ac = o->ac};
+    tl_layout l = {
+        .dp_dim = -1, .tp_dim = -1, .fsdp = o->fsdp, .fsdp_units = o->fsdp_units, .ac = o->ac};
     /* torchtitan's names: dp (or dp_shard) shards parameters under FSDP, dp_replicate keeps
      * them replicated (HSDP with both); the batch is split over all of them */
     int rep;
@@ -143,7 +145,8 @@ static int read_text(const char *path, unsigned char **out, size_t *n) {
 static int usage(const char *bad) {
     fprintf(stderr,
             "train: bad argument %s\nusage: train [--ranks N] [--mesh dp=2,tp=2] "
-            "[--steps N] [--fsdp 0|1] [--sp 0|1] [--ac none|full|selective] [--text PATH] "
+            "[--steps N] [--fsdp 0|1] [--fsdp-units 0|1] [--sp 0|1] [--ac none|full|selective] "
+            "[--text PATH] "
             "[--out PREFIX] [--trace-steps N] [--comms 0|1] [--params 0|1] [--bucket-kb N] "
             "[--dim N] [--layers N] [--heads N] "
             "[--kv-heads N] [--hidden N] [--seq N] [--batch N] [--lr X]\n",
@@ -156,6 +159,7 @@ int main(int argc, char **argv) {
                  .steps = 20,
                  .trace_steps = 3,
                  .fsdp = 1,
+                 .fsdp_units = 1,
                  .sp = 1,
                  .bucket_kb = -1,
                  .text_path = "/usr/share/common-licenses/GPL-3",
@@ -174,7 +178,8 @@ int main(int argc, char **argv) {
         const char *flag;
         int *v;
     } ints[] = {{"--ranks", &o.ranks},       {"--steps", &o.steps},
-                {"--fsdp", &o.fsdp},         {"--sp", &o.sp},
+                {"--fsdp", &o.fsdp},         {"--fsdp-units", &o.fsdp_units},
+                {"--sp", &o.sp},
                 {"--dim", &o.cfg.dim},       {"--layers", &o.cfg.layers},
                 {"--heads", &o.cfg.heads},   {"--kv-heads", &o.cfg.kv_heads},
                 {"--hidden", &o.cfg.hidden}, {"--seq", &o.cfg.seq},
@@ -234,7 +239,7 @@ int main(int argc, char **argv) {
            "hidden %d, seq %d, batch %d; %d ranks as %s%s%s\n",
            o.text_path, sh.n, o.cfg.vocab, o.cfg.dim, o.cfg.layers, o.cfg.heads, o.cfg.kv_heads,
            o.cfg.hidden, o.cfg.seq, o.cfg.batch, o.ranks, o.mesh,
-           o.fsdp && strstr(o.mesh, "dp") ? ", FSDP" : "",
+           o.fsdp && strstr(o.mesh, "dp") ? (o.fsdp_units ? ", FSDP units" : ", FSDP") : "",
            o.sp && strstr(o.mesh, "tp") ? ", sequence parallel" : "");
     dt_status st = dt_local_run(o.ranks, train, &sh, NULL);
     free(sh.text);

@@ -141,6 +141,15 @@ Test(parallel_train, loss_parity_and_collectives) {
          {.dp_dim = 1, .tp_dim = -1, .fsdp = 1, .dp_replicate_dim = 1},
          {1, 22, 1, 0}},
         {"dp=3 fsdp (uneven)", "3", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}, {0, 22, 1, 0}},
+        /* FSDP units (dtensor/fsdp.h, one per registry group: tok_embeddings, 2 blocks,
+         * output): one all_gather per unit in forward, again in backward for every unit but
+         * the last (kept gathered), one reduce_scatter per unit, plus the label check */
+        {"dp=4 fsdp units", "4", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1, .fsdp_units = 1},
+         {0, 8, 4, 0}},
+        {"dp=2 fsdp units x tp=2",
+         "2x2",
+         {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .fsdp_units = 1, .loss_parallel = 1},
+         {11, 8, 4, 2}},
     };
     static const config one = {"1 rank", "1", {.dp_dim = -1, .tp_dim = -1}, {0, 0, 0, 0}};
     run ref = {.c = &one};
