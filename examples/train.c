@@ -8,7 +8,7 @@
  *
  * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp.
  * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--fsdp-units 0|1] [--sp 0|1]
- *       [--ac none|full|selective]
+ *       [--ac none|full|selective] [--ucx 0|1 (under dtrun: a process per rank)]
  *       [--text PATH] [--out PREFIX] [--dim N --layers N --heads N --kv-heads N --hidden N
  *       --seq N --batch N] [--bucket-kb N: grad sync's bucket cap, 0 = one collective per
  *       gradient] */
@@ -33,6 +33,8 @@ typedef struct options {
     int ranks, steps, trace_steps;
     char mesh[64];
     int fsdp, fsdp_units, sp, comms, print_params;
+    int ucx; /* one process per rank over UCX (dtrun -n N train --ucx 1) instead of threads */
+    int loss_digits; /* decimals of the printed loss (tests compare runs with 8) */
     int bucket_kb; /* grad sync's bucket cap in KiB (0: per gradient); -1: the default */
     dt_ac_mode ac; /* activation checkpointing per block: none, full, selective */
     const char *text_path, *out;
@@ -102,9 +104,10 @@ static dt_status train(dt_ctx *ctx, void *arg) {
         TRY(dt_tensor_full(loss, &v, sizeof v));
         if (s > 0) total += dt;
         if (rank == 0)
-            printf("step %3d/%d  loss %.4f  %8.0f tokens/s  step %7.1f ms  peak %6.2f MiB  %3llu "
+            printf("step %3d/%d  loss %.*f  %8.0f tokens/s  step %7.1f ms  peak %6.2f MiB  %3llu "
                    "collectives\n",
-                   s + 1, o->steps, v, tokens / dt, dt * 1e3, (double)mem.peak_bytes / (1 << 20),
+                   s + 1, o->steps, o->loss_digits, v, tokens / dt, dt * 1e3,
+                   (double)mem.peak_bytes / (1 << 20),
                    (unsigned long long)colls),
                 fflush(stdout);
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
@@ -146,7 +149,7 @@ static int usage(const char *bad) {
     fprintf(stderr,
             "train: bad argument %s\nusage: train [--ranks N] [--mesh dp=2,tp=2] "
             "[--steps N] [--fsdp 0|1] [--fsdp-units 0|1] [--sp 0|1] [--ac none|full|selective] "
-            "[--text PATH] "
+            "[--text PATH] [--ucx 0|1] "
             "[--out PREFIX] [--trace-steps N] [--comms 0|1] [--params 0|1] [--bucket-kb N] "
             "[--dim N] [--layers N] [--heads N] "
             "[--kv-heads N] [--hidden N] [--seq N] [--batch N] [--lr X]\n",
@@ -160,6 +163,7 @@ int main(int argc, char **argv) {
                  .trace_steps = 3,
                  .fsdp = 1,
                  .fsdp_units = 1,
+                 .loss_digits = 4,
                  .sp = 1,
                  .bucket_kb = -1,
                  .text_path = "/usr/share/common-licenses/GPL-3",
@@ -179,7 +183,8 @@ int main(int argc, char **argv) {
         int *v;
     } ints[] = {{"--ranks", &o.ranks},       {"--steps", &o.steps},
                 {"--fsdp", &o.fsdp},         {"--fsdp-units", &o.fsdp_units},
-                {"--sp", &o.sp},
+                {"--sp", &o.sp},             {"--ucx", &o.ucx},
+                {"--loss-digits", &o.loss_digits},
                 {"--dim", &o.cfg.dim},       {"--layers", &o.cfg.layers},
                 {"--heads", &o.cfg.heads},   {"--kv-heads", &o.cfg.kv_heads},
                 {"--hidden", &o.cfg.hidden}, {"--seq", &o.cfg.seq},
@@ -213,6 +218,8 @@ int main(int argc, char **argv) {
             return usage(a);
         }
     }
+    if (o.loss_digits < 0 || o.loss_digits > 12)
+        return fprintf(stderr, "train: --loss-digits %d is not in [0, 12]\n", o.loss_digits), 2;
     if (!mesh_set) {
         if (o.ranks == 4)
             snprintf(o.mesh, sizeof o.mesh, "dp=2,tp=2");
@@ -233,15 +240,22 @@ int main(int argc, char **argv) {
                    2;
     }
     if (o.trace_steps > o.steps) o.trace_steps = o.steps;
+    const char *rank_env = getenv("RANK"), *world_env = getenv("WORLD_SIZE");
+    int rank0 = !o.ucx || !rank_env || !strcmp(rank_env, "0");
+    if (o.ucx) { /* the launcher's world; each process traces nothing (no merge across them) */
+        if (world_env) o.ranks = atoi(world_env);
+        o.trace_steps = 0;
+    }
     shared sh = {.o = &o};
     if (read_text(o.text_path, &sh.text, &sh.n)) return 1;
-    printf("training on %s (%zu bytes): vocab %d, dim %d, %d layers, %d heads (%d kv), "
+    if (rank0)
+        printf("training on %s (%zu bytes): vocab %d, dim %d, %d layers, %d heads (%d kv), "
            "hidden %d, seq %d, batch %d; %d ranks as %s%s%s\n",
            o.text_path, sh.n, o.cfg.vocab, o.cfg.dim, o.cfg.layers, o.cfg.heads, o.cfg.kv_heads,
            o.cfg.hidden, o.cfg.seq, o.cfg.batch, o.ranks, o.mesh,
            o.fsdp && strstr(o.mesh, "dp") ? (o.fsdp_units ? ", FSDP units" : ", FSDP") : "",
            o.sp && strstr(o.mesh, "tp") ? ", sequence parallel" : "");
-    dt_status st = dt_local_run(o.ranks, train, &sh, NULL);
+    dt_status st = o.ucx ? dt_ucx_run(train, &sh) : dt_local_run(o.ranks, train, &sh, NULL);
     free(sh.text);
     if (st != DT_OK) return fprintf(stderr, "train: %s\n", dt_last_error()), 1;
     if (o.trace_steps > 0) {
