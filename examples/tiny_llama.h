@@ -63,7 +63,6 @@ dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int s
  * ended by tl_loss after each forward, freed by tl_model_free. */
 dt_status tl_fsdp_attach(tl_model *m);
 dt_status tl_fsdp_end_forward(const tl_model *m);
-dt_status tl_fsdp_stats(const tl_model *m, dt_fsdp_stats *out);
 void tl_fsdp_detach(tl_model *m);
 
 /* The mean cross_entropy of the model's next-token predictions. */

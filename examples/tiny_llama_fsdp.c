@@ -74,11 +74,6 @@ dt_status tl_fsdp_end_forward(const tl_model *m) {
     return dt_fsdp_unit_end(f->fsdp, u);
 }
 
-dt_status tl_fsdp_stats(const tl_model *m, dt_fsdp_stats *out) {
-    if (!m->fsdp) return dt_error_set(DT_ERR_ARG, "tl_fsdp_stats: the model has no FSDP units");
-    return dt_fsdp_stats_get(m->fsdp->fsdp, out);
-}
-
 void tl_fsdp_detach(tl_model *m) {
     struct tl_fsdp *f = m->fsdp;
     if (!f) return;
