@@ -1,6 +1,7 @@
 /* Checkpoint throughput on 4 in-process ranks: save (2x2 [S(0),S(1)]), load onto the same
  * mesh, and a resharding load (onto 4 ranks [S(1)]), next to one plain sequential write (with
- * fsync) and read of the same bytes in the same run, to the same directory. Best of 3.
+ * fsync) and read of the same bytes in the same run, to the same directory. Each figure is
+ * the median (min-max) of REPS rounds, each round running every case and both references once.
  * DT_BENCH_DIR: where to write (default /tmp); DT_BENCH_MIB: total size (default 128). */
 #include <fcntl.h>
 #include <stdio.h>
@@ -11,13 +12,10 @@
 
 #include <dtensor.h>
 
-#define NT 4
+#include "bench_util.h"
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#define NT 4
+#define REPS 7
 
 typedef struct bench {
     char dir[700];
@@ -52,7 +50,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     dt_comm *world;
     dt_ctx_world_comm(ctx, &world);
     dt_barrier(world);
-    double t0 = now();
+    double t0 = bench_now();
     if (b->mode == 0)
         st = dt_checkpoint_save(ctx, b->dir, np, t, NT, NULL);
     else {
@@ -60,7 +58,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         st = dt_checkpoint_load(b->dir, np, t, NT, &lo);
     }
     if (st == DT_OK) st = dt_barrier(world);
-    if (dt_ctx_rank(ctx) == 0) b->secs = now() - t0;
+    if (dt_ctx_rank(ctx) == 0) b->secs = bench_now() - t0;
     for (int i = 0; i < NT; i++)
         dt_tensor_release(t[i]);
     dt_mesh_release(mesh);
@@ -71,7 +69,7 @@ static double plain(const char *path, size_t bytes, int write_it) {
     size_t piece = (size_t)8 << 20;
     char *buf = malloc(piece);
     memset(buf, 0x5a, piece);
-    double t0 = now();
+    double t0 = bench_now();
     int fd = write_it ? open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : open(path, O_RDONLY);
     for (size_t done = 0; fd >= 0 && done < bytes;) {
         size_t n = bytes - done < piece ? bytes - done : piece;
@@ -82,7 +80,7 @@ static double plain(const char *path, size_t bytes, int write_it) {
     if (write_it) fsync(fd);
     close(fd);
     free(buf);
-    return now() - t0;
+    return bench_now() - t0;
 }
 
 int main(int argc, char **argv) {
@@ -97,30 +95,29 @@ int main(int argc, char **argv) {
     b.rows = (int64_t)mib * (1 << 20) / (NT * 4 * b.cols);
     snprintf(b.dir, sizeof b.dir, "%s/ck", tmp);
     size_t bytes = (size_t)(NT * 4 * b.rows * b.cols);
-    double best[4] = {1e30, 1e30, 1e30, 1e30}, pw = 1e30, pr = 1e30;
-    for (int rep = 0; rep < 3; rep++) {
+    double secs[4][REPS], pw[REPS], pr[REPS];
+    for (int rep = 0; rep < REPS; rep++) {
         for (int mode = 0; mode < 4; mode++) {
             b.mode = mode;
             if (dt_local_run(4, body, &b, NULL) != DT_OK)
                 return fprintf(stderr, "bench_checkpoint: %s\n", dt_last_error()), 1;
-            if (b.secs < best[mode]) best[mode] = b.secs;
+            secs[mode][rep] = b.secs;
         }
-        double w = plain(plainf, bytes, 1), r = plain(plainf, bytes, 0);
-        pw = w < pw ? w : pw, pr = r < pr ? r : pr;
+        pw[rep] = plain(plainf, bytes, 1), pr[rep] = plain(plainf, bytes, 0);
     }
     double gb = (double)bytes / 1e9;
+    bench_stat w = bench_stat_of(pw, REPS), r = bench_stat_of(pr, REPS);
     const char *names[] = {"checkpoint save, 4 ranks", "checkpoint load, same mesh",
                            "checkpoint load, resharded", "resharded, max_gap 64 KiB"};
     for (int mode = 0; mode < 4; mode++) {
-        double ref = mode == 0 ? pw : pr;
-        if (table)
-            printf("%s, %ld MiB\t%.2f GB/s\tplain %s %.2f GB/s\t%.0f%%\n", names[mode], mib,
-                   gb / best[mode], mode == 0 ? "write+fsync" : "read", gb / ref,
-                   100 * ref / best[mode]);
-        else
-            printf("%-30s %8.3f s %8.2f GB/s   plain %-11s %8.2f GB/s   %5.0f%%\n", names[mode],
-                   best[mode], gb / best[mode], mode == 0 ? "write+fsync" : "read", gb / ref,
-                   100 * ref / best[mode]);
+        bench_stat t = bench_stat_of(secs[mode], REPS), ref = mode == 0 ? w : r;
+        printf(table ? "%s, %ld MiB\t%.2f GB/s (%.2f-%.2f)\tplain %s %.2f GB/s (%.2f-%.2f)"
+                       "\t%.0f%%\n"
+                     : "%-30s %ld MiB  %6.2f GB/s (%.2f-%.2f)   plain %-11s %6.2f GB/s "
+                       "(%.2f-%.2f)   %4.0f%%\n",
+               names[mode], mib, gb / t.med, gb / t.max, gb / t.min,
+               mode == 0 ? "write+fsync" : "read", gb / ref.med, gb / ref.max, gb / ref.min,
+               100 * ref.med / t.med);
     }
     char cmd[800];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

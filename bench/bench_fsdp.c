@@ -5,14 +5,14 @@
  * per checkpointing policy (dt_ctx_tensor_memory's peak over forward and backward above the
  * bytes alive before: parameters and optimizer state), and from a trace of one step on rank 0 how much of the
  * FSDP all_gathers' time overlapped computation (the trace is written to
- * bench_fsdp_trace.json, its timeline to bench_fsdp_trace.html, in $DT_BENCH_DIR, default the
+ * bench_fsdp_trace.json, its timeline to bench_fsdp_trace.html, in $DT_BENCH_OUT, default the
  * current directory; make bench sets the build's bench directory). --table prints rows for
  * make bench: case, figure, reference, ratio. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Where the trace of one FSDP step goes (main: $DT_BENCH_DIR). */
+/* Where the trace of one FSDP step goes (main: $DT_BENCH_OUT). */
 static char trace_json[1024] = "bench_fsdp_trace.json";
 static char trace_html[1024] = "bench_fsdp_trace.html";
 #include <time.h>
@@ -198,7 +198,7 @@ static fm_layout lay(int n0, int n1, const char *d0, const char *d1, int dp, int
 int main(int argc, char **argv) {
     int table = argc > 1 && !strcmp(argv[1], "--table");
     const char *only = argc > 1 && !table ? argv[1] : NULL; /* runs whose name holds it */
-    const char *dir = getenv("DT_BENCH_DIR");
+    const char *dir = getenv("DT_BENCH_OUT");
     if (dir && *dir) {
         snprintf(trace_json, sizeof trace_json, "%s/bench_fsdp_trace.json", dir);
         snprintf(trace_html, sizeof trace_html, "%s/bench_fsdp_trace.html", dir);

@@ -4,7 +4,7 @@
 # columns), and writes both with bandwidth-vs-size plots to $build/bench/bench.html.
 # BENCH_QUICK=1 (make bench QUICK=1): a shorter sweep (x16 sizes up to 16 MiB) and no UCX runs.
 build=${1:-build}
-export DT_BENCH_DIR="$build/bench" # where benchmarks write their traces
+export DT_BENCH_OUT="$build/bench" # where benchmarks write their traces
 rows=$(mktemp)
 sweep=$(mktemp)
 trap 'rm -f "$rows" "$sweep"' EXIT
