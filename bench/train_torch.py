@@ -1,4 +1,6 @@
-"""The model of examples/tiny_llama.c in PyTorch, for bench_train's reference: one training
+"""The model of examples/tiny_llama.c in PyTorch (one block: RMSNorm, causal attention with
+interleaved-pair RoPE on q and k, SwiGLU MLP, final norm and vocabulary projection), for
+bench_train's reference: one training
 step (forward, backward, SGD) in eager mode on one process, or with DTensor tensor parallelism
 (colwise q/k/v, gate/up and head, rowwise o and down, loss parallel) on N gloo processes.
 Prints one line: median_ms min_ms max_ms (over the timed steps, rank 0).
@@ -26,12 +28,25 @@ class Tiny(nn.Module):
         self.w1, self.w3 = nn.Linear(C, hidden, bias=False), nn.Linear(C, hidden, bias=False)
         self.w2 = nn.Linear(hidden, C, bias=False)
         self.head = nn.Linear(C, V, bias=False)
+        self.T = 0
+
+    def rope(self, x):
+        """dt_rope: pairs (2i, 2i+1) of the head dim rotated by position t's angle t theta^-2i/D."""
+        T, D = x.shape[1], x.shape[-1]
+        if self.T != T:
+            inv = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)
+            ang = torch.outer(torch.arange(T, dtype=torch.float32), inv)  # (T, D/2)
+            self.cos, self.sin, self.T = ang.cos()[:, None, :], ang.sin()[:, None, :], T
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((x0 * self.cos - x1 * self.sin, x0 * self.sin + x1 * self.cos),
+                           dim=-1).flatten(-2)
 
     def forward(self, idx):
         B, T = idx.shape
         x = self.emb(idx)
         h = self.n1(x)
-        q, k, v = (w(h).view(B, T, -1, self.hd).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        q, k, v = (w(h).view(B, T, -1, self.hd) for w in (self.wq, self.wk, self.wv))
+        q, k, v = self.rope(q).transpose(1, 2), self.rope(k).transpose(1, 2), v.transpose(1, 2)
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.wo(a.transpose(1, 2).reshape(B, T, -1))
         h = self.n2(x)
