@@ -65,17 +65,6 @@ static int64_t param_bytes(fm_model *m) {
     return b;
 }
 
-static int64_t issued(dt_ctx *ctx, const fm_layout *l, dt_coll_kind kind) {
-    dt_comm_stats cs;
-    dt_comm_stats_get(ctx, &cs);
-    int64_t n = 0;
-    for (int e = 0; e < cs.nentries; e++)
-        if (cs.entries[e].kind == kind && l->dp_dim >= 0 &&
-            !strcmp(cs.entries[e].group, l->names[l->dp_dim]))
-            n += (int64_t)cs.entries[e].calls;
-    return n;
-}
-
 /* all_gather time on the comm row of rank 0 and the part of it that computation overlapped. */
 static void trace_overlap(const char *path, double *gather_us, double *overlap_us) {
     FILE *f = fopen(path, "r");
@@ -151,8 +140,8 @@ static dt_status body(dt_ctx *ctx, void *arg) {
             TRY(dt_trace_write(ctx, trace_json));
         }
         if (rank == 0) {
-            r->ag = issued(ctx, &r->l, DT_COLL_ALL_GATHER);
-            r->rs = issued(ctx, &r->l, DT_COLL_REDUCE_SCATTER);
+            r->ag = fm_issued_on_dp(ctx, &r->l, DT_COLL_ALL_GATHER);
+            r->rs = fm_issued_on_dp(ctx, &r->l, DT_COLL_REDUCE_SCATTER);
         }
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
     }

@@ -204,3 +204,13 @@ dt_status fm_batch(const fm_model *m, int step, dt_tensor **tokens, dt_tensor **
     free(buf);
     return st;
 }
+
+int64_t fm_issued_on_dp(dt_ctx *ctx, const fm_layout *l, dt_coll_kind kind) {
+    dt_comm_stats cs;
+    int64_t n = 0;
+    if (l->dp_dim < 0 || dt_comm_stats_get(ctx, &cs) != DT_OK) return 0;
+    for (int e = 0; e < cs.nentries; e++)
+        if (cs.entries[e].kind == kind && !strcmp(cs.entries[e].group, l->names[l->dp_dim]))
+            n += (int64_t)cs.entries[e].calls;
+    return n;
+}

@@ -43,6 +43,10 @@ dt_status fm_init(fm_model *m, dt_mesh *mesh, const fm_config *cfg, const fm_lay
                   uint64_t seed);
 void fm_free(fm_model *m);
 
+/* The collectives of one kind this rank issued on the group of l's dp dim since the last
+ * dt_comm_stats_reset (0 without a dp dim). */
+int64_t fm_issued_on_dp(dt_ctx *ctx, const fm_layout *l, dt_coll_kind kind);
+
 /* Step step's tokens (batch, seq) and targets, the same on every mesh. */
 dt_status fm_batch(const fm_model *m, int step, dt_tensor **tokens, dt_tensor **targets);
 

@@ -49,18 +49,6 @@ static layout mk(const char *name, int n0, int n1, const char *d0, const char *d
     return l;
 }
 
-/* Collectives of one kind on the group of the fsdp dim. */
-static int64_t issued_on(dt_ctx *ctx, const fm_layout *l, dt_coll_kind kind) {
-    dt_comm_stats cs;
-    dt_comm_stats_get(ctx, &cs);
-    int64_t n = 0;
-    for (int e = 0; e < cs.nentries; e++)
-        if (cs.entries[e].kind == kind && l->dp_dim >= 0 &&
-            !strcmp(cs.entries[e].group, l->names[l->dp_dim]))
-            n += (int64_t)cs.entries[e].calls;
-    return n;
-}
-
 static dt_status grads_keep(run *r, fm_model *m, int rank) {
     size_t n = 0;
     for (int i = 0; i < NP; i++) n += m->p[i]->local_numel;
@@ -119,8 +107,8 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
         int64_t peak = dt_ctx_live_peak(ctx) - base;
         if (peak > r->act_peak[rank]) r->act_peak[rank] = peak;
         if (rank == 0) {
-            r->ag[s] = issued_on(ctx, l, DT_COLL_ALL_GATHER);
-            r->rs[s] = issued_on(ctx, l, DT_COLL_REDUCE_SCATTER);
+            r->ag[s] = fm_issued_on_dp(ctx, l, DT_COLL_ALL_GATHER);
+            r->rs[s] = fm_issued_on_dp(ctx, l, DT_COLL_REDUCE_SCATTER);
         }
         R_OK(dt_tensor_full(loss, &r->loss[s], sizeof r->loss[s]));
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);

@@ -238,12 +238,12 @@ dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *
 }
 
 /* The op's other outputs (f->aux) when this call computes them: n specs in spec, 0 when
- * none. want: the caller asked for them. */
-static int aux_specs(dt_op op, const op_family *f, dt_tensor *const *in, const op_input *gin,
-                     int n, const dt_op_args *a, int want, op_out *spec) {
+ * none. want: the caller asked for them or the call records a node. */
+static int aux_specs(dt_op op, const op_family *f, const op_input *gin, int n,
+                     const dt_op_args *a, int want, op_out *spec) {
     int for_grad = 0;
     int na = f->aux ? f->aux(op, gin, n, a, spec, &for_grad) : 0;
-    return !for_grad || want || dt_autograd_wants(in, n) ? na : 0;
+    return !for_grad || want ? na : 0;
 }
 
 static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
@@ -267,7 +267,8 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
     op_input gin[DT_OP_MAX_INPUTS];
     globals_of(use, n, gin);
     op_out aspec[DT_OP_MAX_AUX];
-    int na = aux_specs(op, f, in, gin, n, a, aux != NULL, aspec);
+    bool record = dt_autograd_wants(in, n);
+    int na = aux_specs(op, f, gin, n, a, aux != NULL || record, aspec);
     dt_device dev = in[0]->device;
     char text[sizeof s->text];
     text[0] = '\0';
@@ -284,8 +285,7 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
      * a recorded redistribute, so its gradient goes back through that move's conjugate (an
      * all_gather's reduce_scatter) and the rule computes on the moved values without moving
      * them again (a gathered input stays alive until backward). It saves the other outputs. */
-    if (st == DT_OK && dt_autograd_wants(in, n))
-        st = dt_autograd_record(op, use, n, a, o, ax, na);
+    if (st == DT_OK && record) st = dt_autograd_record(op, use, n, a, o, ax, na);
     for (int i = 0; i < n; i++) dt_tensor_release(moved[i]);
     if (st != DT_OK) {
         dt_tensor_release(o);
