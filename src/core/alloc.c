@@ -16,7 +16,7 @@
 #include "core/alloc.h"
 
 #define HEADER 64
-#define MIN_SHIFT 18 /* 256 KiB */
+#define MIN_SHIFT 16 /* 64 KiB */
 #define MAX_CLASS (4 * (40 - MIN_SHIFT))
 #define HUGE_MIN ((size_t)4 << 20)
 #define HUGE_PAGE ((size_t)2 << 20)
