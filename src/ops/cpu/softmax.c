@@ -3,6 +3,7 @@
  * f64), sums in double. out may alias x: every pass re-reads x and only the last one writes. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/check.h"
 #include "core/half.h"
@@ -13,18 +14,18 @@
 #define ID(v) (v)
 #define MAXOF(a, v) (((v) > (a) || (v) != (v)) ? (v) : (a))
 
-#define DEFINE_SOFTMAX(SUF, T, CT, LOAD, STORE, EXP, EXP_ROW)                                      \
+#define DEFINE_SOFTMAX(SUF, T, CT, LOAD, STORE, EXP, EXP_ROW, MAX_ROW, SUM_ROW)                  \
     /* inner == 1: contiguous rows of n */                                                         \
     static void softmax_rows_##SUF(int lg, int64_t rows, int64_t n, const T *x, T *y) {            \
         for (int64_t r = 0; r < rows; r++) {                                                       \
             const T *xr = x + r * n;                                                               \
             T *yr = y + r * n;                                                                     \
             CT mx = -INFINITY;                                                                     \
-            for (int64_t t = 0; t < n; t++) mx = MAXOF(mx, LOAD(xr[t]));                           \
+            MAX_ROW(mx, xr, n);                                                                    \
             double sum = 0.0;                                                                      \
             if (!lg && sizeof(T) == sizeof(CT)) { /* exp once, into y (x[t] is read first) */     \
                 EXP_ROW(yr, xr, n, mx);                                                            \
-                for (int64_t t = 0; t < n; t++) sum += (double)yr[t];                              \
+                SUM_ROW(sum, yr, n);                                                               \
                 CT inv = (CT)(1.0 / sum);                                                          \
                 for (int64_t t = 0; t < n; t++) yr[t] = (T)(yr[t] * inv);                          \
                 continue;                                                                          \
@@ -34,7 +35,7 @@
                 for (int64_t t0 = 0; t0 < n; t0 += BLOCK) {                                        \
                     int64_t m = n - t0 < BLOCK ? n - t0 : BLOCK;                                   \
                     EXP_ROW(e, xr + t0, m, mx);                                                    \
-                    for (int64_t t = 0; t < m; t++) sum += (double)e[t];                           \
+                    SUM_ROW(sum, e, m);                                                            \
                 }                                                                                  \
             } else {                                                                               \
                 for (int64_t t = 0; t < n; t++) sum += (double)EXP(LOAD(xr[t]) - mx);              \
@@ -86,10 +87,54 @@
     for (int64_t t = 0; t < n; t++) (y)[t] = exp((x)[t] - (mx))
 #define ROW_NONE(y, x, n, mx) (void)0 /* bf16/f16 never take the exp-once path */
 
-DEFINE_SOFTMAX(f32, float, float, ID, ID, dt_vexpf, ROW_F32)
-DEFINE_SOFTMAX(f64, double, double, ID, ID, exp, ROW_F64)
-DEFINE_SOFTMAX(bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16, expf, ROW_NONE)
-DEFINE_SOFTMAX(f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16, expf, ROW_NONE)
+/* Row max (NaN wins) and row sum in double: one element at a time, or four lanes at a time
+ * for f32 (the lanes added last, so the sum differs from the sequential one only in double's
+ * last bits). */
+#define MAX_SCALAR(mx, x, n, LOAD)                                                                 \
+    for (int64_t t = 0; t < n; t++) mx = MAXOF(mx, LOAD((x)[t]))
+#define MAX_ONE(mx, x, n) MAX_SCALAR(mx, x, n, ID)
+#define MAX_BF16(mx, x, n) MAX_SCALAR(mx, x, n, dt_bf16_to_f32)
+#define MAX_F16(mx, x, n) MAX_SCALAR(mx, x, n, dt_f16_to_f32)
+#define SUM_ONE(sum, x, n)                                                                         \
+    for (int64_t t = 0; t < n; t++) sum += (double)(x)[t]
+#define MAX_F32(mx, x, n) mx = row_max_f32(x, n)
+#define SUM_F32(sum, x, n) sum += row_sum_f32(x, n)
+
+typedef double v4d __attribute__((vector_size(32)));
+
+static float row_max_f32(const float *x, int64_t n) {
+    dt_v4f m = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int64_t t = 0;
+    for (; t + 4 <= n; t += 4) {
+        dt_v4f v;
+        memcpy(&v, x + t, sizeof v);
+        m = dt_v4_select((v > m) | (v != v), v, m);
+    }
+    float mx = -INFINITY;
+    for (int l = 0; l < 4; l++) mx = MAXOF(mx, m[l]);
+    for (; t < n; t++) mx = MAXOF(mx, x[t]);
+    return mx;
+}
+
+static double row_sum_f32(const float *x, int64_t n) {
+    v4d acc = {0, 0, 0, 0};
+    int64_t t = 0;
+    for (; t + 4 <= n; t += 4) {
+        dt_v4f v;
+        memcpy(&v, x + t, sizeof v);
+        acc += __builtin_convertvector(v, v4d);
+    }
+    double sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (; t < n; t++) sum += (double)x[t];
+    return sum;
+}
+
+DEFINE_SOFTMAX(f32, float, float, ID, ID, dt_vexpf, ROW_F32, MAX_F32, SUM_F32)
+DEFINE_SOFTMAX(f64, double, double, ID, ID, exp, ROW_F64, MAX_ONE, SUM_ONE)
+DEFINE_SOFTMAX(bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16, expf, ROW_NONE, MAX_BF16,
+               SUM_ONE)
+DEFINE_SOFTMAX(f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16, expf, ROW_NONE, MAX_F16,
+               SUM_ONE)
 
 dt_status dt_cpu_softmax(int log, int dim, const dt_local *x, dt_local *out) {
     if (dim < 0 || dim >= x->ndim)
