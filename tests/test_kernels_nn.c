@@ -196,6 +196,25 @@ Test(kernels, permute_every_order) {
 
 /* ---- the vectorisable exp the CPU softmax and attention kernels use --------------------- */
 
+/* dt_vexpf_affine (8 lanes where the CPU has AVX2) gives the 4-lane form's bits for every
+ * element, tails of every length included, over the whole range and the specials. */
+Test(kernels, vexpf_affine_equals_four_lanes_bitwise) {
+    enum { N = 4099 };
+    static float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = (float)(-100.0 + 200.0 * i / (N - 1));
+    x[7] = NAN, x[8] = INFINITY, x[9] = -INFINITY, x[10] = -0.0f;
+    for (int n = 0; n <= 17; n++) {
+        int len = n < 17 ? n : N;
+        dt_vexpf_affine(y, x, len, -0.75f, 0.5f);
+        for (int i = 0; i < len; i++) {
+            float v = x[i] * -0.75f + 0.5f, want = dt_vexpf4((dt_v4f){v, v, v, v})[0];
+            cr_assert(memcmp(&y[i], &want, sizeof want) == 0,
+                      "length %d element %d: exp(%.9g) = %.9g, 4 lanes give %.9g", len, i, v,
+                      y[i], want);
+        }
+    }
+}
+
 /* dt_vexpf within 2 ulp of exp in double over [-87.3, 88.7] (a million points and the ends),
  * 0 below, inf above, -inf -> 0, NaN -> NaN. */
 Test(kernels, vexpf_is_within_two_ulp) {
