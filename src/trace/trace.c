@@ -23,7 +23,7 @@ struct dt_trace {
     int on;
 };
 
-static const char *const lane_names[DT_LANE_COUNT] = {"ops", "compute", "comm"};
+static const char *const lane_names[DT_LANE_COUNT] = {"ops", "compute", "comm", "pipeline"};
 
 dt_status dt_trace_start(dt_ctx *ctx) {
     DT_ARG_NOT_NULL(ctx);
