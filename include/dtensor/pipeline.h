@@ -64,9 +64,9 @@ typedef struct dt_pipeline_action {
  * each other). actions NULL: only *n_out is set (the count needed). DT_ERR_ARG for
  * nstages < 1, nmicro < 1, stage outside [0, nstages), an unknown schedule, or cap below the
  * count. Not collective. */
-DT_API dt_status dt_pipeline_schedule_build(dt_pipeline_schedule schedule, int nstages,
-                                            int nmicro, int stage, dt_pipeline_action *actions,
-                                            int cap, int *n_out);
+DT_API dt_status dt_pipeline_schedule_build(dt_pipeline_schedule schedule, int nstages, int nmicro,
+                                            int stage, dt_pipeline_action *actions, int cap,
+                                            int *n_out);
 
 /* What a stage callback is given. */
 typedef struct dt_pipeline_stage_call {
@@ -145,8 +145,8 @@ typedef struct dt_pipeline_record {
 typedef struct dt_pipeline_stats {
     int nrecords;
     double step_us;
-    double busy_us;   /* in forwards and backwards */
-    double idle_us;   /* the rest: waiting on neighbours and sending */
+    double busy_us; /* in forwards and backwards */
+    double idle_us; /* the rest: waiting on neighbours and sending */
     int peak_inflight;
     int64_t start_bytes; /* dt_ctx_tensor_memory's bytes when the step began */
 } dt_pipeline_stats;
