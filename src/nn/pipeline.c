@@ -197,11 +197,11 @@ static dt_status backward(step *s, int i) {
     return st;
 }
 
-static dt_status run_action(step *s, const dt_pipeline_action *a) {
+/* Runs a, which started at t0; a forward's or backward's end is s->t_compute_end. */
+static dt_status run_action(step *s, const dt_pipeline_action *a, double t0) {
     dt_pipeline *p = s->p;
     micro *m = &s->mb[a->micro];
     const char *what = a->op == DT_PIPE_FORWARD ? "forward" : "backward";
-    double t0 = dt_now_us();
     dt_status st;
     switch (a->op) {
     case DT_PIPE_FORWARD:
@@ -262,10 +262,11 @@ dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets
     dt_status st = DT_OK;
     for (int k = 0; k < p->nactions && st == DT_OK; k++) {
         double t0 = dt_now_us();
-        st = run_action(&s, &p->actions[k]);
+        st = run_action(&s, &p->actions[k], t0);
+        double t1 = p->actions[k].op <= DT_PIPE_BACKWARD ? s.t_compute_end : dt_now_us();
         if (s.inflight > p->stats.peak_inflight) p->stats.peak_inflight = s.inflight;
         p->rec[k] = (dt_pipeline_record){.action = p->actions[k], .start_us = t0 - s.t_begin,
-                                         .end_us = dt_now_us() - s.t_begin,
+                                         .end_us = t1 - s.t_begin,
                                          .live_bytes = live_bytes(s.ctx), .inflight = s.inflight};
         p->stats.nrecords = k + 1;
     }
