@@ -17,9 +17,11 @@ static double xs[B * D], ys[B * D], ws[L][D * D];
 static double ref_loss, ref_grad[L][D * D];
 
 static void data_init(void) {
-    for (int i = 0; i < B * D; i++) xs[i] = 0.25 * t_value(1, (size_t)i), ys[i] = 0.05 * t_value(2, (size_t)i);
+    for (int i = 0; i < B * D; i++)
+        xs[i] = 0.25 * t_value(1, (size_t)i), ys[i] = 0.05 * t_value(2, (size_t)i);
     for (int k = 0; k < L; k++)
-        for (int i = 0; i < D * D; i++) ws[k][i] = 0.04 * t_value(10 + (uint64_t)k, (size_t)i);
+        for (int i = 0; i < D * D; i++)
+            ws[k][i] = 0.04 * t_value(10 + (uint64_t)k, (size_t)i);
 }
 
 /* Blocks [k0, k1) on h; with target, the loss. The same ops pipelined or not. */
@@ -121,11 +123,14 @@ static dt_status make_stage(dt_pipeline *pl, rank_state *rs, dt_tensor **x, dt_t
 }
 
 static void free_stage(rank_state *rs, dt_tensor *x, dt_tensor *y) {
-    for (int k = 0; k < L; k++) dt_tensor_release(rs->w[k]), rs->w[k] = NULL;
+    for (int k = 0; k < L; k++)
+        dt_tensor_release(rs->w[k]), rs->w[k] = NULL;
     dt_tensor_release(x), dt_tensor_release(y);
 }
 
-static int close_to(double a, double b) { return fabs(a - b) <= 1e-12 * (1 + fabs(b)); }
+static int close_to(double a, double b) {
+    return fabs(a - b) <= 1e-12 * (1 + fabs(b));
+}
 
 /* ---- the loss and gradients equal the unpipelined model's ------------------------------- */
 static dt_status equal_body(dt_ctx *ctx, void *arg) {
@@ -138,9 +143,11 @@ static dt_status equal_body(dt_ctx *ctx, void *arg) {
     for (int sched = 0; sched < DT_PIPELINE_SCHEDULE_COUNT; sched++) {
         for (int mi = 0; mi < 4; mi++) {
             rank_state rs = {0};
-            dt_pipeline_config cfg = {.pp_dim = pp, .nmicro = micros[mi],
+            dt_pipeline_config cfg = {.pp_dim = pp,
+                                      .nmicro = micros[mi],
                                       .schedule = (dt_pipeline_schedule)sched,
-                                      .loss_reduction = DT_REDUCTION_MEAN, .stage_fn = stage_fn,
+                                      .loss_reduction = DT_REDUCTION_MEAN,
+                                      .stage_fn = stage_fn,
                                       .user = &rs};
             dt_pipeline *pl;
             R_OK(dt_pipeline_create(mesh, &cfg, &pl));
@@ -210,8 +217,12 @@ Test(pipeline, dp2_pp2_tp2_equals_unpipelined) {
  * and every stage idles (p - 1) / (m + p - 1) of the step. */
 enum { PMAX = 8, MMAX = 16 };
 
-static int is_send(dt_pipeline_op op) { return op == DT_PIPE_SEND_ACT || op == DT_PIPE_SEND_GRAD; }
-static int is_comm(dt_pipeline_op op) { return op >= DT_PIPE_SEND_ACT; }
+static int is_send(dt_pipeline_op op) {
+    return op == DT_PIPE_SEND_ACT || op == DT_PIPE_SEND_GRAD;
+}
+static int is_comm(dt_pipeline_op op) {
+    return op >= DT_PIPE_SEND_ACT;
+}
 
 static void simulate(dt_pipeline_schedule sched, int p, int m, double tf, double tb) {
     dt_pipeline_action a[PMAX][6 * MMAX];
@@ -225,9 +236,11 @@ static void simulate(dt_pipeline_schedule sched, int p, int m, double tf, double
             int i = a[s][k].micro;
             if (a[s][k].op == DT_PIPE_FORWARD) fwd[i]++;
             if (a[s][k].op == DT_PIPE_BACKWARD)
-                cr_assert(fwd[i] == 1 && bwd[i]++ == 0, "%s p=%d m=%d stage %d: B%d", dt_pipeline_schedule_name(sched), p, m, s, i);
+                cr_assert(fwd[i] == 1 && bwd[i]++ == 0, "%s p=%d m=%d stage %d: B%d",
+                          dt_pipeline_schedule_name(sched), p, m, s, i);
         }
-        for (int i = 0; i < m; i++) cr_assert(fwd[i] == 1 && bwd[i] == 1, "stage %d micro %d", s, i);
+        for (int i = 0; i < m; i++)
+            cr_assert(fwd[i] == 1 && bwd[i] == 1, "stage %d micro %d", s, i);
     }
     for (int progress = 1; progress;) {
         progress = 0;
@@ -244,9 +257,11 @@ static void simulate(dt_pipeline_schedule sched, int p, int m, double tf, double
                 dt_pipeline_action y = a[q][pc[q]];
                 if (!is_comm(y.op) || y.peer != r || is_send(y.op) == is_send(x.op)) break;
                 dt_pipeline_action snd = is_send(x.op) ? x : y, rcv = is_send(x.op) ? y : x;
-                cr_assert(snd.micro == rcv.micro && (snd.op == DT_PIPE_SEND_ACT) == (rcv.op == DT_PIPE_RECV_ACT),
-                          "%s p=%d m=%d: stage %d's op %d (micro %d) meets stage %d's op %d (micro %d)",
-                          dt_pipeline_schedule_name(sched), p, m, r, x.op, x.micro, q, y.op, y.micro);
+                cr_assert(
+                    snd.micro == rcv.micro &&
+                        (snd.op == DT_PIPE_SEND_ACT) == (rcv.op == DT_PIPE_RECV_ACT),
+                    "%s p=%d m=%d: stage %d's op %d (micro %d) meets stage %d's op %d (micro %d)",
+                    dt_pipeline_schedule_name(sched), p, m, r, x.op, x.micro, q, y.op, y.micro);
                 double t = clock[r] > clock[q] ? clock[r] : clock[q];
                 clock[r] = clock[q] = t;
                 pc[r]++, pc[q]++, progress = 1;
@@ -271,7 +286,8 @@ Test(pipeline, schedules_never_deadlock_and_idle_the_bubble) {
     for (int sched = 0; sched < DT_PIPELINE_SCHEDULE_COUNT; sched++)
         for (int p = 1; p <= PMAX; p++)
             for (int m = 1; m <= MMAX; m++)
-                for (int c = 0; c < 3; c++) simulate((dt_pipeline_schedule)sched, p, m, costs[c][0], costs[c][1]);
+                for (int c = 0; c < 3; c++)
+                    simulate((dt_pipeline_schedule)sched, p, m, costs[c][0], costs[c][1]);
 }
 
 /* ---- micro-batches in flight, from the tensor memory accounting --------------------------
@@ -285,8 +301,11 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
     const int m = 8;
     for (int sched = 0; sched < DT_PIPELINE_SCHEDULE_COUNT; sched++) {
         rank_state rs = {0};
-        dt_pipeline_config cfg = {.pp_dim = 0, .nmicro = m, .schedule = (dt_pipeline_schedule)sched,
-                                  .loss_reduction = DT_REDUCTION_MEAN, .stage_fn = stage_fn,
+        dt_pipeline_config cfg = {.pp_dim = 0,
+                                  .nmicro = m,
+                                  .schedule = (dt_pipeline_schedule)sched,
+                                  .loss_reduction = DT_REDUCTION_MEAN,
+                                  .stage_fn = stage_fn,
                                   .user = &rs};
         dt_pipeline *pl;
         R_OK(dt_pipeline_create(mesh, &cfg, &pl));
@@ -310,10 +329,11 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
         R_CHECK(share > 0, "stage %d: the first forward added %lld bytes", s, (long long)share);
         R_CHECK(most / share == want && st.peak_inflight == want,
                 "%s stage %d: %lld bytes at the most, %lld per micro-batch: %lld micro-batches "
-                "(the schedule says %d), want %d", dt_pipeline_schedule_name(cfg.schedule), s,
-                (long long)most, (long long)share, (long long)(most / share), st.peak_inflight,
-                want);
-        R_CHECK(end == 0, "stage %d: %lld bytes more after the step than before", s, (long long)end);
+                "(the schedule says %d), want %d",
+                dt_pipeline_schedule_name(cfg.schedule), s, (long long)most, (long long)share,
+                (long long)(most / share), st.peak_inflight, want);
+        R_CHECK(end == 0, "stage %d: %lld bytes more after the step than before", s,
+                (long long)end);
         free_stage(&rs, x, y);
         R_OK(dt_pipeline_destroy(pl));
     }
@@ -349,9 +369,11 @@ static dt_status bubble_body(dt_ctx *ctx, void *arg) {
         for (int mi = 0; mi < 2; mi++) {
             rank_state rs = {.sleep_ms = 5};
             int m = micros[mi];
-            dt_pipeline_config cfg = {.pp_dim = 0, .nmicro = m,
+            dt_pipeline_config cfg = {.pp_dim = 0,
+                                      .nmicro = m,
                                       .schedule = (dt_pipeline_schedule)sched,
-                                      .loss_reduction = DT_REDUCTION_MEAN, .stage_fn = stage_fn,
+                                      .loss_reduction = DT_REDUCTION_MEAN,
+                                      .stage_fn = stage_fn,
                                       .user = &rs};
             dt_pipeline *pl;
             R_OK(dt_pipeline_create(mesh, &cfg, &pl));
@@ -373,7 +395,8 @@ static dt_status bubble_body(dt_ctx *ctx, void *arg) {
                 R_OK(dt_pipeline_record_get(pl, i, &r));
                 R_CHECK(r.action.op == want_a[i].op && r.action.micro == want_a[i].micro &&
                             r.action.peer == want_a[i].peer,
-                        "%s m = %d stage %d: record %d is not the schedule's action", name, m, s, i);
+                        "%s m = %d stage %d: record %d is not the schedule's action", name, m, s,
+                        i);
                 R_CHECK(r.start_us >= prev_end && r.end_us >= r.start_us, "record %d's times", i);
                 prev_end = r.end_us;
                 if (r.action.op == DT_PIPE_FORWARD)
@@ -383,8 +406,8 @@ static dt_status bubble_body(dt_ctx *ctx, void *arg) {
             }
             R_CHECK(fabs(busy - st.busy_us) <= 1e-6 * st.step_us + 1 && st.step_us >= prev_end &&
                         fabs(st.busy_us + st.idle_us - st.step_us) <= 1e-6 * st.step_us,
-                    "stage %d: busy %.0f (records %.0f) + idle %.0f != step %.0f us", s,
-                    st.busy_us, busy, st.idle_us, st.step_us);
+                    "stage %d: busy %.0f (records %.0f) + idle %.0f != step %.0f us", s, st.busy_us,
+                    busy, st.idle_us, st.step_us);
             double T;
             R_OK(dt_all_reduce(world, &st.step_us, &T, 1, DT_F64, DT_REDUCE_MAX));
             double want = (double)(p - 1) / (m + p - 1), got = 1 - st.busy_us / T;
@@ -414,8 +437,11 @@ static dt_status trace_body(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     R_OK(dt_mesh_create_str(ctx, "pp=2,dp=1", &mesh));
     rank_state rs = {.sleep_ms = 2};
-    dt_pipeline_config cfg = {.pp_dim = 0, .nmicro = 4, .schedule = DT_PIPELINE_1F1B,
-                              .loss_reduction = DT_REDUCTION_MEAN, .stage_fn = stage_fn,
+    dt_pipeline_config cfg = {.pp_dim = 0,
+                              .nmicro = 4,
+                              .schedule = DT_PIPELINE_1F1B,
+                              .loss_reduction = DT_REDUCTION_MEAN,
+                              .stage_fn = stage_fn,
                               .user = &rs};
     dt_pipeline *pl;
     R_OK(dt_pipeline_create(mesh, &cfg, &pl));
@@ -448,7 +474,8 @@ static char *slurp(const char *path) {
 
 static int count(const char *s, const char *needle) {
     int c = 0;
-    for (const char *p = s; (p = strstr(p, needle)); p++) c++;
+    for (const char *p = s; (p = strstr(p, needle)); p++)
+        c++;
     return c;
 }
 
@@ -477,7 +504,8 @@ Test(pipeline, trace_and_timeline_show_stages) {
         }
     cr_assert(strstr(json, "\"name\":\"pipeline\""), "the trace names the pipeline row");
     cr_assert(strstr(page, "id=\"pipeline\"") && strstr(page, "stage 0 (rank 0)") &&
-              strstr(page, "stage 1 (rank 1)"), "the page's stage rows");
+                  strstr(page, "stage 1 (rank 1)"),
+              "the page's stage rows");
     cr_assert_eq(count(page, "class=\"span pf\""), 8);
     cr_assert_eq(count(page, "class=\"span pb\""), 8);
     /* Stage 1 waits for stage 0's first forward; stage 0 for stage 1's first backward. */
@@ -486,7 +514,8 @@ Test(pipeline, trace_and_timeline_show_stages) {
     cr_assert_eq(count(page, "<tr class=\"stage\">"), 2);
     free(json), free(page);
     const char *files[4] = {p0, p1, merged, html};
-    for (int i = 0; i < 4; i++) remove(files[i]);
+    for (int i = 0; i < 4; i++)
+        remove(files[i]);
     remove(trace_dir);
 }
 
@@ -497,8 +526,11 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_mesh_create_str(ctx, "pp=2,dp=1", &mesh));
     R_OK(dt_mesh_create_str(ctx, "pp=2", &flat));
     rank_state rs = {0};
-    dt_pipeline_config good = {.pp_dim = 0, .nmicro = 4, .schedule = DT_PIPELINE_1F1B,
-                               .loss_reduction = DT_REDUCTION_MEAN, .stage_fn = stage_fn,
+    dt_pipeline_config good = {.pp_dim = 0,
+                               .nmicro = 4,
+                               .schedule = DT_PIPELINE_1F1B,
+                               .loss_reduction = DT_REDUCTION_MEAN,
+                               .stage_fn = stage_fn,
                                .user = &rs},
                        c;
     dt_pipeline *pl = T_SENTINEL(dt_pipeline *);

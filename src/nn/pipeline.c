@@ -25,7 +25,8 @@ struct dt_pipeline {
 /* A pair communicator with the rank of this one's coordinates at pp = stage. */
 static dt_status pair_comm(dt_pipeline *p, int stage, dt_comm **out) {
     int coord[DT_MESH_MAX_NDIM], mr, wr, me = dt_ctx_rank(dt_mesh_ctx(p->mesh));
-    for (int d = 0; d < dt_mesh_ndim(p->mesh); d++) coord[d] = dt_mesh_coord(p->mesh, d);
+    for (int d = 0; d < dt_mesh_ndim(p->mesh); d++)
+        coord[d] = dt_mesh_coord(p->mesh, d);
     coord[p->cfg.pp_dim] = stage;
     DT_CHECK(dt_mesh_rank_of(p->mesh, coord, &mr));
     DT_CHECK(dt_mesh_world_rank(p->mesh, mr, &wr));
@@ -41,13 +42,15 @@ dt_status dt_pipeline_create(dt_mesh *mesh, const dt_pipeline_config *config, dt
     int nd = dt_mesh_ndim(mesh);
     DT_ARG(c->pp_dim >= 0 && c->pp_dim < nd,
            "dt_pipeline_create: argument config->pp_dim = %d is not in [0, %d)", c->pp_dim, nd);
-    DT_ARG(nd >= 2, "dt_pipeline_create: argument mesh has only the pp dim; give the stages a dim "
-                    "of their own (a size-1 one will do: \"pp=%d,dp=1\")",
+    DT_ARG(nd >= 2,
+           "dt_pipeline_create: argument mesh has only the pp dim; give the stages a dim "
+           "of their own (a size-1 one will do: \"pp=%d,dp=1\")",
            dt_mesh_dim_size(mesh, 0));
     DT_ARG(c->nmicro >= 1, "dt_pipeline_create: argument config->nmicro = %d (want >= 1)",
            c->nmicro);
     DT_ARG((unsigned)c->schedule < DT_PIPELINE_SCHEDULE_COUNT,
-           "dt_pipeline_create: argument config->schedule = %d is not a schedule", (int)c->schedule);
+           "dt_pipeline_create: argument config->schedule = %d is not a schedule",
+           (int)c->schedule);
     DT_ARG(c->loss_reduction == DT_REDUCTION_MEAN || c->loss_reduction == DT_REDUCTION_SUM,
            "dt_pipeline_create: argument config->loss_reduction = %d is neither MEAN nor SUM",
            (int)c->loss_reduction);
@@ -66,8 +69,9 @@ dt_status dt_pipeline_create(dt_mesh *mesh, const dt_pipeline_config *config, dt
         if (d != c->pp_dim) names[n++] = dt_mesh_dim_name(mesh, d);
     dt_status st;
     DT_CHECK_GOTO(dt_mesh_submesh(mesh, names, n, &p->stage_mesh), st, fail);
-    DT_CHECK_GOTO(dt_pipeline_schedule_build(c->schedule, p->nstages, c->nmicro, p->stage, NULL,
-                                             0, &p->nactions), st, fail);
+    DT_CHECK_GOTO(dt_pipeline_schedule_build(c->schedule, p->nstages, c->nmicro, p->stage, NULL, 0,
+                                             &p->nactions),
+                  st, fail);
     p->actions = malloc(sizeof *p->actions * (size_t)p->nactions);
     p->rec = calloc((size_t)p->nactions, sizeof *p->rec);
     if (!p->actions || !p->rec) {
@@ -75,7 +79,8 @@ dt_status dt_pipeline_create(dt_mesh *mesh, const dt_pipeline_config *config, dt
         goto fail;
     }
     DT_CHECK_GOTO(dt_pipeline_schedule_build(c->schedule, p->nstages, c->nmicro, p->stage,
-                                             p->actions, p->nactions, &p->nactions), st, fail);
+                                             p->actions, p->nactions, &p->nactions),
+                  st, fail);
     if (p->stage > 0) DT_CHECK_GOTO(pair_comm(p, p->stage - 1, &p->prev), st, fail);
     if (p->stage < p->nstages - 1) DT_CHECK_GOTO(pair_comm(p, p->stage + 1, &p->next), st, fail);
     *out = p;
@@ -97,9 +102,15 @@ dt_status dt_pipeline_destroy(dt_pipeline *p) {
     return DT_OK;
 }
 
-int dt_pipeline_stage(const dt_pipeline *p) { return p ? p->stage : -1; }
-int dt_pipeline_nstages(const dt_pipeline *p) { return p ? p->nstages : -1; }
-dt_mesh *dt_pipeline_stage_mesh(const dt_pipeline *p) { return p ? p->stage_mesh : NULL; }
+int dt_pipeline_stage(const dt_pipeline *p) {
+    return p ? p->stage : -1;
+}
+int dt_pipeline_nstages(const dt_pipeline *p) {
+    return p ? p->nstages : -1;
+}
+dt_mesh *dt_pipeline_stage_mesh(const dt_pipeline *p) {
+    return p ? p->stage_mesh : NULL;
+}
 
 dt_status dt_pipeline_stats_get(const dt_pipeline *p, dt_pipeline_stats *out) {
     DT_ARG_NOT_NULL(p);
@@ -137,18 +148,23 @@ typedef struct step {
 static dt_status forward(step *s, int i) {
     dt_pipeline *p = s->p;
     int last = p->stage == p->nstages - 1;
-    dt_pipeline_stage_call call = {.stage = p->stage, .nstages = p->nstages, .micro = i,
-                                   .nmicro = p->cfg.nmicro, .mesh = p->stage_mesh};
+    dt_pipeline_stage_call call = {.stage = p->stage,
+                                   .nstages = p->nstages,
+                                   .micro = i,
+                                   .nmicro = p->cfg.nmicro,
+                                   .mesh = p->stage_mesh};
     dt_tensor *in = NULL, *target = NULL, *y = NULL;
     dt_status st = DT_OK;
-    if (p->stage == 0) DT_CHECK_GOTO(dt_pipe_micro(s->inputs, i, p->cfg.nmicro, "inputs", &in), st, done);
+    if (p->stage == 0)
+        DT_CHECK_GOTO(dt_pipe_micro(s->inputs, i, p->cfg.nmicro, "inputs", &in), st, done);
     if (last && s->targets)
         DT_CHECK_GOTO(dt_pipe_micro(s->targets, i, p->cfg.nmicro, "targets", &target), st, done);
     call.input = p->stage == 0 ? in : s->mb[i].in;
     call.target = target;
     DT_CHECK_GOTO(p->cfg.stage_fn(p->cfg.user, &call, &y), st, done);
     if (!y) {
-        st = dt_error(DT_ERR_ARG, "dt_pipeline_step: stage_fn of stage %d gave no output for micro-batch %d",
+        st = dt_error(DT_ERR_ARG,
+                      "dt_pipeline_step: stage_fn of stage %d gave no output for micro-batch %d",
                       p->stage, i);
         goto done;
     }
@@ -156,8 +172,10 @@ static dt_status forward(step *s, int i) {
         dt_tensor_info info;
         DT_CHECK_GOTO(dt_tensor_info_get(y, &info), st, done);
         if (info.numel != 1) {
-            st = dt_error(DT_ERR_SHAPE, "dt_pipeline_step: the last stage's stage_fn gave %zu "
-                                        "elements for micro-batch %d's loss, not 1", info.numel, i);
+            st = dt_error(DT_ERR_SHAPE,
+                          "dt_pipeline_step: the last stage's stage_fn gave %zu "
+                          "elements for micro-batch %d's loss, not 1",
+                          info.numel, i);
             goto done;
         }
         if (p->cfg.loss_reduction == DT_REDUCTION_MEAN) {
@@ -216,9 +234,12 @@ static dt_status run_action(step *s, const dt_pipeline_action *a, double t0) {
         s->t_compute_end = dt_now_us();
         s->p->stats.busy_us += s->t_compute_end - t0;
         return st;
-    case DT_PIPE_SEND_ACT: return dt_pipe_send(p->next, 1, m->out);
-    case DT_PIPE_RECV_ACT: return dt_pipe_recv(p->prev, 0, p->stage_mesh, &m->in);
-    case DT_PIPE_RECV_GRAD: return dt_pipe_recv(p->next, 1, p->stage_mesh, &m->grad);
+    case DT_PIPE_SEND_ACT:
+        return dt_pipe_send(p->next, 1, m->out);
+    case DT_PIPE_RECV_ACT:
+        return dt_pipe_recv(p->prev, 0, p->stage_mesh, &m->in);
+    case DT_PIPE_RECV_GRAD:
+        return dt_pipe_recv(p->next, 1, p->stage_mesh, &m->grad);
     case DT_PIPE_SEND_GRAD:
         st = dt_pipe_send(p->prev, 0, dt_tensor_grad(m->in));
         dt_tensor_release(m->in);
@@ -244,7 +265,8 @@ static int64_t live_bytes(dt_ctx *ctx) {
     return mem.bytes;
 }
 
-dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets, double *loss_out) {
+dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets,
+                           double *loss_out) {
     DT_ARG_NOT_NULL(p);
     int last = p->stage == p->nstages - 1;
     if (p->stage == 0) {
@@ -265,15 +287,19 @@ dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets
         st = run_action(&s, &p->actions[k], t0);
         double t1 = p->actions[k].op <= DT_PIPE_BACKWARD ? s.t_compute_end : dt_now_us();
         if (s.inflight > p->stats.peak_inflight) p->stats.peak_inflight = s.inflight;
-        p->rec[k] = (dt_pipeline_record){.action = p->actions[k], .start_us = t0 - s.t_begin,
+        p->rec[k] = (dt_pipeline_record){.action = p->actions[k],
+                                         .start_us = t0 - s.t_begin,
                                          .end_us = t1 - s.t_begin,
-                                         .live_bytes = live_bytes(s.ctx), .inflight = s.inflight};
+                                         .live_bytes = live_bytes(s.ctx),
+                                         .inflight = s.inflight};
         p->stats.nrecords = k + 1;
     }
     double t_end = dt_now_us();
     if (st == DT_OK && s.ctx->trace && t_end > s.t_compute_end)
-        dt_trace_record(s.ctx, DT_LANE_PIPELINE, "idle", s.t_compute_end, "stage %d idle after "
-                        "its last backward", p->stage);
+        dt_trace_record(s.ctx, DT_LANE_PIPELINE, "idle", s.t_compute_end,
+                        "stage %d idle after "
+                        "its last backward",
+                        p->stage);
     p->stats.step_us = t_end - s.t_begin;
     p->stats.idle_us = p->stats.step_us - p->stats.busy_us;
     for (int i = 0; i < p->cfg.nmicro; i++) {

@@ -6,9 +6,12 @@
 
 const char *dt_pipeline_schedule_name(dt_pipeline_schedule schedule) {
     switch (schedule) {
-    case DT_PIPELINE_AFAB: return "afab";
-    case DT_PIPELINE_1F1B: return "1f1b";
-    default: return "?";
+    case DT_PIPELINE_AFAB:
+        return "afab";
+    case DT_PIPELINE_1F1B:
+        return "1f1b";
+    default:
+        return "?";
     }
 }
 
@@ -18,13 +21,18 @@ typedef struct builder {
 } builder;
 
 static void emit(builder *b, dt_pipeline_op op, int micro, int peer) {
-    if (b->a && b->n < b->cap) b->a[b->n] = (dt_pipeline_action){.op = op, .micro = micro, .peer = peer};
+    if (b->a && b->n < b->cap)
+        b->a[b->n] = (dt_pipeline_action){.op = op, .micro = micro, .peer = peer};
     b->n++;
 }
 
 /* Sends and receives exist only towards a neighbour that exists. */
-static int first(const builder *b) { return b->stage == 0; }
-static int last(const builder *b) { return b->stage == b->nstages - 1; }
+static int first(const builder *b) {
+    return b->stage == 0;
+}
+static int last(const builder *b) {
+    return b->stage == b->nstages - 1;
+}
 
 static void recv_act(builder *b, int i) {
     if (!first(b)) emit(b, DT_PIPE_RECV_ACT, i, b->stage - 1);
@@ -89,8 +97,10 @@ dt_status dt_pipeline_schedule_build(dt_pipeline_schedule schedule, int nstages,
     DT_ARG(stage >= 0 && stage < nstages,
            "dt_pipeline_schedule_build: argument stage = %d is not in [0, %d)", stage, nstages);
     builder b = {.a = actions, .cap = cap, .stage = stage, .nstages = nstages};
-    if (schedule == DT_PIPELINE_AFAB) afab(&b, nmicro);
-    else one_f_one_b(&b, nmicro);
+    if (schedule == DT_PIPELINE_AFAB)
+        afab(&b, nmicro);
+    else
+        one_f_one_b(&b, nmicro);
     DT_ARG(!actions || cap >= b.n,
            "dt_pipeline_schedule_build: argument cap = %d is below the %d actions", cap, b.n);
     *n_out = b.n;

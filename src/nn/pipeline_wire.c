@@ -9,8 +9,17 @@
 #include "dtensor/autograd.h"
 #include "nn/pipeline_impl.h"
 
-enum { H_PRESENT, H_DTYPE, H_NDIM, H_GRAD, H_MESH_NDIM, H_SHAPE, H_LOCAL = H_SHAPE + DT_MAX_NDIM,
-       H_PLACE = H_LOCAL + DT_MAX_NDIM, H_LEN = H_PLACE + 4 * DT_MESH_MAX_NDIM };
+enum {
+    H_PRESENT,
+    H_DTYPE,
+    H_NDIM,
+    H_GRAD,
+    H_MESH_NDIM,
+    H_SHAPE,
+    H_LOCAL = H_SHAPE + DT_MAX_NDIM,
+    H_PLACE = H_LOCAL + DT_MAX_NDIM,
+    H_LEN = H_PLACE + 4 * DT_MESH_MAX_NDIM
+};
 
 /* This rank's shard in host memory: borrowed when it is there already, else a copy in *tmp. */
 static dt_status host_shard(dt_tensor *t, const dt_tensor_info *info, void **data, void **tmp) {
@@ -20,7 +29,8 @@ static dt_status host_shard(dt_tensor *t, const dt_tensor_info *info, void **dat
         return DT_OK;
     }
     if (!(*tmp = malloc(info->local_bytes)))
-        return dt_error(DT_ERR_NOMEM, "pipeline: out of memory for a %zu-byte shard", info->local_bytes);
+        return dt_error(DT_ERR_NOMEM, "pipeline: out of memory for a %zu-byte shard",
+                        info->local_bytes);
     *data = *tmp;
     return dt_tensor_local_to_host(t, *tmp, info->local_bytes);
 }
@@ -66,15 +76,16 @@ dt_status dt_pipe_recv(dt_comm *comm, int peer, dt_mesh *mesh, dt_tensor **out) 
     dt_placement pl[DT_MESH_MAX_NDIM];
     for (int m = 0; m < mnd; m++) {
         const int64_t *o = &h[H_PLACE + 4 * m];
-        pl[m] = (dt_placement){.kind = (dt_placement_kind)o[0], .dim = (int)o[1],
-                               .op = (dt_reduce_op)o[2]};
+        pl[m] = (dt_placement){
+            .kind = (dt_placement_kind)o[0], .dim = (int)o[1], .op = (dt_reduce_op)o[2]};
         memcpy(&pl[m].norm_ord, &o[3], sizeof(double));
     }
     void *buf = malloc(n * dt_dtype_size(dtype) + 1);
     if (!buf) return dt_error(DT_ERR_NOMEM, "pipeline: out of memory for a received shard");
     dt_status st = n ? dt_recv(comm, buf, n, dtype, peer) : DT_OK;
     dt_tensor *t = NULL;
-    if (st == DT_OK) st = dt_tensor_from_local(mesh, buf, dtype, ndim, local, mnd, pl, shape, 0, &t);
+    if (st == DT_OK)
+        st = dt_tensor_from_local(mesh, buf, dtype, ndim, local, mnd, pl, shape, 0, &t);
     free(buf);
     if (st == DT_OK && h[H_GRAD]) st = dt_tensor_set_requires_grad(t, 1);
     if (st != DT_OK) {
@@ -88,7 +99,8 @@ dt_status dt_pipe_recv(dt_comm *comm, int peer, dt_mesh *mesh, dt_tensor **out) 
 dt_status dt_pipe_micro_check(dt_tensor *batch, int nmicro, const char *what) {
     dt_tensor_info info;
     DT_CHECK(dt_tensor_info_get(batch, &info));
-    DT_ARG(info.ndim >= 1, "dt_pipeline_step: argument %s is a scalar: no batch dim to split", what);
+    DT_ARG(info.ndim >= 1, "dt_pipeline_step: argument %s is a scalar: no batch dim to split",
+           what);
     DT_ARG(info.shape[0] % nmicro == 0,
            "dt_pipeline_step: argument %s's batch (dim 0) of %lld is not divisible by nmicro = %d",
            what, (long long)info.shape[0], nmicro);
