@@ -18,6 +18,7 @@
 #include "dtensor/optim.h"
 #include "dtensor/parallel.h"
 #include "dtensor/params.h"
+#include "dtensor/pipeline.h"
 #include "dtensor/placement.h"
 #include "dtensor/redistribute.h"
 #include "dtensor/runtime.h"

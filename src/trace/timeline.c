@@ -1,6 +1,7 @@
 /* The timeline page: a dtensor Chrome trace rendered as self-contained HTML (inline SVG, no
  * network): one lane group per rank with rows for ops, compute and communication on a shared
- * time axis, hover for details, per-rank communication totals and overlap. */
+ * time axis, hover for details, per-rank communication totals and overlap; and, for a
+ * pipeline, one row per stage with its forward, backward and idle spans per micro-batch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,77 @@ static void put_html(FILE *f, const char *s) {
 }
 
 static const char *const lanes[3] = {"ops", "compute", "comm"};
+enum { PIPE = 3 }; /* the pipeline lane (tid), drawn in a section of its own */
+
+/* The stage of a pipeline span ("stage S micro M ..."), -1 when the detail names none. */
+static int stage_of(const ev *x) {
+    int s;
+    return x->tid == PIPE && sscanf(x->detail, "stage %d", &s) == 1 && s >= 0 ? s : -1;
+}
+
+/* One row per stage, drawn from the lowest rank of the stage (the others run the same
+ * schedule): forward, backward and idle boxes, each labelled with its micro-batch, and per
+ * stage the busy and idle time (the bubble). */
+static void pipeline_section(FILE *f, const ev *e, int n) {
+    int nstages = 0;
+    for (int i = 0; i < n; i++)
+        if (stage_of(&e[i]) + 1 > nstages) nstages = stage_of(&e[i]) + 1;
+    if (!nstages) return;
+    int *rank = malloc(sizeof(int) * (size_t)nstages);
+    if (!rank) return;
+    double t0 = 0, t1 = 0;
+    int any = 0;
+    for (int s = 0; s < nstages; s++) rank[s] = -1;
+    for (int i = 0; i < n; i++) {
+        int s = stage_of(&e[i]);
+        if (s < 0) continue;
+        if (rank[s] < 0 || e[i].pid < rank[s]) rank[s] = e[i].pid;
+        if (!any || e[i].ts < t0) t0 = e[i].ts;
+        if (!any || e[i].ts + e[i].dur > t1) t1 = e[i].ts + e[i].dur;
+        any = 1;
+    }
+    if (t1 <= t0) t1 = t0 + 1;
+    const double width = 1200, row = 22, label = 110;
+    fprintf(f, "<h3>Pipeline stages</h3><p>One row per stage (its lowest rank): "
+               "<b style=\"color:#4c78a8\">forward</b>, <b style=\"color:#e45756\">backward</b> "
+               "and <b style=\"color:#999\">idle</b> (the bubble) per micro-batch.</p>\n"
+               "<svg id=\"pipeline\" width=\"%.0f\" height=\"%.0f\">\n", width + label,
+            nstages * row + 10);
+    for (int s = 0; s < nstages; s++)
+        fprintf(f, "<text x=\"0\" y=\"%.1f\">stage %d (rank %d)</text>\n", 5 + s * row + 15, s,
+                rank[s]);
+    for (int i = 0; i < n; i++) {
+        int s = stage_of(&e[i]), m = -1;
+        if (s < 0 || e[i].pid != rank[s]) continue;
+        const char *cls = !strcmp(e[i].name, "forward") ? "pf" : !strcmp(e[i].name, "backward") ? "pb" : "pi";
+        double x = label + (e[i].ts - t0) / (t1 - t0) * width, w = e[i].dur / (t1 - t0) * width;
+        double y = 5 + s * row;
+        fprintf(f, "<g class=\"span %s\"><rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\">"
+                   "<title>", cls, x, y + 1, w < 0.5 ? 0.5 : w, row - 2);
+        put_html(f, e[i].detail);
+        fprintf(f, " (%.1f us)</title></rect>", e[i].dur);
+        if (strcmp(cls, "pi") && sscanf(e[i].detail, "stage %*d micro %d", &m) == 1 && w > 8)
+            fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" font-size=\"10\" fill=\"#fff\">%d</text>",
+                    x + 2, y + 15, m);
+        fprintf(f, "</g>\n");
+    }
+    fprintf(f, "</svg>\n<table id=\"bubble\"><tr><th>stage</th><th>forward us</th>"
+               "<th>backward us</th><th>idle us</th><th>idle fraction</th></tr>\n");
+    for (int s = 0; s < nstages; s++) {
+        double tf = 0, tb = 0, ti = 0;
+        for (int i = 0; i < n; i++) {
+            if (stage_of(&e[i]) != s || e[i].pid != rank[s]) continue;
+            if (!strcmp(e[i].name, "forward")) tf += e[i].dur;
+            else if (!strcmp(e[i].name, "backward")) tb += e[i].dur;
+            else ti += e[i].dur;
+        }
+        double all = tf + tb + ti;
+        fprintf(f, "<tr class=\"stage\"><td>%d</td><td>%.1f</td><td>%.1f</td><td>%.1f</td>"
+                   "<td>%.3f</td></tr>\n", s, tf, tb, ti, all > 0 ? ti / all : 0);
+    }
+    fprintf(f, "</table>\n");
+    free(rank);
+}
 
 /* Time on lane a of rank r that overlaps lane b of the same rank (sum of pairwise
  * intersections; events of one lane do not overlap each other). */
@@ -91,7 +163,7 @@ dt_status dt_trace_render_html(const char *trace_path, const char *html_path) {
         if (field(line, "dur", buf, sizeof buf)) x->dur = atof(buf);
         if (field(line, "pid", buf, sizeof buf)) x->pid = atoi(buf);
         if (field(line, "tid", buf, sizeof buf)) x->tid = atoi(buf);
-        if (x->tid < 0 || x->tid > 2 || x->pid < 0) continue;
+        if (x->tid < 0 || x->tid > PIPE || x->pid < 0) continue;
         if (x->pid + 1 > nranks) nranks = x->pid + 1;
         n++;
     }
@@ -111,7 +183,8 @@ dt_status dt_trace_render_html(const char *trace_path, const char *html_path) {
     double height = nranks * (3 * row + 14) + 30;
     fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>dtensor timeline</title>\n"
                "<style>body{font:13px sans-serif;margin:16px}rect.ops{fill:#4c78a8}"
-               "rect.compute{fill:#54a24b}rect.comm{fill:#f58518}rect.ev:hover{stroke:#000;stroke-width:1}"
+               "rect.compute{fill:#54a24b}rect.comm{fill:#f58518}g.pf rect{fill:#4c78a8}"
+               "g.pb rect{fill:#e45756}g.pi rect{fill:#ddd}rect.ev:hover{stroke:#000;stroke-width:1}"
                "table{border-collapse:collapse;margin-top:12px}td,th{border:1px solid #ccc;padding:2px 8px;"
                "text-align:right}th{background:#eee}</style></head><body>\n");
     fprintf(f, "<h2>dtensor timeline</h2><p id=\"info\"><span id=\"nevents\">%d</span> events on "
@@ -127,6 +200,7 @@ dt_status dt_trace_render_html(const char *trace_path, const char *html_path) {
             fprintf(f, "<text x=\"50\" y=\"%.1f\" fill=\"#666\">%s</text>\n", y0 + l * row + 12, lanes[l]);
     }
     for (int i = 0; i < n; i++) {
+        if (e[i].tid == PIPE) continue;
         double x = label + (e[i].ts - t0) / (t1 - t0) * width;
         double w = e[i].dur / (t1 - t0) * width;
         double y = 10 + e[i].pid * (3 * row + 14) + e[i].tid * row;
@@ -137,7 +211,9 @@ dt_status dt_trace_render_html(const char *trace_path, const char *html_path) {
         put_html(f, e[i].detail);
         fprintf(f, "</title></rect>\n");
     }
-    fprintf(f, "</svg>\n<table id=\"summary\"><tr><th>rank</th><th>collective</th><th>calls</th>"
+    fprintf(f, "</svg>\n");
+    pipeline_section(f, e, n);
+    fprintf(f, "<table id=\"summary\"><tr><th>rank</th><th>collective</th><th>calls</th>"
                "<th>bytes in</th><th>bytes out</th><th>time us</th></tr>\n");
     for (int r = 0; r < nranks; r++) {
         /* per collective kind: calls, bytes (from the detail text), time */

@@ -23,7 +23,7 @@ struct dt_trace {
     int on;
 };
 
-static const char *const lane_names[DT_LANE_COUNT] = {"ops", "compute", "comm"};
+static const char *const lane_names[DT_LANE_COUNT] = {"ops", "compute", "comm", "pipeline"};
 
 dt_status dt_trace_start(dt_ctx *ctx) {
     DT_ARG_NOT_NULL(ctx);
@@ -99,11 +99,15 @@ dt_status dt_trace_write(dt_ctx *ctx, const char *path) {
     int r = ctx->rank;
     fprintf(f, "[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}}", r, r);
     fprintf(f, ",\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}", r, r);
-    for (int l = 0; l < DT_LANE_COUNT; l++)
-        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
-                r, l, lane_names[l]);
     if (ctx->trace) pthread_mutex_lock(&ctx->trace->mu);
     size_t n = ctx->trace ? ctx->trace->n : 0;
+    /* The first three rows always; the pipeline's only on a rank that ran one. */
+    int rows = DT_LANE_PIPELINE;
+    for (size_t i = 0; i < n; i++)
+        if (ctx->trace->ev[i].lane == DT_LANE_PIPELINE) rows = DT_LANE_COUNT;
+    for (int l = 0; l < rows; l++)
+        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+                r, l, lane_names[l]);
     for (size_t i = 0; i < n; i++) {
         const event *e = &ctx->trace->ev[i];
         fprintf(f, ",\n{\"name\":\"");

@@ -7,7 +7,14 @@
 #include "core/clock.h"
 #include "dtensor/trace.h"
 
-typedef enum dt_lane { DT_LANE_OPS = 0, DT_LANE_COMPUTE, DT_LANE_COMM, DT_LANE_COUNT } dt_lane;
+/* DT_LANE_PIPELINE: a pipeline stage's forward, backward and idle spans (nn/pipeline.c). */
+typedef enum dt_lane {
+    DT_LANE_OPS = 0,
+    DT_LANE_COMPUTE,
+    DT_LANE_COMM,
+    DT_LANE_PIPELINE,
+    DT_LANE_COUNT
+} dt_lane;
 
 /* An event on lane from t0 to now, with a detail text (printf-style). */
 void dt_trace_record(dt_ctx *ctx, dt_lane lane, const char *name, double t0_us,

@@ -1,0 +1,162 @@
+/* Pipeline parallelism over one mesh dim (pp): the model is split into stages, stage s running
+ * on the sub-mesh of the other dims at pp coordinate s (a run of transformer blocks with their
+ * own dp/tp sharding), and a batch into micro-batches. Every rank runs its own stage's
+ * forwards and backwards in the order of a schedule; a stage's output goes to the next stage
+ * and the gradient of that stage's input comes back, each rank sending its own shard to the
+ * rank with the same coordinates in the neighbour stage (the two stage meshes have one shape,
+ * so the move is the identity: one point-to-point message, or none when the shard is empty,
+ * plus a small header with the shape and placements).
+ *
+ * Schedules (as Megatron-LM and torch.distributed.pipelining write them):
+ *   - DT_PIPELINE_AFAB (GPipe): all forwards, then all backwards. Stage s holds the
+ *     activations of every micro-batch before its first backward: m at the peak.
+ *   - DT_PIPELINE_1F1B: p - s - 1 warm-up forwards, then one forward and one backward in
+ *     turn, then the remaining backwards. Stage s holds at most min(p - s, m) micro-batches.
+ * Both idle for (p - 1) / (m + p - 1) of the step on every stage (the bubble) when the stages
+ * take equal time. Where a stage sends to a neighbour that sends back at the same point of its
+ * schedule (1F1B's steady state), the two messages form one exchange in which the lower stage
+ * sends first, so that blocking point-to-point messages cannot deadlock.
+ *
+ * Gradients accumulate over micro-batches in the parameters' leaves: each micro-batch's loss
+ * is scaled (1/m for DT_REDUCTION_MEAN, 1 for DT_REDUCTION_SUM) so that the sum equals the
+ * unpipelined loss of the whole batch, and grad sync (dtensor/autograd.h) is off for every
+ * backward of a step but the last, which reduces the accumulated gradients once.
+ *
+ * While tracing (dtensor/trace.h), each rank's "pipeline" row holds its forward, backward and
+ * idle spans ("stage S micro M"), which the timeline page draws as one row per stage. */
+#ifndef DTENSOR_PIPELINE_H
+#define DTENSOR_PIPELINE_H
+
+#include "dtensor/ops.h"
+#include "dtensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dt_pipeline_schedule {
+    DT_PIPELINE_AFAB = 0, /* all forward, all backward (GPipe) */
+    DT_PIPELINE_1F1B,
+    DT_PIPELINE_SCHEDULE_COUNT
+} dt_pipeline_schedule;
+
+/* "afab", "1f1b"; "?" for an unknown schedule. */
+DT_API const char *dt_pipeline_schedule_name(dt_pipeline_schedule schedule);
+
+/* One step of a stage's schedule. Sends and receives name the neighbour stage (peer). */
+typedef enum dt_pipeline_op {
+    DT_PIPE_FORWARD = 0,
+    DT_PIPE_BACKWARD,
+    DT_PIPE_SEND_ACT,  /* the micro-batch's output to stage peer = stage + 1 */
+    DT_PIPE_RECV_ACT,  /* its input from stage peer = stage - 1 */
+    DT_PIPE_SEND_GRAD, /* the gradient of its input to stage peer = stage - 1 */
+    DT_PIPE_RECV_GRAD, /* the gradient of its output from stage peer = stage + 1 */
+} dt_pipeline_op;
+
+typedef struct dt_pipeline_action {
+    dt_pipeline_op op;
+    int micro; /* micro-batch, 0 .. nmicro - 1 */
+    int peer;  /* the other stage of a send or receive; -1 for forward and backward */
+} dt_pipeline_action;
+
+/* The actions stage runs, in order, for schedule with nstages stages and nmicro
+ * micro-batches: pure data, the same on every call (a test can simulate all stages against
+ * each other). actions NULL: only *n_out is set (the count needed). DT_ERR_ARG for
+ * nstages < 1, nmicro < 1, stage outside [0, nstages), an unknown schedule, or cap below the
+ * count. Not collective. */
+DT_API dt_status dt_pipeline_schedule_build(dt_pipeline_schedule schedule, int nstages, int nmicro,
+                                            int stage, dt_pipeline_action *actions, int cap,
+                                            int *n_out);
+
+/* What a stage callback is given. */
+typedef struct dt_pipeline_stage_call {
+    int stage, nstages;
+    int micro, nmicro;
+    dt_mesh *mesh; /* the stage's sub-mesh (borrowed): the dims other than pp */
+    /* Stage 0: the micro-batch of the step's inputs; later stages: the previous stage's
+     * output (a leaf that requires grad when that output did). Borrowed. */
+    dt_tensor *input;
+    /* Last stage: the micro-batch of the step's targets (NULL when the step has none); NULL
+     * on the other stages. Borrowed. */
+    dt_tensor *target;
+} dt_pipeline_stage_call;
+
+/* Computes the stage's forward on call->mesh and hands back a new tensor in *out: the input
+ * of the next stage, or, on the last stage, the micro-batch's loss (one element, reduced over
+ * the micro-batch as the unpipelined loss is over the batch). Ops it runs record autograd
+ * nodes as usual; the pipeline runs the backward later in schedule order. */
+typedef dt_status (*dt_pipeline_stage_fn)(void *user, const dt_pipeline_stage_call *call,
+                                          dt_tensor **out);
+
+typedef struct dt_pipeline_config {
+    int pp_dim; /* the mesh dim the stages are laid along */
+    int nmicro; /* micro-batches per step, >= 1 */
+    dt_pipeline_schedule schedule;
+    dt_reduction loss_reduction; /* DT_REDUCTION_MEAN (loss / m per micro-batch) or _SUM */
+    dt_pipeline_stage_fn stage_fn;
+    void *user; /* passed to stage_fn */
+} dt_pipeline_config;
+
+typedef struct dt_pipeline dt_pipeline;
+
+/* A pipeline over mesh, whose pp_dim has one coordinate per stage; mesh needs at least one
+ * other dim (a size-1 one will do: "pp=4,dp=1") for the stages' sub-meshes. The config is
+ * copied. Makes this rank's communicators to its neighbour stages (not collective, does not
+ * block). DT_ERR_ARG names the argument at fault: pp_dim out of range, nmicro < 1, an unknown
+ * schedule or reduction, a NULL stage_fn, a mesh without another dim or without this rank.
+ * Free with dt_pipeline_destroy. */
+DT_API dt_status dt_pipeline_create(dt_mesh *mesh, const dt_pipeline_config *config,
+                                    dt_pipeline **out);
+/* NULL is fine. */
+DT_API dt_status dt_pipeline_destroy(dt_pipeline *pipeline);
+
+/* This rank's stage, the number of stages, and the stage's sub-mesh (borrowed; make the
+ * stage's parameters on it). */
+DT_API int dt_pipeline_stage(const dt_pipeline *pipeline);
+DT_API int dt_pipeline_nstages(const dt_pipeline *pipeline);
+DT_API dt_mesh *dt_pipeline_stage_mesh(const dt_pipeline *pipeline);
+
+/* One training step's forward and backward: splits the batch into nmicro micro-batches along
+ * tensor dim 0 of each rank's shard (each micro-batch keeps the batch's placements, so a batch
+ * sharded over dp stays so) and runs this rank's schedule. inputs lives on stage 0's sub-mesh
+ * and is read on stage 0 only (NULL elsewhere is fine); targets (nullable) likewise on the last
+ * stage's. Leaves' gradients accumulate (call dt_tensor_zero_grad or the optimizer between
+ * steps as without a pipeline). *loss_out (nullable) = the step's loss (the sum of the scaled
+ * micro-batch losses), on every rank. Collective over mesh: every rank calls it; blocks.
+ * DT_ERR_ARG when the batch (dim 0 of inputs or targets, globally or in this rank's shard)
+ * is not divisible by nmicro, or inputs is missing or on another mesh on stage 0; errors of
+ * stage_fn are returned as they are (other ranks may then block: the step is not
+ * recoverable). */
+DT_API dt_status dt_pipeline_step(dt_pipeline *pipeline, dt_tensor *inputs, dt_tensor *targets,
+                                  double *loss_out);
+
+/* What happened on this rank in the last step, action by action. Times are microseconds
+ * from the step's start; live_bytes is dt_ctx_tensor_memory's bytes right after the action
+ * (between actions no transient is alive: what remains is parameters, gradients and the
+ * micro-batches in flight); inflight counts micro-batches whose forward ran and backward has
+ * not. */
+typedef struct dt_pipeline_record {
+    dt_pipeline_action action;
+    double start_us, end_us;
+    int64_t live_bytes;
+    int inflight;
+} dt_pipeline_record;
+
+typedef struct dt_pipeline_stats {
+    int nrecords;
+    double step_us;
+    double busy_us; /* in forwards and backwards */
+    double idle_us; /* the rest: waiting on neighbours and sending */
+    int peak_inflight;
+    int64_t start_bytes; /* dt_ctx_tensor_memory's bytes when the step began */
+} dt_pipeline_stats;
+
+DT_API dt_status dt_pipeline_stats_get(const dt_pipeline *pipeline, dt_pipeline_stats *out);
+/* Record i of the last step, 0 <= i < nrecords. */
+DT_API dt_status dt_pipeline_record_get(const dt_pipeline *pipeline, int i,
+                                        dt_pipeline_record *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,319 @@
+/* The pipeline executor: each rank runs its stage's schedule (pipeline_schedule.c) action by
+ * action, calling the user's stage forward, running backwards, and handing tensors to its
+ * neighbour stages (pipeline_wire.c). What it measures (times, live bytes) is kept per step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "core/check.h"
+#include "core/clock.h"
+#include "dtensor/autograd.h"
+#include "nn/pipeline_impl.h"
+#include "trace/trace_impl.h"
+
+struct dt_pipeline {
+    dt_mesh *mesh, *stage_mesh;
+    dt_pipeline_config cfg;
+    int stage, nstages;
+    dt_comm *prev, *next; /* with the neighbour stages' rank (group rank 0 = the lower stage) */
+    dt_pipeline_action *actions;
+    int nactions;
+    dt_pipeline_record *rec; /* nactions of them, for the last step */
+    dt_pipeline_stats stats;
+};
+
+/* A pair communicator with the rank of this one's coordinates at pp = stage. */
+static dt_status pair_comm(dt_pipeline *p, int stage, dt_comm **out) {
+    int coord[DT_MESH_MAX_NDIM], mr, wr, me = dt_ctx_rank(dt_mesh_ctx(p->mesh));
+    for (int d = 0; d < dt_mesh_ndim(p->mesh); d++)
+        coord[d] = dt_mesh_coord(p->mesh, d);
+    coord[p->cfg.pp_dim] = stage;
+    DT_CHECK(dt_mesh_rank_of(p->mesh, coord, &mr));
+    DT_CHECK(dt_mesh_world_rank(p->mesh, mr, &wr));
+    int ranks[2] = {stage < p->stage ? wr : me, stage < p->stage ? me : wr};
+    return dt_comm_create(dt_mesh_ctx(p->mesh), ranks, 2, out);
+}
+
+dt_status dt_pipeline_create(dt_mesh *mesh, const dt_pipeline_config *config, dt_pipeline **out) {
+    DT_ARG_NOT_NULL(mesh);
+    DT_ARG_NOT_NULL(config);
+    DT_ARG_NOT_NULL(out);
+    const dt_pipeline_config *c = config;
+    int nd = dt_mesh_ndim(mesh);
+    DT_ARG(c->pp_dim >= 0 && c->pp_dim < nd,
+           "dt_pipeline_create: argument config->pp_dim = %d is not in [0, %d)", c->pp_dim, nd);
+    DT_ARG(nd >= 2,
+           "dt_pipeline_create: argument mesh has only the pp dim; give the stages a dim "
+           "of their own (a size-1 one will do: \"pp=%d,dp=1\")",
+           dt_mesh_dim_size(mesh, 0));
+    DT_ARG(c->nmicro >= 1, "dt_pipeline_create: argument config->nmicro = %d (want >= 1)",
+           c->nmicro);
+    DT_ARG((unsigned)c->schedule < DT_PIPELINE_SCHEDULE_COUNT,
+           "dt_pipeline_create: argument config->schedule = %d is not a schedule",
+           (int)c->schedule);
+    DT_ARG(c->loss_reduction == DT_REDUCTION_MEAN || c->loss_reduction == DT_REDUCTION_SUM,
+           "dt_pipeline_create: argument config->loss_reduction = %d is neither MEAN nor SUM",
+           (int)c->loss_reduction);
+    DT_ARG(c->stage_fn != NULL, "dt_pipeline_create: argument config->stage_fn is NULL");
+    DT_ARG(dt_mesh_rank(mesh) >= 0, "dt_pipeline_create: argument mesh does not hold this rank");
+    dt_pipeline *p = calloc(1, sizeof *p);
+    if (!p) return dt_error(DT_ERR_NOMEM, "dt_pipeline_create: out of memory");
+    p->mesh = mesh;
+    dt_mesh_retain(mesh);
+    p->cfg = *c;
+    p->stage = dt_mesh_coord(mesh, c->pp_dim);
+    p->nstages = dt_mesh_dim_size(mesh, c->pp_dim);
+    const char *names[DT_MESH_MAX_NDIM];
+    int n = 0;
+    for (int d = 0; d < nd; d++)
+        if (d != c->pp_dim) names[n++] = dt_mesh_dim_name(mesh, d);
+    dt_status st;
+    DT_CHECK_GOTO(dt_mesh_submesh(mesh, names, n, &p->stage_mesh), st, fail);
+    DT_CHECK_GOTO(dt_pipeline_schedule_build(c->schedule, p->nstages, c->nmicro, p->stage, NULL, 0,
+                                             &p->nactions),
+                  st, fail);
+    p->actions = malloc(sizeof *p->actions * (size_t)p->nactions);
+    p->rec = calloc((size_t)p->nactions, sizeof *p->rec);
+    if (!p->actions || !p->rec) {
+        st = dt_error(DT_ERR_NOMEM, "dt_pipeline_create: out of memory");
+        goto fail;
+    }
+    DT_CHECK_GOTO(dt_pipeline_schedule_build(c->schedule, p->nstages, c->nmicro, p->stage,
+                                             p->actions, p->nactions, &p->nactions),
+                  st, fail);
+    if (p->stage > 0) DT_CHECK_GOTO(pair_comm(p, p->stage - 1, &p->prev), st, fail);
+    if (p->stage < p->nstages - 1) DT_CHECK_GOTO(pair_comm(p, p->stage + 1, &p->next), st, fail);
+    *out = p;
+    return DT_OK;
+fail:
+    dt_pipeline_destroy(p);
+    return st;
+}
+
+dt_status dt_pipeline_destroy(dt_pipeline *p) {
+    if (!p) return DT_OK;
+    if (p->prev) dt_comm_destroy(p->prev);
+    if (p->next) dt_comm_destroy(p->next);
+    dt_mesh_release(p->stage_mesh);
+    dt_mesh_release(p->mesh);
+    free(p->actions);
+    free(p->rec);
+    free(p);
+    return DT_OK;
+}
+
+int dt_pipeline_stage(const dt_pipeline *p) {
+    return p ? p->stage : -1;
+}
+int dt_pipeline_nstages(const dt_pipeline *p) {
+    return p ? p->nstages : -1;
+}
+dt_mesh *dt_pipeline_stage_mesh(const dt_pipeline *p) {
+    return p ? p->stage_mesh : NULL;
+}
+
+dt_status dt_pipeline_stats_get(const dt_pipeline *p, dt_pipeline_stats *out) {
+    DT_ARG_NOT_NULL(p);
+    DT_ARG_NOT_NULL(out);
+    *out = p->stats;
+    return DT_OK;
+}
+
+dt_status dt_pipeline_record_get(const dt_pipeline *p, int i, dt_pipeline_record *out) {
+    DT_ARG_NOT_NULL(p);
+    DT_ARG_NOT_NULL(out);
+    DT_ARG(i >= 0 && i < p->stats.nrecords,
+           "dt_pipeline_record_get: argument i = %d is not in [0, %d)", i, p->stats.nrecords);
+    *out = p->rec[i];
+    return DT_OK;
+}
+
+/* What one step holds per micro-batch. */
+typedef struct micro {
+    dt_tensor *in;   /* stages > 0: the received input leaf, until its gradient is sent */
+    dt_tensor *out;  /* the stage's output (last stage: the scaled loss), until backward */
+    dt_tensor *grad; /* the gradient of out from the next stage, until backward */
+} micro;
+
+typedef struct step {
+    dt_pipeline *p;
+    dt_ctx *ctx;
+    dt_tensor *inputs, *targets;
+    micro *mb;
+    double loss, t_begin, t_compute_end; /* the end of the last forward or backward */
+    int nbackward, inflight;
+    bool sync; /* the caller's grad sync, used for the step's last backward */
+} step;
+
+static dt_status forward(step *s, int i) {
+    dt_pipeline *p = s->p;
+    int last = p->stage == p->nstages - 1;
+    dt_pipeline_stage_call call = {.stage = p->stage,
+                                   .nstages = p->nstages,
+                                   .micro = i,
+                                   .nmicro = p->cfg.nmicro,
+                                   .mesh = p->stage_mesh};
+    dt_tensor *in = NULL, *target = NULL, *y = NULL;
+    dt_status st = DT_OK;
+    if (p->stage == 0)
+        DT_CHECK_GOTO(dt_pipe_micro(s->inputs, i, p->cfg.nmicro, "inputs", &in), st, done);
+    if (last && s->targets)
+        DT_CHECK_GOTO(dt_pipe_micro(s->targets, i, p->cfg.nmicro, "targets", &target), st, done);
+    call.input = p->stage == 0 ? in : s->mb[i].in;
+    call.target = target;
+    DT_CHECK_GOTO(p->cfg.stage_fn(p->cfg.user, &call, &y), st, done);
+    if (!y) {
+        st = dt_error(DT_ERR_ARG,
+                      "dt_pipeline_step: stage_fn of stage %d gave no output for micro-batch %d",
+                      p->stage, i);
+        goto done;
+    }
+    if (last) {
+        dt_tensor_info info;
+        DT_CHECK_GOTO(dt_tensor_info_get(y, &info), st, done);
+        if (info.numel != 1) {
+            st = dt_error(DT_ERR_SHAPE,
+                          "dt_pipeline_step: the last stage's stage_fn gave %zu "
+                          "elements for micro-batch %d's loss, not 1",
+                          info.numel, i);
+            goto done;
+        }
+        if (p->cfg.loss_reduction == DT_REDUCTION_MEAN) {
+            dt_tensor *scaled;
+            DT_CHECK_GOTO(dt_mul_scalar(y, 1.0 / p->cfg.nmicro, &scaled), st, done);
+            dt_tensor_release(y);
+            y = scaled;
+        }
+        double v;
+        DT_CHECK_GOTO(dt_tensor_full(y, &v, sizeof v), st, done);
+        s->loss += v;
+    }
+    s->mb[i].out = y;
+    y = NULL;
+    s->inflight++;
+done:
+    dt_tensor_release(in), dt_tensor_release(target), dt_tensor_release(y);
+    return st;
+}
+
+static dt_status backward(step *s, int i) {
+    dt_pipeline *p = s->p;
+    micro *m = &s->mb[i];
+    /* Gradients of every micro-batch but the step's last stay as backward leaves them
+     * (accumulated, Partial where the leaf is replicated); the last reduces them once. */
+    s->ctx->grad_unsynced = ++s->nbackward < p->cfg.nmicro ? true : !s->sync;
+    dt_status st = DT_OK;
+    if (p->stage == p->nstages - 1) {
+        if (dt_tensor_requires_grad(m->out)) st = dt_backward(m->out);
+    } else if (m->grad) {
+        st = dt_backward_with(m->out, m->grad);
+    }
+    s->ctx->grad_unsynced = !s->sync;
+    dt_tensor_release(m->out), dt_tensor_release(m->grad);
+    m->out = m->grad = NULL;
+    s->inflight--;
+    return st;
+}
+
+/* Runs a, which started at t0; a forward's or backward's end is s->t_compute_end. */
+static dt_status run_action(step *s, const dt_pipeline_action *a, double t0) {
+    dt_pipeline *p = s->p;
+    micro *m = &s->mb[a->micro];
+    const char *what = a->op == DT_PIPE_FORWARD ? "forward" : "backward";
+    dt_status st;
+    switch (a->op) {
+    case DT_PIPE_FORWARD:
+    case DT_PIPE_BACKWARD:
+        if (s->ctx->trace && t0 > s->t_compute_end)
+            dt_trace_record(s->ctx, DT_LANE_PIPELINE, "idle", s->t_compute_end,
+                            "stage %d idle before micro %d %s", p->stage, a->micro, what);
+        st = a->op == DT_PIPE_FORWARD ? forward(s, a->micro) : backward(s, a->micro);
+        if (s->ctx->trace)
+            dt_trace_record(s->ctx, DT_LANE_PIPELINE, what, t0, "stage %d micro %d %s", p->stage,
+                            a->micro, what);
+        s->t_compute_end = dt_now_us();
+        s->p->stats.busy_us += s->t_compute_end - t0;
+        return st;
+    case DT_PIPE_SEND_ACT:
+        return dt_pipe_send(p->next, 1, m->out);
+    case DT_PIPE_RECV_ACT:
+        return dt_pipe_recv(p->prev, 0, p->stage_mesh, &m->in);
+    case DT_PIPE_RECV_GRAD:
+        return dt_pipe_recv(p->next, 1, p->stage_mesh, &m->grad);
+    case DT_PIPE_SEND_GRAD:
+        st = dt_pipe_send(p->prev, 0, dt_tensor_grad(m->in));
+        dt_tensor_release(m->in);
+        m->in = NULL;
+        return st;
+    }
+    return dt_error(DT_ERR_ARG, "dt_pipeline_step: unknown action %d", (int)a->op);
+}
+
+/* Checked before the step communicates, so that a bad batch fails on its stage at once. */
+static dt_status check_batch(const dt_pipeline *p, dt_tensor *t, const char *what) {
+    DT_CHECK(dt_pipe_micro_check(t, p->cfg.nmicro, what));
+    dt_tensor_info info;
+    DT_CHECK(dt_tensor_info_get(t, &info));
+    DT_ARG(dt_mesh_equal(info.mesh, p->stage_mesh),
+           "dt_pipeline_step: argument %s does not live on stage %d's sub-mesh", what, p->stage);
+    return DT_OK;
+}
+
+static int64_t live_bytes(dt_ctx *ctx) {
+    dt_tensor_memory mem = {0};
+    dt_ctx_tensor_memory(ctx, &mem);
+    return mem.bytes;
+}
+
+dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets,
+                           double *loss_out) {
+    DT_ARG_NOT_NULL(p);
+    int last = p->stage == p->nstages - 1;
+    if (p->stage == 0) {
+        DT_ARG(inputs != NULL, "dt_pipeline_step: argument inputs is NULL on stage 0");
+        DT_CHECK(check_batch(p, inputs, "inputs"));
+    }
+    if (last && targets) DT_CHECK(check_batch(p, targets, "targets"));
+    step s = {.p = p, .ctx = dt_mesh_ctx(p->mesh), .inputs = inputs, .targets = targets};
+    s.mb = calloc((size_t)p->cfg.nmicro, sizeof *s.mb);
+    if (!s.mb) return dt_error(DT_ERR_NOMEM, "dt_pipeline_step: out of memory");
+    s.sync = !s.ctx->grad_unsynced;
+    memset(&p->stats, 0, sizeof p->stats);
+    p->stats.start_bytes = live_bytes(s.ctx);
+    s.t_begin = s.t_compute_end = dt_now_us();
+    dt_status st = DT_OK;
+    for (int k = 0; k < p->nactions && st == DT_OK; k++) {
+        double t0 = dt_now_us();
+        st = run_action(&s, &p->actions[k], t0);
+        double t1 = p->actions[k].op <= DT_PIPE_BACKWARD ? s.t_compute_end : dt_now_us();
+        if (s.inflight > p->stats.peak_inflight) p->stats.peak_inflight = s.inflight;
+        p->rec[k] = (dt_pipeline_record){.action = p->actions[k],
+                                         .start_us = t0 - s.t_begin,
+                                         .end_us = t1 - s.t_begin,
+                                         .live_bytes = live_bytes(s.ctx),
+                                         .inflight = s.inflight};
+        p->stats.nrecords = k + 1;
+    }
+    double t_end = dt_now_us();
+    if (st == DT_OK && s.ctx->trace && t_end > s.t_compute_end)
+        dt_trace_record(s.ctx, DT_LANE_PIPELINE, "idle", s.t_compute_end,
+                        "stage %d idle after "
+                        "its last backward",
+                        p->stage);
+    p->stats.step_us = t_end - s.t_begin;
+    p->stats.idle_us = p->stats.step_us - p->stats.busy_us;
+    for (int i = 0; i < p->cfg.nmicro; i++) {
+        dt_tensor_release(s.mb[i].in), dt_tensor_release(s.mb[i].out);
+        dt_tensor_release(s.mb[i].grad);
+    }
+    free(s.mb);
+    s.ctx->grad_unsynced = !s.sync;
+    if (st != DT_OK) return st;
+    /* The loss is known on the last stage: every pp group hands it to its other stages. */
+    dt_comm *pp;
+    DT_CHECK(dt_mesh_dim_comm(p->mesh, p->cfg.pp_dim, &pp));
+    double loss = last ? s.loss : 0;
+    DT_CHECK(dt_broadcast(pp, &loss, 1, DT_F64, p->nstages - 1));
+    if (loss_out) *loss_out = loss;
+    return DT_OK;
+}
