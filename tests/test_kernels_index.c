@@ -185,3 +185,50 @@ Test(kernels, scatter_add_shifted_and_masked) {
                     }
                 }
 }
+
+/* scatter_add when index is broadcast over every dim after dim (an embedding's gradient): the
+ * kernel adds whole rows; rows shifted off out's block along an earlier dim are masked, a dim
+ * offset drops some, and the bad-index error still names the element. */
+Test(kernels, scatter_add_whole_rows) {
+    struct {
+        shp src, out;
+        int dim;
+        int64_t shift0, off;
+    } cases[] = {
+        {SH(5, 6, 9), SH(4, 4, 9), 1, 1, 1},
+        {SH(7, 2, 12), SH(5, 2, 12), 0, 0, 2},
+        {SH(3, 40), SH(6, 40), 0, 0, 0},
+    };
+    for (size_t di = 0; di < LEN(FLOATS); di++)
+        for (size_t k = 0; k < LEN(cases); k++) {
+            dt_dtype dt = FLOATS[di];
+            shp ss = cases[k].src, os = cases[k].out, xs = ss;
+            int dim = cases[k].dim, nd = ss.nd;
+            for (int d = dim + 1; d < nd; d++) xs.s[d] = 1;
+            int64_t shift[DT_MAX_NDIM] = {0}, off = cases[k].off, size = os.s[dim] + off + 1;
+            if (dim > 0) shift[0] = cases[k].shift0;
+            tens src = mk_any(dt, ss, -9, 9, 1);
+            tens ix = mk(k % 2 ? DT_I32 : DT_I64, xs, 0, (double)size);
+            tens o = mk_out(dt, os);
+            double *want = talloc(o.n * sizeof(double) + 1);
+            for (size_t i = 0; i < o.n; i++) want[i] = 0;
+            int64_t c[DT_MAX_NDIM], j[DT_MAX_NDIM];
+            for (size_t i = 0; i < src.n; i++) {
+                unravel(i, ss, c);
+                int in = 1;
+                for (int d = 0; d < nd; d++) {
+                    j[d] = d == dim ? (int64_t)ix.v[bidx(xs, nd, c)] - off : c[d] + shift[d];
+                    in = in && j[d] >= 0 && j[d] < os.s[d];
+                }
+                if (in) want[bidx(os, nd, j)] += src.v[i];
+            }
+            OK(dt_cpu_scatter_add(&src.t, dim, shift, off, size, &ix.t, &o.t));
+            expect("scatter_add rows", &o.t, want, o.n);
+            if (ix.t.dtype == DT_I32)
+                ((int32_t *)ix.t.data)[ix.n - 1] = (int32_t)size;
+            else
+                ((int64_t *)ix.t.data)[ix.n - 1] = size;
+            T_ERR(dt_cpu_scatter_add(&src.t, dim, shift, off, size, &ix.t, &o.t), DT_ERR_ARG,
+                  "is outside [0,");
+        }
+}

@@ -35,6 +35,21 @@ static inline void add_at(dt_dtype t, void *p, size_t o, double v) {
     }
 }
 
+/* out[o + k] += src[e + k] for k < len, each as add_at. */
+static void add_row(dt_dtype t, void *out, size_t o, const void *src, size_t e, size_t len) {
+    if (t == DT_F32) {
+        float *y = (float *)out + o;
+        const float *x = (const float *)src + e;
+        for (size_t k = 0; k < len; k++) y[k] += x[k];
+    } else if (t == DT_F64) {
+        double *y = (double *)out + o;
+        const double *x = (const double *)src + e;
+        for (size_t k = 0; k < len; k++) y[k] += x[k];
+    } else {
+        for (size_t k = 0; k < len; k++) add_at(t, out, o + k, load(t, src, e + k));
+    }
+}
+
 dt_status dt_cpu_scatter_add(const dt_local *src, int dim, const int64_t *shift,
                              int64_t dim_offset, int64_t dim_size, const dt_local *index,
                              dt_local *out) {
@@ -52,7 +67,17 @@ dt_status dt_cpu_scatter_add(const dt_local *src, int dim, const int64_t *shift,
         is[d] = index->shape[d] == 1 && src->shape[d] != 1 ? 0 : step;
         step *= index->shape[d];
     }
-    for (size_t e = 0; e < n; e++) {
+    /* Whole rows when index is broadcast over every dim after dim and nothing shifts there (an
+     * embedding's gradient): one index read and one check per row, the same additions. */
+    size_t row = 1;
+    int rows_ok = 1;
+    for (int d = dim + 1; d < nd; d++) {
+        rows_ok &= is[d] == 0 && shift[d] == 0 && src->shape[d] == out->shape[d];
+        row *= (size_t)src->shape[d];
+    }
+    if (!rows_ok || row < 8) row = 1;
+    int last = row > 1 ? dim : nd - 1; /* the odometer's innermost dim */
+    for (size_t e = 0; e < n; e += row) {
         size_t ie = 0;
         for (int d = 0; d < nd; d++) ie += (size_t)(i[d] * is[d]);
         int64_t v = index->dtype == DT_I32 ? ((const int32_t *)index->data)[ie]
@@ -68,13 +93,13 @@ dt_status dt_cpu_scatter_add(const dt_local *src, int dim, const int64_t *shift,
         }
         int64_t off = 0;
         int inside = 1;
-        for (int d = 0; d < nd && inside; d++) {
+        for (int d = 0; d <= last && inside; d++) {
             int64_t j = d == dim ? v - dim_offset : i[d] + shift[d];
             inside = j >= 0 && j < out->shape[d];
             off += j * os[d];
         }
-        if (inside) add_at(t, out->data, (size_t)off, load(t, src->data, e));
-        for (int d = nd - 1; d >= 0; d--) {
+        if (inside) add_row(t, out->data, (size_t)off, src->data, e, row);
+        for (int d = last; d >= 0; d--) {
             if (++i[d] < src->shape[d]) break;
             i[d] = 0;
         }
