@@ -1,7 +1,11 @@
 /* MoE routing plans by hand (dtensor/moe.h): the capacity drops of both policies on a routing
- * written out here, and bad input to the layer (status and message, nothing returned). The
- * layer against a dense loop: test_moe.c. */
+ * written out here, bad input to the layer (status and message, nothing returned), and the
+ * experts' grouped GEMM kernel against plain loops. The layer against a dense loop:
+ * test_moe.c. */
+#include <math.h>
+
 #include "helpers.h"
+#include "ops/kernels.h"
 
 #define E 8
 #define D 4
@@ -123,4 +127,42 @@ static dt_status errors_body(dt_ctx *ctx, void *p) {
 
 Test(moe, bad_input) {
     t_run(4, errors_body, NULL);
+}
+
+/* ---- the grouped GEMM kernel ---------------------------------------------------------------- */
+
+Test(moe, grouped_mm_equals_loops) {
+    enum { G = 4, K = 3, N = 5, R = 9 };
+    const int64_t rows[G] = {3, 0, 5, 1}; /* an empty group among them */
+    double a[R * N], bb[R * N], b[G * N * N], c[G * N * N];
+    for (int i = 0; i < R * N; i++)
+        a[i] = sin(i + 1), bb[i] = cos(i * 3 + 2);
+    for (int i = 0; i < G * N * N; i++)
+        b[i] = cos(i * 0.7);
+    for (int mode = 0; mode < 3; mode++) {
+        for (int i = 0; i < G * N * N; i++)
+            c[i] = 99; /* TN must overwrite an empty group's block with zeros */
+        dt_cpu_grouped_mm((dt_grouped_mm)mode, G, rows, K, N, a, mode == 2 ? bb : b, c);
+        for (int64_t g = 0, r0 = 0; g < G; r0 += rows[g++]) {
+            int64_t ni = mode == 2 ? K : rows[g];
+            for (int64_t i = 0; i < ni; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double want = 0, got;
+                    if (mode == 0) /* rows of a @ b_g (K, N) */
+                        for (int64_t k = 0; k < K; k++)
+                            want += a[(r0 + i) * K + k] * b[g * K * N + k * N + j];
+                    else if (mode == 1) /* rows of a @ b_g^T, b_g (N, K) */
+                        for (int64_t k = 0; k < K; k++)
+                            want += a[(r0 + i) * K + k] * b[g * N * K + j * K + k];
+                    else /* (rows of a)^T @ rows of bb */
+                        for (int64_t r = 0; r < rows[g]; r++)
+                            want += a[(r0 + r) * K + i] * bb[(r0 + r) * N + j];
+                    got = mode == 2 ? c[g * K * N + i * N + j] : c[(r0 + i) * N + j];
+                    cr_assert(fabs(got - want) <= 1e-12,
+                              "mode %d group %lld (%lld, %lld): %g, "
+                              "want %g",
+                              mode, (long long)g, (long long)i, (long long)j, got, want);
+                }
+        }
+    }
 }
