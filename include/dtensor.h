@@ -12,6 +12,7 @@
 #include "dtensor/explain.h"
 #include "dtensor/fsdp.h"
 #include "dtensor/mesh.h"
+#include "dtensor/moe.h"
 #include "dtensor/nccl.h"
 #include "dtensor/nn.h"
 #include "dtensor/ops.h"

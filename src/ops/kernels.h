@@ -60,6 +60,17 @@ dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_lo
  * own spinning threads would fight them); back to OpenBLAS's default after. Thread-safe. */
 void dt_cpu_gemm_ranks(int delta);
 
+/* Grouped GEMM over G = groups blocks of rows (a MoE layer's experts: one call, not one per
+ * expert). Group g has rows[g] rows, the blocks packed in group order; f64, row-major.
+ *   NN: c rows (rows[g], N) = a rows (rows[g], K) @ b_g (K, N), b packed (G, K, N)
+ *   NT: c rows (rows[g], N) = a rows (rows[g], K) @ b_g^T, b_g (N, K), b packed (G, N, K)
+ *   TN: c_g (K, N) = (a rows (rows[g], K))^T @ b rows (rows[g], N), c packed (G, K, N); an
+ *       empty group's c_g is zero
+ * Uses OpenBLAS dgemm per group when built with it. */
+typedef enum dt_grouped_mm { DT_GROUPED_NN, DT_GROUPED_NT, DT_GROUPED_TN } dt_grouped_mm;
+void dt_cpu_grouped_mm(dt_grouped_mm mode, int64_t groups, const int64_t *rows, int64_t K,
+                       int64_t N, const double *a, const double *b, double *c);
+
 /* ---- reductions ------------------------------------------------------------------------- */
 
 /* Reduces x over the dims in mask (bit d = dim d) with op sum, avg (mean), max or min. out
