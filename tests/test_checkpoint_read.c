@@ -125,14 +125,13 @@ Test(checkpoint_read, short_dense_runs_come_from_a_mapping) {
     ct_run l;
     save_big(path, "S(1)", &l); /* chunks of 2048 columns: each loading rank wants 4 KiB of
                                    every 8 KiB row of one of them (64 runs) */
-    t_run(4, ct_body, &l); /* bit-exact */
-    if (thread_rchar() >= 0) { /* and through the mapping: no data bytes through read() */
+    t_run(4, ct_body, &l);      /* bit-exact */
+    if (thread_rchar() >= 0) {  /* and through the mapping: no data bytes through read() */
         read_arg a = {path};
         t_run(4, read_body, &a);
         for (int k = 0; k < 4; k++)
             cr_expect_leq(a.read[k], file_bytes(meta) + 1024,
-                          "rank %d read %lld bytes with read(): not the mapped path", k,
-                          a.read[k]);
+                          "rank %d read %lld bytes with read(): not the mapped path", k, a.read[k]);
     }
     size_t len;
     char *orig = slurp(f1, &len);

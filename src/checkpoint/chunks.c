@@ -208,8 +208,8 @@ static dt_status box_map(int fd, uint64_t file_bytes, uint64_t end, ck_runs *r, 
             DT_CHECK(size_agrees(fd, file_bytes, path, fn));
             lo = at / page * page;
             hi = lo + CK_MAP_WINDOW < end ? lo + CK_MAP_WINDOW : end;
-            map = mmap(NULL, (size_t)(hi - lo), PROT_READ, MAP_SHARED | MAP_POPULATE, fd,
-                       (off_t)lo);
+            map =
+                mmap(NULL, (size_t)(hi - lo), PROT_READ, MAP_SHARED | MAP_POPULATE, fd, (off_t)lo);
             if (map == MAP_FAILED) map = NULL, no_map = 1;
         }
         if (map)
