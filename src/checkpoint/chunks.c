@@ -207,7 +207,8 @@ static dt_status box_map(int fd, uint64_t file_bytes, uint64_t end, ck_runs *r, 
             if (map) munmap(map, (size_t)(hi - lo)), map = NULL;
             DT_CHECK(size_agrees(fd, file_bytes, path, fn));
             lo = at / page * page;
-            hi = lo + CK_MAP_WINDOW < end ? lo + CK_MAP_WINDOW : end;
+            hi = lo + CK_MAP_WINDOW > at + r->run ? lo + CK_MAP_WINDOW : at + r->run;
+            hi = hi < end ? hi : end;
             map =
                 mmap(NULL, (size_t)(hi - lo), PROT_READ, MAP_SHARED | MAP_POPULATE, fd, (off_t)lo);
             if (map == MAP_FAILED) map = NULL, no_map = 1;
