@@ -500,68 +500,6 @@ Test(checkpoint, random_meshes_placements_and_shapes) {
     rmtree(dir);
 }
 
-/* --- each rank reads only what overlaps its shard ---------------------------------------- */
-
-/* Bytes this thread has read through read/pread (Linux's per-thread I/O accounting). */
-static long long thread_rchar(void) {
-    FILE *f = fopen("/proc/thread-self/io", "r");
-    if (!f) return -1;
-    long long v = -1;
-    char line[128];
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "rchar: %lld", &v) == 1) break;
-    fclose(f);
-    return v;
-}
-
-typedef struct read_arg {
-    const char *dir;
-    long long read[4], shard_bytes;
-} read_arg;
-
-static dt_status read_body(dt_ctx *ctx, void *arg) {
-    read_arg *a = arg;
-    dt_mesh *mesh;
-    R_OK(dt_mesh_create(ctx, 1, (int[]){4}, NULL, &mesh));
-    dt_tensor *t;
-    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, (int64_t[]){64, 4096}, 1, (dt_placement[]){dt_shard(1)},
-                         &t));
-    long long before = thread_rchar();
-    R_OK(dt_checkpoint_load(a->dir, (const char *[]){"big"}, &t, 1, NULL));
-    a->read[dt_ctx_rank(ctx)] = thread_rchar() - before;
-    dt_tensor_info info;
-    R_OK(dt_tensor_info_get(t, &info));
-    a->shard_bytes = (long long)info.local_bytes;
-    dt_tensor_release(t);
-    dt_mesh_release(mesh);
-    return DT_OK;
-}
-
-Test(checkpoint, load_reads_only_the_overlap) {
-    if (thread_rchar() < 0) cr_skip_test("no /proc/thread-self/io");
-    char *dir = tmpdir(), path[600];
-    snprintf(path, sizeof path, "%s/ck", dir);
-    ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {2}};
-    r.specs[r.n++] = spec("big", DT_F32, 2, (int64_t[]){64, 4096}, "S(0)", 9, 0);
-    t_run(2, ct_body, &r); /* two chunks of 32 rows; each rank of the load wants 1024 columns */
-    read_arg a = {path};
-    t_run(4, read_body, &a);
-    char meta[700];
-    snprintf(meta, sizeof meta, "%s/metadata.json", path);
-    struct stat sb;
-    cr_assert_eq(stat(meta, &sb), 0);
-    /* its shard, the metadata, and what reading /proc/thread-self/io itself counts (~200 B);
-     * the two chunks it touches are 2 MiB */
-    for (int k = 0; k < 4; k++)
-        cr_expect_leq(a.read[k], a.shard_bytes + sb.st_size + 1024,
-                      "rank %d read %lld bytes for a %lld-byte shard", k, a.read[k], a.shard_bytes);
-    ct_run l = r;
-    l.load = 1, l.mesh_shape[0] = 4;
-    snprintf(l.specs[0].placements, sizeof l.specs[0].placements, "S(1)");
-    t_run(4, ct_body, &l);
-    rmtree(dir);
-}
-
 /* --- consolidate and convert -------------------------------------------------------------- */
 
 Test(checkpoint, consolidate_then_convert_to_another_mesh) {

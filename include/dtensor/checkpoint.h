@@ -62,10 +62,13 @@ typedef struct dt_checkpoint_load_options {
     /* Read every chunk that overlaps this rank's shards in full to check its checksum. Off,
      * only the chunks read in full anyway (a shard that covers them) are checked. */
     int verify;
-    /* 0 (default): read exactly the bytes of each overlap, one pread per contiguous run. > 0:
-     * runs at most max_gap bytes apart in a file are read with one pread of the span covering
-     * them (more bytes read, far fewer calls: for shards that cut the saved rows finely, or
-     * filesystems where each request is costly). */
+    /* 0 (default): read the bytes of each overlap, one pread per contiguous run; when the
+     * runs are many, short (under 64 KiB) and fill at least half of the file range they span
+     * (a shard that cuts the saved rows), that range is mapped instead and the runs copied out
+     * of it (the data file must not be truncated while it loads: that raises SIGBUS, as with
+     * any reader that maps files). > 0: runs at most max_gap bytes apart in a file are read
+     * with one pread of the span covering them (more bytes read, far fewer calls: for file
+     * systems where each request is costly). */
     size_t max_gap;
 } dt_checkpoint_load_options;
 

@@ -126,9 +126,11 @@ dt_status ck_read_chunk(ck_files *fs, const ck_tensor *t, const ck_chunk *c, voi
                         const char *fn);
 /* The box [s, s+e) of chunk c (s relative to the chunk) into the box at dst_off of dst (a
  * dense array of shape dst_shape), reading only those bytes, straight into dst: one pread per
- * run of elements contiguous in both. max_gap > 0: runs at most max_gap bytes apart in the
- * file are read with one pread of the span that covers them (up to 64 MiB), through a buffer.
- * Not checksummed. */
+ * run of elements contiguous in both, or, for many short runs that fill at least half the
+ * file range they span, a copy of each out of a mapping of that range (the file's size checked
+ * against the metadata before each mapping). max_gap > 0: runs at most max_gap bytes apart in
+ * the file are read with one pread of the span that covers them (up to 64 MiB), through a
+ * buffer. Not checksummed. */
 dt_status ck_read_box(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const int64_t *s,
                       const int64_t *e, char *dst, const int64_t *dst_shape, const int64_t *dst_off,
                       size_t max_gap, const char *fn);

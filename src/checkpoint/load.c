@@ -1,6 +1,7 @@
 /* dt_checkpoint_load and the read-only calls (blob, check, latest). Each rank reads, for each
  * target tensor, only the parts of the chunks that overlap its shard: the overlap is read as
- * runs of contiguous bytes (one pread per run) and pasted into the local shard. */
+ * runs of contiguous bytes (one pread per run, or copies out of a mapping when the runs are
+ * many, short and dense: chunks.c) and pasted into the local shard. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

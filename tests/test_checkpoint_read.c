@@ -1,0 +1,191 @@
+/* What a load reads: each rank only the bytes of the chunks that overlap its shard (counted
+ * by Linux's per-thread I/O accounting), and a target that cuts the saved rows into many short
+ * runs copied out of a mapping of the chunk, bit-exactly, with truncated or grown data files
+ * still an error naming the file. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#undef R_OK /* unistd.h's access() flag; helpers.h has its own R_OK */
+
+#include "ckpt_common.h"
+#include "helpers.h"
+
+static char *tmpdir(void) {
+    char *d = strdup("/tmp/dtckpt-XXXXXX");
+    cr_assert(d && mkdtemp(d), "mkdtemp");
+    return d;
+}
+
+static void rmtree(char *d) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    cr_assert_eq(system(cmd), 0);
+    free(d);
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "open %s", path);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(*len + 8);
+    cr_assert_eq(fread(b, 1, *len, f), *len);
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const char *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f && fwrite(data, 1, len, f) == len);
+    fclose(f);
+}
+
+/* Bytes this thread has read through read/pread (Linux's per-thread I/O accounting; bytes
+ * copied out of a mapping are not counted). */
+static long long thread_rchar(void) {
+    FILE *f = fopen("/proc/thread-self/io", "r");
+    if (!f) return -1;
+    long long v = -1;
+    char line[128];
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "rchar: %lld", &v) == 1) break;
+    fclose(f);
+    return v;
+}
+
+typedef struct read_arg {
+    const char *dir;
+    long long read[4], shard_bytes;
+} read_arg;
+
+/* Loads "big" [64, 4096] f32 onto 4 ranks [S(1)] (1024 columns each), counting what each
+ * rank reads. */
+static dt_status read_body(dt_ctx *ctx, void *arg) {
+    read_arg *a = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create(ctx, 1, (int[]){4}, NULL, &mesh));
+    dt_tensor *t;
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, (int64_t[]){64, 4096}, 1, (dt_placement[]){dt_shard(1)},
+                         &t));
+    long long before = thread_rchar();
+    R_OK(dt_checkpoint_load(a->dir, (const char *[]){"big"}, &t, 1, NULL));
+    a->read[dt_ctx_rank(ctx)] = thread_rchar() - before;
+    dt_tensor_info info;
+    R_OK(dt_tensor_info_get(t, &info));
+    a->shard_bytes = (long long)info.local_bytes;
+    dt_tensor_release(t);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+/* "big" saved from 2 ranks with placement pl, and the 4-rank [S(1)] load of it. */
+static ct_run save_big(const char *path, const char *pl, ct_run *load_out) {
+    ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {2}};
+    r.specs[r.n++] = ct_spec_make("big", DT_F32, 2, (int64_t[]){64, 4096}, pl, 9, 0);
+    t_run(2, ct_body, &r);
+    *load_out = r;
+    load_out->load = 1, load_out->mesh_shape[0] = 4;
+    snprintf(load_out->specs[0].placements, sizeof load_out->specs[0].placements, "S(1)");
+    return r;
+}
+
+static long long file_bytes(const char *path) {
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0, "stat %s", path);
+    return (long long)sb.st_size;
+}
+
+Test(checkpoint_read, load_reads_only_the_overlap) {
+    if (thread_rchar() < 0) cr_skip_test("no /proc/thread-self/io");
+    char *dir = tmpdir(), path[600], meta[700];
+    snprintf(path, sizeof path, "%s/ck", dir);
+    snprintf(meta, sizeof meta, "%s/metadata.json", path);
+    ct_run l;
+    save_big(path, "S(0)", &l); /* two chunks of 32 rows; each rank of the load wants a quarter
+                                   of every row: runs too sparse to map, one pread each */
+    read_arg a = {path};
+    t_run(4, read_body, &a);
+    /* its shard, the metadata, and what reading /proc/thread-self/io itself counts (~200 B);
+     * the two chunks it touches are 2 MiB */
+    for (int k = 0; k < 4; k++)
+        cr_expect_leq(a.read[k], a.shard_bytes + file_bytes(meta) + 1024,
+                      "rank %d read %lld bytes for a %lld-byte shard", k, a.read[k], a.shard_bytes);
+    t_run(4, ct_body, &l);
+    rmtree(dir);
+}
+
+Test(checkpoint_read, short_dense_runs_come_from_a_mapping) {
+    char *dir = tmpdir(), path[600], f1[700], meta[700];
+    snprintf(path, sizeof path, "%s/ck", dir);
+    snprintf(f1, sizeof f1, "%s/rank-00001.safetensors", path);
+    snprintf(meta, sizeof meta, "%s/metadata.json", path);
+    ct_run l;
+    save_big(path, "S(1)", &l); /* chunks of 2048 columns: each loading rank wants 4 KiB of
+                                   every 8 KiB row of one of them (64 runs) */
+    t_run(4, ct_body, &l);      /* bit-exact */
+    if (thread_rchar() >= 0) {  /* and through the mapping: no data bytes through read() */
+        read_arg a = {path};
+        t_run(4, read_body, &a);
+        for (int k = 0; k < 4; k++)
+            cr_expect_leq(a.read[k], file_bytes(meta) + 1024,
+                          "rank %d read %lld bytes with read(): not the mapped path", k, a.read[k]);
+    }
+    size_t len;
+    char *orig = slurp(f1, &len);
+    memset(orig + len, 0, 8);
+    for (int grow = 0; grow < 2; grow++) { /* 5 bytes short, then 8 too many */
+        spit(f1, orig, grow ? len + 8 : len - 5);
+        cr_expect_neq(dt_local_run(4, ct_body, &l, NULL), DT_OK, "a %s file loaded",
+                      grow ? "grown" : "truncated");
+        cr_expect(strstr(dt_last_error(), "truncated or overwritten") &&
+                      strstr(dt_last_error(), "rank-00001.safetensors"),
+                  "%s", dt_last_error());
+    }
+    spit(f1, orig, len);
+    t_run(4, ct_body, &l);
+    free(orig);
+    rmtree(dir);
+}
+
+static uint64_t rnd(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+/* Random shapes whose last dim is cut finer on load than on save (or the other way round),
+ * uneven included, with leading dims that give enough runs to be mapped: bit-exact loads. */
+Test(checkpoint_read, random_short_runs) {
+    uint64_t seed = getenv("DT_CKPT_SEED") ? strtoull(getenv("DT_CKPT_SEED"), NULL, 10) : 20261202;
+    cr_log_info("seed %llu (DT_CKPT_SEED replays it)", (unsigned long long)seed);
+    static const dt_dtype dts[] = {DT_F32, DT_BF16, DT_I64, DT_F16};
+    char *dir = tmpdir(), path[600];
+    for (int c = 0; c < 12; c++) {
+        uint64_t s = seed * 1000 + (uint64_t)c;
+        snprintf(path, sizeof path, "%s/ck%d", dir, c);
+        int nd = 2 + (int)(rnd(&s) % 2), ws = 1 + (int)(rnd(&s) % 3), wl = 1 + (int)(rnd(&s) % 4);
+        int64_t shape[3];
+        for (int d = 0; d < nd - 1; d++)
+            shape[d] = 3 + (int64_t)(rnd(&s) % 10);
+        shape[nd - 1] = 2 + (int64_t)(rnd(&s) % 200);
+        char last[8], lead[8];
+        snprintf(last, sizeof last, "S(%d)", nd - 1);
+        snprintf(lead, sizeof lead, "S(%d)", (int)(rnd(&s) % (uint64_t)(nd - 1)));
+        ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {ws}};
+        r.specs[r.n++] =
+            ct_spec_make("t", dts[rnd(&s) % 4], nd, shape, rnd(&s) % 3 ? last : lead, s, 0);
+        ct_run l = r;
+        l.load = 1, l.mesh_shape[0] = wl;
+        snprintf(l.specs[0].placements, sizeof l.specs[0].placements, "%s", last);
+        dt_status st = dt_local_run(ws, ct_body, &r, NULL);
+        cr_assert_eq(st, DT_OK, "seed %llu case %d save: %s", (unsigned long long)seed, c,
+                     dt_last_error());
+        st = dt_local_run(wl, ct_body, &l, NULL);
+        cr_assert_eq(st, DT_OK, "seed %llu case %d: [%s] on %d -> [%s] on %d: %s",
+                     (unsigned long long)seed, c, r.specs[0].placements, ws, last, wl,
+                     dt_last_error());
+    }
+    rmtree(dir);
+}
