@@ -88,8 +88,12 @@ dt_status dt_cpu_slice(const dt_local *x, const int64_t *start, dt_local *out) {
 #define PERMUTE_ROW(T)                                                                             \
     for (int64_t i = 0; i < n; i++) ((T *)o)[i] = ((const T *)s)[i * is];
 
-/* out (n) = s[i * is]: one output row read with a stride. */
+/* out (n) = s[i * is]: one output row read with a stride (a plain copy when it is 1). */
 static void copy_row(size_t es, void *o, const void *s, int64_t n, int64_t is) {
+    if (is == 1) {
+        memcpy(o, s, (size_t)n * es);
+        return;
+    }
     switch (es) {
     case 2: PERMUTE_ROW(uint16_t) break;
     case 4: PERMUTE_ROW(uint32_t) break;
