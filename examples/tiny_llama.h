@@ -24,8 +24,10 @@ typedef struct tl_layout {
     int sequence_parallel; /* norms and residuals sharded over the sequence on tp */
     int loss_parallel;     /* logits stay vocab-sharded into cross_entropy */
     dt_ac_mode ac;         /* activation checkpointing per block (dtensor/ac.h) */
-    int fsdp_units;        /* with fsdp: dtensor/fsdp.h units per group (one all_gather per
-                              block, prefetch, reshard after forward; tiny_llama_fsdp.c) */
+    int fsdp_units;        /* with fsdp: dtensor/fsdp.h units as torchtitan's, a root unit
+                              (tok_embeddings, norm, output) and one per block (one all_gather
+                              per unit, prefetch, reshard after forward but for the root and
+                              the last block; tiny_llama_fsdp.c) */
 } tl_layout;
 
 typedef struct tl_block {
