@@ -8,7 +8,9 @@ Configurations (MODE), parallelized as torchtitan's Llama is:
   eager    one process
   ddp      DistributedDataParallel over NPROC gloo processes (batch split over them)
   fsdp     FSDP2: fully_shard per block (the last block not resharded after forward) and on
-           the root (embedding, final norm, output; FSDP2 never reshards the root after forward)
+           the root (embedding, final norm, output) with reshard_after_forward=True as
+           torchtitan's apply_fsdp passes it (not pp_enabled); DT_TORCH_ROOT_AUTO=1 leaves it
+           to FSDP2 (None: the root stays gathered after forward)
   tp       tensor parallel over NPROC with sequence parallel norms and loss parallel
            (torchtitan's plan: tok_embeddings rowwise to Shard(1), wq/wk/wv/w1/w3 colwise,
            wo/w2 rowwise to Shard(1), norms SequenceParallel, attention and feed_forward
@@ -183,7 +185,11 @@ def apply_fsdp(model, mesh):
     n = len(model.layers)
     for i, block in model.layers.items():
         fully_shard(block, mesh=mesh, reshard_after_forward=int(i) < n - 1)
-    fully_shard(model, mesh=mesh, reshard_after_forward=True)
+    # torchtitan's apply_fsdp passes the root reshard_after_forward=not pp_enabled (True);
+    # torch 2.15 honours it (the root is gathered again in backward). DT_TORCH_ROOT_AUTO=1
+    # leaves it None: FSDP2's own policy, which keeps the root gathered after forward.
+    root = None if os.environ.get("DT_TORCH_ROOT_AUTO") else True
+    fully_shard(model, mesh=mesh, reshard_after_forward=root)
 
 
 class Counter:
@@ -195,7 +201,8 @@ class Counter:
     def __init__(self, rank):
         from torch.profiler import ProfilerActivity, profile
         self.rank = rank
-        self.prof = profile(activities=[ProfilerActivity.CPU])
+        self.prof = profile(activities=[ProfilerActivity.CPU],
+                            record_shapes=bool(os.environ.get("DT_TORCH_COMMS")))
 
     def __enter__(self):
         self.prof.__enter__()
@@ -211,6 +218,9 @@ class Counter:
                 kinds[e.name] = kinds.get(e.name, 0) + 1
         if os.environ.get("DT_TORCH_COMMS") and self.rank == 0:
             print("collectives by kind:", kinds, file=sys.stderr)
+            for e in sorted(self.prof.events(), key=lambda e: e.time_range.start):
+                if e.name.startswith("gloo:"):
+                    print(" ", e.name, e.input_shapes, file=sys.stderr)
         return sum(kinds.values())
 
 
