@@ -142,8 +142,8 @@ static void run_dtensor(const conf *c, int steps, const unsigned char *text, siz
 static void run_torch(const char *py, const conf *c, int steps, int have_text, result *out) {
     const char *src = getenv("DT_SOURCE_DIR");
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s/bench/train_torch.py %s %d %d %d %d %d %d %d %d %d %d %s 2>/dev/null",
-             py, src ? src : ".", c->torch_mode, cfg.vocab, cfg.seq, cfg.batch, cfg.dim,
+    snprintf(cmd, sizeof cmd,
+             "%s %s/bench/train_torch.py %s %d %d %d %d %d %d %d %d %d %d %s 2>/dev/null", py, src ? src : ".", c->torch_mode, cfg.vocab, cfg.seq, cfg.batch, cfg.dim,
              cfg.layers, cfg.heads, cfg.kv_heads, cfg.hidden, steps, c->ranks,
              have_text ? text_path : "");
     FILE *p = popen(cmd, "r");
@@ -238,7 +238,8 @@ int main(int argc, char **argv) {
             if (pt[i].ok)
                 printf("PyTorch %s %s ms, %s coll/step\t%s\n", c->torch_name, p, pcoll, ratio);
             else
-                printf("%s\t-\n", py ? "PyTorch failed" : "PyTorch not run (DT_TORCH_PYTHON unset)");
+                printf("%s\t-\n",
+                       py ? "PyTorch failed" : "PyTorch not run (DT_TORCH_PYTHON unset)");
             continue;
         }
         printf("%-20s %-26s %6s %9s %9s | %-26s %6s %9s | %-8s\n", c->name, d, dcoll, vs1, ddist,
