@@ -144,8 +144,8 @@ static void run_torch(const char *py, const conf *c, int steps, int have_text, r
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "%s %s/bench/train_torch.py %s %d %d %d %d %d %d %d %d %d %d %s 2>/dev/null", py,
-             src ? src : ".", c->torch_mode, cfg.vocab, cfg.seq, cfg.batch, cfg.dim, cfg.layers, cfg.heads, cfg.kv_heads, cfg.hidden, steps, c->ranks,
-             have_text ? text_path : "");
+             src ? src : ".", c->torch_mode, cfg.vocab, cfg.seq, cfg.batch, cfg.dim, cfg.layers,
+             cfg.heads, cfg.kv_heads, cfg.hidden, steps, c->ranks, have_text ? text_path : "");
     FILE *p = popen(cmd, "r");
     if (!p) return;
     int got = fscanf(p, "%lf %lf %lf %lld", &out->ms[0], &out->ms[1], &out->ms[2], &out->colls);
