@@ -1,10 +1,19 @@
-/* One training step (forward, backward, SGD) of the model of examples/tiny_llama.c, on one
- * rank and on 4 in-process tensor-parallel ranks, next to the same model in PyTorch run in the
- * same benchmark: eager on one process, and DTensor tensor parallelism on 4 gloo processes
- * (bench/train_torch.py). PyTorch is optional: its python is DT_TORCH_PYTHON, else python3;
- * without torch the reference columns say so. Each figure is the median step time over STEPS
- * steps after 3 warm-up steps, with min and max; the two sides run one after the other, each
- * on the whole machine. */
+/* make train's configurations (examples/train.c's defaults: the model of examples/tiny_llama.c
+ * with vocab 256, dim 128, 2 layers, 4 query and 2 kv heads, SwiGLU hidden 384, sequence 64,
+ * batch 8, AdamW lr 3e-3 betas 0.9/0.95, on the bytes of the GPL-3 text) on 1 rank and 4
+ * in-process ranks as dp=4 FSDP units, dp=4 DDP, tp=4 with sequence and loss parallel and
+ * dp=2 x tp=2 FSDP units + TP, each next to the same model in PyTorch run by the same bench
+ * right after it (bench/train_torch.py: eager on one process; DDP, FSDP2, TP with
+ * SequenceParallel and loss_parallel, FSDP2 x TP on 4 gloo processes, parallelized as
+ * torchtitan does). Per configuration and side: the median (min-max) step time over STEPS
+ * steps after WARMUP, tokens/s, collectives per step (dtensor: rank 0's dt_comm_stats over a
+ * step, every kind; PyTorch: rank 0's gloo collectives over a step, from torch.profiler), and
+ * the loss curve's largest relative distance from the same side's one-rank curve.
+ *
+ * PyTorch runs only when DT_TORCH_PYTHON names a python with torch (the PyTorch columns say
+ * "-" otherwise); DT_SOURCE_DIR locates bench/train_torch.py (default "."). BENCH_QUICK=1
+ * (make bench QUICK=1): fewer steps. --table prints make bench's rows. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +21,45 @@
 
 #include "../examples/tiny_llama.h"
 
-#define STEPS 20
-static const tl_config cfg = {.vocab = 256, .seq = 64, .batch = 4, .dim = 64, .layers = 1,
-                              .heads = 4, .kv_heads = 4, .hidden = 172};
+enum { WARMUP = 2, MAXSTEPS = 20, NCONF = 5 };
+static const tl_config cfg = {.vocab = 256, .seq = 64, .batch = 8, .dim = 128, .layers = 2,
+                              .heads = 4, .kv_heads = 2, .hidden = 384};
+static const char *text_path = "/usr/share/common-licenses/GPL-3";
+
+typedef struct conf {
+    const char *name, *mesh, *torch_mode, *torch_name;
+    int ranks;
+    tl_layout l;
+} conf;
+
+static const conf confs[NCONF] = {
+    {"1 rank", "1", "eager", "eager, 1 process", 1, {.dp_dim = -1, .tp_dim = -1}},
+    {"dp=4 FSDP", "dp=4", "fsdp", "FSDP2", 4,
+     {.dp_dim = 0, .tp_dim = -1, .fsdp = 1, .fsdp_units = 1}},
+    {"dp=4 DDP", "dp=4", "ddp", "DDP", 4, {.dp_dim = 0, .tp_dim = -1}},
+    {"tp=4 SP", "tp=4", "tp", "TP + SP + loss parallel", 4,
+     {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1}},
+    {"dp=2 x tp=2 FSDP+TP", "dp=2,tp=2", "fsdp_tp", "FSDP2 x TP (2x2)", 4,
+     {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .fsdp_units = 1, .sequence_parallel = 1,
+      .loss_parallel = 1}},
+};
+
+/* One side's result for one configuration. */
+typedef struct result {
+    int ok;
+    double ms[3]; /* median, min, max */
+    long long colls;
+    float loss[WARMUP + MAXSTEPS];
+} result;
+
+typedef struct run {
+    const conf *c;
+    int steps;
+    const unsigned char *text;
+    size_t n;
+    double ms[MAXSTEPS];
+    result *r;
+} run;
 
 static double now_ms(void) {
     struct timespec t;
@@ -27,105 +72,183 @@ static int cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-typedef struct run {
-    const char *mesh;
-    int tp_dim;
-    double ms[STEPS];
-} run;
-
 #define TRY(call)                                                                                  \
     do {                                                                                           \
         dt_status st_ = (call);                                                                    \
         if (st_ != DT_OK) return st_;                                                              \
     } while (0)
 
-static dt_status sgd(dt_ctx *ctx, const tl_model *m) {
-    TRY(dt_no_grad_enter(ctx));
-    for (int i = 0; i < dt_params_count(m->params); i++) {
-        dt_tensor *w, *d;
-        TRY(dt_params_at(m->params, i, NULL, &w));
-        TRY(dt_mul_scalar(dt_tensor_grad(w), -0.1, &d));
-        TRY(dt_add_(w, d));
-        dt_tensor_release(d);
-        TRY(dt_tensor_zero_grad(w));
-    }
-    return dt_no_grad_exit(ctx);
-}
-
 static dt_status body(dt_ctx *ctx, void *arg) {
     run *r = arg;
+    int rank = dt_ctx_rank(ctx);
     dt_mesh *mesh;
     dt_comm *world;
-    TRY(dt_mesh_create_str(ctx, r->mesh, &mesh));
+    TRY(dt_mesh_create_str(ctx, r->c->mesh, &mesh));
     TRY(dt_ctx_world_comm(ctx, &world));
     tl_model m;
-    tl_layout l = {.dp_dim = -1, .tp_dim = r->tp_dim, .loss_parallel = 1};
-    TRY(tl_model_init(&m, mesh, &cfg, &l, 7));
-    for (int s = 0; s < STEPS + 3; s++) {
+    TRY(tl_model_init(&m, mesh, &cfg, &r->c->l, 1234));
+    dt_adamw_options adamw = {
+        .lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.01};
+    dt_optim *opt;
+    TRY(dt_optim_adamw_create_params(&adamw, m.params, &opt));
+    for (int s = 0; s < WARMUP + r->steps; s++) {
         dt_tensor *tok, *tgt, *loss;
-        TRY(tl_batch(&m, NULL, 0, s, &tok, &tgt));
+        TRY(tl_batch(&m, r->text, r->n, s, &tok, &tgt));
         TRY(dt_barrier(world));
+        TRY(dt_comm_stats_reset(ctx));
         double t0 = now_ms();
         TRY(tl_loss(&m, tok, tgt, &loss));
         TRY(dt_backward(loss));
-        TRY(sgd(ctx, &m));
-        TRY(dt_barrier(world));
-        if (s >= 3 && dt_ctx_rank(ctx) == 0) r->ms[s - 3] = now_ms() - t0;
+        TRY(dt_optim_step(opt));
+        TRY(dt_optim_zero_grad(opt));
+        double t1 = now_ms();
+        dt_comm_stats cs;
+        TRY(dt_comm_stats_get(ctx, &cs));
+        float v;
+        TRY(dt_tensor_full(loss, &v, sizeof v));
+        if (rank == 0) {
+            if (s >= WARMUP) r->ms[s - WARMUP] = t1 - t0;
+            if (s == WARMUP) {
+                r->r->colls = 0;
+                for (int k = 0; k < DT_COLL_KIND_COUNT; k++)
+                    r->r->colls += (long long)cs.calls[k];
+            }
+            r->r->loss[s] = v;
+        }
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
     }
+    TRY(dt_optim_destroy(opt));
     tl_model_free(&m);
-    dt_mesh_release(mesh);
-    return DT_OK;
+    return dt_mesh_release(mesh);
 }
 
-/* median, min, max of n values (sorted in place). */
 static void stats(double *v, int n, double out[3]) {
     qsort(v, (size_t)n, sizeof *v, cmp);
-    out[0] = v[n / 2], out[1] = v[0], out[2] = v[n - 1];
+    out[0] = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, out[1] = v[0], out[2] = v[n - 1];
 }
 
-/* The PyTorch side: median min max, or 0 when torch is missing. */
-static int torch_ms(const char *mode, int nproc, double out[3]) {
-    const char *py = getenv("DT_TORCH_PYTHON");
+static void run_dtensor(const conf *c, int steps, const unsigned char *text, size_t n,
+                        result *out) {
+    run r = {.c = c, .steps = steps, .text = text, .n = n, .r = out};
+    if (dt_local_run(c->ranks, body, &r, NULL) != DT_OK) {
+        fprintf(stderr, "bench_train: %s: %s\n", c->name, dt_last_error());
+        return;
+    }
+    stats(r.ms, steps, out->ms);
+    out->ok = 1;
+}
+
+/* The PyTorch side: one line "median min max collectives loss...", 0 when it fails. */
+static void run_torch(const char *py, const conf *c, int steps, int have_text, result *out) {
     const char *src = getenv("DT_SOURCE_DIR");
-    char cmd[1024];
+    char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "%s %s/bench/train_torch.py %s %d %d %d %d %d %d %d %d 2>/dev/null", py ? py : "python3",
-             src ? src : ".", mode, cfg.vocab, cfg.seq, cfg.batch, cfg.dim, cfg.heads, cfg.hidden,
-             STEPS, nproc);
+             "%s %s/bench/train_torch.py %s %d %d %d %d %d %d %d %d %d %d %s 2>/dev/null", py,
+             src ? src : ".", c->torch_mode, cfg.vocab, cfg.seq, cfg.batch, cfg.dim, cfg.layers,
+             cfg.heads, cfg.kv_heads, cfg.hidden, steps, c->ranks, have_text ? text_path : "");
     FILE *p = popen(cmd, "r");
-    if (!p) return 0;
-    int n = fscanf(p, "%lf %lf %lf", &out[0], &out[1], &out[2]);
-    return pclose(p) == 0 && n == 3;
+    if (!p) return;
+    int got = fscanf(p, "%lf %lf %lf %lld", &out->ms[0], &out->ms[1], &out->ms[2], &out->colls);
+    /* train_torch.py runs one more step than it times: the one it counts collectives on */
+    int nloss = 0;
+    for (; nloss < WARMUP + 1 + steps && nloss < WARMUP + MAXSTEPS; nloss++)
+        if (fscanf(p, "%f", &out->loss[nloss]) != 1) break;
+    out->ok = pclose(p) == 0 && got == 4 && nloss > 0;
+}
+
+/* The largest relative distance of a loss curve from the one-rank curve (n steps). */
+static double loss_dist(const result *a, const result *one, int n) {
+    double d = 0;
+    for (int s = 0; s < n; s++)
+        d = fmax(d, fabs((double)a->loss[s] - one->loss[s]) / fabs((double)one->loss[s]));
+    return d;
+}
+
+static double load1(void) {
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1;
+        fclose(f);
+    }
+    return l;
 }
 
 int main(int argc, char **argv) {
     int table = argc > 1 && !strcmp(argv[1], "--table");
-    run one = {.mesh = "1", .tp_dim = -1}, four = {.mesh = "4", .tp_dim = 0};
-    if (dt_local_run(1, body, &one, NULL) != DT_OK || dt_local_run(4, body, &four, NULL) != DT_OK) {
-        fprintf(stderr, "bench_train: %s\n", dt_last_error());
-        return 1;
+    const char *quick = getenv("BENCH_QUICK");
+    int steps = quick && *quick && strcmp(quick, "0") ? 5 : 10;
+    const char *py = getenv("DT_TORCH_PYTHON");
+    if (py && !*py) py = NULL;
+    unsigned char *text = NULL;
+    size_t n = 0;
+    FILE *f = fopen(text_path, "rb");
+    if (f) {
+        text = malloc(1 << 20);
+        n = text ? fread(text, 1, 1 << 20, f) : 0;
+        fclose(f);
+        if (n <= (size_t)cfg.seq + 1) free(text), text = NULL, n = 0;
     }
-    double d1[3], d4[3], t1[3], t4[3];
-    stats(one.ms, STEPS, d1);
-    stats(four.ms, STEPS, d4);
-    int h1 = torch_ms("eager", 1, t1), h4 = torch_ms("dtensor", 4, t4);
-    char r1[96] = "torch not found", r4[96] = "torch not found", q1[32] = "-", q4[32] = "-";
-    if (h1) snprintf(r1, sizeof r1, "eager %.2f ms (%.2f-%.2f)", t1[0], t1[1], t1[2]);
-    if (h4) snprintf(r4, sizeof r4, "DTensor gloo %.2f ms (%.2f-%.2f)", t4[0], t4[1], t4[2]);
-    if (h1) snprintf(q1, sizeof q1, "%.2fx faster", t1[0] / d1[0]);
-    if (h4) snprintf(q4, sizeof q4, "%.1fx faster", t4[0] / d4[0]);
-    if (table) {
-        printf("train step 1 rank\t%.2f ms (%.2f-%.2f)\t%s\t%s\n", d1[0], d1[1], d1[2], r1, q1);
-        printf("train step 4 tp ranks\t%.2f ms (%.2f-%.2f)\t%s\t%s\n", d4[0], d4[1], d4[2], r4, q4);
-        return 0;
+    double load_start = load1();
+    result dt[NCONF] = {{0}}, pt[NCONF] = {{0}};
+    for (int i = 0; i < NCONF; i++) { /* each configuration: dtensor, then PyTorch */
+        run_dtensor(&confs[i], steps, text, n, &dt[i]);
+        if (py) run_torch(py, &confs[i], steps, text != NULL, &pt[i]);
     }
-    printf("one training step of examples/tiny_llama (V %d, T %d, B %d, C %d, %d heads, MLP %d), "
-           "median (min-max) of %d steps\n", cfg.vocab, cfg.seq, cfg.batch, cfg.dim, cfg.heads,
-           cfg.hidden, STEPS);
-    printf("  1 rank:        dtensor %.2f ms (%.2f-%.2f)   PyTorch %s   %s\n", d1[0], d1[1], d1[2],
-           r1, q1);
-    printf("  4 tp ranks:    dtensor %.2f ms (%.2f-%.2f)   PyTorch %s   %s\n", d4[0], d4[1], d4[2],
-           r4, q4);
-    return 0;
+    double load_end = load1();
+    free(text);
+    double tokens = (double)cfg.batch * cfg.seq;
+    if (!table)
+        printf("make train's model (V %d, C %d, %d layers, %d heads / %d kv, hidden %d, T %d, "
+               "B %d, AdamW) on %s; median (min-max) of %d steps after %d warm-up; load average "
+               "%.2f at start, %.2f at end\n",
+               cfg.vocab, cfg.dim, cfg.layers, cfg.heads, cfg.kv_heads, cfg.hidden, cfg.seq,
+               cfg.batch, text ? text_path : "synthetic tokens", steps, WARMUP, load_start,
+               load_end);
+    if (!table)
+        printf("%-20s %-26s %6s %9s %9s | %-26s %6s %9s | %-8s\n", "configuration",
+               "dtensor step ms", "coll", "vs 1 rank", "loss dist", "PyTorch step ms", "coll",
+               "loss dist", "dt/torch");
+    int fail = 0;
+    for (int i = 0; i < NCONF; i++) {
+        const conf *c = &confs[i];
+        char d[64] = "failed", p[96] = "-", ratio[32] = "-", pcoll[16] = "-", pdist[16] = "-";
+        char dcoll[16] = "-", ddist[16] = "-", vs1[16] = "-";
+        if (!dt[i].ok) fail = 1;
+        if (dt[i].ok) {
+            snprintf(d, sizeof d, "%.1f (%.1f-%.1f)", dt[i].ms[0], dt[i].ms[1], dt[i].ms[2]);
+            snprintf(dcoll, sizeof dcoll, "%lld", dt[i].colls);
+            if (dt[0].ok) {
+                snprintf(vs1, sizeof vs1, "%.2fx", dt[i].ms[0] / dt[0].ms[0]);
+                snprintf(ddist, sizeof ddist, "%.1e", loss_dist(&dt[i], &dt[0], WARMUP + steps));
+            }
+        }
+        if (py && !pt[i].ok) snprintf(p, sizeof p, "failed");
+        if (pt[i].ok) {
+            snprintf(p, sizeof p, "%.1f (%.1f-%.1f)", pt[i].ms[0], pt[i].ms[1], pt[i].ms[2]);
+            snprintf(pcoll, sizeof pcoll, "%lld", pt[i].colls);
+            if (pt[0].ok)
+                snprintf(pdist, sizeof pdist, "%.1e", loss_dist(&pt[i], &pt[0], WARMUP + steps));
+            if (dt[i].ok) snprintf(ratio, sizeof ratio, "%.2fx", pt[i].ms[0] / dt[i].ms[0]);
+        }
+        if (table) {
+            printf("train step %s (make train)\t%s ms, %.0f tokens/s, %s coll/step, %s of 1 "
+                   "rank\t",
+                   c->name, d, dt[i].ok ? tokens / dt[i].ms[0] * 1e3 : 0.0, dcoll, vs1);
+            if (pt[i].ok)
+                printf("PyTorch %s %s ms, %s coll/step\t%s\n", c->torch_name, p, pcoll, ratio);
+            else
+                printf("%s\t-\n",
+                       py ? "PyTorch failed" : "PyTorch not run (DT_TORCH_PYTHON unset)");
+            continue;
+        }
+        printf("%-20s %-26s %6s %9s %9s | %-26s %6s %9s | %-8s\n", c->name, d, dcoll, vs1, ddist,
+               p, pcoll, pdist, ratio);
+    }
+    if (!table && !py)
+        printf("(PyTorch not run: set DT_TORCH_PYTHON to a python with torch)\n");
+    if (!table)
+        printf("dt/torch: PyTorch's step time over dtensor's (throughput ratio); loss dist: the "
+               "largest relative distance of the loss curve from the same side's 1-rank curve\n");
+    return fail;
 }

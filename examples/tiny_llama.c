@@ -134,15 +134,19 @@ dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int s
         }
     }
     int mnd = dt_mesh_ndim(m->mesh);
-    dt_placement pl[DT_MESH_MAX_NDIM];
+    dt_placement pl[DT_MESH_MAX_NDIM], rep[DT_MESH_MAX_NDIM];
     for (int d = 0; d < mnd; d++)
-        pl[d] = dt_replicate();
+        pl[d] = rep[d] = dt_replicate();
     if (m->layout.dp_dim >= 0) pl[m->layout.dp_dim] = dt_shard(0);
     if (m->layout.dp_replicate_dim > 0) pl[m->layout.dp_replicate_dim - 1] = dt_shard(0);
+    /* The targets stay whole on every rank (every rank holds the batch here anyway): the
+     * loss reads its rows' slice locally, and cross_entropy checks every label on every rank
+     * alike, with no collective (a dp-sharded target costs an all_gather of each rank's
+     * label summary per step) */
     dt_status st =
         dt_tensor_distribute(m->mesh, buf, DT_I64, 2, shape, mnd, pl, DT_ALL_RANKS, tokens);
     if (st == DT_OK) {
-        st = dt_tensor_distribute(m->mesh, buf + count, DT_I64, 2, shape, mnd, pl, DT_ALL_RANKS,
+        st = dt_tensor_distribute(m->mesh, buf + count, DT_I64, 2, shape, mnd, rep, DT_ALL_RANKS,
                                   targets);
         if (st != DT_OK) dt_tensor_release(*tokens);
     }

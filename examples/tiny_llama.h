@@ -24,8 +24,10 @@ typedef struct tl_layout {
     int sequence_parallel; /* norms and residuals sharded over the sequence on tp */
     int loss_parallel;     /* logits stay vocab-sharded into cross_entropy */
     dt_ac_mode ac;         /* activation checkpointing per block (dtensor/ac.h) */
-    int fsdp_units;        /* with fsdp: dtensor/fsdp.h units per group (one all_gather per
-                              block, prefetch, reshard after forward; tiny_llama_fsdp.c) */
+    int fsdp_units;        /* with fsdp: dtensor/fsdp.h units as torchtitan's, a root unit
+                              (tok_embeddings, norm, output) and one per block (one all_gather
+                              per unit, prefetch, reshard after forward but for the root and
+                              the last block; tiny_llama_fsdp.c) */
 } tl_layout;
 
 typedef struct tl_block {
@@ -53,9 +55,10 @@ dt_status tl_model_init(tl_model *m, dt_mesh *mesh, const tl_config *cfg, const 
                         uint64_t seed);
 void tl_model_free(tl_model *m);
 
-/* Step step's tokens (batch, seq) and next-token targets, the same on every mesh, sharded over
- * the batch on dp_dim: from text (n bytes; windows at positions drawn from step) when text is
- * set, else from a synthetic rule (mostly the previous token + 1). */
+/* Step step's tokens (batch, seq), sharded over the batch on the data-parallel dims, and
+ * next-token targets, replicated (cross_entropy then checks the labels without a collective),
+ * the same on every mesh: from text (n bytes; windows at positions drawn from step) when text
+ * is set, else from a synthetic rule (mostly the previous token + 1). */
 dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int step,
                    dt_tensor **tokens, dt_tensor **targets);
 

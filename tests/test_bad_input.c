@@ -71,14 +71,16 @@ static dt_status info_released(fx *f) {
     return dt_tensor_info_get(t, &info);
 }
 
-/* cross_entropy on the fixture's logits [4,8] (S(0),R) with the labels given. */
-static dt_status ce_with(fx *f, int64_t bad, dt_dtype dtype, int use_ignore) {
+/* cross_entropy on the fixture's logits [4,8] (S(0),R) with the labels given, sharded as the
+ * logits' rows (the bad one on the second dp rank only: every rank must still fail), or
+ * replicated (tiny_llama's targets: each rank checks all of them, no collective). */
+static dt_status ce_placed(fx *f, int64_t bad, dt_dtype dtype, int use_ignore, int replicated) {
     int64_t lab[4] = {1, 7, bad, 0}, ts[1] = {4};
     int32_t lab32[4] = {1, 7, (int32_t)bad, 0};
     dt_tensor *t;
-    dt_placement s0r[2] = {dt_shard(0), dt_replicate()};
+    dt_placement s0r[2] = {dt_shard(0), dt_replicate()}, rr[2] = {dt_replicate(), dt_replicate()};
     dt_status st = dt_tensor_distribute(f->mesh, dtype == DT_I32 ? (void *)lab32 : (void *)lab,
-                                        dtype, 1, ts, 2, s0r, DT_ALL_RANKS, &t);
+                                        dtype, 1, ts, 2, replicated ? rr : s0r, DT_ALL_RANKS, &t);
     if (st != DT_OK) return st;
     dt_tensor *in[2] = {f->logits, t};
     dt_op_args a = {.reduction = DT_REDUCTION_MEAN, .use_ignore_index = use_ignore,
@@ -87,7 +89,11 @@ static dt_status ce_with(fx *f, int64_t bad, dt_dtype dtype, int use_ignore) {
     dt_tensor_release(t);
     return st;
 }
+static dt_status ce_with(fx *f, int64_t bad, dt_dtype dtype, int use_ignore) {
+    return ce_placed(f, bad, dtype, use_ignore, 0);
+}
 static dt_status ce_label_c(fx *f) { return ce_with(f, 8, DT_I64, 1); }
+static dt_status ce_label_replicated(fx *f) { return ce_placed(f, 8, DT_I64, 1, 1); }
 static dt_status ce_label_huge(fx *f) { return ce_with(f, 1000000, DT_I64, 1); }
 static dt_status ce_label_neg(fx *f) { return ce_with(f, -1, DT_I64, 1); }
 static dt_status ce_label_i32(fx *f) { return ce_with(f, 9, DT_I32, 1); }
@@ -394,6 +400,8 @@ static dt_status zeros_pl(fx *f, int n, dt_placement p0) {
     X(sdpa_mismatch, DT_ERR_SHAPE, "same number of dims", sdpa_mismatch(f))                        \
     X(ce_label_equals_classes, DT_ERR_ARG, "element 2 (flat, row-major) = 8", ce_label_c(f))       \
     X(ce_label_huge, DT_ERR_ARG, "= 1000000 is not a class in [0, 8)", ce_label_huge(f))           \
+    X(ce_label_replicated, DT_ERR_ARG, "element 2 (flat, row-major) = 8",                          \
+      ce_label_replicated(f))                                                                      \
     X(ce_label_negative, DT_ERR_ARG, "= -1 is not a class", ce_label_neg(f))                       \
     X(ce_label_i32, DT_ERR_ARG, "= 9", ce_label_i32(f))                                            \
     X(ce_ignore_disabled, DT_ERR_ARG, "= -100 is not a class", ce_ignore_off(f))                   \

@@ -95,11 +95,11 @@ Test(parallel_train, loss_parity_and_collectives) {
     /* 21 parameters: tok_embeddings, 9 per block (2 norms, wq wk wv wo, w1 w2 w3), norm,
      * output. Grad sync is coalesced (autograd/grad_sync.c): the gradients needing the same
      * collective share one per bucket (25 MiB, far above this model). Per step:
-     * - FSDP over dp: one all_gather per parameter at its use in forward (the gathered weight
-     *   stays in the graph for backward: no reshard after forward yet), one reduce_scatter of
-     *   all the gradients into their shards; the extra all_gather is cross_entropy's label
-     *   check over the dp-sharded targets (24 bytes).
-     * - DDP: one all_reduce of all the gradients, plus the label check.
+     * - FSDP over dp: one all_gather per parameter at its use in forward (21; the gathered
+     *   weight stays in the graph for backward: no reshard after forward), one reduce_scatter
+     *   of all the gradients into their shards. The targets are replicated (tl_batch), so
+     *   cross_entropy checks the labels on every rank with no collective.
+     * - DDP: one all_reduce of all the gradients.
      * - HSDP (batch over both dims of 2x2, parameters sharded over d1 and replicated over d0):
      *   FSDP's all_gathers and reduce_scatter over d1, then one all_reduce of the gradient
      *   shards over d0.
@@ -121,13 +121,13 @@ Test(parallel_train, loss_parity_and_collectives) {
      *   collective each); tp=3 splits 8 query and 4 kv heads unevenly, so the head views
      *   re-shard by all_to_all (26 per step) where tp=2 and tp=4 keep whole heads. */
     static const config configs[] = {
-        {"dp=4 fsdp", "4", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}, {0, 22, 1, 0}},
-        {"dp=2 ddp", "2", {.dp_dim = 0, .tp_dim = -1}, {1, 1, 0, 0}},
+        {"dp=4 fsdp", "4", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}, {0, 21, 1, 0}},
+        {"dp=2 ddp", "2", {.dp_dim = 0, .tp_dim = -1}, {1, 0, 0, 0}},
         {"tp=4", "4", {.dp_dim = -1, .tp_dim = 0, .loss_parallel = 1}, {11, 0, 0, 2}},
         {"dp=2 fsdp x tp=2",
          "2x2",
          {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .loss_parallel = 1},
-         {11, 22, 1, 2}},
+         {11, 21, 1, 2}},
         {"tp=2 sp",
          "2",
          {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1},
@@ -139,17 +139,19 @@ Test(parallel_train, loss_parity_and_collectives) {
         {"hsdp 2x2",
          "2x2",
          {.dp_dim = 1, .tp_dim = -1, .fsdp = 1, .dp_replicate_dim = 1},
-         {1, 22, 1, 0}},
-        {"dp=3 fsdp (uneven)", "3", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}, {0, 22, 1, 0}},
-        /* FSDP units (dtensor/fsdp.h, one per registry group: tok_embeddings, 2 blocks,
-         * output): one all_gather per unit in forward, again in backward for every unit but
-         * the last (kept gathered), one reduce_scatter per unit, plus the label check */
+         {1, 21, 1, 0}},
+        {"dp=3 fsdp (uneven)", "3", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}, {0, 21, 1, 0}},
+        /* FSDP units as torchtitan's (tiny_llama_fsdp.c): a root unit (tok_embeddings, norm,
+         * output) and one per block, 3 units. Forward gathers each once (3: the output finds
+         * the root still gathered); backward gathers again only the units resharded after
+         * forward, every block but the last (1: the root and the last block stay gathered);
+         * one reduce_scatter per unit (3) */
         {"dp=4 fsdp units", "4", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1, .fsdp_units = 1},
-         {0, 8, 4, 0}},
+         {0, 4, 3, 0}},
         {"dp=2 fsdp units x tp=2",
          "2x2",
          {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .fsdp_units = 1, .loss_parallel = 1},
-         {11, 8, 4, 2}},
+         {11, 4, 3, 2}},
     };
     static const config one = {"1 rank", "1", {.dp_dim = -1, .tp_dim = -1}, {0, 0, 0, 0}};
     run ref = {.c = &one};

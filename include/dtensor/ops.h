@@ -178,7 +178,9 @@ DT_API dt_status dt_clip_grad_norm_(dt_tensor *const *tensors, int n, double max
 /* logits (N, C, ...) f32/f64, target (N, ...) i64/i32 class ids. Rows labelled
  * DT_IGNORE_INDEX (-100, as PyTorch) are skipped: their loss is 0 and the mean is over the
  * others. Any other label outside [0, C) is DT_ERR_ARG naming its position and value, on
- * every rank. */
+ * every rank. A replicated target is checked by every rank alone; a sharded one costs one
+ * small all_gather (each rank's summary of its labels: the first bad one, the ignored count),
+ * so training loops that hold the whole batch anyway pass the target replicated. */
 DT_API dt_status dt_cross_entropy(dt_tensor *logits, dt_tensor *target, dt_reduction reduction,
                                   dt_tensor **out);
 /* The same with another ignore_index. */
