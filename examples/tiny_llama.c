@@ -158,14 +158,9 @@ static dt_tensor *block(dt_scope *s, const tl_model *m, const tl_block *b, dt_te
     return DT_DO(s, dt_add, x, dt_nn_mlp_forward(s, &b->feed_forward, h));
 }
 
-dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_tensor **out) {
-    const tl_config *c = &m->cfg;
-    int64_t rows[2] = {(int64_t)c->batch * c->seq, c->vocab}, flat[1] = {rows[0]};
-    dt_scope *s;
-    TRY(dt_scope_create(&s));
-    dt_tensor *x = dt_nn_embedding_forward(s, m->tok_embeddings, tokens); /* (B, T, dim) */
+dt_tensor *tl_layers_forward(dt_scope *s, const tl_model *m, int first, int end, dt_tensor *x) {
     dt_ctx *ctx = dt_mesh_ctx(m->mesh);
-    for (int i = 0; i < c->layers; i++) {
+    for (int i = first; i < end; i++) {
         /* activation checkpointing: a region around each block keeps what the policy keeps */
         dt_ac_region *r = NULL;
         int ac = m->layout.ac != DT_AC_NONE && dt_grad_enabled(ctx) && dt_scope_ok(s);
@@ -173,11 +168,29 @@ dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_t
         x = block(s, m, &m->layers[i], x);
         if (r) dt_scope_fail(s, dt_ac_end(r, x ? 1 : 0, &x));
     }
+    return x;
+}
+
+dt_tensor *tl_head_loss(dt_scope *s, const tl_model *m, dt_tensor *x, dt_tensor *targets) {
+    dt_tensor_info t;
+    if (!dt_scope_ok(s)) return NULL;
+    dt_status st = dt_tensor_info_get(targets, &t);
+    if (st != DT_OK) return dt_scope_fail(s, st);
+    /* the rows of this batch (a pipeline's micro-batch is smaller than cfg.batch) */
+    int64_t rows[2] = {t.shape[0] * t.shape[1], m->cfg.vocab}, flat[1] = {rows[0]};
     x = dt_nn_rms_norm_forward(s, m->norm, x);
     dt_tensor *logits = dt_nn_linear_forward(s, m->output, x); /* (B, T, vocab) */
     dt_tensor *lg = DT_DO(s, dt_view, logits, 2, rows);
     dt_tensor *tg = DT_DO(s, dt_view, targets, 1, flat);
-    dt_tensor *loss = DT_DO(s, dt_cross_entropy, lg, tg, DT_REDUCTION_MEAN);
+    return DT_DO(s, dt_cross_entropy, lg, tg, DT_REDUCTION_MEAN);
+}
+
+dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_tensor **out) {
+    dt_scope *s;
+    TRY(dt_scope_create(&s));
+    dt_tensor *x = dt_nn_embedding_forward(s, m->tok_embeddings, tokens); /* (B, T, dim) */
+    x = tl_layers_forward(s, m, 0, m->cfg.layers, x);
+    dt_tensor *loss = tl_head_loss(s, m, x, targets);
     dt_scope_fail(s, tl_fsdp_end_forward(m));
     return dt_scope_end(s, loss, out);
 }

@@ -67,5 +67,10 @@ void tl_fsdp_detach(tl_model *m);
 
 /* The mean cross_entropy of the model's next-token predictions. */
 dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_tensor **out);
+/* tl_loss's parts, for a pipeline stage (tiny_llama_pp.h): blocks [first, end) on x, and the
+ * final norm, output projection and mean cross_entropy against targets (batch, seq), whose
+ * batch may be a micro-batch's. NULL once s has failed. */
+dt_tensor *tl_layers_forward(dt_scope *s, const tl_model *m, int first, int end, dt_tensor *x);
+dt_tensor *tl_head_loss(dt_scope *s, const tl_model *m, dt_tensor *x, dt_tensor *targets);
 
 #endif
