@@ -4,7 +4,10 @@
  * over 2, HSDP on 2x2, tp=4, dp=2 x tp=2 (FSDP + TP), tp=2 with sequence parallelism, and 3 ranks
  * (uneven everything). Every loss curve must equal the one-rank curve within 1e-5 relative in f32,
  * and each configuration issues exactly the collectives per step written below (counted per
- * kind on rank 0 for forward + backward + optimizer step; the same every step). */
+ * kind on rank 0 for forward + backward + optimizer step; the same every step). The whole
+ * grid: dp=2 x pp=2 x tp=2 on 8 ranks (examples/tiny_llama_pp.c, both schedules, DDP and
+ * FSDP + sequence parallel stages) trains with the same losses, with the pipeline's hand-offs
+ * counted per step. */
 #include <math.h>
 
 #include "../examples/tiny_llama_pp.h"
@@ -250,6 +253,9 @@ static dt_status pp_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_comm_stats_get(ctx, &cs));
         for (int k = 0; k < DT_COLL_KIND_COUNT; k++)
             r->calls[rank][s][k] = cs.calls[k];
+        /* DT_PRINT_COMMS=1: step 0's collectives on a rank of each stage */
+        if (s == 0 && (rank == 0 || rank == 2) && getenv("DT_PRINT_COMMS"))
+            dt_comm_stats_print(&cs, r->name, stderr);
         if (rank == 0) r->loss[s] = (float)loss;
         dt_tensor_release(tok), dt_tensor_release(tgt);
     }
@@ -288,13 +294,37 @@ Test(parallel_train, grid_dp_pp_tp) {
             cr_expect(fabsf(r->loss[s] - ref.loss[s]) <= 1e-5f * fabsf(ref.loss[s]),
                       "%s step %d: loss %.8g, one rank %.8g", r->name, s, r->loss[s],
                       ref.loss[s]);
-        for (int q = 0; q < GRID; q++) {
-            fprintf(stderr, "%s rank %d:", r->name, q);
-            for (int k = 0; k < DT_COLL_KIND_COUNT; k++)
-                fprintf(stderr, " %s %llu", dt_coll_kind_name((dt_coll_kind)k),
-                        (unsigned long long)r->calls[q][0][k]);
-            fprintf(stderr, "\n");
-        }
+        /* Per step and rank: the stage boundary carries m activations forward and m
+         * gradients back, each a header and a data message (no shard is empty here): 2m sends
+         * and 2m receives on every rank; one broadcast hands the loss to stage 0. The other
+         * collectives (the stage's tp, dp and loss collectives) are the same every step and on
+         * every rank of a stage (ranks 0, 1, 4, 5 and 2, 3, 6, 7). */
+        int m = r->nmicro;
+        for (int q = 0; q < GRID; q++)
+            for (int s = 0; s < STEPS; s++) {
+                const uint64_t *c = r->calls[q][s], *c0 = r->calls[(q / 2) % 2 * 2][0];
+                cr_expect(c[DT_COLL_SEND] == (uint64_t)(2 * m) &&
+                              c[DT_COLL_RECV] == (uint64_t)(2 * m) && c[DT_COLL_BROADCAST] == 1,
+                          "%s rank %d step %d: %llu sends, %llu receives, %llu broadcasts; "
+                          "want %d, %d, 1",
+                          r->name, q, s, (unsigned long long)c[DT_COLL_SEND],
+                          (unsigned long long)c[DT_COLL_RECV],
+                          (unsigned long long)c[DT_COLL_BROADCAST], 2 * m, 2 * m);
+                for (int k = 0; k < DT_COLL_KIND_COUNT; k++)
+                    cr_expect(c[k] == c0[k], "%s rank %d step %d: %llu %s, its stage's step 0 %llu",
+                              r->name, q, s, (unsigned long long)c[k],
+                              dt_coll_kind_name((dt_coll_kind)k), (unsigned long long)c0[k]);
+            }
+        for (int q = 0; q < 4; q += 2)
+            cr_log_info("%s, stage %d: per step %llu all_reduce, %llu all_gather, %llu "
+                        "reduce_scatter, %llu all_to_all, %llu send, %llu recv, %llu broadcast",
+                        r->name, q / 2, (unsigned long long)r->calls[q][0][DT_COLL_ALL_REDUCE],
+                        (unsigned long long)r->calls[q][0][DT_COLL_ALL_GATHER],
+                        (unsigned long long)r->calls[q][0][DT_COLL_REDUCE_SCATTER],
+                        (unsigned long long)r->calls[q][0][DT_COLL_ALL_TO_ALL],
+                        (unsigned long long)r->calls[q][0][DT_COLL_SEND],
+                        (unsigned long long)r->calls[q][0][DT_COLL_RECV],
+                        (unsigned long long)r->calls[q][0][DT_COLL_BROADCAST]);
         cr_log_info("%s: loss %.6g -> %.6g as on one rank (%.6g -> %.6g)", r->name, r->loss[0],
                     r->loss[STEPS - 1], ref.loss[0], ref.loss[STEPS - 1]);
     }
