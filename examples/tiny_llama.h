@@ -52,6 +52,15 @@ dt_status tl_plan(const tl_layout *layout, dt_style_rule *rules, int cap, int *n
 dt_status tl_model_init(tl_model *m, dt_mesh *mesh, const tl_config *cfg, const tl_layout *layout,
                         uint64_t seed);
 void tl_model_free(tl_model *m);
+/* Part of the model, for a pipeline stage (tiny_llama_pp.h): the token embedding when embed,
+ * blocks [first, end), the final norm and output projection when head. Its parameters have the
+ * values they have in the whole model of seed (the generator is advanced past the ones declared
+ * before them by drawing those and dropping them). tl_loss needs the whole model. */
+typedef struct tl_part {
+    int first, end, embed, head;
+} tl_part;
+dt_status tl_model_init_part(tl_model *m, dt_mesh *mesh, const tl_config *cfg,
+                             const tl_layout *layout, uint64_t seed, const tl_part *part);
 
 /* Step step's tokens (batch, seq) and next-token targets, the same on every mesh, sharded over
  * the batch on dp_dim: from text (n bytes; windows at positions drawn from step) when text is

@@ -1,8 +1,6 @@
 /* The pipeline stages of tiny_llama_pp.h. */
 #include "tiny_llama_pp.h"
 
-#include <stdlib.h>
-
 #define TRY(call)                                                                                  \
     do {                                                                                           \
         dt_status st_ = (call);                                                                    \
@@ -20,28 +18,6 @@ static dt_status stage_fn(void *user, const dt_pipeline_stage_call *c, dt_tensor
     x = tl_layers_forward(s, m, pp->first, pp->end, x);
     if (c->stage == c->nstages - 1) x = tl_head_loss(s, m, x, c->target);
     return dt_scope_end(s, x, out);
-}
-
-/* Whether registry group g is the stage's: tiny_llama.c declares the groups tok_embeddings,
- * layers.0 .. layers.L-1, then output (with the final norm). */
-static int owns(const tl_pp *pp, int g) {
-    int layers = pp->model.cfg.layers;
-    if (g == 0) return pp->stage == 0;
-    if (g == layers + 1) return pp->stage == pp->nstages - 1;
-    return g - 1 >= pp->first && g - 1 < pp->end;
-}
-
-static dt_status own_params(tl_pp *pp) {
-    dt_params *p = pp->model.params;
-    pp->own = malloc(sizeof *pp->own * (size_t)dt_params_count(p));
-    if (!pp->own) return dt_error_set(DT_ERR_NOMEM, "tl_pp_init: out of memory");
-    for (int g = 0; g < dt_params_group_count(p); g++) {
-        int first, n;
-        TRY(dt_params_group_at(p, g, NULL, &first, &n));
-        for (int i = first; i < first + n && owns(pp, g); i++)
-            TRY(dt_params_at(p, i, NULL, &pp->own[pp->nown++]));
-    }
-    return DT_OK;
 }
 
 dt_status tl_pp_init(tl_pp *pp, dt_mesh *mesh, int pp_dim, int nmicro,
@@ -62,20 +38,19 @@ dt_status tl_pp_init(tl_pp *pp, dt_mesh *mesh, int pp_dim, int nmicro,
     pp->stage = dt_pipeline_stage(pp->pipe), pp->nstages = dt_pipeline_nstages(pp->pipe);
     pp->first = pp->stage * cfg->layers / pp->nstages;
     pp->end = (pp->stage + 1) * cfg->layers / pp->nstages;
-    dt_status st = tl_model_init(&pp->model, dt_pipeline_stage_mesh(pp->pipe), cfg, layout, seed);
-    if (st != DT_OK) {
-        dt_pipeline_destroy(pp->pipe), pp->pipe = NULL;
-        return st;
-    }
-    st = own_params(pp);
-    if (st != DT_OK) tl_pp_free(pp);
+    tl_part part = {.first = pp->first,
+                    .end = pp->end,
+                    .embed = pp->stage == 0,
+                    .head = pp->stage == pp->nstages - 1};
+    dt_status st = tl_model_init_part(&pp->model, dt_pipeline_stage_mesh(pp->pipe), cfg, layout,
+                                      seed, &part);
+    if (st != DT_OK) dt_pipeline_destroy(pp->pipe), pp->pipe = NULL;
     return st;
 }
 
 void tl_pp_free(tl_pp *pp) {
     if (pp->model.params) tl_model_free(&pp->model);
     dt_pipeline_destroy(pp->pipe);
-    free(pp->own);
     *pp = (tl_pp){0};
 }
 
@@ -88,8 +63,7 @@ dt_status tl_pp_batch(const tl_pp *pp, const unsigned char *text, size_t n, int 
 }
 
 dt_status tl_pp_adamw(const tl_pp *pp, const dt_adamw_options *options, dt_optim **out) {
-    dt_param_group g = {.params = pp->own, .n = pp->nown};
-    return dt_optim_adamw_create(options, &g, 1, out);
+    return dt_optim_adamw_create_params(options, pp->model.params, out);
 }
 
 dt_status tl_pp_step(tl_pp *pp, dt_tensor *tokens, dt_tensor *targets, double *loss) {

@@ -2,10 +2,8 @@
  * model, stage s of p running blocks [s L / p, (s + 1) L / p), stage 0 also the token
  * embedding and the last stage the final norm, the output projection and the cross_entropy;
  * each stage runs on the sub-mesh of the other dims with the layout given for it (dp and tp
- * dims as indices in that sub-mesh). Every stage declares and materializes the whole model
- * (the generator draws in declaration order, so this gives every stage one rank's weights)
- * and uses and optimizes only its own part: a stage holds the whole model's parameters, not
- * 1/p of them. */
+ * dims as indices in that sub-mesh). A stage holds its own parameters only (tl_model_init_part),
+ * with the values they have in the whole model on one rank. */
 #ifndef DT_EXAMPLES_TINY_LLAMA_PP_H
 #define DT_EXAMPLES_TINY_LLAMA_PP_H
 
@@ -13,11 +11,9 @@
 
 typedef struct tl_pp {
     dt_pipeline *pipe;
-    tl_model model;        /* on the stage's sub-mesh */
+    tl_model model;        /* the stage's part, on the stage's sub-mesh */
     int stage, nstages;
     int first, end;        /* the stage's blocks */
-    dt_tensor **own;       /* the stage's parameters (borrowed from model.params) */
-    int nown;
 } tl_pp;
 
 /* The stages over mesh's pp_dim, nmicro micro-batches per step run in schedule, the loss the
