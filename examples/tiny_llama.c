@@ -52,8 +52,7 @@ static dt_status declare(tl_model *m, const tl_part *part) {
             hid = {DT_INIT_NORMAL, 1.0 / sqrt(c->hidden)};
     if (part->embed) {
         TRY(dt_params_begin_group(p, "tok_embeddings"));
-        TRY(dt_nn_embedding_create(p, "tok_embeddings", c->vocab, c->dim, emb,
-                                   &m->tok_embeddings));
+        TRY(dt_nn_embedding_create(p, "tok_embeddings", c->vocab, c->dim, emb, &m->tok_embeddings));
     }
     for (int i = part->first; i < part->end; i++) {
         char name[64], sub[96];

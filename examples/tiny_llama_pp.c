@@ -21,12 +21,13 @@ static dt_status stage_fn(void *user, const dt_pipeline_stage_call *c, dt_tensor
 }
 
 dt_status tl_pp_init(tl_pp *pp, dt_mesh *mesh, int pp_dim, int nmicro,
-                     dt_pipeline_schedule schedule, const tl_config *cfg,
-                     const tl_layout *layout, uint64_t seed) {
+                     dt_pipeline_schedule schedule, const tl_config *cfg, const tl_layout *layout,
+                     uint64_t seed) {
     *pp = (tl_pp){0};
     if (layout->fsdp_units)
-        return dt_error_set(DT_ERR_ARG, "tl_pp_init: layout->fsdp_units = %d: FSDP units do "
-                                        "not run under a pipeline here; use 0",
+        return dt_error_set(DT_ERR_ARG,
+                            "tl_pp_init: layout->fsdp_units = %d: FSDP units do "
+                            "not run under a pipeline here; use 0",
                             layout->fsdp_units);
     dt_pipeline_config pc = {.pp_dim = pp_dim,
                              .nmicro = nmicro,
@@ -42,8 +43,8 @@ dt_status tl_pp_init(tl_pp *pp, dt_mesh *mesh, int pp_dim, int nmicro,
                     .end = pp->end,
                     .embed = pp->stage == 0,
                     .head = pp->stage == pp->nstages - 1};
-    dt_status st = tl_model_init_part(&pp->model, dt_pipeline_stage_mesh(pp->pipe), cfg, layout,
-                                      seed, &part);
+    dt_status st =
+        tl_model_init_part(&pp->model, dt_pipeline_stage_mesh(pp->pipe), cfg, layout, seed, &part);
     if (st != DT_OK) dt_pipeline_destroy(pp->pipe), pp->pipe = NULL;
     return st;
 }

@@ -11,9 +11,9 @@
 
 typedef struct tl_pp {
     dt_pipeline *pipe;
-    tl_model model;        /* the stage's part, on the stage's sub-mesh */
+    tl_model model; /* the stage's part, on the stage's sub-mesh */
     int stage, nstages;
-    int first, end;        /* the stage's blocks */
+    int first, end; /* the stage's blocks */
 } tl_pp;
 
 /* The stages over mesh's pp_dim, nmicro micro-batches per step run in schedule, the loss the
@@ -21,8 +21,8 @@ typedef struct tl_pp {
  * are not supported (DT_ERR_ARG). pp is the pipeline's user data: it must not move until
  * tl_pp_free. */
 dt_status tl_pp_init(tl_pp *pp, dt_mesh *mesh, int pp_dim, int nmicro,
-                     dt_pipeline_schedule schedule, const tl_config *cfg,
-                     const tl_layout *layout, uint64_t seed);
+                     dt_pipeline_schedule schedule, const tl_config *cfg, const tl_layout *layout,
+                     uint64_t seed);
 void tl_pp_free(tl_pp *pp);
 
 /* tl_batch's step on the stage mesh: *tokens on stage 0, *targets on the last stage, NULL on
