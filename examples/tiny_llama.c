@@ -122,7 +122,7 @@ dt_status tl_model_init_part(tl_model *m, dt_mesh *mesh, const tl_config *cfg,
     dt_status st = DT_OK;
     if (!part->embed) {
         /* gen draws in declaration order: draw the parameters declared before part's (the
-         * embedding and blocks [0, first)) and drop them, one model's worth at most */
+         * embedding and blocks [0, first)) and drop them (held only while this runs) */
         tl_model before = *m;
         tl_part head = {.first = 0, .end = part->first, .embed = 1, .head = 0};
         st = make_params(&before, &head, &gen);
