@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define TRY(call)                                                                                  \
     do {                                                                                           \
@@ -42,15 +43,18 @@ dt_status tl_plan(const tl_layout *l, dt_style_rule *rules, int cap, int *n_out)
     return DT_OK;
 }
 
-static dt_status declare(tl_model *m) {
+/* Declares part's modules: the embedding, blocks [first, end), the head. */
+static dt_status declare(tl_model *m, const tl_part *part) {
     const tl_config *c = &m->cfg;
     dt_params *p = m->params;
     /* std 1/sqrt(fan_in) for projections, 1 for the embedding */
     dt_init emb = {DT_INIT_NORMAL, 1.0}, in = {DT_INIT_NORMAL, 1.0 / sqrt(c->dim)},
             hid = {DT_INIT_NORMAL, 1.0 / sqrt(c->hidden)};
-    TRY(dt_params_begin_group(p, "tok_embeddings"));
-    TRY(dt_nn_embedding_create(p, "tok_embeddings", c->vocab, c->dim, emb, &m->tok_embeddings));
-    for (int i = 0; i < c->layers; i++) {
+    if (part->embed) {
+        TRY(dt_params_begin_group(p, "tok_embeddings"));
+        TRY(dt_nn_embedding_create(p, "tok_embeddings", c->vocab, c->dim, emb, &m->tok_embeddings));
+    }
+    for (int i = part->first; i < part->end; i++) {
         char name[64], sub[96];
         tl_block *b = &m->layers[i];
         snprintf(name, sizeof name, "layers.%d", i);
@@ -64,31 +68,68 @@ static dt_status declare(tl_model *m) {
         snprintf(sub, sizeof sub, "%s.feed_forward", name);
         TRY(dt_nn_mlp_create(p, sub, c->dim, c->hidden, in, hid, &b->feed_forward));
     }
+    if (!part->head) return DT_OK;
     TRY(dt_params_begin_group(p, "output"));
     TRY(dt_nn_rms_norm_create(p, "norm", c->dim, 1e-5, &m->norm));
     return dt_nn_linear_create(p, "output", c->dim, c->vocab, 0, in, &m->output);
 }
 
+/* Whether the plan's rule for pattern names a module part declares (a plan may not name
+ * modules that are not there). */
+static int part_has(const tl_part *part, const char *pattern) {
+    if (!strncmp(pattern, "layers.", 7)) return part->end > part->first;
+    if (!strcmp(pattern, "tok_embeddings")) return part->embed;
+    return part->head; /* norm, output */
+}
+
+/* m->params: part's parameters, parallelized by m->layout and drawn from gen. */
+static dt_status make_params(tl_model *m, const tl_part *part, dt_generator *gen) {
+    const tl_layout *l = &m->layout;
+    dt_style_rule plan[16];
+    dt_parallelize_options o = {.tp_dim = l->tp_dim,
+                                .plan = plan,
+                                .dp_dim = l->dp_dim,
+                                .dp_mode = l->fsdp ? DT_DP_SHARD : DT_DP_REPLICATE};
+    int n;
+    TRY(dt_params_create(m->mesh, DT_F32, &m->params));
+    TRY(declare(m, part));
+    TRY(tl_plan(l, plan, 16, &n));
+    for (int i = 0; i < n; i++)
+        if (part_has(part, plan[i].pattern)) plan[o.nplan++] = plan[i];
+    TRY(dt_parallelize(m->params, &o));
+    return dt_params_materialize(m->params, gen);
+}
+
 dt_status tl_model_init(tl_model *m, dt_mesh *mesh, const tl_config *cfg, const tl_layout *layout,
                         uint64_t seed) {
+    tl_part all = {.first = 0, .end = cfg->layers, .embed = 1, .head = 1};
+    return tl_model_init_part(m, mesh, cfg, layout, seed, &all);
+}
+
+dt_status tl_model_init_part(tl_model *m, dt_mesh *mesh, const tl_config *cfg,
+                             const tl_layout *layout, uint64_t seed, const tl_part *part) {
     *m = (tl_model){.cfg = *cfg, .layout = *layout, .mesh = mesh};
+    if (part->first < 0 || part->end < part->first || part->end > cfg->layers)
+        return dt_error_set(DT_ERR_ARG, "tl_model_init_part: blocks [%d, %d) of %d", part->first,
+                            part->end, cfg->layers);
     m->layers = calloc((size_t)cfg->layers, sizeof *m->layers);
     if (!m->layers) return dt_error_set(DT_ERR_NOMEM, "tl_model_init: out of memory");
-    dt_style_rule plan[16];
-    dt_parallelize_options o = {.tp_dim = layout->tp_dim,
-                                .plan = plan,
-                                .dp_dim = layout->dp_dim,
-                                .dp_mode = layout->fsdp ? DT_DP_SHARD : DT_DP_REPLICATE};
     dt_generator gen = dt_generator_make(seed);
     int mnd = dt_mesh_ndim(mesh);
     dt_placement rep[DT_MESH_MAX_NDIM];
     for (int d = 0; d < mnd; d++)
         rep[d] = dt_replicate();
-    dt_status st = dt_params_create(mesh, DT_F32, &m->params);
-    if (st == DT_OK) st = declare(m);
-    if (st == DT_OK) st = tl_plan(layout, plan, 16, &o.nplan);
-    if (st == DT_OK) st = dt_parallelize(m->params, &o);
-    if (st == DT_OK) st = dt_params_materialize(m->params, &gen);
+    dt_status st = DT_OK;
+    if (!part->embed) {
+        /* gen draws in declaration order: draw the parameters declared before part's (the
+         * embedding and blocks [0, first)) and drop them (held only while this runs) */
+        tl_model before = *m;
+        tl_part head = {.first = 0, .end = part->first, .embed = 1, .head = 0};
+        st = make_params(&before, &head, &gen);
+        dt_params_destroy(before.params);
+        memset(m->layers, 0, sizeof *m->layers * (size_t)cfg->layers);
+    }
+    if (st == DT_OK) st = make_params(m, part, &gen);
     if (st == DT_OK && layout->fsdp && layout->fsdp_units && layout->dp_dim >= 0)
         st = tl_fsdp_attach(m);
     if (st == DT_OK)
@@ -162,14 +203,9 @@ static dt_tensor *block(dt_scope *s, const tl_model *m, const tl_block *b, dt_te
     return DT_DO(s, dt_add, x, dt_nn_mlp_forward(s, &b->feed_forward, h));
 }
 
-dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_tensor **out) {
-    const tl_config *c = &m->cfg;
-    int64_t rows[2] = {(int64_t)c->batch * c->seq, c->vocab}, flat[1] = {rows[0]};
-    dt_scope *s;
-    TRY(dt_scope_create(&s));
-    dt_tensor *x = dt_nn_embedding_forward(s, m->tok_embeddings, tokens); /* (B, T, dim) */
+dt_tensor *tl_layers_forward(dt_scope *s, const tl_model *m, int first, int end, dt_tensor *x) {
     dt_ctx *ctx = dt_mesh_ctx(m->mesh);
-    for (int i = 0; i < c->layers; i++) {
+    for (int i = first; i < end; i++) {
         /* activation checkpointing: a region around each block keeps what the policy keeps */
         dt_ac_region *r = NULL;
         int ac = m->layout.ac != DT_AC_NONE && dt_grad_enabled(ctx) && dt_scope_ok(s);
@@ -177,11 +213,29 @@ dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_t
         x = block(s, m, &m->layers[i], x);
         if (r) dt_scope_fail(s, dt_ac_end(r, x ? 1 : 0, &x));
     }
+    return x;
+}
+
+dt_tensor *tl_head_loss(dt_scope *s, const tl_model *m, dt_tensor *x, dt_tensor *targets) {
+    dt_tensor_info t;
+    if (!dt_scope_ok(s)) return NULL;
+    dt_status st = dt_tensor_info_get(targets, &t);
+    if (st != DT_OK) return dt_scope_fail(s, st);
+    /* the rows of this batch (a pipeline's micro-batch is smaller than cfg.batch) */
+    int64_t rows[2] = {t.shape[0] * t.shape[1], m->cfg.vocab}, flat[1] = {rows[0]};
     x = dt_nn_rms_norm_forward(s, m->norm, x);
     dt_tensor *logits = dt_nn_linear_forward(s, m->output, x); /* (B, T, vocab) */
     dt_tensor *lg = DT_DO(s, dt_view, logits, 2, rows);
     dt_tensor *tg = DT_DO(s, dt_view, targets, 1, flat);
-    dt_tensor *loss = DT_DO(s, dt_cross_entropy, lg, tg, DT_REDUCTION_MEAN);
+    return DT_DO(s, dt_cross_entropy, lg, tg, DT_REDUCTION_MEAN);
+}
+
+dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_tensor **out) {
+    dt_scope *s;
+    TRY(dt_scope_create(&s));
+    dt_tensor *x = dt_nn_embedding_forward(s, m->tok_embeddings, tokens); /* (B, T, dim) */
+    x = tl_layers_forward(s, m, 0, m->cfg.layers, x);
+    dt_tensor *loss = tl_head_loss(s, m, x, targets);
     dt_scope_fail(s, tl_fsdp_end_forward(m));
     return dt_scope_end(s, loss, out);
 }

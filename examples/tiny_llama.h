@@ -54,6 +54,15 @@ dt_status tl_plan(const tl_layout *layout, dt_style_rule *rules, int cap, int *n
 dt_status tl_model_init(tl_model *m, dt_mesh *mesh, const tl_config *cfg, const tl_layout *layout,
                         uint64_t seed);
 void tl_model_free(tl_model *m);
+/* Part of the model, for a pipeline stage (tiny_llama_pp.h): the token embedding when embed,
+ * blocks [first, end), the final norm and output projection when head. Its parameters have the
+ * values they have in the whole model of seed (the generator is advanced past the ones declared
+ * before them by drawing those and dropping them). tl_loss needs the whole model. */
+typedef struct tl_part {
+    int first, end, embed, head;
+} tl_part;
+dt_status tl_model_init_part(tl_model *m, dt_mesh *mesh, const tl_config *cfg,
+                             const tl_layout *layout, uint64_t seed, const tl_part *part);
 
 /* Step step's tokens (batch, seq), sharded over the batch on the data-parallel dims, and
  * next-token targets, replicated (cross_entropy then checks the labels without a collective),
@@ -70,5 +79,10 @@ void tl_fsdp_detach(tl_model *m);
 
 /* The mean cross_entropy of the model's next-token predictions. */
 dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_tensor **out);
+/* tl_loss's parts, for a pipeline stage (tiny_llama_pp.h): blocks [first, end) on x, and the
+ * final norm, output projection and mean cross_entropy against targets (batch, seq), whose
+ * batch may be a micro-batch's. NULL once s has failed. */
+dt_tensor *tl_layers_forward(dt_scope *s, const tl_model *m, int first, int end, dt_tensor *x);
+dt_tensor *tl_head_loss(dt_scope *s, const tl_model *m, dt_tensor *x, dt_tensor *targets);
 
 #endif

@@ -6,8 +6,11 @@
  * memory, collectives issued by rank 0), then a trace of the last steps (Perfetto /
  * chrome://tracing) and its timeline page; --comms 1 prints step 1's collectives by kind.
  *
- * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp.
+ * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp, pp (pipeline stages,
+ * tiny_llama_pp.h: --pp N names its size, --micro the micro-batches per step, --schedule
+ * afab|1f1b; FSDP units are off under a pipeline).
  * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--fsdp-units 0|1] [--sp 0|1]
+ *       [--pp N --micro N --schedule afab|1f1b (with a pp dim: --mesh dp=2,pp=2,tp=2)]
  *       [--ac none|full|selective] [--ucx 0|1 (under dtrun: a process per rank)]
  *       [--text PATH] [--out PREFIX] [--dim N --layers N --heads N --kv-heads N --hidden N
  *       --seq N --batch N] [--bucket-kb N: grad sync's bucket cap, 0 = one collective per
@@ -17,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tiny_llama.h"
+#include "tiny_llama_pp.h"
 
 #define TRY(call)                                                                                  \
     do {                                                                                           \
@@ -37,6 +40,8 @@ typedef struct options {
     int loss_digits; /* decimals of the printed loss (tests compare runs with 8) */
     int bucket_kb; /* grad sync's bucket cap in KiB (0: per gradient); -1: the default */
     dt_ac_mode ac; /* activation checkpointing per block: none, full, selective */
+    int pp, micro; /* pipeline stages (the mesh's pp dim; 0: none) and micro-batches */
+    dt_pipeline_schedule schedule;
     const char *text_path, *out;
     tl_config cfg;
     double lr;
@@ -72,23 +77,47 @@ static dt_status train(dt_ctx *ctx, void *arg) {
     if (dt_mesh_dim_index(mesh, "dp_replicate", &rep) == DT_OK) l.dp_replicate_dim = rep + 1;
     if (dt_mesh_dim_index(mesh, "tp", &l.tp_dim) != DT_OK) l.tp_dim = -1;
     l.sequence_parallel = o->sp && l.tp_dim >= 0, l.loss_parallel = l.tp_dim >= 0;
-    tl_model m;
-    TRY(tl_model_init(&m, mesh, &o->cfg, &l, 1234));
+    /* a pipeline: the stages' layout indexes the stage mesh (the mesh without pp) */
+    int pp_dim = -1;
+    if (o->pp && dt_mesh_dim_index(mesh, "pp", &pp_dim) != DT_OK) pp_dim = -1;
+    if (pp_dim >= 0) {
+        int *dims[] = {&l.dp_dim, &l.tp_dim};
+        for (int k = 0; k < 2; k++)
+            *dims[k] -= *dims[k] > pp_dim;
+        l.dp_replicate_dim -= l.dp_replicate_dim > pp_dim + 1;
+    }
+    tl_model one, *mp = &one;
+    tl_pp pipe;
     dt_adamw_options adamw = {
         .lr = o->lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.01};
     dt_optim *opt;
-    TRY(dt_optim_adamw_create_params(&adamw, m.params, &opt));
-    if (rank == 0 && o->print_params) TRY(dt_params_print(m.params, stdout));
+    if (pp_dim >= 0) {
+        TRY(tl_pp_init(&pipe, mesh, pp_dim, o->micro, o->schedule, &o->cfg, &l, 1234));
+        TRY(tl_pp_adamw(&pipe, &adamw, &opt));
+        mp = &pipe.model;
+    } else {
+        TRY(tl_model_init(&one, mesh, &o->cfg, &l, 1234));
+        TRY(dt_optim_adamw_create_params(&adamw, one.params, &opt));
+    }
+    if (rank == 0 && o->print_params) TRY(dt_params_print(mp->params, stdout));
     double tokens = (double)o->cfg.batch * o->cfg.seq, total = 0;
     for (int s = 0; s < o->steps; s++) {
         if (s == o->steps - o->trace_steps) TRY(dt_trace_start(ctx));
-        dt_tensor *tok, *tgt, *loss;
-        TRY(tl_batch(&m, sh->text, sh->n, s, &tok, &tgt));
+        dt_tensor *tok, *tgt, *loss = NULL;
+        double v;
+        if (pp_dim >= 0)
+            TRY(tl_pp_batch(&pipe, sh->text, sh->n, s, &tok, &tgt));
+        else
+            TRY(tl_batch(&one, sh->text, sh->n, s, &tok, &tgt));
         TRY(dt_ctx_reset_peak(ctx));
         TRY(dt_comm_stats_reset(ctx));
         double t0 = now_s();
-        TRY(tl_loss(&m, tok, tgt, &loss));
-        TRY(dt_backward(loss));
+        if (pp_dim >= 0) { /* the step's forwards and backwards, micro-batch by micro-batch */
+            TRY(tl_pp_step(&pipe, tok, tgt, &v));
+        } else {
+            TRY(tl_loss(&one, tok, tgt, &loss));
+            TRY(dt_backward(loss));
+        }
         TRY(dt_optim_step(opt));
         TRY(dt_optim_zero_grad(opt));
         double dt = now_s() - t0;
@@ -100,8 +129,11 @@ static dt_status train(dt_ctx *ctx, void *arg) {
         for (int k = 0; k < DT_COLL_KIND_COUNT; k++)
             colls += cs.calls[k];
         if (rank == 0 && s == 0 && o->comms) dt_comm_stats_print(&cs, "rank 0, step 1", stdout);
-        float v;
-        TRY(dt_tensor_full(loss, &v, sizeof v));
+        if (loss) {
+            float f;
+            TRY(dt_tensor_full(loss, &f, sizeof f));
+            v = f;
+        }
         if (s > 0) total += dt;
         if (rank == 0)
             printf("step %3d/%d  loss %.*f  %8.0f tokens/s  step %7.1f ms  peak %6.2f MiB  %3llu "
@@ -122,7 +154,10 @@ static dt_status train(dt_ctx *ctx, void *arg) {
         TRY(dt_trace_write(ctx, path));
     }
     TRY(dt_optim_destroy(opt));
-    tl_model_free(&m);
+    if (pp_dim >= 0)
+        tl_pp_free(&pipe);
+    else
+        tl_model_free(&one);
     return dt_mesh_release(mesh);
 }
 
@@ -149,7 +184,7 @@ static int usage(const char *bad) {
     fprintf(stderr,
             "train: bad argument %s\nusage: train [--ranks N] [--mesh dp=2,tp=2] "
             "[--steps N] [--fsdp 0|1] [--fsdp-units 0|1] [--sp 0|1] [--ac none|full|selective] "
-            "[--text PATH] [--ucx 0|1] "
+            "[--pp N] [--micro N] [--schedule afab|1f1b] [--text PATH] [--ucx 0|1] "
             "[--out PREFIX] [--trace-steps N] [--comms 0|1] [--params 0|1] [--bucket-kb N] "
             "[--dim N] [--layers N] [--heads N] "
             "[--kv-heads N] [--hidden N] [--seq N] [--batch N] [--lr X]\n",
@@ -162,7 +197,9 @@ int main(int argc, char **argv) {
                  .steps = 20,
                  .trace_steps = 3,
                  .fsdp = 1,
-                 .fsdp_units = 1,
+                 .fsdp_units = -1, /* on, but off under a pipeline */
+                 .micro = 2,
+                 .schedule = DT_PIPELINE_1F1B,
                  .loss_digits = 4,
                  .sp = 1,
                  .bucket_kb = -1,
@@ -190,7 +227,8 @@ int main(int argc, char **argv) {
                 {"--hidden", &o.cfg.hidden}, {"--seq", &o.cfg.seq},
                 {"--batch", &o.cfg.batch},   {"--trace-steps", &o.trace_steps},
                 {"--comms", &o.comms},       {"--params", &o.print_params},
-                {"--bucket-kb", &o.bucket_kb}};
+                {"--bucket-kb", &o.bucket_kb}, {"--pp", &o.pp},
+                {"--micro", &o.micro}};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) return usage(argv[i]);
         const char *a = argv[i], *v = argv[++i];
@@ -211,6 +249,13 @@ int main(int argc, char **argv) {
             o.out = v;
         } else if (!strcmp(a, "--lr")) {
             o.lr = atof(v);
+        } else if (!strcmp(a, "--schedule")) {
+            if (!strcmp(v, "afab"))
+                o.schedule = DT_PIPELINE_AFAB;
+            else if (!strcmp(v, "1f1b"))
+                o.schedule = DT_PIPELINE_1F1B;
+            else
+                return fprintf(stderr, "train: --schedule %s: want afab or 1f1b\n", v), 2;
         } else if (!strcmp(a, "--ac")) {
             if (dt_ac_mode_parse(v, &o.ac) != DT_OK)
                 return fprintf(stderr, "train: --ac: %s\n", dt_last_error()), 2;
@@ -226,11 +271,27 @@ int main(int argc, char **argv) {
         else
             snprintf(o.mesh, sizeof o.mesh, "dp=%d", o.ranks);
     }
-    int shape[DT_MESH_MAX_NDIM], nd, product = 1;
-    if (dt_mesh_parse(o.mesh, shape, NULL, &nd) != DT_OK)
+    int shape[DT_MESH_MAX_NDIM], nd, product = 1, pp_size = 0;
+    char names[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1];
+    if (dt_mesh_parse(o.mesh, shape, names, &nd) != DT_OK)
         return fprintf(stderr, "train: --mesh %s: %s\n", o.mesh, dt_last_error()), 2;
     for (int d = 0; d < nd; d++)
-        product *= shape[d];
+        product *= shape[d], pp_size = strcmp(names[d], "pp") ? pp_size : shape[d];
+    if (o.pp > 1 || pp_size > 1) { /* --pp N (optional) is the size of the mesh's pp dim */
+        if (o.pp && o.pp != pp_size)
+            return fprintf(stderr, "train: --pp %d but --mesh %s has %s%.0d\n", o.pp, o.mesh,
+                           pp_size ? "a pp dim of size " : "no pp dim", pp_size),
+                   2;
+        o.pp = pp_size;
+        if (o.micro < 1 || o.cfg.batch % o.micro)
+            return fprintf(stderr, "train: --micro %d does not divide --batch %d\n", o.micro,
+                           o.cfg.batch),
+                   2;
+        if (o.fsdp_units == 1)
+            return fprintf(stderr, "train: --fsdp-units 1 does not run under a pipeline\n"), 2;
+        o.fsdp_units = 0;
+    }
+    if (o.fsdp_units < 0) o.fsdp_units = 1;
     if (product != o.ranks) {
         if (mesh_set && o.ranks == 4)
             o.ranks = product; /* --mesh alone sets the rank count */
@@ -250,11 +311,15 @@ int main(int argc, char **argv) {
     if (read_text(o.text_path, &sh.text, &sh.n)) return 1;
     if (rank0)
         printf("training on %s (%zu bytes): vocab %d, dim %d, %d layers, %d heads (%d kv), "
-           "hidden %d, seq %d, batch %d; %d ranks as %s%s%s\n",
+           "hidden %d, seq %d, batch %d; %d ranks as %s%s%s",
            o.text_path, sh.n, o.cfg.vocab, o.cfg.dim, o.cfg.layers, o.cfg.heads, o.cfg.kv_heads,
            o.cfg.hidden, o.cfg.seq, o.cfg.batch, o.ranks, o.mesh,
            o.fsdp && strstr(o.mesh, "dp") ? (o.fsdp_units ? ", FSDP units" : ", FSDP") : "",
            o.sp && strstr(o.mesh, "tp") ? ", sequence parallel" : "");
+    if (rank0 && o.pp > 1)
+        printf(", %d pipeline stages, %d micro-batches, %s", o.pp, o.micro,
+               dt_pipeline_schedule_name(o.schedule));
+    if (rank0) printf("\n");
     dt_status st = o.ucx ? dt_ucx_run(train, &sh) : dt_local_run(o.ranks, train, &sh, NULL);
     free(sh.text);
     if (st != DT_OK) return fprintf(stderr, "train: %s\n", dt_last_error()), 1;

@@ -4,10 +4,13 @@
  * over 2, HSDP on 2x2, tp=4, dp=2 x tp=2 (FSDP + TP), tp=2 with sequence parallelism, and 3 ranks
  * (uneven everything). Every loss curve must equal the one-rank curve within 1e-5 relative in f32,
  * and each configuration issues exactly the collectives per step written below (counted per
- * kind on rank 0 for forward + backward + optimizer step; the same every step). */
+ * kind on rank 0 for forward + backward + optimizer step; the same every step). The whole
+ * grid: dp=2 x pp=2 x tp=2 on 8 ranks (examples/tiny_llama_pp.c, both schedules, DDP and
+ * FSDP + sequence parallel stages) trains with the same losses, with the pipeline's hand-offs
+ * counted per step. */
 #include <math.h>
 
-#include "../examples/tiny_llama.h"
+#include "../examples/tiny_llama_pp.h"
 #include "helpers.h"
 #include "op_cases.h"
 
@@ -211,5 +214,118 @@ Test(parallel_train, activation_checkpointing_is_bitwise_none) {
         cr_log_info("%s: peak activation bytes none %lld, selective %lld, full %lld",
                     base[i].name, (long long)r[DT_AC_NONE].peak,
                     (long long)r[DT_AC_SELECTIVE].peak, (long long)r[DT_AC_FULL].peak);
+    }
+}
+
+/* ---- the whole grid: dp=2 x pp=2 x tp=2 -------------------------------------------------- */
+
+enum { GRID = 8 };
+
+typedef struct pp_run {
+    const char *name;
+    dt_pipeline_schedule schedule;
+    int nmicro;
+    tl_layout l; /* dims of the stage mesh dp=2 x tp=2 */
+    float loss[STEPS];
+    uint64_t calls[GRID][STEPS][DT_COLL_KIND_COUNT]; /* per rank */
+} pp_run;
+
+/* tl_pp's stages on "dp=2,pp=2,tp=2" (stage 0: ranks 0, 1, 4, 5; stage 1: 2, 3, 6, 7), trained
+ * as body trains one rank: the same seed, batches and AdamW, each step one dt_pipeline_step. */
+static dt_status pp_body(dt_ctx *ctx, void *arg) {
+    pp_run *r = arg;
+    int rank = dt_ctx_rank(ctx);
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "dp=2,pp=2,tp=2", &mesh));
+    tl_pp pp;
+    R_OK(tl_pp_init(&pp, mesh, 1, r->nmicro, r->schedule, &cfg, &r->l, 99));
+    dt_adamw_options adamw = {
+        .lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    dt_optim *opt;
+    R_OK(tl_pp_adamw(&pp, &adamw, &opt));
+    for (int s = 0; s < STEPS; s++) {
+        dt_tensor *tok, *tgt;
+        double loss;
+        R_OK(tl_pp_batch(&pp, NULL, 0, s, &tok, &tgt));
+        R_OK(dt_comm_stats_reset(ctx));
+        if (s == 0 && rank == 0 && getenv("DT_PRINT_COMMS"))
+            R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_LOG));
+        if (s == 1) R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_IMPLICIT));
+        R_OK(tl_pp_step(&pp, tok, tgt, &loss));
+        R_OK(dt_optim_step(opt));
+        R_OK(dt_optim_zero_grad(opt));
+        dt_comm_stats cs;
+        R_OK(dt_comm_stats_get(ctx, &cs));
+        for (int k = 0; k < DT_COLL_KIND_COUNT; k++)
+            r->calls[rank][s][k] = cs.calls[k];
+        /* DT_PRINT_COMMS=1: step 0's collectives on a rank of each stage */
+        if (s == 0 && (rank == 0 || rank == 2) && getenv("DT_PRINT_COMMS"))
+            dt_comm_stats_print(&cs, r->name, stderr);
+        if (rank == 0) r->loss[s] = (float)loss;
+        dt_tensor_release(tok), dt_tensor_release(tgt);
+    }
+    R_OK(dt_optim_destroy(opt));
+    tl_pp_free(&pp);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(parallel_train, grid_dp_pp_tp) {
+    static pp_run runs[] = {
+        {.name = "dp=2 x pp=2 x tp=2, 1f1b, m=2",
+         .schedule = DT_PIPELINE_1F1B,
+         .nmicro = 2,
+         .l = {.dp_dim = 0, .tp_dim = 1, .loss_parallel = 1}},
+        {.name = "dp=2 x pp=2 x tp=2, afab, m=3",
+         .schedule = DT_PIPELINE_AFAB,
+         .nmicro = 3,
+         .l = {.dp_dim = 0, .tp_dim = 1, .loss_parallel = 1}},
+        {.name = "dp=2 fsdp x pp=2 x tp=2 sp, 1f1b, m=3",
+         .schedule = DT_PIPELINE_1F1B,
+         .nmicro = 3,
+         .l = {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .sequence_parallel = 1, .loss_parallel = 1}},
+    };
+    static const config one = {"1 rank", "1", {.dp_dim = -1, .tp_dim = -1}, {0, 0, 0, 0}};
+    run ref = {.c = &one};
+    t_run(1, body, &ref);
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        pp_run *r = &runs[i];
+        t_run(GRID, pp_body, r);
+        for (int s = 0; s < STEPS; s++)
+            cr_expect(fabsf(r->loss[s] - ref.loss[s]) <= 1e-5f * fabsf(ref.loss[s]),
+                      "%s step %d: loss %.8g, one rank %.8g", r->name, s, r->loss[s], ref.loss[s]);
+        /* Per step and rank: the stage boundary carries m activations forward and m
+         * gradients back, each a header and a data message (no shard is empty here): 2m sends
+         * and 2m receives on every rank; one broadcast hands the loss to stage 0. The other
+         * collectives (the stage's tp, dp and loss collectives) are the same every step and on
+         * every rank of a stage (ranks 0, 1, 4, 5 and 2, 3, 6, 7). */
+        int m = r->nmicro;
+        for (int q = 0; q < GRID; q++)
+            for (int s = 0; s < STEPS; s++) {
+                const uint64_t *c = r->calls[q][s], *c0 = r->calls[(q / 2) % 2 * 2][0];
+                cr_expect(c[DT_COLL_SEND] == (uint64_t)(2 * m) &&
+                              c[DT_COLL_RECV] == (uint64_t)(2 * m) && c[DT_COLL_BROADCAST] == 1,
+                          "%s rank %d step %d: %llu sends, %llu receives, %llu broadcasts; "
+                          "want %d, %d, 1",
+                          r->name, q, s, (unsigned long long)c[DT_COLL_SEND],
+                          (unsigned long long)c[DT_COLL_RECV],
+                          (unsigned long long)c[DT_COLL_BROADCAST], 2 * m, 2 * m);
+                for (int k = 0; k < DT_COLL_KIND_COUNT; k++)
+                    cr_expect(c[k] == c0[k], "%s rank %d step %d: %llu %s, its stage's step 0 %llu",
+                              r->name, q, s, (unsigned long long)c[k],
+                              dt_coll_kind_name((dt_coll_kind)k), (unsigned long long)c0[k]);
+            }
+        for (int q = 0; q < 4; q += 2)
+            cr_log_info("%s, stage %d: per step %llu all_reduce, %llu all_gather, %llu "
+                        "reduce_scatter, %llu all_to_all, %llu send, %llu recv, %llu broadcast",
+                        r->name, q / 2, (unsigned long long)r->calls[q][0][DT_COLL_ALL_REDUCE],
+                        (unsigned long long)r->calls[q][0][DT_COLL_ALL_GATHER],
+                        (unsigned long long)r->calls[q][0][DT_COLL_REDUCE_SCATTER],
+                        (unsigned long long)r->calls[q][0][DT_COLL_ALL_TO_ALL],
+                        (unsigned long long)r->calls[q][0][DT_COLL_SEND],
+                        (unsigned long long)r->calls[q][0][DT_COLL_RECV],
+                        (unsigned long long)r->calls[q][0][DT_COLL_BROADCAST]);
+        cr_log_info("%s: loss %.6g -> %.6g as on one rank (%.6g -> %.6g)", r->name, r->loss[0],
+                    r->loss[STEPS - 1], ref.loss[0], ref.loss[STEPS - 1]);
     }
 }

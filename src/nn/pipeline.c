@@ -184,8 +184,13 @@ static dt_status forward(step *s, int i) {
             dt_tensor_release(y);
             y = scaled;
         }
-        double v;
-        DT_CHECK_GOTO(dt_tensor_full(y, &v, sizeof v), st, done);
+        /* read in f64 whatever the loss's dtype (an f32 loss's 4 bytes are not a double) */
+        dt_tensor *y64 = NULL;
+        double v = 0;
+        st = dt_cast(y, DT_F64, &y64);
+        if (st == DT_OK) st = dt_tensor_full(y64, &v, sizeof v);
+        dt_tensor_release(y64);
+        if (st != DT_OK) goto done;
         s->loss += v;
     }
     s->mb[i].out = y;
