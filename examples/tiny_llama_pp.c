@@ -58,6 +58,18 @@ void tl_pp_free(tl_pp *pp) {
 dt_status tl_pp_batch(const tl_pp *pp, const unsigned char *text, size_t n, int step,
                       dt_tensor **tokens, dt_tensor **targets) {
     TRY(tl_batch(&pp->model, text, n, step, tokens, targets));
+    /* tl_batch keeps the targets whole; the pipeline cuts micro-batches out of each rank's
+     * shard, so the targets take the tokens' placements (dp-sharded) to cut the same rows */
+    dt_tensor_info ti;
+    dt_tensor *cut = NULL;
+    dt_status st = dt_tensor_info_get(*tokens, &ti);
+    if (st == DT_OK) st = dt_tensor_redistribute(*targets, ti.mesh_ndim, ti.placements, &cut);
+    dt_tensor_release(*targets);
+    *targets = cut;
+    if (st != DT_OK) {
+        dt_tensor_release(*tokens), *tokens = NULL;
+        return st;
+    }
     if (pp->stage != 0) dt_tensor_release(*tokens), *tokens = NULL;
     if (pp->stage != pp->nstages - 1) dt_tensor_release(*targets), *targets = NULL;
     return DT_OK;
