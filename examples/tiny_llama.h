@@ -5,7 +5,9 @@
  * are drawn with the mesh-independent generator, so one seed gives one model on any mesh.
  * How it runs in parallel is a layout: data parallel over one mesh dim (batch sharded;
  * parameters replicated or FSDP-sharded), tensor parallel over another through a plan of
- * PyTorch's styles (tl_plan), optionally with sequence parallelism and loss parallelism. Used
+ * PyTorch's styles (tl_plan), optionally with sequence parallelism and loss parallelism, and
+ * context parallel over a third (the sequence sharded in the load-balanced order, attention by
+ * ring, parameters replicated there with their gradients reduced like DDP's). Used
  * by tests/test_train.c, tests/test_parallel_train.c, bench/bench_train.c and examples/train.c. */
 #ifndef DT_EXAMPLES_TINY_LLAMA_H
 #define DT_EXAMPLES_TINY_LLAMA_H
@@ -26,6 +28,9 @@ typedef struct tl_layout {
     dt_ac_mode ac;         /* activation checkpointing per block (dtensor/ac.h) */
     int fsdp_units;        /* with fsdp: dtensor/fsdp.h units per group (one all_gather per
                               block, prefetch, reshard after forward; tiny_llama_fsdp.c) */
+    int cp_dim;            /* context parallel: the sequence sharded over this mesh dim in
+                              dt_cp_position's order, attention by dt_ring_sdpa (0 = none, else
+                              the mesh dim + 1) */
 } tl_layout;
 
 typedef struct tl_block {
@@ -41,7 +46,8 @@ typedef struct tl_model {
     dt_params *params; /* owned */
     dt_module tok_embeddings, norm, output;
     tl_block *layers;     /* cfg.layers */
-    dt_tensor *cos, *sin; /* rope tables (seq, head_dim / 2), replicated */
+    dt_tensor *cos, *sin; /* rope tables (seq, head_dim / 2), replicated (context parallel:
+                             rows in the load-balanced order, sharded S(0) over cp) */
     struct tl_fsdp *fsdp; /* layout.fsdp_units: the units and the use hook */
 } tl_model;
 
@@ -54,7 +60,8 @@ dt_status tl_model_init(tl_model *m, dt_mesh *mesh, const tl_config *cfg, const 
 void tl_model_free(tl_model *m);
 
 /* Step step's tokens (batch, seq) and next-token targets, the same on every mesh, sharded over
- * the batch on dp_dim: from text (n bytes; windows at positions drawn from step) when text is
+ * the batch on dp_dim (and with context parallel, the sequence in dt_cp_position's order,
+ * sharded over cp): from text (n bytes; windows at positions drawn from step) when text is
  * set, else from a synthetic rule (mostly the previous token + 1). */
 dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int step,
                    dt_tensor **tokens, dt_tensor **targets);

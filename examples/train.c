@@ -6,7 +6,8 @@
  * memory, collectives issued by rank 0), then a trace of the last steps (Perfetto /
  * chrome://tracing) and its timeline page; --comms 1 prints step 1's collectives by kind.
  *
- * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp.
+ * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp, cp (context parallel: the
+ * sequence sharded in the load-balanced order, ring attention; e.g. --mesh cp=2,tp=2 --seq 256).
  * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--fsdp-units 0|1] [--sp 0|1]
  *       [--ac none|full|selective] [--ucx 0|1 (under dtrun: a process per rank)]
  *       [--text PATH] [--out PREFIX] [--dim N --layers N --heads N --kv-heads N --hidden N
@@ -71,6 +72,7 @@ static dt_status train(dt_ctx *ctx, void *arg) {
         l.dp_dim = -1;
     if (dt_mesh_dim_index(mesh, "dp_replicate", &rep) == DT_OK) l.dp_replicate_dim = rep + 1;
     if (dt_mesh_dim_index(mesh, "tp", &l.tp_dim) != DT_OK) l.tp_dim = -1;
+    if (dt_mesh_dim_index(mesh, "cp", &rep) == DT_OK) l.cp_dim = rep + 1;
     l.sequence_parallel = o->sp && l.tp_dim >= 0, l.loss_parallel = l.tp_dim >= 0;
     tl_model m;
     TRY(tl_model_init(&m, mesh, &o->cfg, &l, 1234));
@@ -250,11 +252,12 @@ int main(int argc, char **argv) {
     if (read_text(o.text_path, &sh.text, &sh.n)) return 1;
     if (rank0)
         printf("training on %s (%zu bytes): vocab %d, dim %d, %d layers, %d heads (%d kv), "
-           "hidden %d, seq %d, batch %d; %d ranks as %s%s%s\n",
+           "hidden %d, seq %d, batch %d; %d ranks as %s%s%s%s\n",
            o.text_path, sh.n, o.cfg.vocab, o.cfg.dim, o.cfg.layers, o.cfg.heads, o.cfg.kv_heads,
            o.cfg.hidden, o.cfg.seq, o.cfg.batch, o.ranks, o.mesh,
            o.fsdp && strstr(o.mesh, "dp") ? (o.fsdp_units ? ", FSDP units" : ", FSDP") : "",
-           o.sp && strstr(o.mesh, "tp") ? ", sequence parallel" : "");
+           o.sp && strstr(o.mesh, "tp") ? ", sequence parallel" : "",
+           strstr(o.mesh, "cp") ? ", context parallel (ring attention)" : "");
     dt_status st = o.ucx ? dt_ucx_run(train, &sh) : dt_local_run(o.ranks, train, &sh, NULL);
     free(sh.text);
     if (st != DT_OK) return fprintf(stderr, "train: %s\n", dt_last_error()), 1;

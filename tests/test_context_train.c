@@ -1,0 +1,152 @@
+/* Context parallelism in training: the model of examples/tiny_llama.c with a long sequence
+ * (256, four times make train's default) sharded over a cp mesh dim in the load-balanced order
+ * (tokens, targets and rope rows permuted alike), attention by ring (dt_ring_sdpa), parameters
+ * replicated over cp with their gradients all_reduced there, trained for 10 AdamW steps on
+ * cp=2, cp=2 x tp=2 (heads over tp), the same with sequence parallelism, and cp=3 (uneven
+ * chunks). Every loss curve must equal the one-rank curve (plain order, dt_sdpa) within 1e-5
+ * relative in f32, and each step issues exactly the collectives written below (counted per kind on
+ * rank 0; the ring's point-to-point transfers are cp - 1 key/value blocks forward and 2 cp - 1
+ * backward per layer). */
+#include <math.h>
+
+#include "../examples/tiny_llama.h"
+#include "helpers.h"
+
+enum { STEPS = 10 };
+
+static const tl_config cfg = {.vocab = 256,
+                              .seq = 256,
+                              .batch = 2,
+                              .dim = 32,
+                              .layers = 2,
+                              .heads = 8,
+                              .kv_heads = 4,
+                              .hidden = 40};
+
+typedef struct config {
+    const char *name, *mesh;
+    int ranks, cp;
+    tl_layout l;
+    /* collectives per step: all_reduce, all_gather, reduce_scatter, all_to_all (the ring's
+     * sends and receives follow from cp) */
+    int want[4];
+} config;
+
+static const dt_coll_kind kinds[4] = {DT_COLL_ALL_REDUCE, DT_COLL_ALL_GATHER,
+                                      DT_COLL_REDUCE_SCATTER, DT_COLL_ALL_TO_ALL};
+
+typedef struct run {
+    const config *c;
+    float loss[STEPS];
+    uint64_t calls[STEPS][DT_COLL_KIND_COUNT];
+} run;
+
+static dt_status body(dt_ctx *ctx, void *arg) {
+    run *r = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, r->c->mesh, &mesh));
+    tl_model m;
+    R_OK(tl_model_init(&m, mesh, &cfg, &r->c->l, 7));
+    dt_adamw_options adamw = {
+        .lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    dt_optim *opt;
+    R_OK(dt_optim_adamw_create_params(&adamw, m.params, &opt));
+    for (int s = 0; s < STEPS; s++) {
+        dt_tensor *tok, *tgt, *loss;
+        R_OK(tl_batch(&m, NULL, 0, s, &tok, &tgt));
+        R_OK(dt_comm_stats_reset(ctx));
+        /* DT_PRINT_COMMS=1: step 0's redistributions and collectives of rank 0 */
+        if (s == 0 && dt_ctx_rank(ctx) == 0 && getenv("DT_PRINT_COMMS"))
+            R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_LOG));
+        if (s == 1) R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_IMPLICIT));
+        R_OK(tl_loss(&m, tok, tgt, &loss));
+        R_OK(dt_backward(loss));
+        R_OK(dt_optim_step(opt));
+        R_OK(dt_optim_zero_grad(opt));
+        dt_comm_stats cs;
+        R_OK(dt_comm_stats_get(ctx, &cs));
+        if (dt_ctx_rank(ctx) == 0) {
+            memcpy(r->calls[s], cs.calls, sizeof r->calls[s]);
+            if (s == 0 && getenv("DT_PRINT_COMMS")) dt_comm_stats_print(&cs, r->c->name, stderr);
+        }
+        R_OK(dt_tensor_full(loss, &r->loss[s], sizeof r->loss[s]));
+        dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
+    }
+    R_OK(dt_optim_destroy(opt));
+    tl_model_free(&m);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(context_train, loss_parity_and_collectives) {
+    /* Per step, on rank 0, besides the ring (2 layers x (cp - 1 + 2 cp - 1) sends and as many
+     * receives over cp):
+     * - cp=2: grad sync's one all_reduce over cp of every gradient (each Partial there: each
+     *   rank saw part of the sequence), and cross_entropy's label check (a 24-byte all_gather).
+     *   Nothing else moves: the linears' weight gradients sum g^T x per batch row over the
+     *   local sequence (the sequence is never flattened into rows), the embedding's gradient
+     *   flattens the tokens sequence-first, and so do the logits into cross_entropy.
+     * - cp=2 x tp=2 (heads over tp): as test_parallel_train's tp, 5 forward all_reduces of the
+     *   rowwise outputs, 5 backward into the norms, 2 of loss parallel's row statistics, over
+     *   tp; grad sync's all_reduce over cp, and one over cp+tp for the norm weights' gradients
+     *   (Partial over both); the label check.
+     * - with sequence parallelism: each tp all_reduce becomes a reduce_scatter and an
+     *   all_gather (the sequence sharded over tp inside each cp shard), 10 of each; loss
+     *   parallel's 2, grad sync's 2, the label check.
+     * - cp=3: 256 rows cut into 6 chunks of 43 and 41 rows are uneven shards, which a view
+     *   cannot keep: the logits' and the targets' views into cross_entropy and the gradient's
+     *   view back re-shard (3 all_to_all, 2 all_gather), and the label check. */
+    static const config configs[] = {
+        {"cp=2", "cp=2", 2, 2, {.dp_dim = -1, .tp_dim = -1, .cp_dim = 1}, {1, 1, 0, 0}},
+        {"cp=2 x tp=2",
+         "cp=2,tp=2",
+         4,
+         2,
+         {.dp_dim = -1, .tp_dim = 1, .cp_dim = 1, .loss_parallel = 1},
+         {14, 1, 0, 0}},
+        {"cp=2 x tp=2 sp",
+         "cp=2,tp=2",
+         4,
+         2,
+         {.dp_dim = -1, .tp_dim = 1, .cp_dim = 1, .sequence_parallel = 1, .loss_parallel = 1},
+         {4, 11, 10, 0}},
+        {"cp=3 (uneven)", "cp=3", 3, 3, {.dp_dim = -1, .tp_dim = -1, .cp_dim = 1}, {3, 3, 0, 3}},
+    };
+    static const config one = {"1 rank", "1", 1, 1, {.dp_dim = -1, .tp_dim = -1}, {0}};
+    run ref = {.c = &one};
+    t_run(1, body, &ref);
+    cr_assert(ref.loss[STEPS - 1] < ref.loss[0], "one rank did not learn: %g -> %g", ref.loss[0],
+              ref.loss[STEPS - 1]);
+    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+        const config *c = &configs[i];
+        run r = {.c = c};
+        t_run(c->ranks, body, &r);
+        uint64_t sends = (uint64_t)(cfg.layers * (c->cp - 1 + 2 * c->cp - 1));
+        for (int s = 0; s < STEPS; s++)
+            cr_expect(fabsf(r.loss[s] - ref.loss[s]) <= 1e-5f * fabsf(ref.loss[s]),
+                      "%s step %d: loss %.8g, one rank %.8g", c->name, s, r.loss[s], ref.loss[s]);
+        for (int s = 0; s < STEPS; s++) {
+            const uint64_t *n = r.calls[s];
+            cr_expect(n[DT_COLL_SEND] == sends && n[DT_COLL_RECV] == sends,
+                      "%s step %d: %llu sends, %llu receives, want %llu each", c->name, s,
+                      (unsigned long long)n[DT_COLL_SEND], (unsigned long long)n[DT_COLL_RECV],
+                      (unsigned long long)sends);
+            for (int k = 0; k < 4; k++)
+                cr_expect(n[kinds[k]] == (uint64_t)c->want[k], "%s step %d: %llu %s, want %d",
+                          c->name, s, (unsigned long long)n[kinds[k]],
+                          dt_coll_kind_name(kinds[k]), c->want[k]);
+            cr_expect(n[DT_COLL_BROADCAST] == 0 && n[DT_COLL_BARRIER] == 0,
+                      "%s step %d: %llu broadcasts, %llu barriers", c->name, s,
+                      (unsigned long long)n[DT_COLL_BROADCAST],
+                      (unsigned long long)n[DT_COLL_BARRIER]);
+        }
+        cr_log_info("%s: loss %.6g -> %.6g as on one rank; per step %llu sends, %llu "
+                    "all_reduce, %llu all_gather, %llu reduce_scatter, %llu all_to_all",
+                    c->name, r.loss[0], r.loss[STEPS - 1],
+                    (unsigned long long)r.calls[0][DT_COLL_SEND],
+                    (unsigned long long)r.calls[0][DT_COLL_ALL_REDUCE],
+                    (unsigned long long)r.calls[0][DT_COLL_ALL_GATHER],
+                    (unsigned long long)r.calls[0][DT_COLL_REDUCE_SCATTER],
+                    (unsigned long long)r.calls[0][DT_COLL_ALL_TO_ALL]);
+    }
+}
