@@ -141,7 +141,7 @@ dt_status dt_grad_linear(const dt_grad_call *c, dt_tensor **gin) {
     if (st == DT_OK && c->need[1] && seq_sharded(x)) {
         dt_tensor *gt = NULL, *p = NULL;
         int batch = 0;
-        st = dt_transpose(g, 1, 2, &gt); /* (B, out, T) */
+        st = dt_transpose(g, 1, 2, &gt);            /* (B, out, T) */
         if (st == DT_OK) st = dt_matmul(gt, x, &p); /* (B, out, in) */
         if (st == DT_OK) st = dt_sum(p, &batch, 1, 0, &gin[1]);
         dt_tensor_release(gt), dt_tensor_release(p);
