@@ -222,13 +222,15 @@ dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_t
     }
     x = dt_nn_rms_norm_forward(s, m->norm, x);
     dt_tensor *logits = dt_nn_linear_forward(s, m->output, x); /* (B, T, vocab) */
-    if (m->layout.cp_dim > 0) { /* (T, B, ...): the cp-sharded sequence leads, so the views
-                                   below keep its shards (the mean ignores the order) */
-        logits = DT_DO(s, dt_transpose, logits, 0, 1);
-        targets = DT_DO(s, dt_transpose, targets, 0, 1);
+    dt_tensor *lg, *tg;
+    if (m->layout.cp_dim > 0) { /* (B, vocab, T) and (B, T) as torch's N-d form: flattening a
+                                   cp-sharded sequence into rows would re-shard it */
+        lg = DT_DO(s, dt_transpose, logits, 1, 2);
+        tg = targets;
+    } else {
+        lg = DT_DO(s, dt_view, logits, 2, rows);
+        tg = DT_DO(s, dt_view, targets, 1, flat);
     }
-    dt_tensor *lg = DT_DO(s, dt_view, logits, 2, rows);
-    dt_tensor *tg = DT_DO(s, dt_view, targets, 1, flat);
     dt_tensor *loss = DT_DO(s, dt_cross_entropy, lg, tg, DT_REDUCTION_MEAN);
     dt_scope_fail(s, tl_fsdp_end_forward(m));
     return dt_scope_end(s, loss, out);
