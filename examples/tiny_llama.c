@@ -63,6 +63,7 @@ static dt_status declare(tl_model *m, const tl_part *part) {
         TRY(dt_nn_rms_norm_create(p, sub, c->dim, 1e-5, &b->attention_norm));
         snprintf(sub, sizeof sub, "%s.attention", name);
         TRY(dt_nn_attention_create(p, sub, c->dim, c->heads, c->kv_heads, in, in, &b->attention));
+        b->attention.cp_dim = m->layout.cp_dim - 1;
         snprintf(sub, sizeof sub, "%s.ffn_norm", name);
         TRY(dt_nn_rms_norm_create(p, sub, c->dim, 1e-5, &b->ffn_norm));
         snprintf(sub, sizeof sub, "%s.feed_forward", name);
@@ -100,6 +101,54 @@ static dt_status make_params(tl_model *m, const tl_part *part, dt_generator *gen
     return dt_params_materialize(m->params, gen);
 }
 
+/* Context parallel: ranks over cp (1 without), and rows of n sequences of T positions (each
+ * position `width` bytes) put in the load-balanced order, row i <- position dt_cp_position(i). */
+static int cp_size(const tl_model *m) {
+    return m->layout.cp_dim > 0 ? dt_mesh_dim_size(m->mesh, m->layout.cp_dim - 1) : 1;
+}
+
+static dt_status cp_order(const tl_model *m, void *buf, int64_t n, int64_t T, size_t width) {
+    int cp = cp_size(m);
+    char *tmp = malloc(width * (size_t)T + 1), *b = buf;
+    if (!tmp) return dt_error_set(DT_ERR_NOMEM, "tiny_llama: out of memory");
+    for (int64_t r = 0; r < n && cp > 1; r++) {
+        char *row = b + (size_t)r * width * (size_t)T;
+        memcpy(tmp, row, width * (size_t)T);
+        for (int64_t i = 0; i < T; i++)
+            memcpy(row + (size_t)i * width, tmp + (size_t)dt_cp_position(T, cp, i) * width, width);
+    }
+    free(tmp);
+    return DT_OK;
+}
+
+/* The rope tables, replicated; with context parallel their rows in the load-balanced order,
+ * S(0) over cp (each rank's rows are the positions of its tokens). */
+static dt_status rope_tables(tl_model *m) {
+    const tl_config *c = &m->cfg;
+    int mnd = dt_mesh_ndim(m->mesh), hd = c->dim / c->heads;
+    dt_placement pl[DT_MESH_MAX_NDIM];
+    for (int d = 0; d < mnd; d++)
+        pl[d] = dt_replicate();
+    TRY(dt_rope_tables(m->mesh, DT_F32, c->seq, hd, 10000.0, mnd, pl, &m->cos, &m->sin));
+    if (cp_size(m) == 1) return DT_OK;
+    pl[m->layout.cp_dim - 1] = dt_shard(0);
+    int64_t shape[2] = {c->seq, hd / 2};
+    size_t bytes = sizeof(float) * (size_t)(c->seq * hd / 2);
+    float *host = malloc(bytes + 4);
+    dt_status st = host ? DT_OK : dt_error_set(DT_ERR_NOMEM, "tiny_llama: out of memory");
+    for (int k = 0; k < 2 && st == DT_OK; k++) {
+        dt_tensor **t = k ? &m->sin : &m->cos, *sharded = NULL;
+        st = dt_tensor_full(*t, host, bytes);
+        if (st == DT_OK) st = cp_order(m, host, 1, c->seq, sizeof(float) * (size_t)(hd / 2));
+        if (st == DT_OK)
+            st = dt_tensor_distribute(m->mesh, host, DT_F32, 2, shape, mnd, pl, DT_ALL_RANKS,
+                                      &sharded);
+        if (st == DT_OK) dt_tensor_release(*t), *t = sharded;
+    }
+    free(host);
+    return st;
+}
+
 dt_status tl_model_init(tl_model *m, dt_mesh *mesh, const tl_config *cfg, const tl_layout *layout,
                         uint64_t seed) {
     tl_part all = {.first = 0, .end = cfg->layers, .embed = 1, .head = 1};
@@ -132,9 +181,7 @@ dt_status tl_model_init_part(tl_model *m, dt_mesh *mesh, const tl_config *cfg,
     if (st == DT_OK) st = make_params(m, part, &gen);
     if (st == DT_OK && layout->fsdp && layout->fsdp_units && layout->dp_dim >= 0)
         st = tl_fsdp_attach(m);
-    if (st == DT_OK)
-        st = dt_rope_tables(mesh, DT_F32, cfg->seq, cfg->dim / cfg->heads, 10000.0, mnd, rep,
-                            &m->cos, &m->sin);
+    if (st == DT_OK) st = rope_tables(m);
     if (st != DT_OK) tl_model_free(m);
     return st;
 }
@@ -180,12 +227,15 @@ dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int s
         pl[d] = rep[d] = dt_replicate();
     if (m->layout.dp_dim >= 0) pl[m->layout.dp_dim] = dt_shard(0);
     if (m->layout.dp_replicate_dim > 0) pl[m->layout.dp_replicate_dim - 1] = dt_shard(0);
+    if (m->layout.cp_dim > 0) pl[m->layout.cp_dim - 1] = dt_shard(1);
     /* The targets stay whole on every rank (every rank holds the batch here anyway): the
      * loss reads its rows' slice locally, and cross_entropy checks every label on every rank
      * alike, with no collective (a dp-sharded target costs an all_gather of each rank's
-     * label summary per step) */
-    dt_status st =
-        dt_tensor_distribute(m->mesh, buf, DT_I64, 2, shape, mnd, pl, DT_ALL_RANKS, tokens);
+     * label summary per step). With context parallel, tokens and targets alike in the
+     * load-balanced order, so each target stays its token's successor. */
+    dt_status st = cp_order(m, buf, 2 * (int64_t)c->batch, c->seq, sizeof *buf);
+    if (st == DT_OK)
+        st = dt_tensor_distribute(m->mesh, buf, DT_I64, 2, shape, mnd, pl, DT_ALL_RANKS, tokens);
     if (st == DT_OK) {
         st = dt_tensor_distribute(m->mesh, buf + count, DT_I64, 2, shape, mnd, rep, DT_ALL_RANKS,
                                   targets);
@@ -225,8 +275,15 @@ dt_tensor *tl_head_loss(dt_scope *s, const tl_model *m, dt_tensor *x, dt_tensor 
     int64_t rows[2] = {t.shape[0] * t.shape[1], m->cfg.vocab}, flat[1] = {rows[0]};
     x = dt_nn_rms_norm_forward(s, m->norm, x);
     dt_tensor *logits = dt_nn_linear_forward(s, m->output, x); /* (B, T, vocab) */
-    dt_tensor *lg = DT_DO(s, dt_view, logits, 2, rows);
-    dt_tensor *tg = DT_DO(s, dt_view, targets, 1, flat);
+    dt_tensor *lg, *tg;
+    if (m->layout.cp_dim > 0) { /* (B, vocab, T) and (B, T) as torch's N-d form: flattening a
+                                   cp-sharded sequence into rows would re-shard it */
+        lg = DT_DO(s, dt_transpose, logits, 1, 2);
+        tg = targets;
+    } else {
+        lg = DT_DO(s, dt_view, logits, 2, rows);
+        tg = DT_DO(s, dt_view, targets, 1, flat);
+    }
     return DT_DO(s, dt_cross_entropy, lg, tg, DT_REDUCTION_MEAN);
 }
 

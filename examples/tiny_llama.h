@@ -5,7 +5,9 @@
  * are drawn with the mesh-independent generator, so one seed gives one model on any mesh.
  * How it runs in parallel is a layout: data parallel over one mesh dim (batch sharded;
  * parameters replicated or FSDP-sharded), tensor parallel over another through a plan of
- * PyTorch's styles (tl_plan), optionally with sequence parallelism and loss parallelism. Used
+ * PyTorch's styles (tl_plan), optionally with sequence parallelism and loss parallelism, and
+ * context parallel over a third (the sequence sharded in the load-balanced order, attention by
+ * ring, parameters replicated there with their gradients reduced like DDP's). Used
  * by tests/test_train.c, tests/test_parallel_train.c, bench/bench_train.c and examples/train.c. */
 #ifndef DT_EXAMPLES_TINY_LLAMA_H
 #define DT_EXAMPLES_TINY_LLAMA_H
@@ -28,6 +30,9 @@ typedef struct tl_layout {
                               (tok_embeddings, norm, output) and one per block (one all_gather
                               per unit, prefetch, reshard after forward but for the root and
                               the last block; tiny_llama_fsdp.c) */
+    int cp_dim;            /* context parallel: the sequence sharded over this mesh dim in
+                              dt_cp_position's order, attention by dt_ring_sdpa (0 = none, else
+                              the mesh dim + 1) */
 } tl_layout;
 
 typedef struct tl_block {
@@ -43,7 +48,8 @@ typedef struct tl_model {
     dt_params *params; /* owned */
     dt_module tok_embeddings, norm, output;
     tl_block *layers;     /* cfg.layers */
-    dt_tensor *cos, *sin; /* rope tables (seq, head_dim / 2), replicated */
+    dt_tensor *cos, *sin; /* rope tables (seq, head_dim / 2), replicated (context parallel:
+                             rows in the load-balanced order, sharded S(0) over cp) */
     struct tl_fsdp *fsdp; /* layout.fsdp_units: the units and the use hook */
 } tl_model;
 
@@ -64,10 +70,11 @@ typedef struct tl_part {
 dt_status tl_model_init_part(tl_model *m, dt_mesh *mesh, const tl_config *cfg,
                              const tl_layout *layout, uint64_t seed, const tl_part *part);
 
-/* Step step's tokens (batch, seq), sharded over the batch on the data-parallel dims, and
- * next-token targets, replicated (cross_entropy then checks the labels without a collective),
- * the same on every mesh: from text (n bytes; windows at positions drawn from step) when text
- * is set, else from a synthetic rule (mostly the previous token + 1). */
+/* Step step's tokens (batch, seq), sharded over the batch on the data-parallel dims (and with
+ * context parallel, the sequence in dt_cp_position's order, sharded over cp), and next-token
+ * targets, replicated (cross_entropy then checks the labels without a collective; in the same
+ * order), the same on every mesh: from text (n bytes; windows at positions drawn from step)
+ * when text is set, else from a synthetic rule (mostly the previous token + 1). */
 dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int step,
                    dt_tensor **tokens, dt_tensor **targets);
 

@@ -6,9 +6,10 @@
  * memory, collectives issued by rank 0), then a trace of the last steps (Perfetto /
  * chrome://tracing) and its timeline page; --comms 1 prints step 1's collectives by kind.
  *
- * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp, pp (pipeline stages,
- * tiny_llama_pp.h: --pp N names its size, --micro the micro-batches per step, --schedule
- * afab|1f1b; FSDP units are off under a pipeline).
+ * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp, cp (context parallel: the
+ * sequence sharded in the load-balanced order, ring attention; e.g. --mesh cp=2,tp=2 --seq 256),
+ * pp (pipeline stages, tiny_llama_pp.h: --pp N names its size, --micro the micro-batches per
+ * step, --schedule afab|1f1b; FSDP units are off under a pipeline).
  * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--fsdp-units 0|1] [--sp 0|1]
  *       [--pp N --micro N --schedule afab|1f1b (with a pp dim: --mesh dp=2,pp=2,tp=2)]
  *       [--ac none|full|selective] [--ucx 0|1 (under dtrun: a process per rank)]
@@ -76,6 +77,7 @@ static dt_status train(dt_ctx *ctx, void *arg) {
         l.dp_dim = -1;
     if (dt_mesh_dim_index(mesh, "dp_replicate", &rep) == DT_OK) l.dp_replicate_dim = rep + 1;
     if (dt_mesh_dim_index(mesh, "tp", &l.tp_dim) != DT_OK) l.tp_dim = -1;
+    if (dt_mesh_dim_index(mesh, "cp", &rep) == DT_OK) l.cp_dim = rep + 1;
     l.sequence_parallel = o->sp && l.tp_dim >= 0, l.loss_parallel = l.tp_dim >= 0;
     /* a pipeline: the stages' layout indexes the stage mesh (the mesh without pp) */
     int pp_dim = -1;
@@ -311,11 +313,12 @@ int main(int argc, char **argv) {
     if (read_text(o.text_path, &sh.text, &sh.n)) return 1;
     if (rank0)
         printf("training on %s (%zu bytes): vocab %d, dim %d, %d layers, %d heads (%d kv), "
-           "hidden %d, seq %d, batch %d; %d ranks as %s%s%s",
+           "hidden %d, seq %d, batch %d; %d ranks as %s%s%s%s",
            o.text_path, sh.n, o.cfg.vocab, o.cfg.dim, o.cfg.layers, o.cfg.heads, o.cfg.kv_heads,
            o.cfg.hidden, o.cfg.seq, o.cfg.batch, o.ranks, o.mesh,
            o.fsdp && strstr(o.mesh, "dp") ? (o.fsdp_units ? ", FSDP units" : ", FSDP") : "",
-           o.sp && strstr(o.mesh, "tp") ? ", sequence parallel" : "");
+           o.sp && strstr(o.mesh, "tp") ? ", sequence parallel" : "",
+           strstr(o.mesh, "cp") ? ", context parallel (ring attention)" : "");
     if (rank0 && o.pp > 1)
         printf(", %d pipeline stages, %d micro-batches, %s", o.pp, o.micro,
                dt_pipeline_schedule_name(o.schedule));

@@ -36,10 +36,15 @@ DT_API dt_tensor *dt_nn_rms_norm_forward(dt_scope *scope, dt_module module, dt_t
 /* Causal self-attention with rotary positions and grouped-query heads (torchtitan's
  * Attention): container module name with linears wq (dim -> heads * head_dim), wk and wv
  * (dim -> kv_heads * head_dim) and wo (heads * head_dim -> dim), no biases; head_dim =
- * dim / heads; kv_heads divides heads. */
+ * dim / heads; kv_heads divides heads.
+ * Context parallel when cp_dim >= 0 (dt_nn_attention_create sets -1; the caller may set a mesh
+ * dim afterwards): x's sequence is sharded over mesh dim cp_dim in dt_cp_position's
+ * load-balanced order, the rope tables' rows are in that order and sharded alike (S(0)), and
+ * attention runs as dt_ring_sdpa (dtensor/context.h) instead of dt_sdpa. */
 typedef struct dt_nn_attention {
     dt_module self, wq, wk, wv, wo;
     int64_t heads, kv_heads, head_dim;
+    int cp_dim;
 } dt_nn_attention;
 DT_API dt_status dt_nn_attention_create(dt_params *params, const char *name, int64_t dim,
                                         int64_t heads, int64_t kv_heads, dt_init init,

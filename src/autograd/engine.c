@@ -78,7 +78,11 @@ static dt_status record(dt_tensor *out, dt_node *node) {
 }
 
 int dt_node_op(const dt_tensor *t) {
-    return t->node && !t->node->redistribute ? (int)t->node->op : -1;
+    return t->node && !t->node->redistribute && !t->node->custom ? (int)t->node->op : -1;
+}
+
+bool dt_node_custom(const dt_tensor *t) {
+    return t->node && t->node->custom;
 }
 
 int dt_node_inputs(const dt_tensor *t, dt_tensor ***in_out, const dt_op_args **args_out) {

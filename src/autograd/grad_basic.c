@@ -120,8 +120,17 @@ dt_status dt_grad_mm(const dt_grad_call *c, dt_tensor **gin) {
     return st;
 }
 
+/* Whether a mesh dim shards x (B, T, in) on T: flattening (B, T) to rows would move data then
+ * (a shard survives a view only on its group's leading dim). Context parallel's sequence. */
+static int seq_sharded(const dt_tensor *x) {
+    for (int m = 0; x->ndim == 3 && m < dt_mesh_ndim(x->mesh); m++)
+        if (x->placements[m].kind == DT_PLACEMENT_SHARD && x->placements[m].dim == 1) return 1;
+    return 0;
+}
+
 /* x (..., in) @ w (out, in)^T + b: gx = g w, gw = g2^T x2, gb = g summed over the leading dims,
- * with g2, x2 the gradient and input flattened to rows. */
+ * with g2, x2 the gradient and input flattened to rows; for x (B, T, in) sharded on T, gw = the
+ * batch's sum of g^T x per batch row (T's shards become Partial sums, nothing re-shards). */
 dt_status dt_grad_linear(const dt_grad_call *c, dt_tensor **gin) {
     dt_tensor *x = IN(0), *w = IN(1), *g = c->grad;
     dt_status st = DT_OK;
@@ -129,7 +138,14 @@ dt_status dt_grad_linear(const dt_grad_call *c, dt_tensor **gin) {
     int64_t rows = 1;
     for (int d = 0; d + 1 < x->ndim; d++) rows *= x->shape[d];
     int64_t gshape[2] = {rows, w->shape[0]}, xshape[2] = {rows, w->shape[1]};
-    if (st == DT_OK && c->need[1]) {
+    if (st == DT_OK && c->need[1] && seq_sharded(x)) {
+        dt_tensor *gt = NULL, *p = NULL;
+        int batch = 0;
+        st = dt_transpose(g, 1, 2, &gt);            /* (B, out, T) */
+        if (st == DT_OK) st = dt_matmul(gt, x, &p); /* (B, out, in) */
+        if (st == DT_OK) st = dt_sum(p, &batch, 1, 0, &gin[1]);
+        dt_tensor_release(gt), dt_tensor_release(p);
+    } else if (st == DT_OK && c->need[1]) {
         dt_tensor *g2 = NULL, *gt = NULL, *x2 = NULL;
         st = dt_view(g, 2, gshape, &g2);
         if (st == DT_OK) st = dt_transpose(g2, 0, 1, &gt);

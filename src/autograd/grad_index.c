@@ -27,17 +27,35 @@ dt_status dt_grad_scatter_add(const dt_grad_call *c, dt_tensor **gin) {
     return st;
 }
 
+/* Whether idx (B, T) is sharded on T and not on B: flattening it to rows would move data (a
+ * shard survives a view only on its group's leading dim), flattening (T, B) would not. Context
+ * parallel's tokens. */
+static int seq_sharded(const dt_tensor *idx) {
+    int on_b = 0, on_t = 0;
+    for (int m = 0; idx->ndim == 2 && m < dt_mesh_ndim(idx->mesh); m++)
+        if (idx->placements[m].kind == DT_PLACEMENT_SHARD)
+            on_b |= idx->placements[m].dim == 0, on_t |= idx->placements[m].dim == 1;
+    return on_t && !on_b;
+}
+
 /* embedding(table (V, E), idx (...)): g (..., E) added into the rows idx names,
- * scatter_add(g (N, E), 0, idx (N, 1)) into (V, E), the index broadcast along E. */
+ * scatter_add(g (N, E), 0, idx (N, 1)) into (V, E), the index broadcast along E; idx (B, T)
+ * sharded on T is flattened as (T, B) (the sum does not depend on the rows' order). */
 dt_status dt_grad_embedding(const dt_grad_call *c, dt_tensor **gin) {
-    dt_tensor *w = IN(0), *idx = IN(1);
+    dt_tensor *w = IN(0), *idx = IN(1), *g = c->grad, *it = NULL, *gt = NULL;
     int64_t N = 1, E = w->shape[1];
     for (int d = 0; d < idx->ndim; d++) N *= idx->shape[d];
     int64_t col[2] = {N, 1}, rows[2] = {N, E};
     dt_tensor *i2 = NULL, *g2 = NULL;
-    dt_status st = dt_view(idx, 2, col, &i2);
-    if (st == DT_OK) st = dt_view(c->grad, 2, rows, &g2);
+    dt_status st = DT_OK;
+    if (seq_sharded(idx)) {
+        st = dt_transpose(idx, 0, 1, &it);
+        if (st == DT_OK) st = dt_transpose(g, 0, 1, &gt);
+        idx = it, g = gt;
+    }
+    if (st == DT_OK) st = dt_view(idx, 2, col, &i2);
+    if (st == DT_OK) st = dt_view(g, 2, rows, &g2);
     if (st == DT_OK) st = dt_scatter_add(g2, 0, i2, 2, w->shape, &gin[0]);
-    dt_tensor_release(i2), dt_tensor_release(g2);
+    dt_tensor_release(i2), dt_tensor_release(g2), dt_tensor_release(it), dt_tensor_release(gt);
     return st;
 }

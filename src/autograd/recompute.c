@@ -82,6 +82,8 @@ static dt_status recompute(dt_tensor *t) {
     int n = dt_node_inputs(t, &in, &args);
     for (int i = 0; i < n; i++) DT_CHECK(dt_saved_refill(in[i]));
     int op = dt_node_op(t);
+    if (dt_node_custom(t)) /* not reached: dt_ac_end keeps those */
+        return dt_error(DT_ERR_ARG, "dt_backward: a custom node's output was dropped");
     if (op >= 0) {
         DT_CHECK(dt_tensor_storage_alloc(t));
         return dt_op_replay((dt_op)op, in, n, args, t);
@@ -141,7 +143,7 @@ dt_status dt_ac_end(dt_ac_region *region, int nkeep, dt_tensor *const *keep) {
     int m = 0;
     for (int i = 0; i < r->n; i++) {
         dt_tensor *t = r->t[i];
-        bool kept = atomic_load(&t->refs) == 1 || t->hooks || !t->owned ||
+        bool kept = atomic_load(&t->refs) == 1 || t->hooks || !t->owned || dt_node_custom(t) ||
                     (r->mode == DT_AC_SELECTIVE && selective_keeps(dt_node_op(t)));
         for (int k = 0; k < nkeep && !kept; k++) kept = keep[k] == t;
         if (!kept) {

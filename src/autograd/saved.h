@@ -45,10 +45,13 @@ void dt_autograd_cancel_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), v
  * a region is open on its rank. */
 void dt_ac_note(dt_ctx *ctx, dt_tensor *t);
 
-/* The op of a tensor's node (-1 for a redistribute or a leaf), its inputs, and whether a
- * backward already ran through it: what recomputation replays. */
+/* The op of a tensor's node (-1 for a redistribute, a custom node or a leaf), its inputs, and
+ * whether a backward already ran through it: what recomputation replays. A custom node's
+ * (dt_autograd_record_custom: ring attention) forward is the caller's code, which nothing can
+ * replay: its output is never dropped. */
 int dt_node_op(const dt_tensor *t);
 int dt_node_inputs(const dt_tensor *t, dt_tensor ***in_out, const dt_op_args **args_out);
 bool dt_node_done(const dt_tensor *t);
+bool dt_node_custom(const dt_tensor *t);
 
 #endif

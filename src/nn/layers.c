@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "dtensor/context.h"
 #include "dtensor/nn.h"
 #include "nn/params_impl.h"
 
@@ -102,7 +103,8 @@ dt_status dt_nn_attention_create(dt_params *params, const char *name, int64_t di
            "divide dim into an even head size, kv_heads divide heads)",
            name ? name : "", (long long)dim, (long long)heads, (long long)kv_heads);
     DT_ARG_NOT_NULL(out);
-    dt_nn_attention a = {.heads = heads, .kv_heads = kv_heads, .head_dim = dim / heads};
+    dt_nn_attention a = {
+        .heads = heads, .kv_heads = kv_heads, .head_dim = dim / heads, .cp_dim = -1};
     char buf[256];
     DT_CHECK(dt_params_module(params, name, DT_MODULE_CONTAINER, &a.self));
     int64_t q = heads * a.head_dim, kv = kv_heads * a.head_dim;
@@ -146,7 +148,9 @@ dt_tensor *dt_nn_attention_forward(dt_scope *scope, const dt_nn_attention *atten
                                a->head_dim, cos, sin);
     dt_tensor *v = heads_first(scope, dt_nn_linear_forward(scope, a->wv, x), B, T, a->kv_heads,
                                a->head_dim, NULL, NULL);
-    dt_tensor *o = DT_DO(scope, dt_sdpa, q, k, v, 1); /* (B, heads, T, hd) */
+    dt_tensor *o = a->cp_dim >= 0 /* (B, heads, T, hd) */
+                       ? DT_DO(scope, dt_ring_sdpa, q, k, v, a->cp_dim, 1, 1)
+                       : DT_DO(scope, dt_sdpa, q, k, v, 1);
     o = DT_DO(scope, dt_transpose, o, 1, 2);
     o = DT_DO(scope, dt_view, o, 3, merged);
     return dt_module_output(scope, a->self, dt_nn_linear_forward(scope, a->wo, o));
