@@ -164,10 +164,6 @@ dt_status tl_model_init_part(tl_model *m, dt_mesh *mesh, const tl_config *cfg,
     m->layers = calloc((size_t)cfg->layers, sizeof *m->layers);
     if (!m->layers) return dt_error_set(DT_ERR_NOMEM, "tl_model_init: out of memory");
     dt_generator gen = dt_generator_make(seed);
-    int mnd = dt_mesh_ndim(mesh);
-    dt_placement rep[DT_MESH_MAX_NDIM];
-    for (int d = 0; d < mnd; d++)
-        rep[d] = dt_replicate();
     dt_status st = DT_OK;
     if (!part->embed) {
         /* gen draws in declaration order: draw the parameters declared before part's (the
