@@ -62,7 +62,10 @@ static dt_status declare(tl_model *m) {
         snprintf(sub, sizeof sub, "%s.ffn_norm", name);
         TRY(dt_nn_rms_norm_create(p, sub, c->dim, 1e-5, &b->ffn_norm));
         snprintf(sub, sizeof sub, "%s.feed_forward", name);
-        TRY(dt_nn_mlp_create(p, sub, c->dim, c->hidden, in, hid, &b->feed_forward));
+        if (c->experts > 0)
+            TRY(tl_moe_declare(p, c, sub, &b->moe));
+        else
+            TRY(dt_nn_mlp_create(p, sub, c->dim, c->hidden, in, hid, &b->feed_forward));
     }
     TRY(dt_params_begin_group(p, "output"));
     TRY(dt_nn_rms_norm_create(p, "norm", c->dim, 1e-5, &m->norm));
@@ -78,7 +81,9 @@ dt_status tl_model_init(tl_model *m, dt_mesh *mesh, const tl_config *cfg, const 
     dt_parallelize_options o = {.tp_dim = layout->tp_dim,
                                 .plan = plan,
                                 .dp_dim = layout->dp_dim,
-                                .dp_mode = layout->fsdp ? DT_DP_SHARD : DT_DP_REPLICATE};
+                                .dp_mode = layout->fsdp ? DT_DP_SHARD : DT_DP_REPLICATE,
+                                .ep = layout->ep_dim > 0,
+                                .ep_dim = layout->ep_dim - 1};
     dt_generator gen = dt_generator_make(seed);
     int mnd = dt_mesh_ndim(mesh);
     dt_placement rep[DT_MESH_MAX_NDIM];
@@ -86,7 +91,7 @@ dt_status tl_model_init(tl_model *m, dt_mesh *mesh, const tl_config *cfg, const 
         rep[d] = dt_replicate();
     dt_status st = dt_params_create(mesh, DT_F32, &m->params);
     if (st == DT_OK) st = declare(m);
-    if (st == DT_OK) st = tl_plan(layout, plan, 16, &o.nplan);
+    if (st == DT_OK) st = (cfg->experts > 0 ? tl_moe_plan : tl_plan)(layout, plan, 16, &o.nplan);
     if (st == DT_OK) st = dt_parallelize(m->params, &o);
     if (st == DT_OK) st = dt_params_materialize(m->params, &gen);
     if (st == DT_OK && layout->fsdp && layout->fsdp_units && layout->dp_dim >= 0)
@@ -139,6 +144,7 @@ dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int s
         pl[d] = dt_replicate();
     if (m->layout.dp_dim >= 0) pl[m->layout.dp_dim] = dt_shard(0);
     if (m->layout.dp_replicate_dim > 0) pl[m->layout.dp_replicate_dim - 1] = dt_shard(0);
+    if (m->layout.ep_dim > 0) pl[m->layout.ep_dim - 1] = dt_shard(0);
     dt_status st =
         dt_tensor_distribute(m->mesh, buf, DT_I64, 2, shape, mnd, pl, DT_ALL_RANKS, tokens);
     if (st == DT_OK) {
@@ -151,11 +157,14 @@ dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int s
 }
 
 /* One block, as llm.c and torchtitan write it: x + attention(norm(x)), then + mlp(norm(x)). */
-static dt_tensor *block(dt_scope *s, const tl_model *m, const tl_block *b, dt_tensor *x) {
+static dt_tensor *block(dt_scope *s, const tl_model *m, const tl_block *b, dt_tensor *x,
+                        dt_tensor **aux) {
     dt_tensor *h = dt_nn_rms_norm_forward(s, b->attention_norm, x);
     x = DT_DO(s, dt_add, x, dt_nn_attention_forward(s, &b->attention, h, m->cos, m->sin));
     h = dt_nn_rms_norm_forward(s, b->ffn_norm, x);
-    return DT_DO(s, dt_add, x, dt_nn_mlp_forward(s, &b->feed_forward, h));
+    return DT_DO(s, dt_add, x,
+                 m->cfg.experts > 0 ? tl_moe_forward(s, m, &b->moe, h, aux)
+                                    : dt_nn_mlp_forward(s, &b->feed_forward, h));
 }
 
 dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_tensor **out) {
@@ -165,12 +174,13 @@ dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_t
     TRY(dt_scope_create(&s));
     dt_tensor *x = dt_nn_embedding_forward(s, m->tok_embeddings, tokens); /* (B, T, dim) */
     dt_ctx *ctx = dt_mesh_ctx(m->mesh);
+    dt_tensor *aux = NULL; /* MoE: the blocks' load-balancing losses, scaled */
     for (int i = 0; i < c->layers; i++) {
         /* activation checkpointing: a region around each block keeps what the policy keeps */
         dt_ac_region *r = NULL;
         int ac = m->layout.ac != DT_AC_NONE && dt_grad_enabled(ctx) && dt_scope_ok(s);
         if (ac) dt_scope_fail(s, dt_ac_begin(ctx, m->layout.ac, &r));
-        x = block(s, m, &m->layers[i], x);
+        x = block(s, m, &m->layers[i], x, &aux);
         if (r) dt_scope_fail(s, dt_ac_end(r, x ? 1 : 0, &x));
     }
     x = dt_nn_rms_norm_forward(s, m->norm, x);
@@ -178,6 +188,7 @@ dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_t
     dt_tensor *lg = DT_DO(s, dt_view, logits, 2, rows);
     dt_tensor *tg = DT_DO(s, dt_view, targets, 1, flat);
     dt_tensor *loss = DT_DO(s, dt_cross_entropy, lg, tg, DT_REDUCTION_MEAN);
+    if (aux) loss = DT_DO(s, dt_add, loss, aux);
     dt_scope_fail(s, tl_fsdp_end_forward(m));
     return dt_scope_end(s, loss, out);
 }

@@ -14,6 +14,7 @@
 
 typedef struct tl_config {
     int vocab, seq, batch, dim, layers, heads, kv_heads, hidden;
+    int experts, top_k; /* experts > 0: a MoE feed-forward per block (tiny_llama_moe.c) */
 } tl_config;
 
 typedef struct tl_layout {
@@ -26,12 +27,22 @@ typedef struct tl_layout {
     dt_ac_mode ac;         /* activation checkpointing per block (dtensor/ac.h) */
     int fsdp_units;        /* with fsdp: dtensor/fsdp.h units per group (one all_gather per
                               block, prefetch, reshard after forward; tiny_llama_fsdp.c) */
+    int ep_dim;            /* MoE: the expert-parallel mesh dim + 1 (0 = none: then a one-rank
+                              mesh dim must be named ep); the batch is sharded there too */
 } tl_layout;
+
+/* A block's MoE feed-forward (tiny_llama_moe.c): the router (E, dim) and the experts' w1, w3
+ * (E, dim, hidden) and w2 (E, hidden, dim), by registry index. */
+typedef struct tl_moe {
+    dt_module self;
+    int router, w1, w2, w3;
+} tl_moe;
 
 typedef struct tl_block {
     dt_module attention_norm, ffn_norm;
     dt_nn_attention attention;
-    dt_nn_mlp feed_forward;
+    dt_nn_mlp feed_forward; /* dense */
+    tl_moe moe;             /* cfg.experts > 0 */
 } tl_block;
 
 typedef struct tl_model {
@@ -65,7 +76,16 @@ dt_status tl_fsdp_attach(tl_model *m);
 dt_status tl_fsdp_end_forward(const tl_model *m);
 void tl_fsdp_detach(tl_model *m);
 
-/* The mean cross_entropy of the model's next-token predictions. */
+/* MoE (tiny_llama_moe.c): a block's feed-forward declared, the plan's feed-forward rules for
+ * it, and its forward (out: the feed-forward's output, added to *aux: the load-balancing loss
+ * times TL_MOE_AUX). */
+#define TL_MOE_AUX 1e-2
+dt_status tl_moe_declare(dt_params *p, const tl_config *c, const char *name, tl_moe *out);
+dt_status tl_moe_plan(const tl_layout *layout, dt_style_rule *rules, int cap, int *n_out);
+dt_tensor *tl_moe_forward(dt_scope *s, const tl_model *m, const tl_moe *f, dt_tensor *h,
+                          dt_tensor **aux);
+
+/* The mean cross_entropy of the model's next-token predictions (plus the MoE's aux losses). */
 dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_tensor **out);
 
 #endif

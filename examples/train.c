@@ -6,12 +6,14 @@
  * memory, collectives issued by rank 0), then a trace of the last steps (Perfetto /
  * chrome://tracing) and its timeline page; --comms 1 prints step 1's collectives by kind.
  *
- * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp.
+ * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp, ep (MoE: --experts E puts E
+ * experts in each block's feed-forward, top-k routed, Shard(0) over ep; the batch is split
+ * over ep too).
  * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--fsdp-units 0|1] [--sp 0|1]
  *       [--ac none|full|selective] [--ucx 0|1 (under dtrun: a process per rank)]
  *       [--text PATH] [--out PREFIX] [--dim N --layers N --heads N --kv-heads N --hidden N
  *       --seq N --batch N] [--bucket-kb N: grad sync's bucket cap, 0 = one collective per
- *       gradient] */
+ *       gradient] [--experts E --top-k K] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +73,7 @@ static dt_status train(dt_ctx *ctx, void *arg) {
         l.dp_dim = -1;
     if (dt_mesh_dim_index(mesh, "dp_replicate", &rep) == DT_OK) l.dp_replicate_dim = rep + 1;
     if (dt_mesh_dim_index(mesh, "tp", &l.tp_dim) != DT_OK) l.tp_dim = -1;
+    if (dt_mesh_dim_index(mesh, "ep", &rep) == DT_OK) l.ep_dim = rep + 1;
     l.sequence_parallel = o->sp && l.tp_dim >= 0, l.loss_parallel = l.tp_dim >= 0;
     tl_model m;
     TRY(tl_model_init(&m, mesh, &o->cfg, &l, 1234));
@@ -152,7 +155,8 @@ static int usage(const char *bad) {
             "[--text PATH] [--ucx 0|1] "
             "[--out PREFIX] [--trace-steps N] [--comms 0|1] [--params 0|1] [--bucket-kb N] "
             "[--dim N] [--layers N] [--heads N] "
-            "[--kv-heads N] [--hidden N] [--seq N] [--batch N] [--lr X]\n",
+            "[--kv-heads N] [--hidden N] [--seq N] [--batch N] [--lr X] "
+            "[--experts E --top-k K (MoE; the mesh needs an ep dim)]\n",
             bad);
     return 2;
 }
@@ -162,7 +166,7 @@ int main(int argc, char **argv) {
                  .steps = 20,
                  .trace_steps = 3,
                  .fsdp = 1,
-                 .fsdp_units = 1,
+                 .fsdp_units = -1, /* default: on for a dense model */
                  .loss_digits = 4,
                  .sp = 1,
                  .bucket_kb = -1,
@@ -176,7 +180,8 @@ int main(int argc, char **argv) {
                          .layers = 2,
                          .heads = 4,
                          .kv_heads = 2,
-                         .hidden = 384}};
+                         .hidden = 384,
+                         .top_k = 2}};
     int mesh_set = 0;
     struct {
         const char *flag;
@@ -190,7 +195,8 @@ int main(int argc, char **argv) {
                 {"--hidden", &o.cfg.hidden}, {"--seq", &o.cfg.seq},
                 {"--batch", &o.cfg.batch},   {"--trace-steps", &o.trace_steps},
                 {"--comms", &o.comms},       {"--params", &o.print_params},
-                {"--bucket-kb", &o.bucket_kb}};
+                {"--bucket-kb", &o.bucket_kb}, {"--experts", &o.cfg.experts},
+                {"--top-k", &o.cfg.top_k}};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) return usage(argv[i]);
         const char *a = argv[i], *v = argv[++i];
@@ -218,6 +224,7 @@ int main(int argc, char **argv) {
             return usage(a);
         }
     }
+    if (o.fsdp_units < 0) o.fsdp_units = !o.cfg.experts; /* units take no experts (yet) */
     if (o.loss_digits < 0 || o.loss_digits > 12)
         return fprintf(stderr, "train: --loss-digits %d is not in [0, 12]\n", o.loss_digits), 2;
     if (!mesh_set) {
@@ -248,11 +255,14 @@ int main(int argc, char **argv) {
     }
     shared sh = {.o = &o};
     if (read_text(o.text_path, &sh.text, &sh.n)) return 1;
+    char moe[64] = "";
+    if (o.cfg.experts)
+        snprintf(moe, sizeof moe, ", MoE: %d experts, top-%d", o.cfg.experts, o.cfg.top_k);
     if (rank0)
         printf("training on %s (%zu bytes): vocab %d, dim %d, %d layers, %d heads (%d kv), "
-           "hidden %d, seq %d, batch %d; %d ranks as %s%s%s\n",
+           "hidden %d, seq %d, batch %d%s; %d ranks as %s%s%s\n",
            o.text_path, sh.n, o.cfg.vocab, o.cfg.dim, o.cfg.layers, o.cfg.heads, o.cfg.kv_heads,
-           o.cfg.hidden, o.cfg.seq, o.cfg.batch, o.ranks, o.mesh,
+           o.cfg.hidden, o.cfg.seq, o.cfg.batch, moe, o.ranks, o.mesh,
            o.fsdp && strstr(o.mesh, "dp") ? (o.fsdp_units ? ", FSDP units" : ", FSDP") : "",
            o.sp && strstr(o.mesh, "tp") ? ", sequence parallel" : "");
     dt_status st = o.ucx ? dt_ucx_run(train, &sh) : dt_local_run(o.ranks, train, &sh, NULL);
