@@ -20,7 +20,8 @@ dt_status tl_moe_declare(dt_params *p, const tl_config *c, const char *name, tl_
     if (c->top_k < 1 || c->top_k > c->experts)
         return dt_error_set(DT_ERR_ARG, "tl_moe_declare: top_k %d is not in [1, %d experts]",
                             c->top_k, c->experts);
-    dt_init in = {DT_INIT_NORMAL, 1.0 / sqrt(c->dim)}, hid = {DT_INIT_NORMAL, 1.0 / sqrt(c->hidden)};
+    dt_init in = {DT_INIT_NORMAL, 1.0 / sqrt(c->dim)},
+            hid = {DT_INIT_NORMAL, 1.0 / sqrt(c->hidden)};
     int64_t E = c->experts, s13[3] = {E, c->dim, c->hidden}, s2[3] = {E, c->hidden, c->dim};
     char sub[128];
     dt_module router, experts;

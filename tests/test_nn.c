@@ -510,9 +510,13 @@ static dt_status experts_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_params_module(p, "ff.experts", DT_MODULE_EXPERTS, &ex));
         R_OK(dt_params_declare(ex, "w1", 3, s, w, NULL));
         dt_style_rule rules[] = {{"ff.w", dt_style_colwise()}};
-        dt_parallelize_options o = {.tp_dim = 2, .plan = rules, .nplan = 1, .dp_dim = 0,
+        dt_parallelize_options o = {.tp_dim = 2,
+                                    .plan = rules,
+                                    .nplan = 1,
+                                    .dp_dim = 0,
                                     .dp_mode = mode ? DT_DP_SHARD : DT_DP_REPLICATE,
-                                    .ep = mode < 2, .ep_dim = 1};
+                                    .ep = mode < 2,
+                                    .ep_dim = 1};
         if (mode == 0) {
             dt_style_rule bad[] = {{"ff.experts", dt_style_colwise()}};
             dt_parallelize_options b = o;

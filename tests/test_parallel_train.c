@@ -110,8 +110,7 @@ static void expect_parity(const run *ref, const config *configs, size_t n) {
         t_run(op_mesh_ranks(c->mesh), body, &r);
         for (int s = 0; s < STEPS; s++)
             cr_expect(fabsf(r.loss[s] - ref->loss[s]) <= 1e-5f * fabsf(ref->loss[s]),
-                      "%s step %d: loss %.8g, one rank %.8g", c->name, s, r.loss[s],
-                      ref->loss[s]);
+                      "%s step %d: loss %.8g, one rank %.8g", c->name, s, r.loss[s], ref->loss[s]);
         for (int s = 0; s < STEPS; s++)
             for (int k = 0; k < 4; k++)
                 cr_expect(r.calls[s][k] == (uint64_t)c->want[k],

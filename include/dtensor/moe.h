@@ -100,12 +100,12 @@ DT_API dt_status dt_moe_plan_info_get(const dt_moe_plan *plan, dt_moe_plan_info 
  * gates[t, s] * w2_e^T (silu(w1_e^T x[t]) * w3_e^T x[t]). x (..., dim) f32/f64 on the CPU, gates
  * (..., top_k) of x's dtype, both with the plan's experts' leading shape and placements;
  * w1, w3 (E, dim, hidden) and w2 (E, hidden, dim) of x's dtype, Shard(0) over the plan's ep dim
- * (or Replicate when it has one rank) and replicated on the others. Rows travel and are computed in f64: one all_to_allv there
- * and one back; the local experts are one grouped GEMM per weight (w1, w3, w2). out: x's shape,
- * dtype and placements. Differentiable in x, gates, w1, w2, w3: backward sends the output's
- * gradient rows the same way and the token gradients back (two all_to_allv); the weights' gradients
- * are Shard(0) over ep and Partial(sum) on mesh dims that shard the tokens. Collective over the ep
- * group; blocks. */
+ * (or Replicate when it has one rank) and replicated on the others. Rows travel and are computed in
+ * f64: one all_to_allv there and one back; the local experts are one grouped GEMM per weight (w1,
+ * w3, w2). out: x's shape, dtype and placements. Differentiable in x, gates, w1, w2, w3: backward
+ * sends the output's gradient rows the same way and the token gradients back (two all_to_allv); the
+ * weights' gradients are Shard(0) over ep and Partial(sum) on mesh dims that shard the tokens.
+ * Collective over the ep group; blocks. */
 DT_API dt_status dt_moe_experts(dt_tensor *x, dt_tensor *gates, dt_moe_plan *plan, dt_tensor *w1,
                                 dt_tensor *w2, dt_tensor *w3, dt_tensor **out);
 

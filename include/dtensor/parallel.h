@@ -135,8 +135,8 @@ typedef struct dt_parallelize_options {
     int nplan;
     int dp_dim; /* mesh dim of data parallelism; -1: none */
     dt_dp_mode dp_mode;
-    int ep;     /* non-zero: expert parallelism over mesh dim ep_dim (0 leaves ep_dim unread, so
-                   zeroed options mean none) */
+    int ep; /* non-zero: expert parallelism over mesh dim ep_dim (0 leaves ep_dim unread, so
+               zeroed options mean none) */
     int ep_dim;
 } dt_parallelize_options;
 
