@@ -5,7 +5,9 @@
  * are drawn with the mesh-independent generator, so one seed gives one model on any mesh.
  * How it runs in parallel is a layout: data parallel over one mesh dim (batch sharded;
  * parameters replicated or FSDP-sharded), tensor parallel over another through a plan of
- * PyTorch's styles (tl_plan), optionally with sequence parallelism and loss parallelism. Used
+ * PyTorch's styles (tl_plan), optionally with sequence parallelism and loss parallelism; with
+ * cfg.experts each block's MLP is a MoE whose experts are sharded over an ep dim
+ * (tiny_llama_moe.c). Used
  * by tests/test_train.c, tests/test_parallel_train.c, bench/bench_train.c and examples/train.c. */
 #ifndef DT_EXAMPLES_TINY_LLAMA_H
 #define DT_EXAMPLES_TINY_LLAMA_H
