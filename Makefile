@@ -9,7 +9,7 @@ PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev li
 TEST_PKGS := chromium
 MESON_FLAGS := -Dwerror=true
 
-.PHONY: all deps test-deps build demo train test test-gpu-sim test-asan bench fuzz gpu-check fresh-check \
+.PHONY: all deps test-deps build demo train train-moe test test-gpu-sim test-asan bench fuzz gpu-check fresh-check \
 	clean
 
 all: build
@@ -32,6 +32,11 @@ demo: build
 TRAIN_ARGS ?=
 train: build
 	./$(BUILD)/examples/train --out $(BUILD)/train_trace $(TRAIN_ARGS)
+
+# Its MoE form on 8 in-process ranks as dp=2 x ep=2 x tp=2 (4 experts, top-2; README.md).
+train-moe: build
+	./$(BUILD)/examples/train --out $(BUILD)/train_trace --mesh dp=2,ep=2,tp=2 --experts 4 \
+		--top-k 2 $(TRAIN_ARGS)
 
 test: test-deps build test-gpu-sim
 	meson test -C $(BUILD) --print-errorlogs

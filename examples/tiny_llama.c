@@ -67,7 +67,10 @@ static dt_status declare(tl_model *m, const tl_part *part) {
         snprintf(sub, sizeof sub, "%s.ffn_norm", name);
         TRY(dt_nn_rms_norm_create(p, sub, c->dim, 1e-5, &b->ffn_norm));
         snprintf(sub, sizeof sub, "%s.feed_forward", name);
-        TRY(dt_nn_mlp_create(p, sub, c->dim, c->hidden, in, hid, &b->feed_forward));
+        if (c->experts > 0)
+            TRY(tl_moe_declare(p, c, sub, &b->moe));
+        else
+            TRY(dt_nn_mlp_create(p, sub, c->dim, c->hidden, in, hid, &b->feed_forward));
     }
     if (!part->head) return DT_OK;
     TRY(dt_params_begin_group(p, "output"));
@@ -90,11 +93,13 @@ static dt_status make_params(tl_model *m, const tl_part *part, dt_generator *gen
     dt_parallelize_options o = {.tp_dim = l->tp_dim,
                                 .plan = plan,
                                 .dp_dim = l->dp_dim,
-                                .dp_mode = l->fsdp ? DT_DP_SHARD : DT_DP_REPLICATE};
+                                .dp_mode = l->fsdp ? DT_DP_SHARD : DT_DP_REPLICATE,
+                                .ep = l->ep_dim > 0,
+                                .ep_dim = l->ep_dim - 1};
     int n;
     TRY(dt_params_create(m->mesh, DT_F32, &m->params));
     TRY(declare(m, part));
-    TRY(tl_plan(l, plan, 16, &n));
+    TRY((m->cfg.experts > 0 ? tl_moe_plan : tl_plan)(l, plan, 16, &n));
     for (int i = 0; i < n; i++)
         if (part_has(part, plan[i].pattern)) plan[o.nplan++] = plan[i];
     TRY(dt_parallelize(m->params, &o));
@@ -224,6 +229,7 @@ dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int s
     if (m->layout.dp_dim >= 0) pl[m->layout.dp_dim] = dt_shard(0);
     if (m->layout.dp_replicate_dim > 0) pl[m->layout.dp_replicate_dim - 1] = dt_shard(0);
     if (m->layout.cp_dim > 0) pl[m->layout.cp_dim - 1] = dt_shard(1);
+    if (m->layout.ep_dim > 0) pl[m->layout.ep_dim - 1] = dt_shard(0);
     /* The targets stay whole on every rank (every rank holds the batch here anyway): the
      * loss reads its rows' slice locally, and cross_entropy checks every label on every rank
      * alike, with no collective (a dp-sharded target costs an all_gather of each rank's
@@ -242,21 +248,25 @@ dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int s
 }
 
 /* One block, as llm.c and torchtitan write it: x + attention(norm(x)), then + mlp(norm(x)). */
-static dt_tensor *block(dt_scope *s, const tl_model *m, const tl_block *b, dt_tensor *x) {
+static dt_tensor *block(dt_scope *s, const tl_model *m, const tl_block *b, dt_tensor *x,
+                        dt_tensor **aux) {
     dt_tensor *h = dt_nn_rms_norm_forward(s, b->attention_norm, x);
     x = DT_DO(s, dt_add, x, dt_nn_attention_forward(s, &b->attention, h, m->cos, m->sin));
     h = dt_nn_rms_norm_forward(s, b->ffn_norm, x);
-    return DT_DO(s, dt_add, x, dt_nn_mlp_forward(s, &b->feed_forward, h));
+    return DT_DO(s, dt_add, x,
+                 m->cfg.experts > 0 ? tl_moe_forward(s, m, &b->moe, h, aux)
+                                    : dt_nn_mlp_forward(s, &b->feed_forward, h));
 }
 
-dt_tensor *tl_layers_forward(dt_scope *s, const tl_model *m, int first, int end, dt_tensor *x) {
+dt_tensor *tl_layers_forward(dt_scope *s, const tl_model *m, int first, int end, dt_tensor *x,
+                             dt_tensor **aux) {
     dt_ctx *ctx = dt_mesh_ctx(m->mesh);
     for (int i = first; i < end; i++) {
         /* activation checkpointing: a region around each block keeps what the policy keeps */
         dt_ac_region *r = NULL;
         int ac = m->layout.ac != DT_AC_NONE && dt_grad_enabled(ctx) && dt_scope_ok(s);
         if (ac) dt_scope_fail(s, dt_ac_begin(ctx, m->layout.ac, &r));
-        x = block(s, m, &m->layers[i], x);
+        x = block(s, m, &m->layers[i], x, &aux);
         if (r) dt_scope_fail(s, dt_ac_end(r, x ? 1 : 0, &x));
     }
     return x;
@@ -287,8 +297,10 @@ dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_t
     dt_scope *s;
     TRY(dt_scope_create(&s));
     dt_tensor *x = dt_nn_embedding_forward(s, m->tok_embeddings, tokens); /* (B, T, dim) */
-    x = tl_layers_forward(s, m, 0, m->cfg.layers, x);
+    dt_tensor *aux = NULL; /* MoE: the blocks' load-balancing losses, scaled */
+    x = tl_layers_forward(s, m, 0, m->cfg.layers, x, &aux);
     dt_tensor *loss = tl_head_loss(s, m, x, targets);
+    if (aux) loss = DT_DO(s, dt_add, loss, aux);
     dt_scope_fail(s, tl_fsdp_end_forward(m));
     return dt_scope_end(s, loss, out);
 }

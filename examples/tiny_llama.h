@@ -5,9 +5,11 @@
  * are drawn with the mesh-independent generator, so one seed gives one model on any mesh.
  * How it runs in parallel is a layout: data parallel over one mesh dim (batch sharded;
  * parameters replicated or FSDP-sharded), tensor parallel over another through a plan of
- * PyTorch's styles (tl_plan), optionally with sequence parallelism and loss parallelism, and
+ * PyTorch's styles (tl_plan), optionally with sequence parallelism and loss parallelism,
  * context parallel over a third (the sequence sharded in the load-balanced order, attention by
- * ring, parameters replicated there with their gradients reduced like DDP's). Used
+ * ring, parameters replicated there with their gradients reduced like DDP's); with
+ * cfg.experts each block's MLP is a MoE whose experts are sharded over an ep dim
+ * (tiny_llama_moe.c). Used
  * by tests/test_train.c, tests/test_parallel_train.c, bench/bench_train.c and examples/train.c. */
 #ifndef DT_EXAMPLES_TINY_LLAMA_H
 #define DT_EXAMPLES_TINY_LLAMA_H
@@ -16,6 +18,7 @@
 
 typedef struct tl_config {
     int vocab, seq, batch, dim, layers, heads, kv_heads, hidden;
+    int experts, top_k; /* experts > 0: a MoE feed-forward per block (tiny_llama_moe.c) */
 } tl_config;
 
 typedef struct tl_layout {
@@ -33,12 +36,22 @@ typedef struct tl_layout {
     int cp_dim;            /* context parallel: the sequence sharded over this mesh dim in
                               dt_cp_position's order, attention by dt_ring_sdpa (0 = none, else
                               the mesh dim + 1) */
+    int ep_dim;            /* MoE: the expert-parallel mesh dim + 1 (0 = none: then a one-rank
+                              mesh dim must be named ep); the batch is sharded there too */
 } tl_layout;
+
+/* A block's MoE feed-forward (tiny_llama_moe.c): the router (E, dim) and the experts' w1, w3
+ * (E, dim, hidden) and w2 (E, hidden, dim), by registry index. */
+typedef struct tl_moe {
+    dt_module self;
+    int router, w1, w2, w3;
+} tl_moe;
 
 typedef struct tl_block {
     dt_module attention_norm, ffn_norm;
     dt_nn_attention attention;
-    dt_nn_mlp feed_forward;
+    dt_nn_mlp feed_forward; /* dense */
+    tl_moe moe;             /* cfg.experts > 0 */
 } tl_block;
 
 typedef struct tl_model {
@@ -84,12 +97,22 @@ dt_status tl_fsdp_attach(tl_model *m);
 dt_status tl_fsdp_end_forward(const tl_model *m);
 void tl_fsdp_detach(tl_model *m);
 
-/* The mean cross_entropy of the model's next-token predictions. */
+/* MoE (tiny_llama_moe.c): a block's feed-forward declared, the plan's feed-forward rules for
+ * it, and its forward (out: the feed-forward's output, added to *aux: the load-balancing loss
+ * times TL_MOE_AUX). */
+#define TL_MOE_AUX 1e-2
+dt_status tl_moe_declare(dt_params *p, const tl_config *c, const char *name, tl_moe *out);
+dt_status tl_moe_plan(const tl_layout *layout, dt_style_rule *rules, int cap, int *n_out);
+dt_tensor *tl_moe_forward(dt_scope *s, const tl_model *m, const tl_moe *f, dt_tensor *h,
+                          dt_tensor **aux);
+
+/* The mean cross_entropy of the model's next-token predictions (plus the MoE's aux losses). */
 dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_tensor **out);
 /* tl_loss's parts, for a pipeline stage (tiny_llama_pp.h): blocks [first, end) on x, and the
  * final norm, output projection and mean cross_entropy against targets (batch, seq), whose
  * batch may be a micro-batch's. NULL once s has failed. */
-dt_tensor *tl_layers_forward(dt_scope *s, const tl_model *m, int first, int end, dt_tensor *x);
+dt_tensor *tl_layers_forward(dt_scope *s, const tl_model *m, int first, int end, dt_tensor *x,
+                             dt_tensor **aux);
 dt_tensor *tl_head_loss(dt_scope *s, const tl_model *m, dt_tensor *x, dt_tensor *targets);
 
 #endif

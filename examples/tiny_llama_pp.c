@@ -15,7 +15,7 @@ static dt_status stage_fn(void *user, const dt_pipeline_stage_call *c, dt_tensor
     TRY(dt_scope_create(&s));
     dt_tensor *x = c->input;
     if (c->stage == 0) x = dt_nn_embedding_forward(s, m->tok_embeddings, x); /* (B, T, dim) */
-    x = tl_layers_forward(s, m, pp->first, pp->end, x);
+    x = tl_layers_forward(s, m, pp->first, pp->end, x, NULL);
     if (c->stage == c->nstages - 1) x = tl_head_loss(s, m, x, c->target);
     return dt_scope_end(s, x, out);
 }

@@ -8,14 +8,16 @@
  *
  * Mesh dims by name: dp (or dp_shard), dp_replicate (HSDP), tp, cp (context parallel: the
  * sequence sharded in the load-balanced order, ring attention; e.g. --mesh cp=2,tp=2 --seq 256),
- * pp (pipeline stages, tiny_llama_pp.h: --pp N names its size, --micro the micro-batches per
- * step, --schedule afab|1f1b; FSDP units are off under a pipeline).
+ * ep (MoE: --experts E puts E experts in each block's feed-forward, top-k routed, Shard(0) over
+ * ep; the batch is split over ep too), pp (pipeline stages, tiny_llama_pp.h: --pp N names its
+ * size, --micro the micro-batches per step, --schedule afab|1f1b; FSDP units are off under a
+ * pipeline).
  * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--fsdp-units 0|1] [--sp 0|1]
  *       [--pp N --micro N --schedule afab|1f1b (with a pp dim: --mesh dp=2,pp=2,tp=2)]
  *       [--ac none|full|selective] [--ucx 0|1 (under dtrun: a process per rank)]
  *       [--text PATH] [--out PREFIX] [--dim N --layers N --heads N --kv-heads N --hidden N
  *       --seq N --batch N] [--bucket-kb N: grad sync's bucket cap, 0 = one collective per
- *       gradient] */
+ *       gradient] [--experts E --top-k K] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +80,7 @@ static dt_status train(dt_ctx *ctx, void *arg) {
     if (dt_mesh_dim_index(mesh, "dp_replicate", &rep) == DT_OK) l.dp_replicate_dim = rep + 1;
     if (dt_mesh_dim_index(mesh, "tp", &l.tp_dim) != DT_OK) l.tp_dim = -1;
     if (dt_mesh_dim_index(mesh, "cp", &rep) == DT_OK) l.cp_dim = rep + 1;
+    if (dt_mesh_dim_index(mesh, "ep", &rep) == DT_OK) l.ep_dim = rep + 1;
     l.sequence_parallel = o->sp && l.tp_dim >= 0, l.loss_parallel = l.tp_dim >= 0;
     /* a pipeline: the stages' layout indexes the stage mesh (the mesh without pp) */
     int pp_dim = -1;
@@ -189,7 +192,8 @@ static int usage(const char *bad) {
             "[--pp N] [--micro N] [--schedule afab|1f1b] [--text PATH] [--ucx 0|1] "
             "[--out PREFIX] [--trace-steps N] [--comms 0|1] [--params 0|1] [--bucket-kb N] "
             "[--dim N] [--layers N] [--heads N] "
-            "[--kv-heads N] [--hidden N] [--seq N] [--batch N] [--lr X]\n",
+            "[--kv-heads N] [--hidden N] [--seq N] [--batch N] [--lr X] "
+            "[--experts E --top-k K (MoE; the mesh needs an ep dim)]\n",
             bad);
     return 2;
 }
@@ -199,7 +203,7 @@ int main(int argc, char **argv) {
                  .steps = 20,
                  .trace_steps = 3,
                  .fsdp = 1,
-                 .fsdp_units = -1, /* on, but off under a pipeline */
+                 .fsdp_units = -1, /* on for a dense model, but off under a pipeline */
                  .micro = 2,
                  .schedule = DT_PIPELINE_1F1B,
                  .loss_digits = 4,
@@ -215,7 +219,8 @@ int main(int argc, char **argv) {
                          .layers = 2,
                          .heads = 4,
                          .kv_heads = 2,
-                         .hidden = 384}};
+                         .hidden = 384,
+                         .top_k = 2}};
     int mesh_set = 0;
     struct {
         const char *flag;
@@ -230,7 +235,8 @@ int main(int argc, char **argv) {
                 {"--batch", &o.cfg.batch},   {"--trace-steps", &o.trace_steps},
                 {"--comms", &o.comms},       {"--params", &o.print_params},
                 {"--bucket-kb", &o.bucket_kb}, {"--pp", &o.pp},
-                {"--micro", &o.micro}};
+                {"--micro", &o.micro},         {"--experts", &o.cfg.experts},
+                {"--top-k", &o.cfg.top_k}};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) return usage(argv[i]);
         const char *a = argv[i], *v = argv[++i];
@@ -291,9 +297,11 @@ int main(int argc, char **argv) {
                    2;
         if (o.fsdp_units == 1)
             return fprintf(stderr, "train: --fsdp-units 1 does not run under a pipeline\n"), 2;
+        if (o.cfg.experts)
+            return fprintf(stderr, "train: --experts does not run under a pipeline\n"), 2;
         o.fsdp_units = 0;
     }
-    if (o.fsdp_units < 0) o.fsdp_units = 1;
+    if (o.fsdp_units < 0) o.fsdp_units = !o.cfg.experts; /* units take no experts (yet) */
     if (product != o.ranks) {
         if (mesh_set && o.ranks == 4)
             o.ranks = product; /* --mesh alone sets the rank count */
@@ -311,11 +319,14 @@ int main(int argc, char **argv) {
     }
     shared sh = {.o = &o};
     if (read_text(o.text_path, &sh.text, &sh.n)) return 1;
+    char moe[64] = "";
+    if (o.cfg.experts)
+        snprintf(moe, sizeof moe, ", MoE: %d experts, top-%d", o.cfg.experts, o.cfg.top_k);
     if (rank0)
         printf("training on %s (%zu bytes): vocab %d, dim %d, %d layers, %d heads (%d kv), "
-           "hidden %d, seq %d, batch %d; %d ranks as %s%s%s%s",
+           "hidden %d, seq %d, batch %d%s; %d ranks as %s%s%s%s",
            o.text_path, sh.n, o.cfg.vocab, o.cfg.dim, o.cfg.layers, o.cfg.heads, o.cfg.kv_heads,
-           o.cfg.hidden, o.cfg.seq, o.cfg.batch, o.ranks, o.mesh,
+           o.cfg.hidden, o.cfg.seq, o.cfg.batch, moe, o.ranks, o.mesh,
            o.fsdp && strstr(o.mesh, "dp") ? (o.fsdp_units ? ", FSDP units" : ", FSDP") : "",
            o.sp && strstr(o.mesh, "tp") ? ", sequence parallel" : "",
            strstr(o.mesh, "cp") ? ", context parallel (ring attention)" : "");

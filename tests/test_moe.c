@@ -1,7 +1,8 @@
 /* MoE with expert parallelism (dtensor/moe.h) on real local ranks against a dense per-token
  * loop written here in f64 (its gradients checked by central finite differences): forward
  * and backward, gradients of x, the router weight and w1/w2/w3, for ep = 2 and 4 (and dp x ep)
- * with skewed routing (one expert takes every token, one none); the plan against a direct
+ * with skewed routing (one expert takes every token, one none), and ep = 1 with tokens and
+ * experts replicated there; the plan against a direct
  * count of the router's choices (send buckets, tokens_per_expert, exchanged counts); the
  * auxiliary loss against its formula. The capacity by hand and bad input: test_moe_plan.c. */
 #include <math.h>
@@ -210,6 +211,9 @@ static const mcase cases[] = {
      {0},
      {.top_k = 2, .score = DT_MOE_SIGMOID, .capacity_factor = 1.25, .drop = DT_MOE_DROP_POSITION}},
     {"ep=2", 4, 2, {0}, {.top_k = 2, .score = DT_MOE_SOFTMAX, .route_norm = 1}, 1},
+    /* a one-rank ep dim: tokens and experts Replicate there (a one-rank model's layout) */
+    {"ep=1", 4, 2, {-1}, {.top_k = 2, .score = DT_MOE_SOFTMAX}},
+    {"dp=2,ep=1", 4, 2, {0, -1}, {.top_k = 2, .score = DT_MOE_SIGMOID, .route_norm = 1}, 1},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -501,7 +505,7 @@ static dt_status body(dt_ctx *ctx, void *p) {
     dt_placement px[3], pw[3], rep[3] = {dt_replicate(), dt_replicate(), dt_replicate()};
     for (int m = 0; m < nd; m++) {
         px[m] = c->shard[m] < 0 ? dt_replicate() : dt_shard(c->shard[m]);
-        pw[m] = m == epd ? dt_shard(0) : dt_replicate();
+        pw[m] = m == epd && c->shard[m] >= 0 ? dt_shard(0) : dt_replicate();
     }
     int64_t sx[3] = {c->B, c->T, D}, sr[2] = {E, D}, s13[3] = {E, D, H}, s2[3] = {E, H, D};
     size_t nx = (size_t)(c->B * c->T * D), n[5] = {nx, E * D, E * D * H, E * H * D, E * D * H};

@@ -492,3 +492,76 @@ static dt_status styles_body(dt_ctx *ctx, void *arg) {
 Test(nn, styles_place_module_inputs_and_outputs) {
     t_run(2, styles_body, NULL);
 }
+
+/* Expert parallelism in dt_parallelize: an experts module's parameters go Shard(0) over ep and
+ * Replicate over tp, FSDP shards them over dp along dim 1; other parameters take nothing from
+ * ep; without ep the experts are placed as any parameter; bad ep options are named. */
+static dt_status experts_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "dp=2,ep=2,tp=2", &mesh));
+    for (int mode = 0; mode < 3; mode++) { /* DDP x EP, FSDP x EP, FSDP without ep */
+        dt_params *p;
+        dt_module lin, ex;
+        int64_t s[3] = {4, 6, 5};
+        dt_init w = {DT_INIT_NORMAL, 0.5};
+        R_OK(dt_params_create(mesh, DT_F32, &p));
+        R_OK(dt_nn_linear_create(p, "ff.w", 6, 4, 0, w, &lin));
+        R_OK(dt_params_module(p, "ff.experts", DT_MODULE_EXPERTS, &ex));
+        R_OK(dt_params_declare(ex, "w1", 3, s, w, NULL));
+        dt_style_rule rules[] = {{"ff.w", dt_style_colwise()}};
+        dt_parallelize_options o = {.tp_dim = 2,
+                                    .plan = rules,
+                                    .nplan = 1,
+                                    .dp_dim = 0,
+                                    .dp_mode = mode ? DT_DP_SHARD : DT_DP_REPLICATE,
+                                    .ep = mode < 2,
+                                    .ep_dim = 1};
+        if (mode == 0) {
+            dt_style_rule bad[] = {{"ff.experts", dt_style_colwise()}};
+            dt_parallelize_options b = o;
+            b.plan = bad, b.nplan = 1;
+            R_ERR(dt_parallelize(p, &b), DT_ERR_ARG, "cannot take");
+            b = o, b.ep_dim = 2;
+            R_ERR(dt_parallelize(p, &b), DT_ERR_ARG, "ep_dim 2 is also the tp dim");
+            b = o, b.ep_dim = 0;
+            R_ERR(dt_parallelize(p, &b), DT_ERR_ARG, "ep_dim 0 is also the dp dim");
+            b = o, b.ep_dim = 3;
+            R_ERR(dt_parallelize(p, &b), DT_ERR_ARG, "ep_dim 3 out of range");
+        }
+        R_OK(dt_parallelize(p, &o));
+        static const char *const want[3][2][2] = {
+            {{"R,R,S(0)", "R,R,S(0)"}, {"R,S(0),R", "R,S(0),R"}},
+            {{"S(1),R,S(0)", "R,R,S(0)"}, {"S(1),S(0),R", "R,S(0),R"}},
+            {{"S(1),R,S(0)", "R,R,S(0)"}, {"S(0),R,R", "R,R,R"}},
+        };
+        for (int i = 0; i < 2; i++) {
+            dt_placement st[3], cp[3];
+            char a[32], b[32];
+            R_OK(dt_params_placements(p, i, st, cp));
+            R_OK(dt_placements_format(st, 3, a, sizeof a));
+            R_OK(dt_placements_format(cp, 3, b, sizeof b));
+            R_CHECK(!strcmp(a, want[mode][i][0]) && !strcmp(b, want[mode][i][1]),
+                    "mode %d, parameter %d: stored %s compute %s, want %s and %s", mode, i, a, b,
+                    want[mode][i][0], want[mode][i][1]);
+        }
+        dt_generator gen = dt_generator_make(3);
+        R_OK(dt_params_materialize(p, &gen));
+        dt_tensor *w1;
+        dt_tensor_info info;
+        R_OK(dt_params_at(p, 1, NULL, &w1));
+        R_OK(dt_tensor_info_get(w1, &info));
+        int64_t want0 = 2, want1 = mode == 1 ? 3 : 6; /* experts over ep, or FSDP's dim 0 */
+        R_CHECK(info.local_shape[0] == want0 && info.local_shape[1] == want1 &&
+                    info.local_shape[2] == 5,
+                "mode %d: w1's block %lldx%lldx%lld", mode, (long long)info.local_shape[0],
+                (long long)info.local_shape[1], (long long)info.local_shape[2]);
+        R_OK(dt_params_destroy(p));
+    }
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(nn, experts_shard_over_ep) {
+    t_run(8, experts_body, NULL);
+}

@@ -83,7 +83,8 @@ typedef struct dt_moe_plan_info {
 } dt_moe_plan_info;
 
 /* The plan for experts (..., top_k) i64 ids in [0, E) (dt_moe_router's), sharded over mesh dim
- * ep_dim along a token dim (not the last), on no mesh dim Partial. E divisible by the ep size.
+ * ep_dim along a token dim (not the last; Replicate is as good when ep_dim has one rank), on no
+ * mesh dim Partial. E divisible by the ep size.
  * gates (experts' shape and placements, f32 or f64) rank the drops under DT_MOE_DROP_PROBS with
  * a capacity; nullable otherwise. An id out of range is DT_ERR_ARG on the rank that holds it.
  * Exchanges the counts (one all_to_all of i64 over the ep group): collective over ep_dim's
@@ -99,12 +100,12 @@ DT_API dt_status dt_moe_plan_info_get(const dt_moe_plan *plan, dt_moe_plan_info 
  * gates[t, s] * w2_e^T (silu(w1_e^T x[t]) * w3_e^T x[t]). x (..., dim) f32/f64 on the CPU, gates
  * (..., top_k) of x's dtype, both with the plan's experts' leading shape and placements;
  * w1, w3 (E, dim, hidden) and w2 (E, hidden, dim) of x's dtype, Shard(0) over the plan's ep dim
- * and replicated on the others. Rows travel and are computed in f64: one all_to_allv there
- * and one back; the local experts are one grouped GEMM per weight (w1, w3, w2). out: x's shape,
- * dtype and placements. Differentiable in x, gates, w1, w2, w3: backward sends the output's
- * gradient rows the same way and the token gradients back (two all_to_allv); the weights' gradients
- * are Shard(0) over ep and Partial(sum) on mesh dims that shard the tokens. Collective over the ep
- * group; blocks. */
+ * (or Replicate when it has one rank) and replicated on the others. Rows travel and are computed in
+ * f64: one all_to_allv there and one back; the local experts are one grouped GEMM per weight (w1,
+ * w3, w2). out: x's shape, dtype and placements. Differentiable in x, gates, w1, w2, w3: backward
+ * sends the output's gradient rows the same way and the token gradients back (two all_to_allv); the
+ * weights' gradients are Shard(0) over ep and Partial(sum) on mesh dims that shard the tokens.
+ * Collective over the ep group; blocks. */
 DT_API dt_status dt_moe_experts(dt_tensor *x, dt_tensor *gates, dt_moe_plan *plan, dt_tensor *w1,
                                 dt_tensor *w2, dt_tensor *w3, dt_tensor **out);
 

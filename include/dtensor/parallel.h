@@ -28,7 +28,15 @@
  * Shard over dp (FSDP without prefetch: dt_params_use all_gathers it for each forward use,
  * backward reduce_scatters its gradient into the shard; the optimizer's state is sharded
  * alike). The dp shard dim is 0, or the first dim tp does not shard; a parameter tp shards on
- * every dim stays replicated over dp. */
+ * every dim stays replicated over dp.
+ *
+ * Expert parallelism over ep_dim (with ep set) places the parameters of every
+ * DT_MODULE_EXPERTS module Shard(0) there, each ep rank holding E / ep whole experts, and
+ * Replicate over tp (a style cannot reach them); FSDP over dp shards them along dim 1. The
+ * layer (dt_moe_experts) takes them so, its tokens sharded over ep; their gradients arrive
+ * Partial over the other mesh dims that shard the tokens, and grad sync reduces them there.
+ * Other parameters take no placement from ep: a batch sharded over ep makes their gradients
+ * Partial there, reduced like data parallel's. */
 #ifndef DTENSOR_PARALLEL_H
 #define DTENSOR_PARALLEL_H
 
@@ -127,12 +135,16 @@ typedef struct dt_parallelize_options {
     int nplan;
     int dp_dim; /* mesh dim of data parallelism; -1: none */
     dt_dp_mode dp_mode;
+    int ep; /* non-zero: expert parallelism over mesh dim ep_dim (0 leaves ep_dim unread, so
+               zeroed options mean none) */
+    int ep_dim;
 } dt_parallelize_options;
 
 /* Applies options to a declared, not yet materialized registry. The plan is checked whole
  * before anything changes: DT_ERR_ARG naming the rule for a pattern that matches no module
  * (a misspelt name), a module two rules match, a style its module's kind cannot take (colwise
- * on a norm, sequence parallel on a linear), a mesh dim out of range or dp_dim == tp_dim; and
+ * on a norm, sequence parallel on a linear, any but prepare styles on experts), a mesh dim out
+ * of range, dp_dim == tp_dim, ep_dim equal to either; and
  * for a registry already materialized or parallelized. Not collective. */
 DT_API dt_status dt_parallelize(dt_params *params, const dt_parallelize_options *options);
 

@@ -33,6 +33,8 @@ typedef enum dt_module_kind {
     DT_MODULE_LINEAR,        /* weight (out, in), bias (out) */
     DT_MODULE_EMBEDDING,     /* weight (num, dim) */
     DT_MODULE_NORM,          /* weight (dim): RMSNorm */
+    DT_MODULE_EXPERTS,       /* a bank of experts (dtensor/moe.h): every parameter (E, ...),
+                                expert first; expert parallelism shards dim 0 */
 } dt_module_kind;
 
 /* A module: its registry and its index there. Plain value. */

@@ -325,8 +325,10 @@ static dt_status check_weight(const dt_moe_plan *p, const char *arg, const dt_te
         return dt_error(DT_ERR_UNSUPPORTED, "%s: CPU tensors only (for now)", FN);
     for (int m = 0; m < p->mesh->ndim; m++) {
         dt_placement pl = w->placements[m];
-        int ok = m == p->ep_dim ? pl.kind == DT_PLACEMENT_SHARD && pl.dim == 0
-                                : pl.kind == DT_PLACEMENT_REPLICATE;
+        /* a one-rank ep dim holds every expert either way */
+        int ok = pl.kind == DT_PLACEMENT_REPLICATE
+                     ? m != p->ep_dim || p->info.ep == 1
+                     : m == p->ep_dim && pl.kind == DT_PLACEMENT_SHARD && pl.dim == 0;
         if (!ok)
             return dt_error(DT_ERR_PLACEMENT,
                             "%s: %s must be Shard(0) on mesh dim %d (ep) and "

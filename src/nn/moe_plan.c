@@ -33,7 +33,7 @@ dt_status dt_moe_plan_info_get(const dt_moe_plan *plan, dt_moe_plan_info *out) {
 }
 
 /* The token placements every MoE input shares: ep_dim shards a token dim (not the last),
- * no mesh dim is Partial. */
+ * or is Replicate when it has one rank (the same thing there), no mesh dim is Partial. */
 dt_status dt_moe_check_tokens(const char *fn, const char *arg, const dt_tensor *t, int ep_dim) {
     for (int m = 0; m < t->mesh->ndim; m++) {
         dt_placement p = t->placements[m];
@@ -42,7 +42,8 @@ dt_status dt_moe_check_tokens(const char *fn, const char *arg, const dt_tensor *
         if (p.kind == DT_PLACEMENT_PARTIAL)
             return dt_error(DT_ERR_PLACEMENT, "%s: %s is %s on mesh dim %d (Partial tokens)", fn,
                             arg, text, m);
-        if (m == ep_dim && !(p.kind == DT_PLACEMENT_SHARD && p.dim < t->ndim - 1))
+        int whole = p.kind == DT_PLACEMENT_REPLICATE && t->mesh->shape[m] == 1;
+        if (m == ep_dim && !whole && !(p.kind == DT_PLACEMENT_SHARD && p.dim < t->ndim - 1))
             return dt_error(DT_ERR_PLACEMENT,
                             "%s: %s is %s on mesh dim %d (ep); it must shard a "
                             "token dim (each ep rank routes its own tokens)",

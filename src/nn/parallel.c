@@ -107,6 +107,11 @@ dt_status dt_parallelize(dt_params *params, const dt_parallelize_options *option
            o->dp_dim);
     DT_ARG(o->dp_mode == DT_DP_REPLICATE || o->dp_mode == DT_DP_SHARD,
            "dt_parallelize: unknown dp_mode %d", (int)o->dp_mode);
+    DT_ARG(!o->ep || (o->ep_dim >= 0 && o->ep_dim < mnd),
+           "dt_parallelize: ep_dim %d out of range for a %d-D mesh", o->ep_dim, mnd);
+    DT_ARG(!o->ep || (o->ep_dim != o->tp_dim && o->ep_dim != o->dp_dim),
+           "dt_parallelize: ep_dim %d is also the %s dim", o->ep_dim,
+           o->ep_dim == o->tp_dim ? "tp" : "dp");
     DT_ARG(o->nplan >= 0 && (o->nplan == 0 || o->plan), "dt_parallelize: nplan %d, plan %p",
            o->nplan, (const void *)o->plan);
     DT_ARG(o->nplan == 0 || o->tp_dim >= 0, "dt_parallelize: a plan of %d rules needs tp_dim",
@@ -135,8 +140,11 @@ dt_status dt_parallelize(dt_params *params, const dt_parallelize_options *option
         const char *local = e->name + strlen(m->name) + 1;
         int tpd = o->tp_dim >= 0 ? tp_shard_dim(m, e, local) : -1;
         if (tpd >= 0) e->stored[o->tp_dim] = e->compute[o->tp_dim] = dt_shard(tpd);
+        /* experts: whole experts per ep rank; FSDP then takes the next dim */
+        int epd = o->ep && m->kind == DT_MODULE_EXPERTS ? 0 : -1;
+        if (epd >= 0) e->stored[o->ep_dim] = e->compute[o->ep_dim] = dt_shard(epd);
         if (o->dp_dim >= 0 && o->dp_mode == DT_DP_SHARD) {
-            int dpd = tpd == 0 ? (e->ndim > 1 ? 1 : -1) : 0;
+            int dpd = tpd == 0 || epd == 0 ? (e->ndim > 1 ? 1 : -1) : 0;
             if (dpd >= 0) e->stored[o->dp_dim] = dt_shard(dpd);
         }
     }

@@ -82,7 +82,7 @@ dt_status dt_params_module(dt_params *params, const char *name, dt_module_kind k
                            dt_module *out) {
     DT_CHECK(declaring(__func__, params, name));
     DT_ARG_NOT_NULL(out);
-    DT_ARG(kind >= DT_MODULE_CONTAINER && kind <= DT_MODULE_NORM,
+    DT_ARG(kind >= DT_MODULE_CONTAINER && kind <= DT_MODULE_EXPERTS,
            "dt_params_module: \"%s\": unknown kind %d", name, (int)kind);
     for (int m = 0; m < params->nmodules; m++)
         DT_ARG(strcmp(params->modules[m].name, name), "dt_params_module: module \"%s\" exists",
