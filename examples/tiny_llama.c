@@ -266,7 +266,7 @@ dt_tensor *tl_layers_forward(dt_scope *s, const tl_model *m, int first, int end,
         dt_ac_region *r = NULL;
         int ac = m->layout.ac != DT_AC_NONE && dt_grad_enabled(ctx) && dt_scope_ok(s);
         if (ac) dt_scope_fail(s, dt_ac_begin(ctx, m->layout.ac, &r));
-        x = block(s, m, &m->layers[i], x, &aux);
+        x = block(s, m, &m->layers[i], x, aux);
         if (r) dt_scope_fail(s, dt_ac_end(r, x ? 1 : 0, &x));
     }
     return x;

@@ -82,47 +82,48 @@ Test(context_train, loss_parity_and_collectives) {
     /* Per step, on rank 0, besides the ring (2 layers x (cp - 1 + 2 cp - 1) sends and as many
      * receives over cp):
      * - cp=2: grad sync's one all_reduce over cp of every gradient (each Partial there: each
-     *   rank saw part of the sequence), and cross_entropy's label check (a 24-byte all_gather).
-     *   Nothing else moves: the linears' weight gradients sum g^T x per batch row over the
+     *   rank saw part of the sequence); the targets are replicated, so cross_entropy checks the
+     *   labels with no collective. Nothing else moves: the linears' weight gradients sum g^T x per batch row over the
      *   local sequence (the sequence is never flattened into rows), the embedding's gradient
      *   flattens the tokens sequence-first, and cross_entropy takes (B, vocab, T) logits.
      * - cp=2 x tp=2 (heads over tp): as test_parallel_train's tp, 5 forward all_reduces of the
      *   rowwise outputs, 5 backward into the norms, 2 of loss parallel's row statistics, over
      *   tp; grad sync's all_reduce over cp, and one over cp+tp for the norm weights' gradients
-     *   (Partial over both); the label check.
+     *   (Partial over both).
      * - with sequence parallelism: each tp all_reduce becomes a reduce_scatter and an
      *   all_gather (the sequence sharded over tp inside each cp shard), 10 of each; loss
-     *   parallel's 2, grad sync's 2, the label check.
+     *   parallel's 2, grad sync's 2.
      * - cp=3: 256 rows in 6 chunks of 43 and 41 rows are uneven shards, which a mean and a view
      *   cannot keep: the per-token losses' mean gathers them (1 all_gather), and in backward
      *   the embedding gradient's sequence-first flatten re-shards the tokens and the gradient
-     *   (2 all_gathers, 1 all_to_all); grad sync's all_reduce and the label check.
-     * - dp=2 with FSDP units x cp=2: FSDP's 7 unit all_gathers and 4 reduce_scatters over dp
-     *   (as in test_parallel_train), the gradient shards all_reduced over cp (3 buckets); the
+     *   (2 all_gathers, 1 all_to_all); grad sync's all_reduce.
+     * - dp=2 with FSDP units x cp=2: FSDP's 3 units (the root, kept gathered, and one per
+     *   block, the last kept gathered) gathered in forward (3) and block 0 again in backward
+     *   (1), one reduce_scatter each (3) over dp (as in test_parallel_train), the gradient shards all_reduced over cp (3 buckets); the
      *   loss mean over the two sharded dims gathers the per-token losses over dp, and the
      *   embedding gradient of tokens sharded on both dims (no flatten order keeps both shards)
-     *   re-shards over cp (2 all_gathers, 1 all_to_all); the label check. */
+     *   re-shards over cp (2 all_gathers, 1 all_to_all). */
     static const config configs[] = {
-        {"cp=2", "cp=2", 2, 2, {.dp_dim = -1, .tp_dim = -1, .cp_dim = 1}, {1, 1, 0, 0}},
+        {"cp=2", "cp=2", 2, 2, {.dp_dim = -1, .tp_dim = -1, .cp_dim = 1}, {1, 0, 0, 0}},
         {"cp=2 x tp=2",
          "cp=2,tp=2",
          4,
          2,
          {.dp_dim = -1, .tp_dim = 1, .cp_dim = 1, .loss_parallel = 1},
-         {14, 1, 0, 0}},
+         {14, 0, 0, 0}},
         {"cp=2 x tp=2 sp",
          "cp=2,tp=2",
          4,
          2,
          {.dp_dim = -1, .tp_dim = 1, .cp_dim = 1, .sequence_parallel = 1, .loss_parallel = 1},
-         {4, 11, 10, 0}},
-        {"cp=3 (uneven)", "cp=3", 3, 3, {.dp_dim = -1, .tp_dim = -1, .cp_dim = 1}, {1, 4, 0, 1}},
+         {4, 10, 10, 0}},
+        {"cp=3 (uneven)", "cp=3", 3, 3, {.dp_dim = -1, .tp_dim = -1, .cp_dim = 1}, {1, 3, 0, 1}},
         {"dp=2 fsdp units x cp=2",
          "dp=2,cp=2",
          4,
          2,
          {.dp_dim = 0, .tp_dim = -1, .cp_dim = 2, .fsdp = 1, .fsdp_units = 1},
-         {3, 11, 4, 1}},
+         {3, 7, 3, 1}},
     };
     static const config one = {"1 rank", "1", 1, 1, {.dp_dim = -1, .tp_dim = -1}, {0}};
     run ref = {.c = &one};

@@ -222,13 +222,13 @@ Test(parallel_train, loss_parity_and_collectives) {
  *   (3: one per plan), the 5 norm weights' also Partial over tp (1 over dp+ep+tp);
  * - tp as in the dense dp x tp run less the MLPs' linears: forward all_reduces the embedding's
  *   and the wo's outputs (3), backward the gradients into the attention and output inputs (3),
- *   the logits go to cross_entropy by one all_to_all each way (2), and the label check's
- *   all_gather;
+ *   the logits go to cross_entropy by one all_to_all each way (2); the targets are
+ *   replicated, so cross_entropy checks the labels with no collective;
  * - the aux loss, per block, as op dispatch places it: the token mean of the scores re-sharded
  *   to the expert dim (an all_to_all over dp+ep), the per-expert sums all_reduced over dp+ep
  *   (2) and the whole mesh (1), the E scores gathered over tp (2), and 2 all_reduces over tp
- *   in backward: 21 all_reduce, 5 all_gather, 14 all_to_all in all.
- * - ep=2: the layer's 10, one grad sync all_reduce, the aux loss's 3 per block, the label check.
+ *   in backward: 21 all_reduce, 4 all_gather, 14 all_to_all in all.
+ * - ep=2: the layer's 10, one grad sync all_reduce, the aux loss's 3 per block.
  * - FSDP x SP on the grid: each of the 23 parameters all_gathered over dp at use (the experts
  *   along dim 1), their gradients reduce_scattered there (3 plans) and all_reduced over ep (3)
  *   or ep+tp (1); SP's reduce_scatters and all_gathers over tp. */
@@ -249,13 +249,13 @@ Test(parallel_train, moe_grid_loss_parity) {
         {"moe dp=2 x ep=2 x tp=2",
          "2x2x2",
          {.dp_dim = 0, .ep_dim = 2, .tp_dim = 2, .loss_parallel = 1},
-         {21, 5, 0, 14},
+         {21, 4, 0, 14},
          &moe,
          {{DT_COLL_ALL_TO_ALL, "d1", 10}, {DT_COLL_ALL_REDUCE, "d0", 1}}},
         {"moe ep=2",
          "2",
          {.dp_dim = -1, .ep_dim = 1, .tp_dim = -1},
-         {7, 1, 0, 10},
+         {7, 0, 0, 10},
          &moe,
          {{DT_COLL_ALL_TO_ALL, "d0", 10}}},
         {"moe dp=2 fsdp x ep=2 x tp=2 sp",
@@ -266,7 +266,7 @@ Test(parallel_train, moe_grid_loss_parity) {
           .fsdp = 1,
           .sequence_parallel = 1,
           .loss_parallel = 1},
-         {12, 38, 11, 14},
+         {12, 37, 11, 14},
          &moe,
          {{DT_COLL_ALL_TO_ALL, "d1", 10}, {DT_COLL_ALL_GATHER, "d0", 23}}},
     };
