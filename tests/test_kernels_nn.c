@@ -1,8 +1,9 @@
 /* Local CPU kernels of the neural-network families (softmax, norms, indexing, permute,
- * attention, rope, dropout) against naive double-precision references; same conventions as
+ * attention, rope, dropout, the fused optimizer step) against naive double-precision references; same conventions as
  * test_kernels.c. */
 #include "core/philox.h"
 #include "kernel_check.h"
+#include "ops/cpu/optim_math.h"
 #include "ops/cpu/vexp.h"
 
 Test(kernels, softmax_and_log_softmax_stable) {
@@ -459,4 +460,34 @@ Test(kernels, dropout_mask_from_global_index) {
     tens x = mk(DT_I32, SH(2, 2), 0, 3), o = mk_out(DT_I32, SH(2, 2));
     int64_t z[2] = {0, 0}, fs[2] = {2, 2};
     T_ERR(dt_cpu_dropout(0.5, 1, 0, fs, z, &x.t, &o.t), DT_ERR_DTYPE, "float");
+}
+
+/* The fused AdamW step's all-f32 loop (four lanes) gives the bits of the per-element form
+ * (optim_math.h) on every element, tails included, with weight decay and a later step's
+ * bias corrections. */
+Test(kernels, adamw_f32_loop_equals_per_element_bitwise) {
+    enum { N = 1031 };
+    static float p[N], g[N], m[N], v[N], p2[N], m2[N], v2[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = p2[i] = (float)sin(0.37 * i);
+        g[i] = (float)(cos(1.3 * i) * (i % 7 ? 1e-2 : 3.0));
+        m[i] = m2[i] = (float)(0.01 * sin(0.11 * i));
+        v[i] = v2[i] = (float)(1e-4 * (1 + cos(0.7 * i)));
+    }
+    dt_optim_hyper h = {.rule = DT_OPTIM_RULE_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    for (int n = 0; n <= 9; n++) {
+        uint64_t len = n < 9 ? (uint64_t)n : N;
+        dt_optim_item it = {.param = p, .grad = g, .state = {m, v}, .numel = len,
+                            .param_dtype = DT_F32, .grad_dtype = DT_F32, .state_dtype = DT_F32,
+                            .lr = 3e-3, .weight_decay = 0.01, .step_size = 3e-3 / (1 - 0.9 * 0.9),
+                            .bc2_sqrt = sqrt(1 - 0.95 * 0.95)};
+        OK(dt_cpu_optim_step(&h, &it, 1));
+        dt_optim_item ref = it;
+        ref.param = p2, ref.state[0] = m2, ref.state[1] = v2;
+        for (uint64_t i = 0; i < len; i++) dt_om_step_f(&h, &ref, i);
+        cr_assert(memcmp(p, p2, sizeof p) == 0 && memcmp(m, m2, sizeof m) == 0 &&
+                      memcmp(v, v2, sizeof v) == 0,
+                  "length %llu: the f32 loop differs from the per-element form",
+                  (unsigned long long)len);
+    }
 }
