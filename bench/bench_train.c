@@ -12,7 +12,8 @@
  *
  * PyTorch runs only when DT_TORCH_PYTHON names a python with torch (the PyTorch columns say
  * "-" otherwise); DT_SOURCE_DIR locates bench/train_torch.py (default "."). BENCH_QUICK=1
- * (make bench QUICK=1): fewer steps. --table prints make bench's rows. */
+ * (make bench QUICK=1): fewer steps. --table prints make bench's rows; --only NAME runs one
+ * configuration (e.g. --only "1 rank, small model"). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +187,7 @@ static double load1(void) {
 
 int main(int argc, char **argv) {
     int table = argc > 1 && !strcmp(argv[1], "--table");
+    const char *only = argc > 2 && !strcmp(argv[1], "--only") ? argv[2] : NULL;
     const char *quick = getenv("BENCH_QUICK");
     int steps = quick && *quick && strcmp(quick, "0") ? 5 : 10;
     const char *py = getenv("DT_TORCH_PYTHON");
@@ -202,6 +204,7 @@ int main(int argc, char **argv) {
     double load_start = load1();
     result dt[NCONF] = {{0}}, pt[NCONF] = {{0}};
     for (int i = 0; i < NCONF; i++) { /* each configuration: dtensor, then PyTorch */
+        if (only && strcmp(only, confs[i].name)) continue;
         run_dtensor(&confs[i], steps, text, n, &dt[i]);
         if (py) run_torch(py, &confs[i], steps, text != NULL, &pt[i]);
     }
@@ -224,6 +227,7 @@ int main(int argc, char **argv) {
         const conf *c = &confs[i];
         char d[64] = "failed", p[96] = "-", ratio[32] = "-", pcoll[16] = "-", pdist[16] = "-";
         char dcoll[16] = "-", ddist[16] = "-", vs1[16] = "-";
+        if (only && strcmp(only, c->name)) continue;
         if (!dt[i].ok) fail = 1;
         if (dt[i].ok) {
             snprintf(d, sizeof d, "%.1f (%.1f-%.1f)", dt[i].ms[0], dt[i].ms[1], dt[i].ms[2]);
