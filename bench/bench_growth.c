@@ -10,10 +10,13 @@
  *     (reduce_scatter) vs bytes per rank at 4 ranks, and vs rank count at 1 MiB per rank. The
  *     reference is a memcpy of the bytes the transition must move per rank ((read + written)
  *     / 2, as bench_redistribute: S->R (n+1)/2 s, P->S (n+1)/(2n) T) on every rank at once.
- *     A round runs every size, case and reference once, each after a cache flush (4 x the
- *     last-level cache over all ranks) and timed from a barrier to the barrier after the
- *     last rank; figures are the median (min-max) over rounds. The plan comes from the mesh's
- *     cache after the warm-up round, as in a training loop.
+ *     A round runs every size, case and reference once, each after a cache flush and timed
+ *     from a barrier to the barrier after the last rank; figures are the median (min-max)
+ *     over rounds. Rank 0 alone flushes (writes and reads 4 x the shared last-level cache)
+ *     while the others wait: with every rank flushing its part at once, as bench_redistribute
+ *     does, 4 threads on 2 cores gave bimodal small-size figures (0.1 or 2-5 ms, even for a
+ *     4 KiB memcpy). The other core's private L2 (1 MiB here) may keep some data. The plan
+ *     comes from the mesh's cache after the warm-up round, as in a training loop.
  *
  *   bench_growth [--quick]    (BENCH_QUICK=1 in the environment is --quick: fewer repetitions,
  *                              x16 size steps, about 30 s on 2 cores) */
@@ -36,7 +39,7 @@ static int quick;
 
 /* ---- (1) the planner --------------------------------------------------------------------- */
 
-#define NTRANS 4
+#define NTRANS        4
 #define MAX_PLAN_REPS 201
 
 typedef struct mesh_row {
@@ -44,11 +47,11 @@ typedef struct mesh_row {
 } mesh_row;
 
 static const mesh_row meshes[] = {
-    {1, {2}},         {1, {4}},          {1, {8}},          {1, {16}},          {1, {32}},
-    {1, {64}},        {1, {128}},        {1, {256}},        {1, {512}},         {1, {1024}},
-    {1, {2048}},      {1, {4096}},       {1, {8192}},       {2, {2, 2}},        {2, {4, 8}},
-    {2, {16, 16}},    {2, {32, 64}},     {2, {64, 128}},    {3, {2, 2, 2}},     {3, {4, 4, 8}},
-    {3, {8, 8, 16}},  {3, {16, 16, 32}},
+    {1, {2}},        {1, {4}},          {1, {8}},       {1, {16}},      {1, {32}},
+    {1, {64}},       {1, {128}},        {1, {256}},     {1, {512}},     {1, {1024}},
+    {1, {2048}},     {1, {4096}},       {1, {8192}},    {2, {2, 2}},    {2, {4, 8}},
+    {2, {16, 16}},   {2, {32, 64}},     {2, {64, 128}}, {3, {2, 2, 2}}, {3, {4, 4, 8}},
+    {3, {8, 8, 16}}, {3, {16, 16, 32}},
 };
 #define NMESHES ((int)(sizeof meshes / sizeof meshes[0]))
 
@@ -56,7 +59,9 @@ static const mesh_row meshes[] = {
  * first three change every mesh dim the same way; the fourth mixes kinds over the dims. */
 static const char *const trans[NTRANS][3][2] = {
     {{"S(0)", "R"}, {"S(0),S(0)", "R,R"}, {"S(0),S(0),S(0)", "R,R,R"}},
-    {{"P(sum)", "S(0)"}, {"P(sum),P(sum)", "S(0),S(0)"}, {"P(sum),P(sum),P(sum)", "S(0),S(0),S(0)"}},
+    {{"P(sum)", "S(0)"},
+     {"P(sum),P(sum)", "S(0),S(0)"},
+     {"P(sum),P(sum),P(sum)", "S(0),S(0),S(0)"}},
     {{"S(0)", "S(1)"}, {"S(0),S(0)", "S(1),S(1)"}, {"S(0),S(0),S(0)", "S(1),S(1),S(1)"}},
     {{NULL, NULL}, {"S(0),S(1)", "R,S(0)"}, {"S(0),S(1),P(sum)", "R,S(0),S(1)"}},
 };
@@ -122,8 +127,8 @@ static int run_planner(void) {
                 bench_stat s;
                 int ncoll = 0;
                 if (time_plan(m, t, reps, &s, &ncoll) != DT_OK) {
-                    fprintf(stderr, "\nbench_growth: planning %s on %s failed: %s\n",
-                            trans_name[t], name, dt_last_error());
+                    fprintf(stderr, "\nbench_growth: planning %s on %s failed: %s\n", trans_name[t],
+                            name, dt_last_error());
                     return 1;
                 }
                 snprintf(cell, sizeof cell, "%.1f (%.1f-%.1f) [%d]", s.med * 1e6, s.min * 1e6,
@@ -140,7 +145,7 @@ static int run_planner(void) {
 /* ---- (2) the local runtime --------------------------------------------------------------- */
 
 #define MAX_SIZES 8
-#define NCASES 2
+#define NCASES    2
 enum { W_OP, W_MEMCPY, NWHICH };
 
 static const char *const case_name[NCASES] = {"S(0)->R", "P->S(0)"};
@@ -181,7 +186,7 @@ typedef struct bufs {
 
 static dt_status run_one(dt_comm *world, dt_tensor *in, int c, int which, size_t must,
                          const bufs *b, double *out) {
-    bench_flush(b->flush, b->flush_bytes);
+    if (b->flush) bench_flush(b->flush, b->flush_bytes); /* rank 0 only, see the top */
     dt_placement dst[1];
     int np;
     TRY(dt_placements_parse(c == 0 ? "R" : "S(0)", dst, 1, &np));
@@ -215,9 +220,11 @@ static dt_status sweep_body(dt_ctx *ctx, void *arg) {
             if (must_bytes(c, n, sw->sizes[s]) > (double)ref)
                 ref = (size_t)must_bytes(c, n, sw->sizes[s]);
     }
-    bufs b = {dt_host_alloc(ref), dt_host_alloc(ref), NULL, 4 * bench_llc_bytes() / (size_t)n};
-    b.flush = malloc(b.flush_bytes);
-    if (!b.src || !b.dst || !b.flush) return dt_error_set(DT_ERR_NOMEM, "bench: out of memory");
+    const int flusher = dt_ctx_rank(ctx) == 0;
+    bufs b = {dt_host_alloc(ref), dt_host_alloc(ref), NULL, 4 * bench_llc_bytes()};
+    if (flusher) b.flush = malloc(b.flush_bytes);
+    if (!b.src || !b.dst || (flusher && !b.flush))
+        return dt_error_set(DT_ERR_NOMEM, "bench: out of memory");
     memset(b.src, 1, ref);
     memset(b.dst, 2, ref);
     dt_status st = DT_OK;
@@ -281,7 +288,7 @@ static int run_local(void) {
     static sweep sw; /* large: the timings of every round */
     printf("\n(2) redistribute on the local runtime (ranks = threads on %ld cores; above %ld ranks "
            "the threads oversubscribe the cores, so time grows with ranks also from scheduling), "
-           "f32;\n    median (min-max) of %d interleaved rounds, each run after a flush of 4 x "
+           "f32;\n    median (min-max) of %d interleaved rounds, each run after rank 0 flushed 4 x "
            "%zu MiB LLC; must = least bytes per rank ((read + written) / 2),\n    memcpy = a "
            "memcpy of those bytes on every rank at once, %%mcpy = memcpy time / redistribute "
            "time\n",
