@@ -2,12 +2,14 @@
 # make bench: runs every benchmark this build has, prints one table (case, figure, the
 # reference measured in the same run, ratio) and the local collectives' sweep (nccl-tests
 # columns), and writes both with bandwidth-vs-size plots to $build/bench/bench.html.
-# BENCH_QUICK=1 (make bench QUICK=1): a shorter sweep (x16 sizes up to 16 MiB) and no UCX runs.
+# BENCH_QUICK=1 (make bench QUICK=1): a shorter sweep (x16 sizes up to 16 MiB), a shorter
+# bench_growth (it reads BENCH_QUICK itself) and no UCX runs.
 build=${1:-build}
 export DT_BENCH_OUT="$build/bench" # where benchmarks write their traces
 rows=$(mktemp)
 sweep=$(mktemp)
-trap 'rm -f "$rows" "$sweep"' EXIT
+growth=$(mktemp)
+trap 'rm -f "$rows" "$sweep" "$growth"' EXIT
 machine="$(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load average $(cut -d' ' -f1-3 /proc/loadavg) at start, $(date -u '+%Y-%m-%d %H:%M UTC')"
 for b in "$build"/bench/bench_*; do
     [ -f "$b" ] && [ -x "$b" ] || continue
@@ -17,6 +19,9 @@ for b in "$build"/bench/bench_*; do
         # shellcheck disable=SC2046
         "$b" --tsv $([ -n "$BENCH_QUICK" ] && echo --quick) > "$sweep" ||
             echo "bench_collectives	failed	-	-" >> "$rows"
+        continue ;;
+    bench_growth) # planner and redistribute time vs size and ranks: its own section
+        "$b" > "$growth" || echo "bench_growth	failed	-	-" >> "$rows"
         continue ;;
     bench_ucx) [ -n "$BENCH_QUICK" ] && continue
         runs="-n 2|-n 4" ;; # 2 processes: one per core; 4: oversubscribed
@@ -38,6 +43,11 @@ if [ -s "$sweep" ]; then
     echo
     echo "local collectives (median of 15 interleaved rounds; mem_pct = copy of the same bytes / time):"
     column -t -s "$(printf '\t')" < "$sweep"
+fi
+if [ -s "$growth" ]; then
+    echo
+    echo "cost growth (bench_growth):"
+    cat "$growth"
 fi
 if [ -x "$build/bench/bench_html" ]; then
     "$build/bench/bench_html" "$rows" "$sweep" "$machine" > "$build/bench/bench.html" &&
