@@ -168,13 +168,7 @@ static dt_status make_inputs(dt_mesh *mesh, int n, size_t bytes, dt_tensor **in)
     const int64_t shapes[NCASES][2] = {{n, e}, {n, e / n}};
     const char *pl[NCASES] = {"S(0)", "P(sum)"};
     for (int i = 0; i < NCASES; i++) {
-        dt_placement p[1];
-        int np;
-        TRY(dt_placements_parse(pl[i], p, 1, &np));
-        TRY(dt_tensor_zeros(mesh, DT_F32, 2, shapes[i], 1, p, &in[i]));
-        dt_tensor_info info;
-        dt_tensor_info_get(in[i], &info);
-        memset(info.local_data, 1, info.local_bytes); /* small normal floats */
+        TRY(bench_input(mesh, shapes[i], pl[i], &in[i]));
     }
     return DT_OK;
 }

@@ -73,13 +73,7 @@ static dt_status make_inputs(dt_mesh *mesh, dt_tensor **in) {
     const int64_t shapes[NINPUTS][2] = {{rows * n, 1024}, {rows, 1024 * n}, {rows, 1024}};
     const char *pl[NINPUTS] = {"S(0)", "S(1)", "P(sum)"};
     for (int i = 0; i < NINPUTS; i++) {
-        dt_placement p[1];
-        int np;
-        TRY(dt_placements_parse(pl[i], p, 1, &np));
-        TRY(dt_tensor_zeros(mesh, DT_F32, 2, shapes[i], 1, p, &in[i]));
-        dt_tensor_info info;
-        dt_tensor_info_get(in[i], &info);
-        memset(info.local_data, 1, info.local_bytes); /* small normal floats */
+        TRY(bench_input(mesh, shapes[i], pl[i], &in[i]));
     }
     return DT_OK;
 }

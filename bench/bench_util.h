@@ -1,5 +1,6 @@
 /* What the local-runtime benchmarks share: a monotonic clock, the median with min and max of
- * repeated timings, the last-level cache size and a cache flush. Header-only: each benchmark
+ * repeated timings, the last-level cache size, a cache flush and a filled input tensor.
+ * Header-only: each benchmark
  * is one executable. */
 #ifndef DT_BENCH_UTIL_H
 #define DT_BENCH_UTIL_H
@@ -9,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <dtensor.h>
 
 /* Every figure is the median of at least this many repetitions, interleaved with the other
  * cases and references of the same run, so that a slow spell of a loaded machine falls on all
@@ -63,6 +66,20 @@ static inline void bench_flush(char *buf, size_t bytes) {
     for (size_t i = 0; i < bytes; i += 64)
         acc += (unsigned char)buf[i];
     sink += acc;
+}
+
+/* A 2-D f32 tensor on a 1-D mesh with placement pl ("S(0)", "P(sum)", ...), every local byte
+ * 0x01 (small normal floats): a redistribute's input. */
+static inline dt_status bench_input(dt_mesh *mesh, const int64_t shape[2], const char *pl,
+                                    dt_tensor **out) {
+    dt_placement p[1];
+    int np;
+    dt_tensor_info info;
+    dt_status st = dt_placements_parse(pl, p, 1, &np);
+    if (st == DT_OK) st = dt_tensor_zeros(mesh, DT_F32, 2, shape, 1, p, out);
+    if (st == DT_OK) st = dt_tensor_info_get(*out, &info);
+    if (st == DT_OK) memset(info.local_data, 1, info.local_bytes);
+    return st;
 }
 
 #endif
