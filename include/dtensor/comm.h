@@ -130,6 +130,8 @@ typedef struct dt_comm_stats {
     /* Op dispatch's strategy caches and the redistribute plan caches of all this rank's
      * meshes: hits, misses and evictions summed (dt_mesh_cache_stats has one mesh's). */
     dt_cache_stats caches[DT_CACHE_KIND_COUNT];
+    /* Collectives the UCX runtime ran over a shared-memory arena (members on one host). */
+    uint64_t shm_calls;
 } dt_comm_stats;
 
 /* dt_comm_stats_get copies this rank's counters, dt_comm_stats_reset zeroes them. Not

@@ -45,7 +45,11 @@ dt_status ux_all_gatherv(dt_comm *base, const void *send, void *recv, const size
     if (counts[me] && mine != send) memmove(mine, send, counts[me] * es);
     for (int j = 0; j < n; j++)
         total += counts[j] * es;
-    if (n > 1) {
+    ux_shm *s = n > 1 ? ux_shm_get(&op) : NULL;
+    if (s && ux_shm_host(send, recv)) {
+        if (ux_shm_all_gatherv(&op, s, mine, recv, counts, displs, es, 1) == DT_OK)
+            ux_shm_count(&op);
+    } else if (n > 1 && !op.st) {
         if (n > 2 && total >= c->w->ring_min_bytes)
             ux_ring_all_gatherv(&op, recv, counts, displs, es);
         else

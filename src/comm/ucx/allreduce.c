@@ -67,7 +67,12 @@ dt_status ux_all_reduce(dt_comm *base, const void *send, void *recv, size_t coun
     size_t bytes = count * dt_dtype_size(dt), small = c->w->ring_min_bytes;
     ux_op op;
     DT_CHECK(ux_op_begin(&op, c, "dt_all_reduce", 0));
-    if (n == 1)
+    ux_shm *s = n > 1 ? ux_shm_get(&op) : NULL;
+    if (op.st)
+        ;
+    else if (s && ux_shm_host(send, recv)) {
+        if (ux_shm_all_reduce(&op, s, send, recv, count, dt, kind) == DT_OK) ux_shm_count(&op);
+    } else if (n == 1)
         dt_reduce_n(dt, kind, recv, &send, 1, count);
     else if (bytes < small && bytes * (size_t)(n - 1) <= DIRECT_FANIN * small)
         ar_direct(&op, send, recv, count, dt, kind);

@@ -25,6 +25,12 @@ dt_status ux_all_to_allv(dt_comm *base, const void *send, const size_t *scounts,
     if (rcounts[me])
         memmove((char *)recv + rdispls[me] * es, (const char *)send + sdispls[me] * es,
                 rcounts[me] * es);
+    ux_shm *s = n > 1 ? ux_shm_get(&op) : NULL;
+    if (s && ux_shm_host(send, recv)) {
+        if (ux_shm_all_to_allv(&op, s, send, scounts, sdispls, recv, rcounts, rdispls, es) == DT_OK)
+            ux_shm_count(&op);
+        return ux_op_end(&op);
+    }
     for (int j = 0; j < n; j++)
         total += (scounts[j] + rcounts[j]) * es;
     int batch = total < c->w->ring_min_bytes;

@@ -52,7 +52,10 @@ dt_status ux_broadcast(dt_comm *base, void *buf, size_t bytes, int root) {
     ux_comm *c = ux(base);
     ux_op op;
     DT_CHECK(ux_op_begin(&op, c, "dt_broadcast", 0));
-    if (base->size > 1) {
+    ux_shm *s = base->size > 1 ? ux_shm_get(&op) : NULL;
+    if (s && ux_shm_host(buf, buf)) {
+        if (ux_shm_broadcast(&op, s, buf, bytes, root) == DT_OK) ux_shm_count(&op);
+    } else if (base->size > 1 && !op.st) {
         if (base->size > 2 && bytes >= c->w->ring_min_bytes)
             bc_scatter_ring(&op, buf, bytes, root);
         else

@@ -95,6 +95,7 @@ void ux_comm_destroy(dt_comm *base) {
         while (*pp != c->g)
             pp = &(*pp)->next;
         *pp = c->g->next;
+        ux_shm_free(c->g->shm);
         free(c->g->members);
         free(c->g);
     }
@@ -107,6 +108,7 @@ void ux_comm_destroy(dt_comm *base) {
 void ux_groups_free(ux_world *w) {
     while (w->groups) {
         ux_group *next = w->groups->next;
+        ux_shm_free(w->groups->shm);
         free(w->groups->members);
         free(w->groups);
         w->groups = next;

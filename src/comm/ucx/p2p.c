@@ -25,7 +25,12 @@ dt_status ux_barrier(dt_comm *base) {
     int n = base->size, me = base->rank;
     ux_op op;
     DT_CHECK(ux_op_begin(&op, ux(base), "dt_barrier", 0));
-    for (int k = 1, round = 0; k < n; k <<= 1, round++) {
+    ux_shm *s = n > 1 ? ux_shm_get(&op) : NULL;
+    if (s) {
+        if (ux_shm_barrier(&op, s) == DT_OK) ux_shm_count(&op);
+        return ux_op_end(&op);
+    }
+    for (int k = 1, round = 0; k < n && !op.st; k <<= 1, round++) {
         ux_post_send(&op, (me + k) % n, round % UX_PHASE_P2P, NULL, 0, 0);
         ux_post_recv(&op, (me - k + n) % n, round % UX_PHASE_P2P, NULL, 0);
         if (ux_op_wait(&op) != DT_OK) break;

@@ -61,3 +61,11 @@ int ux_tls_without_cma(const char *user, char *out, size_t cap) {
     }
     return out[0] != '\0';
 }
+
+dt_status ux_shm_read(int *on_out) {
+    const char *v = getenv("DT_UCX_SHM");
+    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
+        return dt_error(DT_ERR_ARG, "environment: DT_UCX_SHM=\"%s\" is not 0 or 1", v);
+    *on_out = !(v && !strcmp(v, "0"));
+    return DT_OK;
+}

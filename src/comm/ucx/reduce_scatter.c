@@ -84,6 +84,12 @@ dt_status ux_reduce_scatterv(dt_comm *base, const void *send, void *recv, const 
                              const size_t *displs, dt_dtype dt, dt_reduce_op kind) {
     ux_op op;
     DT_CHECK(ux_op_begin(&op, ux(base), "dt_reduce_scatterv", 0));
-    ux_reduce_scatter_in(&op, send, recv, counts, displs, dt, kind);
+    ux_shm *s = base->size > 1 ? ux_shm_get(&op) : NULL;
+    if (s && ux_shm_host(send, recv)) {
+        if (ux_shm_reduce_scatterv(&op, s, send, recv, counts, displs, dt, kind) == DT_OK)
+            ux_shm_count(&op);
+    } else if (!op.st) {
+        ux_reduce_scatter_in(&op, send, recv, counts, displs, dt, kind);
+    }
     return ux_op_end(&op);
 }

@@ -46,6 +46,8 @@ typedef struct ux_world {
     size_t ring_min_bytes;
     int err_mode; /* UX_ERR_*, from DT_UCX_ERR_MODE (policy.c) */
     int cma;      /* DT_UCX_CMA=1: keep CMA in the transports (policy.c) */
+    int shm_on;   /* DT_UCX_SHM: groups on one host run over a shared-memory arena (shm.c) */
+    int *host;    /* per world rank: the lowest world rank on its host (UX_HOST_ID) */
 
     /* Failure and exit state: written under mu (control thread, error callbacks, failing
      * operations), announced by bumping events, which waiting operations poll. */
@@ -74,6 +76,8 @@ typedef struct ux_group {
     uint32_t gid;
     uint32_t seq; /* collectives issued so far */
     int refs;
+    int shm_state;      /* 0: not tried yet, 1: shm ready, -1: UCP only (shm.c) */
+    struct ux_shm *shm; /* the group's shared-memory arena, when every member is on this host */
 } ux_group;
 
 typedef struct ux_comm {
@@ -155,6 +159,8 @@ enum { UX_ERR_AUTO = 0, UX_ERR_PEER, UX_ERR_NONE };
 #define UX_HOST_ID DT_BOOT_HOST_ID /* host name + boot id: ranks with equal ids share a host */
 
 dt_status ux_err_mode_read(int *mode_out, int *cma_out);
+/* DT_UCX_SHM: 1 (default) or 0; DT_ERR_ARG naming the value otherwise. */
+dt_status ux_shm_read(int *on_out);
 /* UCX_TLS value user (NULL = unset) without CMA; 0 when it cannot be expressed. */
 int ux_tls_without_cma(const char *user, char *out, size_t cap);
 
@@ -188,6 +194,28 @@ dt_status ux_direct_all_gatherv(ux_op *op, void *recv, const size_t *counts, con
                                 size_t es);
 dt_status ux_reduce_scatter_in(ux_op *op, const void *send, void *recv, const size_t *counts,
                                const size_t *displs, dt_dtype dt, dt_reduce_op op_kind);
+
+/* Over the group's shared-memory arena (shm.c, shm_coll.c): ux_shm_get sets it up on the
+ * group's first collective (every member must call it there) and answers NULL when the group
+ * keeps to UCP; ux_shm_host says whether buffers are host memory. check = 0: the caller has
+ * compared fingerprints in this operation already. */
+typedef struct ux_shm ux_shm;
+ux_shm *ux_shm_get(ux_op *op);
+void ux_shm_free(ux_shm *s);
+int ux_shm_host(const void *a, const void *b);
+void ux_shm_count(ux_op *op);
+dt_status ux_shm_all_gatherv(ux_op *op, ux_shm *s, const void *send, void *recv,
+                             const size_t *counts, const size_t *displs, size_t es, int check);
+dt_status ux_shm_reduce_scatterv(ux_op *op, ux_shm *s, const void *send, void *recv,
+                                 const size_t *counts, const size_t *displs, dt_dtype dt,
+                                 dt_reduce_op kind);
+dt_status ux_shm_all_reduce(ux_op *op, ux_shm *s, const void *send, void *recv, size_t count,
+                            dt_dtype dt, dt_reduce_op kind);
+dt_status ux_shm_all_to_allv(ux_op *op, ux_shm *s, const void *send, const size_t *scounts,
+                             const size_t *sdispls, void *recv, const size_t *rcounts,
+                             const size_t *rdispls, size_t es);
+dt_status ux_shm_broadcast(ux_op *op, ux_shm *s, void *buf, size_t bytes, int root);
+dt_status ux_shm_barrier(ux_op *op, ux_shm *s);
 
 static inline ux_comm *ux(dt_comm *c) {
     return (ux_comm *)c;

@@ -121,6 +121,7 @@ static dt_status read_config(ux_world *w) {
     DT_CHECK(dt_boot_env_timeout_ns(&timeout_ns));
     DT_CHECK(dt_boot_env_bytes("DT_UCX_RING_MIN_BYTES", DEFAULT_RING_MIN, &w->ring_min_bytes));
     DT_CHECK(ux_err_mode_read(&w->err_mode, &w->cma));
+    DT_CHECK(ux_shm_read(&w->shm_on));
     w->startup_timeout_ns = (int64_t)(startup * 1e9);
     if (w->startup_timeout_ns <= 0) w->startup_timeout_ns = 1;
     atomic_store(&w->timeout_ns, timeout_ns);
@@ -134,7 +135,8 @@ static dt_status read_config(ux_world *w) {
     w->exit_recvd = calloc(n, sizeof *w->exit_recvd);
     w->sent = calloc(n, sizeof *w->sent);
     w->recvd = calloc(n, sizeof *w->recvd);
-    if (!w->eps || !w->ep_error || !w->exited || !w->exit_sent || !w->exit_recvd || !w->sent ||
+    w->host = calloc(n, sizeof *w->host);
+    if (!w->host || !w->eps || !w->ep_error || !w->exited || !w->exit_sent || !w->exit_recvd || !w->sent ||
         !w->recvd)
         return dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory for %d ranks", w->size);
     return DT_OK;
@@ -224,6 +226,17 @@ static dt_status connect_peers(ux_world *w, ep_arg **args_out) {
     ep_arg *args = calloc((size_t)w->size, sizeof *args);
     *args_out = args;
     if (!args) st = dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory");
+    for (int r = 0; r < w->size; r++) { /* the lowest rank with r's host id */
+        w->host[r] = r;
+        const char *id = r == w->rank ? blob : lens[r] >= UX_HOST_ID ? addrs[r] : NULL;
+        for (int q = 0; id && q < r; q++) {
+            const char *iq = q == w->rank ? blob : lens[q] >= UX_HOST_ID ? addrs[q] : NULL;
+            if (iq && !memcmp(iq, id, UX_HOST_ID)) {
+                w->host[r] = q;
+                break;
+            }
+        }
+    }
     for (int r = 0; r < w->size && st == DT_OK; r++) {
         if (r == w->rank) continue;
         if (lens[r] <= UX_HOST_ID) {
@@ -329,6 +342,7 @@ static void free_world(ux_world *w, ep_arg *args) {
     free(w->exit_recvd);
     free((void *)w->sent);
     free((void *)w->recvd);
+    free(w->host);
     free(args);
     free(w);
     dt_host_cache_trim();
