@@ -84,20 +84,57 @@ Test(ucx, collectives_sm_2, .timeout = 120) {
 Test(ucx, collectives_sm_4, .timeout = 120) {
     collectives("sm", 4);
 }
+/* Over UCP (DT_UCX_SHM=0): the ranks share a host, so by default collectives would run over
+ * the shared-memory arena. */
 Test(ucx, collectives_tcp_2, .timeout = 120) {
-    collectives("tcp", 2);
+    collectives("tcp DT_UCX_SHM=0", 2);
 }
 Test(ucx, collectives_tcp_4, .timeout = 120) {
-    collectives("tcp", 4);
+    collectives("tcp DT_UCX_SHM=0", 4);
 }
 
 /* Rings at every size (zero-length blocks included) on an odd group. */
 Test(ucx, rings_everywhere_3, .timeout = 120) {
     skip_without_ucx();
-    run_result r = run_prog("UCX_TLS=sm DT_UCX_RING_MIN_BYTES=0 DT_TIMEOUT_S=60", "-n 3", "all");
+    run_result r = run_prog("UCX_TLS=sm DT_UCX_SHM=0 DT_UCX_RING_MIN_BYTES=0 DT_TIMEOUT_S=60",
+                            "-n 3", "all");
     cr_expect_eq(r.code, 0, "dtrun exited with %d", r.code);
     expect_each_rank(&r, 3, "[ok] collectives");
     expect_each_rank(&r, 3, "[ok] tensor");
+    free(r.out);
+}
+
+/* The shared-memory path at its chunk boundaries on several groups (ucx_shm_checks.c), and
+ * the same calls over UCP with DT_UCX_SHM=0; each run says how many went over shared memory. */
+static void shm_checks(const char *shm, int n) {
+    skip_without_ucx();
+    char vars[128], args[32], want[96];
+    snprintf(vars, sizeof vars, "UCX_TLS=sm DT_TIMEOUT_S=60 DT_UCX_SHM=%s", shm);
+    snprintf(args, sizeof args, "-n %d", n);
+    run_result r = run_prog(vars, args, "shm");
+    cr_expect_eq(r.code, 0, "dtrun exited with %d:\n%s", r.code, r.out);
+    expect_each_rank(&r, n, "[ok] shm");
+    snprintf(want, sizeof want, "%s over shared memory", !strcmp(shm, "0") ? " 0" : "");
+    cr_expect(strstr(r.out, want), "%s", r.out);
+    free(r.out);
+}
+
+Test(ucx, shm_collectives_4, .timeout = 120) {
+    shm_checks("1", 4);
+}
+Test(ucx, shm_collectives_3, .timeout = 120) {
+    shm_checks("1", 3);
+}
+Test(ucx, shm_off_collectives_4, .timeout = 120) {
+    shm_checks("0", 4);
+}
+
+/* A bad DT_UCX_SHM is an argument error naming it, on every rank. */
+Test(ucx, shm_bad_value, .timeout = 60) {
+    skip_without_ucx();
+    run_result r = run_prog("DT_UCX_SHM=yes", "-n 2", "shm");
+    cr_expect_neq(r.code, 0);
+    cr_expect(strstr(r.out, "DT_UCX_SHM=\"yes\" is not 0 or 1"), "%s", r.out);
     free(r.out);
 }
 
@@ -105,11 +142,12 @@ Test(ucx, rings_everywhere_3, .timeout = 120) {
  * within the 5 s timeout (the control plane sees the process die), and exit by themselves
  * (dtrun's grace is longer than the test allows); dtrun exits with rank 3's 128 + 9, however
  * soon after it the others exit, and names it as the root cause from their error records. */
-static void fault(const char *tls) {
+static void fault(const char *tls, int shm) {
     skip_without_ucx();
     char vars[128];
-    snprintf(vars, sizeof vars, "UCX_TLS=%s DT_TIMEOUT_S=5", tls);
+    snprintf(vars, sizeof vars, "UCX_TLS=%s DT_TIMEOUT_S=5 DT_UCX_SHM=%d", tls, shm);
     run_result r = run_prog(vars, "-n 4 --grace 30", "fault");
+    expect_each_rank(&r, 4, shm ? "fault: shm on" : "fault: shm off");
     cr_expect_eq(r.code, 137, "dtrun exited with %d, expected 137 (rank 3's SIGKILL)", r.code);
     expect_each_rank(&r, 3, "fault: failed cleanly");
     cr_expect(!strstr(r.out, "FAILED BADLY"));
@@ -127,10 +165,14 @@ static void fault(const char *tls) {
 }
 
 Test(ucx, fault_kill_sm, .timeout = 60) {
-    fault("sm");
+    fault("sm", 0);
 }
 Test(ucx, fault_kill_tcp, .timeout = 60) {
-    fault("tcp");
+    fault("tcp", 0);
+}
+/* Killed mid-collective over the shared-memory arena (4 MiB all_reduces: 8 chunk rounds). */
+Test(ucx, shm_fault_kill, .timeout = 60) {
+    fault("sm", 1);
 }
 
 /* Rank 2 stays alive but stops taking part: the others time out after DT_TIMEOUT_S = 2 s
@@ -165,10 +207,25 @@ Test(ucx, peer_exit, .timeout = 60) {
 
 Test(ucx, mismatched_counts, .timeout = 60) {
     skip_without_ucx();
-    run_result r = run_prog("UCX_TLS=tcp DT_TIMEOUT_S=20", "-n 3 --grace 30", "mismatch");
+    run_result r = run_prog("UCX_TLS=tcp DT_TIMEOUT_S=20 DT_UCX_SHM=0", "-n 3 --grace 30",
+                            "mismatch");
     cr_expect_eq(r.code, 3, "dtrun exited with %d", r.code);
     expect_each_rank(&r, 3, "mismatch: failed cleanly");
     cr_expect(strstr(r.out, "ranks disagree on counts"));
+    cr_expect_lt(r.secs, 15.0);
+    free(r.out);
+}
+
+/* Over shared memory the members compare fingerprints in the first round's chunk headers,
+ * without DT_DEBUG_COLLECTIVES, naming both sides as the local runtime does. */
+Test(ucx, shm_mismatched_counts, .timeout = 60) {
+    skip_without_ucx();
+    run_result r = run_prog("UCX_TLS=sm DT_TIMEOUT_S=20", "-n 3 --grace 30", "mismatch");
+    cr_expect_eq(r.code, 3, "dtrun exited with %d", r.code);
+    expect_each_rank(&r, 3, "mismatch: failed cleanly");
+    cr_expect(strstr(r.out, "ranks disagree on its arguments: rank 0 is in all_reduce #1 (60 x "
+                            "f32, sum), rank 1 in all_reduce #1 (64 x f32, sum)"),
+              "%s", r.out);
     cr_expect_lt(r.secs, 15.0);
     free(r.out);
 }

@@ -4,7 +4,9 @@
  *                bitwise agreement across ranks (and with the rank-order reference) for
  *                non-integer data
  *   tensor       mesh + distribute + redistribute (sync and async) + full, exact round trips
- *   fault, hang, peer-exit, mismatch   the failure modes of rank_faults.h
+ *   shm          the shared-memory path's sizes and groups (ucx_shm_checks.c)
+ *   fault, hang, peer-exit, mismatch   the failure modes of rank_faults.h ("fault" first says
+ *                "fault: shm on/off": whether its all_reduces run over shared memory)
  * Prints "[ok] <mode>" on success; exits 0 on success. Failure modes print "<mode>: failed
  * cleanly ..." and exit 3 when dt_ucx_run failed as expected, else "FAILED BADLY" and exit 1. */
 #include <math.h>
@@ -21,6 +23,7 @@
 
 #include "core/reduce.h"
 #include "rank_faults.h"
+#include "ucx_shm_checks.h"
 
 #define FAIL(...) return fail_at(__LINE__, __VA_ARGS__)
 #define CHECK(cond, ...)                                                                           \
@@ -538,6 +541,16 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         if ((st = mode_collectives(ctx)) != DT_OK) return st;
         if ((st = mode_tensor(ctx)) != DT_OK) return st;
         return mode_ops(ctx);
+    }
+    if (!strcmp(mode, "shm")) return ucx_shm_checks(ctx);
+    if (!strcmp(mode, "fault")) { /* the path the all_reduces that the kill interrupts take */
+        dt_comm *world;
+        dt_comm_stats s;
+        float x = 1, y;
+        OK(dt_ctx_world_comm(ctx, &world));
+        OK(dt_all_reduce(world, &x, &y, 1, DT_F32, DT_REDUCE_SUM));
+        OK(dt_comm_stats_get(ctx, &s));
+        printf("fault: shm %s\n", s.shm_calls ? "on" : "off");
     }
     if (rank_fault_mode(mode)) return rank_fault_run(ctx, mode, NULL);
     FAIL("unknown mode %s", mode);

@@ -1,0 +1,11 @@
+/* ucx_rank_prog's "shm" mode (tests/ucx_shm_checks.c). */
+#ifndef DT_TESTS_UCX_SHM_CHECKS_H
+#define DT_TESTS_UCX_SHM_CHECKS_H
+
+#include <dtensor.h>
+
+/* Every collective at the shared-memory path's chunk boundaries, on several groups; prints
+ * "[ok] shm: ..." and returns DT_OK when all results are right. */
+dt_status ucx_shm_checks(dt_ctx *ctx);
+
+#endif
