@@ -50,21 +50,36 @@ static double sval(uint64_t s, size_t i) {
     return (double)(int64_t)(x % 33) - 16.0;
 }
 
-static void *fill(dt_dtype dt, size_t count, uint64_t s) {
-    size_t es = dt_dtype_size(dt);
-    char *p = malloc(count * es + 1);
-    for (size_t i = 0; p && i < count; i++) {
-        double v = sval(s, i);
-        dt_convert_from_f64(dt, &v, p + i * es, 1);
+/* count elements of series s from element from on, in dtype dt (malloc'd; NULL: no memory).
+ * add > 1: the element-wise sum of series s, s + 1, ..., s + add - 1 instead. */
+static void *series(dt_dtype dt, size_t count, uint64_t s, size_t from, int add) {
+    double *v = malloc(sizeof *v * count + 1);
+    char *p = malloc(count * dt_dtype_size(dt) + 1);
+    for (size_t i = 0; v && p && i < count; i++) {
+        v[i] = 0;
+        for (int k = 0; k < add; k++)
+            v[i] += sval(s + (uint64_t)k, from + i);
     }
+    if (v && p) dt_convert_from_f64(dt, v, p, count);
+    if (!v) {
+        free(p);
+        p = NULL;
+    }
+    free(v);
     return p;
 }
 
-static int elem_is(dt_dtype dt, const void *buf, size_t i, double want) {
-    char w[8];
-    size_t es = dt_dtype_size(dt);
-    dt_convert_from_f64(dt, &want, w, 1);
-    return memcmp(w, (const char *)buf + i * es, es) == 0;
+static void *fill(dt_dtype dt, size_t count, uint64_t s) {
+    return series(dt, count, s, 0, 1);
+}
+
+/* buf holds count elements of series(s, from, add)? -1: out of memory. */
+static int block_is(dt_dtype dt, const void *buf, size_t count, uint64_t s, size_t from, int add) {
+    void *want = series(dt, count, s, from, add);
+    if (!want) return -1;
+    int same = memcmp(want, buf, count * dt_dtype_size(dt)) == 0;
+    free(want);
+    return same;
 }
 
 /* Per-member counts for one case: base elements each, uneven by case (member 0 empty in
@@ -88,15 +103,14 @@ static dt_status gather_scatter(dt_comm *c, dt_dtype dt, size_t base, int kase, 
     OK(dt_all_gatherv(c, in, out, counts, NULL, dt));
     ncoll++;
     size_t off = 0;
-    for (int j = 0; j < n; j++)
-        for (size_t i = 0; i < counts[j]; i++, off++)
-            CHECK(elem_is(dt, out, off, sval(seed * 100 + (uint64_t)dt_comm_world_rank(c, j), i)),
-                  "all_gatherv %s base %zu case %d: block %d element %zu", dt_dtype_name(dt), base,
-                  kase, j, i);
+    for (int j = 0; j < n; off += counts[j++])
+        CHECK(block_is(dt, out + off * es, counts[j],
+                       seed * 100 + (uint64_t)dt_comm_world_rank(c, j), 0, 1) == 1,
+              "all_gatherv %s base %zu case %d: block %d", dt_dtype_name(dt), base, kase, j);
     free(in);
     free(out);
-    /* reduce_scatterv (sum): every member passes series (seed + 1, its world rank) */
-    in = fill(dt, total, (seed + 1) * 100 + (uint64_t)dt_comm_world_rank(c, me));
+    /* reduce_scatterv (sum): group rank j passes series (seed + 1) * 100 + j */
+    in = fill(dt, total, (seed + 1) * 100 + (uint64_t)me);
     out = malloc(counts[me] * es + 1);
     CHECK(in && out, "out of memory");
     OK(dt_reduce_scatterv(c, in, out, counts, dt, DT_REDUCE_SUM));
@@ -104,13 +118,8 @@ static dt_status gather_scatter(dt_comm *c, dt_dtype dt, size_t base, int kase, 
     size_t lo = 0;
     for (int j = 0; j < me; j++)
         lo += counts[j];
-    for (size_t i = 0; i < counts[me]; i++) {
-        double want = 0;
-        for (int j = 0; j < n; j++)
-            want += sval((seed + 1) * 100 + (uint64_t)dt_comm_world_rank(c, j), lo + i);
-        CHECK(elem_is(dt, out, i, want), "reduce_scatterv %s base %zu case %d: element %zu",
-              dt_dtype_name(dt), base, kase, i);
-    }
+    CHECK(block_is(dt, out, counts[me], (seed + 1) * 100, lo, n) == 1,
+          "reduce_scatterv %s base %zu case %d", dt_dtype_name(dt), base, kase);
     free(in);
     free(out);
     /* all_to_allv: me sends counts[(me + j) % n] elements of series (me, j) to j */
@@ -133,11 +142,10 @@ static dt_status gather_scatter(dt_comm *c, dt_dtype dt, size_t base, int kase, 
     OK(dt_all_to_allv(c, in, sc, NULL, out, rc, NULL, dt));
     ncoll++;
     off = 0;
-    for (int j = 0; j < n; j++)
-        for (size_t i = 0; i < rc[j]; i++, off++)
-            CHECK(elem_is(dt, out, off, sval(seed * 10000 + (uint64_t)j * 100 + (uint64_t)me, i)),
-                  "all_to_allv %s base %zu case %d: from %d element %zu", dt_dtype_name(dt), base,
-                  kase, j, i);
+    for (int j = 0; j < n; off += rc[j++])
+        CHECK(block_is(dt, out + off * es, rc[j], seed * 10000 + (uint64_t)j * 100 + (uint64_t)me,
+                       0, 1) == 1,
+              "all_to_allv %s base %zu case %d: from %d", dt_dtype_name(dt), base, kase, j);
     free(in);
     free(out);
     return DT_OK;
@@ -152,13 +160,15 @@ static dt_status reduce_bits(dt_comm *c, dt_dtype dt, size_t count, int shm, uin
          *ref = malloc(count * es + 1);
     const void *srcs[64];
     CHECK(all && out && ref, "out of memory");
+    double *v = malloc(sizeof *v * count + 1);
+    CHECK(v, "out of memory");
     for (int j = 0; j < n; j++) {
-        for (size_t i = 0; i < count; i++) {
-            double v = sval(seed * 31 + (uint64_t)j, i) / 7.0 + sval(seed, i + 1) / 1024.0;
-            dt_convert_from_f64(dt, &v, all + ((size_t)j * count + i) * es, 1);
-        }
+        for (size_t i = 0; i < count; i++)
+            v[i] = sval(seed * 31 + (uint64_t)j, i) / 7.0 + sval(seed, i + 1) / 1024.0;
+        dt_convert_from_f64(dt, v, all + (size_t)j * count * es, count);
         srcs[j] = all + (size_t)j * count * es;
     }
+    free(v);
     dt_reduce_n(dt, DT_REDUCE_SUM, ref, srcs, n, count);
     OK(dt_all_reduce(c, srcs[me], out, count, dt, DT_REDUCE_SUM));
     ncoll++;

@@ -2,6 +2,7 @@
  * complete, and turning every way they can fail (timeout, lost connection, a peer that failed
  * or returned, mismatched sizes) into a status naming the rank at fault. Never blocks without
  * a deadline check; never reports success for an operation with a failed message. */
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +13,8 @@
 #include "core/check.h"
 
 #define CLEANUP_NS         200000000LL /* how long a failed operation waits for cancellations */
+#define IDLE_SPINS 64 /* empty progress calls before sleeping on the worker's event fd */
+#define SLEEP_MS   2  /* a sleep's timeout: failures and deadlines are seen this soon */
 
 int64_t ux_now_ns(void) {
     return dt_boot_now_ns();
@@ -64,8 +67,9 @@ static ux_req *push(ux_op *op) {
 static void fail_transport(ux_op *op, int peer, ucs_status_t us, const char *dir) {
     ux_world *w = op->w;
     int64_t until = ux_now_ns() + CLEANUP_NS;
+    struct timespec ms = {0, 1000000};
     while (!dt_failed(&w->fail) && ux_now_ns() < until)
-        sched_yield();
+        nanosleep(&ms, NULL);
     if (dt_failed(&w->fail)) {
         fail_aborted(op);
         return;
@@ -206,6 +210,20 @@ static void fail_timeout(ux_op *op) {
                       r->is_recv ? "send its part" : "take this rank's part");
 }
 
+/* Nothing to progress: sleep on the worker's event fd until UCX has something (or another
+ * thread signals it), at most SLEEP_MS. Returns 1 when it slept. */
+static int idle_wait(ux_world *w, unsigned idle) {
+    if (w->efd < 0) {
+        dt_boot_backoff(idle);
+        return 0;
+    }
+    if (idle < IDLE_SPINS) return 0;
+    if (ucp_worker_arm(w->worker) != UCS_OK) return 0; /* BUSY: events pending */
+    struct pollfd p = {.fd = w->efd, .events = POLLIN};
+    poll(&p, 1, SLEEP_MS);
+    return 1;
+}
+
 dt_status ux_op_wait(ux_op *op) {
     ux_world *w = op->w;
     unsigned seen = atomic_load(&w->events) - 1u; /* look once at the start */
@@ -224,11 +242,13 @@ dt_status ux_op_wait(ux_op *op) {
             op->recheck = 0;
             if (check_failures(op)) break;
         }
+        int slept = 0;
         if (ucp_worker_progress(w->worker))
             idle = 0;
         else
-            dt_boot_backoff(++idle);
-        if ((++iter & 255) == 0 && op->deadline && ux_now_ns() > op->deadline) fail_timeout(op);
+            slept = idle_wait(w, ++idle);
+        if (((++iter & 255) == 0 || slept) && op->deadline && ux_now_ns() > op->deadline)
+            fail_timeout(op);
     }
     if (!op->st) op->nreq = 0;
     return op->st;

@@ -5,7 +5,8 @@
  * Threads: the rank's own thread and its communication thread (ctx->worker, async
  * redistribute) both drive the one UCP worker, created with UCS_THREAD_MODE_MULTI so UCX
  * serialises them; they use different communicators, so different tags. The control thread
- * never touches UCX: it only reads sockets and updates the failure state below. */
+ * only reads sockets and updates the failure state below, then wakes a thread asleep on the
+ * worker's event fd (ucp_worker_signal, which is thread-safe). */
 #ifndef DT_COMM_UCX_IMPL_H
 #define DT_COMM_UCX_IMPL_H
 
@@ -38,6 +39,7 @@ typedef struct ux_world {
     int rank, size;
     ucp_context_h ucp;
     ucp_worker_h worker;
+    int efd;                    /* the worker's event fd (UCP_FEATURE_WAKEUP); -1 without */
     ucp_ep_h *eps;              /* per world rank; NULL for this rank */
     atomic_int *ep_error;       /* ucs_status_t of an endpoint's failure, 0 while fine */
     atomic_int closing;         /* teardown: endpoint errors are expected */

@@ -27,9 +27,15 @@ int dt_ucx_available(void) {
     return 1;
 }
 
+/* Wakes an operation asleep on the worker's event fd, to look at the failure state. */
+static void wake_waiters(ux_world *w) {
+    if (w->efd >= 0) ucp_worker_signal(w->worker);
+}
+
 void ux_world_abort(ux_world *w, int rank, dt_status st, const char *msg) {
     dt_failure_record(&w->fail, w->rank, rank, st, msg);
     atomic_fetch_add(&w->events, 1);
+    wake_waiters(w);
 }
 
 void ux_world_exited(ux_world *w, int r, uint64_t sent_to_me, uint64_t recvd_from_me) {
@@ -39,6 +45,7 @@ void ux_world_exited(ux_world *w, int r, uint64_t sent_to_me, uint64_t recvd_fro
     w->exit_recvd[r] = recvd_from_me;
     pthread_mutex_unlock(&w->mu);
     atomic_fetch_add(&w->events, 1);
+    wake_waiters(w);
 }
 
 /* --- the control plane's hooks, and the calls world.c and progress.c make into it --- */
@@ -106,6 +113,7 @@ static const dt_backend_ops ux_backend = {.name = "ucx", .comm_create = ux_comm_
 static dt_status alloc_world(ux_world **out) {
     ux_world *w = calloc(1, sizeof *w);
     if (!w) return dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory");
+    w->efd = -1;
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->groups_mu, NULL);
     dt_failure_init(&w->fail);
@@ -151,7 +159,7 @@ static dt_status ucx_init(ux_world *w) {
     ucs_status_t us = ucp_config_read(NULL, NULL, &cfg);
     if (us != UCS_OK) return ucx_error("ucp_config_read (check the UCX_* variables)", us);
     ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
-                      .features = UCP_FEATURE_TAG,
+                      .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
                       .estimated_num_eps = (size_t)w->size};
     if (w->env.local_size > 0) {
         p.field_mask |= UCP_PARAM_FIELD_ESTIMATED_NUM_PPN;
@@ -173,6 +181,8 @@ static dt_status ucx_init(ux_world *w) {
     if (attr.thread_mode != UCS_THREAD_MODE_MULTI)
         return dt_error(DT_ERR_UNSUPPORTED, "dt_ucx_run: this UCX was built without "
                                             "multi-thread support (configure --enable-mt)");
+    /* Waits sleep on it (progress.c); without one they back off instead. */
+    if (ucp_worker_get_efd(w->worker, &w->efd) != UCS_OK) w->efd = -1;
     return DT_OK;
 }
 
@@ -329,6 +339,7 @@ static void free_world(ux_world *w, ep_arg *args) {
     for (int i = 0; i < w->norphans; i++)
         dt_host_free(w->orphans[i]);
     free(w->orphans);
+    w->efd = -1;
     if (w->worker) ucp_worker_destroy(w->worker);
     if (w->ucp) ucp_cleanup(w->ucp);
     ux_groups_free(w);
