@@ -35,6 +35,11 @@
  *                              checks, at no cost.
  *   DT_UCX_RING_MIN_BYTES      collectives moving at least this many bytes use rings, smaller
  *                              ones direct exchange (default 65536; see "Results" below).
+ *   DT_UCX_SHM=0               keep communicators whose members all run on one host on UCP
+ *                              messages. Default (1): their collectives run over a shared-
+ *                              memory arena the members map (see "Algorithms"); a host where
+ *                              shared memory cannot be had (no /dev/shm, full) falls back to
+ *                              UCP by itself, without an error.
  *   DT_UCX_CMA=1               also use CMA (single-copy shared memory): up to 1.7x the
  *                              bandwidth of large messages between ranks of one host, but with
  *                              UCX 1.13 a rank that dies while a peer copies from it takes that
@@ -60,8 +65,8 @@
  * dt_ucx_run tear down. A transfer UCX could not cancel may still land in a failed
  * collective's receive buffer until dt_ucx_run returns.
  *
- * Results: reductions use the same arithmetic as the local runtime (dt_reduce_n). On groups of
- * one or two ranks, and below DT_UCX_RING_MIN_BYTES (bytes of the whole vector), each element
+ * Results: reductions use the same arithmetic as the local runtime (dt_reduce_n). Over shared
+ * memory (members on one host), and on groups of one or two ranks, and below DT_UCX_RING_MIN_BYTES (bytes of the whole vector), each element
  * is reduced once, in group-rank order, so results are bitwise identical to the local
  * runtime's; setting DT_UCX_RING_MIN_BYTES above every message size makes that hold always,
  * at the cost of more memory (direct exchange holds n-1 incoming blocks). Ring reductions (at
@@ -74,7 +79,17 @@
  * Algorithms: all_gather and broadcast (scatter + all_gather) by ring, reduce_scatter by ring,
  * all_reduce = reduce_scatter + all_gather, all_to_all by pairwise exchange; below the
  * threshold, direct exchange (one round: all_reduce, all_gather, reduce_scatter, all_to_all)
- * or a binomial tree (broadcast) and a dissemination barrier. */
+ * or a binomial tree (broadcast) and a dissemination barrier. Communicators whose members all
+ * run on one host (host name and boot id alike) use none of these: each such group maps a
+ * POSIX shared-memory arena (a slot of 4 chunks of 512 KiB per member, unlinked as soon as
+ * every member mapped it) and runs the local runtime's direct algorithms through it, in
+ * chunk-sized rounds that every member publishes with a flag and acknowledges: all_gather,
+ * reduce_scatter (each member reduces its block from all n in group-rank order), all_reduce
+ * (reduce_scatter + all_gather), all_to_all, broadcast and barrier, whatever the size.
+ * Members compare fingerprints and counts in the first round, so mismatched collectives fail
+ * as on the local runtime (DT_ERR_COMM naming both sides) without DT_DEBUG_COLLECTIVES.
+ * Waits spin briefly, then sleep (futex on the arena's flags, or the UCX worker's event fd),
+ * looking at failures and the deadline every 2 ms. dt_comm_stats.shm_calls counts them. */
 #ifndef DTENSOR_UCX_H
 #define DTENSOR_UCX_H
 
