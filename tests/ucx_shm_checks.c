@@ -26,8 +26,7 @@
 #define OK(call)                                                                                   \
     do {                                                                                           \
         dt_status ok_st_ = (call);                                                                 \
-        if (ok_st_ != DT_OK)                                                                       \
-            return shm_fail(__LINE__, "%s: %s", #call, dt_last_error());                           \
+        if (ok_st_ != DT_OK) return shm_fail(__LINE__, "%s: %s", #call, dt_last_error());          \
     } while (0)
 
 __attribute__((format(printf, 2, 3))) static dt_status shm_fail(int line, const char *fmt, ...) {
@@ -247,8 +246,7 @@ static uint64_t shm_calls(dt_ctx *ctx) {
 }
 
 /* check_group on c, adding the collectives over shared memory that it ran to *got. */
-static dt_status counted(dt_ctx *ctx, dt_comm *c, int shm, uint64_t seed, int big,
-                         uint64_t *got) {
+static dt_status counted(dt_ctx *ctx, dt_comm *c, int shm, uint64_t seed, int big, uint64_t *got) {
     uint64_t before = shm_calls(ctx);
     dt_status st = check_group(c, shm, seed, big);
     *got += shm_calls(ctx) - before;
@@ -282,8 +280,10 @@ dt_status ucx_shm_checks(dt_ctx *ctx) {
         dt_mesh_release(mesh);
         if (st != DT_OK) return st;
     }
-    CHECK(got == (uint64_t)(shm ? ncoll : 0), "%llu collectives over shared memory of %ld, "
-          "DT_UCX_SHM=%s", (unsigned long long)got, ncoll, v ? v : "(unset)");
+    CHECK(got == (uint64_t)(shm ? ncoll : 0),
+          "%llu collectives over shared memory of %ld, "
+          "DT_UCX_SHM=%s",
+          (unsigned long long)got, ncoll, v ? v : "(unset)");
     printf("[ok] shm: %ld collectives, %llu over shared memory, on rank %d of %d\n", ncoll,
            (unsigned long long)got, me, n);
     return DT_OK;

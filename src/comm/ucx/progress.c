@@ -11,9 +11,9 @@
 #include "core/alloc.h"
 #include "core/check.h"
 
-#define CLEANUP_NS         200000000LL /* how long a failed operation waits for cancellations */
-#define IDLE_BEFORE_SLEEP 4096 /* empty progress calls before sleeping on the event fd */
-#define SLEEP_NS 1000000L /* a sleep's timeout: failures and deadlines are seen this soon */
+#define CLEANUP_NS        200000000LL /* how long a failed operation waits for cancellations */
+#define IDLE_BEFORE_SLEEP 4096        /* empty progress calls before sleeping on the event fd */
+#define SLEEP_NS          1000000L    /* a sleep's timeout: failures, deadlines seen this soon */
 
 int64_t ux_now_ns(void) {
     return dt_boot_now_ns();

@@ -20,9 +20,9 @@
 #include "core/check.h"
 #include "core/device.h"
 
-#define SPINS    200      /* polls of a flag before sleeping on it */
-#define SLEEP_NS 2000000L /* a sleep's timeout: failures and deadlines are seen this soon */
-#define MAX_SHM_RANKS 64  /* larger groups keep to UCP (the arena grows with n) */
+#define SPINS         200      /* polls of a flag before sleeping on it */
+#define SLEEP_NS      2000000L /* a sleep's timeout: failures and deadlines are seen this soon */
+#define MAX_SHM_RANKS 64       /* larger groups keep to UCP (the arena grows with n) */
 
 enum { SHM_UNTRIED = 0, SHM_READY = 1, SHM_OFF = -1 };
 
@@ -124,7 +124,8 @@ dt_status shm_begin(shm_op *so, shm_hdr **out) {
     ux_shm *s = so->s;
     uint64_t k = ++s->round;
     for (int r = 0; r < s->n && k > SHM_CHUNKS; r++)
-        if (r != s->me && wait_flag(so->op, &s->ctl[r].done, k - SHM_CHUNKS, r, 0)) return so->op->st;
+        if (r != s->me && wait_flag(so->op, &s->ctl[r].done, k - SHM_CHUNKS, r, 0))
+            return so->op->st;
     *out = shm_chunk(s, s->me, k);
     return DT_OK;
 }
@@ -183,7 +184,11 @@ static ux_shm *arena_map(int fd, int n, int me) {
         if (p != MAP_FAILED) munmap(p, bytes);
         return NULL;
     }
-    *s = (ux_shm){.base = p, .bytes = bytes, .n = n, .me = me, .hdr_bytes = hdr,
+    *s = (ux_shm){.base = p,
+                  .bytes = bytes,
+                  .n = n,
+                  .me = me,
+                  .hdr_bytes = hdr,
                   .chunk_bytes = hdr + SHM_CHUNK};
     s->ctl = (shm_ctl *)s->base;
     s->slots = s->base + sizeof(shm_ctl) * (size_t)n;

@@ -62,8 +62,8 @@ typedef struct shm_op {
 
 /* Chunk of member m for round k. */
 static inline shm_hdr *shm_chunk(const ux_shm *s, int m, uint64_t k) {
-    return (shm_hdr *)(s->slots + ((size_t)m * SHM_CHUNKS + (size_t)(k % SHM_CHUNKS)) *
-                                      s->chunk_bytes);
+    return (shm_hdr *)(s->slots +
+                       ((size_t)m * SHM_CHUNKS + (size_t)(k % SHM_CHUNKS)) * s->chunk_bytes);
 }
 static inline char *shm_data(const ux_shm *s, shm_hdr *h) {
     return (char *)h + s->hdr_bytes;
@@ -78,6 +78,5 @@ dt_status shm_begin(shm_op *so, shm_hdr **out);
 void shm_post(shm_op *so, shm_hdr *h, int kind, int more, const size_t *counts);
 dt_status shm_peer(shm_op *so, int m, shm_hdr **out);
 int shm_end(shm_op *so);
-
 
 #endif

@@ -39,8 +39,12 @@ static void copy_out(void *dst, const void *src, size_t bytes, int stream) {
 }
 
 static void fp_of(const shm_hdr *h, dt_coll_fp *fp) {
-    *fp = (dt_coll_fp){.seq = h->fp[0], .kind = h->fp[1], .count = h->fp[2], .dtype = h->fp[3],
-                       .op = h->fp[4], .root = h->fp[5]};
+    *fp = (dt_coll_fp){.seq = h->fp[0],
+                       .kind = h->fp[1],
+                       .count = h->fp[2],
+                       .dtype = h->fp[3],
+                       .op = h->fp[4],
+                       .root = h->fp[5]};
 }
 
 /* After posting a collective's first round: every member's fingerprint and counts against
@@ -60,7 +64,7 @@ static dt_status check_first(shm_op *so, int mode, const size_t *counts) {
         fp_of(hm, &fm);
         if (!dt_coll_fp_equal(&f0, &fm))
             return op->st = dt_coll_fp_mismatch(&c->base, op->what, c->base.members[0], &f0,
-                                                 c->base.members[m], &fm);
+                                                c->base.members[m], &fm);
         if (hm->kind != h0->kind)
             return op->st = dt_error(DT_ERR_COMM,
                                      "%s: group ranks 0 and %d run different collectives "
@@ -109,8 +113,8 @@ dt_status ux_shm_all_gatherv(ux_op *op, ux_shm *s, const void *send, void *recv,
             shm_hdr *hm;
             if (off >= bm) continue;
             if (shm_peer(&so, m, &hm)) break;
-            copy_out((char *)recv + displs[m] * es + off, shm_data(s, hm), min_sz(SHM_CHUNK, bm - off),
-                     stream);
+            copy_out((char *)recv + displs[m] * es + off, shm_data(s, hm),
+                     min_sz(SHM_CHUNK, bm - off), stream);
         }
         if (!shm_end(&so)) break;
     }

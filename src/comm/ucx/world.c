@@ -144,8 +144,8 @@ static dt_status read_config(ux_world *w) {
     w->sent = calloc(n, sizeof *w->sent);
     w->recvd = calloc(n, sizeof *w->recvd);
     w->host = calloc(n, sizeof *w->host);
-    if (!w->host || !w->eps || !w->ep_error || !w->exited || !w->exit_sent || !w->exit_recvd || !w->sent ||
-        !w->recvd)
+    if (!w->host || !w->eps || !w->ep_error || !w->exited || !w->exit_sent || !w->exit_recvd ||
+        !w->sent || !w->recvd)
         return dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory for %d ranks", w->size);
     return DT_OK;
 }
