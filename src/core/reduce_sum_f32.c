@@ -78,10 +78,15 @@ static size_t sum4(float *dst, const float *const *srcs, int n, size_t i, size_t
     return i;
 }
 
+static int avx2 = -1; /* a benign race: every thread finds the same */
+
 static int has_avx2(void) {
-    static int avx2 = -1; /* a benign race: every thread finds the same */
     if (avx2 < 0) avx2 = __builtin_cpu_supports("avx2") != 0;
     return avx2;
+}
+
+void dt_sum_f32_use_avx2(int on) {
+    avx2 = on && __builtin_cpu_supports("avx2");
 }
 
 int dt_sum_f32(float *dst, const float *const *srcs, int n, size_t count, int avg, int stream) {
@@ -103,4 +108,6 @@ int dt_sum_f32(float *dst, const float *const *srcs, int n, size_t count, int av
     (void)dst, (void)srcs, (void)n, (void)count, (void)avg, (void)stream;
     return 0;
 }
+
+void dt_sum_f32_use_avx2(int on) { (void)on; }
 #endif

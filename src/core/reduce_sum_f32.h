@@ -9,4 +9,7 @@
  * done nothing, where it does not apply (no vector path, or dst not 4-byte aligned). */
 int dt_sum_f32(float *dst, const float *const *srcs, int n, size_t count, int avg, int stream);
 
+/* Tests: 0 keeps the SSE2 path even where the CPU has AVX2; 1 goes back to AVX2 where it has. */
+void dt_sum_f32_use_avx2(int on);
+
 #endif
