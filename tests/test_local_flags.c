@@ -13,7 +13,7 @@ static void sleep_ns(long ns) {
 }
 
 /* Ranks other than 0 wait for rank 0's flag, which it publishes only once all of them sleep
- * on it (the spin is 30 us; rank 0 waits for the waiter count, up to 20 s). */
+ * on it (the spin is short; rank 0 waits for the waiter count, up to 20 s). */
 static dt_status sleep_wake_body(dt_ctx *ctx, void *arg) {
     (void)arg;
     dt_comm *world;
