@@ -25,7 +25,8 @@ static dt_status sleep_wake_body(dt_ctx *ctx, void *arg) {
         lw_flag *f = &c->group->flags[0];
         if (me == 0) {
             int i = 0;
-            while ((int)atomic_load(&f->waiters) < n - 1 && i++ < 20000) sleep_ns(1000000);
+            while ((int)atomic_load(&f->waiters) < n - 1 && i++ < 20000)
+                sleep_ns(1000000);
             R_CHECK((int)atomic_load(&f->waiters) == n - 1, "round %d: %u of %d ranks asleep",
                     round, atomic_load(&f->waiters), n - 1);
             lw_publish(c, LW_DONE);
@@ -63,14 +64,16 @@ typedef struct mix {
 /* members[k]: world rank of group rank k. */
 static float sum_over(const int *members, int n, int round, size_t i) {
     float acc = 0;
-    for (int k = 0; k < n; k++) acc += val(round, members[k], i);
+    for (int k = 0; k < n; k++)
+        acc += val(round, members[k], i);
     return acc;
 }
 
 static dt_status one_round(dt_comm *comm, int round, int kind, size_t base, int s) {
     const int n = dt_comm_size(comm), me = dt_comm_rank(comm);
     int members[DT_LOCAL_MAX_RANKS];
-    for (int k = 0; k < n; k++) members[k] = dt_comm_world_rank(comm, k);
+    for (int k = 0; k < n; k++)
+        members[k] = dt_comm_world_rank(comm, k);
     const int w = dt_comm_world_rank(comm, me);
     size_t cnt[DT_LOCAL_MAX_RANKS], dis[DT_LOCAL_MAX_RANKS], total = 0;
     dt_status st = DT_OK;
@@ -85,13 +88,14 @@ static dt_status one_round(dt_comm *comm, int round, int kind, size_t base, int 
     switch (kind) {
     case 0: { /* all_reduce */
         a = malloc(base * sizeof *a), b = malloc(base * sizeof *b);
-        for (size_t i = 0; i < base; i++) a[i] = val(round, w, i);
+        for (size_t i = 0; i < base; i++)
+            a[i] = val(round, w, i);
         R_OK(dt_all_reduce(comm, a, b, base, DT_F32, DT_REDUCE_SUM));
         for (size_t i = 0; i < base; i++)
             CHECK(b[i] == sum_over(members, n, round, i), "round %d all_reduce [%zu]", round, i);
         break;
     }
-    case 1: /* all_gatherv, uneven, some blocks empty */
+    case 1:   /* all_gatherv, uneven, some blocks empty */
     case 2: { /* reduce_scatterv, the same counts */
         for (int j = 0; j < n; j++) {
             dis[j] = total;
@@ -99,14 +103,16 @@ static dt_status one_round(dt_comm *comm, int round, int kind, size_t base, int 
         }
         a = malloc(total * sizeof *a + 4), b = malloc(total * sizeof *b + 4);
         if (kind == 1) {
-            for (size_t i = 0; i < cnt[me]; i++) a[i] = val(round, w, i);
+            for (size_t i = 0; i < cnt[me]; i++)
+                a[i] = val(round, w, i);
             R_OK(dt_all_gatherv(comm, a, b, cnt, NULL, DT_F32));
             for (int j = 0; j < n; j++)
                 for (size_t i = 0; i < cnt[j]; i++)
                     CHECK(b[dis[j] + i] == val(round, members[j], i),
                           "round %d all_gatherv block %d [%zu]", round, j, i);
         } else {
-            for (size_t i = 0; i < total; i++) a[i] = val(round, w, i);
+            for (size_t i = 0; i < total; i++)
+                a[i] = val(round, w, i);
             R_OK(dt_reduce_scatterv(comm, a, b, cnt, DT_F32, DT_REDUCE_SUM));
             for (size_t i = 0; i < cnt[me]; i++)
                 CHECK(b[i] == sum_over(members, n, round, dis[me] + i),
@@ -117,7 +123,7 @@ static dt_status one_round(dt_comm *comm, int round, int kind, size_t base, int 
     case 3: { /* all_to_allv, sparse: many pairs send nothing */
         size_t sc[DT_LOCAL_MAX_RANKS], sd[DT_LOCAL_MAX_RANKS], rc[DT_LOCAL_MAX_RANKS],
             rd[DT_LOCAL_MAX_RANKS], stot = 0, rtot = 0;
-#define PAIR(j, k) ((((j) * 3 + (k) * 5 + round) % 3 == 0) ? 0 : base * (size_t)(((j) + (k)) % 3))
+#define PAIR(j, k) ((((j)*3 + (k)*5 + round) % 3 == 0) ? 0 : base * (size_t)(((j) + (k)) % 3))
         for (int k = 0; k < n; k++) {
             sd[k] = stot, stot += sc[k] = PAIR(me, k);
             rd[k] = rtot, rtot += rc[k] = PAIR(k, me);
@@ -125,7 +131,8 @@ static dt_status one_round(dt_comm *comm, int round, int kind, size_t base, int 
 #undef PAIR
         a = malloc(stot * sizeof *a + 4), b = malloc(rtot * sizeof *b + 4);
         for (int k = 0; k < n; k++)
-            for (size_t i = 0; i < sc[k]; i++) a[sd[k] + i] = val(round, w, (size_t)k * 1000003 + i);
+            for (size_t i = 0; i < sc[k]; i++)
+                a[sd[k] + i] = val(round, w, (size_t)k * 1000003 + i);
         R_OK(dt_all_to_allv(comm, a, sc, sd, b, rc, rd, DT_F32));
         for (int j = 0; j < n; j++)
             for (size_t i = 0; i < rc[j]; i++)
@@ -136,13 +143,14 @@ static dt_status one_round(dt_comm *comm, int round, int kind, size_t base, int 
     case 4: { /* broadcast from a root that moves */
         const int root = round % n;
         a = malloc(base * sizeof *a);
-        for (size_t i = 0; i < base; i++) a[i] = me == root ? val(round, w, i) : -99.0f;
+        for (size_t i = 0; i < base; i++)
+            a[i] = me == root ? val(round, w, i) : -99.0f;
         R_OK(dt_broadcast(comm, a, base, DT_F32, root));
         for (size_t i = 0; i < base; i++)
             CHECK(a[i] == val(round, members[root], i), "round %d broadcast [%zu]", round, i);
         break;
     }
-    case 5: /* exchange_boxes, rows to one peer: pushed */
+    case 5:   /* exchange_boxes, rows to one peer: pushed */
     case 6: { /* exchange_boxes, two column boxes with different rows to two peers: pulled */
         const int64_t rows = 4, cc = (int64_t)(base / 16 + 1), R = rows * n, C = cc * n;
         const int64_t h = R / 2;
@@ -164,14 +172,15 @@ static dt_status one_round(dt_comm *comm, int round, int kind, size_t base, int 
         }
         a = malloc((size_t)(R * C) * sizeof *a);
         b = malloc((size_t)(dst_shape[0] * dst_shape[1]) * sizeof *b);
-        for (size_t i = 0; i < (size_t)(R * C); i++) a[i] = val(round, w, i);
-        R_OK(dt_comm_exchange_boxes(comm, 2, sizeof(float), a, src_shape, send, b, dst_shape,
-                                    recv));
+        for (size_t i = 0; i < (size_t)(R * C); i++)
+            a[i] = val(round, w, i);
+        R_OK(
+            dt_comm_exchange_boxes(comm, 2, sizeof(float), a, src_shape, send, b, dst_shape, recv));
         for (int64_t i = 0; i < dst_shape[0]; i++)
             for (int64_t c = 0; c < dst_shape[1]; c++) {
                 float want = kind == 5 ? val(round, members[j1], (size_t)((me * rows + i) * C + c))
-                             : i < h ? val(round, members[j1], (size_t)(i * C + c))
-                                     : val(round, members[j2], (size_t)(i * C + cc + c));
+                             : i < h   ? val(round, members[j1], (size_t)(i * C + c))
+                                       : val(round, members[j2], (size_t)(i * C + cc + c));
                 CHECK(b[i * dst_shape[1] + c] == want, "round %d exchange_boxes %d [%lld, %lld]",
                       round, kind, (long long)i, (long long)c);
             }
@@ -180,9 +189,11 @@ static dt_status one_round(dt_comm *comm, int round, int kind, size_t base, int 
     default: { /* reduce_scatter_boxes: P -> S(1) */
         const int64_t R = 8, cc = (int64_t)(base / 8 + 1), C = cc * n, shape[2] = {R, C};
         dt_box boxes[DT_LOCAL_MAX_RANKS];
-        for (int k = 0; k < n; k++) boxes[k] = (dt_box){.off = {0, k * cc}, .ext = {R, cc}};
+        for (int k = 0; k < n; k++)
+            boxes[k] = (dt_box){.off = {0, k * cc}, .ext = {R, cc}};
         a = malloc((size_t)(R * C) * sizeof *a), b = malloc((size_t)(R * cc) * sizeof *b);
-        for (size_t i = 0; i < (size_t)(R * C); i++) a[i] = val(round, w, i);
+        for (size_t i = 0; i < (size_t)(R * C); i++)
+            a[i] = val(round, w, i);
         R_OK(dt_comm_reduce_scatter_boxes(comm, 2, a, shape, boxes, b, DT_F32, DT_REDUCE_SUM));
         for (int64_t i = 0; i < R; i++)
             for (int64_t c = 0; c < cc; c++)
@@ -205,10 +216,13 @@ static dt_status mix_body(dt_ctx *ctx, void *arg) {
     const mix *m = arg;
     const int n = dt_ctx_size(ctx), me = dt_ctx_rank(ctx);
     int parity[DT_LOCAL_MAX_RANKS], np = 0, half[DT_LOCAL_MAX_RANKS], nh = 0,
-        rev[DT_LOCAL_MAX_RANKS];
-    for (int r = me % 2; r < n; r += 2) parity[np++] = r;
-    for (int r = me < n / 2 ? 0 : n / 2; r < (me < n / 2 ? n / 2 : n); r++) half[nh++] = r;
-    for (int r = 0; r < n; r++) rev[r] = n - 1 - r;
+                                    rev[DT_LOCAL_MAX_RANKS];
+    for (int r = me % 2; r < n; r += 2)
+        parity[np++] = r;
+    for (int r = me < n / 2 ? 0 : n / 2; r < (me < n / 2 ? n / 2 : n); r++)
+        half[nh++] = r;
+    for (int r = 0; r < n; r++)
+        rev[r] = n - 1 - r;
     dt_comm *comms[4];
     R_OK(dt_ctx_world_comm(ctx, &comms[0]));
     R_OK(dt_comm_create(ctx, parity, np, &comms[1]));
@@ -224,10 +238,11 @@ static dt_status mix_body(dt_ctx *ctx, void *arg) {
         if (slow == me) sleep_ns(pause); /* one rank in two rounds comes late */
         st = one_round(comms[which], round, kind, base, s);
         if (st != DT_OK)
-            fprintf(stderr, "rank %d: round %d (comm %d, kind %d, %zu) failed\n", me, round,
-                    which, kind, base);
+            fprintf(stderr, "rank %d: round %d (comm %d, kind %d, %zu) failed\n", me, round, which,
+                    kind, base);
     }
-    for (int i = 1; i < 4; i++) R_OK(dt_comm_destroy(comms[i]));
+    for (int i = 1; i < 4; i++)
+        R_OK(dt_comm_destroy(comms[i]));
     return st;
 }
 

@@ -10,7 +10,8 @@
 /* The scalar form, for heads and tails: the same adds in the same order. */
 static inline float sum_at(const float *const *srcs, int n, size_t i, float div) {
     float acc = srcs[0][i];
-    for (int k = 1; k < n; k++) acc += srcs[k][i];
+    for (int k = 1; k < n; k++)
+        acc += srcs[k][i];
     return div != 0.0f ? acc / div : acc;
 }
 
@@ -99,8 +100,10 @@ int dt_sum_f32(float *dst, const float *const *srcs, int n, size_t count, int av
     if (stream)
         for (; i < count && ((uintptr_t)(dst + i) & (align - 1)); i++)
             dst[i] = sum_at(srcs, n, i, div);
-    i = avx2 ? sum8(dst, srcs, n, i, count, div, stream) : sum4(dst, srcs, n, i, count, div, stream);
-    for (; i < count; i++) dst[i] = sum_at(srcs, n, i, div);
+    i = avx2 ? sum8(dst, srcs, n, i, count, div, stream)
+             : sum4(dst, srcs, n, i, count, div, stream);
+    for (; i < count; i++)
+        dst[i] = sum_at(srcs, n, i, div);
     return 1;
 }
 #else
@@ -109,5 +112,7 @@ int dt_sum_f32(float *dst, const float *const *srcs, int n, size_t count, int av
     return 0;
 }
 
-void dt_sum_f32_use_avx2(int on) { (void)on; }
+void dt_sum_f32_use_avx2(int on) {
+    (void)on;
+}
 #endif

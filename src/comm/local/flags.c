@@ -37,7 +37,9 @@ static void futex_wake(_Atomic uint32_t *word) {
 
 /* Flags are 32-bit (a futex word) and wrap: a peer is never more than a collective ahead or
  * behind, so the difference decides. */
-static inline int reached(uint32_t v, uint32_t target) { return (int32_t)(v - target) >= 0; }
+static inline int reached(uint32_t v, uint32_t target) {
+    return (int32_t)(v - target) >= 0;
+}
 
 static inline uint32_t target(const lw_comm *c, int phase) {
     return c->epoch * LW_PHASES + (uint32_t)phase;
