@@ -91,11 +91,12 @@ typedef struct lw_where {
     int64_t seq; /* 0 for send/recv */
 } lw_where;
 
-/* How many times a rank that reached an entry barrier first yields before it sleeps on the group's
- * condition: while every rank has a core, a peer is likely to arrive within a few yields and
- * waking from a sleep costs more; with more ranks than cores a yielding rank only takes
- * turns from the ranks that still work (8 ranks on 2 cores: 1 MiB collectives 4-6x slower), so
- * the world's spin is then 0 and waiters sleep at once. */
+/* How many times a rank that reached an entry barrier first yields before it sleeps on the
+ * group's condition (and a wait on a peer's sequence flag before it sleeps on the futex): while
+ * every rank has a core, a peer is likely to arrive within a few yields and waking from a sleep
+ * costs more; with more ranks than cores a yielding rank only takes turns from the ranks that
+ * still work (8 ranks on 2 cores: 1 MiB collectives 4-6x slower), so the world's spin is then 0
+ * and waiters sleep at once. */
 #define LW_SPIN 64
 
 typedef struct lw_world {
