@@ -6,6 +6,7 @@
 #include "core/box.h"
 #include "core/copy.h"
 #include "core/reduce.h"
+#include "core/reduce_sum_f32.h"
 #include "helpers.h"
 
 static void fill(unsigned char *p, size_t n, unsigned seed) {
@@ -135,4 +136,48 @@ Test(copy, reduce_n_sums_in_source_order) {
         free(got);
         free(gotd);
     }
+}
+
+/* The one-pass f32 sums (core/reduce_sum_f32.c), AVX2 and SSE2 paths: every destination
+ * alignment and short count around the vector steps, streamed or not, into a separate array and
+ * in place into a source, bit for bit against the loop in source order. */
+Test(copy, sum_f32_every_alignment_and_path) {
+    enum { MAXC = 300, NS = 5 };
+    float *f[NS], *got = malloc(4 * (MAXC + 16)), *keep = malloc(4 * (MAXC + 16));
+    cr_assert(got && keep);
+    for (int k = 0; k < NS; k++) {
+        f[k] = malloc(4 * (MAXC + 16));
+        cr_assert(f[k]);
+        for (size_t i = 0; i < MAXC + 16; i++)
+            f[k][i] = (float)(((i * 2654435761u + (size_t)k * 40503u) % 2001) - 1000) *
+                      (k % 2 ? 1e-4f : 3.3f);
+    }
+    memcpy(keep, f[1], 4 * (MAXC + 16));
+    for (int path = 0; path < 2; path++) {
+        dt_sum_f32_use_avx2(path);
+        for (size_t count = 0; count <= MAXC; count += count < 70 ? 1 : 23)
+            for (int off = 0; off < 9; off++)
+                for (int mode = 0; mode < 6; mode++) { /* stream x avg x in place */
+                    int stream = mode & 1, avg = (mode >> 1) & 1, inplace = mode >> 2;
+                    const float *srcs[NS];
+                    for (int k = 0; k < NS; k++) srcs[k] = f[k] + off;
+                    float *dst = inplace ? f[1] + off : got + off;
+                    cr_assert(dt_sum_f32(dst, srcs, NS, count, avg, stream));
+                    if (stream) dt_stream_fence();
+                    for (size_t i = 0; i < count; i++) {
+                        float want = f[0][off + i];
+                        for (int k = 1; k < NS; k++) want += k == 1 ? keep[off + i] : f[k][off + i];
+                        if (avg) want /= (float)NS;
+                        cr_assert(memcmp(&dst[i], &want, 4) == 0,
+                                  "path %d, count %zu, offset %d, mode %d, element %zu: %.9g, "
+                                  "expected %.9g",
+                                  path, count, off, mode, i, dst[i], want);
+                    }
+                    if (inplace) memcpy(f[1], keep, 4 * (MAXC + 16));
+                }
+    }
+    dt_sum_f32_use_avx2(1);
+    for (int k = 0; k < NS; k++) free(f[k]);
+    free(got);
+    free(keep);
 }

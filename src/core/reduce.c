@@ -8,6 +8,7 @@
 #include "core/copy.h"
 #include "core/half.h"
 #include "core/reduce.h"
+#include "core/reduce_sum_f32.h"
 
 #define BLOCK 256
 
@@ -73,6 +74,9 @@ DEFINE_REDUCE(reduce_i64, int64_t, int64_t, ID, ID)
 
 static void reduce(dt_dtype dtype, dt_reduce_op op, void *dst, const void *const *srcs, int n,
                    size_t count, int stream) {
+    if (dtype == DT_F32 && (op == DT_REDUCE_SUM || op == DT_REDUCE_AVG) &&
+        dt_sum_f32(dst, (const float *const *)srcs, n, count, op == DT_REDUCE_AVG, stream))
+        return;
     switch (dtype) {
     case DT_F32: reduce_f32(op, dst, srcs, n, count, stream); break;
     case DT_F64: reduce_f64(op, dst, srcs, n, count, stream); break;

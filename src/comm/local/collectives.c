@@ -1,8 +1,9 @@
 /* Collectives of the local backend. Each publishes this rank's buffers in its slot, passes the
- * entry barrier, pulls what it needs from its peers' buffers, and passes a final barrier so
- * nobody returns (and reuses a buffer) while a peer may still read it. GPU buffers go through
- * the same steps with device copies and reduction kernels on each rank's compute stream,
- * drained before every barrier so that peers only ever read finished data. */
+ * entry barrier, moves its share straight between its own and its peers' buffers, says so in
+ * its sequence flag, and waits for the flags of the peers that may still touch its buffers or
+ * slot, so nobody returns (and reuses a buffer) while a peer may still read or write it. GPU
+ * buffers go through the same steps with device copies and reduction kernels on each rank's
+ * compute stream, drained before every flag so that peers only ever read finished data. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,13 +41,30 @@ static const dt_mem_ops *mem_of(const void *a, const void *b, dt_status *st) {
     return mem;
 }
 
-/* The barrier between phases: this rank's queued copies finish before peers go on. */
-static void phase_done(lw_comm *c, const dt_mem_ops *mem, dt_status *st) {
+/* This rank finished phase: its queued device copies first, then its flag. */
+static void publish(lw_comm *c, const dt_mem_ops *mem, dt_status *st, int phase) {
     if (mem != &dt_mem_cpu) {
         dt_status s = mem->sync();
         if (*st == DT_OK) *st = s;
     }
-    lw_sync(c);
+    lw_publish(c, phase);
+}
+
+/* The end of a collective in which every member reads or writes every other's buffers. */
+static void done_all(lw_comm *c, const dt_mem_ops *mem, dt_status *st) {
+    publish(c, mem, st, LW_DONE);
+    lw_wait_all(c, LW_DONE);
+}
+
+/* The end of a collective that checked every pair after its entry (and then published
+ * LW_META): peers for which touches(peer) still read or write this rank's buffers or slot, so
+ * it waits until they are done; the others only until they no longer read its slot. */
+static void done_some(lw_comm *c, const dt_mem_ops *mem, dt_status *st,
+                      int (*touches)(const lw_comm *c, int peer, const void *arg),
+                      const void *arg) {
+    publish(c, mem, st, LW_DONE);
+    for (int j = 0; j < c->group->n; j++)
+        lw_wait_for(c, j, touches(c, j, arg) ? LW_DONE : LW_META);
 }
 
 static dt_status scratch(lw_comm *c, size_t bytes, void **out) {
@@ -94,7 +112,7 @@ static dt_status all_gatherv(dt_comm *base, const void *send, void *recv, const 
     st = check_counts(c, counts, "dt_all_gatherv");
     if (st == DT_OK && mem == &dt_mem_cpu) {
         push_block(g, base->rank, send, counts[base->rank] * es, es);
-        phase_done(c, mem, &st);
+        done_all(c, mem, &st);
         return st;
     }
     for (int j = 0; st == DT_OK && j < g->n; j++) {
@@ -102,7 +120,7 @@ static dt_status all_gatherv(dt_comm *base, const void *send, void *recv, const 
         if (counts[j] && dst != g->slots[j].send)
             st = mem->copy(dst, g->slots[j].send, counts[j] * es);
     }
-    phase_done(c, mem, &st);
+    done_all(c, mem, &st);
     return st;
 }
 
@@ -126,7 +144,7 @@ static dt_status reduce_scatterv(dt_comm *base, const void *send, void *recv, co
         st = mem->reduce_n(dt, op, recv, srcs, g->n, counts[base->rank]);
     }
     free(srcs);
-    phase_done(c, mem, &st);
+    done_all(c, mem, &st);
     return st;
 }
 
@@ -177,7 +195,7 @@ static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t 
         if (st == DT_OK) st = lw_enter(c, "dt_all_reduce");
         if (st == DT_OK) {
             all_reduce_push(g, me, dt, op, lo, hi, piece, srcs);
-            phase_done(c, mem, &st);
+            done_all(c, mem, &st);
         }
         free(srcs);
         return st;
@@ -199,17 +217,30 @@ static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t 
     for (int j = 0; j < n; j++)
         srcs[j] = (const char *)g->slots[j].send + lo * es;
     st = mem->reduce_n(dt, op, mine, srcs, n, hi - lo);
-    phase_done(c, mem, &st);
+    publish(c, mem, &st, LW_HALF); /* every member reads every reduced chunk */
+    lw_wait_all(c, LW_HALF);
     for (int j = 0; st == DT_OK && j < n; j++) {
         size_t jlo = count * (size_t)j / (size_t)n, jhi = count * (size_t)(j + 1) / (size_t)n;
         char *dst = (char *)recv + jlo * es;
         if (jhi > jlo && dst != g->slots[j].result)
             st = mem->copy(dst, g->slots[j].result, (jhi - jlo) * es);
     }
-    phase_done(c, mem, &st);
+    done_all(c, mem, &st);
     free(srcs);
     mem->free(dev_scratch);
     return st;
+}
+
+/* all_to_allv: peer reads this rank's send when this rank sends it anything (and the counts
+ * matched everywhere). */
+static int reads_send(const lw_comm *c, int peer, const void *scounts) {
+    (void)c;
+    return ((const size_t *)scounts)[peer] != 0;
+}
+
+static int reads_nothing(const lw_comm *c, int peer, const void *arg) {
+    (void)c, (void)peer, (void)arg;
+    return 0;
 }
 
 static dt_status all_to_allv(dt_comm *base, const void *send, const size_t *scounts,
@@ -231,13 +262,15 @@ static dt_status all_to_allv(dt_comm *base, const void *send, const size_t *scou
                 st = dt_error(DT_ERR_COMM, "dt_all_to_allv: group rank %d sends %zu elements to "
                                            "rank %d, which expects recvcounts[%d] = %zu",
                               j, g->slots[j].counts[k], k, j, g->slots[k].rcounts[j]);
+    const int ok = st == DT_OK; /* the same on every member */
+    lw_publish(c, LW_META);
     for (int j = 0; j < g->n && st == DT_OK; j++) {
         if (rcounts[j] == 0) continue;
         st = mem->copy((char *)recv + rdispls[j] * es,
                        (const char *)g->slots[j].send + g->slots[j].displs[me] * es,
                        rcounts[j] * es);
     }
-    phase_done(c, mem, &st);
+    done_some(c, mem, &st, ok ? reads_send : reads_nothing, scounts);
     return st;
 }
 
@@ -257,7 +290,13 @@ static dt_status broadcast(dt_comm *base, void *buf, size_t bytes, int root) {
     if (st == DT_OK && base->rank == root && half < bytes)
         st = mem->copy((char *)g->slots[1 - root].send + half, (const char *)buf + half,
                        bytes - half);
-    phase_done(c, mem, &st);
+    /* Every other member reads the root's buffer; a member other than the root waits only for
+     * a root that writes into its own. */
+    publish(c, mem, &st, LW_DONE);
+    if (base->rank == root)
+        lw_wait_all(c, LW_DONE);
+    else if (half < bytes)
+        lw_wait_for(c, root, LW_DONE);
     return st;
 }
 
@@ -352,6 +391,20 @@ static void push_boxes(const lw_group *g, int me, int ndim, size_t es) {
     if (stream) dt_stream_fence();
 }
 
+/* exchange_boxes: whether peer still touches this rank's arrays or boxes after the checks:
+ * pushing, the peers that send it something; pulling, the peers it sends something to. */
+typedef struct box_touch {
+    int push, ndim;
+    const dt_box *send, *recv;
+} box_touch;
+
+static int touches_boxes(const lw_comm *c, int peer, const void *arg) {
+    (void)c;
+    const box_touch *t = arg;
+    const dt_box *b = t->push ? &t->recv[peer] : &t->send[peer];
+    return dt_shape_numel(b->ext, t->ndim) != 0;
+}
+
 /* Host arrays: each rank pushes its boxes into its peers' arrays in the order it reads its own
  * (push_boxes); otherwise, and for device arrays, each copies the boxes its peers send it
  * straight out of their arrays. One copy either way. */
@@ -375,17 +428,21 @@ static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *
                                            "%d does not match the box rank %d expects", j, k, k);
     int push = st == DT_OK && mem == &dt_mem_cpu;
     for (int j = 0; push && j < g->n; j++) push = pushable(g, j, ndim);
+    const box_touch touch = {.push = push, .ndim = ndim, .send = send, .recv = recv};
+    const int ok = st == DT_OK; /* the same on every member */
+    lw_publish(c, LW_META);
     if (push) {
         push_boxes(g, me, ndim, es);
-        phase_done(c, mem, &st);
+        done_some(c, mem, &st, touches_boxes, &touch);
         return st;
     }
     for (int j = 0; j < g->n && st == DT_OK; j++) {
         const lw_slot *s = &g->slots[j];
+        if (dt_shape_numel(recv[j].ext, ndim) == 0) continue; /* j may have left already */
         st = mem->box_copy(dst, dst_shape, recv[j].off, s->send, s->shape, s->send_boxes[me].off,
                            recv[j].ext, ndim, es);
     }
-    phase_done(c, mem, &st);
+    done_some(c, mem, &st, ok ? touches_boxes : reads_nothing, &touch);
     return st;
 }
 
@@ -442,7 +499,8 @@ static dt_status reduce_scatter_boxes(dt_comm *base, int ndim, const void *src,
     }
     if (stream) dt_stream_fence();
     free(srcs);
-    lw_sync(c); /* peers may still be reading our array */
+    lw_publish(c, LW_DONE);
+    lw_wait_all(c, LW_DONE); /* peers may still be reading our array */
     return DT_OK;
 }
 

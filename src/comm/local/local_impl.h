@@ -43,6 +43,18 @@ typedef struct lw_mismatch {
     dt_coll_fp fa, fb;
 } lw_mismatch;
 
+/* A member's progress through the collective in progress (comm/local/flags.c), a cache line of
+ * its own: epoch * LW_PHASES + the last phase it finished. */
+typedef struct lw_flag {
+    _Alignas(64) _Atomic uint32_t seq;
+    _Atomic uint32_t waiters; /* threads asleep on seq's futex */
+} lw_flag;
+
+/* Phases a member publishes after the entry barrier: LW_META, it no longer reads the peers'
+ * slots (collectives that check every pair); LW_HALF, the first of two data phases is done;
+ * LW_DONE, it neither reads nor writes any peer's buffers any more. */
+enum { LW_META = 1, LW_HALF = 2, LW_DONE = 3, LW_PHASES = 4 };
+
 typedef struct lw_group {
     struct lw_group *next; /* registry */
     uint64_t key[2];
@@ -65,6 +77,7 @@ typedef struct lw_group {
      * and none can complete the next barrier before all of them have. */
     lw_mismatch verdict;
     lw_slot *slots; /* n */
+    lw_flag *flags; /* n */
     lw_p2p *p2p;    /* n*n, [src*n + dst] */
 } lw_group;
 
@@ -78,11 +91,12 @@ typedef struct lw_where {
     int64_t seq; /* 0 for send/recv */
 } lw_where;
 
-/* How many times a rank that reached a barrier first yields before it sleeps on the group's
- * condition: while every rank has a core, a peer is likely to arrive within a few yields and
- * waking from a sleep costs more; with more ranks than cores a yielding rank only takes
- * turns from the ranks that still work (8 ranks on 2 cores: 1 MiB collectives 4-6x slower), so
- * the world's spin is then 0 and waiters sleep at once. */
+/* How many times a rank that reached an entry barrier first yields before it sleeps on the
+ * group's condition (and a wait on a peer's sequence flag before it sleeps on the futex): while
+ * every rank has a core, a peer is likely to arrive within a few yields and waking from a sleep
+ * costs more; with more ranks than cores a yielding rank only takes turns from the ranks that
+ * still work (8 ranks on 2 cores: 1 MiB collectives 4-6x slower), so the world's spin is then 0
+ * and waiters sleep at once. */
 #define LW_SPIN 64
 
 typedef struct lw_world {
@@ -106,15 +120,20 @@ typedef struct lw_comm {
     lw_group *group;
     void *scratch;
     size_t scratch_cap;
+    uint32_t epoch; /* the generation the last entry barrier this rank passed completed */
 } lw_comm;
 
 /* Entry barrier of a collective: fails with a clear error when the world aborted, a member
  * returned or the rank's timeout passed (which aborts the world), instead of waiting forever,
  * and with DT_ERR_COMM on every member when their fingerprints (c->base.fp) differ. */
 dt_status lw_enter(lw_comm *c, const char *what);
-/* Barrier between phases of a collective that every member has entered: nobody can be
- * missing any more, so it only waits (peers may still be reading this rank's buffers). */
-void lw_sync(lw_comm *c);
+/* Inside a collective every member has entered (after lw_enter): this rank finished phase
+ * (its stores, streaming ones fenced, are visible to a peer that sees it), and waits until
+ * peer (group rank; this rank: returns at once) or every member finished phase. Nobody can be
+ * missing any more, so the waits cannot fail. */
+void lw_publish(lw_comm *c, int phase);
+void lw_wait_for(lw_comm *c, int peer, int phase);
+void lw_wait_all(lw_comm *c, int phase);
 /* The error for a member (peer = group rank, or -1 for any) that can no longer arrive;
  * DT_OK when none. Call with group->mu held. */
 dt_status lw_failure(lw_comm *c, const char *what, int peer);

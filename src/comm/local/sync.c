@@ -1,9 +1,10 @@
-/* Barriers of the local backend: a counter and a generation under the group lock, a short
- * spin while peers are likely running (none when the ranks outnumber the cores: lw_world.spin),
- * then a condition variable. Whether a barrier completes or fails is decided under the lock: a
- * rank that gives up (the world aborted, a member returned, or its timeout passed) takes its
- * arrival back, so a barrier never completes without everyone. An entry barrier also compares the members' fingerprints as they arrive:
- * a few integers under a lock already held, so the check is always on. */
+/* Entry barriers of the local backend: a counter and a generation under the group lock, a
+ * short spin while peers are likely running (none when the ranks outnumber the cores:
+ * lw_world.spin), then a condition variable. Whether a barrier completes or fails is decided
+ * under the lock: a rank that gives up (the world aborted, a member returned, or its timeout
+ * passed) takes its arrival back, so a barrier never completes without everyone. An entry
+ * barrier also compares the members' fingerprints as they arrive: a few integers under a lock
+ * already held, so the check is always on. */
 #include <sched.h>
 #include <stdio.h>
 #include <time.h>
@@ -170,44 +171,46 @@ static inline dt_status failure(lw_comm *c, const char *what) {
     return lw_failure(c, what, -1);
 }
 
-/* what == NULL: a barrier inside a collective every member has entered; it cannot fail. */
+/* The entry barrier of a collective (or dt_barrier); past it, the members' sequence flags
+ * (flags.c) order the collective's phases. */
 static dt_status barrier(lw_comm *c, const char *what) {
     lw_group *g = c->group;
     const int me = c->base.rank;
     dt_status st = DT_OK;
     pthread_mutex_lock(&g->mu);
-    if (what && (st = failure(c, what)) != DT_OK) {
+    if ((st = failure(c, what)) != DT_OK) {
         pthread_mutex_unlock(&g->mu);
         return st;
     }
     uint_least64_t gen = atomic_load(&g->gen);
-    if (what) compare_fp(g, me, &c->base.fp);
+    compare_fp(g, me, &c->base.fp);
     g->arrived_at[me] = gen + 1;
     if (++g->arrived == g->n) {
         g->arrived = 0;
-        if (what) settle(g);
+        settle(g);
         atomic_store(&g->gen, gen + 1);
         pthread_cond_broadcast(&g->cv);
         pthread_mutex_unlock(&g->mu);
-        return what ? verdict(c, what) : DT_OK;
+        c->epoch = (uint32_t)(gen + 1);
+        return verdict(c, what);
     }
     pthread_mutex_unlock(&g->mu);
     for (int i = 0; i < c->world->spin; i++) {
-        if (atomic_load(&g->gen) != gen) return what ? verdict(c, what) : DT_OK;
+        if (atomic_load(&g->gen) != gen) {
+            c->epoch = (uint32_t)(gen + 1);
+            return verdict(c, what);
+        }
         sched_yield();
     }
     /* Going to sleep: say where, for a peer's timeout message (the spin above costs the fast
      * path nothing; a rank the scheduler keeps spinning longer than a peer's timeout is
      * reported as not blocked). */
-    int64_t deadline = 0;
-    if (what) {
-        lw_where_set(c, what, c->base.fp.seq);
-        deadline = lw_deadline(c);
-    }
+    lw_where_set(c, what, c->base.fp.seq);
+    int64_t deadline = lw_deadline(c);
     int expired = 0;
     pthread_mutex_lock(&g->mu);
     while (atomic_load(&g->gen) == gen) {
-        if (what && (st = failure(c, what)) != DT_OK) break;
+        if ((st = failure(c, what)) != DT_OK) break;
         if (deadline && dt_boot_now_ns() >= deadline) {
             st = timed_out(c, what, gen);
             expired = 1;
@@ -219,16 +222,13 @@ static dt_status barrier(lw_comm *c, const char *what) {
      * peer that times out in it too before this rank's abort reaches it. */
     if (st != DT_OK) g->arrived--;
     pthread_mutex_unlock(&g->mu);
-    if (what) lw_where_set(c, NULL, 0);
+    lw_where_set(c, NULL, 0);
     if (expired) lw_abort(c->world, c->base.ctx->rank, st, dt_last_error());
     if (st != DT_OK) return st;
-    return what ? verdict(c, what) : DT_OK;
+    c->epoch = (uint32_t)(gen + 1);
+    return verdict(c, what);
 }
 
 dt_status lw_enter(lw_comm *c, const char *what) {
     return barrier(c, what);
-}
-
-void lw_sync(lw_comm *c) {
-    (void)barrier(c, NULL);
 }

@@ -36,6 +36,7 @@ static void group_free(lw_group *g) {
     free(g->arrived_at);
     free(g->fps);
     free(g->slots);
+    free(g->flags);
     free(g->p2p);
     free(g);
 }
@@ -53,8 +54,10 @@ static lw_group *group_get(lw_world *w, const uint64_t key[2], const int *member
     g->fps = calloc((size_t)n, sizeof *g->fps);
     g->slots = calloc((size_t)n, sizeof *g->slots);
     g->p2p = calloc((size_t)n * (size_t)n, sizeof *g->p2p);
+    g->flags = aligned_alloc(_Alignof(lw_flag), sizeof(lw_flag) * (size_t)n);
+    if (g->flags) memset(g->flags, 0, sizeof(lw_flag) * (size_t)n);
     pthread_condattr_t ca;
-    int ok = g->members && g->arrived_at && g->fps && g->slots && g->p2p &&
+    int ok = g->members && g->arrived_at && g->fps && g->slots && g->p2p && g->flags &&
              pthread_condattr_init(&ca) == 0;
     if (ok) {
         ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
@@ -66,6 +69,7 @@ static lw_group *group_get(lw_world *w, const uint64_t key[2], const int *member
         free(g->arrived_at);
         free(g->fps);
         free(g->slots);
+        free(g->flags);
         free(g->p2p);
         free(g);
         return NULL;

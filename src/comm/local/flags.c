@@ -1,0 +1,88 @@
+/* Sequence flags of the local backend: past a collective's entry barrier, every member says how
+ * far it got by storing (epoch, phase) in a flag of its own, and a member waits only for the
+ * peers whose data it needs or who may still touch its buffers. A wait spins briefly while the
+ * ranks fit on the cores (LW_FLAG_POLLS), then sleeps on the flag's futex; a writer wakes the
+ * flag only when someone sleeps on it. The waits cannot fail: every member has entered, and
+ * every path out of a collective publishes its last phase. */
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "comm/local/local_impl.h"
+
+/* While every rank has a core, a wait first polls the flag this many times (a peer that is
+ * nearly there), then yields up to lw_world.spin times as the entry barrier does, then sleeps.
+ * Polls that do not yield keep a descheduled peer off the core on a loaded machine: at a load
+ * of 12 on 2 cores, 2-rank collectives of 1 KiB took 46-56 us polling 30 us before sleeping,
+ * 9-12 us after 128 polls and 6-9 us after 16, as with the mutex barriers before. */
+#define LW_FLAG_POLLS 16
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield" ::: "memory");
+#endif
+}
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t seen) {
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *word) {
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Flags are 32-bit (a futex word) and wrap: a peer is never more than a collective ahead or
+ * behind, so the difference decides. */
+static inline int reached(uint32_t v, uint32_t target) {
+    return (int32_t)(v - target) >= 0;
+}
+
+static inline uint32_t target(const lw_comm *c, int phase) {
+    return c->epoch * LW_PHASES + (uint32_t)phase;
+}
+
+void lw_publish(lw_comm *c, int phase) {
+    lw_flag *f = &c->group->flags[c->base.rank];
+    /* Sequentially consistent store then load: a waiter counts itself, then reads the flag;
+     * either it sees the new value or this sees it waiting (and the futex call, which
+     * compares the word, sees the value change). */
+    atomic_store(&f->seq, target(c, phase));
+    if (atomic_load(&f->waiters)) futex_wake(&f->seq);
+}
+
+static int spin(const lw_flag *f, uint32_t t, int yields) {
+    for (int i = 0; i < LW_FLAG_POLLS; i++) {
+        if (reached(atomic_load_explicit(&f->seq, memory_order_acquire), t)) return 1;
+        cpu_relax();
+    }
+    for (int i = 0; i < yields; i++) {
+        if (reached(atomic_load_explicit(&f->seq, memory_order_acquire), t)) return 1;
+        sched_yield();
+    }
+    return 0;
+}
+
+void lw_wait_for(lw_comm *c, int peer, int phase) {
+    if (peer == c->base.rank) return;
+    lw_flag *f = &c->group->flags[peer];
+    const uint32_t t = target(c, phase);
+    if (reached(atomic_load_explicit(&f->seq, memory_order_acquire), t)) return;
+    /* More ranks than cores: the peer needs this core, so sleep at once (LW_SPIN). */
+    if (c->world->spin && spin(f, t, c->world->spin)) return;
+    for (;;) {
+        atomic_fetch_add(&f->waiters, 1);
+        uint32_t v = atomic_load(&f->seq);
+        if (!reached(v, t)) futex_wait(&f->seq, v);
+        atomic_fetch_sub(&f->waiters, 1);
+        if (reached(atomic_load_explicit(&f->seq, memory_order_acquire), t)) return;
+    }
+}
+
+void lw_wait_all(lw_comm *c, int phase) {
+    for (int j = 0; j < c->group->n; j++)
+        lw_wait_for(c, j, phase);
+}
