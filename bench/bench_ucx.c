@@ -19,8 +19,8 @@
  * runtime's ranks stay up; a round runs every collective at every size on each job in turn,
  * then on the local runtime, then (in the first rank count's phase) ucx_perftest at every
  * size; one warm-up round, then BENCH_REPS rounds. Each point is timed on rank 0 from a barrier
- * to the barrier after a batch of iterations (enough for about 4 MiB, at most 64), divided by
- * the batch. No cache flush. Figures: median [min, max] over rounds.
+ * to the barrier after a batch of iterations (enough for about 4 MiB, at most 64, and no more
+ * than fill 5 ms at the warm-up round's speed), divided by the batch. No cache flush. Figures: median [min, max] over rounds.
  *
  *   bench_ucx [--quick] [--ranks 2,4,8] [--max BYTES] [--tls UCX_TLS] [--tsv] [--rows FILE]
  * --quick: sizes x16 up to 16 MiB. --tsv: one line per point (bench_html reads it); --rows
@@ -86,20 +86,41 @@ static dt_status run_op(dt_comm *c, int op, float *in, float *out, size_t size, 
     }
 }
 
-/* One round on either runtime: every collective at every size; t[op][k] = seconds per
- * iteration (rank 0's, barrier to barrier). */
-static dt_status one_round(dt_comm *c, int n, float *in, float *out, double t[NOPS][MAX_SIZES]) {
+/* Iterations per timed batch: enough for about 4 MiB, at most 64, and (once the warm-up
+ * round has timed one, warm[op][k] > 0) no more than fill BATCH_S: 8 processes on 2 cores
+ * take 0.1 s for a 256 KiB collective, where 16 iterations would make the run long. */
+#define BATCH_S 0.005
+typedef int batch_t[NOPS][MAX_SIZES];
+
+static void set_batches(batch_t iters, double warm[NOPS][MAX_SIZES]) {
     for (int op = 0; op < NOPS; op++)
         for (int k = 0; k < nsizes; k++) {
-            int iters = (int)(((size_t)4 << 20) / sizes[k]);
-            iters = iters < 1 ? 1 : iters > 64 ? 64 : iters;
+            int b = (int)(((size_t)4 << 20) / sizes[k]);
+            b = b < 1 ? 1 : b > 64 ? 64 : b;
+            if (warm && warm[op][k] > 0 && BATCH_S / warm[op][k] < b)
+                b = BATCH_S / warm[op][k] < 1 ? 1 : (int)(BATCH_S / warm[op][k]);
+            iters[op][k] = b;
+        }
+}
+
+/* One round on either runtime: every collective at every size; t[op][k] = seconds per
+ * iteration (rank 0's, barrier to barrier). After the first (warm-up) round, rank 0's times
+ * set the batches, the same on every rank (broadcast). */
+static dt_status one_round(dt_comm *c, int n, float *in, float *out, batch_t iters, int first,
+                           double t[NOPS][MAX_SIZES]) {
+    for (int op = 0; op < NOPS; op++)
+        for (int k = 0; k < nsizes; k++) {
             TRY(dt_barrier(c));
             double t0 = bench_now();
-            for (int i = 0; i < iters; i++)
+            for (int i = 0; i < iters[op][k]; i++)
                 TRY(run_op(c, op, in, out, sizes[k], n));
             TRY(dt_barrier(c));
-            t[op][k] = (bench_now() - t0) / iters;
+            t[op][k] = (bench_now() - t0) / iters[op][k];
         }
+    if (first) {
+        set_batches(iters, t);
+        TRY(dt_broadcast(c, iters, (size_t)NOPS * MAX_SIZES, DT_I32, 0));
+    }
     return DT_OK;
 }
 
@@ -123,8 +144,10 @@ static dt_status ucx_rank(dt_ctx *ctx, void *arg) {
     float *in, *out;
     dt_status st = alloc_bufs(&in, &out);
     static double t[NOPS][MAX_SIZES];
-    while (st == DT_OK && bench_rank_wait(&fd)) {
-        st = one_round(c, n, in, out, t);
+    batch_t iters;
+    set_batches(iters, NULL);
+    for (int first = 1; st == DT_OK && bench_rank_wait(&fd); first = 0) {
+        st = one_round(c, n, in, out, iters, first, t);
         for (int op = 0; op < NOPS && st == DT_OK && me == 0; op++)
             for (int k = 0; k < nsizes; k++)
                 printf("R %d %d %.9e\n", op, k, t[op][k]);
@@ -151,10 +174,12 @@ static dt_status local_rank(dt_ctx *ctx, void *arg) {
     float *in, *out;
     dt_status st = alloc_bufs(&in, &out);
     double t[NOPS][MAX_SIZES];
-    for (;;) {
+    batch_t iters;
+    set_batches(iters, NULL);
+    for (int first = 1;; first = 0) {
         sem_wait(&l->go);
         if (l->quit) break;
-        if (st == DT_OK) st = one_round(c, l->n, in, out, t);
+        if (st == DT_OK) st = one_round(c, l->n, in, out, iters, first, t);
         if (dt_ctx_rank(ctx) == 0) {
             for (int op = 0; op < NOPS && l->rec >= 0; op++)
                 for (int k = 0; k < nsizes; k++)

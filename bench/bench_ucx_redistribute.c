@@ -277,11 +277,12 @@ static int versus_torch(int reps, const char *rows_path) {
     const char *py = getenv("DT_TORCH_PYTHON");
     if (py && !*py) py = NULL;
     int have_pt = py && run_torch(py, reps, pt);
-    printf("\n(2) dtensor on UCX, 4 processes, vs PyTorch %s DTensor on gloo, 4 processes; 16 "
+    printf("\n(2) dtensor on UCX, 4 processes, vs PyTorch DTensor on gloo, 4 processes%s; 16 "
            "MiB of f32 per rank (the shapes of bench_redistribute); ms, median (min-max) of %d "
-           "rounds each, PyTorch run after dtensor\n%-11s %-28s %-28s %9s\n",
-           have_pt ? "" : (py ? "(failed)" : "(skipped: DT_TORCH_PYTHON unset)"), reps, "case",
-           "dtensor UCX", "PyTorch gloo", "ratio");
+           "rounds each, PyTorch run after dtensor; ratio = PyTorch time / dtensor time\n%-11s "
+           "%-28s %-28s %9s\n",
+           have_pt ? "" : (py ? " (PyTorch failed)" : " (PyTorch skipped: DT_TORCH_PYTHON unset)"),
+           reps, "case", "dtensor UCX", "PyTorch gloo", "ratio");
     FILE *f = rows_path ? fopen(rows_path, "a") : NULL;
     for (int c = 0; c < NCASES; c++) {
         const double *d = res[c][0][W_OP];

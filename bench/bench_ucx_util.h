@@ -207,14 +207,15 @@ static inline int bench_listening(int port) {
     return 0;
 }
 
-/* ucx_perftest tag_bw between two processes of this host, size-byte messages, in GB/s
+/* ucx_perftest tag_bw between two processes of this host, size-byte messages (64 MiB in all,
+ * 20 to 2000 of them, a tenth more as warm-up), in GB/s
  * (1e9 B/s); < 0 when it could not run. The client starts once the server listens. */
 static inline double bench_perftest(const char *tls, size_t size) {
     static int port;
     if (!port) port = 20000 + (int)(getpid() % 20000);
     port = port >= 40000 ? 20000 : port + 1;
-    long iters = (long)(((size_t)512 << 20) / size);
-    iters = iters < 20 ? 20 : iters > 20000 ? 20000 : iters;
+    long iters = (long)(((size_t)64 << 20) / size); /* 64 MiB, 20 to 2000 messages */
+    iters = iters < 20 ? 20 : iters > 2000 ? 2000 : iters;
     char cmd[768];
     snprintf(cmd, sizeof cmd, "UCX_TLS=%s exec ucx_perftest -p %d >/dev/null 2>&1", tls, port);
     pid_t server = fork();
