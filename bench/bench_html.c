@@ -23,7 +23,7 @@
 #define MB         44
 
 typedef struct point {
-    char op[32], series[96]; /* the line it belongs to: "4 ranks", "4 p. DT_UCX_SHM=0" */
+    char op[32], series[96]; /* the line it belongs to: "4 ranks", "4 processes DT_UCX_SHM=0" */
     double size, time, tmin, tmax, busbw, ref; /* ref: the dashed line's busbw (0: none) */
 } point;
 
@@ -102,7 +102,7 @@ static void read_ucx(const char *path) {
             sscanf(rest, "%lf %lf %*s %*s %lf %lf %lf %lf %lf %lf %lf %lf %lf", &p.size, &count,
                    &p.time, &p.tmin, &p.tmax, &alg, &p.busbw, &lus, &lmin, &lmax, &x) != 11)
             continue;
-        snprintf(p.series, sizeof p.series, "%d p.%s%s", ranks, strcmp(env, "-") ? " " : "",
+        snprintf(p.series, sizeof p.series, "%d processes%s%s", ranks, strcmp(env, "-") ? " " : "",
                  strcmp(env, "-") ? env : "");
         p.ref = p.busbw * x; /* the local runtime's busbw: same bytes, its time */
         pts[npts++] = p;
