@@ -76,9 +76,9 @@ static void read_sweep(const char *path) {
         int ranks;
         double count, alg, must, copy, mem_pct;
         char type[16], redop[16];
-        if (sscanf(line, "%d %31s %lf %lf %15s %15s %lf %lf %lf %lf %lf %lf %lf %lf", &ranks,
-                   p.op, &p.size, &count, type, redop, &p.time, &p.tmin, &p.tmax, &alg, &p.busbw,
-                   &must, &copy, &mem_pct) != 14)
+        if (sscanf(line, "%d %31s %lf %lf %15s %15s %lf %lf %lf %lf %lf %lf %lf %lf", &ranks, p.op,
+                   &p.size, &count, type, redop, &p.time, &p.tmin, &p.tmax, &alg, &p.busbw, &must,
+                   &copy, &mem_pct) != 14)
             continue;
         snprintf(p.series, sizeof p.series, "%d ranks", ranks);
         p.ref = mem_pct > 0 ? p.busbw * 100 / mem_pct : 0;

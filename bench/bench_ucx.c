@@ -20,7 +20,8 @@
  * then on the local runtime, then (in the first rank count's phase) ucx_perftest at every
  * size; one warm-up round, then BENCH_REPS rounds. Each point is timed on rank 0 from a barrier
  * to the barrier after a batch of iterations (enough for about 4 MiB, at most 64, and no more
- * than fill 5 ms at the warm-up round's speed), divided by the batch. No cache flush. Figures: median [min, max] over rounds.
+ * than fill 5 ms at the warm-up round's speed), divided by the batch. No cache flush. Figures:
+ * median [min, max] over rounds.
  *
  *   bench_ucx [--quick] [--ranks 2,4,8] [--max BYTES] [--tls UCX_TLS] [--tsv] [--rows FILE]
  * --quick: sizes x16 up to 16 MiB. --tsv: one line per point (bench_html reads it); --rows
@@ -278,8 +279,8 @@ static void rows(FILE *f, const int *rc, int nr) {
                 if (n != 4 && !(n == 2 && (op == OP_AG || op == OP_A2A))) continue;
                 const char *env = strcmp(envs[e], "-") ? envs[e] : "defaults";
                 if (!ucx_ok[ri][e]) {
-                    fprintf(f, "ucx %s, %d processes, %s (%s)\tfailed\t-\t-\n", op_names[op], n,
-                            sz, env);
+                    fprintf(f, "ucx %s, %d processes, %s (%s)\tfailed\t-\t-\n", op_names[op], n, sz,
+                            env);
                     continue;
                 }
                 bench_stat u = bench_stat_of(t_ucx[ri][e][op][k], BENCH_REPS);
@@ -312,8 +313,8 @@ static void print_point(int tsv, int ri, int n, int e, int op, int k) {
     char pc[16] = "-";
     if (p > 0) snprintf(pc, sizeof pc, "%.0f%%", 100 * bus / p);
     printf("%10zu %10zu %5s %4s %10.1f %10.1f %10.1f %8.3f %8.3f %10.1f %7.2fx %8.2f %6s\n",
-           sizes[k], sizes[k] / 4, "float", redop, u.med * 1e6, u.min * 1e6, u.max * 1e6, alg,
-           bus, lo.med * 1e6, u.med / lo.med, p > 0 ? p : 0, pc);
+           sizes[k], sizes[k] / 4, "float", redop, u.med * 1e6, u.min * 1e6, u.max * 1e6, alg, bus,
+           lo.med * 1e6, u.med / lo.med, p > 0 ? p : 0, pc);
 }
 
 int main(int argc, char **argv) {
@@ -355,8 +356,9 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < nr; i++)
         if (rc[i] < 2 || rc[i] > 64 || max_size % (4 * (size_t)rc[i]) || max_size < 1024) {
-            fprintf(stderr, "bench_ucx: %d ranks: ranks go from 2 to 64 and --max (>= 1024) must "
-                            "be a multiple of 4 x ranks\n",
+            fprintf(stderr,
+                    "bench_ucx: %d ranks: ranks go from 2 to 64 and --max (>= 1024) must "
+                    "be a multiple of 4 x ranks\n",
                     rc[i]);
             return 2;
         }
@@ -393,8 +395,8 @@ int main(int argc, char **argv) {
                     printf("\n# %s, %d processes, environment: %s\n%10s %10s %5s %4s %10s %10s "
                            "%10s %8s %8s %10s %8s %8s %6s\n",
                            op_names[op], rc[ri], strcmp(envs[e], "-") ? envs[e] : "defaults",
-                           "size", "count", "type", "redop", "time_us", "min_us", "max_us",
-                           "algbw", "busbw", "local_us", "x local", "p2p", "%p2p");
+                           "size", "count", "type", "redop", "time_us", "min_us", "max_us", "algbw",
+                           "busbw", "local_us", "x local", "p2p", "%p2p");
                 for (int k = 0; k < nsizes; k++)
                     print_point(tsv, ri, rc[ri], e, op, k);
             }

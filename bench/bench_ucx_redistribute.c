@@ -31,8 +31,8 @@ typedef struct ucase {
     int input;
 } ucase;
 static const ucase cases[NCASES] = {
-    {"S(0)->R", "R", IN_S0},    {"S(1)->R", "R", IN_S1},       {"P->R", "R", IN_P},
-    {"P->S(0)", "S(0)", IN_P},  {"P->S(1)", "S(1)", IN_P},     {"S(0)->S(1)", "S(1)", IN_S0},
+    {"S(0)->R", "R", IN_S0},   {"S(1)->R", "R", IN_S1},   {"P->R", "R", IN_P},
+    {"P->S(0)", "S(0)", IN_P}, {"P->S(1)", "S(1)", IN_P}, {"S(0)->S(1)", "S(1)", IN_S0},
 };
 static const int growth_cases[] = {0, 3, 5, 2}; /* S(0)->R, P->S(0), S(0)->S(1), P->R */
 
@@ -158,8 +158,8 @@ static int run_job(int n, const job_args *a, job_result res) {
                         "DT_DTRUN\n");
         return 0;
     }
-    int len = snprintf(cmd, sizeof cmd, "%s -n %d %s --rank --reps %d --cases ", dtrun, n, self,
-                       a->reps);
+    int len =
+        snprintf(cmd, sizeof cmd, "%s -n %d %s --rank --reps %d --cases ", dtrun, n, self, a->reps);
     for (int i = 0; i < a->ncases; i++)
         len += snprintf(cmd + len, sizeof cmd - (size_t)len, "%s%d", i ? "," : "", a->cases[i]);
     for (int s = 0; s < a->nsizes; s++)
@@ -292,8 +292,9 @@ static int versus_torch(int reps, const char *rows_path) {
         if (ok && have_pt) snprintf(ratio, sizeof ratio, "%.1fx", pt[c][0] / d[0]);
         printf("%-11s %-28s %-28s %9s\n", cases[c].name, dc, pc, ratio);
         if (f && have_pt)
-            fprintf(f, "redistribute %s, UCX 4 processes x 16 MiB\t%s ms\tPyTorch DTensor gloo 4 "
-                       "processes %s ms\t%s faster\n",
+            fprintf(f,
+                    "redistribute %s, UCX 4 processes x 16 MiB\t%s ms\tPyTorch DTensor gloo 4 "
+                    "processes %s ms\t%s faster\n",
                     cases[c].name, dc, pc, ratio);
         else if (f)
             fprintf(f, "redistribute %s, UCX 4 processes x 16 MiB\t%s ms\tPyTorch %s\t-\n",
@@ -342,8 +343,7 @@ int main(int argc, char **argv) {
     if (rank_mode) {
         dt_status st = dt_ucx_run(rank_body, &a);
         if (st != DT_OK)
-            fprintf(stderr, "bench_ucx_redistribute: %s: %s\n", dt_status_str(st),
-                    dt_last_error());
+            fprintf(stderr, "bench_ucx_redistribute: %s: %s\n", dt_status_str(st), dt_last_error());
         return st == DT_OK ? 0 : 1;
     }
     if (!dt_ucx_available()) {
