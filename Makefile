@@ -66,7 +66,9 @@ test-asan: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		meson test -C $(ASAN_BUILD) --print-errorlogs --timeout-multiplier 4
 
-# QUICK=1: a shorter sweep and no UCX runs (about a minute on 2 cores).
+# QUICK=1: shorter sweeps (local and UCX: x16 sizes up to 16 MiB) and growth tables (7 rounds).
+# DT_TORCH_PYTHON adds PyTorch (training, DTensor redistribute on gloo); DT_BENCH_UCX_ENVS picks
+# the environments the UCX sweep runs under (bench/bench_ucx_util.h).
 bench: build
 	@BENCH_QUICK=$(QUICK) sh tools/bench-table.sh $(BUILD)
 
