@@ -63,6 +63,11 @@ typedef struct ux_world {
     struct ux_group *groups;
     void **orphans; /* scratch still targeted by requests UCX could not cancel */
     int norphans;
+
+    /* Hierarchical collectives (hier.c). */
+    int *host_of;          /* per world rank: the lowest world rank on its host; NULL alone */
+    int hier;              /* DT_UCX_HIER (default 1) */
+    atomic_long hier_runs; /* hierarchical all_reduces run, for tests */
 } ux_world;
 
 /* Communicators with the same key and members on this rank share one group (tags, seq). */
@@ -82,6 +87,7 @@ typedef struct ux_comm {
     ux_group *g;
     void *scratch;
     size_t scratch_cap;
+    struct ux_hier *hier; /* hier.c: whether members span hosts, sub-communicators */
 } ux_comm;
 
 /* --- operations (progress.c) ---------------------------------------------------------- */
@@ -188,6 +194,21 @@ dt_status ux_direct_all_gatherv(ux_op *op, void *recv, const size_t *counts, con
                                 size_t es);
 dt_status ux_reduce_scatter_in(ux_op *op, const void *send, void *recv, const size_t *counts,
                                const size_t *displs, dt_dtype dt, dt_reduce_op op_kind);
+
+/* --- hierarchical collectives (hier.c) ------------------------------------------------- */
+
+typedef struct ux_hier ux_hier;
+/* DT_UCX_HIER: 0 or 1 (unset: 1). */
+dt_status ux_hier_read(int *out);
+/* host_of from every rank's host id (ids[r], this rank's own in mine; id_bytes each). */
+dt_status ux_hosts_set(ux_world *w, const void *mine, void *const *ids, size_t id_bytes);
+/* 1 when c runs its all_reduce hierarchically (members on several hosts, some host with more
+ * than one, DT_UCX_HIER not 0), or when deciding failed (*st_out says why). Decided on first
+ * call, with no communication, alike on every member. */
+int ux_hier_use(ux_comm *c, dt_status *st_out);
+dt_status ux_hier_all_reduce(ux_comm *c, const void *send, void *recv, size_t count, dt_dtype dt,
+                             dt_reduce_op op);
+void ux_hier_free(ux_comm *c);
 
 static inline ux_comm *ux(dt_comm *c) {
     return (ux_comm *)c;

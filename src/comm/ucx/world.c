@@ -121,6 +121,7 @@ static dt_status read_config(ux_world *w) {
     DT_CHECK(dt_boot_env_timeout_ns(&timeout_ns));
     DT_CHECK(dt_boot_env_bytes("DT_UCX_RING_MIN_BYTES", DEFAULT_RING_MIN, &w->ring_min_bytes));
     DT_CHECK(ux_err_mode_read(&w->err_mode, &w->cma));
+    DT_CHECK(ux_hier_read(&w->hier));
     w->startup_timeout_ns = (int64_t)(startup * 1e9);
     if (w->startup_timeout_ns <= 0) w->startup_timeout_ns = 1;
     atomic_store(&w->timeout_ns, timeout_ns);
@@ -233,6 +234,7 @@ static dt_status connect_peers(ux_world *w, ep_arg **args_out) {
         int same = memcmp(addrs[r], blob, UX_HOST_ID) == 0;
         st = make_ep(w, r, (char *)addrs[r] + UX_HOST_ID, same, &args[r]);
     }
+    if (st == DT_OK) st = ux_hosts_set(w, blob, addrs, UX_HOST_ID);
     dt_boot_blobs_free(addrs, lens, w->size);
     if (st != DT_OK) {
         for (int r = 0; r < w->size; r++)
@@ -322,6 +324,7 @@ static void free_world(ux_world *w, ep_arg *args) {
     pthread_mutex_destroy(&w->mu);
     dt_failure_fini(&w->fail);
     pthread_mutex_destroy(&w->groups_mu);
+    free(w->host_of);
     free(w->eps);
     free(w->ep_error);
     free(w->exited);
