@@ -46,7 +46,12 @@ self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 tag=dt$$
 nsa=${tag}a nsb=${tag}b
 tmp=$(mktemp -d)
+run_pid=""
 cleanup() {
+    if [ -n "$run_pid" ]; then # interrupted mid-run: dtrun stops its ranks, then returns
+        kill -TERM "$run_pid" 2> /dev/null
+        wait "$run_pid" 2> /dev/null
+    fi
     ip netns del "$nsa" 2> /dev/null
     ip netns del "$nsb" 2> /dev/null
     [ -n "${DT_KEEP:-}" ] && cp -r "$tmp" /tmp/th-keep; rm -rf "$tmp"
@@ -95,8 +100,11 @@ hosts() {
     t0=$(date +%s.%N)
     # shellcheck disable=SC2086
     "$dtrun" -n "$n" --addr 10.77.0.1 $opts sh "$self" --as-rank "$na" "$nsa" "$nsb" "$@" \
-        > "$tmp/$name.txt" 2>&1
+        > "$tmp/$name.txt" 2>&1 &
+    run_pid=$! # waited for in the background, so that a signal reaches the traps at once
+    wait "$run_pid"
     rc=$?
+    run_pid=""
     awk -v n="$name" -v rc="$rc" -v t0="$t0" -v t1="$(date +%s.%N)" \
         'BEGIN { printf "%-10s exit %3d after %5.2f s\n", n, rc, t1 - t0 }'
     if grep -q "no UCX runtime" "$tmp/$name.txt"; then skip "built without UCX"; fi
