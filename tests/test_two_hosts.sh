@@ -12,6 +12,8 @@
 #   2 x 2 and loaded on 2 + 1 ranks, and a rank of host B killed mid all_reduce (the others
 #   fail cleanly, naming it).
 # Usage: test_two_hosts.sh DTRUN UCX_RANK_PROG TRAIN CKPT_RANK_PROG
+#        test_two_hosts.sh --run DTRUN RANKS_ON_A N program args...   (any program, e.g.
+#        bench/bench_ucx --rank, as N ranks on the two hosts, the first RANKS_ON_A on host A)
 # Exits 77 (skipped) when namespaces cannot be made here (not root, no ip, no veth) or when
 # built without UCX. The namespaces carry this shell's pid; they are removed on every exit but
 # SIGKILL (then: ip netns list; ip netns del dtNNNNa).
@@ -33,7 +35,14 @@ if [ "${1:-}" = "--as-rank" ]; then
     exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
 fi
 
-dtrun=$1 prog=$2 train=$3 ckpt=$4
+if [ "${1:-}" = "--run" ]; then
+    # --run DTRUN RANKS_ON_A N program args: any program as N ranks on the two hosts, the first
+    # RANKS_ON_A on host A; its output on stdout, dtrun's exit status.
+    mode=run dtrun=$2 run_na=$3 run_n=$4
+    shift 4
+else
+    mode=test dtrun=$1 prog=$2 train=$3 ckpt=$4
+fi
 skip() {
     echo "SKIP: $*"
     exit 77
@@ -79,6 +88,15 @@ for i in $(seq 100); do
     sleep 0.05
 done
 unshare --uts true 2> "$tmp/err" || skip "cannot make a UTS namespace: $(cat "$tmp/err")"
+
+if [ "$mode" = run ]; then
+    "$dtrun" -n "$run_n" --addr 10.77.0.1 sh "$self" --as-rank "$run_na" "$nsa" "$nsb" "$@" &
+    run_pid=$!
+    wait "$run_pid"
+    rc=$?
+    run_pid=""
+    exit "$rc"
+fi
 
 fails=0
 fail() {
