@@ -4,12 +4,15 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev ucx-utils \
 	libxxhash-dev
+# make test-hosts only: network namespaces and a veth pair (ip), UTS namespaces (unshare).
+HOSTS_PKGS := iproute2 util-linux
 # make test only: the timeline test renders the demo's page in headless Chromium
 # (tests/test_timeline.sh). make demo needs no browser.
-TEST_PKGS := chromium
+TEST_PKGS := chromium $(HOSTS_PKGS)
 MESON_FLAGS := -Dwerror=true
 
-.PHONY: all deps test-deps build demo train train-moe test test-gpu-sim test-asan bench fuzz gpu-check fresh-check \
+.PHONY: all deps test-deps build demo train train-moe test test-hosts test-gpu-sim test-asan bench fuzz gpu-check \
+	fresh-check \
 	clean
 
 all: build
@@ -40,6 +43,13 @@ train-moe: build
 
 test: test-deps build test-gpu-sim
 	meson test -C $(BUILD) --print-errorlogs
+
+# As root: ranks on two simulated hosts of this machine (network and UTS namespaces joined by a
+# veth pair): collectives, the hierarchical all_reduce, training, a checkpoint and a killed rank
+# over UCX between them (tests/test_two_hosts.sh; make test runs it too, skipped unless root).
+test-hosts: build
+	@sh tools/ensure-deps.sh $(HOSTS_PKGS)
+	meson test -C $(BUILD) --print-errorlogs --verbose two_hosts
 
 # The CUDA path (kernels, device memory, the device side of tensors, redistribute and the
 # local collectives) run against cudasim, which executes the kernels on the CPU: gpu_check's

@@ -322,6 +322,22 @@ Test(ucx, single_rank_world) {
     cr_assert_eq(st, DT_OK, "%s", dt_last_error());
 }
 
+/* DT_UCX_HIER takes 0 or 1 (whether all_reduce goes hierarchical across hosts); anything else
+ * fails before the world forms, naming the variable and its value. */
+Test(ucx, hier_env_checked) {
+    skip_without_ucx();
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    setenv("DT_UCX_HIER", "yes", 1);
+    T_ERR(dt_ucx_run(one_rank, NULL), DT_ERR_ARG, "DT_UCX_HIER=\"yes\" is not 0 or 1");
+    setenv("DT_UCX_HIER", "0", 1);
+    dt_status st = dt_ucx_run(one_rank, NULL);
+    unsetenv("DT_UCX_HIER");
+    cr_assert_eq(st, DT_OK, "%s", dt_last_error());
+}
+
 static dt_status set_timeout_local(dt_ctx *ctx, void *arg) {
     (void)arg;
     R_ERR(dt_ucx_set_timeout(ctx, 1), DT_ERR_UNSUPPORTED, "not the UCX one");

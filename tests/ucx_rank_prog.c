@@ -21,6 +21,7 @@
 
 #include <dtensor.h>
 
+#include "comm/ucx/hier.h"
 #include "core/reduce.h"
 #include "rank_faults.h"
 #include "ucx_shm_checks.h"
@@ -47,6 +48,25 @@ static dt_status fail_at(int line, const char *fmt, ...) {
 }
 
 static long checks;
+
+/* Whether c's all_reduce must run hierarchically (comm/ucx/hier.c): its members span hosts and
+ * some host has more than one, by DT_TEST_HOSTS (the host of each world rank, "0,0,1,1"; unset:
+ * all on one) and DT_UCX_HIER (unset: on). */
+static int hier_expected(dt_comm *c) {
+    const char *h = getenv("DT_TEST_HOSTS"), *on = getenv("DT_UCX_HIER");
+    if (!h || (on && !strcmp(on, "0"))) return 0;
+    int host[64] = {0}, nw = 0;
+    for (const char *p = h; *p && nw < 64; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ','))
+        host[nw++] = atoi(p);
+    int n = dt_comm_size(c), spans = 0, crowded = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) {
+            int a = host[dt_comm_world_rank(c, i)], b = host[dt_comm_world_rank(c, j)];
+            spans |= a != b;
+            crowded |= a == b;
+        }
+    return spans && crowded;
+}
 
 /* Small integers (|v| <= 16; {-1, 1, 2} for prod): every reduction over <= 8 ranks is exact in
  * every dtype and in any order. */
@@ -156,13 +176,19 @@ static dt_status check_bits(dt_comm *c, uint64_t seed) {
                 srcs[j] = all + (size_t)j * cnt * es;
             }
             dt_reduce_n(dts[d], DT_REDUCE_SUM, ref, srcs, n, cnt);
+            long h0 = dt_ucx_hier_runs(c);
             OK(dt_all_reduce(c, srcs[me], out, cnt, dts[d], DT_REDUCE_SUM));
+            CHECK((dt_ucx_hier_runs(c) > h0) == hier_expected(c),
+                  "all_reduce on %d ranks ran %s, expected %s", n,
+                  dt_ucx_hier_runs(c) > h0 ? "hierarchically" : "flat",
+                  hier_expected(c) ? "hierarchically" : "flat");
             memcpy(r0, out, cnt * es);
             OK(dt_broadcast(c, r0, cnt, dts[d], 0));
             CHECK(memcmp(r0, out, cnt * es) == 0,
                   "all_reduce %s count %zu: ranks got different bits", dt_dtype_name(dts[d]), cnt);
             const char *rm = getenv("DT_UCX_RING_MIN_BYTES");
-            int exact = cnt * es < (rm ? strtoull(rm, NULL, 10) : 65536) || n <= 2;
+            int exact = !hier_expected(c) && (cnt * es < (rm ? strtoull(rm, NULL, 10) : 65536) ||
+                                              n <= 2);
             for (size_t i = 0; i < cnt; i++) {
                 double a, b;
                 dt_convert_to_f64(dts[d], out + i * es, &a, 1);
@@ -381,7 +407,8 @@ static dt_status mode_collectives(dt_ctx *ctx) {
     dt_comm_destroy(c);
     if (st != DT_OK) return st;
     OK(dt_barrier(world));
-    printf("[ok] collectives: %ld checks on %d ranks\n", checks, n);
+    printf("[ok] collectives: %ld checks on %d ranks, %ld hierarchical all_reduces\n", checks,
+           n, dt_ucx_hier_runs(world));
     checks = 0;
     return DT_OK;
 }

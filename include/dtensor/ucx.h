@@ -49,6 +49,12 @@
  *                              error handling (UCX 1.13's shared memory has none; dtensor's
  *                              control plane detects dead peers), to other hosts with it;
  *                              peer or none: the same mode for every endpoint.
+ *   DT_UCX_HIER=0              all_reduce flat on every communicator. Default 1: on a
+ *                              communicator whose members span hosts, with more than one on
+ *                              some host, all_reduce runs hierarchically (each host's members
+ *                              all_reduce among themselves, one leader per host all_reduces
+ *                              with the other leaders, each leader broadcasts to its host), so
+ *                              only the leaders' ring crosses hosts.
  *   UCX_TLS, UCX_NET_DEVICES, ...  are UCX's own (e.g. UCX_TLS=sm or UCX_TLS=tcp).
  *
  * MASTER_ADDR must resolve, on rank 0's host, to an address the other ranks can reach: rank 0
@@ -75,6 +81,8 @@
  * the local runtime's; floating-point sums, averages and products may differ in the last bits
  * (max/min only in the sign of zeros). Within one run every rank always gets bitwise
  * identical results: each block is reduced by one rank and then copied.
+ * A hierarchical all_reduce (DT_UCX_HIER) sums each host's members first, then the hosts'
+ * sums: integer results are unchanged, floating-point ones are not bitwise the flat order's.
  *
  * Algorithms: all_gather and broadcast (scatter + all_gather) by ring, reduce_scatter by ring,
  * all_reduce = reduce_scatter + all_gather, all_to_all by pairwise exchange; below the

@@ -3,7 +3,8 @@
  * reduces the n of them in group-rank order (bitwise the local runtime's result). Larger ones:
  * reduce_scatter into the local runtime's chunks, then all_gather of the reduced chunks, each
  * by ring or direct exchange by size: bandwidth-optimal, and every rank ends with the bits the
- * chunk's reducer computed. */
+ * chunk's reducer computed. On a communicator spanning hosts, hier.c's hierarchical form
+ * replaces both (DT_UCX_HIER). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +66,9 @@ dt_status ux_all_reduce(dt_comm *base, const void *send, void *recv, size_t coun
     ux_comm *c = ux(base);
     int n = base->size;
     size_t bytes = count * dt_dtype_size(dt), small = c->w->ring_min_bytes;
+    dt_status hst;
+    if (ux_hier_use(c, &hst)) /* members on several hosts: hier.c */
+        return hst != DT_OK ? hst : ux_hier_all_reduce(c, send, recv, count, dt, kind);
     ux_op op;
     DT_CHECK(ux_op_begin(&op, c, "dt_all_reduce", 0));
     ux_shm *s = n > 1 ? ux_shm_get(&op) : NULL;

@@ -89,6 +89,7 @@ dt_status ux_comm_create(dt_ctx *ctx, const uint64_t key[2], const int *members,
 void ux_comm_destroy(dt_comm *base) {
     ux_comm *c = ux(base);
     ux_world *w = c->w;
+    ux_hier_free(c);
     pthread_mutex_lock(&w->groups_mu);
     if (--c->g->refs == 0) {
         ux_group **pp = &w->groups;

@@ -67,6 +67,10 @@ typedef struct ux_world {
     struct ux_group *groups;
     void **orphans; /* scratch still targeted by requests UCX could not cancel */
     int norphans;
+
+    /* Hierarchical collectives (hier.c). */
+    int hier;              /* DT_UCX_HIER (default 1) */
+    atomic_long hier_runs; /* hierarchical all_reduces run, for tests */
 } ux_world;
 
 /* Communicators with the same key and members on this rank share one group (tags, seq). */
@@ -88,6 +92,7 @@ typedef struct ux_comm {
     ux_group *g;
     void *scratch;
     size_t scratch_cap;
+    struct ux_hier *hier; /* hier.c: whether members span hosts, sub-communicators */
 } ux_comm;
 
 /* --- operations (progress.c) ---------------------------------------------------------- */
@@ -218,6 +223,19 @@ dt_status ux_shm_all_to_allv(ux_op *op, ux_shm *s, const void *send, const size_
                              const size_t *rdispls, size_t es);
 dt_status ux_shm_broadcast(ux_op *op, ux_shm *s, void *buf, size_t bytes, int root);
 dt_status ux_shm_barrier(ux_op *op, ux_shm *s);
+
+/* --- hierarchical collectives (hier.c) ------------------------------------------------- */
+
+typedef struct ux_hier ux_hier;
+/* DT_UCX_HIER: 0 or 1 (unset: 1). */
+dt_status ux_hier_read(int *out);
+/* 1 when c runs its all_reduce hierarchically (members on several hosts, some host with more
+ * than one, DT_UCX_HIER not 0), or when deciding failed (*st_out says why). Decided on first
+ * call, with no communication, alike on every member. */
+int ux_hier_use(ux_comm *c, dt_status *st_out);
+dt_status ux_hier_all_reduce(ux_comm *c, const void *send, void *recv, size_t count, dt_dtype dt,
+                             dt_reduce_op op);
+void ux_hier_free(ux_comm *c);
 
 static inline ux_comm *ux(dt_comm *c) {
     return (ux_comm *)c;
