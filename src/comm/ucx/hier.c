@@ -27,14 +27,6 @@ struct ux_hier {
     dt_comm *leaders; /* the lowest group rank of every host; NULL on the other members */
 };
 
-dt_status ux_hier_read(int *out) {
-    const char *s = getenv("DT_UCX_HIER");
-    if (s && *s && strcmp(s, "0") && strcmp(s, "1"))
-        return dt_error(DT_ERR_ARG, "environment: DT_UCX_HIER=\"%s\" is not 0 or 1", s);
-    *out = !(s && !strcmp(s, "0"));
-    return DT_OK;
-}
-
 /* The sub-communicators' keys: every member derives the same from the parent's group. */
 static void sub_key(const ux_comm *c, int kind, uint64_t key[2]) {
     key[0] = ((uint64_t)kind << 56) | c->g->gid;

@@ -20,7 +20,7 @@
 #include "core/check.h"
 
 dt_status ux_err_mode_read(int *mode_out, int *cma_out) {
-    const char *m = getenv("DT_UCX_ERR_MODE"), *c = getenv("DT_UCX_CMA");
+    const char *m = getenv("DT_UCX_ERR_MODE");
     if (!m || !*m || !strcmp(m, "auto"))
         *mode_out = UX_ERR_AUTO;
     else if (!strcmp(m, "peer"))
@@ -30,10 +30,7 @@ dt_status ux_err_mode_read(int *mode_out, int *cma_out) {
     else
         return dt_error(DT_ERR_ARG, "environment: DT_UCX_ERR_MODE=\"%s\" is not auto, peer or none",
                         m);
-    if (c && *c && strcmp(c, "0") && strcmp(c, "1"))
-        return dt_error(DT_ERR_ARG, "environment: DT_UCX_CMA=\"%s\" is not 0 or 1", c);
-    *cma_out = c && !strcmp(c, "1");
-    return DT_OK;
+    return ux_env_switch("DT_UCX_CMA", 0, cma_out);
 }
 
 /* Appends token to out (comma-separated); 0 when it does not fit. */
@@ -62,10 +59,10 @@ int ux_tls_without_cma(const char *user, char *out, size_t cap) {
     return out[0] != '\0';
 }
 
-dt_status ux_shm_read(int *on_out) {
-    const char *v = getenv("DT_UCX_SHM");
+dt_status ux_env_switch(const char *name, int unset, int *out) {
+    const char *v = getenv(name);
     if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
-        return dt_error(DT_ERR_ARG, "environment: DT_UCX_SHM=\"%s\" is not 0 or 1", v);
-    *on_out = !(v && !strcmp(v, "0"));
+        return dt_error(DT_ERR_ARG, "environment: %s=\"%s\" is not 0 or 1", name, v);
+    *out = v && *v ? v[0] == '1' : unset;
     return DT_OK;
 }

@@ -166,8 +166,9 @@ enum { UX_ERR_AUTO = 0, UX_ERR_PEER, UX_ERR_NONE };
 #define UX_HOST_ID DT_BOOT_HOST_ID /* host name + boot id: ranks with equal ids share a host */
 
 dt_status ux_err_mode_read(int *mode_out, int *cma_out);
-/* DT_UCX_SHM: 1 (default) or 0; DT_ERR_ARG naming the value otherwise. */
-dt_status ux_shm_read(int *on_out);
+/* An on/off environment variable (DT_UCX_SHM, DT_UCX_HIER, DT_UCX_CMA): "0" or "1", unset or
+ * empty = unset; DT_ERR_ARG naming the variable and value otherwise. */
+dt_status ux_env_switch(const char *name, int unset, int *out);
 /* UCX_TLS value user (NULL = unset) without CMA; 0 when it cannot be expressed. */
 int ux_tls_without_cma(const char *user, char *out, size_t cap);
 
@@ -227,8 +228,6 @@ dt_status ux_shm_barrier(ux_op *op, ux_shm *s);
 /* --- hierarchical collectives (hier.c) ------------------------------------------------- */
 
 typedef struct ux_hier ux_hier;
-/* DT_UCX_HIER: 0 or 1 (unset: 1). */
-dt_status ux_hier_read(int *out);
 /* 1 when c runs its all_reduce hierarchically (members on several hosts, some host with more
  * than one, DT_UCX_HIER not 0), or when deciding failed (*st_out says why). Decided on first
  * call, with no communication, alike on every member. */
