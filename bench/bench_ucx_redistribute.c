@@ -294,7 +294,7 @@ static int versus_torch(int reps, const char *rows_path) {
         if (f && have_pt)
             fprintf(f,
                     "redistribute %s, UCX 4 processes x 16 MiB\t%s ms\tPyTorch DTensor gloo 4 "
-                    "processes %s ms\t%s faster\n",
+                    "processes %s ms\t%s (PyTorch / dtensor)\n",
                     cases[c].name, dc, pc, ratio);
         else if (f)
             fprintf(f, "redistribute %s, UCX 4 processes x 16 MiB\t%s ms\tPyTorch %s\t-\n",
