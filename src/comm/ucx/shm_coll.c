@@ -38,6 +38,18 @@ static void copy_out(void *dst, const void *src, size_t bytes, int stream) {
         memcpy(dst, src, bytes);
 }
 
+/* Round e0 of a chunk split in n parts (reduce_scatter, all_to_all): this rank's elements
+ * [e0, e0 + part) of every peer's block go into that peer's part; its own block stays put. */
+static void put_parts(ux_shm *s, shm_hdr *h, int n, int me, const void *send,
+                      const size_t *counts, const size_t *displs, size_t e0, size_t es) {
+    size_t q = part_bytes(n), qe = q / es;
+    for (int r = 0; r < n; r++) {
+        if (r == me || e0 >= counts[r]) continue;
+        memcpy(shm_data(s, h) + (size_t)r * q, (const char *)send + (displs[r] + e0) * es,
+               min_sz(qe, counts[r] - e0) * es);
+    }
+}
+
 static void fp_of(const shm_hdr *h, dt_coll_fp *fp) {
     *fp = (dt_coll_fp){.seq = h->fp[0],
                        .kind = h->fp[1],
@@ -138,11 +150,7 @@ static dt_status reduce_rounds(ux_op *op, ux_shm *s, const void *send, void *out
     for (size_t e0 = 0;; e0 += qe) {
         shm_hdr *h;
         if (shm_begin(&so, &h)) break;
-        for (int r = 0; r < n; r++) {
-            if (r == me || e0 >= counts[r]) continue;
-            memcpy(shm_data(s, h) + (size_t)r * q, (const char *)send + (displs[r] + e0) * es,
-                   min_sz(qe, counts[r] - e0) * es);
-        }
+        put_parts(s, h, n, me, send, counts, displs, e0, es);
         shm_post(&so, h, K_REDUCE, e0 + qe < most, counts);
         if (e0 == 0 && check && check_first(&so, CNT_SAME, NULL)) break;
         if (e0 < counts[me]) {
@@ -205,11 +213,7 @@ dt_status ux_shm_all_to_allv(ux_op *op, ux_shm *s, const void *send, const size_
     for (size_t e0 = 0;; e0 += qe) {
         shm_hdr *h;
         if (shm_begin(&so, &h)) break;
-        for (int r = 0; r < n; r++) {
-            if (r == me || e0 >= scounts[r]) continue;
-            memcpy(shm_data(s, h) + (size_t)r * q, (const char *)send + (sdispls[r] + e0) * es,
-                   min_sz(qe, scounts[r] - e0) * es);
-        }
+        put_parts(s, h, n, me, send, scounts, sdispls, e0, es);
         shm_post(&so, h, K_ALL_TO_ALL, e0 + qe < most, scounts);
         if (e0 == 0 && check_first(&so, CNT_PAIRS, rcounts)) break;
         for (int k = 1; k < n; k++) {
