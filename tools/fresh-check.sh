@@ -101,6 +101,12 @@ unmount_root() {
     for m in $mounted; do umount "$m" 2>/dev/null || umount -l "$m" || true; done
     mounted=""
 }
+# What the tests mounted inside a root (ip netns mounts its run/netns), deepest first; this
+# script runs in a mount namespace of its own, so nothing outside it is touched.
+unmount_inside() { # root
+    awk -v r="$1/" 'index($2, r) == 1 { print $2 }' /proc/mounts | sort -r |
+        while read -r m; do umount -l "$m" || true; done
+}
 trap unmount_root EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -109,6 +115,7 @@ trap 'exit 129' HUP
 # rm -rf that stays on the root's own file system and refuses a tree with anything mounted.
 remove_tree() {
     [ -e "$1" ] || return 0
+    unmount_inside "$1"
     ! grep -q " $1/" /proc/mounts || die "$1 still has mounts: not removed"
     rm -rf --one-file-system "$1"
 }

@@ -33,7 +33,7 @@ dt_status dt_ctx_comm_create(dt_ctx *ctx, const uint64_t key[2], const int *memb
 
 dt_status dt_ctx_init_common(dt_ctx *ctx) {
     int debug = 0;
-    DT_CHECK(dt_boot_env_flag("DT_DEBUG_COLLECTIVES", &debug));
+    DT_CHECK(dt_boot_env_flag("DT_DEBUG_COLLECTIVES", 0, &debug));
     ctx->check_collectives = debug && !ctx->backend->checks_collectives;
     if (pthread_mutex_init(&ctx->stats_mu, NULL) != 0)
         return dt_error(DT_ERR_SYSTEM, "rank %d: pthread_mutex_init failed", ctx->rank);

@@ -30,8 +30,8 @@ dt_status dt_boot_env_seconds(const char *name, double dflt, double *out);
  * lets one collective or send/recv wait for its peers. Default DT_BOOT_TIMEOUT_S. */
 #define DT_BOOT_TIMEOUT_S 300.0
 dt_status dt_boot_env_timeout_ns(int64_t *ns_out);
-/* A 0/1 switch from env var name: 0 when unset or empty, DT_ERR_ARG for anything else. */
-dt_status dt_boot_env_flag(const char *name, int *out);
+/* A 0/1 switch from env var name: unset when unset or empty, DT_ERR_ARG for anything else. */
+dt_status dt_boot_env_flag(const char *name, int unset, int *out);
 /* A byte count from env var name, dflt when unset or empty. */
 dt_status dt_boot_env_bytes(const char *name, size_t dflt, size_t *out);
 /* This host's id (zero-padded; never fails). */

@@ -117,11 +117,11 @@ dt_status dt_boot_env_timeout_ns(int64_t *ns_out) {
     return DT_OK;
 }
 
-dt_status dt_boot_env_flag(const char *name, int *out) {
+dt_status dt_boot_env_flag(const char *name, int unset, int *out) {
     const char *s = getenv(name);
     if (s && *s && strcmp(s, "0") && strcmp(s, "1"))
         return dt_error(DT_ERR_ARG, "environment: %s=\"%s\" is not 0 or 1", name, s);
-    *out = s && !strcmp(s, "1");
+    *out = s && *s ? s[0] == '1' : unset;
     return DT_OK;
 }
 

@@ -35,10 +35,11 @@ static void futex_wake(_Atomic uint32_t *word) {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Flags are 32-bit (a futex word) and wrap: a peer is never more than a collective ahead or
- * behind, so the difference decides. */
+/* Flags are 32-bit (a futex word) and wrap. A peer's flag awaited is at most one collective
+ * (LW_PHASES values) ahead of the target; a flag left behind by a peer that published nothing
+ * for many collectives is behind it, however far: only a small distance ahead counts. */
 static inline int reached(uint32_t v, uint32_t target) {
-    return (int32_t)(v - target) >= 0;
+    return v - target < 2u * LW_PHASES;
 }
 
 static inline uint32_t target(const lw_comm *c, int phase) {

@@ -7,6 +7,7 @@
  * Why only all_reduce: it is the collective whose every byte crosses hosts twice in a flat
  * ring (2(n-1)/n of the vector on the links between hosts, and 2(n-1) steps each paying the
  * network's latency); here only the leaders' ring crosses hosts, 2(H-1) steps for H hosts. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,7 +64,12 @@ static dt_status hier_setup(ux_comm *c, ux_hier *h) {
             sub_key(c, UX_KEY_HIER_LEADERS, key);
             st = ux_comm_create(c->base.ctx, key, lead, nlead, &h->leaders);
         }
-        if (st == DT_OK) h->state = HIER_ON;
+        if (st == DT_OK) {
+            h->state = HIER_ON;
+        } else if (h->local) {
+            ux_comm_destroy(h->local);
+            h->local = NULL;
+        }
     }
     free(local);
     return st;
@@ -81,7 +87,16 @@ int ux_hier_use(ux_comm *c, dt_status *st_out) {
     }
     if (c->hier->state == HIER_UNKNOWN) {
         *st_out = hier_setup(c, c->hier);
-        if (*st_out != DT_OK) return 1;
+        if (*st_out != DT_OK) {
+            /* The peers took the other path or wait in it: fail the world, as a failed
+             * collective does (a later call decides again and fails on the failed world). */
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", dt_last_error());
+            ux_ctl_fail(c->w, *st_out, msg);
+            dt_error(*st_out, "%s", msg);
+            c->hier->state = HIER_UNKNOWN;
+            return 1;
+        }
     }
     return c->hier->state == HIER_ON;
 }

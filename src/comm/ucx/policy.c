@@ -30,7 +30,7 @@ dt_status ux_err_mode_read(int *mode_out, int *cma_out) {
     else
         return dt_error(DT_ERR_ARG, "environment: DT_UCX_ERR_MODE=\"%s\" is not auto, peer or none",
                         m);
-    return ux_env_switch("DT_UCX_CMA", 0, cma_out);
+    return dt_boot_env_flag("DT_UCX_CMA", 0, cma_out);
 }
 
 /* Appends token to out (comma-separated); 0 when it does not fit. */
@@ -57,12 +57,4 @@ int ux_tls_without_cma(const char *user, char *out, size_t cap) {
         p += len + (p[len] == ',');
     }
     return out[0] != '\0';
-}
-
-dt_status ux_env_switch(const char *name, int unset, int *out) {
-    const char *v = getenv(name);
-    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
-        return dt_error(DT_ERR_ARG, "environment: %s=\"%s\" is not 0 or 1", name, v);
-    *out = v && *v ? v[0] == '1' : unset;
-    return DT_OK;
 }

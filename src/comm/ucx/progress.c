@@ -24,7 +24,7 @@ static int world_rank(const ux_op *op, int peer) {
 }
 
 /* The world's recorded failure as this operation's error. */
-static void fail_aborted(ux_op *op) {
+void ux_fail_aborted(ux_op *op) {
     op->st = dt_failure_error(&op->w->fail, op->w->rank, op->what);
     op->remote = 1;
 }
@@ -39,7 +39,7 @@ dt_status ux_op_begin(ux_op *op, ux_comm *c, const char *what, int p2p) {
     if (!p2p) op->seq = c->g->seq++;
     int64_t t = atomic_load(&c->w->timeout_ns);
     op->deadline = t > 0 ? ux_now_ns() + t : 0;
-    if (dt_failed(&c->w->fail)) fail_aborted(op);
+    if (dt_failed(&c->w->fail)) ux_fail_aborted(op);
     return op->st;
 }
 
@@ -70,7 +70,7 @@ static void fail_transport(ux_op *op, int peer, ucs_status_t us, const char *dir
     while (!dt_failed(&w->fail) && ux_now_ns() < until)
         nanosleep(&ms, NULL);
     if (dt_failed(&w->fail)) {
-        fail_aborted(op);
+        ux_fail_aborted(op);
         return;
     }
     op->st = dt_error(DT_ERR_ABORTED,
@@ -173,7 +173,7 @@ static int req_poll(ux_op *op, ux_req *r) {
 static int check_failures(ux_op *op) {
     ux_world *w = op->w;
     if (dt_failed(&w->fail)) {
-        fail_aborted(op);
+        ux_fail_aborted(op);
         return 1;
     }
     for (int i = 0; i < op->nreq && !op->st; i++) {
@@ -221,7 +221,10 @@ static int idle_wait(ux_world *w, unsigned idle) {
         dt_boot_backoff(idle);
         return 0;
     }
-    if (ucp_worker_arm(w->worker) != UCS_OK) return 0; /* BUSY: events pending */
+    if (ucp_worker_arm(w->worker) != UCS_OK) { /* BUSY: events pending */
+        dt_boot_backoff(idle);
+        return 0;
+    }
     struct pollfd p = {.fd = w->efd, .events = POLLIN};
     struct timespec ts = {0, SLEEP_NS};
     ppoll(&p, 1, &ts, NULL);

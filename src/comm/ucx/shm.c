@@ -48,23 +48,20 @@ static void flag_store(shm_flag *f, uint64_t v) {
 
 /* --- failures, as progress.c words them ------------------------------------------------- */
 
-static void fail_aborted(ux_op *op) {
-    op->st = dt_failure_error(&op->w->fail, op->w->rank, op->what);
-    op->remote = 1;
-}
-
+/* Whether member m has returned from its SPMD function. */
 static int peer_gone(ux_op *op, int m) {
     ux_world *w = op->w;
-    int wr = op->c->base.members[m];
     pthread_mutex_lock(&w->mu);
-    int gone = w->exited[wr];
+    int gone = w->exited[op->c->base.members[m]];
     pthread_mutex_unlock(&w->mu);
-    if (gone)
-        op->st = dt_error(DT_ERR_PEER_EXITED,
-                          "%s: rank %d returned before joining it (group of %d ranks, this is "
-                          "rank %d)",
-                          op->what, wr, op->c->base.size, w->rank);
     return gone;
+}
+
+static void fail_gone(ux_op *op, int m) {
+    op->st = dt_error(DT_ERR_PEER_EXITED,
+                      "%s: rank %d returned before joining it (group of %d ranks, this is "
+                      "rank %d)",
+                      op->what, op->c->base.members[m], op->c->base.size, op->w->rank);
 }
 
 static void fail_timeout(ux_op *op, int m, int posting) {
@@ -91,12 +88,18 @@ static dt_status wait_flag(ux_op *op, shm_flag *f, uint64_t want, int m, int pos
         if (ev != seen) {
             seen = ev;
             if (dt_failed(&w->fail)) {
-                fail_aborted(op);
+                ux_fail_aborted(op);
                 break;
             }
-            /* A returned peer finished every round it ran: look once more, then give up. */
+            /* A returned peer posted every round it ran before it returned: whether it has
+             * returned is read first, then the flag once more, so a last post just before
+             * returning is never taken for a missing one. */
+            int gone = peer_gone(op, m);
             if (atomic_load_explicit(&f->v, memory_order_acquire) >= want) break;
-            if (peer_gone(op, m)) break;
+            if (gone) {
+                fail_gone(op, m);
+                break;
+            }
         }
         if (op->deadline && ux_now_ns() > op->deadline) {
             fail_timeout(op, m, posting);

@@ -135,6 +135,8 @@ void ux_post_recv(ux_op *op, int peer, int phase, void *buf, size_t bytes);
 dt_status ux_op_wait(ux_op *op);
 /* Ends the operation: on failure cancels what is pending and tells the world. Returns st. */
 dt_status ux_op_end(ux_op *op);
+/* op fails with the world's first failure (reported by another rank: not reported again). */
+void ux_fail_aborted(ux_op *op);
 /* Scratch of at least bytes owned by the communicator (kept between calls). */
 dt_status ux_scratch(ux_op *op, size_t bytes, void **out);
 
@@ -166,9 +168,6 @@ enum { UX_ERR_AUTO = 0, UX_ERR_PEER, UX_ERR_NONE };
 #define UX_HOST_ID DT_BOOT_HOST_ID /* host name + boot id: ranks with equal ids share a host */
 
 dt_status ux_err_mode_read(int *mode_out, int *cma_out);
-/* An on/off environment variable (DT_UCX_SHM, DT_UCX_HIER, DT_UCX_CMA): "0" or "1", unset or
- * empty = unset; DT_ERR_ARG naming the variable and value otherwise. */
-dt_status ux_env_switch(const char *name, int unset, int *out);
 /* UCX_TLS value user (NULL = unset) without CMA; 0 when it cannot be expressed. */
 int ux_tls_without_cma(const char *user, char *out, size_t cap);
 

@@ -129,8 +129,8 @@ static dt_status read_config(ux_world *w) {
     DT_CHECK(dt_boot_env_timeout_ns(&timeout_ns));
     DT_CHECK(dt_boot_env_bytes("DT_UCX_RING_MIN_BYTES", DEFAULT_RING_MIN, &w->ring_min_bytes));
     DT_CHECK(ux_err_mode_read(&w->err_mode, &w->cma));
-    DT_CHECK(ux_env_switch("DT_UCX_SHM", 1, &w->shm_on));
-    DT_CHECK(ux_env_switch("DT_UCX_HIER", 1, &w->hier));
+    DT_CHECK(dt_boot_env_flag("DT_UCX_SHM", 1, &w->shm_on));
+    DT_CHECK(dt_boot_env_flag("DT_UCX_HIER", 1, &w->hier));
     w->startup_timeout_ns = (int64_t)(startup * 1e9);
     if (w->startup_timeout_ns <= 0) w->startup_timeout_ns = 1;
     atomic_store(&w->timeout_ns, timeout_ns);
