@@ -181,20 +181,8 @@ typedef struct bufs {
 static dt_status run_one(dt_comm *world, dt_tensor *in, int c, int which, size_t must,
                          const bufs *b, double *out) {
     if (b->flush) bench_flush(b->flush, b->flush_bytes); /* rank 0 only, see the top */
-    dt_placement dst[1];
-    int np;
-    TRY(dt_placements_parse(c == 0 ? "R" : "S(0)", dst, 1, &np));
-    dt_tensor *u = NULL;
-    TRY(dt_barrier(world));
-    double t0 = bench_now();
-    if (which == W_OP)
-        TRY(dt_tensor_redistribute(in, 1, dst, &u));
-    else
-        memcpy(b->dst, b->src, must);
-    TRY(dt_barrier(world));
-    *out = bench_now() - t0;
-    dt_tensor_release(u);
-    return DT_OK;
+    return bench_redistribute_or_copy(world, in, c == 0 ? "R" : "S(0)", which != W_OP, b->dst,
+                                      b->src, must, out);
 }
 
 static dt_status sweep_body(dt_ctx *ctx, void *arg) {

@@ -73,20 +73,7 @@ static dt_status run_one(dt_comm *world, dt_tensor *in, const char *dst_text, in
                          size_t must, char *src, char *dst, char *flush, size_t flush_bytes,
                          double *out) {
     if (flush) bench_flush(flush, flush_bytes);
-    dt_placement dst_pl[1];
-    int np;
-    TRY(dt_placements_parse(dst_text, dst_pl, 1, &np));
-    dt_tensor *u = NULL;
-    TRY(dt_barrier(world));
-    double t0 = bench_now();
-    if (which == W_OP)
-        TRY(dt_tensor_redistribute(in, 1, dst_pl, &u));
-    else
-        memcpy(dst, src, must);
-    TRY(dt_barrier(world));
-    *out = bench_now() - t0;
-    dt_tensor_release(u);
-    return DT_OK;
+    return bench_redistribute_or_copy(world, in, dst_text, which != W_OP, dst, src, must, out);
 }
 
 static dt_status rank_body(dt_ctx *ctx, void *arg) {

@@ -82,4 +82,25 @@ static inline dt_status bench_input(dt_mesh *mesh, const int64_t shape[2], const
     return st;
 }
 
+/* One timed run, barrier to barrier on world: in redistributed to dst_text ("R", "S(0)", ...)
+ * or, copy != 0, a memcpy of bytes from src to dst on every rank at once (the reference). */
+static inline dt_status bench_redistribute_or_copy(dt_comm *world, dt_tensor *in,
+                                                   const char *dst_text, int copy, char *dst,
+                                                   const char *src, size_t bytes, double *out) {
+    dt_placement p[1];
+    int np;
+    dt_tensor *u = NULL;
+    dt_status st = dt_placements_parse(dst_text, p, 1, &np);
+    if (st == DT_OK) st = dt_barrier(world);
+    double t0 = bench_now();
+    if (st == DT_OK && !copy)
+        st = dt_tensor_redistribute(in, 1, p, &u);
+    else if (st == DT_OK)
+        memcpy(dst, src, bytes);
+    if (st == DT_OK) st = dt_barrier(world);
+    *out = bench_now() - t0;
+    dt_tensor_release(u);
+    return st;
+}
+
 #endif

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "comm/local/local_impl.h"
+#include "core/spin.h"
 
 /* While every rank has a core, a wait first polls the flag this many times (a peer that is
  * nearly there), then yields up to lw_world.spin times as the entry barrier does, then sleeps.
@@ -18,14 +19,6 @@
  * of 12 on 2 cores, 2-rank collectives of 1 KiB took 46-56 us polling 30 us before sleeping,
  * 9-12 us after 128 polls and 6-9 us after 16, as with the mutex barriers before. */
 #define LW_FLAG_POLLS 16
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield" ::: "memory");
-#endif
-}
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t seen) {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
@@ -58,7 +51,7 @@ void lw_publish(lw_comm *c, int phase) {
 static int spin(const lw_flag *f, uint32_t t, int yields) {
     for (int i = 0; i < LW_FLAG_POLLS; i++) {
         if (reached(atomic_load_explicit(&f->seq, memory_order_acquire), t)) return 1;
-        cpu_relax();
+        dt_cpu_relax();
     }
     for (int i = 0; i < yields; i++) {
         if (reached(atomic_load_explicit(&f->seq, memory_order_acquire), t)) return 1;

@@ -19,20 +19,13 @@
 #include "comm/ucx/shm.h"
 #include "core/check.h"
 #include "core/device.h"
+#include "core/spin.h"
 
 #define SPINS         200      /* polls of a flag before sleeping on it */
 #define SLEEP_NS      2000000L /* a sleep's timeout: failures and deadlines are seen this soon */
 #define MAX_SHM_RANKS 64       /* larger groups keep to UCP (the arena grows with n) */
 
 enum { SHM_UNTRIED = 0, SHM_READY = 1, SHM_OFF = -1 };
-
-static void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 /* The futex word of a flag: the low 32 bits of its round number. */
 static uint32_t *word(shm_flag *f) {
@@ -79,7 +72,7 @@ static void fail_timeout(ux_op *op, int m, int posting) {
 static dt_status wait_flag(ux_op *op, shm_flag *f, uint64_t want, int m, int posting) {
     for (int i = 0; i < SPINS; i++) {
         if (atomic_load_explicit(&f->v, memory_order_acquire) >= want) return DT_OK;
-        cpu_relax();
+        dt_cpu_relax();
     }
     ux_world *w = op->w;
     unsigned seen = atomic_load(&w->events) - 1u;
