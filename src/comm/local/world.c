@@ -10,6 +10,7 @@
 #include "comm/local/local_impl.h"
 #include "comm/worker.h"
 #include "core/alloc.h"
+#include "core/spin.h"
 #include "dtensor/trace.h"
 #include "core/check.h"
 #include "ops/kernels.h"
@@ -229,14 +230,6 @@ static void merge_traces(int nranks) {
     free(paths);
 }
 
-/* The cores this process may run on (its affinity mask), for the barrier's spin policy. */
-static int usable_cores(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
     DT_ARG(nranks >= 1 && nranks <= DT_LOCAL_MAX_RANKS,
            "dt_local_run: argument nranks = %d is not in [1, %d]", nranks, DT_LOCAL_MAX_RANKS);
@@ -255,7 +248,7 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
         goto done;
     }
     w->size = nranks;
-    w->spin = nranks <= usable_cores() ? LW_SPIN : 0;
+    w->spin = nranks <= dt_usable_cores() ? LW_SPIN : 0;
     w->exited = exited;
     w->timeout_ns = timeouts;
     w->where = where;

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -21,7 +22,8 @@
 #include "core/device.h"
 #include "core/spin.h"
 
-#define SPINS         200      /* polls of a flag before sleeping on it */
+#define SPINS         200      /* polls of a flag before yielding or sleeping on it */
+#define YIELD_NS      1000000L /* then, while the host's ranks fit on its cores, yields this long */
 #define SLEEP_NS      2000000L /* a sleep's timeout: failures and deadlines are seen this soon */
 #define MAX_SHM_RANKS 64       /* larger groups keep to UCP (the arena grows with n) */
 
@@ -66,16 +68,21 @@ static void fail_timeout(ux_op *op, int m, int posting) {
                       posting ? "send its part" : "take this rank's part");
 }
 
-/* Waits until member m's flag f reaches want (posting: m's posted flag, else its done flag),
- * sleeping on it after a short spin; fails when the world fails, m returned, or the deadline
- * passes. */
-static dt_status wait_flag(ux_op *op, shm_flag *f, uint64_t want, int m, int posting) {
+/* Waits until member m's flag f reaches want (posting: m's posted flag, else its done flag):
+ * a short spin, then, while every rank of this host has a core (s->yield), yields for up to
+ * YIELD_NS, then sleeps on the flag; fails when the world fails, m returned, or the deadline
+ * passes. A peer copying a chunk takes tens of microseconds, and a futex wake-up about as
+ * long again: sleeping after the spin alone made 2-process collectives of 16 MiB wait out
+ * a wake-up on most rounds (median 6.3 ms, min 3.6 ms). */
+static dt_status wait_flag(ux_op *op, const ux_shm *s, shm_flag *f, uint64_t want, int m,
+                           int posting) {
     for (int i = 0; i < SPINS; i++) {
         if (atomic_load_explicit(&f->v, memory_order_acquire) >= want) return DT_OK;
         dt_cpu_relax();
     }
     ux_world *w = op->w;
     unsigned seen = atomic_load(&w->events) - 1u;
+    const int64_t yield_until = s->yield ? ux_now_ns() + YIELD_NS : 0;
     while (!op->st) {
         unsigned ev = atomic_load(&w->events);
         if (ev != seen) {
@@ -94,9 +101,15 @@ static dt_status wait_flag(ux_op *op, shm_flag *f, uint64_t want, int m, int pos
                 break;
             }
         }
-        if (op->deadline && ux_now_ns() > op->deadline) {
+        int64_t now = ux_now_ns();
+        if (op->deadline && now > op->deadline) {
             fail_timeout(op, m, posting);
             break;
+        }
+        if (now < yield_until) {
+            sched_yield();
+            if (atomic_load_explicit(&f->v, memory_order_acquire) >= want) break;
+            continue;
         }
         atomic_fetch_add(&f->sleepers, 1);
         uint64_t v = atomic_load(&f->v);
@@ -120,7 +133,7 @@ dt_status shm_begin(shm_op *so, shm_hdr **out) {
     ux_shm *s = so->s;
     uint64_t k = ++s->round;
     for (int r = 0; r < s->n && k > SHM_CHUNKS; r++)
-        if (r != s->me && wait_flag(so->op, &s->ctl[r].done, k - SHM_CHUNKS, r, 0))
+        if (r != s->me && wait_flag(so->op, s, &s->ctl[r].done, k - SHM_CHUNKS, r, 0))
             return so->op->st;
     *out = shm_chunk(s, s->me, k);
     return DT_OK;
@@ -141,7 +154,7 @@ void shm_post(shm_op *so, shm_hdr *h, int kind, int more, const size_t *counts) 
 
 dt_status shm_peer(shm_op *so, int m, shm_hdr **out) {
     ux_shm *s = so->s;
-    if (wait_flag(so->op, &s->ctl[m].posted, s->round, m, 1)) return so->op->st;
+    if (wait_flag(so->op, s, &s->ctl[m].posted, s->round, m, 1)) return so->op->st;
     *out = shm_chunk(s, m, s->round);
     return DT_OK;
 }
@@ -281,6 +294,14 @@ static int one_host(const ux_comm *c) {
     return 1;
 }
 
+/* World ranks on this rank's host. */
+static int host_ranks(const ux_world *w) {
+    int k = 0;
+    for (int r = 0; r < w->size; r++)
+        k += w->host[r] == w->host[w->rank];
+    return k;
+}
+
 ux_shm *ux_shm_get(ux_op *op) {
     ux_comm *c = op->c;
     ux_group *g = c->g;
@@ -292,6 +313,7 @@ ux_shm *ux_shm_get(ux_op *op) {
                 op->remote = 1; /* handshake's own ux_op_end reported it */
                 return NULL;
             }
+            if (s) s->yield = host_ranks(c->w) <= dt_usable_cores();
             g->shm = s;
             g->shm_state = s ? SHM_READY : SHM_OFF;
         }
