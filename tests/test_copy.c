@@ -66,6 +66,50 @@ Test(copy, box_copy_streams_large_boxes) {
     free(dst);
 }
 
+/* A box packed and unpacked piece by piece (pieces of every length, from runs of one element to
+ * more than the box) against the box's elements listed by a naive loop over its indices: 3-D
+ * boxes that cover no dim, the last dim, or the last two dims whole (folded runs). */
+Test(copy, box_ranges_in_pieces) {
+    const int64_t shape[3] = {5, 6, 7};
+    const int64_t boxes[4][2][3] = {{{1, 2, 3}, {3, 3, 2}},
+                                    {{0, 1, 0}, {5, 4, 7}},
+                                    {{2, 0, 0}, {2, 6, 7}},
+                                    {{0, 0, 0}, {1, 1, 1}}};
+    const size_t pieces[] = {1, 2, 5, 7, 13, 64, 1000};
+    int32_t arr[5 * 6 * 7], back[5 * 6 * 7], want[5 * 6 * 7], buf[5 * 6 * 7];
+    for (int i = 0; i < 5 * 6 * 7; i++)
+        arr[i] = i * 3 + 1;
+    for (int b = 0; b < 4; b++) {
+        const int64_t *off = boxes[b][0], *ext = boxes[b][1];
+        size_t numel = 0;
+        for (int64_t i = 0; i < ext[0]; i++)
+            for (int64_t j = 0; j < ext[1]; j++)
+                for (int64_t k = 0; k < ext[2]; k++)
+                    want[numel++] = arr[((off[0] + i) * 6 + off[1] + j) * 7 + off[2] + k];
+        for (size_t p = 0; p < sizeof pieces / sizeof *pieces; p++) {
+            memset(buf, 0, sizeof buf);
+            for (size_t e = 0; e < numel; e += pieces[p]) {
+                size_t len = numel - e < pieces[p] ? numel - e : pieces[p];
+                dt_box_pack_range(buf + e, arr, shape, off, ext, 3, 4, e, len);
+            }
+            cr_assert(!memcmp(buf, want, numel * 4), "box %d, pieces of %zu: packed", b, pieces[p]);
+            memset(back, 0, sizeof back);
+            for (size_t e = 0; e < numel; e += pieces[p]) {
+                size_t len = numel - e < pieces[p] ? numel - e : pieces[p];
+                dt_box_unpack_range(back, shape, off, ext, 3, 4, e, len, buf + e, (int)(p & 1));
+            }
+            dt_stream_fence();
+            for (int i = 0; i < 5 * 6 * 7; i++) {
+                int64_t x = i / 42, y = i / 7 % 6, z = i % 7;
+                int in = x >= off[0] && x < off[0] + ext[0] && y >= off[1] &&
+                         y < off[1] + ext[1] && z >= off[2] && z < off[2] + ext[2];
+                cr_assert_eq(back[i], in ? arr[i] : 0, "box %d, pieces of %zu: element %d", b,
+                             pieces[p], i);
+            }
+        }
+    }
+}
+
 /* Sums of 3 sources: below and above the streaming size, unaligned destination, in place. */
 Test(copy, reduce_n_streams_large_results) {
     const size_t counts[] = {1000, DT_STREAM_MIN_BYTES / 4 + 77};

@@ -5,6 +5,7 @@
  * world reversed). Expected values come from small-integer series (exact in every dtype and
  * order); for float data, all_reduce and reduce_scatter must equal the group-rank-order
  * reduction bit for bit (the local runtime's result) whenever the shm path runs.
+ * The box forms of redistribute run on every group too (ucx_shm_boxes.c).
  * dt_comm_stats.shm_calls must count every collective with DT_UCX_SHM=1 and none with 0. */
 #include <math.h>
 #include <stdarg.h>
@@ -249,6 +250,7 @@ static uint64_t shm_calls(dt_ctx *ctx) {
 static dt_status counted(dt_ctx *ctx, dt_comm *c, int shm, uint64_t seed, int big, uint64_t *got) {
     uint64_t before = shm_calls(ctx);
     dt_status st = check_group(c, shm, seed, big);
+    if (st == DT_OK) st = ucx_shm_boxes(c, seed, &ncoll);
     *got += shm_calls(ctx) - before;
     return st;
 }

@@ -327,6 +327,15 @@ dt_status dt_barrier(dt_comm *comm) {
 /* A dtype of the given element size, for moving bytes through typed collectives. */
 static dt_dtype carrier(size_t es) { return es == 2 ? DT_F16 : es == 8 ? DT_F64 : DT_F32; }
 
+/* Whether the backend's box form (op: exchange_boxes or reduce_scatter_boxes) takes these
+ * arrays: it exists, no request ever queued on the communicator, and the backend agrees. */
+static dt_status boxes_here(dt_comm *c, const void *op, const void *src, const void *dst,
+                            int *out) {
+    *out = op && !c->had_requests;
+    if (*out && c->ops->boxes_here) return c->ops->boxes_here(c, src, dst, out);
+    return DT_OK;
+}
+
 /* The fallback: pack each destination's box, all_to_allv, unpack each source's box. The
  * buffers live where the arrays do (host or GPU). */
 static dt_status exchange_packed(dt_comm *c, int ndim, size_t es, const void *src,
@@ -384,10 +393,15 @@ dt_status dt_comm_reduce_scatter_boxes(dt_comm *c, int ndim, const void *src,
     size_t *counts = malloc(sizeof(size_t) * (size_t)c->size);
     if (!counts) return dt_error(DT_ERR_NOMEM, "reduce_scatter_boxes: out of memory");
     for (int k = 0; k < c->size; k++) counts[k] = dt_shape_numel(boxes[k].ext, ndim);
-    dt_status st = DT_OK;
     /* The same choice on every rank: by the backend and had_requests; host memory is what
      * every member's tensor is in when this one's is (one mesh, one device kind). */
-    if (!c->ops->reduce_scatter_boxes || c->had_requests || dt_mem_kind_of(src) != DT_DEVICE_CPU) {
+    int here = 0;
+    dt_status st = boxes_here(c, c->ops->reduce_scatter_boxes, src, dst, &here);
+    if (st != DT_OK) {
+        free(counts);
+        return st;
+    }
+    if (!here || dt_mem_kind_of(src) != DT_DEVICE_CPU) {
         const dt_mem_ops *mem = dt_mem_ops_of(dt_mem_kind_of(src));
         char *packed = mem->alloc(total * es), *p = packed;
         if (!packed) st = dt_error(DT_ERR_NOMEM, "reduce_scatter_boxes: %zu bytes", total * es);
@@ -437,8 +451,9 @@ dt_status dt_comm_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *sr
     DT_ARG(es == 2 || es == 4 || es == 8, "exchange_boxes: element size %zu", es);
     /* The packed form is an all_to_allv, which queues behind pending requests (issue order).
      * The choice must be the same on every rank: by had_requests, not by pending. */
-    if (!c->ops->exchange_boxes || c->had_requests)
-        return exchange_packed(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);
+    int here;
+    DT_CHECK(boxes_here(c, c->ops->exchange_boxes, src, dst, &here));
+    if (!here) return exchange_packed(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);
     DT_CHECK(issue(c, DT_FP_EXCHANGE_BOXES, -1, -1, -1, -1));
     double t0 = dt_now_us();
     dt_status st = c->ops->exchange_boxes(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);

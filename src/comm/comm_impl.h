@@ -43,6 +43,10 @@ typedef struct dt_comm_ops {
     dt_status (*reduce_scatter_boxes)(dt_comm *c, int ndim, const void *src,
                                       const int64_t *shape, const dt_box *boxes, void *dst,
                                       dt_dtype dt, dt_reduce_op op);
+    /* Optional (NULL: every host array): whether exchange_boxes and reduce_scatter_boxes take
+     * the arrays src and dst (either may be NULL) on this group, in *out, the same on every
+     * member; it may communicate, so members call it at the same point. */
+    dt_status (*boxes_here)(dt_comm *c, const void *src, const void *dst, int *out);
     /* The backend reads and writes its peers' buffers in place, so that exchange_boxes makes
      * one copy and a strided gather needs no packed buffer (dt_comm_direct_boxes). */
     bool direct;

@@ -109,3 +109,55 @@ void dt_box_copy(void *dst, const int64_t *dst_shape, const int64_t *dst_off, co
     } while (runs_next(&cur));
     if (stream) dt_stream_fence();
 }
+
+/* Elements [first, first + count) of a box in its row-major order, between the box (extent
+ * box at off in the dense array arr of shape shape) and the dense buffer buf; runs are the
+ * trailing dims the box covers whole in arr, folded as dt_box_copy folds them. */
+static void box_range(char *arr, const int64_t *shape, const int64_t *off, const int64_t *box,
+                      int ndim, size_t es, size_t first, size_t count, char *buf, int unpack,
+                      int stream) {
+    if (!count) return;
+    int64_t stride[DT_MAX_NDIM], idx[DT_MAX_NDIM] = {0};
+    for (int d = ndim - 1; d >= 0; d--) stride[d] = d == ndim - 1 ? 1 : stride[d + 1] * shape[d + 1];
+    int inner = ndim;
+    size_t run = 1;
+    while (inner > 0) {
+        int d = --inner;
+        run *= (size_t)box[d];
+        if (box[d] != shape[d]) break;
+    }
+    size_t outer = first / run, w = first % run;
+    for (int d = inner - 1; d >= 0; d--) {
+        idx[d] = (int64_t)(outer % (size_t)box[d]);
+        outer /= (size_t)box[d];
+    }
+    int64_t base = 0;
+    for (int d = 0; d < ndim; d++) base += (off ? off[d] : 0) * stride[d];
+    box_runs r = {.inner = inner, .box = box};
+    memcpy(r.idx, idx, sizeof idx);
+    for (;;) {
+        size_t len = run - w < count ? run - w : count;
+        char *a = arr + ((size_t)runs_offset(&r, stride, base) + w) * es;
+        if (unpack && stream)
+            dt_copy_stream_unfenced(a, buf, len * es);
+        else if (unpack)
+            memcpy(a, buf, len * es);
+        else
+            memcpy(buf, a, len * es);
+        buf += len * es;
+        count -= len;
+        w = 0;
+        if (!count || !runs_next(&r)) break;
+    }
+}
+
+void dt_box_pack_range(void *buf, const void *src, const int64_t *shape, const int64_t *off,
+                       const int64_t *box, int ndim, size_t es, size_t first, size_t count) {
+    box_range((char *)src, shape, off, box, ndim, es, first, count, buf, 0, 0);
+}
+
+void dt_box_unpack_range(void *dst, const int64_t *shape, const int64_t *off, const int64_t *box,
+                         int ndim, size_t es, size_t first, size_t count, const void *buf,
+                         int stream) {
+    box_range(dst, shape, off, box, ndim, es, first, count, (char *)buf, 1, stream);
+}

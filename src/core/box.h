@@ -13,6 +13,16 @@ void dt_box_copy(void *dst, const int64_t *dst_shape, const int64_t *dst_off, co
                  const int64_t *src_shape, const int64_t *src_off, const int64_t *box, int ndim,
                  size_t elem_size);
 
+/* Elements [first, first + count) of a box (extent box at off in the dense array of shape
+ * shape; off may be NULL), in the box's row-major order, packed into the dense buf or
+ * unpacked out of it: a box sent piece by piece through a fixed buffer. stream: unpack with
+ * streaming stores, unfenced (the caller fences: dt_stream_fence). Callers check bounds. */
+void dt_box_pack_range(void *buf, const void *src, const int64_t *shape, const int64_t *off,
+                       const int64_t *box, int ndim, size_t es, size_t first, size_t count);
+void dt_box_unpack_range(void *dst, const int64_t *shape, const int64_t *off, const int64_t *box,
+                         int ndim, size_t es, size_t first, size_t count, const void *buf,
+                         int stream);
+
 /* Number of elements of a shape (1 for ndim 0). Unchecked: for shapes already accepted by
  * dt_shape_size, or parts of them. */
 size_t dt_shape_numel(const int64_t *shape, int ndim);

@@ -48,5 +48,8 @@ const dt_comm_ops ux_comm_ops = {
     .send = ux_send,
     .recv = ux_recv,
     .barrier = ux_barrier,
+    .exchange_boxes = ux_exchange_boxes,
+    .reduce_scatter_boxes = ux_reduce_scatter_boxes,
+    .boxes_here = ux_boxes_here,
     .destroy = ux_comm_destroy,
 };

@@ -7,12 +7,17 @@
  *   all_reduce       reduce_scatter into the local runtime's chunks, then all_gather of them
  *   all_to_allv      each member writes the next piece of what it sends every peer
  *   broadcast        the root writes, the others copy out; barrier: one empty round
+ * and, for redistribute, the two box forms, which pack a box's next piece straight into the
+ * chunk and unpack it straight out (one copy each way, no packed buffer):
+ *   exchange_boxes        all_to_allv of boxes (S(i) -> S(j))
+ *   reduce_scatter_boxes  reduce_scatterv of boxes (P -> S(j > 0))
  * A piece for each peer is a 1/n part of a chunk, 64-byte aligned. The first round's headers
  * carry fingerprints and counts, compared by every member against group rank 0's. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/ucx/shm.h"
+#include "core/box.h"
 #include "core/check.h"
 #include "core/copy.h"
 #include "core/reduce.h"
@@ -38,15 +43,47 @@ static void copy_out(void *dst, const void *src, size_t bytes, int stream) {
         memcpy(dst, src, bytes);
 }
 
+/* One side of an exchange over the arena: dense blocks (counts and displs, in elements) of a
+ * buffer, or the boxes of an array (boxes[j] holds the elements for member j, counts[j] of
+ * them, in the box's row-major order). */
+typedef struct shm_side {
+    char *base;
+    const size_t *counts, *displs;
+    const dt_box *boxes; /* NULL: dense blocks */
+    const int64_t *shape;
+    int ndim;
+} shm_side;
+
+/* Elements [e0, e0 + len) of member j's block of a side into to (pack) ... */
+static void side_put(const shm_side *sd, int j, size_t e0, size_t len, size_t es, void *to) {
+    if (sd->boxes)
+        dt_box_pack_range(to, sd->base, sd->shape, sd->boxes[j].off, sd->boxes[j].ext, sd->ndim,
+                          es, e0, len);
+    else
+        memcpy(to, sd->base + (sd->displs[j] + e0) * es, len * es);
+}
+
+/* ... and out of from into member j's block (streaming stores for large messages, fenced once
+ * at the end by the caller). */
+static void side_take(const shm_side *sd, int j, size_t e0, size_t len, size_t es,
+                      const void *from, int stream) {
+    if (sd->boxes)
+        dt_box_unpack_range(sd->base, sd->shape, sd->boxes[j].off, sd->boxes[j].ext, sd->ndim, es,
+                            e0, len, from, stream);
+    else
+        copy_out(sd->base + (sd->displs[j] + e0) * es, from, len * es, stream);
+}
+
 /* Round e0 of a chunk split in n parts (reduce_scatter, all_to_all): this rank's elements
- * [e0, e0 + part) of every peer's block go into that peer's part; its own block stays put. */
-static void put_parts(ux_shm *s, shm_hdr *h, int n, int me, const void *send,
-                      const size_t *counts, const size_t *displs, size_t e0, size_t es) {
-    size_t q = part_bytes(n), qe = q / es;
-    for (int r = 0; r < n; r++) {
-        if (r == me || e0 >= counts[r]) continue;
-        memcpy(shm_data(s, h) + (size_t)r * q, (const char *)send + (displs[r] + e0) * es,
-               min_sz(qe, counts[r] - e0) * es);
+ * [e0, e0 + part) of every peer's block go into that peer's part; its own block stays put
+ * unless self (boxes to reduce: its own part is then read from the chunk too). */
+static void put_parts(ux_shm *s, shm_hdr *h, const shm_side *in, size_t e0, size_t es,
+                      int self) {
+    size_t qe = part_bytes(s->n) / es;
+    for (int r = 0; r < s->n; r++) {
+        if ((r == s->me && !self) || e0 >= in->counts[r]) continue;
+        side_put(in, r, e0, min_sz(qe, in->counts[r] - e0), es,
+                 shm_data(s, h) + (size_t)r * qe * es);
     }
 }
 
@@ -134,14 +171,16 @@ dt_status ux_shm_all_gatherv(ux_op *op, ux_shm *s, const void *send, void *recv,
     return op->st;
 }
 
-/* The reduce_scatter half: rank me's block reduced into out. */
-static dt_status reduce_rounds(ux_op *op, ux_shm *s, const void *send, void *out,
-                               const size_t *counts, const size_t *displs, dt_dtype dt,
+/* The reduce_scatter half: rank me's block reduced into out. With boxes (in->boxes), this
+ * rank's own box goes through its chunk too, as every box is strided in its array. */
+static dt_status reduce_rounds(ux_op *op, ux_shm *s, const shm_side *in, void *out, dt_dtype dt,
                                dt_reduce_op kind, int check) {
     int n = s->n, me = s->me;
+    const size_t *counts = in->counts;
+    const int self = in->boxes != NULL;
     size_t es = dt_dtype_size(dt), q = part_bytes(n), qe = q / es, most = 0;
     for (int j = 0; j < n; j++)
-        if (j != me && counts[j] > most) most = counts[j];
+        if ((j != me || self) && counts[j] > most) most = counts[j];
     const int stream = counts[me] * es >= DT_STREAM_MIN_BYTES;
     const void **srcs = malloc(sizeof *srcs * (size_t)n);
     if (!srcs) return op->st = dt_error(DT_ERR_NOMEM, "%s: out of memory", op->what);
@@ -150,14 +189,14 @@ static dt_status reduce_rounds(ux_op *op, ux_shm *s, const void *send, void *out
     for (size_t e0 = 0;; e0 += qe) {
         shm_hdr *h;
         if (shm_begin(&so, &h)) break;
-        put_parts(s, h, n, me, send, counts, displs, e0, es);
+        put_parts(s, h, in, e0, es, self);
         shm_post(&so, h, K_REDUCE, e0 + qe < most, counts);
         if (e0 == 0 && check && check_first(&so, CNT_SAME, NULL)) break;
         if (e0 < counts[me]) {
             for (int m = 0; m < n && !op->st; m++) {
                 shm_hdr *hm;
-                if (m == me)
-                    srcs[m] = (const char *)send + (displs[me] + e0) * es;
+                if (m == me && !self)
+                    srcs[m] = in->base + (in->displs[me] + e0) * es;
                 else if (shm_peer(&so, m, &hm) == DT_OK)
                     srcs[m] = shm_data(s, hm) + (size_t)me * q;
             }
@@ -178,7 +217,29 @@ static dt_status reduce_rounds(ux_op *op, ux_shm *s, const void *send, void *out
 dt_status ux_shm_reduce_scatterv(ux_op *op, ux_shm *s, const void *send, void *recv,
                                  const size_t *counts, const size_t *displs, dt_dtype dt,
                                  dt_reduce_op kind) {
-    return reduce_rounds(op, s, send, recv, counts, displs, dt, kind, 1);
+    const shm_side in = {.base = (char *)send, .counts = counts, .displs = displs};
+    return reduce_rounds(op, s, &in, recv, dt, kind, 1);
+}
+
+/* Element counts of n boxes (malloc'd; NULL when out of memory, op->st set). */
+static size_t *box_counts(ux_op *op, const dt_box *boxes, int n, int ndim) {
+    size_t *counts = malloc(sizeof *counts * (size_t)n);
+    if (!counts) op->st = dt_error(DT_ERR_NOMEM, "%s: out of memory", op->what);
+    for (int j = 0; counts && j < n; j++)
+        counts[j] = dt_shape_numel(boxes[j].ext, ndim);
+    return counts;
+}
+
+dt_status ux_shm_reduce_scatter_boxes(ux_op *op, ux_shm *s, int ndim, const void *src,
+                                      const int64_t *shape, const dt_box *boxes, void *dst,
+                                      dt_dtype dt, dt_reduce_op kind) {
+    size_t *counts = box_counts(op, boxes, s->n, ndim);
+    if (!counts) return op->st;
+    const shm_side in = {
+        .base = (char *)src, .counts = counts, .boxes = boxes, .shape = shape, .ndim = ndim};
+    reduce_rounds(op, s, &in, dst, dt, kind, 1);
+    free(counts);
+    return op->st;
 }
 
 dt_status ux_shm_all_reduce(ux_op *op, ux_shm *s, const void *send, void *recv, size_t count,
@@ -192,20 +253,21 @@ dt_status ux_shm_all_reduce(ux_op *op, ux_shm *s, const void *send, void *recv, 
         counts[j] = count * (size_t)(j + 1) / (size_t)n - displs[j];
     }
     char *mine = (char *)recv + displs[me] * es;
-    if (reduce_rounds(op, s, send, mine, counts, displs, dt, kind, 1) == DT_OK)
+    const shm_side in = {.base = (char *)send, .counts = counts, .displs = displs};
+    if (reduce_rounds(op, s, &in, mine, dt, kind, 1) == DT_OK)
         ux_shm_all_gatherv(op, s, mine, recv, counts, displs, es, 0);
     free(counts);
     return op->st;
 }
 
-dt_status ux_shm_all_to_allv(ux_op *op, ux_shm *s, const void *send, const size_t *scounts,
-                             const size_t *sdispls, void *recv, const size_t *rcounts,
-                             const size_t *rdispls, size_t es) {
+/* Each member writes the next part of what it sends every peer; each takes its parts out. */
+static dt_status a2a_rounds(ux_op *op, ux_shm *s, const shm_side *in, const shm_side *out,
+                            size_t es) {
     int n = s->n, me = s->me;
     size_t q = part_bytes(n), qe = q / es, most = 0, total = 0;
     for (int j = 0; j < n; j++) {
-        if (j != me && scounts[j] > most) most = scounts[j];
-        total += rcounts[j] * es;
+        if (j != me && in->counts[j] > most) most = in->counts[j];
+        total += out->counts[j] * es;
     }
     const int stream = total >= DT_STREAM_MIN_BYTES;
     shm_op so;
@@ -213,20 +275,44 @@ dt_status ux_shm_all_to_allv(ux_op *op, ux_shm *s, const void *send, const size_
     for (size_t e0 = 0;; e0 += qe) {
         shm_hdr *h;
         if (shm_begin(&so, &h)) break;
-        put_parts(s, h, n, me, send, scounts, sdispls, e0, es);
-        shm_post(&so, h, K_ALL_TO_ALL, e0 + qe < most, scounts);
-        if (e0 == 0 && check_first(&so, CNT_PAIRS, rcounts)) break;
+        put_parts(s, h, in, e0, es, 0);
+        shm_post(&so, h, K_ALL_TO_ALL, e0 + qe < most, in->counts);
+        if (e0 == 0 && check_first(&so, CNT_PAIRS, out->counts)) break;
         for (int k = 1; k < n; k++) {
             int m = (me - k + n) % n;
             shm_hdr *hm;
-            if (e0 >= rcounts[m]) continue;
+            if (e0 >= out->counts[m]) continue;
             if (shm_peer(&so, m, &hm)) break;
-            copy_out((char *)recv + (rdispls[m] + e0) * es, shm_data(s, hm) + (size_t)me * q,
-                     min_sz(qe, rcounts[m] - e0) * es, stream);
+            side_take(out, m, e0, min_sz(qe, out->counts[m] - e0), es,
+                      shm_data(s, hm) + (size_t)me * q, stream);
         }
         if (!shm_end(&so)) break;
     }
     if (stream) dt_stream_fence();
+    return op->st;
+}
+
+dt_status ux_shm_all_to_allv(ux_op *op, ux_shm *s, const void *send, const size_t *scounts,
+                             const size_t *sdispls, void *recv, const size_t *rcounts,
+                             const size_t *rdispls, size_t es) {
+    const shm_side in = {.base = (char *)send, .counts = scounts, .displs = sdispls};
+    const shm_side out = {.base = recv, .counts = rcounts, .displs = rdispls};
+    return a2a_rounds(op, s, &in, &out, es);
+}
+
+dt_status ux_shm_exchange_boxes(ux_op *op, ux_shm *s, int ndim, size_t es, const void *src,
+                                const int64_t *src_shape, const dt_box *send, void *dst,
+                                const int64_t *dst_shape, const dt_box *recv) {
+    size_t *sc = box_counts(op, send, s->n, ndim), *rc = sc ? box_counts(op, recv, s->n, ndim) : NULL;
+    if (rc) {
+        const shm_side in = {
+            .base = (char *)src, .counts = sc, .boxes = send, .shape = src_shape, .ndim = ndim};
+        const shm_side out = {
+            .base = dst, .counts = rc, .boxes = recv, .shape = dst_shape, .ndim = ndim};
+        a2a_rounds(op, s, &in, &out, es);
+    }
+    free(rc);
+    free(sc);
     return op->st;
 }
 

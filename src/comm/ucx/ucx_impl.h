@@ -194,6 +194,14 @@ dt_status ux_recv(dt_comm *c, void *buf, size_t bytes, int peer);
 dt_status ux_barrier(dt_comm *c);
 void ux_comm_destroy(dt_comm *c);
 
+/* boxes.c: the box forms of redistribute over the arena (groups that have one, host arrays) */
+dt_status ux_boxes_here(dt_comm *c, const void *src, const void *dst, int *out);
+dt_status ux_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *src,
+                            const int64_t *src_shape, const dt_box *send, void *dst,
+                            const int64_t *dst_shape, const dt_box *recv);
+dt_status ux_reduce_scatter_boxes(dt_comm *c, int ndim, const void *src, const int64_t *shape,
+                                  const dt_box *boxes, void *dst, dt_dtype dt, dt_reduce_op kind);
+
 /* The algorithms inside an operation that the composite collectives reuse. */
 dt_status ux_ring_all_gatherv(ux_op *op, void *recv, const size_t *counts, const size_t *displs,
                               size_t es);
@@ -221,6 +229,12 @@ dt_status ux_shm_all_reduce(ux_op *op, ux_shm *s, const void *send, void *recv, 
 dt_status ux_shm_all_to_allv(ux_op *op, ux_shm *s, const void *send, const size_t *scounts,
                              const size_t *sdispls, void *recv, const size_t *rcounts,
                              const size_t *rdispls, size_t es);
+dt_status ux_shm_exchange_boxes(ux_op *op, ux_shm *s, int ndim, size_t es, const void *src,
+                                const int64_t *src_shape, const dt_box *send, void *dst,
+                                const int64_t *dst_shape, const dt_box *recv);
+dt_status ux_shm_reduce_scatter_boxes(ux_op *op, ux_shm *s, int ndim, const void *src,
+                                      const int64_t *shape, const dt_box *boxes, void *dst,
+                                      dt_dtype dt, dt_reduce_op kind);
 dt_status ux_shm_broadcast(ux_op *op, ux_shm *s, void *buf, size_t bytes, int root);
 dt_status ux_shm_barrier(ux_op *op, ux_shm *s);
 
