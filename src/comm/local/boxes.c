@@ -159,7 +159,7 @@ dt_status lw_exchange_boxes(dt_comm *base, int ndim, size_t es, const void *src,
 }
 
 
-/* P -> S(d > 0) pulled: rank me reduces its box of every member's array straight out of their
+/* P -> S(d > 0) pulled: this rank reduces its box b of every member's array straight out of their
  * memory, run by run (the box's contiguous stretches), into its dense dst. */
 static void reduce_pull(const lw_group *g, int ndim, const int64_t *shape,
                         const dt_box *b, void *dst, dt_dtype dt, dt_reduce_op op,
