@@ -9,7 +9,6 @@
 
 #include "comm/local/local_impl.h"
 #include "core/check.h"
-#include "core/box.h"
 #include "core/copy.h"
 #include "core/device.h"
 #include "core/reduce.h"
@@ -33,7 +32,7 @@ static dt_status check_counts(lw_comm *c, const size_t *counts, const char *what
 
 /* The memory table for a collective's buffers: the GPU's when either is device memory (device
  * copies reach host memory too). Drains the rank's stream first: peers read our buffers. */
-static const dt_mem_ops *mem_of(const void *a, const void *b, dt_status *st) {
+const dt_mem_ops *lw_mem_of(const void *a, const void *b, dt_status *st) {
     dt_device_kind k = dt_mem_kind_of(a);
     if (k == DT_DEVICE_CPU) k = dt_mem_kind_of(b);
     const dt_mem_ops *mem = dt_mem_ops_of(k);
@@ -59,9 +58,8 @@ static void done_all(lw_comm *c, const dt_mem_ops *mem, dt_status *st) {
 /* The end of a collective that checked every pair after its entry (and then published
  * LW_META): peers for which touches(peer) still read or write this rank's buffers or slot, so
  * it waits until they are done; the others only until they no longer read its slot. */
-static void done_some(lw_comm *c, const dt_mem_ops *mem, dt_status *st,
-                      int (*touches)(const lw_comm *c, int peer, const void *arg),
-                      const void *arg) {
+void lw_done_some(lw_comm *c, const dt_mem_ops *mem, dt_status *st,
+                  int (*touches)(const lw_comm *c, int peer, const void *arg), const void *arg) {
     publish(c, mem, st, LW_DONE);
     for (int j = 0; j < c->group->n; j++)
         lw_wait_for(c, j, touches(c, j, arg) ? LW_DONE : LW_META);
@@ -104,7 +102,7 @@ static dt_status all_gatherv(dt_comm *base, const void *send, void *recv, const 
     lw_group *g = c->group;
     size_t es = dt_dtype_size(dt);
     dt_status st;
-    const dt_mem_ops *mem = mem_of(send, recv, &st);
+    const dt_mem_ops *mem = lw_mem_of(send, recv, &st);
     DT_CHECK(st);
     g->slots[base->rank] = (lw_slot){.send = send, .counts = counts, .displs = displs,
                                      .recv = recv};
@@ -130,7 +128,7 @@ static dt_status reduce_scatterv(dt_comm *base, const void *send, void *recv, co
     lw_group *g = c->group;
     size_t es = dt_dtype_size(dt);
     dt_status st;
-    const dt_mem_ops *mem = mem_of(send, recv, &st);
+    const dt_mem_ops *mem = lw_mem_of(send, recv, &st);
     DT_CHECK(st);
     g->slots[base->rank] = (lw_slot){.send = send, .counts = counts};
     DT_CHECK(lw_enter(c, "dt_reduce_scatterv"));
@@ -184,7 +182,7 @@ static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t 
     size_t es = dt_dtype_size(dt);
     size_t lo = count * (size_t)me / (size_t)n, hi = count * (size_t)(me + 1) / (size_t)n;
     dt_status st;
-    const dt_mem_ops *mem = mem_of(send, recv, &st);
+    const dt_mem_ops *mem = lw_mem_of(send, recv, &st);
     DT_CHECK(st);
     const void **srcs = malloc(sizeof(void *) * (size_t)n);
     if (!srcs) return dt_error(DT_ERR_NOMEM, "dt_all_reduce: out of memory");
@@ -238,7 +236,7 @@ static int reads_send(const lw_comm *c, int peer, const void *scounts) {
     return ((const size_t *)scounts)[peer] != 0;
 }
 
-static int reads_nothing(const lw_comm *c, int peer, const void *arg) {
+int lw_reads_nothing(const lw_comm *c, int peer, const void *arg) {
     (void)c, (void)peer, (void)arg;
     return 0;
 }
@@ -251,7 +249,7 @@ static dt_status all_to_allv(dt_comm *base, const void *send, const size_t *scou
     int me = base->rank;
     size_t es = dt_dtype_size(dt);
     dt_status st;
-    const dt_mem_ops *mem = mem_of(send, recv, &st);
+    const dt_mem_ops *mem = lw_mem_of(send, recv, &st);
     DT_CHECK(st);
     g->slots[me] = (lw_slot){.send = send, .counts = scounts, .displs = sdispls, .rcounts = rcounts};
     DT_CHECK(lw_enter(c, "dt_all_to_allv"));
@@ -270,7 +268,7 @@ static dt_status all_to_allv(dt_comm *base, const void *send, const size_t *scou
                        (const char *)g->slots[j].send + g->slots[j].displs[me] * es,
                        rcounts[j] * es);
     }
-    done_some(c, mem, &st, ok ? reads_send : reads_nothing, scounts);
+    lw_done_some(c, mem, &st, ok ? reads_send : lw_reads_nothing, scounts);
     return st;
 }
 
@@ -278,7 +276,7 @@ static dt_status broadcast(dt_comm *base, void *buf, size_t bytes, int root) {
     lw_comm *c = lw(base);
     lw_group *g = c->group;
     dt_status st;
-    const dt_mem_ops *mem = mem_of(buf, NULL, &st);
+    const dt_mem_ops *mem = lw_mem_of(buf, NULL, &st);
     DT_CHECK(st);
     g->slots[base->rank] = (lw_slot){.send = buf};
     DT_CHECK(lw_enter(c, "dt_broadcast")); /* which compared counts, dtypes and roots */
@@ -300,215 +298,16 @@ static dt_status broadcast(dt_comm *base, void *buf, size_t bytes, int root) {
     return st;
 }
 
-/* Runs of a box (as dt_box_copy folds them): trailing dims the box covers whole in both arrays
- * make one contiguous run of *run elements; dims before *inner are walked. */
-static void fold_runs(const int64_t *ext, const int64_t *a, const int64_t *b, int ndim,
-                      int *inner, size_t *run) {
-    *inner = ndim;
-    *run = 1;
-    while (*inner > 0) {
-        int d = --*inner;
-        *run *= (size_t)ext[d];
-        if (ext[d] != a[d] || ext[d] != b[d]) break;
-    }
-}
-
-static void strides_of(const int64_t *shape, int ndim, int64_t *out) {
-    for (int d = ndim - 1; d >= 0; d--) out[d] = d == ndim - 1 ? 1 : out[d + 1] * shape[d + 1];
-}
-
-/* Push order, host memory: each rank reads its own array once, in order, and writes each run
- * to the peer that receives it (streaming stores for a large exchange), instead of every rank
- * reading short strided runs out of its peers' arrays. It applies when a rank's non-empty send
- * boxes walk the same outer dims (the same extents and offsets before their runs), as
- * S(i) -> S(j) does. pushable says so for group rank j, from the published slots: every member
- * computes it for every member, so that all push or all pull. */
-static int pushable(const lw_group *g, int j, int ndim) {
-    const lw_slot *s = &g->slots[j];
-    int inner = -1, first = -1;
-    for (int k = 0; k < g->n; k++) {
-        const dt_box *sb = &s->send_boxes[k];
-        if (dt_shape_numel(sb->ext, ndim) == 0) continue;
-        int in;
-        size_t run;
-        fold_runs(sb->ext, s->shape, g->slots[k].recv_shape, ndim, &in, &run);
-        if (inner < 0) {
-            inner = in;
-            first = k;
-        } else if (in != inner ||
-                   memcmp(s->send_boxes[first].ext, sb->ext, sizeof(int64_t) * (size_t)in) ||
-                   memcmp(s->send_boxes[first].off, sb->off, sizeof(int64_t) * (size_t)in)) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* The push itself (pushable(g, me) holds): walks the shared outer dims once; at each step
- * copies every peer's run, reading this rank's array in order. */
-static void push_boxes(const lw_group *g, int me, int ndim, size_t es) {
-    const lw_slot *s = &g->slots[me];
-    int64_t sstride[DT_MAX_NDIM], outer[DT_MAX_NDIM] = {0};
-    strides_of(s->shape, ndim, sstride);
-    int inner = -1;
-    size_t total = 0, min_run = SIZE_MAX;
-    for (int k = 0; k < g->n; k++) {
-        size_t numel = dt_shape_numel(s->send_boxes[k].ext, ndim), run;
-        if (!numel) continue;
-        fold_runs(s->send_boxes[k].ext, s->shape, g->slots[k].recv_shape, ndim, &inner, &run);
-        memcpy(outer, s->send_boxes[k].ext, sizeof outer);
-        total += numel;
-        if (run < min_run) min_run = run;
-    }
-    if (inner < 0) return; /* nothing to send */
-    const int stream = min_run * es >= 256 && total * es >= DT_STREAM_MIN_BYTES;
-    int64_t idx[DT_MAX_NDIM] = {0};
-    for (int more = 1; more;) {
-        for (int k = 0; k < g->n; k++) {
-            const dt_box *sb = &s->send_boxes[k], *rb = &g->slots[k].recv_boxes[me];
-            if (dt_shape_numel(sb->ext, ndim) == 0) continue;
-            int in;
-            size_t run;
-            int64_t dstride[DT_MAX_NDIM], so = 0, dof = 0;
-            fold_runs(sb->ext, s->shape, g->slots[k].recv_shape, ndim, &in, &run);
-            strides_of(g->slots[k].recv_shape, ndim, dstride);
-            for (int d = 0; d < ndim; d++) {
-                int64_t i = d < inner ? idx[d] : 0;
-                so += (sb->off[d] + i) * sstride[d];
-                dof += (rb->off[d] + i) * dstride[d];
-            }
-            char *to = (char *)g->slots[k].recv + (size_t)dof * es;
-            const char *from = (const char *)s->send + (size_t)so * es;
-            if (stream)
-                dt_copy_stream_unfenced(to, from, run * es);
-            else
-                memcpy(to, from, run * es);
-        }
-        int d = inner - 1;
-        while (d >= 0 && ++idx[d] == outer[d]) idx[d--] = 0;
-        more = d >= 0;
-    }
-    if (stream) dt_stream_fence();
-}
-
-/* exchange_boxes: whether peer still touches this rank's arrays or boxes after the checks:
- * pushing, the peers that send it something; pulling, the peers it sends something to. */
-typedef struct box_touch {
-    int push, ndim;
-    const dt_box *send, *recv;
-} box_touch;
-
-static int touches_boxes(const lw_comm *c, int peer, const void *arg) {
-    (void)c;
-    const box_touch *t = arg;
-    const dt_box *b = t->push ? &t->recv[peer] : &t->send[peer];
-    return dt_shape_numel(b->ext, t->ndim) != 0;
-}
-
-/* Host arrays: each rank pushes its boxes into its peers' arrays in the order it reads its own
- * (push_boxes); otherwise, and for device arrays, each copies the boxes its peers send it
- * straight out of their arrays. One copy either way. */
-static dt_status exchange_boxes(dt_comm *base, int ndim, size_t es, const void *src,
-                                const int64_t *src_shape, const dt_box *send, void *dst,
-                                const int64_t *dst_shape, const dt_box *recv) {
-    lw_comm *c = lw(base);
-    lw_group *g = c->group;
-    int me = base->rank;
-    dt_status st;
-    const dt_mem_ops *mem = mem_of(src, dst, &st);
-    DT_CHECK(st);
-    g->slots[me] = (lw_slot){.send = src, .shape = src_shape, .send_boxes = send,
-                             .recv_boxes = recv, .recv = dst, .recv_shape = dst_shape};
-    DT_CHECK(lw_enter(c, "exchange_boxes"));
-    for (int j = 0; j < g->n && st == DT_OK; j++) /* every pair, so all ranks agree */
-        for (int k = 0; k < g->n && st == DT_OK; k++)
-            if (memcmp(g->slots[j].send_boxes[k].ext, g->slots[k].recv_boxes[j].ext,
-                       sizeof(int64_t) * (size_t)ndim))
-                st = dt_error(DT_ERR_COMM, "exchange_boxes: the box group rank %d sends to rank "
-                                           "%d does not match the box rank %d expects", j, k, k);
-    int push = st == DT_OK && mem == &dt_mem_cpu;
-    for (int j = 0; push && j < g->n; j++) push = pushable(g, j, ndim);
-    const box_touch touch = {.push = push, .ndim = ndim, .send = send, .recv = recv};
-    const int ok = st == DT_OK; /* the same on every member */
-    lw_publish(c, LW_META);
-    if (push) {
-        push_boxes(g, me, ndim, es);
-        done_some(c, mem, &st, touches_boxes, &touch);
-        return st;
-    }
-    for (int j = 0; j < g->n && st == DT_OK; j++) {
-        const lw_slot *s = &g->slots[j];
-        if (dt_shape_numel(recv[j].ext, ndim) == 0) continue; /* j may have left already */
-        st = mem->box_copy(dst, dst_shape, recv[j].off, s->send, s->shape, s->send_boxes[me].off,
-                           recv[j].ext, ndim, es);
-    }
-    done_some(c, mem, &st, ok ? touches_boxes : reads_nothing, &touch);
-    return st;
-}
-
-/* Rank me reduces its box of every member's array straight out of their memory, run by run
- * (the box's contiguous stretches), into its dense dst: P -> S(d > 0) in one pass, no packed
- * copy. Host memory (dt_comm_reduce_scatter_boxes packs for device arrays). */
-static dt_status reduce_scatter_boxes(dt_comm *base, int ndim, const void *src,
-                                      const int64_t *shape, const dt_box *boxes, void *dst,
-                                      dt_dtype dt, dt_reduce_op op) {
-    lw_comm *c = lw(base);
-    lw_group *g = c->group;
-    const int n = g->n, me = base->rank;
-    const size_t es = dt_dtype_size(dt);
-    const void **srcs = malloc(sizeof(void *) * (size_t)n);
-    if (!srcs) return dt_error(DT_ERR_NOMEM, "dt_reduce_scatter_boxes: out of memory");
-    g->slots[me] = (lw_slot){.send = src};
-    dt_status st = lw_enter(c, "dt_reduce_scatter_boxes");
-    if (st != DT_OK) {
-        free(srcs);
-        return st;
-    }
-    const dt_box *b = &boxes[me];
-    int64_t stride[DT_MAX_NDIM];
-    for (int d = ndim - 1; d >= 0; d--) stride[d] = d == ndim - 1 ? 1 : stride[d + 1] * shape[d + 1];
-    /* Trailing dims the box covers whole fold into one run, as in dt_box_copy. */
-    int inner = ndim;
-    size_t run = 1;
-    while (inner > 0) {
-        int d = --inner;
-        run *= (size_t)b->ext[d];
-        if (b->ext[d] != shape[d]) break;
-    }
-    const size_t total = dt_shape_numel(b->ext, ndim);
-    const int stream = run * es >= 256 && total * es >= DT_STREAM_MIN_BYTES;
-    /* Short runs: the next run of every source is prefetched (as dt_box_copy does). */
-    const int ahead = stream && run * es <= 4096;
-    int64_t idx[DT_MAX_NDIM] = {0};
-    int64_t o = 0;
-    for (int d = 0; d < ndim; d++) o += b->off[d] * stride[d];
-    for (char *out = dst; total; out += run * es) {
-        int d = inner - 1;
-        while (d >= 0 && ++idx[d] == b->ext[d]) idx[d--] = 0;
-        int64_t next = 0;
-        for (int k = 0; k < ndim; k++) next += (b->off[k] + (k < inner ? idx[k] : 0)) * stride[k];
-        for (int j = 0; ahead && d >= 0 && j < n; j++)
-            dt_prefetch((const char *)g->slots[j].send + (size_t)next * es, run * es);
-        for (int j = 0; j < n; j++) srcs[j] = (const char *)g->slots[j].send + (size_t)o * es;
-        if (stream)
-            dt_reduce_n_streamed(dt, op, out, srcs, n, run);
-        else
-            dt_reduce_n(dt, op, out, srcs, n, run);
-        if (d < 0) break;
-        o = next;
-    }
-    if (stream) dt_stream_fence();
-    free(srcs);
-    lw_publish(c, LW_DONE);
-    lw_wait_all(c, LW_DONE); /* peers may still be reading our array */
-    return DT_OK;
-}
-
 static dt_status barrier_op(dt_comm *base) { return lw_enter(lw(base), "dt_barrier"); }
 
 dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer);
 dt_status lw_recv(dt_comm *base, void *buf, size_t bytes, int peer);
 void lw_comm_destroy(dt_comm *base);
+dt_status lw_exchange_boxes(dt_comm *base, int ndim, size_t es, const void *src,
+                            const int64_t *src_shape, const dt_box *send, void *dst,
+                            const int64_t *dst_shape, const dt_box *recv);
+dt_status lw_reduce_scatter_boxes(dt_comm *base, int ndim, const void *src, const int64_t *shape,
+                                  const dt_box *boxes, void *dst, dt_dtype dt, dt_reduce_op op);
 
 const dt_comm_ops lw_comm_ops = {
     .name = "local",
@@ -520,8 +319,8 @@ const dt_comm_ops lw_comm_ops = {
     .send = lw_send,
     .recv = lw_recv,
     .barrier = barrier_op,
-    .exchange_boxes = exchange_boxes,
-    .reduce_scatter_boxes = reduce_scatter_boxes,
+    .exchange_boxes = lw_exchange_boxes,
+    .reduce_scatter_boxes = lw_reduce_scatter_boxes,
     .direct = true,
     .destroy = lw_comm_destroy,
 };

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "comm/comm_impl.h"
+#include "core/device.h"
 
 /* What one rank publishes for the collective in progress. */
 typedef struct lw_slot {
@@ -22,6 +23,7 @@ typedef struct lw_slot {
     const void *result;   /* all_reduce: where this rank's reduced chunk is */
     void *recv;           /* exchange_boxes: the destination array peers push into, and its shape */
     const int64_t *recv_shape;
+    int pull; /* reduce_scatter_boxes: this member asks for the per-box pull (lw_comm) */
 } lw_slot;
 
 enum { LW_P2P_EMPTY = 0, LW_P2P_POSTED, LW_P2P_TAKEN, LW_P2P_DONE };
@@ -121,6 +123,10 @@ typedef struct lw_comm {
     void *scratch;
     size_t scratch_cap;
     uint32_t epoch; /* the generation the last entry barrier this rank passed completed */
+    /* reduce_scatter_boxes pulls each box even where push order applies (tests compare the
+     * two; the members pull when any of them asks), and how many of its calls pushed. */
+    int reduce_pull;
+    unsigned reduce_pushes;
 } lw_comm;
 
 /* Entry barrier of a collective: fails with a clear error when the world aborted, a member
@@ -149,6 +155,17 @@ void lw_where_append(lw_world *w, int r, char *buf, size_t cap, size_t *len);
 /* The world failed (rank, st, msg) unless it already had: every waiter wakes and fails. Call
  * with no group lock held. */
 void lw_abort(lw_world *w, int rank, dt_status st, const char *msg);
+
+/* Shared by the collectives (comm/local/collectives.c) and the box exchanges
+ * (comm/local/boxes.c). The memory table for a collective's buffers: the GPU's when either is
+ * device memory; drains the rank's stream first (peers read our buffers). */
+const dt_mem_ops *lw_mem_of(const void *a, const void *b, dt_status *st);
+/* The end of a collective that checked every pair after its entry (and then published
+ * LW_META): waits until the peers for which touches(peer) holds are done, and the others
+ * until they no longer read this rank's slot. */
+void lw_done_some(lw_comm *c, const dt_mem_ops *mem, dt_status *st,
+                  int (*touches)(const lw_comm *c, int peer, const void *arg), const void *arg);
+int lw_reads_nothing(const lw_comm *c, int peer, const void *arg);
 
 extern const dt_comm_ops lw_comm_ops;
 
