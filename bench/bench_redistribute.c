@@ -46,6 +46,7 @@ typedef struct bench_case {
 static bench_case cases[NCASES];
 static int ranks = 4;
 static size_t per_rank = (size_t)16 << 20;
+static const char *only; /* --case NAME: that case alone (for a profiler) */
 
 #define TRY(call)                                                                                  \
     do {                                                                                           \
@@ -124,7 +125,8 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     dt_status st = DT_OK;
     for (int r = -1; r < BENCH_REPS && st == DT_OK; r++) /* r = -1: warm-up */
         for (int i = 0; i < NCASES && st == DT_OK; i++)
-            for (int w = 0; w < NTIMES && st == DT_OK; w++) {
+            for (int w = 0; w < NTIMES && st == DT_OK && (!only || !strcmp(only, cases[i].name));
+                 w++) {
                 double t;
                 st = run_one(world, in, &cases[i], w, &b, &t);
                 if (st == DT_OK && r >= 0 && dt_ctx_rank(ctx) == 0) cases[i].t[w][r] = t;
@@ -147,8 +149,11 @@ int main(int argc, char **argv) {
             ranks = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
             per_rank = (size_t)atoi(argv[++i]) << 20;
+        else if (!strcmp(argv[i], "--case") && i + 1 < argc)
+            only = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_redistribute [--table] [--ranks N] [--mib M]\n");
+            fprintf(stderr,
+                    "usage: bench_redistribute [--table] [--ranks N] [--mib M] [--case NAME]\n");
             return 2;
         }
     }
@@ -157,6 +162,14 @@ int main(int argc, char **argv) {
         return 2;
     }
     set_cases();
+    int known = !only;
+    for (int i = 0; i < NCASES; i++)
+        known |= only && !strcmp(only, cases[i].name);
+    if (!known) {
+        fprintf(stderr, "bench_redistribute: --case \"%s\" is none of S(0)->R, S(1)->R, P->R, "
+                        "P->S(0), P->S(1), S(0)->S(1)\n", only);
+        return 2;
+    }
     if (dt_local_run(ranks, body, NULL, NULL) != DT_OK) {
         fprintf(stderr, "bench_redistribute failed: %s\n", dt_last_error());
         return 1;
@@ -172,6 +185,7 @@ int main(int argc, char **argv) {
                "memcpy", "%strm", "%mcpy", "busbw");
     for (int i = 0; i < NCASES; i++) {
         const bench_case *c = &cases[i];
+        if (only && strcmp(only, c->name)) continue;
         bench_stat op = bench_stat_of(c->t[T_OP], BENCH_REPS);
         bench_stat sc = bench_stat_of(c->t[T_STREAM], BENCH_REPS);
         bench_stat mc = bench_stat_of(c->t[T_MEMCPY], BENCH_REPS);
