@@ -138,7 +138,7 @@ static void box_range(char *arr, const int64_t *shape, const int64_t *off, const
     for (;;) {
         size_t len = run - w < count ? run - w : count;
         char *a = arr + ((size_t)runs_offset(&r, stride, base) + w) * es;
-        if (unpack && stream)
+        if (unpack && stream && len * es >= 256) /* as dt_box_copy: whole cache lines */
             dt_copy_stream_unfenced(a, buf, len * es);
         else if (unpack)
             memcpy(a, buf, len * es);

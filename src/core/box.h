@@ -15,8 +15,9 @@ void dt_box_copy(void *dst, const int64_t *dst_shape, const int64_t *dst_off, co
 
 /* Elements [first, first + count) of a box (extent box at off in the dense array of shape
  * shape; off may be NULL), in the box's row-major order, packed into the dense buf or
- * unpacked out of it: a box sent piece by piece through a fixed buffer. stream: unpack with
- * streaming stores, unfenced (the caller fences: dt_stream_fence). Callers check bounds. */
+ * unpacked out of it: a box sent piece by piece through a fixed buffer. stream: unpack runs of
+ * 256 bytes or more with streaming stores, unfenced (the caller fences: dt_stream_fence).
+ * Callers check bounds. */
 void dt_box_pack_range(void *buf, const void *src, const int64_t *shape, const int64_t *off,
                        const int64_t *box, int ndim, size_t es, size_t first, size_t count);
 void dt_box_unpack_range(void *dst, const int64_t *shape, const int64_t *off, const int64_t *box,
