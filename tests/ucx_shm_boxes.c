@@ -33,6 +33,24 @@ static dt_status fail(const char *what, const int64_t *shape, int64_t at, double
                         (long long)shape[2], (long long)at, got, want);
 }
 
+/* *src: sn elements of the global array of series s (shape g) from row r0 on; *dst: dn
+ * elements of a value no result has. */
+static dt_status arrays(const int64_t *g, uint64_t s, int64_t r0, size_t sn, size_t dn,
+                        float **src, float **dst) {
+    *src = malloc(sn * 4 + 4);
+    *dst = malloc(dn * 4 + 4);
+    if (!*src || !*dst) {
+        free(*src);
+        free(*dst);
+        return dt_error_set(DT_ERR_NOMEM, "ucx_shm_boxes.c: out of memory");
+    }
+    for (size_t e = 0; e < sn; e++)
+        (*src)[e] = gval(s, r0 + (int64_t)e / (g[1] * g[2]), (int64_t)e / g[2] % g[1],
+                         (int64_t)e % g[2]);
+    memset(*dst, 0x7f, dn * 4);
+    return DT_OK;
+}
+
 /* S(0) -> S(1): rows of the global array in, columns out. */
 static dt_status exchange(dt_comm *c, const int64_t *g, uint64_t s) {
     int n = dt_comm_size(c), me = dt_comm_rank(c);
@@ -47,16 +65,10 @@ static dt_status exchange(dt_comm *c, const int64_t *g, uint64_t s) {
                            .ext = {lo(g[0], n, k + 1) - lo(g[0], n, k), dshape[1], g[2]}};
     }
     size_t sn = (size_t)(sshape[0] * g[1] * g[2]), dn = (size_t)(g[0] * dshape[1] * g[2]);
-    float *src = malloc(sn * 4 + 4), *dst = malloc(dn * 4 + 4);
-    if (!src || !dst) {
-        free(src);
-        free(dst);
-        return dt_error_set(DT_ERR_NOMEM, "ucx_shm_boxes.c: out of memory");
-    }
-    for (size_t e = 0; e < sn; e++)
-        src[e] = gval(s, r0 + (int64_t)e / (g[1] * g[2]), (int64_t)e / g[2] % g[1], (int64_t)e % g[2]);
-    memset(dst, 0x7f, dn * 4);
-    dt_status st = dt_comm_exchange_boxes(c, 3, 4, src, sshape, send, dst, dshape, recv);
+    float *src, *dst;
+    dt_status st = arrays(g, s, r0, sn, dn, &src, &dst);
+    if (st != DT_OK) return st;
+    st = dt_comm_exchange_boxes(c, 3, 4, src, sshape, send, dst, dshape, recv);
     for (size_t e = 0; st == DT_OK && e < dn; e++) {
         int64_t i = (int64_t)e / (dshape[1] * g[2]), j = (int64_t)e / g[2] % dshape[1];
         float want = gval(s, i, c0 + j, (int64_t)e % g[2]);
@@ -79,17 +91,10 @@ static dt_status reduce(dt_comm *c, const int64_t *g, int d, uint64_t s) {
     }
     const dt_box *b = &boxes[me];
     size_t sn = (size_t)(g[0] * g[1] * g[2]), dn = (size_t)(b->ext[0] * b->ext[1] * b->ext[2]);
-    float *src = malloc(sn * 4 + 4), *dst = malloc(dn * 4 + 4);
-    if (!src || !dst) {
-        free(src);
-        free(dst);
-        return dt_error_set(DT_ERR_NOMEM, "ucx_shm_boxes.c: out of memory");
-    }
-    for (size_t e = 0; e < sn; e++)
-        src[e] = gval(s + (uint64_t)me, (int64_t)e / (g[1] * g[2]), (int64_t)e / g[2] % g[1],
-                      (int64_t)e % g[2]);
-    memset(dst, 0x7f, dn * 4);
-    dt_status st = dt_comm_reduce_scatter_boxes(c, 3, src, g, boxes, dst, DT_F32, DT_REDUCE_SUM);
+    float *src, *dst;
+    dt_status st = arrays(g, s + (uint64_t)me, 0, sn, dn, &src, &dst);
+    if (st != DT_OK) return st;
+    st = dt_comm_reduce_scatter_boxes(c, 3, src, g, boxes, dst, DT_F32, DT_REDUCE_SUM);
     for (size_t e = 0; st == DT_OK && e < dn; e++) {
         int64_t i = (int64_t)e / (b->ext[1] * b->ext[2]), j = (int64_t)e / b->ext[2] % b->ext[1],
                 k = (int64_t)e % b->ext[2];

@@ -93,11 +93,13 @@
  * every member mapped it) and runs the local runtime's direct algorithms through it, in
  * chunk-sized rounds that every member publishes with a flag and acknowledges: all_gather,
  * reduce_scatter (each member reduces its block from all n in group-rank order), all_reduce
- * (reduce_scatter + all_gather), all_to_all, broadcast and barrier, whatever the size.
- * Members compare fingerprints and counts in the first round, so mismatched collectives fail
- * as on the local runtime (DT_ERR_COMM naming both sides) without DT_DEBUG_COLLECTIVES.
- * Waits spin briefly, then sleep (futex on the arena's flags, or the UCX worker's event fd),
- * looking at failures and the deadline every 2 ms. dt_comm_stats.shm_calls counts them. */
+ * (reduce_scatter + all_gather), all_to_all, broadcast and barrier, whatever the size, and
+ * redistribute's box exchanges (S(i) -> S(j), P -> S(j > 0)), packed straight into the arena
+ * and unpacked straight out of it. Members compare fingerprints and counts in the first
+ * round, so mismatched collectives fail as on the local runtime (DT_ERR_COMM naming both
+ * sides) without DT_DEBUG_COLLECTIVES. A wait on the arena spins briefly, yields for up to
+ * 1 ms while every rank of the host has a core, then sleeps on the flag's futex, looking at
+ * failures and the deadline every 2 ms. dt_comm_stats.shm_calls counts them. */
 #ifndef DTENSOR_UCX_H
 #define DTENSOR_UCX_H
 
