@@ -158,6 +158,19 @@ for r in 0 1 2 3; do
     fi
 done
 
+if grep -q "peer-failure handling" "$tmp/coll-2x2.txt"; then
+    fail "coll-2x2: a rank reached the other host without peer-failure handling"
+fi
+
+# Shared memory alone between the hosts (UCX_TLS=sm: /dev/shm is shared here, never between
+# real hosts): no lane to the other host detects a dead peer, and each rank says so.
+UCX_TLS=sm DT_TEST_HOSTS=0,1 hosts sm-2x1 1 2 -- "$prog" collectives
+[ "$rc" = 0 ] || fail "sm-2x1: dtrun exited with $rc"
+for r in 0 1; do
+    expect sm-2x1 "[rank $r] [ok] collectives"
+    expect sm-2x1 "rank $r reaches rank $((1 - r)) on another host only without UCX's peer-failure"
+done
+
 # 2 x 1: one rank per host, every group flat; then 2 x 2 with DT_UCX_HIER=0: flat too.
 DT_TEST_HOSTS=0,1 hosts coll-2x1 1 2 -- "$prog" collectives
 [ "$rc" = 0 ] || fail "coll-2x1: dtrun exited with $rc"

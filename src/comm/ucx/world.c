@@ -204,7 +204,17 @@ static dt_status make_ep(ux_world *w, int r, const void *addr, int same_host, ep
         pe.err_handler = (ucp_err_handler_t){.cb = ep_error, .arg = arg};
         us = ucp_ep_create(w->worker, &pe, &w->eps[r]);
     }
-    if (us == UCS_ERR_UNREACHABLE) us = ucp_ep_create(w->worker, &ep, &w->eps[r]);
+    if (us == UCS_ERR_UNREACHABLE) {
+        us = ucp_ep_create(w->worker, &ep, &w->eps[r]);
+        /* No transport to the other host detects a dead peer (e.g. a network device that was
+         * down, so that UCX took shared memory): the control plane still does, but say so. */
+        if (us == UCS_OK && peer && !same_host)
+            fprintf(stderr,
+                    "dtensor: rank %d reaches rank %d on another host only without UCX's "
+                    "peer-failure handling (UCX_TLS=%s); its death is still seen by the "
+                    "control connection\n",
+                    w->rank, r, getenv("UCX_TLS") ? getenv("UCX_TLS") : "(unset)");
+    }
     if (us != UCS_OK)
         return dt_error(DT_ERR_COMM,
                         "dt_ucx_run: rank %d cannot make a UCX endpoint to rank %d "
