@@ -294,14 +294,6 @@ static int one_host(const ux_comm *c) {
     return 1;
 }
 
-/* World ranks on this rank's host. */
-static int host_ranks(const ux_world *w) {
-    int k = 0;
-    for (int r = 0; r < w->size; r++)
-        k += w->host[r] == w->host[w->rank];
-    return k;
-}
-
 ux_shm *ux_shm_get(ux_op *op) {
     ux_comm *c = op->c;
     ux_group *g = c->g;
@@ -313,7 +305,7 @@ ux_shm *ux_shm_get(ux_op *op) {
                 op->remote = 1; /* handshake's own ux_op_end reported it */
                 return NULL;
             }
-            if (s) s->yield = host_ranks(c->w) <= dt_usable_cores();
+            if (s) s->yield = c->w->fits;
             g->shm = s;
             g->shm_state = s ? SHM_READY : SHM_OFF;
         }

@@ -50,6 +50,7 @@ typedef struct ux_world {
     int cma;      /* DT_UCX_CMA=1: keep CMA in the transports (policy.c) */
     int shm_on;   /* DT_UCX_SHM: groups on one host run over a shared-memory arena (shm.c) */
     int *host;    /* per world rank: the lowest world rank on its host (UX_HOST_ID) */
+    int fits;     /* every rank of this host has a core: waits may spin and yield */
 
     /* Failure and exit state: written under mu (control thread, error callbacks, failing
      * operations), announced by bumping events, which waiting operations poll. */

@@ -13,6 +13,7 @@
 #include "comm/worker.h"
 #include "core/alloc.h"
 #include "core/check.h"
+#include "core/spin.h"
 
 #define DEFAULT_STARTUP_S 60.0
 #define DEFAULT_RING_MIN  (64u << 10)
@@ -258,6 +259,10 @@ static dt_status connect_peers(ux_world *w, ep_arg **args_out) {
             }
         }
     }
+    int on_host = 0;
+    for (int r = 0; r < w->size; r++)
+        on_host += w->host[r] == w->host[w->rank];
+    w->fits = on_host <= dt_usable_cores();
     for (int r = 0; r < w->size && st == DT_OK; r++) {
         if (r == w->rank) continue;
         if (lens[r] <= UX_HOST_ID) {
