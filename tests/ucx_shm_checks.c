@@ -250,7 +250,7 @@ static uint64_t shm_calls(dt_ctx *ctx) {
 static dt_status counted(dt_ctx *ctx, dt_comm *c, int shm, uint64_t seed, int big, uint64_t *got) {
     uint64_t before = shm_calls(ctx);
     dt_status st = check_group(c, shm, seed, big);
-    if (st == DT_OK) st = ucx_shm_boxes(c, seed, &ncoll);
+    if (st == DT_OK) st = ucx_shm_boxes(c, shm, seed, &ncoll);
     *got += shm_calls(ctx) - before;
     return st;
 }

@@ -8,7 +8,8 @@
  * "[ok] shm: ..." and returns DT_OK when all results are right. */
 dt_status ucx_shm_checks(dt_ctx *ctx);
 
-/* The box forms of redistribute on c (ucx_shm_boxes.c): adds the collectives it ran to *calls. */
-dt_status ucx_shm_boxes(dt_comm *c, uint64_t seed, long *calls);
+/* The box forms of redistribute on c (ucx_shm_boxes.c), shm: whether the shared-memory path is
+ * on; adds the collectives it ran to *calls. */
+dt_status ucx_shm_boxes(dt_comm *c, int shm, uint64_t seed, long *calls);
 
 #endif

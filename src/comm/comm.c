@@ -378,9 +378,21 @@ out:
     return st;
 }
 
-int dt_comm_direct_boxes(const dt_comm *c, size_t es) {
-    return c->ops->direct && c->ops->exchange_boxes && !c->had_requests &&
-           (es == 2 || es == 4 || es == 8);
+/* Backends that copy boxes between ranks' arrays themselves, by exchange_boxes. */
+static int direct_boxes(const dt_comm *c) {
+    return c->ops->direct && c->ops->exchange_boxes && !c->had_requests;
+}
+
+dt_status dt_comm_gather_boxes_here(dt_comm *c, size_t es, const void *src, const void *dst,
+                                    int *out) {
+    COMM_CHECK(c);
+    *out = 0;
+    if (es != 2 && es != 4 && es != 8) return DT_OK;
+    if (direct_boxes(c)) {
+        *out = 1;
+        return DT_OK;
+    }
+    return boxes_here(c, c->ops->gather_boxes, src, dst, out);
 }
 
 dt_status dt_comm_reduce_scatter_boxes(dt_comm *c, int ndim, const void *src,
@@ -425,7 +437,8 @@ dt_status dt_comm_gather_boxes(dt_comm *c, int ndim, size_t es, const void *src,
                                const int64_t *src_shape, void *dst, const int64_t *dst_shape,
                                const dt_box *recv) {
     COMM_CHECK(c);
-    DT_ARG(dt_comm_direct_boxes(c, es),
+    const int direct = direct_boxes(c);
+    DT_ARG((direct || c->ops->gather_boxes) && (es == 2 || es == 4 || es == 8),
            "gather_boxes: the %s backend does not copy boxes (element size %zu)", c->ops->name, es);
     dt_box *send = calloc((size_t)c->size, sizeof *send);
     if (!send) return dt_error(DT_ERR_NOMEM, "gather_boxes: out of memory");
@@ -433,8 +446,10 @@ dt_status dt_comm_gather_boxes(dt_comm *c, int ndim, size_t es, const void *src,
         memcpy(send[k].ext, src_shape, sizeof(int64_t) * (size_t)ndim);
     dt_status st = issue(c, DT_FP_EXCHANGE_BOXES, -1, -1, -1, -1);
     double t0 = dt_now_us();
-    if (st == DT_OK)
+    if (st == DT_OK && direct)
         st = c->ops->exchange_boxes(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);
+    else if (st == DT_OK)
+        st = c->ops->gather_boxes(c, ndim, es, src, src_shape, dst, dst_shape, recv);
     free(send);
     if (st == DT_OK) {
         size_t out = 0;

@@ -37,15 +37,20 @@ typedef struct dt_comm_ops {
     dt_status (*exchange_boxes)(dt_comm *c, int ndim, size_t es, const void *src,
                                 const int64_t *src_shape, const dt_box *send, void *dst,
                                 const int64_t *dst_shape, const dt_box *recv);
+    /* Optional (NULL: exchange_boxes on backends that are direct): see dt_comm_gather_boxes. */
+    dt_status (*gather_boxes)(dt_comm *c, int ndim, size_t es, const void *src,
+                              const int64_t *src_shape, void *dst, const int64_t *dst_shape,
+                              const dt_box *recv);
     /* Optional, host memory only (NULL: the caller packs the boxes and runs reduce_scatterv):
      * group rank k reduces box boxes[k] of every member's array src (the same shape on every
      * member) into its dst, dense in the box's extents; one pass over the peers' arrays. */
     dt_status (*reduce_scatter_boxes)(dt_comm *c, int ndim, const void *src,
                                       const int64_t *shape, const dt_box *boxes, void *dst,
                                       dt_dtype dt, dt_reduce_op op);
-    /* Optional (NULL: every host array): whether exchange_boxes and reduce_scatter_boxes take
-     * the arrays src and dst (either may be NULL) on this group, in *out, the same on every
-     * member; it may communicate, so members call it at the same point. */
+    /* Optional (NULL: every host array): whether exchange_boxes and reduce_scatter_boxes
+     * (and gather_boxes) take the arrays src and dst (either may be NULL) on this group, in
+     * *out, the same on every member; it may communicate, so members call it at the same
+     * point. */
     dt_status (*boxes_here)(dt_comm *c, const void *src, const void *dst, int *out);
     /* The backend reads and writes its peers' buffers in place, so that exchange_boxes makes
      * one copy and a strided gather needs no packed buffer (dt_comm_direct_boxes). */
@@ -173,10 +178,12 @@ dt_status dt_comm_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *sr
                                  const int64_t *src_shape, const dt_box *send, void *dst,
                                  const int64_t *dst_shape, const dt_box *recv);
 /* An all_gather whose blocks land as boxes: this rank's whole array src goes to every member,
- * and group rank k's array lands in box recv[k] of dst, in one copy, with no packed buffer
- * (S(d) -> R along a dim d > 0). Only where the backend copies boxes itself
- * (dt_comm_direct_boxes); collective; counted as the all_gather it is. */
-int dt_comm_direct_boxes(const dt_comm *c, size_t es);
+ * and group rank k's array lands in box recv[k] of dst, with no packed buffer (S(d) -> R along
+ * a dim d > 0): one copy where the backend copies between ranks' arrays directly, two through
+ * the UCX runtime's shared-memory arena. Only where dt_comm_gather_boxes_here says so;
+ * collective; counted as the all_gather it is. */
+dt_status dt_comm_gather_boxes_here(dt_comm *c, size_t es, const void *src, const void *dst,
+                                    int *out);
 /* P -> S(d) along a dim d > 0: group rank k gets box boxes[k] of src reduced over the members,
  * dense in dst, in one pass where the backend has reduce_scatter_boxes (host memory); else
  * the boxes are packed and reduce_scattered. Collective; counted as a reduce_scatter. */

@@ -96,7 +96,9 @@ static dt_status gather(exec *x, const dt_plan_step *s, dt_comm *c, const group 
         g->displs[k] = (size_t)(g->before[k].off[d] - a->off[d]) * inner;
     }
     if (leading_ones(a->shape, d)) return dt_all_gatherv(c, x->cur, out, g->counts, g->displs, x->plan->dtype);
-    if (dt_comm_direct_boxes(c, x->es)) { /* one pass: each block straight to its place */
+    int boxes;
+    DT_CHECK(dt_comm_gather_boxes_here(c, x->es, x->cur, out, &boxes));
+    if (boxes) { /* no packed buffer: each block straight to its place */
         dt_box *recv = calloc((size_t)g->n, sizeof *recv);
         if (!recv) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
         for (int k = 0; k < g->n; k++) {

@@ -49,6 +49,7 @@ const dt_comm_ops ux_comm_ops = {
     .recv = ux_recv,
     .barrier = ux_barrier,
     .exchange_boxes = ux_exchange_boxes,
+    .gather_boxes = ux_gather_boxes,
     .reduce_scatter_boxes = ux_reduce_scatter_boxes,
     .boxes_here = ux_boxes_here,
     .destroy = ux_comm_destroy,

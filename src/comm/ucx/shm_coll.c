@@ -10,6 +10,7 @@
  * and, for redistribute, the two box forms, which pack a box's next piece straight into the
  * chunk and unpack it straight out (one copy each way, no packed buffer):
  *   exchange_boxes        all_to_allv of boxes (S(i) -> S(j))
+ *   gather_boxes          all_gatherv into boxes (S(j > 0) -> R)
  *   reduce_scatter_boxes  reduce_scatterv of boxes (P -> S(j > 0))
  * A piece for each peer is a 1/n part of a chunk, 64-byte aligned. The first round's headers
  * carry fingerprints and counts, compared by every member against group rank 0's. */
@@ -140,9 +141,12 @@ static dt_status check_first(shm_op *so, int mode, const size_t *counts) {
     return op->st;
 }
 
-dt_status ux_shm_all_gatherv(ux_op *op, ux_shm *s, const void *send, void *recv,
-                             const size_t *counts, const size_t *displs, size_t es, int check) {
+/* Each member writes the next piece of its block (send, counts[me] elements); every peer takes
+ * it out into its side out. */
+static dt_status gather_rounds(ux_op *op, ux_shm *s, const void *send, const shm_side *out,
+                               size_t es, int check) {
     int n = s->n, me = s->me;
+    const size_t *counts = out->counts;
     size_t mine = counts[me] * es, total = 0;
     for (int j = 0; j < n; j++)
         total += counts[j] * es;
@@ -162,13 +166,19 @@ dt_status ux_shm_all_gatherv(ux_op *op, ux_shm *s, const void *send, void *recv,
             shm_hdr *hm;
             if (off >= bm) continue;
             if (shm_peer(&so, m, &hm)) break;
-            copy_out((char *)recv + displs[m] * es + off, shm_data(s, hm),
-                     min_sz(SHM_CHUNK, bm - off), stream);
+            side_take(out, m, off / es, min_sz(SHM_CHUNK, bm - off) / es, es, shm_data(s, hm),
+                      stream);
         }
         if (!shm_end(&so)) break;
     }
     if (stream) dt_stream_fence();
     return op->st;
+}
+
+dt_status ux_shm_all_gatherv(ux_op *op, ux_shm *s, const void *send, void *recv,
+                             const size_t *counts, const size_t *displs, size_t es, int check) {
+    const shm_side out = {.base = recv, .counts = counts, .displs = displs};
+    return gather_rounds(op, s, send, &out, es, check);
 }
 
 /* The reduce_scatter half: rank me's block reduced into out. With boxes (in->boxes), this
@@ -313,6 +323,18 @@ dt_status ux_shm_exchange_boxes(ux_op *op, ux_shm *s, int ndim, size_t es, const
     }
     free(rc);
     free(sc);
+    return op->st;
+}
+
+dt_status ux_shm_gather_boxes(ux_op *op, ux_shm *s, int ndim, size_t es, const void *src,
+                              void *dst, const int64_t *dst_shape, const dt_box *recv) {
+    size_t *counts = box_counts(op, recv, s->n, ndim);
+    if (counts) {
+        const shm_side out = {
+            .base = dst, .counts = counts, .boxes = recv, .shape = dst_shape, .ndim = ndim};
+        gather_rounds(op, s, src, &out, es, 1);
+    }
+    free(counts);
     return op->st;
 }
 

@@ -200,6 +200,9 @@ dt_status ux_boxes_here(dt_comm *c, const void *src, const void *dst, int *out);
 dt_status ux_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *src,
                             const int64_t *src_shape, const dt_box *send, void *dst,
                             const int64_t *dst_shape, const dt_box *recv);
+dt_status ux_gather_boxes(dt_comm *c, int ndim, size_t es, const void *src,
+                          const int64_t *src_shape, void *dst, const int64_t *dst_shape,
+                          const dt_box *recv);
 dt_status ux_reduce_scatter_boxes(dt_comm *c, int ndim, const void *src, const int64_t *shape,
                                   const dt_box *boxes, void *dst, dt_dtype dt, dt_reduce_op kind);
 
@@ -233,6 +236,8 @@ dt_status ux_shm_all_to_allv(ux_op *op, ux_shm *s, const void *send, const size_
 dt_status ux_shm_exchange_boxes(ux_op *op, ux_shm *s, int ndim, size_t es, const void *src,
                                 const int64_t *src_shape, const dt_box *send, void *dst,
                                 const int64_t *dst_shape, const dt_box *recv);
+dt_status ux_shm_gather_boxes(ux_op *op, ux_shm *s, int ndim, size_t es, const void *src,
+                              void *dst, const int64_t *dst_shape, const dt_box *recv);
 dt_status ux_shm_reduce_scatter_boxes(ux_op *op, ux_shm *s, int ndim, const void *src,
                                       const int64_t *shape, const dt_box *boxes, void *dst,
                                       dt_dtype dt, dt_reduce_op kind);
