@@ -107,12 +107,17 @@ fail() {
     fails=$((fails + 1))
 }
 
+# Each run's rendezvous port, below the ephemeral range (32768 on): dtrun's own pick is free in
+# this namespace, not in host A's, where an earlier run's connections may still hold it.
+port=$((20000 + $$ % 10000))
+
 # hosts NAME RANKS_ON_A N [dtrun options] -- program args: runs N ranks, the first RANKS_ON_A
 # on host A; output in $tmp/NAME.txt, exit status in $rc.
 hosts() {
     name=$1 na=$2 n=$3
     shift 3
-    opts=""
+    port=$((port + 1))
+    opts="--port $port"
     while [ "$1" != "--" ]; do
         opts="$opts $1"
         shift

@@ -327,8 +327,9 @@ dt_status dt_barrier(dt_comm *comm) {
 /* A dtype of the given element size, for moving bytes through typed collectives. */
 static dt_dtype carrier(size_t es) { return es == 2 ? DT_F16 : es == 8 ? DT_F64 : DT_F32; }
 
-/* Whether the backend's box form (op: exchange_boxes or reduce_scatter_boxes) takes these
- * arrays: it exists, no request ever queued on the communicator, and the backend agrees. */
+/* Whether the backend's box form (op: exchange_boxes, gather_boxes or reduce_scatter_boxes)
+ * takes these arrays: it exists, no request ever queued on the communicator, and the backend
+ * agrees. */
 static dt_status boxes_here(dt_comm *c, const void *op, const void *src, const void *dst,
                             int *out) {
     *out = op && !c->had_requests;

@@ -118,7 +118,8 @@ static void box_range(char *arr, const int64_t *shape, const int64_t *off, const
                       int stream) {
     if (!count) return;
     int64_t stride[DT_MAX_NDIM], idx[DT_MAX_NDIM] = {0};
-    for (int d = ndim - 1; d >= 0; d--) stride[d] = d == ndim - 1 ? 1 : stride[d + 1] * shape[d + 1];
+    for (int d = ndim - 1; d >= 0; d--)
+        stride[d] = d == ndim - 1 ? 1 : stride[d + 1] * shape[d + 1];
     int inner = ndim;
     size_t run = 1;
     while (inner > 0) {

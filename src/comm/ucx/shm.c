@@ -69,20 +69,19 @@ static void fail_timeout(ux_op *op, int m, int posting) {
 }
 
 /* Waits until member m's flag f reaches want (posting: m's posted flag, else its done flag):
- * a short spin, then, while every rank of this host has a core (s->yield), yields for up to
+ * a short spin, then, while every rank of this host has a core (w->fits), yields for up to
  * YIELD_NS, then sleeps on the flag; fails when the world fails, m returned, or the deadline
  * passes. A peer copying a chunk takes tens of microseconds, and a futex wake-up about as
  * long again: sleeping after the spin alone made 2-process collectives of 16 MiB wait out
  * a wake-up on most rounds (median 6.3 ms, min 3.6 ms). */
-static dt_status wait_flag(ux_op *op, const ux_shm *s, shm_flag *f, uint64_t want, int m,
-                           int posting) {
+static dt_status wait_flag(ux_op *op, shm_flag *f, uint64_t want, int m, int posting) {
     for (int i = 0; i < SPINS; i++) {
         if (atomic_load_explicit(&f->v, memory_order_acquire) >= want) return DT_OK;
         dt_cpu_relax();
     }
     ux_world *w = op->w;
     unsigned seen = atomic_load(&w->events) - 1u;
-    const int64_t yield_until = s->yield ? ux_now_ns() + YIELD_NS : 0;
+    const int64_t yield_until = w->fits ? ux_now_ns() + YIELD_NS : 0;
     while (!op->st) {
         unsigned ev = atomic_load(&w->events);
         if (ev != seen) {
@@ -133,7 +132,7 @@ dt_status shm_begin(shm_op *so, shm_hdr **out) {
     ux_shm *s = so->s;
     uint64_t k = ++s->round;
     for (int r = 0; r < s->n && k > SHM_CHUNKS; r++)
-        if (r != s->me && wait_flag(so->op, s, &s->ctl[r].done, k - SHM_CHUNKS, r, 0))
+        if (r != s->me && wait_flag(so->op, &s->ctl[r].done, k - SHM_CHUNKS, r, 0))
             return so->op->st;
     *out = shm_chunk(s, s->me, k);
     return DT_OK;
@@ -154,7 +153,7 @@ void shm_post(shm_op *so, shm_hdr *h, int kind, int more, const size_t *counts) 
 
 dt_status shm_peer(shm_op *so, int m, shm_hdr **out) {
     ux_shm *s = so->s;
-    if (wait_flag(so->op, s, &s->ctl[m].posted, s->round, m, 1)) return so->op->st;
+    if (wait_flag(so->op, &s->ctl[m].posted, s->round, m, 1)) return so->op->st;
     *out = shm_chunk(s, m, s->round);
     return DT_OK;
 }
@@ -305,7 +304,6 @@ ux_shm *ux_shm_get(ux_op *op) {
                 op->remote = 1; /* handshake's own ux_op_end reported it */
                 return NULL;
             }
-            if (s) s->yield = c->w->fits;
             g->shm = s;
             g->shm_state = s ? SHM_READY : SHM_OFF;
         }

@@ -50,7 +50,6 @@ struct ux_shm {
     shm_ctl *ctl;       /* n of them */
     char *slots;        /* n * SHM_CHUNKS chunks */
     uint64_t round;     /* the last round this member ran */
-    int yield;          /* every rank of this host has a core: waits may yield (shm.c) */
 };
 
 /* One collective over the arena: its operation (deadline, status, what) and round state. */

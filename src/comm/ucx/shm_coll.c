@@ -313,7 +313,8 @@ dt_status ux_shm_all_to_allv(ux_op *op, ux_shm *s, const void *send, const size_
 dt_status ux_shm_exchange_boxes(ux_op *op, ux_shm *s, int ndim, size_t es, const void *src,
                                 const int64_t *src_shape, const dt_box *send, void *dst,
                                 const int64_t *dst_shape, const dt_box *recv) {
-    size_t *sc = box_counts(op, send, s->n, ndim), *rc = sc ? box_counts(op, recv, s->n, ndim) : NULL;
+    size_t *sc = box_counts(op, send, s->n, ndim);
+    size_t *rc = sc ? box_counts(op, recv, s->n, ndim) : NULL;
     if (rc) {
         const shm_side in = {
             .base = (char *)src, .counts = sc, .boxes = send, .shape = src_shape, .ndim = ndim};
