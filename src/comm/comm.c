@@ -434,6 +434,19 @@ dt_status dt_comm_reduce_scatter_boxes(dt_comm *c, int ndim, const void *src,
     return st;
 }
 
+/* gather_boxes on a direct backend: exchange_boxes with this rank's whole array for everyone. */
+static dt_status gather_by_exchange(dt_comm *c, int ndim, size_t es, const void *src,
+                                    const int64_t *src_shape, void *dst,
+                                    const int64_t *dst_shape, const dt_box *recv) {
+    dt_box *send = calloc((size_t)c->size, sizeof *send);
+    if (!send) return dt_error(DT_ERR_NOMEM, "gather_boxes: out of memory");
+    for (int k = 0; k < c->size; k++)
+        memcpy(send[k].ext, src_shape, sizeof(int64_t) * (size_t)ndim);
+    dt_status st = c->ops->exchange_boxes(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);
+    free(send);
+    return st;
+}
+
 dt_status dt_comm_gather_boxes(dt_comm *c, int ndim, size_t es, const void *src,
                                const int64_t *src_shape, void *dst, const int64_t *dst_shape,
                                const dt_box *recv) {
@@ -441,17 +454,11 @@ dt_status dt_comm_gather_boxes(dt_comm *c, int ndim, size_t es, const void *src,
     const int direct = direct_boxes(c);
     DT_ARG((direct || c->ops->gather_boxes) && (es == 2 || es == 4 || es == 8),
            "gather_boxes: the %s backend does not copy boxes (element size %zu)", c->ops->name, es);
-    dt_box *send = calloc((size_t)c->size, sizeof *send);
-    if (!send) return dt_error(DT_ERR_NOMEM, "gather_boxes: out of memory");
-    for (int k = 0; k < c->size; k++)
-        memcpy(send[k].ext, src_shape, sizeof(int64_t) * (size_t)ndim);
     dt_status st = issue(c, DT_FP_EXCHANGE_BOXES, -1, -1, -1, -1);
     double t0 = dt_now_us();
-    if (st == DT_OK && direct)
-        st = c->ops->exchange_boxes(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);
-    else if (st == DT_OK)
-        st = c->ops->gather_boxes(c, ndim, es, src, src_shape, dst, dst_shape, recv);
-    free(send);
+    if (st == DT_OK)
+        st = direct ? gather_by_exchange(c, ndim, es, src, src_shape, dst, dst_shape, recv)
+                    : c->ops->gather_boxes(c, ndim, es, src, src_shape, dst, dst_shape, recv);
     if (st == DT_OK) {
         size_t out = 0;
         for (int k = 0; k < c->size; k++) out += dt_shape_numel(recv[k].ext, ndim) * es;
