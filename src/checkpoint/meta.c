@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/ckpt_impl.h"
+#include "checkpoint/meta.h"
+#include "checkpoint/safetensors.h"
 #include "checkpoint/json.h"
 #include "core/box.h"
 #include "core/check.h"

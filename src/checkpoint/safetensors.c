@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint/ckpt_impl.h"
+#include "checkpoint/safetensors.h"
 #include "checkpoint/json.h"
 #include "core/box.h"
 #include "core/check.h"
