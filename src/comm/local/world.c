@@ -13,7 +13,7 @@
 #include "core/spin.h"
 #include "dtensor/trace.h"
 #include "core/check.h"
-#include "ops/kernels.h"
+#include "core/ranks.h"
 
 typedef struct lw_rank {
     dt_ctx ctx;
@@ -262,7 +262,7 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
         ranks[initialised].fn = fn;
         ranks[initialised].arg = arg;
     }
-    dt_cpu_gemm_ranks(nranks);
+    dt_process_ranks_add(nranks);
     for (; started < nranks; started++) {
         if (pthread_create(&ranks[started].thread, NULL, rank_main, &ranks[started]) != 0) {
             st = dt_error(DT_ERR_SYSTEM, "dt_local_run: could not start the thread of rank %d",
@@ -274,7 +274,7 @@ stop:
     if (st != DT_OK) /* ranks already running must not wait for the missing ones */
         lw_abort(w, started, st, dt_last_error());
     for (int i = 0; i < started; i++) pthread_join(ranks[i].thread, NULL);
-    if (initialised == nranks) dt_cpu_gemm_ranks(-nranks);
+    if (initialised == nranks) dt_process_ranks_add(-nranks);
     for (int i = 0; i < initialised; i++) ctx_fini(&ranks[i]);
     if (out)
         for (int i = 0; i < nranks; i++)
