@@ -8,6 +8,8 @@
 #ifndef DTENSOR_COMM_H
 #define DTENSOR_COMM_H
 
+#include <stdio.h>
+
 #include "dtensor/runtime.h"
 #include "dtensor/types.h"
 
@@ -138,6 +140,12 @@ typedef struct dt_comm_stats {
  * collective. */
 DT_API dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *out);
 DT_API dt_status dt_comm_stats_reset(dt_ctx *ctx);
+
+/* Prints a communication summary: calls, bytes and time per collective kind and mesh dims,
+ * from counters read with dt_comm_stats_get (like CommDebugMode's table), then the hits,
+ * misses and evictions of the strategy and plan caches (when any). title names the rank or
+ * the phase. */
+DT_API dt_status dt_comm_stats_print(const dt_comm_stats *stats, const char *title, FILE *f);
 
 #ifdef __cplusplus
 }

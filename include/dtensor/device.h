@@ -14,8 +14,9 @@
 #include <stdint.h>
 
 #include "dtensor/block.h"
-#include "dtensor/runtime.h"
 #include "dtensor/status.h"
+
+typedef struct dt_ctx dt_ctx;
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,7 +42,7 @@ DT_API dt_device dt_ctx_device(const dt_ctx *ctx);
 DT_API dt_status dt_ctx_set_tf32(dt_ctx *ctx, int allow);
 
 /* Blocks until the work this rank queued on its GPU streams is done (a no-op on the CPU).
- * Kernels and copies run asynchronously on CUDA; results read through dt_tensor_full,
+ * Kernels and copies run asynchronously on CUDA; results read through dt_tensor_full_tensor,
  * dt_tensor_local_to_host or dt_tensor_to_device are always complete. */
 DT_API dt_status dt_ctx_synchronize(dt_ctx *ctx);
 

@@ -8,9 +8,9 @@
 #ifndef DTENSOR_TRACE_H
 #define DTENSOR_TRACE_H
 
-#include <stdio.h>
+#include "dtensor/status.h"
 
-#include "dtensor/comm.h"
+typedef struct dt_ctx dt_ctx;
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,12 +31,6 @@ DT_API dt_status dt_trace_merge(const char *const *paths, int n, const char *out
  * offline: ranks as lanes with rows for ops, compute and communication on one time axis,
  * hover for details, per-rank communication totals and compute/communication overlap. */
 DT_API dt_status dt_trace_render_html(const char *trace_path, const char *html_path);
-
-/* Prints a communication summary: calls, bytes and time per collective kind and mesh dims,
- * from counters read with dt_comm_stats_get (like CommDebugMode's table), then the hits,
- * misses and evictions of the strategy and plan caches (when any). title names the rank or
- * the phase. */
-DT_API dt_status dt_comm_stats_print(const dt_comm_stats *stats, const char *title, FILE *f);
 
 #ifdef __cplusplus
 }

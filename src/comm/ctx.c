@@ -5,7 +5,6 @@
 
 #include "comm/boot/boot.h"
 #include "comm/comm_impl.h"
-#include "trace/trace_impl.h"
 #include "comm/worker.h"
 #include "core/check.h"
 
@@ -48,9 +47,8 @@ void dt_ctx_fini_common(dt_ctx *ctx) {
         free(ctx->user_groups);
         ctx->user_groups = next;
     }
-    dt_trace_free(ctx);
-    if (ctx->redist_free) ctx->redist_free(ctx->redist);
-    ctx->redist = NULL;
+    dt_trace_destroy(ctx->trace);
+    ctx->trace = NULL;
     dt_ctx_device_fini(ctx);
     pthread_mutex_destroy(&ctx->stats_mu);
 }

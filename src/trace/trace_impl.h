@@ -1,11 +1,13 @@
-/* Recording trace events from any layer. Everything checks ctx->trace first, so recording
- * costs one branch when off. */
-#ifndef DT_COMM_TRACE_IMPL_H
-#define DT_COMM_TRACE_IMPL_H
+/* The trace layer: a per-rank recorder of plain events (a lane, a name, a span and a detail
+ * text) and its Chrome trace writer. It knows nothing of ranks' contexts or communicators:
+ * the layers above hand it events (comm through dt_trace_record in comm/comm_impl.h). */
+#ifndef DT_TRACE_IMPL_H
+#define DT_TRACE_IMPL_H
 
-#include "comm/comm_impl.h"
+#include <stddef.h>
+
 #include "core/clock.h"
-#include "dtensor/trace.h"
+#include "dtensor/status.h"
 
 /* DT_LANE_PIPELINE: a pipeline stage's forward, backward and idle spans (nn/pipeline.c). */
 typedef enum dt_lane {
@@ -16,11 +18,18 @@ typedef enum dt_lane {
     DT_LANE_COUNT
 } dt_lane;
 
-/* An event on lane from t0 to now, with a detail text (printf-style). */
-void dt_trace_record(dt_ctx *ctx, dt_lane lane, const char *name, double t0_us,
-                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+typedef struct dt_trace dt_trace;
 
-/* Frees a rank's trace (context teardown). */
-void dt_trace_free(dt_ctx *ctx);
+/* A recorder, off until dt_trace_on; destroy takes NULL. */
+dt_status dt_trace_create(dt_trace **out);
+void dt_trace_destroy(dt_trace *t);
+/* on 1 clears what was recorded and starts; 0 stops. */
+void dt_trace_on(dt_trace *t, int on);
+/* An event on lane from t0 to now, with a detail text (printf-style); nothing when t is NULL
+ * or off. Thread-safe (a rank's thread and its communication thread both record). */
+void dt_trace_add(dt_trace *t, dt_lane lane, const char *name, double t0_us, const char *fmt,
+                  ...) __attribute__((format(printf, 5, 6)));
+/* Writes t's events (t may be NULL: none) as the process row of rank to path. */
+dt_status dt_trace_save(const dt_trace *t, int rank, const char *path);
 
 #endif
