@@ -134,7 +134,7 @@ dt_status explain_engine_choose(const explain_row *r, explain_seen *seen, void *
         TRY(dt_plan_create(r->mesh_ndim, r->mesh_shape, r->in[i].ndim, r->in[i].shape,
                            r->in[i].dtype, r->in[i].placements, c.inputs[i], model, &plan));
         explain_seen_add_plan(seen, plan);
-        dt_plan_destroy(plan);
+        dt_plan_release(plan);
     }
     return DT_OK;
 }

@@ -32,7 +32,7 @@ DT_API dt_status dt_tensor_ones(dt_mesh *mesh, dt_dtype dtype, int ndim, const i
                                 int nplacements, const dt_placement *placements, dt_tensor **out);
 
 /* torch.full: every element is value, rounded once to dtype (named so because
- * dt_tensor_full gathers a tensor, as DTensor.full_tensor). Integer dtypes truncate toward
+ * dt_tensor_full_tensor gathers a tensor, as DTensor.full_tensor). Integer dtypes truncate toward
  * zero, as torch does; a value that is NaN, infinite or out of the type's range after
  * truncation is DT_ERR_ARG. */
 DT_API dt_status dt_tensor_full_value(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,

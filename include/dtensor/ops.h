@@ -308,15 +308,6 @@ DT_API dt_status dt_cumsum(dt_tensor *x, int dim, dt_tensor **out);
 DT_API dt_status dt_add_(dt_tensor *x, dt_tensor *other);
 DT_API dt_status dt_mul_(dt_tensor *x, dt_tensor *other);
 
-/* What dispatch does about inputs whose placements differ from the chosen strategy's. */
-typedef enum dt_redistribute_mode {
-    DT_REDISTRIBUTE_IMPLICIT = 0, /* redistribute them (the default) */
-    DT_REDISTRIBUTE_LOG,          /* redistribute them and print each one to stderr */
-    DT_REDISTRIBUTE_EXPLICIT,     /* fail with DT_ERR_PLACEMENT naming the op and the input */
-} dt_redistribute_mode;
-
-DT_API dt_status dt_ctx_set_redistribute_mode(dt_ctx *ctx, dt_redistribute_mode mode);
-
 /* The strategy dispatch picks for op on these inputs, without running it: the placements
  * each input is redistributed to (ninputs x mesh ndim, row-major) and the output's. */
 DT_API dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs,

@@ -64,16 +64,15 @@ typedef struct dt_plan_step {
 typedef struct dt_plan dt_plan;
 
 /* Plans src -> dst for a tensor of the given shape and dtype on a mesh of this shape. Pure:
- * no ranks, any mesh size. model NULL = default. The caller owns one reference: free with
- * dt_plan_destroy. */
+ * no ranks, any mesh size. model NULL = default. The caller owns one reference: drop it with
+ * dt_plan_release. */
 DT_API dt_status dt_plan_create(int mesh_ndim, const int *mesh_shape, int ndim,
                                 const int64_t *shape, dt_dtype dtype, const dt_placement *src,
                                 const dt_placement *dst, const dt_cost_model *model, dt_plan **out);
-DT_API dt_status dt_plan_destroy(dt_plan *plan);
 /* Plans are reference-counted (thread-safe): a mesh's plan cache holds one reference on each
  * plan it keeps, a pending dt_tensor_redistribute_async one on its plan. dt_plan_retain adds
  * one, e.g. to keep a plan borrowed from the cache past its eviction; dt_plan_release drops
- * one and frees the plan with the last (dt_plan_destroy is the same). NULL is fine there. */
+ * one and frees the plan with the last. NULL is fine there. */
 DT_API dt_status dt_plan_retain(const dt_plan *plan);
 DT_API dt_status dt_plan_release(const dt_plan *plan);
 /* Number of steps (0 when src equals dst), step i, and the totals. */
@@ -192,6 +191,15 @@ DT_API dt_status dt_xplan_format(const dt_xplan *plan, const char *const *src_na
  * there, any placements) while the target ranks run their backward. */
 DT_API dt_status dt_tensor_redistribute_to(dt_tensor *tensor, dt_mesh *dst_mesh, int ndst,
                                            const dt_placement *dst, dt_tensor **out);
+
+/* What op dispatch does about inputs whose placements differ from the chosen strategy's. */
+typedef enum dt_redistribute_mode {
+    DT_REDISTRIBUTE_IMPLICIT = 0, /* redistribute them (the default) */
+    DT_REDISTRIBUTE_LOG,          /* redistribute them and print each one to stderr */
+    DT_REDISTRIBUTE_EXPLICIT,     /* fail with DT_ERR_PLACEMENT naming the op and the input */
+} dt_redistribute_mode;
+
+DT_API dt_status dt_ctx_set_redistribute_mode(dt_ctx *ctx, dt_redistribute_mode mode);
 
 #ifdef __cplusplus
 }

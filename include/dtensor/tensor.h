@@ -114,7 +114,7 @@ DT_API dt_status dt_tensor_local_to_host(dt_tensor *tensor, void *out, size_t ou
 
 /* Gathers the global tensor into host memory out (out_bytes >= numel * dtype size) on every
  * rank, reducing Partial dims. Collective over the mesh; blocks. */
-DT_API dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes);
+DT_API dt_status dt_tensor_full_tensor(dt_tensor *tensor, void *out, size_t out_bytes);
 
 /* Text picture of which ranks hold which slice of a 1-D or 2-D tensor (like
  * jax.debug.visualize_sharding), Partial included. Writes at most cap bytes, NUL-terminated;

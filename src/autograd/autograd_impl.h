@@ -1,6 +1,7 @@
-/* The autograd graph: nodes recorded by op dispatch and redistribute, walked by dt_backward,
- * and the backward rules (one dt_grad_<name> per op, named in dtensor/op_list.h's grad
- * column). Rules are written with the library's own ops (dt_add, dt_mm, ...): the gradients
+/* The autograd layer: the one place that records. The public op entry points (api.c), the
+ * redistributes (record.c) and the layers above call the pure layers below (ops' choose and
+ * compute, redistribute's run) and record nodes here; dt_backward walks them. The backward
+ * rules are one dt_grad_<name> per op, named in the op list's grad column. Rules are written with the library's own ops (dt_add, dt_mm, ...): the gradients
  * they return are DTensors in whatever placements dispatch gives them; they run with grad
  * mode off. */
 #ifndef DT_AUTOGRAD_IMPL_H
@@ -8,8 +9,10 @@
 
 #include <stdbool.h>
 
+#include "comm/comm_impl.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops.h"
+#include "dtensor/tensor_impl.h"
 
 #define DT_GRAD_MAX_INPUTS 5
 
@@ -36,6 +39,47 @@ typedef dt_status (*dt_grad_fn)(const dt_grad_call *c, dt_tensor **in_grad);
     dt_status dt_grad_##grad(const dt_grad_call *c, dt_tensor **in_grad);
 DT_OP_LIST(DT_GRAD_DECLARE)
 #undef DT_GRAD_DECLARE
+
+/* What autograd keeps of a tensor (dtensor/tensor_impl.h's opaque slot), made when autograd
+ * first marks the tensor and freed with it. */
+typedef struct dt_grad_slot {
+    bool requires_grad;   /* a leaf marked so, or the output of a recorded op */
+    struct dt_node *node; /* the op that made it (owned), NULL for a leaf */
+    dt_tensor *grad;      /* a leaf's accumulated gradient (owned) */
+    int grad_dtype;       /* dt_dtype + 1 its gradient is accumulated in; 0: its own */
+    unsigned sync_mark;   /* a leaf: the backward that listed it for its gradient sync */
+    struct dt_saved_hooks *hooks; /* a dropped saved tensor's owner (saved.h); borrowed */
+} dt_grad_slot;
+
+/* t's slot for reading: an all-zero one when autograd never marked t. */
+extern const dt_grad_slot dt_grad_slot_none;
+static inline const dt_grad_slot *dt_ag(const dt_tensor *t) {
+    return t->ag ? t->ag : &dt_grad_slot_none;
+}
+/* t's slot for writing, made on first use (DT_ERR_NOMEM when it cannot be). */
+dt_status dt_ag_make(dt_tensor *t, dt_grad_slot **out);
+
+/* A rank's autograd state, kept in its context's autograd slot (comm/comm_impl.h): all zero
+ * is grad mode on, gradients synced, the default bucket size, no hooks and no open region. */
+typedef struct dt_autograd_state {
+    int no_grad_depth;        /* dt_no_grad_enter scopes open (records when 0) */
+    bool grad_unsynced;       /* dt_ctx_set_grad_sync(ctx, 0) */
+    size_t grad_bucket_bytes; /* dt_ctx_set_grad_bucket_bytes + 1; 0: the default */
+    struct dt_backward_hook *backward_end; /* run once when the running backward ends */
+    struct dt_ac_region *ac_region;        /* the open activation-checkpoint region, if any */
+} dt_autograd_state;
+_Static_assert(sizeof(dt_autograd_state) <= DT_CTX_SLOT_BYTES, "autograd state outgrew its slot");
+static inline dt_autograd_state *dt_autograd_of(dt_ctx *ctx) {
+    return (dt_autograd_state *)dt_ctx_slot(ctx, DT_CTX_SLOT_AUTOGRAD);
+}
+
+/* The rule of a built-in op (the grad column of the op list), NULL for others. */
+dt_grad_fn dt_grad_rule(dt_op op);
+
+/* Runs a composite op (its family is dt_family_composite) from its constituent ops, each of
+ * which records (composite.c). */
+dt_status dt_composite_run(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
+                           dt_tensor **out);
 
 /* Whether a call on inputs records a node: grad mode is on and some input requires grad. */
 bool dt_autograd_wants(dt_tensor *const *in, int n);

@@ -1,6 +1,6 @@
 /* The graph and the backward walk.
  *
- * A node belongs to the tensor an op made (tensor->node) and holds references to the op's
+ * A node belongs to the tensor an op made (its autograd slot's node) and holds references to the op's
  * inputs, whose own nodes reach further back: the graph lives exactly as long as the tensors
  * that can reach it. Backward collects the tensors with nodes reachable from the root in
  * depth-first post-order (holding a reference to each), runs their rules from the root down
@@ -61,45 +61,73 @@ static const char *node_name(const dt_node *node) {
 static dt_ctx *ctx_of(const dt_tensor *t) { return t->mesh->ctx; }
 
 bool dt_autograd_wants(dt_tensor *const *in, int n) {
-    if (!in[0] || ctx_of(in[0])->no_grad_depth) return false;
+    if (!in[0] || dt_autograd_of(ctx_of(in[0]))->no_grad_depth) return false;
     for (int i = 0; i < n; i++)
-        if (in[i] && in[i]->requires_grad) return true;
+        if (in[i] && dt_ag(in[i])->requires_grad) return true;
     return false;
 }
 
+const dt_grad_slot dt_grad_slot_none;
+
+/* The dtensor layer calls this when a tensor with a slot dies. */
+static void slot_free(dt_tensor *t, dt_grad_slot *s) {
+    if (s->hooks) s->hooks->detach(s->hooks, t);
+    dt_node_release(s->node);
+    dt_tensor_release(s->grad);
+    free(s);
+}
+
+dt_status dt_ag_make(dt_tensor *t, dt_grad_slot **out) {
+    if (!t->ag) {
+        dt_grad_slot *s = calloc(1, sizeof *s);
+        if (!s) return dt_error(DT_ERR_NOMEM, "autograd: out of memory for a tensor's state");
+        dt_tensor_slot_hook(slot_free);
+        t->ag = s;
+    }
+    *out = t->ag;
+    return DT_OK;
+}
+
 static dt_status record(dt_tensor *out, dt_node *node) {
-    out->node = node;
-    out->requires_grad = true;
+    dt_grad_slot *s = NULL;
+    dt_status st = dt_ag_make(out, &s);
+    if (st != DT_OK) {
+        node->n = node->nsaved = 0; /* nothing retained yet */
+        dt_node_release(node);
+        return st;
+    }
+    s->node = node;
+    s->requires_grad = true;
     for (int i = 0; i < node->n; i++)
         if (node->in[i]) dt_tensor_retain(node->in[i]);
     for (int i = 0; i < node->nsaved; i++) dt_tensor_retain(node->saved[i]);
-    if (ctx_of(out)->ac_region) dt_ac_note(ctx_of(out), out);
+    if (dt_autograd_of(ctx_of(out))->ac_region) dt_ac_note(ctx_of(out), out);
     return DT_OK;
 }
 
 int dt_node_op(const dt_tensor *t) {
-    return t->node && !t->node->redistribute && !t->node->custom ? (int)t->node->op : -1;
+    return dt_ag(t)->node && !dt_ag(t)->node->redistribute && !dt_ag(t)->node->custom ? (int)dt_ag(t)->node->op : -1;
 }
 
 bool dt_node_custom(const dt_tensor *t) {
-    return t->node && t->node->custom;
+    return dt_ag(t)->node && dt_ag(t)->node->custom;
 }
 
 int dt_node_inputs(const dt_tensor *t, dt_tensor ***in_out, const dt_op_args **args_out) {
-    if (!t->node) return 0;
-    *in_out = t->node->in;
-    *args_out = &t->node->args;
-    return t->node->n;
+    if (!dt_ag(t)->node) return 0;
+    *in_out = dt_ag(t)->node->in;
+    *args_out = &dt_ag(t)->node->args;
+    return dt_ag(t)->node->n;
 }
 
-bool dt_node_done(const dt_tensor *t) { return t->node && t->node->freed; }
+bool dt_node_done(const dt_tensor *t) { return dt_ag(t)->node && dt_ag(t)->node->freed; }
 
 dt_status dt_saved_refill(dt_tensor *t) {
     if (!t || !t->dropped) return DT_OK;
-    if (!t->hooks)
+    if (!dt_ag(t)->hooks)
         return dt_error(DT_ERR_ARG, "dt_backward: a saved tensor's storage was dropped and "
                                     "nothing can refill it");
-    DT_CHECK(t->hooks->refill(t->hooks, t));
+    DT_CHECK(dt_ag(t)->hooks->refill(dt_ag(t)->hooks, t));
     if (t->dropped)
         return dt_error(DT_ERR_ARG, "dt_backward: a dropped saved tensor was not refilled by "
                                     "its owner");
@@ -110,14 +138,14 @@ dt_status dt_autograd_at_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), 
     dt_backward_hook *h = malloc(sizeof *h);
     if (!h) return dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for a hook");
     *h = (dt_backward_hook){.fn = fn, .user = user};
-    dt_backward_hook **tail = &ctx->backward_end;
+    dt_backward_hook **tail = &dt_autograd_of(ctx)->backward_end;
     while (*tail) tail = &(*tail)->next;
     *tail = h;
     return DT_OK;
 }
 
 void dt_autograd_cancel_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
-    for (dt_backward_hook **p = &ctx->backward_end; *p;) {
+    for (dt_backward_hook **p = &dt_autograd_of(ctx)->backward_end; *p;) {
         dt_backward_hook *h = *p;
         if (h->fn == fn && h->user == user) *p = h->next, free(h);
         else p = &h->next;
@@ -194,25 +222,25 @@ static dt_status collect(walk *w, dt_tensor *root) {
     int cap = 64, top = 0;
     frame *st = malloc(sizeof *st * (size_t)cap);
     if (!st) return dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for the graph");
-    root->node->mark = w->mark;
+    dt_ag(root)->node->mark = w->mark;
     st[top++] = (frame){root, 0};
     dt_status s = DT_OK;
     while (top && s == DT_OK) {
         frame *f = &st[top - 1];
-        dt_node *node = f->t->node;
+        dt_node *node = dt_ag(f->t)->node;
         if (f->next == node->n) {
             s = push(w, f->t);
             top--;
             continue;
         }
         dt_tensor *in = node->in[f->next++];
-        if (!in || !in->node || !in->requires_grad || in->node->mark == w->mark) continue;
-        if (in->node->freed) {
+        if (!in || !dt_ag(in)->node || !dt_ag(in)->requires_grad || dt_ag(in)->node->mark == w->mark) continue;
+        if (dt_ag(in)->node->freed) {
             s = dt_error(DT_ERR_ARG, "dt_backward: the graph through %s was freed by an "
-                                     "earlier backward", node_name(in->node));
+                                     "earlier backward", node_name(dt_ag(in)->node));
             break;
         }
-        in->node->mark = w->mark;
+        dt_ag(in)->node->mark = w->mark;
         if (top == cap) {
             frame *g = realloc(st, sizeof *st * (size_t)(cap *= 2));
             if (!g) {
@@ -246,14 +274,20 @@ static dt_status accumulate(dt_tensor **acc, dt_tensor *g) {
  * is kept in f32 widens each contribution first (a Partial stays Partial, so the reduction
  * that places it runs in f32 too). */
 static dt_status accumulate_leaf(dt_tensor *leaf, dt_tensor *g) {
-    if (leaf->grad_dtype && g->dtype != (dt_dtype)(leaf->grad_dtype - 1)) {
+    if (dt_ag(leaf)->grad_dtype && g->dtype != (dt_dtype)(dt_ag(leaf)->grad_dtype - 1)) {
         dt_tensor *wide;
-        dt_status st = dt_cast(g, (dt_dtype)(leaf->grad_dtype - 1), &wide);
+        dt_status st = dt_cast(g, (dt_dtype)(dt_ag(leaf)->grad_dtype - 1), &wide);
         dt_tensor_release(g);
         if (st != DT_OK) return st;
         g = wide;
     }
-    return accumulate(&leaf->grad, g);
+    dt_grad_slot *s = NULL;
+    dt_status st = dt_ag_make(leaf, &s);
+    if (st != DT_OK) {
+        dt_tensor_release(g);
+        return st;
+    }
+    return accumulate(&s->grad, g);
 }
 
 /* The gradient of a redistribute's input: the output's gradient moved back to the input's
@@ -285,14 +319,14 @@ static dt_status redistribute_grad(dt_tensor *in, dt_tensor *made, dt_tensor *g,
 
 /* Runs t's rule on its accumulated gradient and passes the results on. */
 static dt_status step(dt_tensor *t) {
-    dt_node *node = t->node;
+    dt_node *node = dt_ag(t)->node;
     dt_tensor *g = node->grad;
     node->grad = NULL;
     if (!g) return DT_OK; /* no path from the root reached it */
     bool need[DT_GRAD_MAX_INPUTS] = {0};
     dt_tensor *gin[DT_GRAD_MAX_INPUTS] = {0};
     int any = 0;
-    for (int i = 0; i < node->n; i++) any |= need[i] = node->in[i] && node->in[i]->requires_grad;
+    for (int i = 0; i < node->n; i++) any |= need[i] = node->in[i] && dt_ag(node->in[i])->requires_grad;
     dt_status st = DT_OK;
     /* Saved inputs whose storage was dropped after the forward come back first. */
     for (int i = 0; i < node->n && st == DT_OK && any && !node->redistribute; i++)
@@ -302,21 +336,21 @@ static dt_status step(dt_tensor *t) {
         return st;
     }
     /* A gathered parameter's owner reduces the gradient itself (FSDP: all of a unit at once). */
-    if (any && node->redistribute && !node->in[0]->node && t->hooks && t->hooks->grad_ready &&
-        !ctx_of(t)->grad_unsynced)
-        return t->hooks->grad_ready(t->hooks, t, g);
+    if (any && node->redistribute && !dt_ag(node->in[0])->node && dt_ag(t)->hooks && dt_ag(t)->hooks->grad_ready &&
+        !dt_autograd_of(ctx_of(t))->grad_unsynced)
+        return dt_ag(t)->hooks->grad_ready(dt_ag(t)->hooks, t, g);
     /* A leaf's gradient passes a redistribute unmoved: the leaf's own sync (or its absence,
      * for accumulation) places it once, after every use of the leaf has added into it. Not a
      * move across meshes: that gradient must go back to the leaf's mesh. */
-    if (any && node->redistribute && !node->in[0]->node && node->in[0]->mesh == t->mesh)
+    if (any && node->redistribute && !dt_ag(node->in[0])->node && node->in[0]->mesh == t->mesh)
         dt_tensor_retain(gin[0] = g);
     else if (any && node->redistribute) st = redistribute_grad(node->in[0], t, g, &gin[0]);
     else if (any && node->custom) st = node->custom(node->state, node->in, need, g, gin);
     else if (any) {
-        const op_desc *d = dt_op_desc(node->op);
+        dt_grad_fn rule = dt_grad_rule(node->op);
         dt_grad_call c = {.op = node->op, .args = &node->args, .n = node->n, .in = node->in,
                           .saved = node->saved, .nsaved = node->nsaved, .need = need, .grad = g};
-        st = d ? d->backward(&c, gin)
+        st = rule ? rule(&c, gin)
                : dt_error(DT_ERR_UNSUPPORTED, "dt_backward: %s is a registered op: it has no "
                                               "backward rule", dt_op_name(node->op));
     }
@@ -327,7 +361,7 @@ static dt_status step(dt_tensor *t) {
             continue;
         }
         dt_tensor *in = node->in[i];
-        st = in->node ? accumulate(&in->node->grad, gin[i]) : accumulate_leaf(in, gin[i]);
+        st = dt_ag(in)->node ? accumulate(&dt_ag(in)->node->grad, gin[i]) : accumulate_leaf(in, gin[i]);
     }
     return st;
 }
@@ -337,7 +371,7 @@ static dt_status step(dt_tensor *t) {
  * gradient left. Leaves that require grad are kept in leaves (retained) for the final sync:
  * their gradients may still arrive (an FSDP unit's reduce_scatter, waited for at the end). */
 static void release_node(dt_tensor *t) {
-    dt_node *node = t->node;
+    dt_node *node = dt_ag(t)->node;
     for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]), node->in[i] = NULL;
     for (int i = 0; i < node->nsaved; i++) dt_tensor_release(node->saved[i]), node->saved[i] = NULL;
     dt_tensor_release(node->grad), node->grad = NULL;
@@ -350,11 +384,11 @@ static void release_node(dt_tensor *t) {
  * gradients may arrive until the end (an FSDP unit's reduce_scatter, waited for there). */
 static dt_status collect_leaves(const walk *w, walk *leaves) {
     for (int k = 0; k < w->n; k++) {
-        dt_node *node = w->order[k]->node;
+        dt_node *node = dt_ag(w->order[k])->node;
         for (int i = 0; i < node->n; i++) {
             dt_tensor *in = node->in[i];
-            if (!in || in->node || !in->requires_grad || in->sync_mark == leaves->mark) continue;
-            in->sync_mark = leaves->mark;
+            if (!in || dt_ag(in)->node || !dt_ag(in)->requires_grad || dt_ag(in)->sync_mark == leaves->mark) continue;
+            in->ag->sync_mark = leaves->mark; /* requires grad: it has a slot */
             DT_CHECK(push(leaves, in));
         }
     }
@@ -362,9 +396,10 @@ static dt_status collect_leaves(const walk *w, walk *leaves) {
 }
 
 static dt_status run_backward_end(dt_ctx *ctx, dt_status st) {
-    while (ctx->backward_end) {
-        dt_backward_hook *h = ctx->backward_end;
-        ctx->backward_end = h->next;
+    dt_autograd_state *ag = dt_autograd_of(ctx);
+    while (ag->backward_end) {
+        dt_backward_hook *h = ag->backward_end;
+        ag->backward_end = h->next;
         dt_status s2 = h->fn(h->user); /* run even after a failure: owners clean up there */
         if (st == DT_OK) st = s2;
         free(h);
@@ -377,13 +412,14 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     walk w = {.mark = atomic_fetch_add(&marks, 1) + 1};
     walk leaves = {.mark = w.mark};
     dt_ctx *ctx = ctx_of(root);
+    dt_autograd_state *ag = dt_autograd_of(ctx);
     dt_status st = collect(&w, root);
     if (st == DT_OK) st = collect_leaves(&w, &leaves);
     if (st == DT_OK) {
         dt_tensor_retain(seed);
-        root->node->grad = seed;
+        dt_ag(root)->node->grad = seed;
     }
-    ctx->no_grad_depth++;
+    ag->no_grad_depth++;
     /* From the root down; each node's inputs go as soon as its rule ran. */
     for (int k = w.n - 1; k >= 0; k--) {
         dt_tensor *t = w.order[k];
@@ -393,8 +429,8 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     }
     st = run_backward_end(ctx, st);
     /* Leaves reached: their inputs' gradients were added to leaf->grad. */
-    if (st == DT_OK && !ctx->grad_unsynced) st = dt_grad_sync(leaves.order, leaves.n);
-    ctx->no_grad_depth--;
+    if (st == DT_OK && !ag->grad_unsynced) st = dt_grad_sync(leaves.order, leaves.n);
+    ag->no_grad_depth--;
     for (int k = 0; k < leaves.n; k++) dt_tensor_release(leaves.order[k]);
     free(w.order);
     free(leaves.order);
@@ -404,19 +440,19 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
 dt_status dt_backward_with(dt_tensor *t, dt_tensor *grad) {
     DT_TENSOR_ARG(t);
     DT_TENSOR_ARG(grad);
-    DT_ARG(t->requires_grad, "dt_backward: the tensor does not require grad (no input of the "
+    DT_ARG(dt_ag(t)->requires_grad, "dt_backward: the tensor does not require grad (no input of the "
                              "ops that made it does)");
     DT_ARG(dt_mesh_equal(grad->mesh, t->mesh), "dt_backward_with: grad lives on another mesh than t");
     DT_ARG(grad->ndim == t->ndim && !memcmp(grad->shape, t->shape, sizeof(int64_t) * t->ndim),
            "dt_backward_with: grad's shape differs from t's");
     DT_ARG(grad->dtype == t->dtype, "dt_backward_with: grad is %s, t is %s",
            dt_dtype_name(grad->dtype), dt_dtype_name(t->dtype));
-    if (!t->node) { /* a leaf: its gradient is grad */
+    if (!dt_ag(t)->node) { /* a leaf: its gradient is grad */
         dt_tensor_retain(grad);
         DT_CHECK(accumulate_leaf(t, grad));
-        return t->mesh->ctx->grad_unsynced ? DT_OK : dt_grad_sync(&t, 1);
+        return dt_autograd_of(t->mesh->ctx)->grad_unsynced ? DT_OK : dt_grad_sync(&t, 1);
     }
-    if (t->node->freed)
+    if (dt_ag(t)->node->freed)
         return dt_error(DT_ERR_ARG, "dt_backward: the graph was freed by an earlier backward");
     return backward(t, grad);
 }
@@ -442,62 +478,71 @@ dt_status dt_backward(dt_tensor *loss) {
 
 dt_status dt_tensor_set_requires_grad(dt_tensor *tensor, int requires_grad) {
     DT_TENSOR_ARG(tensor);
-    DT_ARG(!tensor->node, "dt_tensor_set_requires_grad: the tensor was made by a recorded op "
+    DT_ARG(!dt_ag(tensor)->node, "dt_tensor_set_requires_grad: the tensor was made by a recorded op "
                           "(its gradient flows to that op's inputs); only leaves can be set");
     DT_ARG(!requires_grad || tensor->dtype == DT_F32 || tensor->dtype == DT_F64 ||
                tensor->dtype == DT_BF16 || tensor->dtype == DT_F16,
            "dt_tensor_set_requires_grad: a %s tensor cannot require grad (floats only)",
            dt_dtype_name(tensor->dtype));
-    tensor->requires_grad = requires_grad != 0;
+    if (!requires_grad && !tensor->ag) return DT_OK;
+    dt_grad_slot *s = NULL;
+    DT_CHECK(dt_ag_make(tensor, &s));
+    s->requires_grad = requires_grad != 0;
     return DT_OK;
 }
 
 dt_status dt_tensor_set_grad_dtype(dt_tensor *tensor, dt_dtype dtype) {
     DT_TENSOR_ARG(tensor);
-    DT_ARG(!tensor->node, "dt_tensor_set_grad_dtype: the tensor was made by a recorded op; only "
+    DT_ARG(!dt_ag(tensor)->node, "dt_tensor_set_grad_dtype: the tensor was made by a recorded op; only "
                           "leaves keep gradients");
     DT_ARG(dtype == DT_F32 || dtype == DT_F64 || dtype == DT_BF16 || dtype == DT_F16,
            "dt_tensor_set_grad_dtype: argument dtype = %s is not a float dtype",
            dt_dtype_name(dtype));
-    DT_ARG(!tensor->grad || tensor->grad->dtype == dtype,
+    const dt_tensor *held = dt_ag(tensor)->grad;
+    DT_ARG(!held || held->dtype == dtype,
            "dt_tensor_set_grad_dtype: the tensor holds a %s gradient; zero_grad first",
-           dt_dtype_name(tensor->grad ? tensor->grad->dtype : dtype));
-    tensor->grad_dtype = dtype == tensor->dtype ? 0 : (int)dtype + 1;
+           dt_dtype_name(held ? held->dtype : dtype));
+    dt_grad_slot *s = NULL;
+    DT_CHECK(dt_ag_make(tensor, &s));
+    s->grad_dtype = dtype == tensor->dtype ? 0 : (int)dtype + 1;
     return DT_OK;
 }
 
 int dt_tensor_requires_grad(const dt_tensor *tensor) {
-    return tensor && tensor->magic == DT_TENSOR_LIVE && tensor->requires_grad;
+    return tensor && tensor->magic == DT_TENSOR_LIVE && dt_ag(tensor)->requires_grad;
 }
 
 dt_tensor *dt_tensor_grad(const dt_tensor *tensor) {
-    return tensor && tensor->magic == DT_TENSOR_LIVE ? tensor->grad : NULL;
+    return tensor && tensor->magic == DT_TENSOR_LIVE ? dt_ag(tensor)->grad : NULL;
 }
 
 dt_status dt_tensor_zero_grad(dt_tensor *tensor) {
     DT_TENSOR_ARG(tensor);
-    dt_tensor_release(tensor->grad);
-    tensor->grad = NULL;
+    if (tensor->ag) dt_tensor_release(tensor->ag->grad), tensor->ag->grad = NULL;
     return DT_OK;
 }
 
 dt_status dt_no_grad_enter(dt_ctx *ctx) {
     DT_ARG_NOT_NULL(ctx);
-    ctx->no_grad_depth++;
+    dt_autograd_of(ctx)->no_grad_depth++;
     return DT_OK;
 }
 
 dt_status dt_no_grad_exit(dt_ctx *ctx) {
     DT_ARG_NOT_NULL(ctx);
-    DT_ARG(ctx->no_grad_depth > 0, "dt_no_grad_exit: no dt_no_grad_enter scope is open");
-    ctx->no_grad_depth--;
+    dt_autograd_state *ag = dt_autograd_of(ctx);
+    DT_ARG(ag->no_grad_depth > 0, "dt_no_grad_exit: no dt_no_grad_enter scope is open");
+    ag->no_grad_depth--;
     return DT_OK;
 }
 
-int dt_grad_enabled(const dt_ctx *ctx) { return ctx && ctx->no_grad_depth == 0; }
+int dt_grad_enabled(const dt_ctx *ctx) {
+    return ctx &&
+           ((const dt_autograd_state *)dt_ctx_slot_peek(ctx, DT_CTX_SLOT_AUTOGRAD))->no_grad_depth == 0;
+}
 
 dt_status dt_ctx_set_grad_sync(dt_ctx *ctx, int sync) {
     DT_ARG_NOT_NULL(ctx);
-    ctx->grad_unsynced = !sync;
+    dt_autograd_of(ctx)->grad_unsynced = !sync;
     return DT_OK;
 }

@@ -43,7 +43,8 @@ typedef struct sync {
 } sync;
 
 static size_t bucket_cap(const dt_ctx *ctx) {
-    return ctx->grad_bucket_bytes ? ctx->grad_bucket_bytes - 1 : DEFAULT_BUCKET_BYTES;
+    const dt_autograd_state *ag = dt_ctx_slot_peek(ctx, DT_CTX_SLOT_AUTOGRAD);
+    return ag->grad_bucket_bytes ? ag->grad_bucket_bytes - 1 : DEFAULT_BUCKET_BYTES;
 }
 
 /* Steps a bucket can run together: one collective over a group reducing (not a pending norm)
@@ -72,7 +73,7 @@ static const dt_plan_step *next_step(item *it) {
  * same reduce op, on gradients of one mesh, dtype and device. */
 static bool same_step(item *a, item *b) {
     const dt_plan_step *s = next_step(a), *t = next_step(b);
-    const dt_tensor *ga = a->leaf->grad, *gb = b->leaf->grad;
+    const dt_tensor *ga = dt_ag(a->leaf)->grad, *gb = dt_ag(b->leaf)->grad;
     if (!s || !t || s->kind != t->kind || s->mesh_mask != t->mesh_mask) return false;
     int m = __builtin_ctz(s->mesh_mask);
     return s->before[m].op == t->before[m].op && ga->mesh == gb->mesh && ga->dtype == gb->dtype &&
@@ -84,7 +85,7 @@ static bool same_step(item *a, item *b) {
 static void item_take(const sync *x, item *it, void *buf, const dt_placement *pl) {
     if (it->owned) x->mem->free(it->cur);
     it->cur = buf, it->owned = true;
-    dt_tensor *g = it->leaf->grad;
+    dt_tensor *g = dt_ag(it->leaf)->grad;
     dt_shard_layout(x->mesh->ndim, x->mesh->shape, x->mesh->coord, g->ndim, g->shape, pl,
                     it->shape, it->off);
     it->numel = dt_shape_numel(it->shape, g->ndim);
@@ -127,7 +128,7 @@ static size_t chunk_numel(const item *it, int d, int64_t e) {
     int64_t shape[DT_MAX_NDIM];
     memcpy(shape, it->shape, sizeof shape);
     shape[d] = e;
-    return dt_shape_numel(shape, it->leaf->grad->ndim);
+    return dt_shape_numel(shape, dt_ag(it->leaf)->grad->ndim);
 }
 
 /* P -> S(d) over the step's group of g members: member k's region of the input holds every
@@ -147,7 +148,7 @@ static dt_status reduce_scatter(sync *x, dt_comm *c, item **b, int n) {
         for (int m = x->mesh->ndim - 1; m >= 0; m--)
             if (s->mesh_mask & (1u << m)) coord[m] = r % x->mesh->shape[m], r /= x->mesh->shape[m];
         for (int i = 0; i < n; i++) {
-            const dt_tensor *t = b[i]->leaf->grad;
+            const dt_tensor *t = dt_ag(b[i]->leaf)->grad;
             const dt_placement *after = next_step(b[i])->after;
             int64_t shape[DT_MAX_NDIM], o[DT_MAX_NDIM];
             int d = after[m0].dim;
@@ -165,7 +166,7 @@ static dt_status reduce_scatter(sync *x, dt_comm *c, item **b, int n) {
     for (int k = 0; k < g && st == DT_OK; k++)
         for (int i = 0; i < n && st == DT_OK; i++) {
             item *it = b[i];
-            int nd = it->leaf->grad->ndim, d = next_step(it)->after[m0].dim;
+            int nd = dt_ag(it->leaf)->grad->ndim, d = next_step(it)->after[m0].dim;
             int64_t box[DT_MAX_NDIM], at[DT_MAX_NDIM] = {0};
             memcpy(box, it->shape, sizeof box);
             box[d] = ext[k * n + i], at[d] = off[k * n + i];
@@ -193,12 +194,12 @@ static dt_status reduce_scatter(sync *x, dt_comm *c, item **b, int n) {
 /* A leaf's gradient once its last step is taken: the block, owned by a new tensor in the
  * leaf's placements, replaces the gradient at once (its whole-tensor Partial goes). */
 static dt_status place(item *it) {
-    dt_tensor *g = it->leaf->grad, *out;
+    dt_tensor *g = dt_ag(it->leaf)->grad, *out;
     DT_CHECK(dt_tensor_new(g->mesh, g->device, g->dtype, g->ndim, g->shape, it->leaf->placements,
                            it->cur, true, &out));
     it->cur = NULL, it->owned = false;
     dt_tensor_release(g);
-    it->leaf->grad = out;
+    it->leaf->ag->grad = out;
     return DT_OK;
 }
 
@@ -216,7 +217,7 @@ static dt_status run_bucket(dt_ctx *ctx, size_t cap, item *items, int nitems, it
         if (n && (bytes + items[i].bytes > cap)) break;
         b[n++] = &items[i], bytes += items[i].bytes;
     }
-    dt_tensor *g = b[0]->leaf->grad;
+    dt_tensor *g = dt_ag(b[0]->leaf)->grad;
     sync x = {.mesh = g->mesh, .mem = dt_tensor_mem(g), .dtype = g->dtype,
               .es = dt_dtype_size(g->dtype)};
     const dt_plan_step *s = next_step(b[0]);
@@ -236,15 +237,15 @@ static dt_status run_bucket(dt_ctx *ctx, size_t cap, item *items, int nitems, it
 /* One leaf alone (no steps to share): the gradient redistributed to the leaf's placements. */
 static dt_status sync_alone(dt_tensor *leaf) {
     dt_tensor *moved;
-    DT_CHECK(dt_tensor_redistribute(leaf->grad, leaf->mesh->ndim, leaf->placements, &moved));
-    dt_tensor_release(leaf->grad);
-    leaf->grad = moved;
+    DT_CHECK(dt_tensor_redistribute(dt_ag(leaf)->grad, leaf->mesh->ndim, leaf->placements, &moved));
+    dt_tensor_release(dt_ag(leaf)->grad);
+    leaf->ag->grad = moved;
     return DT_OK;
 }
 
 static bool placed(const dt_tensor *leaf) {
     for (int m = 0; m < leaf->mesh->ndim; m++)
-        if (!dt_placement_equal(leaf->grad->placements[m], leaf->placements[m])) return false;
+        if (!dt_placement_equal(dt_ag(leaf)->grad->placements[m], leaf->placements[m])) return false;
     return true;
 }
 
@@ -262,7 +263,7 @@ static int by_pos(const void *a, const void *b) {
 static int collect(dt_tensor *const *leaves, int nleaves, item *items) {
     int k = 0, n = 0;
     for (int i = 0; i < nleaves; i++)
-        if (leaves[i]->grad && !placed(leaves[i])) items[k++] = (item){.leaf = leaves[i], .pos = i};
+        if (dt_ag(leaves[i])->grad && !placed(leaves[i])) items[k++] = (item){.leaf = leaves[i], .pos = i};
     qsort(items, (size_t)k, sizeof *items, by_leaf);
     for (int i = 0; i < k; i++)
         if (!n || items[n - 1].leaf != items[i].leaf) items[n++] = items[i];
@@ -286,7 +287,7 @@ dt_status dt_grad_sync(dt_tensor *const *leaves, int nleaves) {
     /* Plans first (retained: planning others may evict them from the cache). */
     for (int i = 0; i < n && st == DT_OK; i++) {
         item *it = &items[i];
-        dt_tensor *g = it->leaf->grad;
+        dt_tensor *g = dt_ag(it->leaf)->grad;
         const dt_plan *p;
         st = dt_redistribute_cached_plan(g, it->leaf->placements, &p);
         if (st != DT_OK || cap == 0 || !coalescable(p)) continue;
@@ -302,7 +303,7 @@ dt_status dt_grad_sync(dt_tensor *const *leaves, int nleaves) {
         st = run_bucket(ctx, cap, items, n, bucket, &ncoll, &done);
     for (int i = 0; i < n; i++) { /* blocks of leaves left unplaced by a failure */
         item *it = &items[i];
-        if (it->owned) dt_mem_ops_of(it->leaf->grad->device.kind)->free(it->cur);
+        if (it->owned) dt_mem_ops_of(dt_ag(it->leaf)->grad->device.kind)->free(it->cur);
         if (it->plan) dt_plan_release(it->plan);
     }
     if (ctx->trace && st == DT_OK && n)
@@ -318,6 +319,6 @@ dt_status dt_ctx_set_grad_bucket_bytes(dt_ctx *ctx, size_t bytes) {
     DT_ARG_NOT_NULL(ctx);
     DT_ARG(bytes < SIZE_MAX, "dt_ctx_set_grad_bucket_bytes: argument bytes = %zu is too large",
            bytes);
-    ctx->grad_bucket_bytes = bytes + 1;
+    dt_autograd_of(ctx)->grad_bucket_bytes = bytes + 1;
     return DT_OK;
 }

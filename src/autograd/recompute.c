@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/autograd_impl.h"
 #include "autograd/saved.h"
 #include "comm/comm_impl.h"
 #include "core/check.h"
@@ -64,7 +65,7 @@ static bool selective_keeps(int op) {
 }
 
 void dt_ac_note(dt_ctx *ctx, dt_tensor *t) {
-    dt_ac_region *r = ctx->ac_region;
+    dt_ac_region *r = dt_autograd_of(ctx)->ac_region;
     if (r->n == r->cap) {
         int cap = r->cap ? 2 * r->cap : 64;
         dt_tensor **g = realloc(r->t, sizeof *g * (size_t)cap);
@@ -112,7 +113,7 @@ static void detach(dt_saved_hooks *h, dt_tensor *t) {
     dt_ac_region *r = (dt_ac_region *)h;
     for (int i = 0; i < r->n; i++)
         if (r->t[i] == t) r->t[i] = NULL;
-    t->hooks = NULL;
+    t->ag->hooks = NULL; /* a hooked tensor is a recorded op's output: it has a slot */
     region_unref(r);
 }
 
@@ -121,13 +122,13 @@ dt_status dt_ac_begin(dt_ctx *ctx, dt_ac_mode mode, dt_ac_region **out) {
     DT_ARG_NOT_NULL(out);
     DT_ARG((unsigned)mode < DT_AC_MODE_COUNT, "dt_ac_begin: argument mode has unknown value %d",
            (int)mode);
-    DT_ARG(!ctx->ac_region, "dt_ac_begin: a region is already open on this rank (regions do "
+    DT_ARG(!dt_autograd_of(ctx)->ac_region, "dt_ac_begin: a region is already open on this rank (regions do "
                             "not nest)");
     dt_ac_region *r = calloc(1, sizeof *r);
     if (!r) return dt_error(DT_ERR_NOMEM, "dt_ac_begin: out of memory");
     *r = (dt_ac_region){.hooks = {.refill = refill, .detach = detach}, .ctx = ctx, .mode = mode,
                         .open = true, .refs = 1};
-    if (mode != DT_AC_NONE) ctx->ac_region = r;
+    if (mode != DT_AC_NONE) dt_autograd_of(ctx)->ac_region = r;
     *out = r;
     return DT_OK;
 }
@@ -138,17 +139,18 @@ dt_status dt_ac_end(dt_ac_region *region, int nkeep, dt_tensor *const *keep) {
     DT_ARG(nkeep >= 0 && (nkeep == 0 || keep), "dt_ac_end: argument keep is NULL for nkeep = %d",
            nkeep);
     dt_ac_region *r = region;
-    if (r->ctx->ac_region == r) r->ctx->ac_region = NULL;
+    dt_autograd_state *ag = dt_autograd_of(r->ctx);
+    if (ag->ac_region == r) ag->ac_region = NULL;
     r->open = false;
     int m = 0;
     for (int i = 0; i < r->n; i++) {
         dt_tensor *t = r->t[i];
-        bool kept = atomic_load(&t->refs) == 1 || t->hooks || !t->owned || dt_node_custom(t) ||
+        bool kept = atomic_load(&t->refs) == 1 || dt_ag(t)->hooks || !t->owned || dt_node_custom(t) ||
                     (r->mode == DT_AC_SELECTIVE && selective_keeps(dt_node_op(t)));
         for (int k = 0; k < nkeep && !kept; k++) kept = keep[k] == t;
         if (!kept) {
             dt_tensor_storage_drop(t);
-            t->hooks = &r->hooks;
+            t->ag->hooks = &r->hooks; /* noted: a recorded op's output */
             r->refs++;
             r->t[m++] = t;
         }

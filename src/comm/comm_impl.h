@@ -10,6 +10,7 @@
 
 #include "dtensor/comm.h"
 #include "dtensor/device.h"
+#include "trace/trace_impl.h"
 
 /* A sub-box of a dense row-major array: where it starts and how far it extends per dim. */
 typedef struct dt_box {
@@ -119,7 +120,16 @@ typedef struct dt_backend_ops {
 
 typedef struct dt_user_group_count dt_user_group_count;
 typedef struct dt_worker dt_worker;
-typedef struct dt_redist_state dt_redist_state;
+
+/* Per-rank state of the layers above comm, opaque here: each layer casts its slot to a struct
+ * of its own (asserting that it fits), whose all-zero bytes mean "as created". The context
+ * only zeroes the slots; no layer's fields live in this header. */
+typedef enum dt_ctx_slot_id {
+    DT_CTX_SLOT_REDISTRIBUTE, /* cost model and redistribute mode (redistribute.c) */
+    DT_CTX_SLOT_AUTOGRAD,     /* grad mode, grad sync, backward hooks, AC region (engine.c) */
+    DT_CTX_SLOT_COUNT
+} dt_ctx_slot_id;
+#define DT_CTX_SLOT_BYTES 96
 
 struct dt_ctx {
     int rank, size;
@@ -131,22 +141,24 @@ struct dt_ctx {
     pthread_mutex_t stats_mu;         /* the comm thread counts too */
     dt_comm_stats stats;
     dt_worker *worker;        /* this rank's communication thread, made on first async call */
-    struct dt_trace *trace;   /* NULL when not recording */
-    dt_redist_state *redist;  /* owned by the redistribute layer (cost model) */
-    int redistribute_mode;    /* dt_redistribute_mode, read by op dispatch */
-    int no_grad_depth;        /* dt_no_grad_enter scopes open (autograd: records when 0) */
-    bool grad_unsynced;       /* dt_ctx_set_grad_sync(ctx, 0) */
-    size_t grad_bucket_bytes; /* dt_ctx_set_grad_bucket_bytes + 1; 0: the default */
+    struct dt_trace *trace;   /* the trace layer's recorder (trace/trace.h); NULL when off */
     atomic_llong live_tensors, live_bytes; /* tensors of this rank alive, and their owned bytes */
     atomic_llong live_peak;                /* most live_bytes since start or the last reset */
-    struct dt_backward_hook *backward_end; /* run once when the running backward ends */
-    struct dt_ac_region *ac_region;        /* the open activation-checkpoint region, if any */
-    void (*redist_free)(dt_redist_state *);
     dt_device device;         /* compute device (dt_ctx_set_device) */
     int allow_tf32;           /* dt_ctx_set_tf32, kept for GPUs set up later */
     struct dt_cuda_rank *cuda; /* streams and handles when device is CUDA (core/cuda/cuda_rt.h) */
     int check_collectives;     /* DT_DEBUG_COLLECTIVES=1 on a backend that does not by itself */
+    _Alignas(16) unsigned char slots[DT_CTX_SLOT_COUNT][DT_CTX_SLOT_BYTES];
 };
+
+/* An event of the rank's trace (trace/trace_impl.h), when it records. */
+#define dt_trace_record(ctx, ...) dt_trace_add((ctx)->trace, __VA_ARGS__)
+
+/* The bytes a layer above keeps in ctx (zero until that layer writes them). */
+static inline void *dt_ctx_slot(dt_ctx *ctx, dt_ctx_slot_id id) { return ctx->slots[id]; }
+static inline const void *dt_ctx_slot_peek(const dt_ctx *ctx, dt_ctx_slot_id id) {
+    return ctx->slots[id];
+}
 
 /* Frees the rank's GPU state (ctx_fini_common calls it). */
 void dt_ctx_device_fini(dt_ctx *ctx);

@@ -5,16 +5,16 @@
 #define DT_COMM_REQUEST_H
 
 #include "comm/worker.h"
-#include "dtensor/tensor.h"
 
 struct dt_request {
     dt_completion done;
     dt_status (*run)(dt_request *r);  /* on the communication thread */
     void (*destroy)(dt_request *r);   /* frees r and what it holds (not out) */
     dt_status (*finish)(dt_request *r); /* nullable: on the waiting thread, before out is
-                                           handed over (redistribute records its autograd
+                                           handed over (autograd records a redistribute's
                                            node there) */
-    dt_tensor *out;                   /* the result, when the work makes one */
+    void *out;                        /* the result, when the work makes one (opaque here) */
+    void (*out_release)(void *out);   /* frees a result nobody takes (set with out) */
 };
 
 /* Queues r (its run and destroy set) on ctx's communication thread, started when needed. On

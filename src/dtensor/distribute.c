@@ -114,13 +114,13 @@ dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, 
     return DT_OK;
 }
 
-dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes) {
+dt_status dt_tensor_full_tensor(dt_tensor *tensor, void *out, size_t out_bytes) {
     DT_TENSOR_ARG(tensor);
     dt_mesh *mesh = tensor->mesh;
     size_t es = dt_dtype_size(tensor->dtype), numel = dt_shape_numel(tensor->shape, tensor->ndim);
-    DT_ARG(out != NULL || numel == 0, "dt_tensor_full: argument out is NULL");
+    DT_ARG(out != NULL || numel == 0, "dt_tensor_full_tensor: argument out is NULL");
     if (out_bytes < numel * es)
-        return dt_error(DT_ERR_SIZE, "dt_tensor_full: out_bytes = %zu is less than the %zu bytes "
+        return dt_error(DT_ERR_SIZE, "dt_tensor_full_tensor: out_bytes = %zu is less than the %zu bytes "
                                      "of the full tensor", out_bytes, numel * es);
     size_t local_bytes = tensor->local_numel * es;
     int partial = 0;
@@ -137,7 +137,7 @@ dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes) {
     int *members = malloc(sizeof(int) * (size_t)mesh->nranks);
     dt_status st = DT_OK;
     if ((partial && !local) || !dst || !counts || !displs || !members) {
-        st = dt_error(DT_ERR_NOMEM, "dt_tensor_full: out of memory");
+        st = dt_error(DT_ERR_NOMEM, "dt_tensor_full_tensor: out of memory");
         goto out;
     }
     if (partial && local_bytes) DT_CHECK_GOTO(mem->copy(local, tensor->data, local_bytes), st, out);
@@ -186,7 +186,7 @@ dt_status dt_tensor_full(dt_tensor *tensor, void *out, size_t out_bytes) {
         goto out;
     }
     if (!(gathered = mem->alloc(numel * es))) {
-        st = dt_error(DT_ERR_NOMEM, "dt_tensor_full: out of memory");
+        st = dt_error(DT_ERR_NOMEM, "dt_tensor_full_tensor: out of memory");
         goto out;
     }
     DT_CHECK_GOTO(dt_all_gatherv(group, local, gathered, counts, NULL, tensor->dtype), st, out);

@@ -6,8 +6,6 @@
 #include "comm/comm_impl.h"
 #include "core/box.h"
 #include "core/check.h"
-#include "autograd/autograd_impl.h"
-#include "autograd/saved.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 
@@ -227,13 +225,15 @@ static void shell_free(dt_tensor *t) {
     q->next = (q->next + 1) % QUARANTINE;
 }
 
+static _Atomic(dt_tensor_slot_free_fn) slot_free;
+
+void dt_tensor_slot_hook(dt_tensor_slot_free_fn fn) { atomic_store(&slot_free, fn); }
+
 dt_status dt_tensor_release(dt_tensor *tensor) {
     if (!tensor) return DT_OK;
     DT_CHECK(dt_tensor_check("dt_tensor_release", "tensor", tensor));
     if (atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
-    if (tensor->hooks) tensor->hooks->detach(tensor->hooks, tensor);
-    dt_node_release(tensor->node);
-    dt_tensor_release(tensor->grad);
+    if (tensor->ag) atomic_load(&slot_free)(tensor, tensor->ag);
     count_live(tensor, -1);
     if (tensor->owned) dt_tensor_mem(tensor)->free(tensor->data);
     dt_mesh_release(tensor->mesh);

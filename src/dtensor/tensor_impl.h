@@ -29,15 +29,12 @@ struct dt_tensor {
     void *data;       /* on device */
     dt_device device; /* where data lives */
     bool owned;
-    /* autograd (src/autograd): */
-    bool requires_grad;   /* a leaf marked so, or the output of a recorded op */
-    struct dt_node *node; /* the op that made it (owned), NULL for a leaf */
-    dt_tensor *grad;      /* a leaf's accumulated gradient (owned) */
-    int grad_dtype;       /* dt_dtype + 1 its gradient is accumulated in; 0: its own */
-    unsigned sync_mark;   /* a leaf: the backward that listed it for its gradient sync */
-    /* saved tensors that can be dropped (autograd/saved.h): */
-    bool dropped;                  /* its storage was freed; hooks->refill puts it back */
-    struct dt_saved_hooks *hooks;  /* borrowed; detach is called when the tensor dies */
+    /* Its storage was freed after a forward (dt_tensor_storage_drop); an owner refills it. */
+    bool dropped;
+    /* The autograd layer's state of this tensor (whether it requires grad, the node that made
+     * it, a leaf's gradient, hooks of saved tensors): opaque here, NULL until autograd first
+     * marks the tensor, freed through the hook that layer registers (dt_tensor_slot_hook). */
+    struct dt_grad_slot *ag;
 };
 
 /* The calling rank's tensors alive now and the bytes of local data they own (tests use it to
@@ -47,6 +44,11 @@ void dt_ctx_live(dt_ctx *ctx, int64_t *tensors_out, int64_t *bytes_out);
  * start), and the reset, which starts the peak from the bytes alive now. Not collective. */
 int64_t dt_ctx_live_peak(dt_ctx *ctx);
 void dt_ctx_live_peak_reset(dt_ctx *ctx);
+
+/* Called with t and its autograd slot when a tensor that has one dies. The autograd layer
+ * registers it before it makes the first slot; the dtensor layer knows nothing else of it. */
+typedef void (*dt_tensor_slot_free_fn)(dt_tensor *t, struct dt_grad_slot *slot);
+void dt_tensor_slot_hook(dt_tensor_slot_free_fn fn);
 
 /* Frees t's owned storage and marks it dropped (its spec, node and references stay): live
  * bytes fall by its size. A dropped tensor is not an op's input until it is refilled. */

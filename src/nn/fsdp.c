@@ -142,8 +142,8 @@ static void drop_full(unit *u) {
 static void forget_full(unit *u) {
     drop_full(u);
     for (int p = 0; p < u->n; p++) {
-        if (u->full[p]) u->full[p]->hooks = NULL; /* an old graph through it can no longer
-                                                     refill it: backward then fails cleanly */
+        if (u->full[p] && u->full[p]->ag) /* an old graph through it can no longer refill it: */
+            u->full[p]->ag->hooks = NULL; /* backward then fails cleanly */
         dt_tensor_release(u->full[p]);
         u->full[p] = NULL;
     }
@@ -154,8 +154,9 @@ static void forget_full(unit *u) {
 static dt_status new_full(unit *u) {
     forget_full(u);
     dt_ctx *ctx = u->f->mesh->ctx;
-    struct dt_ac_region *region = ctx->ac_region;
-    ctx->ac_region = NULL;
+    dt_autograd_state *ag = dt_autograd_of(ctx);
+    struct dt_ac_region *region = ag->ac_region;
+    ag->ac_region = NULL;
     dt_status st = DT_OK;
     for (int p = 0; p < u->n && st == DT_OK; p++) {
         dt_tensor *w = u->param[p];
@@ -165,10 +166,12 @@ static dt_status new_full(unit *u) {
         st = dt_tensor_alloc(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl, &u->full[p]);
         if (st != DT_OK) break;
         count_gathered(u->f, (int64_t)bytes_of(u->full[p]));
-        u->full[p]->hooks = &u->hooks;
+        dt_grad_slot *slot = NULL;
+        if ((st = dt_ag_make(u->full[p], &slot)) != DT_OK) break;
+        slot->hooks = &u->hooks;
         if (dt_autograd_wants(&w, 1)) st = dt_autograd_record_redistribute(w, u->full[p]);
     }
-    ctx->ac_region = region;
+    ag->ac_region = region;
     return st;
 }
 
@@ -279,14 +282,16 @@ static dt_status reduce_finish(unit *u) {
         if (st != DT_OK) break;
         if (bytes_of(g))
             st = mem_of(u)->copy(g->data, (char *)u->rrecv + u->off[p] * u->es, bytes_of(g));
-        if (st == DT_OK && w->grad) {
+        dt_grad_slot *ws = NULL;
+        if (st == DT_OK) st = dt_ag_make(w, &ws);
+        if (st == DT_OK && ws->grad) {
             dt_tensor *sum;
-            st = dt_add(w->grad, g, &sum);
+            st = dt_add(ws->grad, g, &sum);
             dt_tensor_release(g);
             g = st == DT_OK ? sum : NULL;
-            if (st == DT_OK) dt_tensor_release(w->grad);
+            if (st == DT_OK) dt_tensor_release(ws->grad);
         }
-        if (st == DT_OK) w->grad = g;
+        if (st == DT_OK) ws->grad = g;
         else dt_tensor_release(g);
     }
     reduce_free(u);
@@ -375,7 +380,7 @@ static dt_status grad_ready(dt_saved_hooks *h, dt_tensor *t, dt_tensor *g) {
 
 static void detach(dt_saved_hooks *h, dt_tensor *t) {
     (void)h;
-    t->hooks = NULL; /* the unit holds its gathered tensors: this is a graph's last copy */
+    t->ag->hooks = NULL; /* the unit holds its gathered tensors: this is a graph's last copy */
 }
 
 /* ---- the public calls -------------------------------------------------------------------- */
@@ -418,16 +423,16 @@ dt_status dt_fsdp_shard_param(dt_fsdp *fsdp, dt_tensor *param, dt_tensor **out) 
     memcpy(pl, param->placements, sizeof pl);
     pl[dp] = dt_shard(d);
     dt_ctx *ctx = fsdp->mesh->ctx;
-    ctx->no_grad_depth++;
+    dt_autograd_of(ctx)->no_grad_depth++;
     dt_tensor *t;
     dt_status st = dt_tensor_redistribute(param, mnd, pl, &t);
     if (st == DT_OK && t == param) { /* nothing moved (a dp of one): a leaf of its own */
         dt_tensor_release(t);
         st = dt_contiguous(param, &t);
     }
-    ctx->no_grad_depth--;
+    dt_autograd_of(ctx)->no_grad_depth--;
     if (st != DT_OK) return st;
-    st = dt_tensor_set_requires_grad(t, param->requires_grad);
+    st = dt_tensor_set_requires_grad(t, dt_ag(param)->requires_grad);
     if (st != DT_OK) dt_tensor_release(t);
     else *out = t;
     return st;
@@ -450,10 +455,10 @@ dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *
         DT_CHECK(dt_tensor_check("dt_fsdp_add_unit", "params[i]", params[p]));
         const dt_tensor *w = params[p];
         DT_ARG(w->mesh == fsdp->mesh, "dt_fsdp_add_unit: params[%d] lives on another mesh", p);
-        DT_ARG(!w->node && w->placements[dp].kind == DT_PLACEMENT_SHARD,
+        DT_ARG(!dt_ag(w)->node && w->placements[dp].kind == DT_PLACEMENT_SHARD,
                "dt_fsdp_add_unit: params[%d] is not a leaf sharded over mesh dim %d (give it "
                "dt_fsdp_shard_param's result)", p, dp);
-        if (w->grad_dtype)
+        if (dt_ag(w)->grad_dtype)
             return dt_error(DT_ERR_UNSUPPORTED, "dt_fsdp_add_unit: params[%d] keeps its gradient "
                                                 "in another dtype (dt_tensor_set_grad_dtype): "
                                                 "FSDP units reduce in the parameters' dtype", p);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/autograd_impl.h"
 #include "comm/comm_impl.h"
 #include "core/check.h"
 #include "core/clock.h"
@@ -188,7 +189,7 @@ static dt_status forward(step *s, int i) {
         dt_tensor *y64 = NULL;
         double v = 0;
         st = dt_cast(y, DT_F64, &y64);
-        if (st == DT_OK) st = dt_tensor_full(y64, &v, sizeof v);
+        if (st == DT_OK) st = dt_tensor_full_tensor(y64, &v, sizeof v);
         dt_tensor_release(y64);
         if (st != DT_OK) goto done;
         s->loss += v;
@@ -206,14 +207,14 @@ static dt_status backward(step *s, int i) {
     micro *m = &s->mb[i];
     /* Gradients of every micro-batch but the step's last stay as backward leaves them
      * (accumulated, Partial where the leaf is replicated); the last reduces them once. */
-    s->ctx->grad_unsynced = ++s->nbackward < p->cfg.nmicro ? true : !s->sync;
+    dt_autograd_of(s->ctx)->grad_unsynced = ++s->nbackward < p->cfg.nmicro ? true : !s->sync;
     dt_status st = DT_OK;
     if (p->stage == p->nstages - 1) {
         if (dt_tensor_requires_grad(m->out)) st = dt_backward(m->out);
     } else if (m->grad) {
         st = dt_backward_with(m->out, m->grad);
     }
-    s->ctx->grad_unsynced = !s->sync;
+    dt_autograd_of(s->ctx)->grad_unsynced = !s->sync;
     dt_tensor_release(m->out), dt_tensor_release(m->grad);
     m->out = m->grad = NULL;
     s->inflight--;
@@ -282,7 +283,7 @@ dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets
     step s = {.p = p, .ctx = dt_mesh_ctx(p->mesh), .inputs = inputs, .targets = targets};
     s.mb = calloc((size_t)p->cfg.nmicro, sizeof *s.mb);
     if (!s.mb) return dt_error(DT_ERR_NOMEM, "dt_pipeline_step: out of memory");
-    s.sync = !s.ctx->grad_unsynced;
+    s.sync = !dt_autograd_of(s.ctx)->grad_unsynced;
     memset(&p->stats, 0, sizeof p->stats);
     p->stats.start_bytes = live_bytes(s.ctx);
     s.t_begin = s.t_compute_end = dt_now_us();
@@ -312,7 +313,7 @@ dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets
         dt_tensor_release(s.mb[i].grad);
     }
     free(s.mb);
-    s.ctx->grad_unsynced = !s.sync;
+    dt_autograd_of(s.ctx)->grad_unsynced = !s.sync;
     if (st != DT_OK) return st;
     /* The loss is known on the last stage: every pp group hands it to its other stages. */
     dt_comm *pp;

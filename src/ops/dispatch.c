@@ -1,5 +1,6 @@
-/* Op dispatch: pick the cheapest sharding strategy for the inputs' specs (cached per mesh),
- * redistribute the inputs it needs changed, allocate the output and run the local part.
+/* Op dispatch in two steps that record nothing (autograd/api.c records around them): choose
+ * the cheapest sharding strategy for the inputs' specs (cached per mesh), and compute: move
+ * the inputs it needs changed, allocate the outputs and run the local part.
  *
  * A strategy gives every mesh dim one row of the op's single-mesh-dim rules; the candidates
  * are all combinations, priced by the cost of the redistribute plans the inputs would need
@@ -8,7 +9,6 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
-#include "trace/trace_impl.h"
 #include "core/check.h"
 #include "core/lru.h"
 #include "dtensor/tensor_impl.h"
@@ -17,12 +17,13 @@
 #include "ops/strategy.h"
 #include "redistribute/redistribute_impl.h"
 
-typedef struct strategy {
+struct dt_op_choice {
     dt_placement in[DT_OP_MAX_INPUTS][DT_MESH_MAX_NDIM];
     dt_placement out[DT_MESH_MAX_NDIM];
     op_out spec;
     char text[160]; /* "S(0),R | R,S(1) -> S(0),S(1)", for traces */
-} strategy;
+};
+typedef struct dt_op_choice strategy;
 
 /* ---- the per-mesh cache (core/lru.h) ----------------------------------------------------
  * The key is every fact the choice depends on, written once as words, so that hashing and
@@ -138,7 +139,7 @@ static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int 
 
 /* ---- running ----------------------------------------------------------------------------- */
 
-static dt_status check_inputs(dt_op op, dt_tensor *const *in, int n) {
+dt_status dt_dispatch_check(dt_op op, dt_tensor *const *in, int n) {
     DT_CHECK(dt_op_inputs_check("dt_op_call", op, (const void *const *)in, n));
     for (int i = 0; i < n; i++) {
         if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
@@ -170,7 +171,7 @@ static dt_status redistribute_input(dt_op op, int i, dt_tensor *t, const dt_plac
     char have[128], need[128];
     dt_placements_format(t->placements, mnd, have, sizeof have);
     dt_placements_format(want, mnd, need, sizeof need);
-    int mode = t->mesh->ctx->redistribute_mode;
+    int mode = dt_redistribute_mode_of(t->mesh->ctx);
     if (mode == DT_REDISTRIBUTE_EXPLICIT)
         return dt_error(DT_ERR_PLACEMENT, "%s: input %d is %s but the chosen strategy needs %s "
                                           "(explicit mode: redistribute it first)",
@@ -178,7 +179,7 @@ static dt_status redistribute_input(dt_op op, int i, dt_tensor *t, const dt_plac
     if (mode == DT_REDISTRIBUTE_LOG)
         fprintf(stderr, "[dtensor rank %d] %s: input %d %s -> %s\n", t->mesh->ctx->rank,
                 dt_op_name(op), i, have, need);
-    return dt_tensor_redistribute(t, t->mesh->ndim, want, out);
+    return dt_redistribute_run(t, want, out);
 }
 
 static void local_of(const dt_tensor *t, dt_local *l) {
@@ -246,8 +247,19 @@ static int aux_specs(dt_op op, const op_family *f, const op_input *gin, int n,
     return !for_grad || want ? na : 0;
 }
 
-static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
-                     const dt_op_args *a, const strategy *s, dt_tensor **out, dt_tensor **aux) {
+dt_status dt_dispatch_choose(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                             const dt_op_choice **out) {
+    const op_family *f = dt_op_family(op);
+    DT_ASSERT(f && !f->composite);
+    DT_CHECK(dt_op_kernel_check(op, dt_kernels_of(in[0]->device.kind)));
+    return lookup(op, f, in, n, args, out);
+}
+
+dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                              const dt_op_choice *s, int want_aux, dt_tensor **used,
+                              dt_tensor **out, dt_tensor **aux, int *naux) {
+    const op_family *f = dt_op_family(op);
+    const dt_op_args *a = args ? args : &no_args;
     dt_mesh *mesh = in[0]->mesh;
     dt_ctx *ctx = mesh->ctx;
     double t0 = ctx->trace ? dt_now_us() : 0;
@@ -267,8 +279,7 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
     op_input gin[DT_OP_MAX_INPUTS];
     globals_of(use, n, gin);
     op_out aspec[DT_OP_MAX_AUX];
-    bool record = dt_autograd_wants(in, n);
-    int na = aux_specs(op, f, gin, n, a, aux != NULL || record, aspec);
+    int na = aux_specs(op, f, gin, n, a, want_aux, aspec);
     dt_device dev = in[0]->device;
     char text[sizeof s->text];
     text[0] = '\0';
@@ -281,64 +292,30 @@ static dt_status run(dt_op op, const op_family *f, dt_tensor *const *in, int n,
         if (ctx->trace) memcpy(text, s->text, sizeof text); /* s is not read past this point */
         st = compute_local(op, f, use, n, a, o, ax, na);
     }
-    /* The node holds the inputs as the kernel used them: one that was moved is the output of
-     * a recorded redistribute, so its gradient goes back through that move's conjugate (an
-     * all_gather's reduce_scatter) and the rule computes on the moved values without moving
-     * them again (a gathered input stays alive until backward). It saves the other outputs. */
-    if (st == DT_OK && record) st = dt_autograd_record(op, use, n, a, o, ax, na);
-    for (int i = 0; i < n; i++) dt_tensor_release(moved[i]);
     if (st != DT_OK) {
+        for (int i = 0; i < n; i++) dt_tensor_release(moved[i]);
         dt_tensor_release(o);
         for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
         return st;
     }
     if (ctx->trace) dt_trace_record(ctx, DT_LANE_OPS, dt_op_name(op), t0, "%s", text);
+    /* The inputs as the kernel used them: an input that was moved is handed over (the
+     * caller's autograd records the move), the others are passed back retained. */
+    for (int i = 0; i < n; i++) {
+        if (used && moved[i]) used[i] = moved[i];
+        else if (used) used[i] = in[i] ? (dt_tensor_retain(in[i]), in[i]) : NULL;
+        else dt_tensor_release(moved[i]);
+    }
     *out = o;
-    for (int i = 0; i < na; i++) {
-        if (aux) aux[i] = ax[i];
-        else dt_tensor_release(ax[i]);
-    }
+    for (int i = 0; i < na; i++) aux[i] = ax[i];
+    *naux = na;
     return DT_OK;
-}
-
-static dt_status call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
-                      dt_tensor **out, dt_tensor **aux) {
-    const op_family *f = dt_op_family(op);
-    DT_CHECK(check_inputs(op, inputs, ninputs));
-    DT_ARG(out != NULL, "%s: argument out is NULL", dt_op_name(op));
-    if (f->composite) return f->composite(op, inputs, ninputs, args ? args : &no_args, out);
-    DT_CHECK(dt_op_kernel_check(op, dt_kernels_of(inputs[0]->device.kind)));
-    const strategy *s;
-    DT_CHECK(lookup(op, f, inputs, ninputs, args, &s));
-    return run(op, f, inputs, ninputs, args ? args : &no_args, s, out, aux);
-}
-
-dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
-                     dt_tensor **out) {
-    return call(op, inputs, ninputs, args, out, NULL);
-}
-
-dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs,
-                         const dt_op_args *args, dt_tensor **out, dt_tensor **aux, int naux) {
-    const op_family *f = dt_op_family(op);
-    DT_ARG(aux != NULL, "%s: argument aux is NULL", dt_op_name(op));
-    int na = 0, for_grad;
-    if (f && f->aux && inputs && ninputs > 0) {
-        op_out spec[DT_OP_MAX_AUX];
-        op_input gin[DT_OP_MAX_INPUTS];
-        DT_CHECK(check_inputs(op, inputs, ninputs));
-        globals_of(inputs, ninputs, gin);
-        na = f->aux(op, gin, ninputs, args ? args : &no_args, spec, &for_grad);
-    }
-    DT_ARG(naux == na, "%s: argument naux is %d, the op has %d outputs besides the first",
-           dt_op_name(op), naux, na);
-    return call(op, inputs, ninputs, args, out, aux);
 }
 
 dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
                          dt_placement *input_placements_out, dt_placement *output_placements_out) {
     const op_family *f = dt_op_family(op);
-    DT_CHECK(check_inputs(op, inputs, ninputs));
+    DT_CHECK(dt_dispatch_check(op, inputs, ninputs));
     DT_ARG(input_placements_out && output_placements_out,
            "%s: input_placements_out or output_placements_out is NULL", dt_op_name(op));
     if (f->composite)
@@ -350,13 +327,5 @@ dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const 
     for (int i = 0; i < ninputs; i++)
         memcpy(input_placements_out + i * mnd, s->in[i], sizeof(dt_placement) * (size_t)mnd);
     memcpy(output_placements_out, s->out, sizeof(dt_placement) * (size_t)mnd);
-    return DT_OK;
-}
-
-dt_status dt_ctx_set_redistribute_mode(dt_ctx *ctx, dt_redistribute_mode mode) {
-    DT_ARG_NOT_NULL(ctx);
-    DT_ARG((unsigned)mode <= DT_REDISTRIBUTE_EXPLICIT,
-           "dt_ctx_set_redistribute_mode: argument mode has unknown value %d", (int)mode);
-    ctx->redistribute_mode = (int)mode;
     return DT_OK;
 }

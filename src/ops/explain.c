@@ -100,7 +100,7 @@ static dt_status price(void *user, int i, const dt_placement *want, double *cost
         p->keys[s] = key;
         p->costs[s] = plan->cost_us;
         p->used++;
-        dt_plan_destroy(plan);
+        dt_plan_release(plan);
     }
     *cost_us = p->costs[s];
     return DT_OK;
@@ -234,7 +234,7 @@ static dt_status put_plan(dt_text *t, int mnd, const int *mesh_shape, const char
     char *text = malloc(len);
     dt_status st = text ? dt_plan_format(plan, names, text, len, NULL)
                         : dt_error(DT_ERR_NOMEM, "dt_op_explain: out of memory");
-    dt_plan_destroy(plan);
+    dt_plan_release(plan);
     for (const char *line = text; st == DT_OK && line && *line;) {
         const char *nl = strchr(line, '\n');
         dt_text_put(t, "    %.*s\n", (int)(nl ? (size_t)(nl - line) : strlen(line)), line);

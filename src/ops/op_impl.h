@@ -4,9 +4,11 @@
 #ifndef DT_OPS_OP_IMPL_H
 #define DT_OPS_OP_IMPL_H
 
+#include <stdbool.h>
+
 #include "dtensor/ops.h"
 #include "core/device.h"
-#include "autograd/autograd_impl.h"
+#include "dtensor/tensor_impl.h"
 #include "ops/kernels.h"
 
 #define DT_OP_MAX_INPUTS 5
@@ -51,6 +53,7 @@ typedef struct local_call {
 } local_call;
 
 typedef struct op_family {
+    bool composite;    /* built from other ops (autograd/composite.c runs it): no rules */
     unsigned optional; /* bit i: input i may be NULL (a bias, a weight) */
     dt_status (*infer)(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out);
     /* Rows valid on a mesh dim of size mesh_size (of a mesh of mesh_total ranks). */
@@ -70,9 +73,6 @@ typedef struct op_family {
      * call records an autograd node (which saves them for the backward rule); 0: always. */
     int (*aux)(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *aux,
                int *for_grad);
-    /* Ops built from other ops (cross_entropy, var): replaces the three above. */
-    dt_status (*composite)(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
-                           dt_tensor **out);
 } op_family;
 
 extern const op_family dt_family_pointwise, dt_family_matmul, dt_family_reduce,
@@ -116,11 +116,25 @@ typedef struct op_desc {
     const char *kernel_name;
     unsigned args;         /* ARG_* */
     const char *wrapper;   /* its typed wrapper's name */
-    dt_grad_fn backward;   /* its backward rule (src/autograd) */
 } op_desc;
 
 /* The description of a built-in op, NULL for any other value (registry.c). */
 const op_desc *dt_op_desc(dt_op op);
+
+/* Dispatch without recording (dispatch.c), the two halves autograd/api.c records around.
+ * check: in holds n live inputs of op on one mesh and device, none dropped (as fn op).
+ * choose: the strategy for the call (the mesh's cache; valid until the next dispatch on the
+ * mesh). compute: moves the inputs into the strategy's placements, allocates the outputs and
+ * runs the kernel; used (nullable) receives each input as the kernel used it, as a new
+ * reference (the move when one was made, NULL for an absent optional input); aux[0..*naux)
+ * the op's other outputs, computed when the op always makes them or want_aux is set. */
+typedef struct dt_op_choice dt_op_choice;
+dt_status dt_dispatch_check(dt_op op, dt_tensor *const *in, int n);
+dt_status dt_dispatch_choose(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                             const dt_op_choice **out);
+dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                              const dt_op_choice *choice, int want_aux, dt_tensor **used,
+                              dt_tensor **out, dt_tensor **aux, int *naux);
 
 /* Runs op's local kernel again on inputs in (as its autograd node holds them: already in the
  * chosen strategy's placements) into out's storage, which has out's spec: what activation

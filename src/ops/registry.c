@@ -33,11 +33,14 @@
 #define KERNEL_vector_norm KERNEL_SLOT(vector_norm)
 #define KERNEL_scatter_add KERNEL_SLOT(scatter_add)
 
+/* Ops built from other ops: run by autograd/composite.c, above the recording site. */
+const op_family dt_family_composite = {.composite = true};
+
 static const op_desc descs[] = {
 #define DESC(e, name_, family_, min_in, max_in, kernel_, args_, wrapper_, grad_)                  \
     [DT_OP_##e] = {.name = name_, .family = &dt_family_##family_, .min_inputs = min_in,            \
                    .max_inputs = max_in, .kernel = KERNEL_##kernel_, .kernel_name = #kernel_,     \
-                   .args = (args_), .wrapper = #wrapper_, .backward = dt_grad_##grad_},
+                   .args = (args_), .wrapper = #wrapper_},
     DT_OP_LIST(DESC)
 #undef DESC
 };

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/autograd_impl.h"
 #include "comm/comm_impl.h"
 #include "core/check.h"
 #include "dtensor/autograd.h"
@@ -73,7 +74,7 @@ static dt_status check_param(const char *fn, dt_tensor *p, int k, int g, int j) 
     char what[64];
     snprintf(what, sizeof what, "parameter %d (groups[%d].params[%d])", k, g, j);
     DT_CHECK(dt_tensor_check(fn, what, p));
-    DT_ARG(p->requires_grad && !p->node, "%s: %s is not a leaf that requires grad", fn, what);
+    DT_ARG(dt_ag(p)->requires_grad && !dt_ag(p)->node, "%s: %s is not a leaf that requires grad", fn, what);
     if (!is_float(p->dtype))
         return dt_error(DT_ERR_DTYPE, "%s: %s has dtype %s; parameters are floats", fn, what,
                         dt_dtype_name(p->dtype));
@@ -195,7 +196,7 @@ dt_status dt_optim_adamw_create(const dt_adamw_options *options, const dt_param_
 static dt_status check_grad(const dt_optim *o, int k, dt_tensor **g_out) {
     const char *fn = "dt_optim_step";
     const opt_param *q = &o->params[k];
-    const dt_tensor *p = q->p, *g = p->grad;
+    const dt_tensor *p = q->p, *g = dt_ag(p)->grad;
     *g_out = NULL;
     DT_ARG(p->magic == DT_TENSOR_LIVE, "%s: parameter %d was released while the optimizer held "
                                        "it", fn, k);
@@ -260,7 +261,7 @@ dt_status dt_optim_step(dt_optim *optim) {
         for (int k = 0; k < o->n; k++) {
             const opt_param *q = &o->params[k];
             if (!took[k] || (int)q->p->device.kind != dev || !q->p->local_numel) continue;
-            items[n++] = item_of(o, q, q->p->grad);
+            items[n++] = item_of(o, q, dt_ag(q->p)->grad);
             ctx = q->p->mesh->ctx;
         }
         if (!n) continue;

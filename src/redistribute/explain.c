@@ -77,6 +77,6 @@ dt_status dt_redistribute_explain(int mesh_ndim, const int *mesh_shape,
     dt_plan *plan;
     DT_CHECK(dt_plan_create(mesh_ndim, mesh_shape, ndim, shape, dtype, src, dst, model, &plan));
     dt_status st = dt_plan_format(plan, dim_names, buf, cap, len_out);
-    dt_plan_destroy(plan);
+    dt_plan_release(plan);
     return st;
 }

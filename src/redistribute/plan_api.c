@@ -81,8 +81,6 @@ dt_status dt_plan_release(const dt_plan *plan) {
     return DT_OK;
 }
 
-dt_status dt_plan_destroy(dt_plan *plan) { return dt_plan_release(plan); }
-
 int dt_plan_nsteps(const dt_plan *plan) { return plan ? plan->nsteps : -1; }
 int dt_plan_ncollectives(const dt_plan *plan) { return plan ? plan->ncollectives : -1; }
 double dt_plan_cost_us(const dt_plan *plan) { return plan ? plan->cost_us : -1.0; }

@@ -1,11 +1,10 @@
-/* Tensor-level redistribute: the per-mesh plan cache, the cost model of a rank, and the
- * blocking and non-blocking entry points. */
+/* Tensor-level redistribute, pure: the per-mesh plan cache, the cost model of a rank, and the
+ * blocking and non-blocking runs of a plan. Nothing here records for autograd: the public
+ * dt_tensor_redistribute and its async form are autograd/record.c's, over these. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/autograd_impl.h"
 #include "comm/comm_impl.h"
-#include "trace/trace_impl.h"
 #include "comm/worker.h"
 #include "comm/request.h"
 #include "core/check.h"
@@ -15,28 +14,33 @@
 #include "redistribute/execute.h"
 #include "redistribute/redistribute_impl.h"
 
-struct dt_redist_state {
+/* The rank's redistribute state, in its context's redistribute slot: all zero is the
+ * default model (not yet set) and implicit redistribution. */
+typedef struct redist_state {
+    bool model_set;
     dt_cost_model model;
     uint64_t version; /* bumped by every dt_ctx_set_cost_model */
-};
+    int mode;         /* dt_redistribute_mode, read by op dispatch */
+} redist_state;
+_Static_assert(sizeof(redist_state) <= DT_CTX_SLOT_BYTES, "redistribute state outgrew its slot");
 
-static void redist_free(dt_redist_state *s) { free(s); }
+static redist_state *state_of(dt_ctx *ctx) {
+    redist_state *s = dt_ctx_slot(ctx, DT_CTX_SLOT_REDISTRIBUTE);
+    if (!s->model_set) s->model = dt_cost_model_default(), s->model_set = true;
+    return s;
+}
 
-static dt_status redist_state(dt_ctx *ctx, dt_redist_state **out) {
-    if (!ctx->redist) {
-        dt_redist_state *s = malloc(sizeof *s);
-        if (!s) return dt_error(DT_ERR_NOMEM, "redistribute: out of memory");
-        *s = (dt_redist_state){.model = dt_cost_model_default()};
-        ctx->redist = s;
-        ctx->redist_free = redist_free;
-    }
-    *out = ctx->redist;
+int dt_redistribute_mode_of(dt_ctx *ctx) { return state_of(ctx)->mode; }
+
+dt_status dt_ctx_set_redistribute_mode(dt_ctx *ctx, dt_redistribute_mode mode) {
+    DT_ARG_NOT_NULL(ctx);
+    DT_ARG((unsigned)mode <= DT_REDISTRIBUTE_EXPLICIT,
+           "dt_ctx_set_redistribute_mode: argument mode has unknown value %d", (int)mode);
+    state_of(ctx)->mode = (int)mode;
     return DT_OK;
 }
 
-uint64_t dt_cost_model_version(dt_ctx *ctx) {
-    return ctx->redist ? ctx->redist->version : 0;
-}
+uint64_t dt_cost_model_version(dt_ctx *ctx) { return state_of(ctx)->version; }
 
 dt_status dt_ctx_set_cost_model(dt_ctx *ctx, const dt_cost_model *model) {
     DT_ARG_NOT_NULL(ctx);
@@ -45,8 +49,7 @@ dt_status dt_ctx_set_cost_model(dt_ctx *ctx, const dt_cost_model *model) {
                "dt_ctx_set_cost_model: model {latency_us %g, step_us %g, bandwidth_gbps %g} "
                "needs non-negative latencies and a positive bandwidth",
                model->latency_us, model->step_us, model->bandwidth_gbps);
-    dt_redist_state *s;
-    DT_CHECK(redist_state(ctx, &s));
+    redist_state *s = state_of(ctx);
     s->model = model ? *model : dt_cost_model_default();
     s->version++;
     return DT_OK;
@@ -62,8 +65,7 @@ static void plan_unref(void *plan) { dt_plan_release(plan); }
 
 dt_status dt_redistribute_cached_plan(dt_tensor *t, const dt_placement *dst, const dt_plan **out) {
     dt_mesh *mesh = t->mesh;
-    dt_redist_state *rs;
-    DT_CHECK(redist_state(mesh->ctx, &rs));
+    redist_state *rs = state_of(mesh->ctx);
     dt_lru *c = mesh->caches[DT_CACHE_PLAN];
     if (!c) DT_CHECK(dt_mesh_cache_make(mesh, DT_CACHE_PLAN, plan_unref, &c));
     uint64_t key[PLAN_KEY_WORDS];
@@ -90,8 +92,7 @@ dt_status dt_redistribute_cached_plan(dt_tensor *t, const dt_placement *dst, con
     return DT_OK;
 }
 
-/* Checks the target, normalises it, and finds the plan. */
-static dt_status prepare(const char *fn, dt_tensor *t, int ndst, const dt_placement *dst,
+dt_status dt_redistribute_prepare(const char *fn, dt_tensor *t, int ndst, const dt_placement *dst,
                          const dt_plan **plan_out) {
     DT_CHECK(dt_tensor_check(fn, "tensor", t));
     if (t->dropped)
@@ -107,7 +108,7 @@ static dt_status prepare(const char *fn, dt_tensor *t, int ndst, const dt_placem
 dt_status dt_tensor_redistribute_plan(dt_tensor *tensor, int ndst, const dt_placement *dst,
                                       const dt_plan **out) {
     DT_ARG_NOT_NULL(out);
-    return prepare("dt_tensor_redistribute_plan", tensor, ndst, dst, out);
+    return dt_redistribute_prepare("dt_tensor_redistribute_plan", tensor, ndst, dst, out);
 }
 
 /* The communicator of every step on a lane (NULL for local steps). */
@@ -127,27 +128,25 @@ static dt_status step_comms(dt_tensor *t, const dt_plan *plan, int lane, dt_comm
 }
 
 /* On a rank outside the tensor's mesh (a sub-mesh made elsewhere) the tensor holds nothing,
- * and so does the result: no data moves, the spec changes (and autograd records it, as the
- * member ranks do). */
+ * and so does the result: no data moves, the spec changes (and autograd records it above, as
+ * on the member ranks). */
 static dt_status move_outside(dt_tensor *t, const dt_plan *plan, dt_tensor **out) {
     if (plan->nsteps == 0) {
         dt_tensor_retain(t);
         *out = t;
         return DT_OK;
     }
-    DT_CHECK(dt_tensor_new(t->mesh, t->device, t->dtype, t->ndim, t->shape, plan->dst, NULL, true,
-                           out));
-    dt_status st = DT_OK;
-    if (dt_autograd_wants(&t, 1) && (st = dt_autograd_record_redistribute(t, *out)) != DT_OK)
-        dt_tensor_release(*out), *out = NULL;
-    return st;
+    return dt_tensor_new(t->mesh, t->device, t->dtype, t->ndim, t->shape, plan->dst, NULL, true,
+                         out);
 }
 
-dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement *dst,
-                                 dt_tensor **out) {
-    DT_ARG_NOT_NULL(out);
+dt_status dt_redistribute_run(dt_tensor *t, const dt_placement *dst, dt_tensor **out) {
     const dt_plan *plan;
-    DT_CHECK(prepare("dt_tensor_redistribute", tensor, ndst, dst, &plan));
+    DT_CHECK(dt_redistribute_cached_plan(t, dst, &plan));
+    return dt_redistribute_execute(t, plan, out);
+}
+
+dt_status dt_redistribute_execute(dt_tensor *tensor, const dt_plan *plan, dt_tensor **out) {
     if (tensor->mesh->rank < 0) return move_outside(tensor, plan, out);
     dt_comm **comms;
     DT_CHECK(step_comms(tensor, plan, 0, &comms));
@@ -164,12 +163,6 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement
                         a, b, plan->nsteps, plan->ncollectives);
     }
     dt_plan_release(plan);
-    /* Differentiable: the gradient goes back by the dual move (autograd/engine.c). A plan with
-     * nothing to do hands back the input itself, whose gradient is its own. */
-    if (st == DT_OK && *out != tensor && dt_autograd_wants(&tensor, 1)) {
-        st = dt_autograd_record_redistribute(tensor, *out);
-        if (st != DT_OK) dt_tensor_release(*out), *out = NULL;
-    }
     return st;
 }
 
@@ -177,7 +170,7 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement
 
 typedef struct redist_request {
     dt_request base;
-    bool record; /* autograd wanted the move when it was asked for */
+    dt_redistribute_done_fn done; /* nullable: called at wait with the input and result */
     dt_tensor *in;
     const dt_plan *plan; /* retained: the cache may evict it while the request runs */
     dt_comm **comms;
@@ -185,16 +178,19 @@ typedef struct redist_request {
 
 static dt_status run_request(dt_request *base) {
     redist_request *r = (redist_request *)base;
-    return dt_plan_execute(r->plan, r->in, r->comms, &r->base.out); /* published by the
-                                                                        completion's lock */
+    dt_tensor *y = NULL;
+    dt_status st = dt_plan_execute(r->plan, r->in, r->comms, &y);
+    r->base.out = y; /* published by the completion's lock */
+    return st;
 }
 
-/* The node is recorded on the rank's own thread, when the result is handed over. */
+/* On the rank's own thread, when the result is handed over. */
 static dt_status request_finish(dt_request *base) {
     redist_request *r = (redist_request *)base;
-    if (!r->record || r->base.out == r->in) return DT_OK;
-    return dt_autograd_record_redistribute(r->in, r->base.out);
+    return r->done ? r->done(r->in, r->base.out) : DT_OK;
 }
+
+static void release_result(void *t) { dt_tensor_release(t); }
 
 static void request_free(dt_request *base) {
     redist_request *r = (redist_request *)base;
@@ -204,11 +200,8 @@ static void request_free(dt_request *base) {
     free(r);
 }
 
-dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_placement *dst,
-                                       dt_request **out) {
-    DT_ARG_NOT_NULL(out);
-    const dt_plan *plan;
-    DT_CHECK(prepare("dt_tensor_redistribute_async", tensor, ndst, dst, &plan));
+dt_status dt_redistribute_submit(dt_tensor *tensor, const dt_plan *plan,
+                                 dt_redistribute_done_fn done, dt_request **out) {
     if (tensor->mesh->rank < 0)
         return dt_error(DT_ERR_UNSUPPORTED, "dt_tensor_redistribute_async: rank %d is not in the "
                                             "tensor's mesh (use dt_tensor_redistribute, which "
@@ -221,7 +214,8 @@ dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_pla
         return st;
     }
     r->base.run = run_request, r->base.destroy = request_free, r->base.finish = request_finish;
-    r->record = dt_autograd_wants(&tensor, 1);
+    r->base.out_release = release_result;
+    r->done = done;
     r->plan = plan;
     dt_plan_retain(plan);
     r->in = tensor;

@@ -1,4 +1,4 @@
-/* What other layers (op dispatch) use of redistribute beyond the public API. */
+/* What other layers (op dispatch, autograd) use of redistribute beyond the public API. */
 #ifndef DT_REDISTRIBUTE_IMPL_H
 #define DT_REDISTRIBUTE_IMPL_H
 
@@ -35,5 +35,25 @@ static inline unsigned dt_placements_key(const dt_placement *p, int n, uint64_t 
 
 /* Changes whenever the rank's cost model does: caches of choices priced with it key on it. */
 uint64_t dt_cost_model_version(dt_ctx *ctx);
+
+/* Checks a public call's tensor and target (fn names it) and finds the plan from the
+ * tensor's placements to the target, normalised. */
+dt_status dt_redistribute_prepare(const char *fn, dt_tensor *t, int ndst, const dt_placement *dst,
+                                  const dt_plan **plan_out);
+/* Runs plan (made for t's spec) on t: *out is the moved tensor, or t itself retained when the
+ * plan has nothing to do. Blocks; collective over the plan's groups. Records nothing. */
+dt_status dt_redistribute_execute(dt_tensor *t, const dt_plan *plan, dt_tensor **out);
+/* The cached plan to dst (checked and normalised by the caller), then execute. */
+dt_status dt_redistribute_run(dt_tensor *t, const dt_placement *dst, dt_tensor **out);
+/* Queues plan's run on t on the rank's communication thread; done (nullable) is called on the
+ * waiting thread with t and the result before dt_request_wait hands the result over. */
+typedef dt_status (*dt_redistribute_done_fn)(dt_tensor *in, dt_tensor *out);
+dt_status dt_redistribute_submit(dt_tensor *t, const dt_plan *plan, dt_redistribute_done_fn done,
+                                 dt_request **out);
+/* The rank's dt_redistribute_mode (dt_ctx_set_redistribute_mode). */
+int dt_redistribute_mode_of(dt_ctx *ctx);
+/* A tensor moved to dst_mesh (xmesh.c), arguments checked there as fn; records nothing. */
+dt_status dt_redistribute_to_run(dt_tensor *tensor, dt_mesh *dst_mesh, int ndst,
+                                 const dt_placement *dst, dt_tensor **out);
 
 #endif

@@ -1,4 +1,5 @@
-/* dt_tensor_redistribute_to: a tensor moved between two meshes of one world. Runs the plan
+/* A tensor moved between two meshes of one world (dt_tensor_redistribute_to, which autograd
+ * records around this pure move). Runs the plan
  * xplan.c makes: the same-mesh plan before (Partial reduced on the source mesh), the boxes
  * sent point to point on the world communicator in the plan's order, the same-mesh plan after
  * (Partial made on the target mesh). The plan's order is one total order that every rank walks,
@@ -7,24 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/autograd_impl.h"
 #include "comm/comm_impl.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
+#include "redistribute/redistribute_impl.h"
 #include "redistribute/xplan_impl.h"
-#include "trace/trace_impl.h"
 
 static const char FN[] = "dt_tensor_redistribute_to";
 
-/* A same-mesh move with grad mode off: the caller records the cross-mesh node itself. */
+/* A same-mesh move (pure: the caller's autograd records the cross-mesh node itself). */
 static dt_status move_quiet(dt_tensor *t, const dt_placement *pl, dt_tensor **out) {
-    dt_ctx *ctx = t->mesh->ctx;
-    ctx->no_grad_depth++;
-    dt_status st = dt_tensor_redistribute(t, t->mesh->ndim, pl, out);
-    ctx->no_grad_depth--;
-    return st;
+    return dt_redistribute_run(t, pl, out);
 }
 
 /* Meshes equal by value: the same-mesh plan, then the block copied onto dst's mesh object
@@ -117,8 +113,8 @@ static dt_status move_across(dt_tensor *t, dt_mesh *dst_mesh, const dt_placement
     return DT_OK;
 }
 
-dt_status dt_tensor_redistribute_to(dt_tensor *tensor, dt_mesh *dst_mesh, int ndst,
-                                    const dt_placement *dst, dt_tensor **out) {
+dt_status dt_redistribute_to_run(dt_tensor *tensor, dt_mesh *dst_mesh, int ndst,
+                                 const dt_placement *dst, dt_tensor **out) {
     DT_ARG_NOT_NULL(out);
     DT_CHECK(dt_tensor_check(FN, "tensor", tensor));
     DT_ARG(dst_mesh != NULL, "%s: argument dst_mesh is NULL", FN);
@@ -141,11 +137,6 @@ dt_status dt_tensor_redistribute_to(dt_tensor *tensor, dt_mesh *dst_mesh, int nd
         dt_placements_format(norm, dst_mesh->ndim, b, sizeof b);
         dt_trace_record(ctx, DT_LANE_OPS, "redistribute_to", t0, "%d ranks %s -> %d ranks %s",
                         sm->nranks, a, dst_mesh->nranks, b);
-    }
-    /* Differentiable: engine.c sends the gradient back by the reverse move. */
-    if (dt_autograd_wants(&tensor, 1) && (st = dt_autograd_record_redistribute(tensor, y)) != DT_OK) {
-        dt_tensor_release(y);
-        return st;
     }
     *out = y;
     return DT_OK;

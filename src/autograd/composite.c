@@ -2,7 +2,8 @@
  * variance, exact on uneven shards), swiglu (silu(gate) * up, not fused) and cross_entropy
  * (the target's log-probability per sample, negated, optionally label-smoothed, summed or
  * averaged; loss parallel when the class dim is sharded and keeping it so is cheaper than
- * moving the logits). */
+ * moving the logits). They sit above the recording site, like PyTorch's composite-implicit
+ * ops: each constituent op records its own node, so the graph needs no rule of theirs. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
+#include "autograd/autograd_impl.h"
 #include "ops/op_impl.h"
 #include "redistribute/redistribute_impl.h"
 
@@ -165,7 +167,7 @@ static int loss_parallel_cheaper(dt_tensor *logits) {
                        NULL, &reduce) != DT_OK)
         return 0;
     int cheaper = 2 * dt_plan_cost_us(reduce) < dt_plan_cost_us(move);
-    dt_plan_destroy(reduce);
+    dt_plan_release(reduce);
     return cheaper;
 }
 
@@ -338,7 +340,7 @@ static dt_status swiglu(dt_tensor *gate, dt_tensor *up, dt_tensor **out) {
     return st;
 }
 
-static dt_status composite(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
+dt_status dt_composite_run(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
                            dt_tensor **out) {
     if (op == DT_OP_CROSS_ENTROPY) {
         if (n != 2) return dt_error(DT_ERR_ARG, "cross_entropy: takes logits and target");
@@ -351,7 +353,3 @@ static dt_status composite(dt_op op, dt_tensor *const *in, int n, const dt_op_ar
     if (n != 1) return dt_error(DT_ERR_ARG, "%s: takes 1 input, got %d", dt_op_name(op), n);
     return variance(op, in[0], a, out);
 }
-
-const op_family dt_family_composite = {
-    .composite = composite,
-};

@@ -5,9 +5,9 @@
 #include "core/check.h"
 #include "core/fill.h"
 #include "dtensor/create.h"
-#include "dtensor/redistribute.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
+#include "redistribute/redistribute_impl.h"
 
 static int is_float(dt_dtype d) {
     return d == DT_F32 || d == DT_F64 || d == DT_BF16 || d == DT_F16;
@@ -63,7 +63,7 @@ dt_status dt_cast(dt_tensor *x, dt_dtype dtype, dt_tensor **out) {
     dt_tensor *src = x, *y = NULL;
     /* Every Partial dim at once: reducing only some would change the order the mesh dims
      * reduce in (P(max) then P(sum) is not P(sum) then P(max)). */
-    if (reduce_first) DT_CHECK(dt_tensor_redistribute(x, mesh->ndim, rep, &src));
+    if (reduce_first) DT_CHECK(dt_redistribute_run(x, rep, &src));
     dt_status st = dt_tensor_alloc(mesh, x->device, dtype, x->ndim, x->shape, x->placements, &y);
     int zeros = 0;
     for (int m = 0; reduce_first && m < mesh->ndim; m++)

@@ -1,4 +1,5 @@
-/* Typed entry points over dt_op_call, and the in-place variants. */
+/* The public op entry points: typed wrappers over dt_op_call (record.c, which records), and
+ * the in-place variants. */
 #include <string.h>
 
 #include "comm/comm_impl.h"
@@ -6,7 +7,9 @@
 #include "dtensor/autograd.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
+#include "autograd/autograd_impl.h"
 #include "ops/op_impl.h"
+#include "redistribute/redistribute_impl.h"
 
 static dt_status two(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor **out) {
     dt_tensor *in[2] = {a, b};
@@ -222,9 +225,9 @@ static dt_status in_place(dt_op op, dt_tensor *x, dt_tensor *other) {
     /* Overwriting x would change what the graph computed from it (and x's own node or
      * other's gradient could not follow the new data): refused while recording, allowed under
      * dt_no_grad_enter, where optimizers update parameters. */
-    DT_ARG(!dt_grad_enabled(x->mesh->ctx) || (!x->requires_grad && !other->requires_grad),
+    DT_ARG(!dt_grad_enabled(x->mesh->ctx) || (!dt_ag(x)->requires_grad && !dt_ag(other)->requires_grad),
            "%s_: %s requires grad and grad mode is on; update it inside dt_no_grad_enter / "
-           "dt_no_grad_exit", dt_op_name(op), x->requires_grad ? "x" : "other");
+           "dt_no_grad_exit", dt_op_name(op), dt_ag(x)->requires_grad ? "x" : "other");
     dt_tensor *r;
     DT_CHECK(two(op, x, other, &r));
     if (r->ndim != x->ndim || memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim)) {
@@ -301,7 +304,7 @@ dt_status dt_split(dt_tensor *x, int dim, const int64_t *sizes, int n, dt_tensor
 static dt_status place_for(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tensor **out) {
     dt_placement want[DT_MESH_MAX_NDIM], outp[DT_MESH_MAX_NDIM];
     int same = 1;
-    if (x->mesh->ctx->redistribute_mode == DT_REDISTRIBUTE_IMPLICIT) {
+    if (dt_redistribute_mode_of(x->mesh->ctx) == DT_REDISTRIBUTE_IMPLICIT) {
         DT_CHECK(dt_op_strategy(op, &x, 1, a, want, outp));
         for (int m = 0; m < x->mesh->ndim; m++)
             same &= dt_placement_equal(want[m], x->placements[m]);
