@@ -115,7 +115,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         dt_comm_stats cs;
         TRY(dt_comm_stats_get(ctx, &cs));
         float v;
-        TRY(dt_tensor_full(loss, &v, sizeof v));
+        TRY(dt_tensor_full_tensor(loss, &v, sizeof v));
         if (rank == 0) {
             if (s >= WARMUP) r->ms[s - WARMUP] = t1 - t0;
             if (s == WARMUP) {

@@ -72,7 +72,7 @@ static dt_status layout_part(dt_ctx *ctx) {
         if (r == rank) TRY(show_shard(t, rank));
     }
     float back[ROWS * COLS];
-    TRY(dt_tensor_full(t, back, sizeof back));
+    TRY(dt_tensor_full_tensor(t, back, sizeof back));
     int ok = memcmp(back, full, sizeof full) == 0;
     int all_ok;
     TRY(dt_all_reduce(world, &ok, &all_ok, 1, DT_I32, DT_REDUCE_MIN));
@@ -111,8 +111,8 @@ static dt_status block_part(dt_ctx *ctx) {
     }
     TRY(dt_demo_block(ctx, mesh, 0, 0, xr, &ref)); /* unsharded: every rank computes it whole */
     float got[2 * 8 * 16], want[2 * 8 * 16];
-    TRY(dt_tensor_full(y, got, sizeof got));
-    TRY(dt_tensor_full(ref, want, sizeof want));
+    TRY(dt_tensor_full_tensor(y, got, sizeof got));
+    TRY(dt_tensor_full_tensor(ref, want, sizeof want));
     double worst = 0;
     for (int i = 0; i < 2 * 8 * 16; i++) {
         double d = fabs((double)got[i] - want[i]) / (1 + fabs((double)want[i]));

@@ -143,7 +143,7 @@ static dt_status rope_tables(tl_model *m) {
     dt_status st = host ? DT_OK : dt_error_set(DT_ERR_NOMEM, "tiny_llama: out of memory");
     for (int k = 0; k < 2 && st == DT_OK; k++) {
         dt_tensor **t = k ? &m->sin : &m->cos, *sharded = NULL;
-        st = dt_tensor_full(*t, host, bytes);
+        st = dt_tensor_full_tensor(*t, host, bytes);
         if (st == DT_OK) st = cp_order(m, host, 1, c->seq, sizeof(float) * (size_t)(hd / 2));
         if (st == DT_OK)
             st = dt_tensor_distribute(m->mesh, host, DT_F32, 2, shape, mnd, pl, DT_ALL_RANKS,

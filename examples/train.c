@@ -136,7 +136,7 @@ static dt_status train(dt_ctx *ctx, void *arg) {
         if (rank == 0 && s == 0 && o->comms) dt_comm_stats_print(&cs, "rank 0, step 1", stdout);
         if (loss) {
             float f;
-            TRY(dt_tensor_full(loss, &f, sizeof f));
+            TRY(dt_tensor_full_tensor(loss, &f, sizeof f));
             v = f;
         }
         if (s > 0) total += dt;

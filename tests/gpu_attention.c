@@ -50,7 +50,7 @@ static dt_status attention_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_tensor_info_get(t[4 + i], &info));
         size_t es = dt_dtype_size(info.dtype);
         void *full = malloc(info.numel * es + 8);
-        R_OK(dt_tensor_full(t[4 + i], full, info.numel * es));
+        R_OK(dt_tensor_full_tensor(t[4 + i], full, info.numel * es));
         if (dt_mesh_rank(mesh) == 0) {
             r->n[i] = info.numel;
             r->full[i] = malloc(info.numel * 8 + 8);

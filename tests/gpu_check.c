@@ -59,7 +59,7 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
             (int)info.device.kind);
     /* Round trip through the CPU is exact. */
     R_OK(dt_tensor_to_device(x, (dt_device){DT_DEVICE_CPU, 0}, &cpu));
-    R_OK(dt_tensor_full(cpu, back, sizeof(float) * 256 * 96));
+    R_OK(dt_tensor_full_tensor(cpu, back, sizeof(float) * 256 * 96));
     R_CHECK(memcmp(back, host, sizeof(float) * 256 * 96) == 0, "to_device(CPU) changed data");
     /* The TF32 path of f32 GEMMs: a 64x96 @ 96x80 product within TF32's 10-bit mantissa of
      * the exact one. */
@@ -75,7 +75,7 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
                                   &a));
         R_OK(dt_tensor_distribute(mesh, w, DT_F32, 2, ws, DT_COUNT_OF(rep), rep, DT_ALL_RANKS, &b));
         R_OK(dt_mm(a, b, &c));
-        R_OK(dt_tensor_full(c, got, sizeof(float) * 64 * 80));
+        R_OK(dt_tensor_full_tensor(c, got, sizeof(float) * 64 * 80));
         for (int i = 0; i < 64; i++)
             for (int j = 0; j < 80; j++) {
                 double acc = 0, mag = 0;
@@ -151,7 +151,7 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_redistribute_async(x, DT_COUNT_OF(dst), dst, &req));
     R_OK(dt_unary_op(DT_OP_GELU, x, &g)); /* compute meanwhile */
     R_OK(dt_request_wait(req, &y));
-    R_OK(dt_tensor_full(y, back, sizeof(float) * 37 * 24));
+    R_OK(dt_tensor_full_tensor(y, back, sizeof(float) * 37 * 24));
     R_CHECK(memcmp(back, host, sizeof(float) * 37 * 24) == 0, "async redistribute changed data");
     /* A non-blocking all_reduce of this rank's shard of g over tp, on device buffers. */
     dt_tensor_info gi;
@@ -221,7 +221,7 @@ static dt_status user_op_body(dt_ctx *ctx, void *arg) {
     dt_tensor *t, *u;
     R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &t));
     R_OK(dt_op_call(op, &t, 1, NULL, &u));
-    R_OK(dt_tensor_full(u, y, sizeof y));
+    R_OK(dt_tensor_full_tensor(u, y, sizeof y));
     for (int i = 0; i < 36; i++)
         R_CHECK(y[i] == 2 * x[i], "element %d: %g, want %g", i, y[i], 2 * x[i]);
     dt_tensor_release(u), dt_tensor_release(t);
@@ -372,7 +372,7 @@ static dt_status create_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_tensor_info_get(t, &info));
         size_t bytes = info.numel * dt_dtype_size(info.dtype);
         void *full = malloc(bytes);
-        R_OK(dt_tensor_full(t, full, bytes));
+        R_OK(dt_tensor_full_tensor(t, full, bytes));
         if (dt_mesh_rank(mesh) == 0) run->out[i] = full, run->bytes[i] = bytes;
         else free(full);
         dt_tensor_release(t);

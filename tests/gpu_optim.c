@@ -70,7 +70,7 @@ static dt_status optim_body(dt_ctx *ctx, void *arg) {
         dt_tensor *w;
         R_OK(dt_cast(p[k], DT_F64, &w));
         double *full = malloc(n * 8);
-        R_OK(dt_tensor_full(w, full, n * 8));
+        R_OK(dt_tensor_full_tensor(w, full, n * 8));
         if (dt_ctx_rank(ctx) == 0) r->full[k] = full;
         else free(full);
         dt_tensor_release(w), dt_tensor_release(p[k]);

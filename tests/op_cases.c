@@ -240,7 +240,7 @@ dt_status op_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_info_get(out, &info));
     size_t es = dt_dtype_size(info.dtype);
     char *full = malloc(info.numel * es + 8);
-    R_OK(dt_tensor_full(out, full, info.numel * es));
+    R_OK(dt_tensor_full_tensor(out, full, info.numel * es));
     if (dt_ctx_rank(ctx) == 0) {
         r->result_n = info.numel;
         r->result_nd = info.ndim;
@@ -398,7 +398,7 @@ dt_status mlp_body(dt_ctx *ctx, void *arg) {
             for (int k = 0; k < H; k++) a += (double)h[i * H + k] * w2[j * H + k];
             ref[i * C + j] = (float)a;
         }
-    R_OK(dt_tensor_full(out, y, sizeof(float) * (size_t)(T * C)));
+    R_OK(dt_tensor_full_tensor(out, y, sizeof(float) * (size_t)(T * C)));
     for (int i = 0; i < T * C; i++)
         R_CHECK(fabsf(y[i] - ref[i]) <= 1e-3f * (1 + fabsf(ref[i])), "y[%d] = %g, want %g", i,
                 y[i], ref[i]);
@@ -430,8 +430,8 @@ dt_status dropout_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_rand(mesh, r->dtype, 3, shape, mnd, r->pl, &g2, &u));
     R_CHECK(g.offset == g2.offset, "dropout advanced the generator to %llu, rand to %llu",
             (unsigned long long)g.offset, (unsigned long long)g2.offset);
-    R_OK(dt_tensor_full(y, ob, n * es));
-    R_OK(dt_tensor_full(u, rb, n * es));
+    R_OK(dt_tensor_full_tensor(y, ob, n * es));
+    R_OK(dt_tensor_full_tensor(u, rb, n * es));
     dt_convert_to_f64(r->dtype, ob, yv, n);
     dt_convert_to_f64(r->dtype, rb, uv, n);
     /* The kernel's arithmetic: x times 1 / (1 - p) in f32 (f64 for f64), rounded to dtype. */
@@ -454,7 +454,7 @@ dt_status dropout_body(dt_ctx *ctx, void *arg) {
     R_CHECK(dt_dropout(x, 1.5, 1, &g, &same) == DT_ERR_ARG, "p 1.5 accepted");
     R_CHECK(dt_dropout(x, -0.1, 1, &g, &same) == DT_ERR_ARG, "p -0.1 accepted");
     R_OK(dt_dropout(x, 1, 1, &g, &same));
-    R_OK(dt_tensor_full(same, rb, n * es));
+    R_OK(dt_tensor_full_tensor(same, rb, n * es));
     dt_convert_to_f64(r->dtype, rb, uv, n);
     for (size_t k = 0; k < n; k++) R_CHECK(uv[k] == 0, "p 1: element %zu is %g", k, uv[k]);
     dt_tensor_release(same);

@@ -68,7 +68,7 @@ dt_status property_body(dt_ctx *ctx, void *arg) {
         dt_status st = dt_tensor_redistribute(t, mnd, dst, &u);
         R_CHECK(st == DT_OK, "seed %" PRIu64 " case %d: %s -> %s failed: %s", s->seed, c, ps, pd,
                 dt_last_error());
-        R_OK(dt_tensor_full(u, back, n * es));
+        R_OK(dt_tensor_full_tensor(u, back, n * es));
         R_CHECK(n == 0 || memcmp(back, x, n * es) == 0,
                 "seed %" PRIu64 " case %d mesh %s %s shape %d-D %s -> %s: full tensor differs",
                 s->seed, c, s->mesh, dt_dtype_name(dt), nd, ps, pd);

@@ -84,7 +84,7 @@ static dt_status grad_body(dt_ctx *ctx, void *arg) {
     free(wb);
     R_OK(dt_mul(out, w, &prod));
     R_OK(dt_sum(prod, NULL, 0, 0, &loss));
-    R_OK(dt_tensor_full(loss, &r->loss, sizeof r->loss));
+    R_OK(dt_tensor_full_tensor(loss, &r->loss, sizeof r->loss));
     r->backward_status = DT_OK;
     if (r->fd_input < 0) {
         dt_status st = dt_backward(loss);
@@ -100,7 +100,7 @@ static dt_status grad_body(dt_ctx *ctx, void *arg) {
             dt_tensor *g = dt_tensor_grad(in[i]);
             R_CHECK(g != NULL, "%s: input %d got no gradient", c->name, i);
             double *full = malloc(count(c, i) * 8 + 8);
-            R_OK(dt_tensor_full(g, full, count(c, i) * 8));
+            R_OK(dt_tensor_full_tensor(g, full, count(c, i) * 8));
             if (dt_ctx_rank(ctx) == 0) r->grad[i] = full;
             else free(full);
         }
@@ -163,7 +163,7 @@ static dt_status argmax_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_sum(y, NULL, 0, 0, &s));
     R_OK(dt_backward(s));
     double grad[20];
-    R_OK(dt_tensor_full(dt_tensor_grad(x), grad, sizeof grad));
+    R_OK(dt_tensor_full_tensor(dt_tensor_grad(x), grad, sizeof grad));
     for (int k = 0; k < 20; k++)
         R_CHECK(grad[k] == (buf[k] > 0), "where(x > 0, x, 0): gradient [%d] of x = %g is %g", k,
                 buf[k], grad[k]);
@@ -207,7 +207,7 @@ static dt_status ties_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_sum(out, NULL, 0, 0, &s));
         R_OK(dt_backward(s));
         double g[8];
-        R_OK(dt_tensor_full(dt_tensor_grad(x), g, sizeof g));
+        R_OK(dt_tensor_full_tensor(dt_tensor_grad(x), g, sizeof g));
         for (int i = 0; i < 8; i++)
             R_CHECK(g[i] == want[k][i], "case %d: gradient [%d] is %g, want %g", k, i, g[i],
                     want[k][i]);
@@ -313,7 +313,7 @@ static dt_status redistribute_body(dt_ctx *ctx, void *arg) {
     R_CHECK(dt_placement_equal(info.placements[0], src[0]) &&
                 dt_placement_equal(info.placements[1], src[1]),
             "the gradient is not in x's placements");
-    R_OK(dt_tensor_full(g, got, sizeof got));
+    R_OK(dt_tensor_full_tensor(g, got, sizeof got));
     for (int k = 0; k < 30; k++) R_CHECK(got[k] == wb[k], "grad[%d] = %g, want %g", k, got[k], wb[k]);
     dt_tensor_release(loss), dt_tensor_release(p), dt_tensor_release(y);
     dt_tensor_release(w), dt_tensor_release(x);
@@ -374,9 +374,9 @@ static dt_status wide_body(dt_ctx *ctx, void *arg) {
             "the gradient is not in w's placements");
     double full[48];
     uint16_t half[48];
-    if (r->f32) R_OK(dt_tensor_full(gw, r->grad, sizeof r->grad));
+    if (r->f32) R_OK(dt_tensor_full_tensor(gw, r->grad, sizeof r->grad));
     else {
-        R_OK(dt_tensor_full(gw, half, sizeof half));
+        R_OK(dt_tensor_full_tensor(gw, half, sizeof half));
         R_OK(dt_convert_to_f64(DT_BF16, half, full, 48));
         for (int k = 0; k < 48; k++) r->grad[k] = (float)full[k];
     }

@@ -47,7 +47,7 @@ static dt_status xent_grad(dt_mesh *mesh, const float *x, const int64_t *t, int 
         R_OK(dt_tensor_info_get(g, &info));
         R_CHECK(dt_placement_equal(info.placements[0], pl), "the gradient is not in the logits' "
                 "placement");
-        R_OK(dt_tensor_full(g, grad, sizeof(float) * (size_t)N * (size_t)C));
+        R_OK(dt_tensor_full_tensor(g, grad, sizeof(float) * (size_t)N * (size_t)C));
     }
     dt_tensor_release(lg), dt_tensor_release(tg), dt_tensor_release(loss);
     return DT_OK;
@@ -118,7 +118,7 @@ static dt_status embedding_body(dt_ctx *ctx, void *arg) {
     R_CHECK(t_issued(ctx, DT_COLL_ALL_GATHER) == 0, "embedding backward gathered");
     dt_tensor *g = dt_tensor_grad(tw);
     R_CHECK(g != NULL, "the table got no gradient");
-    R_OK(dt_tensor_full(g, got, sizeof got));
+    R_OK(dt_tensor_full_tensor(g, got, sizeof got));
     for (int n = 0; n < B * T; n++)
         for (int e = 0; e < E; e++) want[idx[n] * E + e] += lw[n * E + e];
     for (int i = 0; i < V * E; i++)
@@ -171,7 +171,7 @@ static dt_status pick_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_mul(picked, tw, &prod));
         R_OK(dt_sum(prod, NULL, 0, 0, &loss));
         R_OK(dt_backward(loss));
-        R_OK(dt_tensor_full(dt_tensor_grad(lg), got, sizeof got));
+        R_OK(dt_tensor_full_tensor(dt_tensor_grad(lg), got, sizeof got));
         for (int n = 0; n < N; n++)
             for (int k = 0; k < C; k++) {
                 double want = t[n] == k ? w[n] : 0;

@@ -48,7 +48,7 @@ static dt_status placed(dt_tensor *t, int n, const dt_placement *want, const cha
 /* The full tensor t must equal want (n elements) to tol relative. */
 static dt_status equals(dt_tensor *t, const double *want, size_t n, double tol, const char *what) {
     double *got = malloc(n * sizeof *got);
-    dt_status st = dt_tensor_full(t, got, n * sizeof *got);
+    dt_status st = dt_tensor_full_tensor(t, got, n * sizeof *got);
     for (size_t k = 0; k < n && st == DT_OK; k++)
         if (!(fabs(got[k] - want[k]) <= tol * (1 + fabs(want[k]))))
             st = t_fail(__FILE__, __LINE__, "%s[%zu] = %.15g, want %.15g", what, k, got[k],
@@ -165,7 +165,7 @@ static dt_status mlp_grad_body(dt_ctx *ctx, void *arg) {
         R_OK(placed(g, 1, want[i], names[i])); /* sharded like the leaf: no reduction needed */
         R_OK(equals(g, naive[i], n[i], 1e-12, names[i]));
         double *full = malloc(n[i] * 8);
-        R_OK(dt_tensor_full(g, full, n[i] * 8));
+        R_OK(dt_tensor_full_tensor(g, full, n[i] * 8));
         if (dt_ctx_rank(ctx) == 0) r->g[i] = full;
         else free(full);
         free(naive[i]);
@@ -439,7 +439,7 @@ static dt_status partial_loss_body(dt_ctx *ctx, void *arg) {
         }
         double lv, ref = 0;
         for (int k = 0; k < 8; k++) ref += v[k] * w[k] / (kind == 2 ? 8 : 1);
-        R_OK(dt_tensor_full(loss, &lv, sizeof lv));
+        R_OK(dt_tensor_full_tensor(loss, &lv, sizeof lv));
         R_CHECK(fabs(lv - ref) <= 1e-12 * (1 + fabs(ref)), "loss %d is %.15g, want %.15g", kind,
                 lv, ref);
         R_OK(dt_backward(loss));

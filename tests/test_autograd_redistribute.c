@@ -1,7 +1,7 @@
 /* The gradient of redistribute, on every row of tests/conformance/redistribute_cases.tsv in
  * f64 on real local ranks: x (requires grad) in the row's source placements, y =
  * redistribute(x, dst), loss = sum(y * w). Autograd differentiates the tensor's value (what
- * dt_tensor_full gathers), so d loss / d x is w for every source, Partial ones included; the
+ * dt_tensor_full_tensor gathers), so d loss / d x is w for every source, Partial ones included; the
  * backward's collectives must be no more than the dual of the forward's plan needs. Also: a
  * Partial leaf whose parts differ gets the same gradient through an explicit redistribute as
  * through the move dispatch makes by itself, and slice's gradient pads in the gradient's own
@@ -72,7 +72,7 @@ static dt_status row_body(dt_ctx *ctx, void *arg) {
                 "%s (sync %d): the gradient is %s on mesh dim %d, want %s", r->id, r->sync, have,
                 m, wanted);
     }
-    R_OK(dt_tensor_full(g, gb, n * 8));
+    R_OK(dt_tensor_full_tensor(g, gb, n * 8));
     for (size_t i = 0; i < n; i++)
         R_CHECK(gb[i] == wb[i], "%s (sync %d): d loss / d x [%zu] = %g, want w = %g", r->id,
                 r->sync, i, gb[i], wb[i]);
@@ -136,7 +136,7 @@ Test(autograd_redistribute, every_conformance_row_forward_and_backward) {
                      DT_OK, "%s: %s", r.id, dt_last_error());
         uint64_t dual[NK];
         dual_of(plan, dual);
-        dt_plan_destroy(plan);
+        dt_plan_release(plan);
         /* A P(max) or P(min) y cannot be multiplied by w as it is: dispatch moves it for the
          * loss's mul (a reduce_scatter or all_reduce), and that move's dual may add one
          * collective per such mesh dim to the backward. */
@@ -210,7 +210,7 @@ static dt_status partial_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_sum(prod, NULL, 0, 0, &loss));
     R_OK(dt_backward(loss));
     R_CHECK(dt_tensor_grad(x) != NULL, "no gradient");
-    R_OK(dt_tensor_full(dt_tensor_grad(x), gb, sizeof gb));
+    R_OK(dt_tensor_full_tensor(dt_tensor_grad(x), gb, sizeof gb));
     for (int i = 0; i < N; i++) {
         double v = part[0][i];
         for (int r = 1; r < 4; r++) {
@@ -266,7 +266,7 @@ static dt_status slice_body(dt_ctx *ctx, void *arg) {
     dt_tensor_info info;
     R_OK(dt_tensor_info_get(dt_tensor_grad(x), &info));
     R_CHECK(dt_placement_equal(info.placements[0], dt_shard(0)), "gradient not S(0)");
-    R_OK(dt_tensor_full(dt_tensor_grad(x), gb, sizeof gb));
+    R_OK(dt_tensor_full_tensor(dt_tensor_grad(x), gb, sizeof gb));
     for (int i = 0; i < 8; i++)
         for (int j = 0; j < 12; j++) {
             double want = j >= 2 && j < 10 ? gy[i * 8 + j - 2] : 0;

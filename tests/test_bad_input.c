@@ -61,7 +61,7 @@ static dt_status to_local_released(fx *f) {
 static dt_status full_released(fx *f) {
     dt_tensor *t = fresh(f);
     dt_tensor_release(t);
-    return dt_tensor_full(t, f->buf, sizeof f->buf);
+    return dt_tensor_full_tensor(t, f->buf, sizeof f->buf);
 }
 
 static dt_status info_released(fx *f) {
@@ -234,7 +234,7 @@ static dt_status plan_with(fx *f, int64_t s0, const dt_cost_model *model) {
     int64_t s[2] = {s0, 1ll << 40};
     dt_plan *p = NULL;
     dt_status st = dt_plan_create(2, ms, 2, s, DT_F32, f->pl, f->pl, model, &p);
-    dt_plan_destroy(p);
+    dt_plan_release(p);
     return st;
 }
 static dt_status plan_step_far(fx *f) {
@@ -367,7 +367,7 @@ static dt_status zeros_pl(fx *f, int n, dt_placement p0) {
     X(add_released, DT_ERR_ARG, "add: input 1", add_released(f))                                   \
     X(redistribute_released, DT_ERR_ARG, "released tensor", redistribute_released(f))              \
     X(to_local_released, DT_ERR_ARG, "dt_tensor_to_local", to_local_released(f))                   \
-    X(full_released, DT_ERR_ARG, "dt_tensor_full", full_released(f))                               \
+    X(full_released, DT_ERR_ARG, "dt_tensor_full_tensor", full_released(f))                               \
     X(info_released, DT_ERR_ARG, "dt_tensor_info_get", info_released(f))                           \
     X(argmax_no_dim, DT_ERR_ARG, "exactly one dim", reduce_op(f, DT_OP_ARGMAX, 0, 0, 0))           \
     X(argmin_two_dims, DT_ERR_ARG, "exactly one dim", reduce_op(f, DT_OP_ARGMIN, 2, 0, 1))         \
@@ -412,7 +412,7 @@ static dt_status zeros_pl(fx *f, int n, dt_placement p0) {
     X(ce_logits_1d, DT_ERR_SHAPE, "expected", dt_cross_entropy(f->v, f->v, 1, O))                  \
     X(set_device_kind, DT_ERR_ARG, "device.kind = 9", set_device(f, 9))                            \
     X(local_to_host_small, DT_ERR_SIZE, "out_bytes = 4", local_to_host_small(f))                   \
-    X(full_small, DT_ERR_SIZE, "out_bytes = 8", dt_tensor_full(f->a, f->buf, 8))                   \
+    X(full_small, DT_ERR_SIZE, "out_bytes = 8", dt_tensor_full_tensor(f->a, f->buf, 8))                   \
     X(distribute_src_rank, DT_ERR_ARG, "src_rank = 4",                                             \
       dt_tensor_distribute(f->mesh, f->buf, DT_F32, 2, f->shape, 2, f->pl, 4, O))                  \
     X(distribute_full_null, DT_ERR_ARG, "full is NULL",                                            \

@@ -39,7 +39,7 @@ static dt_status mm_once(dt_mesh *mesh, int T) {
     R_OK(dt_tensor_distribute(mesh, w, DT_F32, 2, ws, 2, wp, DT_ALL_RANKS, &wt));
     R_OK(dt_mm(xt, wt, &yt));
     R_OK(dt_tensor_redistribute(yt, 2, rr, &yr));
-    R_OK(dt_tensor_full(yr, y, sizeof y));
+    R_OK(dt_tensor_full_tensor(yr, y, sizeof y));
     for (int i = 0; i < T; i++)
         for (int j = 0; j < H; j++) {
             double want = 0;
@@ -176,7 +176,7 @@ static dt_status borrowed_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_plan_format(fresh, NULL, b, sizeof b, NULL));
     R_CHECK(!strcmp(a, b), "evicted plan reads\n%s\nbut a fresh one\n%s", a, b);
     R_OK(dt_plan_release(kept));
-    R_OK(dt_plan_destroy(fresh));
+    R_OK(dt_plan_release(fresh));
     R_ERR(dt_plan_retain(NULL), DT_ERR_ARG, "plan");
     R_OK(dt_plan_release(NULL));
 
@@ -193,7 +193,7 @@ static dt_status borrowed_body(dt_ctx *ctx, void *arg) {
     for (int n = 1; n <= 20; n++)
         R_OK(plan_of(mesh, n, &other));
     R_OK(dt_request_wait(req, &u));
-    R_OK(dt_tensor_full(u, y, sizeof(float) * T * 4));
+    R_OK(dt_tensor_full_tensor(u, y, sizeof(float) * T * 4));
     R_CHECK(!memcmp(x, y, sizeof(float) * T * 4), "async redistribute changed the values");
     dt_tensor_info info;
     R_OK(dt_tensor_info_get(u, &info));

@@ -35,7 +35,7 @@ static dt_status round_trip_body(dt_ctx *ctx, void *arg) {
             R_OK(dt_cast(x, b, &y));
             R_OK(dt_cast(y, a, &z));
             R_CHECK(same_placements(x, y) && same_placements(x, z), "placements changed");
-            R_OK(dt_tensor_full(z, back, sizeof back));
+            R_OK(dt_tensor_full_tensor(z, back, sizeof back));
             R_CHECK(memcmp(full, back, 35 * dt_dtype_size(a)) == 0, "%s -> %s -> %s changed data",
                     dt_dtype_name(a), dt_dtype_name(b), dt_dtype_name(a));
             dt_tensor_release(x), dt_tensor_release(y), dt_tensor_release(z);
@@ -89,7 +89,7 @@ static dt_status elements_body(dt_ctx *ctx, void *arg) {
         dt_tensor *x, *y;
         R_OK(dt_tensor_distribute(mesh, in, c->from, 1, shape, 1, r, DT_ALL_RANKS, &x));
         R_OK(dt_cast(x, c->to, &y));
-        R_OK(dt_tensor_full(y, got, 8));
+        R_OK(dt_tensor_full_tensor(y, got, 8));
         double v = t_get(c->to, got, 0);
         R_CHECK(v == c->want || (isnan(v) && isnan(c->want)),
                 "case %zu: %s %.17g -> %s %.17g, "
@@ -154,7 +154,7 @@ static dt_status partial_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_tensor_from_local(mesh, mine + first, DT_F32, 1, ls, 2, pc->pl, shape, 0, &x));
         float xf[3];
         char want[3 * 8], got[3 * 8];
-        R_OK(dt_tensor_full(x, xf, sizeof xf));
+        R_OK(dt_tensor_full_tensor(x, xf, sizeof xf));
         for (int i = 0; i < 3; i++) {
             double v = xf[i];
             R_OK(dt_convert_from_f64(pc->to, &v, want + i * dt_dtype_size(pc->to), 1));
@@ -165,7 +165,7 @@ static dt_status partial_body(dt_ctx *ctx, void *arg) {
         R_CHECK(same_placements(x, y), "case %zu: placements changed", c);
         R_CHECK((issued > 0) == pc->reduces, "case %zu: %llu collectives", c,
                 (unsigned long long)issued);
-        R_OK(dt_tensor_full(y, got, sizeof got));
+        R_OK(dt_tensor_full_tensor(y, got, sizeof got));
         if (pc->reduces) { /* exactly the cast of the global value */
             R_CHECK(memcmp(got, want, 3 * dt_dtype_size(pc->to)) == 0,
                     "case %zu: full(cast(x)) = %g %g %g, cast(full(x)) = %g %g %g", c,
@@ -199,7 +199,7 @@ static dt_status naive_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_from_local(mesh, &mine, DT_F32, 1, one, 1, p, one, 0, &x));
     R_OK(dt_cast(x, DT_BF16, &y));
     uint16_t h;
-    R_OK(dt_tensor_full(y, &h, sizeof h));
+    R_OK(dt_tensor_full_tensor(y, &h, sizeof h));
     R_CHECK(t_get(DT_BF16, &h, 0) == 1.0078125, "bf16 sum %g, want 1 + 2^-7",
             t_get(DT_BF16, &h, 0));
     uint16_t local;

@@ -108,7 +108,7 @@ static dt_status resume_body(dt_ctx *ctx, void *arg) {
         R_OK(step(mesh, o, p, a, t));
     for (int k = 0; k < NP; k++) {
         float full[64] = {0};
-        R_OK(dt_tensor_full(p[k], full, sizeof full));
+        R_OK(dt_tensor_full_tensor(p[k], full, sizeof full));
         if (dt_ctx_rank(ctx) == 0) memcpy(a->final[k], full, sizeof full);
     }
     dt_optim_destroy(o);
@@ -202,7 +202,7 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
         dt_tensor *tok, *tgt, *loss;
         R_OK(tl_batch(&m, NULL, 0, s, &tok, &tgt));
         R_OK(tl_loss(&m, tok, tgt, &loss));
-        R_OK(dt_tensor_full(loss, &a->loss[s], sizeof a->loss[s]));
+        R_OK(dt_tensor_full_tensor(loss, &a->loss[s], sizeof a->loss[s]));
         R_OK(dt_backward(loss));
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
         R_OK(dt_optim_step(o));

@@ -49,7 +49,7 @@ static dt_status get(dt_tensor *t, double *vals, size_t n) {
     if (info.numel != n) return t_fail(__FILE__, __LINE__, "%zu elements, want %zu", info.numel, n);
     size_t es = dt_dtype_size(info.dtype);
     char *buf = malloc(n * es + 8);
-    dt_status st = dt_tensor_full(t, buf, n * es);
+    dt_status st = dt_tensor_full_tensor(t, buf, n * es);
     if (st == DT_OK) dt_convert_to_f64(info.dtype, buf, vals, n);
     free(buf);
     return st;

@@ -69,7 +69,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
             memcpy(r->calls[s], cs.calls, sizeof r->calls[s]);
             if (s == 0 && getenv("DT_PRINT_COMMS")) dt_comm_stats_print(&cs, r->c->name, stderr);
         }
-        R_OK(dt_tensor_full(loss, &r->loss[s], sizeof r->loss[s]));
+        R_OK(dt_tensor_full_tensor(loss, &r->loss[s], sizeof r->loss[s]));
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
     }
     R_OK(dt_optim_destroy(opt));
@@ -236,9 +236,9 @@ static dt_status grads_body(dt_ctx *ctx, void *arg) {
     }
     double gw[OUT * IN], gt[V * E], *gx = malloc(sizeof(double) * (size_t)(N * IN));
     double want_gw[OUT * IN] = {0}, want_gt[V * E] = {0};
-    R_OK(dt_tensor_full(dt_tensor_grad(tw), gw, sizeof gw));
-    R_OK(dt_tensor_full(dt_tensor_grad(tt), gt, sizeof gt));
-    R_OK(dt_tensor_full(dt_tensor_grad(tx), gx, sizeof(double) * (size_t)(N * IN)));
+    R_OK(dt_tensor_full_tensor(dt_tensor_grad(tw), gw, sizeof gw));
+    R_OK(dt_tensor_full_tensor(dt_tensor_grad(tt), gt, sizeof gt));
+    R_OK(dt_tensor_full_tensor(dt_tensor_grad(tx), gx, sizeof(double) * (size_t)(N * IN)));
     for (int64_t n = 0; n < N; n++) {
         for (int o = 0; o < OUT; o++)
             for (int i = 0; i < IN; i++) {

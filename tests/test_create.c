@@ -182,7 +182,7 @@ static dt_status sweep_body(dt_ctx *ctx, void *arg) {
                 if (a->gather) {
                     size_t bytes = ref_numel[f][d] * dt_dtype_size(dtypes[d]);
                     char *full = malloc(bytes);
-                    R_OK(dt_tensor_full(t, full, bytes));
+                    R_OK(dt_tensor_full_tensor(t, full, bytes));
                     int same = memcmp(full, ref[f][d], bytes) == 0;
                     free(full);
                     R_CHECK(same, "%s: the gathered tensor differs from the one-rank tensor", what);
@@ -277,7 +277,7 @@ static dt_status moments_body(dt_ctx *ctx, void *arg) {
     for (int k = 0; k < 2; k++) {
         dt_tensor *t;
         R_OK((k ? dt_tensor_randn : dt_tensor_rand)(mesh, mo->dtype, 1, shape, 1, s0, &g, &t));
-        R_OK(dt_tensor_full(t, buf, 100000 * es));
+        R_OK(dt_tensor_full_tensor(t, buf, 100000 * es));
         double sum = 0, sq = 0;
         mo->lo = 1, mo->hi = 0;
         for (size_t i = 0; i < 100000; i++) {
@@ -328,9 +328,9 @@ static dt_status generator_body(dt_ctx *ctx, void *arg) {
         R_CHECK(g.offset == (f64 ? 4u + 7u : 2u + 4u) && h.offset == (f64 ? 11u : 6u),
                 "offsets %llu %llu", (unsigned long long)g.offset, (unsigned long long)h.offset);
         char x[21 * 8], y[21 * 8];
-        R_OK(dt_tensor_full(a, x, 8 * es));
-        R_OK(dt_tensor_full(b, x + 8 * es, 13 * es));
-        R_OK(dt_tensor_full(ab, y, 21 * es));
+        R_OK(dt_tensor_full_tensor(a, x, 8 * es));
+        R_OK(dt_tensor_full_tensor(b, x + 8 * es, 13 * es));
+        R_OK(dt_tensor_full_tensor(ab, y, 21 * es));
         R_CHECK(memcmp(x, y, 21 * es) == 0, "%s: randn(8), randn(13) != randn(21)",
                 dt_dtype_name(dt));
         /* An explicit position: uniform_ at the generator's starting point is rand's. */
@@ -340,8 +340,8 @@ static dt_status generator_body(dt_ctx *ctx, void *arg) {
         dt_generator k = dt_generator_make(99);
         dt_tensor *r;
         R_OK(dt_tensor_rand(mesh, dt, 1, n12, 1, s0, &k, &r));
-        R_OK(dt_tensor_full(u, x, 21 * es));
-        R_OK(dt_tensor_full(r, y, 21 * es));
+        R_OK(dt_tensor_full_tensor(u, x, 21 * es));
+        R_OK(dt_tensor_full_tensor(r, y, 21 * es));
         R_CHECK(memcmp(x, y, 21 * es) == 0, "uniform_(0, 1) at offset 0 != rand");
         dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(ab);
         dt_tensor_release(u), dt_tensor_release(r);

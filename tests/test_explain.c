@@ -358,12 +358,12 @@ static dt_status plugin_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, xs, 1, psum, DT_ALL_RANKS, &tp));
     dt_tensor *in[2] = {tx, ts};
     R_OK(dt_op_call(scale_rows, in, 2, NULL, &o));
-    R_OK(dt_tensor_full(o, got, sizeof got));
+    R_OK(dt_tensor_full_tensor(o, got, sizeof got));
     for (int i = 0; i < 35; i++)
         R_CHECK(got[i] == x[i] * s[i / 5], "scale_rows element %d", i);
     dt_tensor_release(o);
     R_OK(dt_op_call(softsign, &tp, 1, NULL, &o));
-    R_OK(dt_tensor_full(o, got, sizeof got));
+    R_OK(dt_tensor_full_tensor(o, got, sizeof got));
     for (int i = 0; i < 35; i++)
         R_CHECK(fabsf(got[i] - x[i] / (1 + fabsf(x[i]))) <= 1e-6f, "softsign element %d", i);
     dt_tensor_release(o);

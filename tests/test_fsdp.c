@@ -110,7 +110,7 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
             r->ag[s] = fm_issued_on_dp(ctx, l, DT_COLL_ALL_GATHER);
             r->rs[s] = fm_issued_on_dp(ctx, l, DT_COLL_REDUCE_SCATTER);
         }
-        R_OK(dt_tensor_full(loss, &r->loss[s], sizeof r->loss[s]));
+        R_OK(dt_tensor_full_tensor(loss, &r->loss[s], sizeof r->loss[s]));
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
         if (s == 0) R_OK(grads_keep(r, &m, rank));
         R_OK(dt_optim_step(opt));

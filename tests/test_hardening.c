@@ -33,8 +33,8 @@ static dt_status argmax_body(dt_ctx *ctx, void *arg) {
     R_CHECK(info.ndim == 1 && info.shape[0] == 2, "argmax(dim=1) of 2x3 has %d dims, shape[0] %lld",
             info.ndim, (long long)info.shape[0]);
     int64_t got[2], gotmin[2];
-    R_OK(dt_tensor_full(am, got, sizeof got));
-    R_OK(dt_tensor_full(amin, gotmin, sizeof gotmin));
+    R_OK(dt_tensor_full_tensor(am, got, sizeof got));
+    R_OK(dt_tensor_full_tensor(amin, gotmin, sizeof gotmin));
     for (int r = 0; r < 2; r++) {
         int64_t hi = 0, lo = 0;
         for (int c = 1; c < 3; c++) {
@@ -79,8 +79,8 @@ static dt_status partial_plus_replicate_body(dt_ctx *ctx, void *arg) {
         R_CHECK(collectives(ctx) == 0, "%s: add/sub with a replicated tensor communicated",
                 kinds[k] == DT_REDUCE_AVG ? "P(avg)" : "P(max|min)");
         double gs[N], gd[N];
-        R_OK(dt_tensor_full(sum, gs, sizeof gs));
-        R_OK(dt_tensor_full(diff, gd, sizeof gd));
+        R_OK(dt_tensor_full_tensor(sum, gs, sizeof gs));
+        R_OK(dt_tensor_full_tensor(diff, gd, sizeof gd));
         for (int i = 0; i < N; i++) {
             double red = all[0][i];
             for (int q = 1; q < 4; q++)
@@ -130,7 +130,7 @@ static dt_status in_place_body(dt_ctx *ctx, void *arg) {
         R_CHECK(dt_placement_equal(info.placements[m], wp[m]),
                 "add_ changed the weight's placement on mesh dim %d", m);
     double got[R * C];
-    R_OK(dt_tensor_full(tw, got, sizeof got));
+    R_OK(dt_tensor_full_tensor(tw, got, sizeof got));
     for (int i = 0; i < R * C; i++)
         R_CHECK(got[i] == w[i] + g[0][i] + g[1][i], "element %d: %g, want %g", i, got[i],
                 w[i] + g[0][i] + g[1][i]);
@@ -180,8 +180,8 @@ static dt_status ce_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_cross_entropy(tl, tt, 0, &rows));
     }
     double got, got_rows[N];
-    R_OK(dt_tensor_full(mean, &got, sizeof got));
-    R_OK(dt_tensor_full(rows, got_rows, sizeof got_rows));
+    R_OK(dt_tensor_full_tensor(mean, &got, sizeof got));
+    R_OK(dt_tensor_full_tensor(rows, got_rows, sizeof got_rows));
     R_CHECK(fabs(got - want_sum / kept) < 1e-12, "mean %.15g, want %.15g", got, want_sum / kept);
     for (int i = 0; i < N; i++)
         R_CHECK(fabs(got_rows[i] - want_rows[i]) < 1e-12, "row %d: %.15g, want %.15g", i,
@@ -240,10 +240,10 @@ static dt_status t_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_distribute(mesh, x, DT_F32, 1, v, 1, s0, DT_ALL_RANKS, &tv));
     R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, m, 1, s0, DT_ALL_RANKS, &tm));
     R_OK(dt_t(tv, &a));
-    R_OK(dt_tensor_full(a, got, sizeof got));
+    R_OK(dt_tensor_full_tensor(a, got, sizeof got));
     for (int i = 0; i < 6; i++) R_CHECK(got[i] == x[i], "t() of 1-D changed element %d", i);
     R_OK(dt_t(tm, &b));
-    R_OK(dt_tensor_full(b, got, sizeof got));
+    R_OK(dt_tensor_full_tensor(b, got, sizeof got));
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 2; j++)
             R_CHECK(got[i * 2 + j] == x[j * 3 + i], "t() of 2x3 at (%d,%d)", i, j);
@@ -277,7 +277,7 @@ static dt_status exchange_after_request_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_tensor_redistribute(t, 1, s1, &u)); /* an all_to_all of boxes */
         R_OK(dt_request_wait(req, NULL));
         R_CHECK(sum == 6 + 4 * it, "iteration %d: all_reduce gave %d", it, sum);
-        R_OK(dt_tensor_full(u, back, sizeof back));
+        R_OK(dt_tensor_full_tensor(u, back, sizeof back));
         for (int i = 0; i < 64; i++) R_CHECK(back[i] == x[i], "iteration %d element %d", it, i);
         dt_tensor_release(u);
     }
@@ -304,7 +304,7 @@ static dt_status int_avg_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_from_local(mesh, b[me], DT_I64, 1, s, 1, p, s, 0, &tb));
     R_OK(dt_add(ta, tb, &sum));
     int64_t got[2];
-    R_OK(dt_tensor_full(sum, got, sizeof got));
+    R_OK(dt_tensor_full_tensor(sum, got, sizeof got));
     for (int i = 0; i < 2; i++) {
         int64_t want = (a[0][i] + a[1][i]) / 2 + (b[0][i] + b[1][i]) / 2; /* C truncates */
         R_CHECK(got[i] == want, "element %d: %lld, want %lld", i, (long long)got[i],

@@ -313,9 +313,9 @@ static dt_status make(dt_mesh *m, const double *h, size_t n, dt_dtype dt, int nd
 static dt_status full_f64(dt_tensor *t, double *out, size_t n) {
     dt_tensor_info info;
     R_OK(dt_tensor_info_get(t, &info));
-    if (info.dtype == DT_F64) return dt_tensor_full(t, out, n * 8);
+    if (info.dtype == DT_F64) return dt_tensor_full_tensor(t, out, n * 8);
     float *f = malloc(n * sizeof(float) + 4);
-    dt_status st = dt_tensor_full(t, f, n * sizeof(float));
+    dt_status st = dt_tensor_full_tensor(t, f, n * sizeof(float));
     for (size_t i = 0; st == DT_OK && i < n; i++)
         out[i] = f[i];
     free(f);
@@ -437,10 +437,10 @@ static dt_status aux_body(dt_ctx *ctx, void *p) {
     R_OK(dt_moe_router(x, rw, &c->o, &gates, &experts, &scores));
     R_OK(dt_moe_aux_loss(scores, experts, &aux));
     double v, g[E * D];
-    R_OK(dt_tensor_full(aux, &v, sizeof v));
+    R_OK(dt_tensor_full_tensor(aux, &v, sizeof v));
     R_CHECK(fabs(v - a->aux) <= 1e-12 * (1 + fabs(a->aux)), "aux %.17g, direct %.17g", v, a->aux);
     R_OK(dt_backward(aux));
-    R_OK(dt_tensor_full(dt_tensor_grad(rw), g, sizeof g));
+    R_OK(dt_tensor_full_tensor(dt_tensor_grad(rw), g, sizeof g));
     for (int i = 0; i < E * D; i++)
         R_CHECK(fabs(g[i] - a->drw[i]) <= 1e-6 * (1 + fabs(a->drw[i])),
                 "d aux / d router_w[%d] = %.12g, finite differences %.12g", i, g[i], a->drw[i]);

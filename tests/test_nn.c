@@ -40,7 +40,7 @@ static dt_status scope_body(dt_ctx *ctx, void *arg) {
     R_CHECK(after.tensors == before.tensors + 1, "after the scope %lld tensors, want %lld",
             (long long)after.tensors, (long long)before.tensors + 1);
     float v[12];
-    R_OK(dt_tensor_full(kept, v, sizeof v));
+    R_OK(dt_tensor_full_tensor(kept, v, sizeof v));
     R_CHECK(v[0] == 1001.0f && v[11] == 1001.0f, "kept %g, want 1001", v[0]);
     dt_tensor_release(kept);
 
@@ -247,7 +247,7 @@ static dt_status fetch(dt_params *p, const char *name, float *out, size_t bytes)
     dt_tensor *t;
     R_OK(dt_params_find(p, name, &i));
     R_OK(dt_params_at(p, i, NULL, &t));
-    return dt_tensor_full(t, out, bytes);
+    return dt_tensor_full_tensor(t, out, bytes);
 }
 
 /* y (n, out) = x (n, in) W^T for W (out, in) */
@@ -353,7 +353,7 @@ static dt_status layers_body(dt_ctx *ctx, void *arg) {
             hn[i * DIM + c] = (float)(xe[i * DIM + c] / sqrt(ms / DIM + 1e-5) * nw[c]);
     }
     naive_attention(hn, wq, wk, wv, wo, want);
-    R_OK(dt_tensor_full(y_attn, got, sizeof got));
+    R_OK(dt_tensor_full_tensor(y_attn, got, sizeof got));
     for (int i = 0; i < B * T * DIM; i++)
         R_CHECK(fabsf(got[i] - want[i]) <= 1e-5f + 1e-4f * fabsf(want[i]),
                 "attention[%d] = %.7g, naive %.7g", i, got[i], want[i]);
@@ -363,7 +363,7 @@ static dt_status layers_body(dt_ctx *ctx, void *arg) {
     for (int i = 0; i < B * T * HIDDEN; i++)
         g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     mm_t(g, w2, B * T, HIDDEN, DIM, want);
-    R_OK(dt_tensor_full(y_mlp, got, sizeof got));
+    R_OK(dt_tensor_full_tensor(y_mlp, got, sizeof got));
     for (int i = 0; i < B * T * DIM; i++)
         R_CHECK(fabsf(got[i] - want[i]) <= 1e-5f + 1e-4f * fabsf(want[i]),
                 "mlp[%d] = %.7g, naive %.7g", i, got[i], want[i]);

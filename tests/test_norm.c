@@ -58,7 +58,7 @@ static void plan_has(const char *mesh, const char *src, const char *dst, dt_dtyp
     }
     cr_assert(found, "%s -> %s on %s: no %s over mesh dims 0x%x", src, dst, mesh,
               dt_step_kind_name(kind), mask);
-    dt_plan_destroy(plan);
+    dt_plan_release(plan);
 }
 
 Test(norm, plans) {
@@ -74,7 +74,7 @@ Test(norm, plans) {
     dt_plan *plan;
     cr_assert_eq(dt_plan_create(1, ms, 2, shape, DT_F32, &n2, &n2, NULL, &plan), DT_OK);
     cr_assert_eq(dt_plan_nsteps(plan), 0);
-    dt_plan_destroy(plan);
+    dt_plan_release(plan);
 }
 
 Test(norm, plan_errors) {
@@ -92,7 +92,7 @@ Test(norm, plan_errors) {
     /* through R: reduced, then split as any replicated value */
     cr_assert_eq(dt_plan_create(1, ms, 2, shape, DT_F32, &n2, &sum, NULL, &plan), DT_OK);
     cr_assert_eq(dt_plan_ncollectives(plan), 1);
-    dt_plan_destroy(plan);
+    dt_plan_release(plan);
     T_ERR(dt_plan_create(1, ms, 2, shape, DT_I32, &n2, &r, NULL, &plan), DT_ERR_DTYPE,
           "needs a float dtype, not i32");
     T_ERR(dt_plan_create(1, ms, 2, shape, DT_I64, &r, &n2, NULL, &plan), DT_ERR_DTYPE,
@@ -178,7 +178,7 @@ static dt_status redist_body(dt_ctx *ctx, void *arg) {
             (unsigned long long)t_issued_total(ctx), dt_plan_ncollectives(plan));
     R_CHECK(dt_plan_ncollectives(plan) <= 2, "%s -> %s: %d collectives", src_text, dst_text,
             dt_plan_ncollectives(plan));
-    dt_plan_destroy(plan);
+    dt_plan_release(plan);
     dt_tensor_info info;
     R_OK(dt_tensor_info_get(u, &info));
     R_OK(dt_tensor_local_to_host(u, buf, sizeof buf));
@@ -196,7 +196,7 @@ static dt_status redist_body(dt_ctx *ctx, void *arg) {
     double full[ROWS * COLS];
     dt_tensor *f64;
     R_OK(dt_cast(t, DT_F64, &f64));
-    R_OK(dt_tensor_full(f64, full, sizeof full));
+    R_OK(dt_tensor_full_tensor(f64, full, sizeof full));
     for (size_t gi = 0; gi < ROWS * COLS; gi++)
         R_CHECK(fabs(full[gi] - combined(c->ord, nparts, gi)) <= tol * (1 + full[gi]),
                 "full_tensor of %s: element %zu is %.9g, want %.9g", src_text, gi, full[gi],
@@ -419,7 +419,7 @@ static dt_status total_body(dt_ctx *ctx, void *arg) {
             size_t n = 1;
             for (int d = 0; d < c->nd[k]; d++) n *= (size_t)c->shape[k][d];
             char buf[128 * 8];
-            R_OK(dt_tensor_full(t[k], buf, sizeof buf));
+            R_OK(dt_tensor_full_tensor(t[k], buf, sizeof buf));
             for (size_t i = 0; i < n; i++) {
                 double got = t_get(c->dtype[k], buf, i), w = full[k][i] * coef;
                 if (a->clip == 2) R_CHECK(got == full[k][i], "max_norm above the total changed "
@@ -512,7 +512,7 @@ static dt_status from_local_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_visualize(t, pic, sizeof pic, NULL));
     R_CHECK(strstr(pic, "NormP(2)"), "the picture does not name NormP(2):\n%s", pic);
     float full[3];
-    R_OK(dt_tensor_full(t, full, sizeof full)); /* 4 ranks each holding v: 2v */
+    R_OK(dt_tensor_full_tensor(t, full, sizeof full)); /* 4 ranks each holding v: 2v */
     R_CHECK(fabsf(full[2] - 6) < 1e-5f, "full_tensor of NormP(2) parts 3,3,3,3 is %g, want 6",
             full[2]);
     dt_tensor_release(t);
@@ -560,7 +560,7 @@ static dt_status registered_body(dt_ctx *ctx, void *arg) {
     R_CHECK(dt_placement_equal(info.placements[0], dt_norm_partial(2)) && t_issued_total(ctx) == 0,
             "twice of a NormP(2) tensor moved data or lost the placement");
     float v;
-    R_OK(dt_tensor_full(y, &v, sizeof v));
+    R_OK(dt_tensor_full_tensor(y, &v, sizeof v));
     R_CHECK(fabsf(v - 2 * sqrtf(60)) < 1e-4f, "twice(norm) = %g, want %g", v, 2 * sqrtf(60));
     dt_tensor *rt;
     R_OK(dt_tensor_distribute(mesh, x, DT_F32, 1, shape, 1, &r, DT_ALL_RANKS, &rt));

@@ -162,8 +162,8 @@ static dt_status rope_tables_body(dt_ctx *ctx, void *arg) {
     dt_tensor *c, *s, *x, *y, *w, *bad;
     R_OK(dt_rope_tables(mesh, DT_F64, T, D, 10000.0, 1, s0, &c, &s));
     double cv[21], sv[21];
-    R_OK(dt_tensor_full(c, cv, sizeof cv));
-    R_OK(dt_tensor_full(s, sv, sizeof sv));
+    R_OK(dt_tensor_full_tensor(c, cv, sizeof cv));
+    R_OK(dt_tensor_full_tensor(s, sv, sizeof sv));
     for (int64_t t = 0; t < T; t++)
         for (int64_t i = 0; i < P; i++) {
             double a = (double)t * pow(10000.0, -2.0 * (double)i / (double)D);
@@ -178,7 +178,7 @@ static dt_status rope_tables_body(dt_ctx *ctx, void *arg) {
     dt_placement s1[1] = {dt_shard(1)};
     R_OK(dt_tensor_distribute(mesh, xv, DT_F64, 4, xs, 1, s1, DT_ALL_RANKS, &x));
     R_OK(dt_rope(x, c, s, &y));
-    R_OK(dt_tensor_full(y, yv, sizeof yv));
+    R_OK(dt_tensor_full_tensor(y, yv, sizeof yv));
     for (size_t k = 0; k < sizeof xv / sizeof xv[0]; k += 2) {
         int64_t i = (int64_t)(k / 2 % (size_t)P), t = (int64_t)(k / (size_t)(2 * D) % (size_t)T);
         double cc = cv[t * P + i], ss = sv[t * P + i];
@@ -244,13 +244,13 @@ static dt_status modes_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_ctx_set_redistribute_mode(ctx, (dt_redistribute_mode)7), DT_ERR_ARG, "mode");
     R_OK(dt_ctx_set_redistribute_mode(ctx, DT_REDISTRIBUTE_IMPLICIT));
     float back[64];
-    R_OK(dt_tensor_full(c, back, sizeof back));
+    R_OK(dt_tensor_full_tensor(c, back, sizeof back));
     for (int i = 0; i < 64; i++) R_CHECK(back[i] == 2 * x[i], "add element %d", i);
     /* in place */
     dt_tensor *keep = a;
     R_OK(dt_mul_(a, b));
     R_CHECK(a == keep, "in-place op replaced the object");
-    R_OK(dt_tensor_full(a, back, sizeof back));
+    R_OK(dt_tensor_full_tensor(a, back, sizeof back));
     for (int i = 0; i < 64; i++) R_CHECK(back[i] == x[i] * x[i], "mul_ element %d", i);
     /* errors */
     dt_tensor *m = NULL;
@@ -313,7 +313,7 @@ static dt_status user_op_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_comm_stats_reset(ctx));
     R_OK(dt_op_call(row_scale, in, 2, NULL, &out));
     R_CHECK(t_issued_total(ctx) == 0, "row-sharded inputs need no communication");
-    R_OK(dt_tensor_full(out, back, sizeof back));
+    R_OK(dt_tensor_full_tensor(out, back, sizeof back));
     for (int i = 0; i < 35; i++) R_CHECK(back[i] == x[i] * s[i / 5], "element %d", i);
     dt_tensor_release(out);
     /* Column-sharded x: s must be replicated; R_CHECK the strategy, then run it. */
@@ -325,7 +325,7 @@ static dt_status user_op_body(dt_ctx *ctx, void *arg) {
                 dt_placement_equal(outp[0], s1[0]),
             "column strategy not chosen");
     R_OK(dt_op_call(row_scale, in1, 2, NULL, &out));
-    R_OK(dt_tensor_full(out, back, sizeof back));
+    R_OK(dt_tensor_full_tensor(out, back, sizeof back));
     for (int i = 0; i < 35; i++) R_CHECK(back[i] == x[i] * s[i / 5], "element %d", i);
     R_CHECK(!strcmp(dt_op_name(row_scale), "row_scale"), "name %s", dt_op_name(row_scale));
     dt_tensor_release(out);
@@ -393,8 +393,8 @@ static dt_status loss_parallel_body(dt_ctx *ctx, void *arg) {
             (unsigned long long)st.calls[DT_COLL_ALL_TO_ALL], (unsigned long long)moved);
     R_OK(dt_cross_entropy(lr, tg, 1, &ref));
     float got, want;
-    R_OK(dt_tensor_full(loss, &got, sizeof got));
-    R_OK(dt_tensor_full(ref, &want, sizeof want));
+    R_OK(dt_tensor_full_tensor(loss, &got, sizeof got));
+    R_OK(dt_tensor_full_tensor(ref, &want, sizeof want));
     R_CHECK(fabsf(got - want) <= 1e-5f * (1 + fabsf(want)), "loss %g, unsharded %g", got, want);
     dt_tensor_release(lg), dt_tensor_release(lr), dt_tensor_release(tg);
     dt_tensor_release(loss), dt_tensor_release(ref);

@@ -44,8 +44,8 @@ static dt_status topk_body(dt_ctx *ctx, void *arg) {
                     vi.placements[0].kind == DT_PLACEMENT_SHARD && vi.placements[0].dim == 1,
                 "values and indices should both be S(1)");
         R_CHECK(vi.shape[0] == 3 && vi.shape[1] == 6 && ii.dtype == DT_I64, "shapes");
-        R_OK(dt_tensor_full(v, vals, sizeof vals));
-        R_OK(dt_tensor_full(ix, idx, sizeof idx));
+        R_OK(dt_tensor_full_tensor(v, vals, sizeof vals));
+        R_OK(dt_tensor_full_tensor(ix, idx, sizeof idx));
         for (int j = 0; j < 6; j++) {
             int64_t want[3];
             naive_top3(x, j, largest, want);
@@ -79,7 +79,7 @@ static dt_status one_hot_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_info_get(oh, &info));
     R_CHECK(dt_placement_equal(info.placements[0], s1[0]), "one_hot of a whole index: S(1)");
     R_OK(dt_tensor_redistribute(oh, 1, s1, &cls));
-    R_OK(dt_tensor_full(cls, back, sizeof back));
+    R_OK(dt_tensor_full_tensor(cls, back, sizeof back));
     for (int i = 0; i < 5; i++)
         for (int c = 0; c < 10; c++)
             R_CHECK(back[i * 10 + c] == (ids[i] == c), "one_hot[%d][%d] = %lld", i, c,
@@ -115,7 +115,7 @@ static dt_status gather_body(dt_ctx *ctx, void *arg) {
     dt_tensor_info info;
     R_OK(dt_tensor_info_get(out, &info));
     R_CHECK(info.placements[0].kind == DT_PLACEMENT_PARTIAL, "output should be P(sum)");
-    R_OK(dt_tensor_full(out, back, sizeof back));
+    R_OK(dt_tensor_full_tensor(out, back, sizeof back));
     for (int i = 0; i < 12; i++)
         R_CHECK(back[i] == x[(i / 2) * 5 + ix[i]], "gather element %d", i);
     dt_tensor_release(out), dt_tensor_release(ti);

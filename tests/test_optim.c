@@ -144,7 +144,7 @@ static dt_status update_body(dt_ctx *ctx, void *arg) {
     }
     for (int k = 0; k < NP; k++) {
         double *full = malloc(numel(k) * 8);
-        R_OK(dt_tensor_full(p[k], full, numel(k) * 8));
+        R_OK(dt_tensor_full_tensor(p[k], full, numel(k) * 8));
         if (dt_ctx_rank(ctx) == 0) r->full[k] = full;
         else free(full);
         dt_tensor_release(p[k]);
@@ -253,7 +253,7 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_optim_step(o), DT_ERR_PLACEMENT, "parameter 1");
     R_MSG("P(sum)");
     double va[12];
-    R_OK(dt_tensor_full(a, va, sizeof va));
+    R_OK(dt_tensor_full_tensor(a, va, sizeof va));
     R_CHECK(va[0] == 1 && va[11] == 1, "parameter 0 changed by a step that failed: %g", va[0]);
     R_OK(dt_optim_zero_grad(o));
     R_CHECK(!dt_tensor_grad(a) && !dt_tensor_grad(b), "zero_grad left a gradient");
@@ -305,7 +305,7 @@ static dt_status mixed_body(dt_ctx *ctx, void *arg) {
         R_CHECK(info[i].placements[0].kind == DT_PLACEMENT_REPLICATE, "gradient %d not R", i);
         dt_tensor *g64;
         R_OK(dt_cast(dt_tensor_grad(w[i]), DT_F64, &g64));
-        R_OK(dt_tensor_full(g64, got[i], sizeof got[i]));
+        R_OK(dt_tensor_full_tensor(g64, got[i], sizeof got[i]));
         dt_tensor_release(g64);
     }
     R_CHECK(info[0].dtype == DT_F32 && info[1].dtype == DT_BF16, "gradient dtypes %s, %s",
@@ -410,7 +410,7 @@ static dt_status e2e_body(dt_ctx *ctx, void *arg) {
         dt_tensor_release(sq), dt_tensor_release(loss);
     }
     double full[OUT * IN];
-    R_OK(dt_tensor_full(w, full, sizeof full));
+    R_OK(dt_tensor_full_tensor(w, full, sizeof full));
     if (dt_ctx_rank(ctx) == 0) memcpy(r->w, full, sizeof full);
     R_OK(dt_optim_destroy(o));
     dt_tensor_release(w), dt_tensor_release(x), dt_tensor_release(y);

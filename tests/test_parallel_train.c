@@ -96,7 +96,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
             if (s == 0 && getenv("DT_PRINT_COMMS")) dt_comm_stats_print(&cs, r->c->name, stderr);
             r->last = cs;
         }
-        R_OK(dt_tensor_full(loss, &r->loss[s], sizeof r->loss[s]));
+        R_OK(dt_tensor_full_tensor(loss, &r->loss[s], sizeof r->loss[s]));
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
     }
     R_OK(dt_optim_destroy(opt));

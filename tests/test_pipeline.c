@@ -63,10 +63,10 @@ static dt_status ref_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_tensor_set_requires_grad(w[k], 1));
     }
     R_OK(model(x, w, 0, L, y, &loss));
-    R_OK(dt_tensor_full(loss, &ref_loss, sizeof ref_loss));
+    R_OK(dt_tensor_full_tensor(loss, &ref_loss, sizeof ref_loss));
     R_OK(dt_backward(loss));
     for (int k = 0; k < L; k++) {
-        R_OK(dt_tensor_full(dt_tensor_grad(w[k]), ref_grad[k], sizeof ref_grad[k]));
+        R_OK(dt_tensor_full_tensor(dt_tensor_grad(w[k]), ref_grad[k], sizeof ref_grad[k]));
         dt_tensor_release(w[k]);
     }
     dt_tensor_release(x), dt_tensor_release(y), dt_tensor_release(loss);
@@ -172,7 +172,7 @@ static dt_status equal_body(dt_ctx *ctx, void *arg) {
                     for (int d = 0; d < info.mesh_ndim; d++)
                         R_CHECK(dt_placement_equal(info.placements[d], want[d]),
                                 "dW%d is not in W%d's placements on mesh dim %d", k, k, d);
-                    R_OK(dt_tensor_full(gt, g, sizeof g));
+                    R_OK(dt_tensor_full_tensor(gt, g, sizeof g));
                     for (int i = 0; i < D * D; i++)
                         R_CHECK(close_to(g[i], rep * ref_grad[k][i]),
                                 "%s, %s, m = %d, step %d: dW%d[%d] = %.17g, want %.17g",

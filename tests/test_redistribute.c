@@ -94,7 +94,7 @@ static dt_status row_body(dt_ctx *ctx, void *arg) {
     R_CHECK(issued == (uint64_t)a->ncoll && stats.calls[DT_COLL_SEND] == 0,
             "%s: %llu collectives issued, the plan has %d", a->r->id, (unsigned long long)issued,
             a->ncoll);
-    R_OK(dt_tensor_full(u, back, n * sizeof *back));
+    R_OK(dt_tensor_full_tensor(u, back, n * sizeof *back));
     for (size_t i = 0; i < n; i++)
         R_CHECK(back[i] == full[i], "%s: element %zu is %g, want %g", a->r->id, i, back[i],
                 full[i]);
@@ -129,7 +129,7 @@ Test(redistribute, conformance_table) {
         char sig[512];
         plan_signature(plan, sig, sizeof sig);
         a.ncoll = dt_plan_ncollectives(plan);
-        dt_plan_destroy(plan);
+        dt_plan_release(plan);
         if (!matches_any(sig, r->expected)) {
             cr_log_error("%s mesh %s shape %s %s -> %s: plan %s, expected %s", r->id, r->mesh,
                          r->shape, r->src, r->dst, sig, r->expected);
@@ -257,7 +257,7 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
         R_CHECK(a.local_bytes == b.local_bytes &&
                     (a.local_bytes == 0 || memcmp(a.local_data, b.local_data, a.local_bytes) == 0),
                 "async %s differs from blocking", targets[k]);
-        R_OK(dt_tensor_full(async[k], back, sizeof back));
+        R_OK(dt_tensor_full_tensor(async[k], back, sizeof back));
         R_CHECK(memcmp(back, x, sizeof x) == 0, "async %s: full tensor differs", targets[k]);
         dt_tensor_release(async[k]);
         dt_tensor_release(sync[k]);
@@ -266,7 +266,7 @@ static dt_status async_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_redistribute_async(t, dt_mesh_ndim(mesh), dst[0], &req[0]));
     dt_tensor_release(t);
     R_OK(dt_request_wait(req[0], &async[0]));
-    R_OK(dt_tensor_full(async[0], back, sizeof back));
+    R_OK(dt_tensor_full_tensor(async[0], back, sizeof back));
     R_CHECK(memcmp(back, x, sizeof x) == 0, "after release: full tensor differs");
     dt_tensor_release(async[0]);
     dt_mesh_release(mesh);
@@ -393,7 +393,7 @@ Test(redistribute, explain_without_ranks) {
     cr_assert_eq(dt_plan_create(8, m8, 8, s8, DT_BF16, f8, t8, NULL, &plan), DT_OK, "%s",
                  dt_last_error());
     cr_assert_geq(dt_plan_ncollectives(plan), 1);
-    dt_plan_destroy(plan);
+    dt_plan_release(plan);
     /* Bad input. */
     T_ERR(dt_plan_create(0, ms, 2, shape, DT_F32, src, dst, NULL, &plan), DT_ERR_ARG, "mesh_ndim");
     int zero[2] = {2, 0};
@@ -411,7 +411,7 @@ Test(redistribute, explain_without_ranks) {
     cr_assert_eq(dt_plan_nsteps(plan), 0);
     dt_plan_step step;
     T_ERR(dt_plan_step_get(plan, 0, &step), DT_ERR_ARG, "i = 0");
-    dt_plan_destroy(plan);
+    dt_plan_release(plan);
 }
 
 /* The six transitions of the benchmark table at a size where the local runtime streams its

@@ -74,9 +74,9 @@ static dt_status make(dt_mesh *m, const double *h, size_t n, dt_dtype dt, const 
 static dt_status full_f64(dt_tensor *t, double *out, size_t n) {
     dt_tensor_info info;
     R_OK(dt_tensor_info_get(t, &info));
-    if (info.dtype == DT_F64) return dt_tensor_full(t, out, n * 8);
+    if (info.dtype == DT_F64) return dt_tensor_full_tensor(t, out, n * 8);
     float *f = malloc(n * sizeof(float) + 4);
-    dt_status st = dt_tensor_full(t, f, n * sizeof(float));
+    dt_status st = dt_tensor_full_tensor(t, f, n * sizeof(float));
     for (size_t i = 0; st == DT_OK && i < n; i++) out[i] = f[i];
     free(f);
     return st;
@@ -117,8 +117,8 @@ static dt_status body(dt_ctx *ctx, void *p) {
     R_OK(dt_backward(rl));
     const size_t nin[3] = {nq, nk, nv};
     const int64_t bh_in[3] = {BH, BHkv, BHkv};
-    R_OK(dt_tensor_full(ro, ref, no * 8));
-    for (int i = 0; i < 3; i++) R_OK(dt_tensor_full(dt_tensor_grad(rin[i]), rg[i], nin[i] * 8));
+    R_OK(dt_tensor_full_tensor(ro, ref, no * 8));
+    for (int i = 0; i < 3; i++) R_OK(dt_tensor_full_tensor(dt_tensor_grad(rin[i]), rg[i], nin[i] * 8));
     /* The ring: the sequence in the chosen order, sharded over cp (and the batch over dp). */
     reorder(hq, pq, BH, c->T, c->D, cp, c->lb), reorder(hk, pk, BHkv, c->T, c->D, cp, c->lb);
     reorder(hv, pv, BHkv, c->T, c->Dv, cp, c->lb), reorder(hw, pw, BH, c->T, c->Dv, cp, c->lb);

@@ -168,7 +168,7 @@ static dt_status check_local(dt_tensor *t, const spec_case *c, uint64_t seed) {
 static dt_status check_full(dt_tensor *t, const spec_case *c, uint64_t seed, size_t numel) {
     size_t es = dt_dtype_size(c->dtype);
     char *back = malloc(numel * es + 1);
-    R_OK(dt_tensor_full(t, back, numel * es));
+    R_OK(dt_tensor_full_tensor(t, back, numel * es));
     for (size_t i = 0; i < numel; i++) {
         double got = t_get(c->dtype, back, i);
         if (got != t_value(seed, i)) {
@@ -358,13 +358,13 @@ static dt_status bad_input_body(dt_ctx *ctx, void *arg) {
         DT_ERR_ARG, "argument out");
     R_CHECK(t == NULL, "tensor_out written on failure");
     R_OK(dt_tensor_distribute(mesh, full, DT_F32, 2, shape, DT_COUNT_OF(pl), pl, DT_ALL_RANKS, &t));
-    R_ERR(dt_tensor_full(t, out, sizeof out - 1), DT_ERR_SIZE, "out_bytes = 47");
-    R_ERR(dt_tensor_full(t, NULL, sizeof out), DT_ERR_ARG, "out");
-    R_ERR(dt_tensor_full(NULL, out, sizeof out), DT_ERR_ARG, "tensor");
+    R_ERR(dt_tensor_full_tensor(t, out, sizeof out - 1), DT_ERR_SIZE, "out_bytes = 47");
+    R_ERR(dt_tensor_full_tensor(t, NULL, sizeof out), DT_ERR_ARG, "out");
+    R_ERR(dt_tensor_full_tensor(NULL, out, sizeof out), DT_ERR_ARG, "tensor");
     R_ERR(dt_tensor_info_get(NULL, &(dt_tensor_info){0}), DT_ERR_ARG, "tensor");
     R_ERR(dt_tensor_to_local(t, NULL), DT_ERR_ARG, "argument out");
     /* A full tensor of the right size still works after the failures. */
-    R_OK(dt_tensor_full(t, out, sizeof out));
+    R_OK(dt_tensor_full_tensor(t, out, sizeof out));
     /* Reference counting: the tensor outlives one release after a retain. */
     R_OK(dt_tensor_retain(t));
     R_OK(dt_tensor_release(t));
@@ -384,7 +384,7 @@ static dt_status bad_input_body(dt_ctx *ctx, void *arg) {
     dt_placement rr[2] = {dt_replicate(), dt_partial(DT_REDUCE_SUM)};
     double scalar = 2.5, back = 0;
     R_OK(dt_tensor_distribute(mesh, &scalar, DT_F64, 0, NULL, DT_COUNT_OF(rr), rr, 0, &t));
-    R_OK(dt_tensor_full(t, &back, sizeof back));
+    R_OK(dt_tensor_full_tensor(t, &back, sizeof back));
     R_CHECK(back == 2.5, "0-D P(sum) full = %g", back);
     dt_tensor_release(t);
     dt_mesh_release(mesh);

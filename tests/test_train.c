@@ -63,7 +63,7 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
         dt_tensor *tok, *tgt, *loss;
         R_OK(tl_batch(&m, NULL, 0, s, &tok, &tgt));
         R_OK(tl_loss(&m, tok, tgt, &loss));
-        R_OK(dt_tensor_full(loss, &r->loss[s], sizeof r->loss[s]));
+        R_OK(dt_tensor_full_tensor(loss, &r->loss[s], sizeof r->loss[s]));
         R_OK(dt_backward(loss));
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
         R_OK(dt_optim_step(opt));

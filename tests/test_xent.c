@@ -80,7 +80,7 @@ static dt_status xent_body(dt_ctx *ctx, void *arg) {
                         R_CHECK((int)li.numel == nw, "xent %d: %zu elements, want %d", how,
                                 li.numel, nw);
                         float gf[64];
-                        R_OK(dt_tensor_full(loss, gf, sizeof(float) * li.numel));
+                        R_OK(dt_tensor_full_tensor(loss, gf, sizeof(float) * li.numel));
                         for (int e = 0; e < nw; e++) {
                             got[e] = gf[e];
                             R_CHECK(fabs(got[e] - want[e]) <= 2e-5 * (1 + fabs(want[e])),
@@ -144,7 +144,7 @@ static dt_status parallel_body(dt_ctx *ctx, void *arg) {
         int nw;
         naive(xd, t, N, C, 1, 0.2, o.reduction, want, &nw);
         float got;
-        R_OK(dt_tensor_full(loss, &got, sizeof got));
+        R_OK(dt_tensor_full_tensor(loss, &got, sizeof got));
         R_CHECK(fabs(got - want[0]) <= 1e-4 * (1 + fabs(want[0])), "loss %g, want %g", got,
                 want[0]);
         dt_tensor_release(loss);

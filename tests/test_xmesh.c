@@ -236,7 +236,7 @@ static dt_status backward_case(dt_ctx *ctx, world *w, int k) {
         R_CHECK(dt_placement_equal(info.placements[m], sp[m]),
                 "case %d: the gradient's placement on mesh dim %d differs from x's", k, m);
     if (in_mesh(sm)) {
-        R_OK(dt_tensor_full(gx, gb, n * 8));
+        R_OK(dt_tensor_full_tensor(gx, gb, n * 8));
         for (size_t i = 0; i < n; i++)
             R_CHECK(gb[i] == wb[i], "case %d: d loss / d x [%zu] = %g, want w = %g", k, i, gb[i],
                     wb[i]);
@@ -296,7 +296,7 @@ static dt_status equal_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_distribute(w.m[F], b, DT_F64, 2, shape, 2, pf, DT_ALL_RANKS, &tf));
     R_OK(dt_tensor_distribute(w.m[B], b, DT_F64, 2, shape, 1, pb, DT_ALL_RANKS, &tb));
     R_OK(dt_add(ta, tf, &sum));
-    R_OK(dt_tensor_full(sum, s, sizeof s));
+    R_OK(dt_tensor_full_tensor(sum, s, sizeof s));
     for (int i = 0; i < 24; i++) R_CHECK(s[i] == a[i] + b[i], "a + b [%d] = %g", i, s[i]);
     dt_tensor_info info;
     R_OK(dt_tensor_info_get(sum, &info));
@@ -380,9 +380,9 @@ static dt_status pipeline_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_sum(Y, NULL, 0, 0, &L));
     R_OK(dt_backward(L));
     double ref_loss;
-    R_OK(dt_tensor_full(L, &ref_loss, 8));
-    R_OK(dt_tensor_full(dt_tensor_grad(W0), r0, sizeof r0));
-    R_OK(dt_tensor_full(dt_tensor_grad(W1), r1, sizeof r1));
+    R_OK(dt_tensor_full_tensor(L, &ref_loss, 8));
+    R_OK(dt_tensor_full_tensor(dt_tensor_grad(W0), r0, sizeof r0));
+    R_OK(dt_tensor_full_tensor(dt_tensor_grad(W1), r1, sizeof r1));
     /* The pipeline: activations S(0) over dp and S(1) over tp. */
     dt_placement act[2] = {dt_shard(0), dt_shard(1)}, xs[2] = {dt_shard(0), dt_replicate()},
                  ws[2] = {dt_replicate(), dt_shard(1)}, w1s[2] = {dt_replicate(), dt_shard(0)};
@@ -397,7 +397,7 @@ static dt_status pipeline_body(dt_ctx *ctx, void *arg) {
         dt_tensor *g;
         R_OK(dt_tensor_zeros(st[1], DT_F64, 2, sh, 2, act, &g));
         R_OK(dt_backward_with(hand, g));
-        R_OK(dt_tensor_full(dt_tensor_grad(w), g0, sizeof g0));
+        R_OK(dt_tensor_full_tensor(dt_tensor_grad(w), g0, sizeof g0));
         for (int i = 0; i < K * M; i++)
             R_CHECK(fabs(g0[i] - r0[i]) <= 1e-12 * (1 + fabs(r0[i])), "dW0[%d] = %g, want %g", i,
                     g0[i], r0[i]);
@@ -412,11 +412,11 @@ static dt_status pipeline_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_mm(hand, w, &y));
         R_OK(dt_sum(y, NULL, 0, 0, &l));
         double loss;
-        R_OK(dt_tensor_full(l, &loss, 8));
+        R_OK(dt_tensor_full_tensor(l, &loss, 8));
         R_CHECK(fabs(loss - ref_loss) <= 1e-12 * (1 + fabs(ref_loss)), "loss %g, want %g", loss,
                 ref_loss);
         R_OK(dt_backward(l));
-        R_OK(dt_tensor_full(dt_tensor_grad(w), g1, sizeof g1));
+        R_OK(dt_tensor_full_tensor(dt_tensor_grad(w), g1, sizeof g1));
         for (int i = 0; i < M * 3; i++)
             R_CHECK(fabs(g1[i] - r1[i]) <= 1e-12 * (1 + fabs(r1[i])), "dW1[%d] = %g, want %g", i,
                     g1[i], r1[i]);

@@ -447,7 +447,7 @@ static dt_status tensor_roundtrip(dt_ctx *ctx, const char *mesh_text, const char
         dt_tensor_release(t);
         t = u;
         memset(back, 0, numel * 4);
-        OK(dt_tensor_full(t, back, numel * 4));
+        OK(dt_tensor_full_tensor(t, back, numel * 4));
         for (size_t i = 0; i < numel; i++)
             CHECK(back[i] == full[i], "mesh %s, %s -> %s: element %zu is %g, expected %g",
                   mesh_text, chain[k - 1], to, i, back[i], full[i]);
@@ -512,13 +512,13 @@ static dt_status mode_ops(dt_ctx *ctx) {
     for (int k = 0; k < DT_COLL_KIND_COUNT; k++) total += st.calls[k];
     CHECK(st.calls[DT_COLL_ALL_REDUCE] == 1 && total == 1, "MLP forward: %llu collectives",
           (unsigned long long)total);
-    OK(dt_tensor_full(out, got, sizeof got));
+    OK(dt_tensor_full_tensor(out, got, sizeof got));
     dt_tensor *all[] = {h, g, o, out};
     for (int i = 0; i < 4; i++) dt_tensor_release(all[i]);
     OK(dt_linear(tx, r1, NULL, &h));
     OK(dt_unary_op(DT_OP_GELU, h, &g));
     OK(dt_linear(g, r2, NULL, &o));
-    OK(dt_tensor_full(o, want, sizeof want));
+    OK(dt_tensor_full_tensor(o, want, sizeof want));
     for (int i = 0; i < 48; i++)
         CHECK(fabsf(got[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i])), "MLP element %d: %g vs %g",
               i, got[i], want[i]);
@@ -532,11 +532,11 @@ static dt_status mode_ops(dt_ctx *ctx) {
     int dims[1] = {1};
     OK(dt_reduce(DT_OP_SUM, sx, dims, 1, 0, &ss));
     OK(dt_reduce(DT_OP_SUM, tx, dims, 1, 0, &rs));
-    OK(dt_tensor_full(sm, got, sizeof got));
-    OK(dt_tensor_full(rm, want, sizeof want));
+    OK(dt_tensor_full_tensor(sm, got, sizeof got));
+    OK(dt_tensor_full_tensor(rm, want, sizeof want));
     for (int i = 0; i < 48; i++) CHECK(fabsf(got[i] - want[i]) <= 1e-6f, "softmax element %d", i);
-    OK(dt_tensor_full(ss, got, 6 * sizeof(float)));
-    OK(dt_tensor_full(rs, want, 6 * sizeof(float)));
+    OK(dt_tensor_full_tensor(ss, got, 6 * sizeof(float)));
+    OK(dt_tensor_full_tensor(rs, want, 6 * sizeof(float)));
     for (int i = 0; i < 6; i++) CHECK(fabsf(got[i] - want[i]) <= 1e-5f, "sum element %d", i);
     dt_tensor *more[] = {sx, sm, rm, ss, rs, tx, a1, a2, r1, r2};
     for (int i = 0; i < 10; i++) dt_tensor_release(more[i]);
