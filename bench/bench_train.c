@@ -25,7 +25,7 @@
 enum { WARMUP = 2, MAXSTEPS = 20, NCONF = 6 };
 static const tl_config cfg = {.vocab = 256, .seq = 64, .batch = 8, .dim = 128, .layers = 2,
                               .heads = 4, .kv_heads = 2, .hidden = 384};
-/* The autograd issue's small model (one block, dim 64): where per-op overhead weighs most */
+/* A small model (one block, dim 64): where per-op overhead weighs most */
 static const tl_config small = {.vocab = 256, .seq = 64, .batch = 4, .dim = 64, .layers = 1,
                                 .heads = 4, .kv_heads = 4, .hidden = 172};
 static const char *text_path = "/usr/share/common-licenses/GPL-3";

@@ -307,7 +307,7 @@ Test(checks, a_skipped_collective_is_named, .timeout = TIMEOUT_S) {
     cr_assert_eq(got, DT_OK, "%s", dt_last_error());
 }
 
-/* ---- Rank-dependent placements (issue 11, item 9) ------------------------------------------ */
+/* ---- Rank-dependent placements ----------------------------------------------------------- */
 
 /* A (8, 8) tensor sharded S(0) over 4 ranks; ranks 0-2 redistribute it to R (an all_gather),
  * rank 3 to `odd`: to S(1) it calls another collective, to S(0) none at all (and returns). The

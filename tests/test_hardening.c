@@ -1,6 +1,6 @@
-/* Regression tests for the silent wrong results of the hardening issue: each computes the
- * expected value independently on the host (plain loops over the full tensors) and compares
- * the sharded result with it. The invalid calls themselves are in test_bad_input.c. */
+/* Regression tests for silent wrong results: each computes the expected value independently on
+ * the host (plain loops over the full tensors) and compares the sharded result with it. The
+ * invalid calls themselves are in test_bad_input.c. */
 #include <math.h>
 #include <stdlib.h>
 

@@ -46,7 +46,7 @@ typedef struct xcase {
 } xcase;
 
 static const xcase cases[] = {
-    /* The example, then uneven and empty shards between the two shapes. */
+    /* A [S(0),S(0)] -> B [S(0)] on (8, 6), then uneven and empty shards between the two shapes. */
     {A, "S(0),S(0)", B, "S(0)", 2, {8, 6}},
     {A, "S(0),S(0)", B, "S(0)", 2, {5, 3}},
     {A, "S(0),S(1)", B, "S(1)", 2, {3, 5}},
@@ -182,7 +182,7 @@ static dt_status forward_case(dt_ctx *ctx, world *w, int k) {
                 "case %d: rank %d sent %llu and received %llu messages, the plan says %llu and %llu",
                 k, me, (unsigned long long)sends, (unsigned long long)recvs,
                 (unsigned long long)want_s, (unsigned long long)want_r);
-        /* The example moves nothing between ranks: every block stays where it is. */
+        /* Case 0 moves nothing between ranks: every block stays where it is. */
         R_CHECK(k != 0 || sends + recvs == 0, "case 0: %llu messages",
                 (unsigned long long)(sends + recvs));
     }

@@ -5,9 +5,9 @@
 
 #include "helpers.h"
 
-/* The plan as text: the issue's example keeps every block where it is; a stage hand-off sends
- * each box once; a Partial source is reduced first, here by a reduce_scatter (each source rank
- * then sends only the half its target keeps). */
+/* The plan as text: 2x2 [S(0),S(0)] -> 4 [S(0)] over the same ranks keeps every block where it
+ * is; a stage hand-off sends each box once; a Partial source is reduced first, here by a
+ * reduce_scatter (each source rank then sends only the half its target keeps). */
 Test(xplan, text) {
     dt_mesh_desc a = {.ndim = 2, .shape = {2, 2}}, b = {.ndim = 1, .shape = {4}};
     int r01[2] = {0, 1}, r23[2] = {2, 3};
