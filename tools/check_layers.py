@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Checks every #include "..." under src/ and include/dtensor/ against src/layers.txt.
+"""Checks every #include "..." under src/ and include/dtensor/ against src/layers.txt, and,
+given a build directory, every symbol a layer's library uses from another layer's.
 
-usage: check_layers.py SOURCE_ROOT
-Prints one line per include that crosses the table and exits 1 when there is any; prints the
-number of files and includes checked otherwise."""
+usage: check_layers.py SOURCE_ROOT [BUILD_DIR]
+Prints one line per include or symbol that crosses the table and exits 1 when there is any;
+prints what it checked otherwise. The symbol check reads each layer's static library
+(BUILD_DIR/src/<layer>/libdt_<layer>.a) with nm: a call that reaches a higher layer through a
+public header includes nothing it may not, but it does not link in the table's order."""
 import os
 import re
+import subprocess
 import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
@@ -53,6 +57,65 @@ def target_layer(inc, here_dir, root, allowed, public):
     return None, None
 
 
+def object_layer(layer, obj):
+    """The layer of an object of layer's library: a kernel object of ops is ops/cpu or
+    ops/cuda (meson names it after its path under the library's folder)."""
+    if layer == 'ops':
+        for sub in ('cpu', 'cuda'):
+            if obj.startswith(sub + '_'):
+                return 'ops/' + sub
+    return layer
+
+
+def nm_symbols(lib):
+    """{object: (defined symbols, undefined symbols)} of a static library."""
+    out = subprocess.run(['nm', '-A', lib], check=True, capture_output=True, text=True).stdout
+    objs = {}
+    for line in out.splitlines():
+        # lib.a:object.o:ADDRESS T name   or   lib.a:object.o:         U name
+        head, _, rest = line.rpartition(':')
+        obj = head.split(':', 1)[1] if ':' in head else head
+        parts = rest.split()
+        if len(parts) < 2:
+            continue
+        kind, name = parts[-2], parts[-1]
+        d, u = objs.setdefault(obj, (set(), set()))
+        if kind == 'U':
+            u.add(name)
+        elif kind in 'TDBRVWiGS':
+            d.add(name)
+    return objs
+
+
+def check_symbols(build, allowed):
+    """The lines for symbols a layer's objects use from a layer they may not include."""
+    where, used = {}, []
+    layers = [l for l in allowed if '/' not in l]
+    for layer in layers:
+        lib = os.path.join(build, 'src', layer, 'libdt_%s.a' % layer)
+        if not os.path.exists(lib):
+            return ['%s: missing (is %s a build directory of this tree?)' % (lib, build)], 0
+        for obj, (defined, undefined) in nm_symbols(lib).items():
+            ol = object_layer(layer, obj)
+            for name in defined:
+                where[name] = (ol, obj)
+            used.append((ol, obj, undefined))
+    bad, n = [], 0
+    for ol, obj, undefined in used:
+        may = allowed[ol] | {ol}
+        # a kernel folder may use the code behind the single headers it may include
+        may_objs = {h.split('/')[-1][:-2] + '.c.o' for h in may if h.endswith('.h')}
+        for name in sorted(undefined):
+            if name not in where:
+                continue  # the C library, OpenBLAS, UCX, CUDA
+            tl, tobj = where[name]
+            n += 1
+            if tl in may or any(tl.startswith(l + '/') for l in may) or tobj in may_objs:
+                continue
+            bad.append('%s (layer %s) uses %s of layer %s' % (obj, ol, name, tl))
+    return bad, n
+
+
 def main():
     root = os.path.abspath(sys.argv[1])
     allowed, public = read_table(os.path.join(root, 'src', 'layers.txt'))
@@ -90,12 +153,19 @@ def main():
                 continue
             bad.append('%s:%d: layer %s includes "%s" of layer %s' %
                        (shown, lineno, layer, m.group(1), tl))
+    nbad_inc = len(bad)
+    nsym = None
+    if len(sys.argv) > 2:
+        sym_bad, nsym = check_symbols(os.path.abspath(sys.argv[2]), allowed)
+        bad += sym_bad
     for b in bad:
         print(b)
     if bad:
-        print('%d includes cross src/layers.txt' % len(bad))
+        print('%d includes and %d symbol uses cross src/layers.txt' %
+              (nbad_inc, len(bad) - nbad_inc))
         return 1
-    print('%d files, %d includes: every one within src/layers.txt' % (files, incs))
+    print('%d files, %d includes%s: every one within src/layers.txt' %
+          (files, incs, '' if nsym is None else ', %d uses of other layers\' symbols' % nsym))
     return 0
 
 

@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "dtensor/comm.h"
 #include "dtensor/redistribute.h"
+#include "redistribute/redistribute_impl.h"
 
 struct dt_checkpoint_pending {
     dt_ctx *ctx;
@@ -176,7 +177,10 @@ static dt_status reduced(dt_tensor *t, dt_tensor **out) {
         *out = t;
         return DT_OK;
     }
-    return dt_tensor_redistribute(t, info.mesh_ndim, pl, out);
+    /* Saving records nothing: the pure move, not the differentiable dt_tensor_redistribute. */
+    const dt_plan *plan;
+    DT_CHECK(dt_redistribute_prepare("dt_checkpoint_save", t, info.mesh_ndim, pl, &plan));
+    return dt_redistribute_execute(t, plan, out);
 }
 
 static dt_status stage(dt_ctx *ctx, const char *dir, const char *const *names,

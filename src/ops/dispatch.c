@@ -312,6 +312,18 @@ dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op
     return DT_OK;
 }
 
+dt_status dt_dispatch_run(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                          dt_tensor **out) {
+    const dt_op_choice *choice;
+    dt_tensor *ax[DT_OP_MAX_AUX];
+    int na = 0;
+    DT_CHECK(dt_dispatch_check(op, in, n));
+    DT_CHECK(dt_dispatch_choose(op, in, n, args, &choice));
+    DT_CHECK(dt_dispatch_compute(op, in, n, args, choice, 0, NULL, out, ax, &na));
+    for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
+    return DT_OK;
+}
+
 dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
                          dt_placement *input_placements_out, dt_placement *output_placements_out) {
     const op_family *f = dt_op_family(op);

@@ -136,6 +136,11 @@ dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op
                               const dt_op_choice *choice, int want_aux, dt_tensor **used,
                               dt_tensor **out, dt_tensor **aux, int *naux);
 
+/* check, choose and compute in one, for ops' own callers that need no gradient (the total
+ * norm of gradient clipping): no composites, no other outputs. */
+dt_status dt_dispatch_run(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                          dt_tensor **out);
+
 /* Runs op's local kernel again on inputs in (as its autograd node holds them: already in the
  * chosen strategy's placements) into out's storage, which has out's spec: what activation
  * checkpointing recomputes with. No redistribution, no recording (dispatch.c). */

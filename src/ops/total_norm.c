@@ -31,7 +31,8 @@ static dt_status local_norm(dt_tensor *t, double ord, double *v_out, unsigned *m
     dt_tensor *x = t, *n = NULL;
     dt_status st = DT_OK;
     if (t->dtype == DT_BF16 || t->dtype == DT_F16) st = dt_cast(t, DT_F32, &x);
-    if (st == DT_OK) st = dt_vector_norm(x, ord, NULL, 0, 0, &n);
+    dt_op_args all = {.scalar = ord}; /* every dim, as dt_vector_norm(x, ord, NULL, 0, 0) */
+    if (st == DT_OK) st = dt_dispatch_run(DT_OP_VECTOR_NORM, &x, 1, &all, &n);
     if (x != t) dt_tensor_release(x);
     double v = 0;
     if (st == DT_OK) st = dt_tensor_local_to_host(n, &v, sizeof v); /* f32 or f64, one element */
