@@ -123,12 +123,12 @@ int dt_node_inputs(const dt_tensor *t, dt_tensor ***in_out, const dt_op_args **a
 bool dt_node_done(const dt_tensor *t) { return dt_ag(t)->node && dt_ag(t)->node->freed; }
 
 dt_status dt_saved_refill(dt_tensor *t) {
-    if (!t || !t->dropped) return DT_OK;
+    if (!t || !dt_tensor_storage_dropped(t)) return DT_OK;
     if (!dt_ag(t)->hooks)
         return dt_error(DT_ERR_ARG, "dt_backward: a saved tensor's storage was dropped and "
                                     "nothing can refill it");
     DT_CHECK(dt_ag(t)->hooks->refill(dt_ag(t)->hooks, t));
-    if (t->dropped)
+    if (dt_tensor_storage_dropped(t))
         return dt_error(DT_ERR_ARG, "dt_backward: a dropped saved tensor was not refilled by "
                                     "its owner");
     return DT_OK;

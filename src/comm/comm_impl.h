@@ -9,13 +9,10 @@
 #include <stdint.h>
 
 #include "dtensor/comm.h"
+#include "core/box.h"
+#include "core/device.h"
 #include "dtensor/device.h"
 #include "trace/trace_impl.h"
-
-/* A sub-box of a dense row-major array: where it starts and how far it extends per dim. */
-typedef struct dt_box {
-    int64_t off[DT_MAX_NDIM], ext[DT_MAX_NDIM];
-} dt_box;
 
 /* The generic layer (comm.c) has checked every argument before calling these, turned NULL
  * displacements into packed ones and equal-count calls into their v-forms. */
@@ -125,6 +122,8 @@ typedef struct dt_worker dt_worker;
  * of its own (asserting that it fits), whose all-zero bytes mean "as created". The context
  * only zeroes the slots; no layer's fields live in this header. */
 typedef enum dt_ctx_slot_id {
+    DT_CTX_SLOT_MESH,         /* the count of meshes made (mesh.c) */
+    DT_CTX_SLOT_DTENSOR,      /* live tensors and bytes (tensor.c) */
     DT_CTX_SLOT_REDISTRIBUTE, /* cost model and redistribute mode (redistribute.c) */
     DT_CTX_SLOT_AUTOGRAD,     /* grad mode, grad sync, backward hooks, AC region (engine.c) */
     DT_CTX_SLOT_COUNT
@@ -136,17 +135,12 @@ struct dt_ctx {
     const dt_backend_ops *backend;
     void *backend_state;
     dt_comm *world;
-    uint64_t next_mesh_seq;
     dt_user_group_count *user_groups; /* creations per member list, for dt_comm_create */
     pthread_mutex_t stats_mu;         /* the comm thread counts too */
     dt_comm_stats stats;
     dt_worker *worker;        /* this rank's communication thread, made on first async call */
     struct dt_trace *trace;   /* the trace layer's recorder (trace/trace.h); NULL when off */
-    atomic_llong live_tensors, live_bytes; /* tensors of this rank alive, and their owned bytes */
-    atomic_llong live_peak;                /* most live_bytes since start or the last reset */
-    dt_device device;         /* compute device (dt_ctx_set_device) */
-    int allow_tf32;           /* dt_ctx_set_tf32, kept for GPUs set up later */
-    struct dt_cuda_rank *cuda; /* streams and handles when device is CUDA (core/cuda/cuda_rt.h) */
+    dt_rank_device dev;        /* the compute device and its GPU state (core/device.h) */
     int check_collectives;     /* DT_DEBUG_COLLECTIVES=1 on a backend that does not by itself */
     _Alignas(16) unsigned char slots[DT_CTX_SLOT_COUNT][DT_CTX_SLOT_BYTES];
 };
@@ -166,7 +160,7 @@ void dt_ctx_device_fini(dt_ctx *ctx);
  * compute stream. Inline: a CPU rank pays one test. */
 void dt_ctx_bind_gpu(dt_ctx *ctx);
 static inline void dt_ctx_bind(dt_ctx *ctx) {
-    if (ctx->cuda) dt_ctx_bind_gpu(ctx);
+    if (ctx->dev.cuda) dt_ctx_bind_gpu(ctx);
 }
 
 /* Fills the fields every backend shares; members is copied. */

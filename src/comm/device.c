@@ -33,9 +33,9 @@ static dt_status set_cuda(dt_ctx *ctx, int index) {
         return dt_error(DT_ERR_DEVICE,
                         "dt_ctx_set_device: argument device.index = %d, but %d CUDA device%s %s "
                         "visible", index, n, n == 1 ? "" : "s", n == 1 ? "is" : "are");
-    if (ctx->cuda && ctx->cuda->device == index) {
-        ctx->device = (dt_device){DT_DEVICE_CUDA, index};
-        dt_cuda_bind(ctx->cuda);
+    if (ctx->dev.cuda && ctx->dev.cuda->device == index) {
+        ctx->dev.device = (dt_device){DT_DEVICE_CUDA, index};
+        dt_cuda_bind(ctx->dev.cuda);
         return DT_OK;
     }
     /* Ranks of the local runtime on different GPUs read each other's buffers. A process per
@@ -47,10 +47,10 @@ static dt_status set_cuda(dt_ctx *ctx, int index) {
                                        "(CUDA_VISIBLE_DEVICES) or one process per GPU", index);
     dt_cuda_rank *r;
     DT_CHECK(dt_cuda_rank_create(index, &r));
-    r->allow_tf32 = ctx->allow_tf32;
-    dt_cuda_rank_release(ctx->cuda);
-    ctx->cuda = r;
-    ctx->device = (dt_device){DT_DEVICE_CUDA, index};
+    r->allow_tf32 = ctx->dev.allow_tf32;
+    dt_cuda_rank_release(ctx->dev.cuda);
+    ctx->dev.cuda = r;
+    ctx->dev.device = (dt_device){DT_DEVICE_CUDA, index};
     dt_cuda_bind(r);
     return DT_OK;
 }
@@ -59,7 +59,7 @@ static dt_status set_cuda(dt_ctx *ctx, int index) {
 dt_status dt_ctx_set_device(dt_ctx *ctx, dt_device device) {
     DT_ARG_NOT_NULL(ctx);
     switch (device.kind) {
-    case DT_DEVICE_CPU: ctx->device = (dt_device){DT_DEVICE_CPU, 0}; return DT_OK;
+    case DT_DEVICE_CPU: ctx->dev.device = (dt_device){DT_DEVICE_CPU, 0}; return DT_OK;
     case DT_DEVICE_CUDA:
 #if DT_HAVE_CUDA
         return set_cuda(ctx, device.index);
@@ -74,14 +74,14 @@ dt_status dt_ctx_set_device(dt_ctx *ctx, dt_device device) {
 }
 
 dt_device dt_ctx_device(const dt_ctx *ctx) {
-    return ctx ? ctx->device : (dt_device){DT_DEVICE_CPU, 0};
+    return ctx ? ctx->dev.device : (dt_device){DT_DEVICE_CPU, 0};
 }
 
 dt_status dt_ctx_set_tf32(dt_ctx *ctx, int allow) {
     DT_ARG_NOT_NULL(ctx);
-    ctx->allow_tf32 = allow != 0;
+    ctx->dev.allow_tf32 = allow != 0;
 #if DT_HAVE_CUDA
-    if (ctx->cuda) ctx->cuda->allow_tf32 = ctx->allow_tf32;
+    if (ctx->dev.cuda) ctx->dev.cuda->allow_tf32 = ctx->dev.allow_tf32;
 #endif
     return DT_OK;
 }
@@ -89,9 +89,9 @@ dt_status dt_ctx_set_tf32(dt_ctx *ctx, int allow) {
 dt_status dt_ctx_synchronize(dt_ctx *ctx) {
     DT_ARG_NOT_NULL(ctx);
 #if DT_HAVE_CUDA
-    if (ctx->device.kind == DT_DEVICE_CUDA) {
-        DT_CHECK(dt_cuda_status(cudaStreamSynchronize(ctx->cuda->comm), "dt_ctx_synchronize"));
-        return dt_cuda_status(cudaStreamSynchronize(ctx->cuda->compute), "dt_ctx_synchronize");
+    if (ctx->dev.device.kind == DT_DEVICE_CUDA) {
+        DT_CHECK(dt_cuda_status(cudaStreamSynchronize(ctx->dev.cuda->comm), "dt_ctx_synchronize"));
+        return dt_cuda_status(cudaStreamSynchronize(ctx->dev.cuda->compute), "dt_ctx_synchronize");
     }
 #endif
     return DT_OK;
@@ -99,15 +99,15 @@ dt_status dt_ctx_synchronize(dt_ctx *ctx) {
 
 void dt_ctx_device_fini(dt_ctx *ctx) {
 #if DT_HAVE_CUDA
-    dt_cuda_rank_release(ctx->cuda);
+    dt_cuda_rank_release(ctx->dev.cuda);
 #endif
-    ctx->cuda = NULL;
-    ctx->device = (dt_device){DT_DEVICE_CPU, 0};
+    ctx->dev.cuda = NULL;
+    ctx->dev.device = (dt_device){DT_DEVICE_CPU, 0};
 }
 
 void dt_ctx_bind_gpu(dt_ctx *ctx) {
 #if DT_HAVE_CUDA
-    dt_cuda_bind(ctx->cuda);
+    dt_cuda_bind(ctx->dev.cuda);
 #else
     (void)ctx;
 #endif

@@ -6,6 +6,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtensor/types.h"
+
+/* A sub-box of a dense row-major array: where it starts and how far it extends per dim. */
+typedef struct dt_box {
+    int64_t off[DT_MAX_NDIM], ext[DT_MAX_NDIM];
+} dt_box;
+
 /* Copies the box of extent box[] from src (shape src_shape, box starting at src_off) to dst
  * (shape dst_shape, box starting at dst_off). Offsets may be NULL (all zero). Callers check
  * that the box fits in both. */

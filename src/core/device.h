@@ -12,6 +12,15 @@
 #include "dtensor/device.h"
 #include "dtensor/types.h"
 
+/* A rank's compute device, the device layer's state kept in the rank's context: which device
+ * (dt_ctx_set_device), whether TF32 is allowed (kept for GPUs set up later), and the GPU's
+ * streams and handles (core/cuda/cuda_rt.h) when the device is CUDA. */
+typedef struct dt_rank_device {
+    dt_device device;
+    int allow_tf32;
+    struct dt_cuda_rank *cuda;
+} dt_rank_device;
+
 typedef struct dt_mem_ops {
     const char *name;
     /* Uninitialised memory; NULL (with the error set) when out of memory. 0 bytes is valid. */

@@ -55,7 +55,7 @@ static dt_status create(const char *fn, dt_mesh *mesh, dt_dtype dtype, int ndim,
                                           "by norm ops (dt_vector_norm), not filled", fn, m,
                         norm[m].norm_ord);
     dt_tensor *t;
-    DT_CHECK(dt_tensor_alloc(mesh, mesh->ctx->device, dtype, ndim, shape, norm, &t));
+    DT_CHECK(dt_tensor_alloc(mesh, mesh->ctx->dev.device, dtype, ndim, shape, norm, &t));
     dt_status st = fill_shard(t, *f);
     if (st != DT_OK) {
         dt_error_prefix(fn);

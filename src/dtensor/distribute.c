@@ -98,7 +98,7 @@ dt_status dt_tensor_distribute(dt_mesh *mesh, const void *full, dt_dtype dtype, 
            mesh->rank, src_rank);
     dt_tensor *t;
     dt_ctx_bind(mesh->ctx);
-    DT_CHECK(dt_tensor_new(mesh, mesh->ctx->device, dtype, ndim, shape, norm, NULL, true, &t));
+    DT_CHECK(dt_tensor_new(mesh, mesh->ctx->dev.device, dtype, ndim, shape, norm, NULL, true, &t));
     dt_status st = DT_OK;
     if (src_rank == DT_ALL_RANKS && mesh->rank >= 0) /* outside the mesh: holds nothing */
         st = cut_shard(t, mesh->rank, full, t->data);

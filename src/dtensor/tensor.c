@@ -45,37 +45,46 @@ enum { GIVEN, UNINIT, ZEROED }; /* where make's storage comes from */
 
 /* The rank's live tensors and owned bytes (dt_ctx_live). In-place ops swap data and ownership
  * between two tensors of the same local shape, so the sum stays right. */
+/* The rank's tensors alive and their owned bytes, in its context's dtensor slot. */
+typedef struct live_counts {
+    atomic_llong tensors, bytes;
+    atomic_llong peak; /* most bytes since start or the last reset */
+} live_counts;
+_Static_assert(sizeof(live_counts) <= DT_CTX_SLOT_BYTES, "live counts outgrew their slot");
+
+static live_counts *live_of(dt_ctx *ctx) { return dt_ctx_slot(ctx, DT_CTX_SLOT_DTENSOR); }
+
 static void count_bytes(dt_ctx *ctx, long long bytes) {
-    long long now = atomic_fetch_add(&ctx->live_bytes, bytes) + bytes;
-    long long peak = atomic_load(&ctx->live_peak);
-    while (now > peak && !atomic_compare_exchange_weak(&ctx->live_peak, &peak, now)) {
+    long long now = atomic_fetch_add(&live_of(ctx)->bytes, bytes) + bytes;
+    long long peak = atomic_load(&live_of(ctx)->peak);
+    while (now > peak && !atomic_compare_exchange_weak(&live_of(ctx)->peak, &peak, now)) {
     }
 }
 
 static void count_live(const dt_tensor *t, int sign) {
     dt_ctx *ctx = t->mesh->ctx;
-    atomic_fetch_add(&ctx->live_tensors, sign);
+    atomic_fetch_add(&live_of(ctx)->tensors, sign);
     if (t->owned && !t->dropped)
         count_bytes(ctx, sign * (long long)(t->local_numel * dt_dtype_size(t->dtype)));
 }
 
 void dt_ctx_live(dt_ctx *ctx, int64_t *tensors_out, int64_t *bytes_out) {
-    *tensors_out = atomic_load(&ctx->live_tensors);
-    *bytes_out = atomic_load(&ctx->live_bytes);
+    *tensors_out = atomic_load(&live_of(ctx)->tensors);
+    *bytes_out = atomic_load(&live_of(ctx)->bytes);
 }
 
-int64_t dt_ctx_live_peak(dt_ctx *ctx) { return atomic_load(&ctx->live_peak); }
+int64_t dt_ctx_live_peak(dt_ctx *ctx) { return atomic_load(&live_of(ctx)->peak); }
 
 void dt_ctx_live_peak_reset(dt_ctx *ctx) {
-    atomic_store(&ctx->live_peak, atomic_load(&ctx->live_bytes));
+    atomic_store(&live_of(ctx)->peak, atomic_load(&live_of(ctx)->bytes));
 }
 
 dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out) {
     DT_ARG_NOT_NULL(ctx);
     DT_ARG_NOT_NULL(out);
-    out->tensors = atomic_load(&ctx->live_tensors);
-    out->bytes = atomic_load(&ctx->live_bytes);
-    out->peak_bytes = atomic_load(&ctx->live_peak);
+    out->tensors = atomic_load(&live_of(ctx)->tensors);
+    out->bytes = atomic_load(&live_of(ctx)->bytes);
+    out->peak_bytes = atomic_load(&live_of(ctx)->peak);
     return DT_OK;
 }
 
@@ -175,7 +184,7 @@ dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t
     dt_placement norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_spec_check("dt_tensor_zeros", mesh, dtype, ndim, shape, nplacements,
                            placements, norm));
-    return dt_tensor_new(mesh, mesh->ctx->device, dtype, ndim, shape, norm, NULL, true,
+    return dt_tensor_new(mesh, mesh->ctx->dev.device, dtype, ndim, shape, norm, NULL, true,
                          out);
 }
 
@@ -396,7 +405,7 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
         }
     }
     /* Like torch's from_local, data on another device than the rank's is copied over. */
-    dt_device device = mesh->ctx->device;
+    dt_device device = mesh->ctx->dev.device;
     const dt_mem_ops *mem = dt_mem_ops_of(device.kind);
     dt_ctx_bind(mesh->ctx);
     dt_device_kind have = numel ? dt_mem_kind_of(local) : device.kind;
@@ -433,10 +442,10 @@ dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **o
                         device.kind == DT_DEVICE_CUDA ? "this build has no CUDA"
                                                       : "not a device kind");
     dt_ctx *ctx = tensor->mesh->ctx;
-    if (device.kind == DT_DEVICE_CUDA && (!ctx->cuda || ctx->device.index != device.index))
+    if (device.kind == DT_DEVICE_CUDA && (!ctx->dev.cuda || ctx->dev.device.index != device.index))
         return dt_error(DT_ERR_DEVICE, "dt_tensor_to_device: argument device is CUDA device %d, "
                                        "but this rank works on %s %d (dt_ctx_set_device)",
-                        device.index, dt_mem_ops_of(ctx->device.kind)->name, ctx->device.index);
+                        device.index, dt_mem_ops_of(ctx->dev.device.kind)->name, ctx->dev.device.index);
     if (device.kind == DT_DEVICE_CPU) device.index = 0;
     dt_ctx_bind(ctx);
     dt_tensor *t;

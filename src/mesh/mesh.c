@@ -103,7 +103,7 @@ dt_status dt_mesh_create(dt_ctx *ctx, int ndim, const int *shape, const char *co
         m->coord[d] = r % shape[d];
         r /= shape[d];
     }
-    m->seq = ctx->next_mesh_seq++;
+    m->seq = (*(uint64_t *)dt_ctx_slot(ctx, DT_CTX_SLOT_MESH))++; /* meshes made on the rank */
     for (int k = 0; k < DT_CACHE_KIND_COUNT; k++) m->cache_capacity[k] = env_cache_capacity();
     *out = m;
     return DT_OK;

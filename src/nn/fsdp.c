@@ -113,7 +113,7 @@ static dt_status gather_finish(unit *u, bool refill) {
     const dt_mem_ops *mem = mem_of(u);
     for (int p = 0; p < u->n && st == DT_OK; p++) {
         dt_tensor *full = u->full[p];
-        if (refill && full->dropped) {
+        if (refill && dt_tensor_storage_dropped(full)) {
             st = dt_tensor_storage_alloc(full);
             if (st == DT_OK) count_gathered(u->f, (int64_t)bytes_of(full));
         }
@@ -133,7 +133,7 @@ static dt_status gather_finish(unit *u, bool refill) {
 
 static void drop_full(unit *u) {
     for (int p = 0; p < u->n; p++)
-        if (u->full[p] && !u->full[p]->dropped) {
+        if (u->full[p] && !dt_tensor_storage_dropped(u->full[p])) {
             count_gathered(u->f, -(int64_t)bytes_of(u->full[p]));
             dt_tensor_storage_drop(u->full[p]);
         }
@@ -179,7 +179,7 @@ static dt_status new_full(unit *u) {
 static dt_status prefetch(dt_fsdp *f, int j, bool backward) {
     if (!f->opt.prefetch || j < 0 || j >= f->n || f->u[j]->gather) return DT_OK;
     unit *v = f->u[j];
-    if (backward && (!v->full[0] || !v->full[0]->dropped || v->ngrad)) return DT_OK;
+    if (backward && (!v->full[0] || !dt_tensor_storage_dropped(v->full[0]) || v->ngrad)) return DT_OK;
     DT_CHECK(gather_start(v));
     f->stats.prefetches++;
     if (backward) f->stats.backward_gathers++;

@@ -95,7 +95,7 @@ dt_status dt_redistribute_cached_plan(dt_tensor *t, const dt_placement *dst, con
 dt_status dt_redistribute_prepare(const char *fn, dt_tensor *t, int ndst, const dt_placement *dst,
                          const dt_plan **plan_out) {
     DT_CHECK(dt_tensor_check(fn, "tensor", t));
-    if (t->dropped)
+    if (dt_tensor_storage_dropped(t))
         return dt_error(DT_ERR_ARG, "%s: the tensor's storage was dropped after a forward "
                                     "(activation checkpointing or FSDP resharding)", fn);
     DT_CHECK(dt_placement_count_check(fn, "dst placements", ndst, dst, t->mesh->ndim));

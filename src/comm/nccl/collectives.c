@@ -150,7 +150,7 @@ static dt_status op_begin(nc_op *op, dt_comm *c, const char *what, int peer, con
     op->dsend = send;
     op->drecv = recv;
     nc_world *w = op->w;
-    dt_cuda_rank *cr = w->ctx.cuda;
+    dt_cuda_rank *cr = w->ctx.dev.cuda;
     if (!cr || cr->device != w->device)
         return op_failed(op, dt_error(DT_ERR_DEVICE,
                                       "%s: the NCCL runtime's rank %d runs on GPU %d, but its "

@@ -19,7 +19,7 @@ dt_status nc_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *src,
                             const int64_t *dst_shape, const dt_box *recv) {
     nc_world *w = nc(c)->w;
     int n = c->size;
-    if (w->ctx.cuda && dt_cuda_current() != w->ctx.cuda) dt_cuda_bind(w->ctx.cuda);
+    if (w->ctx.dev.cuda && dt_cuda_current() != w->ctx.dev.cuda) dt_cuda_bind(w->ctx.dev.cuda);
     size_t *v = malloc(sizeof *v * 4 * (size_t)n);
     if (!v) return dt_error(DT_ERR_NOMEM, "exchange_boxes: out of memory");
     size_t *sc = v, *sd = v + n, *rc = v + 2 * n, *rd = v + 3 * n, stotal = 0, rtotal = 0;

@@ -159,7 +159,7 @@ static dt_status group_make(nc_world *w, const uint64_t key[2], const int *membe
 
 dt_status nc_comm_make(nc_world *w, const uint64_t key[2], const int *members, int n,
                        const ncclUniqueId *id, dt_comm **comm_out) {
-    if (dt_cuda_current() != w->ctx.cuda) dt_cuda_bind(w->ctx.cuda);
+    if (dt_cuda_current() != w->ctx.dev.cuda) dt_cuda_bind(w->ctx.dev.cuda);
     if (dt_failed(&w->fail)) return nc_aborted_error(w, "communicator creation");
     nc_comm *c = calloc(1, sizeof *c);
     if (!c) return dt_error(DT_ERR_NOMEM, "communicator of %d ranks: out of memory", n);
@@ -215,7 +215,7 @@ void nc_comm_destroy(dt_comm *base) {
     nc_comm *c = nc(base);
     nc_world *w = c->w;
     nc_group *g = c->g;
-    if (dt_cuda_current() != w->ctx.cuda) dt_cuda_bind(w->ctx.cuda);
+    if (dt_cuda_current() != w->ctx.dev.cuda) dt_cuda_bind(w->ctx.dev.cuda);
     pthread_mutex_lock(&w->nccl_mu);
     int last = --g->refs == 0;
     if (last) {

@@ -93,7 +93,7 @@ dt_status nc_settle(nc_world *w, ncclComm_t comm, ncclResult_t r, const char *wh
 /* --- the operations queued on the communicators' streams ----------------------------------- */
 
 dt_status nc_track(nc_world *w, nc_comm *c, const char *what, int peer) {
-    dt_cuda_rank *cr = w->ctx.cuda;
+    dt_cuda_rank *cr = w->ctx.dev.cuda;
     pthread_mutex_lock(&w->ops_mu);
     if (w->count == w->nevents) { /* full: the oldest finishes first, so it merges into the next */
         int64_t t0 = w->ring[w->head].t0;

@@ -132,7 +132,7 @@ static dt_status gpu_setup(nc_world *w, int host_local) {
                         w->rank);
     int local = w->env.local_rank >= 0 ? w->env.local_rank : host_local;
     DT_CHECK(dt_ctx_set_device(&w->ctx, (dt_device){DT_DEVICE_CUDA, local % ndev}));
-    w->device = w->ctx.cuda->device;
+    w->device = w->ctx.dev.cuda->device;
     const char *what = "dt_nccl_run: setting up the GPU";
     unsigned fl = cudaEventDisableTiming;
     DT_CHECK(dt_cuda_status(cudaEventCreateWithFlags(&w->ready, fl), what));
@@ -144,7 +144,7 @@ static dt_status gpu_setup(nc_world *w, int host_local) {
         DT_CHECK(dt_cuda_status(cudaEventCreateWithFlags(&w->ring[w->nevents].ev, fl), what));
     DT_CHECK(dt_cuda_status(cudaMalloc((void **)&w->barrier_buf, sizeof(int)), what));
     /* On the compute stream, which every collective waits for. */
-    return dt_cuda_status(cudaMemsetAsync(w->barrier_buf, 0, sizeof(int), w->ctx.cuda->compute),
+    return dt_cuda_status(cudaMemsetAsync(w->barrier_buf, 0, sizeof(int), w->ctx.dev.cuda->compute),
                           what);
 }
 
@@ -229,7 +229,7 @@ static void finish(nc_world *w, int *frank, dt_status *fst, char *fmsg, size_t c
 
 static void free_world(nc_world *w, int ctx_ready) {
     nc_watchdog_stop(w);
-    if (w->device >= 0 && w->ctx.cuda) dt_cuda_bind(w->ctx.cuda);
+    if (w->device >= 0 && w->ctx.dev.cuda) dt_cuda_bind(w->ctx.dev.cuda);
     nc_groups_close(w); /* every rank has returned: finalize together, or abort after a failure */
     if (w->ctx.world) nc_comm_destroy(w->ctx.world);
     w->ctx.world = NULL;
