@@ -58,7 +58,7 @@ DT_API dt_status dt_tensor_eye(dt_mesh *mesh, dt_dtype dtype, int64_t n, int64_t
  * whole on every rank, so a Partial would only make a later consumer pay an all_reduce with
  * nothing to reduce (PyTorch's like-factories do the same). Each rank writes only its shard;
  * no communication; not collective. empty_like leaves the storage unwritten. x is not
- * changed; the caller owns *tensor_out; errors as the calls above (value: as
+ * changed; the caller owns *out; errors as the calls above (value: as
  * dt_tensor_full_value). */
 DT_API dt_status dt_tensor_zeros_like(dt_tensor *x, dt_tensor **out);
 DT_API dt_status dt_tensor_ones_like(dt_tensor *x, dt_tensor **out);

@@ -1,7 +1,7 @@
-/* The autograd layer: the one place that records. The public op entry points (api.c), the
- * redistributes (record.c) and the layers above call the pure layers below (ops' choose and
- * compute, redistribute's run) and record nodes here; dt_backward walks them. The backward
- * rules are one dt_grad_<name> per op, named in the op list's grad column. Rules are written with the library's own ops (dt_add, dt_mm, ...): the gradients
+/* The autograd layer: the one place that records. dt_op_call (ops) runs through the recorder
+ * record.c sets, the public redistributes are record.c's, and both record nodes here over the
+ * pure layers below (ops' choose and compute, redistribute's run); dt_backward walks them and
+ * runs each op's backward rule, which its family file in src/ops holds (ops/grad.h). Rules are written with the library's own ops (dt_add, dt_mm, ...): the gradients
  * they return are DTensors in whatever placements dispatch gives them; they run with grad
  * mode off. */
 #ifndef DT_AUTOGRAD_IMPL_H
@@ -13,32 +13,11 @@
 #include "dtensor/autograd.h"
 #include "dtensor/ops.h"
 #include "dtensor/tensor_impl.h"
+#include "ops/grad.h"
 
-#define DT_GRAD_MAX_INPUTS 5
 
-/* What a backward rule sees: the forward call and the gradient of its output. */
-typedef struct dt_grad_call {
-    dt_op op;
-    const dt_op_args *args;
-    int n;
-    dt_tensor *const *in;  /* the forward's inputs, as they were (NULL where optional and absent) */
-    dt_tensor *const *saved; /* the forward's other outputs (attention's log-sum-exp) */
-    int nsaved;
-    const bool *need;      /* need[i]: input i wants a gradient */
-    dt_tensor *grad;       /* the gradient of the output (the output's shape) */
-} dt_grad_call;
 
-/* Sets in_grad[i] (a new tensor of input i's shape, any placements) for every i with need[i];
- * the others are left NULL. On failure nothing is returned. */
-typedef dt_status (*dt_grad_fn)(const dt_grad_call *c, dt_tensor **in_grad);
 
-/* The rule of every grad token in op_list.h (grad_*.c), and the two tokens that are not rules:
- * none (no derivative: a clear error when a gradient is needed) and through (composites,
- * whose constituents recorded the graph: never called). */
-#define DT_GRAD_DECLARE(e, name, family, lo, hi, kernel, args, wrapper, grad)                      \
-    dt_status dt_grad_##grad(const dt_grad_call *c, dt_tensor **in_grad);
-DT_OP_LIST(DT_GRAD_DECLARE)
-#undef DT_GRAD_DECLARE
 
 /* What autograd keeps of a tensor (dtensor/tensor_impl.h's opaque slot), made when autograd
  * first marks the tensor and freed with it. */
@@ -73,13 +52,11 @@ static inline dt_autograd_state *dt_autograd_of(dt_ctx *ctx) {
     return (dt_autograd_state *)dt_ctx_slot(ctx, DT_CTX_SLOT_AUTOGRAD);
 }
 
-/* The rule of a built-in op (the grad column of the op list), NULL for others. */
-dt_grad_fn dt_grad_rule(dt_op op);
 
-/* Runs a composite op (its family is dt_family_composite) from its constituent ops, each of
- * which records (composite.c). */
-dt_status dt_composite_run(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
-                           dt_tensor **out);
+
+/* Sets dt_op_call's recorder (record.c); called before the first tensor is marked, so that
+ * calls on tensors that may require grad run through it. */
+void dt_autograd_start(void);
 
 /* Whether a call on inputs records a node: grad mode is on and some input requires grad. */
 bool dt_autograd_wants(dt_tensor *const *in, int n);
@@ -112,10 +89,5 @@ dt_status dt_grad_sync(dt_tensor *const *leaves, int n);
 struct dt_node;
 void dt_node_release(struct dt_node *node);
 
-/* ---- helpers for rules (grad_util.c) ------------------------------------------------------ */
-
-/* g summed down to shape (ndim dims) as NumPy broadcasting expanded it: leading extra dims
- * and dims where shape has 1 are summed. A new reference to g when the shapes already match. */
-dt_status dt_grad_sum_to(dt_tensor *g, int ndim, const int64_t *shape, dt_tensor **out);
 
 #endif

@@ -82,6 +82,7 @@ dt_status dt_ag_make(dt_tensor *t, dt_grad_slot **out) {
         dt_grad_slot *s = calloc(1, sizeof *s);
         if (!s) return dt_error(DT_ERR_NOMEM, "autograd: out of memory for a tensor's state");
         dt_tensor_slot_hook(slot_free);
+        dt_autograd_start(); /* ops record from now on */
         t->ag = s;
     }
     *out = t->ag;
@@ -347,7 +348,8 @@ static dt_status step(dt_tensor *t) {
     else if (any && node->redistribute) st = redistribute_grad(node->in[0], t, g, &gin[0]);
     else if (any && node->custom) st = node->custom(node->state, node->in, need, g, gin);
     else if (any) {
-        dt_grad_fn rule = dt_grad_rule(node->op);
+        const op_desc *d = dt_op_desc(node->op);
+        dt_grad_fn rule = d ? d->backward : NULL;
         dt_grad_call c = {.op = node->op, .args = &node->args, .n = node->n, .in = node->in,
                           .saved = node->saved, .nsaved = node->nsaved, .need = need, .grad = g};
         st = rule ? rule(&c, gin)

@@ -1,20 +1,21 @@
-/* The one recording site: every differentiable entry point below the layers above (an op
- * call, a redistribute, its async and cross-mesh forms) runs the pure layer beneath and
- * records the node here. As in PyTorch, the op dispatcher and redistribute know nothing of
- * autograd. */
+/* The one recording site: every differentiable entry point (an op call, a redistribute, its
+ * async and cross-mesh forms) runs the pure layer beneath and records the node here. As in
+ * PyTorch, the op dispatcher and redistribute know nothing of autograd: dt_op_call (ops) runs
+ * through the recorder this file gives it, as PyTorch's dispatcher runs an op through the
+ * autograd kernel registered for it; the redistributes are defined here over the pure ones. */
+#include <string.h>
+
 #include "autograd/autograd_impl.h"
 #include "core/check.h"
+#include "mesh/mesh_impl.h"
 #include "ops/op_impl.h"
 #include "redistribute/redistribute_impl.h"
 
-/* ---- ops ------------------------------------------------------------------------------- */
+/* ---- ops ----------------------------------------------------------------------------- */
 
-static dt_status call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
-                      dt_tensor **out, dt_tensor **aux) {
-    DT_CHECK(dt_dispatch_check(op, in, n));
-    DT_ARG(out != NULL, "%s: argument out is NULL", dt_op_name(op));
-    static const dt_op_args no_args;
-    if (dt_op_family(op)->composite) return dt_composite_run(op, in, n, args ? args : &no_args, out);
+/* dt_op_call's recorder (ops/op_impl.h): the call is checked and not a composite. */
+static dt_status record_call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                             dt_tensor **out, dt_tensor **aux) {
     const dt_op_choice *choice;
     DT_CHECK(dt_dispatch_choose(op, in, n, args, &choice));
     bool record = dt_autograd_wants(in, n);
@@ -47,36 +48,22 @@ static dt_status call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a
     return DT_OK;
 }
 
-dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
-                     dt_tensor **out) {
-    return call(op, inputs, ninputs, args, out, NULL);
+static dt_status record_move(dt_tensor *x, const dt_placement *dst, dt_tensor **out);
+
+static void no_grad(dt_ctx *ctx, int enter) {
+    dt_autograd_of(ctx)->no_grad_depth += enter ? 1 : -1;
 }
 
-dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs,
-                         const dt_op_args *args, dt_tensor **out, dt_tensor **aux, int naux) {
-    static const dt_op_args no_args;
-    const op_family *f = dt_op_family(op);
-    DT_ARG(aux != NULL, "%s: argument aux is NULL", dt_op_name(op));
-    int na = 0, for_grad;
-    if (f && f->aux && inputs && ninputs > 0) {
-        op_out spec[DT_OP_MAX_AUX];
-        op_input gin[DT_OP_MAX_INPUTS];
-        DT_CHECK(dt_dispatch_check(op, inputs, ninputs));
-        for (int i = 0; i < ninputs; i++)
-            gin[i] = inputs[i] ? (op_input){inputs[i]->ndim, inputs[i]->shape, inputs[i]->dtype}
-                               : (op_input){-1, NULL, DT_F32};
-        na = f->aux(op, gin, ninputs, args ? args : &no_args, spec, &for_grad);
-    }
-    DT_ARG(naux == na, "%s: argument naux is %d, the op has %d outputs besides the first",
-           dt_op_name(op), naux, na);
-    return call(op, inputs, ninputs, args, out, aux);
-}
+static const dt_op_recorder recorder = {.call = record_call, .move = record_move,
+                                        .no_grad = no_grad};
+
+void dt_autograd_start(void) { dt_ops_set_recorder(&recorder); }
 
 /* ---- redistribute ---------------------------------------------------------------------- */
 
 /* y = move(in) made: differentiable, the gradient goes back by the dual move (engine.c). A
  * move with nothing to do hands back the input itself, whose gradient is its own. */
-static dt_status record_move(dt_tensor *in, dt_tensor *y) {
+static dt_status record_moved(dt_tensor *in, dt_tensor *y) {
     if (y == in || !dt_autograd_wants(&in, 1)) return DT_OK;
     return dt_autograd_record_redistribute(in, y);
 }
@@ -87,7 +74,7 @@ static dt_status record_at_wait(dt_tensor *in, dt_tensor *y) {
 }
 
 static dt_status moved(dt_tensor *in, dt_tensor *y, dt_tensor **out) {
-    dt_status st = record_move(in, y);
+    dt_status st = record_moved(in, y);
     if (st != DT_OK) {
         dt_tensor_release(y);
         return st;
@@ -104,6 +91,13 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement
     dt_tensor *y;
     DT_CHECK(dt_redistribute_execute(tensor, plan, &y));
     return moved(tensor, y, out);
+}
+
+/* ops' recorded move (dt_op_recorder.move): dst checked and normalised by the caller. */
+static dt_status record_move(dt_tensor *x, const dt_placement *dst, dt_tensor **out) {
+    dt_tensor *y;
+    DT_CHECK(dt_redistribute_run(x, dst, &y));
+    return moved(x, y, out);
 }
 
 dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_placement *dst,
@@ -124,3 +118,53 @@ dt_status dt_tensor_redistribute_to(dt_tensor *tensor, dt_mesh *dst_mesh, int nd
     DT_CHECK(dt_redistribute_to_run(tensor, dst_mesh, ndst, dst, &y));
     return moved(tensor, y, out);
 }
+
+/* ---- in place ---------------------------------------------------------------------------- */
+
+/* x takes over the result's data; the result shell goes. x keeps its placements, as in
+ * PyTorch: a result that dispatch placed otherwise (add_(R weight, P(sum) grad) gives
+ * P(sum)) is redistributed back to them first. */
+static dt_status in_place(dt_op op, dt_tensor *x, dt_tensor *other) {
+    DT_TENSOR_ARG(x);
+    DT_TENSOR_ARG(other);
+    /* Overwriting x would change what the graph computed from it (and x's own node or
+     * other's gradient could not follow the new data): refused while recording, allowed under
+     * dt_no_grad_enter, where optimizers update parameters. */
+    DT_ARG(!dt_grad_enabled(x->mesh->ctx) || (!dt_ag(x)->requires_grad && !dt_ag(other)->requires_grad),
+           "%s_: %s requires grad and grad mode is on; update it inside dt_no_grad_enter / "
+           "dt_no_grad_exit", dt_op_name(op), dt_ag(x)->requires_grad ? "x" : "other");
+    dt_tensor *r;
+    dt_tensor *in[2] = {x, other};
+    DT_CHECK(dt_op_call(op, in, 2, NULL, &r));
+    if (r->ndim != x->ndim || memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim)) {
+        dt_tensor_release(r);
+        return dt_error(DT_ERR_SHAPE, "%s_: the result's shape differs from the input's (the "
+                                      "other input broadcasts it)", dt_op_name(op));
+    }
+    int same = 1;
+    for (int m = 0; m < x->mesh->ndim; m++)
+        same &= dt_placement_equal(r->placements[m], x->placements[m]);
+    if (!same) {
+        dt_tensor *back;
+        dt_status st = dt_tensor_redistribute(r, x->mesh->ndim, x->placements, &back);
+        dt_tensor_release(r);
+        if (st != DT_OK) {
+            dt_error_prefix(op == DT_OP_ADD ? "dt_add_" : "dt_mul_");
+            return st;
+        }
+        r = back;
+    }
+    void *data = x->data;
+    int owned = x->owned;
+    x->data = r->data, x->owned = r->owned;
+    r->data = data, r->owned = owned;
+    memcpy(x->placements, r->placements, sizeof x->placements);
+    memcpy(x->local_shape, r->local_shape, sizeof x->local_shape);
+    memcpy(x->local_offset, r->local_offset, sizeof x->local_offset);
+    x->local_numel = r->local_numel;
+    dt_tensor_release(r);
+    return DT_OK;
+}
+
+dt_status dt_add_(dt_tensor *x, dt_tensor *other) { return in_place(DT_OP_ADD, x, other); }
+dt_status dt_mul_(dt_tensor *x, dt_tensor *other) { return in_place(DT_OP_MUL, x, other); }

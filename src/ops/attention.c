@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "ops/kernel_args.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 static dt_status infer_forward(const op_input *in, op_out *out) {
@@ -155,3 +156,24 @@ static dt_status compute(local_call *c) {
 const op_family dt_family_attention = {
     .infer = infer, .rules = rules, .compute = compute, .aux = aux, .combine_ok = combine_ok,
 };
+
+/* ---- backward rules ------------------------------------------------------------------ */
+
+
+/* From the log-sum-exp the forward saved: one scaled_dot_product_attention_backward call,
+ * sharded as the forward was (batch or heads), rebuilds P = exp(q k^T * scale - lse) a kv
+ * head at a time and returns dq, dk and dv; no softmax pass and no (..., Tq, Tk) tensor. */
+dt_status dt_grad_sdpa(const dt_grad_call *c, dt_tensor **gin) {
+    if (c->nsaved < 1)
+        return dt_error(DT_ERR_ARG, "dt_backward: scaled_dot_product_attention saved no "
+                                    "log-sum-exp");
+    dt_tensor *in[5] = {IN(0), IN(1), IN(2), c->grad, c->saved[0]}, *g[3], *aux[2];
+    dt_status st = dt_op_call_aux(DT_OP_SDPA_BACKWARD, in, 5, c->args, &g[0], aux, 2);
+    if (st != DT_OK) return st;
+    g[1] = aux[0], g[2] = aux[1];
+    for (int i = 0; i < 3; i++) {
+        if (c->need[i]) gin[i] = g[i];
+        else dt_tensor_release(g[i]);
+    }
+    return DT_OK;
+}

@@ -5,6 +5,7 @@
 
 #include "core/box.h"
 #include "core/check.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 /* The joined dim of the output: stack's new dim ranges over ndim + 1 positions. */
@@ -76,3 +77,34 @@ const op_family dt_family_cat = {
     .infer = infer, .rules = rules,
     .compute = compute,
 };
+
+/* ---- backward rules ------------------------------------------------------------------ */
+
+
+/* The gradients of the inputs that want one, from pieces (n new tensors, consumed). */
+static void keep_needed(const dt_grad_call *c, dt_tensor **pieces, dt_tensor **gin) {
+    for (int i = 0; i < c->n; i++) {
+        if (c->need[i]) gin[i] = pieces[i];
+        else dt_tensor_release(pieces[i]);
+    }
+}
+
+/* g split along dim into the inputs' sizes (one move of g when dim is sharded). */
+dt_status dt_grad_cat(const dt_grad_call *c, dt_tensor **gin) {
+    int d = dt_norm_dim(c->args->dim, IN(0)->ndim);
+    int64_t sizes[DT_GRAD_MAX_INPUTS];
+    dt_tensor *pieces[DT_GRAD_MAX_INPUTS];
+    for (int i = 0; i < c->n; i++) sizes[i] = IN(i)->shape[d];
+    DT_CHECK(dt_split(c->grad, d, sizes, c->n, pieces));
+    keep_needed(c, pieces, gin);
+    return DT_OK;
+}
+
+/* g unbound along the new dim. */
+dt_status dt_grad_stack(const dt_grad_call *c, dt_tensor **gin) {
+    int d = dt_norm_dim(c->args->dim, IN(0)->ndim + 1);
+    dt_tensor *pieces[DT_GRAD_MAX_INPUTS];
+    DT_CHECK(dt_unbind(c->grad, d, c->n, pieces));
+    keep_needed(c, pieces, gin);
+    return DT_OK;
+}

@@ -1,10 +1,11 @@
-/* Op dispatch in two steps that record nothing (autograd/api.c records around them): choose
+/* Op dispatch in two steps that record nothing (autograd/record.c records around them): choose
  * the cheapest sharding strategy for the inputs' specs (cached per mesh), and compute: move
  * the inputs it needs changed, allocate the outputs and run the local part.
  *
  * A strategy gives every mesh dim one row of the op's single-mesh-dim rules; the candidates
  * are all combinations, priced by the cost of the redistribute plans the inputs would need
  * (the planner's model), ties broken by fewer inputs changed, then by row order. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -310,6 +311,64 @@ dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op
     for (int i = 0; i < na; i++) aux[i] = ax[i];
     *naux = na;
     return DT_OK;
+}
+
+/* ---- dt_op_call --------------------------------------------------------------------------- */
+
+static _Atomic(const dt_op_recorder *) recorder;
+
+void dt_ops_set_recorder(const dt_op_recorder *r) { atomic_store(&recorder, r); }
+
+dt_status dt_ops_move(dt_tensor *x, const dt_placement *dst, dt_tensor **out) {
+    const dt_op_recorder *rec = atomic_load_explicit(&recorder, memory_order_acquire);
+    return rec ? rec->move(x, dst, out) : dt_redistribute_run(x, dst, out);
+}
+
+void dt_ops_no_grad(dt_ctx *ctx, int enter) {
+    const dt_op_recorder *rec = atomic_load_explicit(&recorder, memory_order_acquire);
+    if (rec) rec->no_grad(ctx, enter);
+}
+
+static dt_status call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                      dt_tensor **out, dt_tensor **aux) {
+    DT_CHECK(dt_dispatch_check(op, in, n));
+    DT_ARG(out != NULL, "%s: argument out is NULL", dt_op_name(op));
+    if (dt_op_family(op)->composite) return dt_composite_run(op, in, n, args ? args : &no_args, out);
+    const dt_op_recorder *rec = atomic_load_explicit(&recorder, memory_order_acquire);
+    if (rec) return rec->call(op, in, n, args, out, aux);
+    /* No tensor was ever marked for autograd: nothing can record. */
+    const dt_op_choice *choice;
+    dt_tensor *ax[DT_OP_MAX_AUX];
+    int na = 0;
+    DT_CHECK(dt_dispatch_choose(op, in, n, args, &choice));
+    DT_CHECK(dt_dispatch_compute(op, in, n, args, choice, aux != NULL, NULL, out, ax, &na));
+    for (int i = 0; i < na; i++) {
+        if (aux) aux[i] = ax[i];
+        else dt_tensor_release(ax[i]);
+    }
+    return DT_OK;
+}
+
+dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
+                     dt_tensor **out) {
+    return call(op, inputs, ninputs, args, out, NULL);
+}
+
+dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs,
+                         const dt_op_args *args, dt_tensor **out, dt_tensor **aux, int naux) {
+    const op_family *f = dt_op_family(op);
+    DT_ARG(aux != NULL, "%s: argument aux is NULL", dt_op_name(op));
+    int na = 0, for_grad;
+    if (f && f->aux && inputs && ninputs > 0) {
+        op_out spec[DT_OP_MAX_AUX];
+        op_input gin[DT_OP_MAX_INPUTS];
+        DT_CHECK(dt_dispatch_check(op, inputs, ninputs));
+        globals_of(inputs, ninputs, gin);
+        na = f->aux(op, gin, ninputs, args ? args : &no_args, spec, &for_grad);
+    }
+    DT_ARG(naux == na, "%s: argument naux is %d, the op has %d outputs besides the first",
+           dt_op_name(op), naux, na);
+    return call(op, inputs, ninputs, args, out, aux);
 }
 
 dt_status dt_dispatch_run(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,

@@ -3,6 +3,7 @@
  * a Partial sum stays one (each part is masked and scaled alike: linear). The seed and offset
  * reach the kernel only; the strategy never depends on them. */
 #include "core/check.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
@@ -38,3 +39,12 @@ static dt_status compute(local_call *c) {
 const op_family dt_family_dropout = {
     .infer = infer, .rules = rules, .compute = compute,
 };
+
+/* ---- backward rules ------------------------------------------------------------------ */
+
+/* The mask depends only on the generator state and each element's global index, so the same
+ * op with the same arguments on g keeps the same elements and scales them alike. */
+dt_status dt_grad_dropout(const dt_grad_call *c, dt_tensor **gin) {
+    dt_tensor *g = c->grad;
+    return dt_op_call(DT_OP_DROPOUT, &g, 1, c->args, &gin[0]);
+}

@@ -3,6 +3,7 @@
  * table shards the hidden dim; sharded indices shard the output alike. pick is the same
  * pattern along the class dim. */
 #include "core/check.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 static int is_int(dt_dtype d) { return d == DT_I32 || d == DT_I64; }
@@ -63,3 +64,65 @@ const op_family dt_family_embedding = {
 const op_family dt_family_pick = {
     .infer = infer, .rules = rules, .compute = compute,
 };
+
+/* ---- backward rules ------------------------------------------------------------------ */
+
+/* Whether idx (B, T) is sharded on T and not on B: flattening it to rows would move data (a
+ * shard survives a view only on its group's leading dim), flattening (T, B) would not. Context
+ * parallel's tokens. */
+static int seq_sharded(const dt_tensor *idx) {
+    int on_b = 0, on_t = 0;
+    for (int m = 0; idx->ndim == 2 && m < dt_mesh_ndim(idx->mesh); m++)
+        if (idx->placements[m].kind == DT_PLACEMENT_SHARD)
+            on_b |= idx->placements[m].dim == 0, on_t |= idx->placements[m].dim == 1;
+    return on_t && !on_b;
+}
+
+/* embedding(table (V, E), idx (...)): g (..., E) added into the rows idx names,
+ * scatter_add(g (N, E), 0, idx (N, 1)) into (V, E), the index broadcast along E; idx (B, T)
+ * sharded on T is flattened as (T, B) (the sum does not depend on the rows' order). */
+dt_status dt_grad_embedding(const dt_grad_call *c, dt_tensor **gin) {
+    dt_tensor *w = IN(0), *idx = IN(1), *g = c->grad, *it = NULL, *gt = NULL;
+    int64_t N = 1, E = w->shape[1];
+    for (int d = 0; d < idx->ndim; d++) N *= idx->shape[d];
+    int64_t col[2] = {N, 1}, rows[2] = {N, E};
+    dt_tensor *i2 = NULL, *g2 = NULL;
+    dt_status st = DT_OK;
+    if (seq_sharded(idx)) {
+        st = dt_transpose(idx, 0, 1, &it);
+        if (st == DT_OK) st = dt_transpose(g, 0, 1, &gt);
+        idx = it, g = gt;
+    }
+    if (st == DT_OK) st = dt_view(idx, 2, col, &i2);
+    if (st == DT_OK) st = dt_view(g, 2, rows, &g2);
+    if (st == DT_OK) st = dt_scatter_add(g2, 0, i2, 2, w->shape, &gin[0]);
+    dt_tensor_release(i2), dt_tensor_release(g2), dt_tensor_release(it), dt_tensor_release(gt);
+    return st;
+}
+
+
+/* pick(logits (..., C), target (...)): the gradient is g at each row's target class and 0
+ * elsewhere, where(one_hot(target, C), g[..., None], 0). It is the logits' size, as the
+ * gradient must be, and one_hot writes each rank's class range when the logits' class dim is
+ * sharded (loss parallel), so nothing is gathered. A target outside [0, C) (cross_entropy's
+ * ignored rows) picks 0, so its row gets no gradient: the target is clamped into range for
+ * one_hot and g zeroed where clamping moved it (all on per-row tensors). */
+dt_status dt_grad_pick(const dt_grad_call *c, dt_tensor **gin) {
+    dt_tensor *l = IN(0), *t = IN(1);
+    int64_t C = l->shape[l->ndim - 1];
+    enum { LO, HI, UP, TC, OFF, ZG, GZ, HOT, GU, ZERO, N };
+    dt_tensor *x[N] = {0};
+    dt_status st = dt_tensor_full_like(t, 0, &x[LO]);
+    DO(dt_tensor_full_like(t, (double)(C - 1), &x[HI]));
+    DO(dt_maximum(t, x[LO], &x[UP]));
+    DO(dt_minimum(x[UP], x[HI], &x[TC]));
+    DO(dt_sub(t, x[TC], &x[OFF])); /* non-zero where the target is out of range */
+    DO(dt_tensor_zeros_like(c->grad, &x[ZG]));
+    DO(dt_where(x[OFF], x[ZG], c->grad, &x[GZ]));
+    DO(dt_one_hot(x[TC], C, &x[HOT]));
+    DO(dt_unsqueeze(x[GZ], -1, &x[GU]));
+    DO(dt_mul_scalar(x[GU], 0, &x[ZERO]));
+    DO(dt_where(x[HOT], x[GU], x[ZERO], &gin[0]));
+    dt_grad_release_all(x, N);
+    return dt_grad_finish(c, gin, st);
+}

@@ -4,6 +4,7 @@
  * class range when the output's class dim is sharded. topk needs its dim whole and returns the
  * indices; dt_topk gathers the values with them. */
 #include "core/check.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 static int is_int(dt_dtype d) { return d == DT_I32 || d == DT_I64; }
@@ -127,3 +128,10 @@ static dt_status compute(local_call *c) {
 const op_family dt_family_gather = {
     .infer = infer, .rules = rules, .compute = compute,
 };
+
+/* ---- backward rules ------------------------------------------------------------------ */
+
+/* gather(x, dim, index): gx = scatter_add(g, dim, index) into x's shape. */
+dt_status dt_grad_gather(const dt_grad_call *c, dt_tensor **gin) {
+    return dt_scatter_add(c->grad, c->args->dim, IN(1), IN(0)->ndim, IN(0)->shape, &gin[0]);
+}

@@ -2,6 +2,7 @@
  * input, N of the right one, a batch dim of both, or the contracted K of both (giving a
  * Partial sum); a Partial input with the other replicated stays Partial. */
 #include "core/check.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 /* Indices of the two matrix inputs and the bias (-1 if none) for each op. */
@@ -133,3 +134,118 @@ const op_family dt_family_matmul = {
     .optional = 1u << 2, /* linear's bias */
     .infer = infer, .rules = rules, .compute = compute,
 };
+
+/* ---- backward rules ------------------------------------------------------------------ */
+
+/* Whether a mesh dim shards x (B, T, in) on T: flattening (B, T) to rows would move data then
+ * (a shard survives a view only on its group's leading dim). Context parallel's sequence. */
+static int seq_sharded(const dt_tensor *x) {
+    for (int m = 0; x->ndim == 3 && m < dt_mesh_ndim(x->mesh); m++)
+        if (x->placements[m].kind == DT_PLACEMENT_SHARD && x->placements[m].dim == 1) return 1;
+    return 0;
+}
+
+/* x with its last two dims swapped. */
+static dt_status swap_last(dt_tensor *x, dt_tensor **out) {
+    return dt_transpose(x, x->ndim - 2, x->ndim - 1, out);
+}
+
+/* The product the forward used: bmm keeps its 3-D contract, matmul (and addmm's mm) its own. */
+static dt_status product(dt_op op, dt_tensor *x, dt_tensor *y, dt_tensor **out) {
+    return op == DT_OP_BMM ? dt_bmm(x, y, out) : op == DT_OP_ADDMM ? dt_mm(x, y, out)
+                                                                   : dt_matmul(x, y, out);
+}
+
+/* a (..., M, K) @ b (..., K, N) = out (batch..., M, N), g of out's shape:
+ * ga = sum_to(g @ b^T, a), gb = sum_to(a^T @ g, b). want[0], want[1] say which. */
+static dt_status matmul_grads(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor *g,
+                              const bool *want, dt_tensor **ga, dt_tensor **gb) {
+    dt_tensor *t = NULL, *p = NULL, *r[2] = {0};
+    dt_tensor *const op_of[2] = {b, a};
+    dt_status st = DT_OK;
+    for (int i = 0; i < 2 && st == DT_OK; i++) {
+        if (!want[i]) continue;
+        dt_tensor *x = i == 0 ? a : b;
+        st = swap_last(op_of[i], &t);
+        if (st == DT_OK) st = i == 0 ? product(op, g, t, &p) : product(op, t, g, &p);
+        if (st == DT_OK) st = dt_grad_sum_to(p, x->ndim, x->shape, &r[i]);
+        dt_tensor_release(t), dt_tensor_release(p);
+        t = p = NULL;
+    }
+    if (st != DT_OK) {
+        dt_tensor_release(r[0]), dt_tensor_release(r[1]);
+        return st;
+    }
+    *ga = r[0], *gb = r[1];
+    return DT_OK;
+}
+
+
+/* a (M, K) @ b (K, N): ga = g b^T, gb = a^T g. */
+dt_status dt_grad_mm(const dt_grad_call *c, dt_tensor **gin) {
+    dt_tensor *t = NULL;
+    dt_status st = DT_OK;
+    if (c->need[0]) {
+        st = dt_transpose(IN(1), 0, 1, &t);
+        if (st == DT_OK) st = dt_mm(c->grad, t, &gin[0]);
+        dt_tensor_release(t);
+    }
+    if (st == DT_OK && c->need[1]) {
+        st = dt_transpose(IN(0), 0, 1, &t);
+        if (st == DT_OK) st = dt_mm(t, c->grad, &gin[1]);
+        dt_tensor_release(t);
+    }
+    if (st != DT_OK) dt_tensor_release(gin[0]), gin[0] = NULL;
+    return st;
+}
+
+/* x (..., in) @ w (out, in)^T + b: gx = g w, gw = g2^T x2, gb = g summed over the leading dims,
+ * with g2, x2 the gradient and input flattened to rows; for x (B, T, in) sharded on T, gw = the
+ * batch's sum of g^T x per batch row (T's shards become Partial sums, nothing re-shards). */
+dt_status dt_grad_linear(const dt_grad_call *c, dt_tensor **gin) {
+    dt_tensor *x = IN(0), *w = IN(1), *g = c->grad;
+    dt_status st = DT_OK;
+    if (c->need[0]) st = dt_matmul(g, w, &gin[0]);
+    int64_t rows = 1;
+    for (int d = 0; d + 1 < x->ndim; d++) rows *= x->shape[d];
+    int64_t gshape[2] = {rows, w->shape[0]}, xshape[2] = {rows, w->shape[1]};
+    if (st == DT_OK && c->need[1] && seq_sharded(x)) {
+        dt_tensor *gt = NULL, *p = NULL;
+        int batch = 0;
+        st = dt_transpose(g, 1, 2, &gt);            /* (B, out, T) */
+        if (st == DT_OK) st = dt_matmul(gt, x, &p); /* (B, out, in) */
+        if (st == DT_OK) st = dt_sum(p, &batch, 1, 0, &gin[1]);
+        dt_tensor_release(gt), dt_tensor_release(p);
+    } else if (st == DT_OK && c->need[1]) {
+        dt_tensor *g2 = NULL, *gt = NULL, *x2 = NULL;
+        st = dt_view(g, 2, gshape, &g2);
+        if (st == DT_OK) st = dt_transpose(g2, 0, 1, &gt);
+        if (st == DT_OK) st = dt_view(x, 2, xshape, &x2);
+        if (st == DT_OK) st = dt_mm(gt, x2, &gin[1]);
+        dt_tensor_release(g2), dt_tensor_release(gt), dt_tensor_release(x2);
+    }
+    if (st == DT_OK && c->n > 2 && c->need[2]) st = dt_grad_sum_to(g, 1, &w->shape[0], &gin[2]);
+    if (st != DT_OK)
+        for (int i = 0; i < 3; i++) dt_tensor_release(gin[i]), gin[i] = NULL;
+    return st;
+}
+
+dt_status dt_grad_bmm(const dt_grad_call *c, dt_tensor **gin) {
+    return matmul_grads(c->op, c->in[0], c->in[1], c->grad, c->need, &gin[0], &gin[1]);
+}
+
+/* matmul's operands are at least 2-D (the forward refuses 1-D ones), so bmm's rule serves. */
+dt_status dt_grad_matmul(const dt_grad_call *c, dt_tensor **gin) { return dt_grad_bmm(c, gin); }
+
+/* bias + a @ b, bias broadcast to (M, N): gbias = g summed to bias's shape. */
+dt_status dt_grad_addmm(const dt_grad_call *c, dt_tensor **gin) {
+    dt_tensor *bias = c->in[0];
+    DT_CHECK(matmul_grads(c->op, c->in[1], c->in[2], c->grad, c->need + 1, &gin[1], &gin[2]));
+    if (!c->need[0]) return DT_OK;
+    dt_status st = dt_grad_sum_to(c->grad, bias->ndim, bias->shape, &gin[0]);
+    if (st != DT_OK) {
+        dt_tensor_release(gin[1]), dt_tensor_release(gin[2]);
+        gin[1] = gin[2] = NULL;
+    }
+    return st;
+}

@@ -3,6 +3,7 @@
  * normalise the last k dims (torch's normalized_shape): k is args.ndims (0: 1), or the
  * weight's (or bias's) ndim when one is given. */
 #include "core/check.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 static int is_norm(dt_op op) { return op == DT_OP_LAYER_NORM || op == DT_OP_RMS_NORM; }
@@ -113,3 +114,94 @@ const op_family dt_family_norm = {
     .optional = 6u, /* weight and bias */
     .infer = infer, .rules = rules, .compute = compute,
 };
+
+/* ---- backward rules ------------------------------------------------------------------ */
+
+
+/* Over the last k dims, xc = x - mean(x) (x for rms), rstd = 1 / sqrt(mean(xc^2) + eps),
+ * xhat = xc rstd, y = xhat w + b. With h = g w:
+ *   gx = rstd (h - mean(h) - xhat mean(h xhat))   (no mean(h) term for rms)
+ *   gw = g xhat and gb = g, summed over the leading dims. */
+static dt_status norm_rule(const dt_grad_call *c, int rms, dt_tensor **gin) {
+    dt_tensor *x = IN(0), *w = c->n > 1 ? IN(1) : NULL, *b = c->n > 2 ? IN(2) : NULL;
+    int k = c->args->ndims > 0 ? c->args->ndims : w ? w->ndim : b ? b->ndim : 1;
+    int dims[DT_MAX_NDIM];
+    for (int i = 0; i < k; i++) dims[i] = x->ndim - k + i;
+    double eps = c->args->scalar > 0 ? c->args->scalar : 1e-5;
+    enum { MU, XC, SQ, VAR, VE, RSTD, XHAT, H, HX, M2, XM2, A, M1, A2, GX, N };
+    dt_tensor *t[N] = {0};
+    dt_status st = DT_OK;
+    if (rms) {
+        DO(dt_tensor_retain(x));
+        if (st == DT_OK) t[XC] = x;
+    } else {
+        DO(dt_mean(x, dims, k, 1, &t[MU]));
+        DO(dt_sub(x, t[MU], &t[XC]));
+    }
+    DO(dt_mul(t[XC], t[XC], &t[SQ]));
+    DO(dt_mean(t[SQ], dims, k, 1, &t[VAR]));
+    DO(dt_add_scalar(t[VAR], eps, &t[VE]));
+    DO(dt_rsqrt(t[VE], &t[RSTD]));
+    DO(dt_mul(t[XC], t[RSTD], &t[XHAT]));
+    if (c->need[0]) {
+        if (w) {
+            DO(dt_mul(c->grad, w, &t[H]));
+        } else {
+            DO(dt_tensor_retain(c->grad));
+            if (st == DT_OK) t[H] = c->grad;
+        }
+        DO(dt_mul(t[H], t[XHAT], &t[HX]));
+        DO(dt_mean(t[HX], dims, k, 1, &t[M2]));
+        DO(dt_mul(t[XHAT], t[M2], &t[XM2]));
+        DO(dt_sub(t[H], t[XM2], &t[A]));
+        if (!rms) {
+            DO(dt_mean(t[H], dims, k, 1, &t[M1]));
+            DO(dt_sub(t[A], t[M1], &t[A2]));
+        } else {
+            DO(dt_tensor_retain(t[A]));
+            if (st == DT_OK) t[A2] = t[A];
+        }
+        DO(dt_mul(t[A2], t[RSTD], &gin[0]));
+    }
+    if (w && c->need[1]) {
+        DO(dt_mul(c->grad, t[XHAT], &t[GX]));
+        DO(dt_grad_sum_to(t[GX], w->ndim, w->shape, &gin[1]));
+    }
+    if (b && c->need[2]) DO(dt_grad_sum_to(c->grad, b->ndim, b->shape, &gin[2]));
+    dt_grad_release_all(t, N);
+    return dt_grad_finish(c, gin, st);
+}
+
+
+/* y = softmax(x): gx = y (g - sum(g y)) along dim. */
+dt_status dt_grad_softmax(const dt_grad_call *c, dt_tensor **gin) {
+    dt_tensor *t[4] = {0}; /* y, g y, sum, g - sum */
+    int dim = c->args->dim;
+    dt_status st = dt_softmax(IN(0), dim, &t[0]);
+    DO(dt_mul(c->grad, t[0], &t[1]));
+    DO(dt_sum(t[1], &dim, 1, 1, &t[2]));
+    DO(dt_sub(c->grad, t[2], &t[3]));
+    DO(dt_mul(t[0], t[3], &gin[0]));
+    dt_grad_release_all(t, 4);
+    return dt_grad_finish(c, gin, st);
+}
+
+/* y = log_softmax(x): gx = g - softmax(x) sum(g) along dim. */
+dt_status dt_grad_log_softmax(const dt_grad_call *c, dt_tensor **gin) {
+    dt_tensor *t[3] = {0}; /* softmax, sum g, product */
+    int dim = c->args->dim;
+    dt_status st = dt_softmax(IN(0), dim, &t[0]);
+    DO(dt_sum(c->grad, &dim, 1, 1, &t[1]));
+    DO(dt_mul(t[0], t[1], &t[2]));
+    DO(dt_sub(c->grad, t[2], &gin[0]));
+    dt_grad_release_all(t, 3);
+    return dt_grad_finish(c, gin, st);
+}
+
+dt_status dt_grad_layer_norm(const dt_grad_call *c, dt_tensor **gin) {
+    return norm_rule(c, 0, gin);
+}
+
+dt_status dt_grad_rms_norm(const dt_grad_call *c, dt_tensor **gin) {
+    return norm_rule(c, 1, gin);
+}

@@ -53,7 +53,7 @@ typedef struct local_call {
 } local_call;
 
 typedef struct op_family {
-    bool composite;    /* built from other ops (autograd/composite.c runs it): no rules */
+    bool composite;    /* built from other ops (composite.c runs it): no rules */
     unsigned optional; /* bit i: input i may be NULL (a bias, a weight) */
     dt_status (*infer)(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out);
     /* Rows valid on a mesh dim of size mesh_size (of a mesh of mesh_total ranks). */
@@ -107,6 +107,8 @@ enum {
     ARG_ALL = (1u << 15) - 1,
 };
 
+struct dt_grad_call; /* ops/grad.h */
+
 /* A built-in op as dtensor/op_list.h describes it. */
 typedef struct op_desc {
     const char *name;
@@ -116,6 +118,7 @@ typedef struct op_desc {
     const char *kernel_name;
     unsigned args;         /* ARG_* */
     const char *wrapper;   /* its typed wrapper's name */
+    dt_status (*backward)(const struct dt_grad_call *c, dt_tensor **in_grad); /* ops/grad.h */
 } op_desc;
 
 /* The description of a built-in op, NULL for any other value (registry.c). */
@@ -135,6 +138,31 @@ dt_status dt_dispatch_choose(dt_op op, dt_tensor *const *in, int n, const dt_op_
 dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                               const dt_op_choice *choice, int want_aux, dt_tensor **used,
                               dt_tensor **out, dt_tensor **aux, int *naux);
+
+/* What ops asks of the autograd layer above it, which sets it (autograd/record.c) before it
+ * marks the first tensor: until then no input can require grad, and ops runs its pure paths.
+ * As PyTorch's dispatcher runs an op through the autograd kernel registered for it, ops calls
+ * up only through this table: it includes nothing of autograd. */
+typedef struct dt_op_recorder {
+    /* dt_op_call's work on a checked, non-composite call (aux as dt_op_call_aux's, NULL when
+     * not wanted): choose, compute, and record the node when grad mode wants one. */
+    dt_status (*call)(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                      dt_tensor **out, dt_tensor **aux);
+    /* x moved to dst (normalised placements), recorded as dt_tensor_redistribute records. */
+    dt_status (*move)(dt_tensor *x, const dt_placement *dst, dt_tensor **out);
+    /* Opens (enter 1) or closes (0) a no-grad scope on ctx. */
+    void (*no_grad)(dt_ctx *ctx, int enter);
+} dt_op_recorder;
+void dt_ops_set_recorder(const dt_op_recorder *r);
+/* For ops' own composites and helpers: a move and a no-grad scope, through the recorder when
+ * one is set (dispatch.c). */
+dt_status dt_ops_move(dt_tensor *x, const dt_placement *dst, dt_tensor **out);
+void dt_ops_no_grad(dt_ctx *ctx, int enter);
+
+/* Runs a composite op (its family is dt_family_composite) from its constituent ops, each
+ * called through dt_op_call (composite.c). */
+dt_status dt_composite_run(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
+                           dt_tensor **out);
 
 /* check, choose and compute in one, for ops' own callers that need no gradient (the total
  * norm of gradient clipping): no composites, no other outputs. */

@@ -3,6 +3,7 @@
  * the average of averages is the average); argmax/argmin need their dim whole, so the index
  * is exact. Other dims keep their shards. */
 #include "core/check.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 static int is_arg(dt_op op) { return op == DT_OP_ARGMAX || op == DT_OP_ARGMIN; }
@@ -102,3 +103,63 @@ static dt_status compute(local_call *c) {
 const op_family dt_family_reduce = {
     .infer = infer, .rules = rules, .compute = compute,
 };
+
+/* ---- backward rules ------------------------------------------------------------------ */
+
+
+/* g of a reduction over args' dims, brought back to x's shape (keepdim form, then expanded),
+ * times scale (1 for sum, 1/count for mean). */
+static dt_status unreduce(const dt_grad_call *c, double scale, dt_tensor **out) {
+    dt_tensor *x = IN(0);
+    int64_t kept[DT_MAX_NDIM];
+    unsigned mask = 0;
+    for (int i = 0; i < c->args->ndims; i++) {
+        int d = c->args->dims[i] < 0 ? c->args->dims[i] + x->ndim : c->args->dims[i];
+        mask |= 1u << d;
+    }
+    if (!c->args->ndims) mask = (1u << x->ndim) - 1;
+    double count = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        kept[d] = mask & (1u << d) ? 1 : x->shape[d];
+        if (mask & (1u << d)) count *= (double)x->shape[d];
+    }
+    dt_tensor *k = NULL, *e = NULL;
+    dt_status st = dt_view(c->grad, x->ndim, kept, &k);
+    if (st == DT_OK) st = dt_expand(k, x->ndim, x->shape, &e);
+    dt_tensor_release(k);
+    if (st != DT_OK) return st;
+    if (scale == 1) {
+        *out = e;
+        return DT_OK;
+    }
+    st = dt_mul_scalar(e, scale < 0 ? 1 / count : scale, out);
+    dt_tensor_release(e);
+    return st;
+}
+
+static dt_status extremum(const dt_grad_call *c, dt_tensor **gin) {
+    chain ch = {0};
+    dt_tensor *x = IN(0);
+    dt_tensor *hit = chain2(&ch, dt_eq, x, dt_grad_reduce_kept(&ch, c, c->op, x));
+    return chain_end1(&ch, dt_grad_split_among(&ch, c, hit, NULL), gin);
+}
+
+dt_status dt_grad_sum(const dt_grad_call *c, dt_tensor **gin) { return unreduce(c, 1, &gin[0]); }
+
+dt_status dt_grad_mean(const dt_grad_call *c, dt_tensor **gin) { return unreduce(c, -1, &gin[0]); }
+
+dt_status dt_grad_amax(const dt_grad_call *c, dt_tensor **gin) {
+    return extremum(c, gin);
+}
+
+dt_status dt_grad_amin(const dt_grad_call *c, dt_tensor **gin) {
+    return extremum(c, gin);
+}
+
+dt_status dt_grad_max(const dt_grad_call *c, dt_tensor **gin) {
+    return extremum(c, gin);
+}
+
+dt_status dt_grad_min(const dt_grad_call *c, dt_tensor **gin) {
+    return extremum(c, gin);
+}

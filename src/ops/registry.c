@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 /* The kernel column: a dt_kernels slot, or none. */
@@ -40,7 +41,7 @@ static const op_desc descs[] = {
 #define DESC(e, name_, family_, min_in, max_in, kernel_, args_, wrapper_, grad_)                  \
     [DT_OP_##e] = {.name = name_, .family = &dt_family_##family_, .min_inputs = min_in,            \
                    .max_inputs = max_in, .kernel = KERNEL_##kernel_, .kernel_name = #kernel_,     \
-                   .args = (args_), .wrapper = #wrapper_},
+                   .args = (args_), .wrapper = #wrapper_, .backward = dt_grad_##grad_},
     DT_OP_LIST(DESC)
 #undef DESC
 };

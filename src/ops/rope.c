@@ -4,6 +4,7 @@
  * shards with the tables sharded alike, and a Partial x stays Partial (linear in x). The
  * feature dim stays whole (pairs). */
 #include "core/check.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
@@ -48,3 +49,43 @@ static dt_status compute(local_call *c) {
 const op_family dt_family_rope = {
     .infer = infer, .rules = rules, .compute = compute,
 };
+
+/* ---- backward rules ------------------------------------------------------------------ */
+
+
+/* p (B, T, H, D) summed over b, h and each pair: (T, D/2). */
+static dt_status sum_pairs(dt_tensor *p, dt_tensor **out) {
+    int64_t shape[5] = {p->shape[0], p->shape[1], p->shape[2], p->shape[3] / 2, 2};
+    int dims[3] = {0, 2, 4};
+    dt_tensor *v;
+    DT_CHECK(dt_view(p, 5, shape, &v));
+    dt_status st = dt_sum(v, dims, 3, 0, out);
+    dt_tensor_release(v);
+    return st;
+}
+
+/* A rotation is orthogonal: gx = rope(g, cos, -sin). For the tables, with x0, x1 a pair and
+ * g0, g1 its gradient: dcos = sum g0 x0 + g1 x1 = sum g x, and dsin = sum g1 x0 - g0 x1 =
+ * sum g rope(x, 0, 1) (a quarter turn), both summed over b, h and the pair. */
+dt_status dt_grad_rope(const dt_grad_call *c, dt_tensor **gin) {
+    enum { NSIN, GX, ZERO, ONE, ROT, GR, N };
+    dt_tensor *t[N] = {0};
+    dt_status st = DT_OK;
+    if (c->need[0]) {
+        DO(dt_neg(IN(2), &t[NSIN]));
+        DO(dt_rope(c->grad, IN(1), t[NSIN], &gin[0]));
+    }
+    if (c->need[1]) {
+        DO(dt_mul(c->grad, IN(0), &t[GX]));
+        DO(sum_pairs(t[GX], &gin[1]));
+    }
+    if (c->need[2]) {
+        DO(dt_tensor_zeros_like(IN(1), &t[ZERO]));
+        DO(dt_tensor_ones_like(IN(2), &t[ONE]));
+        DO(dt_rope(IN(0), t[ZERO], t[ONE], &t[ROT]));
+        DO(dt_mul(c->grad, t[ROT], &t[GR]));
+        DO(sum_pairs(t[GR], &gin[2]));
+    }
+    dt_grad_release_all(t, N);
+    return dt_grad_finish(c, gin, st);
+}

@@ -2,6 +2,7 @@
  * their shards, and a sum (or float average) of parts passes through, the scan being linear.
  * Integer P(avg) does not: truncating the average does not commute with the running sum. */
 #include "core/check.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
@@ -38,3 +39,18 @@ static dt_status compute(local_call *c) {
 const op_family dt_family_scan = {
     .infer = infer, .rules = rules, .compute = compute,
 };
+
+/* ---- backward rules ------------------------------------------------------------------ */
+
+/* out[i] = sum_{j <= i} x[j] along dim, so gx[j] = sum_{i >= j} g[i]: the reverse cumulative
+ * sum, sum(g) - cumsum(g) + g. */
+dt_status dt_grad_cumsum(const dt_grad_call *c, dt_tensor **gin) {
+    chain ch = {0};
+    int dim = c->args->dim;
+    dt_tensor *g = c->grad, *total = NULL, *run = NULL;
+    dt_status st = dt_sum(g, &dim, 1, 1, &total);
+    chain_keep(&ch, st, total);
+    if (ch.st == DT_OK) st = dt_cumsum(g, dim, &run), chain_keep(&ch, st, run);
+    dt_tensor *rest = chain2(&ch, dt_sub, total, run);
+    return chain_end1(&ch, chain2(&ch, dt_add, rest, g), gin);
+}

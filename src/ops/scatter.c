@@ -5,6 +5,7 @@
  * sharded alike give a Partial sum, and on a dim other than the scatter dim where src spans
  * out, src sharded gives out sharded alike. Adding is linear, so a Partial src stays Partial. */
 #include "core/check.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 static int is_int(dt_dtype d) { return d == DT_I32 || d == DT_I64; }
@@ -110,3 +111,17 @@ static dt_status compute(local_call *c) {
 const op_family dt_family_scatter = {
     .infer = infer, .rules = rules, .compute = compute, .combine_ok = combine_ok,
 };
+
+/* ---- backward rules ------------------------------------------------------------------ */
+
+/* scatter_add(src, dim, index): gsrc = gather(g, dim, index), the index expanded to src's
+ * shape where it was broadcast. */
+dt_status dt_grad_scatter_add(const dt_grad_call *c, dt_tensor **gin) {
+    dt_tensor *ix = IN(1), *src = IN(0), *full = NULL;
+    if (!memcmp(ix->shape, src->shape, sizeof(int64_t) * (size_t)src->ndim))
+        return dt_gather(c->grad, c->args->dim, ix, &gin[0]);
+    dt_status st = dt_expand(ix, src->ndim, src->shape, &full);
+    if (st == DT_OK) st = dt_gather(c->grad, c->args->dim, full, &gin[0]);
+    dt_tensor_release(full);
+    return st;
+}

@@ -6,6 +6,8 @@
 
 #include "core/box.h"
 #include "core/check.h"
+#include "mesh/mesh_impl.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 /* out dim i = in dim perm[i]. */
@@ -227,3 +229,90 @@ static dt_status compute(local_call *c) {
 const op_family dt_family_shape = {
     .infer = infer, .rules = rules, .compute = compute, .combine_ok = view_combine_ok,
 };
+
+/* ---- backward rules ------------------------------------------------------------------ */
+
+
+/* The placements of the zeros that pad g along dim d: g's own on every mesh dim cat can keep
+ * (R, Partial, a shard of another dim), so the gradient keeps its shards and the zeros cost
+ * nothing to join. Where g shards d itself, cat cannot keep that shard (the joined dim is
+ * whole on every rank): the zeros are sharded on g's largest other dim that the mesh dim can
+ * split, so dispatch can move g there with one all_to_all instead of all_gathering it (it
+ * would find that from replicated zeros too, R -> S being local, but sharded zeros are never
+ * allocated whole); a g with no such dim (1-D) is joined replicated. */
+static void pad_placements(dt_tensor *g, int d, dt_placement *pl) {
+    for (int m = 0; m < g->mesh->ndim; m++) {
+        pl[m] = g->placements[m];
+        if (pl[m].kind != DT_PLACEMENT_SHARD || pl[m].dim != d) continue;
+        int best = -1;
+        for (int e = 0; e < g->ndim; e++)
+            if (e != d && g->shape[e] >= g->mesh->shape[m] &&
+                (best < 0 || g->shape[e] > g->shape[best]))
+                best = e;
+        pl[m] = best >= 0 ? dt_shard(best) : dt_replicate();
+    }
+}
+
+dt_status dt_grad_contiguous(const dt_grad_call *c, dt_tensor **gin) {
+    return dt_grad_add_scalar(c, gin);
+}
+
+dt_status dt_grad_view(const dt_grad_call *c, dt_tensor **gin) {
+    return dt_view(c->grad, IN(0)->ndim, IN(0)->shape, &gin[0]);
+}
+
+dt_status dt_grad_transpose(const dt_grad_call *c, dt_tensor **gin) {
+    return dt_transpose(c->grad, c->args->dim, c->args->dim2, &gin[0]);
+}
+
+/* out dim i was x dim dims[i]: the gradient's dim dims[i] goes back to place i. */
+dt_status dt_grad_permute(const dt_grad_call *c, dt_tensor **gin) {
+    int nd = IN(0)->ndim, inv[DT_MAX_NDIM];
+    for (int i = 0; i < nd; i++) inv[dt_norm_dim(c->args->dims[i], nd)] = i;
+    return dt_permute(c->grad, nd, inv, &gin[0]);
+}
+
+dt_status dt_grad_unsqueeze(const dt_grad_call *c, dt_tensor **gin) {
+    return dt_squeeze(c->grad, dt_norm_dim(c->args->dim, IN(0)->ndim + 1), &gin[0]);
+}
+
+dt_status dt_grad_squeeze(const dt_grad_call *c, dt_tensor **gin) {
+    return dt_unsqueeze(c->grad, dt_norm_dim(c->args->dim, IN(0)->ndim), &gin[0]);
+}
+
+dt_status dt_grad_expand(const dt_grad_call *c, dt_tensor **gin) {
+    return dt_grad_sum_to(c->grad, IN(0)->ndim, IN(0)->shape, &gin[0]);
+}
+
+/* x[..., start:end, ...] along d: the gradient is g at [start, end) and zero elsewhere,
+ * cat(zeros(start), g, zeros(size - end)) along d. */
+dt_status dt_grad_slice(const dt_grad_call *c, dt_tensor **gin) {
+    dt_tensor *x = IN(0), *g = c->grad;
+    int d = dt_norm_dim(c->args->dim, x->ndim);
+    int64_t before = c->args->start, after = x->shape[d] - c->args->end;
+    if (!before && !after) {
+        DT_CHECK(dt_tensor_retain(g));
+        gin[0] = g;
+        return DT_OK;
+    }
+    dt_placement pl[DT_MESH_MAX_NDIM];
+    pad_placements(g, d, pl);
+    dt_tensor *parts[3] = {0};
+    int n = 0;
+    dt_status st = DT_OK;
+    int64_t shape[DT_MAX_NDIM];
+    for (int k = 0; k < g->ndim; k++) shape[k] = g->shape[k];
+    if (before) {
+        shape[d] = before;
+        st = dt_tensor_zeros(g->mesh, g->dtype, g->ndim, shape, g->mesh->ndim, pl, &parts[n++]);
+    }
+    parts[n++] = g;
+    if (st == DT_OK && after) {
+        shape[d] = after;
+        st = dt_tensor_zeros(g->mesh, g->dtype, g->ndim, shape, g->mesh->ndim, pl, &parts[n++]);
+    }
+    if (st == DT_OK) st = dt_cat(parts, n, d, &gin[0]);
+    for (int i = 0; i < n; i++)
+        if (parts[i] != g) dt_tensor_release(parts[i]);
+    return st;
+}

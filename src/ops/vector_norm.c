@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "core/check.h"
+#include "ops/grad.h"
 #include "ops/op_impl.h"
 
 static int is_float(dt_dtype dt) {
@@ -80,3 +81,35 @@ static dt_status compute(local_call *c) {
 const op_family dt_family_vector_norm = {
     .infer = infer, .rules = rules, .compute = compute,
 };
+
+/* ||x||_p over dims, kept. */
+static dt_tensor *norm_kept(chain *ch, const dt_grad_call *c, dt_tensor *x) {
+    dt_tensor *o = NULL;
+    if (ch->st != DT_OK) return NULL;
+    dt_status st = dt_vector_norm(x, c->args->scalar, c->args->dims, c->args->ndims, 1, &o);
+    return chain_keep(ch, st, o);
+}
+
+/* d ||x||_p / dx = sign(x) |x|^(p-1) / ||x||^(p-1) for finite p != 0, written as torch's
+ * norm_backward: the numerator is 0 where x is 0 (also for p < 1, where |x|^(p-1) is inf) and
+ * the whole is 0 where the norm is 0. p = +-inf: the gradient goes to the elements whose |x|
+ * is the max (min) |x|, evenly among ties, with x's sign. p = 0 (a count): zero. */
+dt_status dt_grad_vector_norm(const dt_grad_call *c, dt_tensor **gin) {
+    chain ch = {0};
+    dt_tensor *x = IN(0);
+    double p = c->args->scalar;
+    if (p == 0) return chain_end1(&ch, chain1(&ch, dt_tensor_zeros_like, x), gin);
+    dt_tensor *sign = chain1(&ch, dt_sign, x), *ax = chain1(&ch, dt_abs, x);
+    dt_tensor *n = norm_kept(&ch, c, x);
+    if (isinf(p)) {
+        dt_tensor *hit = chain2(&ch, dt_eq, ax, n);
+        return chain_end1(&ch, dt_grad_split_among(&ch, c, hit, sign), gin);
+    }
+    dt_tensor *num = p == 2   ? x
+                     : p == 1 ? sign
+                              : chain2(&ch, dt_mul, sign, chains(&ch, dt_pow_scalar, ax, p - 1));
+    if (p < 1) num = chain_where(&ch, x, num, chain1(&ch, dt_tensor_zeros_like, x));
+    dt_tensor *scale = chain2(&ch, dt_div, dt_grad_kept(&ch, c), chains(&ch, dt_pow_scalar, n, p - 1));
+    scale = chain_where(&ch, n, scale, chain1(&ch, dt_tensor_zeros_like, scale));
+    return chain_end1(&ch, chain2(&ch, dt_mul, num, scale), gin);
+}

@@ -3,7 +3,8 @@
  * (the target's log-probability per sample, negated, optionally label-smoothed, summed or
  * averaged; loss parallel when the class dim is sharded and keeping it so is cheaper than
  * moving the logits). They sit above the recording site, like PyTorch's composite-implicit
- * ops: each constituent op records its own node, so the graph needs no rule of theirs. */
+ * ops: each constituent runs through dt_op_call and records its own node, so the graph needs
+ * no rule of theirs. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,6 @@
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
-#include "autograd/autograd_impl.h"
 #include "ops/op_impl.h"
 #include "redistribute/redistribute_impl.h"
 
@@ -105,7 +105,7 @@ static dt_status reduced(dt_tensor *x, dt_tensor **out) {
     int nd = x->mesh->ndim;
     for (int k = 0; k < nd; k++)
         pl[k] = x->placements[k].kind == DT_PLACEMENT_PARTIAL ? dt_replicate() : x->placements[k];
-    return dt_tensor_redistribute(x, nd, pl, out);
+    return dt_ops_move(x, pl, out);
 }
 
 static dt_status target_logprob_parallel(dt_tensor *logits, dt_tensor *target, dt_tensor **out,
@@ -117,10 +117,10 @@ static dt_status target_logprob_parallel(dt_tensor *logits, dt_tensor *target, d
     /* The row max only shifts the exponentials: the loss does not depend on it, so it is
      * taken without grad (as torch's logsumexp detaches it) and its backward costs nothing. */
     dt_ctx *ctx = logits->mesh->ctx;
-    dt_no_grad_enter(ctx);
+    dt_ops_no_grad(ctx, 1);
     dt_status st = dt_op_call(DT_OP_AMAX, &logits, 1, &row, &mp); /* (N,1,d..) P(max) */
     if (st == DT_OK) st = reduced(mp, &m);                         /* all_reduce(max) */
-    dt_no_grad_exit(ctx);
+    dt_ops_no_grad(ctx, 0);
     if (st == DT_OK) st = call2(DT_OP_SUB, logits, m, &z);
     if (st == DT_OK) st = call1(DT_OP_EXP, z, NULL, &e);
     if (st == DT_OK) st = call1(DT_OP_SUM, e, &row, &sp);          /* P(sum) */

@@ -1,13 +1,11 @@
-/* The public op entry points: typed wrappers over dt_op_call (record.c, which records), and
- * the in-place variants. */
+/* The public op entry points: typed wrappers over dt_op_call (which records through the
+ * autograd layer's recorder once one is set). The in-place variants are autograd's. */
 #include <string.h>
 
 #include "comm/comm_impl.h"
 #include "core/check.h"
-#include "dtensor/autograd.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
-#include "autograd/autograd_impl.h"
 #include "ops/op_impl.h"
 #include "redistribute/redistribute_impl.h"
 
@@ -216,52 +214,6 @@ dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out)
     return dt_op_call(DT_OP_VIEW, &x, 1, &a, out);
 }
 
-/* x takes over the result's data; the result shell goes. x keeps its placements, as in
- * PyTorch: a result that dispatch placed otherwise (add_(R weight, P(sum) grad) gives
- * P(sum)) is redistributed back to them first. */
-static dt_status in_place(dt_op op, dt_tensor *x, dt_tensor *other) {
-    DT_TENSOR_ARG(x);
-    DT_TENSOR_ARG(other);
-    /* Overwriting x would change what the graph computed from it (and x's own node or
-     * other's gradient could not follow the new data): refused while recording, allowed under
-     * dt_no_grad_enter, where optimizers update parameters. */
-    DT_ARG(!dt_grad_enabled(x->mesh->ctx) || (!dt_ag(x)->requires_grad && !dt_ag(other)->requires_grad),
-           "%s_: %s requires grad and grad mode is on; update it inside dt_no_grad_enter / "
-           "dt_no_grad_exit", dt_op_name(op), dt_ag(x)->requires_grad ? "x" : "other");
-    dt_tensor *r;
-    DT_CHECK(two(op, x, other, &r));
-    if (r->ndim != x->ndim || memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim)) {
-        dt_tensor_release(r);
-        return dt_error(DT_ERR_SHAPE, "%s_: the result's shape differs from the input's (the "
-                                      "other input broadcasts it)", dt_op_name(op));
-    }
-    int same = 1;
-    for (int m = 0; m < x->mesh->ndim; m++)
-        same &= dt_placement_equal(r->placements[m], x->placements[m]);
-    if (!same) {
-        dt_tensor *back;
-        dt_status st = dt_tensor_redistribute(r, x->mesh->ndim, x->placements, &back);
-        dt_tensor_release(r);
-        if (st != DT_OK) {
-            dt_error_prefix(op == DT_OP_ADD ? "dt_add_" : "dt_mul_");
-            return st;
-        }
-        r = back;
-    }
-    void *data = x->data;
-    int owned = x->owned;
-    x->data = r->data, x->owned = r->owned;
-    r->data = data, r->owned = owned;
-    memcpy(x->placements, r->placements, sizeof x->placements);
-    memcpy(x->local_shape, r->local_shape, sizeof x->local_shape);
-    memcpy(x->local_offset, r->local_offset, sizeof x->local_offset);
-    x->local_numel = r->local_numel;
-    dt_tensor_release(r);
-    return DT_OK;
-}
-
-dt_status dt_add_(dt_tensor *x, dt_tensor *other) { return in_place(DT_OP_ADD, x, other); }
-dt_status dt_mul_(dt_tensor *x, dt_tensor *other) { return in_place(DT_OP_MUL, x, other); }
 
 dt_status dt_cat(dt_tensor *const *xs, int n, int dim, dt_tensor **out) {
     dt_op_args a = {.dim = dim};
@@ -309,7 +261,7 @@ static dt_status place_for(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tenso
         for (int m = 0; m < x->mesh->ndim; m++)
             same &= dt_placement_equal(want[m], x->placements[m]);
     }
-    if (!same) return dt_tensor_redistribute(x, x->mesh->ndim, want, out);
+    if (!same) return dt_ops_move(x, want, out);
     DT_CHECK(dt_tensor_retain(x));
     *out = x;
     return DT_OK;
