@@ -26,7 +26,7 @@ check() { # name, expected exit status, text the output must hold ("" for none),
     fi
 }
 dtrun="$build/dtrun"
-prog="$build/tests/nccl_rank_prog"
+prog="$build/tests/ranks/nccl_rank_prog"
 check "nccl collectives, 1 rank" 0 "" "$dtrun" -n 1 "$prog" collectives
 check "nccl mesh communicators, 1 rank" 0 "" "$dtrun" -n 1 "$prog" mesh
 # DT_DEBUG_COLLECTIVES: the fingerprint exchange runs through NCCL before each collective
