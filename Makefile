@@ -60,12 +60,12 @@ test-gpu-sim: deps
 	@test -f $(SIM_BUILD)/build.ninja || meson setup $(SIM_BUILD) $(MESON_FLAGS) -Dgpu_sim=true \
 		-Dtests=false -Ducx=disabled
 	ninja -C $(SIM_BUILD)
-	./$(SIM_BUILD)/tests/gpu_check
-	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/gpu_check --quick
-	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/ckpt_gpu_check > /dev/null
-	CUDASIM_DEVICES=2 ./$(SIM_BUILD)/tests/gpu_check --quick > /dev/null
+	./$(SIM_BUILD)/tests/gpu/gpu_check
+	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/gpu/gpu_check --quick
+	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/gpu/ckpt_gpu_check > /dev/null
+	CUDASIM_DEVICES=2 ./$(SIM_BUILD)/tests/gpu/gpu_check --quick > /dev/null
 	CUDASIM_GUARD=1 ./$(SIM_BUILD)/examples/demo --cuda $(SIM_BUILD) > /dev/null
-	sh tests/nccl_checks.sh $(SIM_BUILD) --sim
+	sh tests/gpu/nccl_checks.sh $(SIM_BUILD) --sim
 	./$(SIM_BUILD)/bench/bench_gpu --smoke > /dev/null
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the same suite.
