@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tools/explain.h"
+#include "../../tools/explain.h"
 #include "dt_config.h"
 #include "helpers.h"
 #include "op_cases.h"
