@@ -1,7 +1,7 @@
 #!/bin/sh
 # make gpu-check: on a machine with an NVIDIA GPU, nvcc, meson and ninja (no Debian packages:
 # no Criterion, UCX or OpenBLAS needed), builds with CUDA, checks every op and redistribution
-# on ranks of one GPU against the CPU (tests/gpu_check.c), runs the GPU benchmarks, and ends
+# on ranks of one GPU against the CPU (tests/gpu/gpu_check.c), runs the GPU benchmarks, and ends
 # with the line "N passed, N failed". Without a GPU it says so and exits 77.
 # DT_GPU_CHECK_SIM=1 runs the same against cudasim (no GPU, no nvcc; benchmarks skipped): a
 # check of this script and of the checks themselves.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The NCCL runtime's process checks (tests/nccl_rank_prog.c) under dtrun, in a build dir:
+# The NCCL runtime's process checks (tests/ranks/nccl_rank_prog.c) under dtrun, in a build dir:
 #   nccl_checks.sh BUILD          on a GPU: one rank (NCCL refuses two ranks on one GPU),
 #                                 more when the machine has more GPUs
 #   nccl_checks.sh BUILD --sim    on cudasim: also 4-rank meshes and a killed rank
