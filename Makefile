@@ -7,7 +7,7 @@ PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev li
 # make test-hosts only: network namespaces and a veth pair (ip), UTS namespaces (unshare).
 HOSTS_PKGS := iproute2 util-linux
 # make test only: the timeline test renders the demo's page in headless Chromium
-# (tests/test_timeline.sh). make demo needs no browser.
+# (tests/tools/test_timeline.sh). make demo needs no browser.
 TEST_PKGS := chromium $(HOSTS_PKGS)
 MESON_FLAGS := -Dwerror=true
 
@@ -46,7 +46,7 @@ test: test-deps build test-gpu-sim
 
 # As root: ranks on two simulated hosts of this machine (network and UTS namespaces joined by a
 # veth pair): collectives, the hierarchical all_reduce, training, a checkpoint and a killed rank
-# over UCX between them (tests/test_two_hosts.sh; make test runs it too, skipped unless root).
+# over UCX between them (tests/comm/test_two_hosts.sh; make test runs it too, skipped unless root).
 test-hosts: build
 	@sh tools/ensure-deps.sh $(HOSTS_PKGS)
 	meson test -C $(BUILD) --print-errorlogs --verbose two_hosts
@@ -60,12 +60,12 @@ test-gpu-sim: deps
 	@test -f $(SIM_BUILD)/build.ninja || meson setup $(SIM_BUILD) $(MESON_FLAGS) -Dgpu_sim=true \
 		-Dtests=false -Ducx=disabled
 	ninja -C $(SIM_BUILD)
-	./$(SIM_BUILD)/tests/gpu_check
-	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/gpu_check --quick
-	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/ckpt_gpu_check > /dev/null
-	CUDASIM_DEVICES=2 ./$(SIM_BUILD)/tests/gpu_check --quick > /dev/null
+	./$(SIM_BUILD)/tests/gpu/gpu_check
+	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/gpu/gpu_check --quick
+	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/gpu/ckpt_gpu_check > /dev/null
+	CUDASIM_DEVICES=2 ./$(SIM_BUILD)/tests/gpu/gpu_check --quick > /dev/null
 	CUDASIM_GUARD=1 ./$(SIM_BUILD)/examples/demo --cuda $(SIM_BUILD) > /dev/null
-	sh tests/nccl_checks.sh $(SIM_BUILD) --sim
+	sh tests/gpu/nccl_checks.sh $(SIM_BUILD) --sim
 	./$(SIM_BUILD)/bench/bench_gpu --smoke > /dev/null
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build of the same suite.

@@ -6,7 +6,7 @@
  * projections row-parallel over tp_dim; the batch is sharded over dp_dim (and rep_dim); with
  * fsdp the parameters are sharded over dp_dim in units (the embedding, each block, the final
  * norm with the head) and each block's forward is an activation checkpointing region. Used
- * by tests/test_fsdp.c and bench/bench_fsdp.c. */
+ * by tests/nn/test_fsdp.c and bench/bench_fsdp.c. */
 #ifndef DT_EXAMPLES_FSDP_MODEL_H
 #define DT_EXAMPLES_FSDP_MODEL_H
 

@@ -9,8 +9,8 @@
  * context parallel over a third (the sequence sharded in the load-balanced order, attention by
  * ring, parameters replicated there with their gradients reduced like DDP's); with
  * cfg.experts each block's MLP is a MoE whose experts are sharded over an ep dim
- * (tiny_llama_moe.c). Used
- * by tests/test_train.c, tests/test_parallel_train.c, bench/bench_train.c and examples/train.c. */
+ * (tiny_llama_moe.c). Used by tests/nn/test_train.c, tests/nn/test_parallel_train.c,
+ * bench/bench_train.c and examples/train.c. */
 #ifndef DT_EXAMPLES_TINY_LLAMA_H
 #define DT_EXAMPLES_TINY_LLAMA_H
 

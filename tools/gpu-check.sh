@@ -1,7 +1,7 @@
 #!/bin/sh
 # make gpu-check: on a machine with an NVIDIA GPU, nvcc, meson and ninja (no Debian packages:
 # no Criterion, UCX or OpenBLAS needed), builds with CUDA, checks every op and redistribution
-# on ranks of one GPU against the CPU (tests/gpu_check.c), runs the GPU benchmarks, and ends
+# on ranks of one GPU against the CPU (tests/gpu/gpu_check.c), runs the GPU benchmarks, and ends
 # with the line "N passed, N failed". Without a GPU it says so and exits 77.
 # DT_GPU_CHECK_SIM=1 runs the same against cudasim (no GPU, no nvcc; benchmarks skipped): a
 # check of this script and of the checks themselves.
@@ -26,16 +26,16 @@ fi
 ninja -C "$build" >/dev/null || { ninja -C "$build" | tail -40; echo "gpu-check: build failed" >&2; exit 1; }
 echo "gpu-check: built in $(($(date +%s) - start)) s"
 # Bounded, so that a hang still leaves the sections that ran and a verdict.
-timeout 300 "$build/tests/gpu_check" | tee "$log"
+timeout 300 "$build/tests/gpu/gpu_check" | tee "$log"
 echo "checkpoints of device tensors:"
-if [ -x "$build/tests/ckpt_gpu_check" ]; then
-    timeout 120 "$build/tests/ckpt_gpu_check" | tee "$log.ckpt"
+if [ -x "$build/tests/gpu/ckpt_gpu_check" ]; then
+    timeout 120 "$build/tests/gpu/ckpt_gpu_check" | tee "$log.ckpt"
 else
     echo "  (not in this build: no libxxhash)"; echo "0 passed, 0 failed" > "$log.ckpt"
 fi
 echo "nccl runtime (processes under dtrun):"
 if [ "$sim" = 1 ]; then nccl_mode=--sim; else nccl_mode=; fi
-sh tests/nccl_checks.sh "$build" $nccl_mode | tee "$log.nccl"
+sh tests/gpu/nccl_checks.sh "$build" $nccl_mode | tee "$log.nccl"
 echo
 echo "benchmarks:"
 if [ "$sim" = 1 ]; then echo "  (not on cudasim)"; else "$build/bench/bench_gpu" || echo "  bench_gpu failed"; fi

@@ -1,4 +1,4 @@
-/* ucx_rank_prog's "shm" mode (tests/ucx_shm_checks.c). */
+/* ucx_rank_prog's "shm" mode (tests/ranks/ucx_shm_checks.c). */
 #ifndef DT_TESTS_UCX_SHM_CHECKS_H
 #define DT_TESTS_UCX_SHM_CHECKS_H
 

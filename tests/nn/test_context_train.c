@@ -9,7 +9,7 @@
  * blocks forward and 2 cp - 1 backward per layer). */
 #include <math.h>
 
-#include "../examples/tiny_llama.h"
+#include "../../examples/tiny_llama.h"
 #include "helpers.h"
 
 enum { STEPS = 10 };

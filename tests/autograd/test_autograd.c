@@ -1,4 +1,4 @@
-/* Gradients of every op with a backward rule, for every case of tests/op_cases.c in f64:
+/* Gradients of every op with a backward rule, for every case of tests/common/op_cases.c in f64:
  * loss = sum(op(inputs) * w) for a fixed w. On one rank the autograd gradients must equal
  * central finite differences of the loss; on meshes 4, 3 and 2x2 (uneven shapes, placements
  * drawn as the ops suite draws them) the sharded gradients, gathered, must equal the

@@ -12,7 +12,7 @@
 #include "dtensor/tensor_impl.h"
 #include "helpers.h"
 
-#include "../examples/fsdp_model.h"
+#include "../../examples/fsdp_model.h"
 
 enum { NB = 3, NP = 1 + NB * FM_BLOCK_PARAMS + 2, NU = NB + 2, STEPS = 3, MAXR = 4 };
 

@@ -1,4 +1,4 @@
-/* One rank of the UCX tests (tests/test_ucx.c runs it under dtrun). Modes:
+/* One rank of the UCX tests (tests/comm/test_ucx.c runs it under dtrun). Modes:
  *   collectives  every collective on the world and on subgroups: dtypes, ops, uneven and empty
  *                counts, in place, small (direct) and large (ring) sizes; exact results, and
  *                bitwise agreement across ranks (and with the rank-order reference) for

@@ -1,5 +1,5 @@
-/* Checkpoints on the UCX runtime: real processes under dtrun (tests/ckpt_rank_prog.c) save on a
- * 2x2 mesh and load on 3 ranks; a rank SIGKILLed at each stage of a save leaves the previous
+/* Checkpoints on the UCX runtime: real processes under dtrun (tests/ranks/ckpt_rank_prog.c) save
+ * on a 2x2 mesh and load on 3 ranks; a rank SIGKILLed at each stage of a save leaves the previous
  * checkpoint loadable and the new one reported incomplete, and the next save succeeds.
  * Skipped without UCX. Binary paths come from meson (DT_DTRUN, DT_CKPT_RANK_PROG). */
 #include <stdlib.h>

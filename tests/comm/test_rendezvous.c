@@ -1,5 +1,5 @@
 /* Who may join a world (src/comm/boot/admit.c): rank 0 and rank 1 run as processes
- * (tests/ucx_rank_prog.c, mode "ops"), and this test attacks rank 0's port in between: a
+ * (tests/ranks/ucx_rank_prog.c, mode "ops"), and this test attacks rank 0's port in between: a
  * forged HELLO claiming rank 1 with a garbage UCX address, a forged world size, hundreds of
  * idle sockets and a half-sent header, an oversized HELLO, bytes of another protocol, a rank
  * with another job's token. Each must be logged by rank 0 and dropped while the real world

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The NCCL runtime's process checks (tests/nccl_rank_prog.c) under dtrun, in a build dir:
+# The NCCL runtime's process checks (tests/ranks/nccl_rank_prog.c) under dtrun, in a build dir:
 #   nccl_checks.sh BUILD          on a GPU: one rank (NCCL refuses two ranks on one GPU),
 #                                 more when the machine has more GPUs
 #   nccl_checks.sh BUILD --sim    on cudasim: also 4-rank meshes and a killed rank
@@ -26,7 +26,7 @@ check() { # name, expected exit status, text the output must hold ("" for none),
     fi
 }
 dtrun="$build/dtrun"
-prog="$build/tests/nccl_rank_prog"
+prog="$build/tests/ranks/nccl_rank_prog"
 check "nccl collectives, 1 rank" 0 "" "$dtrun" -n 1 "$prog" collectives
 check "nccl mesh communicators, 1 rank" 0 "" "$dtrun" -n 1 "$prog" mesh
 # DT_DEBUG_COLLECTIVES: the fingerprint exchange runs through NCCL before each collective

@@ -7,7 +7,7 @@
  * exactly its parameters and their AdamW moments (sharded alike under FSDP). */
 #include <math.h>
 
-#include "../examples/tiny_llama.h"
+#include "../../examples/tiny_llama.h"
 #include "dtensor/tensor_impl.h"
 #include "helpers.h"
 #include "op_cases.h"

@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../examples/tiny_llama_pp.h"
+#include "../../examples/tiny_llama_pp.h"
 #include "helpers.h"
 #include "op_cases.h"
 

@@ -11,7 +11,7 @@
 
 #include <math.h>
 
-#include "../examples/tiny_llama.h"
+#include "../../examples/tiny_llama.h"
 #include "ckpt_common.h"
 #include "helpers.h"
 

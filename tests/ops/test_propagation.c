@@ -6,7 +6,7 @@
  * dt_op_choose exactly. Rows for ops dtensor does not have are printed with the reason. */
 #include <stdlib.h>
 
-#include "../tools/explain.h"
+#include "../../tools/explain.h"
 #include "helpers.h"
 
 static void conformance_path(char *path, size_t cap) {

@@ -1,7 +1,7 @@
 /* Devices on a machine of any kind: the caching allocator over a counting raw allocator (the
  * same code that sits over cudaMalloc), and the device calls' behaviour where no GPU is usable
  * (clear errors, CPU tensors unaffected, host copies of shards). The GPU itself is checked by
- * `make gpu-check` (tools/gpu_check.c). */
+ * `make gpu-check` (tests/gpu/gpu_check.c). */
 #include <pthread.h>
 #include <stdlib.h>
 

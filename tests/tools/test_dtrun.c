@@ -1,6 +1,6 @@
 /* dtrun's choice of a failed world's root cause: the rules as a table (tools/dtrun_blame.c,
  * compiled in), the error record the runtimes write (comm/boot/failure.c) read back by dtrun's
- * parser, and whole worlds under dtrun (tests/dtrun_rank_prog.c) where the rank at fault ends
+ * parser, and whole worlds under dtrun (tests/ranks/dtrun_rank_prog.c) where the rank at fault ends
  * last, on purpose: the race that made dtrun report a survivor's status, made certain. Binary
  * paths come from meson (DT_DTRUN, DT_DTRUN_RANK_PROG). Runs in every build. */
 #include <stdlib.h>

@@ -1,5 +1,5 @@
-/* One rank of the checkpoint tests on the UCX runtime (tests/test_checkpoint_ucx.c runs it
- * under dtrun). Usage:
+/* One rank of the checkpoint tests on the UCX runtime (tests/checkpoint/test_checkpoint_ucx.c runs
+ * it under dtrun). Usage:
  *   ckpt_rank_prog save <root> <step> [<kill_rank> <stage>]
  *       saves ct_fixed's tensors for step on a 2x2 mesh into <root>/step-<step>; with a kill
  *       rank, that rank SIGKILLs itself when the save reaches stage (dt_checkpoint_stage)

@@ -1,4 +1,4 @@
-/* A rank program for dtrun's own tests (tests/test_dtrun.c): worlds that fail in an order set
+/* A rank program for dtrun's own tests (tests/tools/test_dtrun.c): worlds that fail in an order set
  * on purpose, so dtrun's choice of the root cause can be checked without races. The rank at
  * fault (the last, "the culprit") ends only after every other rank has ended, the worst case
  * of the real race (dtrun seeing a consequence before its cause). Plain POSIX, no dtensor:

@@ -1,13 +1,13 @@
 /* Every op, walked from 0 to DT_OP_COUNT, is complete: it has a description (name, family,
  * arity), the kernel its description names in the CPU table (and the CUDA table in CUDA
  * builds), a typed wrapper the shared library exports, at least one sharded-vs-unsharded case
- * in tests/op_cases.c, and a row in the propagation conformance table. Adding an op without
+ * in tests/common/op_cases.c, and a row in the propagation conformance table. Adding an op without
  * one of these fails here, naming the op and what it lacks. */
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tools/explain.h"
+#include "../../tools/explain.h"
 #include "dt_config.h"
 #include "helpers.h"
 #include "op_cases.h"
@@ -88,7 +88,7 @@ Test(op_coverage, every_op_has_a_sharded_case) {
         int cases = 0;
         for (size_t i = 0; i < op_ncases; i++) cases += op_cases[i].op == (dt_op)op;
         if (!cases) {
-            cr_log_error("%s: no case in tests/op_cases.c", dt_op_name((dt_op)op));
+            cr_log_error("%s: no case in tests/common/op_cases.c", dt_op_name((dt_op)op));
             missing++;
         }
     }

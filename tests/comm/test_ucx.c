@@ -1,5 +1,5 @@
 /* The UCX runtime as users run it: real processes started by dtrun on loopback, over shared
- * memory (UCX_TLS=sm) and TCP (UCX_TLS=tcp), running tests/ucx_rank_prog.c (every collective
+ * memory (UCX_TLS=sm) and TCP (UCX_TLS=tcp), running tests/ranks/ucx_rank_prog.c (every collective
  * on the world and subgroups, then mesh + distribute + redistribute + full round trips); and
  * the ways a world fails: a rank killed mid-collective, a rank that hangs, one that returns
  * early, ranks that disagree on counts, a rendezvous that cannot complete. Also the

@@ -58,7 +58,7 @@ expect 0 "P002 mm: pass" "rows:" "0 differ" \
     -- --cases "$src/tests/conformance/propagation_cases.tsv"
 expect 1 "W001 mm: pass" \
     "explain_wrong_rows.tsv:6: W002 mm (S(1) ; S(1) on 4): differs: got P(sum) with all_to_all[dim0], expected S(1) with none" \
-    "3 rows: 2 pass, 1 differ, 0 skipped, 0 errors" -- --cases "$src/tests/explain_wrong_rows.tsv"
+    "3 rows: 2 pass, 1 differ, 0 skipped, 0 errors" -- --cases "$src/tests/tools/explain_wrong_rows.tsv"
 # The wrong table (redistribute rows) is named as such, exit 2.
 expect 2 "lacks the column(s) op, input_shapes, input_placements" \
     -- --cases "$src/tests/conformance/redistribute_cases.tsv"

@@ -1,7 +1,7 @@
 /* Checkpoints of tensors on GPUs (make test-gpu-sim runs it on cudasim, make gpu-check on a
  * GPU): saved from device memory (staged to the host, synchronously and asynchronously) and
  * loaded into device memory (uploaded), across meshes and between CPU and GPU ranks, checked
- * bit-exactly as in tests/test_checkpoint.c. Prints "[ok] <case>" per case and ends with
+ * bit-exactly as in tests/checkpoint/test_checkpoint.c. Prints "[ok] <case>" per case and ends with
  * "N passed, N failed"; exits 0 when all pass, 1 otherwise, 77 when there is no GPU. */
 #include <stdio.h>
 #include <stdlib.h>
