@@ -43,9 +43,9 @@ dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int
 
 enum { GIVEN, UNINIT, ZEROED }; /* where make's storage comes from */
 
-/* The rank's live tensors and owned bytes (dt_ctx_live). In-place ops swap data and ownership
- * between two tensors of the same local shape, so the sum stays right. */
-/* The rank's tensors alive and their owned bytes, in its context's dtensor slot. */
+/* The rank's tensors alive and their owned bytes (dt_ctx_tensor_memory), in its context's
+ * dtensor slot. In-place ops swap data and ownership between two tensors of the same local
+ * shape, so the sum stays right. */
 typedef struct live_counts {
     atomic_llong tensors, bytes;
     atomic_llong peak; /* most bytes since start or the last reset */
@@ -68,17 +68,6 @@ static void count_live(const dt_tensor *t, int sign) {
         count_bytes(ctx, sign * (long long)(t->local_numel * dt_dtype_size(t->dtype)));
 }
 
-void dt_ctx_live(dt_ctx *ctx, int64_t *tensors_out, int64_t *bytes_out) {
-    *tensors_out = atomic_load(&live_of(ctx)->tensors);
-    *bytes_out = atomic_load(&live_of(ctx)->bytes);
-}
-
-int64_t dt_ctx_live_peak(dt_ctx *ctx) { return atomic_load(&live_of(ctx)->peak); }
-
-void dt_ctx_live_peak_reset(dt_ctx *ctx) {
-    atomic_store(&live_of(ctx)->peak, atomic_load(&live_of(ctx)->bytes));
-}
-
 dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out) {
     DT_ARG_NOT_NULL(ctx);
     DT_ARG_NOT_NULL(out);
@@ -90,7 +79,7 @@ dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out) {
 
 dt_status dt_ctx_reset_peak(dt_ctx *ctx) {
     DT_ARG_NOT_NULL(ctx);
-    dt_ctx_live_peak_reset(ctx);
+    atomic_store(&live_of(ctx)->peak, atomic_load(&live_of(ctx)->bytes));
     return DT_OK;
 }
 

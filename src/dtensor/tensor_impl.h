@@ -37,14 +37,6 @@ struct dt_tensor {
     struct dt_grad_slot *ag;
 };
 
-/* The calling rank's tensors alive now and the bytes of local data they own (tests use it to
- * see that backward and zero_grad leave nothing behind). Not collective. */
-void dt_ctx_live(dt_ctx *ctx, int64_t *tensors_out, int64_t *bytes_out);
-/* The most owned bytes alive at once on the rank since the last reset (or the context's
- * start), and the reset, which starts the peak from the bytes alive now. Not collective. */
-int64_t dt_ctx_live_peak(dt_ctx *ctx);
-void dt_ctx_live_peak_reset(dt_ctx *ctx);
-
 /* Called with t and its autograd slot when a tensor that has one dies. The autograd layer
  * registers it before it makes the first slot; the dtensor layer knows nothing else of it. */
 typedef void (*dt_tensor_slot_free_fn)(dt_tensor *t, struct dt_grad_slot *slot);

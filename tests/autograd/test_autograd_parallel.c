@@ -287,9 +287,16 @@ Test(autograd_parallel, fsdp_micro_batches_without_sync_reduce_once) {
 
 /* ---- lifetime: the graph and the gradients leave nothing behind ----------------------------- */
 
+/* The rank's live tensors and owned bytes (dt_ctx_tensor_memory). */
+static void live_now(dt_ctx *ctx, int64_t *tensors, int64_t *bytes) {
+    dt_tensor_memory m = {0};
+    dt_ctx_tensor_memory(ctx, &m);
+    *tensors = m.tensors, *bytes = m.bytes;
+}
+
 static dt_status live_is(dt_ctx *ctx, int64_t tensors, int64_t bytes, const char *when) {
     int64_t n, b;
-    dt_ctx_live(ctx, &n, &b);
+    live_now(ctx, &n, &b);
     R_CHECK(n == tensors && b == bytes, "%s: %lld tensors of %lld bytes live, want %lld of %lld",
             when, (long long)n, (long long)b, (long long)tensors, (long long)bytes);
     return DT_OK;
@@ -310,7 +317,7 @@ static dt_status lifetime_body(dt_ctx *ctx, void *arg) {
     double *x = values(1, T * C, 4), *w1 = values(2, H * C, 16), *w2 = values(3, C * H, 16);
     dt_placement col[1] = {dt_shard(0)}, row[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
     int64_t n0, b0;
-    dt_ctx_live(ctx, &n0, &b0);
+    live_now(ctx, &n0, &b0);
     dt_tensor *tx, *tw1, *tw2, *h, *act, *o, *y, *loss;
     R_OK(dist(mesh, x, 2, xs, rep, &tx));
     R_OK(dist(mesh, w1, 2, w1s, col, &tw1));
@@ -331,7 +338,7 @@ static dt_status lifetime_body(dt_ctx *ctx, void *arg) {
         dt_tensor_release(h), dt_tensor_release(act), dt_tensor_release(o);
         dt_tensor_release(y);
         int64_t n, b;
-        dt_ctx_live(ctx, &n, &b);
+        live_now(ctx, &n, &b);
         R_CHECK(n == n0 + 3 + 5, "the graph holds %lld tensors besides the loss and the leaves, "
                 "want 4 (h, act, o, y)", (long long)(n - n0 - 4));
         R_OK(dt_backward(loss));

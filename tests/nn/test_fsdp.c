@@ -98,13 +98,15 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
             dt_tensor_release(ml), dt_tensor_release(mt), dt_tensor_release(mg);
         }
         R_OK(fm_batch(&m, s, &tok, &tgt));
-        int64_t live, base;
-        dt_ctx_live(ctx, &live, &base);
-        dt_ctx_live_peak_reset(ctx);
+        dt_tensor_memory mem;
+        R_OK(dt_ctx_tensor_memory(ctx, &mem));
+        int64_t base = mem.bytes;
+        R_OK(dt_ctx_reset_peak(ctx));
         R_OK(dt_comm_stats_reset(ctx));
         R_OK(fm_loss(&m, tok, tgt, &loss));
         R_OK(dt_backward(loss));
-        int64_t peak = dt_ctx_live_peak(ctx) - base;
+        R_OK(dt_ctx_tensor_memory(ctx, &mem));
+        int64_t peak = mem.peak_bytes - base;
         if (peak > r->act_peak[rank]) r->act_peak[rank] = peak;
         if (rank == 0) {
             r->ag[s] = fm_issued_on_dp(ctx, l, DT_COLL_ALL_GATHER);
@@ -121,8 +123,9 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
     fm_free(&m);
     dt_mesh_release(mesh);
     /* Everything went: parameters, gathered copies, optimizer state, the graph */
-    int64_t live, bytes;
-    dt_ctx_live(ctx, &live, &bytes);
+    dt_tensor_memory left;
+    R_OK(dt_ctx_tensor_memory(ctx, &left));
+    int64_t live = left.tensors, bytes = left.bytes;
     R_CHECK(live == 0 && bytes == 0, "%lld tensors (%lld bytes) outlive the run",
             (long long)live, (long long)bytes);
     return DT_OK;

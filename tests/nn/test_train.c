@@ -70,8 +70,9 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_optim_zero_grad(opt));
         /* What is left between steps: the parameters and AdamW's two moments per parameter,
          * and the rope tables (the graph, the gradients and every temporary are gone) */
-        int64_t live, bytes;
-        dt_ctx_live(ctx, &live, &bytes);
+        dt_tensor_memory mem;
+        R_OK(dt_ctx_tensor_memory(ctx, &mem));
+        int64_t live = mem.tensors, bytes = mem.bytes;
         R_CHECK(live == 3 * np + 2 && bytes == 3 * param_bytes + rope_bytes,
                 "step %d: %lld tensors and %lld bytes alive, want %d and %lld", s, (long long)live,
                 (long long)bytes, 3 * np + 2, (long long)(3 * param_bytes + rope_bytes));

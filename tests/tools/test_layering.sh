@@ -1,11 +1,14 @@
 #!/bin/sh
-# Kernels see blocks of local data, never the tensor API: every CPU kernel file (src/ops/cpu)
-# and every CUDA kernel file (src/ops/cuda/*.cu, preprocessed against tests/cudasim's CUDA
-# headers), with everything it includes, declares no mesh, communicator, context or tensor.
-# usage: test_kernel_layering.sh SOURCE_ROOT BUILD_DIR
+# The layers as src/layers.txt orders them: every include of src/ and include/dtensor/, and every
+# symbol a layer's library uses from another's, within the table (tools/check_layers.py). Then
+# the kernels, with everything they include: every CPU kernel file (src/ops/cpu) and every CUDA
+# kernel file (src/ops/cuda/*.cu, preprocessed against tests/cudasim's CUDA headers) declares no
+# mesh, communicator, context or tensor: kernels see blocks of local data only.
+# usage: test_layering.sh SOURCE_ROOT BUILD_DIR
 set -eu
 root=$1 build=$2
 status=0 n=0
+python3 "$root/tools/check_layers.py" "$root" "$build" || status=1
 inc="-I$root/include -I$root/src -I$build -D_GNU_SOURCE"
 check() { # file, preprocessor command...
     f=$1
