@@ -11,23 +11,90 @@
 
 #include "dtensor/block.h"
 #include "dtensor/create.h"
-#include "dtensor/op_list.h"
 #include "dtensor/redistribute.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The ops, each described once (dtensor/op_list.h); the enum and the typed wrappers below
- * come from that description. */
-/* clang-format off */
+/* The built-in ops. Each value is fixed: a new op is appended with the next value, so no
+ * existing op is ever renumbered (an op registered at run time takes a value from DT_OP_COUNT
+ * on, dt_op_register). What each op reads and how it is placed is the op list's, internal
+ * (src/ops/op_list.h). */
 typedef enum dt_op {
-#define DT_OP_ENUM(e, name, family, min_in, max_in, kernel, args, wrapper, grad) DT_OP_##e,
-    DT_OP_LIST(DT_OP_ENUM)
-#undef DT_OP_ENUM
-    DT_OP_COUNT
+    DT_OP_ADD = 0,
+    DT_OP_SUB = 1,
+    DT_OP_MUL = 2,
+    DT_OP_DIV = 3,
+    DT_OP_MAXIMUM = 4,
+    DT_OP_MINIMUM = 5,
+    DT_OP_MM = 6,
+    DT_OP_BMM = 7,
+    DT_OP_MATMUL = 8,
+    DT_OP_EMBEDDING = 9,
+    DT_OP_PICK = 10,
+    DT_OP_NEG = 11,
+    DT_OP_EXP = 12,
+    DT_OP_LOG = 13,
+    DT_OP_SQRT = 14,
+    DT_OP_RSQRT = 15,
+    DT_OP_ABS = 16,
+    DT_OP_RELU = 17,
+    DT_OP_GELU = 18,
+    DT_OP_SILU = 19,
+    DT_OP_TANH = 20,
+    DT_OP_SIGMOID = 21,
+    DT_OP_CONTIGUOUS = 22,
+    DT_OP_POW_SCALAR = 23,
+    DT_OP_ADD_SCALAR = 24,
+    DT_OP_MUL_SCALAR = 25,
+    DT_OP_SUM = 26,
+    DT_OP_MEAN = 27,
+    DT_OP_AMAX = 28,
+    DT_OP_AMIN = 29,
+    DT_OP_MAX = 30,
+    DT_OP_MIN = 31,
+    DT_OP_VAR = 32,
+    DT_OP_STD = 33,
+    DT_OP_SOFTMAX = 34,
+    DT_OP_LOG_SOFTMAX = 35,
+    DT_OP_UNSQUEEZE = 36,
+    DT_OP_SQUEEZE = 37,
+    DT_OP_WHERE = 38,
+    DT_OP_ADDMM = 39,
+    DT_OP_LINEAR = 40,
+    DT_OP_ARGMAX = 41,
+    DT_OP_ARGMIN = 42,
+    DT_OP_LAYER_NORM = 43,
+    DT_OP_RMS_NORM = 44,
+    DT_OP_CROSS_ENTROPY = 45,
+    DT_OP_SDPA = 46,
+    DT_OP_TRANSPOSE = 47,
+    DT_OP_PERMUTE = 48,
+    DT_OP_VIEW = 49,
+    DT_OP_SLICE = 50,
+    DT_OP_EXPAND = 51,
+    DT_OP_CAT = 52,
+    DT_OP_STACK = 53,
+    DT_OP_SWIGLU = 54,
+    DT_OP_ROPE = 55,
+    DT_OP_DROPOUT = 56,
+    DT_OP_SDPA_BACKWARD = 57,
+    DT_OP_GATHER = 58,
+    DT_OP_ONE_HOT = 59,
+    DT_OP_TOPK = 60,
+    DT_OP_CUMSUM = 61,
+    DT_OP_VECTOR_NORM = 62,
+    DT_OP_EQ = 63,
+    DT_OP_NE = 64,
+    DT_OP_GT = 65,
+    DT_OP_GE = 66,
+    DT_OP_LT = 67,
+    DT_OP_LE = 68,
+    DT_OP_SIGN = 69,
+    DT_OP_SCATTER_ADD = 70,
+    DT_OP_COUNT = 71
 } dt_op;
-/* clang-format on */;
 
 /* "add", "mm", ...; "?" for an unknown op. */
 DT_API const char *dt_op_name(dt_op op);
@@ -40,7 +107,7 @@ typedef enum dt_reduction {
 } dt_reduction;
 
 /* Static arguments of dt_op_call. Zero-initialise and set what the op reads: each op reads
- * only the fields its entry in dtensor/op_list.h names (ARG_* in brackets below), and only
+ * only the fields its entry in the op list (src/ops/op_list.h) names (ARG_* in brackets below), and only
  * those key dispatch's cache. */
 typedef struct dt_op_args {
     double scalar;         /* [SCALAR] pow/add/mul_scalar: s; norms: eps (0 = 1e-5); sdpa:
@@ -106,33 +173,56 @@ DT_API dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, con
 DT_API dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs,
                                 const dt_op_args *args, dt_tensor **out, dt_tensor **aux, int naux);
 
-/* Typed wrappers (same semantics as PyTorch; broadcasting follows NumPy). Those of the
- * binary, unary, scalar, reduce and dim groups of dtensor/op_list.h are declared from the
- * list: dt_add(a, b, out) ... dt_pick; dt_neg(x, out) ... dt_contiguous;
- * dt_pow_scalar(x, s, out) ...; dt_sum(x, dims, ndims, keepdim, out) ... dt_std (ndims 0:
- * every dim; max and min give the values, as amax and amin; var and std are unbiased);
- * dt_softmax(x, dim, out), dt_log_softmax, dt_unsqueeze, dt_squeeze. pick(logits (..., C),
- * target (...)) is logits[..., target], the target logit of each row. */
-#define DT_DECLARE_BINARY(e, n, f, lo, hi, k, args, wrapper, g)                                     \
-    DT_API dt_status wrapper(dt_tensor *a, dt_tensor *b, dt_tensor **out);
-#define DT_DECLARE_UNARY(e, n, f, lo, hi, k, args, wrapper, g)                                      \
-    DT_API dt_status wrapper(dt_tensor *x, dt_tensor **out);
-#define DT_DECLARE_SCALAR(e, n, f, lo, hi, k, args, wrapper, g)                                     \
-    DT_API dt_status wrapper(dt_tensor *x, double s, dt_tensor **out);
-#define DT_DECLARE_REDUCE(e, n, f, lo, hi, k, args, wrapper, g)                                     \
-    DT_API dt_status wrapper(dt_tensor *x, const int *dims, int ndims, int keepdim,                \
-                             dt_tensor **out);
-#define DT_DECLARE_DIM(e, n, f, lo, hi, k, args, wrapper, g)                                        \
-    DT_API dt_status wrapper(dt_tensor *x, int dim, dt_tensor **out);
-DT_OP_BINARY_LIST(DT_DECLARE_BINARY)
-DT_OP_UNARY_LIST(DT_DECLARE_UNARY)
-DT_OP_SCALAR_LIST(DT_DECLARE_SCALAR)
-DT_OP_REDUCE_LIST(DT_DECLARE_REDUCE)
-DT_OP_DIM_LIST(DT_DECLARE_DIM)
-/* dt_eq(a, b, out), dt_ne, dt_gt, dt_ge, dt_lt, dt_le: 1 where a (op) b, else 0, in the
- * inputs' dtype; dt_sign(x, out): -1, 0, 1 (NaN for NaN). */
-DT_OP_COMPARE_LIST(DT_DECLARE_BINARY)
-DT_OP_SIGN_LIST(DT_DECLARE_UNARY)
+/* Typed wrappers (same semantics as PyTorch; broadcasting follows NumPy). max and min give the
+ * values, as amax and amin; var and std are unbiased; the reductions' ndims 0 reduces every
+ * dim. pick(logits (..., C), target (...)) is logits[..., target], the target logit of each
+ * row. */
+DT_API dt_status dt_add(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_sub(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_mul(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_div(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_maximum(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_minimum(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_mm(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_bmm(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_matmul(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_embedding(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_pick(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_neg(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_exp(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_log(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_sqrt(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_rsqrt(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_abs(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_relu(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_gelu(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_silu(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_tanh(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_sigmoid(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_contiguous(dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_pow_scalar(dt_tensor *x, double s, dt_tensor **out);
+DT_API dt_status dt_add_scalar(dt_tensor *x, double s, dt_tensor **out);
+DT_API dt_status dt_mul_scalar(dt_tensor *x, double s, dt_tensor **out);
+DT_API dt_status dt_sum(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out);
+DT_API dt_status dt_mean(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out);
+DT_API dt_status dt_amax(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out);
+DT_API dt_status dt_amin(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out);
+DT_API dt_status dt_max(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out);
+DT_API dt_status dt_min(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out);
+DT_API dt_status dt_var(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out);
+DT_API dt_status dt_std(dt_tensor *x, const int *dims, int ndims, int keepdim, dt_tensor **out);
+DT_API dt_status dt_softmax(dt_tensor *x, int dim, dt_tensor **out);
+DT_API dt_status dt_log_softmax(dt_tensor *x, int dim, dt_tensor **out);
+DT_API dt_status dt_unsqueeze(dt_tensor *x, int dim, dt_tensor **out);
+DT_API dt_status dt_squeeze(dt_tensor *x, int dim, dt_tensor **out);
+/* 1 where a (op) b, else 0, in the inputs' dtype; sign: -1, 0, 1 (NaN for NaN). */
+DT_API dt_status dt_eq(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_ne(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_gt(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_ge(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_lt(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_le(dt_tensor *a, dt_tensor *b, dt_tensor **out);
+DT_API dt_status dt_sign(dt_tensor *x, dt_tensor **out);
 
 /* The same by op value: dt_unary_op for the unary group and sign, dt_scalar_op for the scalar
  * group, dt_reduce for the reduce group and argmax/argmin (which take exactly one dim). */

@@ -14,7 +14,7 @@ static dt_status two(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor **out) {
     return dt_op_call(op, in, 2, NULL, out);
 }
 
-/* The wrappers of the generated groups (dtensor/op_list.h). */
+/* The wrappers of the generated groups (ops/op_list.h; declared one by one in dtensor/ops.h). */
 #define DEFINE_BINARY(e, n, f, lo, hi, k, args, wrapper, g)                                        \
     dt_status wrapper(dt_tensor *a, dt_tensor *b, dt_tensor **out) {                              \
         return two(DT_OP_##e, a, b, out);                                                          \

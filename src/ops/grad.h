@@ -14,6 +14,7 @@
 #include "dtensor/create.h"
 #include "dtensor/ops.h"
 #include "dtensor/tensor_impl.h"
+#include "ops/op_list.h"
 
 #define DT_GRAD_MAX_INPUTS 5
 
@@ -33,7 +34,8 @@ typedef struct dt_grad_call {
  * the others are left NULL. On failure nothing is returned. */
 typedef dt_status (*dt_grad_fn)(const dt_grad_call *c, dt_tensor **in_grad);
 
-/* The rule of every grad token in op_list.h (in its family's file), and the two tokens that are not rules:
+/* The rule of every grad token in ops/op_list.h (in its family's file), and the two tokens
+ * that are not rules:
  * none (no derivative: a clear error when a gradient is needed) and through (composites,
  * whose constituents recorded the graph: never called). */
 #define DT_GRAD_DECLARE(e, name, family, lo, hi, kernel, args, wrapper, grad)                      \

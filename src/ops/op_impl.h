@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "dtensor/ops.h"
+#include "ops/op_list.h"
 #include "core/device.h"
 #include "dtensor/tensor_impl.h"
 #include "ops/kernels.h"
@@ -87,7 +88,7 @@ const char *dt_user_op_name(dt_op op);
 /* Number of inputs of a registered op, 0 when op is not one (user.c). */
 int dt_user_op_ninputs(dt_op op);
 
-/* The dt_op_args fields an op reads (the arguments column of dtensor/op_list.h). */
+/* The dt_op_args fields an op reads (the arguments column of ops/op_list.h). */
 enum {
     ARG_SCALAR = 1u << 0,
     ARG_DIMS = 1u << 1, /* dims and ndims */
@@ -109,7 +110,7 @@ enum {
 
 struct dt_grad_call; /* ops/grad.h */
 
-/* A built-in op as dtensor/op_list.h describes it. */
+/* A built-in op as ops/op_list.h describes it. */
 typedef struct op_desc {
     const char *name;
     const op_family *family;

@@ -1,5 +1,5 @@
-/* The op table, generated from dtensor/op_list.h: every built-in op's name, family, arity,
- * kernel slot, argument schema and wrapper. The argument schema also gives the cache key. */
+/* The op table, generated from the op list (ops/op_list.h): every built-in op's name, family,
+ * arity, kernel slot, argument schema, wrapper and backward rule. The argument schema also gives the cache key. */
 #include <stddef.h>
 #include <string.h>
 
@@ -7,45 +7,29 @@
 #include "ops/grad.h"
 #include "ops/op_impl.h"
 
-/* The kernel column: a dt_kernels slot, or none. */
-#define KERNEL_none (-1)
-#define KERNEL_SLOT(slot) ((int)offsetof(dt_kernels, slot))
-#define KERNEL_unary KERNEL_SLOT(unary)
-#define KERNEL_binary KERNEL_SLOT(binary)
-#define KERNEL_where KERNEL_SLOT(where)
-#define KERNEL_matmul KERNEL_SLOT(matmul)
-#define KERNEL_reduce KERNEL_SLOT(reduce)
-#define KERNEL_arg_reduce KERNEL_SLOT(arg_reduce)
-#define KERNEL_softmax KERNEL_SLOT(softmax)
-#define KERNEL_layer_norm KERNEL_SLOT(layer_norm)
-#define KERNEL_embedding KERNEL_SLOT(embedding)
-#define KERNEL_pick KERNEL_SLOT(pick)
-#define KERNEL_expand KERNEL_SLOT(expand)
-#define KERNEL_slice KERNEL_SLOT(slice)
-#define KERNEL_permute KERNEL_SLOT(permute)
-#define KERNEL_sdpa KERNEL_SLOT(sdpa)
-#define KERNEL_sdpa_backward KERNEL_SLOT(sdpa_backward)
-#define KERNEL_rope KERNEL_SLOT(rope)
-#define KERNEL_dropout KERNEL_SLOT(dropout)
-#define KERNEL_gather KERNEL_SLOT(gather)
-#define KERNEL_one_hot KERNEL_SLOT(one_hot)
-#define KERNEL_topk KERNEL_SLOT(topk)
-#define KERNEL_cumsum KERNEL_SLOT(cumsum)
-#define KERNEL_vector_norm KERNEL_SLOT(vector_norm)
-#define KERNEL_scatter_add KERNEL_SLOT(scatter_add)
+/* The kernel column: a dt_kernels slot's offset, or -1 for none (the second argument of
+ * KSECOND is -1 only when KERNEL_NONE_##k expands to "~, -1"). */
+#define KSECOND(a, b, ...) b
+#define KSELECT(...) KSECOND(__VA_ARGS__)
+#define KERNEL_NONE_none ~, -1
+#define KERNEL_OF(k) KSELECT(KERNEL_NONE_##k, (int)offsetof(dt_kernels, k), ~)
 
-/* Ops built from other ops: run by autograd/composite.c, above the recording site. */
+/* Ops built from other ops: composite.c runs them through dt_op_call, piece by piece. */
 const op_family dt_family_composite = {.composite = true};
 
 static const op_desc descs[] = {
 #define DESC(e, name_, family_, min_in, max_in, kernel_, args_, wrapper_, grad_)                  \
     [DT_OP_##e] = {.name = name_, .family = &dt_family_##family_, .min_inputs = min_in,            \
-                   .max_inputs = max_in, .kernel = KERNEL_##kernel_, .kernel_name = #kernel_,     \
+                   .max_inputs = max_in, .kernel = KERNEL_OF(kernel_), .kernel_name = #kernel_,     \
                    .args = (args_), .wrapper = #wrapper_, .backward = dt_grad_##grad_},
     DT_OP_LIST(DESC)
 #undef DESC
 };
 _Static_assert(sizeof descs / sizeof descs[0] == DT_OP_COUNT, "op table incomplete");
+/* One entry per value of dt_op (designated initializers catch a value given twice). */
+#define ONE(...) +1
+_Static_assert(0 DT_OP_LIST(ONE) == DT_OP_COUNT, "the op list and dt_op (dtensor/ops.h) differ");
+#undef ONE
 
 const op_desc *dt_op_desc(dt_op op) {
     return (unsigned)op < DT_OP_COUNT ? &descs[op] : NULL;

@@ -1,8 +1,7 @@
 #!/bin/sh
 # The shared library exports exactly the public API: every function declared in include/
-# carries DT_API; every defined dynamic symbol is one of them (or a typed wrapper generated
-# from dtensor/op_list.h); every one of them is exported (a public function with no
-# definition fails here).
+# carries DT_API; every defined dynamic symbol is one of them; every one of them is exported (a
+# public function with no definition fails here).
 # usage: test_exports.sh LIBDTENSOR.so SOURCE_ROOT
 set -eu
 lib=$1 root=$2
@@ -12,10 +11,6 @@ nm -D --defined-only "$lib" | awk '$2 ~ /^[TtDdBbRrVvWwi]$/ {print $3}' | sort -
 {
     grep -rhoE 'DT_API [^(;]*\bdt_[A-Za-z0-9_]+[[:space:]]*\(' "$root/include" |
         grep -oE 'dt_[A-Za-z0-9_]+[[:space:]]*\($' | tr -d ' ('
-    # the wrapper column of the op list: the argument before the last (the grad token) of
-    # each X(...) entry
-    grep -oE ',[[:space:]]*dt_[a-z0-9_]+,[[:space:]]*[a-z0-9_]+\)' "$root/include/dtensor/op_list.h" |
-        grep -oE 'dt_[a-z0-9_]+'
 } | grep -v '^dt_plugin_register$' | sort -u >"$tmp/declared" # the plugin defines that one
 status=0
 # a public function declared without DT_API would be hidden from the shared library

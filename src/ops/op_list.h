@@ -1,22 +1,23 @@
-/* The op list: every built-in op described once. The enum (ops.h), the name and family tables,
- * each op's arity, argument schema, kernel slot and backward rule (src/ops/registry.c) and the
- * typed wrappers (ops.h, src/ops/api.c) are generated from it. docs/ADDING_AN_OP.md says how
- * to add one.
+/* The op list: every built-in op described once. The name and family tables, each op's arity,
+ * argument schema, kernel slot and backward rule (registry.c) and the generated typed wrappers
+ * (api.c) come from it. Internal: users see the enum (its values fixed, each entry's ENUM is
+ * DT_OP_<ENUM> in dtensor/ops.h) and the wrappers' declarations there. docs/ADDING_AN_OP.md
+ * says how to add an op.
  *
  * X(ENUM, "name", family, min inputs, max inputs, kernel, arguments, wrapper, grad)
  *   family     the op_family in src/ops/ that infers, rules and computes it (dt_family_<x>)
  *   kernel     the dt_kernels slot (src/ops/kernels.h) it runs, none for composites and copies
  *   arguments  the dt_op_args fields it reads, as ARG_* bits (src/ops/op_impl.h): only those
  *              key the strategy cache, so equal calls share one entry
- *   wrapper    its typed wrapper in ops.h
- *   grad       its backward rule, dt_grad_<grad> (src/autograd/): none for an op without a
- *              derivative (argmax), through for a composite (its constituent ops record the
+ *   wrapper    its typed wrapper, declared in dtensor/ops.h
+ *   grad       its backward rule, dt_grad_<grad>, in its family's file: none for an op without
+ *              a derivative (argmax), through for a composite (its constituent ops record the
  *              graph)
  *
  * The lists are grouped by wrapper form: each group's wrappers are declared and defined by one
  * macro; DT_OP_OTHER_LIST's are written by hand. */
-#ifndef DTENSOR_OP_LIST_H
-#define DTENSOR_OP_LIST_H
+#ifndef DT_OPS_OP_LIST_H
+#define DT_OPS_OP_LIST_H
 
 /* dt_status wrapper(dt_tensor *a, dt_tensor *b, dt_tensor **out) */
 #define DT_OP_BINARY_LIST(X)                                                                       \
