@@ -18,6 +18,17 @@ dt_status dt_placement_count_check(const char *fn, const char *what, int nplacem
     return DT_OK;
 }
 
+dt_status dt_placements_check(const char *fn, const dt_placement *p, int n, int tensor_ndim,
+                              dt_dtype dtype, dt_placement *out) {
+    memcpy(out, p, sizeof(dt_placement) * (size_t)n);
+    dt_status st = dt_placements_normalize(out, n, tensor_ndim);
+    if (st != DT_OK) {
+        dt_error_prefix(fn);
+        return st;
+    }
+    return dt_norm_partial_dtype_check(fn, out, n, dtype);
+}
+
 dt_status dt_norm_partial_dtype_check(const char *fn, const dt_placement *placements, int n,
                                       dt_dtype dtype) {
     int m = dt_placements_find_norm(placements, n);

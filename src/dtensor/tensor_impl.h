@@ -98,6 +98,12 @@ dt_status dt_norm_partial_pre(const dt_mem_ops *mem, dt_dtype dtype, void *buf, 
 dt_status dt_norm_partial_post(const dt_mem_ops *mem, dt_dtype dtype, void *buf, size_t count,
                                double ord);
 
+/* n placements p (one per mesh dim, for a tensor of tensor_ndim dims and dtype dtype)
+ * checked and normalised into out, with fn prefixed to the error: the check of a placement
+ * argument at a public boundary. */
+dt_status dt_placements_check(const char *fn, const dt_placement *p, int n, int tensor_ndim,
+                              dt_dtype dtype, dt_placement *out);
+
 /* nplacements placements given for a mesh of mesh_ndim dims: DT_ERR_PLACEMENT unless equal.
  * what names the argument for the message. */
 dt_status dt_placement_count_check(const char *fn, const char *what, int nplacements,

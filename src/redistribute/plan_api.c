@@ -37,14 +37,8 @@ dt_status dt_plan_check_args(const char *fn, int mesh_ndim, const int *mesh_shap
     DT_CHECK(dt_shape_dtype_check(fn, ndim, shape, dtype));
     DT_ARG(src != NULL, "%s: argument src is NULL", fn);
     DT_ARG(dst != NULL, "%s: argument dst is NULL", fn);
-    memcpy(src_out, src, sizeof(dt_placement) * (size_t)mesh_ndim);
-    memcpy(dst_out, dst, sizeof(dt_placement) * (size_t)mesh_ndim);
-    dt_status st = dt_placements_normalize(src_out, mesh_ndim, ndim);
-    if (st == DT_OK) st = dt_placements_normalize(dst_out, mesh_ndim, ndim);
-    if (st != DT_OK) dt_error_prefix(fn);
-    if (st == DT_OK) st = dt_norm_partial_dtype_check(fn, src_out, mesh_ndim, dtype);
-    if (st == DT_OK) st = dt_norm_partial_dtype_check(fn, dst_out, mesh_ndim, dtype);
-    return st;
+    DT_CHECK(dt_placements_check(fn, src, mesh_ndim, ndim, dtype, src_out));
+    return dt_placements_check(fn, dst, mesh_ndim, ndim, dtype, dst_out);
 }
 
 static dt_status check_model(const char *fn, const dt_cost_model *model) {
