@@ -34,8 +34,8 @@
  * Streams: every collective, send and recv is queued on the rank's communication stream after
  * the work already queued on its compute stream, and the compute stream then waits for it:
  * calls return once the operation is queued (as NCCL calls do), and kernels queued afterwards
- * see its result. Read results on the host through dt_tensor_local_to_host, dt_tensor_full_tensor or
- * after dt_ctx_synchronize. dt_barrier is the exception: it returns once every rank of the group
+ * see its result. Read results on the host through dt_tensor_local_to_host, dt_tensor_full_tensor
+ * or after dt_ctx_synchronize. dt_barrier is the exception: it returns once every rank of the group
  * has reached it and this rank's queued communication is done. Host buffers (a plain malloc'd
  * array passed to a collective) also work: they go through device memory, and such a call
  * returns only once its result is in the host buffer.

@@ -107,8 +107,8 @@ typedef enum dt_reduction {
 } dt_reduction;
 
 /* Static arguments of dt_op_call. Zero-initialise and set what the op reads: each op reads
- * only the fields its entry in the op list (src/ops/op_list.h) names (ARG_* in brackets below), and only
- * those key dispatch's cache. */
+ * only the fields its entry in the op list (src/ops/op_list.h) names (ARG_* in brackets below), and
+ * only those key dispatch's cache. */
 typedef struct dt_op_args {
     double scalar;         /* [SCALAR] pow/add/mul_scalar: s; norms: eps (0 = 1e-5); sdpa:
                               scale (0 = 1/sqrt(D)); dropout: p; vector_norm: ord */

@@ -1,9 +1,9 @@
 /* The autograd layer: the one place that records. dt_op_call (ops) runs through the recorder
  * record.c sets, the public redistributes are record.c's, and both record nodes here over the
  * pure layers below (ops' choose and compute, redistribute's run); dt_backward walks them and
- * runs each op's backward rule, which its family file in src/ops holds (ops/grad.h). Rules are written with the library's own ops (dt_add, dt_mm, ...): the gradients
- * they return are DTensors in whatever placements dispatch gives them; they run with grad
- * mode off. */
+ * runs each op's backward rule, which its family file in src/ops holds (ops/grad.h). Rules are
+ * written with the library's own ops (dt_add, dt_mm, ...): the gradients they return are DTensors
+ * in whatever placements dispatch gives them; they run with grad mode off. */
 #ifndef DT_AUTOGRAD_IMPL_H
 #define DT_AUTOGRAD_IMPL_H
 
@@ -15,18 +15,14 @@
 #include "dtensor/tensor_impl.h"
 #include "ops/grad.h"
 
-
-
-
-
 /* What autograd keeps of a tensor (dtensor/tensor_impl.h's opaque slot), made when autograd
  * first marks the tensor and freed with it. */
 typedef struct dt_grad_slot {
-    bool requires_grad;   /* a leaf marked so, or the output of a recorded op */
-    struct dt_node *node; /* the op that made it (owned), NULL for a leaf */
-    dt_tensor *grad;      /* a leaf's accumulated gradient (owned) */
-    int grad_dtype;       /* dt_dtype + 1 its gradient is accumulated in; 0: its own */
-    unsigned sync_mark;   /* a leaf: the backward that listed it for its gradient sync */
+    bool requires_grad;           /* a leaf marked so, or the output of a recorded op */
+    struct dt_node *node;         /* the op that made it (owned), NULL for a leaf */
+    dt_tensor *grad;              /* a leaf's accumulated gradient (owned) */
+    int grad_dtype;               /* dt_dtype + 1 its gradient is accumulated in; 0: its own */
+    unsigned sync_mark;           /* a leaf: the backward that listed it for its gradient sync */
     struct dt_saved_hooks *hooks; /* a dropped saved tensor's owner (saved.h); borrowed */
 } dt_grad_slot;
 
@@ -41,9 +37,9 @@ dt_status dt_ag_make(dt_tensor *t, dt_grad_slot **out);
 /* A rank's autograd state, kept in its context's autograd slot (comm/comm_impl.h): all zero
  * is grad mode on, gradients synced, the default bucket size, no hooks and no open region. */
 typedef struct dt_autograd_state {
-    int no_grad_depth;        /* dt_no_grad_enter scopes open (records when 0) */
-    bool grad_unsynced;       /* dt_ctx_set_grad_sync(ctx, 0) */
-    size_t grad_bucket_bytes; /* dt_ctx_set_grad_bucket_bytes + 1; 0: the default */
+    int no_grad_depth;                     /* dt_no_grad_enter scopes open (records when 0) */
+    bool grad_unsynced;                    /* dt_ctx_set_grad_sync(ctx, 0) */
+    size_t grad_bucket_bytes;              /* dt_ctx_set_grad_bucket_bytes + 1; 0: the default */
     struct dt_backward_hook *backward_end; /* run once when the running backward ends */
     struct dt_ac_region *ac_region;        /* the open activation-checkpoint region, if any */
 } dt_autograd_state;
@@ -51,8 +47,6 @@ _Static_assert(sizeof(dt_autograd_state) <= DT_CTX_SLOT_BYTES, "autograd state o
 static inline dt_autograd_state *dt_autograd_of(dt_ctx *ctx) {
     return (dt_autograd_state *)dt_ctx_slot(ctx, DT_CTX_SLOT_AUTOGRAD);
 }
-
-
 
 /* Sets dt_op_call's recorder (record.c); called before the first tensor is marked, so that
  * calls on tensors that may require grad run through it. */
@@ -88,6 +82,5 @@ dt_status dt_grad_sync(dt_tensor *const *leaves, int n);
 /* A tensor's node, released with the tensor (tensor.c calls this). */
 struct dt_node;
 void dt_node_release(struct dt_node *node);
-
 
 #endif

@@ -1,8 +1,8 @@
 /* The graph and the backward walk.
  *
- * A node belongs to the tensor an op made (its autograd slot's node) and holds references to the op's
- * inputs, whose own nodes reach further back: the graph lives exactly as long as the tensors
- * that can reach it. Backward collects the tensors with nodes reachable from the root in
+ * A node belongs to the tensor an op made (its autograd slot holds it) and holds references to
+ * the op's inputs, whose own nodes reach further back: the graph lives exactly as long as the
+ * tensors that can reach it. Backward collects the tensors with nodes reachable from the root in
  * depth-first post-order (holding a reference to each), runs their rules from the root down
  * with grad mode off and adds the results into the inputs' nodes or leaves, freeing the graph
  * as it goes: a node drops its inputs as soon as its rule ran. Saved inputs whose storage an
@@ -60,6 +60,11 @@ static const char *node_name(const dt_node *node) {
 
 static dt_ctx *ctx_of(const dt_tensor *t) { return t->mesh->ctx; }
 
+/* The node that made t (NULL for a leaf or a tensor autograd never marked). */
+static dt_node *node_of(const dt_tensor *t) {
+    return dt_ag(t)->node;
+}
+
 bool dt_autograd_wants(dt_tensor *const *in, int n) {
     if (!in[0] || dt_autograd_of(ctx_of(in[0]))->no_grad_depth) return false;
     for (int i = 0; i < n; i++)
@@ -107,21 +112,24 @@ static dt_status record(dt_tensor *out, dt_node *node) {
 }
 
 int dt_node_op(const dt_tensor *t) {
-    return dt_ag(t)->node && !dt_ag(t)->node->redistribute && !dt_ag(t)->node->custom ? (int)dt_ag(t)->node->op : -1;
+    return node_of(t) && !node_of(t)->redistribute && !node_of(t)->custom ? (int)node_of(t)->op
+                                                                          : -1;
 }
 
 bool dt_node_custom(const dt_tensor *t) {
-    return dt_ag(t)->node && dt_ag(t)->node->custom;
+    return node_of(t) && node_of(t)->custom;
 }
 
 int dt_node_inputs(const dt_tensor *t, dt_tensor ***in_out, const dt_op_args **args_out) {
-    if (!dt_ag(t)->node) return 0;
-    *in_out = dt_ag(t)->node->in;
-    *args_out = &dt_ag(t)->node->args;
-    return dt_ag(t)->node->n;
+    if (!node_of(t)) return 0;
+    *in_out = node_of(t)->in;
+    *args_out = &node_of(t)->args;
+    return node_of(t)->n;
 }
 
-bool dt_node_done(const dt_tensor *t) { return dt_ag(t)->node && dt_ag(t)->node->freed; }
+bool dt_node_done(const dt_tensor *t) {
+    return node_of(t) && node_of(t)->freed;
+}
 
 dt_status dt_saved_refill(dt_tensor *t) {
     if (!t || !dt_tensor_storage_dropped(t)) return DT_OK;
@@ -223,25 +231,28 @@ static dt_status collect(walk *w, dt_tensor *root) {
     int cap = 64, top = 0;
     frame *st = malloc(sizeof *st * (size_t)cap);
     if (!st) return dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for the graph");
-    dt_ag(root)->node->mark = w->mark;
+    node_of(root)->mark = w->mark;
     st[top++] = (frame){root, 0};
     dt_status s = DT_OK;
     while (top && s == DT_OK) {
         frame *f = &st[top - 1];
-        dt_node *node = dt_ag(f->t)->node;
+        dt_node *node = node_of(f->t);
         if (f->next == node->n) {
             s = push(w, f->t);
             top--;
             continue;
         }
         dt_tensor *in = node->in[f->next++];
-        if (!in || !dt_ag(in)->node || !dt_ag(in)->requires_grad || dt_ag(in)->node->mark == w->mark) continue;
-        if (dt_ag(in)->node->freed) {
-            s = dt_error(DT_ERR_ARG, "dt_backward: the graph through %s was freed by an "
-                                     "earlier backward", node_name(dt_ag(in)->node));
+        if (!in || !node_of(in) || !dt_ag(in)->requires_grad || node_of(in)->mark == w->mark)
+            continue;
+        if (node_of(in)->freed) {
+            s = dt_error(DT_ERR_ARG,
+                         "dt_backward: the graph through %s was freed by an "
+                         "earlier backward",
+                         node_name(node_of(in)));
             break;
         }
-        dt_ag(in)->node->mark = w->mark;
+        node_of(in)->mark = w->mark;
         if (top == cap) {
             frame *g = realloc(st, sizeof *st * (size_t)(cap *= 2));
             if (!g) {
@@ -320,14 +331,15 @@ static dt_status redistribute_grad(dt_tensor *in, dt_tensor *made, dt_tensor *g,
 
 /* Runs t's rule on its accumulated gradient and passes the results on. */
 static dt_status step(dt_tensor *t) {
-    dt_node *node = dt_ag(t)->node;
+    dt_node *node = node_of(t);
     dt_tensor *g = node->grad;
     node->grad = NULL;
     if (!g) return DT_OK; /* no path from the root reached it */
     bool need[DT_GRAD_MAX_INPUTS] = {0};
     dt_tensor *gin[DT_GRAD_MAX_INPUTS] = {0};
     int any = 0;
-    for (int i = 0; i < node->n; i++) any |= need[i] = node->in[i] && dt_ag(node->in[i])->requires_grad;
+    for (int i = 0; i < node->n; i++)
+        any |= need[i] = node->in[i] && dt_ag(node->in[i])->requires_grad;
     dt_status st = DT_OK;
     /* Saved inputs whose storage was dropped after the forward come back first. */
     for (int i = 0; i < node->n && st == DT_OK && any && !node->redistribute; i++)
@@ -337,13 +349,13 @@ static dt_status step(dt_tensor *t) {
         return st;
     }
     /* A gathered parameter's owner reduces the gradient itself (FSDP: all of a unit at once). */
-    if (any && node->redistribute && !dt_ag(node->in[0])->node && dt_ag(t)->hooks && dt_ag(t)->hooks->grad_ready &&
-        !dt_autograd_of(ctx_of(t))->grad_unsynced)
+    if (any && node->redistribute && !node_of(node->in[0]) && dt_ag(t)->hooks &&
+        dt_ag(t)->hooks->grad_ready && !dt_autograd_of(ctx_of(t))->grad_unsynced)
         return dt_ag(t)->hooks->grad_ready(dt_ag(t)->hooks, t, g);
     /* A leaf's gradient passes a redistribute unmoved: the leaf's own sync (or its absence,
      * for accumulation) places it once, after every use of the leaf has added into it. Not a
      * move across meshes: that gradient must go back to the leaf's mesh. */
-    if (any && node->redistribute && !dt_ag(node->in[0])->node && node->in[0]->mesh == t->mesh)
+    if (any && node->redistribute && !node_of(node->in[0]) && node->in[0]->mesh == t->mesh)
         dt_tensor_retain(gin[0] = g);
     else if (any && node->redistribute) st = redistribute_grad(node->in[0], t, g, &gin[0]);
     else if (any && node->custom) st = node->custom(node->state, node->in, need, g, gin);
@@ -353,8 +365,10 @@ static dt_status step(dt_tensor *t) {
         dt_grad_call c = {.op = node->op, .args = &node->args, .n = node->n, .in = node->in,
                           .saved = node->saved, .nsaved = node->nsaved, .need = need, .grad = g};
         st = rule ? rule(&c, gin)
-               : dt_error(DT_ERR_UNSUPPORTED, "dt_backward: %s is a registered op: it has no "
-                                              "backward rule", dt_op_name(node->op));
+                  : dt_error(DT_ERR_UNSUPPORTED,
+                             "dt_backward: %s is a registered op: it has no "
+                             "backward rule",
+                             dt_op_name(node->op));
     }
     dt_tensor_release(g);
     for (int i = 0; i < node->n; i++) {
@@ -363,7 +377,7 @@ static dt_status step(dt_tensor *t) {
             continue;
         }
         dt_tensor *in = node->in[i];
-        st = dt_ag(in)->node ? accumulate(&dt_ag(in)->node->grad, gin[i]) : accumulate_leaf(in, gin[i]);
+        st = node_of(in) ? accumulate(&node_of(in)->grad, gin[i]) : accumulate_leaf(in, gin[i]);
     }
     return st;
 }
@@ -373,7 +387,7 @@ static dt_status step(dt_tensor *t) {
  * gradient left. Leaves that require grad are kept in leaves (retained) for the final sync:
  * their gradients may still arrive (an FSDP unit's reduce_scatter, waited for at the end). */
 static void release_node(dt_tensor *t) {
-    dt_node *node = dt_ag(t)->node;
+    dt_node *node = node_of(t);
     for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]), node->in[i] = NULL;
     for (int i = 0; i < node->nsaved; i++) dt_tensor_release(node->saved[i]), node->saved[i] = NULL;
     dt_tensor_release(node->grad), node->grad = NULL;
@@ -386,10 +400,12 @@ static void release_node(dt_tensor *t) {
  * gradients may arrive until the end (an FSDP unit's reduce_scatter, waited for there). */
 static dt_status collect_leaves(const walk *w, walk *leaves) {
     for (int k = 0; k < w->n; k++) {
-        dt_node *node = dt_ag(w->order[k])->node;
+        dt_node *node = node_of(w->order[k]);
         for (int i = 0; i < node->n; i++) {
             dt_tensor *in = node->in[i];
-            if (!in || dt_ag(in)->node || !dt_ag(in)->requires_grad || dt_ag(in)->sync_mark == leaves->mark) continue;
+            if (!in || node_of(in) || !dt_ag(in)->requires_grad ||
+                dt_ag(in)->sync_mark == leaves->mark)
+                continue;
             in->ag->sync_mark = leaves->mark; /* requires grad: it has a slot */
             DT_CHECK(push(leaves, in));
         }
@@ -419,7 +435,7 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     if (st == DT_OK) st = collect_leaves(&w, &leaves);
     if (st == DT_OK) {
         dt_tensor_retain(seed);
-        dt_ag(root)->node->grad = seed;
+        node_of(root)->grad = seed;
     }
     ag->no_grad_depth++;
     /* From the root down; each node's inputs go as soon as its rule ran. */
@@ -442,19 +458,20 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
 dt_status dt_backward_with(dt_tensor *t, dt_tensor *grad) {
     DT_TENSOR_ARG(t);
     DT_TENSOR_ARG(grad);
-    DT_ARG(dt_ag(t)->requires_grad, "dt_backward: the tensor does not require grad (no input of the "
-                             "ops that made it does)");
+    DT_ARG(dt_ag(t)->requires_grad,
+           "dt_backward: the tensor does not require grad (no input of the "
+           "ops that made it does)");
     DT_ARG(dt_mesh_equal(grad->mesh, t->mesh), "dt_backward_with: grad lives on another mesh than t");
     DT_ARG(grad->ndim == t->ndim && !memcmp(grad->shape, t->shape, sizeof(int64_t) * t->ndim),
            "dt_backward_with: grad's shape differs from t's");
     DT_ARG(grad->dtype == t->dtype, "dt_backward_with: grad is %s, t is %s",
            dt_dtype_name(grad->dtype), dt_dtype_name(t->dtype));
-    if (!dt_ag(t)->node) { /* a leaf: its gradient is grad */
+    if (!node_of(t)) { /* a leaf: its gradient is grad */
         dt_tensor_retain(grad);
         DT_CHECK(accumulate_leaf(t, grad));
         return dt_autograd_of(t->mesh->ctx)->grad_unsynced ? DT_OK : dt_grad_sync(&t, 1);
     }
-    if (dt_ag(t)->node->freed)
+    if (node_of(t)->freed)
         return dt_error(DT_ERR_ARG, "dt_backward: the graph was freed by an earlier backward");
     return backward(t, grad);
 }
@@ -480,8 +497,8 @@ dt_status dt_backward(dt_tensor *loss) {
 
 dt_status dt_tensor_set_requires_grad(dt_tensor *tensor, int requires_grad) {
     DT_TENSOR_ARG(tensor);
-    DT_ARG(!dt_ag(tensor)->node, "dt_tensor_set_requires_grad: the tensor was made by a recorded op "
-                          "(its gradient flows to that op's inputs); only leaves can be set");
+    DT_ARG(!node_of(tensor), "dt_tensor_set_requires_grad: the tensor was made by a recorded op "
+                             "(its gradient flows to that op's inputs); only leaves can be set");
     DT_ARG(!requires_grad || tensor->dtype == DT_F32 || tensor->dtype == DT_F64 ||
                tensor->dtype == DT_BF16 || tensor->dtype == DT_F16,
            "dt_tensor_set_requires_grad: a %s tensor cannot require grad (floats only)",
@@ -495,8 +512,8 @@ dt_status dt_tensor_set_requires_grad(dt_tensor *tensor, int requires_grad) {
 
 dt_status dt_tensor_set_grad_dtype(dt_tensor *tensor, dt_dtype dtype) {
     DT_TENSOR_ARG(tensor);
-    DT_ARG(!dt_ag(tensor)->node, "dt_tensor_set_grad_dtype: the tensor was made by a recorded op; only "
-                          "leaves keep gradients");
+    DT_ARG(!node_of(tensor), "dt_tensor_set_grad_dtype: the tensor was made by a recorded op; only "
+                             "leaves keep gradients");
     DT_ARG(dtype == DT_F32 || dtype == DT_F64 || dtype == DT_BF16 || dtype == DT_F16,
            "dt_tensor_set_grad_dtype: argument dtype = %s is not a float dtype",
            dt_dtype_name(dtype));
@@ -539,8 +556,8 @@ dt_status dt_no_grad_exit(dt_ctx *ctx) {
 }
 
 int dt_grad_enabled(const dt_ctx *ctx) {
-    return ctx &&
-           ((const dt_autograd_state *)dt_ctx_slot_peek(ctx, DT_CTX_SLOT_AUTOGRAD))->no_grad_depth == 0;
+    return ctx && ((const dt_autograd_state *)dt_ctx_slot_peek(ctx, DT_CTX_SLOT_AUTOGRAD))
+                          ->no_grad_depth == 0;
 }
 
 dt_status dt_ctx_set_grad_sync(dt_ctx *ctx, int sync) {

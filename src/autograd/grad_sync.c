@@ -245,7 +245,8 @@ static dt_status sync_alone(dt_tensor *leaf) {
 
 static bool placed(const dt_tensor *leaf) {
     for (int m = 0; m < leaf->mesh->ndim; m++)
-        if (!dt_placement_equal(dt_ag(leaf)->grad->placements[m], leaf->placements[m])) return false;
+        if (!dt_placement_equal(dt_ag(leaf)->grad->placements[m], leaf->placements[m]))
+            return false;
     return true;
 }
 
@@ -263,7 +264,8 @@ static int by_pos(const void *a, const void *b) {
 static int collect(dt_tensor *const *leaves, int nleaves, item *items) {
     int k = 0, n = 0;
     for (int i = 0; i < nleaves; i++)
-        if (dt_ag(leaves[i])->grad && !placed(leaves[i])) items[k++] = (item){.leaf = leaves[i], .pos = i};
+        if (dt_ag(leaves[i])->grad && !placed(leaves[i]))
+            items[k++] = (item){.leaf = leaves[i], .pos = i};
     qsort(items, (size_t)k, sizeof *items, by_leaf);
     for (int i = 0; i < k; i++)
         if (!n || items[n - 1].leaf != items[i].leaf) items[n++] = items[i];

@@ -122,8 +122,9 @@ dt_status dt_ac_begin(dt_ctx *ctx, dt_ac_mode mode, dt_ac_region **out) {
     DT_ARG_NOT_NULL(out);
     DT_ARG((unsigned)mode < DT_AC_MODE_COUNT, "dt_ac_begin: argument mode has unknown value %d",
            (int)mode);
-    DT_ARG(!dt_autograd_of(ctx)->ac_region, "dt_ac_begin: a region is already open on this rank (regions do "
-                            "not nest)");
+    DT_ARG(!dt_autograd_of(ctx)->ac_region,
+           "dt_ac_begin: a region is already open on this rank (regions do "
+           "not nest)");
     dt_ac_region *r = calloc(1, sizeof *r);
     if (!r) return dt_error(DT_ERR_NOMEM, "dt_ac_begin: out of memory");
     *r = (dt_ac_region){.hooks = {.refill = refill, .detach = detach}, .ctx = ctx, .mode = mode,
@@ -145,7 +146,8 @@ dt_status dt_ac_end(dt_ac_region *region, int nkeep, dt_tensor *const *keep) {
     int m = 0;
     for (int i = 0; i < r->n; i++) {
         dt_tensor *t = r->t[i];
-        bool kept = atomic_load(&t->refs) == 1 || dt_ag(t)->hooks || !t->owned || dt_node_custom(t) ||
+        bool kept = atomic_load(&t->refs) == 1 || dt_ag(t)->hooks || !t->owned ||
+                    dt_node_custom(t) ||
                     (r->mode == DT_AC_SELECTIVE && selective_keeps(dt_node_op(t)));
         for (int k = 0; k < nkeep && !kept; k++) kept = keep[k] == t;
         if (!kept) {

@@ -33,17 +33,21 @@ static dt_status record_call(dt_op op, dt_tensor *const *in, int n, const dt_op_
             if (used[i] && used[i] != in[i] && dt_autograd_wants(&in[i], 1))
                 st = dt_autograd_record_redistribute(in[i], used[i]);
         if (st == DT_OK) st = dt_autograd_record(op, used, n, args, o, ax, na);
-        for (int i = 0; i < n; i++) dt_tensor_release(used[i]);
+        for (int i = 0; i < n; i++)
+            dt_tensor_release(used[i]);
     }
     if (st != DT_OK) {
         dt_tensor_release(o);
-        for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
+        for (int i = 0; i < na; i++)
+            dt_tensor_release(ax[i]);
         return st;
     }
     *out = o;
     for (int i = 0; i < na; i++) {
-        if (aux) aux[i] = ax[i];
-        else dt_tensor_release(ax[i]);
+        if (aux)
+            aux[i] = ax[i];
+        else
+            dt_tensor_release(ax[i]);
     }
     return DT_OK;
 }
@@ -54,10 +58,12 @@ static void no_grad(dt_ctx *ctx, int enter) {
     dt_autograd_of(ctx)->no_grad_depth += enter ? 1 : -1;
 }
 
-static const dt_op_recorder recorder = {.call = record_call, .move = record_move,
-                                        .no_grad = no_grad};
+static const dt_op_recorder recorder = {
+    .call = record_call, .move = record_move, .no_grad = no_grad};
 
-void dt_autograd_start(void) { dt_ops_set_recorder(&recorder); }
+void dt_autograd_start(void) {
+    dt_ops_set_recorder(&recorder);
+}
 
 /* ---- redistribute ---------------------------------------------------------------------- */
 
@@ -107,8 +113,8 @@ dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_pla
     DT_CHECK(dt_redistribute_prepare("dt_tensor_redistribute_async", tensor, ndst, dst, &plan));
     /* Whether to record is decided now, in the grad mode of the call; the node is recorded on
      * the rank's own thread when the result is handed over. */
-    return dt_redistribute_submit(tensor, plan, dt_autograd_wants(&tensor, 1) ? record_at_wait : NULL,
-                                  out);
+    return dt_redistribute_submit(tensor, plan,
+                                  dt_autograd_wants(&tensor, 1) ? record_at_wait : NULL, out);
 }
 
 dt_status dt_tensor_redistribute_to(dt_tensor *tensor, dt_mesh *dst_mesh, int ndst,
@@ -130,16 +136,20 @@ static dt_status in_place(dt_op op, dt_tensor *x, dt_tensor *other) {
     /* Overwriting x would change what the graph computed from it (and x's own node or
      * other's gradient could not follow the new data): refused while recording, allowed under
      * dt_no_grad_enter, where optimizers update parameters. */
-    DT_ARG(!dt_grad_enabled(x->mesh->ctx) || (!dt_ag(x)->requires_grad && !dt_ag(other)->requires_grad),
+    DT_ARG(!dt_grad_enabled(x->mesh->ctx) ||
+               (!dt_ag(x)->requires_grad && !dt_ag(other)->requires_grad),
            "%s_: %s requires grad and grad mode is on; update it inside dt_no_grad_enter / "
-           "dt_no_grad_exit", dt_op_name(op), dt_ag(x)->requires_grad ? "x" : "other");
+           "dt_no_grad_exit",
+           dt_op_name(op), dt_ag(x)->requires_grad ? "x" : "other");
     dt_tensor *r;
     dt_tensor *in[2] = {x, other};
     DT_CHECK(dt_op_call(op, in, 2, NULL, &r));
     if (r->ndim != x->ndim || memcmp(r->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim)) {
         dt_tensor_release(r);
-        return dt_error(DT_ERR_SHAPE, "%s_: the result's shape differs from the input's (the "
-                                      "other input broadcasts it)", dt_op_name(op));
+        return dt_error(DT_ERR_SHAPE,
+                        "%s_: the result's shape differs from the input's (the "
+                        "other input broadcasts it)",
+                        dt_op_name(op));
     }
     int same = 1;
     for (int m = 0; m < x->mesh->ndim; m++)
@@ -166,5 +176,9 @@ static dt_status in_place(dt_op op, dt_tensor *x, dt_tensor *other) {
     return DT_OK;
 }
 
-dt_status dt_add_(dt_tensor *x, dt_tensor *other) { return in_place(DT_OP_ADD, x, other); }
-dt_status dt_mul_(dt_tensor *x, dt_tensor *other) { return in_place(DT_OP_MUL, x, other); }
+dt_status dt_add_(dt_tensor *x, dt_tensor *other) {
+    return in_place(DT_OP_ADD, x, other);
+}
+dt_status dt_mul_(dt_tensor *x, dt_tensor *other) {
+    return in_place(DT_OP_MUL, x, other);
+}

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint/json.h"
 #include "checkpoint/meta.h"
 #include "checkpoint/safetensors.h"
-#include "checkpoint/json.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "core/text.h"

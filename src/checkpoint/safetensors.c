@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint/safetensors.h"
 #include "checkpoint/json.h"
+#include "checkpoint/safetensors.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "core/text.h"

@@ -35,8 +35,10 @@ dt_status dt_request_wait(dt_request *request, dt_tensor **out) {
     dt_status st = dt_completion_wait(&request->done);
     if (st == DT_OK && request->finish) st = request->finish(request);
     /* The result is whatever the work made (a redistribute's tensor); comm only hands it on. */
-    if (st == DT_OK && out) *out = (dt_tensor *)request->out;
-    else if (request->out) request->out_release(request->out);
+    if (st == DT_OK && out)
+        *out = (dt_tensor *)request->out;
+    else if (request->out)
+        request->out_release(request->out);
     request->destroy(request);
     return st;
 }

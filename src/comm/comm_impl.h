@@ -8,9 +8,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dtensor/comm.h"
 #include "core/box.h"
 #include "core/device.h"
+#include "dtensor/comm.h"
 #include "dtensor/device.h"
 #include "trace/trace_impl.h"
 
@@ -140,7 +140,7 @@ struct dt_ctx {
     dt_comm_stats stats;
     dt_worker *worker;        /* this rank's communication thread, made on first async call */
     struct dt_trace *trace;   /* the trace layer's recorder (trace/trace.h); NULL when off */
-    dt_rank_device dev;        /* the compute device and its GPU state (core/device.h) */
+    dt_rank_device dev;       /* the compute device and its GPU state (core/device.h) */
     int check_collectives;     /* DT_DEBUG_COLLECTIVES=1 on a backend that does not by itself */
     _Alignas(16) unsigned char slots[DT_CTX_SLOT_COUNT][DT_CTX_SLOT_BYTES];
 };
@@ -149,7 +149,9 @@ struct dt_ctx {
 #define dt_trace_record(ctx, ...) dt_trace_add((ctx)->trace, __VA_ARGS__)
 
 /* The bytes a layer above keeps in ctx (zero until that layer writes them). */
-static inline void *dt_ctx_slot(dt_ctx *ctx, dt_ctx_slot_id id) { return ctx->slots[id]; }
+static inline void *dt_ctx_slot(dt_ctx *ctx, dt_ctx_slot_id id) {
+    return ctx->slots[id];
+}
 static inline const void *dt_ctx_slot_peek(const dt_ctx *ctx, dt_ctx_slot_id id) {
     return ctx->slots[id];
 }

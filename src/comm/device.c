@@ -59,7 +59,9 @@ static dt_status set_cuda(dt_ctx *ctx, int index) {
 dt_status dt_ctx_set_device(dt_ctx *ctx, dt_device device) {
     DT_ARG_NOT_NULL(ctx);
     switch (device.kind) {
-    case DT_DEVICE_CPU: ctx->dev.device = (dt_device){DT_DEVICE_CPU, 0}; return DT_OK;
+    case DT_DEVICE_CPU:
+        ctx->dev.device = (dt_device){DT_DEVICE_CPU, 0};
+        return DT_OK;
     case DT_DEVICE_CUDA:
 #if DT_HAVE_CUDA
         return set_cuda(ctx, device.index);

@@ -13,8 +13,8 @@ struct dt_request {
     dt_status (*finish)(dt_request *r); /* nullable: on the waiting thread, before out is
                                            handed over (autograd records a redistribute's
                                            node there) */
-    void *out;                        /* the result, when the work makes one (opaque here) */
-    void (*out_release)(void *out);   /* frees a result nobody takes (set with out) */
+    void *out;                          /* the result, when the work makes one (opaque here) */
+    void (*out_release)(void *out);     /* frees a result nobody takes (set with out) */
 };
 
 /* Queues r (its run and destroy set) on ctx's communication thread, started when needed. On

@@ -120,8 +120,10 @@ dt_status dt_tensor_full_tensor(dt_tensor *tensor, void *out, size_t out_bytes) 
     size_t es = dt_dtype_size(tensor->dtype), numel = dt_shape_numel(tensor->shape, tensor->ndim);
     DT_ARG(out != NULL || numel == 0, "dt_tensor_full_tensor: argument out is NULL");
     if (out_bytes < numel * es)
-        return dt_error(DT_ERR_SIZE, "dt_tensor_full_tensor: out_bytes = %zu is less than the %zu bytes "
-                                     "of the full tensor", out_bytes, numel * es);
+        return dt_error(DT_ERR_SIZE,
+                        "dt_tensor_full_tensor: out_bytes = %zu is less than the %zu bytes "
+                        "of the full tensor",
+                        out_bytes, numel * es);
     size_t local_bytes = tensor->local_numel * es;
     int partial = 0;
     for (int m = 0; m < mesh->ndim; m++) partial |= tensor->placements[m].kind == DT_PLACEMENT_PARTIAL;

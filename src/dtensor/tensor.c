@@ -63,7 +63,9 @@ typedef struct live_counts {
 } live_counts;
 _Static_assert(sizeof(live_counts) <= DT_CTX_SLOT_BYTES, "live counts outgrew their slot");
 
-static live_counts *live_of(dt_ctx *ctx) { return dt_ctx_slot(ctx, DT_CTX_SLOT_DTENSOR); }
+static live_counts *live_of(dt_ctx *ctx) {
+    return dt_ctx_slot(ctx, DT_CTX_SLOT_DTENSOR);
+}
 
 static void count_bytes(dt_ctx *ctx, long long bytes) {
     long long now = atomic_fetch_add(&live_of(ctx)->bytes, bytes) + bytes;
@@ -184,8 +186,7 @@ dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t
     dt_placement norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_spec_check("dt_tensor_zeros", mesh, dtype, ndim, shape, nplacements,
                            placements, norm));
-    return dt_tensor_new(mesh, mesh->ctx->dev.device, dtype, ndim, shape, norm, NULL, true,
-                         out);
+    return dt_tensor_new(mesh, mesh->ctx->dev.device, dtype, ndim, shape, norm, NULL, true, out);
 }
 
 dt_status dt_tensor_retain(dt_tensor *tensor) {
@@ -236,13 +237,15 @@ static void shell_free(dt_tensor *t) {
 
 static _Atomic(dt_tensor_slot_free_fn) slot_free;
 
-void dt_tensor_slot_hook(dt_tensor_slot_free_fn fn) { atomic_store(&slot_free, fn); }
+void dt_tensor_slot_hook(dt_tensor_slot_free_fn fn) {
+    atomic_store(&slot_free, fn);
+}
 
 dt_status dt_tensor_release(dt_tensor *tensor) {
     if (!tensor) return DT_OK;
     DT_CHECK(dt_tensor_check("dt_tensor_release", "tensor", tensor));
     if (atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
-    if (tensor->ag) atomic_load(&slot_free)(tensor, tensor->ag);
+    if (tensor->ag) atomic_load (&slot_free)(tensor, tensor->ag);
     count_live(tensor, -1);
     if (tensor->owned) dt_tensor_mem(tensor)->free(tensor->data);
     dt_mesh_release(tensor->mesh);
@@ -443,9 +446,11 @@ dt_status dt_tensor_to_device(dt_tensor *tensor, dt_device device, dt_tensor **o
                                                       : "not a device kind");
     dt_ctx *ctx = tensor->mesh->ctx;
     if (device.kind == DT_DEVICE_CUDA && (!ctx->dev.cuda || ctx->dev.device.index != device.index))
-        return dt_error(DT_ERR_DEVICE, "dt_tensor_to_device: argument device is CUDA device %d, "
-                                       "but this rank works on %s %d (dt_ctx_set_device)",
-                        device.index, dt_mem_ops_of(ctx->dev.device.kind)->name, ctx->dev.device.index);
+        return dt_error(DT_ERR_DEVICE,
+                        "dt_tensor_to_device: argument device is CUDA device %d, "
+                        "but this rank works on %s %d (dt_ctx_set_device)",
+                        device.index, dt_mem_ops_of(ctx->dev.device.kind)->name,
+                        ctx->dev.device.index);
     if (device.kind == DT_DEVICE_CPU) device.index = 0;
     dt_ctx_bind(ctx);
     dt_tensor *t;

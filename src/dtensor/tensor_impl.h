@@ -43,7 +43,9 @@ typedef void (*dt_tensor_slot_free_fn)(dt_tensor *t, struct dt_grad_slot *slot);
 void dt_tensor_slot_hook(dt_tensor_slot_free_fn fn);
 
 /* Whether t's storage was dropped (dt_tensor_storage_drop) and not yet refilled. */
-static inline bool dt_tensor_storage_dropped(const dt_tensor *t) { return t->dropped; }
+static inline bool dt_tensor_storage_dropped(const dt_tensor *t) {
+    return t->dropped;
+}
 
 /* Frees t's owned storage and marks it dropped (its spec, node and references stay): live
  * bytes fall by its size. A dropped tensor is not an op's input until it is refilled. */

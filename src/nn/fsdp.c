@@ -179,7 +179,8 @@ static dt_status new_full(unit *u) {
 static dt_status prefetch(dt_fsdp *f, int j, bool backward) {
     if (!f->opt.prefetch || j < 0 || j >= f->n || f->u[j]->gather) return DT_OK;
     unit *v = f->u[j];
-    if (backward && (!v->full[0] || !dt_tensor_storage_dropped(v->full[0]) || v->ngrad)) return DT_OK;
+    if (backward && (!v->full[0] || !dt_tensor_storage_dropped(v->full[0]) || v->ngrad))
+        return DT_OK;
     DT_CHECK(gather_start(v));
     f->stats.prefetches++;
     if (backward) f->stats.backward_gathers++;
@@ -291,7 +292,8 @@ static dt_status reduce_finish(unit *u) {
             g = st == DT_OK ? sum : NULL;
             if (st == DT_OK) dt_tensor_release(ws->grad);
         }
-        if (st == DT_OK) ws->grad = g;
+        if (st == DT_OK)
+            ws->grad = g;
         else dt_tensor_release(g);
     }
     reduce_free(u);
@@ -457,7 +459,8 @@ dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *
         DT_ARG(w->mesh == fsdp->mesh, "dt_fsdp_add_unit: params[%d] lives on another mesh", p);
         DT_ARG(!dt_ag(w)->node && w->placements[dp].kind == DT_PLACEMENT_SHARD,
                "dt_fsdp_add_unit: params[%d] is not a leaf sharded over mesh dim %d (give it "
-               "dt_fsdp_shard_param's result)", p, dp);
+               "dt_fsdp_shard_param's result)",
+               p, dp);
         if (dt_ag(w)->grad_dtype)
             return dt_error(DT_ERR_UNSUPPORTED, "dt_fsdp_add_unit: params[%d] keeps its gradient "
                                                 "in another dtype (dt_tensor_set_grad_dtype): "

@@ -214,7 +214,6 @@ dt_status dt_view(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out)
     return dt_op_call(DT_OP_VIEW, &x, 1, &a, out);
 }
 
-
 dt_status dt_cat(dt_tensor *const *xs, int n, int dim, dt_tensor **out) {
     dt_op_args a = {.dim = dim};
     return dt_op_call(DT_OP_CAT, xs, n, &a, out);

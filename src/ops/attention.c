@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "ops/kernel_args.h"
 #include "ops/grad.h"
+#include "ops/kernel_args.h"
 #include "ops/op_impl.h"
 
 static dt_status infer_forward(const op_input *in, op_out *out) {
@@ -159,7 +159,6 @@ const op_family dt_family_attention = {
 
 /* ---- backward rules ------------------------------------------------------------------ */
 
-
 /* From the log-sum-exp the forward saved: one scaled_dot_product_attention_backward call,
  * sharded as the forward was (batch or heads), rebuilds P = exp(q k^T * scale - lse) a kv
  * head at a time and returns dq, dk and dv; no softmax pass and no (..., Tq, Tk) tensor. */
@@ -172,8 +171,10 @@ dt_status dt_grad_sdpa(const dt_grad_call *c, dt_tensor **gin) {
     if (st != DT_OK) return st;
     g[1] = aux[0], g[2] = aux[1];
     for (int i = 0; i < 3; i++) {
-        if (c->need[i]) gin[i] = g[i];
-        else dt_tensor_release(g[i]);
+        if (c->need[i])
+            gin[i] = g[i];
+        else
+            dt_tensor_release(g[i]);
     }
     return DT_OK;
 }

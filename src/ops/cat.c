@@ -80,12 +80,13 @@ const op_family dt_family_cat = {
 
 /* ---- backward rules ------------------------------------------------------------------ */
 
-
 /* The gradients of the inputs that want one, from pieces (n new tensors, consumed). */
 static void keep_needed(const dt_grad_call *c, dt_tensor **pieces, dt_tensor **gin) {
     for (int i = 0; i < c->n; i++) {
-        if (c->need[i]) gin[i] = pieces[i];
-        else dt_tensor_release(pieces[i]);
+        if (c->need[i])
+            gin[i] = pieces[i];
+        else
+            dt_tensor_release(pieces[i]);
     }
 }
 
@@ -94,7 +95,8 @@ dt_status dt_grad_cat(const dt_grad_call *c, dt_tensor **gin) {
     int d = dt_norm_dim(c->args->dim, IN(0)->ndim);
     int64_t sizes[DT_GRAD_MAX_INPUTS];
     dt_tensor *pieces[DT_GRAD_MAX_INPUTS];
-    for (int i = 0; i < c->n; i++) sizes[i] = IN(i)->shape[d];
+    for (int i = 0; i < c->n; i++)
+        sizes[i] = IN(i)->shape[d];
     DT_CHECK(dt_split(c->grad, d, sizes, c->n, pieces));
     keep_needed(c, pieces, gin);
     return DT_OK;

@@ -117,10 +117,10 @@ static dt_status target_logprob_parallel(dt_tensor *logits, dt_tensor *target, d
     /* The row max only shifts the exponentials: the loss does not depend on it, so it is
      * taken without grad (as torch's logsumexp detaches it) and its backward costs nothing. */
     dt_ctx *ctx = logits->mesh->ctx;
-    dt_ops_no_grad(ctx, 1);
+    int quiet = dt_ops_no_grad_enter(ctx);
     dt_status st = dt_op_call(DT_OP_AMAX, &logits, 1, &row, &mp); /* (N,1,d..) P(max) */
     if (st == DT_OK) st = reduced(mp, &m);                         /* all_reduce(max) */
-    dt_ops_no_grad(ctx, 0);
+    dt_ops_no_grad_exit(ctx, quiet);
     if (st == DT_OK) st = call2(DT_OP_SUB, logits, m, &z);
     if (st == DT_OK) st = call1(DT_OP_EXP, z, NULL, &e);
     if (st == DT_OK) st = call1(DT_OP_SUM, e, &row, &sp);          /* P(sum) */

@@ -294,7 +294,8 @@ dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op
         st = compute_local(op, f, use, n, a, o, ax, na);
     }
     if (st != DT_OK) {
-        for (int i = 0; i < n; i++) dt_tensor_release(moved[i]);
+        for (int i = 0; i < n; i++)
+            dt_tensor_release(moved[i]);
         dt_tensor_release(o);
         for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
         return st;
@@ -303,12 +304,16 @@ dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op
     /* The inputs as the kernel used them: an input that was moved is handed over (the
      * caller's autograd records the move), the others are passed back retained. */
     for (int i = 0; i < n; i++) {
-        if (used && moved[i]) used[i] = moved[i];
-        else if (used) used[i] = in[i] ? (dt_tensor_retain(in[i]), in[i]) : NULL;
-        else dt_tensor_release(moved[i]);
+        if (used && moved[i])
+            used[i] = moved[i];
+        else if (used)
+            used[i] = in[i] ? (dt_tensor_retain(in[i]), in[i]) : NULL;
+        else
+            dt_tensor_release(moved[i]);
     }
     *out = o;
-    for (int i = 0; i < na; i++) aux[i] = ax[i];
+    for (int i = 0; i < na; i++)
+        aux[i] = ax[i];
     *naux = na;
     return DT_OK;
 }
@@ -317,23 +322,32 @@ dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op
 
 static _Atomic(const dt_op_recorder *) recorder;
 
-void dt_ops_set_recorder(const dt_op_recorder *r) { atomic_store(&recorder, r); }
+void dt_ops_set_recorder(const dt_op_recorder *r) {
+    atomic_store(&recorder, r);
+}
 
 dt_status dt_ops_move(dt_tensor *x, const dt_placement *dst, dt_tensor **out) {
     const dt_op_recorder *rec = atomic_load_explicit(&recorder, memory_order_acquire);
     return rec ? rec->move(x, dst, out) : dt_redistribute_run(x, dst, out);
 }
 
-void dt_ops_no_grad(dt_ctx *ctx, int enter) {
+int dt_ops_no_grad_enter(dt_ctx *ctx) {
     const dt_op_recorder *rec = atomic_load_explicit(&recorder, memory_order_acquire);
-    if (rec) rec->no_grad(ctx, enter);
+    if (rec) rec->no_grad(ctx, 1);
+    return rec != NULL;
+}
+
+void dt_ops_no_grad_exit(dt_ctx *ctx, int entered) {
+    const dt_op_recorder *rec = atomic_load_explicit(&recorder, memory_order_acquire);
+    if (entered) rec->no_grad(ctx, 0); /* set once, never unset */
 }
 
 static dt_status call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                       dt_tensor **out, dt_tensor **aux) {
     DT_CHECK(dt_dispatch_check(op, in, n));
     DT_ARG(out != NULL, "%s: argument out is NULL", dt_op_name(op));
-    if (dt_op_family(op)->composite) return dt_composite_run(op, in, n, args ? args : &no_args, out);
+    if (dt_op_family(op)->composite)
+        return dt_composite_run(op, in, n, args ? args : &no_args, out);
     const dt_op_recorder *rec = atomic_load_explicit(&recorder, memory_order_acquire);
     if (rec) return rec->call(op, in, n, args, out, aux);
     /* No tensor was ever marked for autograd: nothing can record. */
@@ -343,8 +357,10 @@ static dt_status call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a
     DT_CHECK(dt_dispatch_choose(op, in, n, args, &choice));
     DT_CHECK(dt_dispatch_compute(op, in, n, args, choice, aux != NULL, NULL, out, ax, &na));
     for (int i = 0; i < na; i++) {
-        if (aux) aux[i] = ax[i];
-        else dt_tensor_release(ax[i]);
+        if (aux)
+            aux[i] = ax[i];
+        else
+            dt_tensor_release(ax[i]);
     }
     return DT_OK;
 }
@@ -379,7 +395,8 @@ dt_status dt_dispatch_run(dt_op op, dt_tensor *const *in, int n, const dt_op_arg
     DT_CHECK(dt_dispatch_check(op, in, n));
     DT_CHECK(dt_dispatch_choose(op, in, n, args, &choice));
     DT_CHECK(dt_dispatch_compute(op, in, n, args, choice, 0, NULL, out, ax, &na));
-    for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
+    for (int i = 0; i < na; i++)
+        dt_tensor_release(ax[i]);
     return DT_OK;
 }
 

@@ -84,7 +84,8 @@ static int seq_sharded(const dt_tensor *idx) {
 dt_status dt_grad_embedding(const dt_grad_call *c, dt_tensor **gin) {
     dt_tensor *w = IN(0), *idx = IN(1), *g = c->grad, *it = NULL, *gt = NULL;
     int64_t N = 1, E = w->shape[1];
-    for (int d = 0; d < idx->ndim; d++) N *= idx->shape[d];
+    for (int d = 0; d < idx->ndim; d++)
+        N *= idx->shape[d];
     int64_t col[2] = {N, 1}, rows[2] = {N, E};
     dt_tensor *i2 = NULL, *g2 = NULL;
     dt_status st = DT_OK;
@@ -99,7 +100,6 @@ dt_status dt_grad_embedding(const dt_grad_call *c, dt_tensor **gin) {
     dt_tensor_release(i2), dt_tensor_release(g2), dt_tensor_release(it), dt_tensor_release(gt);
     return st;
 }
-
 
 /* pick(logits (..., C), target (...)): the gradient is g at each row's target class and 0
  * elsewhere, where(one_hot(target, C), g[..., None], 0). It is the logits' size, as the

@@ -26,15 +26,18 @@ dt_status dt_grad_sum_to(dt_tensor *g, int ndim, const int64_t *shape, dt_tensor
 
 dt_status dt_grad_none(const dt_grad_call *c, dt_tensor **gin) {
     (void)gin;
-    return dt_error(DT_ERR_UNSUPPORTED, "dt_backward: %s has no derivative (its output is an "
-                                        "index or a comparison); detach its input or leave it "
-                                        "out of the loss", dt_op_name(c->op));
+    return dt_error(DT_ERR_UNSUPPORTED,
+                    "dt_backward: %s has no derivative (its output is an "
+                    "index or a comparison); detach its input or leave it "
+                    "out of the loss",
+                    dt_op_name(c->op));
 }
 
 dt_status dt_grad_through(const dt_grad_call *c, dt_tensor **gin) {
     (void)gin;
-    return dt_error(DT_ERR_UNSUPPORTED, "dt_backward: %s is differentiated through the ops it "
-                                        "is built from; it records no node of its own",
+    return dt_error(DT_ERR_UNSUPPORTED,
+                    "dt_backward: %s is differentiated through the ops it "
+                    "is built from; it records no node of its own",
                     dt_op_name(c->op));
 }
 

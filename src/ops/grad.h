@@ -23,11 +23,11 @@ typedef struct dt_grad_call {
     dt_op op;
     const dt_op_args *args;
     int n;
-    dt_tensor *const *in;  /* the forward's inputs, as they were (NULL where optional and absent) */
+    dt_tensor *const *in; /* the forward's inputs, as they were (NULL where optional and absent) */
     dt_tensor *const *saved; /* the forward's other outputs (attention's log-sum-exp) */
     int nsaved;
-    const bool *need;      /* need[i]: input i wants a gradient */
-    dt_tensor *grad;       /* the gradient of the output (the output's shape) */
+    const bool *need; /* need[i]: input i wants a gradient */
+    dt_tensor *grad;  /* the gradient of the output (the output's shape) */
 } dt_grad_call;
 
 /* Sets in_grad[i] (a new tensor of input i's shape, any placements) for every i with need[i];
@@ -59,7 +59,8 @@ dt_status dt_grad_sum_to(dt_tensor *g, int ndim, const int64_t *shape, dt_tensor
     } while (0)
 
 static inline void dt_grad_release_all(dt_tensor **t, int n) {
-    for (int i = 0; i < n; i++) dt_tensor_release(t[i]), t[i] = NULL;
+    for (int i = 0; i < n; i++)
+        dt_tensor_release(t[i]), t[i] = NULL;
 }
 
 /* On failure the rule returns no gradient at all. */

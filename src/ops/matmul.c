@@ -152,14 +152,15 @@ static dt_status swap_last(dt_tensor *x, dt_tensor **out) {
 
 /* The product the forward used: bmm keeps its 3-D contract, matmul (and addmm's mm) its own. */
 static dt_status product(dt_op op, dt_tensor *x, dt_tensor *y, dt_tensor **out) {
-    return op == DT_OP_BMM ? dt_bmm(x, y, out) : op == DT_OP_ADDMM ? dt_mm(x, y, out)
-                                                                   : dt_matmul(x, y, out);
+    return op == DT_OP_BMM     ? dt_bmm(x, y, out)
+           : op == DT_OP_ADDMM ? dt_mm(x, y, out)
+                               : dt_matmul(x, y, out);
 }
 
 /* a (..., M, K) @ b (..., K, N) = out (batch..., M, N), g of out's shape:
  * ga = sum_to(g @ b^T, a), gb = sum_to(a^T @ g, b). want[0], want[1] say which. */
-static dt_status matmul_grads(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor *g,
-                              const bool *want, dt_tensor **ga, dt_tensor **gb) {
+static dt_status matmul_grads(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor *g, const bool *want,
+                              dt_tensor **ga, dt_tensor **gb) {
     dt_tensor *t = NULL, *p = NULL, *r[2] = {0};
     dt_tensor *const op_of[2] = {b, a};
     dt_status st = DT_OK;
@@ -179,7 +180,6 @@ static dt_status matmul_grads(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor *g
     *ga = r[0], *gb = r[1];
     return DT_OK;
 }
-
 
 /* a (M, K) @ b (K, N): ga = g b^T, gb = a^T g. */
 dt_status dt_grad_mm(const dt_grad_call *c, dt_tensor **gin) {
@@ -207,7 +207,8 @@ dt_status dt_grad_linear(const dt_grad_call *c, dt_tensor **gin) {
     dt_status st = DT_OK;
     if (c->need[0]) st = dt_matmul(g, w, &gin[0]);
     int64_t rows = 1;
-    for (int d = 0; d + 1 < x->ndim; d++) rows *= x->shape[d];
+    for (int d = 0; d + 1 < x->ndim; d++)
+        rows *= x->shape[d];
     int64_t gshape[2] = {rows, w->shape[0]}, xshape[2] = {rows, w->shape[1]};
     if (st == DT_OK && c->need[1] && seq_sharded(x)) {
         dt_tensor *gt = NULL, *p = NULL;
@@ -226,7 +227,8 @@ dt_status dt_grad_linear(const dt_grad_call *c, dt_tensor **gin) {
     }
     if (st == DT_OK && c->n > 2 && c->need[2]) st = dt_grad_sum_to(g, 1, &w->shape[0], &gin[2]);
     if (st != DT_OK)
-        for (int i = 0; i < 3; i++) dt_tensor_release(gin[i]), gin[i] = NULL;
+        for (int i = 0; i < 3; i++)
+            dt_tensor_release(gin[i]), gin[i] = NULL;
     return st;
 }
 
@@ -235,7 +237,9 @@ dt_status dt_grad_bmm(const dt_grad_call *c, dt_tensor **gin) {
 }
 
 /* matmul's operands are at least 2-D (the forward refuses 1-D ones), so bmm's rule serves. */
-dt_status dt_grad_matmul(const dt_grad_call *c, dt_tensor **gin) { return dt_grad_bmm(c, gin); }
+dt_status dt_grad_matmul(const dt_grad_call *c, dt_tensor **gin) {
+    return dt_grad_bmm(c, gin);
+}
 
 /* bias + a @ b, bias broadcast to (M, N): gbias = g summed to bias's shape. */
 dt_status dt_grad_addmm(const dt_grad_call *c, dt_tensor **gin) {

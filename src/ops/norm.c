@@ -117,7 +117,6 @@ const op_family dt_family_norm = {
 
 /* ---- backward rules ------------------------------------------------------------------ */
 
-
 /* Over the last k dims, xc = x - mean(x) (x for rms), rstd = 1 / sqrt(mean(xc^2) + eps),
  * xhat = xc rstd, y = xhat w + b. With h = g w:
  *   gx = rstd (h - mean(h) - xhat mean(h xhat))   (no mean(h) term for rms)
@@ -126,7 +125,8 @@ static dt_status norm_rule(const dt_grad_call *c, int rms, dt_tensor **gin) {
     dt_tensor *x = IN(0), *w = c->n > 1 ? IN(1) : NULL, *b = c->n > 2 ? IN(2) : NULL;
     int k = c->args->ndims > 0 ? c->args->ndims : w ? w->ndim : b ? b->ndim : 1;
     int dims[DT_MAX_NDIM];
-    for (int i = 0; i < k; i++) dims[i] = x->ndim - k + i;
+    for (int i = 0; i < k; i++)
+        dims[i] = x->ndim - k + i;
     double eps = c->args->scalar > 0 ? c->args->scalar : 1e-5;
     enum { MU, XC, SQ, VAR, VE, RSTD, XHAT, H, HX, M2, XM2, A, M1, A2, GX, N };
     dt_tensor *t[N] = {0};
@@ -171,7 +171,6 @@ static dt_status norm_rule(const dt_grad_call *c, int rms, dt_tensor **gin) {
     dt_grad_release_all(t, N);
     return dt_grad_finish(c, gin, st);
 }
-
 
 /* y = softmax(x): gx = y (g - sum(g y)) along dim. */
 dt_status dt_grad_softmax(const dt_grad_call *c, dt_tensor **gin) {

@@ -6,11 +6,11 @@
 
 #include <stdbool.h>
 
-#include "dtensor/ops.h"
-#include "ops/op_list.h"
 #include "core/device.h"
+#include "dtensor/ops.h"
 #include "dtensor/tensor_impl.h"
 #include "ops/kernels.h"
+#include "ops/op_list.h"
 
 #define DT_OP_MAX_INPUTS 5
 #define DT_OP_MAX_AUX 2 /* outputs besides the first */
@@ -156,9 +156,11 @@ typedef struct dt_op_recorder {
 } dt_op_recorder;
 void dt_ops_set_recorder(const dt_op_recorder *r);
 /* For ops' own composites and helpers: a move and a no-grad scope, through the recorder when
- * one is set (dispatch.c). */
+ * one is set (dispatch.c). enter returns what exit takes: whether it opened a scope (another
+ * rank may set the recorder between the two). */
 dt_status dt_ops_move(dt_tensor *x, const dt_placement *dst, dt_tensor **out);
-void dt_ops_no_grad(dt_ctx *ctx, int enter);
+int dt_ops_no_grad_enter(dt_ctx *ctx);
+void dt_ops_no_grad_exit(dt_ctx *ctx, int entered);
 
 /* Runs a composite op (its family is dt_family_composite) from its constituent ops, each
  * called through dt_op_call (composite.c). */

@@ -80,8 +80,8 @@
     X(LINEAR, "linear", matmul, 2, 3, matmul, 0, dt_linear, linear)                                \
     X(ARGMAX, "argmax", reduce, 1, 1, arg_reduce, ARG_DIM | ARG_KEEPDIM, dt_argmax, none)          \
     X(ARGMIN, "argmin", reduce, 1, 1, arg_reduce, ARG_DIM | ARG_KEEPDIM, dt_argmin, none)          \
-    X(LAYER_NORM, "layer_norm", norm, 1, 3, layer_norm, ARG_SCALAR | ARG_DIMS,                     \
-      dt_layer_norm, layer_norm)                                                                   \
+    X(LAYER_NORM, "layer_norm", norm, 1, 3, layer_norm, ARG_SCALAR | ARG_DIMS, dt_layer_norm,      \
+      layer_norm)                                                                                  \
     X(RMS_NORM, "rms_norm", norm, 1, 2, layer_norm, ARG_SCALAR | ARG_DIMS, dt_rms_norm, rms_norm)  \
     X(CROSS_ENTROPY, "cross_entropy", composite, 2, 2, none,                                       \
       ARG_REDUCTION | ARG_IGNORE | ARG_LABEL_SMOOTHING, dt_cross_entropy, through)                 \
@@ -103,7 +103,7 @@
 /* Model-code ops, wrappers written by hand in ops.h (src/ops/api_nn.c, api.c). */
 #define DT_OP_NN_LIST(X)                                                                           \
     X(ROPE, "rope", rope, 3, 3, rope, 0, dt_rope, rope)                                            \
-    X(DROPOUT, "dropout", dropout, 1, 1, dropout, ARG_SCALAR | ARG_SEED, dt_dropout, dropout)    \
+    X(DROPOUT, "dropout", dropout, 1, 1, dropout, ARG_SCALAR | ARG_SEED, dt_dropout, dropout)      \
     X(SDPA_BACKWARD, "scaled_dot_product_attention_backward", attention, 5, 5, sdpa_backward,      \
       ARG_SCALAR | ARG_CAUSAL, dt_sdpa_backward, none)
 
@@ -137,13 +137,13 @@
 
 /* Scatter (hand-written wrappers): the adjoint of gather, the gradient of gather, embedding. */
 #define DT_OP_SCATTER_LIST(X)                                                                      \
-    X(SCATTER_ADD, "scatter_add", scatter, 2, 2, scatter_add, ARG_DIM | ARG_SHAPE,                 \
-      dt_scatter_add, scatter_add)
+    X(SCATTER_ADD, "scatter_add", scatter, 2, 2, scatter_add, ARG_DIM | ARG_SHAPE, dt_scatter_add, \
+      scatter_add)
 
 #define DT_OP_LIST(X)                                                                              \
-    DT_OP_BINARY_LIST(X) DT_OP_UNARY_LIST(X) DT_OP_SCALAR_LIST(X) DT_OP_REDUCE_LIST(X)             \
-    DT_OP_DIM_LIST(X) DT_OP_OTHER_LIST(X) DT_OP_COMPOSE_LIST(X) DT_OP_NN_LIST(X)                   \
-    DT_OP_INDEX_LIST(X) DT_OP_NORM_LIST(X) DT_OP_COMPARE_LIST(X) DT_OP_SIGN_LIST(X)               \
-    DT_OP_SCATTER_LIST(X)
+    DT_OP_BINARY_LIST(X)                                                                           \
+    DT_OP_UNARY_LIST(X) DT_OP_SCALAR_LIST(X) DT_OP_REDUCE_LIST(X) DT_OP_DIM_LIST(X)                \
+        DT_OP_OTHER_LIST(X) DT_OP_COMPOSE_LIST(X) DT_OP_NN_LIST(X) DT_OP_INDEX_LIST(X)             \
+            DT_OP_NORM_LIST(X) DT_OP_COMPARE_LIST(X) DT_OP_SIGN_LIST(X) DT_OP_SCATTER_LIST(X)
 
 #endif

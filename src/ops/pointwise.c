@@ -163,7 +163,6 @@ static dt_status product(dt_tensor *x, dt_tensor *y, int negate, dt_tensor **out
     return st;
 }
 
-
 /* The share of the gradient input i of maximum (strict gt, loose ge) or minimum (lt, le)
  * gets: 1 where it is strictly the extremum, 1/2 where the two tie, 0 elsewhere (and where
  * either is NaN). */
@@ -184,7 +183,6 @@ static dt_status extremum(const dt_grad_call *c, chain_fn2 strict, chain_fn2 loo
     }
     return chain_end(&ch, 2, res, gin);
 }
-
 
 /* in_grad[0] = g * d (d: the derivative at x, made on ch). */
 static dt_status times_grad(const dt_grad_call *c, chain *ch, dt_tensor *d, dt_tensor **gin) {
@@ -245,7 +243,9 @@ dt_status dt_grad_div(const dt_grad_call *c, dt_tensor **gin) {
     return st;
 }
 
-dt_status dt_grad_neg(const dt_grad_call *c, dt_tensor **gin) { return dt_neg(c->grad, &gin[0]); }
+dt_status dt_grad_neg(const dt_grad_call *c, dt_tensor **gin) {
+    return dt_neg(c->grad, &gin[0]);
+}
 
 dt_status dt_grad_add_scalar(const dt_grad_call *c, dt_tensor **gin) {
     DT_CHECK(dt_tensor_retain(c->grad));

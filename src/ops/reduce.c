@@ -106,7 +106,6 @@ const op_family dt_family_reduce = {
 
 /* ---- backward rules ------------------------------------------------------------------ */
 
-
 /* g of a reduction over args' dims, brought back to x's shape (keepdim form, then expanded),
  * times scale (1 for sum, 1/count for mean). */
 static dt_status unreduce(const dt_grad_call *c, double scale, dt_tensor **out) {
@@ -144,9 +143,13 @@ static dt_status extremum(const dt_grad_call *c, dt_tensor **gin) {
     return chain_end1(&ch, dt_grad_split_among(&ch, c, hit, NULL), gin);
 }
 
-dt_status dt_grad_sum(const dt_grad_call *c, dt_tensor **gin) { return unreduce(c, 1, &gin[0]); }
+dt_status dt_grad_sum(const dt_grad_call *c, dt_tensor **gin) {
+    return unreduce(c, 1, &gin[0]);
+}
 
-dt_status dt_grad_mean(const dt_grad_call *c, dt_tensor **gin) { return unreduce(c, -1, &gin[0]); }
+dt_status dt_grad_mean(const dt_grad_call *c, dt_tensor **gin) {
+    return unreduce(c, -1, &gin[0]);
+}
 
 dt_status dt_grad_amax(const dt_grad_call *c, dt_tensor **gin) {
     return extremum(c, gin);

@@ -1,5 +1,6 @@
 /* The op table, generated from the op list (ops/op_list.h): every built-in op's name, family,
- * arity, kernel slot, argument schema, wrapper and backward rule. The argument schema also gives the cache key. */
+ * arity, kernel slot, argument schema, wrapper and backward rule. The argument schema also gives
+ * the cache key. */
 #include <stddef.h>
 #include <string.h>
 
@@ -10,18 +11,24 @@
 /* The kernel column: a dt_kernels slot's offset, or -1 for none (the second argument of
  * KSECOND is -1 only when KERNEL_NONE_##k expands to "~, -1"). */
 #define KSECOND(a, b, ...) b
-#define KSELECT(...) KSECOND(__VA_ARGS__)
-#define KERNEL_NONE_none ~, -1
-#define KERNEL_OF(k) KSELECT(KERNEL_NONE_##k, (int)offsetof(dt_kernels, k), ~)
+#define KSELECT(...)       KSECOND(__VA_ARGS__)
+#define KERNEL_NONE_none   ~, -1
+#define KERNEL_OF(k)       KSELECT(KERNEL_NONE_##k, (int)offsetof(dt_kernels, k), ~)
 
 /* Ops built from other ops: composite.c runs them through dt_op_call, piece by piece. */
 const op_family dt_family_composite = {.composite = true};
 
 static const op_desc descs[] = {
-#define DESC(e, name_, family_, min_in, max_in, kernel_, args_, wrapper_, grad_)                  \
-    [DT_OP_##e] = {.name = name_, .family = &dt_family_##family_, .min_inputs = min_in,            \
-                   .max_inputs = max_in, .kernel = KERNEL_OF(kernel_), .kernel_name = #kernel_,     \
-                   .args = (args_), .wrapper = #wrapper_, .backward = dt_grad_##grad_},
+#define DESC(e, name_, family_, min_in, max_in, kernel_, args_, wrapper_, grad_)                   \
+    [DT_OP_##e] = {.name = name_,                                                                  \
+                   .family = &dt_family_##family_,                                                 \
+                   .min_inputs = min_in,                                                           \
+                   .max_inputs = max_in,                                                           \
+                   .kernel = KERNEL_OF(kernel_),                                                   \
+                   .kernel_name = #kernel_,                                                        \
+                   .args = (args_),                                                                \
+                   .wrapper = #wrapper_,                                                           \
+                   .backward = dt_grad_##grad_},
     DT_OP_LIST(DESC)
 #undef DESC
 };

@@ -52,7 +52,6 @@ const op_family dt_family_rope = {
 
 /* ---- backward rules ------------------------------------------------------------------ */
 
-
 /* p (B, T, H, D) summed over b, h and each pair: (T, D/2). */
 static dt_status sum_pairs(dt_tensor *p, dt_tensor **out) {
     int64_t shape[5] = {p->shape[0], p->shape[1], p->shape[2], p->shape[3] / 2, 2};

@@ -232,7 +232,6 @@ const op_family dt_family_shape = {
 
 /* ---- backward rules ------------------------------------------------------------------ */
 
-
 /* The placements of the zeros that pad g along dim d: g's own on every mesh dim cat can keep
  * (R, Partial, a shard of another dim), so the gradient keeps its shards and the zeros cost
  * nothing to join. Where g shards d itself, cat cannot keep that shard (the joined dim is
@@ -268,7 +267,8 @@ dt_status dt_grad_transpose(const dt_grad_call *c, dt_tensor **gin) {
 /* out dim i was x dim dims[i]: the gradient's dim dims[i] goes back to place i. */
 dt_status dt_grad_permute(const dt_grad_call *c, dt_tensor **gin) {
     int nd = IN(0)->ndim, inv[DT_MAX_NDIM];
-    for (int i = 0; i < nd; i++) inv[dt_norm_dim(c->args->dims[i], nd)] = i;
+    for (int i = 0; i < nd; i++)
+        inv[dt_norm_dim(c->args->dims[i], nd)] = i;
     return dt_permute(c->grad, nd, inv, &gin[0]);
 }
 
@@ -301,7 +301,8 @@ dt_status dt_grad_slice(const dt_grad_call *c, dt_tensor **gin) {
     int n = 0;
     dt_status st = DT_OK;
     int64_t shape[DT_MAX_NDIM];
-    for (int k = 0; k < g->ndim; k++) shape[k] = g->shape[k];
+    for (int k = 0; k < g->ndim; k++)
+        shape[k] = g->shape[k];
     if (before) {
         shape[d] = before;
         st = dt_tensor_zeros(g->mesh, g->dtype, g->ndim, shape, g->mesh->ndim, pl, &parts[n++]);

@@ -109,7 +109,8 @@ dt_status dt_grad_vector_norm(const dt_grad_call *c, dt_tensor **gin) {
                      : p == 1 ? sign
                               : chain2(&ch, dt_mul, sign, chains(&ch, dt_pow_scalar, ax, p - 1));
     if (p < 1) num = chain_where(&ch, x, num, chain1(&ch, dt_tensor_zeros_like, x));
-    dt_tensor *scale = chain2(&ch, dt_div, dt_grad_kept(&ch, c), chains(&ch, dt_pow_scalar, n, p - 1));
+    dt_tensor *scale =
+        chain2(&ch, dt_div, dt_grad_kept(&ch, c), chains(&ch, dt_pow_scalar, n, p - 1));
     scale = chain_where(&ch, n, scale, chain1(&ch, dt_tensor_zeros_like, scale));
     return chain_end1(&ch, chain2(&ch, dt_mul, num, scale), gin);
 }

@@ -74,7 +74,8 @@ static dt_status check_param(const char *fn, dt_tensor *p, int k, int g, int j) 
     char what[64];
     snprintf(what, sizeof what, "parameter %d (groups[%d].params[%d])", k, g, j);
     DT_CHECK(dt_tensor_check(fn, what, p));
-    DT_ARG(dt_ag(p)->requires_grad && !dt_ag(p)->node, "%s: %s is not a leaf that requires grad", fn, what);
+    DT_ARG(dt_ag(p)->requires_grad && !dt_ag(p)->node, "%s: %s is not a leaf that requires grad",
+           fn, what);
     if (!is_float(p->dtype))
         return dt_error(DT_ERR_DTYPE, "%s: %s has dtype %s; parameters are floats", fn, what,
                         dt_dtype_name(p->dtype));

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
-#include "comm/worker.h"
 #include "comm/request.h"
+#include "comm/worker.h"
 #include "core/check.h"
 #include "core/lru.h"
 #include "dtensor/tensor_impl.h"
@@ -30,7 +30,9 @@ static redist_state *state_of(dt_ctx *ctx) {
     return s;
 }
 
-int dt_redistribute_mode_of(dt_ctx *ctx) { return state_of(ctx)->mode; }
+int dt_redistribute_mode_of(dt_ctx *ctx) {
+    return state_of(ctx)->mode;
+}
 
 dt_status dt_ctx_set_redistribute_mode(dt_ctx *ctx, dt_redistribute_mode mode) {
     DT_ARG_NOT_NULL(ctx);
@@ -40,7 +42,9 @@ dt_status dt_ctx_set_redistribute_mode(dt_ctx *ctx, dt_redistribute_mode mode) {
     return DT_OK;
 }
 
-uint64_t dt_cost_model_version(dt_ctx *ctx) { return state_of(ctx)->version; }
+uint64_t dt_cost_model_version(dt_ctx *ctx) {
+    return state_of(ctx)->version;
+}
 
 dt_status dt_ctx_set_cost_model(dt_ctx *ctx, const dt_cost_model *model) {
     DT_ARG_NOT_NULL(ctx);
@@ -190,7 +194,9 @@ static dt_status request_finish(dt_request *base) {
     return r->done ? r->done(r->in, r->base.out) : DT_OK;
 }
 
-static void release_result(void *t) { dt_tensor_release(t); }
+static void release_result(void *t) {
+    dt_tensor_release(t);
+}
 
 static void request_free(dt_request *base) {
     redist_request *r = (redist_request *)base;

@@ -49,8 +49,7 @@ void dt_trace_destroy(dt_trace *t) {
     free(t);
 }
 
-void dt_trace_add(dt_trace *t, dt_lane lane, const char *name, double t0_us, const char *fmt,
-                  ...) {
+void dt_trace_add(dt_trace *t, dt_lane lane, const char *name, double t0_us, const char *fmt, ...) {
     if (!t || !t->on) return;
     double now = dt_now_us();
     pthread_mutex_lock(&t->mu);

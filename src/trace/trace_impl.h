@@ -27,8 +27,8 @@ void dt_trace_destroy(dt_trace *t);
 void dt_trace_on(dt_trace *t, int on);
 /* An event on lane from t0 to now, with a detail text (printf-style); nothing when t is NULL
  * or off. Thread-safe (a rank's thread and its communication thread both record). */
-void dt_trace_add(dt_trace *t, dt_lane lane, const char *name, double t0_us, const char *fmt,
-                  ...) __attribute__((format(printf, 5, 6)));
+void dt_trace_add(dt_trace *t, dt_lane lane, const char *name, double t0_us, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* Writes t's events (t may be NULL: none) as the process row of rank to path. */
 dt_status dt_trace_save(const dt_trace *t, int rank, const char *path);
 

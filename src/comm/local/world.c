@@ -10,10 +10,10 @@
 #include "comm/local/local_impl.h"
 #include "comm/worker.h"
 #include "core/alloc.h"
-#include "core/spin.h"
-#include "dtensor/trace.h"
 #include "core/check.h"
 #include "core/ranks.h"
+#include "core/spin.h"
+#include "dtensor/trace.h"
 
 typedef struct lw_rank {
     dt_ctx ctx;
