@@ -139,7 +139,7 @@ struct dt_ctx {
     pthread_mutex_t stats_mu;         /* the comm thread counts too */
     dt_comm_stats stats;
     dt_worker *worker;        /* this rank's communication thread, made on first async call */
-    struct dt_trace *trace;   /* the trace layer's recorder (trace/trace.h); NULL when off */
+    struct dt_trace *trace;   /* the trace layer's recorder (trace/trace_impl.h); NULL: off */
     dt_rank_device dev;       /* the compute device and its GPU state (core/device.h) */
     int check_collectives;     /* DT_DEBUG_COLLECTIVES=1 on a backend that does not by itself */
     _Alignas(16) unsigned char slots[DT_CTX_SLOT_COUNT][DT_CTX_SLOT_BYTES];
