@@ -111,7 +111,8 @@ DT_API dt_status dt_checkpoint_load(const char *dir, const char *const *names,
                                     const dt_checkpoint_load_options *opts);
 
 /* The blob: copies min(cap, size) bytes into buf (nullable when cap is 0), *bytes_out = its
- * size. Checks its checksum. Not collective. */
+ * size. Checks its checksum. DT_ERR_ARG, *bytes_out untouched, when the checkpoint was saved
+ * without a blob (an empty blob is a blob: DT_OK with size 0). Not collective. */
 DT_API dt_status dt_checkpoint_blob(const char *dir, void *buf, size_t cap, size_t *bytes_out);
 
 /* DT_OK when dir is a complete checkpoint whose metadata parses and whose files all exist

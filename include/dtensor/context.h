@@ -18,7 +18,7 @@ extern "C" {
  * torch.chunk sizes, laid out as chunk 0, 2cp-1, 1, 2cp-2, ..., cp-1, cp; sharded S(seq) over
  * cp ranks, rank i then holds chunks i and 2cp-1-i (exactly so when 2*cp divides T). Returns
  * the original position of row i of that order, -1 for arguments out of range (T < 0, cp < 1,
- * i not in [0, T)). Pure. */
+ * i not in [0, T)), dt_last_error() then naming the argument. Pure. */
 DT_API int64_t dt_cp_position(int64_t T, int cp, int64_t i);
 
 /* Ring attention: softmax(q k^T / sqrt(D) [causal]) v with the sequence dim (ndim - 2)

@@ -64,7 +64,7 @@ DT_API dt_status dt_optim_sgd_create(const dt_sgd_options *options, const dt_par
 DT_API dt_status dt_optim_adamw_create(const dt_adamw_options *options,
                                        const dt_param_group *groups, int ngroups, dt_optim **out);
 /* The same over every parameter of a materialized registry (dtensor/params.h), in its order,
- * one group (options' weight decay); DT_ERR_ARG for a registry not materialized. */
+ * one group (options' weight decay); DT_ERR_ARG for a registry not materialized or empty. */
 typedef struct dt_params dt_params;
 DT_API dt_status dt_optim_adamw_create_params(const dt_adamw_options *options,
                                               const dt_params *params, dt_optim **out);

@@ -173,13 +173,16 @@ dt_status dt_checkpoint_blob(const char *dir, void *buf, size_t cap, size_t *byt
            fn, cap);
     ck_meta m;
     DT_CHECK(ck_meta_read(dir, &m, fn));
+    if (!m.has_blob) {
+        ck_meta_free(&m);
+        return dt_error(DT_ERR_ARG, "%s: %s holds no blob (it was saved without one)", fn, dir);
+    }
     dt_status st = DT_OK;
     char path[4200], *data = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/%s", dir, CK_BLOB_FILE);
-    if (m.has_blob) st = ck_read_file(path, &data, &len, (size_t)m.blob_bytes, fn);
-    if (st == DT_OK && m.has_blob && (len != m.blob_bytes ||
-                                     XXH64(data ? data : "", len, 0) != m.blob_hash))
+    st = ck_read_file(path, &data, &len, (size_t)m.blob_bytes, fn);
+    if (st == DT_OK && (len != m.blob_bytes || XXH64(data ? data : "", len, 0) != m.blob_hash))
         st = dt_error(DT_ERR_IO, "%s: %s does not match its size or checksum", fn, path);
     if (st == DT_OK) {
         if (len && cap) /* buf may be NULL when cap is 0 */

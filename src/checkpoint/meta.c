@@ -148,11 +148,16 @@ static int parse_chunk(const ck_json *doc, const ck_jnode *v, const ck_meta *m, 
     k->begin = (uint64_t)b->num, k->end = (uint64_t)e->num;
     if (hex64(ck_json_get(doc, v, "xxh64"), &k->hash))
         FAIL("tensor \"%s\": a chunk has no xxh64 checksum", x->name);
-    if (ck_json_ints(doc, ck_json_get(doc, v, "offset"), k->offset, DT_MAX_NDIM, 0, INT64_MAX) !=
-            x->ndim ||
-        ck_json_ints(doc, ck_json_get(doc, v, "shape"), k->shape, DT_MAX_NDIM, 0, INT64_MAX) !=
-            x->ndim)
-        FAIL("tensor \"%s\": a chunk's offset or shape is not %d numbers", x->name, x->ndim);
+    if (ck_json_ints(doc, ck_json_get(doc, v, "offset"), k->offset, DT_MAX_NDIM, INT64_MIN,
+                     INT64_MAX) != x->ndim ||
+        ck_json_ints(doc, ck_json_get(doc, v, "shape"), k->shape, DT_MAX_NDIM, INT64_MIN,
+                     INT64_MAX) != x->ndim)
+        FAIL("tensor \"%s\": a chunk's offset or shape is not %d integers", x->name, x->ndim);
+    for (int d = 0; d < x->ndim; d++)
+        if (k->offset[d] < 0 || k->shape[d] < 0)
+            FAIL("tensor \"%s\": a chunk's %s[%d] = %lld is negative", x->name,
+                 k->offset[d] < 0 ? "offset" : "shape", d,
+                 (long long)(k->offset[d] < 0 ? k->offset[d] : k->shape[d]));
     for (int d = 0; d < x->ndim; d++)
         if (k->offset[d] > x->shape[d] || k->shape[d] > x->shape[d] - k->offset[d])
             FAIL("tensor \"%s\": a chunk lies outside the tensor along dim %d", x->name, d);

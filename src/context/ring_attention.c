@@ -21,7 +21,16 @@
 static const char FN[] = "dt_ring_sdpa";
 
 int64_t dt_cp_position(int64_t T, int cp, int64_t i) {
-    if (T < 0 || cp < 1 || i < 0 || i >= T) return -1;
+    if (T < 0 || cp < 1 || i < 0 || i >= T) {
+        if (T < 0)
+            dt_error(DT_ERR_ARG, "dt_cp_position: argument T = %lld is negative", (long long)T);
+        else if (cp < 1)
+            dt_error(DT_ERR_ARG, "dt_cp_position: argument cp = %d is not positive", cp);
+        else
+            dt_error(DT_ERR_ARG, "dt_cp_position: argument i = %lld is not in [0, %lld)",
+                     (long long)i, (long long)T);
+        return -1;
+    }
     int64_t c = (T + 2 * cp - 1) / (2 * cp);
     for (int k = 0; k < 2 * cp; k++) {
         int64_t chunk = k % 2 == 0 ? k / 2 : 2 * cp - 1 - k / 2;

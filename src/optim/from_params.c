@@ -10,6 +10,8 @@ dt_status dt_optim_adamw_create_params(const dt_adamw_options *options, const dt
                                        dt_optim **out) {
     DT_ARG_NOT_NULL(params);
     int n = dt_params_count(params);
+    /* as torch.optim's "optimizer got an empty parameter list" */
+    DT_ARG(n > 0, "dt_optim_adamw_create_params: the registry holds no parameters");
     dt_tensor **t = malloc(sizeof *t * (size_t)(n ? n : 1));
     if (!t) return dt_error(DT_ERR_NOMEM, "dt_optim_adamw_create_params: out of memory");
     dt_status st = dt_params_arrays(params, NULL, t, n, NULL);

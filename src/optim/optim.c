@@ -107,8 +107,8 @@ static dt_status init_param(opt_param *q, dt_optim_rule rule, double momentum,
 static dt_status create(const char *fn, const dt_optim_hyper *h, double lr, double wd,
                         const dt_param_group *groups, int ngroups, dt_optim **out) {
     DT_ARG(out != NULL, "%s: argument out is NULL", fn);
-    DT_ARG(ngroups >= 0 && (groups || ngroups == 0), "%s: argument groups is NULL or ngroups = %d "
-                                                      "is negative", fn, ngroups);
+    DT_ARG(ngroups >= 0, "%s: argument ngroups = %d is negative", fn, ngroups);
+    DT_ARG(groups || ngroups == 0, "%s: argument groups is NULL with ngroups = %d", fn, ngroups);
     int n = 0;
     for (int g = 0; g < ngroups; g++) {
         DT_ARG(groups[g].n >= 0 && (groups[g].params || groups[g].n == 0),

@@ -332,6 +332,16 @@ Test(checkpoint, corrupt_truncated_and_lying_files) {
     spit(meta, m, mlen);
     T_ERR(dt_checkpoint_check(path, 0), DT_ERR_PARSE, "metadata.json");
     free(m);
+    /* a negative chunk offset is named as such, not as a malformed list */
+    const char *off = strstr(orig_meta, "\"offset\":[0");
+    cr_assert(off, "a chunk at offset 0");
+    size_t at = (size_t)(off - orig_meta) + 10, nlen = mlen + 1; /* its 0 becomes -5 */
+    m = malloc(nlen + 1);
+    memcpy(m, orig_meta, at), memcpy(m + at, "-5", 2), memcpy(m + at + 2, off + 11, mlen - at - 1);
+    m[nlen] = 0;
+    spit(meta, m, nlen);
+    T_ERR(dt_checkpoint_check(path, 0), DT_ERR_PARSE, "offset[0] = -5 is negative");
+    free(m);
     spit(meta, orig_meta, mlen);
     cr_assert_eq(dt_checkpoint_check(path, 1), DT_OK, "%s", dt_last_error());
     t_run(4, ct_body, &same);
@@ -340,6 +350,13 @@ Test(checkpoint, corrupt_truncated_and_lying_files) {
     T_ERR(dt_checkpoint_check(path, 0), DT_ERR_IO, "incomplete");
     cr_expect_neq(dt_local_run(4, ct_body, &same, NULL), DT_OK);
     cr_expect(strstr(dt_last_error(), "not a complete checkpoint"), "%s", dt_last_error());
+    /* saved without a blob: a status and message of its own, not 0 bytes of DT_OK */
+    ct_run bare = fixed_save(path);
+    bare.blob = NULL;
+    t_run(4, ct_body, &bare);
+    size_t blob_len = 7;
+    T_ERR(dt_checkpoint_blob(path, NULL, 0, &blob_len), DT_ERR_ARG, "holds no blob");
+    cr_expect_eq(blob_len, 7, "bytes_out written on failure");
     free(orig_meta), free(orig_file);
     rmtree(dir);
 }

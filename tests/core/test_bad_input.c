@@ -284,6 +284,32 @@ static dt_status zeros_pl(fx *f, int n, dt_placement p0) {
 }
 
 /* name, status, phrase of the message, call (f is the fixture). */
+/* An optimizer's groups: none given for one group, or a negative count. */
+static dt_status optim_groups(fx *f, int ngroups) {
+    dt_optim *opt = T_SENTINEL(dt_optim *);
+    dt_status st = dt_optim_sgd_create(&(dt_sgd_options){.lr = 0.1}, NULL, ngroups, &opt);
+    if (st == DT_OK) dt_optim_destroy(opt);
+    if (opt != T_SENTINEL(dt_optim *)) f->out = NULL; /* written on failure: flagged */
+    return st;
+}
+/* AdamW over a registry that holds no parameter: torch refuses an empty parameter list. */
+static dt_status adamw_empty_registry(fx *f) {
+    dt_params *p;
+    dt_status st = dt_params_create(f->mesh, DT_F32, &p);
+    if (st != DT_OK) return st;
+    dt_optim *opt = T_SENTINEL(dt_optim *);
+    st = dt_optim_adamw_create_params(&(dt_adamw_options){.lr = 0.1}, p, &opt);
+    if (st == DT_OK) dt_optim_destroy(opt);
+    if (opt != T_SENTINEL(dt_optim *)) f->out = NULL;
+    dt_params_destroy(p);
+    return st;
+}
+/* dt_cp_position returns -1 for an argument out of range; the message names it. */
+static dt_status cp_position(fx *f, int64_t T, int cp, int64_t i) {
+    (void)f;
+    return dt_cp_position(T, cp, i) < 0 ? DT_ERR_ARG : DT_OK;
+}
+
 #define BAD_CALLS(X)                                                                               \
     X(zeros_ndim_negative, DT_ERR_SHAPE, "ndim = -1",                                              \
       dt_tensor_zeros(f->mesh, DT_F32, -1, f->shape, 2, f->pl, O))                                 \
@@ -367,7 +393,7 @@ static dt_status zeros_pl(fx *f, int n, dt_placement p0) {
     X(add_released, DT_ERR_ARG, "add: input 1", add_released(f))                                   \
     X(redistribute_released, DT_ERR_ARG, "released tensor", redistribute_released(f))              \
     X(to_local_released, DT_ERR_ARG, "dt_tensor_to_local", to_local_released(f))                   \
-    X(full_released, DT_ERR_ARG, "dt_tensor_full_tensor", full_released(f))                               \
+    X(full_released, DT_ERR_ARG, "dt_tensor_full_tensor", full_released(f))                        \
     X(info_released, DT_ERR_ARG, "dt_tensor_info_get", info_released(f))                           \
     X(argmax_no_dim, DT_ERR_ARG, "exactly one dim", reduce_op(f, DT_OP_ARGMAX, 0, 0, 0))           \
     X(argmin_two_dims, DT_ERR_ARG, "exactly one dim", reduce_op(f, DT_OP_ARGMIN, 2, 0, 1))         \
@@ -412,7 +438,7 @@ static dt_status zeros_pl(fx *f, int n, dt_placement p0) {
     X(ce_logits_1d, DT_ERR_SHAPE, "expected", dt_cross_entropy(f->v, f->v, 1, O))                  \
     X(set_device_kind, DT_ERR_ARG, "device.kind = 9", set_device(f, 9))                            \
     X(local_to_host_small, DT_ERR_SIZE, "out_bytes = 4", local_to_host_small(f))                   \
-    X(full_small, DT_ERR_SIZE, "out_bytes = 8", dt_tensor_full_tensor(f->a, f->buf, 8))                   \
+    X(full_small, DT_ERR_SIZE, "out_bytes = 8", dt_tensor_full_tensor(f->a, f->buf, 8))            \
     X(distribute_src_rank, DT_ERR_ARG, "src_rank = 4",                                             \
       dt_tensor_distribute(f->mesh, f->buf, DT_F32, 2, f->shape, 2, f->pl, 4, O))                  \
     X(distribute_full_null, DT_ERR_ARG, "full is NULL",                                            \
@@ -424,7 +450,13 @@ static dt_status zeros_pl(fx *f, int n, dt_placement p0) {
     X(plan_step_far, DT_ERR_ARG, "i = 7", plan_step_far(f))                                        \
     X(visualize_3d, DT_ERR_UNSUPPORTED, "3-D", visualize_3d(f))                                    \
     X(all_reduce_null, DT_ERR_ARG, "comm is NULL",                                                 \
-      dt_all_reduce(NULL, f->buf, f->buf, 4, DT_F32, DT_REDUCE_SUM))
+      dt_all_reduce(NULL, f->buf, f->buf, 4, DT_F32, DT_REDUCE_SUM))                              \
+    X(optim_groups_null, DT_ERR_ARG, "groups is NULL with ngroups = 1", optim_groups(f, 1))        \
+    X(optim_ngroups_negative, DT_ERR_ARG, "ngroups = -1 is negative", optim_groups(f, -1))         \
+    X(adamw_empty_registry, DT_ERR_ARG, "holds no parameters", adamw_empty_registry(f))            \
+    X(cp_position_t_negative, DT_ERR_ARG, "T = -1 is negative", cp_position(f, -1, 2, 0))          \
+    X(cp_position_cp_zero, DT_ERR_ARG, "cp = 0 is not positive", cp_position(f, 8, 0, 0))          \
+    X(cp_position_i_far, DT_ERR_ARG, "i = 8 is not in [0, 8)", cp_position(f, 8, 2, 8))
 
 typedef struct bad_call {
     const char *name;
