@@ -43,12 +43,7 @@ static dt_status record_call(dt_op op, dt_tensor *const *in, int n, const dt_op_
         return st;
     }
     *out = o;
-    for (int i = 0; i < na; i++) {
-        if (aux)
-            aux[i] = ax[i];
-        else
-            dt_tensor_release(ax[i]);
-    }
+    dt_op_aux_out(ax, na, aux);
     return DT_OK;
 }
 

@@ -356,12 +356,7 @@ static dt_status call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a
     int na = 0;
     DT_CHECK(dt_dispatch_choose(op, in, n, args, &choice));
     DT_CHECK(dt_dispatch_compute(op, in, n, args, choice, aux != NULL, NULL, out, ax, &na));
-    for (int i = 0; i < na; i++) {
-        if (aux)
-            aux[i] = ax[i];
-        else
-            dt_tensor_release(ax[i]);
-    }
+    dt_op_aux_out(ax, na, aux);
     return DT_OK;
 }
 

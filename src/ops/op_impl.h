@@ -167,6 +167,17 @@ void dt_ops_no_grad_exit(dt_ctx *ctx, int entered);
 dt_status dt_composite_run(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
                            dt_tensor **out);
 
+/* A call's other outputs ax[0..na): to aux when the caller asked for them (dt_op_call_aux),
+ * else released. */
+static inline void dt_op_aux_out(dt_tensor **ax, int na, dt_tensor **aux) {
+    for (int i = 0; i < na; i++) {
+        if (aux)
+            aux[i] = ax[i];
+        else
+            dt_tensor_release(ax[i]);
+    }
+}
+
 /* check, choose and compute in one, for ops' own callers that need no gradient (the total
  * norm of gradient clipping): no composites, no other outputs. */
 dt_status dt_dispatch_run(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
