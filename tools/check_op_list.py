@@ -6,8 +6,8 @@ usage: check_op_list.py SOURCE_ROOT
   one past the last: appending an op never renumbers the ones before it;
 - src/ops/op_list.h has one X(...) entry per enum value, each with as many fields as the format
   line in its header comment names;
-- every X(...) entry and DT_OP_<ENUM> = N line that docs/ADDING_AN_OP.md shows is in the code as
-  written there, and the page's format line is the list's.
+- every X(...) entry, kernel slot line and DT_OP_<ENUM> = N line that docs/ADDING_AN_OP.md shows
+  is in the code as written there, and the page's format line is the list's.
 Prints one line per disagreement and exits 1 when there is any."""
 import os
 import re
@@ -83,7 +83,14 @@ def main():
     if not doc_fmt or not fmt or ' '.join(doc_fmt.group(1).split()) != ' '.join(fmt.group(0).split()):
         bad.append('ADDING_AN_OP.md: its format line is not the op list\'s (%s)' %
                    (fmt.group(0) if fmt else '?'))
-    shown = [t for t, _ in x_entries(doc) if not t.startswith('X(ENUM')]
+    doc_x = [(t, f) for t, f in x_entries(doc) if not t.startswith('X(ENUM')]
+    shown = [t for t, f in doc_x if re.fullmatch(r'[A-Z][A-Z0-9_]*', f[0])]
+    slots = [t for t, f in doc_x if re.fullmatch(r'[a-z][a-z0-9_]*', f[0])]
+    kernels = {t for t, _ in x_entries(open(os.path.join(root, 'src/ops/kernels.h')).read())}
+    for t in slots:
+        if t not in kernels:
+            bad.append('ADDING_AN_OP.md: %s is not a slot of DT_KERNEL_SLOTS (src/ops/kernels.h)'
+                       % t)
     if not shown:
         bad.append('ADDING_AN_OP.md: shows no entry of the list')
     for t in shown:
@@ -97,8 +104,8 @@ def main():
         print(b)
     if bad:
         return 1
-    print('%d ops, values 0..%d, %d fields each; ADDING_AN_OP.md shows %d entries of the list' %
-          (len(names), len(names) - 1, nfields, len(shown)))
+    print('%d ops, values 0..%d, %d fields each; ADDING_AN_OP.md shows %d entries of the list '
+          'and %d kernel slots' % (len(names), len(names) - 1, nfields, len(shown), len(slots)))
     return 0
 
 

@@ -237,44 +237,50 @@ dt_status dt_cpu_optim_step(const dt_optim_hyper *h, const dt_optim_item *items,
 /* The kernels above as a table, so op families run on whichever device their inputs live on:
  * dt_kernels_cpu is the dt_cpu_* functions, the CUDA table (ops/cuda/cuda_kernels.h) has the
  * same contracts. */
+/* Every kernel slot, once: its name and parameters (each returns dt_status). The table below,
+ * the CPU table (kernels.c, of the dt_cpu_<slot> functions declared above, which the table
+ * type-checks) and the CUDA prototypes and table (ops/cuda/) come from it: a new slot is one
+ * line here, its CPU function with its contract above, and its CUDA function. */
+#define DT_KERNEL_SLOTS(X)                                                                         \
+    X(unary, (dt_unary f, double scalar, const dt_local *x, dt_local *out))                        \
+    X(binary, (dt_binary f, const dt_local *a, const dt_local *b, dt_local *out))                  \
+    X(where, (const dt_local *cond, const dt_local *a, const dt_local *b, dt_local *out))          \
+    X(matmul, (const dt_local *a, const dt_local *b, int trans_b, dt_local *out))                  \
+    X(reduce, (dt_reduce_op op, unsigned mask, const dt_local *x, dt_local *out))                  \
+    X(arg_reduce,                                                                                  \
+      (int is_max, int dim, int64_t offset, const dt_local *x, dt_local *out, dt_local *values))   \
+    X(softmax, (int log, int dim, const dt_local *x, dt_local *out))                               \
+    X(layer_norm, (int rms, double eps, const dt_local *x, const dt_local *weight,                 \
+                   const dt_local *bias, dt_local *out))                                           \
+    X(embedding,                                                                                   \
+      (const dt_local *table, int64_t row_offset, const dt_local *indices, dt_local *out))         \
+    X(pick, (const dt_local *logits, int64_t class_offset, const dt_local *target, dt_local *out)) \
+    X(expand, (const dt_local *x, dt_local *out))                                                  \
+    X(slice, (const dt_local *x, const int64_t *start, dt_local *out))                             \
+    X(permute, (const dt_local *x, const int *perm, dt_local *out))                                \
+    X(sdpa, (const dt_local *q, const dt_local *k, const dt_local *v, int causal, double scale,    \
+             dt_local *out, dt_local *lse))                                                        \
+    X(sdpa_backward,                                                                               \
+      (const dt_local *g, const dt_local *q, const dt_local *k, const dt_local *v,                 \
+       const dt_local *lse, int causal, double scale, dt_local *dq, dt_local *dk, dt_local *dv))   \
+    X(rope, (const dt_local *x, const dt_local *cos, const dt_local *sin, dt_local *out))          \
+    X(dropout, (double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,             \
+                const int64_t *box_offset, const dt_local *x, dt_local *out))                      \
+    X(gather, (const dt_local *x, int dim, const int64_t *shift, int64_t dim_offset,               \
+               int64_t dim_size, const dt_local *index, dt_local *out))                            \
+    X(one_hot, (const dt_local *index, int64_t num_classes, int64_t class_offset, dt_local *out))  \
+    X(topk, (const dt_local *x, int64_t k, int dim, int smallest, dt_local *out))                  \
+    X(cumsum, (const dt_local *x, int dim, dt_local *out))                                         \
+    X(vector_norm, (double ord, unsigned mask, const dt_local *x, dt_local *out))                  \
+    X(optim_step, (const dt_optim_hyper *h, const dt_optim_item *items, int n))                    \
+    X(scatter_add, (const dt_local *src, int dim, const int64_t *shift, int64_t dim_offset,        \
+                    int64_t dim_size, const dt_local *index, dt_local *out))
+
 typedef struct dt_kernels {
     const char *name;
-    dt_status (*unary)(dt_unary f, double scalar, const dt_local *x, dt_local *out);
-    dt_status (*binary)(dt_binary f, const dt_local *a, const dt_local *b, dt_local *out);
-    dt_status (*where)(const dt_local *cond, const dt_local *a, const dt_local *b, dt_local *out);
-    dt_status (*matmul)(const dt_local *a, const dt_local *b, int trans_b, dt_local *out);
-    dt_status (*reduce)(dt_reduce_op op, unsigned mask, const dt_local *x, dt_local *out);
-    dt_status (*arg_reduce)(int is_max, int dim, int64_t offset, const dt_local *x, dt_local *out,
-                            dt_local *values);
-    dt_status (*softmax)(int log, int dim, const dt_local *x, dt_local *out);
-    dt_status (*layer_norm)(int rms, double eps, const dt_local *x, const dt_local *weight,
-                            const dt_local *bias, dt_local *out);
-    dt_status (*embedding)(const dt_local *table, int64_t row_offset, const dt_local *indices,
-                           dt_local *out);
-    dt_status (*pick)(const dt_local *logits, int64_t class_offset, const dt_local *target,
-                      dt_local *out);
-    dt_status (*expand)(const dt_local *x, dt_local *out);
-    dt_status (*slice)(const dt_local *x, const int64_t *start, dt_local *out);
-    dt_status (*permute)(const dt_local *x, const int *perm, dt_local *out);
-    dt_status (*sdpa)(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                      double scale, dt_local *out, dt_local *lse);
-    dt_status (*sdpa_backward)(const dt_local *g, const dt_local *q, const dt_local *k,
-                               const dt_local *v, const dt_local *lse, int causal, double scale,
-                               dt_local *dq, dt_local *dk, dt_local *dv);
-    dt_status (*rope)(const dt_local *x, const dt_local *cos, const dt_local *sin, dt_local *out);
-    dt_status (*dropout)(double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,
-                         const int64_t *box_offset, const dt_local *x, dt_local *out);
-    dt_status (*gather)(const dt_local *x, int dim, const int64_t *shift, int64_t dim_offset,
-                        int64_t dim_size, const dt_local *index, dt_local *out);
-    dt_status (*one_hot)(const dt_local *index, int64_t num_classes, int64_t class_offset,
-                         dt_local *out);
-    dt_status (*topk)(const dt_local *x, int64_t k, int dim, int smallest, dt_local *out);
-    dt_status (*cumsum)(const dt_local *x, int dim, dt_local *out);
-    dt_status (*vector_norm)(double ord, unsigned mask, const dt_local *x, dt_local *out);
-    dt_status (*optim_step)(const dt_optim_hyper *h, const dt_optim_item *items, int n);
-    dt_status (*scatter_add)(const dt_local *src, int dim, const int64_t *shift,
-                             int64_t dim_offset, int64_t dim_size, const dt_local *index,
-                             dt_local *out);
+#define DT_KERNEL_FIELD(slot, params) dt_status(*slot) params;
+    DT_KERNEL_SLOTS(DT_KERNEL_FIELD)
+#undef DT_KERNEL_FIELD
 } dt_kernels;
 
 extern const dt_kernels dt_kernels_cpu;
