@@ -2,11 +2,14 @@
 #include "dt_config.h"
 #include "ops/kernels.h"
 
-const dt_kernels dt_kernels_cpu = {.name = "cpu",
+/* clang-format off */
+const dt_kernels dt_kernels_cpu = {
+    .name = "cpu",
 #define CPU_ENTRY(slot, params) .slot = dt_cpu_##slot,
-                                   DT_KERNEL_SLOTS(CPU_ENTRY)
+    DT_KERNEL_SLOTS(CPU_ENTRY)
 #undef CPU_ENTRY
 };
+/* clang-format on */
 
 #if DT_HAVE_CUDA
 extern const dt_kernels dt_kernels_cuda;
