@@ -55,11 +55,6 @@ dt_status dt_cpu_where(const dt_local *cond, const dt_local *a, const dt_local *
  * it (DT_HAVE_OPENBLAS in dt_config.h), else a cache-blocked loop. */
 dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_local *out);
 
-/* Called before each BLAS GEMM: while more than one in-process rank runs (core/ranks.h), the
- * GEMM uses one thread (the ranks are threads on the same cores already, and OpenBLAS's own
- * spinning threads would fight them); OpenBLAS's default otherwise. Thread-safe. */
-void dt_cpu_gemm_fit_threads(void);
-
 /* Grouped GEMM over G = groups blocks of rows (a MoE layer's experts: one call, not one per
  * expert). Group g has rows[g] rows, the blocks packed in group order; f64, row-major.
  *   NN: c rows (rows[g], N) = a rows (rows[g], K) @ b_g (K, N), b packed (G, K, N)

@@ -18,7 +18,6 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const double *
     if (M == 0 || N == 0) return;
 #if DT_HAVE_OPENBLAS
     if (M <= INT_MAX && N <= INT_MAX && K <= INT_MAX) {
-        dt_cpu_gemm_fit_threads();
         cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                     (int)M, (int)N, (int)K, 1.0, A, ta ? (int)M : (int)K, B, tb ? (int)K : (int)N,
                     0.0, C, (int)N);

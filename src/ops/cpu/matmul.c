@@ -2,7 +2,6 @@
  * with it, else to a cache-blocked i-k-j loop; bf16/f16 are widened to f32 a block of rows
  * at a time and take the f32 path, so products accumulate in f32. */
 #include <limits.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -119,13 +118,11 @@ typedef struct mm_ctx {
 #define HAVE_BLAS 1
 static void blas_f32(int tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
                      float *C) {
-    dt_cpu_gemm_fit_threads();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, 1.0f, A, (int)K, B, tb ? (int)K : (int)N, 0.0f, C, (int)N);
 }
 static void blas_f64(int tb, int64_t M, int64_t N, int64_t K, const double *A, const double *B,
                      double *C) {
-    dt_cpu_gemm_fit_threads();
     cblas_dgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, 1.0, A, (int)K, B, tb ? (int)K : (int)N, 0.0, C, (int)N);
 }
@@ -223,17 +220,23 @@ dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_lo
     return st;
 }
 
-void dt_cpu_gemm_fit_threads(void) {
+/* While more than one in-process rank runs, the GEMM uses one thread (the ranks are threads on
+ * the same cores already, and OpenBLAS's own spinning threads would fight them); OpenBLAS's
+ * default otherwise. Told each new count by core/ranks.h as the ranks start and stop. */
+static void gemm_fit_threads(int running) {
 #if DT_HAVE_OPENBLAS
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static int standard = -1;
-    static atomic_int shared = -1; /* 1: set to one thread for several ranks; 0: the default */
-    int want = dt_process_ranks() > 1;
-    if (atomic_load_explicit(&shared, memory_order_relaxed) == want) return;
     pthread_mutex_lock(&mu);
     if (standard < 0) standard = openblas_get_num_threads();
-    openblas_set_num_threads(want ? 1 : standard);
-    atomic_store(&shared, want);
+    openblas_set_num_threads(running > 1 ? 1 : standard);
     pthread_mutex_unlock(&mu);
+#else
+    (void)running;
 #endif
+}
+
+/* Registered when the library loads, before any rank can start. */
+__attribute__((constructor)) static void gemm_watch_ranks(void) {
+    dt_process_ranks_watch(gemm_fit_threads);
 }
