@@ -146,7 +146,7 @@ dt_status dt_dispatch_check(dt_op op, dt_tensor *const *in, int n) {
         if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
             return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op),
                             i, (void *)in[i]);
-        if (in[i] && in[i]->dropped)
+        if (in[i] && dt_tensor_storage_dropped(in[i]))
             return dt_error(DT_ERR_ARG, "%s: input %d's storage was dropped after a forward "
                                         "(activation checkpointing or FSDP resharding): only "
                                         "backward may read it", dt_op_name(op), i);

@@ -125,7 +125,7 @@ typedef struct op_desc {
 /* The description of a built-in op, NULL for any other value (registry.c). */
 const op_desc *dt_op_desc(dt_op op);
 
-/* Dispatch without recording (dispatch.c), the two halves autograd/api.c records around.
+/* Dispatch without recording (dispatch.c), the two halves autograd/record.c records around.
  * check: in holds n live inputs of op on one mesh and device, none dropped (as fn op).
  * choose: the strategy for the call (the mesh's cache; valid until the next dispatch on the
  * mesh). compute: moves the inputs into the strategy's placements, allocates the outputs and
