@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "comm/flight.h"
 #include "comm/request.h"
 #include "comm/worker.h"
 #include "core/check.h"
@@ -15,6 +16,7 @@ typedef struct comm_request {
     dt_comm *comm;
     dt_call_fn run;
     dt_call a; /* a copy: the caller's block may go before the request runs */
+    const char *caller; /* the op that issued it (comm/flight.h) */
 } comm_request;
 
 static void run_task(void *p) {
@@ -49,7 +51,9 @@ int dt_request_test(const dt_request *request) {
 
 static dt_status run_call(dt_request *r) {
     comm_request *c = (comm_request *)r;
+    const char *prev = dt_comm_caller_swap(c->caller);
     dt_status st = c->run(c->comm, &c->a);
+    dt_comm_caller_swap(prev);
     atomic_fetch_sub(&c->comm->pending, 1);
     return st;
 }
@@ -63,6 +67,7 @@ dt_status dt_comm_submit(dt_comm *comm, dt_call_fn run, const dt_call *a, dt_req
     r->comm = comm;
     r->run = run;
     r->a = *a;
+    r->caller = dt_comm_caller();
     comm->had_requests = true;
     atomic_fetch_add(&comm->pending, 1);
     dt_status st = dt_request_submit(comm->ctx, &r->base);

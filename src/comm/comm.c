@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "comm/flight.h"
 #include "core/box.h"
 #include "core/device.h"
 #include "core/check.h"
@@ -65,6 +66,7 @@ static dt_status issue(dt_comm *c, int64_t kind, int64_t count, int64_t dtype, i
                        int64_t root) {
     c->fp = (dt_coll_fp){
         .seq = ++c->seq, .kind = kind, .count = count, .dtype = dtype, .op = op, .root = root};
+    dt_flight_begin(c, &c->fp, -1);
     return c->ctx->check_collectives ? dt_comm_check_fp(c) : DT_OK;
 }
 
@@ -76,9 +78,21 @@ static dt_status issue(dt_comm *c, int64_t kind, int64_t count, int64_t dtype, i
             return in_order_st_;                                                                   \
     } while (0)
 
-dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, const int *members,
-                            int n) {
+/* FNV-1a over the key and the member list: the same on every member of a group. */
+static uint64_t group_id(const uint64_t key[2], const int *members, int n) {
+    uint64_t h = 14695981039346656037ull;
+    for (int i = 0; i < 2 + n; i++) {
+        uint64_t v = i < 2 ? key[i] : (uint64_t)(uint32_t)members[i - 2];
+        for (int b = 0; b < 8; b++) h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+    }
+    return h;
+}
+
+dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, const uint64_t key[2],
+                            const int *members, int n) {
     c->ops = ops;
+    c->flight_id = -1;
+    c->gid = group_id(key, members, n);
     c->ctx = ctx;
     c->size = n;
     c->rank = -1;
@@ -290,12 +304,19 @@ dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, i
            "%s: argument peer = %d is not another rank of the group of %d (this rank is %d)",     \
            __func__, (peer), (comm)->size, (comm)->rank)
 
+/* A send or receive's flight recorder entry (no fingerprint: point to point pairs no group). */
+static void p2p_begin(dt_comm *comm, dt_coll_kind kind, size_t bytes, int peer) {
+    dt_coll_fp fp = {.kind = kind, .count = (int64_t)bytes, .dtype = -1, .op = -1, .root = -1};
+    dt_flight_begin(comm, &fp, comm->members[peer]);
+}
+
 dt_status dt_send(dt_comm *comm, const void *buf, size_t count, dt_dtype dtype, int peer) {
     COMM_CHECK(comm);
     DTYPE_CHECK(dtype);
     BUF_CHECK(buf, count);
     PEER_CHECK(comm, peer);
     size_t b = count * dt_dtype_size(dtype);
+    p2p_begin(comm, DT_COLL_SEND, b, peer);
     double t0 = dt_now_us();
     dt_status st = comm->ops->send(comm, buf, b, peer);
     if (st == DT_OK) dt_comm_count(comm, DT_COLL_SEND, b, 0, t0);
@@ -308,6 +329,7 @@ dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int pe
     BUF_CHECK(buf, count);
     PEER_CHECK(comm, peer);
     size_t b = count * dt_dtype_size(dtype);
+    p2p_begin(comm, DT_COLL_RECV, b, peer);
     double t0 = dt_now_us();
     dt_status st = comm->ops->recv(comm, buf, b, peer);
     if (st == DT_OK) dt_comm_count(comm, DT_COLL_RECV, 0, b, t0);

@@ -101,6 +101,8 @@ struct dt_comm {
      * communicator never overlap: see dt_comm_in_order), and the count issued so far. */
     dt_coll_fp fp;
     int64_t seq;
+    uint64_t gid;      /* the group, alike on every member: a hash of its key and members */
+    int64_t flight_id; /* the flight recorder's entry of the call in progress (comm/flight.h) */
 };
 
 /* Groups are matched across ranks by key and member list: ranks that create a communicator
@@ -142,6 +144,8 @@ struct dt_ctx {
     struct dt_trace *trace;   /* the trace layer's recorder (trace/trace_impl.h); NULL: off */
     dt_rank_device dev;       /* the compute device and its GPU state (core/device.h) */
     int check_collectives;     /* DT_DEBUG_COLLECTIVES=1 on a backend that does not by itself */
+    int64_t check_ns;          /* DT_CHECK_S: when a wait looks for ranks stuck elsewhere */
+    struct dt_flight *flight;  /* the last collectives (comm/flight.h) */
     _Alignas(16) unsigned char slots[DT_CTX_SLOT_COUNT][DT_CTX_SLOT_BYTES];
 };
 
@@ -165,9 +169,9 @@ static inline void dt_ctx_bind(dt_ctx *ctx) {
     if (ctx->dev.cuda) dt_ctx_bind_gpu(ctx);
 }
 
-/* Fills the fields every backend shares; members is copied. */
-dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, const int *members,
-                            int n);
+/* Fills the fields every backend shares for the group (key, members); members is copied. */
+dt_status dt_comm_init_base(dt_comm *c, const dt_comm_ops *ops, dt_ctx *ctx, const uint64_t key[2],
+                            const int *members, int n);
 void dt_comm_free_base(dt_comm *c);
 
 /* Creates a communicator through the context's backend. */

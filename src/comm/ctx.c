@@ -5,6 +5,8 @@
 
 #include "comm/boot/boot.h"
 #include "comm/comm_impl.h"
+#include "comm/flight.h"
+#include "comm/stuck.h"
 #include "comm/worker.h"
 #include "core/check.h"
 
@@ -34,6 +36,9 @@ dt_status dt_ctx_init_common(dt_ctx *ctx) {
     int debug = 0;
     DT_CHECK(dt_boot_env_flag("DT_DEBUG_COLLECTIVES", 0, &debug));
     ctx->check_collectives = debug && !ctx->backend->checks_collectives;
+    DT_CHECK(dt_check_interval_ns(ctx->size, &ctx->check_ns));
+    ctx->flight = calloc(1, sizeof *ctx->flight);
+    if (!ctx->flight) return dt_error(DT_ERR_NOMEM, "rank %d: out of memory", ctx->rank);
     if (pthread_mutex_init(&ctx->stats_mu, NULL) != 0)
         return dt_error(DT_ERR_SYSTEM, "rank %d: pthread_mutex_init failed", ctx->rank);
     return DT_OK;
@@ -50,6 +55,8 @@ void dt_ctx_fini_common(dt_ctx *ctx) {
     dt_trace_destroy(ctx->trace);
     ctx->trace = NULL;
     dt_ctx_device_fini(ctx);
+    free(ctx->flight);
+    ctx->flight = NULL;
     pthread_mutex_destroy(&ctx->stats_mu);
 }
 
@@ -71,6 +78,7 @@ void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t byt
     dt_ctx *ctx = comm->ctx;
     double dt = dt_now_us() - t0_us;
     pthread_mutex_lock(&ctx->stats_mu);
+    dt_flight_end_locked(comm);
     dt_comm_stats *s = &ctx->stats;
     s->calls[kind]++;
     s->bytes_in[kind] += bytes_in;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "comm/flight.h"
 #include "core/check.h"
 #include "core/lru.h"
 #include "dtensor/tensor_impl.h"
@@ -256,9 +257,9 @@ dt_status dt_dispatch_choose(dt_op op, dt_tensor *const *in, int n, const dt_op_
     return lookup(op, f, in, n, args, out);
 }
 
-dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
-                              const dt_op_choice *s, int want_aux, dt_tensor **used,
-                              dt_tensor **out, dt_tensor **aux, int *naux) {
+static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                         const dt_op_choice *s, int want_aux, dt_tensor **used, dt_tensor **out,
+                         dt_tensor **aux, int *naux) {
     const op_family *f = dt_op_family(op);
     const dt_op_args *a = args ? args : &no_args;
     dt_mesh *mesh = in[0]->mesh;
@@ -316,6 +317,16 @@ dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op
         aux[i] = ax[i];
     *naux = na;
     return DT_OK;
+}
+
+dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                              const dt_op_choice *s, int want_aux, dt_tensor **used,
+                              dt_tensor **out, dt_tensor **aux, int *naux) {
+    /* The collectives it issues name it (the flight recorder, the check for stuck ranks). */
+    const char *prev = dt_comm_caller_swap(dt_op_name(op));
+    dt_status st = compute(op, in, n, args, s, want_aux, used, out, aux, naux);
+    dt_comm_caller_swap(prev);
+    return st;
 }
 
 /* ---- dt_op_call --------------------------------------------------------------------------- */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "comm/flight.h"
 #include "comm/request.h"
 #include "comm/worker.h"
 #include "core/check.h"
@@ -157,7 +158,9 @@ dt_status dt_redistribute_execute(dt_tensor *tensor, const dt_plan *plan, dt_ten
     dt_ctx *ctx = tensor->mesh->ctx;
     double t0 = ctx->trace ? dt_now_us() : 0;
     dt_plan_retain(plan); /* nothing in execute plans on this mesh; this keeps it so */
+    const char *prev = dt_comm_caller_swap(dt_comm_caller() ? dt_comm_caller() : "redistribute");
     dt_status st = dt_plan_execute(plan, tensor, comms, out);
+    dt_comm_caller_swap(prev);
     free(comms);
     if (ctx->trace && st == DT_OK) {
         char a[128], b[128];
@@ -183,7 +186,9 @@ typedef struct redist_request {
 static dt_status run_request(dt_request *base) {
     redist_request *r = (redist_request *)base;
     dt_tensor *y = NULL;
+    const char *prev = dt_comm_caller_swap("redistribute");
     dt_status st = dt_plan_execute(r->plan, r->in, r->comms, &y);
+    dt_comm_caller_swap(prev);
     r->base.out = y; /* published by the completion's lock */
     return st;
 }

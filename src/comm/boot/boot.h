@@ -94,6 +94,13 @@ void dt_boot_ctl_finish(dt_boot_ctl *c, const uint64_t *counts, int *rank_out, d
 /* Stops the thread and closes the sockets. NULL is fine. */
 void dt_boot_ctl_stop(dt_boot_ctl *c);
 
+/* Where this rank waits, for rank 0's board of ranks stuck across groups (comm/stuck.h): a
+ * position once a wait passed the check interval, NULL when that wait ended. Rank 0 judges
+ * the board as positions come and twice a second while any is on it; a verdict that holds
+ * fails the world in the name of the rank it blames, with DT_ERR_COMM. */
+struct dt_pos;
+void dt_boot_ctl_post(dt_boot_ctl *c, const struct dt_pos *pos);
+
 /* A small store at rank 0, for what a subset of ranks must agree on after the rendezvous
  * (NCCL's unique id of a sub-communicator). put publishes val under key for `readers` gets,
  * after which rank 0 forgets it; get blocks until some rank has put key, then copies its value

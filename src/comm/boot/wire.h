@@ -9,7 +9,7 @@
 
 #include "comm/boot/boot.h" /* DT_BOOT_TOKEN_BYTES */
 
-#define BOOT_WIRE_MAGIC       0x44540003u /* "DT", protocol version 3 */
+#define BOOT_WIRE_MAGIC       0x44540004u /* "DT", protocol version 4 */
 #define BOOT_WIRE_MAX_PAYLOAD (64u << 20)
 /* Largest blob a HELLO may carry (a UCX worker address is a few KiB, an NCCL id 128 bytes). */
 #define BOOT_WIRE_MAX_BLOB (256u << 10)
@@ -26,6 +26,7 @@ enum {
     BOOT_MSG_PUT,       /* rank -> 0: store; readers (status field), u32 klen, key, value */
     BOOT_MSG_GET,       /* rank -> 0: look up; key */
     BOOT_MSG_VALUE,     /* 0 -> rank: the answer to a GET; u32 klen, key, value */
+    BOOT_MSG_POS,       /* rank -> 0: where it waits (a dt_pos); empty: it waits no more */
 };
 
 typedef struct boot_wire_hdr {

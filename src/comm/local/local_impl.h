@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "comm/comm_impl.h"
+#include "comm/stuck.h"
 #include "core/device.h"
 
 /* What one rank publishes for the collective in progress. */
@@ -90,8 +91,18 @@ typedef struct lw_where {
     pthread_mutex_t mu;
     const struct lw_comm *comm; /* NULL: not blocked in a collective or send/recv */
     const char *what;
-    int64_t seq; /* 0 for send/recv */
+    int64_t seq;      /* 0 for send/recv */
+    int64_t since_ns; /* when it began to wait there */
+    dt_pos pos;       /* the same, for the check across groups (comm/local/stuck.c) */
 } lw_where;
+
+/* A wait's check for ranks stuck across groups (comm/stuck.h): when to look next (0: never),
+ * the verdict seen at the last look, to confirm, and the rank it blames once confirmed. */
+typedef struct lw_watch {
+    int64_t next;
+    int blamed;
+    char first[512];
+} lw_watch;
 
 /* How many times a rank that reached an entry barrier first yields before it sleeps on the
  * group's condition (and a wait on a peer's sequence flag before it sleeps on the futex): while
@@ -148,8 +159,20 @@ dt_status lw_failure(lw_comm *c, const char *what, int peer);
  * until then; call with group->mu held. */
 int64_t lw_deadline(const lw_comm *c);
 void lw_wait(lw_group *g, int64_t deadline_ns);
-/* Records (what != NULL) or clears where this rank is blocked. */
-void lw_where_set(lw_comm *c, const char *what, int64_t seq);
+void lw_watch_start(lw_watch *wt, const lw_comm *c);
+/* The earlier of deadline (0: none) and the next look. */
+int64_t lw_watch_deadline(const lw_watch *wt, int64_t deadline);
+/* Looks when it is time: DT_ERR_COMM (wt->blamed set) when ranks are stuck for good; the
+ * caller then aborts the world in wt->blamed's name with the verdict, wt->first (lw_watch_abort).
+ * Any locks but a where record's may be held. */
+dt_status lw_watch_check(lw_watch *wt, lw_comm *c, const char *what);
+/* After a wait ended in st with no group lock held: aborts the world when it timed out
+ * (expired: in this rank's name) or lw_watch_check found ranks stuck (in the blamed one's). */
+void lw_watch_abort(const lw_watch *wt, lw_comm *c, int expired, dt_status st);
+
+/* Records (what != NULL) or clears where this rank is blocked (peer: a send's or receive's
+ * other end, group rank; -1 in a collective). */
+void lw_where_set(lw_comm *c, const char *what, int64_t seq, int peer);
 /* ", rank R (in dt_barrier #3 on group tp)" for world rank r, appended at buf + *len. */
 void lw_where_append(lw_world *w, int r, char *buf, size_t cap, size_t *len);
 /* The world failed (rank, st, msg) unless it already had: every waiter wakes and fails. Call

@@ -32,8 +32,9 @@ static dt_status timed_out(lw_comm *c, const char *what, int peer, const char *n
 }
 
 /* Before the first wait of a send or receive: where this rank waits, and until when. */
-static int64_t start_waiting(lw_comm *c, const char *what) {
-    lw_where_set(c, what, 0);
+static int64_t start_waiting(lw_comm *c, const char *what, int peer, lw_watch *wt) {
+    lw_where_set(c, what, 0, peer);
+    lw_watch_start(wt, c);
     return lw_deadline(c);
 }
 
@@ -46,6 +47,7 @@ dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer) {
     if (st != DT_OK) return st;
     int64_t deadline = -1; /* not waited yet */
     int expired = 0;
+    lw_watch wt = {.blamed = -1};
     pthread_mutex_lock(&g->mu);
     *box = (lw_p2p){.buf = buf, .bytes = bytes, .state = LW_P2P_POSTED};
     pthread_cond_broadcast(&g->cv);
@@ -66,18 +68,19 @@ dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer) {
         /* Once the receiver took the buffer it is copying from it: wait whatever happens. */
         const int posted = box->state == LW_P2P_POSTED;
         if (posted && (st = lw_failure(c, "dt_send", peer)) != DT_OK) break;
-        if (deadline < 0) deadline = start_waiting(c, "dt_send");
+        if (deadline < 0) deadline = start_waiting(c, "dt_send", peer, &wt);
         if (posted && deadline && dt_boot_now_ns() >= deadline) {
             st = timed_out(c, "dt_send", peer, "received it");
             expired = 1;
             break;
         }
-        lw_wait(g, posted ? deadline : 0);
+        if (posted && (st = lw_watch_check(&wt, c, "dt_send")) != DT_OK) break;
+        lw_wait(g, posted ? lw_watch_deadline(&wt, deadline) : 0);
     }
     box->state = LW_P2P_EMPTY;
-    if (deadline >= 0) lw_where_set(c, NULL, 0);
+    if (deadline >= 0) lw_where_set(c, NULL, 0, -1);
     pthread_mutex_unlock(&g->mu);
-    if (expired) lw_abort(c->world, base->ctx->rank, st, dt_last_error());
+    lw_watch_abort(&wt, c, expired, st);
     return st;
 }
 
@@ -88,21 +91,23 @@ dt_status lw_recv(dt_comm *base, void *buf, size_t bytes, int peer) {
     dt_status st = DT_OK;
     int64_t deadline = -1; /* not waited yet */
     int expired = 0;
+    lw_watch wt = {.blamed = -1};
     pthread_mutex_lock(&g->mu);
     while (box->state != LW_P2P_POSTED) {
         if ((st = lw_failure(c, "dt_recv", peer)) != DT_OK) break;
-        if (deadline < 0) deadline = start_waiting(c, "dt_recv");
+        if (deadline < 0) deadline = start_waiting(c, "dt_recv", peer, &wt);
         if (deadline && dt_boot_now_ns() >= deadline) {
             st = timed_out(c, "dt_recv", peer, "sent it");
             expired = 1;
             break;
         }
-        lw_wait(g, deadline);
+        if ((st = lw_watch_check(&wt, c, "dt_recv")) != DT_OK) break;
+        lw_wait(g, lw_watch_deadline(&wt, deadline));
     }
-    if (deadline >= 0) lw_where_set(c, NULL, 0);
+    if (deadline >= 0) lw_where_set(c, NULL, 0, -1);
     if (st != DT_OK) {
         pthread_mutex_unlock(&g->mu);
-        if (expired) lw_abort(c->world, base->ctx->rank, st, dt_last_error());
+        lw_watch_abort(&wt, c, expired, st);
         return st;
     }
     if (box->bytes != bytes) {

@@ -72,13 +72,18 @@ void lw_wait(lw_group *g, int64_t deadline_ns) {
     pthread_cond_timedwait(&g->cv, &g->mu, &ts);
 }
 
-void lw_where_set(lw_comm *c, const char *what, int64_t seq) {
+void lw_where_set(lw_comm *c, const char *what, int64_t seq, int peer) {
     lw_world *w = c->world;
     lw_where *at = &w->where[c->base.ctx->rank];
+    dt_pos pos;
+    if (what) dt_pos_fill(&pos, &c->base, what, peer >= 0 ? c->group->members[peer] : -1);
+    int64_t now = what ? dt_boot_now_ns() : 0;
     pthread_mutex_lock(&at->mu);
     at->comm = what ? c : NULL;
     at->what = what;
     at->seq = seq;
+    at->since_ns = now;
+    if (what) at->pos = pos;
     pthread_mutex_unlock(&at->mu);
 }
 
@@ -205,9 +210,11 @@ static dt_status barrier(lw_comm *c, const char *what) {
     /* Going to sleep: say where, for a peer's timeout message (the spin above costs the fast
      * path nothing; a rank the scheduler keeps spinning longer than a peer's timeout is
      * reported as not blocked). */
-    lw_where_set(c, what, c->base.fp.seq);
+    lw_where_set(c, what, c->base.fp.seq, -1);
     int64_t deadline = lw_deadline(c);
     int expired = 0;
+    lw_watch wt;
+    lw_watch_start(&wt, c);
     pthread_mutex_lock(&g->mu);
     while (atomic_load(&g->gen) == gen) {
         if ((st = failure(c, what)) != DT_OK) break;
@@ -216,14 +223,15 @@ static dt_status barrier(lw_comm *c, const char *what) {
             expired = 1;
             break;
         }
-        lw_wait(g, deadline);
+        if ((st = lw_watch_check(&wt, c, what)) != DT_OK) break;
+        lw_wait(g, lw_watch_deadline(&wt, deadline));
     }
     /* Withdraw: this barrier will not complete. arrived_at keeps saying this rank came, for a
      * peer that times out in it too before this rank's abort reaches it. */
     if (st != DT_OK) g->arrived--;
     pthread_mutex_unlock(&g->mu);
-    lw_where_set(c, NULL, 0);
-    if (expired) lw_abort(c->world, c->base.ctx->rank, st, dt_last_error());
+    lw_where_set(c, NULL, 0, -1);
+    lw_watch_abort(&wt, c, expired, st);
     if (st != DT_OK) return st;
     c->epoch = (uint32_t)(gen + 1);
     return verdict(c, what);

@@ -91,7 +91,7 @@ static dt_status comm_create(dt_ctx *ctx, const uint64_t key[2], const int *memb
     lw_world *w = ctx->backend_state;
     lw_comm *c = calloc(1, sizeof *c);
     if (!c) return dt_error(DT_ERR_NOMEM, "communicator of %d ranks: out of memory", n);
-    dt_status st = dt_comm_init_base(&c->base, &lw_comm_ops, ctx, members, n);
+    dt_status st = dt_comm_init_base(&c->base, &lw_comm_ops, ctx, key, members, n);
     if (st != DT_OK) {
         free(c);
         return st;

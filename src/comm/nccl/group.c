@@ -163,7 +163,7 @@ dt_status nc_comm_make(nc_world *w, const uint64_t key[2], const int *members, i
     if (dt_failed(&w->fail)) return nc_aborted_error(w, "communicator creation");
     nc_comm *c = calloc(1, sizeof *c);
     if (!c) return dt_error(DT_ERR_NOMEM, "communicator of %d ranks: out of memory", n);
-    dt_status st = dt_comm_init_base(&c->base, &nc_comm_ops, &w->ctx, members, n);
+    dt_status st = dt_comm_init_base(&c->base, &nc_comm_ops, &w->ctx, key, members, n);
     if (st != DT_OK) {
         free(c);
         return st;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/stuck.h"
 #include "comm/ucx/ucx_impl.h"
 #include "core/alloc.h"
 #include "core/check.h"
@@ -37,8 +38,10 @@ dt_status ux_op_begin(ux_op *op, ux_comm *c, const char *what, int p2p) {
     op->reqs = op->inline_reqs;
     op->cap = UX_OP_INLINE;
     if (!p2p) op->seq = c->g->seq++;
-    int64_t t = atomic_load(&c->w->timeout_ns);
-    op->deadline = t > 0 ? ux_now_ns() + t : 0;
+    op->p2p = p2p;
+    int64_t t = atomic_load(&c->w->timeout_ns), now = ux_now_ns(), every = c->w->ctx.check_ns;
+    op->deadline = t > 0 ? now + t : 0;
+    op->post_at = every && c->w->ctl ? now + every : 0;
     if (dt_failed(&c->w->fail)) ux_fail_aborted(op);
     return op->st;
 }
@@ -254,8 +257,11 @@ dt_status ux_op_wait(ux_op *op) {
             idle = 0;
         else
             slept = idle_wait(w, ++idle);
-        if (((++iter & 255) == 0 || slept) && op->deadline && ux_now_ns() > op->deadline)
-            fail_timeout(op);
+        if ((++iter & 255) == 0 || slept) {
+            int64_t now = ux_now_ns();
+            if (op->deadline && now > op->deadline) fail_timeout(op);
+            ux_op_watch(op, now);
+        }
     }
     if (!op->st) op->nreq = 0;
     return op->st;
@@ -302,7 +308,17 @@ static void cleanup(ux_op *op) {
     }
 }
 
+void ux_op_watch(ux_op *op, int64_t now) {
+    if (!op->post_at || op->posted || now < op->post_at) return;
+    dt_pos p;
+    int peer = op->p2p && op->nreq ? world_rank(op, op->reqs[0].peer) : -1;
+    dt_pos_fill(&p, &op->c->base, op->what, peer);
+    dt_boot_ctl_post(op->w->ctl, &p);
+    op->posted = 1;
+}
+
 dt_status ux_op_end(ux_op *op) {
+    if (op->posted) dt_boot_ctl_post(op->w->ctl, NULL);
     if (op->st) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", dt_last_error());

@@ -105,6 +105,7 @@ static dt_status wait_flag(ux_op *op, shm_flag *f, uint64_t want, int m, int pos
             fail_timeout(op, m, posting);
             break;
         }
+        ux_op_watch(op, now);
         if (now < yield_until) {
             sched_yield();
             if (atomic_load_explicit(&f->v, memory_order_acquire) >= want) break;

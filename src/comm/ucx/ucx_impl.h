@@ -120,6 +120,9 @@ typedef struct ux_op {
     dt_status st;
     int remote;  /* the failure came from another rank: do not report it again */
     int recheck; /* a peer awaited has returned: look at the message counts again */
+    int p2p;     /* a send or receive */
+    int posted;  /* its position is on rank 0's board of stuck ranks (comm/stuck.h) */
+    int64_t post_at; /* when to post it (0: never) */
     int nreq, cap;
     ux_req *reqs;
     ux_req inline_reqs[UX_OP_INLINE];
@@ -134,6 +137,9 @@ void ux_post_recv(ux_op *op, int peer, int phase, void *buf, size_t bytes);
 /* Progresses until every posted request is done, the deadline passes, a peer fails or exits
  * without sending what is awaited; then forgets the done requests. */
 dt_status ux_op_wait(ux_op *op);
+/* Inside a wait, now: once the operation has waited the check interval, its position goes to
+ * rank 0's board (comm/stuck.h); ux_op_end takes it off. */
+void ux_op_watch(ux_op *op, int64_t now);
 /* Ends the operation: on failure cancels what is pending and tells the world. Returns st. */
 dt_status ux_op_end(ux_op *op);
 /* op fails with the world's first failure (reported by another rank: not reported again). */

@@ -1,0 +1,48 @@
+/* A rank's flight recorder: its last DT_FLIGHT_LEN collectives and sends/receives (kind, group,
+ * count, dtype, sequence number, start and end, the op that issued them), kept in the context
+ * and written into the rank's error record when it fails, so that a launcher can print the
+ * ranks' last calls side by side (dtrun does). comm.c records every call; entries still
+ * running when the rank failed have no end. */
+#ifndef DT_COMM_FLIGHT_H
+#define DT_COMM_FLIGHT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm_impl.h"
+
+#define DT_FLIGHT_LEN 16
+
+typedef struct dt_flight_entry {
+    dt_coll_fp fp;
+    int peer;         /* send/recv: the world rank of the other end; -1 for collectives */
+    char label[32];   /* the group ("tp", "world") */
+    char caller[32];  /* the op (or redistribute) that issued it; "" when called directly */
+    double start_us, end_us; /* dt_now_us; end 0: not completed */
+} dt_flight_entry;
+
+struct dt_flight {
+    uint64_t n; /* calls recorded so far; the ring holds the last DT_FLIGHT_LEN */
+    dt_flight_entry ring[DT_FLIGHT_LEN];
+};
+
+/* The op that issues collectives on this thread (dispatch sets it around an op, redistribute
+ * around a move; a non-blocking request carries its issuer's to the comm thread). Returns the
+ * previous one, to restore. */
+const char *dt_comm_caller_swap(const char *name);
+const char *dt_comm_caller(void);
+
+/* A call begins (fp: the collective's, comm->fp; or a send's or receive's with peer, else peer
+ * -1): its entry, whose index is kept in comm->flight_id for dt_flight_end_locked. Takes
+ * ctx->stats_mu. */
+void dt_flight_begin(dt_comm *comm, const dt_coll_fp *fp, int peer);
+/* The call comm->flight_id names completed. Call with ctx->stats_mu held. */
+void dt_flight_end_locked(dt_comm *comm);
+
+/* "all_reduce #12 on tp (1024 x f32, sum) by matmul: 3.2 ms" or "... : running for 8.1 s". */
+void dt_flight_entry_str(const dt_flight_entry *e, double now_us, char *buf, size_t cap);
+/* The last k entries (oldest first) as a JSON array of such strings into buf (always
+ * terminated). */
+void dt_flight_json(dt_ctx *ctx, int k, char *buf, size_t cap);
+
+#endif
