@@ -10,6 +10,8 @@
 /* A rank's error record: the JSON file DT_ERROR_FILE names, which the dtensor runtimes write on
  * the process's first failure (members as comm/boot/failure.h lists them; any program may
  * write one). Members other than these are ignored. */
+#define DTRUN_FLIGHT 8
+
 typedef struct dtrun_record {
     int present;
     int failed_rank; /* "failed_rank": whose failure it is (the writer, or a peer it heard of) */
@@ -17,6 +19,8 @@ typedef struct dtrun_record {
     int64_t at_ns;   /* "monotonic_ns": CLOCK_MONOTONIC when written */
     char status[48]; /* "status" */
     char message[1024];
+    int nflight; /* "flight": the rank's last collectives, oldest first (at most DTRUN_FLIGHT) */
+    char flight[DTRUN_FLIGHT][160];
 } dtrun_record;
 
 typedef struct dtrun_end {
@@ -46,9 +50,13 @@ int dtrun_record_read(const char *path, dtrun_record *out);
  * failed; *why_out says which rule chose it. Pure: the same ends give the same answer. */
 int dtrun_root_cause(const dtrun_end *ends, int n, dtrun_why *why_out);
 
-/* Prints every failed rank to out, the root cause first:
+/* Prints every failed rank to out, the root cause first, then the last collectives of the ranks
+ * whose records carry a flight recorder, side by side (the last one is usually where a rank
+ * waited when the world failed):
  *   dtrun: root cause: rank 2 was killed by signal 9 (Killed) (<why>)
  *   dtrun: also failed: rank 0 exited with status 3: rank 2 failed (DT_ERR_ABORTED): <message>
+ *   dtrun: last collectives (oldest first):
+ *   dtrun:   rank 0 | all_reduce #4 (8 x f32, sum) on tp by matmul: 0.021 ms | ...
  * Nothing when root < 0. */
 void dtrun_report(FILE *out, const dtrun_end *ends, int n, int root, dtrun_why why);
 

@@ -54,7 +54,22 @@ int dtrun_record_parse(const char *text, dtrun_record *out) {
         p = skip_space(p);
         if (*p++ != ':') return -1;
         p = skip_space(p);
-        if (*p == '"') { /* strings land where they belong; others are skipped */
+        if (*p == '[' && !strcmp(key, "flight")) { /* an array of strings */
+            for (p = skip_space(p + 1); *p != ']'; p = skip_space(p)) {
+                char entry[sizeof out->flight[0]];
+                if (!(p = read_string(p, entry, sizeof entry))) return -1;
+                if (out->nflight == DTRUN_FLIGHT) { /* keep the last ones */
+                    memmove(out->flight[0], out->flight[1],
+                            sizeof out->flight[0] * (DTRUN_FLIGHT - 1));
+                    out->nflight--;
+                }
+                memcpy(out->flight[out->nflight++], entry, sizeof entry);
+                p = skip_space(p);
+                if (*p == ',') p++;
+                else if (*p != ']') return -1;
+            }
+            p++;
+        } else if (*p == '"') { /* strings land where they belong; others are skipped */
             char *dst = value;
             size_t cap = sizeof value;
             if (!strcmp(key, "status")) dst = out->status, cap = sizeof out->status;
@@ -172,6 +187,23 @@ static void print_end(FILE *out, const char *head, int rank, const dtrun_end *e,
     fprintf(out, "%s\n", tail);
 }
 
+/* The ranks' last collectives, one line each, the last REPORT_FLIGHT of them. */
+#define REPORT_FLIGHT 3
+static void print_flights(FILE *out, const dtrun_end *e, int n) {
+    int any = 0;
+    for (int r = 0; r < n; r++) any |= e[r].rec.present && e[r].rec.nflight > 0;
+    if (!any) return;
+    fprintf(out, "dtrun: last collectives (oldest first; the last is where a rank waited):\n");
+    for (int r = 0; r < n; r++) {
+        const dtrun_record *c = &e[r].rec;
+        if (!c->present || !c->nflight) continue;
+        fprintf(out, "dtrun:   rank %d", r);
+        for (int k = c->nflight > REPORT_FLIGHT ? c->nflight - REPORT_FLIGHT : 0; k < c->nflight; k++)
+            fprintf(out, " | %s", c->flight[k]);
+        fprintf(out, "\n");
+    }
+}
+
 void dtrun_report(FILE *out, const dtrun_end *e, int n, int root, dtrun_why why) {
     static const char *const reason[] = {
         [DTRUN_ORIGIN] = "its error record is the earliest of a failure that began at its rank",
@@ -188,4 +220,5 @@ void dtrun_report(FILE *out, const dtrun_end *e, int n, int root, dtrun_why why)
     print_end(out, "root cause: ", root, &e[root], tail);
     for (int r = 0; r < n; r++)
         if (r != root && failed(&e[r])) print_end(out, "also failed: ", r, &e[r], "");
+    print_flights(out, e, n);
 }

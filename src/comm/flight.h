@@ -12,6 +12,8 @@
 #include "comm/comm_impl.h"
 
 #define DT_FLIGHT_LEN 16
+/* Room for dt_flight_json's array of DT_FLIGHT_LEN entries. */
+#define DT_FLIGHT_JSON_MAX 4096
 
 typedef struct dt_flight_entry {
     dt_coll_fp fp;

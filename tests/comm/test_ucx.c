@@ -256,6 +256,50 @@ Test(ucx, debug_collectives_names_different_collectives, .timeout = 60) {
     free(r.out);
 }
 
+/* Ranks stuck across groups (comm/stuck.h), with a check interval of 1 s (the default 5 s
+ * gives the same report about 4 s later) and a timeout far beyond: rank 0 skips tp's all_reduce and waits in dp's all_gather; every rank
+ * fails within seconds naming it, dtrun's root cause is rank 0, and its report shows each
+ * rank's last collectives with the one it waited in. */
+Test(ucx, ranks_stuck_across_groups_fail_naming_the_diverging_rank, .timeout = 60) {
+    skip_without_ucx();
+    run_result r = run_prog("UCX_TLS=sm DT_TIMEOUT_S=300 DT_CHECK_S=1", "-n 4 --grace 30", "diverge");
+    cr_expect_eq(r.code, 3, "dtrun exited with %d", r.code);
+    expect_each_rank(&r, 4, "diverge: failed cleanly");
+    cr_expect(strstr(r.out, "dtrun: root cause: rank 0 exited with status 3: DT_ERR_COMM: rank 0 "
+                            "diverged (ranks wait on each other across groups and none can go "
+                            "on): rank 0 in all_gather #1 (8 x f32) on group dp, waiting for rank "
+                            "2; rank 1 in all_reduce #1 (4 x f32, sum) on group tp, waiting for "
+                            "rank 0; ranks 2, 3 in barrier #2 on group world, waiting for ranks "
+                            "0, 1 [the other ranks' error records name it]"),
+              "%s", r.out);
+    const char *last[] = {"all_gather #1 (8 x f32) on dp: not completed",
+                          "all_reduce #1 (4 x f32, sum) on tp: not completed",
+                          "barrier #2 on world: not completed", "barrier #2 on world: not completed"};
+    for (int rank = 0; rank < 4; rank++) {
+        char want[96];
+        snprintf(want, sizeof want, "dtrun:   rank %d | ", rank);
+        const char *line = strstr(r.out, want);
+        cr_expect(line, "no flight recorder line for rank %d:\n%s", rank, r.out);
+        const char *end = line ? strchr(line, '\n') : NULL;
+        const char *at = line ? strstr(line, last[rank]) : NULL;
+        cr_expect(at && (!end || at < end), "rank %d's last entry is not \"%s\":\n%s", rank,
+                  last[rank], r.out);
+    }
+    cr_expect_lt(r.secs, 15.0, "took %.1f s", r.secs);
+    free(r.out);
+}
+
+/* A peer that only sleeps past the check interval is waited for: the all_reduce completes. */
+Test(ucx, a_sleeping_peer_is_waited_for, .timeout = 60) {
+    skip_without_ucx();
+    run_result r = run_prog("UCX_TLS=sm DT_TIMEOUT_S=60 DT_CHECK_S=0.5 DT_TEST_SLEEP_S=2",
+                            "-n 4 --grace 30", "slow-peer");
+    cr_expect_eq(r.code, 0, "dtrun exited with %d", r.code);
+    expect_each_rank(&r, 4, "[ok] slow-peer");
+    cr_expect_geq(r.secs, 2.0, "took %.1f s: nobody slept?", r.secs);
+    free(r.out);
+}
+
 /* --- rendezvous errors and one-rank worlds, in this process ----------------------------- */
 
 static dt_status never(dt_ctx *ctx, void *arg) {

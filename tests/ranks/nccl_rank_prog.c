@@ -367,5 +367,5 @@ int main(int argc, char **argv) {
         printf("%s: FAILED BADLY: %s: %s\n", mode, dt_status_str(st), dt_last_error());
         return 1;
     }
-    return st == DT_OK ? 1 : rank_fault_judge(mode, st);
+    return rank_fault_judge(mode, st);
 }

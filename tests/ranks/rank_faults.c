@@ -34,7 +34,8 @@ static void *suicide(void *arg) {
 
 int rank_fault_mode(const char *mode) {
     return !strcmp(mode, "fault") || !strcmp(mode, "hang") || !strcmp(mode, "peer-exit") ||
-           !strcmp(mode, "mismatch") || !strcmp(mode, "wrong-collective");
+           !strcmp(mode, "mismatch") || !strcmp(mode, "wrong-collective") ||
+           !strcmp(mode, "diverge") || !strcmp(mode, "slow-peer");
 }
 
 static void *buf_new(const rank_fault_buffers *b, size_t bytes) {
@@ -58,6 +59,40 @@ static dt_status until_failure(dt_comm *world, float *buf, size_t count) {
         if (st != DT_OK) return failed_at(st, t0);
     }
     return dt_error_set(DT_ERR_ARG, "collectives kept succeeding");
+}
+
+static void sleep_s(const char *text) {
+    double s = text ? atof(text) : 2;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Four ranks as dp=2 x tp=2: rank 0 skips tp's all_reduce and waits in dp's all_gather, for
+ * rank 2, which waits with rank 3 in a world barrier, for ranks 0 and 1; rank 1 waits for rank 0
+ * in the all_reduce. Only the check across groups ends it before DT_TIMEOUT_S. */
+static dt_status diverge(dt_ctx *ctx, float *buf, const rank_fault_buffers *buffers) {
+    int me = dt_ctx_rank(ctx);
+    dt_mesh *mesh = NULL;
+    dt_comm *dp, *tp, *world;
+    float *out = buf_new(buffers, 8 * sizeof(float));
+    dt_status st = out ? dt_mesh_create_str(ctx, "dp=2,tp=2", &mesh)
+                       : dt_error_set(DT_ERR_NOMEM, "out of memory");
+    if (st == DT_OK) st = dt_mesh_dim_comm(mesh, 0, &dp);
+    if (st == DT_OK) st = dt_mesh_dim_comm(mesh, 1, &tp);
+    if (st == DT_OK) st = dt_ctx_world_comm(ctx, &world);
+    if (st == DT_OK) st = dt_barrier(world);
+    double t0 = now_s();
+    if (st == DT_OK && me == 0) {
+        st = dt_all_gather(dp, buf, out, 4, DT_F32);
+    } else if (st == DT_OK) {
+        st = dt_all_reduce(tp, buf, out, 4, DT_F32, DT_REDUCE_SUM);
+        if (st == DT_OK) st = dt_barrier(world);
+    }
+    st = st == DT_OK ? dt_error_set(DT_ERR_ARG, "ranks stuck across groups went on")
+                     : failed_at(st, t0);
+    dt_mesh_release(mesh);
+    if (out) buf_free(buffers, out);
+    return st;
 }
 
 dt_status rank_fault_run(dt_ctx *ctx, const char *mode, const rank_fault_buffers *buffers) {
@@ -84,6 +119,14 @@ dt_status rank_fault_run(dt_ctx *ctx, const char *mode, const rank_fault_buffers
                          : dt_all_reduce(world, buf, out, 60, DT_F32, DT_REDUCE_SUM);
         st = st == DT_OK ? dt_error_set(DT_ERR_ARG, "an all_gather met all_reduces")
                          : failed_at(st, t0);
+    } else if (!strcmp(mode, "diverge")) {
+        st = diverge(ctx, buf, buffers);
+    } else if (!strcmp(mode, "slow-peer")) {
+        /* The last rank sleeps longer than the check interval: the others wait, then finish. */
+        st = dt_barrier(world);
+        if (st == DT_OK && me == n - 1) sleep_s(getenv("DT_TEST_SLEEP_S"));
+        if (st == DT_OK) st = dt_all_reduce(world, buf, buf, 64, DT_F32, DT_REDUCE_SUM);
+        if (st == DT_OK) st = dt_barrier(world);
     } else if (!strcmp(mode, "peer-exit")) {
         if (!(out = buf_new(buffers, 3000 * sizeof(float) * (size_t)n)))
             st = dt_error_set(DT_ERR_NOMEM, "out of memory");
@@ -108,12 +151,21 @@ dt_status rank_fault_run(dt_ctx *ctx, const char *mode, const rank_fault_buffers
 
 int rank_fault_judge(const char *mode, dt_status st) {
     int n = getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : 0;
+    if (st == DT_OK && !strcmp(mode, "slow-peer")) {
+        printf("[ok] slow-peer\n");
+        return 0;
+    }
+    if (st == DT_OK) {
+        printf("%s: FAILED BADLY: the run succeeded\n", mode);
+        return 1;
+    }
     char culprit[32] = "ranks disagree on"; /* counts, or (DT_DEBUG_COLLECTIVES) its arguments */
     if (!strcmp(mode, "fault") || !strcmp(mode, "hang"))
         snprintf(culprit, sizeof culprit, "rank %d", n - 1);
     if (!strcmp(mode, "peer-exit")) snprintf(culprit, sizeof culprit, "rank 1");
     if (!strcmp(mode, "wrong-collective"))
         snprintf(culprit, sizeof culprit, "ranks called different");
+    if (!strcmp(mode, "diverge")) snprintf(culprit, sizeof culprit, "rank 0 diverged");
     const char *msg = dt_last_error();
     int clean = st != DT_OK &&
                 (st == DT_ERR_ABORTED || st == DT_ERR_PEER_EXITED || st == DT_ERR_COMM) &&

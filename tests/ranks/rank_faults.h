@@ -5,6 +5,10 @@
  *   mismatch   ranks disagree on an all_reduce's count
  *   wrong-collective  rank 1 calls all_gather where the others call all_reduce (needs
  *              DT_DEBUG_COLLECTIVES=1, which names both sides)
+ *   diverge    4 ranks as dp=2 x tp=2, rank 0 skips tp's all_reduce: ranks wait on each other
+ *              across groups, which the check of DT_CHECK_S names ("rank 0 diverged")
+ *   slow-peer  the last rank sleeps DT_TEST_SLEEP_S (default 2) before an all_reduce: the
+ *              others must wait for it and succeed ("[ok] slow-peer", exit 0)
  * The others must fail cleanly: DT_ERR_ABORTED, DT_ERR_PEER_EXITED or DT_ERR_COMM, with a
  * message naming the rank at fault (or the disagreement), never hang. */
 #ifndef DT_TEST_RANK_FAULTS_H
@@ -26,7 +30,8 @@ int rank_fault_mode(const char *mode);
  * return on purpose). */
 dt_status rank_fault_run(dt_ctx *ctx, const char *mode, const rank_fault_buffers *buffers);
 /* After the runtime returned st: prints "<mode>: failed cleanly after S s: ..." or "<mode>:
- * FAILED BADLY ..." and returns the exit status, 3 (clean) or 1. */
+ * FAILED BADLY ..." and returns the exit status, 3 (clean) or 1; slow-peer: 0 when it
+ * succeeded. */
 int rank_fault_judge(const char *mode, dt_status st);
 
 #endif

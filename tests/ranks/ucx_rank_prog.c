@@ -587,7 +587,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "all";
     dt_status st = dt_ucx_run(body, (void *)mode);
-    if (rank_fault_mode(mode)) return st == DT_OK ? 1 : rank_fault_judge(mode, st);
+    if (rank_fault_mode(mode)) return rank_fault_judge(mode, st);
     if (st == DT_OK) return 0;
     fprintf(stderr, "dt_ucx_run: %s: %s\n", dt_status_str(st), dt_last_error());
     return 1;

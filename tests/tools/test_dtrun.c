@@ -129,6 +129,35 @@ Test(dtrun_blame, record_parse) {
     cr_expect_eq(dtrun_record_parse("[1, 2]", &r), -1);
 }
 
+/* A record's flight recorder: the last DTRUN_FLIGHT entries kept, in order; the report prints
+ * each rank's last three on its line. */
+Test(dtrun_blame, record_flight) {
+    char text[2048];
+    int len = snprintf(text, sizeof text, "{\"failed_rank\": 0, \"flight\": [");
+    for (int i = 0; i < DTRUN_FLIGHT + 2; i++)
+        len += snprintf(text + len, sizeof text - (size_t)len, "%s\"barrier #%d on world\"",
+                        i ? ", " : "", i + 1);
+    snprintf(text + len, sizeof text - (size_t)len, "], \"status\": \"DT_ERR_COMM\"}");
+    dtrun_end e[2] = {{.code = 3}, {.code = 3}};
+    cr_assert_eq(dtrun_record_parse(text, &e[0].rec), 0, "%s", text);
+    cr_assert_eq(e[0].rec.nflight, DTRUN_FLIGHT);
+    cr_expect_str_eq(e[0].rec.flight[0], "barrier #3 on world");
+    cr_expect_str_eq(e[0].rec.flight[DTRUN_FLIGHT - 1], "barrier #10 on world");
+    cr_expect_str_eq(e[0].rec.status, "DT_ERR_COMM");
+    cr_expect_eq(dtrun_record_parse("{\"failed_rank\": 0, \"flight\": [\"a\" \"b\"]}", &e[1].rec), -1);
+    cr_assert_eq(dtrun_record_parse("{\"failed_rank\": 0, \"flight\": []}", &e[1].rec), 0);
+    char *buf = NULL;
+    size_t cap = 0;
+    FILE *out = open_memstream(&buf, &cap);
+    dtrun_report(out, e, 2, 0, DTRUN_NAMED);
+    fclose(out);
+    cr_expect(strstr(buf, "dtrun:   rank 0 | barrier #8 on world | barrier #9 on world | barrier "
+                          "#10 on world\n"),
+              "%s", buf);
+    cr_expect(!strstr(buf, "dtrun:   rank 1"), "%s", buf);
+    free(buf);
+}
+
 static char *temp_dir(void) {
     char *d = strdup("/tmp/test_dtrun-XXXXXX");
     cr_assert(d && mkdtemp(d));
@@ -154,22 +183,22 @@ Test(dtrun_blame, runtime_writes_first_failure_once) {
     cr_expect_str_eq(r.message, "bad \"shape\"\n(2, 3)");
     cr_expect(r.at_ns >= before && r.at_ns <= dt_boot_now_ns());
     /* A peer's failure heard of, and this rank's own aborts and timeouts, did not begin here. */
-    cr_assert_eq(dt_failure_write_record(path, 1, 2, DT_ERR_SHAPE, "x"), 0);
+    cr_assert_eq(dt_failure_write_record(path, 1, 2, DT_ERR_SHAPE, "x", NULL), 0);
     cr_assert_eq(dtrun_record_read(path, &r), 0);
     cr_expect(r.failed_rank == 2 && !r.origin);
-    cr_assert_eq(dt_failure_write_record(path, 1, 1, DT_ERR_ABORTED, "timed out"), 0);
+    cr_assert_eq(dt_failure_write_record(path, 1, 1, DT_ERR_ABORTED, "timed out", NULL), 0);
     cr_assert_eq(dtrun_record_read(path, &r), 0);
     cr_expect(r.failed_rank == 1 && !r.origin);
-    cr_assert_eq(dt_failure_write_record(path, 1, 1, DT_ERR_PEER_EXITED, "rank 0 returned"), 0);
+    cr_assert_eq(dt_failure_write_record(path, 1, 1, DT_ERR_PEER_EXITED, "rank 0 returned", NULL), 0);
     cr_assert_eq(dtrun_record_read(path, &r), 0);
     cr_expect(!r.origin);
-    cr_assert_eq(dt_failure_write_record(path, 1, 1, DT_ERR_COMM, "could not reach rank 0"), 0);
+    cr_assert_eq(dt_failure_write_record(path, 1, 1, DT_ERR_COMM, "could not reach rank 0", NULL), 0);
     cr_assert_eq(dtrun_record_read(path, &r), 0);
     cr_expect(!r.origin);
-    cr_assert_eq(dt_failure_write_record(path, 1, 1, DT_ERR_NOMEM, "out of memory"), 0);
+    cr_assert_eq(dt_failure_write_record(path, 1, 1, DT_ERR_NOMEM, "out of memory", NULL), 0);
     cr_assert_eq(dtrun_record_read(path, &r), 0);
     cr_expect(r.origin);
-    cr_expect_eq(dt_failure_write_record("/nonexistent/dir/rank0.json", 0, 0, DT_ERR_ARG, "x"), -1);
+    cr_expect_eq(dt_failure_write_record("/nonexistent/dir/rank0.json", 0, 0, DT_ERR_ARG, "x", NULL), -1);
     dt_failure_fini(&f);
     dt_failure_fini(&g);
     unlink(path);

@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include "comm/boot/failure.h"
+#include "comm/flight.h"
 #include "core/check.h"
 
 #define SPIN_BEFORE_YIELD  64
 #define YIELD_BEFORE_SLEEP 4096
+#define FLIGHT_IN_RECORD   8 /* flight recorder entries in an error record */
 
 void dt_failure_init(dt_failure *f) {
     pthread_mutex_init(&f->mu, NULL);
@@ -18,6 +20,13 @@ void dt_failure_init(dt_failure *f) {
     f->rank = -1;
     f->status = DT_OK;
     f->msg[0] = '\0';
+    f->flight = NULL;
+}
+
+void dt_failure_flight(dt_failure *f, dt_ctx *ctx) {
+    pthread_mutex_lock(&f->mu);
+    f->flight = ctx;
+    pthread_mutex_unlock(&f->mu);
 }
 
 void dt_failure_fini(dt_failure *f) { pthread_mutex_destroy(&f->mu); }
@@ -28,6 +37,8 @@ static atomic_int record_written;
 
 int dt_failure_record(dt_failure *f, int me, int rank, dt_status st, const char *msg) {
     int first = 0;
+    char flight[DT_FLIGHT_JSON_MAX];
+    flight[0] = '\0';
     pthread_mutex_lock(&f->mu);
     if (!atomic_load(&f->set)) {
         f->rank = rank;
@@ -35,11 +46,13 @@ int dt_failure_record(dt_failure *f, int me, int rank, dt_status st, const char 
         snprintf(f->msg, sizeof f->msg, "%s", msg);
         atomic_store(&f->set, 1);
         first = 1;
+        /* Under the lock: the context cannot go meanwhile (dt_failure_flight). */
+        if (f->flight) dt_flight_json(f->flight, FLIGHT_IN_RECORD, flight, sizeof flight);
     }
     pthread_mutex_unlock(&f->mu);
     const char *path = getenv("DT_ERROR_FILE");
     if (first && path && *path && !atomic_exchange(&record_written, 1))
-        dt_failure_write_record(path, me, rank, st, msg);
+        dt_failure_write_record(path, me, rank, st, msg, flight[0] ? flight : NULL);
     return first;
 }
 
@@ -57,7 +70,8 @@ static void json_string(FILE *out, const char *s) {
     fputc('"', out);
 }
 
-int dt_failure_write_record(const char *path, int me, int rank, dt_status st, const char *msg) {
+int dt_failure_write_record(const char *path, int me, int rank, dt_status st, const char *msg,
+                            const char *flight) {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp) return -1;
     FILE *out = fopen(tmp, "w");
@@ -75,9 +89,11 @@ int dt_failure_write_record(const char *path, int me, int rank, dt_status st, co
     json_string(out, dt_status_str(st));
     fprintf(out, ",\n  \"code\": %d,\n  \"message\": ", (int)st);
     json_string(out, msg);
-    fprintf(out, ",\n  \"monotonic_ns\": %lld,\n  \"unix_time\": %lld.%09ld,\n  \"pid\": %ld\n}\n",
+    fprintf(out, ",\n  \"monotonic_ns\": %lld,\n  \"unix_time\": %lld.%09ld,\n  \"pid\": %ld",
             (long long)mono.tv_sec * 1000000000LL + mono.tv_nsec, (long long)real.tv_sec,
             real.tv_nsec, (long)getpid());
+    if (flight) fprintf(out, ",\n  \"flight\": %s", flight);
+    fprintf(out, "\n}\n");
     if (fclose(out) != 0 || rename(tmp, path) != 0) {
         unlink(tmp);
         return -1;

@@ -186,6 +186,7 @@ static dt_status setup(nc_world *w, int *ctx_ready) {
     DT_CHECK(meet(w, &host_local)); /* before any CUDA call: a rank without a GPU still meets */
     w->ctx = (dt_ctx){.rank = w->rank, .size = w->size, .backend = &nc_backend, .backend_state = w};
     DT_CHECK(dt_ctx_init_common(&w->ctx));
+    dt_failure_flight(&w->fail, &w->ctx);
     *ctx_ready = 1;
     DT_CHECK(gpu_setup(w, host_local));
     DT_CHECK(nc_watchdog_start(w));
@@ -235,6 +236,7 @@ static void free_world(nc_world *w, int ctx_ready) {
     w->ctx.world = NULL;
     nc_groups_free(w);
     gpu_free(w);
+    dt_failure_flight(&w->fail, NULL);
     if (ctx_ready) dt_ctx_fini_common(&w->ctx); /* also the GPU's streams and handles */
     dt_boot_ctl_stop(w->ctl);
     pthread_mutex_destroy(&w->mu);

@@ -381,6 +381,7 @@ static dt_status setup(ux_world *w, ep_arg **args, int *ctx_ready) {
     if (w->size > 1) DT_CHECK(connect_peers(w, args));
     w->ctx = (dt_ctx){.rank = w->rank, .size = w->size, .backend = &ux_backend, .backend_state = w};
     DT_CHECK(dt_ctx_init_common(&w->ctx));
+    dt_failure_flight(&w->fail, &w->ctx);
     *ctx_ready = 1;
     int *all = malloc(sizeof(int) * (size_t)w->size);
     if (!all) return dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory");
@@ -390,6 +391,7 @@ static dt_status setup(ux_world *w, ep_arg **args, int *ctx_ready) {
     dt_status st = ux_comm_create(&w->ctx, key, all, w->size, &w->ctx.world);
     free(all);
     DT_CHECK(st);
+    snprintf(w->ctx.world->label, sizeof w->ctx.world->label, "world");
     return first_contact(w);
 }
 
@@ -411,6 +413,7 @@ static void run_finish(void *p, int *rank, dt_status *st, char *msg, size_t cap)
 static void run_teardown(void *p) {
     run_state *r = p;
     if (r->w->ctx.world) ux_comm_destroy(r->w->ctx.world);
+    dt_failure_flight(&r->w->fail, NULL);
     if (r->ctx_ready) dt_ctx_fini_common(&r->w->ctx);
     free_world(r->w, r->args);
 }
