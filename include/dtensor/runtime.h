@@ -35,7 +35,17 @@ typedef dt_status (*dt_spmd_fn)(dt_ctx *ctx, void *arg);
  * the communicator) all fail it with DT_ERR_COMM naming both sides: "ranks called different
  * collectives: rank 0 is in all_gather #12 (1024 x f32), rank 1 in all_reduce #12 (1024 x
  * f32, sum)"; the group stays usable. (The UCX and NCCL runtimes do the latter with
- * DT_DEBUG_COLLECTIVES=1.) DT_ERR_ARG when DT_TIMEOUT_S or DT_DEBUG_COLLECTIVES is malformed. */
+ * DT_DEBUG_COLLECTIVES=1.) Ranks that wait on each other in different groups (rank 0 in an
+ * all_gather over dp for rank 2, rank 1 in an all_reduce over tp for rank 0, ...) are found
+ * without the timeout: a wait longer than DT_CHECK_S (default 5 s; 0 = never) looks where every
+ * rank waits, and when the waiting ranks form a set that no running rank can release, every
+ * rank fails with DT_ERR_COMM (the ranks it aborts: DT_ERR_ABORTED naming it) within a second,
+ * naming the rank(s) the others wait for most, which diverged, and each position: "rank 0
+ * diverged (ranks wait on each other across groups and none can go on): rank 0 in all_gather
+ * #1 (8 x f32) on group dp by matmul, waiting for rank 2; rank 1 in ...". A wait on a rank that
+ * runs (or waits on one that does) goes on to DT_TIMEOUT_S. The UCX and NCCL runtimes do the
+ * same through rank 0. DT_ERR_ARG when DT_TIMEOUT_S, DT_CHECK_S or DT_DEBUG_COLLECTIVES is
+ * malformed. */
 DT_API dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out);
 
 /* Sets this rank's timeout (seconds; 0 = wait forever), overriding DT_TIMEOUT_S, for its

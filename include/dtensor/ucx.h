@@ -26,6 +26,12 @@
  *                   mpirun set it yourself. Unset, MASTER_ADDR must be a loopback address.
  *   DT_STARTUP_TIMEOUT_S       how long the rendezvous may take (default 60).
  *   DT_TIMEOUT_S               per-operation timeout (default 300; 0 = wait forever).
+ *   DT_CHECK_S                 a wait longer than this (default 5; 0 = never) posts where the
+ *                              rank waits to rank 0, which fails every rank with DT_ERR_COMM
+ *                              when the posted ranks wait on each other across groups ("rank 0
+ *                              diverged (ranks wait on each other across groups ...): rank 0 in
+ *                              all_gather #1 (8 x f32) on group dp, waiting for rank 2; ...")
+ *                              and lets a merely slow peer be (see dtensor/runtime.h).
  *   DT_DEBUG_COLLECTIVES=1     before each collective, the members all_gather its fingerprint
  *                              (number on the communicator, kind, count, dtype, op, root) and
  *                              all fail with DT_ERR_COMM naming both sides when they differ

@@ -42,6 +42,12 @@ else
         check "nccl: a killed rank aborts the others" 137 "failed cleanly after .* s: DT_ERR_ABORTED" env DT_TIMEOUT_S=20 "$dtrun" -n "$gpus" "$prog" fault
         check "nccl: DT_DEBUG_COLLECTIVES names different collectives" 3 "ranks called different collectives: rank 0 is in all_reduce #2" env DT_DEBUG_COLLECTIVES=1 DT_TIMEOUT_S=20 "$dtrun" -n "$gpus" "$prog" wrong-collective
     fi
+    # Ranks stuck across groups (the watchdog posts to rank 0's board): 4 ranks as dp=2 x tp=2.
+    # Not on cudasim, whose NCCL does not make members of a group wait for each other.
+    if [ "$gpus" -ge 4 ]; then
+        check "nccl: ranks stuck across groups name the diverging rank" 3 "root cause: rank 0 exited with status 3: DT_ERR_COMM: rank 0 diverged" env DT_TIMEOUT_S=60 DT_CHECK_S=1 "$dtrun" -n 4 "$prog" diverge
+        check "nccl: a sleeping peer is waited for" 0 "" env DT_TIMEOUT_S=60 DT_CHECK_S=0.5 DT_TEST_SLEEP_S=2 "$dtrun" -n 4 "$prog" slow-peer
+    fi
 fi
 [ "$skip" = 0 ] || echo "($skip skipped: no GPU, or a build without NCCL)"
 echo "$pass passed, $fail failed"

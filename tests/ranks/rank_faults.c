@@ -82,8 +82,9 @@ static dt_status diverge(dt_ctx *ctx, float *buf, const rank_fault_buffers *buff
     if (st == DT_OK) st = dt_ctx_world_comm(ctx, &world);
     if (st == DT_OK) st = dt_barrier(world);
     double t0 = now_s();
-    if (st == DT_OK && me == 0) {
+    if (st == DT_OK && me == 0) { /* then the barrier: NCCL's collectives return once queued */
         st = dt_all_gather(dp, buf, out, 4, DT_F32);
+        if (st == DT_OK) st = dt_barrier(world);
     } else if (st == DT_OK) {
         st = dt_all_reduce(tp, buf, out, 4, DT_F32, DT_REDUCE_SUM);
         if (st == DT_OK) st = dt_barrier(world);

@@ -9,7 +9,8 @@
  * one at a time under nccl_mu; the control thread only records failures and wakes the
  * watchdog; the watchdog thread pops finished operations, enforces the timeout, polls NCCL's
  * asynchronous errors and aborts every communicator once the world has failed.
- * Lock order: create_mu or stage_mu, then nccl_mu, then ops_mu, then mu (and the control plane's
+ * Lock order: create_mu or stage_mu, then nccl_mu, then ops_mu (under which the watch posts to
+ * the board of stuck ranks, taking the control plane's lock), then mu (and the control plane's
  * lock before mu); wd_mu is only held around the watchdog's sleep and its wake-up. */
 #ifndef DT_COMM_NCCL_IMPL_H
 #define DT_COMM_NCCL_IMPL_H
@@ -22,6 +23,7 @@
 #include "comm/boot/boot.h"
 #include "comm/boot/failure.h"
 #include "comm/comm_impl.h"
+#include "comm/stuck.h"
 #include "core/cuda/cuda_rt.h"
 #include "dtensor/nccl.h"
 
@@ -47,6 +49,8 @@ typedef struct nc_pending {
     char label[32]; /* its communicator's label */
     nc_group *g; /* NULL: known finished (its communicator was drained and destroyed) */
     int peer;    /* world rank it exchanges with (send/recv); -1: every member */
+    uint64_t id; /* 1, 2, ... in the order queued */
+    dt_pos pos;  /* where the rank waits while it is unfinished (comm/stuck.h) */
 } nc_pending;
 
 typedef struct nc_world {
@@ -76,6 +80,8 @@ typedef struct nc_world {
     pthread_mutex_t ops_mu;
     nc_pending ring[NC_RING];
     int head, count, nevents;
+    uint64_t queued;    /* operations queued so far (the ids) */
+    uint64_t posted_id; /* the operation on rank 0's board of stuck ranks; 0: none */
 
     /* Host buffers go through stage_buf (device) on stage_stream, one call at a time. */
     pthread_mutex_t stage_mu;

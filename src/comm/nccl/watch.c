@@ -111,6 +111,8 @@ dt_status nc_track(nc_world *w, nc_comm *c, const char *what, int peer) {
         p->label[sizeof p->label - 1] = '\0';
         p->g = c->g;
         p->peer = peer;
+        p->id = ++w->queued;
+        dt_pos_fill(&p->pos, &c->base, what, peer);
         memcpy(c->g->label, p->label, sizeof c->g->label);
         w->count++;
     }
@@ -151,6 +153,17 @@ static dt_status async_errors(nc_world *w, char *msg, size_t cap) {
     return st;
 }
 
+/* The oldest unfinished operation goes to rank 0's board of stuck ranks once it has waited the
+ * check interval, and off it when it finished (comm/stuck.h). ops_mu held. */
+static void board(nc_world *w, int64_t now) {
+    const nc_pending *p = w->count > 0 ? &w->ring[w->head] : NULL;
+    int64_t every = w->ctx.check_ns;
+    uint64_t want = p && p->g && every && now - p->t0 >= every ? p->id : 0;
+    if (want == w->posted_id) return;
+    dt_boot_ctl_post(w->ctl, want ? &p->pos : NULL);
+    w->posted_id = want;
+}
+
 dt_status nc_check(nc_world *w) {
     if (dt_failed(&w->fail)) return DT_OK; /* already failed: nothing new to find */
     char msg[512] = "";
@@ -188,6 +201,7 @@ dt_status nc_check(nc_world *w) {
                      p->what, who, p->label, p->g->n, w->rank);
         }
     }
+    board(w, now);
     pthread_mutex_unlock(&w->ops_mu);
     if (st == DT_OK) st = async_errors(w, msg, sizeof msg);
     if (st == DT_OK) return DT_OK;
