@@ -87,7 +87,8 @@ typedef struct explain_totals {
  * "X1 mm ...: differs: got ..., expected ..." with file:line, "...: skipped: why"), then a
  * summary line. strict: a skipped row counts as a difference. Returns 0 when every row passed
  * (or was skipped, unless strict), 1 when one differs or fails, 2 when the table cannot be
- * read or lacks a column. */
+ * opened or read, lacks a column or has no rows (a line on out names the file). *totals
+ * (nullable) is set on every return, all zero when no row was read. */
 int explain_check_file(const char *path, explain_engine engine, void *user, int strict, FILE *out,
                        explain_totals *totals);
 

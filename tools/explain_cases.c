@@ -288,6 +288,7 @@ static void check_row(const char *path, explain_row *r, char **cols, const int *
 int explain_check_file(const char *path, explain_engine engine, void *user, int strict, FILE *out,
                        explain_totals *totals) {
     explain_totals t = {0};
+    if (totals) *totals = t; /* set on every return: a caller may print them */
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(out, "%s: cannot open it: %s\n", path, strerror(errno));
@@ -336,10 +337,17 @@ int explain_check_file(const char *path, explain_engine engine, void *user, int 
         snprintf(r.want_redist, sizeof r.want_redist, "%s", cols[at[C_REDIST]]);
         check_row(path, &r, cols, at, engine, user, strict, out, &t);
     }
+    int read_error = ferror(f) ? errno : 0; /* a directory opens, then fails to read */
     free(line);
     fclose(f);
-    if (!header && !rc) {
-        fprintf(out, "%s: no header row\n", path);
+    if (read_error && !rc) {
+        fprintf(out, "%s: cannot read it: %s\n", path, strerror(read_error));
+        rc = 2;
+    } else if (!header && !rc) {
+        fprintf(out, "%s: no header row (an empty table, or not a tab-separated one)\n", path);
+        rc = 2;
+    } else if (!rc && !t.rows) {
+        fprintf(out, "%s:%d: the table has a header row but no rows\n", path, lineno);
         rc = 2;
     }
     if (!rc) {

@@ -5,6 +5,7 @@
  * ranks (what the tool runs), and by dispatch on real local ranks, which must also agree with
  * dt_op_choose exactly. Rows for ops dtensor does not have are printed with the reason. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../tools/explain.h"
 #include "helpers.h"
@@ -31,6 +32,7 @@ static void check_table(const char *path, explain_engine engine, int min_pass) {
             cr_log_info("%s", line);
     }
     free(text);
+    cr_assert_neq(rc, 2, "%s cannot be used as a table (see the log)", path);
     cr_assert_eq(rc, 0, "%d of %d propagation rows differ, %d failed (see the log)", t.differ,
                  t.rows, t.errors);
     cr_assert_geq(t.passed, min_pass, "only %d rows passed", t.passed);
@@ -189,4 +191,42 @@ Test(propagation, op_text_covers_every_op) {
         cr_assert_eq(explain_op_format(back, &a, again, sizeof again), DT_OK);
         cr_assert_str_eq(again, text, "\"%s\" reads back as \"%s\"", text, again);
     }
+}
+
+/* A table that cannot be opened or read, or holds no rows, is an error naming the file, with
+ * every total zero (they were left unset, and printed as 538976288). */
+static void expect_unusable(const char *path, const char *why) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    explain_totals t;
+    memset(&t, 0x20, sizeof t); /* what an unset stack slot held */
+    int rc = explain_check_file(path, explain_engine_choose, NULL, 0, out, &t);
+    fclose(out);
+    cr_expect_eq(rc, 2, "%s: exit %d, expected 2", path, rc);
+    cr_expect(text && strstr(text, path) && strstr(text, why), "%s: \"%s\" does not say \"%s\"",
+              path, text ? text : "", why);
+    cr_expect(t.rows == 0 && t.passed == 0 && t.differ == 0 && t.skipped == 0 && t.errors == 0,
+              "%s: totals %d rows, %d passed, %d differ, %d skipped, %d errors", path, t.rows,
+              t.passed, t.differ, t.skipped, t.errors);
+    free(text);
+}
+
+Test(propagation, unusable_tables_are_errors) {
+    char dir[] = "/tmp/dt_tables_XXXXXX", empty[64], header[64];
+    cr_assert(mkdtemp(dir));
+    snprintf(empty, sizeof empty, "%s/empty.tsv", dir);
+    snprintf(header, sizeof header, "%s/header.tsv", dir);
+    FILE *f = fopen(empty, "w");
+    fclose(f);
+    f = fopen(header, "w");
+    fputs("# only a header\nid\top\tinput_shapes\tinput_placements\texpected_output_placements"
+          "\texpected_input_redistribution\tmesh_shape\n",
+          f);
+    fclose(f);
+    expect_unusable("/nonexistent/rows.tsv", "cannot open it");
+    expect_unusable(dir, "cannot read it");
+    expect_unusable(empty, "no header row");
+    expect_unusable(header, "no rows");
+    remove(empty), remove(header), remove(dir);
 }

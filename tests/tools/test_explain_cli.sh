@@ -63,6 +63,14 @@ expect 1 "W001 mm: pass" \
 expect 2 "lacks the column(s) op, input_shapes, input_placements" \
     -- --cases "$src/tests/conformance/redistribute_cases.tsv"
 
+# A table that cannot be used is an error naming it (exit 2), never a summary of unset totals.
+empty=$(mktemp) && trap 'rm -f "$out" "$empty"' EXIT
+expect 2 "/nonexistent/rows.tsv: cannot open it" -- --cases /nonexistent/rows.tsv
+expect 2 "$src/tests: cannot read it: Is a directory" -- --cases "$src/tests"
+expect 2 "$empty: no header row" -- --cases "$empty"
+head -4 "$src/tests/tools/explain_wrong_rows.tsv" >"$empty"
+expect 2 "$empty:4: the table has a header row but no rows" -- --cases "$empty"
+
 # A plugin's ops: explained, and its rows checked; without it they are skipped (--strict: fail).
 expect 0 "scale_rows on mesh 4" "strategy: S(1) | R -> S(1)" "all_gather" \
     -- --plugin "$plugin" --op scale_rows --mesh 4 --shapes '8,6;8' --placements 'S(1);S(0)'
