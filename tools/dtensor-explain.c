@@ -188,13 +188,30 @@ static dt_status xmesh_text(const void *arg, char *buf, size_t cap, size_t *len)
     return st;
 }
 
+/* One dispatched op: dt_op_explain. Anything else (t of a 1-D tensor, a composite, unbind,
+ * the like-factories, ...) is run on local ranks and its output and collectives printed. */
 static dt_status op_text(const void *arg, char *buf, size_t cap, size_t *len) {
     const opts *o = arg;
+    const explain_row *r = &o->row;
     const dt_spec *in[DT_OP_MAX_USER_INPUTS];
-    for (int i = 0; i < o->row.n; i++)
-        in[i] = &o->row.in[i];
-    return dt_op_explain(o->row.op, o->mnd, o->mesh_shape, o->names_or_null, in, o->row.n,
-                         &o->row.args, &o->model, buf, cap, len);
+    for (int i = 0; i < r->n; i++)
+        in[i] = &r->in[i];
+    dt_status st = DT_ERR_UNSUPPORTED;
+    if (r->call.form == EXPLAIN_OP)
+        st = dt_op_explain(r->call.op, o->mnd, o->mesh_shape, o->names_or_null, in, r->n,
+                           &r->call.args, &o->model, buf, cap, len);
+    if (st != DT_ERR_UNSUPPORTED) return st;
+    explain_seen seen = {0};
+    st = explain_engine_tool(r, &seen, (void *)&o->model);
+    if (st != DT_OK) return st;
+    char text[4096];
+    st = explain_run_format(r, &seen, text, sizeof text);
+    if (st != DT_OK) return st;
+    size_t n = strlen(text) + 1;
+    if (len) *len = n;
+    if (n > cap) return dt_error_set(DT_ERR_SIZE, "%zu bytes needed", n);
+    memcpy(buf, text, n);
+    return DT_OK;
 }
 
 int main(int argc, char **argv) {
@@ -255,7 +272,7 @@ int main(int argc, char **argv) {
         int rc = 0;
         for (int k = 0; k < ncases; k++) {
             int r =
-                explain_check_file(cases[k], explain_engine_choose, &o.model, strict, stdout, NULL);
+                explain_check_file(cases[k], explain_engine_tool, &o.model, strict, stdout, NULL);
             rc = r > rc ? r : rc;
         }
         return rc;

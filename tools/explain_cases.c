@@ -90,12 +90,12 @@ dt_status explain_row_parse(explain_row *r, const char *op_text, const char *mes
             return dt_error_set(DT_ERR_PLACEMENT, "input %d: %d placements (%s) on a %d-D mesh", i,
                                 s->nplacements, pp[i], r->mesh_ndim);
     }
-    TRY(explain_op_parse(op_text, r->n, r->in, &r->op, &r->args));
+    TRY(explain_call_parse(op_text, r->n, r->in, &r->call));
     for (int i = 0; i < ns; i++) {
         if (nd)
             TRY(dt_dtype_parse(dp[i], &r->in[i].dtype));
         else
-            r->in[i].dtype = explain_op_input_dtype(r->op, i);
+            r->in[i].dtype = explain_call_input_dtype(&r->call, i);
     }
     return DT_OK;
 }
@@ -125,9 +125,22 @@ dt_status explain_engine_choose(const explain_row *r, explain_seen *seen, void *
     const dt_spec *in[DT_OP_MAX_USER_INPUTS];
     for (int i = 0; i < r->n; i++)
         in[i] = &r->in[i];
+    if (r->call.form == EXPLAIN_IDENTITY) { /* dt_t of a 1-D tensor: x itself */
+        if (r->n != 1) return dt_error_set(DT_ERR_ARG, "t takes 1 input, got %d", r->n);
+        memcpy(seen->out, r->in[0].placements, sizeof(dt_placement) * (size_t)r->mesh_ndim);
+        seen->out_dtype = r->in[0].dtype, seen->out_ndim = r->in[0].ndim;
+        memcpy(seen->out_shape, r->in[0].shape, sizeof(int64_t) * (size_t)r->in[0].ndim);
+        return dt_placements_normalize(seen->out, r->mesh_ndim, r->in[0].ndim);
+    }
+    if (r->call.form != EXPLAIN_OP)
+        return dt_error_set(DT_ERR_UNSUPPORTED, "%s runs several ops or none: no single strategy",
+                            explain_call_name(&r->call));
     dt_op_choice c;
-    TRY(dt_op_choose(r->op, r->mesh_ndim, r->mesh_shape, in, r->n, &r->args, model, &c));
+    TRY(dt_op_choose(r->call.op, r->mesh_ndim, r->mesh_shape, in, r->n, &r->call.args, model,
+                     &c));
     memcpy(seen->out, c.output, sizeof c.output);
+    seen->out_dtype = c.out_dtype, seen->out_ndim = c.out_ndim;
+    memcpy(seen->out_shape, c.out_shape, sizeof c.out_shape);
     for (int i = 0; i < r->n; i++) {
         if (!c.changed[i]) continue;
         dt_plan *plan;
