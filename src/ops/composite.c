@@ -82,14 +82,32 @@ static dt_status pieces_cost(dt_op op, const dt_tensor *x, const dt_placement *p
     return DT_OK;
 }
 
-/* Where variance should start: x's own placements, or (*move = 1) x's with every shard of a
- * reduced dim made Replicate, when that move and the then local pieces cost less. */
-static dt_status variance_start(dt_op op, dt_tensor *x, const dt_op_args *a, unsigned reduced,
-                                int64_t count, dt_placement *start, int *move) {
+/* The reduced dims of a (var/std) as a mask of x's dims, and the count they hold. */
+static dt_status reduced_dims(dt_op op, const dt_tensor *x, const dt_op_args *a, unsigned *mask,
+                              int64_t *count) {
+    *mask = 0, *count = 1;
+    for (int i = 0; i < (a->ndims ? a->ndims : x->ndim); i++) {
+        int d = a->ndims ? dt_norm_dim(a->dims[i], x->ndim) : i;
+        if (d < 0)
+            return dt_error(DT_ERR_ARG, "%s: dims[%d] = %d is out of range for a %d-D tensor",
+                            dt_op_name(op), i, a->dims[i], x->ndim);
+        if (!(*mask & (1u << d))) *count *= x->shape[d];
+        *mask |= 1u << d;
+    }
+    return DT_OK;
+}
+
+/* Where variance should start (a dt_route_fn, cached by dispatch): x's own placements, or x's
+ * with every shard of a reduced dim made Replicate when that move and the then local pieces
+ * cost less than the pieces as they come. */
+static dt_status variance_start(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
+                                dt_placement (*start)[DT_MESH_MAX_NDIM]) {
+    (void)n;
+    dt_tensor *x = in[0];
     dt_mesh *mesh = x->mesh;
-    *move = 0;
-    memcpy(start, x->placements, sizeof(dt_placement) * (size_t)mesh->ndim);
-    if (dt_redistribute_mode_of(mesh->ctx) != DT_REDISTRIBUTE_IMPLICIT) return DT_OK;
+    unsigned reduced;
+    int64_t count;
+    DT_CHECK(reduced_dims(op, x, a, &reduced, &count));
     dt_placement whole[DT_MESH_MAX_NDIM];
     int differs = 0;
     for (int m = 0; m < mesh->ndim; m++) {
@@ -98,6 +116,7 @@ static dt_status variance_start(dt_op op, dt_tensor *x, const dt_op_args *a, uns
         whole[m] = cut ? dt_replicate() : p;
         differs |= cut;
     }
+    memcpy(start[0], x->placements, sizeof(dt_placement) * (size_t)mesh->ndim);
     if (!differs) return DT_OK;
     dt_cost_model model = dt_cost_model_of(mesh->ctx);
     double as_is, after;
@@ -105,29 +124,24 @@ static dt_status variance_start(dt_op op, dt_tensor *x, const dt_op_args *a, uns
     DT_CHECK(pieces_cost(op, x, x->placements, a, count, &model, &as_is));
     DT_CHECK(dt_redistribute_cached_plan(x, whole, &plan));
     DT_CHECK(pieces_cost(op, x, whole, a, count, &model, &after));
-    if (dt_plan_cost_us(plan) + after < as_is) {
-        memcpy(start, whole, sizeof whole);
-        *move = 1;
-    }
+    if (dt_plan_cost_us(plan) + after < as_is)
+        memcpy(start[0], whole, sizeof(dt_placement) * (size_t)mesh->ndim);
     return DT_OK;
 }
 
 static dt_status variance(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tensor **out) {
-    int64_t count = 1;
-    unsigned mask = 0;
-    for (int i = 0; i < (a->ndims ? a->ndims : x->ndim); i++) {
-        int d = a->ndims ? dt_norm_dim(a->dims[i], x->ndim) : i;
-        if (d < 0)
-            return dt_error(DT_ERR_ARG, "%s: dims[%d] = %d is out of range for a %d-D tensor",
-                            dt_op_name(op), i, a->dims[i], x->ndim);
-        if (!(mask & (1u << d))) count *= x->shape[d];
-        mask |= 1u << d;
+    unsigned mask;
+    int64_t count;
+    DT_CHECK(reduced_dims(op, x, a, &mask, &count));
+    dt_placement start[1][DT_MESH_MAX_NDIM];
+    int move = 0;
+    if (dt_redistribute_mode_of(x->mesh->ctx) == DT_REDISTRIBUTE_IMPLICIT) { /* else no move */
+        DT_CHECK(dt_dispatch_route(op, &x, 1, a, variance_start, start));
+        for (int m = 0; m < x->mesh->ndim; m++)
+            move |= !dt_placement_equal(start[0][m], x->placements[m]);
     }
-    dt_placement start[DT_MESH_MAX_NDIM];
-    int move;
-    DT_CHECK(variance_start(op, x, a, mask, count, start, &move));
     dt_tensor *t[V_NPIECES] = {0};
-    dt_status st = move ? dt_ops_move(x, start, &t[X_IN]) : dt_tensor_retain(x);
+    dt_status st = move ? dt_ops_move(x, start[0], &t[X_IN]) : dt_tensor_retain(x);
     if (st == DT_OK && !move) t[X_IN] = x;
     for (int k = 0; k < npieces(op) && st == DT_OK; k++) {
         const piece *p = &variance_pieces[k];
