@@ -427,6 +427,18 @@ static dt_status var_body(dt_ctx *ctx, void *arg) {
             "and %d", dt_op_name(c->op), (long long)rows, (long long)cols, c->mesh,
             (unsigned long long)gathers, (unsigned long long)reduces,
             (unsigned long long)t_issued_total(ctx), c->gathers, c->reduces, c->total);
+    /* The route is priced once per spec: a second call finds every choice cached. */
+    dt_tensor *again;
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(c->op == DT_OP_STD ? dt_std(x, c->dims, c->ndims, 0, &again)
+                            : dt_var(x, c->dims, c->ndims, 0, &again));
+    dt_comm_stats cs;
+    R_OK(dt_comm_stats_get(ctx, &cs));
+    R_CHECK(cs.caches[DT_CACHE_STRATEGY].misses == 0 && cs.caches[DT_CACHE_PLAN].misses == 0,
+            "%s on %s, called again: %llu strategy and %llu plan cache misses", dt_op_name(c->op),
+            c->mesh, (unsigned long long)cs.caches[DT_CACHE_STRATEGY].misses,
+            (unsigned long long)cs.caches[DT_CACHE_PLAN].misses);
+    dt_tensor_release(again);
     /* One rank's f64 loop: over rows (dim 1 reduced), or over everything. */
     int all = c->ndims == 2;
     int64_t groups = all ? 1 : rows, per = all ? rows * cols : cols;
