@@ -1,4 +1,5 @@
-/* dtensor-explain: what redistribute and op dispatch would do, without starting ranks.
+/* dtensor-explain: what redistribute and op dispatch would do, without starting ranks (calls
+ * that are not one dispatched op, such as std or unbind, are run on threads of this process).
  *   dtensor-explain --mesh 2x4 --shape 8,6 --dtype f32 --from "S(0),R" --to "R,S(1)"
  *   dtensor-explain --mesh tp=2 --ranks 0,1 --to-mesh tp=2 --to-ranks 2,3 --shape 8,6
  *                   --from "S(0)" --to "S(1)"      (across meshes: dt_xplan)
@@ -27,8 +28,9 @@ static int usage(const char *why) {
             "  any of them: [--plugin ./libops.so]... [--latency-us 5] [--step-us 1] "
             "[--bandwidth-gbps 10]\n"
             "placements: one per mesh dim, e.g. \"S(0),R\", \"P(sum),S(1)\"; ';' between inputs\n"
-            "OP: mm, add, mean(dim=0), softmax(dim=-1), view(8,6->48), ... or a registered op's "
-            "name\n"
+            "OP: mm, add, mean(dim=0), softmax(dim=-1), view(8,6->48), t, unbind(dim=0), "
+            "ones_like, new_full(shape=[4,4],value=1), ... (docs/explain.md) or a registered "
+            "op's name\n"
             "--plugin: a shared object whose " DT_PLUGIN_ENTRY "() registers ops (dtensor/"
             "explain.h)\n"
             "--cases: one line per row (pass, or what differs); exit 1 when a row differs or "

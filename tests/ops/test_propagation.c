@@ -2,8 +2,10 @@
  * placements dispatch picks and the collectives its input redistributions issue must be one
  * of the listed minimum-cost answers. The rows are read and checked by the code of
  * dtensor-explain --cases (tools/explain_cases.c), answered twice: by dt_op_choose without
- * ranks (what the tool runs), and by dispatch on real local ranks, which must also agree with
- * dt_op_choose exactly. Rows for ops dtensor does not have are printed with the reason. */
+ * ranks, and by dispatch on real local ranks, which must also agree with dt_op_choose exactly;
+ * calls that are not one op (composites, unbind, the like-factories, ...) are run and their
+ * collectives counted (tools/explain_run.c, as dtensor-explain does). Rows for ops dtensor does
+ * not have are printed with the reason. */
 #include <stdlib.h>
 #include <string.h>
 
