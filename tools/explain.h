@@ -54,10 +54,10 @@ dt_dtype explain_op_input_dtype(dt_op op, int i);
  * Forms other than EXPLAIN_OP run several ops or none: dt_op_choose cannot answer them, and
  * explain_engine_run runs them on ranks. */
 typedef enum explain_form {
-    EXPLAIN_OP = 0,    /* op with args: dt_op_call */
-    EXPLAIN_IDENTITY,  /* t of a 0-D or 1-D tensor */
-    EXPLAIN_UNBIND,    /* dim */
-    EXPLAIN_SPLIT,     /* dim, sizes */
+    EXPLAIN_OP = 0,   /* op with args: dt_op_call */
+    EXPLAIN_IDENTITY, /* t of a 0-D or 1-D tensor */
+    EXPLAIN_UNBIND,   /* dim */
+    EXPLAIN_SPLIT,    /* dim, sizes */
     EXPLAIN_ZEROS_LIKE,
     EXPLAIN_ONES_LIKE,
     EXPLAIN_EMPTY_LIKE,
@@ -74,8 +74,8 @@ typedef struct explain_call {
     int dim;         /* unbind, split */
     int nsizes;      /* split: the pieces' sizes; new_full: the new shape */
     int64_t sizes[DT_MAX_NDIM];
-    double value;    /* full_like, new_full */
-    dt_dtype dtype;  /* cast */
+    double value;   /* full_like, new_full */
+    dt_dtype dtype; /* cast */
 } explain_call;
 
 /* text -> call, as explain_op_parse (whose forms it reads too) with the forms above; in[0]'s
@@ -161,8 +161,7 @@ dt_status explain_engine_run(const explain_row *row, explain_seen *seen, void *u
 dt_status explain_engine_tool(const explain_row *row, explain_seen *seen, void *user);
 /* What dtensor-explain --op prints for a call it ran: the inputs, the output, the
  * collectives. */
-dt_status explain_run_format(const explain_row *r, const explain_seen *seen, char *buf,
-                             size_t cap);
+dt_status explain_run_format(const explain_row *r, const explain_seen *seen, char *buf, size_t cap);
 
 /* Appends the collectives of a plan to seen (local steps are not listed). */
 void explain_seen_add_plan(explain_seen *seen, const dt_plan *plan);

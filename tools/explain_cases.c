@@ -136,8 +136,7 @@ dt_status explain_engine_choose(const explain_row *r, explain_seen *seen, void *
         return dt_error_set(DT_ERR_UNSUPPORTED, "%s runs several ops or none: no single strategy",
                             explain_call_name(&r->call));
     dt_op_choice c;
-    TRY(dt_op_choose(r->call.op, r->mesh_ndim, r->mesh_shape, in, r->n, &r->call.args, model,
-                     &c));
+    TRY(dt_op_choose(r->call.op, r->mesh_ndim, r->mesh_shape, in, r->n, &r->call.args, model, &c));
     memcpy(seen->out, c.output, sizeof c.output);
     seen->out_dtype = c.out_dtype, seen->out_ndim = c.out_ndim;
     memcpy(seen->out_shape, c.out_shape, sizeof c.out_shape);

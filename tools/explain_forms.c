@@ -102,8 +102,10 @@ static dt_status size_list(const char *name, const char *text, int64_t *v, int *
         v[(*n)++] = x;
         for (p = end; *p == ' '; p++) {
         }
-        if (*p == ',') p++;
-        else if (*p != ']') return BAD("%s: \"%s\" is not a list like [2,4]", name, text);
+        if (*p == ',')
+            p++;
+        else if (*p != ']')
+            return BAD("%s: \"%s\" is not a list like [2,4]", name, text);
     }
     return DT_OK;
 }
@@ -114,8 +116,9 @@ static dt_status size_list(const char *name, const char *text, int64_t *v, int *
 static dt_status parse_t(const char *args, int n, const dt_spec *in, explain_call *c) {
     if (*args) return BAD("t takes no arguments (\"%s\")", args);
     if (n >= 1 && in[0].ndim > 2)
-        return dt_error_set(DT_ERR_SHAPE, "t expects a tensor of at most 2 dims, got %d-D "
-                                          "(dt_t; transpose(0,1) names the dims)",
+        return dt_error_set(DT_ERR_SHAPE,
+                            "t expects a tensor of at most 2 dims, got %d-D "
+                            "(dt_t; transpose(0,1) names the dims)",
                             in[0].ndim);
     if (n >= 1 && in[0].ndim < 2) {
         c->form = EXPLAIN_IDENTITY;
@@ -237,8 +240,10 @@ dt_status explain_call_format(const explain_call *c, char *buf, size_t cap) {
         PUT(c->form == EXPLAIN_SPLIT ? "(dim=%d,sizes=[" : "(shape=[", c->dim);
         for (int i = 0; i < c->nsizes; i++)
             PUT(i ? ",%lld" : "%lld", (long long)c->sizes[i]);
-        if (c->form == EXPLAIN_SPLIT) PUT("])");
-        else PUT("],value=%.17g)", c->value);
+        if (c->form == EXPLAIN_SPLIT)
+            PUT("])");
+        else
+            PUT("],value=%.17g)", c->value);
         break;
     case EXPLAIN_FULL_LIKE:
         PUT("(%.17g)", c->value);

@@ -344,10 +344,12 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
                 snprintf(list, sizeof list, "%.*s", (int)(len - 2), v + 1);
                 TRY(int_list(name, list, sizes, &a->ndims));
                 int d0 = n ? in[0].ndim - a->ndims : 0;
-                if (n && (d0 < 0 || memcmp(sizes, in[0].shape + d0, sizeof(int64_t) *
-                                                                       (size_t)a->ndims)))
-                    return dt_error_set(DT_ERR_SHAPE, "%s: normalized_shape %s is not input 0's "
-                                                      "last sizes", name, v);
+                if (n &&
+                    (d0 < 0 || memcmp(sizes, in[0].shape + d0, sizeof(int64_t) * (size_t)a->ndims)))
+                    return dt_error_set(DT_ERR_SHAPE,
+                                        "%s: normalized_shape %s is not input 0's "
+                                        "last sizes",
+                                        name, v);
                 ok = a->ndims >= 1;
             } else
                 ok = (bare && !strcmp(v, "last")) ||

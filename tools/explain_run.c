@@ -93,8 +93,7 @@ static dt_status call(const explain_row *r, dt_tensor *const *in, dt_tensor **ou
     *nout = 1;
     if (c->form != EXPLAIN_OP) {
         if (r->n != 1)
-            return dt_error_set(DT_ERR_ARG, "%s takes 1 input, got %d", explain_call_name(c),
-                                r->n);
+            return dt_error_set(DT_ERR_ARG, "%s takes 1 input, got %d", explain_call_name(c), r->n);
         TRY(dt_tensor_info_get(in[0], &x));
     }
     switch (c->form) {
@@ -105,8 +104,8 @@ static dt_status call(const explain_row *r, dt_tensor *const *in, dt_tensor **ou
     case EXPLAIN_UNBIND: {
         int d = c->dim < 0 ? c->dim + x.ndim : c->dim;
         int n = d >= 0 && d < x.ndim ? (int)x.shape[d] : 0;
-        if (n > max) return dt_error_set(DT_ERR_UNSUPPORTED, "unbind: %d pieces (at most %d)", n,
-                                         max);
+        if (n > max)
+            return dt_error_set(DT_ERR_UNSUPPORTED, "unbind: %d pieces (at most %d)", n, max);
         *nout = n;
         return dt_unbind(in[0], c->dim, n, outs);
     }
@@ -145,8 +144,9 @@ dt_status explain_call_run(dt_ctx *ctx, const explain_row *r, dt_tensor *const *
         st = dt_tensor_info_get(outs[k], &info);
         for (int m = 0; st == DT_OK && m < first.mesh_ndim; m++)
             if (!dt_placement_equal(info.placements[m], first.placements[m]))
-                st = dt_error_set(DT_ERR_PLACEMENT, "%s: output %d is placed otherwise than "
-                                                    "output 0 (mesh dim %d)",
+                st = dt_error_set(DT_ERR_PLACEMENT,
+                                  "%s: output %d is placed otherwise than "
+                                  "output 0 (mesh dim %d)",
                                   explain_call_name(&r->call), k, m);
     }
     int me = st == DT_OK && nout && dt_ctx_rank(ctx) == 0; /* rank 0 reports */
@@ -201,13 +201,15 @@ dt_status explain_engine_run(const explain_row *r, explain_seen *seen, void *use
     for (int m = 0; m < r->mesh_ndim; m++)
         nranks *= r->mesh_shape[m];
     if (nranks > RUN_MAX_RANKS)
-        return dt_error_set(DT_ERR_UNSUPPORTED, "%s is answered by running it, on at most %d "
-                                                "ranks (the mesh has %d)",
+        return dt_error_set(DT_ERR_UNSUPPORTED,
+                            "%s is answered by running it, on at most %d "
+                            "ranks (the mesh has %d)",
                             explain_call_name(&r->call), RUN_MAX_RANKS, nranks);
     for (int i = 0; i < r->n; i++)
         if (numel(&r->in[i]) > RUN_MAX_NUMEL)
-            return dt_error_set(DT_ERR_UNSUPPORTED, "%s is answered by running it, on inputs of "
-                                                    "at most %zu elements (input %d has %zu)",
+            return dt_error_set(DT_ERR_UNSUPPORTED,
+                                "%s is answered by running it, on inputs of "
+                                "at most %zu elements (input %d has %zu)",
                                 explain_call_name(&r->call), RUN_MAX_NUMEL, i, numel(&r->in[i]));
     run p = {.r = r, .seen = seen};
     return dt_local_run(nranks, run_body, &p, NULL);

@@ -41,8 +41,8 @@ typedef struct piece {
     int in0, in1; /* -1: none */
 } piece;
 static const piece variance_pieces[V_NPIECES - 1] = {
-    {DT_OP_MEAN, X_IN, -1},       {DT_OP_SUB, X_IN, V_MEAN},     {DT_OP_MUL, V_SUB, V_SUB},
-    {DT_OP_SUM, V_SQ, -1},        {DT_OP_MUL_SCALAR, V_SUM, -1}, {DT_OP_SQRT, V_SCALE, -1}};
+    {DT_OP_MEAN, X_IN, -1}, {DT_OP_SUB, X_IN, V_MEAN},     {DT_OP_MUL, V_SUB, V_SUB},
+    {DT_OP_SUM, V_SQ, -1},  {DT_OP_MUL_SCALAR, V_SUM, -1}, {DT_OP_SQRT, V_SCALE, -1}};
 
 /* The args of piece k: the mean keeps the reduced dims (for the broadcast), the sum does not,
  * the scale divides by N - correction. */
@@ -53,7 +53,9 @@ static dt_op_args piece_args(int k, const dt_op_args *a, int64_t count) {
     return p;
 }
 
-static int npieces(dt_op op) { return op == DT_OP_STD ? V_NPIECES - 1 : V_NPIECES - 2; }
+static int npieces(dt_op op) {
+    return op == DT_OP_STD ? V_NPIECES - 1 : V_NPIECES - 2;
+}
 
 /* The estimated cost (us) of the pieces' moves when x starts at pl: each piece placed as
  * dispatch would place it, from specs alone. */
@@ -71,8 +73,8 @@ static dt_status pieces_cost(dt_op op, const dt_tensor *x, const dt_placement *p
         const dt_spec *in[2] = {&t[p->in0], p->in1 >= 0 ? &t[p->in1] : NULL};
         dt_op_args pa = piece_args(k, a, count);
         dt_op_choice c;
-        DT_CHECK(dt_op_choose(p->op, mesh->ndim, mesh->shape, in, p->in1 >= 0 ? 2 : 1, &pa,
-                              model, &c));
+        DT_CHECK(
+            dt_op_choose(p->op, mesh->ndim, mesh->shape, in, p->in1 >= 0 ? 2 : 1, &pa, model, &c));
         *cost += c.cost_us;
         dt_spec *o = &t[k + 1];
         *o = (dt_spec){.dtype = c.out_dtype, .ndim = c.out_ndim, .nplacements = mesh->ndim};
@@ -151,7 +153,8 @@ static dt_status variance(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tensor
     }
     int last = npieces(op);
     if (st == DT_OK) *out = t[last], t[last] = NULL;
-    for (int k = 0; k < V_NPIECES; k++) dt_tensor_release(t[k]);
+    for (int k = 0; k < V_NPIECES; k++)
+        dt_tensor_release(t[k]);
     return st;
 }
 

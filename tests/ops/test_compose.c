@@ -413,18 +413,21 @@ static dt_status var_body(dt_ctx *ctx, void *arg) {
     int64_t rows = c->shape[0], cols = c->shape[1];
     size_t n = (size_t)(rows * cols);
     double *v = malloc(sizeof(double) * n), *got = malloc(sizeof(double) * n);
-    for (size_t e = 0; e < n; e++) v[e] = t_value(90, e) / 4;
+    for (size_t e = 0; e < n; e++)
+        v[e] = t_value(90, e) / 4;
     dt_tensor *x, *y;
     R_OK(put(mesh, v, DT_F32, 2, c->shape, c->pl, &x));
     R_OK(dt_comm_stats_reset(ctx));
     R_OK(c->op == DT_OP_STD ? dt_std(x, c->dims, c->ndims, 0, &y)
                             : dt_var(x, c->dims, c->ndims, 0, &y));
-    uint64_t gathers = t_issued(ctx, DT_COLL_ALL_GATHER), reduces = t_issued(ctx, DT_COLL_ALL_REDUCE);
+    uint64_t gathers = t_issued(ctx, DT_COLL_ALL_GATHER),
+             reduces = t_issued(ctx, DT_COLL_ALL_REDUCE);
     R_CHECK((c->gathers < 0 || gathers == (uint64_t)c->gathers) &&
                 (c->reduces < 0 || reduces == (uint64_t)c->reduces) &&
                 t_issued_total(ctx) == (uint64_t)c->total,
             "%s of %lldx%lld on %s: %llu all_gathers, %llu all_reduces, %llu in all; want %d, %d "
-            "and %d", dt_op_name(c->op), (long long)rows, (long long)cols, c->mesh,
+            "and %d",
+            dt_op_name(c->op), (long long)rows, (long long)cols, c->mesh,
             (unsigned long long)gathers, (unsigned long long)reduces,
             (unsigned long long)t_issued_total(ctx), c->gathers, c->reduces, c->total);
     /* The route is priced once per spec: a second call finds every choice cached. */
@@ -445,7 +448,8 @@ static dt_status var_body(dt_ctx *ctx, void *arg) {
     R_OK(get(y, got, (size_t)groups));
     for (int64_t g = 0; g < groups; g++) {
         double sum = 0, sq = 0;
-        for (int64_t i = 0; i < per; i++) sum += v[g * per + i];
+        for (int64_t i = 0; i < per; i++)
+            sum += v[g * per + i];
         for (int64_t i = 0; i < per; i++)
             sq += (v[g * per + i] - sum / (double)per) * (v[g * per + i] - sum / (double)per);
         double want = sq / (double)(per - 1);

@@ -2,8 +2,8 @@
  * arity), the kernel its description names in the CPU table (and the CUDA table in CUDA
  * builds), a typed wrapper the shared library exports, at least one sharded-vs-unsharded case
  * in tests/common/op_cases.c, and a row in the propagation conformance table. Every public call
- * of ops.h and create.h has a text form (or a reason for none), and every form a row. Adding an op without
- * one of these fails here, naming the op and what it lacks. */
+ * of ops.h and create.h has a text form (or a reason for none), and every form a row. Adding an op
+ * without one of these fails here, naming the op and what it lacks. */
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,8 +133,7 @@ Test(op_coverage, every_op_has_a_conformance_row) {
             cr_log_error("the call form %s: no row in %s", explain_call_name(&c), path);
             missing++;
         }
-    cr_assert_eq(missing, 0, "%d ops and forms without a conformance row (see the log)",
-                 missing);
+    cr_assert_eq(missing, 0, "%d ops and forms without a conformance row (see the log)", missing);
 }
 
 /* Every public call of dtensor/ops.h and dtensor/create.h has a text that rows and
@@ -169,8 +168,8 @@ Test(op_coverage, every_public_call_has_a_text_form) {
             calls++;
             int wrapper = 0;
             for (int op = 0; op < DT_OP_COUNT; op++)
-                wrapper |= dt_op_desc((dt_op)op)->wrapper &&
-                           !strcmp(dt_op_desc((dt_op)op)->wrapper, fn);
+                wrapper |=
+                    dt_op_desc((dt_op)op)->wrapper && !strcmp(dt_op_desc((dt_op)op)->wrapper, fn);
             int k = listed(explain_c_calls, explain_n_c_calls, fn);
             int why = listed(explain_no_text, explain_n_no_text, fn);
             if (wrapper + (k >= 0) + (why >= 0) != 1) {
