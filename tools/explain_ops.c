@@ -437,7 +437,9 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
         }
         if (!ok && a->ndims == DT_MAX_NDIM && (kind == REDUCE || kind == PERM))
             return BAD("%s: more than %d dims", name, DT_MAX_NDIM);
-        if (!ok) return BAD("%s: cannot read the argument \"%s%s%s\"", name, k, bare ? "" : "=", v);
+        if (!ok)
+            return BAD("%s: cannot read the argument \"%s%s%s\"%s", name, k, bare ? "" : "=", v,
+                       kind == NORM ? " (the last K dims: last=K or normalized_shape=[..])" : "");
     }
     if ((kind == ARGINDEX || (kind == DIM && op != DT_OP_CAT && op != DT_OP_STACK)) &&
         !have_dim)

@@ -68,6 +68,8 @@ expect 0 "expand on mesh 4" "strategy: S(0) -> S(1)" \
 expect 0 "strategy: S(0) | R | R -> S(0)" "input 0 is redistributed to S(0):" \
     -- --op 'layer_norm(normalized_shape=[8,10])' --mesh 4 --shapes '8,8,10;8,10;8,10' \
     --placements 'S(1);R;R'
+expect 1 "cannot read the argument \"last2\" (the last K dims: last=K or normalized_shape=[..])" \
+    -- --op 'layer_norm(last2)' --mesh 4 --shapes '8,8,10' --placements 'S(1)'
 expect 1 "normalized_shape [8,9] is not input 0's last sizes" \
     -- --op 'layer_norm(normalized_shape=[8,9])' --mesh 4 --shapes '8,8,10' --placements 'S(1)'
 expect 0 "unbind(dim=0) on mesh 4: not one dispatched op" "output: f32[6] S(0) (each of 8 outputs)" \
