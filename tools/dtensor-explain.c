@@ -1,4 +1,5 @@
-/* dtensor-explain: what redistribute and op dispatch would do, without starting ranks.
+/* dtensor-explain: what redistribute and op dispatch would do, without starting ranks (calls
+ * that are not one dispatched op, such as std or unbind, are run on threads of this process).
  *   dtensor-explain --mesh 2x4 --shape 8,6 --dtype f32 --from "S(0),R" --to "R,S(1)"
  *   dtensor-explain --mesh tp=2 --ranks 0,1 --to-mesh tp=2 --to-ranks 2,3 --shape 8,6
  *                   --from "S(0)" --to "S(1)"      (across meshes: dt_xplan)
@@ -27,8 +28,9 @@ static int usage(const char *why) {
             "  any of them: [--plugin ./libops.so]... [--latency-us 5] [--step-us 1] "
             "[--bandwidth-gbps 10]\n"
             "placements: one per mesh dim, e.g. \"S(0),R\", \"P(sum),S(1)\"; ';' between inputs\n"
-            "OP: mm, add, mean(dim=0), softmax(dim=-1), view(8,6->48), ... or a registered op's "
-            "name\n"
+            "OP: mm, add, mean(dim=0), softmax(dim=-1), view(8,6->48), t, unbind(dim=0), "
+            "ones_like, new_full(shape=[4,4],value=1), ... (docs/explain.md) or a registered "
+            "op's name\n"
             "--plugin: a shared object whose " DT_PLUGIN_ENTRY "() registers ops (dtensor/"
             "explain.h)\n"
             "--cases: one line per row (pass, or what differs); exit 1 when a row differs or "
@@ -188,13 +190,30 @@ static dt_status xmesh_text(const void *arg, char *buf, size_t cap, size_t *len)
     return st;
 }
 
+/* One dispatched op: dt_op_explain. Anything else (t of a 1-D tensor, a composite, unbind,
+ * the like-factories, ...) is run on local ranks and its output and collectives printed. */
 static dt_status op_text(const void *arg, char *buf, size_t cap, size_t *len) {
     const opts *o = arg;
+    const explain_row *r = &o->row;
     const dt_spec *in[DT_OP_MAX_USER_INPUTS];
-    for (int i = 0; i < o->row.n; i++)
-        in[i] = &o->row.in[i];
-    return dt_op_explain(o->row.op, o->mnd, o->mesh_shape, o->names_or_null, in, o->row.n,
-                         &o->row.args, &o->model, buf, cap, len);
+    for (int i = 0; i < r->n; i++)
+        in[i] = &r->in[i];
+    dt_status st = DT_ERR_UNSUPPORTED;
+    if (r->call.form == EXPLAIN_OP)
+        st = dt_op_explain(r->call.op, o->mnd, o->mesh_shape, o->names_or_null, in, r->n,
+                           &r->call.args, &o->model, buf, cap, len);
+    if (st != DT_ERR_UNSUPPORTED) return st;
+    explain_seen seen = {0};
+    st = explain_engine_tool(r, &seen, (void *)&o->model);
+    if (st != DT_OK) return st;
+    char text[4096];
+    st = explain_run_format(r, &seen, text, sizeof text);
+    if (st != DT_OK) return st;
+    size_t n = strlen(text) + 1;
+    if (len) *len = n;
+    if (n > cap) return dt_error_set(DT_ERR_SIZE, "%zu bytes needed", n);
+    memcpy(buf, text, n);
+    return DT_OK;
 }
 
 int main(int argc, char **argv) {
@@ -255,7 +274,7 @@ int main(int argc, char **argv) {
         int rc = 0;
         for (int k = 0; k < ncases; k++) {
             int r =
-                explain_check_file(cases[k], explain_engine_choose, &o.model, strict, stdout, NULL);
+                explain_check_file(cases[k], explain_engine_tool, &o.model, strict, stdout, NULL);
             rc = r > rc ? r : rc;
         }
         return rc;

@@ -90,12 +90,12 @@ dt_status explain_row_parse(explain_row *r, const char *op_text, const char *mes
             return dt_error_set(DT_ERR_PLACEMENT, "input %d: %d placements (%s) on a %d-D mesh", i,
                                 s->nplacements, pp[i], r->mesh_ndim);
     }
-    TRY(explain_op_parse(op_text, r->n, r->in, &r->op, &r->args));
+    TRY(explain_call_parse(op_text, r->n, r->in, &r->call));
     for (int i = 0; i < ns; i++) {
         if (nd)
             TRY(dt_dtype_parse(dp[i], &r->in[i].dtype));
         else
-            r->in[i].dtype = explain_op_input_dtype(r->op, i);
+            r->in[i].dtype = explain_call_input_dtype(&r->call, i);
     }
     return DT_OK;
 }
@@ -125,9 +125,21 @@ dt_status explain_engine_choose(const explain_row *r, explain_seen *seen, void *
     const dt_spec *in[DT_OP_MAX_USER_INPUTS];
     for (int i = 0; i < r->n; i++)
         in[i] = &r->in[i];
+    if (r->call.form == EXPLAIN_IDENTITY) { /* dt_t of a 1-D tensor: x itself */
+        if (r->n != 1) return dt_error_set(DT_ERR_ARG, "t takes 1 input, got %d", r->n);
+        memcpy(seen->out, r->in[0].placements, sizeof(dt_placement) * (size_t)r->mesh_ndim);
+        seen->out_dtype = r->in[0].dtype, seen->out_ndim = r->in[0].ndim;
+        memcpy(seen->out_shape, r->in[0].shape, sizeof(int64_t) * (size_t)r->in[0].ndim);
+        return dt_placements_normalize(seen->out, r->mesh_ndim, r->in[0].ndim);
+    }
+    if (r->call.form != EXPLAIN_OP)
+        return dt_error_set(DT_ERR_UNSUPPORTED, "%s runs several ops or none: no single strategy",
+                            explain_call_name(&r->call));
     dt_op_choice c;
-    TRY(dt_op_choose(r->op, r->mesh_ndim, r->mesh_shape, in, r->n, &r->args, model, &c));
+    TRY(dt_op_choose(r->call.op, r->mesh_ndim, r->mesh_shape, in, r->n, &r->call.args, model, &c));
     memcpy(seen->out, c.output, sizeof c.output);
+    seen->out_dtype = c.out_dtype, seen->out_ndim = c.out_ndim;
+    memcpy(seen->out_shape, c.out_shape, sizeof c.out_shape);
     for (int i = 0; i < r->n; i++) {
         if (!c.changed[i]) continue;
         dt_plan *plan;
@@ -288,6 +300,7 @@ static void check_row(const char *path, explain_row *r, char **cols, const int *
 int explain_check_file(const char *path, explain_engine engine, void *user, int strict, FILE *out,
                        explain_totals *totals) {
     explain_totals t = {0};
+    if (totals) *totals = t; /* set on every return: a caller may print them */
     FILE *f = fopen(path, "r");
     if (!f) {
         fprintf(out, "%s: cannot open it: %s\n", path, strerror(errno));
@@ -336,10 +349,17 @@ int explain_check_file(const char *path, explain_engine engine, void *user, int 
         snprintf(r.want_redist, sizeof r.want_redist, "%s", cols[at[C_REDIST]]);
         check_row(path, &r, cols, at, engine, user, strict, out, &t);
     }
+    int read_error = ferror(f) ? errno : 0; /* a directory opens, then fails to read */
     free(line);
     fclose(f);
-    if (!header && !rc) {
-        fprintf(out, "%s: no header row\n", path);
+    if (read_error && !rc) {
+        fprintf(out, "%s: cannot read it: %s\n", path, strerror(read_error));
+        rc = 2;
+    } else if (!header && !rc) {
+        fprintf(out, "%s: no header row (an empty table, or not a tab-separated one)\n", path);
+        rc = 2;
+    } else if (!rc && !t.rows) {
+        fprintf(out, "%s:%d: the table has a header row but no rows\n", path, lineno);
         rc = 2;
     }
     if (!rc) {

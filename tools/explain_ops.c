@@ -19,7 +19,8 @@ typedef enum args_kind {
     PERM,     /* permute(2,0,1) */
     SHAPE,    /* view(4,-1), view(8,6->48), expand(4,8) */
     SLICE,    /* slice(dim=1,start=8,end=16), slice([:,8:]) */
-    NORM,     /* layer_norm(eps=1e-5), layer_norm(last), layer_norm(last=2) */
+    NORM,     /* layer_norm(eps=1e-5), layer_norm(last), layer_norm(last=2),
+                 layer_norm(normalized_shape=[8,10]) (= last=2) */
     SDPA,     /* (causal,scale=0.125) */
     XENT,     /* cross_entropy(mean|sum|none,ignore_index=-100|none,label_smoothing=0.1) */
     DROPOUT,  /* dropout(0.1), dropout(p=0.1,seed=7,offset=0) */
@@ -108,7 +109,7 @@ _Static_assert(sizeof kinds / sizeof kinds[0] == DT_OP_COUNT, "an op has no text
 static const struct {
     const char *alias, *name, *args; /* args NULL: the text's own */
 } aliases[] = {
-    {"t", "transpose", "0,1"},
+    {"broadcast_to", "expand", NULL}, /* torch.broadcast_to is expand (dt_expand) */
     {"reshape", "view", NULL},
     {"sdpa", "scaled_dot_product_attention", NULL},
     {"sdpa_backward", "scaled_dot_product_attention_backward", NULL},
@@ -332,13 +333,29 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
             else
                 ok = 0;
             break;
-        case NORM:
-            if (!strcmp(k, "last"))
+        case NORM: {
+            size_t len = strlen(v);
+            if (!strcmp(k, "last")) {
                 ok = to_int(v, &a->ndims) && a->ndims >= 1 && a->ndims <= DT_MAX_NDIM;
-            else
+            } else if (!strcmp(k, "normalized_shape") && len >= 2 && v[0] == '[' &&
+                       v[len - 1] == ']') { /* torch's spelling of last=K */
+                char list[96];
+                int64_t sizes[DT_MAX_NDIM];
+                snprintf(list, sizeof list, "%.*s", (int)(len - 2), v + 1);
+                TRY(int_list(name, list, sizes, &a->ndims));
+                int d0 = n ? in[0].ndim - a->ndims : 0;
+                if (n &&
+                    (d0 < 0 || memcmp(sizes, in[0].shape + d0, sizeof(int64_t) * (size_t)a->ndims)))
+                    return dt_error_set(DT_ERR_SHAPE,
+                                        "%s: normalized_shape %s is not input 0's "
+                                        "last sizes",
+                                        name, v);
+                ok = a->ndims >= 1;
+            } else
                 ok = (bare && !strcmp(v, "last")) ||
                      (!strcmp(k, "eps") && to_double(v, &a->scalar));
             break;
+        }
         case DROPOUT: {
             int64_t u = 0;
             if (bare || !strcmp(k, "p")) {
@@ -420,7 +437,9 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
         }
         if (!ok && a->ndims == DT_MAX_NDIM && (kind == REDUCE || kind == PERM))
             return BAD("%s: more than %d dims", name, DT_MAX_NDIM);
-        if (!ok) return BAD("%s: cannot read the argument \"%s%s%s\"", name, k, bare ? "" : "=", v);
+        if (!ok)
+            return BAD("%s: cannot read the argument \"%s%s%s\"%s", name, k, bare ? "" : "=", v,
+                       kind == NORM ? " (the last K dims: last=K or normalized_shape=[..])" : "");
     }
     if ((kind == ARGINDEX || (kind == DIM && op != DT_OP_CAT && op != DT_OP_STACK)) &&
         !have_dim)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "dtensor/explain.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 #include "ops/op_impl.h"
@@ -24,36 +25,136 @@ static dt_status call2(dt_op op, dt_tensor *x, dt_tensor *y, dt_tensor **out) {
     return dt_op_call(op, in, 2, NULL, out);
 }
 
-/* var = sum((x - mean(x))^2) / (N - correction); std = sqrt(var). */
-static dt_status variance(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tensor **out) {
-    dt_op_args keep = *a, plain = *a;
-    keep.keepdim = 1;
-    int64_t count = 1;
-    unsigned mask = 0;
+/* ---- var and std -------------------------------------------------------------------------
+ * var = sum((x - mean(x))^2) / (N - correction); std = sqrt(var). Run as they come, a
+ * sharded reduced dim costs one reduction for the mean and (std) one more before the sqrt;
+ * moving x once so the reduced dims are whole costs one collective and leaves every piece
+ * local. Both routes are priced as dispatch prices a single op (each piece placed by
+ * dt_op_choose over specs, the rank's cost model), and the cheaper one runs: the fewest
+ * collectives where they are small, and no gathered x where x is large (docs/ops.md). */
+
+/* The pieces of variance, each one op on the tensors named by its inputs: X is the input,
+ * and piece k's output is tensor k + 1. */
+enum { X_IN = 0, V_MEAN, V_SUB, V_SQ, V_SUM, V_SCALE, V_SQRT, V_NPIECES };
+typedef struct piece {
+    dt_op op;
+    int in0, in1; /* -1: none */
+} piece;
+static const piece variance_pieces[V_NPIECES - 1] = {
+    {DT_OP_MEAN, X_IN, -1}, {DT_OP_SUB, X_IN, V_MEAN},     {DT_OP_MUL, V_SUB, V_SUB},
+    {DT_OP_SUM, V_SQ, -1},  {DT_OP_MUL_SCALAR, V_SUM, -1}, {DT_OP_SQRT, V_SCALE, -1}};
+
+/* The args of piece k: the mean keeps the reduced dims (for the broadcast), the sum does not,
+ * the scale divides by N - correction. */
+static dt_op_args piece_args(int k, const dt_op_args *a, int64_t count) {
+    dt_op_args p = {0};
+    if (k == V_MEAN - 1 || k == V_SUM - 1) p = *a, p.keepdim = k == V_MEAN - 1 ? 1 : a->keepdim;
+    if (k == V_SCALE - 1) p.scalar = 1.0 / (double)(count - a->correction);
+    return p;
+}
+
+static int npieces(dt_op op) {
+    return op == DT_OP_STD ? V_NPIECES - 1 : V_NPIECES - 2;
+}
+
+/* The estimated cost (us) of the pieces' moves when x starts at pl: each piece placed as
+ * dispatch would place it, from specs alone. */
+static dt_status pieces_cost(dt_op op, const dt_tensor *x, const dt_placement *pl,
+                             const dt_op_args *a, int64_t count, const dt_cost_model *model,
+                             double *cost) {
+    const dt_mesh *mesh = x->mesh;
+    dt_spec t[V_NPIECES];
+    t[X_IN] = (dt_spec){.dtype = x->dtype, .ndim = x->ndim, .nplacements = mesh->ndim};
+    memcpy(t[X_IN].shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    memcpy(t[X_IN].placements, pl, sizeof(dt_placement) * (size_t)mesh->ndim);
+    *cost = 0;
+    for (int k = 0; k < npieces(op); k++) {
+        const piece *p = &variance_pieces[k];
+        const dt_spec *in[2] = {&t[p->in0], p->in1 >= 0 ? &t[p->in1] : NULL};
+        dt_op_args pa = piece_args(k, a, count);
+        dt_op_choice c;
+        DT_CHECK(
+            dt_op_choose(p->op, mesh->ndim, mesh->shape, in, p->in1 >= 0 ? 2 : 1, &pa, model, &c));
+        *cost += c.cost_us;
+        dt_spec *o = &t[k + 1];
+        *o = (dt_spec){.dtype = c.out_dtype, .ndim = c.out_ndim, .nplacements = mesh->ndim};
+        memcpy(o->shape, c.out_shape, sizeof(int64_t) * (size_t)c.out_ndim);
+        memcpy(o->placements, c.output, sizeof(dt_placement) * (size_t)mesh->ndim);
+    }
+    return DT_OK;
+}
+
+/* The reduced dims of a (var/std) as a mask of x's dims, and the count they hold. */
+static dt_status reduced_dims(dt_op op, const dt_tensor *x, const dt_op_args *a, unsigned *mask,
+                              int64_t *count) {
+    *mask = 0, *count = 1;
     for (int i = 0; i < (a->ndims ? a->ndims : x->ndim); i++) {
         int d = a->ndims ? dt_norm_dim(a->dims[i], x->ndim) : i;
         if (d < 0)
             return dt_error(DT_ERR_ARG, "%s: dims[%d] = %d is out of range for a %d-D tensor",
                             dt_op_name(op), i, a->dims[i], x->ndim);
-        if (!(mask & (1u << d))) count *= x->shape[d];
-        mask |= 1u << d;
+        if (!(*mask & (1u << d))) *count *= x->shape[d];
+        *mask |= 1u << d;
     }
-    dt_tensor *m = NULL, *d = NULL, *sq = NULL, *s = NULL, *v = NULL;
-    dt_status st = dt_op_call(DT_OP_MEAN, &x, 1, &keep, &m);
-    if (st == DT_OK) st = call2(DT_OP_SUB, x, m, &d);
-    if (st == DT_OK) st = call2(DT_OP_MUL, d, d, &sq);
-    if (st == DT_OK) st = call1(DT_OP_SUM, sq, &plain, &s);
-    dt_op_args scale = {.scalar = 1.0 / (double)(count - a->correction)};
-    if (st == DT_OK) st = call1(DT_OP_MUL_SCALAR, s, &scale, &v);
-    if (st == DT_OK && op == DT_OP_STD) {
-        dt_tensor *r;
-        st = call1(DT_OP_SQRT, v, NULL, &r);
-        dt_tensor_release(v);
-        v = r;
+    return DT_OK;
+}
+
+/* Where variance should start (a dt_route_fn, cached by dispatch): x's own placements, or x's
+ * with every shard of a reduced dim made Replicate when that move and the then local pieces
+ * cost less than the pieces as they come. */
+static dt_status variance_start(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,
+                                dt_placement (*start)[DT_MESH_MAX_NDIM]) {
+    (void)n;
+    dt_tensor *x = in[0];
+    dt_mesh *mesh = x->mesh;
+    unsigned reduced;
+    int64_t count;
+    DT_CHECK(reduced_dims(op, x, a, &reduced, &count));
+    dt_placement whole[DT_MESH_MAX_NDIM];
+    int differs = 0;
+    for (int m = 0; m < mesh->ndim; m++) {
+        dt_placement p = x->placements[m];
+        int cut = p.kind == DT_PLACEMENT_SHARD && (reduced >> p.dim & 1) && mesh->shape[m] > 1;
+        whole[m] = cut ? dt_replicate() : p;
+        differs |= cut;
     }
-    dt_tensor_release(m), dt_tensor_release(d), dt_tensor_release(sq), dt_tensor_release(s);
-    if (st == DT_OK) *out = v;
-    else dt_tensor_release(v);
+    memcpy(start[0], x->placements, sizeof(dt_placement) * (size_t)mesh->ndim);
+    if (!differs) return DT_OK;
+    dt_cost_model model = dt_cost_model_of(mesh->ctx);
+    double as_is, after;
+    const dt_plan *plan;
+    DT_CHECK(pieces_cost(op, x, x->placements, a, count, &model, &as_is));
+    DT_CHECK(dt_redistribute_cached_plan(x, whole, &plan));
+    DT_CHECK(pieces_cost(op, x, whole, a, count, &model, &after));
+    if (dt_plan_cost_us(plan) + after < as_is)
+        memcpy(start[0], whole, sizeof(dt_placement) * (size_t)mesh->ndim);
+    return DT_OK;
+}
+
+static dt_status variance(dt_op op, dt_tensor *x, const dt_op_args *a, dt_tensor **out) {
+    unsigned mask;
+    int64_t count;
+    DT_CHECK(reduced_dims(op, x, a, &mask, &count));
+    dt_placement start[1][DT_MESH_MAX_NDIM];
+    int move = 0;
+    if (dt_redistribute_mode_of(x->mesh->ctx) == DT_REDISTRIBUTE_IMPLICIT) { /* else no move */
+        DT_CHECK(dt_dispatch_route(op, &x, 1, a, variance_start, start));
+        for (int m = 0; m < x->mesh->ndim; m++)
+            move |= !dt_placement_equal(start[0][m], x->placements[m]);
+    }
+    dt_tensor *t[V_NPIECES] = {0};
+    dt_status st = move ? dt_ops_move(x, start[0], &t[X_IN]) : dt_tensor_retain(x);
+    if (st == DT_OK && !move) t[X_IN] = x;
+    for (int k = 0; k < npieces(op) && st == DT_OK; k++) {
+        const piece *p = &variance_pieces[k];
+        dt_tensor *in[2] = {t[p->in0], p->in1 >= 0 ? t[p->in1] : NULL};
+        dt_op_args pa = piece_args(k, a, count);
+        st = dt_op_call(p->op, in, p->in1 >= 0 ? 2 : 1, &pa, &t[k + 1]);
+    }
+    int last = npieces(op);
+    if (st == DT_OK) *out = t[last], t[last] = NULL;
+    for (int k = 0; k < V_NPIECES; k++)
+        dt_tensor_release(t[k]);
     return st;
 }
 

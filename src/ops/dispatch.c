@@ -257,6 +257,29 @@ dt_status dt_dispatch_choose(dt_op op, dt_tensor *const *in, int n, const dt_op_
     return lookup(op, f, in, n, args, out);
 }
 
+dt_status dt_dispatch_route(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                            dt_route_fn decide, dt_placement (*start)[DT_MESH_MAX_NDIM]) {
+    DT_ASSERT(dt_op_family(op)->composite); /* dispatch keeps no strategy under this key */
+    dt_mesh *mesh = in[0]->mesh;
+    dt_lru *c = mesh->caches[DT_CACHE_STRATEGY];
+    if (!c) DT_CHECK(dt_mesh_cache_make(mesh, DT_CACHE_STRATEGY, free, &c));
+    uint64_t key[CALL_KEY_WORDS];
+    unsigned nk = call_key(op, in, n, args, mesh->ndim, dt_cost_model_version(mesh->ctx), key);
+    uint64_t h = dt_lru_hash(key, nk);
+    strategy *s = dt_lru_get(c, key, nk, h);
+    if (!s) {
+        if (!(s = calloc(1, sizeof *s))) return dt_error(DT_ERR_NOMEM, "dispatch: out of memory");
+        dt_status st = decide(op, in, n, args ? args : &no_args, s->in);
+        if (st == DT_OK) st = dt_lru_put(c, key, nk, h, s);
+        if (st != DT_OK) {
+            free(s);
+            return st;
+        }
+    }
+    memcpy(start, s->in, sizeof s->in[0] * (size_t)n);
+    return DT_OK;
+}
+
 static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                          const dt_op_choice *s, int want_aux, dt_tensor **used, dt_tensor **out,
                          dt_tensor **aux, int *naux) {

@@ -139,6 +139,14 @@ dt_status dt_dispatch_choose(dt_op op, dt_tensor *const *in, int n, const dt_op_
 dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                               const dt_op_choice *choice, int want_aux, dt_tensor **used,
                               dt_tensor **out, dt_tensor **aux, int *naux);
+/* For a composite (which has no strategy of its own): where each input should start, as
+ * decide says, cached in the mesh's strategy cache under the key dispatch gives a call (op,
+ * input specs, the arguments the op reads, the cost model), so that decide's pricing runs
+ * once per spec. start (n rows) gets a copy. */
+typedef dt_status (*dt_route_fn)(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                                 dt_placement (*start)[DT_MESH_MAX_NDIM]);
+dt_status dt_dispatch_route(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                            dt_route_fn decide, dt_placement (*start)[DT_MESH_MAX_NDIM]);
 
 /* What ops asks of the autograd layer above it, which sets it (autograd/record.c) before it
  * marks the first tensor: until then no input can require grad, and ops runs its pure paths.

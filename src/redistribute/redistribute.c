@@ -47,6 +47,10 @@ uint64_t dt_cost_model_version(dt_ctx *ctx) {
     return state_of(ctx)->version;
 }
 
+dt_cost_model dt_cost_model_of(dt_ctx *ctx) {
+    return state_of(ctx)->model;
+}
+
 dt_status dt_ctx_set_cost_model(dt_ctx *ctx, const dt_cost_model *model) {
     DT_ARG_NOT_NULL(ctx);
     if (model)

@@ -35,6 +35,9 @@ static inline unsigned dt_placements_key(const dt_placement *p, int n, uint64_t 
 
 /* Changes whenever the rank's cost model does: caches of choices priced with it key on it. */
 uint64_t dt_cost_model_version(dt_ctx *ctx);
+/* The rank's cost model (dt_ctx_set_cost_model's, else the default): what dispatch prices
+ * moves with, for ops that price routes of their own. */
+dt_cost_model dt_cost_model_of(dt_ctx *ctx);
 
 /* Checks a public call's tensor and target (fn names it) and finds the plan from the
  * tensor's placements to the target, normalised. */

@@ -377,3 +377,93 @@ Test(compose, view_keeps_even_shards_and_moves_uneven_ones) {
     for (size_t i = 0; i < DT_COUNT_OF(view_cases); i++)
         t_run(op_mesh_ranks(view_cases[i].mesh), view_body, (void *)&view_cases[i]);
 }
+
+/* ---- var / std: the fewest collectives a single op would issue ---------------------------- */
+
+/* Run as it comes, std of a reduced dim that is sharded costs an all_reduce for the mean and
+ * another before the sqrt; one all_gather of that dim first leaves the rest local. Where x is
+ * large the gather costs more than the two small reductions, and the pieces run as they come. */
+typedef struct var_case {
+    dt_op op;
+    const char *mesh;
+    int64_t shape[2];
+    dt_placement pl[2];
+    int ndims, dims[2];
+    int gathers, reduces; /* collectives issued: all_gather, all_reduce (-1: any), and */
+    int total;            /* in all */
+} var_case;
+
+#define S(d) {DT_PLACEMENT_SHARD, d}
+#define R {DT_PLACEMENT_REPLICATE}
+static const var_case var_cases[] = {
+    {DT_OP_STD, "2x2", {2, 4}, {S(0), S(1)}, 1, {1}, 1, 0, 1},      /* the issue's case */
+    {DT_OP_VAR, "2x2", {2, 4}, {S(0), S(1)}, 1, {1}, 0, 1, 1},      /* output P(sum) pending */
+    {DT_OP_STD, "2x2", {2, 4}, {S(0), S(1)}, 2, {0, 1}, -1, -1, 2}, /* one per mesh dim */
+    {DT_OP_STD, "4", {6, 10}, {S(1)}, 1, {-1}, 1, 0, 1},            /* uneven shards */
+    {DT_OP_STD, "2x2", {6, 4}, {S(0), R}, 1, {1}, 0, 0, 0},         /* reduced dim whole */
+    {DT_OP_STD, "2x2", {64, 4096}, {S(0), S(1)}, 1, {1}, 0, -1, 2}, /* large: x stays put */
+};
+#undef S
+#undef R
+
+static dt_status var_body(dt_ctx *ctx, void *arg) {
+    const var_case *c = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, c->mesh, &mesh));
+    int64_t rows = c->shape[0], cols = c->shape[1];
+    size_t n = (size_t)(rows * cols);
+    double *v = malloc(sizeof(double) * n), *got = malloc(sizeof(double) * n);
+    for (size_t e = 0; e < n; e++)
+        v[e] = t_value(90, e) / 4;
+    dt_tensor *x, *y;
+    R_OK(put(mesh, v, DT_F32, 2, c->shape, c->pl, &x));
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(c->op == DT_OP_STD ? dt_std(x, c->dims, c->ndims, 0, &y)
+                            : dt_var(x, c->dims, c->ndims, 0, &y));
+    uint64_t gathers = t_issued(ctx, DT_COLL_ALL_GATHER),
+             reduces = t_issued(ctx, DT_COLL_ALL_REDUCE);
+    R_CHECK((c->gathers < 0 || gathers == (uint64_t)c->gathers) &&
+                (c->reduces < 0 || reduces == (uint64_t)c->reduces) &&
+                t_issued_total(ctx) == (uint64_t)c->total,
+            "%s of %lldx%lld on %s: %llu all_gathers, %llu all_reduces, %llu in all; want %d, %d "
+            "and %d",
+            dt_op_name(c->op), (long long)rows, (long long)cols, c->mesh,
+            (unsigned long long)gathers, (unsigned long long)reduces,
+            (unsigned long long)t_issued_total(ctx), c->gathers, c->reduces, c->total);
+    /* The route is priced once per spec: a second call finds every choice cached. */
+    dt_tensor *again;
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(c->op == DT_OP_STD ? dt_std(x, c->dims, c->ndims, 0, &again)
+                            : dt_var(x, c->dims, c->ndims, 0, &again));
+    dt_comm_stats cs;
+    R_OK(dt_comm_stats_get(ctx, &cs));
+    R_CHECK(cs.caches[DT_CACHE_STRATEGY].misses == 0 && cs.caches[DT_CACHE_PLAN].misses == 0,
+            "%s on %s, called again: %llu strategy and %llu plan cache misses", dt_op_name(c->op),
+            c->mesh, (unsigned long long)cs.caches[DT_CACHE_STRATEGY].misses,
+            (unsigned long long)cs.caches[DT_CACHE_PLAN].misses);
+    dt_tensor_release(again);
+    /* One rank's f64 loop: over rows (dim 1 reduced), or over everything. */
+    int all = c->ndims == 2;
+    int64_t groups = all ? 1 : rows, per = all ? rows * cols : cols;
+    R_OK(get(y, got, (size_t)groups));
+    for (int64_t g = 0; g < groups; g++) {
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < per; i++)
+            sum += v[g * per + i];
+        for (int64_t i = 0; i < per; i++)
+            sq += (v[g * per + i] - sum / (double)per) * (v[g * per + i] - sum / (double)per);
+        double want = sq / (double)(per - 1);
+        if (c->op == DT_OP_STD) want = sqrt(want);
+        R_CHECK(close_to(got[g], want, 1e-5), "%s on %s: [%lld] = %.9g, want %.9g",
+                dt_op_name(c->op), c->mesh, (long long)g, got[g], want);
+    }
+    dt_tensor_release(x), dt_tensor_release(y);
+    free(v), free(got);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(compose, var_std_issue_the_fewest_collectives) {
+    for (size_t i = 0; i < DT_COUNT_OF(var_cases); i++)
+        t_run(op_mesh_ranks(var_cases[i].mesh), var_body, (void *)&var_cases[i]);
+}

@@ -53,8 +53,40 @@ expect 1 "op \"no_such_op\" is neither built in nor registered" \
     -- --op 'no_such_op(dim=0)' --mesh 4 --shapes '8' --placements 'R'
 expect 1 "softmax needs dim=K" -- --op softmax --mesh 4 --shapes '8' --placements 'R'
 
+# Every call a row can name reads as its C call: t of a 1-D tensor is that tensor (dt_t), a 3-D
+# one an error; broadcast_to is expand; torch's normalized_shape is last=K; calls that are not
+# one op (unbind, the like-factories, new_full, composites) are run on local ranks, and std
+# gathers its sharded reduced dim once instead of reducing twice.
+expect 0 "t on mesh 4: the input as is (dt_t of a 1-D tensor)" "output: f32[8] S(0)" \
+    "total: 0 collectives" -- --op t --mesh 4 --shapes 8 --placements 'S(0)'
+expect 0 "transpose on mesh 4" "strategy: P(sum) -> P(sum)" \
+    -- --op t --mesh 4 --shapes 8,4 --placements 'P(sum)'
+expect 1 "t expects a tensor of at most 2 dims, got 3-D" \
+    -- --op t --mesh 4 --shapes 8,4,2 --placements 'R'
+expect 0 "expand on mesh 4" "strategy: S(0) -> S(1)" \
+    -- --op 'broadcast_to(3,5,4)' --mesh 4 --shapes '5,1' --placements 'S(0)'
+expect 0 "strategy: S(0) | R | R -> S(0)" "input 0 is redistributed to S(0):" \
+    -- --op 'layer_norm(normalized_shape=[8,10])' --mesh 4 --shapes '8,8,10;8,10;8,10' \
+    --placements 'S(1);R;R'
+expect 1 "cannot read the argument \"last2\" (the last K dims: last=K or normalized_shape=[..])" \
+    -- --op 'layer_norm(last2)' --mesh 4 --shapes '8,8,10' --placements 'S(1)'
+expect 1 "normalized_shape [8,9] is not input 0's last sizes" \
+    -- --op 'layer_norm(normalized_shape=[8,9])' --mesh 4 --shapes '8,8,10' --placements 'S(1)'
+expect 0 "unbind(dim=0) on mesh 4: not one dispatched op" "output: f32[6] S(0) (each of 8 outputs)" \
+    "collectives: all_to_all[dim0]" -- --op 'unbind(dim=0)' --mesh 4 --shapes 8,6 --placements 'S(0)'
+expect 0 "output: f32[8,6] R,S(1)" "total: 0 collectives" \
+    -- --op ones_like --mesh 2x2 --shapes 8,6 --placements 'P(sum),S(1)'
+expect 0 "new_full(shape=[4,4],value=1) on mesh 4" "output: f32[4,4] R" \
+    -- --op 'new_full(shape=[4,4],value=1)' --mesh 4 --shapes 8,6 --placements 'S(0)'
+expect 1 "new_full needs shape=[..] and value=V" \
+    -- --op 'new_full(value=1)' --mesh 4 --shapes 8,6 --placements 'S(0)'
+expect 0 "std(dim=1,correction=1) on mesh 2x2" "output: f32[2] S(0),R" \
+    "collectives: all_gather[dim1]" "total: 1 collective" \
+    -- --op 'std(dim=1)' --mesh 2x2 --shapes 2,4 --placements 'S(0),S(1)'
+
 # The conformance rows pass; a wrong row is named with its file and line, and fails the run.
-expect 0 "P002 mm: pass" "rows:" "0 differ" \
+expect 0 "P002 mm: pass" "F01 t: pass" "F04 unbind(dim=0): pass" "F14 std(dim=1): pass" \
+    "P092 cross_entropy(mean): pass" "0 differ, 0 skipped, 0 errors" \
     -- --cases "$src/tests/conformance/propagation_cases.tsv"
 expect 1 "W001 mm: pass" \
     "explain_wrong_rows.tsv:6: W002 mm (S(1) ; S(1) on 4): differs: got P(sum) with all_to_all[dim0], expected S(1) with none" \
@@ -62,6 +94,14 @@ expect 1 "W001 mm: pass" \
 # The wrong table (redistribute rows) is named as such, exit 2.
 expect 2 "lacks the column(s) op, input_shapes, input_placements" \
     -- --cases "$src/tests/conformance/redistribute_cases.tsv"
+
+# A table that cannot be used is an error naming it (exit 2), never a summary of unset totals.
+empty=$(mktemp) && trap 'rm -f "$out" "$empty"' EXIT
+expect 2 "/nonexistent/rows.tsv: cannot open it" -- --cases /nonexistent/rows.tsv
+expect 2 "$src/tests: cannot read it: Is a directory" -- --cases "$src/tests"
+expect 2 "$empty: no header row" -- --cases "$empty"
+head -4 "$src/tests/tools/explain_wrong_rows.tsv" >"$empty"
+expect 2 "$empty:4: the table has a header row but no rows" -- --cases "$empty"
 
 # A plugin's ops: explained, and its rows checked; without it they are skipped (--strict: fail).
 expect 0 "scale_rows on mesh 4" "strategy: S(1) | R -> S(1)" "all_gather" \
