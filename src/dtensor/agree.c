@@ -266,6 +266,106 @@ dt_status dt_agree_on_mesh(dt_mesh *mesh, const dt_agree *a, const char *why) {
     return dt_agree_comm(c, a, why);
 }
 
+/* ---- across a mesh and other ranks ------------------------------------------------------- */
+
+/* The outcome the first rank sends everyone: a status word, then the message. */
+#define VERDICT_WORDS (1 + VERDICT_TEXT / 8)
+typedef union verdict {
+    uint64_t words[VERDICT_WORDS];
+    struct {
+        int64_t status;
+        char text[VERDICT_TEXT];
+    } v;
+} verdict;
+
+static dt_status verdict_status(const verdict *v) {
+    return v->v.status == DT_OK ? DT_OK : dt_error((dt_status)v->v.status, "%s", v->v.text);
+}
+
+/* A rank outside the mesh: its description to the mesh's first rank, the verdict back. */
+static dt_status across_outside(dt_mesh *mesh, dt_comm *world, const dt_agree *a) {
+    int first = mesh->ranks[0];
+    verdict v;
+    dt_status st = dt_send(world, a->u.words, DT_AGREE_WORDS, DT_I64, first);
+    if (st == DT_OK) st = dt_recv(world, v.words, VERDICT_WORDS, DT_I64, first);
+    if (st != DT_OK) {
+        char pre[160];
+        snprintf(pre, sizeof pre, "%s: comparing this rank's arguments with rank %d's (the "
+                 "source mesh's first)", a->fn, first);
+        dt_error_prefix(pre);
+        return st;
+    }
+    v.v.text[VERDICT_TEXT - 1] = '\0';
+    return verdict_status(&v);
+}
+
+/* The first rank: each other rank's description, compared with its own unless the mesh's
+ * ranks already differ (msg holds that message then). */
+static dt_status collect_others(dt_comm *world, const dt_agree *a, const char *why,
+                                const uint64_t *bits, int size, int *differs, char *msg,
+                                size_t cap) {
+    uint64_t *t = malloc(sizeof(uint64_t) * DT_AGREE_WORDS);
+    if (!t) return dt_error(DT_ERR_NOMEM, "%s: out of memory", a->fn);
+    dt_status st = DT_OK;
+    int me = dt_comm_world_rank(world, dt_comm_rank(world));
+    for (int q = 0; q < size && st == DT_OK; q++) {
+        if (!(bits[q / 64] >> (q % 64) & 1)) continue;
+        st = dt_recv(world, t, DT_AGREE_WORDS, DT_I64, q);
+        if (st == DT_OK && !*differs && memcmp(t, a->u.words, sizeof a->u.words)) {
+            ((char *)t)[DT_AGREE_WORDS * 8 - 1] = '\0';
+            difference(a->fn, why, a->u.text, me, (const char *)t, q, msg, cap);
+            *differs = 1;
+        }
+    }
+    free(t);
+    return st;
+}
+
+dt_status dt_agree_across(dt_mesh *mesh, const int *others, int nothers, const dt_agree *a,
+                          const char *why) {
+    dt_ctx *ctx = mesh->ctx;
+    dt_comm *world, *c;
+    DT_CHECK(dt_ctx_world_comm(ctx, &world));
+    if (mesh->rank < 0) return across_outside(mesh, world, a);
+    DT_CHECK(mesh_comm(mesh, &c));
+    /* Every member's hash and the world ranks its call names besides the mesh's, as bits. */
+    const int size = ctx->size, bw = (size + 63) / 64, n = dt_comm_size(c);
+    uint64_t *rec = calloc((size_t)(1 + bw) * (size_t)(n + 2), sizeof *rec);
+    if (!rec) return dt_error(DT_ERR_NOMEM, "%s: out of memory", a->fn);
+    uint64_t *all = rec + 1 + bw, *bits = all + (size_t)(1 + bw) * (size_t)n;
+    rec[0] = hash_of(a);
+    for (int i = 0; i < nothers; i++) rec[1 + others[i] / 64] |= 1ull << (others[i] % 64);
+    int equal = 1, differs = 0, any = 0;
+    char msg[VERDICT_TEXT] = "";
+    dt_status st = dt_all_gather(c, rec, all, (size_t)(1 + bw), DT_I64);
+    for (int r = 0; st == DT_OK && r < n; r++) {
+        const uint64_t *m = all + (size_t)r * (size_t)(1 + bw);
+        equal &= m[0] == rec[0];
+        for (int w = 0; w < bw; w++) bits[w] |= m[1 + w], any |= m[1 + w] != 0;
+    }
+    if (st == DT_OK && !equal) st = gather_texts(c, a, why, &differs, msg, sizeof msg);
+    verdict v = {{0}};
+    if (st == DT_OK && any) {
+        /* Ranks beyond the mesh take part: the first rank hears them and tells all. */
+        if (mesh->rank == 0)
+            st = collect_others(world, a, why, bits, size, &differs, msg, sizeof msg);
+        if (st == DT_OK && mesh->rank == 0) {
+            v.v.status = differs ? DT_ERR_ARG : DT_OK;
+            snprintf(v.v.text, sizeof v.v.text, "%s", msg);
+        }
+        if (st == DT_OK) st = dt_broadcast(c, v.words, VERDICT_WORDS, DT_I64, 0);
+        for (int q = 0; st == DT_OK && mesh->rank == 0 && q < size; q++)
+            if (bits[q / 64] >> (q % 64) & 1) st = dt_send(world, v.words, VERDICT_WORDS, DT_I64, q);
+    } else if (st == DT_OK) {
+        v.v.status = differs ? DT_ERR_ARG : DT_OK;
+        snprintf(v.v.text, sizeof v.v.text, "%s", msg);
+    }
+    free(rec);
+    if (st != DT_OK) return prefixed(st, a->fn);
+    v.v.text[VERDICT_TEXT - 1] = '\0';
+    return verdict_status(&v);
+}
+
 /* ---- checkpoint ---------------------------------------------------------------------------- */
 
 dt_status dt_agree_checkpoint(const char *fn, dt_ctx *world, const char *dir,

@@ -59,6 +59,16 @@ dt_status dt_agree_comm(dt_comm *comm, const dt_agree *a, const char *why);
 /* The same over mesh's ranks; DT_OK at once on a rank outside the mesh. */
 dt_status dt_agree_on_mesh(dt_mesh *mesh, const dt_agree *a, const char *why);
 
+/* The same over mesh's ranks and, besides them, the world ranks others (sorted, none in mesh)
+ * that this rank's call also spans (a cross-mesh move's target ranks). Every rank that takes
+ * part calls it: a rank outside mesh with the others its own call names (it among them).
+ * The mesh's ranks compare among themselves and learn each other's others; its first rank then
+ * receives each of those ranks' description, compares it, and sends every rank the verdict
+ * (a broadcast on the mesh, a message to each other rank), so all learn the same outcome. A
+ * rank outside mesh that none of mesh's ranks names waits on its send to the first rank. */
+dt_status dt_agree_across(dt_mesh *mesh, const int *others, int nothers, const dt_agree *a,
+                          const char *why);
+
 /* DT_DEBUG_ARGS on ctx: *on = 1 or 0 (reads the environment the first time; DT_ERR_ARG for a
  * value that is not 0 or 1). */
 dt_status dt_agree_debug_on(dt_ctx *ctx, int *on);

@@ -1,7 +1,8 @@
 /* Arguments that depend on the rank, on 4 local ranks (a dp=2,tp=2 mesh): with the debug mode
  * (dt_ctx_set_debug_args or DT_DEBUG_ARGS=1) an op, a redistribute and a checkpoint save or
  * load fail on every rank with one message naming the first difference; off, they split the
- * world as before. Each rank records its outcome and returns
+ * world as before. A cross-mesh move whose target mesh depends on the rank fails every rank of
+ * both meshes without the mode, within two seconds. Each rank records its outcome and returns
  * DT_OK, so the main thread compares all four; the expected messages are written from the
  * setup below (which rank passes what), not from the library's output. */
 #include <stdlib.h>
@@ -14,6 +15,8 @@ enum kase {
     REDIST_TARGET, /* redistribute: rank 1 asks for R,R, the others for S(1),R */
     SAVE_NAME,     /* checkpoint save: rank 3 names the tensor "w3", the others "w" */
     LOAD_NAME,     /* checkpoint load (of a good save): rank 3 asks for "w3" */
+    XMESH_TARGET_RANK, /* move from ranks {0,1}: rank 3 (target only) passes a 4-rank mesh */
+    XMESH_SOURCE_RANK, /* rank 1 (source only) passes the dp sub-mesh {0,2} as target */
     AGREEING,      /* add with equal arguments: the sum, and one all_gather more than off */
 };
 
@@ -22,6 +25,7 @@ typedef struct outcome {
     const char *dir;
     dt_status st[4];
     char msg[4][512];
+    double secs[4];
     uint64_t gathers[4]; /* AGREEING: all_gathers the add issued */
 } outcome;
 
@@ -30,6 +34,33 @@ static dt_status zeros(dt_mesh *m, int64_t rows, int64_t cols, const char *pl, d
     int n;
     R_OK(dt_placements_parse(pl, p, 2, &n));
     return dt_tensor_zeros(m, DT_F32, 2, (int64_t[]){rows, cols}, n, p, out);
+}
+
+/* The cross-mesh cases: x on C (tp sub-mesh at dp=0: ranks 0,1) moves to D (dp=1: ranks 2,3),
+ * except on the one rank that passes another target. */
+static dt_status xmesh_call(dt_ctx *ctx, outcome *o, dt_mesh *a) {
+    int me = dt_ctx_rank(ctx);
+    const char *tp[1] = {"tp"}, *dp[1] = {"dp"};
+    dt_mesh *c, *d, *b, *e;
+    R_OK(dt_mesh_submesh_at(a, tp, 1, (int[]){0, 0}, &c));
+    R_OK(dt_mesh_submesh_at(a, tp, 1, (int[]){1, 0}, &d));
+    R_OK(dt_mesh_submesh_at(a, dp, 1, (int[]){0, 0}, &e)); /* ranks 0, 2 */
+    R_OK(dt_mesh_create_str(ctx, "w=4", &b));
+    dt_tensor *x, *y = NULL;
+    R_OK(dt_tensor_zeros(c, DT_F32, 2, (int64_t[]){4, 3}, 1, (dt_placement[]){dt_shard(0)}, &x));
+    dt_mesh *target = d;
+    if (o->kase == XMESH_TARGET_RANK && me == 3) target = b;
+    if (o->kase == XMESH_SOURCE_RANK && me == 1) target = e;
+    double t0 = t_now_s();
+    dt_status st = dt_tensor_redistribute_to(x, target, 1, (dt_placement[]){dt_shard(0)}, &y);
+    o->secs[me] = t_now_s() - t0;
+    o->st[me] = st;
+    if (st != DT_OK) snprintf(o->msg[me], sizeof o->msg[0], "%s", dt_last_error());
+    dt_tensor_release(y);
+    dt_tensor_release(x);
+    dt_mesh *all[] = {b, c, d, e};
+    for (int i = 0; i < 4; i++) R_OK(dt_mesh_release(all[i]));
+    return DT_OK;
 }
 
 static dt_status call(dt_ctx *ctx, outcome *o, dt_mesh *m) {
@@ -100,7 +131,9 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     if (o->debug >= 0) R_OK(dt_ctx_set_debug_args(ctx, o->debug));
     dt_mesh *m;
     R_OK(dt_mesh_create_str(ctx, "dp=2,tp=2", &m));
-    dt_status st = call(ctx, o, m);
+    dt_status st = o->kase == XMESH_TARGET_RANK || o->kase == XMESH_SOURCE_RANK
+                       ? xmesh_call(ctx, o, m)
+                       : call(ctx, o, m);
     dt_mesh_release(m);
     return st;
 }
@@ -203,4 +236,27 @@ Test(agree, environment_malformed) {
 
 Test(agree, setter_needs_a_context) {
     T_ERR(dt_ctx_set_debug_args(NULL, 1), DT_ERR_ARG, "ctx");
+}
+
+/* The cross-mesh move compares without the mode: every rank of both meshes, the same message,
+ * at once (no timeout). */
+static void xmesh_all_fail(int kase, const char *want) {
+    outcome o = run(kase, 0);
+    all_fail(&o, want);
+    for (int r = 0; r < 4; r++)
+        cr_assert_lt(o.secs[r], 2.0, "rank %d took %.2f s to learn it", r, o.secs[r]);
+}
+
+#define XHEAD "dt_tensor_redistribute_to: ranks passed different arguments: "
+
+Test(agree, xmesh_target_only_rank_disagrees) {
+    xmesh_all_fail(XMESH_TARGET_RANK,
+                   XHEAD "target mesh: rank 0 passed tp=2 on ranks [2,3], rank 3 passed w=4 on "
+                         "ranks [0-3]");
+}
+
+Test(agree, xmesh_source_only_rank_disagrees) {
+    xmesh_all_fail(XMESH_SOURCE_RANK,
+                   XHEAD "target mesh: rank 0 passed tp=2 on ranks [2,3], rank 1 passed dp=2 on "
+                         "ranks [0,2]");
 }
