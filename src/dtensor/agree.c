@@ -13,8 +13,8 @@
 #include "dtensor/agree.h"
 #include "mesh/mesh_impl.h"
 
-#define SEP_LABEL '\037'
-#define SEP_ITEM '\036'
+#define SEP_LABEL    '\037'
+#define SEP_ITEM     '\036'
 #define VERDICT_TEXT 480 /* fits the thread's last-error buffer */
 
 /* ---- the debug mode ---------------------------------------------------------------------- */
@@ -82,7 +82,8 @@ static void ranks_text(const int *r, int n, char *buf, size_t cap) {
     o += (size_t)snprintf(buf, cap, "[");
     for (int i = 0; i < n && o < cap; i++) {
         int j = i;
-        while (j + 1 < n && r[j + 1] == r[j] + 1) j++;
+        while (j + 1 < n && r[j + 1] == r[j] + 1)
+            j++;
         if (j >= i + 2) { /* three or more in a row */
             o += (size_t)snprintf(buf + o, cap - o, "%s%d-%d", i ? "," : "", r[i], r[j]);
             i = j;
@@ -167,8 +168,8 @@ static int item_at(const char *text, int k, const char **label, int *llen, const
 static void difference(const char *fn, const char *why, const char *t0, int r0, const char *tr,
                        int rr, char *msg, size_t cap) {
     char head[160];
-    snprintf(head, sizeof head, "%s: ranks passed different arguments%s%s%s", fn,
-             why ? " (" : "", why ? why : "", why ? ")" : "");
+    snprintf(head, sizeof head, "%s: ranks passed different arguments%s%s%s", fn, why ? " (" : "",
+             why ? why : "", why ? ")" : "");
     for (int k = 0;; k++) {
         const char *l0 = "", *v0 = "", *lr = "", *vr = "";
         int ll0 = 0, vl0 = 0, llr = 0, vlr = 0;
@@ -180,15 +181,18 @@ static void difference(const char *fn, const char *why, const char *t0, int r0, 
             snprintf(msg, cap, "%s: %.*s: rank %d passed %.*s, rank %d passed %.*s", head, ll0, l0,
                      r0, vl0 > 160 ? 160 : vl0, v0, rr, vlr > 160 ? 160 : vlr, vr);
         else
-            snprintf(msg, cap, "%s: argument %d: rank %d passed %.*s%s%.*s, rank %d passed "
-                     "%.*s%s%.*s", head, k, r0, ll0, l0, h0 ? " " : "nothing more",
-                     vl0 > 120 ? 120 : vl0, v0, rr, llr, lr, hr ? " " : "nothing more",
-                     vlr > 120 ? 120 : vlr, vr);
+            snprintf(msg, cap,
+                     "%s: argument %d: rank %d passed %.*s%s%.*s, rank %d passed "
+                     "%.*s%s%.*s",
+                     head, k, r0, ll0, l0, h0 ? " " : "nothing more", vl0 > 120 ? 120 : vl0, v0, rr,
+                     llr, lr, hr ? " " : "nothing more", vlr > 120 ? 120 : vlr, vr);
         return;
     }
     /* Equal items, different bytes: the descriptions were cut at different items. */
-    snprintf(msg, cap, "%s: their descriptions differ past the %d bytes compared (rank %d and "
-             "rank %d)", head, DT_AGREE_WORDS * 8, r0, rr);
+    snprintf(msg, cap,
+             "%s: their descriptions differ past the %d bytes compared (rank %d and "
+             "rank %d)",
+             head, DT_AGREE_WORDS * 8, r0, rr);
 }
 
 /* Over the gathered texts (n of them, each DT_AGREE_WORDS words; world ranks in wr): the
@@ -219,7 +223,8 @@ static dt_status gather_texts(dt_comm *c, const dt_agree *a, const char *why, in
     dt_status st = all && wr ? DT_OK : dt_error(DT_ERR_NOMEM, "%s: out of memory", a->fn);
     if (st == DT_OK) st = dt_all_gather(c, a->u.words, all, DT_AGREE_WORDS, DT_I64);
     if (st == DT_OK) {
-        for (int r = 0; r < n; r++) wr[r] = dt_comm_world_rank(c, r);
+        for (int r = 0; r < n; r++)
+            wr[r] = dt_comm_world_rank(c, r);
         *differs = first_difference(a->fn, why, all, n, wr, msg, cap);
     }
     free(all);
@@ -230,11 +235,13 @@ static dt_status gather_texts(dt_comm *c, const dt_agree *a, const char *why, in
 /* Hashes on comm: *equal = 1 when every member's matches. */
 static dt_status gather_hashes(dt_comm *c, const dt_agree *a, int *equal) {
     int n = dt_comm_size(c);
-    uint64_t h = hash_of(a), small[16], *all = n <= 16 ? small : malloc(sizeof(uint64_t) * (size_t)n);
+    uint64_t h = hash_of(a), small[16],
+             *all = n <= 16 ? small : malloc(sizeof(uint64_t) * (size_t)n);
     if (!all) return dt_error(DT_ERR_NOMEM, "%s: out of memory", a->fn);
     dt_status st = dt_all_gather(c, &h, all, 1, DT_I64);
     *equal = 1;
-    for (int r = 0; st == DT_OK && r < n; r++) *equal &= all[r] == h;
+    for (int r = 0; st == DT_OK && r < n; r++)
+        *equal &= all[r] == h;
     if (all != small) free(all);
     return st;
 }
@@ -290,8 +297,10 @@ static dt_status across_outside(dt_mesh *mesh, dt_comm *world, const dt_agree *a
     if (st == DT_OK) st = dt_recv(world, v.words, VERDICT_WORDS, DT_I64, first);
     if (st != DT_OK) {
         char pre[160];
-        snprintf(pre, sizeof pre, "%s: comparing this rank's arguments with rank %d's (the "
-                 "source mesh's first)", a->fn, first);
+        snprintf(pre, sizeof pre,
+                 "%s: comparing this rank's arguments with rank %d's (the "
+                 "source mesh's first)",
+                 a->fn, first);
         dt_error_prefix(pre);
         return st;
     }
@@ -334,14 +343,16 @@ dt_status dt_agree_across(dt_mesh *mesh, const int *others, int nothers, const d
     if (!rec) return dt_error(DT_ERR_NOMEM, "%s: out of memory", a->fn);
     uint64_t *all = rec + 1 + bw, *bits = all + (size_t)(1 + bw) * (size_t)n;
     rec[0] = hash_of(a);
-    for (int i = 0; i < nothers; i++) rec[1 + others[i] / 64] |= 1ull << (others[i] % 64);
+    for (int i = 0; i < nothers; i++)
+        rec[1 + others[i] / 64] |= 1ull << (others[i] % 64);
     int equal = 1, differs = 0, any = 0;
     char msg[VERDICT_TEXT] = "";
     dt_status st = dt_all_gather(c, rec, all, (size_t)(1 + bw), DT_I64);
     for (int r = 0; st == DT_OK && r < n; r++) {
         const uint64_t *m = all + (size_t)r * (size_t)(1 + bw);
         equal &= m[0] == rec[0];
-        for (int w = 0; w < bw; w++) bits[w] |= m[1 + w], any |= m[1 + w] != 0;
+        for (int w = 0; w < bw; w++)
+            bits[w] |= m[1 + w], any |= m[1 + w] != 0;
     }
     if (st == DT_OK && !equal) st = gather_texts(c, a, why, &differs, msg, sizeof msg);
     verdict v = {{0}};
@@ -355,7 +366,8 @@ dt_status dt_agree_across(dt_mesh *mesh, const int *others, int nothers, const d
         }
         if (st == DT_OK) st = dt_broadcast(c, v.words, VERDICT_WORDS, DT_I64, 0);
         for (int q = 0; st == DT_OK && mesh->rank == 0 && q < size; q++)
-            if (bits[q / 64] >> (q % 64) & 1) st = dt_send(world, v.words, VERDICT_WORDS, DT_I64, q);
+            if (bits[q / 64] >> (q % 64) & 1)
+                st = dt_send(world, v.words, VERDICT_WORDS, DT_I64, q);
     } else if (st == DT_OK) {
         v.v.status = differs ? DT_ERR_ARG : DT_OK;
         snprintf(v.v.text, sizeof v.v.text, "%s", msg);
@@ -391,7 +403,8 @@ dt_status dt_agree_checkpoint(const char *fn, dt_ctx *world, const char *dir,
     for (int i = 0; i < n && st == DT_OK; i++) {
         dt_mesh *m = tensors[i]->mesh;
         int k = 0;
-        for (int j = 0; j < i; j++) k += dt_mesh_equal(tensors[j]->mesh, m);
+        for (int j = 0; j < i; j++)
+            k += dt_mesh_equal(tensors[j]->mesh, m);
         char what[32], label[48];
         snprintf(what, sizeof what, "tensor %d", k);
         snprintf(label, sizeof label, "%s name", what);

@@ -16,9 +16,9 @@
 /* A description: items "label\037value\036", NUL-padded to whole words (they travel as I64). */
 #define DT_AGREE_WORDS 256 /* 2 KiB of text */
 typedef struct dt_agree {
-    const char *fn;   /* the public call, for messages ("dt_tensor_redistribute") */
-    int len;          /* bytes of text used */
-    int full;         /* an item did not fit (the text holds the items before it) */
+    const char *fn; /* the public call, for messages ("dt_tensor_redistribute") */
+    int len;        /* bytes of text used */
+    int full;       /* an item did not fit (the text holds the items before it) */
     union {
         char text[DT_AGREE_WORDS * 8];
         uint64_t words[DT_AGREE_WORDS];

@@ -10,14 +10,14 @@
 #include "helpers.h"
 
 enum kase {
-    OP_SHAPE,      /* add: rank 3's b is [4, 5], the others' [4, 4] */
-    OP_PLACEMENT,  /* matmul: rank 2's b is S(1),R, the others' S(0),R */
-    REDIST_TARGET, /* redistribute: rank 1 asks for R,R, the others for S(1),R */
-    SAVE_NAME,     /* checkpoint save: rank 3 names the tensor "w3", the others "w" */
-    LOAD_NAME,     /* checkpoint load (of a good save): rank 3 asks for "w3" */
+    OP_SHAPE,          /* add: rank 3's b is [4, 5], the others' [4, 4] */
+    OP_PLACEMENT,      /* matmul: rank 2's b is S(1),R, the others' S(0),R */
+    REDIST_TARGET,     /* redistribute: rank 1 asks for R,R, the others for S(1),R */
+    SAVE_NAME,         /* checkpoint save: rank 3 names the tensor "w3", the others "w" */
+    LOAD_NAME,         /* checkpoint load (of a good save): rank 3 asks for "w3" */
     XMESH_TARGET_RANK, /* move from ranks {0,1}: rank 3 (target only) passes a 4-rank mesh */
     XMESH_SOURCE_RANK, /* rank 1 (source only) passes the dp sub-mesh {0,2} as target */
-    AGREEING,      /* add with equal arguments: the sum, and one all_gather more than off */
+    AGREEING,          /* add with equal arguments: the sum, and one all_gather more than off */
 };
 
 typedef struct outcome {
@@ -59,7 +59,8 @@ static dt_status xmesh_call(dt_ctx *ctx, outcome *o, dt_mesh *a) {
     dt_tensor_release(y);
     dt_tensor_release(x);
     dt_mesh *all[] = {b, c, d, e};
-    for (int i = 0; i < 4; i++) R_OK(dt_mesh_release(all[i]));
+    for (int i = 0; i < 4; i++)
+        R_OK(dt_mesh_release(all[i]));
     return DT_OK;
 }
 
@@ -97,7 +98,8 @@ static dt_status call(dt_ctx *ctx, outcome *o, dt_mesh *m) {
     }
     case AGREEING: {
         float ones[16];
-        for (int i = 0; i < 16; i++) ones[i] = (float)i;
+        for (int i = 0; i < 16; i++)
+            ones[i] = (float)i;
         dt_placement p[2] = {dt_shard(0), dt_replicate()};
         R_OK(dt_tensor_release(a));
         R_OK(dt_tensor_distribute(m, ones, DT_F32, 2, (int64_t[]){4, 4}, 2, p, DT_ALL_RANKS, &a));
@@ -108,8 +110,8 @@ static dt_status call(dt_ctx *ctx, outcome *o, dt_mesh *m) {
             float full[16];
             R_OK(dt_tensor_full_tensor(y, full, sizeof full));
             for (int i = 0; i < 16; i++)
-                R_CHECK(full[i] == 2.0f * (float)i, "a + a element %d is %g, want %g", i,
-                        full[i], 2.0 * i);
+                R_CHECK(full[i] == 2.0f * (float)i, "a + a element %d is %g, want %g", i, full[i],
+                        2.0 * i);
         }
         break;
     }
@@ -176,7 +178,8 @@ Test(agree, rank_dependent_shape_off_splits_the_world) {
     /* What the mode is for: off, rank 3 alone fails (broadcasting [4, 4] with [4, 5]) and the
      * other ranks go on with DT_OK. */
     outcome o = run(OP_SHAPE, 0);
-    for (int r = 0; r < 3; r++) cr_assert_eq(o.st[r], DT_OK, "rank %d: %s", r, o.msg[r]);
+    for (int r = 0; r < 3; r++)
+        cr_assert_eq(o.st[r], DT_OK, "rank %d: %s", r, o.msg[r]);
     cr_assert_eq(o.st[3], DT_ERR_SHAPE, "rank 3 returned %s (%s)", dt_status_str(o.st[3]),
                  o.msg[3]);
 }
@@ -205,7 +208,8 @@ Test(agree, rank_dependent_checkpoint_name_fails_every_rank) {
 Test(agree, load_name_off_fails_only_the_rank_that_asked) {
     /* Off, the load is not collective: rank 3 alone fails (no tensor "w3", strict). */
     outcome o = run(LOAD_NAME, 0);
-    for (int r = 0; r < 3; r++) cr_assert_eq(o.st[r], DT_OK, "rank %d: %s", r, o.msg[r]);
+    for (int r = 0; r < 3; r++)
+        cr_assert_eq(o.st[r], DT_OK, "rank %d: %s", r, o.msg[r]);
     cr_assert_neq(o.st[3], DT_OK, "rank 3 loaded a tensor the checkpoint does not hold");
 }
 
