@@ -345,6 +345,7 @@ void dt_ops_no_grad_exit(dt_ctx *ctx, int entered) {
 
 /* DT_DEBUG_ARGS (dtensor/agree.h): the ranks of the mesh compare the op, each input's spec and
  * the static arguments the op reads (as the strategy cache keys them) before anything runs. */
+__attribute__((noinline, cold)) /* off the hot path: the call pays the test in call() only */
 static dt_status agree_call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args) {
     int on;
     DT_CHECK(dt_agree_debug_on(in[0]->mesh->ctx, &on));
