@@ -184,7 +184,8 @@ DT_API dt_status dt_xplan_format(const dt_xplan *plan, const char *const *src_na
  * world communicator, in the plan's order. The input is unchanged.
  *
  * Checked always (no debug mode): before any data moves, the ranks compare the move's
- * arguments (tensor shape, dtype, placements and mesh, target mesh and placements). Where they
+ * arguments as given, before checking them (tensor shape, dtype, placements and mesh, target
+ * mesh and placements), so a target invalid on some ranks only fails all alike. Where they
  * differ, e.g. a target mesh that depends on the rank, every rank of both meshes fails with
  * DT_ERR_ARG and the same message naming the first difference ("dt_tensor_redistribute_to:
  * ranks passed different arguments: target mesh: rank 0 passed tp=2 on ranks [2,3], rank 3

@@ -7,7 +7,6 @@
 
 #include "autograd/autograd_impl.h"
 #include "core/check.h"
-#include "dtensor/agree.h"
 #include "mesh/mesh_impl.h"
 #include "ops/op_impl.h"
 #include "redistribute/redistribute_impl.h"
@@ -89,9 +88,9 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement
                                  dt_tensor **out) {
     DT_ARG_NOT_NULL(out);
     const dt_plan *plan;
+    /* DT_DEBUG_ARGS: the ranks compare the arguments before they are checked. */
+    DT_CHECK(dt_redistribute_agree("dt_tensor_redistribute", tensor, ndst, dst));
     DT_CHECK(dt_redistribute_prepare("dt_tensor_redistribute", tensor, ndst, dst, &plan));
-    if (dt_agree_debug(tensor->mesh->ctx))
-        DT_CHECK(dt_redistribute_agree("dt_tensor_redistribute", tensor, plan));
     dt_tensor *y;
     DT_CHECK(dt_redistribute_execute(tensor, plan, &y));
     return moved(tensor, y, out);
@@ -108,9 +107,9 @@ dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_pla
                                        dt_request **out) {
     DT_ARG_NOT_NULL(out);
     const dt_plan *plan;
+    /* DT_DEBUG_ARGS: the ranks compare the arguments before they are checked. */
+    DT_CHECK(dt_redistribute_agree("dt_tensor_redistribute_async", tensor, ndst, dst));
     DT_CHECK(dt_redistribute_prepare("dt_tensor_redistribute_async", tensor, ndst, dst, &plan));
-    if (dt_agree_debug(tensor->mesh->ctx))
-        DT_CHECK(dt_redistribute_agree("dt_tensor_redistribute_async", tensor, plan));
     /* Whether to record is decided now, in the grad mode of the call; the node is recorded on
      * the rank's own thread when the result is handed over. */
     return dt_redistribute_submit(tensor, plan,

@@ -108,8 +108,14 @@ void dt_agree_mesh(dt_agree *a, const char *what, const dt_mesh *m) {
 
 void dt_agree_placements(dt_agree *a, const char *what, const dt_placement *p, int n) {
     char label[64], text[128];
-    if (dt_placements_format(p, n, text, sizeof text) != DT_OK) snprintf(text, sizeof text, "?");
     snprintf(label, sizeof label, "%s placements", what);
+    /* As given, before any check: ranks that pass different invalid placements learn that,
+     * rather than some failing the check and the others waiting. */
+    if (!p || n < 0 || n > DT_MESH_MAX_NDIM) {
+        dt_agree_add(a, label, "%d at %s", n, p ? "an array" : "NULL");
+        return;
+    }
+    if (dt_placements_format(p, n, text, sizeof text) != DT_OK) snprintf(text, sizeof text, "?");
     dt_agree_add(a, label, "[%s]", text);
 }
 

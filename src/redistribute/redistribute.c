@@ -110,7 +110,8 @@ dt_status dt_redistribute_prepare(const char *fn, dt_tensor *t, int ndst, const 
     return dt_redistribute_cached_plan(t, norm, plan_out);
 }
 
-dt_status dt_redistribute_agree(const char *fn, dt_tensor *t, const dt_plan *plan) {
+dt_status dt_redistribute_agree(const char *fn, dt_tensor *t, int ndst, const dt_placement *dst) {
+    if (!t || t->magic != DT_TENSOR_LIVE || !dt_agree_debug(t->mesh->ctx)) return DT_OK;
     int on;
     DT_CHECK(dt_agree_debug_on(t->mesh->ctx, &on));
     if (!on) return DT_OK;
@@ -118,7 +119,7 @@ dt_status dt_redistribute_agree(const char *fn, dt_tensor *t, const dt_plan *pla
     if (!a) return dt_error(DT_ERR_NOMEM, "%s: out of memory", fn);
     dt_agree_init(a, fn);
     dt_agree_tensor(a, "tensor", t);
-    dt_agree_placements(a, "target", plan->dst, t->mesh->ndim);
+    dt_agree_placements(a, "target", dst, ndst);
     dt_status st = dt_agree_on_mesh(t->mesh, a, DT_AGREE_DEBUG_ENV);
     free(a);
     return st;

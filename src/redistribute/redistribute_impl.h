@@ -36,10 +36,11 @@ static inline unsigned dt_placements_key(const dt_placement *p, int n, uint64_t 
 /* Changes whenever the rank's cost model does: caches of choices priced with it key on it. */
 uint64_t dt_cost_model_version(dt_ctx *ctx);
 
-/* DT_DEBUG_ARGS (dtensor/agree.h): the ranks of t's mesh compare t's spec and the plan's
- * target before a public redistribute (fn) runs it; DT_OK at once when the mode is off.
- * Callers test dt_agree_debug first, so that off costs one branch. */
-dt_status dt_redistribute_agree(const char *fn, dt_tensor *t, const dt_plan *plan);
+/* DT_DEBUG_ARGS (dtensor/agree.h): the ranks of t's mesh compare t's spec and the target as
+ * given (ndst placements at dst) before a public redistribute (fn) checks and plans it, so a
+ * target that is invalid on some ranks only fails them all alike. DT_OK at once when the mode
+ * is off, and for a tensor that is not one (fn's own check reports it). */
+dt_status dt_redistribute_agree(const char *fn, dt_tensor *t, int ndst, const dt_placement *dst);
 
 /* Checks a public call's tensor and target (fn names it) and finds the plan from the
  * tensor's placements to the target, normalised. */

@@ -127,7 +127,7 @@ static int has_rank(const dt_mesh *m, int r) {
  * with the same message. The source mesh's ranks compare among themselves (one all_gather of
  * a hash and of the target ranks each names); the target ranks outside it hear from its first
  * rank. A rank in neither mesh takes no part, as in the move. */
-static dt_status agree_move(dt_tensor *t, dt_mesh *dst_mesh, const dt_placement *dst) {
+static dt_status agree_move(dt_tensor *t, dt_mesh *dst_mesh, int ndst, const dt_placement *dst) {
     dt_mesh *sm = t->mesh;
     int me = sm->ctx->rank, n = 0, in_dst = 0;
     int *others = malloc(sizeof(int) * (size_t)dst_mesh->nranks);
@@ -148,7 +148,7 @@ static dt_status agree_move(dt_tensor *t, dt_mesh *dst_mesh, const dt_placement 
         dt_agree_init(a, FN);
         dt_agree_tensor(a, "tensor", t);
         dt_agree_mesh(a, "target", dst_mesh);
-        dt_agree_placements(a, "target", dst, dst_mesh->ndim);
+        dt_agree_placements(a, "target", dst, ndst); /* as given: checked after */
         st = dt_agree_across(sm, others, n, a, NULL);
     }
     free(others);
@@ -165,12 +165,13 @@ dt_status dt_redistribute_to_run(dt_tensor *tensor, dt_mesh *dst_mesh, int ndst,
     dt_mesh *sm = tensor->mesh;
     DT_ARG(dst_mesh->ctx == sm->ctx, "%s: dst_mesh was made on another rank context than the "
                                      "tensor's mesh (meshes of one world only)", FN);
+    /* Compared before they are checked: a target invalid on some ranks only fails all. */
+    DT_CHECK(agree_move(tensor, dst_mesh, ndst, dst));
     dt_placement norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_spec_check(FN, dst_mesh, tensor->dtype, tensor->ndim, tensor->shape, ndst, dst,
                            norm));
     dt_ctx *ctx = sm->ctx;
     double t0 = ctx->trace ? dt_now_us() : 0;
-    DT_CHECK(agree_move(tensor, dst_mesh, norm));
     dt_tensor *y;
     dt_status st = dt_mesh_equal(sm, dst_mesh) ? move_equal(tensor, dst_mesh, norm, &y)
                                                : move_across(tensor, dst_mesh, norm, &y);

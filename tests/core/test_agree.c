@@ -13,10 +13,12 @@ enum kase {
     OP_SHAPE,          /* add: rank 3's b is [4, 5], the others' [4, 4] */
     OP_PLACEMENT,      /* matmul: rank 2's b is S(1),R, the others' S(0),R */
     REDIST_TARGET,     /* redistribute: rank 1 asks for R,R, the others for S(1),R */
+    REDIST_INVALID,    /* redistribute: rank 1 asks for S(5),R (no dim 5), the others S(1),R */
     SAVE_NAME,         /* checkpoint save: rank 3 names the tensor "w3", the others "w" */
     LOAD_NAME,         /* checkpoint load (of a good save): rank 3 asks for "w3" */
     XMESH_TARGET_RANK, /* move from ranks {0,1}: rank 3 (target only) passes a 4-rank mesh */
     XMESH_SOURCE_RANK, /* rank 1 (source only) passes the dp sub-mesh {0,2} as target */
+    XMESH_INVALID,     /* rank 2 (target only) asks for S(5) (no dim 5), the others for S(0) */
     AGREEING,          /* add with equal arguments: the sum, and one all_gather more than off */
 };
 
@@ -51,8 +53,9 @@ static dt_status xmesh_call(dt_ctx *ctx, outcome *o, dt_mesh *a) {
     dt_mesh *target = d;
     if (o->kase == XMESH_TARGET_RANK && me == 3) target = b;
     if (o->kase == XMESH_SOURCE_RANK && me == 1) target = e;
+    dt_placement p[1] = {o->kase == XMESH_INVALID && me == 2 ? dt_shard(5) : dt_shard(0)};
     double t0 = t_now_s();
-    dt_status st = dt_tensor_redistribute_to(x, target, 1, (dt_placement[]){dt_shard(0)}, &y);
+    dt_status st = dt_tensor_redistribute_to(x, target, 1, p, &y);
     o->secs[me] = t_now_s() - t0;
     o->st[me] = st;
     if (st != DT_OK) snprintf(o->msg[me], sizeof o->msg[0], "%s", dt_last_error());
@@ -78,8 +81,10 @@ static dt_status call(dt_ctx *ctx, outcome *o, dt_mesh *m) {
         R_OK(zeros(m, 4, 4, me == 2 ? "S(1),R" : "S(0),R", &b));
         st = dt_matmul(a, b, &y);
         break;
-    case REDIST_TARGET: {
-        dt_placement p[2] = {me == 1 ? dt_replicate() : dt_shard(1), dt_replicate()};
+    case REDIST_TARGET:
+    case REDIST_INVALID: {
+        dt_placement odd = o->kase == REDIST_TARGET ? dt_replicate() : dt_shard(5);
+        dt_placement p[2] = {me == 1 ? odd : dt_shard(1), dt_replicate()};
         st = dt_tensor_redistribute(a, 2, p, &y);
         break;
     }
@@ -133,9 +138,8 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     if (o->debug >= 0) R_OK(dt_ctx_set_debug_args(ctx, o->debug));
     dt_mesh *m;
     R_OK(dt_mesh_create_str(ctx, "dp=2,tp=2", &m));
-    dt_status st = o->kase == XMESH_TARGET_RANK || o->kase == XMESH_SOURCE_RANK
-                       ? xmesh_call(ctx, o, m)
-                       : call(ctx, o, m);
+    dt_status st = o->kase >= XMESH_TARGET_RANK && o->kase <= XMESH_INVALID ? xmesh_call(ctx, o, m)
+                                                                            : call(ctx, o, m);
     dt_mesh_release(m);
     return st;
 }
@@ -194,6 +198,14 @@ Test(agree, rank_dependent_redistribute_target_fails_every_rank) {
     outcome o = run(REDIST_TARGET, 1);
     all_fail(&o, HEAD("dt_tensor_redistribute") "target placements: rank 0 passed [S(1),R], "
                                                 "rank 1 passed [R,R]");
+}
+
+Test(agree, target_invalid_on_one_rank_fails_every_rank_alike) {
+    /* Compared before they are checked: rank 1 does not fail alone with S(5) out of range
+     * while the others wait in the all_to_all of S(0) -> S(1). */
+    outcome o = run(REDIST_INVALID, 1);
+    all_fail(&o, HEAD("dt_tensor_redistribute") "target placements: rank 0 passed [S(1),R], "
+                                                "rank 1 passed [S(5),R]");
 }
 
 Test(agree, rank_dependent_checkpoint_name_fails_every_rank) {
@@ -263,4 +275,9 @@ Test(agree, xmesh_source_only_rank_disagrees) {
     xmesh_all_fail(XMESH_SOURCE_RANK,
                    XHEAD "target mesh: rank 0 passed tp=2 on ranks [2,3], rank 1 passed dp=2 on "
                          "ranks [0,2]");
+}
+
+Test(agree, xmesh_target_invalid_on_one_rank) {
+    xmesh_all_fail(XMESH_INVALID,
+                   XHEAD "target placements: rank 0 passed [S(0)], rank 2 passed [S(5)]");
 }
