@@ -183,6 +183,18 @@ DT_API dt_status dt_xplan_format(const dt_xplan *plan, const char *const *src_na
  * such a tensor back. Ranks in neither mesh need not call. Blocks; point-to-point sends on the
  * world communicator, in the plan's order. The input is unchanged.
  *
+ * Checked always (no debug mode): before any data moves, the ranks compare the move's
+ * arguments as given, before checking them (tensor shape, dtype, placements and mesh, target
+ * mesh and placements), so a target invalid on some ranks only fails all alike. Where they
+ * differ, e.g. a target mesh that depends on the rank, every rank of both meshes fails with
+ * DT_ERR_ARG and the same message naming the first difference ("dt_tensor_redistribute_to:
+ * ranks passed different arguments: target mesh: rank 0 passed tp=2 on ranks [2,3], rank 3
+ * passed w=4 on ranks [0-3]"). This costs one all_gather of a few words over the source mesh,
+ * and, when the target has ranks outside it, a message each way between each of them and the
+ * source mesh's first rank plus a broadcast over the source mesh. A rank outside the source
+ * mesh that no source rank counts among the target still waits (until the runtime's timeout):
+ * nothing tells it the others did not expect it.
+ *
  * Differentiable: the output's gradient is placed as the output was (Replicate where Partial)
  * and goes back to the source mesh by the reverse move (in tensor's placements, Replicate
  * where they are Partial). For that every rank of the union must record the move: on ranks

@@ -108,6 +108,22 @@ typedef struct dt_tensor_memory {
 DT_API dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out);
 DT_API dt_status dt_ctx_reset_peak(dt_ctx *ctx);
 
+/* Argument agreement checks (debug mode; off by default, or DT_DEBUG_ARGS=1 in the
+ * environment, read at the rank's first checked call; DT_ERR_ARG there when it is not 0 or
+ * 1). When on, before each op call, dt_tensor_redistribute(_async), dt_tensor_redistribute_to,
+ * dt_checkpoint_save(_async) and dt_checkpoint_load, the ranks of the call's mesh exchange a
+ * short description of its arguments (op, each input's global shape, dtype, placements and
+ * mesh, the target placements or mesh, the checkpoint's directory and each tensor's name,
+ * shape, dtype and placements) with one all_gather of a hash, and on a difference every rank
+ * fails with DT_ERR_ARG and the same message naming the first difference, e.g. "matmul: ranks
+ * passed different arguments (DT_DEBUG_ARGS): input 1 placements: rank 0 passed [S(0),R], rank
+ * 3 passed [S(1),R]". Each checked call is then collective over its mesh (dt_checkpoint_load
+ * over each tensor's mesh too), so set it alike on every rank. Ranks that disagree on a mesh's
+ * ranks themselves form different groups: that wait ends at the runtime's timeout. Not
+ * collective; on is 0 or 1. The cross-mesh move compares its target mesh and placements always,
+ * with or without this mode (redistribute.h). */
+DT_API dt_status dt_ctx_set_debug_args(dt_ctx *ctx, int on);
+
 /* Copies this rank's shard (local_bytes of dt_tensor_info) into host memory out, from
  * whichever device it lives on, after the work queued on it. Not collective; blocks. */
 DT_API dt_status dt_tensor_local_to_host(dt_tensor *tensor, void *out, size_t out_bytes);

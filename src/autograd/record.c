@@ -88,6 +88,8 @@ dt_status dt_tensor_redistribute(dt_tensor *tensor, int ndst, const dt_placement
                                  dt_tensor **out) {
     DT_ARG_NOT_NULL(out);
     const dt_plan *plan;
+    /* DT_DEBUG_ARGS: the ranks compare the arguments before they are checked. */
+    DT_CHECK(dt_redistribute_agree("dt_tensor_redistribute", tensor, ndst, dst));
     DT_CHECK(dt_redistribute_prepare("dt_tensor_redistribute", tensor, ndst, dst, &plan));
     dt_tensor *y;
     DT_CHECK(dt_redistribute_execute(tensor, plan, &y));
@@ -105,6 +107,8 @@ dt_status dt_tensor_redistribute_async(dt_tensor *tensor, int ndst, const dt_pla
                                        dt_request **out) {
     DT_ARG_NOT_NULL(out);
     const dt_plan *plan;
+    /* DT_DEBUG_ARGS: the ranks compare the arguments before they are checked. */
+    DT_CHECK(dt_redistribute_agree("dt_tensor_redistribute_async", tensor, ndst, dst));
     DT_CHECK(dt_redistribute_prepare("dt_tensor_redistribute_async", tensor, ndst, dst, &plan));
     /* Whether to record is decided now, in the grad mode of the call; the node is recorded on
      * the rank's own thread when the result is handed over. */

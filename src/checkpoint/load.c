@@ -16,6 +16,7 @@
 #include "core/box.h"
 #include "core/check.h"
 #include "core/device.h"
+#include "dtensor/agree.h"
 
 static const char *const load_fn = "dt_checkpoint_load";
 
@@ -148,6 +149,7 @@ dt_status dt_checkpoint_load(const char *dir, const char *const *names, dt_tenso
     DT_ARG(dir && *dir, "%s: argument dir is NULL or empty", load_fn);
     DT_ARG(n >= 0 && (n == 0 || (names && tensors)), "%s: n = %d with names or tensors NULL",
            load_fn, n);
+    DT_CHECK(dt_agree_checkpoint(load_fn, NULL, dir, names, tensors, n)); /* DT_DEBUG_ARGS */
     dt_checkpoint_load_options o = {.strict = 1};
     if (opts) o = *opts;
     ck_meta m;

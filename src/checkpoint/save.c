@@ -10,6 +10,7 @@
 
 #include "checkpoint/ckpt_impl.h"
 #include "core/check.h"
+#include "dtensor/agree.h"
 #include "dtensor/comm.h"
 #include "dtensor/redistribute.h"
 #include "redistribute/redistribute_impl.h"
@@ -335,6 +336,7 @@ dt_status dt_checkpoint_save(dt_ctx *ctx, const char *dir, const char *const *na
                              dt_tensor *const *tensors, int n,
                              const dt_checkpoint_save_options *opts) {
     dt_checkpoint_pending *p;
+    DT_CHECK(dt_agree_checkpoint(save_fn, ctx, dir, names, tensors, n)); /* DT_DEBUG_ARGS */
     DT_CHECK(stage(ctx, dir, names, tensors, n, opts, 0, &p));
     dt_status wst = write_rank(p);
     if (wst == DT_OK) progress(p, DT_CHECKPOINT_RANK_FILE);
@@ -349,6 +351,7 @@ dt_status dt_checkpoint_save_async(dt_ctx *ctx, const char *dir, const char *con
                                    dt_checkpoint_pending **out) {
     DT_ARG(out != NULL, "dt_checkpoint_save_async: argument out is NULL");
     dt_checkpoint_pending *p;
+    DT_CHECK(dt_agree_checkpoint("dt_checkpoint_save_async", ctx, dir, names, tensors, n));
     DT_CHECK(stage(ctx, dir, names, tensors, n, opts, 1, &p));
     if (pthread_create(&p->thread, NULL, writer_main, p) != 0) {
         p->wst = write_rank(p); /* no thread to be had: write now */

@@ -54,13 +54,8 @@ dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int
 
 enum { GIVEN, UNINIT, ZEROED }; /* where make's storage comes from */
 
-/* The rank's tensors alive and their owned bytes (dt_ctx_tensor_memory), in its context's
- * dtensor slot. In-place ops swap data and ownership between two tensors of the same local
- * shape, so the sum stays right. */
-typedef struct live_counts {
-    atomic_llong tensors, bytes;
-    atomic_llong peak; /* most bytes since start or the last reset */
-} live_counts;
+/* The rank's tensors alive and their owned bytes, in its context's dtensor slot. */
+typedef dt_dtensor_state live_counts;
 _Static_assert(sizeof(live_counts) <= DT_CTX_SLOT_BYTES, "live counts outgrew their slot");
 
 static live_counts *live_of(dt_ctx *ctx) {

@@ -64,6 +64,16 @@ static inline dt_status dt_tensor_check(const char *fn, const char *arg, const d
 
 #define DT_TENSOR_ARG(t) DT_CHECK(dt_tensor_check(__func__, #t, (t)))
 
+/* The dtensor layer's state in each context's slot (all zero as created): the rank's tensors
+ * alive and their owned bytes (tensor.c, dt_ctx_tensor_memory; in-place ops swap data and
+ * ownership between two tensors of the same local shape, so the sum stays right), and whether
+ * arguments are checked for agreement across ranks (agree.c, DT_DEBUG_ARGS). */
+typedef struct dt_dtensor_state {
+    atomic_llong tensors, bytes;
+    atomic_llong peak; /* most bytes since start or the last reset */
+    int debug_args;    /* DT_AGREE_UNREAD, _OFF or _ON (agree.h) */
+} dt_dtensor_state;
+
 /* The memory table of t's device. */
 static inline const dt_mem_ops *dt_tensor_mem(const dt_tensor *t) {
     return dt_mem_ops_of(t->device.kind);

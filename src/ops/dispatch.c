@@ -13,6 +13,7 @@
 #include "comm/flight.h"
 #include "core/check.h"
 #include "core/lru.h"
+#include "dtensor/agree.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 #include "ops/op_impl.h"
@@ -376,10 +377,39 @@ void dt_ops_no_grad_exit(dt_ctx *ctx, int entered) {
     if (entered) rec->no_grad(ctx, 0); /* set once, never unset */
 }
 
+/* DT_DEBUG_ARGS (dtensor/agree.h): the ranks of the mesh compare the op, each input's spec and
+ * the static arguments the op reads (as the strategy cache keys them) before anything runs. */
+__attribute__((noinline, cold)) /* off the hot path: the call pays the test in call() only */
+static dt_status agree_call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args) {
+    int on;
+    DT_CHECK(dt_agree_debug_on(in[0]->mesh->ctx, &on));
+    if (!on) return DT_OK;
+    dt_agree *a = malloc(sizeof *a);
+    if (!a) return dt_error(DT_ERR_NOMEM, "%s: out of memory", dt_op_name(op));
+    dt_agree_init(a, dt_op_name(op));
+    dt_agree_add(a, "op", "%s", dt_op_name(op));
+    dt_agree_add(a, "inputs", "%d", n);
+    for (int i = 0; i < n; i++) {
+        char what[24];
+        snprintf(what, sizeof what, "input %d", i);
+        if (in[i])
+            dt_agree_tensor(a, what, in[i]);
+        else
+            dt_agree_add(a, what, "absent");
+    }
+    uint64_t key[DT_OP_ARGS_KEY_WORDS];
+    unsigned nk = dt_op_args_key(op, args ? args : &no_args, key);
+    if (nk) dt_agree_words(a, "static arguments (as keyed)", key, (int)nk);
+    dt_status st = dt_agree_on_mesh(in[0]->mesh, a, DT_AGREE_DEBUG_ENV);
+    free(a);
+    return st;
+}
+
 static dt_status call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                       dt_tensor **out, dt_tensor **aux) {
     DT_CHECK(dt_dispatch_check(op, in, n));
     DT_ARG(out != NULL, "%s: argument out is NULL", dt_op_name(op));
+    if (dt_agree_debug(in[0]->mesh->ctx)) DT_CHECK(agree_call(op, in, n, args));
     if (dt_op_family(op)->composite)
         return dt_composite_run(op, in, n, args ? args : &no_args, out);
     const dt_op_recorder *rec = atomic_load_explicit(&recorder, memory_order_acquire);

@@ -114,7 +114,8 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
 static dt_status compute(local_call *c) {
     const op_input *x = &c->global[0];
     if (c->op == DT_OP_ONE_HOT)
-        return c->k->one_hot(&c->in[0], c->args->k, c->out_offset[x->ndim], &c->out);
+        return c->k->one_hot(&c->in[0], c->in_offset[0], c->args->k, c->out_offset[x->ndim],
+                             &c->out);
     int dim = dt_norm_dim(c->args->dim, x->ndim);
     if (c->op == DT_OP_TOPK)
         return c->k->topk(&c->in[0], c->args->k, dim, c->args->smallest, &c->out);

@@ -142,10 +142,11 @@ dt_status dt_cpu_scatter_add(const dt_local *src, int dim, const int64_t *shift,
                              dt_local *out);
 
 /* out (..., C) i64 = (index[...] == class_offset + c) for c in [0, C), C out's last dim: the
- * classes class_offset .. of one_hot(index, num_classes). index is i32/i64; a value outside
- * [0, num_classes) is DT_ERR_ARG. */
-dt_status dt_cpu_one_hot(const dt_local *index, int64_t num_classes, int64_t class_offset,
-                         dt_local *out);
+ * classes class_offset .. of one_hot(index, num_classes). index is i32/i64, the block of the
+ * global index that starts at index_offset; a value outside [0, num_classes) is DT_ERR_ARG
+ * naming its global position. */
+dt_status dt_cpu_one_hot(const dt_local *index, const int64_t *index_offset, int64_t num_classes,
+                         int64_t class_offset, dt_local *out);
 
 /* out (x's shape, dim of size k) i64 = the indices along dim of the k largest (smallest)
  * elements of x, sorted, ties taking the lower index, NaN above every number. Every dtype;
@@ -263,7 +264,8 @@ dt_status dt_cpu_optim_step(const dt_optim_hyper *h, const dt_optim_item *items,
                 const int64_t *box_offset, const dt_local *x, dt_local *out))                      \
     X(gather, (const dt_local *x, int dim, const int64_t *shift, int64_t dim_offset,               \
                int64_t dim_size, const dt_local *index, dt_local *out))                            \
-    X(one_hot, (const dt_local *index, int64_t num_classes, int64_t class_offset, dt_local *out))  \
+    X(one_hot, (const dt_local *index, const int64_t *index_offset, int64_t num_classes,          \
+                int64_t class_offset, dt_local *out))                                              \
     X(topk, (const dt_local *x, int64_t k, int dim, int smallest, dt_local *out))                  \
     X(cumsum, (const dt_local *x, int dim, dt_local *out))                                         \
     X(vector_norm, (double ord, unsigned mask, const dt_local *x, dt_local *out))                  \

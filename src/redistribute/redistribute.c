@@ -10,6 +10,7 @@
 #include "comm/worker.h"
 #include "core/check.h"
 #include "core/lru.h"
+#include "dtensor/agree.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 #include "redistribute/execute.h"
@@ -112,6 +113,21 @@ dt_status dt_redistribute_prepare(const char *fn, dt_tensor *t, int ndst, const 
     dt_placement norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_placements_check(fn, dst, ndst, t->ndim, t->dtype, norm));
     return dt_redistribute_cached_plan(t, norm, plan_out);
+}
+
+dt_status dt_redistribute_agree(const char *fn, dt_tensor *t, int ndst, const dt_placement *dst) {
+    if (!t || t->magic != DT_TENSOR_LIVE || !dt_agree_debug(t->mesh->ctx)) return DT_OK;
+    int on;
+    DT_CHECK(dt_agree_debug_on(t->mesh->ctx, &on));
+    if (!on) return DT_OK;
+    dt_agree *a = malloc(sizeof *a);
+    if (!a) return dt_error(DT_ERR_NOMEM, "%s: out of memory", fn);
+    dt_agree_init(a, fn);
+    dt_agree_tensor(a, "tensor", t);
+    dt_agree_placements(a, "target", dst, ndst);
+    dt_status st = dt_agree_on_mesh(t->mesh, a, DT_AGREE_DEBUG_ENV);
+    free(a);
+    return st;
 }
 
 dt_status dt_tensor_redistribute_plan(dt_tensor *tensor, int ndst, const dt_placement *dst,

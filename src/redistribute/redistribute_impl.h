@@ -39,6 +39,12 @@ uint64_t dt_cost_model_version(dt_ctx *ctx);
  * moves with, for ops that price routes of their own. */
 dt_cost_model dt_cost_model_of(dt_ctx *ctx);
 
+/* DT_DEBUG_ARGS (dtensor/agree.h): the ranks of t's mesh compare t's spec and the target as
+ * given (ndst placements at dst) before a public redistribute (fn) checks and plans it, so a
+ * target that is invalid on some ranks only fails them all alike. DT_OK at once when the mode
+ * is off, and for a tensor that is not one (fn's own check reports it). */
+dt_status dt_redistribute_agree(const char *fn, dt_tensor *t, int ndst, const dt_placement *dst);
+
 /* Checks a public call's tensor and target (fn names it) and finds the plan from the
  * tensor's placements to the target, normalised. */
 dt_status dt_redistribute_prepare(const char *fn, dt_tensor *t, int ndst, const dt_placement *dst,

@@ -11,6 +11,7 @@
 #include "comm/comm_impl.h"
 #include "core/box.h"
 #include "core/check.h"
+#include "dtensor/agree.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 #include "redistribute/redistribute_impl.h"
@@ -113,6 +114,48 @@ static dt_status move_across(dt_tensor *t, dt_mesh *dst_mesh, const dt_placement
     return DT_OK;
 }
 
+static int has_rank(const dt_mesh *m, int r) {
+    for (int i = 0; i < m->nranks; i++)
+        if (m->ranks[i] == r) return 1;
+    return 0;
+}
+
+/* Always on (no debug mode): the ranks of both meshes compare the move's arguments
+ * (dtensor/agree.h) before any data moves. Each plans the transfers from its own arguments,
+ * so a target mesh or placements that depend on the rank would leave one rank returning DT_OK
+ * and another waiting on a transfer that never comes; compared, every rank of the union fails
+ * with the same message. The source mesh's ranks compare among themselves (one all_gather of
+ * a hash and of the target ranks each names); the target ranks outside it hear from its first
+ * rank. A rank in neither mesh takes no part, as in the move. */
+static dt_status agree_move(dt_tensor *t, dt_mesh *dst_mesh, int ndst, const dt_placement *dst) {
+    dt_mesh *sm = t->mesh;
+    int me = sm->ctx->rank, n = 0, in_dst = 0;
+    int *others = malloc(sizeof(int) * (size_t)dst_mesh->nranks);
+    dt_agree *a = malloc(sizeof *a);
+    dt_status st = others && a ? DT_OK : dt_error(DT_ERR_NOMEM, "%s: out of memory", FN);
+    for (int i = 0; st == DT_OK && i < dst_mesh->nranks; i++) {
+        int r = dst_mesh->ranks[i];
+        in_dst |= r == me;
+        if (!has_rank(sm, r)) others[n++] = r;
+    }
+    /* Ascending, as dt_agree_across wants them (a mesh's ranks are distinct). */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && others[j - 1] > others[j]; j--) {
+            int x = others[j];
+            others[j] = others[j - 1], others[j - 1] = x;
+        }
+    if (st == DT_OK && (sm->rank >= 0 || in_dst)) {
+        dt_agree_init(a, FN);
+        dt_agree_tensor(a, "tensor", t);
+        dt_agree_mesh(a, "target", dst_mesh);
+        dt_agree_placements(a, "target", dst, ndst); /* as given: checked after */
+        st = dt_agree_across(sm, others, n, a, NULL);
+    }
+    free(others);
+    free(a);
+    return st;
+}
+
 dt_status dt_redistribute_to_run(dt_tensor *tensor, dt_mesh *dst_mesh, int ndst,
                                  const dt_placement *dst, dt_tensor **out) {
     DT_ARG_NOT_NULL(out);
@@ -122,6 +165,8 @@ dt_status dt_redistribute_to_run(dt_tensor *tensor, dt_mesh *dst_mesh, int ndst,
     dt_mesh *sm = tensor->mesh;
     DT_ARG(dst_mesh->ctx == sm->ctx, "%s: dst_mesh was made on another rank context than the "
                                      "tensor's mesh (meshes of one world only)", FN);
+    /* Compared before they are checked: a target invalid on some ranks only fails all. */
+    DT_CHECK(agree_move(tensor, dst_mesh, ndst, dst));
     dt_placement norm[DT_MESH_MAX_NDIM];
     DT_CHECK(dt_spec_check(FN, dst_mesh, tensor->dtype, tensor->ndim, tensor->shape, ndst, dst,
                            norm));

@@ -120,6 +120,25 @@ static dt_status ce_int_logits(fx *f) {
     return st;
 }
 
+/* one_hot of an index [4, 2] sharded by rows over dp (S(0),R), with a class out of range at
+ * local [1, 0] of each dp shard: global [1, 0] on dp rank 0 and [3, 0] on dp rank 1. The
+ * message must name the global one (it named the shard-local flat index 2 on both); one
+ * with another position is replaced by a message without the catalogue's phrase. */
+static dt_status one_hot_global(fx *f) {
+    int64_t ix[8] = {0, 1, 9, 2, 3, 4, 9, 5}, shape[2] = {4, 2};
+    dt_tensor *t;
+    dt_status st = dt_tensor_distribute(f->mesh, ix, DT_I64, 2, shape, 2, f->pl, DT_ALL_RANKS, &t);
+    if (st != DT_OK) return st;
+    st = dt_one_hot(t, 8, O);
+    char want[64];
+    snprintf(want, sizeof want, "index element at [%d, 0] (global) = 9",
+             1 + 2 * dt_mesh_coord(f->mesh, 0));
+    if (st != DT_OK && !strstr(dt_last_error(), want))
+        dt_error_set(st, "one_hot's message does not name the position %s", want);
+    dt_tensor_release(t);
+    return st;
+}
+
 static dt_status in_place_broadcast(fx *f) { return dt_add_(f->v, f->a); }
 static dt_status split_sizes(fx *f) {
     int64_t sizes[2] = {1, 2};
@@ -424,6 +443,7 @@ static dt_status cp_position(fx *f, int64_t T, int cp, int64_t i) {
     X(op_out_null, DT_ERR_ARG, "out is NULL", dt_add(f->a, f->b, NULL))                            \
     X(add_in_place_broadcast, DT_ERR_SHAPE, "broadcasts", in_place_broadcast(f))                   \
     X(sdpa_mismatch, DT_ERR_SHAPE, "same number of dims", sdpa_mismatch(f))                        \
+    X(one_hot_global_position, DT_ERR_ARG, "(global) = 9 is outside [0, 8)", one_hot_global(f)) \
     X(ce_label_equals_classes, DT_ERR_ARG, "element 2 (flat, row-major) = 8", ce_label_c(f))       \
     X(ce_label_huge, DT_ERR_ARG, "= 1000000 is not a class in [0, 8)", ce_label_huge(f))           \
     X(ce_label_replicated, DT_ERR_ARG, "element 2 (flat, row-major) = 8",                          \

@@ -49,14 +49,22 @@ Test(kernels, one_hot_class_range) {
             double *want = talloc(o.n * sizeof(double));
             for (size_t i = 0; i < ix.n; i++)
                 for (int64_t c = 0; c < 3; c++) want[i * 3 + (size_t)c] = ix.v[i] == off + c;
-            OK(dt_cpu_one_hot(&ix.t, 7, off, &o.t));
+            OK(dt_cpu_one_hot(&ix.t, (int64_t[]){0, 0}, 7, off, &o.t));
             expect("one_hot", &o.t, want, o.n);
         }
     tens ix = mk(DT_I64, SH(3), 0, 7), o = mk_out(DT_I64, SH(3, 7));
     ((int64_t *)ix.t.data)[2] = 7;
-    T_ERR(dt_cpu_one_hot(&ix.t, 7, 0, &o.t), DT_ERR_ARG, "element 2 = 7");
+    T_ERR(dt_cpu_one_hot(&ix.t, (int64_t[]){0}, 7, 0, &o.t), DT_ERR_ARG,
+          "element at [2] (global) = 7");
     ((int64_t *)ix.t.data)[2] = -1;
-    T_ERR(dt_cpu_one_hot(&ix.t, 7, 0, &o.t), DT_ERR_ARG, "= -1");
+    T_ERR(dt_cpu_one_hot(&ix.t, (int64_t[]){0}, 7, 0, &o.t), DT_ERR_ARG, "= -1");
+    /* The block starts at global 5: its element 2 is global element 7. */
+    T_ERR(dt_cpu_one_hot(&ix.t, (int64_t[]){5}, 7, 0, &o.t), DT_ERR_ARG, "at [7] (global) = -1");
+    /* A 2-D block at global [4, 1]: local [1, 2] (flat 5) is global [5, 3]. */
+    tens ix2 = mk(DT_I64, SH(2, 3), 0, 7), o2 = mk_out(DT_I64, SH(2, 3, 7));
+    ((int64_t *)ix2.t.data)[5] = 9;
+    T_ERR(dt_cpu_one_hot(&ix2.t, (int64_t[]){4, 1}, 7, 0, &o2.t), DT_ERR_ARG,
+          "at [5, 3] (global) = 9");
 }
 
 /* 1 when a sorts before b in topk order: NaN highest, ties to the lower index. */

@@ -4,7 +4,8 @@
  * value; even, uneven and empty shards, Partial on either side. Expected values come from the
  * unsharded tensor: every target rank's block is cut from it with dt_shard_layout, and the
  * gradient of sum(y * w) is w (independent of the move). The messages each rank sends are the
- * plan's. Also: meshes compared by value in op dispatch, and a two-stage pipeline. The plans
+ * plan's, after the argument check's (each target rank outside the source mesh and the source
+ * mesh's first rank trade one message each way). Also: meshes compared by value in op dispatch, and a two-stage pipeline. The plans
  * alone are tested in test_xplan.c. */
 #include <math.h>
 #include <stdlib.h>
@@ -178,8 +179,19 @@ static dt_status forward_case(dt_ctx *ctx, world *w, int k) {
             want_r += t.to == me && t.from != me;
         }
         dt_xplan_destroy(p);
+        /* Before them, the arguments are compared: each target rank outside the source mesh
+         * sends its description to the source mesh's first rank and hears the verdict back. */
+        int outside = 0;
+        for (int r = 0; r < dt_mesh_nranks(dm); r++) {
+            int in_src = 0;
+            for (int q = 0; q < dt_mesh_nranks(sm); q++) in_src |= sr[q] == dr[r];
+            outside += !in_src;
+            if (!in_src && dr[r] == me) want_s++, want_r++;
+        }
+        if (me == sr[0]) want_s += (uint64_t)outside, want_r += (uint64_t)outside;
         R_CHECK(sends == want_s && recvs == want_r,
-                "case %d: rank %d sent %llu and received %llu messages, the plan says %llu and %llu",
+                "case %d: rank %d sent %llu and received %llu messages, the plan and the "
+                "argument check say %llu and %llu",
                 k, me, (unsigned long long)sends, (unsigned long long)recvs,
                 (unsigned long long)want_s, (unsigned long long)want_r);
         /* Case 0 moves nothing between ranks: every block stays where it is. */

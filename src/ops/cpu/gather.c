@@ -68,17 +68,34 @@ dt_status dt_cpu_gather(const dt_local *x, int dim, const int64_t *shift, int64_
     return DT_OK;
 }
 
-dt_status dt_cpu_one_hot(const dt_local *index, int64_t num_classes, int64_t class_offset,
-                         dt_local *out) {
+/* "[3, 1]": the global position of element i of a block that starts at offset. */
+static void global_at(const dt_local *x, const int64_t *offset, size_t i, char *buf, size_t cap) {
+    int64_t idx[DT_MAX_NDIM];
+    for (int d = x->ndim - 1; d >= 0; d--) {
+        int64_t s = x->shape[d] ? x->shape[d] : 1;
+        idx[d] = (int64_t)(i % (size_t)s) + offset[d];
+        i /= (size_t)s;
+    }
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < x->ndim && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%lld", d ? ", " : "", (long long)idx[d]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+dt_status dt_cpu_one_hot(const dt_local *index, const int64_t *index_offset, int64_t num_classes,
+                         int64_t class_offset, dt_local *out) {
     DT_CHECK(index_dtype("dt_cpu_one_hot", index));
     int64_t C = out->shape[out->ndim - 1];
     size_t n = numel(index);
     int64_t *o = out->data;
     for (size_t i = 0; i < n; i++) {
         int64_t v = index_at(index, i);
-        if (v < 0 || v >= num_classes)
-            return dt_error(DT_ERR_ARG, "one_hot: index element %zu = %lld is outside [0, %lld)",
-                            i, (long long)v, (long long)num_classes);
+        if (v < 0 || v >= num_classes) {
+            char at[DT_MAX_NDIM * 22 + 4];
+            global_at(index, index_offset, i, at, sizeof at);
+            return dt_error(DT_ERR_ARG, "one_hot: index element at %s (global) = %lld is "
+                            "outside [0, %lld)", at, (long long)v, (long long)num_classes);
+        }
         for (int64_t c = 0; c < C; c++) o[i * (size_t)C + (size_t)c] = v == class_offset + c;
     }
     return DT_OK;

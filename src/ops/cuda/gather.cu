@@ -76,8 +76,9 @@ __global__ void one_hot_kernel(const void *ix, int is32, int64_t num_classes, in
     }
 }
 
-dt_status dt_cuda_one_hot(const dt_local *index, int64_t num_classes, int64_t class_offset,
-                          dt_local *out) {
+dt_status dt_cuda_one_hot(const dt_local *index, const int64_t *index_offset, int64_t num_classes,
+                          int64_t class_offset, dt_local *out) {
+    (void)index_offset; /* out-of-range values are not reported here (no host sync) */
     const char *fn = "dt_cuda_one_hot";
     DT_CHECK(index_dtype(fn, index));
     DT_CU_RANK(r, fn);
