@@ -289,6 +289,21 @@ Test(ucx, ranks_stuck_across_groups_fail_naming_the_diverging_rank, .timeout = 6
     free(r.out);
 }
 
+/* Ranks that pass different target meshes to dt_tensor_redistribute_to fail alike, at once,
+ * naming the difference (the move's own check, no debug mode). */
+Test(ucx, mismatched_move_targets_fail_every_rank, .timeout = 60) {
+    skip_without_ucx();
+    run_result r = run_prog("UCX_TLS=sm DT_TIMEOUT_S=300", "-n 4 --grace 30", "target-mismatch");
+    cr_expect_eq(r.code, 3, "dtrun exited with %d", r.code);
+    expect_each_rank(&r, 4, "target-mismatch: failed cleanly");
+    cr_expect(strstr(r.out, "dt_tensor_redistribute_to: ranks passed different arguments: target "
+                            "mesh: rank 0 passed tp=2 on ranks [2,3], rank 3 passed w=4 on ranks "
+                            "[0-3]"),
+              "%s", r.out);
+    cr_expect_lt(r.secs, 15.0, "took %.1f s", r.secs);
+    free(r.out);
+}
+
 /* A peer that only sleeps past the check interval is waited for: the all_reduce completes. */
 Test(ucx, a_sleeping_peer_is_waited_for, .timeout = 60) {
     skip_without_ucx();

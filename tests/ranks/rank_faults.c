@@ -35,7 +35,8 @@ static void *suicide(void *arg) {
 int rank_fault_mode(const char *mode) {
     return !strcmp(mode, "fault") || !strcmp(mode, "hang") || !strcmp(mode, "peer-exit") ||
            !strcmp(mode, "mismatch") || !strcmp(mode, "wrong-collective") ||
-           !strcmp(mode, "diverge") || !strcmp(mode, "slow-peer");
+           !strcmp(mode, "diverge") || !strcmp(mode, "slow-peer") ||
+           !strcmp(mode, "target-mismatch");
 }
 
 static void *buf_new(const rank_fault_buffers *b, size_t bytes) {
@@ -96,6 +97,36 @@ static dt_status diverge(dt_ctx *ctx, float *buf, const rank_fault_buffers *buff
     return st;
 }
 
+/* Four ranks: a tensor on ranks {0, 1} moves to ranks {2, 3}, but rank 3 names the whole world
+ * as the target mesh. The move's own check (always on) fails every rank alike. */
+static dt_status target_mismatch(dt_ctx *ctx) {
+    int me = dt_ctx_rank(ctx);
+    const char *tp[1] = {"tp"};
+    dt_mesh *grid = NULL, *src = NULL, *dst = NULL, *all = NULL;
+    dt_tensor *x = NULL, *y = NULL;
+    dt_status st = dt_mesh_create_str(ctx, "dp=2,tp=2", &grid);
+    if (st == DT_OK) st = dt_mesh_submesh_at(grid, tp, 1, (int[]){0, 0}, &src);
+    if (st == DT_OK) st = dt_mesh_submesh_at(grid, tp, 1, (int[]){1, 0}, &dst);
+    if (st == DT_OK) st = dt_mesh_create_str(ctx, "w=4", &all);
+    if (st == DT_OK)
+        st = dt_tensor_zeros(src, DT_F32, 2, (int64_t[]){4, 3}, 1, (dt_placement[]){dt_shard(0)},
+                             &x);
+    double t0 = now_s();
+    if (st == DT_OK) {
+        st = dt_tensor_redistribute_to(x, me == 3 ? all : dst, 1, (dt_placement[]){dt_shard(0)},
+                                       &y);
+        st = st == DT_OK ? dt_error_set(DT_ERR_ARG, "a move to different target meshes went on")
+                         : failed_at(st, t0);
+    }
+    dt_tensor_release(y);
+    dt_tensor_release(x);
+    dt_mesh_release(all);
+    dt_mesh_release(dst);
+    dt_mesh_release(src);
+    dt_mesh_release(grid);
+    return st;
+}
+
 dt_status rank_fault_run(dt_ctx *ctx, const char *mode, const rank_fault_buffers *buffers) {
     int me = dt_ctx_rank(ctx), n = dt_ctx_size(ctx);
     dt_comm *world;
@@ -122,6 +153,8 @@ dt_status rank_fault_run(dt_ctx *ctx, const char *mode, const rank_fault_buffers
                          : failed_at(st, t0);
     } else if (!strcmp(mode, "diverge")) {
         st = diverge(ctx, buf, buffers);
+    } else if (!strcmp(mode, "target-mismatch")) {
+        st = target_mismatch(ctx);
     } else if (!strcmp(mode, "slow-peer")) {
         /* The last rank sleeps longer than the check interval: the others wait, then finish. */
         st = dt_barrier(world);
@@ -167,9 +200,12 @@ int rank_fault_judge(const char *mode, dt_status st) {
     if (!strcmp(mode, "wrong-collective"))
         snprintf(culprit, sizeof culprit, "ranks called different");
     if (!strcmp(mode, "diverge")) snprintf(culprit, sizeof culprit, "rank 0 diverged");
+    if (!strcmp(mode, "target-mismatch"))
+        snprintf(culprit, sizeof culprit, "rank 3 passed w=4");
     const char *msg = dt_last_error();
     int clean = st != DT_OK &&
-                (st == DT_ERR_ABORTED || st == DT_ERR_PEER_EXITED || st == DT_ERR_COMM) &&
+                (st == DT_ERR_ABORTED || st == DT_ERR_PEER_EXITED || st == DT_ERR_COMM ||
+                 (st == DT_ERR_ARG && !strcmp(mode, "target-mismatch"))) &&
                 (strstr(msg, culprit) || (!strcmp(mode, "hang") && strstr(msg, "timed out")));
     printf("%s: %s after %.2f s: %s: %s\n", mode, clean ? "failed cleanly" : "FAILED BADLY",
            fail_after, dt_status_str(st), msg);

@@ -7,6 +7,9 @@
  *              DT_DEBUG_COLLECTIVES=1, which names both sides)
  *   diverge    4 ranks as dp=2 x tp=2, rank 0 skips tp's all_reduce: ranks wait on each other
  *              across groups, which the check of DT_CHECK_S names ("rank 0 diverged")
+ *   target-mismatch  4 ranks: a tensor on ranks {0,1} moves to {2,3}, but rank 3 names all four
+ *              as the target mesh: the move's own check fails every rank (DT_ERR_ARG, or
+ *              DT_ERR_ABORTED with the same message where another rank's failure came first)
  *   slow-peer  the last rank sleeps DT_TEST_SLEEP_S (default 2) before an all_reduce: the
  *              others must wait for it and succeed ("[ok] slow-peer", exit 0)
  * The others must fail cleanly: DT_ERR_ABORTED, DT_ERR_PEER_EXITED or DT_ERR_COMM, with a
