@@ -5,7 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
+#ifdef DT_HAVE_XXH_DISPATCH /* XXH3 with AVX2 / AVX-512 where the CPU has them (meson.build) */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "checkpoint/ckpt_impl.h"
 #include "core/check.h"
@@ -43,20 +48,51 @@ dt_status ck_check_blocks(const ck_tensor *t, const ck_chunk *c, uint64_t block_
     return DT_OK;
 }
 
+/* Pieces that several runs share are hashed and copied out of a mapping of the file, in
+ * windows of this many bytes (no copy into a buffer first), where mapping works. */
+#define CK_VMAP_WINDOW ((uint64_t)64 << 20)
+
 /* One read of the chunk's bytes [lo, hi) (relative to its begin) and the runs' parts in it. */
 typedef struct reader {
     int fd;
     const ck_chunk *c;
     const char *path, *fn;
+    uint64_t file_bytes;
     ck_runs r;
     int have; /* a current run: [at, at + r.run) in the file, at dpos in dst */
     uint64_t at;
     size_t dpos;
     char *dst, *buf;
+    char *map; /* the file's bytes [map_lo, map_hi), or NULL */
+    uint64_t map_lo, map_hi;
+    int no_map;
 } reader;
 
+/* rd->map covering the file's [flo, fhi), mapped afresh when it does not; NULL when mapping
+ * fails (then pread). The file's size is checked before each mapping: a truncated file is an
+ * error, not a SIGBUS (one truncated while it is copied still raises it, as for any reader
+ * that maps files). */
+static dt_status mapped(reader *rd, uint64_t flo, uint64_t fhi, const char **out) {
+    *out = NULL;
+    if (rd->no_map) return DT_OK;
+    if (!rd->map || flo < rd->map_lo || fhi > rd->map_hi) {
+        if (rd->map) munmap(rd->map, (size_t)(rd->map_hi - rd->map_lo)), rd->map = NULL;
+        DT_CHECK(ck_size_agrees(rd->fd, rd->file_bytes, rd->path, rd->fn));
+        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        rd->map_lo = flo / page * page;
+        rd->map_hi = rd->map_lo + CK_VMAP_WINDOW > fhi ? rd->map_lo + CK_VMAP_WINDOW : fhi;
+        if (rd->map_hi > rd->c->end) rd->map_hi = rd->c->end;
+        void *m = mmap(NULL, (size_t)(rd->map_hi - rd->map_lo), PROT_READ, MAP_SHARED | MAP_POPULATE, rd->fd,
+                       (off_t)rd->map_lo);
+        if (m == MAP_FAILED) return rd->no_map = 1, DT_OK;
+        rd->map = m;
+    }
+    *out = rd->map + (flo - rd->map_lo);
+    return DT_OK;
+}
+
 /* Reads [lo, hi) (relative) and copies the runs' parts in it to dst; *data_out: the bytes
- * read (straight into dst when one run covers the piece, else in rd->buf). */
+ * read (straight into dst when one run covers the piece, else in a mapping or rd->buf). */
 static dt_status piece(reader *rd, uint64_t lo, uint64_t hi, const char **data_out) {
     uint64_t flo = rd->c->begin + lo, fhi = rd->c->begin + hi;
     if (rd->have && rd->at <= flo && rd->at + rd->r.run >= fhi) {
@@ -66,15 +102,20 @@ static dt_status piece(reader *rd, uint64_t lo, uint64_t hi, const char **data_o
         *data_out = at;
         return DT_OK;
     }
-    DT_CHECK(ck_pread_all(rd->fd, rd->buf, (size_t)(hi - lo), flo, rd->path, rd->fn));
+    const char *src;
+    DT_CHECK(mapped(rd, flo, fhi, &src));
+    if (!src) {
+        DT_CHECK(ck_pread_all(rd->fd, rd->buf, (size_t)(hi - lo), flo, rd->path, rd->fn));
+        src = rd->buf;
+    }
     while (rd->have && rd->at < fhi) {
         uint64_t a = rd->at > flo ? rd->at : flo, end = rd->at + rd->r.run;
         uint64_t b = end < fhi ? end : fhi;
-        memcpy(rd->dst + rd->dpos + (a - rd->at), rd->buf + (a - flo), (size_t)(b - a));
+        memcpy(rd->dst + rd->dpos + (a - rd->at), src + (a - flo), (size_t)(b - a));
         if (end > fhi) break;
         rd->have = ck_runs_next(&rd->r, &rd->at, &rd->dpos);
     }
-    *data_out = rd->buf;
+    *data_out = src;
     return DT_OK;
 }
 
@@ -107,7 +148,7 @@ dt_status ck_read_verified(ck_files *fs, const ck_tensor *t, const ck_chunk *c, 
     DT_CHECK(ck_files_fd(fs, c->file, fn, &rd.fd));
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", fs->dir, fs->m->files[c->file].name);
-    rd.path = path;
+    rd.path = path, rd.file_bytes = fs->m->files[c->file].bytes;
     uint64_t nblocks = (total + bsz - 1) / bsz;
     unsigned char *touched = calloc((size_t)(nblocks + 7) / 8 + 1, 1);
     rd.buf = malloc((size_t)(CK_PIECE < total ? CK_PIECE : total) + 1);
@@ -157,6 +198,7 @@ dt_status ck_read_verified(ck_files *fs, const ck_tensor *t, const ck_chunk *c, 
         }
         b = nb;
     }
+    if (rd.map) munmap(rd.map, (size_t)(rd.map_hi - rd.map_lo));
     XXH3_freeState(s3), XXH64_freeState(s64);
     free(touched), free(rd.buf);
     return st;

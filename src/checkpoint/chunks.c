@@ -17,7 +17,7 @@
 
 /* A data file holds the bytes the metadata says it does (a truncated or grown file is
  * corrupt). */
-static dt_status size_agrees(int fd, uint64_t bytes, const char *path, const char *fn) {
+dt_status ck_size_agrees(int fd, uint64_t bytes, const char *path, const char *fn) {
     struct stat sb;
     if (fstat(fd, &sb) != 0)
         return dt_error(DT_ERR_IO, "%s: cannot stat %s: %s", fn, path, strerror(errno));
@@ -78,7 +78,7 @@ dt_status ck_files_fd(ck_files *fs, int f, const char *fn, int *fd_out) {
     snprintf(path, sizeof path, "%s/%s", fs->dir, fs->m->files[f].name);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot open %s: %s", fn, path, strerror(errno));
-    dt_status st = size_agrees(fd, fs->m->files[f].bytes, path, fn);
+    dt_status st = ck_size_agrees(fd, fs->m->files[f].bytes, path, fn);
     if (st == DT_OK && fs->headers) st = header_agrees(fs->m, fs->dir, f, fn);
     if (st != DT_OK) {
         close(fd);
@@ -235,7 +235,7 @@ static dt_status box_map(int fd, uint64_t file_bytes, uint64_t end, ck_runs *r, 
     while (st == DT_OK && ck_runs_next(r, &at, &dpos)) {
         if (!no_map && (!map || at + r->run > hi)) {
             if (map) munmap(map, (size_t)(hi - lo)), map = NULL;
-            DT_CHECK(size_agrees(fd, file_bytes, path, fn));
+            DT_CHECK(ck_size_agrees(fd, file_bytes, path, fn));
             lo = at / page * page;
             hi = lo + CK_MAP_WINDOW > at + r->run ? lo + CK_MAP_WINDOW : at + r->run;
             hi = hi < end ? hi : end;

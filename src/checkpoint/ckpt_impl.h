@@ -51,6 +51,8 @@ typedef struct ck_files {
     int headers; /* on opening a file, check its safetensors header against m */
 } ck_files;
 dt_status ck_files_fd(ck_files *fs, int f, const char *fn, int *fd_out);
+/* DT_OK when the file open at fd holds bytes bytes, DT_ERR_IO naming path otherwise. */
+dt_status ck_size_agrees(int fd, uint64_t bytes, const char *path, const char *fn);
 /* A whole chunk into dst, its checksum checked (DT_ERR_IO naming the tensor when it fails). */
 dt_status ck_read_chunk(ck_files *fs, const ck_tensor *t, const ck_chunk *c, void *dst,
                         const char *fn);

@@ -7,6 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
+#ifdef DT_HAVE_XXH_DISPATCH /* XXH3 with AVX2 / AVX-512 where the CPU has them (meson.build) */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "checkpoint/ckpt_impl.h"
 #include "core/box.h"
