@@ -48,9 +48,11 @@ dt_status ck_check_blocks(const ck_tensor *t, const ck_chunk *c, uint64_t block_
     return DT_OK;
 }
 
-/* Pieces that several runs share are hashed and copied out of a mapping of the file, in
- * windows of this many bytes (no copy into a buffer first), where mapping works. */
-#define CK_VMAP_WINDOW ((uint64_t)64 << 20)
+/* Pieces that many short runs share (a target that cuts the saved rows) are hashed and copied
+ * out of a mapping of the file, in windows of this many bytes (no copy into a buffer first),
+ * where mapping works; the edge blocks of long runs are read into a buffer. */
+#define CK_VMAP_WINDOW  ((uint64_t)64 << 20)
+#define CK_VMAP_RUN_MAX ((size_t)64 << 10)
 
 /* One read of the chunk's bytes [lo, hi) (relative to its begin) and the runs' parts in it. */
 typedef struct reader {
@@ -102,8 +104,8 @@ static dt_status piece(reader *rd, uint64_t lo, uint64_t hi, const char **data_o
         *data_out = at;
         return DT_OK;
     }
-    const char *src;
-    DT_CHECK(mapped(rd, flo, fhi, &src));
+    const char *src = NULL;
+    if (rd->r.run < CK_VMAP_RUN_MAX) DT_CHECK(mapped(rd, flo, fhi, &src));
     if (!src) {
         DT_CHECK(ck_pread_all(rd->fd, rd->buf, (size_t)(hi - lo), flo, rd->path, rd->fn));
         src = rd->buf;

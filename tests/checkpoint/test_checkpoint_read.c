@@ -122,6 +122,48 @@ Test(checkpoint_read, load_reads_only_the_overlap) {
     rmtree(dir);
 }
 
+/* A verified load reads its range in whole blocks: with blocks of 24 KiB, each rank of a 4-rank
+ * [S(0)] load (256 KiB of one 512 KiB chunk) reads its range, the rest of its edge blocks, its
+ * file's header and the metadata, and nothing else; unverified, its range alone. */
+Test(checkpoint_read, a_verified_load_reads_its_edge_blocks_whole) {
+    if (thread_rchar() < 0) cr_skip_test("no /proc/thread-self/io");
+    char *dir = tmpdir(), path[600], meta[700];
+    snprintf(path, sizeof path, "%s/ck", dir);
+    snprintf(meta, sizeof meta, "%s/metadata.json", path);
+    ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {2}, .block_bytes = 24576};
+    r.specs[r.n++] = ct_spec_make("big", DT_F32, 2, (int64_t[]){64, 4096}, "S(0)", 9, 0);
+    t_run(2, ct_body, &r);
+    long long hend[2];
+    for (int f = 0; f < 2; f++) {
+        char fp[700];
+        snprintf(fp, sizeof fp, "%s/rank-%05d.safetensors", path, f);
+        FILE *fh = fopen(fp, "rb");
+        unsigned char b[8];
+        cr_assert(fh && fread(b, 1, 8, fh) == 8);
+        fclose(fh);
+        hend[f] = 8;
+        for (int i = 0; i < 8; i++)
+            hend[f] += (long long)b[i] << (8 * i);
+    }
+    for (int verify = DT_CHECKPOINT_VERIFY_OFF; verify <= DT_CHECKPOINT_VERIFY_BLOCKS; verify++) {
+        read_arg a = {path, .verify = verify, .pl = "S(0)"};
+        t_run(4, read_body, &a);
+        for (int k = 0; k < 4; k++) {
+            long long B = 24576, len = 32 * 16384, lo = (k % 2) * len / 2, hi = lo + len / 2;
+            if (verify == DT_CHECKPOINT_VERIFY_BLOCKS) {
+                lo = lo / B * B;
+                hi = (hi + B - 1) / B * B < len ? (hi + B - 1) / B * B : len;
+            }
+            long long want = hi - lo + file_bytes(meta) + hend[k / 2];
+            cr_expect(a.read[k] >= want && a.read[k] <= want + 512,
+                      "verify %d: rank %d read %lld bytes, %lld expected (%lld of its chunk, "
+                      "its shard is %lld)",
+                      verify, k, a.read[k], want, hi - lo, a.shard_bytes);
+        }
+    }
+    rmtree(dir);
+}
+
 Test(checkpoint_read, short_dense_runs_come_from_a_mapping) {
     char *dir = tmpdir(), path[600], f1[700], meta[700];
     snprintf(path, sizeof path, "%s/ck", dir);
