@@ -426,3 +426,37 @@ Test(checkpoint_verify, old_checkpoints_are_checked_chunk_by_chunk) {
     free(half), free(with);
     rmtree(dir);
 }
+
+/* --- bad options --------------------------------------------------------------------------- */
+
+static dt_status bad_options_body(dt_ctx *ctx, void *arg) {
+    const char *dir = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create(ctx, 1, (int[]){2}, NULL, &mesh));
+    dt_tensor *t;
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 1, (int64_t[]){4}, 1, (dt_placement[]){dt_shard(0)}, &t));
+    const char *names[] = {"t"};
+    dt_checkpoint_save_options so = {.block_bytes = (size_t)1 << 41};
+    R_ERR(dt_checkpoint_save(ctx, dir, names, &t, 1, &so), DT_ERR_ARG,
+          "block_bytes = 2199023255552 is over 1099511627776");
+    R_OK(dt_checkpoint_save(ctx, dir, names, &t, 1, NULL));
+    dt_checkpoint_load_options lo = {.verify = 7};
+    R_ERR(dt_checkpoint_load(dir, names, &t, 1, &lo), DT_ERR_ARG, "opts->verify = 7 is not");
+    /* a rank with no tensors names the world in opts->ctx, or cannot agree */
+    R_ERR(dt_checkpoint_load(dir, NULL, NULL, 0, NULL), DT_ERR_ARG, "no world to agree over");
+    dt_checkpoint_load_options with_ctx = {.ctx = ctx};
+    if (dt_ctx_rank(ctx) == 0)
+        R_OK(dt_checkpoint_load(dir, NULL, NULL, 0, &with_ctx));
+    else
+        R_OK(dt_checkpoint_load(dir, names, &t, 1, &with_ctx));
+    dt_tensor_release(t);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(checkpoint_verify, bad_options_name_the_option) {
+    char *dir = tmpdir(), path[600];
+    snprintf(path, sizeof path, "%s/ck", dir);
+    t_run(2, bad_options_body, path);
+    rmtree(dir);
+}
