@@ -60,7 +60,7 @@ typedef struct outcome {
     ct_run r; /* the target layout (r.load is ignored) */
     int odd_rank;                 /* this rank asks for odd_names (nullable) instead */
     const char *const *odd_names;
-    int no_dist;
+    int no_dist, verify;
     dt_status st[MAXR];
     char msg[MAXR][1024];
     int wrong[MAXR]; /* DT_OK, but the shard differs from the saved tensor */
@@ -82,7 +82,7 @@ static dt_status outcome_body(dt_ctx *ctx, void *arg) {
                              &t[i]));
         names[i] = o->odd_names && rank == o->odd_rank ? o->odd_names[i] : r->specs[i].name;
     }
-    dt_checkpoint_load_options lo = {.strict = 1, .no_dist = o->no_dist};
+    dt_checkpoint_load_options lo = {.strict = 1, .no_dist = o->no_dist, .verify = o->verify};
     o->st[rank] = dt_checkpoint_load(r->dir, names, t, r->n, &lo);
     snprintf(o->msg[rank], sizeof o->msg[rank], "%s", o->st[rank] ? dt_last_error() : "");
     for (int i = 0; i < r->n && o->st[rank] == DT_OK; i++) {
@@ -347,7 +347,41 @@ Test(checkpoint_verify, a_partial_read_checks_its_blocks_edges_in_whole) {
     cr_expect(strstr(o.msg[0], "dt_checkpoint_load: rank 3 failed: tensor \"big\": block 39 ") &&
                   strstr(o.msg[0], "/rank-00000.safetensors fails its checksum"),
               "%s", o.msg[0]);
+    /* DT_CHECKPOINT_VERIFY_CHUNKS: every rank reads the whole chunk, and fails */
+    o.no_dist = 1, o.verify = DT_CHECKPOINT_VERIFY_CHUNKS;
+    run_outcome(&o);
+    for (int k = 0; k < 4; k++)
+        cr_expect(o.st[k] == DT_ERR_IO && strstr(o.msg[k], "block 39 "), "rank %d: %s", k,
+                  o.msg[k]);
     xor_byte(f0, data + 60000, 0x01);
+    run_outcome(&o);
+    for (int k = 0; k < 4; k++)
+        cr_expect(o.st[k] == DT_OK && !o.wrong[k], "rank %d: %s", k, o.msg[k]);
+    rmtree(dir);
+}
+
+/* Blocks larger than a read (1 MiB) are hashed as a stream of reads: 8 MiB in blocks of 3 MiB
+ * and 5 bytes, loaded onto 3 ranks by rows. */
+Test(checkpoint_verify, blocks_larger_than_a_read) {
+    char *dir = tmpdir(), path[600], f0[700];
+    snprintf(path, sizeof path, "%s/ck", dir);
+    snprintf(f0, sizeof f0, "%s/rank-00000.safetensors", path);
+    ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {1}, .block_bytes = (3 << 20) + 5};
+    r.specs[r.n++] = ct_spec_make("large", DT_F32, 2, (int64_t[]){1024, 2048}, "R", 12, 0);
+    t_run(1, ct_body, &r);
+    r.load = 1, r.mesh_shape[0] = 3; /* rows [0,342), [342,684), [684,1024): 8 KiB each */
+    snprintf(r.specs[0].placements, sizeof r.specs[0].placements, "S(0)");
+    outcome o = {.r = r, .no_dist = 1};
+    run_outcome(&o);
+    for (int k = 0; k < 3; k++)
+        cr_expect(o.st[k] == DT_OK && !o.wrong[k], "rank %d: %s", k, o.msg[k]);
+    /* byte 7 MiB, in block 2 ([6 MiB + 10, 8 MiB)): rank 2's rows only */
+    long data = (long)header_end(f0);
+    xor_byte(f0, data + (7 << 20), 0x08);
+    run_outcome(&o);
+    cr_expect(o.st[2] == DT_ERR_IO && strstr(o.msg[2], "block 2 "), "%s", o.msg[2]);
+    for (int k = 0; k < 2; k++)
+        cr_expect(o.st[k] == DT_OK && !o.wrong[k], "rank %d: %s", k, o.msg[k]);
     rmtree(dir);
 }
 
