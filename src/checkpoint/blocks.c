@@ -20,8 +20,8 @@
 #define CK_PIECE ((uint64_t)1 << 20)
 
 static dt_status block_fails(const ck_tensor *t, const ck_chunk *c, uint64_t b, uint64_t lo,
-                             uint64_t hi, uint64_t got, uint64_t want, int legacy,
-                             const char *path, const char *fn) {
+                             uint64_t hi, uint64_t got, uint64_t want, int legacy, const char *path,
+                             const char *fn) {
     if (legacy)
         return dt_error(DT_ERR_IO,
                         "%s: tensor \"%s\": the chunk at byte %llu of %s fails its checksum "
@@ -40,7 +40,8 @@ dt_status ck_check_blocks(const ck_tensor *t, const ck_chunk *c, uint64_t block_
                           const void *bytes, const char *path, const char *fn) {
     uint64_t total = c->end - c->begin;
     for (int64_t b = 0; block_bytes && b < c->nblocks; b++) {
-        uint64_t lo = (uint64_t)b * block_bytes, n = total - lo < block_bytes ? total - lo : block_bytes;
+        uint64_t lo = (uint64_t)b * block_bytes,
+                 n = total - lo < block_bytes ? total - lo : block_bytes;
         uint64_t h = XXH3_64bits((const char *)bytes + lo, (size_t)n);
         if (h != c->blocks[b])
             return block_fails(t, c, (uint64_t)b, lo, lo + n, h, c->blocks[b], 0, path, fn);
@@ -84,8 +85,8 @@ static dt_status mapped(reader *rd, uint64_t flo, uint64_t fhi, const char **out
         rd->map_lo = flo / page * page;
         rd->map_hi = rd->map_lo + CK_VMAP_WINDOW > fhi ? rd->map_lo + CK_VMAP_WINDOW : fhi;
         if (rd->map_hi > rd->c->end) rd->map_hi = rd->c->end;
-        void *m = mmap(NULL, (size_t)(rd->map_hi - rd->map_lo), PROT_READ, MAP_SHARED | MAP_POPULATE, rd->fd,
-                       (off_t)rd->map_lo);
+        void *m = mmap(NULL, (size_t)(rd->map_hi - rd->map_lo), PROT_READ,
+                       MAP_SHARED | MAP_POPULATE, rd->fd, (off_t)rd->map_lo);
         if (m == MAP_FAILED) return rd->no_map = 1, DT_OK;
         rd->map = m;
     }
@@ -181,8 +182,8 @@ dt_status ck_read_verified(ck_files *fs, const ck_tensor *t, const ck_chunk *c, 
                     st = block_fails(t, c, k, klo, khi, h, c->blocks[k], 0, path, fn);
             }
         } else { /* one large block in pieces, hashed as a stream */
-            if (!s3 && !s64 && !(legacy ? (void *)(s64 = XXH64_createState())
-                                        : (void *)(s3 = XXH3_createState())))
+            if (!s3 && !s64 &&
+                !(legacy ? (void *)(s64 = XXH64_createState()) : (void *)(s3 = XXH3_createState())))
                 st = dt_error(DT_ERR_NOMEM, "%s: out of memory", fn);
             if (st == DT_OK) legacy ? (void)XXH64_reset(s64, 0) : (void)XXH3_64bits_reset(s3);
             for (uint64_t p = lo; st == DT_OK && p < hi; p += CK_PIECE) {

@@ -131,10 +131,8 @@ static dt_status load_here(const char *dir, const char *const *names, dt_tensor 
            load_fn, o->verify);
     ck_meta m;
     DT_CHECK(ck_meta_read(dir, &m, load_fn));
-    ck_files fs = {.dir = dir,
-                   .m = &m,
-                   .fd = malloc(((size_t)m.nfiles + 1) * sizeof(int)),
-                   .headers = 1};
+    ck_files fs = {
+        .dir = dir, .m = &m, .fd = malloc(((size_t)m.nfiles + 1) * sizeof(int)), .headers = 1};
     dt_status st = DT_OK;
     if (!fs.fd) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", load_fn);
     for (int f = 0; fs.fd && f < m.nfiles; f++)

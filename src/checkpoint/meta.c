@@ -150,8 +150,9 @@ static int boxes_overlap(const ck_chunk *a, const ck_chunk *b, int ndim) {
 static int parse_blocks(const ck_json *doc, const ck_jnode *arr, const ck_meta *m,
                         const ck_tensor *x, ck_chunk *k, char *err, size_t errcap) {
     if (!m->block_bytes) {
-        if (arr) FAIL("tensor \"%s\": a chunk lists block checksums, the checkpoint no block size",
-                      x->name);
+        if (arr)
+            FAIL("tensor \"%s\": a chunk lists block checksums, the checkpoint no block size",
+                 x->name);
         return 0;
     }
     uint64_t want = (k->end - k->begin + m->block_bytes - 1) / m->block_bytes;
@@ -164,8 +165,9 @@ static int parse_blocks(const ck_json *doc, const ck_jnode *arr, const ck_meta *
     int64_t b = 0;
     for (int i = arr->first; i >= 0; i = doc->nodes[i].next)
         if (hex64(&doc->nodes[i], &k->blocks[b++]))
-            FAIL("tensor \"%s\": block checksum %lld of the chunk at byte %llu is not 16 hex digits",
-                 x->name, (long long)(b - 1), (unsigned long long)k->begin);
+            FAIL(
+                "tensor \"%s\": block checksum %lld of the chunk at byte %llu is not 16 hex digits",
+                x->name, (long long)(b - 1), (unsigned long long)k->begin);
     return 0;
 }
 

@@ -40,8 +40,9 @@ dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_
     }
     if (nchunks == 0) return DT_OK;
     uint64_t *blocks = malloc((size_t)nblocks * sizeof *blocks + 1);
-    if (!blocks) return dt_error(DT_ERR_NOMEM, "%s: out of memory for %llu block checksums", fn,
-                                 (unsigned long long)nblocks);
+    if (!blocks)
+        return dt_error(DT_ERR_NOMEM, "%s: out of memory for %llu block checksums", fn,
+                        (unsigned long long)nblocks);
     *blocks_out = blocks, *nblocks_out = (int64_t)nblocks;
     ck_st_entry *e = calloc((size_t)nchunks, sizeof *e);
     int64_t(*offs)[DT_MAX_NDIM] = calloc((size_t)nchunks, sizeof *offs);

@@ -312,7 +312,8 @@ static dt_status finish(dt_checkpoint_pending *p, dt_status wst) {
     if (st != DT_OK) return st;
     int size = dt_comm_size(p->world);
     int64_t mine[2] = {p->nrec, p->nblocks}, *counts = calloc((size_t)size * 2, sizeof *counts);
-    size_t *words = calloc((size_t)size, sizeof *words), *bwords = calloc((size_t)size, sizeof *bwords);
+    size_t *words = calloc((size_t)size, sizeof *words),
+           *bwords = calloc((size_t)size, sizeof *bwords);
     ck_rec *all = NULL;
     uint64_t *blocks = NULL;
     if (!counts || !words || !bwords) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", save_fn);

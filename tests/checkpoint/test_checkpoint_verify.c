@@ -57,8 +57,8 @@ static uint64_t rnd(uint64_t *s) {
 #define MAXR 8
 
 typedef struct outcome {
-    ct_run r; /* the target layout (r.load is ignored) */
-    int odd_rank;                 /* this rank asks for odd_names (nullable) instead */
+    ct_run r;     /* the target layout (r.load is ignored) */
+    int odd_rank; /* this rank asks for odd_names (nullable) instead */
     const char *const *odd_names;
     int no_dist, verify;
     dt_status st[MAXR];
@@ -205,7 +205,8 @@ Test(checkpoint_verify, flipped_bytes_never_load_wrong_data) {
         outcome o = {.r = onto(saved, trial % 3 ? 3 : 4, trial % 2 ? 0 : -1)};
         run_outcome(&o);
         char what[1200];
-        snprintf(what, sizeof what, "seed %llu trial %d (%s): byte %zu of %.700s ^= 0x%02x onto %d ranks",
+        snprintf(what, sizeof what,
+                 "seed %llu trial %d (%s): byte %zu of %.700s ^= 0x%02x onto %d ranks",
                  (unsigned long long)seed, trial, kinds[kind], at, files[f], x, world_of(&o.r));
         expect_agreed(&o, what);
         if (o.st[0] == DT_OK) {
