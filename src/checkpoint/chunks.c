@@ -30,7 +30,7 @@ dt_status ck_size_agrees(int fd, uint64_t bytes, const char *path, const char *f
 }
 
 /* File f's own safetensors header (what Python reads) names each of its chunks as the metadata
- * does: same name, shape and byte range. */
+ * does: same name, dtype, shape and byte range. */
 static dt_status header_agrees(const ck_meta *m, const char *dir, int f, const char *fn) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, m->files[f].name);
@@ -48,11 +48,19 @@ static dt_status header_agrees(const ck_meta *m, const char *dir, int f, const c
             const ck_chunk *k = &t->chunks[c];
             if (k->file != f) continue;
             found++;
-            int ok = 0;
-            for (int j = 0; j < n && !ok; j++)
-                ok = !strcmp(e[j].name, t->name) && e[j].begin == k->begin && e[j].end == k->end &&
-                     e[j].dtype == t->dtype && e[j].ndim == t->ndim &&
-                     !memcmp(e[j].shape, k->shape, (size_t)t->ndim * sizeof k->shape[0]);
+            /* the entries tile the data in order of begin (ck_st_parse): search by begin */
+            int lo = 0, hi = n;
+            while (lo < hi) {
+                int mid = lo + (hi - lo) / 2;
+                if (e[mid].begin < k->begin)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            const ck_st_entry *x = lo < n ? &e[lo] : NULL;
+            int ok = x && !strcmp(x->name, t->name) && x->begin == k->begin && x->end == k->end &&
+                     x->dtype == t->dtype && x->ndim == t->ndim &&
+                     !memcmp(x->shape, k->shape, (size_t)t->ndim * sizeof k->shape[0]);
             if (!ok)
                 st = dt_error(DT_ERR_IO,
                               "%s: the header of %s does not describe tensor \"%s\"'s "
