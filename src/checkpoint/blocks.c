@@ -94,10 +94,12 @@ static dt_status mapped(reader *rd, uint64_t flo, uint64_t fhi, const char **out
     return DT_OK;
 }
 
-/* Reads [lo, hi) (relative) and copies the runs' parts in it to dst; *data_out: the bytes
- * read (straight into dst when one run covers the piece, else in a mapping or rd->buf). */
-static dt_status piece(reader *rd, uint64_t lo, uint64_t hi, const char **data_out) {
+/* Reads [lo, hi) (relative): *data_out gets its bytes, straight in dst when one run covers the
+ * piece (*copy_out = 0), else in a mapping or rd->buf, for copy_runs once they are hashed (in
+ * cache then, and never copied when they fail). */
+static dt_status piece(reader *rd, uint64_t lo, uint64_t hi, const char **data_out, int *copy_out) {
     uint64_t flo = rd->c->begin + lo, fhi = rd->c->begin + hi;
+    *copy_out = 0;
     if (rd->have && rd->at <= flo && rd->at + rd->r.run >= fhi) {
         char *at = rd->dst + rd->dpos + (flo - rd->at);
         DT_CHECK(ck_pread_all(rd->fd, at, (size_t)(hi - lo), flo, rd->path, rd->fn));
@@ -111,6 +113,13 @@ static dt_status piece(reader *rd, uint64_t lo, uint64_t hi, const char **data_o
         DT_CHECK(ck_pread_all(rd->fd, rd->buf, (size_t)(hi - lo), flo, rd->path, rd->fn));
         src = rd->buf;
     }
+    *data_out = src, *copy_out = 1;
+    return DT_OK;
+}
+
+/* The runs' parts in the piece [lo, hi) (relative) from its bytes src to dst. */
+static void copy_runs(reader *rd, uint64_t lo, uint64_t hi, const char *src) {
+    uint64_t flo = rd->c->begin + lo, fhi = rd->c->begin + hi;
     while (rd->have && rd->at < fhi) {
         uint64_t a = rd->at > flo ? rd->at : flo, end = rd->at + rd->r.run;
         uint64_t b = end < fhi ? end : fhi;
@@ -118,8 +127,6 @@ static dt_status piece(reader *rd, uint64_t lo, uint64_t hi, const char **data_o
         if (end > fhi) break;
         rd->have = ck_runs_next(&rd->r, &rd->at, &rd->dpos);
     }
-    *data_out = src;
-    return DT_OK;
 }
 
 /* The blocks a box's runs touch (a bit each). */
@@ -174,13 +181,15 @@ dt_status ck_read_verified(ck_files *fs, const ck_tensor *t, const ck_chunk *c, 
             while (nb < nblocks && is_touched(touched, nb) && (nb + 1) * bsz - lo <= CK_PIECE)
                 hi = (nb + 1) * bsz < total ? (nb + 1) * bsz : total, nb++;
             const char *data;
-            st = piece(&rd, lo, hi, &data);
+            int copy;
+            st = piece(&rd, lo, hi, &data, &copy);
             for (uint64_t k = b; st == DT_OK && k < nb; k++) {
                 uint64_t klo = k * bsz, khi = klo + bsz < total ? klo + bsz : total;
                 uint64_t h = XXH3_64bits(data + (klo - lo), (size_t)(khi - klo));
                 if (h != c->blocks[k])
                     st = block_fails(t, c, k, klo, khi, h, c->blocks[k], 0, path, fn);
             }
+            if (st == DT_OK && copy) copy_runs(&rd, lo, hi, data);
         } else { /* one large block in pieces, hashed as a stream */
             if (!s3 && !s64 &&
                 !(legacy ? (void *)(s64 = XXH64_createState()) : (void *)(s3 = XXH3_createState())))
@@ -189,10 +198,12 @@ dt_status ck_read_verified(ck_files *fs, const ck_tensor *t, const ck_chunk *c, 
             for (uint64_t p = lo; st == DT_OK && p < hi; p += CK_PIECE) {
                 uint64_t q = p + CK_PIECE < hi ? p + CK_PIECE : hi;
                 const char *data;
-                st = piece(&rd, p, q, &data);
+                int copy;
+                st = piece(&rd, p, q, &data, &copy);
                 if (st == DT_OK)
                     legacy ? (void)XXH64_update(s64, data, (size_t)(q - p))
                            : (void)XXH3_64bits_update(s3, data, (size_t)(q - p));
+                if (st == DT_OK && copy) copy_runs(&rd, p, q, data);
             }
             uint64_t h = st != DT_OK ? 0 : legacy ? XXH64_digest(s64) : XXH3_64bits_digest(s3);
             uint64_t want = legacy ? c->hash : c->blocks[b];
