@@ -6,8 +6,8 @@
  * step, RNG state, data position) and metadata.json, which maps every tensor (name, dtype,
  * global shape, the placements and mesh it was saved from) to its chunks (global offset,
  * shape, file, byte range, xxh64 checksum of the chunk and XXH3-64 checksums of its blocks).
- * A shard replicated over mesh dims is written once,
- * by the rank at coordinate 0 of those dims; Partial tensors are reduced first.
+ * A shard replicated over mesh dims is written once, by the rank at coordinate 0 of those
+ * dims; Partial tensors are reduced first.
  *
  * Crash safety: files are written into "<dir>.partial", each fsynced; the directory is then
  * renamed to dir and metadata.json written last (through a fsynced temporary and a rename).
@@ -16,8 +16,8 @@
  *
  * Loading reads, on each rank, only the checksummed blocks of the chunks that overlap its
  * shard of each target tensor, checking each (no rank ever holds a full tensor; one small
- * collective makes every rank agree on the outcome): any source mesh and
- * placements onto any target mesh and placements, uneven shards and 1 <-> N ranks included.
+ * collective makes every rank agree on the outcome): any source mesh and placements onto any
+ * target mesh and placements, uneven shards and 1 <-> N ranks included.
  *
  * Tensor names: 1 to DT_CHECKPOINT_NAME_MAX printable ASCII characters, no space, '"' or '\\'.
  * The files are read with POSIX I/O: on the UCX runtime the directory must be on a filesystem
@@ -140,9 +140,10 @@ DT_API dt_status dt_checkpoint_wait(dt_checkpoint_pending *pending);
  * DT_ERR_IO for an incomplete checkpoint or a file that is missing, short or corrupt (a
  * checksum or safetensors header that does not match the metadata), DT_ERR_PARSE for a
  * malformed header or metadata, and DT_ERR_ARG / DT_ERR_SHAPE / DT_ERR_DTYPE naming the tensor
- * for strict mismatches. Names, shapes and dtypes are checked before any tensor changes; after
- * an I/O or checksum error the tensors' contents are unspecified (blocks are read straight into
- * the shards and checked there). */
+ * for strict mismatches. Names, shapes and dtypes are checked before any of this rank's tensors
+ * change (other ranks may have loaded theirs when one rank's check fails); after an I/O or
+ * checksum error the tensors' contents are unspecified (blocks are read straight into the
+ * shards and checked there). */
 DT_API dt_status dt_checkpoint_load(const char *dir, const char *const *names,
                                     dt_tensor *const *tensors, int n,
                                     const dt_checkpoint_load_options *opts);
