@@ -16,8 +16,9 @@
 #include "core/check.h"
 
 /* The most bytes read with one pread: several small blocks, or a piece of a large one (then
- * hashed as a stream). Small enough that a piece is still in cache when it is hashed. */
-#define CK_PIECE ((uint64_t)1 << 20)
+ * hashed as a stream). Small enough that a piece is still in L2 when it is hashed and its runs
+ * copied out (256 KiB took 10-15% less CPU than 1 MiB on this machine's 2 MiB L2). */
+#define CK_PIECE ((uint64_t)256 << 10)
 
 static dt_status block_fails(const ck_tensor *t, const ck_chunk *c, uint64_t b, uint64_t lo,
                              uint64_t hi, uint64_t got, uint64_t want, int legacy, const char *path,

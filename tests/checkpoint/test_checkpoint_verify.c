@@ -361,7 +361,7 @@ Test(checkpoint_verify, a_partial_read_checks_its_blocks_edges_in_whole) {
     rmtree(dir);
 }
 
-/* Blocks larger than a read (1 MiB) are hashed as a stream of reads: 8 MiB in blocks of 3 MiB
+/* Blocks larger than a read (256 KiB) are hashed as a stream of reads: 8 MiB in blocks of 3 MiB
  * and 5 bytes, loaded onto 3 ranks by rows. */
 Test(checkpoint_verify, blocks_larger_than_a_read) {
     char *dir = tmpdir(), path[600], f0[700];
