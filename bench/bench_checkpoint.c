@@ -1,7 +1,9 @@
 /* Checkpoint throughput on 4 in-process ranks: save (2x2 [S(0),S(1)]), load onto the same
- * mesh, and a resharding load (onto 4 ranks [S(1)]), next to one plain sequential write (with
- * fsync) and read of the same bytes in the same run, to the same directory. Each figure is
- * the median (min-max) of REPS rounds, each round running every case and both references once.
+ * mesh, and a resharding load (onto 4 ranks [S(1)]: half of every saved row, so every 1 MiB
+ * block is read whole for half its bytes), each verified (the default) and unverified, next to
+ * one plain sequential write (with fsync) and read of the same bytes in the same run, to the
+ * same directory. Each figure is the median (min-max) of REPS rounds, each round running every
+ * case and both references once.
  * DT_BENCH_DIR: where to write (default /tmp); DT_BENCH_MIB: total size (default 128). */
 #include <fcntl.h>
 #include <stdio.h>
@@ -20,13 +22,14 @@
 typedef struct bench {
     char dir[700];
     int64_t rows, cols;
-    int mode; /* 0 save, 1 load same mesh, 2 load resharded, 3 the same with max_gap 64 KiB */
+    int mode; /* 0 save, 1 load same mesh, 2 load resharded; 3, 4: those loads unverified; 5: 4
+               * with max_gap 64 KiB */
     double secs;
 } bench;
 
 static dt_status body(dt_ctx *ctx, void *arg) {
     bench *b = arg;
-    int reshard = b->mode >= 2;
+    int reshard = b->mode == 2 || b->mode >= 4;
     dt_mesh *mesh;
     dt_status st = reshard ? dt_mesh_create(ctx, 1, (int[]){4}, NULL, &mesh)
                            : dt_mesh_create(ctx, 2, (int[]){2, 2}, NULL, &mesh);
@@ -54,7 +57,10 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     if (b->mode == 0)
         st = dt_checkpoint_save(ctx, b->dir, np, t, NT, NULL);
     else {
-        dt_checkpoint_load_options lo = {.strict = 1, .max_gap = b->mode == 3 ? 65536 : 0};
+        dt_checkpoint_load_options lo = {
+            .strict = 1,
+            .verify = b->mode >= 3 ? DT_CHECKPOINT_VERIFY_OFF : DT_CHECKPOINT_VERIFY_BLOCKS,
+            .max_gap = b->mode == 5 ? 65536 : 0};
         st = dt_checkpoint_load(b->dir, np, t, NT, &lo);
     }
     if (st == DT_OK) st = dt_barrier(world);
@@ -95,9 +101,10 @@ int main(int argc, char **argv) {
     b.rows = (int64_t)mib * (1 << 20) / (NT * 4 * b.cols);
     snprintf(b.dir, sizeof b.dir, "%s/ck", tmp);
     size_t bytes = (size_t)(NT * 4 * b.rows * b.cols);
-    double secs[4][REPS], pw[REPS], pr[REPS];
+#define NMODES 6
+    double secs[NMODES][REPS], pw[REPS], pr[REPS];
     for (int rep = 0; rep < REPS; rep++) {
-        for (int mode = 0; mode < 4; mode++) {
+        for (int mode = 0; mode < NMODES; mode++) {
             b.mode = mode;
             if (dt_local_run(4, body, &b, NULL) != DT_OK)
                 return fprintf(stderr, "bench_checkpoint: %s\n", dt_last_error()), 1;
@@ -107,9 +114,10 @@ int main(int argc, char **argv) {
     }
     double gb = (double)bytes / 1e9;
     bench_stat w = bench_stat_of(pw, REPS), r = bench_stat_of(pr, REPS);
-    const char *names[] = {"checkpoint save, 4 ranks", "checkpoint load, same mesh",
-                           "checkpoint load, resharded", "resharded, max_gap 64 KiB"};
-    for (int mode = 0; mode < 4; mode++) {
+    const char *names[NMODES] = {"checkpoint save, 4 ranks",   "checkpoint load, same mesh",
+                                 "checkpoint load, resharded", "same mesh, unverified",
+                                 "resharded, unverified",      "resharded, unverified, gap 64K"};
+    for (int mode = 0; mode < NMODES; mode++) {
         bench_stat t = bench_stat_of(secs[mode], REPS), ref = mode == 0 ? w : r;
         printf(table ? "%s, %ld MiB\t%.2f GB/s (%.2f-%.2f)\tplain %s %.2f GB/s (%.2f-%.2f)"
                        "\t%.0f%%\n"

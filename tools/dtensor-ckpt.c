@@ -44,6 +44,15 @@ static int inspect(const char *dir) {
     printf("%s: complete checkpoint, %d tensors in %llu chunks, %d files (%s)", dir, m.ntensors,
            (unsigned long long)chunks, m.nfiles, b);
     if (m.has_blob) printf(", blob of %llu bytes", (unsigned long long)m.blob_bytes);
+    if (m.block_bytes) {
+        bytes_text((double)m.block_bytes, b, sizeof b);
+        printf("\nchecksums: xxh64 per chunk, XXH3-64 per block of %s (loads check each block "
+               "they read)",
+               b);
+    } else {
+        printf("\nchecksums: xxh64 per chunk only (saved before block checksums: loads read and "
+               "check every chunk they touch in whole)");
+    }
     printf("\n\nfiles:\n");
     for (int f = 0; f < m.nfiles; f++) {
         bytes_text((double)m.files[f].bytes, b, sizeof b);

@@ -5,17 +5,19 @@
  * keyed by the tensor's name, so Python's safetensors opens it), blob.bin (the user's bytes:
  * step, RNG state, data position) and metadata.json, which maps every tensor (name, dtype,
  * global shape, the placements and mesh it was saved from) to its chunks (global offset,
- * shape, file, byte range, xxh64 checksum). A shard replicated over mesh dims is written once,
- * by the rank at coordinate 0 of those dims; Partial tensors are reduced first.
+ * shape, file, byte range, xxh64 checksum of the chunk and XXH3-64 checksums of its blocks).
+ * A shard replicated over mesh dims is written once, by the rank at coordinate 0 of those
+ * dims; Partial tensors are reduced first.
  *
  * Crash safety: files are written into "<dir>.partial", each fsynced; the directory is then
  * renamed to dir and metadata.json written last (through a fsynced temporary and a rename).
  * A directory is a complete checkpoint exactly when its metadata.json exists, so a crash at
  * any point leaves the previous checkpoint as it was and the new one reported incomplete.
  *
- * Loading reads, on each rank, only the byte ranges of the chunks that overlap its shard of
- * each target tensor (no rank ever holds a full tensor, no collective): any source mesh and
- * placements onto any target mesh and placements, uneven shards and 1 <-> N ranks included.
+ * Loading reads, on each rank, only the checksummed blocks of the chunks that overlap its
+ * shard of each target tensor, checking each (no rank ever holds a full tensor; one small
+ * collective makes every rank agree on the outcome): any source mesh and placements onto any
+ * target mesh and placements, uneven shards and 1 <-> N ranks included.
  *
  * Tensor names: 1 to DT_CHECKPOINT_NAME_MAX printable ASCII characters, no space, '"' or '\\'.
  * The files are read with POSIX I/O: on the UCX runtime the directory must be on a filesystem
@@ -52,17 +54,39 @@ typedef struct dt_checkpoint_save_options {
     dt_checkpoint_progress_fn progress; /* nullable; on the rank's thread (the writer's for
                                          * RANK_FILE of an async save) */
     void *progress_arg;
+    /* Each chunk is checksummed in blocks of this many bytes (XXH3-64 each, listed in
+     * metadata.json), so that a load that reads part of a chunk checks only the blocks it
+     * touches. 0: 1 MiB. At most 2^40; every rank passes the same. */
+    size_t block_bytes;
 } dt_checkpoint_save_options;
+
+/* What a load checks (dt_checkpoint_load_options.verify). Every load also checks each data
+ * file it opens: its size and its safetensors header against metadata.json. */
+enum dt_checkpoint_verify {
+    /* Trust the data: only the overlaps' bytes are read, no checksum is checked (max_gap
+     * applies). For data known to be intact (just written, or checked once with
+     * dt_checkpoint_check): corrupt bytes load silently. */
+    DT_CHECKPOINT_VERIFY_OFF = -1,
+    /* The default: every block (dt_checkpoint_save_options.block_bytes) that an overlap
+     * touches is read in whole and checked against its checksum, the edges of a partial range
+     * included; bytes no block of this rank's overlaps holds are not read. A checkpoint written
+     * without block checksums (before 2026-12-06) has one block per chunk: every chunk an
+     * overlap touches is read and checked in whole. */
+    DT_CHECKPOINT_VERIFY_BLOCKS = 0,
+    /* Every block of every chunk that overlaps this rank's shards (as dt_checkpoint_check does
+     * for those chunks). */
+    DT_CHECKPOINT_VERIFY_CHUNKS = 1,
+};
 
 typedef struct dt_checkpoint_load_options {
     /* Strict (as PyTorch's strict=True): a tensor missing from the checkpoint, or a
      * checkpoint tensor not asked for, is an error naming it. Otherwise missing tensors are
      * left as they are and extra ones ignored. Shape and dtype mismatches are always errors. */
     int strict;
-    /* Read every chunk that overlaps this rank's shards in full to check its checksum. Off,
-     * only the chunks read in full anyway (a shard that covers them) are checked. */
+    /* enum dt_checkpoint_verify: 0 (DT_CHECKPOINT_VERIFY_BLOCKS) checks every block read. */
     int verify;
-    /* 0 (default): read the bytes of each overlap, one pread per contiguous run; when the
+    /* With verify = DT_CHECKPOINT_VERIFY_OFF only (verified reads read whole blocks):
+     * 0 (default): read the bytes of each overlap, one pread per contiguous run; when the
      * runs are many, short (under 64 KiB) and fill at least half of the file range they span
      * (a shard that cuts the saved rows), that range is mapped instead and the runs copied out
      * of it (the data file must not be truncated while it loads: that raises SIGBUS, as with
@@ -70,6 +94,14 @@ typedef struct dt_checkpoint_load_options {
      * with one pread of the span covering them (more bytes read, far fewer calls: for file
      * systems where each request is costly). */
     size_t max_gap;
+    /* 0 (default): collective over the world (as PyTorch DCP's load): every rank calls it,
+     * and every rank returns the same status and message (the lowest failing rank's, naming
+     * that rank, and the tensor and file at fault). 1: each rank loads on its own and returns
+     * its own outcome (PyTorch's no_dist=True). */
+    int no_dist;
+    /* The world a collective load agrees over (nullable: the context of the first tensor's
+     * mesh; needed on a rank that passes no tensors). */
+    dt_ctx *ctx;
 } dt_checkpoint_load_options;
 
 /* Saves n named tensors (arrays borrowed) and the blob into dir, replacing a checkpoint
@@ -99,13 +131,19 @@ DT_API dt_status dt_checkpoint_wait(dt_checkpoint_pending *pending);
 
 /* Loads n named tensors from dir into the given tensors' local shards, in place, whatever
  * mesh and placements they have (a Partial target: the value on coordinate 0 of a P(sum)
- * dim, zeros elsewhere; the value everywhere for the other reductions). Not collective; each
- * rank reads only what it needs. opts nullable (strict, no extra verification).
+ * dim, zeros elsewhere; the value everywhere for the other reductions). Each rank reads only
+ * the blocks its shards need, checking each (opts->verify). Collective over the world unless
+ * opts->no_dist: every rank calls it (with its own tensors, or none and opts->ctx set), blocks
+ * until every rank has loaded, and all return the same status: a failure on any rank fails
+ * every rank with the message "dt_checkpoint_load: rank R failed: ..." naming the tensor and
+ * file. opts nullable (strict, verify blocks, collective).
  * DT_ERR_IO for an incomplete checkpoint or a file that is missing, short or corrupt (a
- * checksum that does not match), DT_ERR_PARSE for a malformed header or metadata, and
- * DT_ERR_ARG / DT_ERR_SHAPE / DT_ERR_DTYPE naming the tensor for strict mismatches. Names,
- * shapes and dtypes are checked before any tensor changes; after an I/O or checksum error the
- * tensors' contents are unspecified (chunks are read straight into the shards). */
+ * checksum or safetensors header that does not match the metadata), DT_ERR_PARSE for a
+ * malformed header or metadata, and DT_ERR_ARG / DT_ERR_SHAPE / DT_ERR_DTYPE naming the tensor
+ * for strict mismatches. Names, shapes and dtypes are checked before any of this rank's tensors
+ * change (other ranks may have loaded theirs when one rank's check fails); after an I/O or
+ * checksum error the tensors' contents are unspecified (blocks are read straight into the
+ * shards and checked there). */
 DT_API dt_status dt_checkpoint_load(const char *dir, const char *const *names,
                                     dt_tensor *const *tensors, int n,
                                     const dt_checkpoint_load_options *opts);
@@ -118,7 +156,8 @@ DT_API dt_status dt_checkpoint_blob(const char *dir, void *buf, size_t cap, size
 /* DT_OK when dir is a complete checkpoint whose metadata parses and whose files all exist
  * with the sizes it records; DT_ERR_IO ("incomplete: ...") or DT_ERR_PARSE otherwise. With
  * checksums set, also checks each file's own safetensors header against the metadata and
- * reads every chunk to check its checksum. Not collective. */
+ * reads every chunk to check its checksums (the whole chunk's and each block's). Not
+ * collective. */
 DT_API dt_status dt_checkpoint_check(const char *dir, int checksums);
 
 /* The complete checkpoint with the highest trailing number among the entries of root whose

@@ -1,6 +1,7 @@
-/* Reading a checkpoint's chunks: whole (checksummed) or only a box of them (for a shard that
- * overlaps part of a chunk: pread per run, or copied out of a mapping when the runs are many,
- * short and dense). Shared by dt_checkpoint_load, dt_checkpoint_check and the tool. */
+/* Reading a checkpoint's chunks: whole (checksummed) or only a box of them, unchecked (for a
+ * load with verification off and for convert: pread per run, or copied out of a mapping when
+ * the runs are many, short and dense); opening the data files, their sizes and headers checked.
+ * Verified reads of a box are blocks.c's. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -16,7 +17,7 @@
 
 /* A data file holds the bytes the metadata says it does (a truncated or grown file is
  * corrupt). */
-static dt_status size_agrees(int fd, uint64_t bytes, const char *path, const char *fn) {
+dt_status ck_size_agrees(int fd, uint64_t bytes, const char *path, const char *fn) {
     struct stat sb;
     if (fstat(fd, &sb) != 0)
         return dt_error(DT_ERR_IO, "%s: cannot stat %s: %s", fn, path, strerror(errno));
@@ -28,8 +29,54 @@ static dt_status size_agrees(int fd, uint64_t bytes, const char *path, const cha
     return DT_OK;
 }
 
+/* File f's own safetensors header (what Python reads) names each of its chunks as the metadata
+ * does: same name, dtype, shape and byte range. */
+static dt_status header_agrees(const ck_meta *m, const char *dir, int f, const char *fn) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, m->files[f].name);
+    ck_st_entry *e;
+    int n, found = 0;
+    dt_status rd = ck_st_read(path, &e, &n, NULL);
+    if (rd != DT_OK) {
+        dt_error_prefix(fn);
+        return rd;
+    }
+    dt_status st = DT_OK;
+    for (int i = 0; i < m->ntensors && st == DT_OK; i++) {
+        const ck_tensor *t = &m->tensors[i];
+        for (int c = 0; c < t->nchunks && st == DT_OK; c++) {
+            const ck_chunk *k = &t->chunks[c];
+            if (k->file != f) continue;
+            found++;
+            /* the entries tile the data in order of begin (ck_st_parse): search by begin */
+            int lo = 0, hi = n;
+            while (lo < hi) {
+                int mid = lo + (hi - lo) / 2;
+                if (e[mid].begin < k->begin)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            const ck_st_entry *x = lo < n ? &e[lo] : NULL;
+            int ok = x && !strcmp(x->name, t->name) && x->begin == k->begin && x->end == k->end &&
+                     x->dtype == t->dtype && x->ndim == t->ndim &&
+                     !memcmp(x->shape, k->shape, (size_t)t->ndim * sizeof k->shape[0]);
+            if (!ok)
+                st = dt_error(DT_ERR_IO,
+                              "%s: the header of %s does not describe tensor \"%s\"'s "
+                              "chunk at byte %llu as the metadata does",
+                              fn, path, t->name, (unsigned long long)k->begin);
+        }
+    }
+    if (st == DT_OK && found != n)
+        st = dt_error(DT_ERR_IO, "%s: %s holds %d entries, the metadata %d", fn, path, n, found);
+    free(e);
+    return st;
+}
+
 /* The data files of a checkpoint, opened on first use; each checked against the size the
- * metadata records (a truncated or grown file is corrupt). */
+ * metadata records (a truncated or grown file is corrupt) and, with fs->headers, its own
+ * safetensors header against the metadata. */
 dt_status ck_files_fd(ck_files *fs, int f, const char *fn, int *fd_out) {
     if (fs->fd[f] >= 0) {
         *fd_out = fs->fd[f];
@@ -39,7 +86,8 @@ dt_status ck_files_fd(ck_files *fs, int f, const char *fn, int *fd_out) {
     snprintf(path, sizeof path, "%s/%s", fs->dir, fs->m->files[f].name);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot open %s: %s", fn, path, strerror(errno));
-    dt_status st = size_agrees(fd, fs->m->files[f].bytes, path, fn);
+    dt_status st = ck_size_agrees(fd, fs->m->files[f].bytes, path, fn);
+    if (st == DT_OK && fs->headers) st = header_agrees(fs->m, fs->dir, f, fn);
     if (st != DT_OK) {
         close(fd);
         return st;
@@ -62,22 +110,12 @@ dt_status ck_read_chunk(ck_files *fs, const ck_tensor *t, const ck_chunk *c, voi
                         "checksum (xxh64 %016llx, expected %016llx)",
                         fn, t->name, (unsigned long long)c->begin, path, (unsigned long long)h,
                         (unsigned long long)c->hash);
-    return DT_OK;
+    return ck_check_blocks(t, c, fs->m->block_bytes, dst, path, fn);
 }
 
-/* The runs of a box in file order: elements contiguous in both the chunk and dst. A run
- * covers the trailing dims the box spans in full on both sides and the extent of the first
- * dim before them (dim k). */
-typedef struct ck_runs {
-    int nd, k, done;
-    int64_t stride[DT_MAX_NDIM], dstride[DT_MAX_NDIM], idx[DT_MAX_NDIM];
-    const int64_t *s, *e, *dst_off;
-    uint64_t begin;
-    size_t es, run, count;
-} ck_runs;
-
-static void runs_init(ck_runs *r, const ck_chunk *c, int nd, size_t es, const int64_t *s,
-                      const int64_t *e, const int64_t *dst_shape, const int64_t *dst_off) {
+/* The runs of a box in file order (ckpt_impl.h's ck_runs). */
+void ck_runs_init(ck_runs *r, const ck_chunk *c, int nd, size_t es, const int64_t *s,
+                  const int64_t *e, const int64_t *dst_shape, const int64_t *dst_off) {
     *r = (ck_runs){.nd = nd, .s = s, .e = e, .dst_off = dst_off, .begin = c->begin, .es = es};
     int64_t acc = 1, dacc = 1;
     for (int d = nd - 1; d >= 0; d--) {
@@ -107,7 +145,7 @@ static uint64_t run_at(const ck_runs *r, const int64_t *idx, size_t *dpos_out) {
 }
 
 /* The next run (increasing file offsets); 0 after the last. */
-static int runs_next(ck_runs *r, uint64_t *at_out, size_t *dpos_out) {
+int ck_runs_next(ck_runs *r, uint64_t *at_out, size_t *dpos_out) {
     if (r->done) return 0;
     *at_out = run_at(r, r->idx, dpos_out);
     int d = r->k - 1;
@@ -155,7 +193,7 @@ static dt_status box_pread(int fd, ck_runs *r, char *dst, size_t max_gap, const 
     uint64_t at;
     size_t dpos;
     dt_status st = DT_OK;
-    while (st == DT_OK && runs_next(r, &at, &dpos)) {
+    while (st == DT_OK && ck_runs_next(r, &at, &dpos)) {
         if (sp.n && (sp.n == 256 || at - (sp.src[sp.n - 1] + sp.run) > max_gap ||
                      at + sp.run - sp.src[0] > ((uint64_t)64 << 20)))
             st = span_flush(&sp, fd, dst, path, fn);
@@ -202,10 +240,10 @@ static dt_status box_map(int fd, uint64_t file_bytes, uint64_t end, ck_runs *r, 
         return dt_error(DT_ERR_IO, "%s: %s: byte %llu is past its end", fn, path,
                         (unsigned long long)end);
     dt_status st = DT_OK;
-    while (st == DT_OK && runs_next(r, &at, &dpos)) {
+    while (st == DT_OK && ck_runs_next(r, &at, &dpos)) {
         if (!no_map && (!map || at + r->run > hi)) {
             if (map) munmap(map, (size_t)(hi - lo)), map = NULL;
-            DT_CHECK(size_agrees(fd, file_bytes, path, fn));
+            DT_CHECK(ck_size_agrees(fd, file_bytes, path, fn));
             lo = at / page * page;
             hi = lo + CK_MAP_WINDOW > at + r->run ? lo + CK_MAP_WINDOW : at + r->run;
             hi = hi < end ? hi : end;
@@ -230,7 +268,7 @@ dt_status ck_read_box(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", fs->dir, fs->m->files[c->file].name);
     ck_runs r;
-    runs_init(&r, c, t->ndim, dt_dtype_size(t->dtype), s, e, dst_shape, dst_off);
+    ck_runs_init(&r, c, t->ndim, dt_dtype_size(t->dtype), s, e, dst_shape, dst_off);
     if (r.count == 0) return DT_OK;
     uint64_t end;
     if (max_gap == 0 && map_pays(&r, &end))

@@ -202,6 +202,8 @@ dt_status dt_checkpoint_convert(const char *in_path, const char *dir, const char
     c.fs = (ck_files){.dir = parent, .m = &c.src, .fd = (int[]){-1}};
     ck_rec *all = NULL;
     int nall = 0;
+    uint64_t *blocks = NULL;
+    int64_t nblocks = 0;
     if (st == DT_OK) {
         all = calloc((size_t)world * (size_t)c.src.ntensors + 1, sizeof *all);
         c.tensor_of = calloc((size_t)c.src.ntensors + 1, sizeof *c.tensor_of);
@@ -221,17 +223,28 @@ dt_status dt_checkpoint_convert(const char *in_path, const char *dir, const char
         c.recs = all + nall;
         st = conv_records(&c, mnd, mshape, coord, mesh_text, pl, rank, &nrec);
         snprintf(path, sizeof path, "%s/rank-%05d.safetensors", partial, rank);
-        if (st == DT_OK) st = ck_write_rank_file(path, c.recs, nrec, conv_chunk, &c, 1, fn);
+        uint64_t *rb = NULL;
+        int64_t nrb = 0;
+        if (st == DT_OK)
+            st = ck_write_rank_file(path, c.recs, nrec, conv_chunk, &c, 1, CK_BLOCK_DEFAULT, &rb,
+                                    &nrb, fn);
+        if (st == DT_OK && nrb) { /* every rank's block checksums, in record order */
+            uint64_t *grown = realloc(blocks, (size_t)(nblocks + nrb) * sizeof *blocks);
+            if (!grown) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", fn);
+            if (grown) blocks = grown, memcpy(blocks + nblocks, rb, (size_t)nrb * sizeof *rb);
+            nblocks += nrb;
+        }
+        free(rb);
         nall += nrec;
     }
     ck_meta m = {0};
     char err[512];
-    if (st == DT_OK && ck_meta_from_records(all, nall, &m, err, sizeof err))
+    if (st == DT_OK && ck_meta_from_records(all, nall, blocks, &m, err, sizeof err))
         st = dt_error(DT_ERR_ARG, "%s: %s", fn, err);
     if (st == DT_OK) st = ck_publish(&m, partial, dir, NULL, NULL, fn);
     ck_meta_free(&m);
     if (c.fs.fd[0] >= 0) close(c.fs.fd[0]);
     ck_meta_free(&c.src);
-    free(all), free(c.tensor_of);
+    free(all), free(c.tensor_of), free(blocks);
     return st;
 }

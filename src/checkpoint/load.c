@@ -17,19 +17,20 @@
 #include "core/check.h"
 #include "core/device.h"
 #include "dtensor/agree.h"
+#include "dtensor/comm.h"
 
 static const char *const load_fn = "dt_checkpoint_load";
 
-/* Fills this rank's shard of target (on host, shape info->local_shape) from t's chunks. */
+/* Fills this rank's shard of target (on host, shape info->local_shape) from t's chunks: the
+ * overlap of each, verified in whole blocks (verify > 0: every block of each overlapping
+ * chunk), or, with verification off, only the overlap's bytes. */
 static dt_status load_shard(ck_files *fs, const ck_tensor *t, const dt_tensor_info *info,
                             char *host, const dt_checkpoint_load_options *o) {
-    int verify = o->verify;
     int nd = t->ndim;
-    size_t es = dt_dtype_size(t->dtype);
     for (int ci = 0; ci < t->nchunks; ci++) {
         const ck_chunk *c = &t->chunks[ci];
         int64_t ext[DT_MAX_NDIM], s[DT_MAX_NDIM], dst_off[DT_MAX_NDIM];
-        int empty = 0, whole = 1;
+        int empty = 0;
         for (int d = 0; d < nd; d++) {
             int64_t a = c->offset[d] > info->local_offset[d] ? c->offset[d] : info->local_offset[d];
             int64_t b1 = c->offset[d] + c->shape[d],
@@ -38,37 +39,14 @@ static dt_status load_shard(ck_files *fs, const ck_tensor *t, const dt_tensor_in
             if (b <= a) empty = 1;
             ext[d] = b - a;
             s[d] = a - c->offset[d], dst_off[d] = a - info->local_offset[d];
-            whole &= ext[d] == c->shape[d];
         }
         if (empty || c->end == c->begin) continue;
-        if (!whole && !verify) { /* only the overlap, straight into the shard */
+        if (o->verify == DT_CHECKPOINT_VERIFY_OFF)
             DT_CHECK(ck_read_box(fs, t, c, s, ext, host, info->local_shape, dst_off, o->max_gap,
                                  load_fn));
-            continue;
-        }
-        /* The whole chunk, so its checksum can be checked: straight into the shard when it is
-         * one contiguous stretch of it, else through a buffer. */
-        size_t bytes = (size_t)(c->end - c->begin);
-        int direct = whole, k = 0;
-        while (k < nd - 1 && ext[k] == 1)
-            k++;
-        for (int d = k + 1; d < nd; d++)
-            direct &= ext[d] == info->local_shape[d];
-        char *at = host;
-        if (direct) {
-            int64_t pos = 0;
-            for (int d = 0; d < nd; d++)
-                pos = pos * info->local_shape[d] + dst_off[d];
-            at = host + (size_t)pos * es;
-        }
-        char *buf = direct ? at : malloc(bytes);
-        if (!buf)
-            return dt_error(DT_ERR_NOMEM, "%s: tensor \"%s\": out of memory", load_fn, t->name);
-        dt_status st = ck_read_chunk(fs, t, c, buf, load_fn);
-        if (st == DT_OK && !direct)
-            dt_box_copy(host, info->local_shape, dst_off, buf, c->shape, s, ext, nd, es);
-        if (!direct) free(buf);
-        DT_CHECK(st);
+        else
+            DT_CHECK(ck_read_verified(fs, t, c, s, ext, host, info->local_shape, dst_off,
+                                      o->verify == DT_CHECKPOINT_VERIFY_CHUNKS, load_fn));
     }
     return DT_OK;
 }
@@ -144,27 +122,78 @@ static dt_status load_all(ck_files *fs, const ck_meta *m, const char *const *nam
     return st;
 }
 
-dt_status dt_checkpoint_load(const char *dir, const char *const *names, dt_tensor *const *tensors,
-                             int n, const dt_checkpoint_load_options *opts) {
+static dt_status load_here(const char *dir, const char *const *names, dt_tensor *const *tensors,
+                           int n, const dt_checkpoint_load_options *o) {
     DT_ARG(dir && *dir, "%s: argument dir is NULL or empty", load_fn);
     DT_ARG(n >= 0 && (n == 0 || (names && tensors)), "%s: n = %d with names or tensors NULL",
            load_fn, n);
-    DT_CHECK(dt_agree_checkpoint(load_fn, NULL, dir, names, tensors, n)); /* DT_DEBUG_ARGS */
-    dt_checkpoint_load_options o = {.strict = 1};
-    if (opts) o = *opts;
+    DT_ARG(o->verify >= DT_CHECKPOINT_VERIFY_OFF && o->verify <= DT_CHECKPOINT_VERIFY_CHUNKS,
+           "%s: opts->verify = %d is not DT_CHECKPOINT_VERIFY_OFF (-1), _BLOCKS (0) or _CHUNKS (1)",
+           load_fn, o->verify);
     ck_meta m;
     DT_CHECK(ck_meta_read(dir, &m, load_fn));
-    ck_files fs = {.dir = dir, .m = &m, .fd = malloc(((size_t)m.nfiles + 1) * sizeof(int))};
+    ck_files fs = {
+        .dir = dir, .m = &m, .fd = malloc(((size_t)m.nfiles + 1) * sizeof(int)), .headers = 1};
     dt_status st = DT_OK;
     if (!fs.fd) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", load_fn);
     for (int f = 0; fs.fd && f < m.nfiles; f++)
         fs.fd[f] = -1;
-    if (st == DT_OK) st = load_all(&fs, &m, names, tensors, n, &o);
+    if (st == DT_OK) st = load_all(&fs, &m, names, tensors, n, o);
     for (int f = 0; fs.fd && f < m.nfiles; f++)
         if (fs.fd[f] >= 0) close(fs.fd[f]);
     free(fs.fd);
     ck_meta_free(&m);
     return st;
+}
+
+/* The world a collective load agrees over: opts->ctx's, else that of the first tensor's mesh. */
+static dt_status load_world(const dt_checkpoint_load_options *o, dt_tensor *const *tensors, int n,
+                            dt_comm **out) {
+    dt_ctx *ctx = o->ctx;
+    for (int i = 0; !ctx && tensors && i < n; i++) {
+        dt_tensor_info info;
+        if (tensors[i] && dt_tensor_info_get(tensors[i], &info) == DT_OK)
+            ctx = dt_mesh_ctx(info.mesh);
+    }
+    DT_ARG(ctx != NULL,
+           "%s: a collective load (opts->no_dist = 0) with no tensor and opts->ctx NULL has no "
+           "world to agree over",
+           load_fn);
+    return dt_ctx_world_comm(ctx, out);
+}
+
+/* Every rank returns the same outcome: the lowest failing rank's status and its message, naming
+ * that rank. Every rank gets here, whatever failed before it. */
+static dt_status load_agree(dt_comm *world, dt_status mine) {
+    int rank = dt_comm_rank(world);
+    int64_t v = mine == DT_OK ? INT64_MAX : rank, low;
+    struct {
+        int32_t status;
+        char msg[1020];
+    } why = {.status = mine};
+    if (mine != DT_OK) {
+        const char *e = dt_last_error(), *skip = "dt_checkpoint_load: ";
+        if (!strncmp(e, skip, strlen(skip))) e += strlen(skip);
+        snprintf(why.msg, sizeof why.msg, "%s", e);
+    }
+    DT_CHECK(dt_all_reduce(world, &v, &low, 1, DT_I64, DT_REDUCE_MIN));
+    if (low == INT64_MAX) return DT_OK;
+    _Static_assert(sizeof why % 4 == 0, "broadcast as int32 words");
+    DT_CHECK(dt_broadcast(world, &why, sizeof why / 4, DT_I32, (int)low));
+    why.msg[sizeof why.msg - 1] = '\0';
+    return dt_error((dt_status)why.status, "%s: rank %lld failed: %s", load_fn, (long long)low,
+                    why.msg);
+}
+
+dt_status dt_checkpoint_load(const char *dir, const char *const *names, dt_tensor *const *tensors,
+                             int n, const dt_checkpoint_load_options *opts) {
+    dt_checkpoint_load_options o = {.strict = 1};
+    if (opts) o = *opts;
+    DT_CHECK(dt_agree_checkpoint(load_fn, NULL, dir, names, tensors, n)); /* DT_DEBUG_ARGS */
+    dt_comm *world = NULL;
+    if (!o.no_dist) DT_CHECK(load_world(&o, tensors, n, &world));
+    dt_status st = load_here(dir, names, tensors, n, &o);
+    return world ? load_agree(world, st) : st;
 }
 
 dt_status dt_checkpoint_blob(const char *dir, void *buf, size_t cap, size_t *bytes_out) {
@@ -196,45 +225,15 @@ dt_status dt_checkpoint_blob(const char *dir, void *buf, size_t cap, size_t *byt
     return st;
 }
 
-/* File f's own safetensors header (what Python reads) names each of its chunks as the metadata
- * does: same name, shape and byte range. */
-static dt_status header_agrees(const ck_meta *m, const char *dir, int f, const char *fn) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, m->files[f].name);
-    ck_st_entry *e;
-    int n, found = 0;
-    DT_CHECK(ck_st_read(path, &e, &n, NULL));
-    dt_status st = DT_OK;
-    for (int i = 0; i < m->ntensors && st == DT_OK; i++) {
-        const ck_tensor *t = &m->tensors[i];
-        for (int c = 0; c < t->nchunks && st == DT_OK; c++) {
-            const ck_chunk *k = &t->chunks[c];
-            if (k->file != f) continue;
-            found++;
-            int ok = 0;
-            for (int j = 0; j < n && !ok; j++)
-                ok = !strcmp(e[j].name, t->name) && e[j].begin == k->begin && e[j].end == k->end &&
-                     e[j].dtype == t->dtype && e[j].ndim == t->ndim &&
-                     !memcmp(e[j].shape, k->shape, (size_t)t->ndim * sizeof k->shape[0]);
-            if (!ok)
-                st = dt_error(DT_ERR_IO,
-                              "%s: the header of %s does not describe tensor \"%s\"'s "
-                              "chunk at byte %llu as the metadata does",
-                              fn, path, t->name, (unsigned long long)k->begin);
-        }
-    }
-    if (st == DT_OK && found != n)
-        st = dt_error(DT_ERR_IO, "%s: %s holds %d entries, the metadata %d", fn, path, n, found);
-    free(e);
-    return st;
-}
-
 dt_status dt_checkpoint_check(const char *dir, int checksums) {
     const char *fn = "dt_checkpoint_check";
     DT_ARG(dir && *dir, "%s: argument dir is NULL or empty", fn);
     ck_meta m;
     DT_CHECK(ck_meta_read(dir, &m, fn));
-    ck_files fs = {.dir = dir, .m = &m, .fd = malloc(((size_t)m.nfiles + 1) * sizeof(int))};
+    ck_files fs = {.dir = dir,
+                   .m = &m,
+                   .fd = malloc(((size_t)m.nfiles + 1) * sizeof(int)),
+                   .headers = checksums};
     dt_status st = fs.fd ? DT_OK : dt_error(DT_ERR_NOMEM, "%s: out of memory", fn);
     for (int f = 0; fs.fd && f < m.nfiles; f++)
         fs.fd[f] = -1;
@@ -242,8 +241,6 @@ dt_status dt_checkpoint_check(const char *dir, int checksums) {
         int fd;
         st = ck_files_fd(&fs, f, fn, &fd);
     }
-    for (int f = 0; st == DT_OK && checksums && f < m.nfiles; f++)
-        st = header_agrees(&m, dir, f, fn);
     for (int i = 0; st == DT_OK && checksums && i < m.ntensors; i++)
         for (int c = 0; st == DT_OK && c < m.tensors[i].nchunks; c++) {
             const ck_chunk *k = &m.tensors[i].chunks[c];

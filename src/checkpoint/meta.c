@@ -42,7 +42,9 @@ static void put_ints(dt_text *t, const int64_t *v, int n) {
 }
 
 static void meta_text(dt_text *t, const ck_meta *m) {
-    dt_text_put(t, "{\"format\":\"%s\",\"version\":1,\n\"files\":[", CK_FORMAT);
+    dt_text_put(t, "{\"format\":\"%s\",\"version\":1,", CK_FORMAT);
+    if (m->block_bytes) dt_text_put(t, "\"block_bytes\":%llu,", (unsigned long long)m->block_bytes);
+    dt_text_put(t, "\n\"files\":[");
     for (int f = 0; f < m->nfiles; f++)
         dt_text_put(t, "%s{\"name\":\"%s\",\"bytes\":%llu}", f ? "," : "", m->files[f].name,
                     (unsigned long long)m->files[f].bytes);
@@ -69,6 +71,12 @@ static void meta_text(dt_text *t, const ck_meta *m) {
             put_ints(t, k->offset, x->ndim);
             dt_text_put(t, ",\"shape\":");
             put_ints(t, k->shape, x->ndim);
+            if (m->block_bytes) {
+                dt_text_put(t, ",\"block_xxh3\":[");
+                for (int64_t b = 0; b < k->nblocks; b++)
+                    dt_text_put(t, "%s\"%016llx\"", b ? "," : "", (unsigned long long)k->blocks[b]);
+                dt_text_put(t, "]");
+            }
             dt_text_put(t, "}");
         }
         dt_text_put(t, "]}");
@@ -88,8 +96,11 @@ char *ck_meta_format(const ck_meta *m, size_t *len_out) {
 }
 
 void ck_meta_free(ck_meta *m) {
-    for (int i = 0; m->tensors && i < m->ntensors; i++)
+    for (int i = 0; m->tensors && i < m->ntensors; i++) {
+        for (int c = 0; m->tensors[i].chunks && c < m->tensors[i].nchunks; c++)
+            free(m->tensors[i].chunks[c].blocks);
         free(m->tensors[i].chunks);
+    }
     free(m->tensors), free(m->files);
     memset(m, 0, sizeof *m);
 }
@@ -135,6 +146,31 @@ static int boxes_overlap(const ck_chunk *a, const ck_chunk *b, int ndim) {
         return -1;                                                                                 \
     } while (0)
 
+/* A chunk's block checksums: all or nothing, as the checkpoint's block_bytes says. */
+static int parse_blocks(const ck_json *doc, const ck_jnode *arr, const ck_meta *m,
+                        const ck_tensor *x, ck_chunk *k, char *err, size_t errcap) {
+    if (!m->block_bytes) {
+        if (arr)
+            FAIL("tensor \"%s\": a chunk lists block checksums, the checkpoint no block size",
+                 x->name);
+        return 0;
+    }
+    uint64_t want = (k->end - k->begin + m->block_bytes - 1) / m->block_bytes;
+    if (!arr || arr->type != CK_JARR || (uint64_t)arr->count != want)
+        FAIL("tensor \"%s\": the chunk at byte %llu does not list its %llu block checksums",
+             x->name, (unsigned long long)k->begin, (unsigned long long)want);
+    k->blocks = malloc((size_t)want * sizeof *k->blocks + 1);
+    if (!k->blocks) FAIL("tensor \"%s\": out of memory", x->name);
+    k->nblocks = (int64_t)want;
+    int64_t b = 0;
+    for (int i = arr->first; i >= 0; i = doc->nodes[i].next)
+        if (hex64(&doc->nodes[i], &k->blocks[b++]))
+            FAIL(
+                "tensor \"%s\": block checksum %lld of the chunk at byte %llu is not 16 hex digits",
+                x->name, (long long)(b - 1), (unsigned long long)k->begin);
+    return 0;
+}
+
 static int parse_chunk(const ck_json *doc, const ck_jnode *v, const ck_meta *m, ck_tensor *x,
                        ck_chunk *k, char *err, size_t errcap) {
     const ck_jnode *f = ck_json_get(doc, v, "file"), *b = ck_json_get(doc, v, "begin"),
@@ -163,7 +199,7 @@ static int parse_chunk(const ck_json *doc, const ck_jnode *v, const ck_meta *m, 
             FAIL("tensor \"%s\": a chunk lies outside the tensor along dim %d", x->name, d);
     if ((uint64_t)dt_shape_numel(k->shape, x->ndim) * dt_dtype_size(x->dtype) != k->end - k->begin)
         FAIL("tensor \"%s\": a chunk's byte range does not match its shape", x->name);
-    return 0;
+    return parse_blocks(doc, ck_json_get(doc, v, "block_xxh3"), m, x, k, err, errcap);
 }
 
 static int parse_tensor(const ck_json *doc, const ck_jnode *v, const ck_meta *m, ck_tensor *x,
@@ -188,12 +224,13 @@ static int parse_tensor(const ck_json *doc, const ck_jnode *v, const ck_meta *m,
     uint64_t covered = 0;
     for (int k = ch->first; k >= 0; k = doc->nodes[k].next) {
         ck_chunk *c = &x->chunks[x->nchunks];
-        if (parse_chunk(doc, &doc->nodes[k], m, x, c, err, errcap)) return -1;
-        for (int j = 0; j < x->nchunks; j++)
+        int rc = parse_chunk(doc, &doc->nodes[k], m, x, c, err, errcap);
+        x->nchunks++; /* counted either way, so that ck_meta_free frees its blocks */
+        if (rc) return -1;
+        for (int j = 0; j < x->nchunks - 1; j++)
             if (boxes_overlap(c, &x->chunks[j], x->ndim))
-                FAIL("tensor \"%s\": chunks %d and %d overlap", x->name, j, x->nchunks);
+                FAIL("tensor \"%s\": chunks %d and %d overlap", x->name, j, x->nchunks - 1);
         covered += dt_shape_numel(c->shape, x->ndim);
-        x->nchunks++;
     }
     if (covered != (uint64_t)numel)
         FAIL("tensor \"%s\": its chunks cover %llu of %lld elements", x->name,
@@ -208,6 +245,10 @@ static int parse_doc(const ck_json *doc, ck_meta *m, char *err, size_t errcap) {
     if (!fmt || fmt->type != CK_JSTR || strcmp(fmt->str, CK_FORMAT) != 0)
         FAIL("not a %s metadata file", CK_FORMAT);
     if (!ver || ver->type != CK_JINT || ver->num != 1) FAIL("unsupported version (1 expected)");
+    const ck_jnode *bb = ck_json_get(doc, root, "block_bytes");
+    if (bb && (bb->type != CK_JINT || bb->num < 1 || (uint64_t)bb->num > CK_BLOCK_MAX))
+        FAIL("block_bytes is not an integer from 1 to %llu", (unsigned long long)CK_BLOCK_MAX);
+    m->block_bytes = bb ? (uint64_t)bb->num : 0;
     const ck_jnode *files = ck_json_get(doc, root, "files");
     if (!files || files->type != CK_JARR) FAIL("no file list");
     m->files = calloc((size_t)files->count + 1, sizeof *m->files);

@@ -10,6 +10,10 @@ typedef struct ck_chunk {
     uint64_t begin, end; /* byte range in that file (absolute) */
     uint64_t hash;       /* XXH64 (seed 0) of those bytes */
     int64_t offset[DT_MAX_NDIM], shape[DT_MAX_NDIM];
+    /* XXH3-64 (seed 0) of each ck_meta.block_bytes piece of [begin, end), the last one shorter;
+     * ceil((end - begin) / block_bytes) of them (malloc'd; NULL when block_bytes is 0) */
+    uint64_t *blocks;
+    int64_t nblocks;
 } ck_chunk;
 
 typedef struct ck_tensor {
@@ -34,7 +38,13 @@ typedef struct ck_meta {
     ck_file *files;
     int has_blob;
     uint64_t blob_bytes, blob_hash;
+    /* > 0: every chunk lists its blocks' checksums. 0: a checkpoint written before block
+     * checksums (2026-12-06): each chunk is one block, checked against its whole-chunk hash. */
+    uint64_t block_bytes;
 } ck_meta;
+
+#define CK_BLOCK_DEFAULT ((uint64_t)1 << 20)
+#define CK_BLOCK_MAX     ((uint64_t)1 << 40)
 
 int ck_name_ok(const char *name);
 /* The JSON text of m (malloc'd, NUL-terminated). */

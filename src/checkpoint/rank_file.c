@@ -7,13 +7,17 @@
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
+#ifdef DT_HAVE_XXH_DISPATCH /* XXH3 with AVX2 / AVX-512 where the CPU has them (meson.build) */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "checkpoint/ckpt_impl.h"
 #include "core/box.h"
 #include "core/check.h"
 
 dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_fn chunk, void *arg,
-                             int scratch, const char *fn) {
+                             int scratch, uint64_t block_bytes, uint64_t **blocks_out,
+                             int64_t *nblocks_out, const char *fn) {
     int nchunks = 0;
     size_t most = 0;
     for (int i = 0; i < nrec; i++) {
@@ -23,7 +27,23 @@ dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_
                    dt_dtype_size((dt_dtype)recs[i].dtype);
         most = b > most ? b : most;
     }
+    *blocks_out = NULL, *nblocks_out = 0;
+    uint64_t nblocks = 0;
+    for (int i = 0; i < nrec; i++) {
+        recs[i].block_bytes = block_bytes, recs[i].nblocks = 0;
+        if (recs[i].has_chunk)
+            recs[i].nblocks = (dt_shape_numel(recs[i].chunk_shape, recs[i].ndim) *
+                                   dt_dtype_size((dt_dtype)recs[i].dtype) +
+                               block_bytes - 1) /
+                              block_bytes;
+        nblocks += recs[i].nblocks;
+    }
     if (nchunks == 0) return DT_OK;
+    uint64_t *blocks = malloc((size_t)nblocks * sizeof *blocks + 1);
+    if (!blocks)
+        return dt_error(DT_ERR_NOMEM, "%s: out of memory for %llu block checksums", fn,
+                        (unsigned long long)nblocks);
+    *blocks_out = blocks, *nblocks_out = (int64_t)nblocks;
     ck_st_entry *e = calloc((size_t)nchunks, sizeof *e);
     int64_t(*offs)[DT_MAX_NDIM] = calloc((size_t)nchunks, sizeof *offs);
     int *idx = calloc((size_t)nchunks, sizeof *idx);
@@ -66,6 +86,10 @@ dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_
         st = chunk(arg, idx[c], buf, &data);
         if (st != DT_OK) break;
         r->hash = XXH64(data ? data : "", bytes, 0); /* no data for 0 bytes */
+        for (uint64_t b = 0; b < r->nblocks; b++) {
+            uint64_t lo = b * block_bytes, n = bytes - lo < block_bytes ? bytes - lo : block_bytes;
+            *blocks++ = XXH3_64bits((const char *)data + lo, (size_t)n);
+        }
         r->begin = hlen + e[c].begin, r->end = hlen + e[c].end;
         st = ck_write_all(fd, data, bytes, path, fn);
     }

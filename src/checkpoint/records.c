@@ -20,16 +20,30 @@ static int file_of(const ck_meta *m, int rank) {
     return -1;
 }
 
-int ck_meta_from_records(const ck_rec *recs, int nrec, ck_meta *out, char *err, size_t errcap) {
+int ck_meta_from_records(const ck_rec *recs, int nrec, const uint64_t *blocks, ck_meta *out,
+                         char *err, size_t errcap) {
     ck_meta m = {0};
     const ck_rec **by = calloc((size_t)nrec + 1, sizeof *by);
+    uint64_t *first = calloc((size_t)nrec + 1, sizeof *first); /* record i's first block */
     m.files = calloc((size_t)nrec + 1, sizeof *m.files);
     m.tensors = calloc((size_t)nrec + 1, sizeof *m.tensors);
     int rc = -1;
-    if (!by || !m.files || !m.tensors) {
+    if (!by || !m.files || !m.tensors || !first) {
         snprintf(err, errcap, "out of memory for %d records", nrec);
         goto done;
     }
+    for (int i = 0; i < nrec; i++) {
+        if (i) first[i] = first[i - 1] + recs[i - 1].nblocks;
+        if (!recs[i].has_chunk) continue;
+        if (!m.block_bytes) m.block_bytes = recs[i].block_bytes;
+        if (recs[i].block_bytes != m.block_bytes || !m.block_bytes) {
+            snprintf(err, errcap, "rank %d checksums blocks of %llu bytes, another of %llu",
+                     recs[i].rank, (unsigned long long)recs[i].block_bytes,
+                     (unsigned long long)m.block_bytes);
+            goto done;
+        }
+    }
+    if (!m.block_bytes) m.block_bytes = CK_BLOCK_DEFAULT; /* no chunks: any size will do */
     for (int i = 0; i < nrec; i++)
         by[i] = &recs[i];
     if (nrec > 1) qsort(by, (size_t)nrec, sizeof *by, rec_cmp);
@@ -69,6 +83,13 @@ int ck_meta_from_records(const ck_rec *recs, int nrec, ck_meta *out, char *err, 
             ck_chunk *c = &t->chunks[t->nchunks++];
             c->file = file_of(&m, q->rank);
             c->begin = q->begin, c->end = q->end, c->hash = q->hash;
+            c->nblocks = (int64_t)q->nblocks;
+            c->blocks = malloc((size_t)q->nblocks * sizeof *c->blocks + 1);
+            if (!c->blocks) {
+                snprintf(err, errcap, "out of memory");
+                goto done;
+            }
+            memcpy(c->blocks, blocks + first[q - recs], (size_t)q->nblocks * sizeof *c->blocks);
             memcpy(c->offset, q->offset, sizeof c->offset);
             memcpy(c->shape, q->chunk_shape, sizeof c->shape);
         }
@@ -76,7 +97,7 @@ int ck_meta_from_records(const ck_rec *recs, int nrec, ck_meta *out, char *err, 
     }
     rc = 0;
 done:
-    free(by);
+    free(by), free(first);
     if (rc)
         ck_meta_free(&m);
     else

@@ -28,6 +28,8 @@ struct dt_checkpoint_pending {
     const void **data; /* per record: its chunk's bytes in host memory */
     void **owned;      /* per record: a staging copy to free, or NULL */
     dt_tensor **held;  /* per record: the tensor whose memory data points into, or NULL */
+    uint64_t block_bytes, *blocks; /* this rank's block checksums, in record order */
+    int64_t nblocks;
     pthread_t thread;
     int threaded;
     dt_status wst;
@@ -103,7 +105,7 @@ static void pending_free(dt_checkpoint_pending *p) {
     if (!p) return;
     for (int i = 0; i < p->nrec; i++)
         free(p->owned[i]), dt_tensor_release(p->held[i]);
-    free(p->recs), free(p->data), free(p->owned), free(p->held), free(p->blob);
+    free(p->recs), free(p->data), free(p->owned), free(p->held), free(p->blob), free(p->blocks);
     free(p);
 }
 
@@ -192,6 +194,7 @@ static dt_status stage(dt_ctx *ctx, const char *dir, const char *const *names,
     if (!p) return dt_error(DT_ERR_NOMEM, "%s: out of memory", save_fn);
     p->ctx = ctx, p->rank = dt_ctx_rank(ctx);
     if (opts) p->opts = *opts;
+    p->block_bytes = p->opts.block_bytes ? (uint64_t)p->opts.block_bytes : CK_BLOCK_DEFAULT;
     size_t dl = strlen(dir);
     while (dl > 1 && dir[dl - 1] == '/')
         dl--;
@@ -208,6 +211,9 @@ static dt_status stage(dt_ctx *ctx, const char *dir, const char *const *names,
     p->held = calloc((size_t)n + 1, sizeof *p->held);
     if (!p->recs || !p->data || !p->owned || !p->held)
         st = dt_error(DT_ERR_NOMEM, "%s: out of memory for %d tensors", save_fn, n);
+    if (p->block_bytes > CK_BLOCK_MAX)
+        st = dt_error(DT_ERR_ARG, "%s: block_bytes = %llu is over %llu", save_fn,
+                      (unsigned long long)p->block_bytes, (unsigned long long)CK_BLOCK_MAX);
     if (st == DT_OK && p->rank == 0 && p->opts.blob_bytes) {
         if (!p->opts.blob)
             st = dt_error(DT_ERR_ARG, "%s: blob is NULL with blob_bytes = %zu", save_fn,
@@ -266,7 +272,8 @@ static dt_status write_rank(dt_checkpoint_pending *p) {
     }
     char path[4300];
     snprintf(path, sizeof path, "%s/rank-%05d.safetensors", p->partial, p->rank);
-    return ck_write_rank_file(path, p->recs, p->nrec, chunk_of, p, 0, save_fn);
+    return ck_write_rank_file(path, p->recs, p->nrec, chunk_of, p, 0, p->block_bytes, &p->blocks,
+                              &p->nblocks, save_fn);
 }
 
 static void *writer_main(void *arg) {
@@ -285,10 +292,11 @@ static void on_renamed(void *arg) {
     progress(arg, DT_CHECKPOINT_RENAMED);
 }
 
-static dt_status publish(dt_checkpoint_pending *p, const ck_rec *all, int nall) {
+static dt_status publish(dt_checkpoint_pending *p, const ck_rec *all, int nall,
+                         const uint64_t *blocks) {
     ck_meta m = {0};
     char err[512];
-    if (ck_meta_from_records(all, nall, &m, err, sizeof err))
+    if (ck_meta_from_records(all, nall, blocks, &m, err, sizeof err))
         return dt_error(DT_ERR_ARG, "%s: %s", save_fn, err);
     if (p->blob) m.has_blob = 1, m.blob_bytes = p->opts.blob_bytes, m.blob_hash = p->blob_hash;
     dt_status st = ck_publish(&m, p->partial, p->dir, on_renamed, p, save_fn);
@@ -298,37 +306,47 @@ static dt_status publish(dt_checkpoint_pending *p, const ck_rec *all, int nall) 
     return st;
 }
 
+/* Every rank's records and block checksums gathered (counts first, as pairs of words), then
+ * rank 0 publishes. */
 static dt_status finish(dt_checkpoint_pending *p, dt_status wst) {
     dt_status st = agree(p->world, wst, p->rank, "writing its file");
     if (st != DT_OK) return st;
     int size = dt_comm_size(p->world);
-    int64_t mine = p->nrec, *counts = calloc((size_t)size, sizeof *counts);
-    size_t *words = calloc((size_t)size, sizeof *words);
+    int64_t mine[2] = {p->nrec, p->nblocks}, *counts = calloc((size_t)size * 2, sizeof *counts);
+    size_t *words = calloc((size_t)size, sizeof *words),
+           *bwords = calloc((size_t)size, sizeof *bwords);
     ck_rec *all = NULL;
-    if (!counts || !words) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", save_fn);
+    uint64_t *blocks = NULL;
+    if (!counts || !words || !bwords) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", save_fn);
     st = agree(p->world, st, p->rank, "gathering records");
-    if (st == DT_OK) st = dt_all_gather(p->world, &mine, counts, 1, DT_I64);
-    int64_t total = 0;
-    for (int r = 0; st == DT_OK && r < size; r++)
-        total += counts[r], words[r] = (size_t)counts[r] * CK_REC_WORDS;
+    if (st == DT_OK) st = dt_all_gather(p->world, mine, counts, 2, DT_I64);
+    int64_t total = 0, tblocks = 0;
+    for (int r = 0; st == DT_OK && r < size; r++) {
+        total += counts[2 * r], words[r] = (size_t)counts[2 * r] * CK_REC_WORDS;
+        tblocks += counts[2 * r + 1], bwords[r] = (size_t)counts[2 * r + 1];
+    }
     if (st == DT_OK) {
         all = calloc((size_t)total + 1, sizeof *all);
+        blocks = calloc((size_t)tblocks + 1, sizeof *blocks);
         st = agree(p->world,
-                   all ? DT_OK
-                       : dt_error(DT_ERR_NOMEM,
-                                  "%s: out of memory for %lld "
-                                  "records",
-                                  save_fn, (long long)total),
+                   all && blocks ? DT_OK
+                                 : dt_error(DT_ERR_NOMEM,
+                                            "%s: out of memory for %lld records and %lld block "
+                                            "checksums",
+                                            save_fn, (long long)total, (long long)tblocks),
                    p->rank, "gathering records");
     }
     if (st == DT_OK)
         st = dt_all_gatherv(p->world, p->nrec ? (void *)p->recs : (void *)all, all, words, NULL,
                             DT_I64);
+    if (st == DT_OK)
+        st = dt_all_gatherv(p->world, p->nblocks ? (void *)p->blocks : (void *)blocks, blocks,
+                            bwords, NULL, DT_I64);
     if (st == DT_OK) {
-        dt_status pub = p->rank == 0 ? publish(p, all, (int)total) : DT_OK;
+        dt_status pub = p->rank == 0 ? publish(p, all, (int)total, blocks) : DT_OK;
         st = agree(p->world, pub, p->rank, "publishing the checkpoint");
     }
-    free(counts), free(words), free(all);
+    free(counts), free(words), free(bwords), free(all), free(blocks);
     return st;
 }
 

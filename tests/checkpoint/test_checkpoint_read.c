@@ -59,19 +59,24 @@ static long long thread_rchar(void) {
 typedef struct read_arg {
     const char *dir;
     long long read[4], shard_bytes;
+    int verify;     /* the load's option */
+    const char *pl; /* the target's placement; NULL: S(1) */
 } read_arg;
 
-/* Loads "big" [64, 4096] f32 onto 4 ranks [S(1)] (1024 columns each), counting what each
- * rank reads. */
+/* Loads "big" [64, 4096] f32 onto 4 ranks [S(1)] (1024 columns each; or a->pl), counting what
+ * each rank reads. */
 static dt_status read_body(dt_ctx *ctx, void *arg) {
     read_arg *a = arg;
     dt_mesh *mesh;
     R_OK(dt_mesh_create(ctx, 1, (int[]){4}, NULL, &mesh));
     dt_tensor *t;
-    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, (int64_t[]){64, 4096}, 1, (dt_placement[]){dt_shard(1)},
-                         &t));
+    dt_placement pl;
+    int np;
+    R_OK(dt_placements_parse(a->pl ? a->pl : "S(1)", &pl, 1, &np));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, (int64_t[]){64, 4096}, 1, &pl, &t));
+    dt_checkpoint_load_options o = {.strict = 1, .verify = a->verify};
     long long before = thread_rchar();
-    R_OK(dt_checkpoint_load(a->dir, (const char *[]){"big"}, &t, 1, NULL));
+    R_OK(dt_checkpoint_load(a->dir, (const char *[]){"big"}, &t, 1, &o));
     a->read[dt_ctx_rank(ctx)] = thread_rchar() - before;
     dt_tensor_info info;
     R_OK(dt_tensor_info_get(t, &info));
@@ -106,14 +111,56 @@ Test(checkpoint_read, load_reads_only_the_overlap) {
     ct_run l;
     save_big(path, "S(0)", &l); /* two chunks of 32 rows; each rank of the load wants a quarter
                                    of every row: runs too sparse to map, one pread each */
-    read_arg a = {path};
+    read_arg a = {path, .verify = DT_CHECKPOINT_VERIFY_OFF};
     t_run(4, read_body, &a);
-    /* its shard, the metadata, and what reading /proc/thread-self/io itself counts (~200 B);
-     * the two chunks it touches are 2 MiB */
+    /* its shard, the metadata, the two files' headers (~200 B each) and what reading
+     * /proc/thread-self/io itself counts (~200 B); the two chunks it touches are 1 MiB */
     for (int k = 0; k < 4; k++)
-        cr_expect_leq(a.read[k], a.shard_bytes + file_bytes(meta) + 1024,
+        cr_expect_leq(a.read[k], a.shard_bytes + file_bytes(meta) + 2048,
                       "rank %d read %lld bytes for a %lld-byte shard", k, a.read[k], a.shard_bytes);
     t_run(4, ct_body, &l);
+    rmtree(dir);
+}
+
+/* A verified load reads its range in whole blocks: with blocks of 24 KiB, each rank of a 4-rank
+ * [S(0)] load (256 KiB of one 512 KiB chunk) reads its range, the rest of its edge blocks, its
+ * file's header and the metadata, and nothing else; unverified, its range alone. */
+Test(checkpoint_read, a_verified_load_reads_its_edge_blocks_whole) {
+    if (thread_rchar() < 0) cr_skip_test("no /proc/thread-self/io");
+    char *dir = tmpdir(), path[600], meta[700];
+    snprintf(path, sizeof path, "%s/ck", dir);
+    snprintf(meta, sizeof meta, "%s/metadata.json", path);
+    ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {2}, .block_bytes = 24576};
+    r.specs[r.n++] = ct_spec_make("big", DT_F32, 2, (int64_t[]){64, 4096}, "S(0)", 9, 0);
+    t_run(2, ct_body, &r);
+    long long hend[2];
+    for (int f = 0; f < 2; f++) {
+        char fp[700];
+        snprintf(fp, sizeof fp, "%s/rank-%05d.safetensors", path, f);
+        FILE *fh = fopen(fp, "rb");
+        unsigned char b[8];
+        cr_assert(fh && fread(b, 1, 8, fh) == 8);
+        fclose(fh);
+        hend[f] = 8;
+        for (int i = 0; i < 8; i++)
+            hend[f] += (long long)b[i] << (8 * i);
+    }
+    for (int verify = DT_CHECKPOINT_VERIFY_OFF; verify <= DT_CHECKPOINT_VERIFY_BLOCKS; verify++) {
+        read_arg a = {path, .verify = verify, .pl = "S(0)"};
+        t_run(4, read_body, &a);
+        for (int k = 0; k < 4; k++) {
+            long long B = 24576, len = 32 * 16384, lo = (k % 2) * len / 2, hi = lo + len / 2;
+            if (verify == DT_CHECKPOINT_VERIFY_BLOCKS) {
+                lo = lo / B * B;
+                hi = (hi + B - 1) / B * B < len ? (hi + B - 1) / B * B : len;
+            }
+            long long want = hi - lo + file_bytes(meta) + hend[k / 2];
+            cr_expect(a.read[k] >= want && a.read[k] <= want + 512,
+                      "verify %d: rank %d read %lld bytes, %lld expected (%lld of its chunk, "
+                      "its shard is %lld)",
+                      verify, k, a.read[k], want, hi - lo, a.shard_bytes);
+        }
+    }
     rmtree(dir);
 }
 
@@ -127,10 +174,10 @@ Test(checkpoint_read, short_dense_runs_come_from_a_mapping) {
                                    every 8 KiB row of one of them (64 runs) */
     t_run(4, ct_body, &l);      /* bit-exact */
     if (thread_rchar() >= 0) {  /* and through the mapping: no data bytes through read() */
-        read_arg a = {path};
+        read_arg a = {path, .verify = DT_CHECKPOINT_VERIFY_OFF};
         t_run(4, read_body, &a);
         for (int k = 0; k < 4; k++)
-            cr_expect_leq(a.read[k], file_bytes(meta) + 1024,
+            cr_expect_leq(a.read[k], file_bytes(meta) + 2048,
                           "rank %d read %lld bytes with read(): not the mapped path", k, a.read[k]);
     }
     size_t len;

@@ -97,7 +97,8 @@ dt_status ct_body(dt_ctx *ctx, void *arg) {
                                         .blob_bytes = r->blob ? strlen(r->blob) : 0,
                                         .keep_last = r->keep_last,
                                         .progress = r->progress,
-                                        .progress_arg = r->progress_arg};
+                                        .progress_arg = r->progress_arg,
+                                        .block_bytes = r->block_bytes};
         if (r->async) {
             dt_checkpoint_pending *p;
             st = dt_checkpoint_save_async(ctx, r->dir, names, t, r->n, &o, &p);
@@ -115,9 +116,11 @@ dt_status ct_body(dt_ctx *ctx, void *arg) {
     }
     if (st == DT_OK && r->load) {
         dt_comm_stats_reset(ctx);
-        dt_checkpoint_load_options lo = {.strict = 1, .max_gap = r->max_gap};
+        dt_checkpoint_load_options lo = {
+            .strict = 1, .max_gap = r->max_gap, .verify = r->verify, .no_dist = r->no_dist};
         st = dt_checkpoint_load(r->dir, names, t, r->n, &lo);
-        if (st == DT_OK && t_issued_total(ctx) != 0)
+        /* collective: one all-reduce of the outcome and nothing else when every rank loads */
+        if (st == DT_OK && t_issued_total(ctx) != (r->no_dist ? 0u : 1u))
             st = t_fail(__FILE__, __LINE__, "load issued %llu collectives",
                         (unsigned long long)t_issued_total(ctx));
         for (int i = 0; i < r->n && st == DT_OK; i++) {

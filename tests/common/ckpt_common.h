@@ -29,6 +29,8 @@ typedef struct ct_run {
     int keep_last;
     int cuda; /* the ranks' tensors on their GPU (dt_ctx_set_device) */
     size_t max_gap; /* the load's dt_checkpoint_load_options.max_gap */
+    int verify, no_dist; /* the load's options of those names */
+    size_t block_bytes;  /* the save's dt_checkpoint_save_options.block_bytes */
     dt_checkpoint_progress_fn progress; /* nullable */
     void *progress_arg;
 } ct_run;
