@@ -12,6 +12,17 @@
         if (st_ != DT_OK) return st_;                                                              \
     } while (0)
 
+void tl_layout_find_dims(const dt_mesh *mesh, tl_layout *l) {
+    int d;
+    if (dt_mesh_dim_index(mesh, "dp", &l->dp_dim) != DT_OK &&
+        dt_mesh_dim_index(mesh, "dp_shard", &l->dp_dim) != DT_OK)
+        l->dp_dim = -1;
+    if (dt_mesh_dim_index(mesh, "tp", &l->tp_dim) != DT_OK) l->tp_dim = -1;
+    l->dp_replicate_dim = dt_mesh_dim_index(mesh, "dp_replicate", &d) == DT_OK ? d + 1 : 0;
+    l->cp_dim = dt_mesh_dim_index(mesh, "cp", &d) == DT_OK ? d + 1 : 0;
+    l->ep_dim = dt_mesh_dim_index(mesh, "ep", &d) == DT_OK ? d + 1 : 0;
+}
+
 dt_status tl_plan(const tl_layout *l, dt_style_rule *rules, int cap, int *n_out) {
     if (l->tp_dim < 0) return *n_out = 0, DT_OK;
     int sp = l->sequence_parallel;

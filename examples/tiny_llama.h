@@ -66,6 +66,13 @@ typedef struct tl_model {
     struct tl_fsdp *fsdp; /* layout.fsdp_units: the units and the use hook */
 } tl_model;
 
+/* The layout's mesh dims found by name on mesh (torchtitan's names): dp or dp_shard (the batch
+ * sharded, parameters FSDP-sharded with fsdp), dp_replicate (HSDP's replicated dim), tp, cp and
+ * ep; a name mesh lacks leaves its dim at none. The other fields stay as they are. Called on the
+ * mesh the layers run on (a pipeline stage's sub-mesh has no pp dim, so its dims are not the
+ * whole mesh's positions). */
+void tl_layout_find_dims(const dt_mesh *mesh, tl_layout *layout);
+
 /* The tensor-parallel plan of layout (torchtitan's for Llama), into rules[0..cap); *n_out rules. */
 dt_status tl_plan(const tl_layout *layout, dt_style_rule *rules, int cap, int *n_out);
 

@@ -43,8 +43,12 @@ dt_status tl_pp_init(tl_pp *pp, dt_mesh *mesh, int pp_dim, int nmicro,
                     .end = pp->end,
                     .embed = pp->stage == 0,
                     .head = pp->stage == pp->nstages - 1};
-    dt_status st =
-        tl_model_init_part(&pp->model, dt_pipeline_stage_mesh(pp->pipe), cfg, layout, seed, &part);
+    /* the stage's layers run on the stage mesh: their dims are found there by name, never
+     * at positions counted on the whole mesh (which has the pp dim) */
+    dt_mesh *stage_mesh = dt_pipeline_stage_mesh(pp->pipe);
+    tl_layout l = *layout;
+    tl_layout_find_dims(stage_mesh, &l);
+    dt_status st = tl_model_init_part(&pp->model, stage_mesh, cfg, &l, seed, &part);
     if (st != DT_OK) dt_pipeline_destroy(pp->pipe), pp->pipe = NULL;
     return st;
 }

@@ -69,28 +69,14 @@ static dt_status train(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     TRY(dt_mesh_create_str(ctx, o->mesh, &mesh));
     if (o->bucket_kb >= 0) TRY(dt_ctx_set_grad_bucket_bytes(ctx, (size_t)o->bucket_kb << 10));
-    tl_layout l = {
-        .dp_dim = -1, .tp_dim = -1, .fsdp = o->fsdp, .fsdp_units = o->fsdp_units, .ac = o->ac};
+    tl_layout l = {.fsdp = o->fsdp, .fsdp_units = o->fsdp_units, .ac = o->ac};
     /* torchtitan's names: dp (or dp_shard) shards parameters under FSDP, dp_replicate keeps
-     * them replicated (HSDP with both); the batch is split over all of them */
-    int rep;
-    if (dt_mesh_dim_index(mesh, "dp", &l.dp_dim) != DT_OK &&
-        dt_mesh_dim_index(mesh, "dp_shard", &l.dp_dim) != DT_OK)
-        l.dp_dim = -1;
-    if (dt_mesh_dim_index(mesh, "dp_replicate", &rep) == DT_OK) l.dp_replicate_dim = rep + 1;
-    if (dt_mesh_dim_index(mesh, "tp", &l.tp_dim) != DT_OK) l.tp_dim = -1;
-    if (dt_mesh_dim_index(mesh, "cp", &rep) == DT_OK) l.cp_dim = rep + 1;
-    if (dt_mesh_dim_index(mesh, "ep", &rep) == DT_OK) l.ep_dim = rep + 1;
+     * them replicated (HSDP with both); the batch is split over all of them. Under a pipeline
+     * tl_pp_init finds them again on the stage mesh (the mesh without pp). */
+    tl_layout_find_dims(mesh, &l);
     l.sequence_parallel = o->sp && l.tp_dim >= 0, l.loss_parallel = l.tp_dim >= 0;
-    /* a pipeline: the stages' layout indexes the stage mesh (the mesh without pp) */
     int pp_dim = -1;
     if (o->pp && dt_mesh_dim_index(mesh, "pp", &pp_dim) != DT_OK) pp_dim = -1;
-    if (pp_dim >= 0) {
-        int *dims[] = {&l.dp_dim, &l.tp_dim};
-        for (int k = 0; k < 2; k++)
-            *dims[k] -= *dims[k] > pp_dim;
-        l.dp_replicate_dim -= l.dp_replicate_dim > pp_dim + 1;
-    }
     tl_model one, *mp = &one;
     tl_pp pipe;
     dt_adamw_options adamw = {
