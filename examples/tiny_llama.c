@@ -278,7 +278,11 @@ dt_tensor *tl_layers_forward(dt_scope *s, const tl_model *m, int first, int end,
         int ac = m->layout.ac != DT_AC_NONE && dt_grad_enabled(ctx) && dt_scope_ok(s);
         if (ac) dt_scope_fail(s, dt_ac_begin(ctx, m->layout.ac, &r));
         x = block(s, m, &m->layers[i], x, aux);
-        if (r) dt_scope_fail(s, dt_ac_end(r, x ? 1 : 0, &x));
+        /* the block's outputs: x, and with MoE the running sum of the aux losses (read after
+         * the region, so kept; the routing plan lives in the experts' node, which the region
+         * keeps, so backward replays the forward's routing) */
+        dt_tensor *keep[2] = {x, aux ? *aux : NULL};
+        if (r) dt_scope_fail(s, dt_ac_end(r, !x ? 0 : keep[1] ? 2 : 1, keep));
     }
     return x;
 }
