@@ -98,6 +98,14 @@ dt_status tl_model_init_part(tl_model *m, dt_mesh *mesh, const tl_config *cfg,
 dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int step,
                    dt_tensor **tokens, dt_tensor **targets);
 
+/* tl_batch with the rows laid out for a pipeline of nmicro micro-batches, which cuts each
+ * data-parallel shard into nmicro chunks (dt_pipeline_step): micro-batch i then holds samples
+ * [i B / nmicro, (i + 1) B / nmicro) of tl_batch's order, the same rows as a one-rank run's
+ * micro-batch i whatever the data-parallel degree. (A mean loss does not care; MoE's aux loss,
+ * a product of per-micro-batch means, does.) nmicro = 1 is tl_batch. */
+dt_status tl_batch_micro(const tl_model *m, const unsigned char *text, size_t n, int step,
+                         int nmicro, dt_tensor **tokens, dt_tensor **targets);
+
 /* FSDP units (tiny_llama_fsdp.c): made by tl_model_init when layout.fsdp_units is set,
  * ended by tl_loss after each forward, freed by tl_model_free. */
 dt_status tl_fsdp_attach(tl_model *m);

@@ -12,7 +12,7 @@
 typedef struct tl_pp {
     dt_pipeline *pipe;
     tl_model model; /* the stage's part, on the stage's sub-mesh */
-    int stage, nstages;
+    int stage, nstages, nmicro;
     int first, end; /* the stage's blocks */
 } tl_pp;
 
@@ -26,7 +26,8 @@ dt_status tl_pp_init(tl_pp *pp, dt_mesh *mesh, int pp_dim, int nmicro,
                      uint64_t seed);
 void tl_pp_free(tl_pp *pp);
 
-/* tl_batch's step on the stage mesh: *tokens on stage 0, *targets on the last stage, NULL on
+/* tl_batch_micro's step on the stage mesh (the rows of micro-batch i those of a one-rank
+ * run's micro-batch i): *tokens on stage 0, *targets on the last stage, NULL on
  * the stages that do not read them. */
 dt_status tl_pp_batch(const tl_pp *pp, const unsigned char *text, size_t n, int step,
                       dt_tensor **tokens, dt_tensor **targets);
