@@ -66,6 +66,7 @@ static dt_status issue(dt_comm *c, int64_t kind, int64_t count, int64_t dtype, i
                        int64_t root) {
     c->fp = (dt_coll_fp){
         .seq = ++c->seq, .kind = kind, .count = count, .dtype = dtype, .op = op, .root = root};
+    c->issued_us = dt_now_us();
     dt_flight_begin(c, &c->fp, -1);
     return c->ctx->check_collectives ? dt_comm_check_fp(c) : DT_OK;
 }
@@ -163,7 +164,7 @@ dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t coun
     IN_ORDER(comm, dt_call_all_reduce, .send = send, .recv = recv, .count = count, .dtype = dtype,
              .op = op);
     DT_CHECK(issue(comm, DT_COLL_ALL_REDUCE, (int64_t)count, dtype, op, -1));
-    double t0 = dt_now_us();
+    double t0 = comm->issued_us;
     dt_status st = comm->ops->all_reduce(comm, send, recv, count, dtype, op);
     if (st == DT_OK) {
         size_t b = count * dt_dtype_size(dtype);
@@ -189,7 +190,7 @@ dt_status dt_all_gatherv(dt_comm *comm, const void *send, void *recv, const size
         DT_CHECK(packed_displs(recvcounts, comm->size, &own));
         displs = own;
     }
-    double t0 = dt_now_us();
+    double t0 = comm->issued_us;
     dt_status st = comm->ops->all_gatherv(comm, send, recv, recvcounts, displs, dtype);
     free(own);
     if (st == DT_OK)
@@ -222,7 +223,7 @@ dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv, const 
     DT_CHECK(issue(comm, DT_COLL_REDUCE_SCATTER, (int64_t)total, dtype, op, -1));
     size_t *displs = NULL;
     DT_CHECK(packed_displs(recvcounts, comm->size, &displs));
-    double t0 = dt_now_us();
+    double t0 = comm->issued_us;
     dt_status st = comm->ops->reduce_scatterv(comm, send, recv, recvcounts, displs, dtype, op);
     free(displs);
     if (st == DT_OK)
@@ -263,7 +264,7 @@ dt_status dt_all_to_allv(dt_comm *comm, const void *send, const size_t *sendcoun
     dt_status st = DT_OK;
     if (!sdispls) DT_CHECK_GOTO(packed_displs(sendcounts, comm->size, &own_s), st, out);
     if (!rdispls) DT_CHECK_GOTO(packed_displs(recvcounts, comm->size, &own_r), st, out);
-    double t0 = dt_now_us();
+    double t0 = comm->issued_us;
     st = comm->ops->all_to_allv(comm, send, sendcounts, sdispls ? sdispls : own_s, recv,
                                 recvcounts, rdispls ? rdispls : own_r, dtype);
     if (st == DT_OK)
@@ -293,7 +294,7 @@ dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, i
     IN_ORDER(comm, dt_call_broadcast, .recv = buf, .count = count, .dtype = dtype, .root = root);
     DT_CHECK(issue(comm, DT_COLL_BROADCAST, (int64_t)count, dtype, -1, root));
     size_t b = count * dt_dtype_size(dtype);
-    double t0 = dt_now_us();
+    double t0 = comm->issued_us;
     dt_status st = comm->ops->broadcast(comm, buf, b, root);
     if (st == DT_OK) dt_comm_count(comm, DT_COLL_BROADCAST, b, b, t0);
     return st;
@@ -307,6 +308,7 @@ dt_status dt_broadcast(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, i
 /* A send or receive's flight recorder entry (no fingerprint: point to point pairs no group). */
 static void p2p_begin(dt_comm *comm, dt_coll_kind kind, size_t bytes, int peer) {
     dt_coll_fp fp = {.kind = kind, .count = (int64_t)bytes, .dtype = -1, .op = -1, .root = -1};
+    comm->issued_us = dt_now_us();
     dt_flight_begin(comm, &fp, comm->members[peer]);
 }
 
@@ -317,7 +319,7 @@ dt_status dt_send(dt_comm *comm, const void *buf, size_t count, dt_dtype dtype, 
     PEER_CHECK(comm, peer);
     size_t b = count * dt_dtype_size(dtype);
     p2p_begin(comm, DT_COLL_SEND, b, peer);
-    double t0 = dt_now_us();
+    double t0 = comm->issued_us;
     dt_status st = comm->ops->send(comm, buf, b, peer);
     if (st == DT_OK) dt_comm_count(comm, DT_COLL_SEND, b, 0, t0);
     return st;
@@ -330,7 +332,7 @@ dt_status dt_recv(dt_comm *comm, void *buf, size_t count, dt_dtype dtype, int pe
     PEER_CHECK(comm, peer);
     size_t b = count * dt_dtype_size(dtype);
     p2p_begin(comm, DT_COLL_RECV, b, peer);
-    double t0 = dt_now_us();
+    double t0 = comm->issued_us;
     dt_status st = comm->ops->recv(comm, buf, b, peer);
     if (st == DT_OK) dt_comm_count(comm, DT_COLL_RECV, 0, b, t0);
     return st;
@@ -340,7 +342,7 @@ dt_status dt_barrier(dt_comm *comm) {
     COMM_CHECK(comm);
     IN_ORDER(comm, dt_call_barrier, .count = 0);
     DT_CHECK(issue(comm, DT_COLL_BARRIER, -1, -1, -1, -1));
-    double t0 = dt_now_us();
+    double t0 = comm->issued_us;
     dt_status st = comm->ops->barrier(comm);
     if (st == DT_OK) dt_comm_count(comm, DT_COLL_BARRIER, 0, 0, t0);
     return st;
@@ -449,7 +451,7 @@ dt_status dt_comm_reduce_scatter_boxes(dt_comm *c, int ndim, const void *src,
         return st;
     }
     st = issue(c, DT_COLL_REDUCE_SCATTER, (int64_t)total, dtype, op, -1);
-    double t0 = dt_now_us();
+    double t0 = c->issued_us;
     if (st == DT_OK) st = c->ops->reduce_scatter_boxes(c, ndim, src, shape, boxes, dst, dtype, op);
     if (st == DT_OK) dt_comm_count(c, DT_COLL_REDUCE_SCATTER, total * es, counts[c->rank] * es, t0);
     free(counts);
@@ -477,7 +479,7 @@ dt_status dt_comm_gather_boxes(dt_comm *c, int ndim, size_t es, const void *src,
     DT_ARG((direct || c->ops->gather_boxes) && (es == 2 || es == 4 || es == 8),
            "gather_boxes: the %s backend does not copy boxes (element size %zu)", c->ops->name, es);
     dt_status st = issue(c, DT_FP_EXCHANGE_BOXES, -1, -1, -1, -1);
-    double t0 = dt_now_us();
+    double t0 = c->issued_us;
     if (st == DT_OK)
         st = direct ? gather_by_exchange(c, ndim, es, src, src_shape, dst, dst_shape, recv)
                     : c->ops->gather_boxes(c, ndim, es, src, src_shape, dst, dst_shape, recv);
@@ -500,7 +502,7 @@ dt_status dt_comm_exchange_boxes(dt_comm *c, int ndim, size_t es, const void *sr
     DT_CHECK(boxes_here(c, c->ops->exchange_boxes, src, dst, &here));
     if (!here) return exchange_packed(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);
     DT_CHECK(issue(c, DT_FP_EXCHANGE_BOXES, -1, -1, -1, -1));
-    double t0 = dt_now_us();
+    double t0 = c->issued_us;
     dt_status st = c->ops->exchange_boxes(c, ndim, es, src, src_shape, send, dst, dst_shape, recv);
     if (st == DT_OK) {
         size_t in = 0, out = 0;

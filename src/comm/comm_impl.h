@@ -103,6 +103,7 @@ struct dt_comm {
     int64_t seq;
     uint64_t gid;      /* the group, alike on every member: a hash of its key and members */
     int64_t flight_id; /* the flight recorder's entry of the call in progress (comm/flight.h) */
+    double issued_us;  /* dt_now_us when the call in progress was issued */
 };
 
 /* Groups are matched across ranks by key and member list: ranks that create a communicator

@@ -76,9 +76,9 @@ const char *dt_coll_kind_name(dt_coll_kind kind) {
 void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t bytes_out,
                    double t0_us) {
     dt_ctx *ctx = comm->ctx;
-    double dt = dt_now_us() - t0_us;
+    double now = dt_now_us(), dt = now - t0_us;
+    dt_flight_end(comm, now);
     pthread_mutex_lock(&ctx->stats_mu);
-    dt_flight_end_locked(comm);
     dt_comm_stats *s = &ctx->stats;
     s->calls[kind]++;
     s->bytes_in[kind] += bytes_in;

@@ -6,34 +6,31 @@
 #include "core/check.h"
 #include "core/clock.h"
 
-static _Thread_local const char *caller;
-
-const char *dt_comm_caller_swap(const char *name) {
-    const char *prev = caller;
-    caller = name;
-    return prev;
-}
-
-const char *dt_comm_caller(void) { return caller; }
+_Thread_local const char *dt_comm_caller_tls;
 
 void dt_flight_begin(dt_comm *comm, const dt_coll_fp *fp, int peer) {
-    dt_ctx *ctx = comm->ctx;
-    struct dt_flight *f = ctx->flight;
+    struct dt_flight *f = comm->ctx->flight;
     if (!f) return;
-    double now = dt_now_us();
-    pthread_mutex_lock(&ctx->stats_mu);
-    dt_flight_entry *e = &f->ring[f->n % DT_FLIGHT_LEN];
-    *e = (dt_flight_entry){.fp = *fp, .peer = peer, .start_us = now};
+    uint64_t id = atomic_fetch_add_explicit(&f->n, 1, memory_order_relaxed);
+    dt_flight_entry *e = &f->ring[id % DT_FLIGHT_LEN];
+    const char *who = dt_comm_caller_tls ? dt_comm_caller_tls : "";
+    e->fp = *fp;
+    e->peer = peer;
+    e->start_us = comm->issued_us;
+    e->end_us = 0;
     memcpy(e->label, comm->label, sizeof e->label);
-    snprintf(e->caller, sizeof e->caller, "%s", caller ? caller : "");
-    comm->flight_id = (int64_t)f->n++;
-    pthread_mutex_unlock(&ctx->stats_mu);
+    size_t k = 0; /* on every collective: no snprintf */
+    for (; k + 1 < sizeof e->caller && who[k]; k++) e->caller[k] = who[k];
+    e->caller[k] = '\0';
+    comm->flight_id = (int64_t)id;
 }
 
-void dt_flight_end_locked(dt_comm *comm) {
+void dt_flight_end(dt_comm *comm, double now_us) {
     struct dt_flight *f = comm->ctx->flight;
-    if (!f || comm->flight_id < 0 || f->n - (uint64_t)comm->flight_id > DT_FLIGHT_LEN) return;
-    f->ring[comm->flight_id % DT_FLIGHT_LEN].end_us = dt_now_us();
+    if (!f || comm->flight_id < 0) return;
+    uint64_t n = atomic_load_explicit(&f->n, memory_order_relaxed);
+    if (n - (uint64_t)comm->flight_id <= DT_FLIGHT_LEN)
+        f->ring[comm->flight_id % DT_FLIGHT_LEN].end_us = now_us;
     comm->flight_id = -1;
 }
 
@@ -62,14 +59,16 @@ void dt_flight_json(dt_ctx *ctx, int k, char *buf, size_t cap) {
     struct dt_flight *f = ctx ? ctx->flight : NULL;
     if (f) {
         double now = dt_now_us();
-        pthread_mutex_lock(&ctx->stats_mu);
-        uint64_t first = f->n > (uint64_t)k ? f->n - (uint64_t)k : 0;
-        if (f->n - first > DT_FLIGHT_LEN) first = f->n - DT_FLIGHT_LEN;
-        for (uint64_t i = first; i < f->n; i++) {
+        uint64_t n = atomic_load(&f->n);
+        uint64_t first = n > (uint64_t)k ? n - (uint64_t)k : 0;
+        if (n - first > DT_FLIGHT_LEN) first = n - DT_FLIGHT_LEN;
+        for (uint64_t i = first; i < n; i++) {
+            dt_flight_entry e = f->ring[i % DT_FLIGHT_LEN]; /* may be being rewritten */
+            e.label[sizeof e.label - 1] = e.caller[sizeof e.caller - 1] = '\0';
             char s[256];
-            dt_flight_entry_str(&f->ring[i % DT_FLIGHT_LEN], now, s, sizeof s);
-            /* The strings hold no quotes or backslashes: group labels and op names are
-             * identifiers. Anything else is dropped rather than escaped. */
+            dt_flight_entry_str(&e, now, s, sizeof s);
+            /* Group labels and op names are identifiers: a quote, backslash or control
+             * character (a garbled entry) is dropped rather than escaped. */
             if (len + strlen(s) + 4 >= cap) break;
             if (i > first) buf[len++] = ',';
             buf[len++] = '"';
@@ -77,7 +76,6 @@ void dt_flight_json(dt_ctx *ctx, int k, char *buf, size_t cap) {
                 if (*p != '"' && *p != '\\' && (unsigned char)*p >= 0x20) buf[len++] = *p;
             buf[len++] = '"';
         }
-        pthread_mutex_unlock(&ctx->stats_mu);
     }
     buf[len++] = ']';
     buf[len] = '\0';

@@ -6,6 +6,7 @@
 #ifndef DT_COMM_FLIGHT_H
 #define DT_COMM_FLIGHT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,23 +24,31 @@ typedef struct dt_flight_entry {
     double start_us, end_us; /* dt_now_us; end 0: not completed */
 } dt_flight_entry;
 
+/* Written without a lock (one slot claimed per call; a rank's calls on one communicator never
+ * overlap, and its two threads claim different slots): a reader at a failure may see an entry
+ * being rewritten, which costs a garbled line of a report, never a crash (strings are copied
+ * bounded and terminated). */
 struct dt_flight {
-    uint64_t n; /* calls recorded so far; the ring holds the last DT_FLIGHT_LEN */
+    _Atomic uint64_t n; /* calls recorded so far; the ring holds the last DT_FLIGHT_LEN */
     dt_flight_entry ring[DT_FLIGHT_LEN];
 };
 
 /* The op that issues collectives on this thread (dispatch sets it around an op, redistribute
  * around a move; a non-blocking request carries its issuer's to the comm thread). Returns the
  * previous one, to restore. */
-const char *dt_comm_caller_swap(const char *name);
-const char *dt_comm_caller(void);
+extern _Thread_local const char *dt_comm_caller_tls;
+static inline const char *dt_comm_caller_swap(const char *name) {
+    const char *prev = dt_comm_caller_tls;
+    dt_comm_caller_tls = name;
+    return prev;
+}
+static inline const char *dt_comm_caller(void) { return dt_comm_caller_tls; }
 
-/* A call begins (fp: the collective's, comm->fp; or a send's or receive's with peer, else peer
- * -1): its entry, whose index is kept in comm->flight_id for dt_flight_end_locked. Takes
- * ctx->stats_mu. */
+/* A call begins at comm->issued_us (fp: the collective's, comm->fp; or a send's or receive's,
+ * with peer, else peer -1): its entry, whose index is kept in comm->flight_id. */
 void dt_flight_begin(dt_comm *comm, const dt_coll_fp *fp, int peer);
-/* The call comm->flight_id names completed. Call with ctx->stats_mu held. */
-void dt_flight_end_locked(dt_comm *comm);
+/* The call comm->flight_id names completed at now_us. */
+void dt_flight_end(dt_comm *comm, double now_us);
 
 /* "all_reduce #12 on tp (1024 x f32, sum) by matmul: 3.2 ms" or "... : running for 8.1 s". */
 void dt_flight_entry_str(const dt_flight_entry *e, double now_us, char *buf, size_t cap);

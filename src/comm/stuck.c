@@ -3,11 +3,10 @@
 #include <string.h>
 
 #include "comm/boot/boot.h"
-#include "comm/flight.h"
 #include "comm/stuck.h"
 #include "core/check.h"
 
-void dt_pos_fill(dt_pos *p, const dt_comm *c, const char *what, int peer) {
+void dt_pos_fill(dt_pos *p, const dt_comm *c, const char *what, int peer, const char *caller) {
     memset(p, 0, sizeof *p);
     p->rank = c->ctx->rank;
     p->peer = peer;
@@ -15,7 +14,7 @@ void dt_pos_fill(dt_pos *p, const dt_comm *c, const char *what, int peer) {
     p->fp = peer >= 0 ? (dt_coll_fp){.kind = -1, .dtype = -1, .op = -1, .root = -1} : c->fp;
     snprintf(p->what, sizeof p->what, "%s", what);
     memcpy(p->label, c->label, sizeof p->label);
-    snprintf(p->caller, sizeof p->caller, "%s", dt_comm_caller() ? dt_comm_caller() : "");
+    snprintf(p->caller, sizeof p->caller, "%s", caller ? caller : "");
     for (int i = 0; i < c->size; i++)
         if (c->members[i] >= 0 && c->members[i] < DT_POS_WORLD_MAX)
             p->members[c->members[i] / 64] |= 1ull << (c->members[i] % 64);

@@ -36,9 +36,9 @@ typedef struct dt_pos {
     uint64_t members[DT_POS_WORLD_MAX / 64]; /* one bit per world rank of the group */
 } dt_pos;
 
-/* This rank's position in call `what` on c (peer: the world rank of a send's or receive's other
- * end, else -1). */
-void dt_pos_fill(dt_pos *p, const dt_comm *c, const char *what, int peer);
+/* The position of c's rank in call `what` on c, issued by op caller (nullable; peer: the world
+ * rank of a send's or receive's other end, else -1). */
+void dt_pos_fill(dt_pos *p, const dt_comm *c, const char *what, int peer, const char *caller);
 /* The check interval in nanoseconds (DT_CHECK_S; 0: off, also for worlds above
  * DT_POS_WORLD_MAX). */
 dt_status dt_check_interval_ns(int world, int64_t *ns_out);

@@ -93,7 +93,8 @@ typedef struct lw_where {
     const char *what;
     int64_t seq;      /* 0 for send/recv */
     int64_t since_ns; /* when it began to wait there */
-    dt_pos pos;       /* the same, for the check across groups (comm/local/stuck.c) */
+    int peer;         /* send/recv: the other end's group rank; -1 in a collective */
+    const char *caller; /* the op that issued the call (comm/flight.h) */
 } lw_where;
 
 /* A wait's check for ranks stuck across groups (comm/stuck.h): when to look next (0: never),

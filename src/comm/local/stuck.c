@@ -30,8 +30,13 @@ static int verdict(lw_world *w, int64_t every, char *msg, size_t cap, int *blame
         for (int r = 0; r < w->size; r++) {
             lw_where *at = &w->where[r];
             pthread_mutex_lock(&at->mu);
+            /* The rank is inside a call on at->comm until it clears this record, which it
+             * cannot while we hold the record's lock: the communicator and its fingerprint
+             * are the call's. */
             if (at->comm && now - at->since_ns >= every) {
-                pos[r] = at->pos;
+                const lw_comm *c = at->comm;
+                int peer = at->peer >= 0 ? c->group->members[at->peer] : -1;
+                dt_pos_fill(&pos[r], &c->base, at->what, peer, at->caller);
                 board[r] = &pos[r];
             }
             pthread_mutex_unlock(&at->mu);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "comm/boot/boot.h"
+#include "comm/flight.h"
 #include "comm/local/local_impl.h"
 #include "core/check.h"
 
@@ -75,15 +76,15 @@ void lw_wait(lw_group *g, int64_t deadline_ns) {
 void lw_where_set(lw_comm *c, const char *what, int64_t seq, int peer) {
     lw_world *w = c->world;
     lw_where *at = &w->where[c->base.ctx->rank];
-    dt_pos pos;
-    if (what) dt_pos_fill(&pos, &c->base, what, peer >= 0 ? c->group->members[peer] : -1);
     int64_t now = what ? dt_boot_now_ns() : 0;
+    const char *caller = what ? dt_comm_caller() : NULL;
     pthread_mutex_lock(&at->mu);
     at->comm = what ? c : NULL;
     at->what = what;
     at->seq = seq;
     at->since_ns = now;
-    if (what) at->pos = pos;
+    at->peer = peer;
+    at->caller = caller;
     pthread_mutex_unlock(&at->mu);
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/flight.h"
 #include "comm/nccl/nccl_impl.h"
 #include "core/check.h"
 
@@ -112,7 +113,7 @@ dt_status nc_track(nc_world *w, nc_comm *c, const char *what, int peer) {
         p->g = c->g;
         p->peer = peer;
         p->id = ++w->queued;
-        dt_pos_fill(&p->pos, &c->base, what, peer);
+        dt_pos_fill(&p->pos, &c->base, what, peer, dt_comm_caller());
         memcpy(c->g->label, p->label, sizeof c->g->label);
         w->count++;
     }

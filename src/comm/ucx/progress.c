@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/flight.h"
 #include "comm/stuck.h"
 #include "comm/ucx/ucx_impl.h"
 #include "core/alloc.h"
@@ -312,7 +313,7 @@ void ux_op_watch(ux_op *op, int64_t now) {
     if (!op->post_at || op->posted || now < op->post_at) return;
     dt_pos p;
     int peer = op->p2p && op->nreq ? world_rank(op, op->reqs[0].peer) : -1;
-    dt_pos_fill(&p, &op->c->base, op->what, peer);
+    dt_pos_fill(&p, &op->c->base, op->what, peer, dt_comm_caller());
     dt_boot_ctl_post(op->w->ctl, &p);
     op->posted = 1;
 }
