@@ -12,6 +12,17 @@
         if (st_ != DT_OK) return st_;                                                              \
     } while (0)
 
+void tl_layout_find_dims(const dt_mesh *mesh, tl_layout *l) {
+    int d;
+    if (dt_mesh_dim_index(mesh, "dp", &l->dp_dim) != DT_OK &&
+        dt_mesh_dim_index(mesh, "dp_shard", &l->dp_dim) != DT_OK)
+        l->dp_dim = -1;
+    if (dt_mesh_dim_index(mesh, "tp", &l->tp_dim) != DT_OK) l->tp_dim = -1;
+    l->dp_replicate_dim = dt_mesh_dim_index(mesh, "dp_replicate", &d) == DT_OK ? d + 1 : 0;
+    l->cp_dim = dt_mesh_dim_index(mesh, "cp", &d) == DT_OK ? d + 1 : 0;
+    l->ep_dim = dt_mesh_dim_index(mesh, "ep", &d) == DT_OK ? d + 1 : 0;
+}
+
 dt_status tl_plan(const tl_layout *l, dt_style_rule *rules, int cap, int *n_out) {
     if (l->tp_dim < 0) return *n_out = 0, DT_OK;
     int sp = l->sequence_parallel;
@@ -195,8 +206,47 @@ void tl_model_free(tl_model *m) {
     m->params = NULL, m->cos = m->sin = NULL, m->layers = NULL;
 }
 
+/* The batch's data-parallel shards: the product of the dims that shard it (dp, dp_replicate,
+ * ep), each rank holding a contiguous block of batch / D rows. */
+static int batch_shards(const tl_model *m) {
+    const tl_layout *l = &m->layout;
+    int dims[3] = {l->dp_dim, l->dp_replicate_dim - 1, l->ep_dim - 1}, D = 1;
+    for (int k = 0; k < 3; k++)
+        if (dims[k] >= 0) D *= dt_mesh_dim_size(m->mesh, dims[k]);
+    return D;
+}
+
+/* Rows (each `row` int64s, tokens then targets: 2 * batch rows) laid out so that when each of
+ * D shards of batch / D rows is cut into nmicro chunks, chunk i of every shard together holds
+ * samples [i B / nmicro, (i + 1) B / nmicro): shard d's row r of chunk i <- sample
+ * i B / nmicro + d B / (D nmicro) + r. Nothing moves for D = 1, nmicro = 1, or uneven cuts. */
+static dt_status micro_order(int64_t *buf, int batch, int D, int nmicro, int64_t row) {
+    if (nmicro <= 1 || D <= 1 || batch % (D * nmicro)) return DT_OK;
+    int per = batch / (D * nmicro), local = batch / D;
+    size_t bytes = sizeof *buf * (size_t)(row * batch);
+    int64_t *tmp = malloc(bytes);
+    if (!tmp) return dt_error_set(DT_ERR_NOMEM, "tl_batch: out of memory");
+    for (int half = 0; half < 2; half++) {
+        int64_t *b = buf + (size_t)half * (size_t)(row * batch);
+        memcpy(tmp, b, bytes);
+        for (int g = 0; g < batch; g++) {
+            int d = g / local, i = g % local / per, r = g % per;
+            int sample = i * (batch / nmicro) + d * per + r;
+            memcpy(b + (size_t)g * (size_t)row, tmp + (size_t)sample * (size_t)row,
+                   sizeof *buf * (size_t)row);
+        }
+    }
+    free(tmp);
+    return DT_OK;
+}
+
 dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int step,
                    dt_tensor **tokens, dt_tensor **targets) {
+    return tl_batch_micro(m, text, n, step, 1, tokens, targets);
+}
+
+dt_status tl_batch_micro(const tl_model *m, const unsigned char *text, size_t n, int step,
+                         int nmicro, dt_tensor **tokens, dt_tensor **targets) {
     const tl_config *c = &m->cfg;
     int64_t count = (int64_t)c->batch * c->seq, shape[2] = {c->batch, c->seq};
     if (text && n <= (size_t)c->seq + 1)
@@ -235,7 +285,8 @@ dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int s
      * alike, with no collective (a dp-sharded target costs an all_gather of each rank's
      * label summary per step). With context parallel, tokens and targets alike in the
      * load-balanced order, so each target stays its token's successor. */
-    dt_status st = cp_order(m, buf, 2 * (int64_t)c->batch, c->seq, sizeof *buf);
+    dt_status st = micro_order(buf, c->batch, batch_shards(m), nmicro, c->seq);
+    if (st == DT_OK) st = cp_order(m, buf, 2 * (int64_t)c->batch, c->seq, sizeof *buf);
     if (st == DT_OK)
         st = dt_tensor_distribute(m->mesh, buf, DT_I64, 2, shape, mnd, pl, DT_ALL_RANKS, tokens);
     if (st == DT_OK) {
@@ -267,7 +318,11 @@ dt_tensor *tl_layers_forward(dt_scope *s, const tl_model *m, int first, int end,
         int ac = m->layout.ac != DT_AC_NONE && dt_grad_enabled(ctx) && dt_scope_ok(s);
         if (ac) dt_scope_fail(s, dt_ac_begin(ctx, m->layout.ac, &r));
         x = block(s, m, &m->layers[i], x, aux);
-        if (r) dt_scope_fail(s, dt_ac_end(r, x ? 1 : 0, &x));
+        /* the block's outputs: x, and with MoE the running sum of the aux losses (read after
+         * the region, so kept; the routing plan lives in the experts' node, which the region
+         * keeps, so backward replays the forward's routing) */
+        dt_tensor *keep[2] = {x, aux ? *aux : NULL};
+        if (r) dt_scope_fail(s, dt_ac_end(r, !x ? 0 : keep[1] ? 2 : 1, keep));
     }
     return x;
 }

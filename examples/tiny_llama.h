@@ -66,6 +66,13 @@ typedef struct tl_model {
     struct tl_fsdp *fsdp; /* layout.fsdp_units: the units and the use hook */
 } tl_model;
 
+/* The layout's mesh dims found by name on mesh (torchtitan's names): dp or dp_shard (the batch
+ * sharded, parameters FSDP-sharded with fsdp), dp_replicate (HSDP's replicated dim), tp, cp and
+ * ep; a name mesh lacks leaves its dim at none. The other fields stay as they are. Called on the
+ * mesh the layers run on (a pipeline stage's sub-mesh has no pp dim, so its dims are not the
+ * whole mesh's positions). */
+void tl_layout_find_dims(const dt_mesh *mesh, tl_layout *layout);
+
 /* The tensor-parallel plan of layout (torchtitan's for Llama), into rules[0..cap); *n_out rules. */
 dt_status tl_plan(const tl_layout *layout, dt_style_rule *rules, int cap, int *n_out);
 
@@ -90,6 +97,14 @@ dt_status tl_model_init_part(tl_model *m, dt_mesh *mesh, const tl_config *cfg,
  * when text is set, else from a synthetic rule (mostly the previous token + 1). */
 dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int step,
                    dt_tensor **tokens, dt_tensor **targets);
+
+/* tl_batch with the rows laid out for a pipeline of nmicro micro-batches, which cuts each
+ * data-parallel shard into nmicro chunks (dt_pipeline_step): micro-batch i then holds samples
+ * [i B / nmicro, (i + 1) B / nmicro) of tl_batch's order, the same rows as a one-rank run's
+ * micro-batch i whatever the data-parallel degree. (A mean loss does not care; MoE's aux loss,
+ * a product of per-micro-batch means, does.) nmicro = 1 is tl_batch. */
+dt_status tl_batch_micro(const tl_model *m, const unsigned char *text, size_t n, int step,
+                         int nmicro, dt_tensor **tokens, dt_tensor **targets);
 
 /* FSDP units (tiny_llama_fsdp.c): made by tl_model_init when layout.fsdp_units is set,
  * ended by tl_loss after each forward, freed by tl_model_free. */

@@ -40,9 +40,9 @@ dt_status tl_moe_plan(const tl_layout *l, dt_style_rule *rules, int cap, int *n_
     if (l->ep_dim <= 0)
         return dt_error_set(DT_ERR_ARG, "tl_moe_plan: a MoE model needs an ep mesh dim "
                                         "(layout.ep_dim; ep=1 for none)");
-    if (l->ac != DT_AC_NONE || l->fsdp_units)
-        return dt_error_set(DT_ERR_ARG, "tl_moe_plan: the MoE model takes no %s",
-                            l->ac != DT_AC_NONE ? "activation checkpointing" : "FSDP units");
+    if (l->fsdp_units)
+        return dt_error_set(DT_ERR_ARG, "tl_moe_plan: the MoE model takes no FSDP units (its "
+                                        "experts are not unit members); use fsdp_units = 0");
     dt_style_rule dense[16];
     int n = 0, nd;
     TRY(tl_plan(l, dense, 16, &nd));

@@ -13,10 +13,13 @@ static dt_status stage_fn(void *user, const dt_pipeline_stage_call *c, dt_tensor
     const tl_model *m = &pp->model;
     dt_scope *s;
     TRY(dt_scope_create(&s));
-    dt_tensor *x = c->input;
+    dt_tensor *x = c->input, *aux = NULL; /* MoE: the stage's blocks' aux losses, scaled */
     if (c->stage == 0) x = dt_nn_embedding_forward(s, m->tok_embeddings, x); /* (B, T, dim) */
-    x = tl_layers_forward(s, m, pp->first, pp->end, x, NULL);
+    x = tl_layers_forward(s, m, pp->first, pp->end, x, &aux);
     if (c->stage == c->nstages - 1) x = tl_head_loss(s, m, x, c->target);
+    /* the aux losses go to the pipeline, which adds them to the step's loss and backpropagates
+     * them with this stage's backward (c->aux is set when the config has stage_aux) */
+    if (aux && c->aux && dt_scope_ok(s)) *c->aux = aux, dt_tensor_retain(aux);
     return dt_scope_end(s, x, out);
 }
 
@@ -34,17 +37,23 @@ dt_status tl_pp_init(tl_pp *pp, dt_mesh *mesh, int pp_dim, int nmicro,
                              .schedule = schedule,
                              .loss_reduction = DT_REDUCTION_MEAN,
                              .stage_fn = stage_fn,
-                             .user = pp};
+                             .user = pp,
+                             .stage_aux = cfg->experts > 0};
     TRY(dt_pipeline_create(mesh, &pc, &pp->pipe));
     pp->stage = dt_pipeline_stage(pp->pipe), pp->nstages = dt_pipeline_nstages(pp->pipe);
+    pp->nmicro = nmicro;
     pp->first = pp->stage * cfg->layers / pp->nstages;
     pp->end = (pp->stage + 1) * cfg->layers / pp->nstages;
     tl_part part = {.first = pp->first,
                     .end = pp->end,
                     .embed = pp->stage == 0,
                     .head = pp->stage == pp->nstages - 1};
-    dt_status st =
-        tl_model_init_part(&pp->model, dt_pipeline_stage_mesh(pp->pipe), cfg, layout, seed, &part);
+    /* the stage's layers run on the stage mesh: their dims are found there by name, never
+     * at positions counted on the whole mesh (which has the pp dim) */
+    dt_mesh *stage_mesh = dt_pipeline_stage_mesh(pp->pipe);
+    tl_layout l = *layout;
+    tl_layout_find_dims(stage_mesh, &l);
+    dt_status st = tl_model_init_part(&pp->model, stage_mesh, cfg, &l, seed, &part);
     if (st != DT_OK) dt_pipeline_destroy(pp->pipe), pp->pipe = NULL;
     return st;
 }
@@ -57,7 +66,7 @@ void tl_pp_free(tl_pp *pp) {
 
 dt_status tl_pp_batch(const tl_pp *pp, const unsigned char *text, size_t n, int step,
                       dt_tensor **tokens, dt_tensor **targets) {
-    TRY(tl_batch(&pp->model, text, n, step, tokens, targets));
+    TRY(tl_batch_micro(&pp->model, text, n, step, pp->nmicro, tokens, targets));
     /* tl_batch keeps the targets whole; the pipeline cuts micro-batches out of each rank's
      * shard, so the targets take the tokens' placements (dp-sharded) to cut the same rows */
     dt_tensor_info ti;

@@ -1,8 +1,8 @@
 /* tiny_llama.h's model as pipeline stages (dtensor/pipeline.h): the mesh's pp dim splits the
  * model, stage s of p running blocks [s L / p, (s + 1) L / p), stage 0 also the token
  * embedding and the last stage the final norm, the output projection and the cross_entropy;
- * each stage runs on the sub-mesh of the other dims with the layout given for it (dp and tp
- * dims as indices in that sub-mesh). A stage holds its own parameters only (tl_model_init_part),
+ * each stage runs on the sub-mesh of the other dims with the layout given for it, its dims
+ * found by name in that sub-mesh. A stage holds its own parameters only (tl_model_init_part),
  * with the values they have in the whole model on one rank. */
 #ifndef DT_EXAMPLES_TINY_LLAMA_PP_H
 #define DT_EXAMPLES_TINY_LLAMA_PP_H
@@ -12,20 +12,22 @@
 typedef struct tl_pp {
     dt_pipeline *pipe;
     tl_model model; /* the stage's part, on the stage's sub-mesh */
-    int stage, nstages;
+    int stage, nstages, nmicro;
     int first, end; /* the stage's blocks */
 } tl_pp;
 
 /* The stages over mesh's pp_dim, nmicro micro-batches per step run in schedule, the loss the
- * mean over the batch. The layout's dims index the stage mesh (mesh without pp_dim); FSDP units
- * are not supported (DT_ERR_ARG). pp is the pipeline's user data: it must not move until
+ * mean over the batch. The layout's mesh dims are found by name on the stage mesh (mesh without
+ * pp_dim; tl_layout_find_dims), its other fields taken as given; FSDP units are not supported
+ * (DT_ERR_ARG). pp is the pipeline's user data: it must not move until
  * tl_pp_free. */
 dt_status tl_pp_init(tl_pp *pp, dt_mesh *mesh, int pp_dim, int nmicro,
                      dt_pipeline_schedule schedule, const tl_config *cfg, const tl_layout *layout,
                      uint64_t seed);
 void tl_pp_free(tl_pp *pp);
 
-/* tl_batch's step on the stage mesh: *tokens on stage 0, *targets on the last stage, NULL on
+/* tl_batch_micro's step on the stage mesh (the rows of micro-batch i those of a one-rank
+ * run's micro-batch i): *tokens on stage 0, *targets on the last stage, NULL on
  * the stages that do not read them. */
 dt_status tl_pp_batch(const tl_pp *pp, const unsigned char *text, size_t n, int step,
                       dt_tensor **tokens, dt_tensor **targets);

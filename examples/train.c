@@ -11,7 +11,10 @@
  * ep (MoE: --experts E puts E experts in each block's feed-forward, top-k routed, Shard(0) over
  * ep; the batch is split over ep too), pp (pipeline stages, tiny_llama_pp.h: --pp N names its
  * size, --micro the micro-batches per step, --schedule afab|1f1b; FSDP units are off under a
- * pipeline).
+ * pipeline; MoE's aux losses are per micro-batch there, so --mesh pp=1,ep=1 is its one-rank
+ * reference: a one-stage pipeline, gradients accumulated over the same micro-batches). Any
+ * combination composes (README.md: the 16-rank dp=2,pp=2,cp=2,tp=2); each stage finds its
+ * dims by name on its own sub-mesh.
  * train [--ranks N] [--mesh dp=2,tp=2] [--steps N] [--fsdp 0|1] [--fsdp-units 0|1] [--sp 0|1]
  *       [--pp N --micro N --schedule afab|1f1b (with a pp dim: --mesh dp=2,pp=2,tp=2)]
  *       [--ac none|full|selective] [--ucx 0|1 (under dtrun: a process per rank)]
@@ -69,28 +72,14 @@ static dt_status train(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     TRY(dt_mesh_create_str(ctx, o->mesh, &mesh));
     if (o->bucket_kb >= 0) TRY(dt_ctx_set_grad_bucket_bytes(ctx, (size_t)o->bucket_kb << 10));
-    tl_layout l = {
-        .dp_dim = -1, .tp_dim = -1, .fsdp = o->fsdp, .fsdp_units = o->fsdp_units, .ac = o->ac};
+    tl_layout l = {.fsdp = o->fsdp, .fsdp_units = o->fsdp_units, .ac = o->ac};
     /* torchtitan's names: dp (or dp_shard) shards parameters under FSDP, dp_replicate keeps
-     * them replicated (HSDP with both); the batch is split over all of them */
-    int rep;
-    if (dt_mesh_dim_index(mesh, "dp", &l.dp_dim) != DT_OK &&
-        dt_mesh_dim_index(mesh, "dp_shard", &l.dp_dim) != DT_OK)
-        l.dp_dim = -1;
-    if (dt_mesh_dim_index(mesh, "dp_replicate", &rep) == DT_OK) l.dp_replicate_dim = rep + 1;
-    if (dt_mesh_dim_index(mesh, "tp", &l.tp_dim) != DT_OK) l.tp_dim = -1;
-    if (dt_mesh_dim_index(mesh, "cp", &rep) == DT_OK) l.cp_dim = rep + 1;
-    if (dt_mesh_dim_index(mesh, "ep", &rep) == DT_OK) l.ep_dim = rep + 1;
+     * them replicated (HSDP with both); the batch is split over all of them. Under a pipeline
+     * tl_pp_init finds them again on the stage mesh (the mesh without pp). */
+    tl_layout_find_dims(mesh, &l);
     l.sequence_parallel = o->sp && l.tp_dim >= 0, l.loss_parallel = l.tp_dim >= 0;
-    /* a pipeline: the stages' layout indexes the stage mesh (the mesh without pp) */
     int pp_dim = -1;
     if (o->pp && dt_mesh_dim_index(mesh, "pp", &pp_dim) != DT_OK) pp_dim = -1;
-    if (pp_dim >= 0) {
-        int *dims[] = {&l.dp_dim, &l.tp_dim};
-        for (int k = 0; k < 2; k++)
-            *dims[k] -= *dims[k] > pp_dim;
-        l.dp_replicate_dim -= l.dp_replicate_dim > pp_dim + 1;
-    }
     tl_model one, *mp = &one;
     tl_pp pipe;
     dt_adamw_options adamw = {
@@ -279,13 +268,17 @@ int main(int argc, char **argv) {
         else
             snprintf(o.mesh, sizeof o.mesh, "dp=%d", o.ranks);
     }
-    int shape[DT_MESH_MAX_NDIM], nd, product = 1, pp_size = 0;
+    int shape[DT_MESH_MAX_NDIM], nd, product = 1, pp_size = 0, has_pp = 0;
     char names[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1];
     if (dt_mesh_parse(o.mesh, shape, names, &nd) != DT_OK)
         return fprintf(stderr, "train: --mesh %s: %s\n", o.mesh, dt_last_error()), 2;
-    for (int d = 0; d < nd; d++)
-        product *= shape[d], pp_size = strcmp(names[d], "pp") ? pp_size : shape[d];
-    if (o.pp > 1 || pp_size > 1) { /* --pp N (optional) is the size of the mesh's pp dim */
+    for (int d = 0; d < nd; d++) {
+        product *= shape[d];
+        if (!strcmp(names[d], "pp")) pp_size = shape[d], has_pp = 1;
+    }
+    /* --pp N (optional) is the size of the mesh's pp dim; a pp dim of one stage runs the
+     * pipeline too (one rank's gradient accumulation over the same micro-batches) */
+    if (o.pp > 1 || has_pp) {
         if (o.pp && o.pp != pp_size)
             return fprintf(stderr, "train: --pp %d but --mesh %s has %s%.0d\n", o.pp, o.mesh,
                            pp_size ? "a pp dim of size " : "no pp dim", pp_size),
@@ -297,8 +290,6 @@ int main(int argc, char **argv) {
                    2;
         if (o.fsdp_units == 1)
             return fprintf(stderr, "train: --fsdp-units 1 does not run under a pipeline\n"), 2;
-        if (o.cfg.experts)
-            return fprintf(stderr, "train: --experts does not run under a pipeline\n"), 2;
         o.fsdp_units = 0;
     }
     if (o.fsdp_units < 0) o.fsdp_units = !o.cfg.experts; /* units take no experts (yet) */

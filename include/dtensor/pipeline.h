@@ -19,8 +19,10 @@
  *
  * Gradients accumulate over micro-batches in the parameters' leaves: each micro-batch's loss
  * is scaled (1/m for DT_REDUCTION_MEAN, 1 for DT_REDUCTION_SUM) so that the sum equals the
- * unpipelined loss of the whole batch, and grad sync (dtensor/autograd.h) is off for every
- * backward of a step but the last, which reduces the accumulated gradients once.
+ * unpipelined loss of the whole batch (a stage's own loss terms, such as MoE's load-balancing
+ * loss, are per micro-batch: with them the sum is gradient accumulation's), and grad sync
+ * (dtensor/autograd.h) is off for every backward of a step but the last, which reduces the
+ * accumulated gradients once.
  *
  * While tracing (dtensor/trace.h), each rank's "pipeline" row holds its forward, backward and
  * idle spans ("stage S micro M"), which the timeline page draws as one row per stage. */
@@ -79,6 +81,12 @@ typedef struct dt_pipeline_stage_call {
     /* Last stage: the micro-batch of the step's targets (NULL when the step has none); NULL
      * on the other stages. Borrowed. */
     dt_tensor *target;
+    /* With config->stage_aux (else NULL): where the stage may hand back a loss term of its own,
+     * a one-element tensor its forward made (a MoE layer's load-balancing loss), or leave NULL.
+     * The reference passes to the pipeline, which scales it as the micro-batch's loss, adds it
+     * to the step's loss and backpropagates it with the stage's backward of that micro-batch
+     * (its gradient is the loss scale: it needs nothing from the later stages). */
+    dt_tensor **aux;
 } dt_pipeline_stage_call;
 
 /* Computes the stage's forward on call->mesh and hands back a new tensor in *out: the input
@@ -94,7 +102,10 @@ typedef struct dt_pipeline_config {
     dt_pipeline_schedule schedule;
     dt_reduction loss_reduction; /* DT_REDUCTION_MEAN (loss / m per micro-batch) or _SUM */
     dt_pipeline_stage_fn stage_fn;
-    void *user; /* passed to stage_fn */
+    void *user;    /* passed to stage_fn */
+    int stage_aux; /* non-zero: stages may hand back loss terms (call->aux); the step's loss is
+                      then summed over the stages by one all_reduce over pp, which replaces the
+                      broadcast of the last stage's loss */
 } dt_pipeline_config;
 
 typedef struct dt_pipeline dt_pipeline;

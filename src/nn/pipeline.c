@@ -134,6 +134,7 @@ typedef struct micro {
     dt_tensor *in;   /* stages > 0: the received input leaf, until its gradient is sent */
     dt_tensor *out;  /* the stage's output (last stage: the scaled loss), until backward */
     dt_tensor *grad; /* the gradient of out from the next stage, until backward */
+    dt_tensor *aux;  /* stages but the last: the stage's scaled loss term, until backward */
 } micro;
 
 typedef struct step {
@@ -142,9 +143,43 @@ typedef struct step {
     dt_tensor *inputs, *targets;
     micro *mb;
     double loss, t_begin, t_compute_end; /* the end of the last forward or backward */
+    double aux;                          /* stages but the last: their scaled loss terms */
     int nbackward, inflight;
     bool sync; /* the caller's grad sync, used for the step's last backward */
 } step;
+
+/* *t (one element) scaled as the micro-batch's loss (1/m under MEAN), its value added to *sum
+ * (read in f64 whatever its dtype: an f32 loss's 4 bytes are not a double). */
+static dt_status scale_loss(const dt_pipeline *p, dt_tensor **t, double *sum) {
+    if (p->cfg.loss_reduction == DT_REDUCTION_MEAN) {
+        dt_tensor *scaled;
+        DT_CHECK(dt_mul_scalar(*t, 1.0 / p->cfg.nmicro, &scaled));
+        dt_tensor_release(*t);
+        *t = scaled;
+    }
+    dt_tensor *t64 = NULL;
+    double v = 0;
+    dt_status st = dt_cast(*t, DT_F64, &t64);
+    if (st == DT_OK) st = dt_tensor_full_tensor(t64, &v, sizeof v);
+    dt_tensor_release(t64);
+    if (st == DT_OK) *sum += v;
+    return st;
+}
+
+static dt_status check_aux(const dt_pipeline *p, int i, dt_tensor *aux) {
+    dt_tensor_info info;
+    DT_CHECK(dt_tensor_info_get(aux, &info));
+    if (info.numel != 1)
+        return dt_error(DT_ERR_SHAPE,
+                        "dt_pipeline_step: stage %d's stage_fn handed back a loss term of "
+                        "%zu elements for micro-batch %d, not 1",
+                        p->stage, info.numel, i);
+    DT_ARG(dt_mesh_equal(info.mesh, p->stage_mesh),
+           "dt_pipeline_step: stage %d's loss term for micro-batch %d is not on the stage's "
+           "sub-mesh",
+           p->stage, i);
+    return DT_OK;
+}
 
 static dt_status forward(step *s, int i) {
     dt_pipeline *p = s->p;
@@ -162,12 +197,24 @@ static dt_status forward(step *s, int i) {
         DT_CHECK_GOTO(dt_pipe_micro(s->targets, i, p->cfg.nmicro, "targets", &target), st, done);
     call.input = p->stage == 0 ? in : s->mb[i].in;
     call.target = target;
+    dt_tensor *aux = NULL;
+    if (p->cfg.stage_aux) call.aux = &aux;
     DT_CHECK_GOTO(p->cfg.stage_fn(p->cfg.user, &call, &y), st, done);
     if (!y) {
         st = dt_error(DT_ERR_ARG,
                       "dt_pipeline_step: stage_fn of stage %d gave no output for micro-batch %d",
                       p->stage, i);
         goto done;
+    }
+    if (aux) DT_CHECK_GOTO(check_aux(p, i, aux), st, done);
+    if (aux && last) { /* the loss and the stage's own term, scaled together below */
+        dt_tensor *sum;
+        DT_CHECK_GOTO(dt_add(y, aux, &sum), st, done);
+        dt_tensor_release(y), dt_tensor_release(aux);
+        y = sum, aux = NULL;
+    } else if (aux) {
+        DT_CHECK_GOTO(scale_loss(p, &aux, &s->aux), st, done);
+        s->mb[i].aux = aux, aux = NULL;
     }
     if (last) {
         dt_tensor_info info;
@@ -179,26 +226,40 @@ static dt_status forward(step *s, int i) {
                           info.numel, i);
             goto done;
         }
-        if (p->cfg.loss_reduction == DT_REDUCTION_MEAN) {
-            dt_tensor *scaled;
-            DT_CHECK_GOTO(dt_mul_scalar(y, 1.0 / p->cfg.nmicro, &scaled), st, done);
-            dt_tensor_release(y);
-            y = scaled;
-        }
-        /* read in f64 whatever the loss's dtype (an f32 loss's 4 bytes are not a double) */
-        dt_tensor *y64 = NULL;
-        double v = 0;
-        st = dt_cast(y, DT_F64, &y64);
-        if (st == DT_OK) st = dt_tensor_full_tensor(y64, &v, sizeof v);
-        dt_tensor_release(y64);
-        if (st != DT_OK) goto done;
-        s->loss += v;
+        DT_CHECK_GOTO(scale_loss(p, &y, &s->loss), st, done);
     }
     s->mb[i].out = y;
     y = NULL;
     s->inflight++;
 done:
     dt_tensor_release(in), dt_tensor_release(target), dt_tensor_release(y);
+    dt_tensor_release(aux);
+    return st;
+}
+
+/* The backward root of a stage with a loss term of its own: one element whose rule hands the
+ * stage output the gradient the next stage sent (state) and the term its own seed, so that
+ * one backward (one grad sync, one pass over the shared nodes) takes both. */
+static dt_status join_backward(void *state, dt_tensor *const *in, const bool *need, dt_tensor *grad,
+                               dt_tensor **in_grad) {
+    (void)in;
+    if (need[0]) dt_tensor_retain(in_grad[0] = state);
+    if (need[1]) dt_tensor_retain(in_grad[1] = grad);
+    return DT_OK;
+}
+
+static void join_free(void *state) {
+    dt_tensor_release(state);
+}
+
+static dt_status backward_joined(micro *m) {
+    dt_tensor *root, *in[2] = {m->out, m->aux};
+    DT_CHECK(dt_tensor_zeros_like(m->aux, &root));
+    dt_tensor_retain(m->grad);
+    dt_status st = dt_autograd_record_custom("pipeline_stage_loss", in, 2, root, join_backward,
+                                             m->grad, join_free);
+    if (st == DT_OK) st = dt_backward(root);
+    dt_tensor_release(root);
     return st;
 }
 
@@ -211,12 +272,16 @@ static dt_status backward(step *s, int i) {
     dt_status st = DT_OK;
     if (p->stage == p->nstages - 1) {
         if (dt_tensor_requires_grad(m->out)) st = dt_backward(m->out);
+    } else if (m->grad && m->aux && dt_tensor_requires_grad(m->aux)) {
+        st = backward_joined(m);
     } else if (m->grad) {
         st = dt_backward_with(m->out, m->grad);
+    } else if (m->aux && dt_tensor_requires_grad(m->aux)) {
+        st = dt_backward(m->aux);
     }
     dt_autograd_of(s->ctx)->grad_unsynced = !s->sync;
-    dt_tensor_release(m->out), dt_tensor_release(m->grad);
-    m->out = m->grad = NULL;
+    dt_tensor_release(m->out), dt_tensor_release(m->grad), dt_tensor_release(m->aux);
+    m->out = m->grad = m->aux = NULL;
     s->inflight--;
     return st;
 }
@@ -310,7 +375,7 @@ dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets
     p->stats.idle_us = p->stats.step_us - p->stats.busy_us;
     for (int i = 0; i < p->cfg.nmicro; i++) {
         dt_tensor_release(s.mb[i].in), dt_tensor_release(s.mb[i].out);
-        dt_tensor_release(s.mb[i].grad);
+        dt_tensor_release(s.mb[i].grad), dt_tensor_release(s.mb[i].aux);
     }
     free(s.mb);
     dt_autograd_of(s.ctx)->grad_unsynced = !s.sync;
@@ -318,8 +383,11 @@ dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets
     /* The loss is known on the last stage: every pp group hands it to its other stages. */
     dt_comm *pp;
     DT_CHECK(dt_mesh_dim_comm(p->mesh, p->cfg.pp_dim, &pp));
-    double loss = last ? s.loss : 0;
-    DT_CHECK(dt_broadcast(pp, &loss, 1, DT_F64, p->nstages - 1));
+    double loss = last ? s.loss : s.aux;
+    if (p->cfg.stage_aux)
+        DT_CHECK(dt_all_reduce(pp, &loss, &loss, 1, DT_F64, DT_REDUCE_SUM));
+    else
+        DT_CHECK(dt_broadcast(pp, &loss, 1, DT_F64, p->nstages - 1));
     if (loss_out) *loss_out = loss;
     return DT_OK;
 }

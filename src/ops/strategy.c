@@ -73,7 +73,44 @@ dt_status dt_strategy_search(const dt_strategy_query *q, dt_strategy_found *best
     double best_cost = 0;
     int best_changed = 0, found = 0;
     int pick[DT_MESH_MAX_NDIM] = {0};
-    for (long k = 0; k < combos; k++) {
+    /* The combinations that leave every input as it is cost nothing and move nothing: none can
+     * beat the first valid one in the order below, so it is the answer, found without pricing a
+     * single plan (pricing is what many mesh dims make slow). Only rows that keep every input
+     * on their mesh dim take part; their order is the full search's. */
+    int keep_rows[DT_MESH_MAX_NDIM][DT_OP_MAX_ROWS], nkeep[DT_MESH_MAX_NDIM];
+    long kept = 1;
+    for (int m = 0; m < mnd; m++) {
+        nkeep[m] = 0;
+        for (int r = 0; r < nrows[m]; r++) {
+            int same = 1;
+            for (int i = 0; i < n && same; i++)
+                same = !q->have[i] || dt_placement_equal(rows[m][r].in[i], q->have[i][m]);
+            if (same) keep_rows[m][nkeep[m]++] = r;
+        }
+        kept *= nkeep[m];
+    }
+    for (long k = 0; k < kept && !found; k++) {
+        dt_placement in[DT_OP_MAX_INPUTS][DT_MESH_MAX_NDIM] = {{{0}}}, out[DT_MESH_MAX_NDIM];
+        long rem = k;
+        for (int m = mnd - 1; m >= 0; m--)
+            pick[m] = keep_rows[m][rem % nkeep[m]], rem /= nkeep[m];
+        for (int m = 0; m < mnd; m++) {
+            for (int i = 0; i < n; i++)
+                in[i][m] = rows[m][pick[m]].in[i];
+            out[m] = rows[m][pick[m]].out;
+        }
+        int ok = valid_for(out, mnd, best->spec.ndim);
+        for (int i = 0; i < n && ok; i++)
+            ok = !q->have[i] || valid_for(in[i], mnd, q->in[i].ndim);
+        if (ok && f->combine_ok)
+            ok = f->combine_ok(q->op, q->in, n, q->args, mnd, q->mesh_shape,
+                               (const dt_placement(*)[DT_MESH_MAX_NDIM])in, out);
+        if (!ok) continue;
+        found = 1;
+        memcpy(best->in, in, sizeof in);
+        memcpy(best->out, out, sizeof out);
+    }
+    for (long k = 0, quick = found; k < combos && !quick; k++) {
         dt_placement in[DT_OP_MAX_INPUTS][DT_MESH_MAX_NDIM] = {{{0}}}, out[DT_MESH_MAX_NDIM];
         long rem = k;
         for (int m = mnd - 1; m >= 0; m--)
