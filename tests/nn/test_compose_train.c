@@ -38,9 +38,10 @@
  * for being the same every step, and is not derived here:
  *   - cross_entropy's all_to_alls over tp and cp (it moves the logits or stays loss parallel
  *     as a cost model decides: loss_parallel_cheaper in src/ops/composite.c);
- *   - on the MoE model, everything but the pipeline's, ring's, ep all_to_alls and FSDP's
- *     gathers: its router and load-balancing loss reduce over the data dims and ep, on the
- *     same groups as gradient sync, and tl_moe_plan's tensor parallel is another plan;
+ *   - on the MoE model, everything but the pipeline's, ring's, ep all_to_alls, FSDP's
+ *     gathers and the loss read-out's all_gather over "self": its router and load-balancing loss
+ * reduce over the data dims and ep, on the same groups as gradient sync, and tl_moe_plan's tensor
+ * parallel is another plan;
  *   - FSDP with cp and tp together (dp=2,cp=2,tp=2 and the 4-D grid): tp's all_gathers, the
  *     gradient sync and the last stage's loss read-out, which take collectives more than the
  *     rules above (one all_gather over tp, one reduce_scatter over dp and one all_reduce over
@@ -328,6 +329,11 @@ static counts predict(const grid_run *r, int rank) {
         uint64_t gathers = (uint64_t)(m * (embed + 2 * head + fwd * blocks * per_block));
         expect(&k, DT_COLL_ALL_GATHER, "dp", c->fsdp ? gathers : 0);
     }
+    /* The pipeline reads each micro-batch's loss on the last stage, and with MoE each other
+     * stage's aux-loss term too (pipeline.c, scale_loss): dt_tensor_full_tensor of one
+     * element, whose closing all_gather is over its sharded dims, of which a one-element
+     * tensor has none: the one-rank group "self" (distribute.c). */
+    expect(&k, DT_COLL_ALL_GATHER, "self", pp > 1 && (head || r->moe) ? (uint64_t)m : 0);
     if (r->moe) return k; /* see the header comment */
     /* FSDP with cp and tp together (dp=2,cp=2,tp=2 and the 4-D grid) adds collectives over tp,
      * cp and dp that the rules below do not derive (see the header comment) */
@@ -340,8 +346,7 @@ static counts predict(const grid_run *r, int rank) {
      * a sharded target costs one all_gather per step); without D the target is replicated.
      * The pipeline reads each micro-batch's loss (dt_tensor_full_tensor, distribute.c): one
      * all_reduce per mesh dim the loss is Partial on, dim by dim (the mean over D's shards,
-     * and over tp with loss parallel), then an all_gather over its sharded dims, of which it
-     * has none: the one-rank group "self". */
+     * and over tp with loss parallel), then the all_gather over "self" above. */
     static const char *const stage_dims[] = {"dp_replicate", "dp", "cp", "tp", NULL};
     static const char *const each_dim[] = {"dp_replicate", "dp", "cp", "tp"};
     char g[32], gn[32];
@@ -353,7 +358,6 @@ static counts predict(const grid_run *r, int rank) {
         for (int d = 0; d < 4; d++)
             if (dim_size(c, each_dim[d]) > 1)
                 expect(&k, DT_COLL_ALL_REDUCE, each_dim[d], (uint64_t)m);
-        expect(&k, DT_COLL_ALL_GATHER, "self", (uint64_t)m);
     }
 
     /* Tensor parallel on the dense model (tl_plan, torchtitan's Llama plan; parallel.h's
