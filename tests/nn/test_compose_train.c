@@ -18,7 +18,7 @@
  *   - the pipeline (dtensor/pipeline.h, 2 stages, m micro-batches): 2m sends and 2m receives
  *     on the pair communicator ("group": a header and a data message per activation or
  *     gradient), and one broadcast of the loss over pp, an all_reduce instead when the stages
- *     hand back MoE aux losses; on the dense model's last stage, per micro-batch, the loss
+ *     hand back MoE aux losses; on the last stage, per micro-batch, the loss
  *     read out (an all_reduce per Partial dim, an all_gather over "self") and the sharded
  *     target's label check (an all_gather over the stage mesh);
  *   - ring attention (dtensor/context.h): per attention call cp - 1 shifts forward and
@@ -33,15 +33,18 @@
  *     reduce_scatter over tp per colwise -> rowwise pair, the embedding and the head, each
  *     side of forward and backward; without it an all_reduce instead;
  *   - the dense model's gradient sync: one all_reduce (DDP) or reduce_scatter then all_reduce
- *     (FSDP, HSDP) per distinct group, the norms' over tp too.
+ *     (FSDP, HSDP) per distinct group, the norms' over tp too; the MoE model's (DDP) the same
+ *     with the experts on their own group, and its load-balancing loss's all_reduces.
  * Calls per layer are blocks on the rank's stage times micro-batches. The rest is checked only
  * for being the same every step, and is not derived here:
  *   - cross_entropy's all_to_alls over tp and cp (it moves the logits or stays loss parallel
  *     as a cost model decides: loss_parallel_cheaper in src/ops/composite.c);
- *   - on the MoE model, everything but the pipeline's, ring's, ep all_to_alls, FSDP's
- *     gathers and the loss read-out's all_gather over "self": its router and load-balancing loss
- * reduce over the data dims and ep, on the same groups as gradient sync, and tl_moe_plan's tensor
- * parallel is another plan;
+ *   - on the MoE model with cp or tp, or with FSDP, everything but the pipeline's, ring's and
+ *     ep's collectives, FSDP's gathers and the loss read-out's all_gather over "self": cp adds
+ *     gathers and all_to_alls over cp and an all_reduce over ep to the MoE blocks, and
+ *     tl_moe_plan's tensor parallel is another plan, neither derived here; on DDP without
+ *     them (dp=2,ep=2, pp=2,ep=2, dp=2,pp=2,ep=2) everything is predicted but the
+ *     cross_entropy all_to_alls above (there are none there);
  *   - FSDP with cp and tp together (dp=2,cp=2,tp=2 and the 4-D grid): tp's all_gathers, the
  *     gradient sync and the last stage's loss read-out, which take collectives more than the
  *     rules above (one all_gather over tp, one reduce_scatter over dp and one all_reduce over
@@ -334,30 +337,48 @@ static counts predict(const grid_run *r, int rank) {
      * element, whose closing all_gather is over its sharded dims, of which a one-element
      * tensor has none: the one-rank group "self" (distribute.c). */
     expect(&k, DT_COLL_ALL_GATHER, "self", pp > 1 && (head || r->moe) ? (uint64_t)m : 0);
-    if (r->moe) return k; /* see the header comment */
     /* FSDP with cp and tp together (dp=2,cp=2,tp=2 and the 4-D grid) adds collectives over tp,
-     * cp and dp that the rules below do not derive (see the header comment) */
-    int unruled = c->fsdp && dp > 1 && cp > 1 && tp > 1;
+     * cp and dp that the rules below do not derive, and so does MoE with cp or tp (see the
+     * header comment) */
+    int unruled = (c->fsdp && dp > 1 && cp > 1 && tp > 1) || (r->moe && (cp > 1 || tp > 1));
 
-    /* The pipeline's last stage, per micro-batch (dense model). Its targets take the tokens'
-     * placements (tl_pp_batch: sharded over the data dims D = dp_replicate, dp, cp), and
-     * cross_entropy on a target that is not replicated all_gathers every rank's label summary
-     * over all of the stage mesh's dims (src/ops/composite.c, check_labels; tl_batch's comment:
-     * a sharded target costs one all_gather per step); without D the target is replicated.
-     * The pipeline reads each micro-batch's loss (dt_tensor_full_tensor, distribute.c): one
-     * all_reduce per mesh dim the loss is Partial on, dim by dim (the mean over D's shards,
-     * and over tp with loss parallel), then the all_gather over "self" above. */
-    static const char *const stage_dims[] = {"dp_replicate", "dp", "cp", "tp", NULL};
-    static const char *const each_dim[] = {"dp_replicate", "dp", "cp", "tp"};
+    /* The pipeline's last stage, per micro-batch. Its targets take the tokens' placements
+     * (tl_pp_batch: sharded over the token dims D = dp_replicate, dp, cp, and ep on the MoE
+     * model), and cross_entropy on a target that is not replicated all_gathers every rank's
+     * label summary over all of the stage mesh's dims (src/ops/composite.c, check_labels;
+     * tl_batch's comment: a sharded target costs one all_gather per step); without D the
+     * target is replicated. The pipeline reads each micro-batch's loss (dt_tensor_full_tensor,
+     * distribute.c): one all_reduce per mesh dim the loss is Partial on, dim by dim (the mean
+     * over D's shards, and over tp with loss parallel; the MoE aux term it adds is
+     * replicated: dtensor/moe.h), then the all_gather over "self" above. */
+    static const char *const stage_dims[] = {"dp_replicate", "dp", "cp", "tp", "ep", NULL};
+    static const char *const each_dim[] = {"dp_replicate", "dp", "cp", "tp", "ep"};
+    static const char *const tok_dims[] = {"dp_replicate", "dp", "cp", NULL};
+    static const char *const tok_ep[] = {"dp_replicate", "dp", "cp", "ep", NULL};
     char g[32], gn[32];
     if (pp > 1 && head && !unruled) {
-        static const char *const data_dims[] = {"dp_replicate", "dp", "cp", NULL};
-        group_of(c, data_dims, g);
+        group_of(c, r->moe ? tok_ep : tok_dims, g);
         group_of(c, stage_dims, gn);
         if (g[0]) expect(&k, DT_COLL_ALL_GATHER, gn, (uint64_t)m);
-        for (int d = 0; d < 4; d++)
+        for (int d = 0; d < 5; d++)
             if (dim_size(c, each_dim[d]) > 1)
                 expect(&k, DT_COLL_ALL_REDUCE, each_dim[d], (uint64_t)m);
+    }
+
+    if (r->moe) {
+        if (unruled || (c->fsdp && dp > 1)) return k;
+        /* MoE without cp and tp, DDP. Per layer call the load-balancing loss (dtensor/moe.h,
+         * dt_moe_aux_loss) takes two means over every token of the mesh, f_e and P_e, each one
+         * all_reduce over the token dims D + ep in forward (again when checkpointing
+         * recomputes the block), and one in backward, where only P_e carries a gradient.
+         * Gradient sync (the bucket rule below): the experts are Shard(0) over ep and
+         * Partial over D (dt_moe_experts), one all_reduce over D; every other parameter is
+         * replicated and Partial over D + ep, one all_reduce there. */
+        group_of(c, tok_ep, g);
+        group_of(c, tok_dims, gn);
+        expect(&k, DT_COLL_ALL_REDUCE, g, (uint64_t)(calls * (2 * fwd + 1) + 1));
+        expect(&k, DT_COLL_ALL_REDUCE, gn, 1);
+        return k;
     }
 
     /* Tensor parallel on the dense model (tl_plan, torchtitan's Llama plan; parallel.h's
