@@ -492,6 +492,15 @@ static void run_grid(const grid_config *configs, size_t n) {
                     }
                     if (q == 0 && s == 0) all += e->calls;
                 }
+                /* and nothing unpredicted that step 0 had is gone */
+                const counts *first = &r->got[q][0];
+                for (int i = 0; i < first->n; i++) {
+                    const key_count *e = &first->e[i];
+                    cr_expect(key_of(&want, e->kind, e->group, 0) ||
+                                  key_of((counts *)g, e->kind, e->group, 0),
+                              "%s rank %d step %d: no %s over %s, step 0 %llu", name, q, s,
+                              dt_coll_kind_name(e->kind), e->group, (unsigned long long)e->calls);
+                }
             }
         }
         cr_log_info("%-52s loss %.6f -> %.6f, max rel delta %.1e; rank 0: %llu of %llu "
