@@ -112,30 +112,46 @@ static void strategy_text(const strategy *s, int n, int mnd, char *buf, size_t c
     if (o < cap) snprintf(buf + o, cap - o, " -> %s", one);
 }
 
+/* A call's entry in its mesh's strategy cache: *found, or NULL and where to put one. */
+typedef struct cache_slot {
+    dt_lru *c;
+    uint64_t key[CALL_KEY_WORDS];
+    unsigned nk;
+    uint64_t h;
+} cache_slot;
+
+static dt_status cache_find(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                            cache_slot *at, strategy **found) {
+    dt_mesh *mesh = in[0]->mesh;
+    at->c = mesh->caches[DT_CACHE_STRATEGY];
+    if (!at->c) DT_CHECK(dt_mesh_cache_make(mesh, DT_CACHE_STRATEGY, free, &at->c));
+    at->nk = call_key(op, in, n, args, mesh->ndim, dt_cost_model_version(mesh->ctx), at->key);
+    at->h = dt_lru_hash(at->key, at->nk);
+    *found = dt_lru_get(at->c, at->key, at->nk, at->h);
+    return DT_OK;
+}
+
+/* Puts s (malloc'd) at its slot, or frees it when st or the put failed. */
+static dt_status cache_put(cache_slot *at, strategy *s, dt_status st) {
+    if (st == DT_OK) st = dt_lru_put(at->c, at->key, at->nk, at->h, s);
+    if (st != DT_OK) free(s);
+    return st;
+}
+
 /* args nullable (no arguments). */
 static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int n,
                         const dt_op_args *args, const strategy **out) {
-    dt_mesh *mesh = in[0]->mesh;
-    dt_lru *c = mesh->caches[DT_CACHE_STRATEGY];
-    if (!c) DT_CHECK(dt_mesh_cache_make(mesh, DT_CACHE_STRATEGY, free, &c));
-    uint64_t key[CALL_KEY_WORDS];
-    unsigned nk = call_key(op, in, n, args, mesh->ndim, dt_cost_model_version(mesh->ctx), key);
-    uint64_t h = dt_lru_hash(key, nk);
-    strategy *s = dt_lru_get(c, key, nk, h);
+    cache_slot at;
+    strategy *s;
+    DT_CHECK(cache_find(op, in, n, args, &at, &s));
     if (s) {
         *out = s;
         return DT_OK;
     }
     if (!(s = malloc(sizeof *s))) return dt_error(DT_ERR_NOMEM, "dispatch: out of memory");
     dt_status st = choose(op, f, in, n, args ? args : &no_args, s);
-    if (st == DT_OK) {
-        strategy_text(s, n, mesh->ndim, s->text, sizeof s->text);
-        st = dt_lru_put(c, key, nk, h, s);
-    }
-    if (st != DT_OK) {
-        free(s);
-        return st;
-    }
+    if (st == DT_OK) strategy_text(s, n, in[0]->mesh->ndim, s->text, sizeof s->text);
+    DT_CHECK(cache_put(&at, s, st));
     *out = s;
     return DT_OK;
 }
@@ -261,21 +277,12 @@ dt_status dt_dispatch_choose(dt_op op, dt_tensor *const *in, int n, const dt_op_
 dt_status dt_dispatch_route(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                             dt_route_fn decide, dt_placement (*start)[DT_MESH_MAX_NDIM]) {
     DT_ASSERT(dt_op_family(op)->composite); /* dispatch keeps no strategy under this key */
-    dt_mesh *mesh = in[0]->mesh;
-    dt_lru *c = mesh->caches[DT_CACHE_STRATEGY];
-    if (!c) DT_CHECK(dt_mesh_cache_make(mesh, DT_CACHE_STRATEGY, free, &c));
-    uint64_t key[CALL_KEY_WORDS];
-    unsigned nk = call_key(op, in, n, args, mesh->ndim, dt_cost_model_version(mesh->ctx), key);
-    uint64_t h = dt_lru_hash(key, nk);
-    strategy *s = dt_lru_get(c, key, nk, h);
+    cache_slot at;
+    strategy *s;
+    DT_CHECK(cache_find(op, in, n, args, &at, &s));
     if (!s) {
         if (!(s = calloc(1, sizeof *s))) return dt_error(DT_ERR_NOMEM, "dispatch: out of memory");
-        dt_status st = decide(op, in, n, args ? args : &no_args, s->in);
-        if (st == DT_OK) st = dt_lru_put(c, key, nk, h, s);
-        if (st != DT_OK) {
-            free(s);
-            return st;
-        }
+        DT_CHECK(cache_put(&at, s, decide(op, in, n, args ? args : &no_args, s->in)));
     }
     memcpy(start, s->in, sizeof s->in[0] * (size_t)n);
     return DT_OK;

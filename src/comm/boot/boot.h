@@ -30,6 +30,9 @@ dt_status dt_boot_env_seconds(const char *name, double dflt, double *out);
  * lets one collective or send/recv wait for its peers. Default DT_BOOT_TIMEOUT_S. */
 #define DT_BOOT_TIMEOUT_S 300.0
 dt_status dt_boot_env_timeout_ns(int64_t *ns_out);
+/* Seconds in the environment variable name (default dflt) in nanoseconds, below 1e9 s; zero
+ * says what 0 means, for the message. */
+dt_status dt_boot_env_ns(const char *name, double dflt, const char *zero, int64_t *ns_out);
 /* A 0/1 switch from env var name: unset when unset or empty, DT_ERR_ARG for anything else. */
 dt_status dt_boot_env_flag(const char *name, int unset, int *out);
 /* A byte count from env var name, dflt when unset or empty. */

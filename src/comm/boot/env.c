@@ -107,14 +107,18 @@ dt_status dt_boot_env_seconds(const char *name, double dflt, double *out) {
     return DT_OK;
 }
 
-dt_status dt_boot_env_timeout_ns(int64_t *ns_out) {
+dt_status dt_boot_env_ns(const char *name, double dflt, const char *zero, int64_t *ns_out) {
     double s;
-    DT_CHECK(dt_boot_env_seconds("DT_TIMEOUT_S", DT_BOOT_TIMEOUT_S, &s));
+    DT_CHECK(dt_boot_env_seconds(name, dflt, &s));
     if (s >= 1e9)
-        return dt_error(DT_ERR_ARG, "environment: DT_TIMEOUT_S=\"%s\" is not below 1e9 seconds "
-                                    "(0 waits forever)", getenv("DT_TIMEOUT_S"));
+        return dt_error(DT_ERR_ARG, "environment: %s=\"%s\" is not below 1e9 seconds (0 %s)", name,
+                        getenv(name), zero);
     *ns_out = (int64_t)(s * 1e9);
     return DT_OK;
+}
+
+dt_status dt_boot_env_timeout_ns(int64_t *ns_out) {
+    return dt_boot_env_ns("DT_TIMEOUT_S", DT_BOOT_TIMEOUT_S, "waits forever", ns_out);
 }
 
 dt_status dt_boot_env_flag(const char *name, int unset, int *out) {
