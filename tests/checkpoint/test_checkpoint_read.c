@@ -122,10 +122,11 @@ Test(checkpoint_read, load_reads_only_the_overlap) {
     rmtree(dir);
 }
 
-/* A verified load reads its range in whole blocks: with blocks of 24 KiB, each rank of a 4-rank
- * [S(0)] load (256 KiB of one 512 KiB chunk) reads its range, the rest of its edge blocks, its
- * file's header and the metadata, and nothing else; unverified, its range alone. */
-Test(checkpoint_read, a_verified_load_reads_its_edge_blocks_whole) {
+/* A verified load reads its range in whole tiles: with blocks of 24 KiB, a chunk of [32, 4096]
+ * f32 is tiled as 4 bands of 4 KiB, 6 rows a tile; each rank of a 4-rank [S(0)] load (16 of
+ * the chunk's 32 rows, every band) reads the row groups its rows touch, its file's header and
+ * the metadata, and nothing else; unverified, its rows alone. */
+Test(checkpoint_read, a_verified_load_reads_its_edge_row_groups_whole) {
     if (thread_rchar() < 0) cr_skip_test("no /proc/thread-self/io");
     char *dir = tmpdir(), path[600], meta[700];
     snprintf(path, sizeof path, "%s/ck", dir);
@@ -149,11 +150,12 @@ Test(checkpoint_read, a_verified_load_reads_its_edge_blocks_whole) {
         read_arg a = {path, .verify = verify, .pl = "S(0)"};
         t_run(4, read_body, &a);
         for (int k = 0; k < 4; k++) {
-            long long B = 24576, len = 32 * 16384, lo = (k % 2) * len / 2, hi = lo + len / 2;
+            long long G = 6, row = 16384, lo = (k % 2) * 16, hi = lo + 16; /* rows */
             if (verify == DT_CHECKPOINT_VERIFY_BLOCKS) {
-                lo = lo / B * B;
-                hi = (hi + B - 1) / B * B < len ? (hi + B - 1) / B * B : len;
+                lo = lo / G * G;
+                hi = (hi + G - 1) / G * G < 32 ? (hi + G - 1) / G * G : 32;
             }
+            lo *= row, hi *= row;
             long long want = hi - lo + file_bytes(meta) + hend[k / 2];
             cr_expect(a.read[k] >= want && a.read[k] <= want + 512,
                       "verify %d: rank %d read %lld bytes, %lld expected (%lld of its chunk, "
@@ -162,6 +164,33 @@ Test(checkpoint_read, a_verified_load_reads_its_edge_blocks_whole) {
         }
     }
     rmtree(dir);
+}
+
+/* A column split of tiled chunks reads exactly its bands: "big" saved from 2 ranks [S(0)]
+ * (chunks [32, 4096], 4 bands of 1024 columns) or [S(1)] (chunks [64, 2048], 2 bands), loaded
+ * verified onto 4 ranks [S(1)], where rank k's columns are whole bands: its shard's bytes, the
+ * metadata and the headers, nothing more. */
+Test(checkpoint_read, a_column_split_reads_exactly_its_bands) {
+    if (thread_rchar() < 0) cr_skip_test("no /proc/thread-self/io");
+    static const char *const saved[] = {"S(0)", "S(1)"};
+    for (int i = 0; i < 2; i++) {
+        char *dir = tmpdir(), path[600], meta[700];
+        snprintf(path, sizeof path, "%s/ck", dir);
+        snprintf(meta, sizeof meta, "%s/metadata.json", path);
+        ct_run l;
+        save_big(path, saved[i], &l);
+        read_arg a = {path, .verify = DT_CHECKPOINT_VERIFY_BLOCKS};
+        t_run(4, read_body, &a);
+        for (int k = 0; k < 4; k++) {
+            cr_expect(a.read[k] >= a.shard_bytes, "saved %s: rank %d read %lld bytes", saved[i], k,
+                      a.read[k]);
+            cr_expect_leq(a.read[k], a.shard_bytes + file_bytes(meta) + 2048,
+                          "saved %s: rank %d read %lld bytes for a %lld-byte shard", saved[i], k,
+                          a.read[k], a.shard_bytes);
+        }
+        t_run(4, ct_body, &l);
+        rmtree(dir);
+    }
 }
 
 Test(checkpoint_read, short_dense_runs_come_from_a_mapping) {
