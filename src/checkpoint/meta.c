@@ -39,7 +39,7 @@ int64_t ck_tile_count(int nd, const int64_t *shape, int64_t bands, int64_t rows)
     for (int d = 0; d < nd - 1; d++)
         r *= shape[d];
     if (shape[nd - 1] == 0) r = 0;
-    return (r + rows - 1) / rows * bands;
+    return r == 0 ? 0 : ((r - 1) / rows + 1) * bands; /* rows may be any int64 from 1 */
 }
 
 static void put_ints(dt_text *t, const int64_t *v, int n) {
