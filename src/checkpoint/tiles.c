@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
 #ifdef DT_HAVE_XXH_DISPATCH /* XXH3 with AVX2 / AVX-512 where the CPU has them (meson.build) */
 #include <xxh_x86dispatch.h>
@@ -103,7 +105,40 @@ typedef struct tread {
     int64_t nb, kb0, kb1, ncols;
     uint64_t w, tlo, thi, cs, ce; /* row bytes; touched bands' bytes; the box's bytes */
     XXH3_state_t **st;            /* one per touched band */
+    uint64_t file_bytes;          /* what the metadata says c's file holds */
+    char *map;                    /* the file's bytes [map_lo, map_hi), or NULL */
+    uint64_t map_lo, map_hi;
+    int no_map;
 } tread;
+
+/* Touched bands narrower than this, that leave the rest of the row out, are hashed and copied
+ * out of a mapping of the file (a pread each would cost more than the bytes), mapped
+ * CK_TILE_WINDOW at a time; the other bands' pages are mapped too, as the unverified path's
+ * mapping of short runs does (the kernel reads ahead as much). */
+#define CK_TILE_MAP_MAX ((uint64_t)64 << 10)
+#define CK_TILE_WINDOW  ((uint64_t)64 << 20)
+
+/* The file's [flo, fhi) in x->map, mapped afresh when it is not: *out NULL when mapping fails
+ * (then pread). The file's size is checked before each mapping, so a truncated file is an error
+ * rather than a SIGBUS (one truncated while it is copied still raises it). */
+static dt_status window(tread *x, uint64_t flo, uint64_t fhi, const char **out) {
+    *out = NULL;
+    if (x->no_map) return DT_OK;
+    if (!x->map || flo < x->map_lo || fhi > x->map_hi) {
+        if (x->map) munmap(x->map, (size_t)(x->map_hi - x->map_lo)), x->map = NULL;
+        DT_CHECK(ck_size_agrees(x->fd, x->file_bytes, x->path, x->fn));
+        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        x->map_lo = flo / page * page;
+        x->map_hi = x->map_lo + CK_TILE_WINDOW > fhi ? x->map_lo + CK_TILE_WINDOW : fhi;
+        if (x->map_hi > x->c->end) x->map_hi = x->c->end;
+        void *m = mmap(NULL, (size_t)(x->map_hi - x->map_lo), PROT_READ, MAP_SHARED | MAP_POPULATE,
+                       x->fd, (off_t)x->map_lo);
+        if (m == MAP_FAILED) return x->no_map = 1, DT_OK;
+        x->map = m;
+    }
+    *out = x->map + (flo - x->map_lo);
+    return DT_OK;
+}
 
 /* Row r's bytes [p, q) (inside the touched bands) at src: into the touched bands' streams, and
  * the box's part of them to dst (unless they were read there). */
@@ -128,6 +163,13 @@ static dt_status read_group(tread *x, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1;) {
         uint64_t at = x->c->begin + (uint64_t)r * x->w + x->tlo;
         size_t dpos;
+        const char *src = NULL;
+        if (seg < CK_TILE_MAP_MAX && seg < x->w) DT_CHECK(window(x, at, at + seg, &src));
+        if (src) { /* narrow bands: hashed and copied out of the mapping */
+            take(x, r, x->tlo, x->thi, src, 1);
+            r++;
+            continue;
+        }
         int in = x->any && row_in_box(&x->b, r, &dpos);
         if (in && x->cs == x->tlo && x->ce == x->thi) { /* the row's part is the box's */
             int64_t n = 1; /* and the next rows', when they follow it in the file and in dst */
@@ -211,7 +253,7 @@ dt_status ck_read_tiled(ck_files *fs, const ck_tensor *t, const ck_chunk *c, con
     DT_CHECK(ck_files_fd(fs, c->file, fn, &x.fd));
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", fs->dir, fs->m->files[c->file].name);
-    x.path = path;
+    x.path = path, x.file_bytes = fs->m->files[c->file].bytes;
     int64_t nst = x.kb1 - x.kb0 + 1;
     x.st = calloc((size_t)nst, sizeof *x.st);
     x.buf = malloc((size_t)CK_TILE_PIECE);
@@ -231,6 +273,7 @@ dt_status ck_read_tiled(ck_files *fs, const ck_tensor *t, const ck_chunk *c, con
     }
     for (int64_t k = 0; x.st && k < nst; k++)
         XXH3_freeState(x.st[k]);
+    if (x.map) munmap(x.map, (size_t)(x.map_hi - x.map_lo));
     free(x.st), free(x.buf);
     return st;
 }
