@@ -155,9 +155,11 @@ static void take(tread *x, int64_t r, uint64_t p, uint64_t q, const char *src, i
     if (lo < hi) memcpy(x->dst + dpos + (lo - x->cs), src + (lo - p), (size_t)(hi - lo));
 }
 
-/* Rows [r0, r1) of the touched bands, read and hashed: straight into dst where a row's part
- * is the box's (bands aligned with it), else through the buffer, CK_TILE_PIECE at a time
- * (whole rows together when the bands span the row). */
+/* Rows [r0, r1) of the touched bands, read and hashed: out of a mapping when they are narrow
+ * (CK_TILE_MAP_MAX), else straight into dst where a row's part is the box's (bands aligned with
+ * it), else through the buffer, CK_TILE_PIECE at a time (whole rows together when the bands span
+ * the row). The box's bytes are copied out as they are hashed: on a failure dst holds some of
+ * the box (ck_read_verified's contract). */
 static dt_status read_group(tread *x, int64_t r0, int64_t r1) {
     uint64_t seg = x->thi - x->tlo;
     for (int64_t r = r0; r < r1;) {
