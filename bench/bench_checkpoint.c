@@ -1,6 +1,7 @@
 /* Checkpoint throughput on 4 in-process ranks: save (2x2 [S(0),S(1)]), load onto the same
- * mesh, and a resharding load (onto 4 ranks [S(1)]: half of every saved row, so every 1 MiB
- * block is read whole for half its bytes), each verified (the default) and unverified, next to
+ * mesh, and a resharding load (onto 4 ranks [S(1)]: half of every saved 8 KiB row, which is
+ * one of the chunk's two 4 KiB column bands, so a verified load reads and checks only that
+ * band's tiles), each verified (the default) and unverified, next to
  * one plain sequential write (with fsync) and read of the same bytes in the same run, to the
  * same directory. Each figure is the median (min-max) of REPS rounds, each round running every
  * case and both references once.

@@ -45,10 +45,14 @@ static int inspect(const char *dir) {
            (unsigned long long)chunks, m.nfiles, b);
     if (m.has_blob) printf(", blob of %llu bytes", (unsigned long long)m.blob_bytes);
     if (m.block_bytes) {
+        uint64_t tiled = 0;
+        for (int i = 0; i < m.ntensors; i++)
+            for (int c = 0; c < m.tensors[i].nchunks; c++)
+                tiled += m.tensors[i].chunks[c].bands > 0;
         bytes_text((double)m.block_bytes, b, sizeof b);
         printf("\nchecksums: xxh64 per chunk, XXH3-64 per block of %s (loads check each block "
-               "they read)",
-               b);
+               "they read); %llu of %llu chunks in tiles (row groups x column bands)",
+               b, (unsigned long long)tiled, (unsigned long long)chunks);
     } else {
         printf("\nchecksums: xxh64 per chunk only (saved before block checksums: loads read and "
                "check every chunk they touch in whole)");

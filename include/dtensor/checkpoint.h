@@ -54,9 +54,12 @@ typedef struct dt_checkpoint_save_options {
     dt_checkpoint_progress_fn progress; /* nullable; on the rank's thread (the writer's for
                                          * RANK_FILE of an async save) */
     void *progress_arg;
-    /* Each chunk is checksummed in blocks of this many bytes (XXH3-64 each, listed in
+    /* Each chunk is checksummed in blocks of about this many bytes (XXH3-64 each, listed in
      * metadata.json), so that a load that reads part of a chunk checks only the blocks it
-     * touches. 0: 1 MiB. At most 2^40; every rank passes the same. */
+     * touches: contiguous byte ranges for 1-D and narrow chunks, tiles (a group of rows x one
+     * of up to 64 column bands) for chunks whose rows hold two bands of at least
+     * min(4 KiB, block_bytes / 8), so that a split of the last dim reads only its bands
+     * (docs/checkpoints.md). 0: 1 MiB. At most 2^40; every rank passes the same. */
     size_t block_bytes;
 } dt_checkpoint_save_options;
 

@@ -40,6 +40,24 @@ static dt_status block_fails(const ck_tensor *t, const ck_chunk *c, uint64_t b, 
 dt_status ck_check_blocks(const ck_tensor *t, const ck_chunk *c, uint64_t block_bytes,
                           const void *bytes, const char *path, const char *fn) {
     uint64_t total = c->end - c->begin;
+    if (c->bands) { /* tiles: hashed afresh, compared in order */
+        uint64_t *h = malloc((size_t)c->nblocks * sizeof *h + 1);
+        if (!h) return dt_error(DT_ERR_NOMEM, "%s: out of memory", fn);
+        dt_status st = ck_tile_hashes(bytes, t->ndim, c->shape, dt_dtype_size(t->dtype), c->bands,
+                                      c->rows, h, fn);
+        for (int64_t b = 0; st == DT_OK && b < c->nblocks; b++)
+            if (h[b] != c->blocks[b])
+                st = dt_error(DT_ERR_IO,
+                              "%s: tensor \"%s\": tile %lld (rows %lld-, band %lld of %lld) of "
+                              "the chunk at byte %llu of %s fails its checksum (xxh3 %016llx, "
+                              "expected %016llx)",
+                              fn, t->name, (long long)b, (long long)(b / c->bands * c->rows),
+                              (long long)(b % c->bands), (long long)c->bands,
+                              (unsigned long long)c->begin, path, (unsigned long long)h[b],
+                              (unsigned long long)c->blocks[b]);
+        free(h);
+        return st;
+    }
     for (int64_t b = 0; block_bytes && b < c->nblocks; b++) {
         uint64_t lo = (uint64_t)b * block_bytes,
                  n = total - lo < block_bytes ? total - lo : block_bytes;
@@ -146,6 +164,7 @@ static int is_touched(const unsigned char *touched, uint64_t b) {
 dt_status ck_read_verified(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const int64_t *s,
                            const int64_t *e, char *dst, const int64_t *dst_shape,
                            const int64_t *dst_off, int all, const char *fn) {
+    if (c->bands) return ck_read_tiled(fs, t, c, s, e, dst, dst_shape, dst_off, all, fn);
     uint64_t total = c->end - c->begin;
     int legacy = fs->m->block_bytes == 0;
     uint64_t bsz = legacy ? total : fs->m->block_bytes;

@@ -20,6 +20,7 @@ typedef struct ck_rec {
     int64_t shape[DT_MAX_NDIM], offset[DT_MAX_NDIM], chunk_shape[DT_MAX_NDIM];
     uint64_t begin, end, hash, file_bytes;
     uint64_t block_bytes, nblocks; /* its block checksums: nblocks, in the rank's block list */
+    uint64_t bands, rows;          /* its tiles (ck_chunk's); 0: contiguous blocks */
 } ck_rec;
 _Static_assert(sizeof(ck_rec) % 8 == 0, "ck_rec is gathered as int64 words");
 #define CK_REC_WORDS (sizeof(ck_rec) / 8)
@@ -94,6 +95,23 @@ dt_status ck_check_blocks(const ck_tensor *t, const ck_chunk *c, uint64_t block_
 dt_status ck_read_box(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const int64_t *s,
                       const int64_t *e, char *dst, const int64_t *dst_shape, const int64_t *dst_off,
                       size_t max_gap, const char *fn);
+
+/* tiles.c: tiled block checksums (ck_chunk.bands, .rows). */
+/* The tiles save gives a chunk of this shape: *bands_out column bands, the largest power of two
+ * at most CK_BANDS_MAX and the last dim's extent with bands at least min(4 KiB, block_bytes / 8)
+ * wide; *rows_out = max(1, block_bytes / the widest band's bytes) rows a tile; both 0
+ * (contiguous blocks) for a chunk under 2 dims, empty, or too narrow for two bands. */
+void ck_tile_geometry(int nd, const int64_t *shape, size_t es, uint64_t block_bytes,
+                      int64_t *bands_out, int64_t *rows_out);
+/* The tiles' XXH3-64 of a chunk's bytes in memory (dense, row-major), in metadata order. */
+dt_status ck_tile_hashes(const void *data, int nd, const int64_t *shape, size_t es, int64_t bands,
+                         int64_t rows, uint64_t *out, const char *fn);
+/* ck_read_verified for a tiled chunk: reads the row segments of every tile the box touches
+ * (all: every tile), checks each tile, and places the box in dst. */
+#define CK_TILE_PIECE ((uint64_t)256 << 10) /* the most bytes one pread takes */
+dt_status ck_read_tiled(ck_files *fs, const ck_tensor *t, const ck_chunk *c, const int64_t *s,
+                        const int64_t *e, char *dst, const int64_t *dst_shape,
+                        const int64_t *dst_off, int all, const char *fn);
 
 /* publish.c: */
 /* Makes the files in partial a complete checkpoint at dir: m checked as a loader will check

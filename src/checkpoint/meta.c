@@ -34,6 +34,14 @@ static int file_name_ok(const char *s) {
     return 1;
 }
 
+int64_t ck_tile_count(int nd, const int64_t *shape, int64_t bands, int64_t rows) {
+    int64_t r = 1;
+    for (int d = 0; d < nd - 1; d++)
+        r *= shape[d];
+    if (shape[nd - 1] == 0) r = 0;
+    return r == 0 ? 0 : ((r - 1) / rows + 1) * bands; /* rows may be any int64 from 1 */
+}
+
 static void put_ints(dt_text *t, const int64_t *v, int n) {
     dt_text_put(t, "[");
     for (int i = 0; i < n; i++)
@@ -71,6 +79,9 @@ static void meta_text(dt_text *t, const ck_meta *m) {
             put_ints(t, k->offset, x->ndim);
             dt_text_put(t, ",\"shape\":");
             put_ints(t, k->shape, x->ndim);
+            if (m->block_bytes && k->bands)
+                dt_text_put(t, ",\"block_bands\":%lld,\"block_rows\":%lld", (long long)k->bands,
+                            (long long)k->rows);
             if (m->block_bytes) {
                 dt_text_put(t, ",\"block_xxh3\":[");
                 for (int64_t b = 0; b < k->nblocks; b++)
@@ -147,15 +158,32 @@ static int boxes_overlap(const ck_chunk *a, const ck_chunk *b, int ndim) {
     } while (0)
 
 /* A chunk's block checksums: all or nothing, as the checkpoint's block_bytes says. */
-static int parse_blocks(const ck_json *doc, const ck_jnode *arr, const ck_meta *m,
-                        const ck_tensor *x, ck_chunk *k, char *err, size_t errcap) {
+static int parse_blocks(const ck_json *doc, const ck_jnode *v, const ck_meta *m, const ck_tensor *x,
+                        ck_chunk *k, char *err, size_t errcap) {
+    const ck_jnode *arr = ck_json_get(doc, v, "block_xxh3");
     if (!m->block_bytes) {
-        if (arr)
+        if (arr || ck_json_get(doc, v, "block_bands"))
             FAIL("tensor \"%s\": a chunk lists block checksums, the checkpoint no block size",
                  x->name);
         return 0;
     }
-    uint64_t want = (k->end - k->begin + m->block_bytes - 1) / m->block_bytes;
+    const ck_jnode *nb = ck_json_get(doc, v, "block_bands"),
+                   *nr = ck_json_get(doc, v, "block_rows");
+    if (!nb != !nr)
+        FAIL("tensor \"%s\": the chunk at byte %llu has one of block_bands and block_rows", x->name,
+             (unsigned long long)k->begin);
+    if (nb) { /* tiles (tiles.c) */
+        if (nb->type != CK_JINT || nb->num < 2 || nb->num > CK_BANDS_MAX ||
+            (nb->num & (nb->num - 1)) || x->ndim < 2 || nb->num > k->shape[x->ndim - 1] ||
+            nr->type != CK_JINT || nr->num < 1)
+            FAIL("tensor \"%s\": the chunk at byte %llu has block_bands that are not a power of "
+                 "two from 2 to %d (and at most its last dim's extent, of 2 or more dims) or "
+                 "block_rows under 1",
+                 x->name, (unsigned long long)k->begin, CK_BANDS_MAX);
+        k->bands = nb->num, k->rows = nr->num;
+    }
+    uint64_t want = k->bands ? (uint64_t)ck_tile_count(x->ndim, k->shape, k->bands, k->rows)
+                             : (k->end - k->begin + m->block_bytes - 1) / m->block_bytes;
     if (!arr || arr->type != CK_JARR || (uint64_t)arr->count != want)
         FAIL("tensor \"%s\": the chunk at byte %llu does not list its %llu block checksums",
              x->name, (unsigned long long)k->begin, (unsigned long long)want);
@@ -199,7 +227,7 @@ static int parse_chunk(const ck_json *doc, const ck_jnode *v, const ck_meta *m, 
             FAIL("tensor \"%s\": a chunk lies outside the tensor along dim %d", x->name, d);
     if ((uint64_t)dt_shape_numel(k->shape, x->ndim) * dt_dtype_size(x->dtype) != k->end - k->begin)
         FAIL("tensor \"%s\": a chunk's byte range does not match its shape", x->name);
-    return parse_blocks(doc, ck_json_get(doc, v, "block_xxh3"), m, x, k, err, errcap);
+    return parse_blocks(doc, v, m, x, k, err, errcap);
 }
 
 static int parse_tensor(const ck_json *doc, const ck_jnode *v, const ck_meta *m, ck_tensor *x,

@@ -14,6 +14,10 @@ typedef struct ck_chunk {
      * ceil((end - begin) / block_bytes) of them (malloc'd; NULL when block_bytes is 0) */
     uint64_t *blocks;
     int64_t nblocks;
+    /* > 0 (tiled blocks, 2026-12-06): blocks are tiles of `rows` rows x one of `bands` column
+     * bands (tiles.c), listed row group by row group, bands in order; 0: contiguous blocks of
+     * ck_meta.block_bytes */
+    int64_t bands, rows;
 } ck_chunk;
 
 typedef struct ck_tensor {
@@ -45,7 +49,10 @@ typedef struct ck_meta {
 
 #define CK_BLOCK_DEFAULT ((uint64_t)1 << 20)
 #define CK_BLOCK_MAX     ((uint64_t)1 << 40)
+#define CK_BANDS_MAX     64
 
+/* How many tiles a chunk of this shape has: ceil(rows of it / rows) x bands. */
+int64_t ck_tile_count(int nd, const int64_t *shape, int64_t bands, int64_t rows);
 int ck_name_ok(const char *name);
 /* The JSON text of m (malloc'd, NUL-terminated). */
 char *ck_meta_format(const ck_meta *m, size_t *len_out);

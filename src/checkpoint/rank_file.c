@@ -30,12 +30,16 @@ dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_
     *blocks_out = NULL, *nblocks_out = 0;
     uint64_t nblocks = 0;
     for (int i = 0; i < nrec; i++) {
-        recs[i].block_bytes = block_bytes, recs[i].nblocks = 0;
-        if (recs[i].has_chunk)
-            recs[i].nblocks = (dt_shape_numel(recs[i].chunk_shape, recs[i].ndim) *
-                                   dt_dtype_size((dt_dtype)recs[i].dtype) +
-                               block_bytes - 1) /
-                              block_bytes;
+        ck_rec *r = &recs[i];
+        r->block_bytes = block_bytes, r->nblocks = 0, r->bands = 0, r->rows = 0;
+        if (!r->has_chunk) continue;
+        size_t es = dt_dtype_size((dt_dtype)r->dtype);
+        int64_t bands, rows;
+        ck_tile_geometry(r->ndim, r->chunk_shape, es, block_bytes, &bands, &rows);
+        r->bands = (uint64_t)bands, r->rows = (uint64_t)rows;
+        r->nblocks =
+            bands ? (uint64_t)ck_tile_count(r->ndim, r->chunk_shape, bands, rows)
+                  : (dt_shape_numel(r->chunk_shape, r->ndim) * es + block_bytes - 1) / block_bytes;
         nblocks += recs[i].nblocks;
     }
     if (nchunks == 0) return DT_OK;
@@ -86,10 +90,17 @@ dt_status ck_write_rank_file(const char *path, ck_rec *recs, int nrec, ck_chunk_
         st = chunk(arg, idx[c], buf, &data);
         if (st != DT_OK) break;
         r->hash = XXH64(data ? data : "", bytes, 0); /* no data for 0 bytes */
-        for (uint64_t b = 0; b < r->nblocks; b++) {
-            uint64_t lo = b * block_bytes, n = bytes - lo < block_bytes ? bytes - lo : block_bytes;
-            *blocks++ = XXH3_64bits((const char *)data + lo, (size_t)n);
-        }
+        if (r->bands)
+            st = ck_tile_hashes(data, r->ndim, r->chunk_shape, dt_dtype_size(e[c].dtype),
+                                (int64_t)r->bands, (int64_t)r->rows, blocks, fn);
+        else
+            for (uint64_t b = 0; b < r->nblocks; b++) {
+                uint64_t lo = b * block_bytes,
+                         n = bytes - lo < block_bytes ? bytes - lo : block_bytes;
+                blocks[b] = XXH3_64bits((const char *)data + lo, (size_t)n);
+            }
+        blocks += r->nblocks;
+        if (st != DT_OK) break;
         r->begin = hlen + e[c].begin, r->end = hlen + e[c].end;
         st = ck_write_all(fd, data, bytes, path, fn);
     }

@@ -84,6 +84,7 @@ int ck_meta_from_records(const ck_rec *recs, int nrec, const uint64_t *blocks, c
             c->file = file_of(&m, q->rank);
             c->begin = q->begin, c->end = q->end, c->hash = q->hash;
             c->nblocks = (int64_t)q->nblocks;
+            c->bands = (int64_t)q->bands, c->rows = (int64_t)q->rows;
             c->blocks = malloc((size_t)q->nblocks * sizeof *c->blocks + 1);
             if (!c->blocks) {
                 snprintf(err, errcap, "out of memory");

@@ -59,8 +59,9 @@ static long long thread_rchar(void) {
 typedef struct read_arg {
     const char *dir;
     long long read[4], shard_bytes;
-    int verify;     /* the load's option */
-    const char *pl; /* the target's placement; NULL: S(1) */
+    int verify;       /* the load's option */
+    const char *pl;   /* the target's placement; NULL: S(1) */
+    int64_t shape[2]; /* "big"'s; {0, 0}: [64, 4096] */
 } read_arg;
 
 /* Loads "big" [64, 4096] f32 onto 4 ranks [S(1)] (1024 columns each; or a->pl), counting what
@@ -73,7 +74,8 @@ static dt_status read_body(dt_ctx *ctx, void *arg) {
     dt_placement pl;
     int np;
     R_OK(dt_placements_parse(a->pl ? a->pl : "S(1)", &pl, 1, &np));
-    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, (int64_t[]){64, 4096}, 1, &pl, &t));
+    int64_t shape[2] = {a->shape[0] ? a->shape[0] : 64, a->shape[1] ? a->shape[1] : 4096};
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, shape, 1, &pl, &t));
     dt_checkpoint_load_options o = {.strict = 1, .verify = a->verify};
     long long before = thread_rchar();
     R_OK(dt_checkpoint_load(a->dir, (const char *[]){"big"}, &t, 1, &o));
@@ -86,15 +88,21 @@ static dt_status read_body(dt_ctx *ctx, void *arg) {
     return DT_OK;
 }
 
-/* "big" saved from 2 ranks with placement pl, and the 4-rank [S(1)] load of it. */
-static ct_run save_big(const char *path, const char *pl, ct_run *load_out) {
+/* "big" of shape saved from 2 ranks with placement pl, and the 4-rank [S(1)] load of it. */
+static ct_run save_shaped(const char *path, const char *pl, const int64_t *shape,
+                          ct_run *load_out) {
     ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {2}};
-    r.specs[r.n++] = ct_spec_make("big", DT_F32, 2, (int64_t[]){64, 4096}, pl, 9, 0);
+    r.specs[r.n++] = ct_spec_make("big", DT_F32, 2, shape, pl, 9, 0);
     t_run(2, ct_body, &r);
     *load_out = r;
     load_out->load = 1, load_out->mesh_shape[0] = 4;
     snprintf(load_out->specs[0].placements, sizeof load_out->specs[0].placements, "S(1)");
     return r;
+}
+
+/* "big" [64, 4096] f32. */
+static ct_run save_big(const char *path, const char *pl, ct_run *load_out) {
+    return save_shaped(path, pl, (int64_t[]){64, 4096}, load_out);
 }
 
 static long long file_bytes(const char *path) {
@@ -122,10 +130,11 @@ Test(checkpoint_read, load_reads_only_the_overlap) {
     rmtree(dir);
 }
 
-/* A verified load reads its range in whole blocks: with blocks of 24 KiB, each rank of a 4-rank
- * [S(0)] load (256 KiB of one 512 KiB chunk) reads its range, the rest of its edge blocks, its
- * file's header and the metadata, and nothing else; unverified, its range alone. */
-Test(checkpoint_read, a_verified_load_reads_its_edge_blocks_whole) {
+/* A verified load reads its range in whole tiles: with blocks of 24 KiB, a chunk of [32, 4096]
+ * f32 is tiled as 4 bands of 4 KiB, 6 rows a tile; each rank of a 4-rank [S(0)] load (16 of
+ * the chunk's 32 rows, every band) reads the row groups its rows touch, its file's header and
+ * the metadata, and nothing else; unverified, its rows alone. */
+Test(checkpoint_read, a_verified_load_reads_its_edge_row_groups_whole) {
     if (thread_rchar() < 0) cr_skip_test("no /proc/thread-self/io");
     char *dir = tmpdir(), path[600], meta[700];
     snprintf(path, sizeof path, "%s/ck", dir);
@@ -149,11 +158,12 @@ Test(checkpoint_read, a_verified_load_reads_its_edge_blocks_whole) {
         read_arg a = {path, .verify = verify, .pl = "S(0)"};
         t_run(4, read_body, &a);
         for (int k = 0; k < 4; k++) {
-            long long B = 24576, len = 32 * 16384, lo = (k % 2) * len / 2, hi = lo + len / 2;
+            long long G = 6, row = 16384, lo = (k % 2) * 16, hi = lo + 16; /* rows */
             if (verify == DT_CHECKPOINT_VERIFY_BLOCKS) {
-                lo = lo / B * B;
-                hi = (hi + B - 1) / B * B < len ? (hi + B - 1) / B * B : len;
+                lo = lo / G * G;
+                hi = (hi + G - 1) / G * G < 32 ? (hi + G - 1) / G * G : 32;
             }
+            lo *= row, hi *= row;
             long long want = hi - lo + file_bytes(meta) + hend[k / 2];
             cr_expect(a.read[k] >= want && a.read[k] <= want + 512,
                       "verify %d: rank %d read %lld bytes, %lld expected (%lld of its chunk, "
@@ -162,6 +172,41 @@ Test(checkpoint_read, a_verified_load_reads_its_edge_blocks_whole) {
         }
     }
     rmtree(dir);
+}
+
+/* A column split of tiled chunks reads exactly its bands: "big" [8, 262144] f32 saved from 2
+ * ranks [S(0)] (chunks [4, 262144]: rows of 1 MiB, 64 bands of 16 KiB) or [S(1)] (chunks
+ * [8, 131072]: 64 bands of 8 KiB), loaded verified onto 4 ranks [S(1)], where rank k's columns
+ * are 16 or 32 whole bands (256 KiB a row, read with pread straight into the shard): its
+ * shard's bytes, the metadata and the headers, nothing more. With [64, 4096] (4 or 2 bands of
+ * 4 KiB), a rank's 4 KiB a row come out of a mapping: no data through read(). Both load the
+ * saved data (ct_body). */
+Test(checkpoint_read, a_column_split_reads_exactly_its_bands) {
+    if (thread_rchar() < 0) cr_skip_test("no /proc/thread-self/io");
+    static const char *const saved[] = {"S(0)", "S(1)"};
+    for (int wide = 0; wide < 2; wide++)
+        for (int i = 0; i < 2; i++) {
+            char *dir = tmpdir(), path[600], meta[700];
+            snprintf(path, sizeof path, "%s/ck", dir);
+            snprintf(meta, sizeof meta, "%s/metadata.json", path);
+            ct_run l;
+            int64_t shape[2] = {wide ? 8 : 64, wide ? 262144 : 4096};
+            save_shaped(path, saved[i], shape, &l);
+            read_arg a = {path, .verify = DT_CHECKPOINT_VERIFY_BLOCKS,
+                          .shape = {shape[0], shape[1]}};
+            t_run(4, read_body, &a);
+            const char *what = wide ? "wide" : "narrow";
+            for (int k = 0; k < 4; k++) {
+                long long least = wide ? a.shard_bytes : 0;
+                cr_expect(a.read[k] >= least, "%s, saved %s: rank %d read %lld bytes", what,
+                          saved[i], k, a.read[k]);
+                cr_expect_leq(a.read[k], least + file_bytes(meta) + 2048,
+                              "%s, saved %s: rank %d read %lld bytes for a %lld-byte shard", what,
+                              saved[i], k, a.read[k], a.shard_bytes);
+            }
+            t_run(4, ct_body, &l);
+            rmtree(dir);
+        }
 }
 
 Test(checkpoint_read, short_dense_runs_come_from_a_mapping) {

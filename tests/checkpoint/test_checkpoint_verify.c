@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 #undef R_OK /* unistd.h's access() flag; helpers.h has its own R_OK */
 
 #include "ckpt_common.h"
@@ -165,8 +166,15 @@ Test(checkpoint_verify, flipped_bytes_never_load_wrong_data) {
     char *dir = tmpdir(), path[600];
     snprintf(path, sizeof path, "%s/ck", dir);
     ct_run saved = ct_fixed(path, 0);
-    saved.block_bytes = 64; /* chunks of several blocks, cut by the targets below */
+    saved.block_bytes = 64; /* chunks of several tiles (bands of 8 bytes or more), cut by the
+                               targets below along their first and last dims */
     t_run(4, ct_body, &saved);
+    char meta[700];
+    snprintf(meta, sizeof meta, "%s/metadata.json", path);
+    size_t mlen;
+    char *mtext = slurp(meta, &mlen);
+    cr_assert(strstr(mtext, "\"block_bands\":2,\"block_rows\":"), "no tiled chunk: %s", mtext);
+    free(mtext);
     /* the files: rank files (header and data sections), metadata.json, blob.bin */
     char files[6][700];
     size_t size[6];
@@ -307,11 +315,50 @@ static ct_run save_big(const char *path, size_t block_bytes) {
     return r;
 }
 
+/* metadata.json as the first block-checksum saves (2026-12-06, before tiles) wrote it: no
+ * "block_bands" or "block_rows", and "block_xxh3" listing XXH3-64 of each block_bytes piece of
+ * the chunk (hashed here from the data file), for a checkpoint with one rank file, f0. */
+static void untile(const char *meta, const char *f0, uint64_t block_bytes) {
+    size_t len, flen;
+    char *m = slurp(meta, &len), *data = slurp(f0, &flen), *out = malloc(len * 4 + 4096), *w = out;
+    unsigned long long begin = 0, end = 0;
+    int file = -1;
+    for (const char *p = m; *p;) {
+        if (sscanf(p, "{\"file\":%d,\"begin\":%llu,\"end\":%llu", &file, &begin, &end) == 3) {
+            cr_assert(file == 0 && end <= flen);
+            *w++ = *p++;
+        } else if (!strncmp(p, ",\"block_bands\":", 15)) {
+            p = strchr(strstr(p, "\"block_rows\":"), ',');
+        } else if (!strncmp(p, ",\"block_xxh3\":[", 15)) {
+            p = strchr(p, ']') + 1;
+            w += sprintf(w, ",\"block_xxh3\":[");
+            for (unsigned long long b = begin; b < end; b += block_bytes)
+                w += sprintf(w, "%s\"%016llx\"", b > begin ? "," : "",
+                             (unsigned long long)XXH3_64bits(
+                                 data + b, end - b < block_bytes ? end - b : block_bytes));
+            *w++ = ']';
+        } else {
+            *w++ = *p++;
+        }
+    }
+    spit(meta, out, (size_t)(w - out));
+    free(m), free(data), free(out);
+}
+
+/* Saved tiled (bands of 256 bytes, 6 rows a tile), loaded as the pre-tile format: contiguous
+ * blocks of 1536 bytes, which still load and are checked as such. */
 Test(checkpoint_verify, a_partial_read_checks_its_blocks_edges_in_whole) {
-    char *dir = tmpdir(), path[600], f0[700];
+    char *dir = tmpdir(), path[600], f0[700], meta[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(f0, sizeof f0, "%s/rank-00000.safetensors", path);
+    snprintf(meta, sizeof meta, "%s/metadata.json", path);
     ct_run l = save_big(path, 1536);
+    size_t mlen;
+    char *tiled = slurp(meta, &mlen);
+    cr_assert(strstr(tiled, "\"block_bands\":4,\"block_rows\":6,"), "%s", tiled);
+    free(tiled);
+    untile(meta, f0, 1536);
+    cr_assert_eq(dt_checkpoint_check(path, 1), DT_OK, "%s", dt_last_error());
     long data = (long)header_end(f0);
     outcome o = {.r = l, .no_dist = 1};
     run_outcome(&o);
@@ -362,15 +409,16 @@ Test(checkpoint_verify, a_partial_read_checks_its_blocks_edges_in_whole) {
 }
 
 /* Blocks larger than a read (256 KiB) are hashed as a stream of reads: 8 MiB in blocks of 3 MiB
- * and 5 bytes, loaded onto 3 ranks by rows. */
+ * and 5 bytes (rows of 4 KiB: too narrow for two bands, so contiguous blocks), loaded onto 3
+ * ranks by rows. */
 Test(checkpoint_verify, blocks_larger_than_a_read) {
     char *dir = tmpdir(), path[600], f0[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(f0, sizeof f0, "%s/rank-00000.safetensors", path);
     ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {1}, .block_bytes = (3 << 20) + 5};
-    r.specs[r.n++] = ct_spec_make("large", DT_F32, 2, (int64_t[]){1024, 2048}, "R", 12, 0);
+    r.specs[r.n++] = ct_spec_make("large", DT_F32, 2, (int64_t[]){2048, 1024}, "R", 12, 0);
     t_run(1, ct_body, &r);
-    r.load = 1, r.mesh_shape[0] = 3; /* rows [0,342), [342,684), [684,1024): 8 KiB each */
+    r.load = 1, r.mesh_shape[0] = 3; /* rows [0,683), [683,1366), [1366,2048): 4 KiB each */
     snprintf(r.specs[0].placements, sizeof r.specs[0].placements, "S(0)");
     outcome o = {.r = r, .no_dist = 1};
     run_outcome(&o);
@@ -381,6 +429,70 @@ Test(checkpoint_verify, blocks_larger_than_a_read) {
     xor_byte(f0, data + (7 << 20), 0x08);
     run_outcome(&o);
     cr_expect(o.st[2] == DT_ERR_IO && strstr(o.msg[2], "block 2 "), "%s", o.msg[2]);
+    for (int k = 0; k < 2; k++)
+        cr_expect(o.st[k] == DT_OK && !o.wrong[k], "rank %d: %s", k, o.msg[k]);
+    rmtree(dir);
+}
+
+/* Tiles: "big" [64, 4096] f32 saved from 2 ranks [S(0)] (chunks [32, 4096]: rows of 16 KiB,
+ * 4 bands of 1024 columns, one row group at the default 1 MiB blocks). A load onto 4 ranks
+ * [S(1)] takes band k of each chunk on rank k: a flip in band 1 fails rank 1 alone (no_dist).
+ * Onto 3 ranks [S(1)] (columns [0,1366), [1366,2732), [2732,4096): bands 0-1, 1-2, 2-3), it
+ * fails ranks 0 and 1, and rank 2 loads. */
+Test(checkpoint_verify, a_column_split_checks_only_its_bands) {
+    char *dir = tmpdir(), path[600], f0[700], meta[700];
+    snprintf(path, sizeof path, "%s/ck", dir);
+    snprintf(f0, sizeof f0, "%s/rank-00000.safetensors", path);
+    snprintf(meta, sizeof meta, "%s/metadata.json", path);
+    ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {2}};
+    r.specs[r.n++] = ct_spec_make("big", DT_F32, 2, (int64_t[]){64, 4096}, "S(0)", 13, 0);
+    t_run(2, ct_body, &r);
+    size_t mlen;
+    char *mtext = slurp(meta, &mlen);
+    cr_assert(strstr(mtext, "\"block_bands\":4,\"block_rows\":256,\"block_xxh3\":[\""), "%s",
+              mtext);
+    free(mtext);
+    long at = (long)header_end(f0) + (5 * 4096 + 1500) * 4; /* row 5, column 1500: band 1 */
+    for (int world = 4; world >= 3; world--) {
+        outcome o = {.r = onto(r, world, 1), .no_dist = 1};
+        run_outcome(&o);
+        for (int k = 0; k < world; k++)
+            cr_expect(o.st[k] == DT_OK && !o.wrong[k], "%d ranks, rank %d: %s", world, k, o.msg[k]);
+        xor_byte(f0, at, 0x10);
+        run_outcome(&o);
+        for (int k = 0; k < world; k++) {
+            int needs = world == 4 ? k == 1 : k <= 1;
+            if (needs)
+                cr_expect(o.st[k] == DT_ERR_IO &&
+                              strstr(o.msg[k], "tensor \"big\": tile 1 (rows 0-31, band 1 of 4)"),
+                          "%d ranks, rank %d: %s", world, k, o.msg[k]);
+            else
+                cr_expect(o.st[k] == DT_OK && !o.wrong[k], "%d ranks, rank %d: %s", world, k,
+                          o.msg[k]);
+        }
+        xor_byte(f0, at, 0x10);
+    }
+    rmtree(dir);
+}
+
+/* Rows wider than a read (512 KiB; 64 bands of 8 KiB) with a target that cuts bands: a rank's
+ * bands are read in pieces through a buffer, and still checked in whole. */
+Test(checkpoint_verify, tiles_wider_than_a_read) {
+    char *dir = tmpdir(), path[600], f0[700];
+    snprintf(path, sizeof path, "%s/ck", dir);
+    snprintf(f0, sizeof f0, "%s/rank-00000.safetensors", path);
+    ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {1}};
+    r.specs[r.n++] = ct_spec_make("wide", DT_F32, 2, (int64_t[]){6, 131072}, "R", 14, 0);
+    t_run(1, ct_body, &r);
+    outcome o = {.r = onto(r, 3, 1),
+                 .no_dist = 1}; /* 43691 columns each: bands 0-21, 21-42, 42-63 */
+    run_outcome(&o);
+    for (int k = 0; k < 3; k++)
+        cr_expect(o.st[k] == DT_OK && !o.wrong[k], "rank %d: %s", k, o.msg[k]);
+    long at = (long)header_end(f0) + (4 * 131072 + 2048 * 50 + 7) * 4; /* row 4, band 50 */
+    xor_byte(f0, at, 0x02);
+    run_outcome(&o);
+    cr_expect(o.st[2] == DT_ERR_IO && strstr(o.msg[2], "band 50 of 64"), "%s", o.msg[2]);
     for (int k = 0; k < 2; k++)
         cr_expect(o.st[k] == DT_OK && !o.wrong[k], "rank %d: %s", k, o.msg[k]);
     rmtree(dir);
@@ -419,6 +531,8 @@ static void strip_blocks(const char *meta) {
             p = strchr(p, ',') + 1;
         } else if (!strncmp(p, ",\"block_xxh3\":[", 15)) {
             p = strchr(p, ']') + 1;
+        } else if (!strncmp(p, ",\"block_bands\":", 15)) {
+            p = strchr(strstr(p, "\"block_rows\":"), ',');
         } else {
             *w++ = *p++;
         }

@@ -22,6 +22,7 @@ while [ $(( ${#hdr} % 8 )) -ne 0 ]; do hdr="$hdr "; done
 grep -q "4 chunks" "$dir/inspect.txt" || { cat "$dir/inspect.txt"; exit 1; }
 grep -q "\[S(0),S(1)\] on d0=2,d1=2" "$dir/inspect.txt" || { cat "$dir/inspect.txt"; exit 1; }
 grep -q "XXH3-64 per block of 1.0 MiB" "$dir/inspect.txt" || { cat "$dir/inspect.txt"; exit 1; }
+grep -q "0 of 4 chunks in tiles" "$dir/inspect.txt" || { cat "$dir/inspect.txt"; exit 1; }
 "$tool" verify "$dir/ck" > /dev/null
 "$tool" consolidate "$dir/ck" "$dir/out.safetensors" > /dev/null
 # the same data (the header gains "__metadata__")
