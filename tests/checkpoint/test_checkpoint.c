@@ -13,20 +13,7 @@
 #include "ckpt_common.h"
 #include "helpers.h"
 
-static char *tmpdir(void) {
-    char *d = strdup("/tmp/dtckpt-XXXXXX");
-    cr_assert(d && mkdtemp(d), "mkdtemp");
-    return d;
-}
-
-/* Removes and frees a tmpdir(). */
-static void rmtree(char *d) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-    cr_assert_eq(system(cmd), 0);
-    free(d);
-}
-
+/* Removes and frees a t_tmpdir(). */
 #define spec ct_spec_make
 
 static ct_run fixed_save(const char *dir) {
@@ -50,7 +37,7 @@ static ct_run retarget(ct_run r, int ndim, const int *shape, const char *pl) {
 }
 
 Test(checkpoint, reshard_2x2_onto_4_8_3_1) {
-    char *dir = tmpdir(), path[600];
+    char *dir = t_tmpdir(), path[600];
     snprintf(path, sizeof path, "%s/step-1", dir);
     ct_run r = fixed_save(path);
     t_run(4, ct_body, &r);
@@ -73,7 +60,7 @@ Test(checkpoint, reshard_2x2_onto_4_8_3_1) {
     cr_assert_eq(dt_checkpoint_blob(path, blob, sizeof blob, &len), DT_OK, "%s", dt_last_error());
     cr_expect_eq(len, 7);
     cr_expect_str_eq(blob, "step=42");
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* --- a minimal safetensors reader, independent of the library's -------------------------- */
@@ -119,7 +106,7 @@ static int st_entries(const char *json, st_ent *e, int cap) {
 }
 
 Test(checkpoint, rank_files_are_safetensors) {
-    char *dir = tmpdir(), path[600];
+    char *dir = t_tmpdir(), path[600];
     snprintf(path, sizeof path, "%s/ck", dir);
     ct_run r = fixed_save(path);
     t_run(4, ct_body, &r);
@@ -197,7 +184,7 @@ Test(checkpoint, rank_files_are_safetensors) {
         "' $f || exit 1; done",
         path);
     cr_expect_eq(system(cmd), 0, "Python's safetensors rejected a rank file");
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* --- errors ------------------------------------------------------------------------------ */
@@ -240,11 +227,11 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
 }
 
 Test(checkpoint, strict_and_mismatch_errors_name_the_tensor) {
-    char *dir = tmpdir(), path[600];
+    char *dir = t_tmpdir(), path[600];
     snprintf(path, sizeof path, "%s/ck", dir);
     err_arg a = {path};
     t_run(2, errors_body, &a);
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 static void flip_byte(const char *path, long at) {
@@ -257,28 +244,9 @@ static void flip_byte(const char *path, long at) {
     close(fd);
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "open %s", path);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(*len + 1);
-    cr_assert_eq(fread(b, 1, *len, f), *len);
-    b[*len] = 0;
-    fclose(f);
-    return b;
-}
-
-static void spit(const char *path, const char *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    cr_assert(f && fwrite(data, 1, len, f) == len);
-    fclose(f);
-}
-
 /* A flipped byte, a truncated file, metadata that lies: errors, never a crash or a wrong load. */
 Test(checkpoint, corrupt_truncated_and_lying_files) {
-    char *dir = tmpdir(), path[600], f1[700], meta[700];
+    char *dir = t_tmpdir(), path[600], f1[700], meta[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(f1, sizeof f1, "%s/rank-00001.safetensors", path);
     snprintf(meta, sizeof meta, "%s/metadata.json", path);
@@ -287,13 +255,13 @@ Test(checkpoint, corrupt_truncated_and_lying_files) {
     ct_run same = r;
     same.load = 1;
     size_t mlen, flen;
-    char *orig_meta = slurp(meta, &mlen), *orig_file = slurp(f1, &flen);
+    char *orig_meta = t_slurp(meta, &mlen), *orig_file = t_slurp(f1, &flen);
 
     flip_byte(f1, (long)flen - 3); /* in the last chunk's data */
     T_ERR(dt_checkpoint_check(path, 1), DT_ERR_IO, "fails its checksum");
     cr_expect_neq(dt_local_run(4, ct_body, &same, NULL), DT_OK, "a corrupt chunk loaded");
     cr_expect(strstr(dt_last_error(), "fails its checksum"), "%s", dt_last_error());
-    spit(f1, orig_file, flen);
+    t_spit(f1, orig_file, flen);
 
     /* a rank file's header that lies: a shape that does not fit its bytes, or one that does
      * ([7,5] written as [5,7]) but is not the chunk's */
@@ -301,25 +269,25 @@ Test(checkpoint, corrupt_truncated_and_lying_files) {
     memcpy(lie, orig_file, flen);
     cr_assert((sh = memmem(lie, flen, "\"shape\":[7,5]", 13)) != NULL, "rank 1's w chunk");
     sh[9] = '8';
-    spit(f1, lie, flen);
+    t_spit(f1, lie, flen);
     T_ERR(dt_checkpoint_check(path, 1), DT_ERR_PARSE, "bad safetensors header");
     sh[9] = '5', sh[11] = '7';
-    spit(f1, lie, flen);
+    t_spit(f1, lie, flen);
     T_ERR(dt_checkpoint_check(path, 1), DT_ERR_IO, "does not describe tensor \"layers.0.w\"");
     free(lie);
-    spit(f1, orig_file, flen);
+    t_spit(f1, orig_file, flen);
 
-    spit(f1, orig_file, flen - 5);
+    t_spit(f1, orig_file, flen - 5);
     T_ERR(dt_checkpoint_check(path, 0), DT_ERR_IO, "truncated or overwritten");
     cr_expect_neq(dt_local_run(4, ct_body, &same, NULL), DT_OK, "a truncated file loaded");
-    spit(f1, orig_file, flen);
+    t_spit(f1, orig_file, flen);
 
     /* every byte of metadata.json changed in turn: an error or a correct load, never a crash */
     int errors = 0;
     for (size_t i = 0; i < mlen; i += 7) {
         char *m = strdup(orig_meta);
         m[i] = m[i] == '9' ? '1' : (char)(m[i] + 1);
-        spit(meta, m, mlen);
+        t_spit(meta, m, mlen);
         dt_status st = dt_checkpoint_check(path, 1);
         errors += st != DT_OK;
         free(m);
@@ -329,7 +297,7 @@ Test(checkpoint, corrupt_truncated_and_lying_files) {
     char *m = strdup(orig_meta), *e = strstr(m, "\"end\":");
     cr_assert(e);
     e[6] = e[6] == '9' ? '8' : '9';
-    spit(meta, m, mlen);
+    t_spit(meta, m, mlen);
     T_ERR(dt_checkpoint_check(path, 0), DT_ERR_PARSE, "metadata.json");
     free(m);
     /* a negative chunk offset is named as such, not as a malformed list */
@@ -339,10 +307,10 @@ Test(checkpoint, corrupt_truncated_and_lying_files) {
     m = malloc(nlen + 1);
     memcpy(m, orig_meta, at), memcpy(m + at, "-5", 2), memcpy(m + at + 2, off + 11, mlen - at - 1);
     m[nlen] = 0;
-    spit(meta, m, nlen);
+    t_spit(meta, m, nlen);
     T_ERR(dt_checkpoint_check(path, 0), DT_ERR_PARSE, "offset[0] = -5 is negative");
     free(m);
-    spit(meta, orig_meta, mlen);
+    t_spit(meta, orig_meta, mlen);
     cr_assert_eq(dt_checkpoint_check(path, 1), DT_OK, "%s", dt_last_error());
     t_run(4, ct_body, &same);
 
@@ -358,13 +326,13 @@ Test(checkpoint, corrupt_truncated_and_lying_files) {
     T_ERR(dt_checkpoint_blob(path, NULL, 0, &blob_len), DT_ERR_ARG, "holds no blob");
     cr_expect_eq(blob_len, 7, "bytes_out written on failure");
     free(orig_meta), free(orig_file);
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* --- publishing, rotation, asynchronous saves -------------------------------------------- */
 
 Test(checkpoint, keep_last_latest_and_stale_partials) {
-    char *dir = tmpdir(), path[600], got[700];
+    char *dir = t_tmpdir(), path[600], got[700];
     snprintf(path, sizeof path, "%s/step-3.partial", dir);
     cr_assert_eq(mkdir(path, 0755), 0); /* a save that crashed */
     for (int step = 1; step <= 5; step++) {
@@ -396,11 +364,11 @@ Test(checkpoint, keep_last_latest_and_stale_partials) {
     /* a directory holding anything else is never replaced, rotated away or removed */
     char keep[700];
     snprintf(keep, sizeof keep, "%s/step-9/notes.txt", dir);
-    spit(keep, "mine", 4);
+    t_spit(keep, "mine", 4);
     snprintf(keep, sizeof keep, "%s/step-2", dir);
     cr_assert_eq(mkdir(keep, 0755), 0);
     snprintf(keep, sizeof keep, "%s/step-2/notes.txt", dir);
-    spit(keep, "mine", 4);
+    t_spit(keep, "mine", 4);
     ct_run again = fixed_save(path);
     again.n = 2, again.keep_last = 1;
     cr_expect_neq(dt_local_run(4, ct_body, &again, NULL), DT_OK);
@@ -413,11 +381,11 @@ Test(checkpoint, keep_last_latest_and_stale_partials) {
     cr_expect_eq(access(keep, 0), 0);
     snprintf(keep, sizeof keep, "%s/step-5", dir);
     cr_expect_neq(access(keep, 0), 0, "keep_last 1 kept step-5");
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 Test(checkpoint, async_save_snapshots_before_returning) {
-    char *dir = tmpdir(), path[600];
+    char *dir = t_tmpdir(), path[600];
     snprintf(path, sizeof path, "%s/ck", dir);
     ct_run r = fixed_save(path);
     r.async = 1; /* the body overwrites every shard between the save and the wait */
@@ -425,7 +393,7 @@ Test(checkpoint, async_save_snapshots_before_returning) {
     ct_run b = retarget(r, 1, (int[]){3}, "S(0)");
     b.async = 0;
     t_run(3, ct_body, &b);
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* --- random meshes, placements and shapes ------------------------------------------------ */
@@ -473,7 +441,7 @@ Test(checkpoint, random_meshes_placements_and_shapes) {
     uint64_t seed = getenv("DT_CKPT_SEED") ? strtoull(getenv("DT_CKPT_SEED"), NULL, 10) : 20261201;
     int cases = getenv("DT_CKPT_CASES") ? atoi(getenv("DT_CKPT_CASES")) : 16;
     cr_log_info("seed %llu (DT_CKPT_SEED replays it), %d cases", (unsigned long long)seed, cases);
-    char *dir = tmpdir();
+    char *dir = t_tmpdir();
     for (int c = 0; c < cases; c++) {
         uint64_t s = seed * 1000 + (uint64_t)c;
         char path[600];
@@ -514,13 +482,13 @@ Test(checkpoint, random_meshes_placements_and_shapes) {
         cr_assert_eq(st, DT_OK, "seed %llu case %d load:%s %s", (unsigned long long)seed, c, what,
                      dt_last_error());
     }
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* --- consolidate and convert -------------------------------------------------------------- */
 
 Test(checkpoint, consolidate_then_convert_to_another_mesh) {
-    char *dir = tmpdir(), path[600], file[700], conv[700];
+    char *dir = t_tmpdir(), path[600], file[700], conv[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(file, sizeof file, "%s/full.safetensors", dir);
     snprintf(conv, sizeof conv, "%s/converted", dir);
@@ -529,7 +497,7 @@ Test(checkpoint, consolidate_then_convert_to_another_mesh) {
     cr_assert_eq(dt_checkpoint_consolidate(path, file), DT_OK, "%s", dt_last_error());
     /* the single file holds every tensor in full, read by the minimal reader */
     size_t len;
-    unsigned char *all = (unsigned char *)slurp(file, &len);
+    unsigned char *all = (unsigned char *)t_slurp(file, &len);
     unsigned long long hlen = 0;
     for (int b = 0; b < 8; b++)
         hlen |= (unsigned long long)all[b] << (8 * b);
@@ -561,5 +529,5 @@ Test(checkpoint, consolidate_then_convert_to_another_mesh) {
     ct_run l2 = retarget(r, 1, (int[]){3}, "S(0)");
     l2.dir = conv;
     t_run(3, ct_body, &l2);
-    rmtree(dir);
+    t_rmtree(dir);
 }

@@ -12,37 +12,6 @@
 #include "ckpt_common.h"
 #include "helpers.h"
 
-static char *tmpdir(void) {
-    char *d = strdup("/tmp/dtckpt-XXXXXX");
-    cr_assert(d && mkdtemp(d), "mkdtemp");
-    return d;
-}
-
-static void rmtree(char *d) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-    cr_assert_eq(system(cmd), 0);
-    free(d);
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "open %s", path);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(*len + 8);
-    cr_assert_eq(fread(b, 1, *len, f), *len);
-    fclose(f);
-    return b;
-}
-
-static void spit(const char *path, const char *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    cr_assert(f && fwrite(data, 1, len, f) == len);
-    fclose(f);
-}
-
 /* Bytes this thread has read through read/pread (Linux's per-thread I/O accounting; bytes
  * copied out of a mapping are not counted). */
 static long long thread_rchar(void) {
@@ -113,7 +82,7 @@ static long long file_bytes(const char *path) {
 
 Test(checkpoint_read, load_reads_only_the_overlap) {
     if (thread_rchar() < 0) cr_skip_test("no /proc/thread-self/io");
-    char *dir = tmpdir(), path[600], meta[700];
+    char *dir = t_tmpdir(), path[600], meta[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(meta, sizeof meta, "%s/metadata.json", path);
     ct_run l;
@@ -127,7 +96,7 @@ Test(checkpoint_read, load_reads_only_the_overlap) {
         cr_expect_leq(a.read[k], a.shard_bytes + file_bytes(meta) + 2048,
                       "rank %d read %lld bytes for a %lld-byte shard", k, a.read[k], a.shard_bytes);
     t_run(4, ct_body, &l);
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* A verified load reads its range in whole tiles: with blocks of 24 KiB, a chunk of [32, 4096]
@@ -136,7 +105,7 @@ Test(checkpoint_read, load_reads_only_the_overlap) {
  * the metadata, and nothing else; unverified, its rows alone. */
 Test(checkpoint_read, a_verified_load_reads_its_edge_row_groups_whole) {
     if (thread_rchar() < 0) cr_skip_test("no /proc/thread-self/io");
-    char *dir = tmpdir(), path[600], meta[700];
+    char *dir = t_tmpdir(), path[600], meta[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(meta, sizeof meta, "%s/metadata.json", path);
     ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {2}, .block_bytes = 24576};
@@ -171,7 +140,7 @@ Test(checkpoint_read, a_verified_load_reads_its_edge_row_groups_whole) {
                       verify, k, a.read[k], want, hi - lo, a.shard_bytes);
         }
     }
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* A column split of tiled chunks reads exactly its bands: "big" [8, 262144] f32 saved from 2
@@ -186,7 +155,7 @@ Test(checkpoint_read, a_column_split_reads_exactly_its_bands) {
     static const char *const saved[] = {"S(0)", "S(1)"};
     for (int wide = 0; wide < 2; wide++)
         for (int i = 0; i < 2; i++) {
-            char *dir = tmpdir(), path[600], meta[700];
+            char *dir = t_tmpdir(), path[600], meta[700];
             snprintf(path, sizeof path, "%s/ck", dir);
             snprintf(meta, sizeof meta, "%s/metadata.json", path);
             ct_run l;
@@ -205,12 +174,12 @@ Test(checkpoint_read, a_column_split_reads_exactly_its_bands) {
                               saved[i], k, a.read[k], a.shard_bytes);
             }
             t_run(4, ct_body, &l);
-            rmtree(dir);
+            t_rmtree(dir);
         }
 }
 
 Test(checkpoint_read, short_dense_runs_come_from_a_mapping) {
-    char *dir = tmpdir(), path[600], f1[700], meta[700];
+    char *dir = t_tmpdir(), path[600], f1[700], meta[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(f1, sizeof f1, "%s/rank-00001.safetensors", path);
     snprintf(meta, sizeof meta, "%s/metadata.json", path);
@@ -226,20 +195,20 @@ Test(checkpoint_read, short_dense_runs_come_from_a_mapping) {
                           "rank %d read %lld bytes with read(): not the mapped path", k, a.read[k]);
     }
     size_t len;
-    char *orig = slurp(f1, &len);
+    char *orig = t_slurp(f1, &len);
     memset(orig + len, 0, 8);
     for (int grow = 0; grow < 2; grow++) { /* 5 bytes short, then 8 too many */
-        spit(f1, orig, grow ? len + 8 : len - 5);
+        t_spit(f1, orig, grow ? len + 8 : len - 5);
         cr_expect_neq(dt_local_run(4, ct_body, &l, NULL), DT_OK, "a %s file loaded",
                       grow ? "grown" : "truncated");
         cr_expect(strstr(dt_last_error(), "truncated or overwritten") &&
                       strstr(dt_last_error(), "rank-00001.safetensors"),
                   "%s", dt_last_error());
     }
-    spit(f1, orig, len);
+    t_spit(f1, orig, len);
     t_run(4, ct_body, &l);
     free(orig);
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 static uint64_t rnd(uint64_t *s) {
@@ -253,7 +222,7 @@ Test(checkpoint_read, random_short_runs) {
     uint64_t seed = getenv("DT_CKPT_SEED") ? strtoull(getenv("DT_CKPT_SEED"), NULL, 10) : 20261202;
     cr_log_info("seed %llu (DT_CKPT_SEED replays it)", (unsigned long long)seed);
     static const dt_dtype dts[] = {DT_F32, DT_BF16, DT_I64, DT_F16};
-    char *dir = tmpdir(), path[600];
+    char *dir = t_tmpdir(), path[600];
     for (int c = 0; c < 12; c++) {
         uint64_t s = seed * 1000 + (uint64_t)c;
         snprintf(path, sizeof path, "%s/ck%d", dir, c);
@@ -279,5 +248,5 @@ Test(checkpoint_read, random_short_runs) {
                      (unsigned long long)seed, c, r.specs[0].placements, ws, last, wl,
                      dt_last_error());
     }
-    rmtree(dir);
+    t_rmtree(dir);
 }

@@ -16,38 +16,6 @@
 #include "ckpt_common.h"
 #include "helpers.h"
 
-static char *tmpdir(void) {
-    char *d = strdup("/tmp/dtckpt-XXXXXX");
-    cr_assert(d && mkdtemp(d), "mkdtemp");
-    return d;
-}
-
-static void rmtree(char *d) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-    cr_assert_eq(system(cmd), 0);
-    free(d);
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "open %s", path);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(*len + 1);
-    cr_assert_eq(fread(b, 1, *len, f), *len);
-    b[*len] = 0;
-    fclose(f);
-    return b;
-}
-
-static void spit(const char *path, const char *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    cr_assert(f && fwrite(data, 1, len, f) == len);
-    fclose(f);
-}
-
 static uint64_t rnd(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     return *s >> 33;
@@ -137,7 +105,7 @@ static void expect_agreed(const outcome *o, const char *what) {
 
 static uint64_t header_end(const char *path) {
     size_t len;
-    unsigned char *b = (unsigned char *)slurp(path, &len);
+    unsigned char *b = (unsigned char *)t_slurp(path, &len);
     uint64_t h = 0;
     for (int i = 0; i < 8; i++)
         h |= (uint64_t)b[i] << (8 * i);
@@ -163,7 +131,7 @@ Test(checkpoint_verify, flipped_bytes_never_load_wrong_data) {
     int trials = getenv("DT_CKPT_FLIPS") ? atoi(getenv("DT_CKPT_FLIPS")) : 200;
     cr_log_info("seed %llu (DT_CKPT_SEED replays it), %d flips (DT_CKPT_FLIPS)",
                 (unsigned long long)seed, trials);
-    char *dir = tmpdir(), path[600];
+    char *dir = t_tmpdir(), path[600];
     snprintf(path, sizeof path, "%s/ck", dir);
     ct_run saved = ct_fixed(path, 0);
     saved.block_bytes = 64; /* chunks of several tiles (bands of 8 bytes or more), cut by the
@@ -172,7 +140,7 @@ Test(checkpoint_verify, flipped_bytes_never_load_wrong_data) {
     char meta[700];
     snprintf(meta, sizeof meta, "%s/metadata.json", path);
     size_t mlen;
-    char *mtext = slurp(meta, &mlen);
+    char *mtext = t_slurp(meta, &mlen);
     cr_assert(strstr(mtext, "\"block_bands\":2,\"block_rows\":"), "no tiled chunk: %s", mtext);
     free(mtext);
     /* the files: rank files (header and data sections), metadata.json, blob.bin */
@@ -186,7 +154,7 @@ Test(checkpoint_verify, flipped_bytes_never_load_wrong_data) {
     snprintf(files[nf++], sizeof files[0], "%s/blob.bin", path);
     size_t total = 0;
     for (int f = 0; f < nf; f++) {
-        free(slurp(files[f], &size[f]));
+        free(t_slurp(files[f], &size[f]));
         if (f < 4) hend[f] = header_end(files[f]);
         total += size[f];
     }
@@ -245,25 +213,25 @@ Test(checkpoint_verify, flipped_bytes_never_load_wrong_data) {
     outcome clean = {.r = onto(saved, 3, 0)};
     run_outcome(&clean);
     cr_expect_eq(clean.st[0], DT_OK, "%s", clean.msg[0]);
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* --- a rank file's header --------------------------------------------------------------- */
 
 Test(checkpoint_verify, header_length_2_63_and_garbage_json_fail_by_name) {
-    char *dir = tmpdir(), path[600], f1[700];
+    char *dir = t_tmpdir(), path[600], f1[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(f1, sizeof f1, "%s/rank-00001.safetensors", path);
     ct_run saved = ct_fixed(path, 0);
     t_run(4, ct_body, &saved);
     size_t len;
-    char *orig = slurp(f1, &len), *bad = malloc(len);
+    char *orig = t_slurp(f1, &len), *bad = malloc(len);
     uint64_t hend = header_end(f1);
     outcome o = {.r = onto(saved, 3, 0)};
 
     memcpy(bad, orig, len);
     memset(bad, 0, 8), bad[7] = (char)0x80; /* 2^63, little-endian */
-    spit(f1, bad, len);
+    t_spit(f1, bad, len);
     run_outcome(&o);
     expect_agreed(&o, "header length 2^63");
     cr_expect_eq(o.st[0], DT_ERR_PARSE, "%s", o.msg[0]);
@@ -275,7 +243,7 @@ Test(checkpoint_verify, header_length_2_63_and_garbage_json_fail_by_name) {
     memcpy(bad, orig, len); /* the JSON replaced by garbage of the same length */
     memset(bad + 8, 'x', (size_t)hend - 8);
     memcpy(bad + 8, "{\"w\":", 5);
-    spit(f1, bad, len);
+    t_spit(f1, bad, len);
     run_outcome(&o);
     expect_agreed(&o, "garbage header");
     cr_expect_eq(o.st[0], DT_ERR_PARSE, "%s", o.msg[0]);
@@ -288,17 +256,17 @@ Test(checkpoint_verify, header_length_2_63_and_garbage_json_fail_by_name) {
     char *sh = memmem(bad, len, "\"shape\":[7,5]", 13);
     cr_assert(sh, "rank 1's layers.0.w chunk");
     sh[9] = '5', sh[11] = '7';
-    spit(f1, bad, len);
+    t_spit(f1, bad, len);
     run_outcome(&o);
     expect_agreed(&o, "lying header");
     cr_expect_eq(o.st[0], DT_ERR_IO, "%s", o.msg[0]);
     cr_expect(strstr(o.msg[0], "does not describe tensor \"layers.0.w\""), "%s", o.msg[0]);
 
-    spit(f1, orig, len);
+    t_spit(f1, orig, len);
     run_outcome(&o);
     cr_expect_eq(o.st[0], DT_OK, "%s", o.msg[0]);
     free(orig), free(bad);
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* --- partial reads, and who fails ---------------------------------------------------------- */
@@ -320,7 +288,7 @@ static ct_run save_big(const char *path, size_t block_bytes) {
  * the chunk (hashed here from the data file), for a checkpoint with one rank file, f0. */
 static void untile(const char *meta, const char *f0, uint64_t block_bytes) {
     size_t len, flen;
-    char *m = slurp(meta, &len), *data = slurp(f0, &flen), *out = malloc(len * 4 + 4096), *w = out;
+    char *m = t_slurp(meta, &len), *data = t_slurp(f0, &flen), *out = malloc(len * 4 + 4096), *w = out;
     unsigned long long begin = 0, end = 0;
     int file = -1;
     for (const char *p = m; *p;) {
@@ -341,20 +309,20 @@ static void untile(const char *meta, const char *f0, uint64_t block_bytes) {
             *w++ = *p++;
         }
     }
-    spit(meta, out, (size_t)(w - out));
+    t_spit(meta, out, (size_t)(w - out));
     free(m), free(data), free(out);
 }
 
 /* Saved tiled (bands of 256 bytes, 6 rows a tile), loaded as the pre-tile format: contiguous
  * blocks of 1536 bytes, which still load and are checked as such. */
 Test(checkpoint_verify, a_partial_read_checks_its_blocks_edges_in_whole) {
-    char *dir = tmpdir(), path[600], f0[700], meta[700];
+    char *dir = t_tmpdir(), path[600], f0[700], meta[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(f0, sizeof f0, "%s/rank-00000.safetensors", path);
     snprintf(meta, sizeof meta, "%s/metadata.json", path);
     ct_run l = save_big(path, 1536);
     size_t mlen;
-    char *tiled = slurp(meta, &mlen);
+    char *tiled = t_slurp(meta, &mlen);
     cr_assert(strstr(tiled, "\"block_bands\":4,\"block_rows\":6,"), "%s", tiled);
     free(tiled);
     untile(meta, f0, 1536);
@@ -405,14 +373,14 @@ Test(checkpoint_verify, a_partial_read_checks_its_blocks_edges_in_whole) {
     run_outcome(&o);
     for (int k = 0; k < 4; k++)
         cr_expect(o.st[k] == DT_OK && !o.wrong[k], "rank %d: %s", k, o.msg[k]);
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* Blocks larger than a read (256 KiB) are hashed as a stream of reads: 8 MiB in blocks of 3 MiB
  * and 5 bytes (rows of 4 KiB: too narrow for two bands, so contiguous blocks), loaded onto 3
  * ranks by rows. */
 Test(checkpoint_verify, blocks_larger_than_a_read) {
-    char *dir = tmpdir(), path[600], f0[700];
+    char *dir = t_tmpdir(), path[600], f0[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(f0, sizeof f0, "%s/rank-00000.safetensors", path);
     ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {1}, .block_bytes = (3 << 20) + 5};
@@ -431,7 +399,7 @@ Test(checkpoint_verify, blocks_larger_than_a_read) {
     cr_expect(o.st[2] == DT_ERR_IO && strstr(o.msg[2], "block 2 "), "%s", o.msg[2]);
     for (int k = 0; k < 2; k++)
         cr_expect(o.st[k] == DT_OK && !o.wrong[k], "rank %d: %s", k, o.msg[k]);
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* Tiles: "big" [64, 4096] f32 saved from 2 ranks [S(0)] (chunks [32, 4096]: rows of 16 KiB,
@@ -440,7 +408,7 @@ Test(checkpoint_verify, blocks_larger_than_a_read) {
  * Onto 3 ranks [S(1)] (columns [0,1366), [1366,2732), [2732,4096): bands 0-1, 1-2, 2-3), it
  * fails ranks 0 and 1, and rank 2 loads. */
 Test(checkpoint_verify, a_column_split_checks_only_its_bands) {
-    char *dir = tmpdir(), path[600], f0[700], meta[700];
+    char *dir = t_tmpdir(), path[600], f0[700], meta[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(f0, sizeof f0, "%s/rank-00000.safetensors", path);
     snprintf(meta, sizeof meta, "%s/metadata.json", path);
@@ -448,7 +416,7 @@ Test(checkpoint_verify, a_column_split_checks_only_its_bands) {
     r.specs[r.n++] = ct_spec_make("big", DT_F32, 2, (int64_t[]){64, 4096}, "S(0)", 13, 0);
     t_run(2, ct_body, &r);
     size_t mlen;
-    char *mtext = slurp(meta, &mlen);
+    char *mtext = t_slurp(meta, &mlen);
     cr_assert(strstr(mtext, "\"block_bands\":4,\"block_rows\":256,\"block_xxh3\":[\""), "%s",
               mtext);
     free(mtext);
@@ -472,13 +440,13 @@ Test(checkpoint_verify, a_column_split_checks_only_its_bands) {
         }
         xor_byte(f0, at, 0x10);
     }
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* Rows wider than a read (512 KiB; 64 bands of 8 KiB) with a target that cuts bands: a rank's
  * bands are read in pieces through a buffer, and still checked in whole. */
 Test(checkpoint_verify, tiles_wider_than_a_read) {
-    char *dir = tmpdir(), path[600], f0[700];
+    char *dir = t_tmpdir(), path[600], f0[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(f0, sizeof f0, "%s/rank-00000.safetensors", path);
     ct_run r = {.dir = path, .mesh_ndim = 1, .mesh_shape = {1}};
@@ -495,13 +463,13 @@ Test(checkpoint_verify, tiles_wider_than_a_read) {
     cr_expect(o.st[2] == DT_ERR_IO && strstr(o.msg[2], "band 50 of 64"), "%s", o.msg[2]);
     for (int k = 0; k < 2; k++)
         cr_expect(o.st[k] == DT_OK && !o.wrong[k], "rank %d: %s", k, o.msg[k]);
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* A rank that fails before it reads anything (a name not in the checkpoint) still reaches the
  * agreement: no rank waits forever, and all return its error. */
 Test(checkpoint_verify, an_early_failure_on_one_rank_fails_every_rank) {
-    char *dir = tmpdir(), path[600];
+    char *dir = t_tmpdir(), path[600];
     snprintf(path, sizeof path, "%s/ck", dir);
     ct_run l = save_big(path, 0);
     static const char *const wrong[] = {"bigger"};
@@ -516,7 +484,7 @@ Test(checkpoint_verify, an_early_failure_on_one_rank_fails_every_rank) {
     cr_expect_eq(o.st[2], DT_ERR_ARG, "%s", o.msg[2]);
     for (int k = 0; k < 4; k++)
         cr_expect(k == 2 || (o.st[k] == DT_OK && !o.wrong[k]), "rank %d: %s", k, o.msg[k]);
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* --- checkpoints written before block checksums ------------------------------------------ */
@@ -525,7 +493,7 @@ Test(checkpoint_verify, an_early_failure_on_one_rank_fails_every_rank) {
  * 2026-12-06 wrote it. */
 static void strip_blocks(const char *meta) {
     size_t len;
-    char *m = slurp(meta, &len), *out = malloc(len + 1), *w = out;
+    char *m = t_slurp(meta, &len), *out = malloc(len + 1), *w = out;
     for (const char *p = m; *p;) {
         if (!strncmp(p, "\"block_bytes\":", 14)) {
             p = strchr(p, ',') + 1;
@@ -537,18 +505,18 @@ static void strip_blocks(const char *meta) {
             *w++ = *p++;
         }
     }
-    spit(meta, out, (size_t)(w - out));
+    t_spit(meta, out, (size_t)(w - out));
     free(m), free(out);
 }
 
 Test(checkpoint_verify, old_checkpoints_are_checked_chunk_by_chunk) {
-    char *dir = tmpdir(), path[600], f0[700], meta[700];
+    char *dir = t_tmpdir(), path[600], f0[700], meta[700];
     snprintf(path, sizeof path, "%s/ck", dir);
     snprintf(f0, sizeof f0, "%s/rank-00000.safetensors", path);
     snprintf(meta, sizeof meta, "%s/metadata.json", path);
     ct_run l = save_big(path, 1536);
     size_t mlen;
-    char *with = slurp(meta, &mlen);
+    char *with = t_slurp(meta, &mlen);
     cr_assert(strstr(with, "\"block_bytes\":1536,") && strstr(with, "\"block_xxh3\":["), "%s",
               with);
     strip_blocks(meta);
@@ -568,12 +536,12 @@ Test(checkpoint_verify, old_checkpoints_are_checked_chunk_by_chunk) {
     /* block checksums without a block size (or the other way round) are malformed */
     char *half = strdup(with), *bb = strstr(half, "\"block_bytes\"");
     memcpy(bb, "\"block_bytez\"", 13);
-    spit(meta, half, mlen);
+    t_spit(meta, half, mlen);
     T_ERR(dt_checkpoint_check(path, 0), DT_ERR_PARSE, "lists block checksums, the checkpoint no");
-    spit(meta, with, mlen);
+    t_spit(meta, with, mlen);
     cr_expect_eq(dt_checkpoint_check(path, 1), DT_OK, "%s", dt_last_error());
     free(half), free(with);
-    rmtree(dir);
+    t_rmtree(dir);
 }
 
 /* --- bad options --------------------------------------------------------------------------- */
@@ -604,8 +572,8 @@ static dt_status bad_options_body(dt_ctx *ctx, void *arg) {
 }
 
 Test(checkpoint_verify, bad_options_name_the_option) {
-    char *dir = tmpdir(), path[600];
+    char *dir = t_tmpdir(), path[600];
     snprintf(path, sizeof path, "%s/ck", dir);
     t_run(2, bad_options_body, path);
-    rmtree(dir);
+    t_rmtree(dir);
 }

@@ -3,6 +3,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 void t_run(int n, dt_spmd_fn body, void *arg) {
@@ -18,4 +21,37 @@ int t_closed_port(void) {
     getsockname(fd, (struct sockaddr *)&a, &len);
     close(fd);
     return ntohs(a.sin_port);
+}
+
+char *t_tmpdir(void) {
+    char *d = strdup("/tmp/dtckpt-XXXXXX");
+    cr_assert(d && mkdtemp(d), "mkdtemp");
+    return d;
+}
+
+void t_rmtree(char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(dir);
+}
+
+char *t_slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "open %s", path);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(*len + 8);
+    cr_assert(b);
+    cr_assert_eq(fread(b, 1, *len, f), *len);
+    b[*len] = 0;
+    fclose(f);
+    return b;
+}
+
+void t_spit(const char *path, const char *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f && fwrite(data, 1, len, f) == len, "write %s", path);
+    fclose(f);
 }

@@ -13,6 +13,14 @@ void t_run(int n, dt_spmd_fn body, void *arg);
 /* A loopback TCP port that was free a moment ago and has nothing listening on it. */
 int t_closed_port(void);
 
+/* A fresh directory under /tmp (free it with t_rmtree, which also removes what is in it). */
+char *t_tmpdir(void);
+void t_rmtree(char *dir);
+/* A whole file (malloc'd, NUL-terminated, 8 bytes to spare; its length in *len), and a file
+ * written whole; both assert. */
+char *t_slurp(const char *path, size_t *len);
+void t_spit(const char *path, const char *data, size_t len);
+
 /* Main-thread form of R_ERR. */
 #define T_ERR(call, want, needle)                                                                  \
     do {                                                                                           \
