@@ -1,5 +1,6 @@
 /* Ranks that wait on each other across groups (stuck.h): the positions and the verdict. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/boot/boot.h"
@@ -132,4 +133,52 @@ int dt_pos_verdict(const dt_pos *const *board, int n, char *msg, size_t cap, int
             append_ranks(wait, n, msg, cap, &len);
         }
     return 1;
+}
+
+dt_status dt_board_init(dt_board *b, int n) {
+    *b = (dt_board){.n = n};
+    if (n > DT_POS_WORLD_MAX) return DT_OK;
+    b->pos = calloc((size_t)n, sizeof *b->pos);
+    b->on = calloc((size_t)n, 1);
+    if (b->pos && b->on) return DT_OK;
+    dt_board_fini(b);
+    return dt_error(DT_ERR_NOMEM, "the board of stuck ranks: out of memory for %d ranks", n);
+}
+
+void dt_board_fini(dt_board *b) {
+    free(b->pos);
+    free(b->on);
+    b->pos = NULL;
+    b->on = NULL;
+}
+
+void dt_board_set(dt_board *b, int r, const dt_pos *p) {
+    if (!b->pos || r < 0 || r >= b->n) return;
+    b->count += (p != NULL) - (b->on[r] != 0);
+    b->on[r] = p != NULL;
+    if (p) {
+        b->pos[r] = *p;
+        b->pos[r].rank = r; /* the sender's, whatever it wrote */
+    }
+}
+
+int dt_board_judge(dt_board *b, int64_t now_ns, char *msg, int *blamed) {
+    const dt_pos **view = b->count ? calloc((size_t)b->n, sizeof *view) : NULL;
+    int found = 0;
+    if (view) {
+        for (int r = 0; r < b->n; r++)
+            if (b->on[r]) view[r] = &b->pos[r];
+        found = dt_pos_verdict(view, b->n, msg, sizeof b->verdict, blamed);
+        free(view);
+    }
+    if (!found) {
+        b->verdict[0] = '\0';
+        return 0;
+    }
+    if (strcmp(b->verdict, msg) != 0) {
+        memcpy(b->verdict, msg, sizeof b->verdict);
+        b->verdict_ns = now_ns;
+        return 0;
+    }
+    return now_ns - b->verdict_ns >= DT_CHECK_CONFIRM_NS;
 }

@@ -49,4 +49,21 @@ dt_status dt_check_interval_ns(int world, int64_t *ns_out);
  * them. 0 when every wait may still end. Pure. */
 int dt_pos_verdict(const dt_pos *const *board, int n, char *msg, size_t cap, int *blamed);
 
+/* A board of positions (rank 0's, for the one-process-per-rank runtimes), and its judge: a
+ * verdict counts once it is the same DT_CHECK_CONFIRM_NS after it was first reached. */
+typedef struct dt_board {
+    int n, count;
+    dt_pos *pos;
+    unsigned char *on;
+    char verdict[512];
+    int64_t verdict_ns;
+} dt_board;
+/* DT_OK, or DT_ERR_NOMEM; a world above DT_POS_WORLD_MAX gets an empty board (no check). */
+dt_status dt_board_init(dt_board *b, int n);
+void dt_board_fini(dt_board *b);
+/* Rank r's position (NULL: it waits no more). */
+void dt_board_set(dt_board *b, int r, const dt_pos *p);
+/* At now_ns: 1 when a verdict holds (msg, up to sizeof b->verdict, and *blamed set). */
+int dt_board_judge(dt_board *b, int64_t now_ns, char *msg, int *blamed);
+
 #endif

@@ -51,13 +51,7 @@ struct dt_boot_ctl {
     kv *store;   /* rank 0: values put */
     kv *waiting; /* rank 0: GETs that came before their PUT */
     kv *inbox;   /* answers to this rank's GETs */
-    /* Rank 0: the board of ranks stuck across groups (comm/stuck.h), how many are on it, and
-     * the verdict last reached, to confirm. */
-    dt_pos *board;
-    unsigned char *on_board;
-    int nboard;
-    char verdict[512];
-    int64_t verdict_ns;
+    dt_board board; /* rank 0: where ranks wait, for the check across groups (comm/stuck.h) */
 };
 
 static void record_failure(dt_boot_ctl *c, int rank, dt_status st, const char *msg) {
@@ -242,45 +236,16 @@ static void root_dead(dt_boot_ctl *c, int r) {
     root_check_done(c);
 }
 
-/* Rank r's position (NULL: it waits no more). */
-static void root_board(dt_boot_ctl *c, int r, const dt_pos *p) {
-    if (!c->board) return;
-    if (p && !c->on_board[r]) c->nboard++;
-    if (!p && c->on_board[r]) c->nboard--;
-    c->on_board[r] = p != NULL;
-    if (p) {
-        c->board[r] = *p;
-        c->board[r].rank = r;
-    }
-}
-
-/* Judges the board: a verdict that is the same DT_CHECK_CONFIRM_NS after it was first reached
- * fails the world in the blamed rank's name, every rank hearing of it (the blamed one too). */
+/* Judges the board: a verdict that holds fails the world in the blamed rank's name, every
+ * rank hearing of it (the blamed one too). */
 static void root_judge(dt_boot_ctl *c) {
-    if (!c->nboard || c->fail_rank >= 0) {
-        c->verdict[0] = '\0';
-        return;
-    }
-    const dt_pos **b = calloc((size_t)c->n, sizeof *b);
-    char msg[sizeof c->verdict];
-    int blamed = -1, found = 0;
-    if (!b) return;
-    for (int r = 0; r < c->n; r++)
-        if (c->on_board[r]) b[r] = &c->board[r];
-    found = dt_pos_verdict(b, c->n, msg, sizeof msg, &blamed);
-    free(b);
-    int64_t now = dt_boot_now_ns();
-    if (!found) {
-        c->verdict[0] = '\0';
-    } else if (strcmp(c->verdict, msg) != 0) {
-        memcpy(c->verdict, msg, sizeof msg);
-        c->verdict_ns = now;
-    } else if (now - c->verdict_ns >= DT_CHECK_CONFIRM_NS) {
-        record_failure(c, blamed, DT_ERR_COMM, msg); /* fail_msg holds a verdict whole */
-        c->hooks.abort(c->hooks.arg, blamed, DT_ERR_COMM, msg);
-        for (int q = 1; q < c->n; q++)
-            send_to(c, q, BOOT_MSG_ABORT, blamed, DT_ERR_COMM, msg, strlen(msg) + 1);
-    }
+    char msg[sizeof c->board.verdict];
+    int blamed = -1;
+    if (c->fail_rank >= 0 || !dt_board_judge(&c->board, dt_boot_now_ns(), msg, &blamed)) return;
+    record_failure(c, blamed, DT_ERR_COMM, msg); /* fail_msg holds a verdict whole */
+    c->hooks.abort(c->hooks.arg, blamed, DT_ERR_COMM, msg);
+    for (int q = 1; q < c->n; q++)
+        send_to(c, q, BOOT_MSG_ABORT, blamed, DT_ERR_COMM, msg, strlen(msg) + 1);
 }
 
 static void root_message(dt_boot_ctl *c, int r) {
@@ -304,7 +269,7 @@ static void root_message(dt_boot_ctl *c, int r) {
     } else if (h.type == BOOT_MSG_GET) {
         root_get(c, r, p, h.len);
     } else if (h.type == BOOT_MSG_POS && (h.len == 0 || h.len == sizeof(dt_pos))) {
-        root_board(c, r, h.len ? (const dt_pos *)p : NULL);
+        dt_board_set(&c->board, r, h.len ? (const dt_pos *)p : NULL);
     }
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
@@ -373,7 +338,7 @@ static void *ctl_main(void *arg) {
             fds[nf] = (struct pollfd){.fd = c->socks[r], .events = POLLIN};
             who[nf++] = r;
         }
-        int judging = root && c->nboard > 0;
+        int judging = root && c->board.count > 0;
         pthread_mutex_unlock(&c->mu);
         if (done && !root) break; /* nothing more comes from rank 0 */
         int k = poll(fds, (nfds_t)nf, judging ? JUDGE_MS : -1);
@@ -416,10 +381,7 @@ dt_status dt_boot_ctl_start(int rank, int size, int *socks, const dt_boot_hooks 
     c->finished = fin;
     c->left = size;
     c->fail_rank = -1;
-    if (rank == 0 && size <= DT_POS_WORLD_MAX) { /* without them, no board: no check */
-        c->board = calloc((size_t)size, sizeof *c->board);
-        c->on_board = calloc((size_t)size, 1);
-    }
+    if (rank == 0) (void)dt_board_init(&c->board, size); /* out of memory: no board, no check */
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     if (pthread_create(&c->thread, NULL, ctl_main, c) != 0) {
@@ -519,8 +481,7 @@ void dt_boot_ctl_stop(dt_boot_ctl *c) {
     kv_free_list(c->inbox);
     free(c->socks);
     free(c->finished);
-    free(c->board);
-    free(c->on_board);
+    dt_board_fini(&c->board);
     free(c);
 }
 
@@ -528,7 +489,7 @@ void dt_boot_ctl_post(dt_boot_ctl *c, const dt_pos *pos) {
     if (!c) return;
     pthread_mutex_lock(&c->mu);
     if (c->rank == 0)
-        root_board(c, 0, pos);
+        dt_board_set(&c->board, 0, pos);
     else
         send_to(c, 0, BOOT_MSG_POS, c->rank, 0, pos, pos ? sizeof *pos : 0);
     pthread_mutex_unlock(&c->mu);
