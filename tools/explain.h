@@ -184,4 +184,7 @@ int explain_check_file(const char *path, explain_engine engine, void *user, int 
 dt_status explain_row_parse(explain_row *row, const char *op_text, const char *mesh,
                             const char *shapes, const char *placements, const char *dtypes);
 
+/* Strips leading and trailing spaces of s in place (the text forms' parsers). */
+void explain_trim(char *s);
+
 #endif

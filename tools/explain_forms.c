@@ -42,7 +42,7 @@ typedef struct arg {
     char key[128], val[128];
 } arg;
 
-static void trim(char *s) {
+void explain_trim(char *s) {
     size_t a = strspn(s, " "), n = strlen(s);
     while (n > a && s[n - 1] == ' ')
         n--;
@@ -65,7 +65,7 @@ static dt_status split_args(const char *name, const char *text, arg *args, int m
         if (eq) *eq = '\0';
         snprintf(a->key, sizeof a->key, "%s", eq ? one : "");
         snprintf(a->val, sizeof a->val, "%s", eq ? eq + 1 : one);
-        trim(a->key), trim(a->val);
+        explain_trim(a->key), explain_trim(a->val);
         p = *e ? e + 1 : e;
     }
     return DT_OK;
@@ -196,13 +196,13 @@ dt_status explain_call_parse(const char *text, int n, const dt_spec *in, explain
     const char *paren = strchr(text, '(');
     size_t len = paren ? (size_t)(paren - text) : strlen(text);
     snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), text);
-    trim(name);
+    explain_trim(name);
     if (paren) {
         size_t alen = strlen(paren + 1);
         if (!alen || paren[alen] != ')' || alen >= sizeof args)
             return BAD("%s: \"%s\" does not end with ')'", name, text);
         snprintf(args, sizeof args, "%.*s", (int)alen - 1, paren + 1);
-        trim(args);
+        explain_trim(args);
     }
     dt_op registered; /* a registered op's name is its whole text, and wins */
     int user = dt_op_lookup(text, &registered) == DT_OK && registered >= DT_OP_COUNT;

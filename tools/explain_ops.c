@@ -135,14 +135,6 @@ typedef struct tokens {
     char key[DT_MAX_NDIM + 4][96], val[DT_MAX_NDIM + 4][96]; /* key "" for a bare value */
 } tokens;
 
-static void trim(char *s) {
-    size_t a = strspn(s, " "), n = strlen(s);
-    while (n > a && s[n - 1] == ' ')
-        n--;
-    memmove(s, s + a, n - a);
-    s[n - a] = '\0';
-}
-
 /* "dim=0,1,keepdim" -> (dim,0) ("",1) ("",keepdim): top-level commas only. */
 static dt_status split_args(const char *op, const char *text, tokens *t) {
     t->n = 0;
@@ -164,7 +156,7 @@ static dt_status split_args(const char *op, const char *text, tokens *t) {
             t->key[t->n][0] = '\0';
             snprintf(t->val[t->n], sizeof t->val[0], "%s", one);
         }
-        trim(t->key[t->n]), trim(t->val[t->n]);
+        explain_trim(t->key[t->n]), explain_trim(t->val[t->n]);
         t->n++;
         p = *e ? e + 1 : e;
     }
@@ -234,7 +226,7 @@ static dt_status numpy_slice(const char *op, const char *text, const dt_spec *x,
     snprintf(body, sizeof body, "%.*s", (int)(len - 2), text + 1);
     int d = 0, found = 0, open_end = 0;
     for (char *save, *e = strtok_r(body, ",", &save); e; e = strtok_r(NULL, ",", &save), d++) {
-        trim(e);
+        explain_trim(e);
         if (!strcmp(e, ":")) continue;
         char *colon = strchr(e, ':');
         if (found || !colon) return BAD("%s: \"%s\" must slice exactly one dim as a:b", op, text);
@@ -474,13 +466,13 @@ dt_status explain_op_parse(const char *text, int n, const dt_spec *in, dt_op *op
     if (len >= sizeof name)
         return dt_error_set(DT_ERR_UNSUPPORTED, "no op is named \"%.*s\"", (int)len, text);
     snprintf(name, sizeof name, "%.*s", (int)len, text);
-    trim(name);
+    explain_trim(name);
     if (paren) {
         size_t alen = strlen(paren + 1);
         if (!alen || paren[alen] != ')' || alen >= sizeof args)
             return BAD("%s: \"%s\" does not end with ')'", name, text);
         snprintf(args, sizeof args, "%.*s", (int)alen - 1, paren + 1);
-        trim(args);
+        explain_trim(args);
     }
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
         if (!strcmp(name, aliases[i].alias)) {
