@@ -186,5 +186,11 @@ dt_status explain_row_parse(explain_row *row, const char *op_text, const char *m
 
 /* Strips leading and trailing spaces of s in place (the text forms' parsers). */
 void explain_trim(char *s);
+/* Splits a call's text "name(args)" into name (trimmed, cut to fit) and args (trimmed; "" when
+ * there are no parentheses); DT_ERR_PARSE when the parentheses do not close at the end. */
+#define EXPLAIN_NAME_MAX 64
+#define EXPLAIN_ARGS_MAX 256
+dt_status explain_split_call(const char *text, char name[EXPLAIN_NAME_MAX],
+                             char args[EXPLAIN_ARGS_MAX]);
 
 #endif

@@ -42,6 +42,23 @@ typedef struct arg {
     char key[128], val[128];
 } arg;
 
+dt_status explain_split_call(const char *text, char name[EXPLAIN_NAME_MAX],
+                             char args[EXPLAIN_ARGS_MAX]) {
+    const char *paren = strchr(text, '(');
+    size_t len = paren ? (size_t)(paren - text) : strlen(text);
+    snprintf(name, EXPLAIN_NAME_MAX, "%.*s",
+             (int)(len < EXPLAIN_NAME_MAX ? len : EXPLAIN_NAME_MAX - 1), text);
+    explain_trim(name);
+    args[0] = '\0';
+    if (!paren) return DT_OK;
+    size_t alen = strlen(paren + 1);
+    if (!alen || paren[alen] != ')' || alen >= EXPLAIN_ARGS_MAX)
+        return BAD("%s: \"%s\" does not end with ')'", name, text);
+    snprintf(args, EXPLAIN_ARGS_MAX, "%.*s", (int)alen - 1, paren + 1);
+    explain_trim(args);
+    return DT_OK;
+}
+
 void explain_trim(char *s) {
     size_t a = strspn(s, " "), n = strlen(s);
     while (n > a && s[n - 1] == ' ')
@@ -192,18 +209,9 @@ dt_status explain_call_parse(const char *text, int n, const dt_spec *in, explain
     if (!text || !out || (n && !in))
         return dt_error_set(DT_ERR_ARG, "explain_call_parse: NULL argument");
     explain_call c = {.form = EXPLAIN_OP};
-    char name[64], args[256] = "";
-    const char *paren = strchr(text, '(');
-    size_t len = paren ? (size_t)(paren - text) : strlen(text);
-    snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), text);
-    explain_trim(name);
-    if (paren) {
-        size_t alen = strlen(paren + 1);
-        if (!alen || paren[alen] != ')' || alen >= sizeof args)
-            return BAD("%s: \"%s\" does not end with ')'", name, text);
-        snprintf(args, sizeof args, "%.*s", (int)alen - 1, paren + 1);
-        explain_trim(args);
-    }
+    char name[EXPLAIN_NAME_MAX], args[EXPLAIN_ARGS_MAX];
+    dt_status split = explain_split_call(text, name, args);
+    if (split != DT_OK) return split;
     dt_op registered; /* a registered op's name is its whole text, and wins */
     int user = dt_op_lookup(text, &registered) == DT_OK && registered >= DT_OP_COUNT;
     dt_status st = DT_OK;

@@ -460,20 +460,13 @@ dt_status explain_op_parse(const char *text, int n, const dt_spec *in, dt_op *op
         *op_out = op, *args_out = a;
         return DT_OK;
     }
-    char name[64], args[256] = "";
+    char name[EXPLAIN_NAME_MAX], args[EXPLAIN_ARGS_MAX];
     const char *paren = strchr(text, '(');
     size_t len = paren ? (size_t)(paren - text) : strlen(text);
     if (len >= sizeof name)
         return dt_error_set(DT_ERR_UNSUPPORTED, "no op is named \"%.*s\"", (int)len, text);
-    snprintf(name, sizeof name, "%.*s", (int)len, text);
-    explain_trim(name);
-    if (paren) {
-        size_t alen = strlen(paren + 1);
-        if (!alen || paren[alen] != ')' || alen >= sizeof args)
-            return BAD("%s: \"%s\" does not end with ')'", name, text);
-        snprintf(args, sizeof args, "%.*s", (int)alen - 1, paren + 1);
-        explain_trim(args);
-    }
+    dt_status split = explain_split_call(text, name, args);
+    if (split != DT_OK) return split;
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
         if (!strcmp(name, aliases[i].alias)) {
             if (aliases[i].args && paren) return BAD("%s takes no arguments", name);
