@@ -240,6 +240,10 @@ static dt_status micro_order(int64_t *buf, int batch, int D, int nmicro, int64_t
     return DT_OK;
 }
 
+static dt_status batch_of(const tl_model *m, const unsigned char *text, size_t n,
+                          const size_t *starts, int step, int nmicro, dt_tensor **tokens,
+                          dt_tensor **targets);
+
 dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int step,
                    dt_tensor **tokens, dt_tensor **targets) {
     return tl_batch_micro(m, text, n, step, 1, tokens, targets);
@@ -247,6 +251,23 @@ dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int s
 
 dt_status tl_batch_micro(const tl_model *m, const unsigned char *text, size_t n, int step,
                          int nmicro, dt_tensor **tokens, dt_tensor **targets) {
+    return batch_of(m, text, n, NULL, step, nmicro, tokens, targets);
+}
+
+dt_status tl_batch_at(const tl_model *m, const unsigned char *text, size_t n,
+                      const size_t *starts, int nmicro, dt_tensor **tokens,
+                      dt_tensor **targets) {
+    for (int b = 0; b < m->cfg.batch; b++)
+        if (starts[b] > n || n - starts[b] < (size_t)m->cfg.seq + 1)
+            return dt_error_set(DT_ERR_ARG, "tl_batch_at: starts[%d] = %zu leaves less than %d "
+                                "of the text's %zu bytes", b, starts[b], m->cfg.seq + 1, n);
+    return batch_of(m, text, n, starts, 0, nmicro, tokens, targets);
+}
+
+/* tl_batch_micro's body: windows at starts (NULL: drawn from step). */
+static dt_status batch_of(const tl_model *m, const unsigned char *text, size_t n,
+                          const size_t *starts, int step, int nmicro, dt_tensor **tokens,
+                          dt_tensor **targets) {
     const tl_config *c = &m->cfg;
     int64_t count = (int64_t)c->batch * c->seq, shape[2] = {c->batch, c->seq};
     if (text && n <= (size_t)c->seq + 1)
@@ -257,7 +278,7 @@ dt_status tl_batch_micro(const tl_model *m, const unsigned char *text, size_t n,
     uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(step + 1);
     for (int b = 0; b < c->batch; b++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        size_t at = text ? (size_t)(x % (n - (size_t)c->seq - 1)) : 0;
+        size_t at = !text ? 0 : starts ? starts[b] : (size_t)(x % (n - (size_t)c->seq - 1));
         int64_t prev = 0;
         for (int t = 0; t <= c->seq; t++) {
             int64_t tok;

@@ -106,6 +106,12 @@ dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int s
 dt_status tl_batch_micro(const tl_model *m, const unsigned char *text, size_t n, int step,
                          int nmicro, dt_tensor **tokens, dt_tensor **targets);
 
+/* tl_batch_micro of the windows of text starting at starts[0..batch) (each seq + 1 bytes: the
+ * tokens and their next-token targets), sample b of the batch the window at starts[b]: a data
+ * loader's batches. DT_ERR_ARG naming the first window that does not fit in the n bytes. */
+dt_status tl_batch_at(const tl_model *m, const unsigned char *text, size_t n,
+                      const size_t *starts, int nmicro, dt_tensor **tokens, dt_tensor **targets);
+
 /* FSDP units (tiny_llama_fsdp.c): made by tl_model_init when layout.fsdp_units is set,
  * ended by tl_loss after each forward, freed by tl_model_free. */
 dt_status tl_fsdp_attach(tl_model *m);

@@ -64,9 +64,22 @@ void tl_pp_free(tl_pp *pp) {
     *pp = (tl_pp){0};
 }
 
+static dt_status stage_batch(const tl_pp *pp, dt_tensor **tokens, dt_tensor **targets);
+
 dt_status tl_pp_batch(const tl_pp *pp, const unsigned char *text, size_t n, int step,
                       dt_tensor **tokens, dt_tensor **targets) {
     TRY(tl_batch_micro(&pp->model, text, n, step, pp->nmicro, tokens, targets));
+    return stage_batch(pp, tokens, targets);
+}
+
+dt_status tl_pp_batch_at(const tl_pp *pp, const unsigned char *text, size_t n,
+                         const size_t *starts, dt_tensor **tokens, dt_tensor **targets) {
+    TRY(tl_batch_at(&pp->model, text, n, starts, pp->nmicro, tokens, targets));
+    return stage_batch(pp, tokens, targets);
+}
+
+/* The stage's part of a batch laid out for the pipeline's micro-batches. */
+static dt_status stage_batch(const tl_pp *pp, dt_tensor **tokens, dt_tensor **targets) {
     /* tl_batch keeps the targets whole; the pipeline cuts micro-batches out of each rank's
      * shard, so the targets take the tokens' placements (dp-sharded) to cut the same rows */
     dt_tensor_info ti;

@@ -32,6 +32,10 @@ void tl_pp_free(tl_pp *pp);
 dt_status tl_pp_batch(const tl_pp *pp, const unsigned char *text, size_t n, int step,
                       dt_tensor **tokens, dt_tensor **targets);
 
+/* tl_pp_batch of the windows of text at starts (tl_batch_at). */
+dt_status tl_pp_batch_at(const tl_pp *pp, const unsigned char *text, size_t n,
+                         const size_t *starts, dt_tensor **tokens, dt_tensor **targets);
+
 /* AdamW over the stage's own parameters. */
 dt_status tl_pp_adamw(const tl_pp *pp, const dt_adamw_options *options, dt_optim **out);
 

@@ -1,0 +1,40 @@
+/* make train's training loop on one rank (trainer.c), from a tr_config (train_config.h): the
+ * model of tiny_llama.h on the config's mesh (its pipeline stage under pp), AdamW with the
+ * config's schedule, gradient accumulation and clipping, a byte-level loader over the text,
+ * periodic eval, checkpoints every N steps (dtensor/train_state.h: model, optimizer, schedule,
+ * step and data position in one call) and resume from the newest complete one. */
+#ifndef DT_EXAMPLES_TRAINER_H
+#define DT_EXAMPLES_TRAINER_H
+
+#include "train_config.h"
+
+/* The text: bytes [0, train_n) are trained on, [train_n, n) held out for eval. */
+typedef struct tr_data {
+    const unsigned char *text;
+    size_t n, train_n;
+} tr_data;
+
+typedef struct tr_run {
+    const tr_config *c;
+    tr_data data;
+    double peak_gflops; /* the machine's sgemm rate (0: unknown), for the fraction of peak */
+} tr_run;
+
+/* The data loader: sample j of the run (j = 0, 1, ... over every step's batches) is the window
+ * of seq + 1 bytes at (j * seq) mod (train_n - seq - 1), so consecutive samples read the text
+ * in order and wrap at its end; a step's global batch is samples [pos, pos + batch), of which
+ * each data-parallel rank keeps its rows (tl_batch_at's shard), and pos, saved in each
+ * checkpoint, is where a resumed run goes on. starts gets batch entries. */
+void tr_data_windows(const tr_data *d, int seq, int batch, int64_t pos, size_t *starts);
+/* Eval batch i's windows: the held-out tail read from its start in the same order. */
+void tr_data_eval_windows(const tr_data *d, int seq, int batch, int i, size_t *starts);
+
+/* The per-rank body for dt_local_run / dt_ucx_run; arg is a tr_run. Rank 0 prints the
+ * parallel layout (metrics.layout), a progress line per step, eval losses and checkpoints. */
+dt_status tr_train(dt_ctx *ctx, void *arg);
+
+/* The FLOPs of one training step of c's model (6 x parameters x tokens, plus attention's
+ * 12 x layers x dim x seq per token, as torchtitan counts them). */
+double tr_step_flops(const tr_config *c);
+
+#endif

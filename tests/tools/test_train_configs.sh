@@ -1,0 +1,60 @@
+#!/bin/sh
+# Every shipped config of make train (examples/configs/*.json) trains: 3 steps of each, with
+# every step's loss equal to one rank's (the same file with the mesh overridden to one rank:
+# "1", or "ep=1" for the MoE model) within 1e-5 relative; the run prints its parallel layout.
+# Then the config's front door: --help exits 0 listing the keys, and a bad key, value, file or
+# mesh fails with exit 2 and a message naming it.
+# Usage: test_train_configs.sh TRAIN CONFIG_DIR
+set -e
+train=$1 dir=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+quick="--training.steps 3 --metrics.trace_steps 0 --metrics.loss_digits 8"
+losses() { grep '^step' "$1" | awk '{print $4}'; }
+n=0
+for cfg in "$dir"/*.json; do
+    name=$(basename "$cfg" .json)
+    one=1
+    grep -q '"experts": *[1-9]' "$cfg" && one=ep=1
+    # shellcheck disable=SC2086
+    "$train" "$cfg" $quick --metrics.trace_out "$tmp/$name" > "$tmp/$name.txt" 2>&1 ||
+        { cat "$tmp/$name.txt"; fail "$name did not train"; }
+    # shellcheck disable=SC2086
+    "$train" "$cfg" $quick --parallelism.mesh $one --metrics.trace_out "$tmp/$name.one" \
+        > "$tmp/$name.one.txt" 2>&1 || { cat "$tmp/$name.one.txt"; fail "$name on one rank"; }
+    grep -q '^parallel layout: mesh' "$tmp/$name.txt" || fail "$name printed no layout table"
+    losses "$tmp/$name.txt" > "$tmp/a"
+    losses "$tmp/$name.one.txt" > "$tmp/b"
+    [ "$(wc -l < "$tmp/a")" -eq 3 ] && [ "$(wc -l < "$tmp/b")" -eq 3 ] ||
+        { cat "$tmp/$name.txt" "$tmp/$name.one.txt"; fail "$name: expected 3 steps from each run"; }
+    paste "$tmp/a" "$tmp/b" | awk -v n="$name" '{
+        d = $1 - $2; if (d < 0) d = -d; a = $2 < 0 ? -$2 : $2
+        if (!(d <= 1e-5 * a)) { printf "%s step %d: loss %s, one rank %s\n", n, NR, $1, $2; bad = 1 }
+    } END { exit bad }' || fail "$name: losses differ from one rank's"
+    echo "$name: $(head -1 "$tmp/$name.txt" | sed 's/.*ranks as //') -- losses $(tr '\n' ' ' < "$tmp/a")equal one rank's"
+    n=$((n + 1))
+done
+[ "$n" -ge 7 ] || fail "only $n configs in $dir"
+
+"$train" --help > "$tmp/help.txt" || fail "--help exited $?"
+grep -q -- '--parallelism.dp_shard' "$tmp/help.txt" || fail "--help lists no keys"
+bad() { # bad EXPECTED-TEXT ARGS...: exit 2 and the text in the message
+    want=$1; shift
+    set +e; "$train" "$@" > "$tmp/bad.txt" 2>&1; rc=$?; set -e
+    [ "$rc" -eq 2 ] || { cat "$tmp/bad.txt"; fail "$* exited $rc, want 2"; }
+    grep -qF -- "$want" "$tmp/bad.txt" || { cat "$tmp/bad.txt"; fail "$*: no \"$want\""; }
+}
+bad "unknown flag --training.stepz" --training.stepz 3
+bad "training.steps = \"x\": want an integer" --training.steps x
+bad "parallelism.pipeline_schedule = \"gpipe\": want afab or 1f1b" --schedule gpipe
+bad "model.experts = 4 needs an ep dim" --model.experts 4
+echo '{"training": {"steps": 3, "steps": 4}}' > "$tmp/dup.json"
+bad "duplicate" "$tmp/dup.json"
+echo '{"training": {"stepz": 3}}' > "$tmp/key.json"
+bad "unknown key training.stepz" "$tmp/key.json"
+echo '{"training": {"steps": 2.5}}' > "$tmp/type.json"
+bad "training.steps = 2.5: want an integer" "$tmp/type.json"
+bad "cannot open" "$tmp/missing.json"
+bad "microbatches = 3 does not divide training.batch = 8" --parallelism.mesh pp=2 --micro 3
+echo "front door: --help and 9 bad inputs answered by name"
