@@ -1,0 +1,177 @@
+/* The whole training state saved and restored in one call (dtensor/train_state.h), on the tiny
+ * Llama of examples/tiny_llama.c: trained with AdamW under a warmup-cosine schedule, its data
+ * loader's position and a generator that picks each batch, saved every other step under one
+ * root with keep_last, and resumed from the newest complete step directory on other meshes.
+ * The reference is the uninterrupted run: a resumed run's losses must equal its losses. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#undef R_OK /* unistd.h's access() flag; helpers.h has its own R_OK */
+
+#include "../../examples/tiny_llama.h"
+#include "helpers.h"
+
+enum { STEPS = 12, DATA_STRIDE = 3 };
+static const tl_config cfg = {.vocab = 16, .seq = 6, .batch = 4, .dim = 8, .layers = 1,
+                              .heads = 2, .kv_heads = 2, .hidden = 12};
+static const dt_lr_schedule sched0 = {
+    .lr = 0.02, .lr_min = 0.1, .warmup_steps = 3, .stable_steps = 2, .decay_steps = 6};
+
+typedef struct layout_case {
+    const char *name, *mesh;
+    int ranks;
+    tl_layout l;
+} layout_case;
+
+static const layout_case fsdp4 = {"dp=4 fsdp", "4", 4, {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}};
+static const layout_case resumes[] = {
+    {"one rank", "1", 1, {.dp_dim = -1, .tp_dim = -1}},
+    {"dp=2 x tp=2", "dp=2,tp=2", 4, {.dp_dim = 0, .tp_dim = 1}},
+    {"dp=2 fsdp x tp=2", "dp=2,tp=2", 4, {.dp_dim = 0, .tp_dim = 1, .fsdp = 1}},
+    {"dp=4 fsdp", "4", 4, {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}},
+    {"tp=3", "tp=3", 3, {.dp_dim = -1, .tp_dim = 0}},
+};
+
+typedef struct train_arg {
+    const layout_case *lc;
+    const char *root;
+    int resume;     /* 0: from step 0, saving before steps 4, 6 and 8; 1: load_latest first */
+    int keep_last;  /* for the saves */
+    int no_optim;   /* resume without the optimizer's state (the comparison must then fail) */
+    int64_t first;  /* the first step this run took */
+    float loss[STEPS];
+    int64_t data_at[STEPS]; /* the loader's position before step s */
+    dt_generator gen_at[STEPS];
+    double lr_at[STEPS];
+} train_arg;
+
+static int saves_before(int64_t s) { return s == 4 || s == 6 || s == 8; }
+
+static dt_status train_body(dt_ctx *ctx, void *arg) {
+    train_arg *a = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, a->lc->mesh, &mesh));
+    tl_model m;
+    /* a resumed run starts from other weights, schedule and generator: all it has of the
+     * saved run comes from the checkpoint */
+    R_OK(tl_model_init(&m, mesh, &cfg, &a->lc->l, a->resume ? 999 : 1234));
+    dt_adamw_options ao = {
+        .lr = 0.5, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    dt_optim *o;
+    R_OK(dt_optim_adamw_create_params(&ao, m.params, &o));
+    dt_lr_schedule sched = sched0;
+    dt_generator gen = dt_generator_make(77);
+    if (a->resume) {
+        sched = (dt_lr_schedule){.lr = 0.5, .warmup_steps = 1, .decay_steps = 40};
+        gen = dt_generator_make(5);
+    }
+    dt_train_state st = {.params = m.params, .optim = o, .schedule = &sched, .gen = &gen};
+    if (a->resume) {
+        int found = -1;
+        if (a->no_optim) st.optim = NULL;
+        R_OK(dt_train_state_load_latest(ctx, a->root, &st, &found));
+        R_CHECK(found == 1, "found = %d", found);
+        st.optim = o;
+    }
+    a->first = st.step;
+    const dt_placement rep[2] = {dt_replicate(), dt_replicate()};
+    for (int64_t s = st.step; s < STEPS; s++) {
+        if (!a->resume && saves_before(s))
+            R_OK(dt_train_state_save(ctx, a->root, &st, a->keep_last));
+        a->data_at[s] = st.data_pos, a->gen_at[s] = gen;
+        double lr;
+        R_OK(dt_lr_warmup_cosine(&sched, s, &lr));
+        R_OK(dt_optim_set_lr(o, lr));
+        a->lr_at[s] = lr;
+        /* the loader: the batch at its position plus a skip the generator draws */
+        dt_tensor *u;
+        R_OK(dt_tensor_rand(mesh, DT_F32, 1, (int64_t[]){1}, dt_mesh_ndim(mesh), rep, &gen, &u));
+        float uf;
+        R_OK(dt_tensor_full_tensor(u, &uf, sizeof uf));
+        dt_tensor_release(u);
+        dt_tensor *tok, *tgt, *loss;
+        R_OK(tl_batch(&m, NULL, 0, (int)(st.data_pos + (int64_t)(uf * 5)), &tok, &tgt));
+        R_OK(tl_loss(&m, tok, tgt, &loss));
+        R_OK(dt_tensor_full_tensor(loss, &a->loss[s], sizeof a->loss[s]));
+        R_OK(dt_backward(loss));
+        dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
+        R_OK(dt_optim_step(o));
+        R_OK(dt_optim_zero_grad(o));
+        st.step = s + 1, st.data_pos += DATA_STRIDE;
+    }
+    R_OK(dt_optim_destroy(o));
+    tl_model_free(&m);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+static int is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static void sh(const char *fmt, const char *a, const char *b) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, fmt, a, b);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+/* Saved on dp=4 FSDP before steps 4, 6 and 8 (keep_last 2), with a crashed save of step 10 (a
+ * step directory without its metadata.json) and a stale partial one beside them; resumed on
+ * one rank, dp x tp, FSDP x tp, dp=4 FSDP and tp=3: every resumed run starts at step 8, with
+ * the saved run's loader position, generator and learning rate, and its losses equal the
+ * uninterrupted run's. */
+Test(train_state, resumed_on_other_meshes_continues_the_uninterrupted_run) {
+    char *root = t_tmpdir(), path[512], p2[512];
+    train_arg ref = {.lc = &fsdp4, .root = root, .keep_last = 2};
+    t_run(4, train_body, &ref);
+    /* keep_last: the two newest remain */
+    static const struct {
+        int64_t step;
+        int kept;
+    } want[] = {{4, 0}, {6, 1}, {8, 1}};
+    for (size_t i = 0; i < 3; i++) {
+        cr_assert_eq(dt_train_state_path(root, want[i].step, path, sizeof path), DT_OK);
+        cr_expect_eq(is_dir(path), want[i].kept, "%s kept: %d", path, is_dir(path));
+    }
+    snprintf(p2, sizeof p2, "%s/step-00000008", root);
+    cr_expect_str_eq(path, p2);
+    /* a save that crashed before publishing: step 10 without its metadata.json */
+    snprintf(p2, sizeof p2, "%s/step-00000010", root);
+    sh("cp -r '%s' '%s'", path, p2);
+    sh("rm '%s/metadata.json'%s", p2, "");
+    sh("cp -r '%s' '%s.partial'", path, p2);
+    for (size_t i = 0; i < sizeof resumes / sizeof resumes[0]; i++) {
+        train_arg r = {.lc = &resumes[i], .root = root, .resume = 1};
+        t_run(resumes[i].ranks, train_body, &r);
+        cr_expect_eq(r.first, 8, "%s: resumed at step %lld", resumes[i].name,
+                     (long long)r.first);
+        double worst = 0;
+        for (int s = 8; s < STEPS; s++) {
+            cr_expect_eq(r.data_at[s], ref.data_at[s], "%s step %d: data position %lld, saved run "
+                         "%lld", resumes[i].name, s, (long long)r.data_at[s],
+                         (long long)ref.data_at[s]);
+            cr_expect(r.gen_at[s].seed == ref.gen_at[s].seed &&
+                          r.gen_at[s].offset == ref.gen_at[s].offset,
+                      "%s step %d: generator differs", resumes[i].name, s);
+            cr_expect_eq(r.lr_at[s], ref.lr_at[s], "%s step %d: lr %.17g, saved run %.17g",
+                         resumes[i].name, s, r.lr_at[s], ref.lr_at[s]);
+            double rel = fabs((double)r.loss[s] - ref.loss[s]) / fabs((double)ref.loss[s]);
+            if (rel > worst) worst = rel;
+            cr_expect(rel <= 1e-6, "%s step %d: loss %.9g, uninterrupted %.9g (%.2g relative)",
+                      resumes[i].name, s, r.loss[s], ref.loss[s], rel);
+        }
+        cr_log_info("resumed on %s: worst relative loss difference %.3g", resumes[i].name, worst);
+    }
+    /* without the optimizer's state the curve leaves the uninterrupted one: the comparison
+     * above can fail */
+    train_arg fresh = {.lc = &resumes[0], .root = root, .resume = 1, .no_optim = 1};
+    t_run(1, train_body, &fresh);
+    double off = 0;
+    for (int s = 8; s < STEPS; s++)
+        off = fmax(off, fabs((double)fresh.loss[s] - ref.loss[s]) / fabs((double)ref.loss[s]));
+    cr_expect(off > 1e-4, "without the optimizer's state: %.3g relative at most", off);
+    t_rmtree(root);
+}
