@@ -3,7 +3,7 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev ucx-utils \
-	libxxhash-dev
+	libxxhash-dev libjansson-dev
 # make test-hosts only: network namespaces and a veth pair (ip), UTS namespaces (unshare).
 HOSTS_PKGS := iproute2 util-linux
 # make test only: the timeline test renders the demo's page in headless Chromium
@@ -30,16 +30,18 @@ build: deps
 demo: build
 	./$(BUILD)/examples/demo $(BUILD)
 
-# The Llama-style model of examples/tiny_llama.c trained on the GPL-3 text on 4 in-process ranks
-# (dp=2 x tp=2); TRAIN_ARGS passes flags (--mesh tp=4 --steps 50 ...; see README.md).
+# The Llama-style model of examples/tiny_llama.c trained on the GPL-3 text from a config file
+# (examples/configs/; default: 4 in-process ranks as dp_shard=2 x tp=2); CONFIG picks another,
+# TRAIN_ARGS overrides keys (--training.steps 50 --parallelism.tp 4 ...; train --help).
+CONFIG ?= examples/configs/default.json
 TRAIN_ARGS ?=
 train: build
-	./$(BUILD)/examples/train --out $(BUILD)/train_trace $(TRAIN_ARGS)
+	./$(BUILD)/examples/train $(CONFIG) --metrics.trace_out $(BUILD)/train_trace $(TRAIN_ARGS)
 
 # Its MoE form on 8 in-process ranks as dp=2 x ep=2 x tp=2 (4 experts, top-2; README.md).
 train-moe: build
-	./$(BUILD)/examples/train --out $(BUILD)/train_trace --mesh dp=2,ep=2,tp=2 --experts 4 \
-		--top-k 2 $(TRAIN_ARGS)
+	./$(BUILD)/examples/train examples/configs/dp2_ep2_tp2_moe.json \
+		--metrics.trace_out $(BUILD)/train_trace $(TRAIN_ARGS)
 
 test: test-deps build test-gpu-sim
 	meson test -C $(BUILD) --print-errorlogs

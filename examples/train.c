@@ -35,24 +35,24 @@ static int read_text(const char *path, unsigned char **out, size_t *n) {
     return 0;
 }
 
-/* The machine's sgemm rate in GFLOP/s: the best of a few 512^3 products on one rank holding
+/* The machine's sgemm rate in GFLOP/s: the best of a few 1024^3 products on one rank holding
  * the whole machine (OpenBLAS's threads). 0 when it cannot be measured. */
 static dt_status sgemm_rate(dt_ctx *ctx, void *arg) {
     double *gflops = arg;
     dt_mesh *mesh;
     dt_tensor *a, *b, *y;
-    int64_t shape[2] = {512, 512};
+    int64_t shape[2] = {1024, 1024};
     dt_placement rep = dt_replicate();
     if (dt_mesh_create_str(ctx, "1", &mesh) != DT_OK) return DT_OK;
     dt_status st = dt_tensor_ones(mesh, DT_F32, 2, shape, 1, &rep, &a);
     if (st == DT_OK) st = dt_tensor_ones(mesh, DT_F32, 2, shape, 1, &rep, &b);
-    for (int i = 0; i < 5 && st == DT_OK; i++) {
+    for (int i = 0; i < 4 && st == DT_OK; i++) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         st = dt_mm(a, b, &y);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-        double r = 2.0 * 512 * 512 * 512 / s * 1e-9;
+        double r = 2.0 * 1024 * 1024 * 1024 / s * 1e-9;
         if (st == DT_OK && i > 0 && r > *gflops) *gflops = r;
         if (st == DT_OK) dt_tensor_release(y);
     }

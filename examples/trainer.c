@@ -37,7 +37,7 @@ double tr_step_flops(const tr_config *c) {
     double ffn = (m->experts ? m->top_k : 1) * 3.0 * m->dim * m->hidden; /* active per token */
     double block = m->dim * (m->dim + 2 * kv) + (double)m->dim * m->dim + ffn + 2.0 * m->dim;
     if (m->experts) block += (double)m->dim * m->experts;
-    double active = m->layers * block + 2.0 * m->vocab * m->dim + m->dim;
+    double active = m->layers * block + (double)m->vocab * m->dim + m->dim; /* no embedding */
     double tokens = (double)m->batch * m->seq * c->grad_accum;
     return 6 * active * tokens + 12.0 * m->layers * m->dim * m->seq * tokens;
 }

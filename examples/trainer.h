@@ -33,8 +33,9 @@ void tr_data_eval_windows(const tr_data *d, int seq, int batch, int i, size_t *s
  * parallel layout (metrics.layout), a progress line per step, eval losses and checkpoints. */
 dt_status tr_train(dt_ctx *ctx, void *arg);
 
-/* The FLOPs of one training step of c's model (6 x parameters x tokens, plus attention's
- * 12 x layers x dim x seq per token, as torchtitan counts them). */
+/* The FLOPs of one training step of c's model: 6 x the parameters a token goes through but the
+ * embedding's (the experts it is routed to) x tokens, plus attention's 12 x layers x dim x seq
+ * per token, as torchtitan counts them. */
 double tr_step_flops(const tr_config *c);
 
 #endif

@@ -55,6 +55,6 @@ echo '{"training": {"stepz": 3}}' > "$tmp/key.json"
 bad "unknown key training.stepz" "$tmp/key.json"
 echo '{"training": {"steps": 2.5}}' > "$tmp/type.json"
 bad "training.steps = 2.5: want an integer" "$tmp/type.json"
-bad "cannot open" "$tmp/missing.json"
+bad "unable to open" "$tmp/missing.json"
 bad "microbatches = 3 does not divide training.batch = 8" --parallelism.mesh pp=2 --micro 3
 echo "front door: --help and 9 bad inputs answered by name"

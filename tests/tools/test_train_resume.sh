@@ -2,8 +2,9 @@
 # A training run killed with SIGKILL at a random point (in a step, or in a checkpoint's save)
 # and started again with the same command resumes from its newest complete checkpoint, and the
 # loss of every step from there equals the uninterrupted run's within 1e-6 relative: 20 kills,
-# 20 resumes. make train's FSDP x TP x SP config, a small model, a checkpoint every 2 steps
-# (keep_last 2), so each kill lands 0-1 steps after a checkpoint or inside one.
+# 20 resumes. make train's FSDP x TP x SP config, 10 steps with a checkpoint every 2 (keep_last
+# 2); each kill comes 0-80 ms (about one step) after a random step's line of steps 1-8, so it
+# lands inside a step or a save, and every rerun has steps left to compare.
 # Usage: test_train_resume.sh TRAIN CONFIG [ROUNDS]
 set -e
 train=$1 cfg=$2 rounds=${3:-20}
@@ -11,8 +12,7 @@ tmp=$(mktemp -d)
 trap 'kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 pid=
 fail() { echo "FAIL: $*"; exit 1; }
-args="--training.steps 10 --model.dim 32 --model.hidden 64 --training.seq 32
-      --metrics.trace_steps 0 --metrics.loss_digits 9 --metrics.layout 0"
+args="--training.steps 10 --metrics.trace_steps 0 --metrics.loss_digits 9 --metrics.layout 0"
 # shellcheck disable=SC2086
 "$train" "$cfg" $args > "$tmp/ref.txt" 2>&1 || { cat "$tmp/ref.txt"; fail "the reference run"; }
 grep '^step' "$tmp/ref.txt" | awk '{split($2, s, "/"); print s[1], $4}' > "$tmp/ref"
@@ -24,7 +24,7 @@ while [ "$r" -lt "$rounds" ]; do
     ck="$tmp/ck$r"
     run="$train $cfg $args --checkpoint.folder $ck --checkpoint.every 2 --checkpoint.keep_last 2"
     at=$(( $(rand) % 8 + 1 ))        # the step whose line is awaited
-    delay=$(( $(rand) % 40 ))        # then this many ms more
+    delay=$(( $(rand) % 80 ))        # then this many ms more
     # shellcheck disable=SC2086
     $run > "$tmp/killed.txt" 2>&1 &
     pid=$!
@@ -44,6 +44,7 @@ while [ "$r" -lt "$rounds" ]; do
     from=${from:-0}
     [ "$from" -gt 0 ] && resumed=$((resumed + 1))
     grep '^step' "$tmp/resumed.txt" | awk '{split($2, s, "/"); print s[1], $4}' > "$tmp/got"
+    [ "$from" -lt 10 ] || { cat "$tmp/killed.txt"; fail "round $r: the kill came after the run"; }
     [ "$(wc -l < "$tmp/got")" -eq $((10 - from)) ] ||
         { cat "$tmp/resumed.txt"; fail "round $r: resumed at $from, want steps $((from + 1))..10"; }
     awk -v r="$r" 'NR == FNR { want[$1] = $2; next } {
