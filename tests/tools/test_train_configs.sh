@@ -37,6 +37,33 @@ for cfg in "$dir"/*.json; do
 done
 [ "$n" -ge 7 ] || fail "only $n configs in $dir"
 
+# The training loop's knobs against one rank's: clipping by the global norm (over pipeline
+# stages too: each stage holds its own gradients), warmup + cosine schedule, eval of held-out
+# batches (under a pipeline too), and gradient accumulation (2 batches of 4 are the samples
+# of one batch of 8, 4 eval batches of 4 those of 2 of 8: the same curve). Step losses, eval
+# losses and gradient norms compared.
+curve() { grep -E '^(step|eval)' "$1" | sed 's/grad norm//' | awk '{print $1, $2, $4, $NF}'; }
+knobs="--training.steps 4 --metrics.trace_steps 0 --metrics.loss_digits 8 --metrics.layout 0
+       --training.max_norm 0.5 --lr_scheduler.warmup_steps 1 --lr_scheduler.decay_steps 3
+       --eval.every 2"
+for run in "dp2_pp2_tp2.json" "fsdp2_tp2_sp.json" \
+           "default.json --training.batch 4 --training.grad_accum 2 --eval.batches 4"; do
+    # shellcheck disable=SC2086
+    "$train" "$dir"/$run $knobs > "$tmp/k.txt" 2>&1 || { cat "$tmp/k.txt"; fail "$run"; }
+    # shellcheck disable=SC2086
+    "$train" "$dir/$(echo $run | cut -d' ' -f1)" --parallelism.mesh 1 $knobs > "$tmp/k1.txt" 2>&1 ||
+        { cat "$tmp/k1.txt"; fail "$run on one rank"; }
+    curve "$tmp/k.txt" > "$tmp/a"
+    curve "$tmp/k1.txt" > "$tmp/b"
+    [ "$(grep -c '^step' "$tmp/a")" -eq 4 ] && [ "$(grep -c '^eval' "$tmp/a")" -eq 2 ] &&
+        [ "$(wc -l < "$tmp/b")" -eq 6 ] || { cat "$tmp/k.txt" "$tmp/k1.txt"; fail "$run: lines"; }
+    paste "$tmp/a" "$tmp/b" | awk -v n="$run" '{
+        for (i = 3; i <= 4; i++) { d = $i - $(i + 4); if (d < 0) d = -d; a = $(i + 4); if (a < 0) a = -a
+            if ($1 != $5 || !(d <= 1e-5 * a)) { printf "%s: %s, one rank: %s\n", n, $0, $5; bad = 1 } }
+    } END { exit bad }' || fail "$run: the knobs' curve differs from one rank's"
+    echo "$run with clipping, schedule and eval: $(grep -c . "$tmp/a") lines equal one rank's"
+done
+
 "$train" --help > "$tmp/help.txt" || fail "--help exited $?"
 grep -q -- '--parallelism.dp_shard' "$tmp/help.txt" || fail "--help lists no keys"
 bad() { # bad EXPECTED-TEXT ARGS...: exit 2 and the text in the message
