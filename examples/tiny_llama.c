@@ -100,7 +100,7 @@ static int part_has(const tl_part *part, const char *pattern) {
 /* m->params: part's parameters, parallelized by m->layout and drawn from gen. */
 static dt_status make_params(tl_model *m, const tl_part *part, dt_generator *gen) {
     const tl_layout *l = &m->layout;
-    dt_style_rule plan[16];
+    dt_style_rule plan[32];
     dt_parallelize_options o = {.tp_dim = l->tp_dim,
                                 .plan = plan,
                                 .dp_dim = l->dp_dim,
@@ -110,7 +110,12 @@ static dt_status make_params(tl_model *m, const tl_part *part, dt_generator *gen
     int n;
     TRY(dt_params_create(m->mesh, DT_F32, &m->params));
     TRY(declare(m, part));
-    TRY((m->cfg.experts > 0 ? tl_moe_plan : tl_plan)(l, plan, 16, &n));
+    if (l->nplan > 0 && l->tp_dim >= 0) {
+        if (l->nplan > 32) return dt_error_set(DT_ERR_ARG, "tiny_llama: %d plan rules", l->nplan);
+        memcpy(plan, l->plan, sizeof *plan * (size_t)l->nplan), n = l->nplan;
+    } else {
+        TRY((m->cfg.experts > 0 ? tl_moe_plan : tl_plan)(l, plan, 32, &n));
+    }
     for (int i = 0; i < n; i++)
         if (part_has(part, plan[i].pattern)) plan[o.nplan++] = plan[i];
     TRY(dt_parallelize(m->params, &o));

@@ -38,6 +38,9 @@ typedef struct tl_layout {
                               the mesh dim + 1) */
     int ep_dim;            /* MoE: the expert-parallel mesh dim + 1 (0 = none: then a one-rank
                               mesh dim must be named ep); the batch is sharded there too */
+    const dt_style_rule *plan; /* nplan > 0: this tensor-parallel plan instead of tl_plan's
+                                  (borrowed; a pipeline stage keeps the rules naming its part) */
+    int nplan;
 } tl_layout;
 
 /* A block's MoE feed-forward (tiny_llama_moe.c): the router (E, dim) and the experts' w1, w3

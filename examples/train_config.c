@@ -44,6 +44,8 @@ static const key keys[] = {
       "norms sharded over the sequence on tp"),
     N("parallelism.loss_parallel", NULL, K_BOOL, loss_parallel, 0, 1,
       "logits stay vocab-sharded into the loss"),
+    S("parallelism.fsdp_unit_groups", NULL, fsdp_unit_groups,
+      "groups made FSDP units, one each (the rest: the root)"),
     N("parallelism.microbatches", "--micro", K_INT, microbatches, 1, 1 << 16,
       "pipeline micro-batches"),
     N("parallelism.pipeline_schedule", "--schedule", K_SCHEDULE, schedule, 0, 0, "afab or 1f1b"),
@@ -103,6 +105,68 @@ void tr_config_defaults(tr_config *c) {
     };
     snprintf(c->text, sizeof c->text, "/usr/share/common-licenses/GPL-3");
     snprintf(c->trace_out, sizeof c->trace_out, "train_trace");
+    snprintf(c->fsdp_unit_groups, sizeof c->fsdp_unit_groups, "layers.*");
+}
+
+dt_status tr_style_parse(const char *name, dt_style *out) {
+    static const struct {
+        const char *name;
+        int kind;
+    } styles[] = {{"colwise", 0},           {"colwise_replicate", 1}, {"rowwise", 2},
+                  {"rowwise_sequence", 3},  {"sequence_parallel", 4}, {"prepare_replicate", 5},
+                  {"loss_parallel", 6}};
+    for (size_t i = 0; i < sizeof styles / sizeof styles[0]; i++) {
+        if (strcmp(name, styles[i].name)) continue;
+        switch (styles[i].kind) {
+        case 0: *out = dt_style_colwise(); break;
+        case 1: *out = dt_style_colwise_to(dt_replicate()); break;
+        case 2: *out = dt_style_rowwise(); break;
+        case 3: *out = dt_style_rowwise_to(dt_shard(1)); break;
+        case 4: *out = dt_style_sequence_parallel(); break;
+        case 5: *out = dt_style_prepare_input(dt_replicate()); break;
+        default: *out = dt_style_loss_parallel(); break;
+        }
+        return DT_OK;
+    }
+    return dt_error_set(DT_ERR_ARG, "style \"%s\": want colwise, colwise_replicate, rowwise, "
+                        "rowwise_sequence, sequence_parallel, prepare_replicate or loss_parallel",
+                        name);
+}
+
+dt_status tr_config_plan(const tr_config *c, dt_style_rule *rules, int cap, int *n) {
+    if (c->nplan > cap) return dt_error_set(DT_ERR_ARG, "tp_plan: %d rules, room for %d", c->nplan, cap);
+    for (int i = 0; i < c->nplan; i++) {
+        rules[i].pattern = c->plan[i].pattern;
+        dt_status st = tr_style_parse(c->plan[i].style, &rules[i].style);
+        if (st != DT_OK) return st;
+    }
+    *n = c->nplan;
+    return DT_OK;
+}
+
+/* parallelism.tp_plan: an object of pattern -> style name. */
+static int load_plan(tr_config *c, json_t *plan, const char *path) {
+    const char *pattern;
+    json_t *v;
+    dt_style style;
+    if (!json_is_object(plan))
+        return fprintf(stderr, "train: %s: parallelism.tp_plan: want an object of module "
+                               "pattern -> style\n", path), 2;
+    c->nplan = 0;
+    json_object_foreach(plan, pattern, v) {
+        const char *name = json_is_string(v) ? json_string_value(v) : "";
+        if (tr_style_parse(name, &style) != DT_OK)
+            return fprintf(stderr, "train: %s: parallelism.tp_plan.%s: %s\n", path, pattern,
+                           dt_last_error()), 2;
+        if (c->nplan == TR_PLAN_MAX || strlen(pattern) >= sizeof c->plan[0].pattern)
+            return fprintf(stderr, "train: %s: parallelism.tp_plan: more than %d rules or a "
+                                   "pattern over %zu characters (%s)\n", path, TR_PLAN_MAX,
+                           sizeof c->plan[0].pattern - 1, pattern), 2;
+        snprintf(c->plan[c->nplan].pattern, sizeof c->plan[0].pattern, "%s", pattern);
+        snprintf(c->plan[c->nplan].style, sizeof c->plan[0].style, "%s", name);
+        c->nplan++;
+    }
+    return 0;
 }
 
 static const key *key_named(const char *path) {
@@ -213,6 +277,10 @@ static int load_file(tr_config *c, const char *path) {
         json_object_foreach(body, name, v) {
             char dotted[160];
             snprintf(dotted, sizeof dotted, "%s.%s", section, name);
+            if (!strcmp(dotted, "parallelism.tp_plan")) {
+                if ((rc = load_plan(c, v, path))) break;
+                continue;
+            }
             const key *k = key_named(dotted);
             if (!k) {
                 fprintf(stderr, "train: %s: unknown key %s (train --help lists them)\n", path,
@@ -309,7 +377,10 @@ void tr_config_usage(FILE *f) {
         }
         fprintf(f, "  --%-32s %-13s %-10s %s\n", k->path, k->alias ? k->alias : "", v, k->help);
     }
-    fprintf(f, "  --ranks N: the world when no size or mesh says it (N ranks as dp_shard=N)\n");
+    fprintf(f, "  parallelism.tp_plan (in the file only): {\"module pattern\": \"style\", ...} "
+               "replaces the model's tensor-parallel plan; styles: colwise, colwise_replicate, "
+               "rowwise, rowwise_sequence, sequence_parallel, prepare_replicate, loss_parallel\n"
+               "  --ranks N: the world when no size or mesh says it (N ranks as dp_shard=N)\n");
 }
 
 int tr_config_parse(int argc, char **argv, tr_config *c) {

@@ -13,7 +13,7 @@
 
 #include "tiny_llama_pp.h"
 
-enum { TR_PATH_MAX = 1024, TR_MESH_MAX = 96 };
+enum { TR_PATH_MAX = 1024, TR_MESH_MAX = 96, TR_PLAN_MAX = 32 };
 
 typedef struct tr_config {
     /* model: tiny_llama.h's (experts > 0: the MoE form; the mesh then needs an ep dim) */
@@ -30,6 +30,13 @@ typedef struct tr_config {
     int sequence_parallel, loss_parallel;
     int microbatches; /* under pp */
     dt_pipeline_schedule schedule;
+    /* parallelism.tp_plan: module pattern -> style name (tr_style_parse), replacing the
+     * model's own plan (tiny_llama's tl_plan); a custom model's only plan */
+    int nplan;
+    struct {
+        char pattern[96], style[32];
+    } plan[TR_PLAN_MAX];
+    char fsdp_unit_groups[96]; /* the groups that become FSDP units (the rest: the root) */
     int ucx;          /* runtime "ucx": one process per rank under a launcher */
     int bucket_kb;    /* grad sync's bucket cap in KiB (0: per gradient; -1: the default) */
     dt_ac_mode ac;    /* activation_checkpoint.mode */
@@ -64,6 +71,14 @@ int tr_config_parse(int argc, char **argv, tr_config *c);
 
 /* The world the config's mesh needs (product of its sizes). */
 int tr_config_world(const tr_config *c);
+
+/* The style a plan entry names: colwise, colwise_replicate (output gathered), rowwise,
+ * rowwise_sequence (output Shard(1): sequence parallel), sequence_parallel, prepare_replicate
+ * (a container's input gathered), loss_parallel. DT_ERR_ARG naming it otherwise. */
+dt_status tr_style_parse(const char *name, dt_style *out);
+
+/* The config's plan as rules (patterns borrowed from c); *n = c->nplan. */
+dt_status tr_config_plan(const tr_config *c, dt_style_rule *rules, int cap, int *n);
 
 /* Usage: every key with its default, as --help prints it. */
 void tr_config_usage(FILE *f);
