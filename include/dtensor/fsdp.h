@@ -16,7 +16,8 @@
  *     the parameter's own placements; it runs on the communication thread while backward goes
  *     on, and is waited for at the end of backward.
  *   - Prefetch (default on): dt_fsdp_unit_begin of unit k issues unit k+1's all_gather on
- *     the communication thread before returning, and backward's gather of unit k issues unit
+ *     the communication thread before returning (unless unit k+1 still holds its gathered
+ *     parameters: a forward with no backward since may use them as they are), and backward's gather of unit k issues unit
  *     k-1's, so communication overlaps the current unit's computation (the trace shows both).
  *
  * HSDP: a mesh (replicate, shard): parameters Replicate over the first dim and sharded over

@@ -219,3 +219,187 @@ Test(fully_shard, make_train_counts_losses_and_gradients) {
     free_run(&per_param);
     free_run(&ref), free_run(&ref_acc);
 }
+
+/* ---- wrong declarations ------------------------------------------------------------------ */
+
+/* A small model on mesh: groups "embed", "layers.0", "layers.1" (with an expert bank when
+ * experts), "head". */
+static dt_status small(dt_mesh *mesh, int experts, dt_params **out) {
+    dt_params *p;
+    dt_module m;
+    dt_init init = {DT_INIT_NORMAL, 0.5};
+    R_OK(dt_params_create(mesh, DT_F32, &p));
+    R_OK(dt_params_begin_group(p, "embed"));
+    R_OK(dt_nn_embedding_create(p, "tok", 8, 4, init, &m));
+    for (int b = 0; b < 2; b++) {
+        char g[16], n[32];
+        snprintf(g, sizeof g, "layers.%d", b);
+        snprintf(n, sizeof n, "layers.%d.w", b);
+        R_OK(dt_params_begin_group(p, g));
+        R_OK(dt_nn_linear_create(p, n, 4, 4, 0, init, &m));
+    }
+    if (experts) {
+        int64_t shape[3] = {2, 4, 4};
+        R_OK(dt_params_module(p, "layers.1.experts", DT_MODULE_EXPERTS, &m));
+        R_OK(dt_params_declare(m, "w1", 3, shape, init, NULL));
+    }
+    R_OK(dt_params_begin_group(p, "head"));
+    R_OK(dt_nn_rms_norm_create(p, "norm", 4, 1e-5, &m));
+    R_OK(dt_nn_linear_create(p, "out", 4, 8, 0, init, &m));
+    *out = p;
+    return DT_OK;
+}
+
+static dt_status no_hook(void *user, dt_params *params, int i, dt_tensor *stored, int ncompute,
+                         const dt_placement *compute, dt_tensor **out) {
+    (void)user, (void)params, (void)i;
+    return dt_tensor_redistribute(stored, ncompute, compute, out);
+}
+
+/* Every rank runs every wrong declaration and checks its status and message; t_run passes
+ * only when all four ranks did. */
+static dt_status errors_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh, *other, *pp, *stage;
+    dt_params *p;
+    dt_module m;
+    R_OK(dt_mesh_create_str(ctx, "dp=2,tp=2", &mesh));
+    R_OK(small(mesh, 0, &p));
+    R_ERR(dt_fully_shard(p, "blocks.*", NULL), DT_ERR_ARG, "\"blocks.*\" matches no group");
+    R_ERR(dt_fully_shard(NULL, "layers.*", NULL), DT_ERR_ARG, "params");
+    dt_fully_shard_options bad = {.reshard_after_forward = (dt_reshard)7};
+    R_ERR(dt_fully_shard(p, "layers.*", &bad), DT_ERR_ARG, "reshard_after_forward = 7");
+    bad = (dt_fully_shard_options){.dp_dim = "ep"};
+    R_ERR(dt_fully_shard(p, "layers.*", &bad), DT_ERR_ARG, "dp_dim = \"ep\" names no dim");
+    R_OK(dt_fully_shard(p, "layers.*", NULL));
+    /* the declaration shows in the placements at once: Shard(0) over dp, Replicate over tp */
+    int w;
+    dt_placement stored[2];
+    R_OK(dt_params_find(p, "layers.0.w.weight", &w));
+    R_OK(dt_params_placements(p, w, stored, NULL));
+    R_CHECK(dt_placement_equal(stored[0], dt_shard(0)) &&
+                dt_placement_equal(stored[1], dt_replicate()),
+            "layers.0.w.weight is not stored S(0),R after its unit's declaration");
+    /* a parameter in two units */
+    R_ERR(dt_fully_shard(p, "layers.1", NULL), DT_ERR_ARG, "group \"layers.1\" is a unit already");
+    R_OK(dt_fully_shard(p, NULL, NULL));
+    R_ERR(dt_fully_shard(p, NULL, NULL), DT_ERR_ARG, "root unit (pattern NULL) is declared");
+    bad = (dt_fully_shard_options){.no_prefetch = 1};
+    R_ERR(dt_fully_shard(p, "embed", &bad), DT_ERR_ARG, "no_prefetch = 1");
+    /* the order: the model, its plan, the units, then materialize */
+    R_ERR(dt_params_module(p, "extra", DT_MODULE_NORM, &m), DT_ERR_ARG,
+          "FSDP units are declared already");
+    dt_parallelize_options plan = {.tp_dim = 1, .dp_dim = -1};
+    R_ERR(dt_parallelize(p, &plan), DT_ERR_ARG, "FSDP units are declared already");
+    R_ERR(dt_params_set_use_hook(p, no_hook, NULL), DT_ERR_ARG, "FSDP units");
+    dt_generator gen = dt_generator_make(1);
+    R_OK(dt_params_materialize(p, &gen));
+    R_CHECK(dt_params_fsdp(p) != NULL, "no FSDP state after materialize");
+    R_ERR(dt_fully_shard(p, "head", NULL), DT_ERR_ARG, "materialized already");
+    R_OK(dt_params_destroy(p));
+    /* the dp dim: not the tp dim, dt_parallelize's DT_DP_SHARD dim, one per registry */
+    R_OK(small(mesh, 0, &p));
+    R_OK(dt_parallelize(p, &plan));
+    bad = (dt_fully_shard_options){.dp_dim = "tp"};
+    R_ERR(dt_fully_shard(p, "layers.*", &bad), DT_ERR_ARG, "\"tp\" is dt_parallelize's tp_dim");
+    R_OK(dt_params_set_use_hook(p, no_hook, NULL));
+    R_ERR(dt_fully_shard(p, "layers.*", NULL), DT_ERR_ARG, "use hook");
+    R_OK(dt_params_destroy(p));
+    R_OK(dt_mesh_create_str(ctx, "dp_replicate=2,dp_shard=2", &other));
+    R_OK(small(other, 0, &p));
+    plan = (dt_parallelize_options){.tp_dim = -1, .dp_dim = 1, .dp_mode = DT_DP_SHARD};
+    R_OK(dt_parallelize(p, &plan));
+    bad = (dt_fully_shard_options){.dp_dim = "dp_replicate"};
+    R_ERR(dt_fully_shard(p, "layers.*", &bad), DT_ERR_ARG, "DT_DP_SHARD");
+    R_OK(dt_params_destroy(p));
+    R_OK(small(other, 0, &p));
+    R_OK(dt_fully_shard(p, "layers.*", NULL)); /* "dp_shard", the default */
+    R_ERR(dt_fully_shard(p, NULL, &bad), DT_ERR_ARG,
+          "earlier call declared units over \"dp_shard\"");
+    R_OK(dt_params_destroy(p));
+    R_OK(dt_mesh_release(other));
+    /* a mesh with no dp dim */
+    R_OK(dt_mesh_create_str(ctx, "x=2,tp=2", &other));
+    R_OK(small(other, 0, &p));
+    R_ERR(dt_fully_shard(p, NULL, NULL), DT_ERR_ARG, "no dim named \"dp_shard\" or \"dp\"");
+    R_OK(dt_params_destroy(p));
+    R_OK(dt_mesh_release(other));
+    /* a pipeline stage's mesh (dt_pipeline_stage_mesh cuts the pp dim off so) */
+    const char *dp_name = "dp";
+    R_OK(dt_mesh_create_str(ctx, "pp=2,dp=2", &pp));
+    R_OK(dt_mesh_submesh(pp, &dp_name, 1, &stage));
+    R_OK(small(stage, 0, &p));
+    R_ERR(dt_fully_shard(p, "layers.*", NULL), DT_ERR_UNSUPPORTED, "pipeline stage");
+    R_OK(dt_params_destroy(p));
+    R_OK(dt_mesh_release(stage));
+    R_OK(dt_mesh_release(pp));
+    /* expert banks */
+    R_OK(small(mesh, 1, &p));
+    R_ERR(dt_fully_shard(p, "layers.*", NULL), DT_ERR_UNSUPPORTED,
+          "\"layers.1.experts.w1\" is in an expert bank");
+    R_ERR(dt_fully_shard(p, NULL, NULL), DT_ERR_UNSUPPORTED, "expert bank");
+    R_OK(dt_params_destroy(p));
+    return dt_mesh_release(mesh);
+}
+
+Test(fully_shard, wrong_declarations_fail_on_every_rank) {
+    t_run(4, errors_body, NULL);
+}
+
+/* ---- forwards without a backward --------------------------------------------------------- */
+
+static uint64_t all_gathers(dt_ctx *ctx) {
+    dt_comm_stats cs;
+    return dt_comm_stats_get(ctx, &cs) == DT_OK ? cs.calls[DT_COLL_ALL_GATHER] : 0;
+}
+
+/* dp=4: a forward with grad mode off gathers each parameter at its use (21 all_gathers, the
+ * units untouched); a forward no backward followed leaves the root and the last block
+ * gathered, so the next forward gathers only the first block again (1: nothing prefetches a
+ * unit still held), unless dt_params_reshard made it gather all three; the losses stay the
+ * same. */
+static dt_status no_backward_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "dp=4", &mesh));
+    tl_layout l = {.fsdp = 1, .fsdp_units = 1};
+    tl_layout_find_dims(mesh, &l);
+    tl_model m;
+    R_OK(tl_model_init(&m, mesh, &cfg, &l, 1234));
+    dt_fsdp *f = dt_params_fsdp(m.params);
+    dt_tensor *tok, *tgt, *loss;
+    float v[4];
+    dt_fsdp_stats fs;
+    R_OK(tl_batch(&m, NULL, 0, 0, &tok, &tgt));
+    R_OK(dt_comm_stats_reset(ctx));
+    R_OK(dt_no_grad_enter(ctx));
+    R_OK(tl_loss(&m, tok, tgt, &loss));
+    R_OK(dt_no_grad_exit(ctx));
+    R_OK(dt_fsdp_stats_get(f, &fs));
+    R_CHECK(all_gathers(ctx) == 21 && fs.forward_gathers == 0,
+            "no-grad forward: %llu all_gathers, %lld by units (want 21, 0)",
+            (unsigned long long)all_gathers(ctx), (long long)fs.forward_gathers);
+    R_OK(dt_tensor_full_tensor(loss, &v[0], sizeof v[0]));
+    dt_tensor_release(loss);
+    uint64_t want[3] = {3, 1, 3};
+    for (int k = 1; k < 4; k++) {
+        if (k == 3) R_OK(dt_params_reshard(m.params));
+        R_OK(dt_comm_stats_reset(ctx));
+        R_OK(tl_loss(&m, tok, tgt, &loss));
+        R_CHECK(all_gathers(ctx) == want[k - 1], "forward %d: %llu all_gathers, want %llu", k,
+                (unsigned long long)all_gathers(ctx), (unsigned long long)want[k - 1]);
+        R_OK(dt_tensor_full_tensor(loss, &v[k], sizeof v[k]));
+        R_CHECK(v[k] == v[0], "forward %d: loss %.9g, the no-grad forward's %.9g", k, v[k], v[0]);
+        if (k < 3) dt_tensor_release(loss);
+    }
+    R_OK(dt_backward(loss)); /* the last forward's graph backwards through its units */
+    R_OK(dt_fsdp_stats_get(f, &fs));
+    R_CHECK(fs.reduce_scatters == 3, "%lld unit reduce_scatters", (long long)fs.reduce_scatters);
+    dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
+    tl_model_free(&m);
+    return dt_mesh_release(mesh);
+}
+
+Test(fully_shard, forwards_without_backward) {
+    t_run(4, no_backward_body, NULL);
+}
