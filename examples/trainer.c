@@ -31,6 +31,15 @@ void tr_data_eval_windows(const tr_data *d, int seq, int batch, int i, size_t *s
         starts[b] = d->train_n + (size_t)((uint64_t)i * batch + b) * (uint64_t)seq % span;
 }
 
+dt_status tr_rope_tables(dt_params *p, const tl_config *c, dt_tensor **cos, dt_tensor **sin) {
+    dt_mesh *mesh = dt_params_mesh(p);
+    dt_placement rep[DT_MESH_MAX_NDIM];
+    for (int d = 0; d < dt_mesh_ndim(mesh); d++)
+        rep[d] = dt_replicate();
+    return dt_rope_tables(mesh, DT_F32, c->seq, c->dim / c->heads, 1e4, dt_mesh_ndim(mesh), rep,
+                          cos, sin);
+}
+
 double tr_step_flops(const tr_config *c) {
     const tl_config *m = &c->model;
     double hd = (double)m->dim / m->heads, kv = hd * m->kv_heads;
@@ -48,20 +57,57 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* The model on this rank: the whole model, or its pipeline stage. */
+/* The model on this rank: the whole model, or its pipeline stage, or a custom model (its
+ * registry, config, layout and mesh in one: what batches are cut by). */
 typedef struct rank_model {
     tl_model one;
     tl_pp pipe;
     int piped;
     tl_model *m; /* the one holding this rank's parameters */
+    const tr_model *custom;
+    void *self;
     dt_optim *opt;
 } rank_model;
 
+/* The custom model declared, parallelized by the config's plan and FSDP units, materialized. */
+static dt_status custom_init(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, const tl_layout *l,
+                             rank_model *rm) {
+    if (c->pp || l->cp_dim || l->ep_dim)
+        return dt_error_set(DT_ERR_UNSUPPORTED, "train: model %s with mesh %s: a custom model "
+                            "runs over dp_replicate, dp_shard and tp (pp, cp and ep need "
+                            "tiny_llama's stages, sequence order and experts)",
+                            rm->custom->name, c->mesh);
+    dt_style_rule plan[TR_PLAN_MAX];
+    dt_parallelize_options o = {.tp_dim = l->tp_dim,
+                                .plan = plan,
+                                .dp_dim = l->dp_dim,
+                                .dp_mode = l->fsdp ? DT_DP_SHARD : DT_DP_REPLICATE};
+    rm->one = (tl_model){.cfg = c->model, .layout = *l, .mesh = mesh};
+    rm->m = &rm->one;
+    if (!(rm->self = calloc(1, rm->custom->size + 1)))
+        return dt_error_set(DT_ERR_NOMEM, "train: out of memory");
+    TRY(tr_config_plan(c, plan, TR_PLAN_MAX, &o.nplan));
+    TRY(dt_params_create(mesh, DT_F32, &rm->one.params));
+    TRY(rm->custom->declare(rm->self, rm->one.params, &c->model));
+    TRY(dt_parallelize(rm->one.params, &o));
+    if (l->fsdp && l->fsdp_units && l->dp_dim >= 0) {
+        TRY(dt_fully_shard(rm->one.params, c->fsdp_unit_groups, NULL));
+        TRY(dt_fully_shard(rm->one.params, NULL, NULL));
+    }
+    dt_generator gen = dt_generator_make(c->seed);
+    TRY(dt_params_materialize(rm->one.params, &gen));
+    return dt_optim_adamw_create_params(&c->adamw, rm->one.params, &rm->opt);
+}
+
 static dt_status model_init(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, rank_model *rm) {
     tl_layout l = {.fsdp = c->fsdp, .fsdp_units = c->fsdp_units, .ac = c->ac};
+    dt_style_rule plan[TR_PLAN_MAX];
     tl_layout_find_dims(mesh, &l);
     l.sequence_parallel = c->sequence_parallel && l.tp_dim >= 0;
     l.loss_parallel = c->loss_parallel && l.tp_dim >= 0;
+    TRY(tr_config_plan(c, plan, TR_PLAN_MAX, &l.nplan));
+    l.plan = plan;
+    if (rm->custom) return custom_init(ctx, c, mesh, &l, rm);
     int pp_dim = -1;
     rm->piped = c->pp && dt_mesh_dim_index(mesh, "pp", &pp_dim) == DT_OK;
     if (rm->piped) {
@@ -79,10 +125,24 @@ static dt_status model_init(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, rank
 
 static void model_free(rank_model *rm) {
     if (rm->opt) dt_optim_destroy(rm->opt);
-    if (rm->piped)
+    if (rm->piped) {
         tl_pp_free(&rm->pipe);
-    else if (rm->m)
+    } else if (rm->custom) {
+        if (rm->self && rm->custom->release) rm->custom->release(rm->self);
+        dt_params_destroy(rm->one.params);
+        free(rm->self);
+    } else if (rm->m) {
         tl_model_free(&rm->one);
+    }
+}
+
+/* The mean loss of one batch (not pipelined). */
+static dt_status forward_loss(rank_model *rm, dt_tensor *tok, dt_tensor *tgt, dt_tensor **out) {
+    if (!rm->custom) return tl_loss(rm->m, tok, tgt, out);
+    dt_scope *s;
+    dt_status st = dt_scope_create(&s);
+    if (st != DT_OK) return st;
+    return dt_scope_end(s, rm->custom->loss(rm->self, s, tok, tgt), out);
 }
 
 /* Forward and backward of the batch at starts, its loss scaled by scale into the gradients;
@@ -96,7 +156,7 @@ static dt_status run_batch(dt_ctx *ctx, rank_model *rm, const tr_data *d, const 
         st = tl_pp_step(&rm->pipe, tok, tgt, loss); /* the pipeline takes the mean itself */
     } else {
         TRY(tl_batch_at(rm->m, d->text, d->n, starts, 1, &tok, &tgt));
-        st = tl_loss(rm->m, tok, tgt, &l);
+        st = forward_loss(rm, tok, tgt, &l);
         if (st == DT_OK && scale != 1) st = dt_mul_scalar(l, scale, &scaled);
         if (st == DT_OK) st = dt_backward(scaled ? scaled : l);
         float f = 0;
@@ -128,7 +188,7 @@ static dt_status eval_loss(dt_ctx *ctx, const tr_config *c, rank_model *rm, cons
             dt_tensor *tok, *tgt, *l;
             TRY(tl_batch_at(rm->m, d->text, d->n, starts, 1, &tok, &tgt));
             TRY(dt_no_grad_enter(ctx));
-            dt_status st = tl_loss(rm->m, tok, tgt, &l);
+            dt_status st = forward_loss(rm, tok, tgt, &l);
             float f = 0;
             if (st == DT_OK) st = dt_tensor_full_tensor(l, &f, sizeof f), dt_tensor_release(l);
             TRY(dt_no_grad_exit(ctx));
@@ -193,7 +253,7 @@ dt_status tr_train(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     TRY(dt_mesh_create_str(ctx, c->mesh, &mesh));
     if (c->bucket_kb >= 0) TRY(dt_ctx_set_grad_bucket_bytes(ctx, (size_t)c->bucket_kb << 10));
-    rank_model rm = {0};
+    rank_model rm = {.custom = run->custom};
     dt_status st = model_init(ctx, c, mesh, &rm);
     size_t *starts = calloc((size_t)c->model.batch, sizeof *starts);
     if (st == DT_OK && !starts) st = dt_error_set(DT_ERR_NOMEM, "train: out of memory");

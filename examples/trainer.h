@@ -14,8 +14,37 @@ typedef struct tr_data {
     size_t n, train_n;
 } tr_data;
 
+/* A model of one's own for the trainer (examples/my_llama.c): the trainer makes a registry on
+ * the config's mesh, calls declare (modules and parameters, one group per block:
+ * dt_params_begin_group), parallelizes it by the config's plan (parallelism.tp_plan) and data
+ * parallelism (FSDP units on parallelism.fsdp_unit_groups plus the root, as torchtitan's
+ * fully_shard), materializes it from training.seed, then calls loss for each batch: tokens and
+ * targets (batch, seq) i64, the batch sharded over the data-parallel dims. It runs over
+ * dp_replicate, dp_shard and tp; pp, cp and ep need what tiny_llama adds for them (stages, the
+ * sequence order, expert banks) and are refused. self is size bytes, zeroed, one per rank;
+ * release (nullable) frees what declare made besides the registry's. */
+/* For model code: returns call's status when it fails. */
+#define TR_TRY(call)                                                                               \
+    do {                                                                                           \
+        dt_status st_ = (call);                                                                    \
+        if (st_ != DT_OK) return st_;                                                              \
+    } while (0)
+
+/* The rotary tables of c's model (seq x head_dim / 2, base 1e4), replicated on p's mesh, for
+ * dt_nn_attention_forward; the caller owns them. */
+dt_status tr_rope_tables(dt_params *p, const tl_config *c, dt_tensor **cos, dt_tensor **sin);
+
+typedef struct tr_model {
+    const char *name;
+    size_t size;
+    dt_status (*declare)(void *self, dt_params *params, const tl_config *config);
+    dt_tensor *(*loss)(void *self, dt_scope *scope, dt_tensor *tokens, dt_tensor *targets);
+    void (*release)(void *self);
+} tr_model;
+
 typedef struct tr_run {
     const tr_config *c;
+    const tr_model *custom; /* NULL: tiny_llama */
     tr_data data;
     double peak_gflops; /* the machine's sgemm rate (0: unknown), for the fraction of peak */
 } tr_run;
@@ -32,6 +61,10 @@ void tr_data_eval_windows(const tr_data *d, int seq, int batch, int i, size_t *s
 /* The per-rank body for dt_local_run / dt_ucx_run; arg is a tr_run. Rank 0 prints the
  * parallel layout (metrics.layout), a progress line per step, eval losses and checkpoints. */
 dt_status tr_train(dt_ctx *ctx, void *arg);
+
+/* make train's whole program (train_main.c) for custom (NULL: tiny_llama): the config from
+ * argv, the text, the ranks, the trace; the process's exit code (0; 2 for a bad config). */
+int tr_main(int argc, char **argv, const tr_model *custom);
 
 /* The FLOPs of one training step of c's model: 6 x the parameters a token goes through but the
  * embedding's (the experts it is routed to) x tokens, plus attention's 12 x layers x dim x seq

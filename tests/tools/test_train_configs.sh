@@ -4,9 +4,11 @@
 # "1", or "ep=1" for the MoE model) within 1e-5 relative; the run prints its parallel layout.
 # Then the config's front door: --help exits 0 listing the keys, and a bad key, value, file or
 # mesh fails with exit 2 and a message naming it.
-# Usage: test_train_configs.sh TRAIN CONFIG_DIR
+# A model of one's own (examples/my_llama.c: the same Llama in 58 lines on the trainer, its
+# plan and FSDP units from my_llama.json) trains with the losses of tiny_llama on one rank.
+# Usage: test_train_configs.sh TRAIN CONFIG_DIR MY_LLAMA
 set -e
-train=$1 dir=$2
+train=$1 dir=$2 my_llama=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -64,6 +66,19 @@ for run in "dp2_pp2_tp2.json" "fsdp2_tp2_sp.json" \
     echo "$run with clipping, schedule and eval: $(grep -c . "$tmp/a") lines equal one rank's"
 done
 
+# shellcheck disable=SC2086
+"$my_llama" "$dir/my_llama.json" $quick > "$tmp/mine.txt" 2>&1 || { cat "$tmp/mine.txt"; fail "my_llama"; }
+# shellcheck disable=SC2086
+"$train" "$dir/my_llama.json" $quick --parallelism.mesh 1 > "$tmp/one.txt" 2>&1 ||
+    { cat "$tmp/one.txt"; fail "tiny_llama on one rank"; }
+grep -q 'training my_llama on' "$tmp/mine.txt" || fail "my_llama did not run its own model"
+losses "$tmp/mine.txt" > "$tmp/a"
+losses "$tmp/one.txt" > "$tmp/b"
+paste "$tmp/a" "$tmp/b" | awk '{ d = $1 - $2; if (d < 0) d = -d
+    if (!(d <= 1e-5 * $2)) { printf "my_llama step %d: %s, tiny_llama on one rank %s\n", NR, $1, $2; bad = 1 }
+} END { exit bad || NR != 3 }' || fail "my_llama's losses differ from tiny_llama's on one rank"
+echo "my_llama (dp_shard=2 x tp=2, FSDP units, plan from the file): $(tr '\n' ' ' < "$tmp/a")equal"
+
 "$train" --help > "$tmp/help.txt" || fail "--help exited $?"
 grep -q -- '--parallelism.dp_shard' "$tmp/help.txt" || fail "--help lists no keys"
 bad() { # bad EXPECTED-TEXT ARGS...: exit 2 and the text in the message
@@ -84,4 +99,9 @@ echo '{"training": {"steps": 2.5}}' > "$tmp/type.json"
 bad "training.steps = 2.5: want an integer" "$tmp/type.json"
 bad "unable to open" "$tmp/missing.json"
 bad "microbatches = 3 does not divide training.batch = 8" --parallelism.mesh pp=2 --micro 3
-echo "front door: --help and 9 bad inputs answered by name"
+echo '{"parallelism": {"tp": 2, "tp_plan": {"output": "diagonal"}}}' > "$tmp/plan.json"
+bad "parallelism.tp_plan.output: style \"diagonal\"" "$tmp/plan.json"
+set +e; "$my_llama" --parallelism.mesh cp=2 > "$tmp/bad.txt" 2>&1; rc=$?; set -e
+[ "$rc" -ne 0 ] && grep -q "a custom model runs over dp_replicate, dp_shard and tp" "$tmp/bad.txt" ||
+    { cat "$tmp/bad.txt"; fail "my_llama on cp=2 exited $rc"; }
+echo "front door: --help and 11 bad inputs answered by name"
