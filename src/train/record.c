@@ -69,6 +69,42 @@ char *tr_record_format(const tr_record *r, size_t *len_out) {
     return b.p;
 }
 
+static int is_list_line(const char *line) {
+    return !strncmp(line, "tensor ", 7) || !strncmp(line, "state ", 6) ||
+           !strncmp(line, "steps ", 6);
+}
+
+static int line_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+char *tr_record_merge(char *const *texts, int n, size_t *len_out) {
+    size_t nlines = 0;
+    for (int r = 0; r < n; r++)
+        for (const char *c = texts[r]; *c; c++) nlines += *c == '\n';
+    char **lines = malloc((nlines + 1) * sizeof *lines);
+    if (!lines) return NULL;
+    tr_buf b = {0};
+    size_t k = 0;
+    for (int r = 0; r < n; r++) /* split in place; texts[0]'s other lines go out first */
+        for (char *line = texts[r], *next; line && *line; line = next) {
+            next = strchr(line, '\n');
+            if (next) *next++ = '\0';
+            if (is_list_line(line)) lines[k++] = line;
+            else if (r == 0) put(&b, "%s\n", line);
+        }
+    if (k) qsort(lines, k, sizeof *lines, line_cmp);
+    for (size_t i = 0; i < k; i++)
+        if (i == 0 || strcmp(lines[i], lines[i - 1]) != 0) put(&b, "%s\n", lines[i]);
+    free(lines);
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    *len_out = b.len;
+    return b.p;
+}
+
 /* ---- parsing ------------------------------------------------------------------------------- */
 
 void tr_record_free(tr_record *r) {
