@@ -23,8 +23,7 @@ dt_status dt_train_state_path(const char *root, int64_t step, char *buf, size_t 
     DT_ARG(step >= 0, "%s: argument step = %" PRId64 " is negative", fn, step);
     int need = snprintf(buf, cap, "%s/%s%08" PRId64, root, DT_TRAIN_STATE_PREFIX, step);
     if (need < 0 || (size_t)need >= cap)
-        return dt_error(DT_ERR_SIZE, "%s: the path needs %d bytes, cap is %zu", fn, need + 1,
-                        cap);
+        return dt_error(DT_ERR_SIZE, "%s: the path needs %d bytes, cap is %zu", fn, need + 1, cap);
     return DT_OK;
 }
 
@@ -74,7 +73,8 @@ static dt_status names_make(const char *fn, const dt_train_state *s, tr_names *n
         dt_tensor *p;
         DT_CHECK(dt_optim_param(s->optim, k, &p));
         int i = 0;
-        while (i < np && nm->tensors[i] != p) i++;
+        while (i < np && nm->tensors[i] != p)
+            i++;
         DT_ARG(i < np, "%s: s->optim's parameter %d is not one of s->params' parameters", fn, k);
         nm->opt_names[k] = nm->names[i];
     }
@@ -129,10 +129,13 @@ static dt_status gather_record(dt_comm *world, char **text, size_t *len, char **
         st = dt_all_gather(world, padded, *all, words, DT_I32);
     }
     if (st == DT_OK) {
-        for (int r = 0; r < n; r++) texts[r] = *all + (size_t)r * words * 4;
+        for (int r = 0; r < n; r++)
+            texts[r] = *all + (size_t)r * words * 4;
         char *merged = tr_record_merge(texts, n, len);
-        if (merged) free(*text), *text = merged;
-        else st = dt_error(DT_ERR_NOMEM, "%s: out of memory merging the records", fn);
+        if (merged)
+            free(*text), *text = merged;
+        else
+            st = dt_error(DT_ERR_NOMEM, "%s: out of memory merging the records", fn);
         st = agree(world, st);
     }
     free(padded), free(texts);
@@ -164,7 +167,8 @@ static dt_status record_of(const dt_train_state *s, tr_names *nm, char **text, s
         DT_CHECK(dt_optim_get_lr(s->optim, &r.lr));
         if (!(steps = malloc((size_t)(nm->nopt + 1) * sizeof *steps)))
             return dt_error(DT_ERR_NOMEM, "%s: out of memory", fn);
-        for (int k = 0; k < nm->nopt; k++) dt_optim_steps_get(s->optim, k, &steps[k]);
+        for (int k = 0; k < nm->nopt; k++)
+            dt_optim_steps_get(s->optim, k, &steps[k]);
         r.steps = steps;
     }
     *text = tr_record_format(&r, len);
@@ -204,8 +208,10 @@ static dt_status read_record(const char *fn, const char *dir, tr_record *r) {
     size_t len;
     dt_status st = dt_checkpoint_blob(dir, NULL, 0, &len);
     if (st == DT_ERR_ARG)
-        return dt_error(DT_ERR_PARSE, "%s: %s holds no train-state record (it was saved without "
-                                      "a blob, not by dt_train_state_save)", fn, dir);
+        return dt_error(DT_ERR_PARSE,
+                        "%s: %s holds no train-state record (it was saved without "
+                        "a blob, not by dt_train_state_save)",
+                        fn, dir);
     DT_CHECK(st);
     char *text = malloc(len + 1), where[4200];
     if (!text) return dt_error(DT_ERR_NOMEM, "%s: out of memory for a blob of %zu bytes", fn, len);
@@ -218,8 +224,8 @@ static dt_status read_record(const char *fn, const char *dir, tr_record *r) {
 
 /* Everything s asks for is in the record r of dir; *steps_out[k] = optimizer parameter k's
  * saved step count. Changes nothing. */
-static dt_status match(const char *fn, const char *dir, const dt_train_state *s,
-                       const tr_record *r, const tr_names *nm, int64_t *steps_out) {
+static dt_status match(const char *fn, const char *dir, const dt_train_state *s, const tr_record *r,
+                       const tr_names *nm, int64_t *steps_out) {
     for (int i = 0; i < nm->np; i++)
         if (tr_find(r->tensors, r->ntensors, nm->names[i]) < 0)
             return dt_error(DT_ERR_ARG, "%s: %s has no parameter \"%s\" (s->params has it)", fn,
@@ -234,8 +240,8 @@ static dt_status match(const char *fn, const char *dir, const dt_train_state *s,
         return dt_error(DT_ERR_ARG, "%s: %s was saved without an optimizer (s->optim is %s)", fn,
                         dir, kind);
     if (strcmp(kind, r->kind) != 0)
-        return dt_error(DT_ERR_ARG, "%s: %s was saved from %s, s->optim is %s", fn,
-                        dir, r->kind, kind);
+        return dt_error(DT_ERR_ARG, "%s: %s was saved from %s, s->optim is %s", fn, dir, r->kind,
+                        kind);
     for (int k = 0; k < nm->nopt; k++) {
         int j = tr_find(r->step_names, r->nsteps, nm->opt_names[k]);
         if (j < 0)
@@ -253,14 +259,14 @@ static dt_status match(const char *fn, const char *dir, const dt_train_state *s,
 }
 
 /* The scalars, once the tensors are in: nothing here can fail (match checked the values). */
-static void apply(dt_train_state *s, const tr_record *r, const tr_names *nm,
-                  const int64_t *steps) {
+static void apply(dt_train_state *s, const tr_record *r, const tr_names *nm, const int64_t *steps) {
     s->step = r->step;
     s->data_pos = r->data_pos;
     if (s->gen) *s->gen = r->gen;
     if (s->schedule && r->has_schedule) *s->schedule = r->schedule;
     if (!s->optim) return;
-    for (int k = 0; k < nm->nopt; k++) dt_optim_steps_set(s->optim, k, steps[k]);
+    for (int k = 0; k < nm->nopt; k++)
+        dt_optim_steps_set(s->optim, k, steps[k]);
     dt_optim_set_lr(s->optim, r->lr);
 }
 
@@ -312,8 +318,7 @@ static void pick_latest(const char *root, tr_pick *p) {
     if (p->status != DT_OK) snprintf(p->text, sizeof p->text, "%s", dt_last_error());
 }
 
-dt_status dt_train_state_load_latest(dt_ctx *ctx, const char *root, dt_train_state *s,
-                                     int *found) {
+dt_status dt_train_state_load_latest(dt_ctx *ctx, const char *root, dt_train_state *s, int *found) {
     const char *fn = "dt_train_state_load_latest";
     DT_CHECK(check_state(fn, ctx, s));
     DT_ARG(root && *root, "%s: argument root is NULL or empty", fn);

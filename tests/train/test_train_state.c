@@ -14,8 +14,14 @@
 #include "helpers.h"
 
 enum { STEPS = 12, DATA_STRIDE = 3 };
-static const tl_config cfg = {.vocab = 16, .seq = 6, .batch = 4, .dim = 8, .layers = 1,
-                              .heads = 2, .kv_heads = 2, .hidden = 12};
+static const tl_config cfg = {.vocab = 16,
+                              .seq = 6,
+                              .batch = 4,
+                              .dim = 8,
+                              .layers = 1,
+                              .heads = 2,
+                              .kv_heads = 2,
+                              .hidden = 12};
 static const dt_lr_schedule sched0 = {
     .lr = 0.02, .lr_min = 0.1, .warmup_steps = 3, .stable_steps = 2, .decay_steps = 6};
 
@@ -37,17 +43,19 @@ static const layout_case resumes[] = {
 typedef struct train_arg {
     const layout_case *lc;
     const char *root;
-    int resume;     /* 0: from step 0, saving before steps 4, 6 and 8; 1: load_latest first */
-    int keep_last;  /* for the saves */
-    int no_optim;   /* resume without the optimizer's state (the comparison must then fail) */
-    int64_t first;  /* the first step this run took */
+    int resume;    /* 0: from step 0, saving before steps 4, 6 and 8; 1: load_latest first */
+    int keep_last; /* for the saves */
+    int no_optim;  /* resume without the optimizer's state (the comparison must then fail) */
+    int64_t first; /* the first step this run took */
     float loss[STEPS];
     int64_t data_at[STEPS]; /* the loader's position before step s */
     dt_generator gen_at[STEPS];
     double lr_at[STEPS];
 } train_arg;
 
-static int saves_before(int64_t s) { return s == 4 || s == 6 || s == 8; }
+static int saves_before(int64_t s) {
+    return s == 4 || s == 6 || s == 8;
+}
 
 static dt_status train_body(dt_ctx *ctx, void *arg) {
     train_arg *a = arg;
@@ -146,13 +154,13 @@ Test(train_state, resumed_on_other_meshes_continues_the_uninterrupted_run) {
     for (size_t i = 0; i < sizeof resumes / sizeof resumes[0]; i++) {
         train_arg r = {.lc = &resumes[i], .root = root, .resume = 1};
         t_run(resumes[i].ranks, train_body, &r);
-        cr_expect_eq(r.first, 8, "%s: resumed at step %lld", resumes[i].name,
-                     (long long)r.first);
+        cr_expect_eq(r.first, 8, "%s: resumed at step %lld", resumes[i].name, (long long)r.first);
         double worst = 0;
         for (int s = 8; s < STEPS; s++) {
-            cr_expect_eq(r.data_at[s], ref.data_at[s], "%s step %d: data position %lld, saved run "
-                         "%lld", resumes[i].name, s, (long long)r.data_at[s],
-                         (long long)ref.data_at[s]);
+            cr_expect_eq(r.data_at[s], ref.data_at[s],
+                         "%s step %d: data position %lld, saved run "
+                         "%lld",
+                         resumes[i].name, s, (long long)r.data_at[s], (long long)ref.data_at[s]);
             cr_expect(r.gen_at[s].seed == ref.gen_at[s].seed &&
                           r.gen_at[s].offset == ref.gen_at[s].offset,
                       "%s step %d: generator differs", resumes[i].name, s);
@@ -179,8 +187,14 @@ Test(train_state, resumed_on_other_meshes_continues_the_uninterrupted_run) {
 /* ---- pipeline stages: each rank holds and saves its own stage's parameters ----------------- */
 
 enum { PP_STEPS = 8, PP_SAVE = 4 };
-static const tl_config pp_cfg = {.vocab = 16, .seq = 6, .batch = 4, .dim = 8, .layers = 2,
-                                 .heads = 2, .kv_heads = 2, .hidden = 12};
+static const tl_config pp_cfg = {.vocab = 16,
+                                 .seq = 6,
+                                 .batch = 4,
+                                 .dim = 8,
+                                 .layers = 2,
+                                 .heads = 2,
+                                 .kv_heads = 2,
+                                 .hidden = 12};
 
 typedef struct pp_arg {
     const char *mesh, *root;

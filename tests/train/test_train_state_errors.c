@@ -10,8 +10,14 @@
 #include "../../examples/tiny_llama.h"
 #include "helpers.h"
 
-static const tl_config cfg = {.vocab = 16, .seq = 6, .batch = 4, .dim = 8, .layers = 1,
-                              .heads = 2, .kv_heads = 2, .hidden = 12};
+static const tl_config cfg = {.vocab = 16,
+                              .seq = 6,
+                              .batch = 4,
+                              .dim = 8,
+                              .layers = 1,
+                              .heads = 2,
+                              .kv_heads = 2,
+                              .hidden = 12};
 static const dt_adamw_options adamw = {
     .lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
 static const tl_layout dp = {.dp_dim = 0, .tp_dim = -1};
@@ -39,8 +45,12 @@ static dt_status fixture_make(fixture *f, dt_mesh *mesh, const tl_config *c, uin
     R_OK(dt_optim_zero_grad(f->o));
     f->sched = (dt_lr_schedule){.lr = 0.03, .lr_min = 0.2, .warmup_steps = 2, .decay_steps = 9};
     f->gen = (dt_generator){.seed = 11, .offset = 40};
-    f->st = (dt_train_state){.params = f->m.params, .optim = f->o, .schedule = &f->sched,
-                             .gen = &f->gen, .step = 3, .data_pos = 9};
+    f->st = (dt_train_state){.params = f->m.params,
+                             .optim = f->o,
+                             .schedule = &f->sched,
+                             .gen = &f->gen,
+                             .step = 3,
+                             .data_pos = 9};
     return DT_OK;
 }
 
@@ -72,8 +82,7 @@ static dt_status unchanged(fixture *f, const char *after) {
     double lr;
     R_OK(dt_optim_steps_get(f->o, 0, &n));
     R_OK(dt_optim_get_lr(f->o, &lr));
-    R_CHECK(n == 2 && lr == 0.02, "after %s: optimizer steps %lld, lr %g", after,
-            (long long)n, lr);
+    R_CHECK(n == 2 && lr == 0.02, "after %s: optimizer steps %lld, lr %g", after, (long long)n, lr);
     dt_tensor *w;
     float now[16 * 8];
     R_OK(dt_params_at(f->m.params, 0, NULL, &w));
@@ -115,10 +124,13 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     size_t len;
     R_OK(dt_checkpoint_blob(dir, blob, sizeof blob - 1, &len));
     static const char *const lines[] = {
-        "dtensor-train-state 1\nstep 3\ndata_pos 9\n", "\ngenerator 11 40\n",
+        "dtensor-train-state 1\nstep 3\ndata_pos 9\n",
+        "\ngenerator 11 40\n",
         "\nschedule 0.029999999999999999 0.20000000000000001 2 0 9\n",
-        "\noptim AdamW 0.01\n", "\ntensor tok_embeddings.weight\n",
-        "\nstate tok_embeddings.weight.exp_avg_sq\n", "\nsteps 1 output.weight\n"};
+        "\noptim AdamW 0.01\n",
+        "\ntensor tok_embeddings.weight\n",
+        "\nstate tok_embeddings.weight.exp_avg_sq\n",
+        "\nsteps 1 output.weight\n"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         R_CHECK(strstr(blob, lines[i]), "the record lacks \"%s\":\n%s", lines[i], blob);
 
