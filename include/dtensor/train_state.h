@@ -53,24 +53,28 @@ DT_API dt_status dt_train_state_path(const char *root, int64_t step, char *buf, 
  * crash at any point leaves the directory incomplete and every older one as it was. Then
  * removes all but the keep_last newest complete step directories under root, and incomplete
  * ones older than this one (keep_last <= 0: keeps all). Collective over the world of ctx, which
- * must be the context of the params' mesh: every rank calls it with the same state; blocks
- * until the checkpoint is complete. DT_ERR_ARG naming the field for a NULL or unmaterialized
- * params, a negative step or an optimizer parameter that is not in params; the checkpoint's
- * errors otherwise (every rank fails alike; root keeps its previous content). */
+ * must be the context of the params' mesh: every rank calls it, with the same step, data
+ * position, generator, schedule and optimizer kind; ranks of different pipeline stages pass
+ * their own stage's registry and optimizer (every rank's names go into the record, one
+ * checkpoint holds all stages). Blocks until the checkpoint is complete. DT_ERR_ARG naming the
+ * field for a NULL or unmaterialized params, a negative step or an optimizer parameter that is not
+ * in params; the checkpoint's errors otherwise (every rank fails alike; root keeps its previous
+ * content). */
 DT_API dt_status dt_train_state_save(dt_ctx *ctx, const char *root, const dt_train_state *s,
                                      int keep_last);
 
 /* Restores s from the checkpoint at dir (a step directory) onto the tensors' current meshes and
  * placements, in place: parameters and optimizer state are loaded by dt_checkpoint_load (any
- * source mesh onto any target mesh), then step, data_pos, *schedule, *gen, the optimizer's step
- * counts and learning rate are set. Collective over the world of ctx (the params' mesh's);
- * blocks; every rank returns the same status and message. Everything that must match (above)
- * is checked, on every rank, before anything of s changes: DT_ERR_IO for a directory that is
- * not a complete checkpoint, DT_ERR_PARSE for one without a train-state record or with a
- * malformed one, DT_ERR_ARG naming the parameter, slot or component that is missing or of
- * another kind, DT_ERR_SHAPE / DT_ERR_DTYPE (from dt_checkpoint_load) naming the tensor. After
- * an I/O or checksum error while reading data the tensors' contents are unspecified (their
- * values are read straight into them), the rest of s unchanged. */
+ * source mesh onto any target mesh; each rank the tensors of its own state, so pipeline stages
+ * saved together load onto another split, or onto ranks holding the whole model), then step,
+ * data_pos, *schedule, *gen, the optimizer's step counts and learning rate are set. Collective over
+ * the world of ctx (the params' mesh's); blocks; every rank returns the same status and message.
+ * Everything that must match (above) is checked, on every rank, before anything of s changes:
+ * DT_ERR_IO for a directory that is not a complete checkpoint, DT_ERR_PARSE for one without a
+ * train-state record or with a malformed one, DT_ERR_ARG naming the parameter, slot or component
+ * that is missing or of another kind, DT_ERR_SHAPE / DT_ERR_DTYPE (from dt_checkpoint_load) naming
+ * the tensor. After an I/O or checksum error while reading data the tensors' contents are
+ * unspecified (their values are read straight into them), the rest of s unchanged. */
 DT_API dt_status dt_train_state_load(dt_ctx *ctx, const char *dir, dt_train_state *s);
 
 /* dt_train_state_load from the newest complete step directory under root (an incomplete one,

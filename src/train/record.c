@@ -37,7 +37,8 @@ static void put(tr_buf *b, const char *fmt, ...) {
             return;
         }
         size_t cap = b->cap ? 2 * b->cap : 1024;
-        while (cap <= b->len + (size_t)need) cap *= 2;
+        while (cap <= b->len + (size_t)need)
+            cap *= 2;
         char *q = realloc(b->p, cap);
         if (!q) {
             b->failed = 1;
@@ -57,10 +58,51 @@ char *tr_record_format(const tr_record *r, size_t *len_out) {
             s->warmup_steps, s->stable_steps, s->decay_steps);
     }
     if (r->has_optim) put(&b, "optim %s %.17g\n", r->kind, r->lr);
-    for (int i = 0; i < r->ntensors; i++) put(&b, "tensor %s\n", r->tensors[i]);
-    for (int i = 0; i < r->nstates; i++) put(&b, "state %s\n", r->states[i]);
-    for (int i = 0; i < r->nsteps; i++) put(&b, "steps %" PRId64 " %s\n", r->steps[i],
-                                            r->step_names[i]);
+    for (int i = 0; i < r->ntensors; i++)
+        put(&b, "tensor %s\n", r->tensors[i]);
+    for (int i = 0; i < r->nstates; i++)
+        put(&b, "state %s\n", r->states[i]);
+    for (int i = 0; i < r->nsteps; i++)
+        put(&b, "steps %" PRId64 " %s\n", r->steps[i], r->step_names[i]);
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    *len_out = b.len;
+    return b.p;
+}
+
+static int is_list_line(const char *line) {
+    return !strncmp(line, "tensor ", 7) || !strncmp(line, "state ", 6) ||
+           !strncmp(line, "steps ", 6);
+}
+
+static int line_cmp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+char *tr_record_merge(char *const *texts, int n, size_t *len_out) {
+    size_t nlines = (size_t)n; /* a last line without its newline, each */
+    for (int r = 0; r < n; r++)
+        for (const char *c = texts[r]; *c; c++)
+            nlines += *c == '\n';
+    char **lines = malloc(nlines * sizeof *lines);
+    if (!lines) return NULL;
+    tr_buf b = {0};
+    size_t k = 0;
+    for (int r = 0; r < n; r++) /* split in place; texts[0]'s other lines go out first */
+        for (char *line = texts[r], *next; line && *line; line = next) {
+            next = strchr(line, '\n');
+            if (next) *next++ = '\0';
+            if (is_list_line(line))
+                lines[k++] = line;
+            else if (r == 0)
+                put(&b, "%s\n", line);
+        }
+    if (k) qsort(lines, k, sizeof *lines, line_cmp);
+    for (size_t i = 0; i < k; i++)
+        if (i == 0 || strcmp(lines[i], lines[i - 1]) != 0) put(&b, "%s\n", lines[i]);
+    free(lines);
     if (b.failed) {
         free(b.p);
         return NULL;
@@ -85,10 +127,12 @@ int tr_find(const char *const *names, int n, const char *name) {
 /* The next space-separated field of *line (NUL-terminated in place), or NULL. */
 static char *field(char **line) {
     char *s = *line;
-    while (*s == ' ') s++;
+    while (*s == ' ')
+        s++;
     if (!*s) return NULL;
     char *e = s;
-    while (*e && *e != ' ') e++;
+    while (*e && *e != ' ')
+        e++;
     if (*e) *e++ = '\0';
     *line = e;
     return s;
@@ -162,8 +206,7 @@ static int parse_line(char *line, tr_record *r, unsigned *seen, const char **why
             return *why = "a schedule the library rejects", -1;
         r->has_schedule = 1;
     } else if (strcmp(key, "optim") == 0) {
-        bad = !a || strlen(a) >= sizeof r->kind || to_f64(b, &r->lr) || r->lr < 0 ||
-              field(&line);
+        bad = !a || strlen(a) >= sizeof r->kind || to_f64(b, &r->lr) || r->lr < 0 || field(&line);
         if (!bad) snprintf(r->kind, sizeof r->kind, "%s", a);
         r->has_optim = 1;
     } else if (strcmp(key, "tensor") == 0 || strcmp(key, "state") == 0) {
@@ -207,8 +250,10 @@ dt_status tr_record_parse(const char *text, size_t len, tr_record *out, const ch
     unsigned seen = 0;
     for (int lineno = 2; line; lineno++, line = next) {
         next = strchr(line, '\n');
-        if (next) *next++ = '\0';
-        else if (!*line) break; /* after the last newline */
+        if (next)
+            *next++ = '\0';
+        else if (!*line)
+            break; /* after the last newline */
         char shown[64];
         snprintf(shown, sizeof shown, "%s", line);
         const char *why;

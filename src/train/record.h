@@ -31,6 +31,11 @@ typedef struct tr_record {
 /* The record as text (malloc'd, NUL-terminated; *len_out without the NUL); NULL when out of
  * memory. Doubles are written with 17 significant digits, so they parse back exactly. */
 char *tr_record_format(const tr_record *r, size_t *len_out);
+/* One record from every rank's (texts[r], NUL-terminated), for ranks that hold different
+ * parameters (pipeline stages): texts[0]'s lines but its tensor, state and steps lines, then
+ * those lines of every text, sorted, each once. Malloc'd (*len_out without the NUL); NULL when
+ * out of memory. */
+char *tr_record_merge(char *const *texts, int n, size_t *len_out);
 /* Parses text (len bytes) into *out (freed with tr_record_free whatever it returns):
  * DT_ERR_PARSE naming where (the blob's path) and the line at fault for a missing first line, an
  * unknown key, a malformed or repeated value, a negative step or count, or a schedule the

@@ -23,8 +23,7 @@ dt_status dt_train_state_path(const char *root, int64_t step, char *buf, size_t 
     DT_ARG(step >= 0, "%s: argument step = %" PRId64 " is negative", fn, step);
     int need = snprintf(buf, cap, "%s/%s%08" PRId64, root, DT_TRAIN_STATE_PREFIX, step);
     if (need < 0 || (size_t)need >= cap)
-        return dt_error(DT_ERR_SIZE, "%s: the path needs %d bytes, cap is %zu", fn, need + 1,
-                        cap);
+        return dt_error(DT_ERR_SIZE, "%s: the path needs %d bytes, cap is %zu", fn, need + 1, cap);
     return DT_OK;
 }
 
@@ -74,7 +73,8 @@ static dt_status names_make(const char *fn, const dt_train_state *s, tr_names *n
         dt_tensor *p;
         DT_CHECK(dt_optim_param(s->optim, k, &p));
         int i = 0;
-        while (i < np && nm->tensors[i] != p) i++;
+        while (i < np && nm->tensors[i] != p)
+            i++;
         DT_ARG(i < np, "%s: s->optim's parameter %d is not one of s->params' parameters", fn, k);
         nm->opt_names[k] = nm->names[i];
     }
@@ -90,61 +90,6 @@ static dt_status names_make(const char *fn, const dt_train_state *s, tr_names *n
 }
 
 /* ---- save ---------------------------------------------------------------------------------- */
-
-static dt_status save_here(dt_ctx *ctx, const char *root, const dt_train_state *s,
-                           int keep_last, tr_names *nm, int64_t **steps) {
-    const char *fn = "dt_train_state_save";
-    char dir[4096];
-    DT_CHECK(dt_train_state_path(root, s->step, dir, sizeof dir));
-    DT_CHECK(names_make(fn, s, nm));
-    tr_record r = {.step = s->step,
-                   .data_pos = s->data_pos,
-                   .has_gen = s->gen != NULL,
-                   .has_schedule = s->schedule != NULL,
-                   .has_optim = s->optim != NULL,
-                   .ntensors = nm->np,
-                   .tensors = nm->names,
-                   .nstates = nm->n - nm->np,
-                   .states = nm->names + nm->np,
-                   .nsteps = nm->nopt,
-                   .step_names = nm->opt_names};
-    if (s->gen) r.gen = *s->gen;
-    if (s->schedule) r.schedule = *s->schedule;
-    if (s->optim) {
-        const char *kind;
-        DT_CHECK(dt_optim_kind(s->optim, &kind));
-        snprintf(r.kind, sizeof r.kind, "%s", kind);
-        DT_CHECK(dt_optim_get_lr(s->optim, &r.lr));
-        *steps = malloc((size_t)(nm->nopt + 1) * sizeof **steps);
-        if (!*steps) return dt_error(DT_ERR_NOMEM, "%s: out of memory", fn);
-        for (int k = 0; k < nm->nopt; k++) DT_CHECK(dt_optim_steps_get(s->optim, k, &(*steps)[k]));
-        r.steps = *steps;
-    }
-    size_t len;
-    char *text = tr_record_format(&r, &len);
-    if (!text) return dt_error(DT_ERR_NOMEM, "%s: out of memory for the record", fn);
-    dt_checkpoint_save_options so = {
-        .blob = text, .blob_bytes = len, .keep_last = keep_last > 0 ? keep_last : 0};
-    dt_status st = dt_checkpoint_save(ctx, dir, nm->names, nm->tensors, nm->n, &so);
-    free(text);
-    return st;
-}
-
-dt_status dt_train_state_save(dt_ctx *ctx, const char *root, const dt_train_state *s,
-                              int keep_last) {
-    const char *fn = "dt_train_state_save";
-    DT_CHECK(check_state(fn, ctx, s));
-    DT_ARG(root && *root, "%s: argument root is NULL or empty", fn);
-    DT_ARG(s->step >= 0, "%s: s->step = %" PRId64 " is negative", fn, s->step);
-    tr_names nm;
-    int64_t *steps = NULL;
-    dt_status st = save_here(ctx, root, s, keep_last, &nm, &steps);
-    free(steps);
-    names_free(&nm);
-    return st;
-}
-
-/* ---- load ---------------------------------------------------------------------------------- */
 
 /* Every rank returns the same outcome: the lowest failing rank's status and message. Every rank
  * gets here, whatever failed before. */
@@ -163,14 +108,110 @@ static dt_status agree(dt_comm *world, dt_status mine) {
     return dt_error((dt_status)why.status, "%s", why.msg);
 }
 
+/* Every rank's record to every rank (pipeline stages hold different parameters), merged into
+ * *text (*len bytes): the blob rank 0 saves. *all: the gathered texts (freed by the caller).
+ * Every rank returns the same outcome. */
+static dt_status gather_record(dt_comm *world, char **text, size_t *len, char **all) {
+    const char *fn = "dt_train_state_save";
+    int n = dt_comm_size(world);
+    int64_t mine = (int64_t)*len + 1, most, ok, all_ok;
+    DT_CHECK(dt_all_reduce(world, &mine, &most, 1, DT_I64, DT_REDUCE_MAX));
+    size_t words = ((size_t)most + 3) / 4; /* every text padded with NULs to `words` int32 */
+    char *padded = calloc(words, 4), **texts = malloc((size_t)n * sizeof *texts);
+    *all = malloc((size_t)n * words * 4);
+    ok = padded && texts && *all;
+    dt_status st = dt_all_reduce(world, &ok, &all_ok, 1, DT_I64, DT_REDUCE_MIN);
+    if (st == DT_OK && !all_ok)
+        st = dt_error(DT_ERR_NOMEM, "%s: out of memory for %d records of %lld bytes", fn, n,
+                      (long long)most);
+    if (st == DT_OK) {
+        memcpy(padded, *text, *len);
+        st = dt_all_gather(world, padded, *all, words, DT_I32);
+    }
+    if (st == DT_OK) {
+        for (int r = 0; r < n; r++)
+            texts[r] = *all + (size_t)r * words * 4;
+        char *merged = tr_record_merge(texts, n, len);
+        if (merged)
+            free(*text), *text = merged;
+        else
+            st = dt_error(DT_ERR_NOMEM, "%s: out of memory merging the records", fn);
+        st = agree(world, st);
+    }
+    free(padded), free(texts);
+    return st;
+}
+
+/* This rank's record of s (malloc'd into *text, *len bytes) and the tensors it saves. */
+static dt_status record_of(const dt_train_state *s, tr_names *nm, char **text, size_t *len) {
+    const char *fn = "dt_train_state_save";
+    DT_CHECK(names_make(fn, s, nm));
+    tr_record r = {.step = s->step,
+                   .data_pos = s->data_pos,
+                   .has_gen = s->gen != NULL,
+                   .has_schedule = s->schedule != NULL,
+                   .has_optim = s->optim != NULL,
+                   .ntensors = nm->np,
+                   .tensors = nm->names,
+                   .nstates = nm->n - nm->np,
+                   .states = nm->names + nm->np,
+                   .nsteps = nm->nopt,
+                   .step_names = nm->opt_names};
+    if (s->gen) r.gen = *s->gen;
+    if (s->schedule) r.schedule = *s->schedule;
+    int64_t *steps = NULL;
+    if (s->optim) {
+        const char *kind;
+        DT_CHECK(dt_optim_kind(s->optim, &kind));
+        snprintf(r.kind, sizeof r.kind, "%s", kind);
+        DT_CHECK(dt_optim_get_lr(s->optim, &r.lr));
+        if (!(steps = malloc((size_t)(nm->nopt + 1) * sizeof *steps)))
+            return dt_error(DT_ERR_NOMEM, "%s: out of memory", fn);
+        for (int k = 0; k < nm->nopt; k++)
+            dt_optim_steps_get(s->optim, k, &steps[k]);
+        r.steps = steps;
+    }
+    *text = tr_record_format(&r, len);
+    free(steps);
+    if (!*text) return dt_error(DT_ERR_NOMEM, "%s: out of memory for the record", fn);
+    return DT_OK;
+}
+
+dt_status dt_train_state_save(dt_ctx *ctx, const char *root, const dt_train_state *s,
+                              int keep_last) {
+    const char *fn = "dt_train_state_save";
+    DT_CHECK(check_state(fn, ctx, s));
+    DT_ARG(root && *root, "%s: argument root is NULL or empty", fn);
+    DT_ARG(s->step >= 0, "%s: s->step = %" PRId64 " is negative", fn, s->step);
+    dt_comm *world;
+    DT_CHECK(dt_ctx_world_comm(ctx, &world));
+    char dir[4096], *text = NULL, *all = NULL;
+    size_t len = 0;
+    tr_names nm = {0};
+    dt_status st = dt_train_state_path(root, s->step, dir, sizeof dir);
+    if (st == DT_OK) st = record_of(s, &nm, &text, &len);
+    st = agree(world, st); /* a stage's own mismatch fails every rank before any collective */
+    if (st == DT_OK) st = gather_record(world, &text, &len, &all);
+    dt_checkpoint_save_options so = {
+        .blob = text, .blob_bytes = len, .keep_last = keep_last > 0 ? keep_last : 0};
+    if (st == DT_OK) st = dt_checkpoint_save(ctx, dir, nm.names, nm.tensors, nm.n, &so);
+    free(text), free(all);
+    names_free(&nm);
+    return st;
+}
+
+/* ---- load ---------------------------------------------------------------------------------- */
+
 /* The record of dir, read and parsed. */
 static dt_status read_record(const char *fn, const char *dir, tr_record *r) {
     memset(r, 0, sizeof *r);
     size_t len;
     dt_status st = dt_checkpoint_blob(dir, NULL, 0, &len);
     if (st == DT_ERR_ARG)
-        return dt_error(DT_ERR_PARSE, "%s: %s holds no train-state record (it was saved without "
-                                      "a blob, not by dt_train_state_save)", fn, dir);
+        return dt_error(DT_ERR_PARSE,
+                        "%s: %s holds no train-state record (it was saved without "
+                        "a blob, not by dt_train_state_save)",
+                        fn, dir);
     DT_CHECK(st);
     char *text = malloc(len + 1), where[4200];
     if (!text) return dt_error(DT_ERR_NOMEM, "%s: out of memory for a blob of %zu bytes", fn, len);
@@ -183,8 +224,8 @@ static dt_status read_record(const char *fn, const char *dir, tr_record *r) {
 
 /* Everything s asks for is in the record r of dir; *steps_out[k] = optimizer parameter k's
  * saved step count. Changes nothing. */
-static dt_status match(const char *fn, const char *dir, const dt_train_state *s,
-                       const tr_record *r, const tr_names *nm, int64_t *steps_out) {
+static dt_status match(const char *fn, const char *dir, const dt_train_state *s, const tr_record *r,
+                       const tr_names *nm, int64_t *steps_out) {
     for (int i = 0; i < nm->np; i++)
         if (tr_find(r->tensors, r->ntensors, nm->names[i]) < 0)
             return dt_error(DT_ERR_ARG, "%s: %s has no parameter \"%s\" (s->params has it)", fn,
@@ -199,8 +240,8 @@ static dt_status match(const char *fn, const char *dir, const dt_train_state *s,
         return dt_error(DT_ERR_ARG, "%s: %s was saved without an optimizer (s->optim is %s)", fn,
                         dir, kind);
     if (strcmp(kind, r->kind) != 0)
-        return dt_error(DT_ERR_ARG, "%s: %s was saved from %s, s->optim is %s", fn,
-                        dir, r->kind, kind);
+        return dt_error(DT_ERR_ARG, "%s: %s was saved from %s, s->optim is %s", fn, dir, r->kind,
+                        kind);
     for (int k = 0; k < nm->nopt; k++) {
         int j = tr_find(r->step_names, r->nsteps, nm->opt_names[k]);
         if (j < 0)
@@ -218,14 +259,14 @@ static dt_status match(const char *fn, const char *dir, const dt_train_state *s,
 }
 
 /* The scalars, once the tensors are in: nothing here can fail (match checked the values). */
-static void apply(dt_train_state *s, const tr_record *r, const tr_names *nm,
-                  const int64_t *steps) {
+static void apply(dt_train_state *s, const tr_record *r, const tr_names *nm, const int64_t *steps) {
     s->step = r->step;
     s->data_pos = r->data_pos;
     if (s->gen) *s->gen = r->gen;
     if (s->schedule && r->has_schedule) *s->schedule = r->schedule;
     if (!s->optim) return;
-    for (int k = 0; k < nm->nopt; k++) dt_optim_steps_set(s->optim, k, steps[k]);
+    for (int k = 0; k < nm->nopt; k++)
+        dt_optim_steps_set(s->optim, k, steps[k]);
     dt_optim_set_lr(s->optim, r->lr);
 }
 
@@ -277,8 +318,7 @@ static void pick_latest(const char *root, tr_pick *p) {
     if (p->status != DT_OK) snprintf(p->text, sizeof p->text, "%s", dt_last_error());
 }
 
-dt_status dt_train_state_load_latest(dt_ctx *ctx, const char *root, dt_train_state *s,
-                                     int *found) {
+dt_status dt_train_state_load_latest(dt_ctx *ctx, const char *root, dt_train_state *s, int *found) {
     const char *fn = "dt_train_state_load_latest";
     DT_CHECK(check_state(fn, ctx, s));
     DT_ARG(root && *root, "%s: argument root is NULL or empty", fn);

@@ -10,12 +10,18 @@
 #include <unistd.h>
 #undef R_OK /* unistd.h's access() flag; helpers.h has its own R_OK */
 
-#include "../../examples/tiny_llama.h"
+#include "../../examples/tiny_llama_pp.h"
 #include "helpers.h"
 
 enum { STEPS = 12, DATA_STRIDE = 3 };
-static const tl_config cfg = {.vocab = 16, .seq = 6, .batch = 4, .dim = 8, .layers = 1,
-                              .heads = 2, .kv_heads = 2, .hidden = 12};
+static const tl_config cfg = {.vocab = 16,
+                              .seq = 6,
+                              .batch = 4,
+                              .dim = 8,
+                              .layers = 1,
+                              .heads = 2,
+                              .kv_heads = 2,
+                              .hidden = 12};
 static const dt_lr_schedule sched0 = {
     .lr = 0.02, .lr_min = 0.1, .warmup_steps = 3, .stable_steps = 2, .decay_steps = 6};
 
@@ -37,17 +43,19 @@ static const layout_case resumes[] = {
 typedef struct train_arg {
     const layout_case *lc;
     const char *root;
-    int resume;     /* 0: from step 0, saving before steps 4, 6 and 8; 1: load_latest first */
-    int keep_last;  /* for the saves */
-    int no_optim;   /* resume without the optimizer's state (the comparison must then fail) */
-    int64_t first;  /* the first step this run took */
+    int resume;    /* 0: from step 0, saving before steps 4, 6 and 8; 1: load_latest first */
+    int keep_last; /* for the saves */
+    int no_optim;  /* resume without the optimizer's state (the comparison must then fail) */
+    int64_t first; /* the first step this run took */
     float loss[STEPS];
     int64_t data_at[STEPS]; /* the loader's position before step s */
     dt_generator gen_at[STEPS];
     double lr_at[STEPS];
 } train_arg;
 
-static int saves_before(int64_t s) { return s == 4 || s == 6 || s == 8; }
+static int saves_before(int64_t s) {
+    return s == 4 || s == 6 || s == 8;
+}
 
 static dt_status train_body(dt_ctx *ctx, void *arg) {
     train_arg *a = arg;
@@ -146,13 +154,13 @@ Test(train_state, resumed_on_other_meshes_continues_the_uninterrupted_run) {
     for (size_t i = 0; i < sizeof resumes / sizeof resumes[0]; i++) {
         train_arg r = {.lc = &resumes[i], .root = root, .resume = 1};
         t_run(resumes[i].ranks, train_body, &r);
-        cr_expect_eq(r.first, 8, "%s: resumed at step %lld", resumes[i].name,
-                     (long long)r.first);
+        cr_expect_eq(r.first, 8, "%s: resumed at step %lld", resumes[i].name, (long long)r.first);
         double worst = 0;
         for (int s = 8; s < STEPS; s++) {
-            cr_expect_eq(r.data_at[s], ref.data_at[s], "%s step %d: data position %lld, saved run "
-                         "%lld", resumes[i].name, s, (long long)r.data_at[s],
-                         (long long)ref.data_at[s]);
+            cr_expect_eq(r.data_at[s], ref.data_at[s],
+                         "%s step %d: data position %lld, saved run "
+                         "%lld",
+                         resumes[i].name, s, (long long)r.data_at[s], (long long)ref.data_at[s]);
             cr_expect(r.gen_at[s].seed == ref.gen_at[s].seed &&
                           r.gen_at[s].offset == ref.gen_at[s].offset,
                       "%s step %d: generator differs", resumes[i].name, s);
@@ -173,5 +181,107 @@ Test(train_state, resumed_on_other_meshes_continues_the_uninterrupted_run) {
     for (int s = 8; s < STEPS; s++)
         off = fmax(off, fabs((double)fresh.loss[s] - ref.loss[s]) / fabs((double)ref.loss[s]));
     cr_expect(off > 1e-4, "without the optimizer's state: %.3g relative at most", off);
+    t_rmtree(root);
+}
+
+/* ---- pipeline stages: each rank holds and saves its own stage's parameters ----------------- */
+
+enum { PP_STEPS = 8, PP_SAVE = 4 };
+static const tl_config pp_cfg = {.vocab = 16,
+                                 .seq = 6,
+                                 .batch = 4,
+                                 .dim = 8,
+                                 .layers = 2,
+                                 .heads = 2,
+                                 .kv_heads = 2,
+                                 .hidden = 12};
+
+typedef struct pp_arg {
+    const char *mesh, *root;
+    int resume;
+    int64_t first;
+    float loss[PP_STEPS];
+} pp_arg;
+
+static dt_status pp_body(dt_ctx *ctx, void *arg) {
+    pp_arg *a = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, a->mesh, &mesh));
+    int pp_dim, piped = dt_mesh_dim_index(mesh, "pp", &pp_dim) == DT_OK;
+    tl_layout l = {.dp_dim = -1, .tp_dim = -1};
+    dt_adamw_options ao = {
+        .lr = 0.02, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    uint64_t seed = a->resume ? 999 : 7;
+    tl_pp pp;
+    tl_model one;
+    dt_optim *o;
+    if (piped) {
+        R_OK(tl_pp_init(&pp, mesh, pp_dim, 2, DT_PIPELINE_1F1B, &pp_cfg, &l, seed));
+        R_OK(tl_pp_adamw(&pp, &ao, &o));
+    } else {
+        R_OK(tl_model_init(&one, mesh, &pp_cfg, &l, seed));
+        R_OK(dt_optim_adamw_create_params(&ao, one.params, &o));
+    }
+    dt_train_state st = {.params = piped ? pp.model.params : one.params, .optim = o};
+    if (a->resume) {
+        int found = 0;
+        R_OK(dt_train_state_load_latest(ctx, a->root, &st, &found));
+        R_CHECK(found == 1, "found = %d", found);
+    }
+    a->first = st.step;
+    for (int64_t s = st.step; s < PP_STEPS; s++) {
+        if (!a->resume && s == PP_SAVE) R_OK(dt_train_state_save(ctx, a->root, &st, 0));
+        dt_tensor *tok, *tgt, *loss;
+        double v;
+        if (piped) {
+            R_OK(tl_pp_batch(&pp, NULL, 0, (int)s, &tok, &tgt));
+            R_OK(tl_pp_step(&pp, tok, tgt, &v));
+        } else {
+            float f;
+            R_OK(tl_batch(&one, NULL, 0, (int)s, &tok, &tgt));
+            R_OK(tl_loss(&one, tok, tgt, &loss));
+            R_OK(dt_tensor_full_tensor(loss, &f, sizeof f));
+            R_OK(dt_backward(loss));
+            dt_tensor_release(loss);
+            v = f;
+        }
+        dt_tensor_release(tok), dt_tensor_release(tgt);
+        R_OK(dt_optim_step(o));
+        R_OK(dt_optim_zero_grad(o));
+        if (dt_ctx_rank(ctx) == 0) a->loss[s] = (float)v;
+        st.step = s + 1;
+    }
+    R_OK(dt_optim_destroy(o));
+    if (piped)
+        tl_pp_free(&pp);
+    else
+        tl_model_free(&one);
+    return dt_mesh_release(mesh);
+}
+
+/* Two pipeline stages of two tp ranks each save their own parameters and optimizer state into
+ * one checkpoint (the record lists both stages'); it resumes on two one-rank stages, on one rank
+ * holding the whole model, and on the saving mesh, and the losses continue the pipeline's. */
+Test(train_state, pipeline_stages_save_one_checkpoint_that_resumes_anywhere) {
+    char *root = t_tmpdir();
+    pp_arg ref = {.mesh = "pp=2,tp=2", .root = root};
+    t_run(4, pp_body, &ref);
+    static const struct {
+        const char *mesh;
+        int ranks;
+    } onto[] = {{"pp=2,dp=1", 2}, {"1", 1}, {"pp=2,tp=2", 4}};
+    for (size_t i = 0; i < 3; i++) {
+        pp_arg r = {.mesh = onto[i].mesh, .root = root, .resume = 1};
+        t_run(onto[i].ranks, pp_body, &r);
+        cr_expect_eq(r.first, PP_SAVE, "%s: resumed at step %lld", r.mesh, (long long)r.first);
+        double worst = 0;
+        for (int s = PP_SAVE; s < PP_STEPS; s++) {
+            double rel = fabs((double)r.loss[s] - ref.loss[s]) / fabs((double)ref.loss[s]);
+            worst = fmax(worst, rel);
+            cr_expect(rel <= 1e-6, "%s step %d: loss %.9g, uninterrupted %.9g (%.2g relative)",
+                      r.mesh, s, r.loss[s], ref.loss[s], rel);
+        }
+        cr_log_info("pipeline resumed on %s: worst relative loss difference %.3g", r.mesh, worst);
+    }
     t_rmtree(root);
 }

@@ -10,8 +10,14 @@
 #include "../../examples/tiny_llama.h"
 #include "helpers.h"
 
-static const tl_config cfg = {.vocab = 16, .seq = 6, .batch = 4, .dim = 8, .layers = 1,
-                              .heads = 2, .kv_heads = 2, .hidden = 12};
+static const tl_config cfg = {.vocab = 16,
+                              .seq = 6,
+                              .batch = 4,
+                              .dim = 8,
+                              .layers = 1,
+                              .heads = 2,
+                              .kv_heads = 2,
+                              .hidden = 12};
 static const dt_adamw_options adamw = {
     .lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
 static const tl_layout dp = {.dp_dim = 0, .tp_dim = -1};
@@ -39,8 +45,12 @@ static dt_status fixture_make(fixture *f, dt_mesh *mesh, const tl_config *c, uin
     R_OK(dt_optim_zero_grad(f->o));
     f->sched = (dt_lr_schedule){.lr = 0.03, .lr_min = 0.2, .warmup_steps = 2, .decay_steps = 9};
     f->gen = (dt_generator){.seed = 11, .offset = 40};
-    f->st = (dt_train_state){.params = f->m.params, .optim = f->o, .schedule = &f->sched,
-                             .gen = &f->gen, .step = 3, .data_pos = 9};
+    f->st = (dt_train_state){.params = f->m.params,
+                             .optim = f->o,
+                             .schedule = &f->sched,
+                             .gen = &f->gen,
+                             .step = 3,
+                             .data_pos = 9};
     return DT_OK;
 }
 
@@ -49,8 +59,13 @@ static void fixture_free(fixture *f) {
     tl_model_free(&f->m);
 }
 
-/* Remembers the first parameter's values (when it has cfg's shape). */
+/* Moves the state on from what fixture_make saves (step 3, data_pos 9, generator offset 40,
+ * schedule lr 0.03, one optimizer step at lr 0.01) and remembers the first parameter's values
+ * (when it has cfg's shape): what unchanged() expects. */
 static dt_status snap(fixture *f) {
+    f->st.step = 5, f->st.data_pos = 20, f->gen.offset = 44, f->sched.lr = 0.04;
+    R_OK(dt_optim_steps_set(f->o, 0, 2));
+    R_OK(dt_optim_set_lr(f->o, 0.02));
     dt_tensor *w;
     R_OK(dt_params_at(f->m.params, 0, NULL, &w));
     return dt_tensor_full_tensor(w, f->w0, sizeof f->w0);
@@ -59,16 +74,15 @@ static dt_status snap(fixture *f) {
 /* The state is as fixture_make left it. */
 static dt_status unchanged(fixture *f, const char *after) {
     dt_train_state *s = &f->st;
-    R_CHECK(s->step == 3 && s->data_pos == 9, "after %s: step %lld, data_pos %lld", after,
+    R_CHECK(s->step == 5 && s->data_pos == 20, "after %s: step %lld, data_pos %lld", after,
             (long long)s->step, (long long)s->data_pos);
-    R_CHECK(f->gen.seed == 11 && f->gen.offset == 40, "after %s: generator changed", after);
-    R_CHECK(f->sched.lr == 0.03 && f->sched.decay_steps == 9, "after %s: schedule changed", after);
+    R_CHECK(f->gen.seed == 11 && f->gen.offset == 44, "after %s: generator changed", after);
+    R_CHECK(f->sched.lr == 0.04 && f->sched.decay_steps == 9, "after %s: schedule changed", after);
     int64_t n;
     double lr;
     R_OK(dt_optim_steps_get(f->o, 0, &n));
     R_OK(dt_optim_get_lr(f->o, &lr));
-    R_CHECK(n == 1 && lr == adamw.lr, "after %s: optimizer steps %lld, lr %g", after,
-            (long long)n, lr);
+    R_CHECK(n == 2 && lr == 0.02, "after %s: optimizer steps %lld, lr %g", after, (long long)n, lr);
     dt_tensor *w;
     float now[16 * 8];
     R_OK(dt_params_at(f->m.params, 0, NULL, &w));
@@ -103,16 +117,20 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     snprintf(part, sizeof part, "%s/part", a->root);
     snprintf(plain, sizeof plain, "%s/plain", a->root);
     R_OK(dt_train_state_save(ctx, full, &f.st, 0));
+    R_OK(snap(&f));
     /* the record, as text: fields by hand */
     R_OK(dt_train_state_path(full, 3, dir, sizeof dir));
     char blob[4096] = {0};
     size_t len;
     R_OK(dt_checkpoint_blob(dir, blob, sizeof blob - 1, &len));
     static const char *const lines[] = {
-        "dtensor-train-state 1\nstep 3\ndata_pos 9\n", "\ngenerator 11 40\n",
+        "dtensor-train-state 1\nstep 3\ndata_pos 9\n",
+        "\ngenerator 11 40\n",
         "\nschedule 0.029999999999999999 0.20000000000000001 2 0 9\n",
-        "\noptim AdamW 0.01\n", "\ntensor tok_embeddings.weight\n",
-        "\nstate tok_embeddings.weight.exp_avg_sq\n", "\nsteps 1 output.weight\n"};
+        "\noptim AdamW 0.01\n",
+        "\ntensor tok_embeddings.weight\n",
+        "\nstate tok_embeddings.weight.exp_avg_sq\n",
+        "\nsteps 1 output.weight\n"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         R_CHECK(strstr(blob, lines[i]), "the record lacks \"%s\":\n%s", lines[i], blob);
 
@@ -150,7 +168,6 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_train_state_load(ctx, NULL, &f.st), DT_ERR_ARG, "argument dir");
 
     /* what is on disk: not there, incomplete, not a train state */
-    R_OK(snap(&f));
     snprintf(dir, sizeof dir, "%s/nothing", a->root);
     R_OK(dt_train_state_load_latest(ctx, dir, &f.st, &found));
     R_CHECK(found == 0, "a missing root: found %d", found);
@@ -200,8 +217,9 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     tl_config wide = cfg; /* every shape differs */
     wide.dim = 12, wide.hidden = 16;
     R_OK(fixture_make(&g, mesh, &wide, 2));
+    g.st.step = 5, g.gen.offset = 44;
     R_ERR(dt_train_state_load(ctx, dir, &g.st), DT_ERR_SHAPE, "tok_embeddings.weight");
-    R_CHECK(g.st.step == 3 && g.gen.offset == 40, "a shape mismatch changed the state");
+    R_CHECK(g.st.step == 5 && g.gen.offset == 44, "a shape mismatch changed the state");
     fixture_free(&g);
     /* an SGD optimizer over the same model */
     dt_sgd_options sgd = {.lr = 0.1, .momentum = 0.9};
@@ -221,19 +239,19 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     s = f.st, s.optim = o2;
     R_OK(dt_train_state_save(ctx, part, &s, 0));
     dt_optim_destroy(o2);
-    R_OK(dt_train_state_path(bare, 3, dir, sizeof dir));
+    R_OK(dt_train_state_path(bare, 5, dir, sizeof dir));
     R_ERR(dt_train_state_load(ctx, dir, &f.st), DT_ERR_ARG, "saved without a generator");
     s = f.st, s.gen = NULL;
     R_ERR(dt_train_state_load(ctx, dir, &s), DT_ERR_ARG, "saved without an optimizer");
     R_OK(unchanged(&f, "a checkpoint without optimizer or generator"));
     const char *third;
     R_OK(dt_params_at(f.m.params, 2, &third, NULL));
-    R_OK(dt_train_state_path(part, 3, dir, sizeof dir));
+    R_OK(dt_train_state_path(part, 5, dir, sizeof dir));
     R_ERR(dt_train_state_load(ctx, dir, &f.st), DT_ERR_ARG, "no optimizer state for parameter");
     R_MSG(third);
     R_OK(unchanged(&f, "an optimizer over fewer parameters"));
     /* a mismatch on one rank only (rank 1 asks for a generator): every rank fails alike */
-    R_OK(dt_train_state_path(bare, 3, dir, sizeof dir));
+    R_OK(dt_train_state_path(bare, 5, dir, sizeof dir));
     s = f.st, s.optim = NULL, s.gen = dt_ctx_rank(ctx) == 1 ? &f.gen : NULL;
     dt_status st = t_keep_msg(&a->msgs, ctx, dt_train_state_load(ctx, dir, &s));
     R_CHECK(st == DT_ERR_ARG, "one rank's mismatch: %s", dt_status_str(st));
@@ -241,7 +259,7 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     /* without optimizer and generator it loads, and the schedule stays (none was saved) */
     s.gen = NULL, s.step = 0;
     R_OK(dt_train_state_load(ctx, dir, &s));
-    R_CHECK(s.step == 3 && f.sched.lr == 0.03, "step %lld, schedule lr %g", (long long)s.step,
+    R_CHECK(s.step == 5 && f.sched.lr == 0.04, "step %lld, schedule lr %g", (long long)s.step,
             f.sched.lr);
     fixture_free(&f);
     dt_mesh_release(mesh);
