@@ -123,9 +123,9 @@ dt_status dt_moe_aux_loss(dt_tensor *scores, dt_tensor *experts, dt_tensor **out
                         "%s: scores (..., E) and experts (..., top_k) need the same "
                         "leading shape",
                         FN);
-    int64_t E = scores->shape[nd - 1], assignments = 1;
+    int64_t E = scores->shape[nd - 1], assignments = 1, scores_numel = 1;
     for (int d = 0; d < nd; d++)
-        assignments *= experts->shape[d];
+        assignments *= experts->shape[d], scores_numel *= scores->shape[d];
     DT_ARG(assignments > 0, "%s: experts is empty (no tokens to balance)", FN);
     int dims[DT_MAX_NDIM + 1], last = nd - 1;
     for (int d = 0; d <= nd; d++)
@@ -143,7 +143,11 @@ dt_status dt_moe_aux_loss(dt_tensor *scores, dt_tensor *experts, dt_tensor **out
     if (st == DT_OK) st = dt_mul_scalar(t[2], 1.0 / (double)assignments, &t[3]);
     if (st == DT_OK) st = dt_sum(scores, &last, 1, 1, &t[4]);
     if (st == DT_OK) st = dt_div(scores, t[4], &t[5]);
-    if (st == DT_OK) st = dt_mean(t[5], dims, nd - 1, 0, &t[6]);
+    /* the token mean as a sum scaled by 1 / tokens: a sum leaves sharded tokens a Partial sum
+     * wherever they lie (a mean moves them first unless each sharded dim divides the mesh's
+     * rank count) */
+    if (st == DT_OK) st = dt_sum(t[5], dims, nd - 1, 0, &t[0]);
+    if (st == DT_OK) st = dt_mul_scalar(t[0], (double)E / (double)scores_numel, &t[6]);
     dt_tensor *f = NULL, *P = NULL;
     if (st == DT_OK) st = dt_tensor_redistribute(t[3], scores->mesh->ndim, pl, &f);
     if (st == DT_OK) st = dt_tensor_redistribute(t[6], scores->mesh->ndim, pl, &P);

@@ -227,20 +227,19 @@ Test(parallel_train, loss_parity_and_collectives) {
  *   and the wo's outputs (3), backward the gradients into the attention and output inputs (3),
  *   the logits go to cross_entropy by one all_to_all each way (2); the targets are
  *   replicated, so cross_entropy checks the labels with no collective;
- * - the aux loss, per block (dt_moe_aux_loss makes f and P whole before their product): f's
- *   all_reduce over dp+ep (1); P, the token mean of the scores, whose 12 x 32 tokens the mean
- *   cannot average where they lie (a sharded dim must divide the mesh's 8 ranks: reduce.c),
- *   re-shards them to the sequence (an all_to_all over dp+ep) and E over tp, and is made
- *   whole by an all_reduce over dp+ep and an all_gather over tp; in backward its gradient is
- *   gathered over tp again by the mean's view (1 all_gather), and the scores' gradient
- *   reaches the layer's input Partial over tp (1 all_reduce): 15 all_reduce, 4 all_gather,
- *   14 all_to_all in all.
+ * - the aux loss, per block (dt_moe_aux_loss makes f and P whole before their product, each
+ *   a sum over the tokens: one all_reduce over dp+ep each); backward reduces nothing for it.
+ *   Without sequence parallel a gradient stays Partial over tp until an op reads it whole:
+ *   the head hands the last block a Partial one, which the MoE (its output's gradient) and
+ *   wo's backward each reduce, and q/k/v's input gradients leave it Partial for the block
+ *   below (1 all_reduce more per block than the dense run's rule): 15 all_reduce, 12
+ *   all_to_all in all.
  * - ep=2: the layer's 10, one grad sync all_reduce, the aux loss's 2 per block (f and P).
  * - FSDP x SP on the grid: each of the 23 parameters all_gathered over dp at use (the experts
  *   along dim 1), their gradients reduce_scattered there (1) and all_reduced over ep (1) or
  *   ep+tp (1, the norms); SP's 6 reduce_scatters and 10 all_gathers over tp (the MoE takes
  *   its tokens gathered and hands back its output's gradient gathered); the aux loss's 2
- *   all_reduces and 2 all_gathers per block as above. */
+ *   all_reduces per block as above. */
 static const tl_config moe = {.vocab = 256,
                               .seq = 32,
                               .batch = 12,
@@ -259,7 +258,7 @@ Test(parallel_train, moe_grid_loss_parity) {
         {"moe dp=2 x ep=2 x tp=2",
          "2x2x2",
          {.dp_dim = 0, .ep_dim = 2, .tp_dim = 2, .loss_parallel = 1},
-         {15, 4, 0, 14},
+         {15, 0, 0, 12},
          &moe,
          {{DT_COLL_ALL_TO_ALL, "d1", 10}, {DT_COLL_ALL_REDUCE, "d0", 1}}},
         {"moe ep=2",
@@ -276,7 +275,7 @@ Test(parallel_train, moe_grid_loss_parity) {
           .fsdp = 1,
           .sequence_parallel = 1,
           .loss_parallel = 1},
-         {6, 37, 7, 14},
+         {6, 33, 7, 12},
          &moe,
          {{DT_COLL_ALL_TO_ALL, "d1", 10}, {DT_COLL_ALL_GATHER, "d0", 23}}},
     };
