@@ -29,16 +29,16 @@ static dt_status expert_mask(dt_tensor *experts, int64_t E, dt_dtype dtype, dt_t
     for (int m = 0; m < mesh->ndim; m++)
         pl[m] = dt_replicate();
     int64_t *id = malloc(sizeof *id * (size_t)E);
-    if (!id) return dt_error(DT_ERR_NOMEM, "dt_moe: out of memory for %lld expert ids",
-                             (long long)E);
+    if (!id)
+        return dt_error(DT_ERR_NOMEM, "dt_moe: out of memory for %lld expert ids", (long long)E);
     for (int64_t e = 0; e < E; e++)
         id[e] = e;
     dt_tensor *t[3] = {NULL};
-    dt_status st = dt_tensor_distribute(mesh, id, DT_I64, 1, &E, mesh->ndim, pl, DT_ALL_RANKS,
-                                        &t[0]);
+    dt_status st =
+        dt_tensor_distribute(mesh, id, DT_I64, 1, &E, mesh->ndim, pl, DT_ALL_RANKS, &t[0]);
     free(id);
     if (st == DT_OK) st = dt_unsqueeze(experts, experts->ndim, &t[1]); /* (..., k, 1) */
-    if (st == DT_OK) st = dt_eq(t[1], t[0], &t[2]);                      /* (..., k, E) */
+    if (st == DT_OK) st = dt_eq(t[1], t[0], &t[2]);                    /* (..., k, E) */
     if (st == DT_OK) st = dt_cast(t[2], dtype, out);
     release_all(t, 3);
     return st;
