@@ -17,6 +17,33 @@ static void release_all(dt_tensor **t, int n) {
         dt_tensor_release(t[i]);
 }
 
+/* hot (..., k, E) in dtype: 1 where experts (..., k) names expert e, else 0. Compared with the
+ * ids 0..E-1 (replicated, made on every rank alike) rather than by one_hot or a gather, which
+ * shard E over a mesh dim the tokens are replicated on (tensor parallel) when their inputs are
+ * whole there: then the scores' gradient would be E-sharded there, and the router's backward
+ * would reduce its row sums, the input gradient and the weight's gradient over it. Elementwise
+ * ops keep the tokens' placements. */
+static dt_status expert_mask(dt_tensor *experts, int64_t E, dt_dtype dtype, dt_tensor **out) {
+    dt_mesh *mesh = experts->mesh;
+    dt_placement pl[DT_MESH_MAX_NDIM];
+    for (int m = 0; m < mesh->ndim; m++)
+        pl[m] = dt_replicate();
+    int64_t *id = malloc(sizeof *id * (size_t)E);
+    if (!id)
+        return dt_error(DT_ERR_NOMEM, "dt_moe: out of memory for %lld expert ids", (long long)E);
+    for (int64_t e = 0; e < E; e++)
+        id[e] = e;
+    dt_tensor *t[3] = {NULL};
+    dt_status st =
+        dt_tensor_distribute(mesh, id, DT_I64, 1, &E, mesh->ndim, pl, DT_ALL_RANKS, &t[0]);
+    free(id);
+    if (st == DT_OK) st = dt_unsqueeze(experts, experts->ndim, &t[1]); /* (..., k, 1) */
+    if (st == DT_OK) st = dt_eq(t[1], t[0], &t[2]);                    /* (..., k, E) */
+    if (st == DT_OK) st = dt_cast(t[2], dtype, out);
+    release_all(t, 3);
+    return st;
+}
+
 static dt_status check_router(dt_tensor *x, dt_tensor *w, const dt_moe_opts *opts) {
     static const char FN[] = "dt_moe_router";
     DT_CHECK(dt_tensor_check(FN, "x", x));
@@ -48,12 +75,20 @@ dt_status dt_moe_router(dt_tensor *x, dt_tensor *router_w, const dt_moe_opts *op
     DT_ARG_NOT_NULL(experts_out);
     DT_CHECK(check_router(x, router_w, opts));
     int last = x->ndim - 1;
-    dt_tensor *t[6] = {NULL}; /* logits, scores, values, indices, sum, gates */
+    dt_tensor *t[9] = {NULL}; /* logits, scores, values, indices, sum, gates, 3 temporaries */
     dt_status st = dt_linear(x, router_w, NULL, &t[0]); /* (..., dim) -> (..., E) */
     if (st == DT_OK)
         st =
             opts->score == DT_MOE_SOFTMAX ? dt_softmax(t[0], last, &t[1]) : dt_sigmoid(t[0], &t[1]);
-    if (st == DT_OK) st = dt_topk(t[1], opts->top_k, last, 1, &t[2], &t[3]); /* (..., k) */
+    if (st == DT_OK) st = dt_topk(t[1], opts->top_k, last, 1, &t[6], &t[3]); /* (..., k) */
+    /* the values as sum_e scores[..., e] * hot[..., s, e] (expert_mask: their gradient keeps
+     * the scores' placements); the same numbers as topk's */
+    if (st == DT_OK) st = expert_mask(t[3], router_w->shape[0], x->dtype, &t[7]);
+    if (st == DT_OK) st = dt_unsqueeze(t[1], last, &t[8]); /* (..., 1, E) */
+    release_all(t + 6, 1), t[6] = NULL;
+    if (st == DT_OK) st = dt_mul(t[8], t[7], &t[6]);
+    if (st == DT_OK) st = dt_sum(t[6], &(int){last + 1}, 1, 0, &t[2]);
+    release_all(t + 6, 3), t[6] = t[7] = t[8] = NULL;
     if (st == DT_OK && opts->route_norm) {
         st = dt_sum(t[2], &last, 1, 1, &t[4]);
         if (st == DT_OK) st = dt_div(t[2], t[4], &t[5]);
@@ -61,13 +96,13 @@ dt_status dt_moe_router(dt_tensor *x, dt_tensor *router_w, const dt_moe_opts *op
         t[5] = t[2], t[2] = NULL;
     }
     if (st != DT_OK) {
-        release_all(t, 6);
+        release_all(t, 9);
         return st;
     }
     *gates_out = t[5], *experts_out = t[3];
     if (scores_out) *scores_out = t[1], t[1] = NULL;
     t[5] = t[3] = NULL;
-    release_all(t, 6);
+    release_all(t, 9);
     return DT_OK;
 }
 
@@ -88,30 +123,40 @@ dt_status dt_moe_aux_loss(dt_tensor *scores, dt_tensor *experts, dt_tensor **out
                         "%s: scores (..., E) and experts (..., top_k) need the same "
                         "leading shape",
                         FN);
-    int64_t E = scores->shape[nd - 1], assignments = 1;
+    int64_t E = scores->shape[nd - 1], assignments = 1, scores_numel = 1;
     for (int d = 0; d < nd; d++)
-        assignments *= experts->shape[d];
+        assignments *= experts->shape[d], scores_numel *= scores->shape[d];
     DT_ARG(assignments > 0, "%s: experts is empty (no tokens to balance)", FN);
     int dims[DT_MAX_NDIM + 1], last = nd - 1;
     for (int d = 0; d <= nd; d++)
         dims[d] = d;
-    /* f (E): the share of assignments each expert got; P (E): its mean normalised score */
+    /* f (E): the share of assignments each expert got; P (E): its mean normalised score.
+     * Both are made whole (one all_reduce each over the dims that shard the tokens) before
+     * their product, so the loss is whole and its backward reduces nothing (f needs no
+     * gradient; P's reduction's backward is local). */
+    dt_placement pl[DT_MESH_MAX_NDIM];
+    for (int m = 0; m < DT_MESH_MAX_NDIM; m++)
+        pl[m] = dt_replicate();
     dt_tensor *t[9] = {NULL};
-    dt_status st = dt_one_hot(experts, E, &t[0]); /* (..., k, E) */
-    if (st == DT_OK) st = dt_cast(t[0], scores->dtype, &t[1]);
+    dt_status st = expert_mask(experts, E, scores->dtype, &t[1]); /* (..., k, E) */
     if (st == DT_OK) st = dt_sum(t[1], dims, nd, 0, &t[2]);
     if (st == DT_OK) st = dt_mul_scalar(t[2], 1.0 / (double)assignments, &t[3]);
     if (st == DT_OK) st = dt_sum(scores, &last, 1, 1, &t[4]);
     if (st == DT_OK) st = dt_div(scores, t[4], &t[5]);
-    if (st == DT_OK) st = dt_mean(t[5], dims, nd - 1, 0, &t[6]);
-    if (st == DT_OK) st = dt_mul(t[3], t[6], &t[7]);
+    /* the token mean as a sum scaled by 1 / tokens: a sum leaves sharded tokens a Partial sum
+     * wherever they lie (a mean moves them first unless each sharded dim divides the mesh's
+     * rank count) */
+    if (st == DT_OK) st = dt_sum(t[5], dims, nd - 1, 0, &t[0]);
+    if (st == DT_OK) st = dt_mul_scalar(t[0], (double)E / (double)scores_numel, &t[6]);
+    dt_tensor *f = NULL, *P = NULL;
+    if (st == DT_OK) st = dt_tensor_redistribute(t[3], scores->mesh->ndim, pl, &f);
+    if (st == DT_OK) st = dt_tensor_redistribute(t[6], scores->mesh->ndim, pl, &P);
+    if (st == DT_OK) st = dt_mul(f, P, &t[7]);
     if (st == DT_OK) st = dt_sum(t[7], NULL, 0, 0, &t[8]);
     dt_tensor *loss = NULL, *rep = NULL;
     if (st == DT_OK) st = dt_mul_scalar(t[8], (double)E, &loss);
     release_all(t, 9);
-    dt_placement pl[DT_MESH_MAX_NDIM];
-    for (int m = 0; m < DT_MESH_MAX_NDIM; m++)
-        pl[m] = dt_replicate();
+    dt_tensor_release(f), dt_tensor_release(P);
     if (st == DT_OK) st = dt_tensor_redistribute(loss, loss->mesh->ndim, pl, &rep);
     dt_tensor_release(loss);
     if (st != DT_OK) return st;

@@ -78,26 +78,78 @@ static int seq_sharded(const dt_tensor *idx) {
     return on_t && !on_b;
 }
 
+/* Whether idx (B, T) is sharded on both B and T (data parallel and context parallel tokens),
+ * evenly: then every rank's block is (B / pb, T / pt), which is also its block of the rows
+ * (B T) chunked over all those mesh dims, in some order of the rows. */
+static int rows_even(const dt_tensor *idx) {
+    int64_t parts[2] = {1, 1};
+    if (idx->ndim != 2) return 0;
+    for (int m = 0; m < dt_mesh_ndim(idx->mesh); m++)
+        if (idx->placements[m].kind == DT_PLACEMENT_SHARD)
+            parts[idx->placements[m].dim] *= dt_mesh_dim_size(idx->mesh, m);
+    return parts[0] > 1 && parts[1] > 1 && idx->shape[0] % parts[0] == 0 &&
+           idx->shape[1] % parts[1] == 0;
+}
+
+/* The rows of idx (B, T) sharded on B and T (rows_even) and of g (B, T, E) as (B T, 1) and
+ * (B T, E), each rank's block flattened where it lies: S(0) on the mesh dims that shard idx.
+ * The rows come in another order than a row-major flattening's, which a sum does not see, and
+ * nothing moves but g to idx's token sharding (its E placement kept). */
+static dt_status local_rows(dt_tensor *idx, dt_tensor *g, dt_tensor **i2, dt_tensor **g2,
+                            dt_tensor **gm) {
+    int nd = dt_mesh_ndim(idx->mesh);
+    dt_placement q[DT_MESH_MAX_NDIM], pi[DT_MESH_MAX_NDIM], pg[DT_MESH_MAX_NDIM];
+    for (int m = 0; m < nd; m++) {
+        dt_placement gp = g->placements[m];
+        int mine = idx->placements[m].kind == DT_PLACEMENT_SHARD;
+        int tok = gp.kind == DT_PLACEMENT_SHARD && gp.dim < 2;
+        q[m] = mine ? idx->placements[m] : tok ? dt_replicate() : gp;
+        pi[m] = mine ? dt_shard(0) : dt_replicate();
+        pg[m] = mine ? dt_shard(0) : q[m].kind == DT_PLACEMENT_SHARD ? dt_shard(1) : q[m];
+    }
+    dt_status st = dt_ops_move(g, q, gm);
+    if (st != DT_OK) return st;
+    void *il = NULL, *gl = NULL;
+    int64_t n = idx->local_shape[0] * idx->local_shape[1];
+    int64_t ishape[2] = {n, 1}, iglobal[2] = {idx->shape[0] * idx->shape[1], 1};
+    int64_t gshape[2] = {n, (*gm)->local_shape[2]}, gglobal[2] = {iglobal[0], g->shape[2]};
+    st = dt_tensor_to_local(idx, &il);
+    if (st == DT_OK) st = dt_tensor_to_local(*gm, &gl);
+    if (st == DT_OK)
+        st = dt_tensor_from_local(idx->mesh, il, idx->dtype, 2, ishape, nd, pi, iglobal,
+                                  DT_FROM_LOCAL_BORROW, i2);
+    if (st == DT_OK)
+        st = dt_tensor_from_local(idx->mesh, gl, g->dtype, 2, gshape, nd, pg, gglobal,
+                                  DT_FROM_LOCAL_BORROW, g2);
+    return st;
+}
+
 /* embedding(table (V, E), idx (...)): g (..., E) added into the rows idx names,
  * scatter_add(g (N, E), 0, idx (N, 1)) into (V, E), the index broadcast along E; idx (B, T)
- * sharded on T is flattened as (T, B) (the sum does not depend on the rows' order). */
+ * sharded on T is flattened as (T, B), and sharded on B and T evenly, block by block where
+ * it lies (local_rows): the sum does not depend on the rows' order, and no token moves. */
 dt_status dt_grad_embedding(const dt_grad_call *c, dt_tensor **gin) {
-    dt_tensor *w = IN(0), *idx = IN(1), *g = c->grad, *it = NULL, *gt = NULL;
+    dt_tensor *w = IN(0), *idx = IN(1), *g = c->grad, *it = NULL, *gt = NULL, *gm = NULL;
     int64_t N = 1, E = w->shape[1];
     for (int d = 0; d < idx->ndim; d++)
         N *= idx->shape[d];
     int64_t col[2] = {N, 1}, rows[2] = {N, E};
     dt_tensor *i2 = NULL, *g2 = NULL;
     dt_status st = DT_OK;
-    if (seq_sharded(idx)) {
-        st = dt_transpose(idx, 0, 1, &it);
-        if (st == DT_OK) st = dt_transpose(g, 0, 1, &gt);
-        idx = it, g = gt;
+    if (rows_even(idx)) {
+        st = local_rows(idx, g, &i2, &g2, &gm);
+    } else {
+        if (seq_sharded(idx)) {
+            st = dt_transpose(idx, 0, 1, &it);
+            if (st == DT_OK) st = dt_transpose(g, 0, 1, &gt);
+            idx = it, g = gt;
+        }
+        if (st == DT_OK) st = dt_view(idx, 2, col, &i2);
+        if (st == DT_OK) st = dt_view(g, 2, rows, &g2);
     }
-    if (st == DT_OK) st = dt_view(idx, 2, col, &i2);
-    if (st == DT_OK) st = dt_view(g, 2, rows, &g2);
     if (st == DT_OK) st = dt_scatter_add(g2, 0, i2, 2, w->shape, &gin[0]);
     dt_tensor_release(i2), dt_tensor_release(g2), dt_tensor_release(it), dt_tensor_release(gt);
+    dt_tensor_release(gm);
     return st;
 }
 

@@ -221,20 +221,25 @@ Test(parallel_train, loss_parity_and_collectives) {
  * - the layer: forward all_to_alls the counts, the rows there and back (3), backward the
  *   output gradient rows there and the token gradients back (2), over ep: 10 for 2 blocks;
  * - DDP: the experts' gradients (Shard(0) over ep, Partial over dp) in one all_reduce over
- *   dp; the dense gradients (Partial over dp and ep) in grad sync's all_reduces over dp+ep
- *   (3: one per plan), the 5 norm weights' also Partial over tp (1 over dp+ep+tp);
+ *   dp; the dense gradients (Partial over dp and ep) in one all_reduce over dp+ep, the 5 norm
+ *   weights' also Partial over tp (1 over dp+ep+tp): grad sync's 3;
  * - tp as in the dense dp x tp run less the MLPs' linears: forward all_reduces the embedding's
  *   and the wo's outputs (3), backward the gradients into the attention and output inputs (3),
  *   the logits go to cross_entropy by one all_to_all each way (2); the targets are
  *   replicated, so cross_entropy checks the labels with no collective;
- * - the aux loss, per block, as op dispatch places it: the token mean of the scores re-sharded
- *   to the expert dim (an all_to_all over dp+ep), the per-expert sums all_reduced over dp+ep
- *   (2) and the whole mesh (1), the E scores gathered over tp (2), and 2 all_reduces over tp
- *   in backward: 21 all_reduce, 4 all_gather, 14 all_to_all in all.
- * - ep=2: the layer's 10, one grad sync all_reduce, the aux loss's 3 per block.
+ * - the aux loss, per block (dt_moe_aux_loss makes f and P whole before their product, each
+ *   a sum over the tokens: one all_reduce over dp+ep each); backward reduces nothing for it.
+ *   Without sequence parallel a gradient stays Partial over tp until an op reads it whole:
+ *   the head hands the last block a Partial one, which the MoE (its output's gradient) and
+ *   wo's backward each reduce, and q/k/v's input gradients leave it Partial for the block
+ *   below (1 all_reduce more per block than the dense run's rule): 15 all_reduce, 12
+ *   all_to_all in all.
+ * - ep=2: the layer's 10, one grad sync all_reduce, the aux loss's 2 per block (f and P).
  * - FSDP x SP on the grid: each of the 23 parameters all_gathered over dp at use (the experts
- *   along dim 1), their gradients reduce_scattered there (3 plans) and all_reduced over ep (3)
- *   or ep+tp (1); SP's reduce_scatters and all_gathers over tp. */
+ *   along dim 1), their gradients reduce_scattered there (1) and all_reduced over ep (1) or
+ *   ep+tp (1, the norms); SP's 6 reduce_scatters and 10 all_gathers over tp (the MoE takes
+ *   its tokens gathered and hands back its output's gradient gathered); the aux loss's 2
+ *   all_reduces per block as above. */
 static const tl_config moe = {.vocab = 256,
                               .seq = 32,
                               .batch = 12,
@@ -253,13 +258,13 @@ Test(parallel_train, moe_grid_loss_parity) {
         {"moe dp=2 x ep=2 x tp=2",
          "2x2x2",
          {.dp_dim = 0, .ep_dim = 2, .tp_dim = 2, .loss_parallel = 1},
-         {21, 4, 0, 14},
+         {15, 0, 0, 12},
          &moe,
          {{DT_COLL_ALL_TO_ALL, "d1", 10}, {DT_COLL_ALL_REDUCE, "d0", 1}}},
         {"moe ep=2",
          "2",
          {.dp_dim = -1, .ep_dim = 1, .tp_dim = -1},
-         {7, 0, 0, 10},
+         {5, 0, 0, 10},
          &moe,
          {{DT_COLL_ALL_TO_ALL, "d0", 10}}},
         {"moe dp=2 fsdp x ep=2 x tp=2 sp",
@@ -270,7 +275,7 @@ Test(parallel_train, moe_grid_loss_parity) {
           .fsdp = 1,
           .sequence_parallel = 1,
           .loss_parallel = 1},
-         {12, 37, 11, 14},
+         {6, 33, 7, 12},
          &moe,
          {{DT_COLL_ALL_TO_ALL, "d1", 10}, {DT_COLL_ALL_GATHER, "d0", 23}}},
     };
