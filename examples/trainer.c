@@ -245,106 +245,127 @@ static dt_status clip(dt_ctx *ctx, dt_mesh *mesh, rank_model *rm, double max_nor
     return st;
 }
 
-dt_status tr_train(dt_ctx *ctx, void *arg) {
-    const tr_run *run = arg;
-    const tr_config *c = run->c;
-    const tr_data *d = &run->data;
-    int rank = dt_ctx_rank(ctx);
+/* What a run carries from step to step on this rank. */
+typedef struct loop {
+    const tr_run *run;
     dt_mesh *mesh;
-    TRY(dt_mesh_create_str(ctx, c->mesh, &mesh));
-    if (c->bucket_kb >= 0) TRY(dt_ctx_set_grad_bucket_bytes(ctx, (size_t)c->bucket_kb << 10));
-    rank_model rm = {.custom = run->custom};
-    dt_status st = model_init(ctx, c, mesh, &rm);
-    size_t *starts = calloc((size_t)c->model.batch, sizeof *starts);
-    if (st == DT_OK && !starts) st = dt_error_set(DT_ERR_NOMEM, "train: out of memory");
-    dt_lr_schedule sched = c->schedule_lr;
-    sched.lr = c->adamw.lr;
-    int scheduled = sched.warmup_steps || sched.stable_steps || sched.decay_steps;
-    dt_train_state state = {.params = rm.m ? rm.m->params : NULL,
-                            .optim = rm.opt,
-                            .schedule = scheduled ? &sched : NULL};
-    int found = 0;
+    rank_model rm;
+    dt_train_state state;
+    dt_lr_schedule sched;
+    int scheduled, tracing;
+    size_t *starts; /* a batch's window starts */
+    double total;   /* seconds of the steps after the first */
+    int timed;
+} loop;
+
+/* Step s: its batches, clipping, the optimizer, the progress line, eval and the checkpoint. */
+static dt_status train_step(dt_ctx *ctx, loop *L, int s, int first) {
+    const tr_config *c = L->run->c;
+    int rank = dt_ctx_rank(ctx);
+    if (!L->tracing && c->trace_steps > 0 && s >= c->steps - c->trace_steps) {
+        TRY(dt_trace_start(ctx));
+        L->tracing = 1;
+    }
+    double lr = c->adamw.lr, loss = 0, norm = 0;
+    if (L->scheduled) TRY(dt_lr_warmup_cosine(&L->sched, s, &lr));
+    TRY(dt_optim_set_lr(L->rm.opt, lr));
+    TRY(dt_ctx_reset_peak(ctx));
+    TRY(dt_comm_stats_reset(ctx));
+    double t0 = now_s();
+    for (int a = 0; a < c->grad_accum; a++) { /* sync the gradients once, at the last */
+        double v;
+        tr_data_windows(&L->run->data, c->model.seq, c->model.batch, L->state.data_pos, L->starts);
+        if (c->grad_accum > 1) TRY(dt_ctx_set_grad_sync(ctx, a == c->grad_accum - 1));
+        TRY(run_batch(ctx, &L->rm, &L->run->data, L->starts, 1.0 / c->grad_accum, &v));
+        L->state.data_pos += c->model.batch;
+        loss += v / c->grad_accum;
+    }
+    if (c->max_norm > 0) TRY(clip(ctx, L->mesh, &L->rm, c->max_norm, &norm));
+    TRY(dt_optim_step(L->rm.opt));
+    TRY(dt_optim_zero_grad(L->rm.opt));
+    double dt = now_s() - t0;
+    L->state.step = s + 1;
+    dt_tensor_memory mem;
+    dt_comm_stats cs;
+    TRY(dt_ctx_tensor_memory(ctx, &mem));
+    TRY(dt_comm_stats_get(ctx, &cs));
+    uint64_t colls = 0;
+    for (int k = 0; k < DT_COLL_KIND_COUNT; k++)
+        colls += cs.calls[k];
+    if (rank == 0 && c->comms && s == first) {
+        char label[48];
+        snprintf(label, sizeof label, "rank 0, step %d", s + 1);
+        dt_comm_stats_print(&cs, label, stdout);
+    }
+    if (s > first) L->total += dt, L->timed++;
+    double tokens = (double)c->model.batch * c->model.seq * c->grad_accum;
+    char peak[32] = "";
+    if (L->run->peak_gflops > 0)
+        snprintf(peak, sizeof peak, "  %5.1f%% of peak",
+                 tr_step_flops(c) / dt / (L->run->peak_gflops * 1e9) * 100);
+    if (rank == 0) {
+        printf("step %3d/%d  loss %.*f  %8.0f tokens/s  step %7.1f ms  peak %6.2f MiB  "
+               "%3llu collectives%s  lr %.3g",
+               s + 1, c->steps, c->loss_digits, loss, tokens / dt, dt * 1e3,
+               (double)mem.peak_bytes / (1 << 20), (unsigned long long)colls, peak, lr);
+        if (c->max_norm > 0) printf("  grad norm %.4g", norm);
+        printf("\n"), fflush(stdout);
+    }
+    if (c->eval_every && (s + 1) % c->eval_every == 0) {
+        double e;
+        TRY(eval_loss(ctx, c, &L->rm, &L->run->data, L->starts, &e));
+        if (rank == 0) printf("eval at step %d: loss %.*f\n", s + 1, c->loss_digits, e);
+    }
+    if (c->ckpt_folder[0] && c->ckpt_every && (s + 1) % c->ckpt_every == 0) {
+        TRY(dt_train_state_save(ctx, c->ckpt_folder, &L->state, c->keep_last));
+        if (rank == 0) printf("checkpoint %s/step-%08d\n", c->ckpt_folder, s + 1);
+    }
+    if (rank == 0) fflush(stdout);
+    return DT_OK;
+}
+
+dt_status tr_train(dt_ctx *ctx, void *arg) {
+    loop L = {.run = arg};
+    const tr_config *c = L.run->c;
+    int rank = dt_ctx_rank(ctx), found = 0;
+    TRY(dt_mesh_create_str(ctx, c->mesh, &L.mesh));
+    L.rm.custom = L.run->custom;
+    dt_status st = DT_OK;
+    if (c->bucket_kb >= 0) st = dt_ctx_set_grad_bucket_bytes(ctx, (size_t)c->bucket_kb << 10);
+    if (st == DT_OK) st = model_init(ctx, c, L.mesh, &L.rm);
+    L.starts = calloc((size_t)c->model.batch, sizeof *L.starts);
+    if (st == DT_OK && !L.starts) st = dt_error_set(DT_ERR_NOMEM, "train: out of memory");
+    L.sched = c->schedule_lr;
+    L.sched.lr = c->adamw.lr;
+    L.scheduled = L.sched.warmup_steps || L.sched.stable_steps || L.sched.decay_steps;
+    L.state = (dt_train_state){.params = L.rm.m ? L.rm.m->params : NULL,
+                               .optim = L.rm.opt,
+                               .schedule = L.scheduled ? &L.sched : NULL};
     if (st == DT_OK && c->ckpt_folder[0] && c->resume)
-        st = dt_train_state_load_latest(ctx, c->ckpt_folder, &state, &found);
+        st = dt_train_state_load_latest(ctx, c->ckpt_folder, &L.state, &found);
     if (st == DT_OK && rank == 0 && found)
         printf("resumed from %s at step %lld (sample %lld)\n", c->ckpt_folder,
-               (long long)state.step, (long long)state.data_pos),
+               (long long)L.state.step, (long long)L.state.data_pos),
             fflush(stdout);
-    if (st == DT_OK && c->print_layout) st = tr_layout_print(ctx, c, mesh, rm.m->params, stdout);
-    if (st == DT_OK && rank == 0 && c->print_params) st = dt_params_print(rm.m->params, stdout);
-    double tokens = (double)c->model.batch * c->model.seq * c->grad_accum, total = 0;
-    double flops = tr_step_flops(c);
-    int timed = 0, tracing = 0, first = (int)state.step;
-    for (int s = first; s < c->steps && st == DT_OK; s++) {
-        if (!tracing && c->trace_steps > 0 && s >= c->steps - c->trace_steps) {
-            TRY(dt_trace_start(ctx));
-            tracing = 1;
-        }
-        double lr = c->adamw.lr, loss = 0, norm = 0;
-        if (scheduled) TRY(dt_lr_warmup_cosine(&sched, s, &lr));
-        TRY(dt_optim_set_lr(rm.opt, lr));
-        TRY(dt_ctx_reset_peak(ctx));
-        TRY(dt_comm_stats_reset(ctx));
-        double t0 = now_s();
-        for (int a = 0; a < c->grad_accum; a++) { /* sync the gradients once, at the last */
-            double v;
-            tr_data_windows(d, c->model.seq, c->model.batch, state.data_pos, starts);
-            state.data_pos += c->model.batch;
-            if (c->grad_accum > 1) TRY(dt_ctx_set_grad_sync(ctx, a == c->grad_accum - 1));
-            TRY(run_batch(ctx, &rm, d, starts, 1.0 / c->grad_accum, &v));
-            loss += v / c->grad_accum;
-        }
-        if (c->max_norm > 0) TRY(clip(ctx, mesh, &rm, c->max_norm, &norm));
-        TRY(dt_optim_step(rm.opt));
-        TRY(dt_optim_zero_grad(rm.opt));
-        double dt = now_s() - t0;
-        state.step = s + 1;
-        dt_tensor_memory mem;
-        dt_comm_stats cs;
-        TRY(dt_ctx_tensor_memory(ctx, &mem));
-        TRY(dt_comm_stats_get(ctx, &cs));
-        uint64_t colls = 0;
-        for (int k = 0; k < DT_COLL_KIND_COUNT; k++)
-            colls += cs.calls[k];
-        if (rank == 0 && c->comms && s == first) {
-            char label[48];
-            snprintf(label, sizeof label, "rank 0, step %d", s + 1);
-            dt_comm_stats_print(&cs, label, stdout);
-        }
-        if (s > first) total += dt, timed++;
-        char peak[32] = "";
-        if (run->peak_gflops > 0)
-            snprintf(peak, sizeof peak, "  %5.1f%% of peak", flops / dt / (run->peak_gflops * 1e9) * 100);
-        if (rank == 0)
-            printf("step %3d/%d  loss %.*f  %8.0f tokens/s  step %7.1f ms  peak %6.2f MiB  "
-                   "%3llu collectives%s  lr %.3g%s",
-                   s + 1, c->steps, c->loss_digits, loss, tokens / dt, dt * 1e3,
-                   (double)mem.peak_bytes / (1 << 20), (unsigned long long)colls, peak, lr,
-                   c->max_norm > 0 ? "" : "\n");
-        if (rank == 0 && c->max_norm > 0) printf("  grad norm %.4g\n", norm);
-        if (rank == 0) fflush(stdout);
-        if (c->eval_every && (s + 1) % c->eval_every == 0) {
-            double e;
-            TRY(eval_loss(ctx, c, &rm, d, starts, &e));
-            if (rank == 0) printf("eval at step %d: loss %.*f\n", s + 1, c->loss_digits, e);
-        }
-        if (c->ckpt_folder[0] && c->ckpt_every && (s + 1) % c->ckpt_every == 0) {
-            TRY(dt_train_state_save(ctx, c->ckpt_folder, &state, c->keep_last));
-            if (rank == 0) printf("checkpoint %s/step-%08d\n", c->ckpt_folder, s + 1);
-        }
-        if (rank == 0) fflush(stdout);
-    }
-    if (st == DT_OK && rank == 0 && timed)
-        printf("mean step %.1f ms (steps after the first), %.0f tokens/s\n", total / timed * 1e3,
-               tokens * timed / total);
-    if (st == DT_OK && tracing) {
+    if (st == DT_OK && c->print_layout)
+        st = tr_layout_print(ctx, c, L.mesh, L.rm.m->params, stdout);
+    if (st == DT_OK && rank == 0 && c->print_params) st = dt_params_print(L.rm.m->params, stdout);
+    int first = (int)L.state.step;
+    for (int s = first; s < c->steps && st == DT_OK; s++)
+        st = train_step(ctx, &L, s, first);
+    double tokens = (double)c->model.batch * c->model.seq * c->grad_accum;
+    if (st == DT_OK && rank == 0 && L.timed)
+        printf("mean step %.1f ms (steps after the first), %.0f tokens/s\n",
+               L.total / L.timed * 1e3, tokens * L.timed / L.total);
+    if (L.tracing) {
         char path[TR_PATH_MAX + 32];
-        TRY(dt_trace_stop(ctx));
+        dt_status stop = dt_trace_stop(ctx);
         snprintf(path, sizeof path, "%s.rank%d.json", c->trace_out, rank);
-        st = dt_trace_write(ctx, path);
+        if (st == DT_OK) st = stop;
+        if (st == DT_OK) st = dt_trace_write(ctx, path);
     }
-    free(starts);
-    model_free(&rm);
-    dt_mesh_release(mesh);
+    free(L.starts);
+    model_free(&L.rm);
+    dt_mesh_release(L.mesh);
     return st;
 }
