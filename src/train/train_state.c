@@ -111,8 +111,8 @@ static dt_status agree(dt_comm *world, dt_status mine) {
 /* Every rank's record to every rank (pipeline stages hold different parameters), merged into
  * *text (*len bytes): the blob rank 0 saves. *all: the gathered texts (freed by the caller).
  * Every rank returns the same outcome. */
-static dt_status gather_record(dt_comm *world, char **text, size_t *len, char **all) {
-    const char *fn = "dt_train_state_save";
+static dt_status gather_record(const char *fn, dt_comm *world, char **text, size_t *len,
+                               char **all) {
     int n = dt_comm_size(world);
     int64_t mine = (int64_t)*len + 1, most, ok, all_ok;
     DT_CHECK(dt_all_reduce(world, &mine, &most, 1, DT_I64, DT_REDUCE_MAX));
@@ -143,8 +143,8 @@ static dt_status gather_record(dt_comm *world, char **text, size_t *len, char **
 }
 
 /* This rank's record of s (malloc'd into *text, *len bytes) and the tensors it saves. */
-static dt_status record_of(const dt_train_state *s, tr_names *nm, char **text, size_t *len) {
-    const char *fn = "dt_train_state_save";
+static dt_status record_of(const char *fn, const dt_train_state *s, tr_names *nm, char **text,
+                           size_t *len) {
     DT_CHECK(names_make(fn, s, nm));
     tr_record r = {.step = s->step,
                    .data_pos = s->data_pos,
@@ -177,9 +177,9 @@ static dt_status record_of(const dt_train_state *s, tr_names *nm, char **text, s
     return DT_OK;
 }
 
-dt_status dt_train_state_save(dt_ctx *ctx, const char *root, const dt_train_state *s,
-                              int keep_last) {
-    const char *fn = "dt_train_state_save";
+/* Both saves: out NULL, synchronous; else dt_checkpoint_save_async's pending into *out. */
+static dt_status save(const char *fn, dt_ctx *ctx, const char *root, const dt_train_state *s,
+                      int keep_last, dt_checkpoint_pending **out) {
     DT_CHECK(check_state(fn, ctx, s));
     DT_ARG(root && *root, "%s: argument root is NULL or empty", fn);
     DT_ARG(s->step >= 0, "%s: s->step = %" PRId64 " is negative", fn, s->step);
@@ -189,15 +189,30 @@ dt_status dt_train_state_save(dt_ctx *ctx, const char *root, const dt_train_stat
     size_t len = 0;
     tr_names nm = {0};
     dt_status st = dt_train_state_path(root, s->step, dir, sizeof dir);
-    if (st == DT_OK) st = record_of(s, &nm, &text, &len);
+    if (st == DT_OK) st = record_of(fn, s, &nm, &text, &len);
     st = agree(world, st); /* a stage's own mismatch fails every rank before any collective */
-    if (st == DT_OK) st = gather_record(world, &text, &len, &all);
+    if (st == DT_OK) st = gather_record(fn, world, &text, &len, &all);
     dt_checkpoint_save_options so = {
         .blob = text, .blob_bytes = len, .keep_last = keep_last > 0 ? keep_last : 0};
-    if (st == DT_OK) st = dt_checkpoint_save(ctx, dir, nm.names, nm.tensors, nm.n, &so);
+    if (st == DT_OK && out)
+        st = dt_checkpoint_save_async(ctx, dir, nm.names, nm.tensors, nm.n, &so, out);
+    else if (st == DT_OK)
+        st = dt_checkpoint_save(ctx, dir, nm.names, nm.tensors, nm.n, &so);
     free(text), free(all);
     names_free(&nm);
     return st;
+}
+
+dt_status dt_train_state_save(dt_ctx *ctx, const char *root, const dt_train_state *s,
+                              int keep_last) {
+    return save("dt_train_state_save", ctx, root, s, keep_last, NULL);
+}
+
+dt_status dt_train_state_save_async(dt_ctx *ctx, const char *root, const dt_train_state *s,
+                                    int keep_last, dt_checkpoint_pending **out) {
+    const char *fn = "dt_train_state_save_async";
+    DT_ARG(out != NULL, "%s: argument out is NULL", fn);
+    return save(fn, ctx, root, s, keep_last, out);
 }
 
 /* ---- load ---------------------------------------------------------------------------------- */

@@ -43,10 +43,12 @@ static const layout_case resumes[] = {
 typedef struct train_arg {
     const layout_case *lc;
     const char *root;
-    int resume;    /* 0: from step 0, saving before steps 4, 6 and 8; 1: load_latest first */
-    int keep_last; /* for the saves */
-    int no_optim;  /* resume without the optimizer's state (the comparison must then fail) */
-    int64_t first; /* the first step this run took */
+    int resume;       /* 0: from step 0, saving before steps 4, 6 and 8; 1: load_latest first */
+    int keep_last;    /* for the saves */
+    int no_optim;     /* resume without the optimizer's state (the comparison must then fail) */
+    int64_t async_at; /* > 0: also saves asynchronously before this step, waiting after it */
+    const char *dir;  /* resume from this step directory (else the newest under root) */
+    int64_t first;    /* the first step this run took */
     float loss[STEPS];
     int64_t data_at[STEPS]; /* the loader's position before step s */
     dt_generator gen_at[STEPS];
@@ -79,7 +81,12 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
     if (a->resume) {
         int found = -1;
         if (a->no_optim) st.optim = NULL;
-        R_OK(dt_train_state_load_latest(ctx, a->root, &st, &found));
+        if (a->dir) {
+            R_OK(dt_train_state_load(ctx, a->dir, &st));
+            found = 1;
+        } else {
+            R_OK(dt_train_state_load_latest(ctx, a->root, &st, &found));
+        }
         R_CHECK(found == 1, "found = %d", found);
         st.optim = o;
     }
@@ -88,6 +95,9 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
     for (int64_t s = st.step; s < STEPS; s++) {
         if (!a->resume && saves_before(s))
             R_OK(dt_train_state_save(ctx, a->root, &st, a->keep_last));
+        dt_checkpoint_pending *pending = NULL;
+        if (!a->resume && s == a->async_at)
+            R_OK(dt_train_state_save_async(ctx, a->root, &st, a->keep_last, &pending));
         a->data_at[s] = st.data_pos, a->gen_at[s] = gen;
         double lr;
         R_OK(dt_lr_warmup_cosine(&sched, s, &lr));
@@ -108,6 +118,7 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_optim_step(o));
         R_OK(dt_optim_zero_grad(o));
         st.step = s + 1, st.data_pos += DATA_STRIDE;
+        if (pending) R_OK(dt_checkpoint_wait(pending)); /* the parameters changed meanwhile */
     }
     R_OK(dt_optim_destroy(o));
     tl_model_free(&m);
@@ -181,6 +192,23 @@ Test(train_state, resumed_on_other_meshes_continues_the_uninterrupted_run) {
     for (int s = 8; s < STEPS; s++)
         off = fmax(off, fabs((double)fresh.loss[s] - ref.loss[s]) / fabs((double)ref.loss[s]));
     cr_expect(off > 1e-4, "without the optimizer's state: %.3g relative at most", off);
+    t_rmtree(root);
+}
+
+/* An asynchronous save before step 5, waited for after the step changed the parameters and the
+ * optimizer's state, holds the state from before the step: resumed from it on one rank, the
+ * losses are the uninterrupted run's. */
+Test(train_state, an_async_save_holds_the_state_it_was_started_with) {
+    char *root = t_tmpdir(), dir[512];
+    train_arg ref = {.lc = &fsdp4, .root = root, .async_at = 5};
+    t_run(4, train_body, &ref);
+    cr_assert_eq(dt_train_state_path(root, 5, dir, sizeof dir), DT_OK);
+    train_arg r = {.lc = &resumes[0], .root = root, .resume = 1, .dir = dir};
+    t_run(1, train_body, &r);
+    cr_expect_eq(r.first, 5, "resumed at step %lld", (long long)r.first);
+    for (int s = 5; s < STEPS; s++)
+        cr_expect(fabs((double)r.loss[s] - ref.loss[s]) <= 1e-6 * fabs((double)ref.loss[s]),
+                  "step %d: loss %.9g, uninterrupted %.9g", s, r.loss[s], ref.loss[s]);
     t_rmtree(root);
 }
 

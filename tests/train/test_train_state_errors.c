@@ -139,6 +139,7 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_train_state_save(NULL, full, &s, 0), DT_ERR_ARG, "argument ctx");
     R_ERR(dt_train_state_save(ctx, full, NULL, 0), DT_ERR_ARG, "argument s");
     R_ERR(dt_train_state_save(ctx, NULL, &s, 0), DT_ERR_ARG, "argument root");
+    R_ERR(dt_train_state_save_async(ctx, full, &s, 0, NULL), DT_ERR_ARG, "argument out");
     s.step = -2;
     R_ERR(dt_train_state_save(ctx, full, &s, 0), DT_ERR_ARG, "s->step = -2");
     s = f.st, s.params = NULL;
