@@ -27,6 +27,7 @@
 #include "dtensor/status.h"
 #include "dtensor/tensor.h"
 #include "dtensor/trace.h"
+#include "dtensor/train_state.h"
 #include "dtensor/types.h"
 #include "dtensor/ucx.h"
 

@@ -89,6 +89,10 @@ DT_API dt_status dt_optim_get_lr(const dt_optim *optim, double *out);
  * buffer (NULL without momentum) or AdamW's exp_avg, 1 for exp_avg_sq, 2 for the f32 master
  * copy (NULL without one). */
 DT_API dt_status dt_optim_param_count(const dt_optim *optim, int *out);
+/* Parameter k (borrowed: the optimizer's reference), and the optimizer's kind as torch names
+ * its class ("AdamW", "SGD"; a static string). */
+DT_API dt_status dt_optim_param(const dt_optim *optim, int k, dt_tensor **out);
+DT_API dt_status dt_optim_kind(const dt_optim *optim, const char **out);
 DT_API dt_status dt_optim_state(const dt_optim *optim, int k, int which, dt_tensor **out);
 
 /* The state as named tensors, for a checkpoint (dtensor/checkpoint.h): *out = how many there

@@ -307,6 +307,22 @@ dt_status dt_optim_param_count(const dt_optim *optim, int *out) {
     return DT_OK;
 }
 
+dt_status dt_optim_param(const dt_optim *optim, int k, dt_tensor **out) {
+    DT_OPTIM_ARG(optim);
+    DT_ARG(out != NULL, "dt_optim_param: argument out is NULL");
+    DT_ARG(k >= 0 && k < optim->n, "dt_optim_param: argument k = %d is not a parameter (%d of "
+                                   "them)", k, optim->n);
+    *out = optim->params[k].p;
+    return DT_OK;
+}
+
+dt_status dt_optim_kind(const dt_optim *optim, const char **out) {
+    DT_OPTIM_ARG(optim);
+    DT_ARG(out != NULL, "dt_optim_kind: argument out is NULL");
+    *out = optim->h.rule == DT_OPTIM_RULE_ADAMW ? "AdamW" : "SGD";
+    return DT_OK;
+}
+
 dt_status dt_optim_state(const dt_optim *optim, int k, int which, dt_tensor **out) {
     DT_OPTIM_ARG(optim);
     DT_ARG(out != NULL, "dt_optim_state: argument out is NULL");
