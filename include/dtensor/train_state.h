@@ -63,6 +63,18 @@ DT_API dt_status dt_train_state_path(const char *root, int64_t step, char *buf, 
 DT_API dt_status dt_train_state_save(dt_ctx *ctx, const char *root, const dt_train_state *s,
                                      int keep_last);
 
+/* dt_train_state_save's asynchronous form (dt_checkpoint_save_async, as torchtitan's async
+ * checkpointing): gathers the record and copies every rank's shards to host staging buffers
+ * (collective, blocks for that much), then writes the files on a background thread and
+ * returns; training may go on (the parameters and optimizer state may change from then on).
+ * The caller owns *out and must pass it to dt_checkpoint_wait (collective, blocks), which
+ * publishes the step directory and then prunes as keep_last says; until then the directory is
+ * incomplete and load_latest skips it. No other call on ctx's collectives may overlap the
+ * wait. Errors as dt_train_state_save's, and DT_ERR_ARG for a NULL out. */
+DT_API dt_status dt_train_state_save_async(dt_ctx *ctx, const char *root,
+                                           const dt_train_state *s, int keep_last,
+                                           dt_checkpoint_pending **out);
+
 /* Restores s from the checkpoint at dir (a step directory) onto the tensors' current meshes and
  * placements, in place: parameters and optimizer state are loaded by dt_checkpoint_load (any
  * source mesh onto any target mesh; each rank the tensors of its own state, so pipeline stages

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/lru.h"
 #include "dtensor/comm.h"
 #include "dtensor/mesh.h"
 #include "dtensor/train_state.h"
@@ -108,43 +109,60 @@ static dt_status agree(dt_comm *world, dt_status mine) {
     return dt_error((dt_status)why.status, "%s", why.msg);
 }
 
-/* Every rank's record to every rank (pipeline stages hold different parameters), merged into
- * *text (*len bytes): the blob rank 0 saves. *all: the gathered texts (freed by the caller).
- * Every rank returns the same outcome. */
-static dt_status gather_record(dt_comm *world, char **text, size_t *len, char **all) {
-    const char *fn = "dt_train_state_save";
+/* Every distinct record to every rank (pipeline stages hold different parameters; the ranks of
+ * a stage the same, so each distinct text travels once: ranks compare 64-bit hashes first),
+ * merged into *text (*len bytes): the blob rank 0 saves. *all: the gathered texts (freed by the
+ * caller). Every rank returns the same outcome. */
+static dt_status gather_record(const char *fn, dt_comm *world, char **text, size_t *len,
+                               char **all) {
     int n = dt_comm_size(world);
-    int64_t mine = (int64_t)*len + 1, most, ok, all_ok;
-    DT_CHECK(dt_all_reduce(world, &mine, &most, 1, DT_I64, DT_REDUCE_MAX));
-    size_t words = ((size_t)most + 3) / 4; /* every text padded with NULs to `words` int32 */
-    char *padded = calloc(words, 4), **texts = malloc((size_t)n * sizeof *texts);
-    *all = malloc((size_t)n * words * 4);
-    ok = padded && texts && *all;
+    size_t words = (*len + 1 + 7) / 8; /* the text and its NUL, padded with NULs to int64s */
+    uint64_t *padded = calloc(words, 8), mine[2], *info = malloc((size_t)n * 2 * 8);
+    size_t *counts = malloc((size_t)n * sizeof *counts), total = 0;
+    char **texts = malloc((size_t)n * sizeof *texts);
+    int64_t ok = padded && info && counts && texts, all_ok = 0;
     dt_status st = dt_all_reduce(world, &ok, &all_ok, 1, DT_I64, DT_REDUCE_MIN);
-    if (st == DT_OK && !all_ok)
-        st = dt_error(DT_ERR_NOMEM, "%s: out of memory for %d records of %lld bytes", fn, n,
-                      (long long)most);
+    if (st == DT_OK && !all_ok) st = dt_error(DT_ERR_NOMEM, "%s: out of memory for the record", fn);
     if (st == DT_OK) {
         memcpy(padded, *text, *len);
-        st = dt_all_gather(world, padded, *all, words, DT_I32);
+        mine[0] = dt_lru_hash(padded, (unsigned)words), mine[1] = words;
+        st = dt_all_gather(world, mine, info, 2, DT_I64);
+    }
+    int distinct = 0;
+    for (int r = 0; st == DT_OK && r < n; r++) { /* the first rank with each record sends it */
+        int first = 1;
+        for (int q = 0; q < r && first; q++)
+            first = !(info[2 * q] == info[2 * r] && info[2 * q + 1] == info[2 * r + 1]);
+        counts[r] = first ? (size_t)info[2 * r + 1] : 0;
+        total += counts[r];
     }
     if (st == DT_OK) {
-        for (int r = 0; r < n; r++)
-            texts[r] = *all + (size_t)r * words * 4;
-        char *merged = tr_record_merge(texts, n, len);
+        *all = malloc(total * 8);
+        ok = *all != NULL;
+        st = dt_all_reduce(world, &ok, &all_ok, 1, DT_I64, DT_REDUCE_MIN);
+        if (st == DT_OK && !all_ok)
+            st =
+                dt_error(DT_ERR_NOMEM, "%s: out of memory for %zu bytes of records", fn, total * 8);
+    }
+    if (st == DT_OK) st = dt_all_gatherv(world, padded, *all, counts, NULL, DT_I64);
+    if (st == DT_OK) {
+        size_t at = 0;
+        for (int r = 0; r < n; at += counts[r++] * 8)
+            if (counts[r]) texts[distinct++] = *all + at;
+        char *merged = tr_record_merge(texts, distinct, len);
         if (merged)
             free(*text), *text = merged;
         else
             st = dt_error(DT_ERR_NOMEM, "%s: out of memory merging the records", fn);
         st = agree(world, st);
     }
-    free(padded), free(texts);
+    free(padded), free(info), free(counts), free(texts);
     return st;
 }
 
 /* This rank's record of s (malloc'd into *text, *len bytes) and the tensors it saves. */
-static dt_status record_of(const dt_train_state *s, tr_names *nm, char **text, size_t *len) {
-    const char *fn = "dt_train_state_save";
+static dt_status record_of(const char *fn, const dt_train_state *s, tr_names *nm, char **text,
+                           size_t *len) {
     DT_CHECK(names_make(fn, s, nm));
     tr_record r = {.step = s->step,
                    .data_pos = s->data_pos,
@@ -177,9 +195,9 @@ static dt_status record_of(const dt_train_state *s, tr_names *nm, char **text, s
     return DT_OK;
 }
 
-dt_status dt_train_state_save(dt_ctx *ctx, const char *root, const dt_train_state *s,
-                              int keep_last) {
-    const char *fn = "dt_train_state_save";
+/* Both saves: out NULL, synchronous; else dt_checkpoint_save_async's pending into *out. */
+static dt_status save(const char *fn, dt_ctx *ctx, const char *root, const dt_train_state *s,
+                      int keep_last, dt_checkpoint_pending **out) {
     DT_CHECK(check_state(fn, ctx, s));
     DT_ARG(root && *root, "%s: argument root is NULL or empty", fn);
     DT_ARG(s->step >= 0, "%s: s->step = %" PRId64 " is negative", fn, s->step);
@@ -189,15 +207,30 @@ dt_status dt_train_state_save(dt_ctx *ctx, const char *root, const dt_train_stat
     size_t len = 0;
     tr_names nm = {0};
     dt_status st = dt_train_state_path(root, s->step, dir, sizeof dir);
-    if (st == DT_OK) st = record_of(s, &nm, &text, &len);
+    if (st == DT_OK) st = record_of(fn, s, &nm, &text, &len);
     st = agree(world, st); /* a stage's own mismatch fails every rank before any collective */
-    if (st == DT_OK) st = gather_record(world, &text, &len, &all);
+    if (st == DT_OK) st = gather_record(fn, world, &text, &len, &all);
     dt_checkpoint_save_options so = {
         .blob = text, .blob_bytes = len, .keep_last = keep_last > 0 ? keep_last : 0};
-    if (st == DT_OK) st = dt_checkpoint_save(ctx, dir, nm.names, nm.tensors, nm.n, &so);
+    if (st == DT_OK && out)
+        st = dt_checkpoint_save_async(ctx, dir, nm.names, nm.tensors, nm.n, &so, out);
+    else if (st == DT_OK)
+        st = dt_checkpoint_save(ctx, dir, nm.names, nm.tensors, nm.n, &so);
     free(text), free(all);
     names_free(&nm);
     return st;
+}
+
+dt_status dt_train_state_save(dt_ctx *ctx, const char *root, const dt_train_state *s,
+                              int keep_last) {
+    return save("dt_train_state_save", ctx, root, s, keep_last, NULL);
+}
+
+dt_status dt_train_state_save_async(dt_ctx *ctx, const char *root, const dt_train_state *s,
+                                    int keep_last, dt_checkpoint_pending **out) {
+    const char *fn = "dt_train_state_save_async";
+    DT_ARG(out != NULL, "%s: argument out is NULL", fn);
+    return save(fn, ctx, root, s, keep_last, out);
 }
 
 /* ---- load ---------------------------------------------------------------------------------- */

@@ -261,6 +261,18 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_optim_set_lr(o, -0.5), DT_ERR_ARG, "lr");
     dt_tensor *st;
     R_ERR(dt_optim_state(o, 2, 0, &st), DT_ERR_ARG, "k = 2");
+    /* its parameters and kind, for a checkpoint of the training state */
+    const char *kind;
+    R_OK(dt_optim_param(o, 1, &st));
+    R_OK(dt_optim_kind(o, &kind));
+    R_CHECK(st == b && strcmp(kind, "SGD") == 0, "parameter 1 %p (b %p), kind %s", (void *)st,
+            (void *)b, kind);
+    R_ERR(dt_optim_param(o, 2, &st), DT_ERR_ARG, "k = 2");
+    R_ERR(dt_optim_kind(o, NULL), DT_ERR_ARG, "out");
+    R_OK(dt_optim_destroy(o));
+    R_OK(dt_optim_adamw_create(&(dt_adamw_options){.lr = 0.1}, &g1, 1, &o));
+    R_OK(dt_optim_kind(o, &kind));
+    R_CHECK(strcmp(kind, "AdamW") == 0, "kind %s", kind);
     R_OK(dt_optim_destroy(o));
     R_ERR(dt_optim_step(NULL), DT_ERR_ARG, "optim");
     dt_tensor_release(g), dt_tensor_release(gp2);

@@ -43,10 +43,12 @@ static const layout_case resumes[] = {
 typedef struct train_arg {
     const layout_case *lc;
     const char *root;
-    int resume;    /* 0: from step 0, saving before steps 4, 6 and 8; 1: load_latest first */
-    int keep_last; /* for the saves */
-    int no_optim;  /* resume without the optimizer's state (the comparison must then fail) */
-    int64_t first; /* the first step this run took */
+    int resume;       /* 0: from step 0, saving before steps 4, 6 and 8; 1: load_latest first */
+    int keep_last;    /* for the saves */
+    int no_optim;     /* resume without the optimizer's state (the comparison must then fail) */
+    int64_t async_at; /* > 0: also saves asynchronously before this step, waiting after it */
+    const char *dir;  /* resume from this step directory (else the newest under root) */
+    int64_t first;    /* the first step this run took */
     float loss[STEPS];
     int64_t data_at[STEPS]; /* the loader's position before step s */
     dt_generator gen_at[STEPS];
@@ -79,7 +81,12 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
     if (a->resume) {
         int found = -1;
         if (a->no_optim) st.optim = NULL;
-        R_OK(dt_train_state_load_latest(ctx, a->root, &st, &found));
+        if (a->dir) {
+            R_OK(dt_train_state_load(ctx, a->dir, &st));
+            found = 1;
+        } else {
+            R_OK(dt_train_state_load_latest(ctx, a->root, &st, &found));
+        }
         R_CHECK(found == 1, "found = %d", found);
         st.optim = o;
     }
@@ -88,6 +95,9 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
     for (int64_t s = st.step; s < STEPS; s++) {
         if (!a->resume && saves_before(s))
             R_OK(dt_train_state_save(ctx, a->root, &st, a->keep_last));
+        dt_checkpoint_pending *pending = NULL;
+        if (!a->resume && s == a->async_at)
+            R_OK(dt_train_state_save_async(ctx, a->root, &st, a->keep_last, &pending));
         a->data_at[s] = st.data_pos, a->gen_at[s] = gen;
         double lr;
         R_OK(dt_lr_warmup_cosine(&sched, s, &lr));
@@ -108,6 +118,7 @@ static dt_status train_body(dt_ctx *ctx, void *arg) {
         R_OK(dt_optim_step(o));
         R_OK(dt_optim_zero_grad(o));
         st.step = s + 1, st.data_pos += DATA_STRIDE;
+        if (pending) R_OK(dt_checkpoint_wait(pending)); /* the parameters changed meanwhile */
     }
     R_OK(dt_optim_destroy(o));
     tl_model_free(&m);
@@ -181,6 +192,105 @@ Test(train_state, resumed_on_other_meshes_continues_the_uninterrupted_run) {
     for (int s = 8; s < STEPS; s++)
         off = fmax(off, fabs((double)fresh.loss[s] - ref.loss[s]) / fabs((double)ref.loss[s]));
     cr_expect(off > 1e-4, "without the optimizer's state: %.3g relative at most", off);
+    t_rmtree(root);
+}
+
+/* An asynchronous save before step 5, waited for after the step changed the parameters and the
+ * optimizer's state, holds the state from before the step: resumed from it on one rank, the
+ * losses are the uninterrupted run's. */
+Test(train_state, an_async_save_holds_the_state_it_was_started_with) {
+    char *root = t_tmpdir(), dir[512];
+    train_arg ref = {.lc = &fsdp4, .root = root, .async_at = 5};
+    t_run(4, train_body, &ref);
+    cr_assert_eq(dt_train_state_path(root, 5, dir, sizeof dir), DT_OK);
+    train_arg r = {.lc = &resumes[0], .root = root, .resume = 1, .dir = dir};
+    t_run(1, train_body, &r);
+    cr_expect_eq(r.first, 5, "resumed at step %lld", (long long)r.first);
+    for (int s = 5; s < STEPS; s++)
+        cr_expect(fabs((double)r.loss[s] - ref.loss[s]) <= 1e-6 * fabs((double)ref.loss[s]),
+                  "step %d: loss %.9g, uninterrupted %.9g", s, r.loss[s], ref.loss[s]);
+    t_rmtree(root);
+}
+
+/* ---- bf16 parameters with f32 master weights ---------------------------------------------- */
+
+typedef struct mw_arg {
+    const char *mesh, *root;
+    int resume, master; /* master: the optimizer keeps f32 master weights */
+    float master_out[24];
+    uint16_t w_out[24];
+} mw_arg;
+
+static dt_status mw_body(dt_ctx *ctx, void *arg) {
+    mw_arg *a = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, a->mesh, &mesh));
+    dt_params *p;
+    dt_module lin;
+    R_OK(dt_params_create(mesh, DT_BF16, &p));
+    R_OK(dt_params_module(p, "lin", DT_MODULE_LINEAR, &lin));
+    R_OK(dt_params_declare(lin, "weight", 2, (int64_t[]){4, 6}, (dt_init){DT_INIT_NORMAL, 0.5},
+                           NULL));
+    dt_generator init = dt_generator_make(a->resume ? 3 : 21);
+    R_OK(dt_params_materialize(p, &init));
+    dt_tensor *w;
+    R_OK(dt_params_at(p, 0, NULL, &w));
+    dt_adamw_options ao = {.lr = 0.05, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    dt_optim *o;
+    R_OK(dt_optim_adamw_create(
+        &ao, &(dt_param_group){.params = &w, .n = 1, .master_weights = a->master}, 1, &o));
+    dt_train_state st = {.params = p, .optim = o};
+    if (a->resume) {
+        dt_status rs = dt_train_state_load(ctx, a->root, &st);
+        if (rs != DT_OK) { /* the caller checks the message */
+            dt_optim_destroy(o), dt_params_destroy(p), dt_mesh_release(mesh);
+            return rs;
+        }
+    }
+    const dt_placement rep[1] = {dt_replicate()};
+    for (int64_t s = st.step; s < 4; s++) {
+        if (!a->resume && s == 2) R_OK(dt_train_state_save(ctx, a->root, &st, 0));
+        dt_generator gg = dt_generator_make(100 + (uint64_t)s);
+        dt_tensor *g;
+        R_OK(dt_tensor_randn(mesh, DT_BF16, 2, (int64_t[]){4, 6}, 1, rep, &gg, &g));
+        R_OK(dt_backward_with(w, g));
+        dt_tensor_release(g);
+        R_OK(dt_optim_step(o));
+        R_OK(dt_optim_zero_grad(o));
+        st.step = s + 1;
+    }
+    dt_tensor *m;
+    R_OK(dt_optim_state(o, 0, 2, &m));
+    R_CHECK(!m == !a->master, "master copy %p with master_weights %d", (void *)m, a->master);
+    if (m) R_OK(dt_tensor_full_tensor(m, a->master_out, sizeof a->master_out));
+    R_OK(dt_tensor_full_tensor(w, a->w_out, sizeof a->w_out));
+    R_OK(dt_optim_destroy(o));
+    R_OK(dt_params_destroy(p));
+    return dt_mesh_release(mesh);
+}
+
+/* bf16 weights updated through f32 master copies: saved on two ranks before step 2 and resumed
+ * on one, the master copy and the weight after step 4 are the uninterrupted run's, bit for bit;
+ * an optimizer that keeps master weights cannot resume from a save without them. */
+Test(train_state, master_weights_resume_bit_exactly) {
+    char *root = t_tmpdir(), dir[512], plain[512];
+    mw_arg ref = {.mesh = "2", .root = root, .master = 1};
+    t_run(2, mw_body, &ref);
+    cr_assert_eq(dt_train_state_path(root, 2, dir, sizeof dir), DT_OK);
+    mw_arg r = {.mesh = "1", .root = dir, .resume = 1, .master = 1};
+    t_run(1, mw_body, &r);
+    cr_expect(memcmp(r.master_out, ref.master_out, sizeof r.master_out) == 0,
+              "the master copy differs after resuming");
+    cr_expect(memcmp(r.w_out, ref.w_out, sizeof r.w_out) == 0, "the weight differs");
+    snprintf(plain, sizeof plain, "%s/plain", root);
+    mw_arg nomaster = {.mesh = "1", .root = plain};
+    t_run(1, mw_body, &nomaster);
+    cr_expect(memcmp(nomaster.w_out, ref.w_out, sizeof ref.w_out) != 0,
+              "without master weights the weight is the same: the comparison cannot fail");
+    cr_assert_eq(dt_train_state_path(plain, 2, dir, sizeof dir), DT_OK);
+    mw_arg bad = {.mesh = "1", .root = dir, .resume = 1, .master = 1};
+    T_ERR(dt_local_run(1, mw_body, &bad, NULL), DT_ERR_ARG,
+          "no optimizer state \"lin.weight.master\"");
     t_rmtree(root);
 }
 

@@ -139,6 +139,7 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_train_state_save(NULL, full, &s, 0), DT_ERR_ARG, "argument ctx");
     R_ERR(dt_train_state_save(ctx, full, NULL, 0), DT_ERR_ARG, "argument s");
     R_ERR(dt_train_state_save(ctx, NULL, &s, 0), DT_ERR_ARG, "argument root");
+    R_ERR(dt_train_state_save_async(ctx, full, &s, 0, NULL), DT_ERR_ARG, "argument out");
     s.step = -2;
     R_ERR(dt_train_state_save(ctx, full, &s, 0), DT_ERR_ARG, "s->step = -2");
     s = f.st, s.params = NULL;
@@ -163,6 +164,9 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     s = f.st, s.optim = o2;
     R_ERR(dt_train_state_save(ctx, full, &s, 0), DT_ERR_ARG, "not one of s->params'");
     dt_optim_destroy(o2), dt_tensor_release(stray);
+    R_ERR(dt_train_state_path(NULL, 1, dir, sizeof dir), DT_ERR_ARG, "argument root");
+    R_ERR(dt_train_state_path(full, -1, dir, sizeof dir), DT_ERR_ARG, "step = -1");
+    R_ERR(dt_train_state_path(full, 1, dir, 8), DT_ERR_SIZE, "cap is 8");
     int found = 7;
     R_ERR(dt_train_state_load_latest(ctx, full, &f.st, NULL), DT_ERR_ARG, "argument found");
     R_ERR(dt_train_state_load(ctx, NULL, &f.st), DT_ERR_ARG, "argument dir");
@@ -230,8 +234,23 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_optim_sgd_create(&sgd, &(dt_param_group){.params = ps, .n = np}, 1, &so));
     s = f.st, s.optim = so;
     R_ERR(dt_train_state_load(ctx, dir, &s), DT_ERR_ARG, "saved from AdamW, s->optim is SGD");
-    dt_optim_destroy(so);
     R_OK(unchanged(&f, "another optimizer kind"));
+    /* SGD saved without momentum, loaded with: a slot the checkpoint lacks */
+    char sgd_root[512];
+    snprintf(sgd_root, sizeof sgd_root, "%s/sgd", a->root);
+    dt_optim *plain_sgd;
+    dt_sgd_options nomom = {.lr = 0.1};
+    R_OK(dt_optim_sgd_create(&nomom, &(dt_param_group){.params = ps, .n = np}, 1, &plain_sgd));
+    s = f.st, s.optim = plain_sgd;
+    R_OK(dt_train_state_save(ctx, sgd_root, &s, 0));
+    dt_optim_destroy(plain_sgd);
+    R_OK(dt_train_state_path(sgd_root, 5, dir, sizeof dir));
+    s.optim = so;
+    R_ERR(dt_train_state_load(ctx, dir, &s), DT_ERR_ARG,
+          "no optimizer state \"tok_embeddings.weight.momentum_buffer\"");
+    dt_optim_destroy(so);
+    R_OK(unchanged(&f, "a slot the checkpoint lacks"));
+    R_OK(dt_train_state_path(full, 3, dir, sizeof dir));
     /* saved without optimizer and generator; an optimizer over the first two parameters */
     s = f.st, s.optim = NULL, s.gen = NULL, s.schedule = NULL;
     R_OK(dt_train_state_save(ctx, bare, &s, 0));
