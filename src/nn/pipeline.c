@@ -6,6 +6,7 @@
 
 #include "autograd/autograd_impl.h"
 #include "comm/comm_impl.h"
+#include "comm/flight.h"
 #include "core/check.h"
 #include "core/clock.h"
 #include "dtensor/autograd.h"
@@ -292,6 +293,8 @@ static dt_status run_action(step *s, const dt_pipeline_action *a, double t0) {
     micro *m = &s->mb[a->micro];
     const char *what = a->op == DT_PIPE_FORWARD ? "forward" : "backward";
     dt_status st;
+    if (a->op > DT_PIPE_BACKWARD) /* the sends and receives: the pipeline's own collectives */
+        dt_comm_module_tls = "pipeline";
     switch (a->op) {
     case DT_PIPE_FORWARD:
     case DT_PIPE_BACKWARD:
@@ -383,6 +386,7 @@ dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets
     /* The loss is known on the last stage: every pp group hands it to its other stages. */
     dt_comm *pp;
     DT_CHECK(dt_mesh_dim_comm(p->mesh, p->cfg.pp_dim, &pp));
+    dt_comm_module_tls = "pipeline";
     double loss = last ? s.loss : s.aux;
     if (p->cfg.stage_aux)
         DT_CHECK(dt_all_reduce(pp, &loss, &loss, 1, DT_F64, DT_REDUCE_SUM));
