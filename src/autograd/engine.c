@@ -451,7 +451,8 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
         release_node(t);
         dt_tensor_release(t);
     }
-    dt_comm_module_tls = "grad_sync"; /* the units' ends and the leaves' sync */
+    /* the units' ends and the leaves' sync: issued for the gradients, by no op */
+    dt_comm_site_swap((dt_comm_site){.caller = "grad_sync", .module = "grad_sync", .backward = 1});
     st = run_backward_end(ctx, st);
     /* Leaves reached: their inputs' gradients were added to leaf->grad. */
     if (st == DT_OK && !ag->grad_unsynced) st = dt_grad_sync(leaves.order, leaves.n);
