@@ -11,7 +11,8 @@
  *   - MoE: the tokens per expert and the rows sent to each ep peer are recomputed from layer
  *     0's router input and weight of this file's own step (logits in f64, top-k with ties to
  *     the lower expert);
- *   - the pipeline's saved micro-batches peak at min(stages - stage, micro) under 1F1B. */
+ *   - the pipeline's saved micro-batches peak at min(stages - stage, micro) under 1F1B, none
+ *     are left at the end, and after each action they are as many as the pipeline's count. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,7 +271,14 @@ static void check_pipeline(const json_t *v, const tl_explain_setup *s) {
     json_array_foreach(json_object_get(p, "actions"), i, a) {
         size_t n = json_array_size(json_object_get(a, "saved"));
         peak = n > peak ? n : peak;
+        cr_assert_eq(n, (size_t)json_integer_value(json_object_get(a, "inflight")),
+                     "action %zu: %zu saved, the pipeline counts %lld in flight", i, n,
+                     (long long)json_integer_value(json_object_get(a, "inflight")));
     }
+    const json_t *acts = json_object_get(p, "actions"),
+                 *last = json_array_get(acts, json_array_size(acts) - 1);
+    cr_assert_eq(json_array_size(json_object_get(last, "saved")), 0,
+                 "activations left after the step");
     int want = nst - stage < s->micro ? nst - stage : s->micro;
     cr_assert_eq(peak, (size_t)want, "stage %d holds %zu micro-batches at most, want %d", stage,
                  peak, want);
@@ -307,6 +315,17 @@ Test(explain, fsdp_dp4) {
           2);
 }
 
+static int has_row(const json_t *rows, const char *kind, const char *group) {
+    size_t i;
+    json_t *r;
+    json_array_foreach(rows, i, r) {
+        if (!strcmp(json_string_value(json_object_get(r, "kind")), kind) &&
+            !strcmp(json_string_value(json_object_get(r, "group")), group))
+            return 1;
+    }
+    return 0;
+}
+
 Test(explain, dp2_tp2_sequence_parallel) {
     tl_explain_setup s = {.mesh = "dp=2,tp=2", .cfg = small, .fsdp = 1, .fsdp_units = -1,
                           .sp = 1, .bucket_kb = -1};
@@ -317,9 +336,23 @@ Test(explain, dp2_tp2_sequence_parallel) {
     int gathers = 0;
     size_t i;
     json_t *c;
-    json_array_foreach(json_object_get(v, "sequence_parallel"), i, c) gathers +=
-        !strcmp(json_string_value(json_object_get(c, "from")), "S(1)") &&
-        !strcmp(json_string_value(json_object_get(c, "to")), "R");
+    json_array_foreach(json_object_get(v, "sequence_parallel"), i, c) {
+        if (strcmp(json_string_value(json_object_get(c, "from")), "S(1)") ||
+            strcmp(json_string_value(json_object_get(c, "to")), "R"))
+            continue;
+        gathers++;
+        /* that module's forward all_gathers over tp, its backward reduce_scatters the gradient */
+        const char *name = json_string_value(json_object_get(c, "module"));
+        json_t *m = NULL, *x;
+        size_t k;
+        json_array_foreach(json_object_get(v, "modules"), k, x) {
+            if (!strcmp(json_string_value(json_object_get(x, "module")), name)) m = x;
+        }
+        cr_assert(m, "module %s issued no collective", name);
+        cr_assert(has_row(json_object_get(m, "forward"), "all_gather", "tp"), "%s forward", name);
+        cr_assert(has_row(json_object_get(m, "backward"), "reduce_scatter", "tp"), "%s backward",
+                  name);
+    }
     cr_assert_eq(gathers, 2 * small.layers + 1, "%d Shard(1) -> R points", gathers); /* + output */
     json_decref(v);
 }
@@ -332,7 +365,7 @@ Test(explain, tp4) {
 
 Test(explain, dp2_pp2_tp2) {
     check(&(tl_explain_setup){.mesh = "dp=2,pp=2,tp=2", .cfg = small, .fsdp = 1, .sp = 1,
-                              .fsdp_units = -1, .bucket_kb = -1, .micro = 2,
+                              .fsdp_units = -1, .bucket_kb = -1, .micro = 4,
                               .schedule = DT_PIPELINE_1F1B},
           5);
 }
