@@ -28,7 +28,7 @@ typedef struct recorder {
     pthread_mutex_t mu; /* the rank's thread and its communication thread both report */
     event *ev;
     int nev, cap;
-    dt_status failed; /* out of memory while recording */
+    dt_status failed;             /* out of memory while recording */
     json_t *layouts, *ring, *moe; /* from the rank's own thread only */
     int ring_forward, ring_backward;
 } recorder;
@@ -76,9 +76,9 @@ static json_t *placement_json(dt_placement p) {
 static void on_layout(void *user, const char *module, int output, dt_placement from,
                       dt_placement to) {
     recorder *r = user;
-    json_t *c = json_pack("{s:s, s:s, s:o, s:o}", "module", module, "at",
-                          output ? "output" : "input", "from", placement_json(from), "to",
-                          placement_json(to));
+    json_t *c =
+        json_pack("{s:s, s:s, s:o, s:o}", "module", module, "at", output ? "output" : "input",
+                  "from", placement_json(from), "to", placement_json(to));
     size_t i;
     json_t *old;
     json_array_foreach(r->layouts, i, old) {
@@ -98,18 +98,20 @@ static void on_ring(void *user, const dt_ring_step *e) {
     if (*seen >= e->nsteps) return;
     (*seen)++;
     json_t *pos = json_array();
-    for (int64_t i = 0; i < e->rows; i++) json_array_append_new(pos, json_integer(e->positions[i]));
-    json_array_append_new(
-        r->ring, json_pack("{s:s, s:i, s:i, s:i, s:i, s:o, s:b, s:b, s:i}", "pass",
-                           e->backward ? "backward" : "forward", "step", e->step, "source",
-                           e->source, "source_world", e->source_world, "next_world",
-                           e->next_world, "positions", pos, "sends_kv", e->sends_kv,
-                           "sends_dkv", e->sends_dkv, "cp_rank", e->me));
+    for (int64_t i = 0; i < e->rows; i++)
+        json_array_append_new(pos, json_integer(e->positions[i]));
+    json_array_append_new(r->ring,
+                          json_pack("{s:s, s:i, s:i, s:i, s:i, s:o, s:b, s:b, s:i}", "pass",
+                                    e->backward ? "backward" : "forward", "step", e->step, "source",
+                                    e->source, "source_world", e->source_world, "next_world",
+                                    e->next_world, "positions", pos, "sends_kv", e->sends_kv,
+                                    "sends_dkv", e->sends_dkv, "cp_rank", e->me));
 }
 
 static json_t *i64_array(const int64_t *v, int64_t n) {
     json_t *a = json_array();
-    for (int64_t i = 0; i < n; i++) json_array_append_new(a, json_integer(v[i]));
+    for (int64_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
     return a;
 }
 
@@ -119,12 +121,12 @@ static void on_moe(void *user, dt_tensor *x, dt_tensor *router_w, const dt_moe_p
     (void)x, (void)router_w;
     dt_moe_plan_info p;
     if (r->moe || dt_moe_plan_info_get(plan, &p) != DT_OK) return;
-    r->moe = json_pack("{s:i, s:i, s:I, s:I, s:I, s:i, s:o, s:o, s:o, s:o}", "ep", p.ep,
-                       "ep_rank", p.me, "experts", (json_int_t)p.experts, "local_experts",
+    r->moe = json_pack("{s:i, s:i, s:I, s:I, s:I, s:i, s:o, s:o, s:o, s:o}", "ep", p.ep, "ep_rank",
+                       p.me, "experts", (json_int_t)p.experts, "local_experts",
                        (json_int_t)p.local_experts, "tokens", (json_int_t)p.tokens, "top_k",
-                       p.top_k, "send_counts", i64_array(p.send_counts, p.ep),
-                       "tokens_per_expert", i64_array(p.tokens_per_expert, p.experts),
-                       "recv_counts", i64_array(p.recv_counts, p.ep), "recv_per_expert",
+                       p.top_k, "send_counts", i64_array(p.send_counts, p.ep), "tokens_per_expert",
+                       i64_array(p.tokens_per_expert, p.experts), "recv_counts",
+                       i64_array(p.recv_counts, p.ep), "recv_per_expert",
                        i64_array(p.recv_per_expert, p.ep * p.local_experts));
 }
 
@@ -152,10 +154,10 @@ static dt_status parameters_json(const dt_params *p, json_t *out) {
         TRY(dt_params_placements(p, i, stored, compute));
         TRY(dt_placements_format(stored, mnd, sb, sizeof sb));
         TRY(dt_placements_format(compute, mnd, cb, sizeof cb));
-        json_array_append_new(
-            out, json_pack("{s:s, s:o, s:s, s:s, s:o}", "name", name, "shape",
-                           shape_json(info.shape, info.ndim), "stored", sb, "compute", cb,
-                           "local_shape", shape_json(info.local_shape, info.ndim)));
+        json_array_append_new(out, json_pack("{s:s, s:o, s:s, s:s, s:o}", "name", name, "shape",
+                                             shape_json(info.shape, info.ndim), "stored", sb,
+                                             "compute", cb, "local_shape",
+                                             shape_json(info.local_shape, info.ndim)));
     }
     return DT_OK;
 }
@@ -185,8 +187,8 @@ static void add_row(json_t *rows, const event *e, int with_op) {
     const char *k[3] = {"calls", "bytes_in", "bytes_out"};
     json_int_t add[3] = {1, (json_int_t)e->bytes_in, (json_int_t)e->bytes_out};
     for (int f = 0; f < 3; f++)
-        json_object_set_new(row, k[f], json_integer(json_integer_value(json_object_get(row, k[f])) +
-                                                    add[f]));
+        json_object_set_new(row, k[f],
+                            json_integer(json_integer_value(json_object_get(row, k[f])) + add[f]));
 }
 
 /* The events by module (in the order modules first issued one), forward then backward, and
@@ -210,7 +212,7 @@ static void collectives_json(const recorder *r, json_t *view) {
     json_object_set_new(view, "totals", totals);
 }
 
-static const char *const pipe_ops[] = {"forward", "backward", "send_act",
+static const char *const pipe_ops[] = {"forward",  "backward",  "send_act",
                                        "recv_act", "send_grad", "recv_grad"};
 
 /* The stage's actions in order, with the micro-batches whose activations are saved (their
@@ -234,20 +236,18 @@ static dt_status pipeline_json(const tl_pp *pp, json_t *view) {
             event = "freed";
         }
         json_t *row = json_pack("{s:s, s:i, s:i, s:I, s:i, s:o}", "op", pipe_ops[a->op], "micro",
-                                a->micro, "peer", a->peer, "live_bytes",
-                                (json_int_t)rec.live_bytes, "inflight", rec.inflight, "saved",
-                                json_deep_copy(saved));
+                                a->micro, "peer", a->peer, "live_bytes", (json_int_t)rec.live_bytes,
+                                "inflight", rec.inflight, "saved", json_deep_copy(saved));
         if (event) json_object_set_new(row, "activations", json_string(event));
         json_array_append_new(actions, row);
     }
     json_decref(saved);
-    json_object_set_new(
-        view, "pipeline",
-        json_pack("{s:i, s:i, s:i, s:i, s:b, s:b, s:i, s:I, s:o}", "stage", pp->stage, "nstages",
-                  pp->nstages, "first_layer", pp->first, "end_layer", pp->end, "embedding",
-                  pp->stage == 0, "head", pp->stage == pp->nstages - 1, "peak_inflight",
-                  ps.peak_inflight, "start_bytes", (json_int_t)ps.start_bytes, "actions",
-                  actions));
+    json_object_set_new(view, "pipeline",
+                        json_pack("{s:i, s:i, s:i, s:i, s:b, s:b, s:i, s:I, s:o}", "stage",
+                                  pp->stage, "nstages", pp->nstages, "first_layer", pp->first,
+                                  "end_layer", pp->end, "embedding", pp->stage == 0, "head",
+                                  pp->stage == pp->nstages - 1, "peak_inflight", ps.peak_inflight,
+                                  "start_bytes", (json_int_t)ps.start_bytes, "actions", actions));
     return DT_OK;
 }
 
@@ -255,14 +255,13 @@ static json_t *config_json(const tl_explain_setup *s, const tl_layout *l, int ra
     const tl_config *c = &s->cfg;
     return json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:{s:i, s:i, s:i, "
                      "s:i, s:i, s:i, s:i, s:i, s:i, s:i}}",
-                     "mesh", s->mesh, "rank", rank, "world", world, "fsdp", s->fsdp,
-                     "fsdp_units", l->fsdp_units, "sequence_parallel", l->sequence_parallel,
-                     "loss_parallel", l->loss_parallel, "bucket_kb", s->bucket_kb, "ac",
-                     dt_ac_mode_name(s->ac), "micro", s->micro, "schedule",
-                     dt_pipeline_schedule_name(s->schedule), "model", "vocab", c->vocab, "seq",
-                     c->seq, "batch", c->batch, "dim", c->dim, "layers", c->layers, "heads",
-                     c->heads, "kv_heads", c->kv_heads, "hidden", c->hidden, "experts",
-                     c->experts, "top_k", c->top_k);
+                     "mesh", s->mesh, "rank", rank, "world", world, "fsdp", s->fsdp, "fsdp_units",
+                     l->fsdp_units, "sequence_parallel", l->sequence_parallel, "loss_parallel",
+                     l->loss_parallel, "bucket_kb", s->bucket_kb, "ac", dt_ac_mode_name(s->ac),
+                     "micro", s->micro, "schedule", dt_pipeline_schedule_name(s->schedule), "model",
+                     "vocab", c->vocab, "seq", c->seq, "batch", c->batch, "dim", c->dim, "layers",
+                     c->layers, "heads", c->heads, "kv_heads", c->kv_heads, "hidden", c->hidden,
+                     "experts", c->experts, "top_k", c->top_k);
 }
 
 /* R's view of the step: what its observers recorded, and the state after it. */
@@ -357,8 +356,8 @@ static dt_status check_setup(const tl_explain_setup *s, int rank, int *world_out
         return dt_error_set(DT_ERR_ARG, "tl_explain: rank %d is not in [0, %d) (mesh %s)", rank,
                             world, s->mesh);
     if (pp && (s->micro < 1 || s->cfg.batch % s->micro))
-        return dt_error_set(DT_ERR_ARG, "tl_explain: micro %d does not divide batch %d",
-                            s->micro, s->cfg.batch);
+        return dt_error_set(DT_ERR_ARG, "tl_explain: micro %d does not divide batch %d", s->micro,
+                            s->cfg.batch);
     if (pp && s->fsdp_units > 0)
         return dt_error_set(DT_ERR_ARG,
                             "tl_explain: fsdp_units %d: FSDP units do not run under a pipeline",

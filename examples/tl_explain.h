@@ -32,8 +32,8 @@ typedef struct tl_explain_setup {
     int sp;           /* sequence parallel over tp (train --sp) */
     int bucket_kb;    /* grad sync's bucket cap in KiB; -1: the library's default */
     dt_ac_mode ac;
-    int micro;                      /* micro-batches per step, with a pp dim */
-    dt_pipeline_schedule schedule;  /* with a pp dim */
+    int micro;                     /* micro-batches per step, with a pp dim */
+    dt_pipeline_schedule schedule; /* with a pp dim */
 } tl_explain_setup;
 
 /* Runs one step of s on the local runtime and returns rank's view as a new JSON object

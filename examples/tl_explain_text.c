@@ -32,7 +32,8 @@ static const char *runs_str(const json_t *a, char *buf, size_t cap) {
     for (size_t i = 0; i < n && len < cap;) {
         long long lo = (long long)json_integer_value(json_array_get(a, i)), hi = lo;
         size_t k = i + 1;
-        while (k < n && json_integer_value(json_array_get(a, k)) == hi + 1) hi++, k++;
+        while (k < n && json_integer_value(json_array_get(a, k)) == hi + 1)
+            hi++, k++;
         len += (size_t)snprintf(buf + len, cap - len, "%s%lld%s%.0lld", i ? ", " : "", lo,
                                 hi > lo ? "-" : "", hi > lo ? hi : 0);
         i = k;
@@ -46,7 +47,8 @@ static void header(const json_t *v, FILE *f) {
     fprintf(f, "rank %lld of %lld on mesh %s:", num(c, "rank"), num(c, "world"), str(c, "mesh"));
     const char *k;
     json_t *x;
-    json_object_foreach((json_t *)coords, k, x) fprintf(f, " %s %lld", k, (long long)json_integer_value(x));
+    json_object_foreach((json_t *)coords, k, x)
+        fprintf(f, " %s %lld", k, (long long)json_integer_value(x));
     if (pipe) fprintf(f, "; pipeline stage %lld of %lld", num(pipe, "stage"), num(pipe, "nstages"));
     fprintf(f,
             "\nmodel: vocab %lld, dim %lld, %lld layers, %lld heads (%lld kv), hidden %lld, seq "
@@ -55,7 +57,8 @@ static void header(const json_t *v, FILE *f) {
             num(m, "hidden"), num(m, "seq"), num(m, "batch"));
     if (num(m, "experts"))
         fprintf(f, ", MoE %lld experts top-%lld", num(m, "experts"), num(m, "top_k"));
-    fprintf(f, "\nlayout: fsdp %lld (units %lld), sequence parallel %lld, loss parallel %lld, ac %s",
+    fprintf(f,
+            "\nlayout: fsdp %lld (units %lld), sequence parallel %lld, loss parallel %lld, ac %s",
             num(c, "fsdp"), num(c, "fsdp_units"), num(c, "sequence_parallel"),
             num(c, "loss_parallel"), str(c, "ac"));
     if (pipe) fprintf(f, ", %lld micro-batches, %s", num(c, "micro"), str(c, "schedule"));
@@ -106,16 +109,16 @@ static void sequence_parallel(const json_t *v, FILE *f) {
     json_t *c;
     fprintf(f, "\nlayout changes over tp (forward; backward runs each in reverse, the collectives "
                "listed under the module's backward):\n");
-    json_array_foreach(sp, i, c)
-        fprintf(f, "  %-36s %-6s %s -> %s\n", str(c, "module"), str(c, "at"), str(c, "from"),
-                str(c, "to"));
+    json_array_foreach(sp, i, c) fprintf(f, "  %-36s %-6s %s -> %s\n", str(c, "module"),
+                                         str(c, "at"), str(c, "from"), str(c, "to"));
 }
 
 static void pipeline(const json_t *v, FILE *f) {
     const json_t *p = json_object_get(v, "pipeline");
     if (!p) return;
-    fprintf(f, "\npipeline: stage %lld of %lld holds blocks [%lld, %lld)%s%s; its actions in "
-               "order (saved: the micro-batches whose activations are alive after it):\n",
+    fprintf(f,
+            "\npipeline: stage %lld of %lld holds blocks [%lld, %lld)%s%s; its actions in "
+            "order (saved: the micro-batches whose activations are alive after it):\n",
             num(p, "stage"), num(p, "nstages"), num(p, "first_layer"), num(p, "end_layer"),
             json_is_true(json_object_get(p, "embedding")) ? ", the token embedding" : "",
             json_is_true(json_object_get(p, "head")) ? ", the norm, output and loss" : "");
@@ -124,7 +127,9 @@ static void pipeline(const json_t *v, FILE *f) {
     json_array_foreach(json_object_get(p, "actions"), i, a) {
         char buf[128];
         fprintf(f, "  %2zu %-9s micro %lld", i + 1, str(a, "op"), num(a, "micro"));
-        if (num(a, "peer") >= 0) fprintf(f, " %s stage %lld", strstr(str(a, "op"), "send") ? "to" : "from", num(a, "peer"));
+        if (num(a, "peer") >= 0)
+            fprintf(f, " %s stage %lld", strstr(str(a, "op"), "send") ? "to" : "from",
+                    num(a, "peer"));
         const char *ev = json_string_value(json_object_get(a, "activations"));
         if (ev) fprintf(f, "  (activations %s)", ev);
         fprintf(f, "  saved %s, live %.1f KiB\n",
@@ -143,8 +148,9 @@ static void ring(const json_t *v, FILE *f) {
     json_array_foreach(r, i, s) {
         char buf[256];
         int bw = !strcmp(str(s, "pass"), "backward");
-        fprintf(f, "  %-8s step %lld: queries see the K/V of cp rank %lld (world %lld%s), "
-                   "positions %s",
+        fprintf(f,
+                "  %-8s step %lld: queries see the K/V of cp rank %lld (world %lld%s), "
+                "positions %s",
                 str(s, "pass"), num(s, "step"), num(s, "source"), num(s, "source_world"),
                 num(s, "source") == num(s, "cp_rank") ? ", its own" : "",
                 runs_str(json_object_get(s, "positions"), buf, sizeof buf));
@@ -161,20 +167,21 @@ static void moe(const json_t *v, FILE *f) {
     const json_t *m = json_object_get(v, "moe");
     if (!m) return;
     char a[256], b[256];
-    fprintf(f, "\nexpert parallel (layer 0's router, first batch): ep rank %lld of %lld holds "
-               "%lld of %lld experts; %lld tokens, top-%lld\n",
+    fprintf(f,
+            "\nexpert parallel (layer 0's router, first batch): ep rank %lld of %lld holds "
+            "%lld of %lld experts; %lld tokens, top-%lld\n",
             num(m, "ep_rank"), num(m, "ep"), num(m, "local_experts"), num(m, "experts"),
             num(m, "tokens"), num(m, "top_k"));
     fprintf(f, "  rows sent to each ep rank %s, received %s\n",
             shape_str(json_object_get(m, "send_counts"), a, sizeof a),
             shape_str(json_object_get(m, "recv_counts"), b, sizeof b));
-    fprintf(f, "  tokens per expert %s\n", shape_str(json_object_get(m, "tokens_per_expert"), a, sizeof a));
+    fprintf(f, "  tokens per expert %s\n",
+            shape_str(json_object_get(m, "tokens_per_expert"), a, sizeof a));
 }
 
 dt_status tl_explain_print(const json_t *view, FILE *f) {
     if (!json_is_object(view) || !f)
-        return dt_error_set(DT_ERR_ARG, "tl_explain_print: argument %s is NULL",
-                            f ? "view" : "f");
+        return dt_error_set(DT_ERR_ARG, "tl_explain_print: argument %s is NULL", f ? "view" : "f");
     header(view, f);
     parameters(view, f);
     collectives(view, f);

@@ -30,21 +30,36 @@ int explain_train_main(int argc, char **argv) {
                           .bucket_kb = -1,
                           .micro = 2,
                           .schedule = DT_PIPELINE_1F1B,
-                          .cfg = {.vocab = 256, .seq = 64, .batch = 8, .dim = 128, .layers = 2,
-                                  .heads = 4, .kv_heads = 2, .hidden = 384, .top_k = 2}};
+                          .cfg = {.vocab = 256,
+                                  .seq = 64,
+                                  .batch = 8,
+                                  .dim = 128,
+                                  .layers = 2,
+                                  .heads = 4,
+                                  .kv_heads = 2,
+                                  .hidden = 384,
+                                  .top_k = 2}};
     int rank = 0;
     const char *json_path = NULL;
     struct {
         const char *flag;
         int *v;
-    } ints[] = {{"--rank", &rank},           {"--fsdp", &s.fsdp},
-                {"--fsdp-units", &s.fsdp_units}, {"--sp", &s.sp},
-                {"--micro", &s.micro},       {"--bucket-kb", &s.bucket_kb},
-                {"--experts", &s.cfg.experts}, {"--top-k", &s.cfg.top_k},
-                {"--layers", &s.cfg.layers}, {"--dim", &s.cfg.dim},
-                {"--heads", &s.cfg.heads},   {"--kv-heads", &s.cfg.kv_heads},
-                {"--hidden", &s.cfg.hidden}, {"--seq", &s.cfg.seq},
-                {"--batch", &s.cfg.batch},   {"--vocab", &s.cfg.vocab}};
+    } ints[] = {{"--rank", &rank},
+                {"--fsdp", &s.fsdp},
+                {"--fsdp-units", &s.fsdp_units},
+                {"--sp", &s.sp},
+                {"--micro", &s.micro},
+                {"--bucket-kb", &s.bucket_kb},
+                {"--experts", &s.cfg.experts},
+                {"--top-k", &s.cfg.top_k},
+                {"--layers", &s.cfg.layers},
+                {"--dim", &s.cfg.dim},
+                {"--heads", &s.cfg.heads},
+                {"--kv-heads", &s.cfg.kv_heads},
+                {"--hidden", &s.cfg.hidden},
+                {"--seq", &s.cfg.seq},
+                {"--batch", &s.cfg.batch},
+                {"--vocab", &s.cfg.vocab}};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) return train_usage(argv[i]);
         const char *a = argv[i], *v = argv[++i];
@@ -67,8 +82,7 @@ int explain_train_main(int argc, char **argv) {
             else if (!strcmp(v, "1f1b"))
                 s.schedule = DT_PIPELINE_1F1B;
             else
-                return fprintf(stderr, "dtensor-explain: --schedule %s: want afab or 1f1b\n", v),
-                       2;
+                return fprintf(stderr, "dtensor-explain: --schedule %s: want afab or 1f1b\n", v), 2;
         } else if (!strcmp(a, "--ac")) {
             if (dt_ac_mode_parse(v, &s.ac) != DT_OK)
                 return fprintf(stderr, "dtensor-explain: --ac: %s\n", dt_last_error()), 2;

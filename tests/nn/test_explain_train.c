@@ -20,8 +20,15 @@
 #include "../../examples/tl_explain.h"
 #include "helpers.h"
 
-static const tl_config small = {.vocab = 256, .seq = 32, .batch = 8, .dim = 64, .layers = 2,
-                                .heads = 4, .kv_heads = 2, .hidden = 96, .top_k = 2};
+static const tl_config small = {.vocab = 256,
+                                .seq = 32,
+                                .batch = 8,
+                                .dim = 64,
+                                .layers = 2,
+                                .heads = 4,
+                                .kv_heads = 2,
+                                .hidden = 96,
+                                .top_k = 2};
 
 /* ---- this file's own step, as examples/train.c runs it ------------------------------------- */
 
@@ -47,8 +54,10 @@ static void on_moe(void *user, dt_tensor *x, dt_tensor *router_w, const dt_moe_p
     r->experts = wi.shape[0], r->ep_size = p.ep, r->ep_me = p.me;
     r->x = malloc(sizeof(double) * xi.local_numel);
     r->w = malloc(sizeof(double) * wi.local_numel);
-    for (size_t i = 0; i < xi.local_numel; i++) r->x[i] = ((const float *)xi.local_data)[i];
-    for (size_t i = 0; i < wi.local_numel; i++) r->w[i] = ((const float *)wi.local_data)[i];
+    for (size_t i = 0; i < xi.local_numel; i++)
+        r->x[i] = ((const float *)xi.local_data)[i];
+    for (size_t i = 0; i < wi.local_numel; i++)
+        r->w[i] = ((const float *)wi.local_data)[i];
 }
 
 static dt_status real_step(dt_ctx *ctx, void *arg) {
@@ -109,7 +118,8 @@ typedef struct mesh_info {
 static mesh_info mesh_of(const char *text, int rank) {
     mesh_info m = {.world = 1};
     cr_assert_eq(dt_mesh_parse(text, m.shape, m.names, &m.nd), DT_OK);
-    for (int d = 0; d < m.nd; d++) m.world *= m.shape[d];
+    for (int d = 0; d < m.nd; d++)
+        m.world *= m.shape[d];
     for (int d = m.nd - 1, r = rank; d >= 0; d--) /* row-major, the last dim fastest */
         m.coord[d] = r % m.shape[d], r /= m.shape[d];
     return m;
@@ -130,7 +140,8 @@ static void check_totals(const json_t *v, const dt_comm_stats *s) {
         json_t *row = NULL, *r;
         size_t k;
         json_array_foreach(totals, k, r) {
-            if (!strcmp(json_string_value(json_object_get(r, "kind")), dt_coll_kind_name(e->kind)) &&
+            if (!strcmp(json_string_value(json_object_get(r, "kind")),
+                        dt_coll_kind_name(e->kind)) &&
                 !strcmp(json_string_value(json_object_get(r, "group")), e->group) &&
                 json_integer_value(json_object_get(r, "group_size")) == e->group_size)
                 row = r;
@@ -154,7 +165,8 @@ static void check_totals(const json_t *v, const dt_comm_stats *s) {
             json_array_foreach(json_object_get(m, pass[p]), k, r) calls +=
                 (uint64_t)json_integer_value(json_object_get(r, "calls"));
     }
-    for (int e = 0; e < s->nentries; e++) want += s->entries[e].calls;
+    for (int e = 0; e < s->nentries; e++)
+        want += s->entries[e].calls;
     cr_assert_eq(calls, want, "modules' rows hold %llu calls, the step %llu",
                  (unsigned long long)calls, (unsigned long long)want);
 }
@@ -179,7 +191,8 @@ static void check_parameters(const json_t *v, const mesh_info *m) {
         json_t *shape = json_object_get(p, "shape"), *local = json_object_get(p, "local_shape");
         int64_t want[DT_MAX_NDIM];
         int ndim = (int)json_array_size(shape);
-        for (int d = 0; d < ndim; d++) want[d] = json_integer_value(json_array_get(shape, d));
+        for (int d = 0; d < ndim; d++)
+            want[d] = json_integer_value(json_array_get(shape, d));
         /* "S(1),R": one placement per mesh dim, read by hand */
         const char *t = stored;
         for (int md = 0; md < nd; md++) {
@@ -201,8 +214,8 @@ static void check_parameters(const json_t *v, const mesh_info *m) {
 static void check_ring(const json_t *v, const mesh_info *m, int T) {
     int cp = dim_of(m, "cp"), n = m->shape[cp], me = m->coord[cp];
     const json_t *ring = json_object_get(v, "ring");
-    cr_assert_eq(json_array_size(ring), (size_t)(2 * n), "want %d forward and %d backward steps",
-                 n, n);
+    cr_assert_eq(json_array_size(ring), (size_t)(2 * n), "want %d forward and %d backward steps", n,
+                 n);
     int64_t c = (T + 2 * n - 1) / (2 * n);
     for (size_t k = 0; k < json_array_size(ring); k++) {
         json_t *s = json_array_get(ring, k);
@@ -213,15 +226,16 @@ static void check_ring(const json_t *v, const mesh_info *m, int T) {
         int coord[DT_MESH_MAX_NDIM], world = 0;
         memcpy(coord, m->coord, sizeof coord);
         coord[cp] = o;
-        for (int d = 0; d < m->nd; d++) world = world * m->shape[d] + coord[d];
+        for (int d = 0; d < m->nd; d++)
+            world = world * m->shape[d] + coord[d];
         cr_assert_eq(json_integer_value(json_object_get(s, "source_world")), world);
         json_t *pos = json_object_get(s, "positions");
         size_t j = 0;
         int chunks[2] = {o, 2 * n - 1 - o};
         for (int h = 0; h < 2; h++)
             for (int64_t p = c * chunks[h]; p < c * (chunks[h] + 1) && p < T; p++, j++)
-                cr_assert_eq(json_integer_value(json_array_get(pos, j)), p,
-                             "step %d: position %zu", step, j);
+                cr_assert_eq(json_integer_value(json_array_get(pos, j)), p, "step %d: position %zu",
+                             step, j);
         cr_assert_eq(json_array_size(pos), j);
     }
 }
@@ -235,7 +249,8 @@ static void check_moe(const json_t *v, const real *r) {
     for (int64_t t = 0; t < r->tokens; t++) {
         for (int64_t e = 0; e < E; e++) {
             double s = 0;
-            for (int64_t d = 0; d < r->dim; d++) s += r->x[t * r->dim + d] * r->w[e * r->dim + d];
+            for (int64_t d = 0; d < r->dim; d++)
+                s += r->x[t * r->dim + d] * r->w[e * r->dim + d];
             logit[e] = s;
         }
         for (int64_t pick = 0; pick < k; pick++) { /* the largest left, ties to the lower id */
@@ -255,7 +270,8 @@ static void check_moe(const json_t *v, const real *r) {
                      (long long)count[e]);
     for (int64_t p = 0; p < r->ep_size; p++) {
         int64_t rows = 0;
-        for (int64_t e = p * local; e < (p + 1) * local; e++) rows += count[e];
+        for (int64_t e = p * local; e < (p + 1) * local; e++)
+            rows += count[e];
         cr_assert_eq(json_integer_value(json_array_get(send, (size_t)p)), rows);
     }
     free(count), free(logit);
@@ -304,15 +320,17 @@ static void check(const tl_explain_setup *s, int rank) {
 }
 
 Test(explain, one_rank) {
-    check(&(tl_explain_setup){.mesh = "dp=1", .cfg = small, .fsdp = 1, .fsdp_units = -1,
-                              .bucket_kb = -1},
-          0);
+    check(
+        &(tl_explain_setup){
+            .mesh = "dp=1", .cfg = small, .fsdp = 1, .fsdp_units = -1, .bucket_kb = -1},
+        0);
 }
 
 Test(explain, fsdp_dp4) {
-    check(&(tl_explain_setup){.mesh = "dp=4", .cfg = small, .fsdp = 1, .fsdp_units = -1,
-                              .bucket_kb = -1},
-          2);
+    check(
+        &(tl_explain_setup){
+            .mesh = "dp=4", .cfg = small, .fsdp = 1, .fsdp_units = -1, .bucket_kb = -1},
+        2);
 }
 
 static int has_row(const json_t *rows, const char *kind, const char *group) {
@@ -327,8 +345,8 @@ static int has_row(const json_t *rows, const char *kind, const char *group) {
 }
 
 Test(explain, dp2_tp2_sequence_parallel) {
-    tl_explain_setup s = {.mesh = "dp=2,tp=2", .cfg = small, .fsdp = 1, .fsdp_units = -1,
-                          .sp = 1, .bucket_kb = -1};
+    tl_explain_setup s = {
+        .mesh = "dp=2,tp=2", .cfg = small, .fsdp = 1, .fsdp_units = -1, .sp = 1, .bucket_kb = -1};
     check(&s, 1);
     json_t *v;
     cr_assert_eq(tl_explain_json(&s, 1, &v), DT_OK);
@@ -358,14 +376,20 @@ Test(explain, dp2_tp2_sequence_parallel) {
 }
 
 Test(explain, tp4) {
-    check(&(tl_explain_setup){.mesh = "tp=4", .cfg = small, .sp = 1, .fsdp_units = -1,
-                              .bucket_kb = -1},
-          3);
+    check(
+        &(tl_explain_setup){
+            .mesh = "tp=4", .cfg = small, .sp = 1, .fsdp_units = -1, .bucket_kb = -1},
+        3);
 }
 
 Test(explain, dp2_pp2_tp2) {
-    check(&(tl_explain_setup){.mesh = "dp=2,pp=2,tp=2", .cfg = small, .fsdp = 1, .sp = 1,
-                              .fsdp_units = -1, .bucket_kb = -1, .micro = 4,
+    check(&(tl_explain_setup){.mesh = "dp=2,pp=2,tp=2",
+                              .cfg = small,
+                              .fsdp = 1,
+                              .sp = 1,
+                              .fsdp_units = -1,
+                              .bucket_kb = -1,
+                              .micro = 4,
                               .schedule = DT_PIPELINE_1F1B},
           5);
 }
@@ -373,15 +397,20 @@ Test(explain, dp2_pp2_tp2) {
 Test(explain, moe_dp2_ep2_tp2) {
     tl_config c = small;
     c.experts = 4;
-    check(&(tl_explain_setup){.mesh = "dp=2,ep=2,tp=2", .cfg = c, .fsdp = 1, .sp = 1,
-                              .fsdp_units = -1, .bucket_kb = -1},
+    check(&(tl_explain_setup){.mesh = "dp=2,ep=2,tp=2",
+                              .cfg = c,
+                              .fsdp = 1,
+                              .sp = 1,
+                              .fsdp_units = -1,
+                              .bucket_kb = -1},
           3);
 }
 
 Test(explain, cp2_tp2) {
-    check(&(tl_explain_setup){.mesh = "cp=2,tp=2", .cfg = small, .sp = 1, .fsdp_units = -1,
-                              .bucket_kb = -1},
-          2);
+    check(
+        &(tl_explain_setup){
+            .mesh = "cp=2,tp=2", .cfg = small, .sp = 1, .fsdp_units = -1, .bucket_kb = -1},
+        2);
 }
 
 Test(explain, bad_setup) {
