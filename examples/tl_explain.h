@@ -11,7 +11,8 @@
  *      whose activations are alive after each;
  *   6. context parallel: per ring step, whose key/value block R's queries see (its original
  *      sequence positions) and where blocks and their gradients travel;
- *   7. expert parallel: for the first batch (layer 0's router), the rows R sends to each ep
+ *   7. expert parallel: for the first batch (the first MoE layer R runs: layer 0, or its
+ *      stage's first; the first micro-batch under a pipeline), the rows R sends to each ep
  *      peer and its tokens per expert.
  * The model, layout, pipeline and batch are set up as examples/train.c sets them (the batch
  * from tl_batch's synthetic rule: text NULL, step 0, seed 1234). */

@@ -168,7 +168,8 @@ static void moe(const json_t *v, FILE *f) {
     if (!m) return;
     char a[256], b[256];
     fprintf(f,
-            "\nexpert parallel (layer 0's router, first batch): ep rank %lld of %lld holds "
+            "\nexpert parallel (the first MoE layer it runs, first (micro-)batch): ep rank %lld of "
+            "%lld holds "
             "%lld of %lld experts; %lld tokens, top-%lld\n",
             num(m, "ep_rank"), num(m, "ep"), num(m, "local_experts"), num(m, "experts"),
             num(m, "tokens"), num(m, "top_k"));
