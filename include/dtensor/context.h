@@ -21,18 +21,6 @@ extern "C" {
  * i not in [0, T)), dt_last_error() then naming the argument. Pure. */
 DT_API int64_t dt_cp_position(int64_t T, int cp, int64_t i);
 
-/* Ring attention: softmax(q k^T / sqrt(D) [causal]) v with the sequence dim (ndim - 2)
- * sharded S(ndim - 2) over mesh dim cp_dim. q (..., Hq, T, D), k (..., Hkv, T, D), v (...,
- * Hkv, T, Dv), f32 or f64 on the CPU; Hkv may divide Hq (grouped-query attention: query head h
- * reads kv head h / (Hq / Hkv)). Equal placements: cp_dim shards the sequence, other mesh dims
- * may shard the leading (batch, head) dims, keeping whole groups, or replicate; none is
- * Partial. load_balanced says the
- * sequence dim holds the tokens in dt_cp_position's order (the causal mask then compares
- * original positions); the output keeps that order and q's placements. cp - 1 ring steps
- * forward, each sending this rank's current key/value block (in f64) to the next rank.
- * Differentiable: backward runs the same ring (cp - 1 key/value steps, and cp steps that carry
- * each block's key/value gradient on until it is home), reading the log-sum-exp the forward
- * saved. Collective over the cp_dim group of each rank; blocks. */
 /* What dt_ring_sdpa does at one ring step on this rank, for explain tools: the step's key/value
  * block (the one cp rank `source` holds, its original sequence positions), and where blocks
  * travel. Forward: the block computed at step s came from cp rank me - s, and this rank's
@@ -55,6 +43,18 @@ typedef void (*dt_ring_observer_fn)(void *user, const dt_ring_step *step);
  * rank is a thread). Not collective. */
 DT_API void dt_ring_set_observer(dt_ring_observer_fn fn, void *user);
 
+/* Ring attention: softmax(q k^T / sqrt(D) [causal]) v with the sequence dim (ndim - 2)
+ * sharded S(ndim - 2) over mesh dim cp_dim. q (..., Hq, T, D), k (..., Hkv, T, D), v (...,
+ * Hkv, T, Dv), f32 or f64 on the CPU; Hkv may divide Hq (grouped-query attention: query head h
+ * reads kv head h / (Hq / Hkv)). Equal placements: cp_dim shards the sequence, other mesh dims
+ * may shard the leading (batch, head) dims, keeping whole groups, or replicate; none is
+ * Partial. load_balanced says the
+ * sequence dim holds the tokens in dt_cp_position's order (the causal mask then compares
+ * original positions); the output keeps that order and q's placements. cp - 1 ring steps
+ * forward, each sending this rank's current key/value block (in f64) to the next rank.
+ * Differentiable: backward runs the same ring (cp - 1 key/value steps, and cp steps that carry
+ * each block's key/value gradient on until it is home), reading the log-sum-exp the forward
+ * saved. Collective over the cp_dim group of each rank; blocks. */
 DT_API dt_status dt_ring_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int cp_dim, int causal,
                               int load_balanced, dt_tensor **out);
 

@@ -35,8 +35,8 @@ typedef struct dt_node {
     dt_custom_backward_fn custom;
     void *state;
     void (*free_state)(void *);
-    /* during a backward: */
     const char *module; /* the module whose forward recorded it (comm/flight.h), borrowed */
+    /* during a backward: */
     dt_tensor *grad; /* the output's gradient accumulated so far */
     unsigned mark;   /* the walk that visited it */
 } dt_node;

@@ -50,11 +50,6 @@ static inline const char *dt_comm_caller(void) { return dt_comm_caller_tls; }
  * whether a backward runs. A pointer store, so that the hot paths can afford it. */
 extern _Thread_local const char *dt_comm_module_tls;
 extern _Thread_local int dt_comm_backward_tls;
-static inline const char *dt_comm_module_swap(const char *name) {
-    const char *prev = dt_comm_module_tls;
-    dt_comm_module_tls = name;
-    return prev;
-}
 
 /* The three together, carried by a non-blocking request to the comm thread. */
 typedef struct dt_comm_site {
