@@ -5,7 +5,9 @@
  *                   --from "S(0)" --to "S(1)"      (across meshes: dt_xplan)
  *   dtensor-explain --op mm --mesh 4 --shapes "12,8;8,16" --placements "S(0);R"
  *   dtensor-explain --cases tests/conformance/propagation_cases.tsv
- *   dtensor-explain --plugin ./libmyops.so --cases my_rows.tsv */
+ *   dtensor-explain --plugin ./libmyops.so --cases my_rows.tsv
+ *   dtensor-explain --train-mesh dp=2,tp=2 --rank 1 [train's flags] [--json FILE]
+ *                   (one rank's view of a training step: tools/explain_train.c) */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +27,8 @@ static int usage(const char *why) {
             "       dtensor-explain --op OP --mesh MESH --shapes \"12,8;8,16\" --placements "
             "\"S(0);R\" [--dtypes \"f32;f32\"]\n"
             "       dtensor-explain --cases ROWS.tsv [--cases MORE.tsv] [--strict]\n"
+            "       dtensor-explain --train-mesh dp=2,tp=2 [--rank R] [train's flags] "
+            "[--json FILE]: one rank's training step\n"
             "  any of them: [--plugin ./libops.so]... [--latency-us 5] [--step-us 1] "
             "[--bandwidth-gbps 10]\n"
             "placements: one per mesh dim, e.g. \"S(0),R\", \"P(sum),S(1)\"; ';' between inputs\n"
@@ -220,6 +224,8 @@ int main(int argc, char **argv) {
     opts o = {.dtype = "f32", .model = dt_cost_model_default()};
     const char *cases[16];
     int ncases = 0, strict = 0;
+    for (int i = 1; i < argc; i++) /* a training step's view: its own flags (train's) */
+        if (strcmp(argv[i], "--train-mesh") == 0) return explain_train_main(argc, argv);
     for (int i = 1; i < argc; i++) { /* plugins first: --op and --cases may name their ops */
         if (strcmp(argv[i], "--plugin") == 0 && i + 1 < argc && load_plugin(argv[++i])) return 1;
     }

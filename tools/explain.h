@@ -193,4 +193,8 @@ void explain_trim(char *s);
 dt_status explain_split_call(const char *text, char name[EXPLAIN_NAME_MAX],
                              char args[EXPLAIN_ARGS_MAX]);
 
+/* dtensor-explain --train-mesh (explain_train.c): one rank's view of a training step of
+ * examples/train.c's model; argv as main's. Returns the exit code. */
+int explain_train_main(int argc, char **argv);
+
 #endif

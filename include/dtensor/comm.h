@@ -141,6 +141,26 @@ typedef struct dt_comm_stats {
 DT_API dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *out);
 DT_API dt_status dt_comm_stats_reset(dt_ctx *ctx);
 
+/* An observer of the counted calls (explain tools, CommDebugMode-style logs): fn(user, event)
+ * runs once for every call above that succeeds on ctx's rank, after it was counted, on the
+ * thread that ran it (the rank's own, or its communication thread for a non-blocking call:
+ * fn must not call into ctx). The event's strings are valid during the call only. */
+typedef struct dt_comm_event {
+    dt_coll_kind kind;
+    const char *group; /* the communicator's label, as in dt_comm_stats_entry */
+    int group_size;
+    size_t bytes_in, bytes_out; /* as counted */
+    const char *op;     /* the op (or "redistribute") that issued it; NULL: called directly */
+    const char *module; /* the registry module whose forward or backward issued it (dtensor/
+                           params.h: set where layers fetch weights and inputs, and by autograd
+                           for each node's backward); NULL: none */
+    int backward;       /* issued while dt_backward runs (module: the node's) */
+} dt_comm_event;
+typedef void (*dt_comm_observer_fn)(void *user, const dt_comm_event *event);
+/* Sets ctx's observer (fn NULL: none; the default). Not collective; call it while no call of
+ * ctx's rank is in flight. */
+DT_API dt_status dt_comm_set_observer(dt_ctx *ctx, dt_comm_observer_fn fn, void *user);
+
 /* Prints a communication summary: calls, bytes and time per collective kind and mesh dims,
  * from counters read with dt_comm_stats_get (like CommDebugMode's table), then the hits,
  * misses and evictions of the strategy and plan caches (when any). title names the rank or

@@ -21,6 +21,28 @@ extern "C" {
  * i not in [0, T)), dt_last_error() then naming the argument. Pure. */
 DT_API int64_t dt_cp_position(int64_t T, int cp, int64_t i);
 
+/* What dt_ring_sdpa does at one ring step on this rank, for explain tools: the step's key/value
+ * block (the one cp rank `source` holds, its original sequence positions), and where blocks
+ * travel. Forward: the block computed at step s came from cp rank me - s, and this rank's
+ * current block goes on to `next` (none at the last step). Backward (backward = 1): the same
+ * blocks, and the key/value gradient of block `source` so far (this rank's part added) goes
+ * on to `next`, which it reaches home after the last step. Ranks are group ranks of the cp
+ * dim; next_world / source_world the world ranks. */
+typedef struct dt_ring_step {
+    int backward, step, nsteps;
+    int me, source, next; /* cp group ranks */
+    int source_world, next_world;
+    int64_t rows; /* the block's rows */
+    const int64_t *positions; /* [rows], valid during the call */
+    int sends_kv;   /* the current key/value block moves on to next after this step */
+    int sends_dkv;  /* backward: the gradient of block source moves on to next */
+} dt_ring_step;
+typedef void (*dt_ring_observer_fn)(void *user, const dt_ring_step *step);
+/* Sets the calling thread's observer of dt_ring_sdpa's steps (fn NULL: none, the default);
+ * fn runs on that thread, on every rank whose thread set one (under the local runtime, each
+ * rank is a thread). Not collective. */
+DT_API void dt_ring_set_observer(dt_ring_observer_fn fn, void *user);
+
 /* Ring attention: softmax(q k^T / sqrt(D) [causal]) v with the sequence dim (ndim - 2)
  * sharded S(ndim - 2) over mesh dim cp_dim. q (..., Hq, T, D), k (..., Hkv, T, D), v (...,
  * Hkv, T, Dv), f32 or f64 on the CPU; Hkv may divide Hq (grouped-query attention: query head h

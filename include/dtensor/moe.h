@@ -109,6 +109,14 @@ DT_API dt_status dt_moe_plan_info_get(const dt_moe_plan *plan, dt_moe_plan_info 
 DT_API dt_status dt_moe_experts(dt_tensor *x, dt_tensor *gates, dt_moe_plan *plan, dt_tensor *w1,
                                 dt_tensor *w2, dt_tensor *w3, dt_tensor **out);
 
+/* An observer of dt_moe_forward's routing, for explain tools: fn(user, x, router_w, plan) runs
+ * after the plan is made, with the layer's input and router weight (borrowed) and the plan
+ * (dt_moe_plan_info_get), all valid during the call only. Thread-local: it sees the calls of
+ * the thread that set it (under the local runtime, one rank; fn NULL: none, the default). Not
+ * collective; fn must not call into the layer. */
+typedef void (*dt_moe_observer_fn)(void *user, dt_tensor *x, dt_tensor *router_w,
+                                   const dt_moe_plan *plan);
+DT_API void dt_moe_set_observer(dt_moe_observer_fn fn, void *user);
 /* The whole layer: dt_moe_router, dt_moe_plan_create, dt_moe_experts. router_w (E, dim)
  * replicated; aux_out (nullable) receives dt_moe_aux_loss. The caller owns out and *aux_out;
  * on failure neither is returned. Collective over the mesh; blocks. */

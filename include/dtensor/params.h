@@ -135,6 +135,15 @@ DT_API int dt_params_group_of(const dt_params *params, int i);
 DT_API dt_tensor *dt_module_input(dt_scope *scope, dt_module module, dt_tensor *x);
 DT_API dt_tensor *dt_module_output(dt_scope *scope, dt_module module, dt_tensor *y);
 
+/* An observer of the layout changes dt_module_input / dt_module_output make over the
+ * tensor-parallel dim (sequence parallel's Shard(1) <-> Replicate, say), for explain tools:
+ * fn(user, module name, output (0: the module's input, 1: its output), from, to) runs before
+ * the redistribute. Thread-local: it sees the calls of the thread that set it (under the local
+ * runtime, one rank; fn NULL: none, the default). Not collective. */
+typedef void (*dt_layout_observer_fn)(void *user, const char *module, int output,
+                                      dt_placement from, dt_placement to);
+DT_API void dt_module_set_layout_observer(dt_layout_observer_fn fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif

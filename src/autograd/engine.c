@@ -14,6 +14,7 @@
 #include "autograd/autograd_impl.h"
 #include "autograd/saved.h"
 #include "comm/comm_impl.h"
+#include "comm/flight.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
@@ -34,6 +35,7 @@ typedef struct dt_node {
     dt_custom_backward_fn custom;
     void *state;
     void (*free_state)(void *);
+    const char *module; /* the module whose forward recorded it (comm/flight.h), borrowed */
     /* during a backward: */
     dt_tensor *grad; /* the output's gradient accumulated so far */
     unsigned mark;   /* the walk that visited it */
@@ -104,6 +106,7 @@ static dt_status record(dt_tensor *out, dt_node *node) {
     }
     s->node = node;
     s->requires_grad = true;
+    node->module = dt_comm_module_tls;
     for (int i = 0; i < node->n; i++)
         if (node->in[i]) dt_tensor_retain(node->in[i]);
     for (int i = 0; i < node->nsaved; i++) dt_tensor_retain(node->saved[i]);
@@ -335,6 +338,7 @@ static dt_status step(dt_tensor *t) {
     dt_tensor *g = node->grad;
     node->grad = NULL;
     if (!g) return DT_OK; /* no path from the root reached it */
+    dt_comm_module_tls = node->module; /* its collectives are its module's backward */
     bool need[DT_GRAD_MAX_INPUTS] = {0};
     dt_tensor *gin[DT_GRAD_MAX_INPUTS] = {0};
     int any = 0;
@@ -438,6 +442,8 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
         node_of(root)->grad = seed;
     }
     ag->no_grad_depth++;
+    dt_comm_site site = dt_comm_site_get();
+    dt_comm_backward_tls = 1;
     /* From the root down; each node's inputs go as soon as its rule ran. */
     for (int k = w.n - 1; k >= 0; k--) {
         dt_tensor *t = w.order[k];
@@ -445,9 +451,12 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
         release_node(t);
         dt_tensor_release(t);
     }
+    /* the units' ends and the leaves' sync: issued for the gradients, by no op */
+    dt_comm_site_swap((dt_comm_site){.caller = "grad_sync", .module = "grad_sync", .backward = 1});
     st = run_backward_end(ctx, st);
     /* Leaves reached: their inputs' gradients were added to leaf->grad. */
     if (st == DT_OK && !ag->grad_unsynced) st = dt_grad_sync(leaves.order, leaves.n);
+    dt_comm_site_swap(site);
     ag->no_grad_depth--;
     for (int k = 0; k < leaves.n; k++) dt_tensor_release(leaves.order[k]);
     free(w.order);

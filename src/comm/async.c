@@ -16,16 +16,19 @@ typedef struct comm_request {
     dt_comm *comm;
     dt_call_fn run;
     dt_call a; /* a copy: the caller's block may go before the request runs */
-    const char *caller; /* the op that issued it (comm/flight.h) */
 } comm_request;
 
 static void run_task(void *p) {
     dt_request *r = p;
-    dt_completion_signal(&r->done, r->run(r));
+    dt_comm_site prev = dt_comm_site_swap(r->site);
+    dt_status st = r->run(r);
+    dt_comm_site_swap(prev);
+    dt_completion_signal(&r->done, st);
 }
 
 dt_status dt_request_submit(dt_ctx *ctx, dt_request *r) {
     dt_completion_init(&r->done);
+    r->site = dt_comm_site_get();
     dt_status st = ctx->worker ? DT_OK : dt_worker_create(ctx, &ctx->worker);
     if (st == DT_OK) st = dt_worker_submit(ctx->worker, run_task, r);
     if (st != DT_OK) r->destroy(r);
@@ -51,9 +54,7 @@ int dt_request_test(const dt_request *request) {
 
 static dt_status run_call(dt_request *r) {
     comm_request *c = (comm_request *)r;
-    const char *prev = dt_comm_caller_swap(c->caller);
     dt_status st = c->run(c->comm, &c->a);
-    dt_comm_caller_swap(prev);
     atomic_fetch_sub(&c->comm->pending, 1);
     return st;
 }
@@ -67,7 +68,6 @@ dt_status dt_comm_submit(dt_comm *comm, dt_call_fn run, const dt_call *a, dt_req
     r->comm = comm;
     r->run = run;
     r->a = *a;
-    r->caller = dt_comm_caller();
     comm->had_requests = true;
     atomic_fetch_add(&comm->pending, 1);
     dt_status st = dt_request_submit(comm->ctx, &r->base);

@@ -147,6 +147,8 @@ struct dt_ctx {
     int check_collectives;     /* DT_DEBUG_COLLECTIVES=1 on a backend that does not by itself */
     int64_t check_ns;          /* DT_CHECK_S: when a wait looks for ranks stuck elsewhere */
     struct dt_flight *flight;  /* the last collectives (comm/flight.h) */
+    dt_comm_observer_fn observer; /* dt_comm_set_observer; NULL: none */
+    void *observer_user;
     _Alignas(16) unsigned char slots[DT_CTX_SLOT_COUNT][DT_CTX_SLOT_BYTES];
 };
 

@@ -100,6 +100,13 @@ void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t byt
         s->entries[i].time_us += dt;
     }
     pthread_mutex_unlock(&ctx->stats_mu);
+    if (ctx->observer) {
+        dt_comm_event e = {.kind = kind, .group = comm->label, .group_size = comm->size,
+                           .bytes_in = bytes_in, .bytes_out = bytes_out,
+                           .op = dt_comm_caller_tls, .module = dt_comm_module_tls,
+                           .backward = dt_comm_backward_tls};
+        ctx->observer(ctx->observer_user, &e);
+    }
     if (ctx->trace)
         dt_trace_record(ctx, DT_LANE_COMM, dt_coll_kind_name(kind), t0_us,
                         "group %s of %d, %zu B in, %zu B out", comm->label, comm->size, bytes_in,
@@ -112,6 +119,12 @@ dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *out) {
     pthread_mutex_lock(&ctx->stats_mu);
     *out = ctx->stats;
     pthread_mutex_unlock(&ctx->stats_mu);
+    return DT_OK;
+}
+
+dt_status dt_comm_set_observer(dt_ctx *ctx, dt_comm_observer_fn fn, void *user) {
+    DT_ARG_NOT_NULL(ctx);
+    ctx->observer = fn, ctx->observer_user = user;
     return DT_OK;
 }
 

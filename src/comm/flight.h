@@ -44,6 +44,27 @@ static inline const char *dt_comm_caller_swap(const char *name) {
 }
 static inline const char *dt_comm_caller(void) { return dt_comm_caller_tls; }
 
+/* Where the collectives of this thread come from, for dt_comm_set_observer: the module whose
+ * forward (or backward) runs (nn sets it where layers fetch weights and inputs, autograd
+ * around each node's backward to the module that recorded it; a registry name, borrowed) and
+ * whether a backward runs. A pointer store, so that the hot paths can afford it. */
+extern _Thread_local const char *dt_comm_module_tls;
+extern _Thread_local int dt_comm_backward_tls;
+
+/* The three together, carried by a non-blocking request to the comm thread. */
+typedef struct dt_comm_site {
+    const char *caller, *module;
+    int backward;
+} dt_comm_site;
+static inline dt_comm_site dt_comm_site_get(void) {
+    return (dt_comm_site){dt_comm_caller_tls, dt_comm_module_tls, dt_comm_backward_tls};
+}
+static inline dt_comm_site dt_comm_site_swap(dt_comm_site s) {
+    dt_comm_site prev = dt_comm_site_get();
+    dt_comm_caller_tls = s.caller, dt_comm_module_tls = s.module, dt_comm_backward_tls = s.backward;
+    return prev;
+}
+
 /* A call begins at comm->issued_us (fp: the collective's, comm->fp; or a send's or receive's,
  * with peer, else peer -1): its entry, whose index is kept in comm->flight_id. */
 void dt_flight_begin(dt_comm *comm, const dt_coll_fp *fp, int peer);

@@ -4,6 +4,7 @@
 #ifndef DT_COMM_REQUEST_H
 #define DT_COMM_REQUEST_H
 
+#include "comm/flight.h"
 #include "comm/worker.h"
 
 struct dt_request {
@@ -15,6 +16,8 @@ struct dt_request {
                                            node there) */
     void *out;                          /* the result, when the work makes one (opaque here) */
     void (*out_release)(void *out);     /* frees a result nobody takes (set with out) */
+    dt_comm_site site; /* the issuer's (comm/flight.h), set by dt_request_submit, in force while
+                          run runs */
 };
 
 /* Queues r (its run and destroy set) on ctx's communication thread, started when needed. On

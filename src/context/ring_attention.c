@@ -214,6 +214,25 @@ static void trace_step(const ring *g, double t0, const char *what, int s, int o)
                         s, o);
 }
 
+static _Thread_local dt_ring_observer_fn observer;
+static _Thread_local void *observer_user;
+
+void dt_ring_set_observer(dt_ring_observer_fn fn, void *user) {
+    observer = fn, observer_user = user;
+}
+
+/* Step s on block o (positions pk) to the observer, if any. */
+static void observe(const ring *g, int backward, int s, int o, const int64_t *pk) {
+    if (!observer) return;
+    int next = (g->me + 1) % g->n;
+    dt_ring_step e = {.backward = backward, .step = s, .nsteps = g->n, .me = g->me,
+                      .source = o, .next = next, .source_world = g->comm->members[o],
+                      .next_world = g->comm->members[next], .rows = rows_of(g, o),
+                      .positions = pk, .sends_kv = s < g->n - 1,
+                      .sends_dkv = backward && g->n > 1};
+    observer(observer_user, &e);
+}
+
 static dt_status ring_forward(const ring *g, const dt_tensor *q, const dt_tensor *k,
                               const dt_tensor *v, saved *sv) {
     int64_t Tl = rows_of(g, g->me);
@@ -242,6 +261,7 @@ static dt_status ring_forward(const ring *g, const dt_tensor *q, const dt_tensor
             st = dt_ring_shift_start(g->comm, cur, block_len(g, o), next, block_len(g, from), &req);
         double t0 = g->ctx->trace ? dt_now_us() : 0;
         positions(g, o, pk);
+        observe(g, 0, s, o, pk);
         if (st == DT_OK) block_forward(g, qd, pq, Tl, cur, pk, rows_of(g, o), sv->o, m, sv->lse);
         trace_step(g, t0, "ring_attention", s, o);
         dt_status w = wait_req(&req);
@@ -304,6 +324,7 @@ static dt_status ring_backward(const ring *g, const dt_tensor *q, const dt_tenso
         double t0 = g->ctx->trace ? dt_now_us() : 0;
         memset(a, 0, sizeof(double) * block_len(g, o));
         positions(g, o, pk);
+        observe(g, 1, s, o, pk);
         if (st == DT_OK)
             block_backward(g, qd, dod, sv->lse, delta, pq, Tl, cur, pk, rows_of(g, o), dq, a);
         trace_step(g, t0, "ring_attention_backward", s, o);

@@ -11,6 +11,7 @@
 #include "autograd/autograd_impl.h"
 #include "autograd/saved.h"
 #include "comm/comm_impl.h"
+#include "comm/flight.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "dtensor/fsdp.h"
@@ -92,9 +93,11 @@ static dt_status gather_start(unit *u) {
         if (bytes_of(u->param[p]))
             st = mem->copy((char *)u->gsend + u->off[p] * u->es, u->param[p]->data,
                            bytes_of(u->param[p]));
+    const char *caller = dt_comm_caller_swap("fsdp_unit"); /* the unit's own, not an op's */
     if (st == DT_OK)
         st = dt_all_gather_start(f->comm, u->gsend, u->grecv, u->slot, u->param[0]->dtype,
                                  &u->gather);
+    dt_comm_caller_swap(caller);
     if (st != DT_OK) {
         gather_free(u);
         return st == DT_ERR_NOMEM ? dt_error(DT_ERR_NOMEM, "fsdp: out of memory for unit %d's "
@@ -236,9 +239,11 @@ static dt_status reduce_start(unit *u) {
                                shape, zero, g->data, g->local_shape, off, shape, g->ndim, u->es);
         }
     }
+    const char *caller = dt_comm_caller_swap("fsdp_unit");
     if (st == DT_OK)
         st = dt_reduce_scatter_start(f->comm, u->rsend, u->rrecv, u->slot, u->param[0]->dtype,
                                      DT_REDUCE_SUM, &u->rs);
+    dt_comm_caller_swap(caller);
     if (st != DT_OK) {
         reduce_free(u);
         return st == DT_ERR_NOMEM ? dt_error(DT_ERR_NOMEM, "fsdp: out of memory for unit %d's "

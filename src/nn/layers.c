@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "comm/flight.h"
 #include "core/check.h"
 #include "dtensor/context.h"
 #include "dtensor/nn.h"
@@ -148,6 +149,7 @@ dt_tensor *dt_nn_attention_forward(dt_scope *scope, const dt_nn_attention *atten
                                a->head_dim, cos, sin);
     dt_tensor *v = heads_first(scope, dt_nn_linear_forward(scope, a->wv, x), B, T, a->kv_heads,
                                a->head_dim, NULL, NULL);
+    dt_comm_module_tls = a->self.params->modules[a->self.index].name; /* the ring's module */
     dt_tensor *o = a->cp_dim >= 0 /* (B, heads, T, hd) */
                        ? DT_DO(scope, dt_ring_sdpa, q, k, v, a->cp_dim, 1, 1)
                        : DT_DO(scope, dt_sdpa, q, k, v, 1);

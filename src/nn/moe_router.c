@@ -164,6 +164,13 @@ dt_status dt_moe_aux_loss(dt_tensor *scores, dt_tensor *experts, dt_tensor **out
     return DT_OK;
 }
 
+static _Thread_local dt_moe_observer_fn observer;
+static _Thread_local void *observer_user;
+
+void dt_moe_set_observer(dt_moe_observer_fn fn, void *user) {
+    observer = fn, observer_user = user;
+}
+
 dt_status dt_moe_forward(dt_tensor *x, dt_tensor *router_w, dt_tensor *w1, dt_tensor *w2,
                          dt_tensor *w3, int ep_dim, const dt_moe_opts *opts, dt_tensor **out,
                          dt_tensor **aux_out) {
@@ -179,6 +186,7 @@ dt_status dt_moe_forward(dt_tensor *x, dt_tensor *router_w, dt_tensor *w1, dt_te
     dt_status st = dt_moe_router(x, router_w, opts, &gates, &experts, aux_out ? &scores : NULL);
     if (st == DT_OK)
         st = dt_moe_plan_create(experts, gates, router_w->shape[0], ep_dim, opts, &plan);
+    if (st == DT_OK && observer) observer(observer_user, x, router_w, plan);
     if (st == DT_OK) st = dt_moe_experts(x, gates, plan, w1, w2, w3, &y);
     if (st == DT_OK && aux_out) st = dt_moe_aux_loss(scores, experts, &aux);
     dt_moe_plan_destroy(plan);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/flight.h"
 #include "core/check.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops.h"
@@ -280,6 +281,7 @@ dt_tensor *dt_params_use(dt_scope *scope, dt_params *params, int i) {
     if (!dt_scope_ok(scope)) return NULL;
     if (index_check(__func__, params, i) != DT_OK) return dt_scope_fail(scope, DT_ERR_ARG);
     param_entry *e = &params->params[i];
+    dt_comm_module_tls = params->modules[e->module].name; /* for dt_comm_set_observer */
     if (!e->tensor) {
         dt_error(DT_ERR_ARG, "dt_params_use: parameter \"%s\" is not materialized", e->name);
         return dt_scope_fail(scope, DT_ERR_ARG);
@@ -309,14 +311,25 @@ int dt_params_group_of(const dt_params *params, int i) {
     return params->params[i].group;
 }
 
-/* x with its tp placement made want (a negative Shard dim counted from x's end). */
-static dt_tensor *to_layout(dt_scope *s, const dt_params *p, dt_tensor *x, dt_placement want) {
+static _Thread_local dt_layout_observer_fn layout_observer;
+static _Thread_local void *layout_observer_user;
+
+void dt_module_set_layout_observer(dt_layout_observer_fn fn, void *user) {
+    layout_observer = fn, layout_observer_user = user;
+}
+
+/* x with its tp placement made want (a negative Shard dim counted from x's end); name and
+ * output for the observer. */
+static dt_tensor *to_layout(dt_scope *s, const dt_params *p, dt_tensor *x, dt_placement want,
+                            const char *name, int output) {
     if (!dt_scope_ok(s) || p->tp_dim < 0) return x;
     dt_tensor_info info;
     dt_status st = dt_tensor_info_get(x, &info);
     if (st != DT_OK) return dt_scope_fail(s, st);
     if (want.kind == DT_PLACEMENT_SHARD && want.dim < 0) want.dim += info.ndim;
     if (dt_placement_equal(info.placements[p->tp_dim], want)) return x;
+    if (layout_observer)
+        layout_observer(layout_observer_user, name, output, info.placements[p->tp_dim], want);
     info.placements[p->tp_dim] = want;
     return DT_DO(s, dt_tensor_redistribute, x, info.mesh_ndim, info.placements);
 }
@@ -325,16 +338,18 @@ dt_tensor *dt_module_input(dt_scope *scope, dt_module module, dt_tensor *x) {
     if (!dt_scope_ok(scope)) return NULL;
     if (dt_module_check(__func__, module, -1) != DT_OK) return dt_scope_fail(scope, DT_ERR_ARG);
     const module_entry *m = &module.params->modules[module.index];
+    dt_comm_module_tls = m->name;
     if (!m->has_style || !m->style.has_input) return x;
     /* embeddings take their indices whole whatever the style */
     dt_placement want = m->kind == DT_MODULE_EMBEDDING ? dt_replicate() : m->style.input;
-    return to_layout(scope, module.params, x, want);
+    return to_layout(scope, module.params, x, want, m->name, 0);
 }
 
 dt_tensor *dt_module_output(dt_scope *scope, dt_module module, dt_tensor *y) {
     if (!dt_scope_ok(scope)) return NULL;
     if (dt_module_check(__func__, module, -1) != DT_OK) return dt_scope_fail(scope, DT_ERR_ARG);
     const module_entry *m = &module.params->modules[module.index];
+    dt_comm_module_tls = m->name;
     if (!m->has_style || !m->style.has_output) return y;
-    return to_layout(scope, module.params, y, m->style.output);
+    return to_layout(scope, module.params, y, m->style.output, m->name, 1);
 }

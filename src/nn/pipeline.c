@@ -6,6 +6,7 @@
 
 #include "autograd/autograd_impl.h"
 #include "comm/comm_impl.h"
+#include "comm/flight.h"
 #include "core/check.h"
 #include "core/clock.h"
 #include "dtensor/autograd.h"
@@ -286,38 +287,52 @@ static dt_status backward(step *s, int i) {
     return st;
 }
 
-/* Runs a, which started at t0; a forward's or backward's end is s->t_compute_end. */
-static dt_status run_action(step *s, const dt_pipeline_action *a, double t0) {
+/* Runs send or receive a: the pipeline's own collectives, of the forward (activations) or
+ * the backward (gradients), for dt_comm_set_observer. */
+static dt_status run_p2p(step *s, const dt_pipeline_action *a) {
     dt_pipeline *p = s->p;
     micro *m = &s->mb[a->micro];
-    const char *what = a->op == DT_PIPE_FORWARD ? "forward" : "backward";
+    int bw = a->op == DT_PIPE_SEND_GRAD || a->op == DT_PIPE_RECV_GRAD;
+    dt_comm_site site =
+        dt_comm_site_swap((dt_comm_site){.caller = "pipeline", .module = "pipeline", .backward = bw});
     dt_status st;
     switch (a->op) {
-    case DT_PIPE_FORWARD:
-    case DT_PIPE_BACKWARD:
-        if (s->ctx->trace && t0 > s->t_compute_end)
-            dt_trace_record(s->ctx, DT_LANE_PIPELINE, "idle", s->t_compute_end,
-                            "stage %d idle before micro %d %s", p->stage, a->micro, what);
-        st = a->op == DT_PIPE_FORWARD ? forward(s, a->micro) : backward(s, a->micro);
-        if (s->ctx->trace)
-            dt_trace_record(s->ctx, DT_LANE_PIPELINE, what, t0, "stage %d micro %d %s", p->stage,
-                            a->micro, what);
-        s->t_compute_end = dt_now_us();
-        s->p->stats.busy_us += s->t_compute_end - t0;
-        return st;
     case DT_PIPE_SEND_ACT:
-        return dt_pipe_send(p->next, 1, m->out);
+        st = dt_pipe_send(p->next, 1, m->out);
+        break;
     case DT_PIPE_RECV_ACT:
-        return dt_pipe_recv(p->prev, 0, p->stage_mesh, &m->in);
+        st = dt_pipe_recv(p->prev, 0, p->stage_mesh, &m->in);
+        break;
     case DT_PIPE_RECV_GRAD:
-        return dt_pipe_recv(p->next, 1, p->stage_mesh, &m->grad);
+        st = dt_pipe_recv(p->next, 1, p->stage_mesh, &m->grad);
+        break;
     case DT_PIPE_SEND_GRAD:
         st = dt_pipe_send(p->prev, 0, dt_tensor_grad(m->in));
         dt_tensor_release(m->in);
         m->in = NULL;
-        return st;
+        break;
+    default:
+        st = dt_error(DT_ERR_ARG, "dt_pipeline_step: unknown action %d", (int)a->op);
     }
-    return dt_error(DT_ERR_ARG, "dt_pipeline_step: unknown action %d", (int)a->op);
+    dt_comm_site_swap(site);
+    return st;
+}
+
+/* Runs a, which started at t0; a forward's or backward's end is s->t_compute_end. */
+static dt_status run_action(step *s, const dt_pipeline_action *a, double t0) {
+    dt_pipeline *p = s->p;
+    if (a->op != DT_PIPE_FORWARD && a->op != DT_PIPE_BACKWARD) return run_p2p(s, a);
+    const char *what = a->op == DT_PIPE_FORWARD ? "forward" : "backward";
+    if (s->ctx->trace && t0 > s->t_compute_end)
+        dt_trace_record(s->ctx, DT_LANE_PIPELINE, "idle", s->t_compute_end,
+                        "stage %d idle before micro %d %s", p->stage, a->micro, what);
+    dt_status st = a->op == DT_PIPE_FORWARD ? forward(s, a->micro) : backward(s, a->micro);
+    if (s->ctx->trace)
+        dt_trace_record(s->ctx, DT_LANE_PIPELINE, what, t0, "stage %d micro %d %s", p->stage,
+                        a->micro, what);
+    s->t_compute_end = dt_now_us();
+    s->p->stats.busy_us += s->t_compute_end - t0;
+    return st;
 }
 
 /* Checked before the step communicates, so that a bad batch fails on its stage at once. */
@@ -384,10 +399,14 @@ dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets
     dt_comm *pp;
     DT_CHECK(dt_mesh_dim_comm(p->mesh, p->cfg.pp_dim, &pp));
     double loss = last ? s.loss : s.aux;
+    dt_comm_site site =
+        dt_comm_site_swap((dt_comm_site){.caller = "pipeline", .module = "pipeline"});
     if (p->cfg.stage_aux)
-        DT_CHECK(dt_all_reduce(pp, &loss, &loss, 1, DT_F64, DT_REDUCE_SUM));
+        st = dt_all_reduce(pp, &loss, &loss, 1, DT_F64, DT_REDUCE_SUM);
     else
-        DT_CHECK(dt_broadcast(pp, &loss, 1, DT_F64, p->nstages - 1));
+        st = dt_broadcast(pp, &loss, 1, DT_F64, p->nstages - 1);
+    dt_comm_site_swap(site);
+    if (st != DT_OK) return st;
     if (loss_out) *loss_out = loss;
     return DT_OK;
 }

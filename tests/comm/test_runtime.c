@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "comm/flight.h"
 #include "helpers.h"
 
 #define MAXR 8 /* most ranks any test here runs */
@@ -238,6 +239,62 @@ Test(runtime, user_communicators, .timeout = TIMEOUT_S) {
     for (int i = 0; i < 4; i++)
         cr_assert_eq(st[i], DT_OK, "rank %d: %s", i, m.msg[i]);
     cr_assert_eq(got, DT_OK, "%s", dt_last_error());
+}
+
+/* ---- dt_comm_set_observer ----------------------------------------------------------------- */
+
+typedef struct seen {
+    int n, kinds[4], backward[4];
+    size_t bytes_out;
+    char op[4][16], module[4][16];
+} seen;
+
+/* Rank 1's events (the rank's thread, or its comm thread for the non-blocking call). */
+static void on_event(void *user, const dt_comm_event *e) {
+    seen *s = user;
+    if (s->n < 4) {
+        s->kinds[s->n] = (int)e->kind, s->backward[s->n] = e->backward;
+        snprintf(s->op[s->n], sizeof s->op[0], "%s", e->op ? e->op : "-");
+        snprintf(s->module[s->n], sizeof s->module[0], "%s", e->module ? e->module : "-");
+    }
+    s->n++, s->bytes_out += e->bytes_out;
+}
+
+static dt_status observer_body(dt_ctx *ctx, void *arg) {
+    seen *s = arg;
+    int me = dt_ctx_rank(ctx);
+    dt_comm *w;
+    R_OK(dt_ctx_world_comm(ctx, &w));
+    R_ERR(dt_comm_set_observer(NULL, on_event, s), DT_ERR_ARG, "ctx");
+    if (me == 1) R_OK(dt_comm_set_observer(ctx, on_event, s));
+    int64_t x = me, y[2];
+    R_OK(dt_all_reduce(w, &x, &x, 1, DT_I64, DT_REDUCE_SUM)); /* called directly */
+    /* a non-blocking call runs on the comm thread with its issuer's op, module and phase */
+    dt_comm_site prev = dt_comm_site_swap(
+        (dt_comm_site){.caller = "matmul", .module = "layers.0.wq", .backward = 1});
+    dt_request *r;
+    dt_status st = dt_all_gather_start(w, &x, y, 1, DT_I64, &r);
+    dt_comm_site_swap(prev);
+    R_OK(st);
+    R_OK(dt_request_wait(r, NULL));
+    if (me == 1) R_OK(dt_comm_set_observer(ctx, NULL, NULL));
+    R_OK(dt_barrier(w)); /* not observed */
+    return DT_OK;
+}
+
+Test(runtime, comm_observer_sees_op_module_and_phase, .timeout = TIMEOUT_S) {
+    seen s = {0};
+    t_run(2, observer_body, &s);
+    cr_assert_eq(s.n, 2, "%d events", s.n);
+    cr_assert_eq(s.kinds[0], DT_COLL_ALL_REDUCE);
+    cr_assert_str_eq(s.op[0], "-");
+    cr_assert_str_eq(s.module[0], "-");
+    cr_assert_eq(s.backward[0], 0);
+    cr_assert_eq(s.kinds[1], DT_COLL_ALL_GATHER);
+    cr_assert_str_eq(s.op[1], "matmul");
+    cr_assert_str_eq(s.module[1], "layers.0.wq");
+    cr_assert_eq(s.backward[1], 1);
+    cr_assert_eq(s.bytes_out, 8 + 16, "%zu bytes out", s.bytes_out);
 }
 
 /* ---- Stress ------------------------------------------------------------------------------- */

@@ -1,6 +1,7 @@
 #!/bin/sh
 # dtensor-explain as users run it: --op prints dispatch's strategy and the inputs' plans;
-# --cases names a wrong row and exits 1; --plugin makes a shared object's ops reachable.
+# --cases names a wrong row and exits 1; --plugin makes a shared object's ops reachable;
+# --train-mesh explains one rank's training step.
 # usage: test_explain_cli.sh DTENSOR_EXPLAIN PLUGIN_SO SOURCE_DIR
 set -u
 explain=$1 plugin=$2 src=$3
@@ -115,6 +116,22 @@ expect 1 "--plugin /nonexistent/libx.so" -- --plugin /nonexistent/libx.so --op m
     --shapes '2,2;2,2' --placements 'R;R'
 libm=$(ldd "$explain" | awk '/libm\.so/ {print $3; exit}')
 [ -n "$libm" ] && expect 1 "defines no dt_plugin_register()" -- --plugin "$libm" --cases x
+
+# A rank's training step (--train-mesh): every section, the JSON written, bad flags named.
+small="--layers 1 --dim 32 --heads 2 --kv-heads 1 --hidden 32 --seq 16 --batch 4"
+json=$(mktemp) && trap 'rm -f "$out" "$json"' EXIT
+expect 0 "rank 3 of 4 on mesh dp=2,tp=2: dp 1 tp 1" "layers.0.attention.wq.weight" \
+    "layers.0.attention" "forward  all_gather     on tp" "step totals" \
+    "layers.0.feed_forward                input  S(1) -> R" \
+    -- --train-mesh dp=2,tp=2 --rank 3 $small --json "$json"
+grep -qF '"totals"' "$json" || { echo "FAIL: no totals in the --json file"; fails=$((fails + 1)); }
+expect 0 "pipeline: stage 1 of 2" "recv_act  micro 0 from stage 0" "(activations freed)" \
+    "expert parallel" -- --mesh pp=2,ep=2 --train-mesh pp=2,ep=2 --rank 2 --experts 2 \
+    --top-k 1 --micro 2 $small
+expect 0 "forward  step 1: queries see the K/V of cp rank 0 (world 0), positions 0-3, 12-15" \
+    -- --train-mesh cp=2 --rank 1 $small
+expect 1 "rank 4 is not in [0, 4)" -- --train-mesh dp=4 --rank 4 $small
+expect 2 "bad argument --bogus" -- --train-mesh dp=2 --bogus 1
 
 [ $fails -eq 0 ] && echo "all dtensor-explain checks passed"
 exit $((fails != 0))
