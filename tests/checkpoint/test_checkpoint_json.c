@@ -1,0 +1,338 @@
+/* Malformed JSON in a checkpoint (metadata.json and the rank files' safetensors headers, read
+ * with jansson): duplicate keys, nesting past 32 levels, integers past int64, fractions and
+ * exponents, wrong types, and lists, files and texts past their limits. Each is a collective
+ * load of the fixed 2x2 save with its text edited by the test, and each fails on every rank
+ * with one status and one message that names the value at fault; limits are probed on both
+ * sides (the last accepted count or depth, then one more). The integers, checksums and
+ * limits expected are written here as literals or counted by the test. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#undef R_OK /* unistd.h's access() flag; helpers.h has its own R_OK */
+
+#include "checkpoint/json.h"
+#include "ckpt_common.h"
+#include "helpers.h"
+
+#define W 4 /* the fixed save's 2x2 mesh, loaded onto the same layout */
+
+typedef struct outcome {
+    const ct_run *r;
+    dt_status st[W];
+    char msg[W][1024];
+    int wrong[W]; /* DT_OK, but the shard differs from the saved tensor */
+} outcome;
+
+static dt_status load_body(dt_ctx *ctx, void *arg) {
+    outcome *o = arg;
+    const ct_run *r = o->r;
+    int rank = dt_ctx_rank(ctx);
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create(ctx, r->mesh_ndim, r->mesh_shape, NULL, &mesh));
+    dt_tensor *t[CT_MAX] = {0};
+    const char *names[CT_MAX];
+    for (int i = 0; i < r->n; i++) {
+        dt_placement pl[DT_MESH_MAX_NDIM];
+        int np;
+        R_OK(dt_placements_parse(r->specs[i].placements, pl, DT_MESH_MAX_NDIM, &np));
+        R_OK(dt_tensor_zeros(mesh, r->specs[i].dtype, r->specs[i].ndim, r->specs[i].shape, np, pl,
+                             &t[i]));
+        names[i] = r->specs[i].name;
+    }
+    o->st[rank] = dt_checkpoint_load(r->dir, names, t, r->n, NULL);
+    snprintf(o->msg[rank], sizeof o->msg[rank], "%s", o->st[rank] ? dt_last_error() : "");
+    for (int i = 0; i < r->n && o->st[rank] == DT_OK; i++) {
+        size_t bytes;
+        void *full = ct_full(&r->specs[i], &bytes);
+        R_CHECK(full, "out of memory");
+        o->wrong[rank] |= ct_check_shard(t[i], full) != DT_OK;
+        free(full);
+    }
+    for (int i = 0; i < r->n; i++)
+        dt_tensor_release(t[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+/* Loads r on its W ranks; every rank must return the same status and message. */
+static outcome load_all(const ct_run *r, const char *what) {
+    outcome o = {.r = r};
+    t_run(W, load_body, &o);
+    for (int k = 1; k < W; k++) {
+        cr_expect_eq(o.st[k], o.st[0], "%s: rank %d returned %s, rank 0 %s", what, k,
+                     dt_status_str(o.st[k]), dt_status_str(o.st[0]));
+        cr_expect_str_eq(o.msg[k], o.msg[0], "%s: rank %d's message differs", what, k);
+    }
+    return o;
+}
+
+/* The load fails with want on every rank, its message naming the file and each needle. */
+static void expect_fail(const ct_run *r, const char *what, dt_status want, const char *file,
+                        const char *n1, const char *n2) {
+    outcome o = load_all(r, what);
+    cr_expect_eq(o.st[0], want, "%s: %s (%s)", what, dt_status_str(o.st[0]), o.msg[0]);
+    cr_expect(strstr(o.msg[0], file), "%s: \"%s\" does not name %s", what, o.msg[0], file);
+    cr_expect(strstr(o.msg[0], n1), "%s: \"%s\" does not say \"%s\"", what, o.msg[0], n1);
+    cr_expect(!n2 || strstr(o.msg[0], n2), "%s: \"%s\" does not say \"%s\"", what, o.msg[0], n2);
+}
+
+static void expect_loads(const ct_run *r, const char *what) {
+    outcome o = load_all(r, what);
+    cr_expect_eq(o.st[0], DT_OK, "%s: %s", what, o.msg[0]);
+    for (int k = 0; k < W; k++)
+        cr_expect(!o.wrong[k], "%s: rank %d loaded other data", what, k);
+}
+
+/* text with the first occurrence of `find` replaced by `repl` (malloc'd). */
+static char *edited(const char *text, const char *find, const char *repl) {
+    const char *at = strstr(text, find);
+    cr_assert(at, "\"%s\" is not in the text", find);
+    size_t head = (size_t)(at - text), fl = strlen(find), rl = strlen(repl);
+    char *out = malloc(strlen(text) - fl + rl + 1);
+    cr_assert(out);
+    memcpy(out, text, head);
+    memcpy(out + head, repl, rl);
+    strcpy(out + head + rl, at + fl);
+    return out;
+}
+
+/* Writes text with find replaced by repl to path. */
+static void spit_edited(const char *path, const char *text, const char *find, const char *repl) {
+    char *e = edited(text, find, repl);
+    t_spit(path, e, strlen(e));
+    free(e);
+}
+
+/* `prefix` followed by n copies of `item`, then `suffix` (malloc'd). */
+static char *repeated(const char *prefix, const char *item, long n, const char *suffix) {
+    size_t pl = strlen(prefix), il = strlen(item), sl = strlen(suffix);
+    char *s = malloc(pl + (size_t)n * il + sl + 1);
+    cr_assert(s);
+    memcpy(s, prefix, pl);
+    for (long i = 0; i < n; i++)
+        memcpy(s + pl + (size_t)i * il, item, il);
+    strcpy(s + pl + (size_t)n * il, suffix);
+    return s;
+}
+
+typedef struct fixture {
+    char *dir;
+    char path[600], meta[700];
+    ct_run saved;
+    char *text; /* metadata.json as saved */
+    size_t len;
+} fixture;
+
+static void fixture_save(fixture *f) {
+    f->dir = t_tmpdir();
+    snprintf(f->path, sizeof f->path, "%s/ck", f->dir);
+    snprintf(f->meta, sizeof f->meta, "%s/metadata.json", f->path);
+    f->saved = ct_fixed(f->path, 0);
+    t_run(W, ct_body, &f->saved);
+    f->text = t_slurp(f->meta, &f->len);
+    cr_assert(strncmp(f->text, "{\"format\":\"dtensor-checkpoint\",", 31) == 0, "%.60s",
+              f->text);
+}
+
+static void fixture_done(fixture *f) {
+    t_spit(f->meta, f->text, f->len); /* the saved text loads again */
+    expect_loads(&f->saved, "restored metadata");
+    free(f->text);
+    t_rmtree(f->dir);
+}
+
+#define HEAD "{\"format\":\"dtensor-checkpoint\","
+
+Test(checkpoint_json, duplicate_keys_fail_by_name) {
+    fixture f;
+    fixture_save(&f);
+    spit_edited(f.meta, f.text, HEAD, HEAD "\"format\":\"dtensor-checkpoint\",");
+    char at[64]; /* where the second key ends */
+    snprintf(at, sizeof at, "\"format\"' at byte %zu", strlen(HEAD) + strlen("\"format\""));
+    expect_fail(&f.saved, "duplicate root key", DT_ERR_PARSE, "metadata.json",
+                "duplicate object key", at);
+    spit_edited(f.meta, f.text, "\"begin\":", "\"begin\":0,\"begin\":");
+    expect_fail(&f.saved, "duplicate chunk key", DT_ERR_PARSE, "metadata.json",
+                "duplicate object key", "begin");
+    t_spit(f.meta, f.text, f.len);
+    /* a rank file's header: "format":"pt" in its __metadata__ becomes a key given twice,
+     * in as many bytes (so that nothing else moves) */
+    char f1[700];
+    snprintf(f1, sizeof f1, "%s/rank-00001.safetensors", f.path);
+    size_t hl;
+    char *h = t_slurp(f1, &hl), *fmt = memmem(h, hl, "\"format\":\"pt\"", 13);
+    cr_assert(fmt, "rank 1's header has no __metadata__ format");
+    memcpy(fmt, "\"a\":1,\"a\":222", 13);
+    t_spit(f1, h, hl);
+    expect_fail(&f.saved, "duplicate header key", DT_ERR_PARSE, "rank-00001.safetensors",
+                "bad safetensors header", "duplicate object key");
+    memcpy(fmt, "\"format\":\"pt\"", 13);
+    t_spit(f1, h, hl);
+    free(h);
+    fixture_done(&f);
+}
+
+Test(checkpoint_json, nesting_deeper_than_32_levels_fails) {
+    fixture f;
+    fixture_save(&f);
+    /* the root, then 31 arrays: 32 levels, an unknown member, ignored */
+    char *deep = repeated(HEAD "\"deep\":", "[", 31, "");
+    char *full = repeated(deep, "]", 31, ",");
+    spit_edited(f.meta, f.text, HEAD, full);
+    expect_loads(&f.saved, "32 levels");
+    free(deep), free(full);
+    deep = repeated(HEAD "\"deep\":", "[", 32, "");
+    full = repeated(deep, "]", 32, ",");
+    spit_edited(f.meta, f.text, HEAD, full);
+    expect_fail(&f.saved, "33 levels", DT_ERR_PARSE, "metadata.json", "nesting deeper than 32",
+                NULL);
+    free(deep), free(full);
+    /* past jansson's own limit (2048): refused by the parser, no recursion past it */
+    deep = repeated(HEAD "\"deep\":", "[", 100000, "");
+    full = repeated(deep, "]", 100000, ",");
+    spit_edited(f.meta, f.text, HEAD, full);
+    expect_fail(&f.saved, "100000 levels", DT_ERR_PARSE, "metadata.json", "depth", NULL);
+    free(deep), free(full);
+    fixture_done(&f);
+}
+
+/* The first chunk's "begin" value replaced by num; "at byte <where num ends>". */
+static const char *begin_is(fixture *f, const char *num) {
+    const char *b = strstr(f->text, "\"begin\":");
+    cr_assert(b);
+    size_t n = strspn(b + 8, "0123456789");
+    char find[64], repl[96];
+    snprintf(find, sizeof find, "\"begin\":%.*s,", (int)n, b + 8);
+    snprintf(repl, sizeof repl, "\"begin\":%s,", num);
+    spit_edited(f->meta, f->text, find, repl);
+    static char at[64];
+    snprintf(at, sizeof at, "at byte %zu", (size_t)(b - f->text) + 8 + strlen(num));
+    return at;
+}
+
+Test(checkpoint_json, integers_past_int64_and_non_integers_fail) {
+    fixture f;
+    fixture_save(&f);
+    const char *at = begin_is(&f, "9223372036854775808"); /* 2^63 */
+    expect_fail(&f.saved, "2^63", DT_ERR_PARSE, "metadata.json",
+                "too big integer near '9223372036854775808'", at);
+    at = begin_is(&f, "-9223372036854775809");
+    expect_fail(&f.saved, "-2^63-1", DT_ERR_PARSE, "metadata.json", "too big negative integer",
+                at);
+    begin_is(&f, "123456789012345678901234567890");
+    expect_fail(&f.saved, "30 digits", DT_ERR_PARSE, "metadata.json", "too big integer", NULL);
+    begin_is(&f, "9223372036854775807"); /* parses, then lies outside its file */
+    expect_fail(&f.saved, "2^63-1", DT_ERR_PARSE, "metadata.json", "byte range is outside",
+                NULL);
+    begin_is(&f, "1.5");
+    expect_fail(&f.saved, "fraction", DT_ERR_PARSE, "metadata.json", "number 1.5",
+                "fraction or an exponent");
+    begin_is(&f, "1e3");
+    expect_fail(&f.saved, "exponent", DT_ERR_PARSE, "metadata.json", "number 1000",
+                "fraction or an exponent");
+    spit_edited(f.meta, f.text, HEAD, HEAD "\"note\":0.25,"); /* in a member nobody reads */
+    expect_fail(&f.saved, "fraction anywhere", DT_ERR_PARSE, "metadata.json", "number 0.25",
+                NULL);
+    fixture_done(&f);
+}
+
+Test(checkpoint_json, wrong_types_fail_by_name) {
+    fixture f;
+    fixture_save(&f);
+    spit_edited(f.meta, f.text, "\"version\":1", "\"version\":\"1\"");
+    expect_fail(&f.saved, "string version", DT_ERR_PARSE, "metadata.json", "unsupported version",
+                NULL);
+    spit_edited(f.meta, f.text, "\"files\":[", "\"files\":{},\"was\":[");
+    expect_fail(&f.saved, "files object", DT_ERR_PARSE, "metadata.json", "no file list", NULL);
+    spit_edited(f.meta, f.text, "\"tensors\":[", "\"tensors\":7,\"was\":[");
+    expect_fail(&f.saved, "tensors number", DT_ERR_PARSE, "metadata.json", "no tensor list",
+                NULL);
+    spit_edited(f.meta, f.text, "\"chunks\":[", "\"chunks\":\"[]\",\"was\":[");
+    expect_fail(&f.saved, "chunks string", DT_ERR_PARSE, "metadata.json", "no chunk list", NULL);
+    spit_edited(f.meta, f.text, "\"offset\":[", "\"offset\":[\"0\",");
+    expect_fail(&f.saved, "offset string", DT_ERR_PARSE, "metadata.json", "offset or shape",
+                NULL);
+    /* the first chunk's checksum as a number of 16 digits instead of a string of them */
+    const char *x = strstr(strstr(f.text, "\"tensors\":"), "\"xxh64\":\"");
+    cr_assert(x);
+    char find[40], repl[40];
+    snprintf(find, sizeof find, "%.26s", x);
+    snprintf(repl, sizeof repl, "\"xxh64\":1234567890123456");
+    spit_edited(f.meta, f.text, find, repl);
+    expect_fail(&f.saved, "numeric xxh64", DT_ERR_PARSE, "metadata.json", "no xxh64 checksum",
+                NULL);
+    const char *b = strstr(f.text, "\"block_xxh3\":[\"");
+    cr_assert(b);
+    snprintf(find, sizeof find, "%.32s", b);
+    snprintf(repl, sizeof repl, "\"block_xxh3\":[null");
+    spit_edited(f.meta, f.text, find, repl);
+    expect_fail(&f.saved, "null block checksum", DT_ERR_PARSE, "metadata.json",
+                "block checksum 0", "not 16 hex digits");
+    char *arr = malloc(f.len + 3);
+    snprintf(arr, f.len + 3, "[%s]", f.text);
+    t_spit(f.meta, arr, strlen(arr));
+    expect_fail(&f.saved, "array root", DT_ERR_PARSE, "metadata.json",
+                "not a dtensor-checkpoint metadata file", NULL);
+    free(arr);
+    fixture_done(&f);
+}
+
+Test(checkpoint_json, lists_past_their_limits_fail_naming_the_limit) {
+    fixture f;
+    fixture_save(&f);
+    /* 65536 chunks (CK_MAX_CHUNKS) are read, one more is refused unread */
+    char *list = repeated("\"chunks\":[", "0,", 65536, "0],\"was\":[");
+    spit_edited(f.meta, f.text, "\"chunks\":[", list);
+    expect_fail(&f.saved, "65537 chunks", DT_ERR_PARSE, "metadata.json", "over 65536 chunks",
+                NULL);
+    free(list);
+    list = repeated("\"chunks\":[", "0,", 65535, "0],\"was\":[");
+    spit_edited(f.meta, f.text, "\"chunks\":[", list);
+    expect_fail(&f.saved, "65536 chunks", DT_ERR_PARSE, "metadata.json", "names no file", NULL);
+    free(list);
+    /* 2^20 tensors (CK_MAX_TENSORS) likewise */
+    list = repeated("\"tensors\":[", "0,", 1 << 20, "0],\"was\":[");
+    spit_edited(f.meta, f.text, "\"tensors\":[", list);
+    expect_fail(&f.saved, "2^20+1 tensors", DT_ERR_PARSE, "metadata.json",
+                "over 1048576 tensors", NULL);
+    free(list);
+    list = repeated("\"tensors\":[", "0,", (1 << 20) - 1, "0],\"was\":[");
+    spit_edited(f.meta, f.text, "\"tensors\":[", list);
+    expect_fail(&f.saved, "2^20 tensors", DT_ERR_PARSE, "metadata.json", "no valid name", NULL);
+    free(list);
+    /* a metadata file over 1 GiB is refused before it is read (sparse: no bytes written) */
+    cr_assert_eq(truncate(f.meta, ((off_t)1 << 30) + 1), 0);
+    expect_fail(&f.saved, "1 GiB + 1", DT_ERR_IO, "metadata.json", "1073741825 bytes",
+                "over the 1073741824 allowed");
+    fixture_done(&f);
+}
+
+/* The reader itself: int64's ends and u64 checksums exactly, and text over 2^31 bytes refused
+ * before it is read. */
+Test(checkpoint_json, int64_ends_and_checksums_are_exact) {
+    char err[300];
+    const char *t = "{\"n\":[-9223372036854775808,9223372036854775807,0,-1],"
+                    "\"h\":[\"ffffffffffffffff\",\"0000000000000000\",\"8000000000000001\","
+                    "\"FFFFFFFFFFFFFFFF\",\"fffffffffffffff\",\"fffffffffffffffff\"]}";
+    json_t *doc = ck_json_load(t, strlen(t), err, sizeof err);
+    cr_assert(doc, "%s", err);
+    int64_t v[4];
+    cr_assert_eq(ck_json_ints(json_object_get(doc, "n"), v, 4, INT64_MIN, INT64_MAX), 4);
+    cr_expect(v[0] == INT64_MIN && v[1] == INT64_MAX && v[2] == 0 && v[3] == -1);
+    cr_expect_eq(ck_json_ints(json_object_get(doc, "n"), v, 3, INT64_MIN, INT64_MAX), -1);
+    cr_expect_eq(ck_json_ints(json_object_get(doc, "n"), v, 4, -1, INT64_MAX), -1);
+    const json_t *h = json_object_get(doc, "h");
+    uint64_t u = 0;
+    cr_expect(ck_json_hex64(json_array_get(h, 0), &u) == 0 && u == UINT64_MAX);
+    cr_expect(ck_json_hex64(json_array_get(h, 1), &u) == 0 && u == 0);
+    cr_expect(ck_json_hex64(json_array_get(h, 2), &u) == 0 && u == 0x8000000000000001ull);
+    for (int i = 3; i < 6; i++) /* upper case (the writer's is lower), 15 and 17 digits */
+        cr_expect_eq(ck_json_hex64(json_array_get(h, (size_t)i), &u), -1, "checksum %d", i);
+    json_decref(doc);
+    /* a length past the limit is refused from the length alone: t is not read that far */
+    cr_expect_null(ck_json_load(t, ((size_t)1 << 31) + 1, err, sizeof err));
+    cr_expect(strstr(err, "2147483649 bytes is too long"), "%s", err);
+    const char *nul = "{\"a\":\"x\\u0000y\"}";
+    cr_expect_null(ck_json_load(nul, strlen(nul), err, sizeof err));
+    cr_expect(strstr(err, "\\u0000") && strstr(err, "at byte"), "%s", err);
+}
