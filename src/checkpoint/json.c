@@ -1,6 +1,7 @@
-/* json.h: jansson parses (duplicate keys refused, any value at the root, so that callers name
- * what they expected there); one walk of the result then enforces what jansson does not: the
- * nesting limit and integers only. */
+/* json.h: one pass over the text enforces what jansson does not (the nesting limit, so that
+ * jansson's recursion stays within it too, and integers only), then jansson parses it
+ * (duplicate keys refused, any value at the root, so that callers name what they expected
+ * there). */
 #include "checkpoint/json.h"
 
 #include <stdio.h>
@@ -8,27 +9,45 @@
 
 _Static_assert(sizeof(json_int_t) == sizeof(int64_t), "jansson integers are not 64-bit");
 
-/* depth: of v's container, the root's being 1 */
-static int check_value(json_t *v, int depth, char *err, size_t errcap) {
-    if (json_is_real(v)) {
-        snprintf(err, errcap, "number %.17g has a fraction or an exponent (integers only)",
-                 json_real_value(v));
-        return -1;
-    }
-    if (!json_is_array(v) && !json_is_object(v)) return 0;
-    if (depth > CK_JSON_MAX_DEPTH) {
-        snprintf(err, errcap, "nesting deeper than %d arrays and objects", CK_JSON_MAX_DEPTH);
-        return -1;
-    }
-    size_t i;
-    const char *key;
-    json_t *child;
-    if (json_is_array(v)) {
-        json_array_foreach(v, i, child)
-            if (check_value(child, depth + 1, err, errcap)) return -1;
-    } else {
-        json_object_foreach(v, key, child)
-            if (check_value(child, depth + 1, err, errcap)) return -1;
+static int number_char(char c) {
+    return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+}
+
+/* Outside strings, valid JSON has '.' only in a number's fraction and 'e' or 'E' after a digit
+ * only in its exponent ("true" and "false" have theirs after a letter). Text that is not JSON
+ * may pass or fail here: jansson refuses it either way. */
+static int check_text(const char *s, size_t len, char *err, size_t errcap) {
+    int depth = 0, in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = 0;
+            continue;
+        }
+        if (c == '"') {
+            in_string = 1;
+        } else if (c == '[' || c == '{') {
+            if (++depth > CK_JSON_MAX_DEPTH) {
+                snprintf(err, errcap, "nesting deeper than %d arrays and objects at byte %zu",
+                         CK_JSON_MAX_DEPTH, i);
+                return -1;
+            }
+        } else if (c == ']' || c == '}') {
+            depth--;
+        } else if (c == '.' || ((c == 'e' || c == 'E') && i > 0 && s[i - 1] >= '0' &&
+                                s[i - 1] <= '9')) {
+            size_t a = i, b = i;
+            while (a > 0 && number_char(s[a - 1]))
+                a--;
+            while (b < len && number_char(s[b]))
+                b++;
+            snprintf(err, errcap, "number %.*s at byte %zu has a fraction or an exponent "
+                     "(integers only)", (int)(b - a < 40 ? b - a : 40), s + a, a);
+            return -1;
+        }
     }
     return 0;
 }
@@ -39,16 +58,10 @@ json_t *ck_json_load(const char *text, size_t len, char *err, size_t errcap) {
                  CK_JSON_MAX_BYTES);
         return NULL;
     }
+    if (check_text(text, len, err, errcap)) return NULL;
     json_error_t je;
     json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
-    if (!doc) {
-        snprintf(err, errcap, "%s at byte %d", je.text, je.position);
-        return NULL;
-    }
-    if (check_value(doc, 1, err, errcap)) {
-        json_decref(doc);
-        return NULL;
-    }
+    if (!doc) snprintf(err, errcap, "%s at byte %d", je.text, je.position);
     return doc;
 }
 

@@ -184,20 +184,23 @@ Test(checkpoint_json, nesting_deeper_than_32_levels_fails) {
     deep = repeated(HEAD "\"deep\":", "[", 32, "");
     full = repeated(deep, "]", 32, ",");
     spit_edited(f.meta, f.text, HEAD, full);
-    expect_fail(&f.saved, "33 levels", DT_ERR_PARSE, "metadata.json", "nesting deeper than 32",
-                NULL);
+    char at[64]; /* the 33rd level's bracket: the root's is the first */
+    snprintf(at, sizeof at, "at byte %zu", strlen(HEAD "\"deep\":") + 31);
+    expect_fail(&f.saved, "33 levels", DT_ERR_PARSE, "metadata.json",
+                "nesting deeper than 32 arrays and objects", at);
     free(deep), free(full);
-    /* past jansson's own limit (2048): refused by the parser, no recursion past it */
+    /* far past jansson's own limit (2048): refused at the same byte, before jansson recurses */
     deep = repeated(HEAD "\"deep\":", "[", 100000, "");
     full = repeated(deep, "]", 100000, ",");
     spit_edited(f.meta, f.text, HEAD, full);
-    expect_fail(&f.saved, "100000 levels", DT_ERR_PARSE, "metadata.json", "depth", NULL);
+    expect_fail(&f.saved, "100000 levels", DT_ERR_PARSE, "metadata.json",
+                "nesting deeper than 32 arrays and objects", at);
     free(deep), free(full);
     fixture_done(&f);
 }
 
-/* The first chunk's "begin" value replaced by num; "at byte <where num ends>". */
-static const char *begin_is(fixture *f, const char *num) {
+/* The first chunk's "begin" value replaced by num; where num starts. */
+static size_t begin_is(fixture *f, const char *num) {
     const char *b = strstr(f->text, "\"begin\":");
     cr_assert(b);
     size_t n = strspn(b + 8, "0123456789");
@@ -205,18 +208,17 @@ static const char *begin_is(fixture *f, const char *num) {
     snprintf(find, sizeof find, "\"begin\":%.*s,", (int)n, b + 8);
     snprintf(repl, sizeof repl, "\"begin\":%s,", num);
     spit_edited(f->meta, f->text, find, repl);
-    static char at[64];
-    snprintf(at, sizeof at, "at byte %zu", (size_t)(b - f->text) + 8 + strlen(num));
-    return at;
+    return (size_t)(b - f->text) + 8;
 }
 
 Test(checkpoint_json, integers_past_int64_and_non_integers_fail) {
     fixture f;
     fixture_save(&f);
-    const char *at = begin_is(&f, "9223372036854775808"); /* 2^63 */
+    char at[64]; /* jansson's: the byte after the number */
+    snprintf(at, sizeof at, "at byte %zu", begin_is(&f, "9223372036854775808") + 19); /* 2^63 */
     expect_fail(&f.saved, "2^63", DT_ERR_PARSE, "metadata.json",
                 "too big integer near '9223372036854775808'", at);
-    at = begin_is(&f, "-9223372036854775809");
+    snprintf(at, sizeof at, "at byte %zu", begin_is(&f, "-9223372036854775809") + 20);
     expect_fail(&f.saved, "-2^63-1", DT_ERR_PARSE, "metadata.json", "too big negative integer",
                 at);
     begin_is(&f, "123456789012345678901234567890");
@@ -224,12 +226,14 @@ Test(checkpoint_json, integers_past_int64_and_non_integers_fail) {
     begin_is(&f, "9223372036854775807"); /* parses, then lies outside its file */
     expect_fail(&f.saved, "2^63-1", DT_ERR_PARSE, "metadata.json", "byte range is outside",
                 NULL);
-    begin_is(&f, "1.5");
-    expect_fail(&f.saved, "fraction", DT_ERR_PARSE, "metadata.json", "number 1.5",
+    snprintf(at, sizeof at, "number 1.5 at byte %zu", begin_is(&f, "1.5")); /* its first byte */
+    expect_fail(&f.saved, "fraction", DT_ERR_PARSE, "metadata.json", at,
                 "fraction or an exponent");
-    begin_is(&f, "1e3");
-    expect_fail(&f.saved, "exponent", DT_ERR_PARSE, "metadata.json", "number 1000",
+    snprintf(at, sizeof at, "number -1E3 at byte %zu", begin_is(&f, "-1E3"));
+    expect_fail(&f.saved, "exponent", DT_ERR_PARSE, "metadata.json", at,
                 "fraction or an exponent");
+    begin_is(&f, "\"1.5e3\""); /* in a string: no number, a chunk without a begin */
+    expect_fail(&f.saved, "string", DT_ERR_PARSE, "metadata.json", "byte range is outside", NULL);
     spit_edited(f.meta, f.text, HEAD, HEAD "\"note\":0.25,"); /* in a member nobody reads */
     expect_fail(&f.saved, "fraction anywhere", DT_ERR_PARSE, "metadata.json", "number 0.25",
                 NULL);
@@ -332,6 +336,15 @@ Test(checkpoint_json, int64_ends_and_checksums_are_exact) {
     /* a length past the limit is refused from the length alone: t is not read that far */
     cr_expect_null(ck_json_load(t, ((size_t)1 << 31) + 1, err, sizeof err));
     cr_expect(strstr(err, "2147483649 bytes is too long"), "%s", err);
+    /* brackets, a fraction and an exponent inside a string (after an escaped quote, before an
+     * escaped backslash) are text, not nesting or numbers */
+    const char *str = "{\"s\":\"\\\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[ 1.5e3 \\\\\","
+                      "\"n\":[[1]]}";
+    doc = ck_json_load(str, strlen(str), err, sizeof err);
+    cr_assert(doc, "%s", err);
+    const char *sv = json_string_value(json_object_get(doc, "s"));
+    cr_expect(sv && sv[0] == '"' && strlen(sv) == 49 && sv[48] == '\\', "%s", sv);
+    json_decref(doc);
     const char *nul = "{\"a\":\"x\\u0000y\"}";
     cr_expect_null(ck_json_load(nul, strlen(nul), err, sizeof err));
     cr_expect(strstr(err, "\\u0000") && strstr(err, "at byte"), "%s", err);
