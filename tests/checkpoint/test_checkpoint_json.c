@@ -1,16 +1,18 @@
 /* Malformed JSON in a checkpoint (metadata.json and the rank files' safetensors headers, read
  * with jansson): duplicate keys, nesting past 32 levels, integers past int64, fractions and
  * exponents, wrong types, and lists, files and texts past their limits. Each is a collective
- * load of the fixed 2x2 save with its text edited by the test, and each fails on every rank
- * with one status and one message that names the value at fault; limits are probed on both
- * sides (the last accepted count or depth, then one more). The integers, checksums and
- * limits expected are written here as literals or counted by the test. */
+ * load of the fixed 2x2 save with its text edited by the test (the 2^20-tensor lists and the
+ * reader's own cases: one caller), and each fails on every rank with one status and one
+ * message that names the value at fault; limits are probed on both sides (the last accepted
+ * count or depth, then one more). The integers, checksums, limits and byte offsets expected
+ * are written here as literals or counted by the test. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #undef R_OK /* unistd.h's access() flag; helpers.h has its own R_OK */
 
 #include "checkpoint/json.h"
+#include "checkpoint/meta.h"
 #include "ckpt_common.h"
 #include "helpers.h"
 
@@ -294,16 +296,19 @@ Test(checkpoint_json, lists_past_their_limits_fail_naming_the_limit) {
     spit_edited(f.meta, f.text, "\"chunks\":[", list);
     expect_fail(&f.saved, "65536 chunks", DT_ERR_PARSE, "metadata.json", "names no file", NULL);
     free(list);
-    /* 2^20 tensors (CK_MAX_TENSORS) likewise */
+    /* 2^20 tensors (CK_MAX_TENSORS) likewise, read by one caller (the text is 2 MiB) */
+    char err[300];
+    ck_meta m;
     list = repeated("\"tensors\":[", "0,", 1 << 20, "0],\"was\":[");
-    spit_edited(f.meta, f.text, "\"tensors\":[", list);
-    expect_fail(&f.saved, "2^20+1 tensors", DT_ERR_PARSE, "metadata.json",
-                "over 1048576 tensors", NULL);
-    free(list);
+    char *e = edited(f.text, "\"tensors\":[", list);
+    cr_expect_eq(ck_meta_parse(e, strlen(e), &m, err, sizeof err), -1);
+    cr_expect(strstr(err, "over 1048576 tensors"), "2^20+1 tensors: %s", err);
+    free(list), free(e);
     list = repeated("\"tensors\":[", "0,", (1 << 20) - 1, "0],\"was\":[");
-    spit_edited(f.meta, f.text, "\"tensors\":[", list);
-    expect_fail(&f.saved, "2^20 tensors", DT_ERR_PARSE, "metadata.json", "no valid name", NULL);
-    free(list);
+    e = edited(f.text, "\"tensors\":[", list);
+    cr_expect_eq(ck_meta_parse(e, strlen(e), &m, err, sizeof err), -1);
+    cr_expect(strstr(err, "a tensor has no valid name"), "2^20 tensors: %s", err);
+    free(list), free(e);
     /* a metadata file over 1 GiB is refused before it is read (sparse: no bytes written) */
     cr_assert_eq(truncate(f.meta, ((off_t)1 << 30) + 1), 0);
     expect_fail(&f.saved, "1 GiB + 1", DT_ERR_IO, "metadata.json", "1073741825 bytes",
