@@ -15,11 +15,11 @@
 #include "checkpoint/json.h"
 #include "checkpoint/meta.h"
 
-#define REPS     7
-#define PER      100 /* chunks per tensor, one per file */
-#define ROWS     64
-#define COLS     8192
-#define NBLOCKS  2 /* ROWS * COLS * 4 bytes / CK_BLOCK_DEFAULT */
+#define REPS    7
+#define PER     100 /* chunks per tensor, one per file */
+#define ROWS    64
+#define COLS    8192
+#define NBLOCKS 2 /* ROWS * COLS * 4 bytes / CK_BLOCK_DEFAULT */
 
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -116,7 +116,8 @@ int main(int argc, char **argv) {
         if (!same) return fprintf(stderr, "bench_ckpt_meta: parsed metadata differs\n"), 1;
     }
     ck_meta_free(&m);
-    bench_stat f = bench_stat_of(tf, REPS), j = bench_stat_of(tj, REPS), p = bench_stat_of(tp, REPS);
+    bench_stat f = bench_stat_of(tf, REPS), j = bench_stat_of(tj, REPS),
+               p = bench_stat_of(tp, REPS);
     const char *names[2] = {"metadata.json read (ck_meta_parse)", "metadata.json jansson parse"};
     bench_stat rows[2] = {p, j};
     for (int r = 0; r < 2; r++)
@@ -125,7 +126,6 @@ int main(int argc, char **argv) {
                      : "%-36s %ld chunks, %.1f MB  %7.1f ms (%.1f-%.1f)   format %6.1f ms "
                        "(%.1f-%.1f)   %4.0f%%\n",
                names[r], nchunks, (double)len / 1e6, 1e3 * rows[r].med, 1e3 * rows[r].min,
-               1e3 * rows[r].max, 1e3 * f.med, 1e3 * f.min, 1e3 * f.max,
-               100 * f.med / rows[r].med);
+               1e3 * rows[r].max, 1e3 * f.med, 1e3 * f.min, 1e3 * f.max, 100 * f.med / rows[r].med);
     return 0;
 }

@@ -37,15 +37,16 @@ static int check_text(const char *s, size_t len, char *err, size_t errcap) {
             }
         } else if (c == ']' || c == '}') {
             depth--;
-        } else if (c == '.' || ((c == 'e' || c == 'E') && i > 0 && s[i - 1] >= '0' &&
-                                s[i - 1] <= '9')) {
+        } else if (c == '.' ||
+                   ((c == 'e' || c == 'E') && i > 0 && s[i - 1] >= '0' && s[i - 1] <= '9')) {
             size_t a = i, b = i;
             while (a > 0 && number_char(s[a - 1]))
                 a--;
             while (b < len && number_char(s[b]))
                 b++;
-            snprintf(err, errcap, "number %.*s at byte %zu has a fraction or an exponent "
-                     "(integers only)", (int)(b - a < 40 ? b - a : 40), s + a, a);
+            snprintf(err, errcap,
+                     "number %.*s at byte %zu has a fraction or an exponent (integers only)",
+                     (int)(b - a < 40 ? b - a : 40), s + a, a);
             return -1;
         }
     }

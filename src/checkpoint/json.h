@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CK_JSON_MAX_DEPTH 32              /* nested arrays and objects, the root's included */
+#define CK_JSON_MAX_DEPTH 32                /* nested arrays and objects, the root's included */
 #define CK_JSON_MAX_BYTES ((size_t)1 << 31) /* of text */
 
 /* Parses len bytes of text (no NUL needed). Returns the document, which the caller owns

@@ -173,9 +173,8 @@ static int parse_blocks(const json_t *v, const ck_meta *m, const ck_tensor *x, c
     k->nblocks = (int64_t)want;
     for (size_t b = 0; b < (size_t)want; b++)
         if (ck_json_hex64(json_array_get(arr, b), &k->blocks[b]))
-            FAIL(
-                "tensor \"%s\": block checksum %zu of the chunk at byte %llu is not 16 hex digits",
-                x->name, b, (unsigned long long)k->begin);
+            FAIL("tensor \"%s\": block checksum %zu of the chunk at byte %llu is not 16 hex digits",
+                 x->name, b, (unsigned long long)k->begin);
     return 0;
 }
 
@@ -210,8 +209,7 @@ static int parse_chunk(const json_t *v, const ck_meta *m, ck_tensor *x, ck_chunk
     return parse_blocks(v, m, x, k, err, errcap);
 }
 
-static int parse_tensor(const json_t *v, const ck_meta *m, ck_tensor *x, char *err,
-                        size_t errcap) {
+static int parse_tensor(const json_t *v, const ck_meta *m, ck_tensor *x, char *err, size_t errcap) {
     const char *nm = json_string_value(json_object_get(v, "name"));
     const char *dt = json_string_value(json_object_get(v, "dtype"));
     const char *pl = json_string_value(json_object_get(v, "placements"));

@@ -132,8 +132,7 @@ static void fixture_save(fixture *f) {
     f->saved = ct_fixed(f->path, 0);
     t_run(W, ct_body, &f->saved);
     f->text = t_slurp(f->meta, &f->len);
-    cr_assert(strncmp(f->text, "{\"format\":\"dtensor-checkpoint\",", 31) == 0, "%.60s",
-              f->text);
+    cr_assert(strncmp(f->text, "{\"format\":\"dtensor-checkpoint\",", 31) == 0, "%.60s", f->text);
 }
 
 static void fixture_done(fixture *f) {
@@ -221,24 +220,19 @@ Test(checkpoint_json, integers_past_int64_and_non_integers_fail) {
     expect_fail(&f.saved, "2^63", DT_ERR_PARSE, "metadata.json",
                 "too big integer near '9223372036854775808'", at);
     snprintf(at, sizeof at, "at byte %zu", begin_is(&f, "-9223372036854775809") + 20);
-    expect_fail(&f.saved, "-2^63-1", DT_ERR_PARSE, "metadata.json", "too big negative integer",
-                at);
+    expect_fail(&f.saved, "-2^63-1", DT_ERR_PARSE, "metadata.json", "too big negative integer", at);
     begin_is(&f, "123456789012345678901234567890");
     expect_fail(&f.saved, "30 digits", DT_ERR_PARSE, "metadata.json", "too big integer", NULL);
     begin_is(&f, "9223372036854775807"); /* parses, then lies outside its file */
-    expect_fail(&f.saved, "2^63-1", DT_ERR_PARSE, "metadata.json", "byte range is outside",
-                NULL);
+    expect_fail(&f.saved, "2^63-1", DT_ERR_PARSE, "metadata.json", "byte range is outside", NULL);
     snprintf(at, sizeof at, "number 1.5 at byte %zu", begin_is(&f, "1.5")); /* its first byte */
-    expect_fail(&f.saved, "fraction", DT_ERR_PARSE, "metadata.json", at,
-                "fraction or an exponent");
+    expect_fail(&f.saved, "fraction", DT_ERR_PARSE, "metadata.json", at, "fraction or an exponent");
     snprintf(at, sizeof at, "number -1E3 at byte %zu", begin_is(&f, "-1E3"));
-    expect_fail(&f.saved, "exponent", DT_ERR_PARSE, "metadata.json", at,
-                "fraction or an exponent");
+    expect_fail(&f.saved, "exponent", DT_ERR_PARSE, "metadata.json", at, "fraction or an exponent");
     begin_is(&f, "\"1.5e3\""); /* in a string: no number, a chunk without a begin */
     expect_fail(&f.saved, "string", DT_ERR_PARSE, "metadata.json", "byte range is outside", NULL);
     spit_edited(f.meta, f.text, HEAD, HEAD "\"note\":0.25,"); /* in a member nobody reads */
-    expect_fail(&f.saved, "fraction anywhere", DT_ERR_PARSE, "metadata.json", "number 0.25",
-                NULL);
+    expect_fail(&f.saved, "fraction anywhere", DT_ERR_PARSE, "metadata.json", "number 0.25", NULL);
     fixture_done(&f);
 }
 
@@ -251,13 +245,11 @@ Test(checkpoint_json, wrong_types_fail_by_name) {
     spit_edited(f.meta, f.text, "\"files\":[", "\"files\":{},\"was\":[");
     expect_fail(&f.saved, "files object", DT_ERR_PARSE, "metadata.json", "no file list", NULL);
     spit_edited(f.meta, f.text, "\"tensors\":[", "\"tensors\":7,\"was\":[");
-    expect_fail(&f.saved, "tensors number", DT_ERR_PARSE, "metadata.json", "no tensor list",
-                NULL);
+    expect_fail(&f.saved, "tensors number", DT_ERR_PARSE, "metadata.json", "no tensor list", NULL);
     spit_edited(f.meta, f.text, "\"chunks\":[", "\"chunks\":\"[]\",\"was\":[");
     expect_fail(&f.saved, "chunks string", DT_ERR_PARSE, "metadata.json", "no chunk list", NULL);
     spit_edited(f.meta, f.text, "\"offset\":[", "\"offset\":[\"0\",");
-    expect_fail(&f.saved, "offset string", DT_ERR_PARSE, "metadata.json", "offset or shape",
-                NULL);
+    expect_fail(&f.saved, "offset string", DT_ERR_PARSE, "metadata.json", "offset or shape", NULL);
     /* the first chunk's checksum as a number of 16 digits instead of a string of them */
     const char *x = strstr(strstr(f.text, "\"tensors\":"), "\"xxh64\":\"");
     cr_assert(x);
@@ -272,8 +264,8 @@ Test(checkpoint_json, wrong_types_fail_by_name) {
     snprintf(find, sizeof find, "%.32s", b);
     snprintf(repl, sizeof repl, "\"block_xxh3\":[null");
     spit_edited(f.meta, f.text, find, repl);
-    expect_fail(&f.saved, "null block checksum", DT_ERR_PARSE, "metadata.json",
-                "block checksum 0", "not 16 hex digits");
+    expect_fail(&f.saved, "null block checksum", DT_ERR_PARSE, "metadata.json", "block checksum 0",
+                "not 16 hex digits");
     char *arr = malloc(f.len + 3);
     snprintf(arr, f.len + 3, "[%s]", f.text);
     t_spit(f.meta, arr, strlen(arr));
@@ -289,8 +281,7 @@ Test(checkpoint_json, lists_past_their_limits_fail_naming_the_limit) {
     /* 65536 chunks (CK_MAX_CHUNKS) are read, one more is refused unread */
     char *list = repeated("\"chunks\":[", "0,", 65536, "0],\"was\":[");
     spit_edited(f.meta, f.text, "\"chunks\":[", list);
-    expect_fail(&f.saved, "65537 chunks", DT_ERR_PARSE, "metadata.json", "over 65536 chunks",
-                NULL);
+    expect_fail(&f.saved, "65537 chunks", DT_ERR_PARSE, "metadata.json", "over 65536 chunks", NULL);
     free(list);
     list = repeated("\"chunks\":[", "0,", 65535, "0],\"was\":[");
     spit_edited(f.meta, f.text, "\"chunks\":[", list);
