@@ -1,12 +1,16 @@
 /* Reading a large checkpoint's metadata.json: 100,000 chunks by default (1,000 f32 tensors of
  * 100 row chunks of 64 x 8192, each chunk in its own rank's file with two 1 MiB block
- * checksums, as a 100-rank save of a 2 GiB-per-rank model writes them). Times jansson's parse
- * alone (ck_json_load: the document tree and the nesting and integer checks) and the whole
- * reader (ck_meta_parse: that, then every chunk checked against its tensor and file and the
- * chunks' tiling), next to writing the same text (ck_meta_format) in the same run. Each
- * figure is the median (min-max) of REPS rounds, each round running all three once; the
- * parsed metadata is checked against what was written (every checksum, bit-exactly).
+ * checksums, as a 100-rank save of a 2 GiB-per-rank model writes them). Times the library's
+ * JSON parse alone (ck_json_parse and ck_json_free) next to jansson's of the same text
+ * (json_loadb, duplicates refused, and json_decref: linked into this bench only, the reference
+ * that kept the hand-written reader), then the whole reader (ck_meta_parse: the parse, every
+ * chunk checked against its tensor and file, the chunks' tiling) next to writing the same
+ * text (ck_meta_format). Each figure is the median (min-max) of BENCH_REPS interleaved rounds,
+ * each running all four once (the two parsers in alternating order), in wall clock and in the
+ * thread's CPU time (the figure to read on a loaded machine); the parsed metadata is checked
+ * against what was written (every checksum, bit-exactly), jansson's tensor count against it.
  * DT_BENCH_CHUNKS: the number of chunks (a multiple of 100, default 100000). */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +19,6 @@
 #include "checkpoint/json.h"
 #include "checkpoint/meta.h"
 
-#define REPS    7
 #define PER     100 /* chunks per tensor, one per file */
 #define ROWS    64
 #define COLS    8192
@@ -83,6 +86,57 @@ static int same_meta(const ck_meta *a, const ck_meta *b) {
     return 1;
 }
 
+static double cpu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+enum { T_OURS, T_JANSSON, T_READ, T_FORMAT, T_COUNT };
+
+typedef struct timing {
+    double wall[T_COUNT][BENCH_REPS], cpu[T_COUNT][BENCH_REPS];
+} timing;
+
+/* One round: the text written, parsed by both parsers (first by `first`), read whole. 0, or
+ * -1 with a message in err. */
+static int round_once(const ck_meta *m, int rep, timing *tm, size_t *len, char *err,
+                      size_t errcap) {
+    double w = bench_now(), c = cpu_now();
+    char *text = ck_meta_format(m, len);
+    tm->wall[T_FORMAT][rep] = bench_now() - w, tm->cpu[T_FORMAT][rep] = cpu_now() - c;
+    if (!text) return snprintf(err, errcap, "out of memory"), -1;
+    int rc = 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+        int which = (k + rep) % 2 ? T_JANSSON : T_OURS;
+        w = bench_now(), c = cpu_now();
+        if (which == T_OURS) {
+            ck_json doc;
+            rc = ck_json_parse(text, *len, &doc, err, errcap);
+            if (!rc) ck_json_free(&doc);
+        } else {
+            json_error_t je;
+            json_t *doc = json_loadb(text, *len, JSON_REJECT_DUPLICATES, &je);
+            size_t n = json_array_size(json_object_get(doc, "tensors"));
+            json_decref(doc);
+            if (n != (size_t)m->ntensors) {
+                snprintf(err, errcap, "jansson read %zu tensors: %s", n, je.text);
+                rc = -1;
+            }
+        }
+        tm->wall[which][rep] = bench_now() - w, tm->cpu[which][rep] = cpu_now() - c;
+    }
+    ck_meta back;
+    w = bench_now(), c = cpu_now();
+    if (!rc) rc = ck_meta_parse(text, *len, &back, err, errcap);
+    tm->wall[T_READ][rep] = bench_now() - w, tm->cpu[T_READ][rep] = cpu_now() - c;
+    free(text);
+    if (rc) return -1;
+    int same = same_meta(m, &back);
+    ck_meta_free(&back);
+    return same ? 0 : (snprintf(err, errcap, "parsed metadata differs"), -1);
+}
+
 int main(int argc, char **argv) {
     int table = argc > 1 && !strcmp(argv[1], "--table");
     long nchunks = getenv("DT_BENCH_CHUNKS") ? atol(getenv("DT_BENCH_CHUNKS")) : 100000;
@@ -93,39 +147,39 @@ int main(int argc, char **argv) {
     ck_meta m = {0};
     if (make_meta(&m, (int)(nchunks / PER)))
         return fprintf(stderr, "bench_ckpt_meta: out of memory\n"), 1;
-    double tf[REPS], tj[REPS], tp[REPS];
+    static timing tm;
     size_t len = 0;
     char err[300];
-    for (int rep = 0; rep < REPS; rep++) {
-        double t0 = bench_now();
-        char *text = ck_meta_format(&m, &len);
-        tf[rep] = bench_now() - t0;
-        if (!text) return fprintf(stderr, "bench_ckpt_meta: out of memory\n"), 1;
-        t0 = bench_now();
-        json_t *doc = ck_json_load(text, len, err, sizeof err);
-        tj[rep] = bench_now() - t0;
-        json_decref(doc);
-        ck_meta back;
-        t0 = bench_now();
-        int rc = ck_meta_parse(text, len, &back, err, sizeof err);
-        tp[rep] = bench_now() - t0;
-        free(text);
-        if (!doc || rc) return fprintf(stderr, "bench_ckpt_meta: %s\n", err), 1;
-        int same = same_meta(&m, &back);
-        ck_meta_free(&back);
-        if (!same) return fprintf(stderr, "bench_ckpt_meta: parsed metadata differs\n"), 1;
-    }
+    for (int rep = 0; rep < BENCH_REPS; rep++)
+        if (round_once(&m, rep, &tm, &len, err, sizeof err))
+            return fprintf(stderr, "bench_ckpt_meta: %s\n", err), 1;
     ck_meta_free(&m);
-    bench_stat f = bench_stat_of(tf, REPS), j = bench_stat_of(tj, REPS),
-               p = bench_stat_of(tp, REPS);
-    const char *names[2] = {"metadata.json read (ck_meta_parse)", "metadata.json jansson parse"};
-    bench_stat rows[2] = {p, j};
-    for (int r = 0; r < 2; r++)
-        printf(table ? "%s, %ld chunks, %.1f MB\t%.1f ms (%.1f-%.1f)\tformat %.1f ms (%.1f-%.1f)"
-                       "\t%.0f%%\n"
-                     : "%-36s %ld chunks, %.1f MB  %7.1f ms (%.1f-%.1f)   format %6.1f ms "
-                       "(%.1f-%.1f)   %4.0f%%\n",
-               names[r], nchunks, (double)len / 1e6, 1e3 * rows[r].med, 1e3 * rows[r].min,
-               1e3 * rows[r].max, 1e3 * f.med, 1e3 * f.min, 1e3 * f.max, 100 * f.med / rows[r].med);
+    bench_stat w[T_COUNT], c[T_COUNT];
+    for (int t = 0; t < T_COUNT; t++)
+        w[t] = bench_stat_of(tm.wall[t], BENCH_REPS), c[t] = bench_stat_of(tm.cpu[t], BENCH_REPS);
+    /* rows: case, its reference in the same rounds, and the ratio reference / case */
+    const struct {
+        const char *name, *ref;
+        int t, r;
+    } rows[2] = {
+        {"metadata.json JSON parse (ck_json_parse)", "jansson json_loadb", T_OURS, T_JANSSON},
+        {"metadata.json whole read (ck_meta_parse)", "format", T_READ, T_FORMAT}};
+    for (int i = 0; i < 2; i++) {
+        int t = rows[i].t, r = rows[i].r;
+        if (table)
+            printf("%s, %ld chunks, %.1f MB, CPU\t%.1f ms (%.1f-%.1f)\t%s %.1f ms (%.1f-%.1f)"
+                   "\t%.2fx\n",
+                   rows[i].name, nchunks, (double)len / 1e6, 1e3 * c[t].med, 1e3 * c[t].min,
+                   1e3 * c[t].max, rows[i].ref, 1e3 * c[r].med, 1e3 * c[r].min, 1e3 * c[r].max,
+                   c[r].med / c[t].med);
+        else
+            printf("%-42s %ld chunks, %.1f MB: CPU %6.1f ms (%.1f-%.1f), wall %6.1f ms "
+                   "(%.1f-%.1f)\n  %-40s CPU %6.1f ms (%.1f-%.1f), wall %6.1f ms (%.1f-%.1f)"
+                   "   ratio (CPU) %.2fx\n",
+                   rows[i].name, nchunks, (double)len / 1e6, 1e3 * c[t].med, 1e3 * c[t].min,
+                   1e3 * c[t].max, 1e3 * w[t].med, 1e3 * w[t].min, 1e3 * w[t].max, rows[i].ref,
+                   1e3 * c[r].med, 1e3 * c[r].min, 1e3 * c[r].max, 1e3 * w[r].med, 1e3 * w[r].min,
+                   1e3 * w[r].max, c[r].med / c[t].med);
+    }
     return 0;
 }

@@ -31,7 +31,7 @@ echo "checkpoints of device tensors:"
 if [ -x "$build/tests/gpu/ckpt_gpu_check" ]; then
     timeout 120 "$build/tests/gpu/ckpt_gpu_check" | tee "$log.ckpt"
 else
-    echo "  (not in this build: no libxxhash or jansson)"; echo "0 passed, 0 failed" > "$log.ckpt"
+    echo "  (not in this build: no libxxhash)"; echo "0 passed, 0 failed" > "$log.ckpt"
 fi
 echo "nccl runtime (processes under dtrun):"
 if [ "$sim" = 1 ]; then nccl_mode=--sim; else nccl_mode=; fi

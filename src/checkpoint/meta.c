@@ -141,60 +141,64 @@ static int boxes_overlap(const ck_chunk *a, const ck_chunk *b, int ndim) {
     } while (0)
 
 /* A chunk's block checksums: all or nothing, as the checkpoint's block_bytes says. */
-static int parse_blocks(const json_t *v, const ck_meta *m, const ck_tensor *x, ck_chunk *k,
-                        char *err, size_t errcap) {
-    const json_t *arr = json_object_get(v, "block_xxh3");
+static int parse_blocks(const ck_json *doc, const ck_jnode *v, const ck_meta *m, const ck_tensor *x,
+                        ck_chunk *k, char *err, size_t errcap) {
+    const ck_jnode *arr = ck_json_get(doc, v, "block_xxh3");
     if (!m->block_bytes) {
-        if (arr || json_object_get(v, "block_bands"))
+        if (arr || ck_json_get(doc, v, "block_bands"))
             FAIL("tensor \"%s\": a chunk lists block checksums, the checkpoint no block size",
                  x->name);
         return 0;
     }
-    const json_t *nb = json_object_get(v, "block_bands"), *nr = json_object_get(v, "block_rows");
+    const ck_jnode *nb = ck_json_get(doc, v, "block_bands"),
+                   *nr = ck_json_get(doc, v, "block_rows");
     if (!nb != !nr)
         FAIL("tensor \"%s\": the chunk at byte %llu has one of block_bands and block_rows", x->name,
              (unsigned long long)k->begin);
     if (nb) { /* tiles (tiles.c) */
-        if (ck_json_int(nb, 2, CK_BANDS_MAX, &k->bands) || (k->bands & (k->bands - 1)) ||
-            x->ndim < 2 || k->bands > k->shape[x->ndim - 1] ||
-            ck_json_int(nr, 1, INT64_MAX, &k->rows))
+        if (nb->type != CK_JINT || nb->num < 2 || nb->num > CK_BANDS_MAX ||
+            (nb->num & (nb->num - 1)) || x->ndim < 2 || nb->num > k->shape[x->ndim - 1] ||
+            nr->type != CK_JINT || nr->num < 1)
             FAIL("tensor \"%s\": the chunk at byte %llu has block_bands that are not a power of "
                  "two from 2 to %d (and at most its last dim's extent, of 2 or more dims) or "
                  "block_rows under 1",
                  x->name, (unsigned long long)k->begin, CK_BANDS_MAX);
+        k->bands = nb->num, k->rows = nr->num;
     }
     uint64_t want = k->bands ? (uint64_t)ck_tile_count(x->ndim, k->shape, k->bands, k->rows)
                              : (k->end - k->begin + m->block_bytes - 1) / m->block_bytes;
-    if (!json_is_array(arr) || (uint64_t)json_array_size(arr) != want)
+    if (!arr || arr->type != CK_JARR || (uint64_t)arr->count != want)
         FAIL("tensor \"%s\": the chunk at byte %llu does not list its %llu block checksums",
              x->name, (unsigned long long)k->begin, (unsigned long long)want);
     k->blocks = malloc((size_t)want * sizeof *k->blocks + 1);
     if (!k->blocks) FAIL("tensor \"%s\": out of memory", x->name);
     k->nblocks = (int64_t)want;
-    for (size_t b = 0; b < (size_t)want; b++)
-        if (ck_json_hex64(json_array_get(arr, b), &k->blocks[b]))
-            FAIL("tensor \"%s\": block checksum %zu of the chunk at byte %llu is not 16 hex digits",
-                 x->name, b, (unsigned long long)k->begin);
+    int64_t b = 0;
+    for (int i = arr->first; i >= 0; i = doc->nodes[i].next)
+        if (ck_json_hex64(&doc->nodes[i], &k->blocks[b++]))
+            FAIL(
+                "tensor \"%s\": block checksum %lld of the chunk at byte %llu is not 16 hex digits",
+                x->name, (long long)(b - 1), (unsigned long long)k->begin);
     return 0;
 }
 
-static int parse_chunk(const json_t *v, const ck_meta *m, ck_tensor *x, ck_chunk *k, char *err,
-                       size_t errcap) {
-    int64_t f, b, e;
-    if (ck_json_int(json_object_get(v, "file"), 0, m->nfiles - 1, &f))
+static int parse_chunk(const ck_json *doc, const ck_jnode *v, const ck_meta *m, ck_tensor *x,
+                       ck_chunk *k, char *err, size_t errcap) {
+    const ck_jnode *f = ck_json_get(doc, v, "file"), *b = ck_json_get(doc, v, "begin"),
+                   *e = ck_json_get(doc, v, "end");
+    if (!f || f->type != CK_JINT || f->num < 0 || f->num >= m->nfiles)
         FAIL("tensor \"%s\": a chunk names no file of the list", x->name);
-    k->file = (int)f;
-    if (ck_json_int(json_object_get(v, "begin"), 0, INT64_MAX, &b) ||
-        ck_json_int(json_object_get(v, "end"), b, INT64_MAX, &e) ||
-        (uint64_t)e > m->files[k->file].bytes)
+    k->file = (int)f->num;
+    if (!b || !e || b->type != CK_JINT || e->type != CK_JINT || b->num < 0 || e->num < b->num ||
+        (uint64_t)e->num > m->files[k->file].bytes)
         FAIL("tensor \"%s\": a chunk's byte range is outside %s", x->name, m->files[k->file].name);
-    k->begin = (uint64_t)b, k->end = (uint64_t)e;
-    if (ck_json_hex64(json_object_get(v, "xxh64"), &k->hash))
+    k->begin = (uint64_t)b->num, k->end = (uint64_t)e->num;
+    if (ck_json_hex64(ck_json_get(doc, v, "xxh64"), &k->hash))
         FAIL("tensor \"%s\": a chunk has no xxh64 checksum", x->name);
-    if (ck_json_ints(json_object_get(v, "offset"), k->offset, DT_MAX_NDIM, INT64_MIN, INT64_MAX) !=
-            x->ndim ||
-        ck_json_ints(json_object_get(v, "shape"), k->shape, DT_MAX_NDIM, INT64_MIN, INT64_MAX) !=
-            x->ndim)
+    if (ck_json_ints(doc, ck_json_get(doc, v, "offset"), k->offset, DT_MAX_NDIM, INT64_MIN,
+                     INT64_MAX) != x->ndim ||
+        ck_json_ints(doc, ck_json_get(doc, v, "shape"), k->shape, DT_MAX_NDIM, INT64_MIN,
+                     INT64_MAX) != x->ndim)
         FAIL("tensor \"%s\": a chunk's offset or shape is not %d integers", x->name, x->ndim);
     for (int d = 0; d < x->ndim; d++)
         if (k->offset[d] < 0 || k->shape[d] < 0)
@@ -206,35 +210,32 @@ static int parse_chunk(const json_t *v, const ck_meta *m, ck_tensor *x, ck_chunk
             FAIL("tensor \"%s\": a chunk lies outside the tensor along dim %d", x->name, d);
     if ((uint64_t)dt_shape_numel(k->shape, x->ndim) * dt_dtype_size(x->dtype) != k->end - k->begin)
         FAIL("tensor \"%s\": a chunk's byte range does not match its shape", x->name);
-    return parse_blocks(v, m, x, k, err, errcap);
+    return parse_blocks(doc, v, m, x, k, err, errcap);
 }
 
-static int parse_tensor(const json_t *v, const ck_meta *m, ck_tensor *x, char *err, size_t errcap) {
-    const char *nm = json_string_value(json_object_get(v, "name"));
-    const char *dt = json_string_value(json_object_get(v, "dtype"));
-    const char *pl = json_string_value(json_object_get(v, "placements"));
-    const char *me = json_string_value(json_object_get(v, "mesh"));
-    const json_t *ch = json_object_get(v, "chunks");
-    if (!nm || !ck_name_ok(nm)) FAIL("a tensor has no valid name");
-    strcpy(x->name, nm);
-    if (!dt || ck_st_dtype_parse(dt, &x->dtype))
+static int parse_tensor(const ck_json *doc, const ck_jnode *v, const ck_meta *m, ck_tensor *x,
+                        char *err, size_t errcap) {
+    const ck_jnode *nm = ck_json_get(doc, v, "name"), *dt = ck_json_get(doc, v, "dtype");
+    const ck_jnode *pl = ck_json_get(doc, v, "placements"), *me = ck_json_get(doc, v, "mesh");
+    const ck_jnode *ch = ck_json_get(doc, v, "chunks");
+    if (!nm || nm->type != CK_JSTR || !ck_name_ok(nm->str)) FAIL("a tensor has no valid name");
+    strcpy(x->name, nm->str);
+    if (!dt || dt->type != CK_JSTR || ck_st_dtype_parse(dt->str, &x->dtype))
         FAIL("tensor \"%s\": missing or unsupported dtype", x->name);
-    x->ndim = ck_json_ints(json_object_get(v, "shape"), x->shape, DT_MAX_NDIM, 0, INT64_MAX);
+    x->ndim = ck_json_ints(doc, ck_json_get(doc, v, "shape"), x->shape, DT_MAX_NDIM, 0, INT64_MAX);
     int64_t numel;
     if (x->ndim < 0 || !dt_shape_size(x->shape, x->ndim, dt_dtype_size(x->dtype), &numel, NULL))
         FAIL("tensor \"%s\": bad shape", x->name);
-    snprintf(x->placements, sizeof x->placements, "%s", pl ? pl : "?");
-    snprintf(x->mesh, sizeof x->mesh, "%s", me ? me : "?");
-    if (!json_is_array(ch) || json_array_size(ch) > CK_MAX_CHUNKS)
+    snprintf(x->placements, sizeof x->placements, "%s", pl && pl->type == CK_JSTR ? pl->str : "?");
+    snprintf(x->mesh, sizeof x->mesh, "%s", me && me->type == CK_JSTR ? me->str : "?");
+    if (!ch || ch->type != CK_JARR || ch->count > CK_MAX_CHUNKS)
         FAIL("tensor \"%s\": no chunk list (or over %d chunks)", x->name, CK_MAX_CHUNKS);
-    x->chunks = calloc(json_array_size(ch) + 1, sizeof *x->chunks);
+    x->chunks = calloc((size_t)ch->count + 1, sizeof *x->chunks);
     if (!x->chunks) FAIL("tensor \"%s\": out of memory", x->name);
     uint64_t covered = 0;
-    size_t i;
-    const json_t *cv;
-    json_array_foreach(ch, i, cv) {
+    for (int k = ch->first; k >= 0; k = doc->nodes[k].next) {
         ck_chunk *c = &x->chunks[x->nchunks];
-        int rc = parse_chunk(cv, m, x, c, err, errcap);
+        int rc = parse_chunk(doc, &doc->nodes[k], m, x, c, err, errcap);
         x->nchunks++; /* counted either way, so that ck_meta_free frees its blocks */
         if (rc) return -1;
         for (int j = 0; j < x->nchunks - 1; j++)
@@ -248,61 +249,63 @@ static int parse_tensor(const json_t *v, const ck_meta *m, ck_tensor *x, char *e
     return 0;
 }
 
-static int parse_doc(const json_t *root, ck_meta *m, char *err, size_t errcap) {
-    const char *fmt = json_string_value(json_object_get(root, "format"));
-    int64_t ver, bb = 0, by;
-    if (!fmt || strcmp(fmt, CK_FORMAT) != 0) FAIL("not a %s metadata file", CK_FORMAT);
-    if (ck_json_int(json_object_get(root, "version"), 1, 1, &ver))
-        FAIL("unsupported version (1 expected)");
-    const json_t *bbv = json_object_get(root, "block_bytes");
-    if (bbv && ck_json_int(bbv, 1, (int64_t)CK_BLOCK_MAX, &bb))
+static int parse_doc(const ck_json *doc, ck_meta *m, char *err, size_t errcap) {
+    const ck_jnode *root = &doc->nodes[0];
+    const ck_jnode *fmt = ck_json_get(doc, root, "format"),
+                   *ver = ck_json_get(doc, root, "version");
+    if (!fmt || fmt->type != CK_JSTR || strcmp(fmt->str, CK_FORMAT) != 0)
+        FAIL("not a %s metadata file", CK_FORMAT);
+    if (!ver || ver->type != CK_JINT || ver->num != 1) FAIL("unsupported version (1 expected)");
+    const ck_jnode *bb = ck_json_get(doc, root, "block_bytes");
+    if (bb && (bb->type != CK_JINT || bb->num < 1 || (uint64_t)bb->num > CK_BLOCK_MAX))
         FAIL("block_bytes is not an integer from 1 to %llu", (unsigned long long)CK_BLOCK_MAX);
-    m->block_bytes = (uint64_t)bb;
-    const json_t *files = json_object_get(root, "files");
-    if (!json_is_array(files)) FAIL("no file list");
-    m->files = calloc(json_array_size(files) + 1, sizeof *m->files);
+    m->block_bytes = bb ? (uint64_t)bb->num : 0;
+    const ck_jnode *files = ck_json_get(doc, root, "files");
+    if (!files || files->type != CK_JARR) FAIL("no file list");
+    m->files = calloc((size_t)files->count + 1, sizeof *m->files);
     if (!m->files) FAIL("out of memory");
-    size_t i;
-    const json_t *v;
-    json_array_foreach(files, i, v) {
-        const char *nm = json_string_value(json_object_get(v, "name"));
-        if (!nm || !file_name_ok(nm) || ck_json_int(json_object_get(v, "bytes"), 0, INT64_MAX, &by))
+    for (int k = files->first; k >= 0; k = doc->nodes[k].next) {
+        const ck_jnode *nm = ck_json_get(doc, &doc->nodes[k], "name"),
+                       *by = ck_json_get(doc, &doc->nodes[k], "bytes");
+        if (!nm || nm->type != CK_JSTR || !file_name_ok(nm->str) || !by || by->type != CK_JINT ||
+            by->num < 0)
             FAIL("file %d: bad name or size", m->nfiles);
-        strcpy(m->files[m->nfiles].name, nm);
-        m->files[m->nfiles++].bytes = (uint64_t)by;
+        strcpy(m->files[m->nfiles].name, nm->str);
+        m->files[m->nfiles++].bytes = (uint64_t)by->num;
     }
-    const json_t *blob = json_object_get(root, "blob");
-    if (json_is_object(blob)) {
-        if (ck_json_int(json_object_get(blob, "bytes"), 0, INT64_MAX, &by) ||
-            ck_json_hex64(json_object_get(blob, "xxh64"), &m->blob_hash))
+    const ck_jnode *blob = ck_json_get(doc, root, "blob");
+    if (blob && blob->type == CK_JOBJ) {
+        const ck_jnode *by = ck_json_get(doc, blob, "bytes");
+        if (!by || by->type != CK_JINT || by->num < 0 ||
+            ck_json_hex64(ck_json_get(doc, blob, "xxh64"), &m->blob_hash))
             FAIL("bad blob entry");
-        m->has_blob = 1, m->blob_bytes = (uint64_t)by;
-    } else if (!json_is_null(blob)) {
+        m->has_blob = 1, m->blob_bytes = (uint64_t)by->num;
+    } else if (!blob || blob->type != CK_JNULL) {
         FAIL("bad blob entry");
     }
-    const json_t *ts = json_object_get(root, "tensors");
-    if (!json_is_array(ts) || json_array_size(ts) > CK_MAX_TENSORS)
+    const ck_jnode *ts = ck_json_get(doc, root, "tensors");
+    if (!ts || ts->type != CK_JARR || ts->count > CK_MAX_TENSORS)
         FAIL("no tensor list (or over %d tensors)", CK_MAX_TENSORS);
-    m->tensors = calloc(json_array_size(ts) + 1, sizeof *m->tensors);
+    m->tensors = calloc((size_t)ts->count + 1, sizeof *m->tensors);
     if (!m->tensors) FAIL("out of memory");
-    json_array_foreach(ts, i, v) {
-        int rc = parse_tensor(v, m, &m->tensors[m->ntensors], err, errcap);
+    for (int k = ts->first; k >= 0; k = doc->nodes[k].next) {
+        int rc = parse_tensor(doc, &doc->nodes[k], m, &m->tensors[m->ntensors], err, errcap);
         m->ntensors++; /* counted either way, so that ck_meta_free frees its chunks */
         if (rc) return -1;
     }
     if (m->ntensors > 1) qsort(m->tensors, (size_t)m->ntensors, sizeof *m->tensors, tensor_cmp);
-    for (int t = 1; t < m->ntensors; t++)
-        if (strcmp(m->tensors[t].name, m->tensors[t - 1].name) == 0)
-            FAIL("tensor \"%s\" appears twice", m->tensors[t].name);
+    for (int i = 1; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, m->tensors[i - 1].name) == 0)
+            FAIL("tensor \"%s\" appears twice", m->tensors[i].name);
     return 0;
 }
 
 int ck_meta_parse(const char *text, size_t len, ck_meta *out, char *err, size_t errcap) {
+    ck_json doc;
     ck_meta m = {0};
-    json_t *doc = ck_json_load(text, len, err, errcap);
-    if (!doc) return -1;
-    int rc = parse_doc(doc, &m, err, errcap);
-    json_decref(doc);
+    if (ck_json_parse(text, len, &doc, err, errcap)) return -1;
+    int rc = parse_doc(&doc, &m, err, errcap);
+    ck_json_free(&doc);
     if (rc)
         ck_meta_free(&m);
     else

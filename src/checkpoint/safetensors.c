@@ -96,42 +96,43 @@ static int entry_cmp(const void *a, const void *b) {
 
 int ck_st_parse(const char *json, size_t len, uint64_t data_bytes, ck_st_entry **out, int *n_out,
                 char *err, size_t errcap) {
-    json_t *doc = ck_json_load(json, len, err, errcap);
-    if (!doc) return -1;
+    ck_json doc;
+    if (ck_json_parse(json, len, &doc, err, errcap)) return -1;
+    const ck_jnode *root = &doc.nodes[0];
     ck_st_entry *e = NULL;
     int n = 0, rc = -1;
-    const char *key;
-    json_t *v;
-    if (!json_is_object(doc)) {
+    if (root->type != CK_JOBJ) {
         snprintf(err, errcap, "the header is not a JSON object");
         goto done;
     }
-    e = calloc(json_object_size(doc) + 1, sizeof *e);
+    e = calloc((size_t)root->count + 1, sizeof *e);
     if (!e) {
-        snprintf(err, errcap, "out of memory for %zu entries", json_object_size(doc));
+        snprintf(err, errcap, "out of memory for %d entries", root->count);
         goto done;
     }
-    json_object_foreach(doc, key, v) {
-        if (strcmp(key, "__metadata__") == 0) continue;
+    for (int k = root->first; k >= 0; k = doc.nodes[k].next) {
+        const ck_jnode *v = &doc.nodes[k];
+        if (strcmp(v->key, "__metadata__") == 0) continue;
         ck_st_entry *x = &e[n];
-        if (strlen(key) > DT_CHECKPOINT_NAME_MAX) {
-            bad(err, errcap, "entry name \"%.64s...\" is too long", key);
+        if (strlen(v->key) > DT_CHECKPOINT_NAME_MAX) {
+            bad(err, errcap, "entry name \"%.64s...\" is too long", v->key);
             goto done;
         }
-        strcpy(x->name, key);
-        const char *dt = json_string_value(json_object_get(v, "dtype"));
-        if (!dt || ck_st_dtype_parse(dt, &x->dtype)) {
+        strcpy(x->name, v->key);
+        const ck_jnode *dt = ck_json_get(&doc, v, "dtype");
+        if (!dt || dt->type != CK_JSTR || ck_st_dtype_parse(dt->str, &x->dtype)) {
             bad(err, errcap, "entry \"%s\": missing or unsupported dtype", x->name);
             goto done;
         }
-        x->ndim = ck_json_ints(json_object_get(v, "shape"), x->shape, DT_MAX_NDIM, 0, INT64_MAX);
+        x->ndim =
+            ck_json_ints(&doc, ck_json_get(&doc, v, "shape"), x->shape, DT_MAX_NDIM, 0, INT64_MAX);
         int64_t off[2], bytes;
         if (x->ndim < 0 ||
             !dt_shape_size(x->shape, x->ndim, dt_dtype_size(x->dtype), NULL, &bytes)) {
             bad(err, errcap, "entry \"%s\": bad shape", x->name);
             goto done;
         }
-        if (ck_json_ints(json_object_get(v, "data_offsets"), off, 2, 0, INT64_MAX) != 2 ||
+        if (ck_json_ints(&doc, ck_json_get(&doc, v, "data_offsets"), off, 2, 0, INT64_MAX) != 2 ||
             off[1] < off[0] || (uint64_t)off[1] > data_bytes) {
             bad(err, errcap, "entry \"%s\": data_offsets missing or outside the data", x->name);
             goto done;
@@ -158,7 +159,7 @@ int ck_st_parse(const char *json, size_t len, uint64_t data_bytes, ck_st_entry *
     }
     rc = 0;
 done:
-    json_decref(doc);
+    ck_json_free(&doc);
     if (rc)
         free(e);
     else

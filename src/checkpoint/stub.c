@@ -1,5 +1,5 @@
-/* The checkpoint calls in a build without xxHash (libxxhash-dev), which checksums every chunk,
- * or jansson (libjansson-dev), which reads the metadata: they exist, and say so. */
+/* The checkpoint calls in a build without xxHash (libxxhash-dev), which checksums every chunk:
+ * they exist, and say so. */
 #include <stdlib.h>
 
 #include "core/check.h"
@@ -8,7 +8,7 @@
 #define CK_NONE(fn)                                                                                \
     dt_error(DT_ERR_UNSUPPORTED,                                                                   \
              "%s: this build of dtensor has no checkpoints (install "                              \
-             "libxxhash-dev and libjansson-dev and reconfigure)",                                  \
+             "libxxhash-dev and reconfigure)",                                                     \
              fn)
 
 dt_status dt_checkpoint_save(dt_ctx *ctx, const char *dir, const char *const *names,

@@ -1,5 +1,5 @@
 /* Malformed JSON in a checkpoint (metadata.json and the rank files' safetensors headers, read
- * with jansson): duplicate keys, nesting past 32 levels, integers past int64, fractions and
+ * by checkpoint/json.c): duplicate keys, nesting past 32 levels, integers past int64, fractions and
  * exponents, wrong types, and lists, files and texts past their limits. Each is a collective
  * load of the fixed 2x2 save with its text edited by the test (the 2^20-tensor lists and the
  * reader's own cases: one caller), and each fails on every rank with one status and one
@@ -149,7 +149,7 @@ Test(checkpoint_json, duplicate_keys_fail_by_name) {
     fixture_save(&f);
     spit_edited(f.meta, f.text, HEAD, HEAD "\"format\":\"dtensor-checkpoint\",");
     char at[64]; /* where the second key ends */
-    snprintf(at, sizeof at, "\"format\"' at byte %zu", strlen(HEAD) + strlen("\"format\""));
+    snprintf(at, sizeof at, "\"format\" at byte %zu", strlen(HEAD) + strlen("\"format\""));
     expect_fail(&f.saved, "duplicate root key", DT_ERR_PARSE, "metadata.json",
                 "duplicate object key", at);
     spit_edited(f.meta, f.text, "\"begin\":", "\"begin\":0,\"begin\":");
@@ -190,7 +190,7 @@ Test(checkpoint_json, nesting_deeper_than_32_levels_fails) {
     expect_fail(&f.saved, "33 levels", DT_ERR_PARSE, "metadata.json",
                 "nesting deeper than 32 arrays and objects", at);
     free(deep), free(full);
-    /* far past jansson's own limit (2048): refused at the same byte, before jansson recurses */
+    /* far past it: refused at the same byte, before the reader recurses any deeper */
     deep = repeated(HEAD "\"deep\":", "[", 100000, "");
     full = repeated(deep, "]", 100000, ",");
     spit_edited(f.meta, f.text, HEAD, full);
@@ -215,14 +215,16 @@ static size_t begin_is(fixture *f, const char *num) {
 Test(checkpoint_json, integers_past_int64_and_non_integers_fail) {
     fixture f;
     fixture_save(&f);
-    char at[64]; /* jansson's: the byte after the number */
-    snprintf(at, sizeof at, "at byte %zu", begin_is(&f, "9223372036854775808") + 19); /* 2^63 */
-    expect_fail(&f.saved, "2^63", DT_ERR_PARSE, "metadata.json",
-                "too big integer near '9223372036854775808'", at);
-    snprintf(at, sizeof at, "at byte %zu", begin_is(&f, "-9223372036854775809") + 20);
-    expect_fail(&f.saved, "-2^63-1", DT_ERR_PARSE, "metadata.json", "too big negative integer", at);
+    char at[80]; /* the number and its first byte */
+    snprintf(at, sizeof at, "number 9223372036854775808 at byte %zu",
+             begin_is(&f, "9223372036854775808")); /* 2^63 */
+    expect_fail(&f.saved, "2^63", DT_ERR_PARSE, "metadata.json", at, "is outside int64");
+    snprintf(at, sizeof at, "number -9223372036854775809 at byte %zu",
+             begin_is(&f, "-9223372036854775809"));
+    expect_fail(&f.saved, "-2^63-1", DT_ERR_PARSE, "metadata.json", at, "is outside int64");
     begin_is(&f, "123456789012345678901234567890");
-    expect_fail(&f.saved, "30 digits", DT_ERR_PARSE, "metadata.json", "too big integer", NULL);
+    expect_fail(&f.saved, "30 digits", DT_ERR_PARSE, "metadata.json",
+                "number 123456789012345678901234567890 at byte", "is outside int64");
     begin_is(&f, "9223372036854775807"); /* parses, then lies outside its file */
     expect_fail(&f.saved, "2^63-1", DT_ERR_PARSE, "metadata.json", "byte range is outside", NULL);
     snprintf(at, sizeof at, "number 1.5 at byte %zu", begin_is(&f, "1.5")); /* its first byte */
@@ -314,34 +316,97 @@ Test(checkpoint_json, int64_ends_and_checksums_are_exact) {
     const char *t = "{\"n\":[-9223372036854775808,9223372036854775807,0,-1],"
                     "\"h\":[\"ffffffffffffffff\",\"0000000000000000\",\"8000000000000001\","
                     "\"FFFFFFFFFFFFFFFF\",\"fffffffffffffff\",\"fffffffffffffffff\"]}";
-    json_t *doc = ck_json_load(t, strlen(t), err, sizeof err);
-    cr_assert(doc, "%s", err);
+    ck_json doc;
+    cr_assert_eq(ck_json_parse(t, strlen(t), &doc, err, sizeof err), 0, "%s", err);
+    const ck_jnode *root = &doc.nodes[0];
     int64_t v[4];
-    cr_assert_eq(ck_json_ints(json_object_get(doc, "n"), v, 4, INT64_MIN, INT64_MAX), 4);
+    cr_assert_eq(ck_json_ints(&doc, ck_json_get(&doc, root, "n"), v, 4, INT64_MIN, INT64_MAX), 4);
     cr_expect(v[0] == INT64_MIN && v[1] == INT64_MAX && v[2] == 0 && v[3] == -1);
-    cr_expect_eq(ck_json_ints(json_object_get(doc, "n"), v, 3, INT64_MIN, INT64_MAX), -1);
-    cr_expect_eq(ck_json_ints(json_object_get(doc, "n"), v, 4, -1, INT64_MAX), -1);
-    const json_t *h = json_object_get(doc, "h");
+    cr_expect_eq(ck_json_ints(&doc, ck_json_get(&doc, root, "n"), v, 3, INT64_MIN, INT64_MAX), -1);
+    cr_expect_eq(ck_json_ints(&doc, ck_json_get(&doc, root, "n"), v, 4, -1, INT64_MAX), -1);
+    const ck_jnode *h = ck_json_get(&doc, root, "h");
+    cr_assert(h && h->type == CK_JARR && h->count == 6);
+    const ck_jnode *hv[6];
+    for (int i = 0, k = h->first; i < 6; i++, k = doc.nodes[k].next)
+        hv[i] = &doc.nodes[k];
     uint64_t u = 0;
-    cr_expect(ck_json_hex64(json_array_get(h, 0), &u) == 0 && u == UINT64_MAX);
-    cr_expect(ck_json_hex64(json_array_get(h, 1), &u) == 0 && u == 0);
-    cr_expect(ck_json_hex64(json_array_get(h, 2), &u) == 0 && u == 0x8000000000000001ull);
+    cr_expect(ck_json_hex64(hv[0], &u) == 0 && u == UINT64_MAX);
+    cr_expect(ck_json_hex64(hv[1], &u) == 0 && u == 0);
+    cr_expect(ck_json_hex64(hv[2], &u) == 0 && u == 0x8000000000000001ull);
     for (int i = 3; i < 6; i++) /* upper case (the writer's is lower), 15 and 17 digits */
-        cr_expect_eq(ck_json_hex64(json_array_get(h, (size_t)i), &u), -1, "checksum %d", i);
-    json_decref(doc);
+        cr_expect_eq(ck_json_hex64(hv[i], &u), -1, "checksum %d", i);
+    ck_json_free(&doc);
     /* a length past the limit is refused from the length alone: t is not read that far */
-    cr_expect_null(ck_json_load(t, ((size_t)1 << 31) + 1, err, sizeof err));
+    cr_expect_eq(ck_json_parse(t, ((size_t)1 << 31) + 1, &doc, err, sizeof err), -1);
     cr_expect(strstr(err, "2147483649 bytes is too long"), "%s", err);
     /* brackets, a fraction and an exponent inside a string (after an escaped quote, before an
      * escaped backslash) are text, not nesting or numbers */
     const char *str = "{\"s\":\"\\\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[ 1.5e3 \\\\\","
                       "\"n\":[[1]]}";
-    doc = ck_json_load(str, strlen(str), err, sizeof err);
-    cr_assert(doc, "%s", err);
-    const char *sv = json_string_value(json_object_get(doc, "s"));
-    cr_expect(sv && sv[0] == '"' && strlen(sv) == 49 && sv[48] == '\\', "%s", sv);
-    json_decref(doc);
+    cr_assert_eq(ck_json_parse(str, strlen(str), &doc, err, sizeof err), 0, "%s", err);
+    const ck_jnode *sv = ck_json_get(&doc, &doc.nodes[0], "s");
+    cr_expect(sv && sv->type == CK_JSTR && sv->str[0] == '"' && strlen(sv->str) == 49 &&
+                  sv->str[48] == '\\',
+              "%s", sv ? sv->str : "(none)");
+    ck_json_free(&doc);
     const char *nul = "{\"a\":\"x\\u0000y\"}";
-    cr_expect_null(ck_json_load(nul, strlen(nul), err, sizeof err));
+    cr_expect_eq(ck_json_parse(nul, strlen(nul), &doc, err, sizeof err), -1);
     cr_expect(strstr(err, "\\u0000") && strstr(err, "at byte"), "%s", err);
+}
+
+/* Duplicate keys in objects of every size: up to 16 keys each is compared as it comes (the
+ * byte after the second one named), past 16 they are sorted once the object closes (the
+ * object's first byte named); distinct keys pass both ways. */
+Test(checkpoint_json, duplicate_keys_in_small_and_large_objects) {
+    char err[300], text[600];
+    ck_json doc;
+    for (int n = 15; n <= 18; n++) { /* n distinct keys "k0".."k<n-1>", then "k3" again */
+        int len = snprintf(text, sizeof text, "{");
+        for (int i = 0; i < n; i++)
+            len += snprintf(text + len, sizeof text - (size_t)len, "\"k%d\":%d,", i, i);
+        text[len - 1] = '}';
+        cr_assert_eq(ck_json_parse(text, (size_t)len, &doc, err, sizeof err), 0, "%d keys: %s", n,
+                     err);
+        cr_expect_eq(doc.nodes[0].count, n);
+        ck_json_free(&doc);
+        snprintf(text + len - 1, sizeof text - (size_t)len + 1, ",\"k3\":0}");
+        size_t at = (size_t)len + strlen(",\"k3\"") - 1; /* the byte after the second "k3" */
+        char want[80];
+        if (n < 16) /* the duplicate is the 16th key or earlier */
+            snprintf(want, sizeof want, "duplicate object key \"k3\" at byte %zu", at);
+        else
+            snprintf(want, sizeof want, "duplicate object key \"k3\" in the object at byte 0");
+        cr_expect_eq(ck_json_parse(text, strlen(text), &doc, err, sizeof err), -1, "%d keys", n);
+        cr_expect(strstr(err, want), "%d keys: \"%s\" does not say \"%s\"", n, err, want);
+    }
+    /* one key in several objects, and keys one of which begins the other */
+    const char *nested = "{\"a\":{\"k\":1},\"b\":{\"k\":2},\"kk\":{\"k\":3,\"k1\":4}}";
+    cr_expect_eq(ck_json_parse(nested, strlen(nested), &doc, err, sizeof err), 0, "%s", err);
+    ck_json_free(&doc);
+}
+
+/* Strings in UTF-8 (RFC 3629): 2-, 3- and 4-byte forms and their ends pass as they are; a stray
+ * continuation byte, overlong forms, a surrogate, past U+10FFFF and a cut sequence do not,
+ * named at their first byte (6, after {"a":"). */
+Test(checkpoint_json, strings_are_valid_utf8) {
+    char err[300];
+    ck_json doc;
+    const char *ok[] = {"\xc3\xa9",     "\xe2\x82\xac",     "\xf0\x9d\x84\x9e", "\xc2\x80",
+                        "\xef\xbf\xbf", "\xf4\x8f\xbf\xbf", "\xed\x9f\xbf"};
+    const char *bad[] = {"\x80",         "\xc0\x80",         "\xc1\xbf",         "\xe0\x9f\xbf",
+                         "\xed\xa0\x80", "\xf0\x8f\xbf\xbf", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80",
+                         "\xff",         "\xe2\x82",         "\xc3\x22"};
+    char u[40];
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        int n = snprintf(u, sizeof u, "{\"a\":\"%s\"}", ok[i]);
+        cr_assert_eq(ck_json_parse(u, (size_t)n, &doc, err, sizeof err), 0, "ok %zu: %s", i, err);
+        const ck_jnode *a = ck_json_get(&doc, &doc.nodes[0], "a");
+        cr_expect(a && strcmp(a->str, ok[i]) == 0, "ok %zu: the bytes differ", i);
+        ck_json_free(&doc);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int n = snprintf(u, sizeof u, "{\"a\":\"%s\"}", bad[i]);
+        cr_expect_eq(ck_json_parse(u, (size_t)n, &doc, err, sizeof err), -1, "bad %zu", i);
+        cr_expect(strstr(err, "invalid UTF-8 in string at byte 6"), "bad %zu: %s", i, err);
+    }
 }
