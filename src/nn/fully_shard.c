@@ -20,14 +20,14 @@ typedef struct unit_entry {
 
 struct dt_units {
     int dp_dim, prefetch;
-    char **by;          /* per group: the pattern that made it a unit (NULL: none) */
-    dt_reshard *mode;   /* per group */
-    bool root;          /* the root unit is declared */
+    char **by;        /* per group: the pattern that made it a unit (NULL: none) */
+    dt_reshard *mode; /* per group */
+    bool root;        /* the root unit is declared */
     dt_reshard root_mode;
     /* made at materialize */
     dt_fsdp *fsdp;
     unit_entry *u;
-    int nu, current;    /* current: the unit whose forward runs (-1: none) */
+    int nu, current;        /* current: the unit whose forward runs (-1: none) */
     int *unit_of, *slot_of; /* per parameter: its unit (-1: none) and place there */
 };
 
@@ -84,12 +84,14 @@ static dt_status check_call(dt_params *p, const dt_fully_shard_options *o, int *
            "dt_fully_shard: the registry is materialized already (declare units between "
            "dt_parallelize and dt_params_materialize)");
     DT_ARG(!p->use_hook, "dt_fully_shard: the registry has a use hook (dt_params_set_use_hook)");
-    DT_ARG(o->reshard_after_forward >= DT_RESHARD_AUTO && o->reshard_after_forward <= DT_RESHARD_OFF,
+    DT_ARG(o->reshard_after_forward >= DT_RESHARD_AUTO &&
+               o->reshard_after_forward <= DT_RESHARD_OFF,
            "dt_fully_shard: options->reshard_after_forward = %d is not a dt_reshard",
            (int)o->reshard_after_forward);
     const dt_mesh *root = p->mesh->root;
     int pp;
-    if (root && dt_mesh_dim_index(root, "pp", &pp) == DT_OK && dt_mesh_dim_index(p->mesh, "pp", &pp))
+    if (root && dt_mesh_dim_index(root, "pp", &pp) == DT_OK &&
+        dt_mesh_dim_index(p->mesh, "pp", &pp))
         return dt_error(DT_ERR_UNSUPPORTED,
                         "dt_fully_shard: the registry's mesh is a pipeline stage's (cut from a "
                         "mesh with a pp dim): FSDP units hold one forward's gathered parameters, "
@@ -149,7 +151,8 @@ dt_status dt_fully_shard(dt_params *params, const char *pattern,
                             p->params[e].name);
         DT_CHECK(units_make(p, dp, !o.no_prefetch));
         p->units->root = true, p->units->root_mode = o.reshard_after_forward;
-        for (int i = 0; i < p->nparams; i++) shard_over_dp(p, &p->params[i], dp);
+        for (int i = 0; i < p->nparams; i++)
+            shard_over_dp(p, &p->params[i], dp);
         return DT_OK;
     }
     int hits = 0;
@@ -174,17 +177,19 @@ dt_status dt_fully_shard(dt_params *params, const char *pattern,
     for (int g = 0; g < p->ngroups; g++) {
         const group_entry *ge = &p->groups[g];
         if (!dt_name_match(pattern, ge->name)) continue;
-        if (!(u->by[g] = copy_str(pattern))) return dt_error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
+        if (!(u->by[g] = copy_str(pattern)))
+            return dt_error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
         u->mode[g] = o.reshard_after_forward;
-        for (int i = ge->first; i < ge->first + ge->n; i++) shard_over_dp(p, &p->params[i], dp);
+        for (int i = ge->first; i < ge->first + ge->n; i++)
+            shard_over_dp(p, &p->params[i], dp);
     }
     return DT_OK;
 }
 
 /* ---- made at materialize ----------------------------------------------------------------- */
 
-/* Unit k (root: group -1) of parameters whose unit is k; its members are those sharded over
- * dp. *added: whether it has any. */
+/* Adds the unit of group (-1: the root, every parameter in no declared group), its members
+ * the group's parameters stored sharded over dp; *added: whether it has any. */
 static dt_status add_unit(dt_params *p, int group, dt_tensor **members, bool *added) {
     struct dt_units *s = p->units;
     int dp = s->dp_dim, n = 0, k = s->nu;
@@ -215,7 +220,8 @@ static bool reshards(dt_reshard mode, bool on) {
 /* What dt_units_build made (declarations stay). */
 static void built_free(struct dt_units *s) {
     dt_fsdp_destroy(s->fsdp);
-    for (int k = 0; s->u && k < s->nu; k++) free(s->u[k].full);
+    for (int k = 0; s->u && k < s->nu; k++)
+        free(s->u[k].full);
     free(s->u), free(s->unit_of), free(s->slot_of);
     s->fsdp = NULL, s->u = NULL, s->unit_of = s->slot_of = NULL, s->nu = 0, s->current = -1;
 }
@@ -233,7 +239,8 @@ dt_status dt_units_build(dt_params *p) {
         free(members), built_free(s);
         return dt_error(DT_ERR_NOMEM, "dt_params_materialize: out of memory");
     }
-    for (int i = 0; i < n; i++) s->unit_of[i] = -1;
+    for (int i = 0; i < n; i++)
+        s->unit_of[i] = -1;
     dt_fsdp_options o = {.dp_dim = s->dp_dim, .reshard_after_forward = 1, .prefetch = s->prefetch};
     dt_status st = dt_fsdp_create(p->mesh, &o, &s->fsdp);
     bool added = false, root = false;
@@ -262,7 +269,8 @@ void dt_units_free(dt_params *p) {
     struct dt_units *s = p->units;
     if (!s) return;
     built_free(s);
-    for (int g = 0; g < p->ngroups; g++) free(s->by[g]);
+    for (int g = 0; g < p->ngroups; g++)
+        free(s->by[g]);
     free(s->by), free(s->mode), free(s);
     p->units = NULL;
 }
@@ -307,6 +315,7 @@ dt_status dt_params_reshard(dt_params *params) {
     if (!s || !s->fsdp) return DT_OK;
     if (s->current >= 0) DT_CHECK(dt_fsdp_unit_end(s->fsdp, s->u[s->current].fsdp_unit));
     s->current = -1;
-    for (int k = 0; k < s->nu; k++) s->u[k].begun = false;
+    for (int k = 0; k < s->nu; k++)
+        s->u[k].begun = false;
     return DT_OK;
 }

@@ -41,7 +41,8 @@ typedef struct run {
 /* Every parameter's full gradient, concatenated (collective: full_tensor gathers). */
 static size_t numel(const dt_tensor_info *info) {
     size_t n = 1;
-    for (int d = 0; d < info->ndim; d++) n *= (size_t)info->shape[d];
+    for (int d = 0; d < info->ndim; d++)
+        n *= (size_t)info->shape[d];
     return n;
 }
 
@@ -109,13 +110,17 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         dt_comm_stats cs;
         R_OK(dt_comm_stats_get(ctx, &cs));
         if (f) R_OK(dt_fsdp_stats_get(f, &r->fs[s]));
-        if (rank == 0 && s == 0 && getenv("DT_PRINT_COMMS")) dt_comm_stats_print(&cs, r->mesh, stderr);
-        for (int k = 0; k < DT_COLL_KIND_COUNT && rank == 0; k++) r->colls[s] += cs.calls[k];
+        if (rank == 0 && s == 0 && getenv("DT_PRINT_COMMS"))
+            dt_comm_stats_print(&cs, r->mesh, stderr);
+        for (int k = 0; k < DT_COLL_KIND_COUNT && rank == 0; k++)
+            r->colls[s] += cs.calls[k];
         float *g = NULL;
         size_t n = 0;
         R_OK(grads(&m, r, &g, &n));
-        if (rank == 0) r->grad[s] = g, r->ngrad = n;
-        else free(g);
+        if (rank == 0)
+            r->grad[s] = g, r->ngrad = n;
+        else
+            free(g);
         R_OK(dt_optim_zero_grad(opt));
         R_OK(dt_tensor_full_tensor(loss, &r->loss[s], sizeof r->loss[s]));
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
@@ -153,7 +158,8 @@ static void expect_grads(const run *r, const run *ref, int steps) {
 }
 
 static void free_run(run *r) {
-    for (int s = 0; s < STEPS; s++) free(r->grad[s]);
+    for (int s = 0; s < STEPS; s++)
+        free(r->grad[s]);
 }
 
 /* Collectives per step of make train's model, derived from its units, not from the code:
@@ -211,9 +217,9 @@ Test(fully_shard, make_train_counts_losses_and_gradients) {
         expect_losses(r, cases[c].ref);
         expect_grads(r, cases[c].ref, 1);
         expect_grads(r, cases[c].grad_ref, STEPS);
-        cr_log_info("%s%s: %llu collectives per step, loss %.7g -> %.7g as on one rank",
-                    r->mesh, r->accum ? " accum" : "", (unsigned long long)r->colls[0],
-                    r->loss[0], r->loss[STEPS - 1]);
+        cr_log_info("%s%s: %llu collectives per step, loss %.7g -> %.7g as on one rank", r->mesh,
+                    r->accum ? " accum" : "", (unsigned long long)r->colls[0], r->loss[0],
+                    r->loss[STEPS - 1]);
         free_run(r);
     }
     free_run(&per_param);
