@@ -1,9 +1,11 @@
 /* FSDP units by declaration (dtensor/fsdp.h's dt_fully_shard) on the model of make train
  * (examples/tiny_llama.c with train.c's default sizes): the collectives per step equal the
- * hand-written units' (30 on dp=2 x tp=2 with sequence and loss parallelism, 7 on dp=4), the
- * losses and every gradient of a few AdamW steps equal the one-rank model's within 1e-5
- * relative (f32), also with a gradient-accumulation micro-batch (grad sync off) before each
- * step's, and every wrong declaration fails with its argument named, on every rank alike. */
+ * hand-written units' (30 on dp=2 x tp=2 with sequence and loss parallelism, 7 on dp=4; 10
+ * on HSDP 2x2), the losses and every gradient of a few AdamW steps equal the one-rank
+ * model's within 1e-5 relative (f32; dp x tp's gradients past step 0 against FSDP without
+ * units on the same mesh), also with a gradient-accumulation micro-batch (grad sync off)
+ * before each step's; forwards without a backward; every wrong declaration fails with its
+ * argument named, on every rank alike. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,9 +193,13 @@ Test(fully_shard, make_train_counts_losses_and_gradients) {
         run r;
         uint64_t colls;
         const run *ref, *grad_ref;
+        int64_t unit_all_reduces;
     } cases[] = {
         {{.mesh = "dp=4", .ranks = 4}, 7, &ref, &ref},
         {{.mesh = "dp=2,tp=2", .ranks = 4}, 30, &ref, &per_param},
+        /* HSDP: units over dp_shard (7), and one all_reduce per unit of its reduced shards
+         * over dp_replicate (3) */
+        {{.mesh = "dp_replicate=2,dp_shard=2", .ranks = 4}, 7 + 3, &ref, &ref, 3},
         /* plus one reduce_scatter per parameter (21) at the synced backward: the micro-batch's
          * gradients, which grad sync off left on the leaves (dtensor/fsdp.h) */
         {{.mesh = "dp=4", .ranks = 4, .accum = 1}, 7 + 21, &ref_acc, &ref_acc},
@@ -208,11 +214,12 @@ Test(fully_shard, make_train_counts_losses_and_gradients) {
                          (unsigned long long)cases[c].colls);
             const dt_fsdp_stats *fs = &r->fs[s];
             cr_expect(fs->forward_gathers == 3 && fs->backward_gathers == 1 &&
-                          fs->reduce_scatters == 3 && fs->all_reduces == 0,
+                          fs->reduce_scatters == 3 && fs->all_reduces == cases[c].unit_all_reduces,
                       "%s step %d: unit gathers %lld + %lld, reduce_scatters %lld, all_reduces "
-                      "%lld (want 3 + 1, 3, 0)",
+                      "%lld (want 3 + 1, 3, %lld)",
                       r->mesh, s, (long long)fs->forward_gathers, (long long)fs->backward_gathers,
-                      (long long)fs->reduce_scatters, (long long)fs->all_reduces);
+                      (long long)fs->reduce_scatters, (long long)fs->all_reduces,
+                      (long long)cases[c].unit_all_reduces);
         }
         expect_losses(r, cases[c].ref);
         expect_grads(r, cases[c].ref, 1);
