@@ -1,5 +1,6 @@
 /* Fully sharded data parallelism (PyTorch's FSDP2) over one mesh dim, on plain parameter
- * arrays. Parameters are stored sharded over the data-parallel dim (dt_fsdp_shard_param) and
+ * arrays (a model written on a parameter registry declares its units instead: dt_fully_shard,
+ * below). Parameters are stored sharded over the data-parallel dim (dt_fsdp_shard_param) and
  * grouped in units, one per layer or block, in forward order. Model code brackets each unit's
  * forward with dt_fsdp_unit_begin (which hands out the unit's parameters gathered over dp) and
  * dt_fsdp_unit_end.
@@ -142,8 +143,11 @@ typedef struct dt_fully_shard_options {
  * a use hook set (dt_params_set_use_hook). DT_ERR_UNSUPPORTED for a registry on a pipeline
  * stage's mesh (cut from a mesh with a "pp" dim: micro-batches run several forwards before
  * their backwards, and a unit holds one forward's gathered parameters) and for expert banks
- * (DT_MODULE_EXPERTS). Not collective, no communication: every rank declares the same and
- * gets the same outcome. The registry owns the units (dt_params_destroy frees them). */
+ * (DT_MODULE_EXPERTS). A registry has one dtype and makes every parameter on its mesh's
+ * device, so a unit's parameters always agree there (one flat buffer per unit). Not
+ * collective, no communication: every rank declares the same and gets the same outcome. The
+ * registry owns the units (dt_params_destroy frees them; collective when a gather is still in
+ * flight, after a forward that stopped midway). */
 DT_API dt_status dt_fully_shard(dt_params *params, const char *pattern,
                                 const dt_fully_shard_options *options);
 
