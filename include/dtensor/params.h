@@ -12,7 +12,8 @@
  * (FSDP-sharded over a data-parallel mesh dim) becomes the form the layer computes with.
  *
  * A registry belongs to one rank (every rank declares the same model); none of these calls
- * is collective but dt_params_use (collective over the mesh when it gathers). */
+ * is collective but dt_params_use (collective over the mesh when it gathers) and, with FSDP
+ * units (dtensor/fsdp.h's dt_fully_shard) whose gather is still in flight, dt_params_destroy. */
 #ifndef DTENSOR_PARAMS_H
 #define DTENSOR_PARAMS_H
 
