@@ -123,11 +123,12 @@ typedef struct dt_fully_shard_options {
  * unit's first use in a forward gathers the whole unit in one all_gather (the next unit's
  * issued meanwhile unless no_prefetch), switching to another unit ends it (frees its gathered
  * storage when it reshards), backward gathers the resharded units again and reduce_scatters
- * each unit's gradients in one call (dtensor/fsdp.h above). A forward begins where the last
- * one's backward has run through a unit: no call marks the end of a forward. Units run their
- * forward in the order root, then the groups in declaration order (what prefetch fetches);
- * a unit's parameters are used in one stretch per forward (the root may come back once the
- * others are done). A forward with grad mode off (evaluation) has no backward to end it, so
+ * each unit's gradients in one call (dtensor/fsdp.h above). No call marks a forward's end:
+ * the next backward's beginning ends it (and its root, whose forward spans the whole forward
+ * as FSDP2's root module's does), and a unit a backward has run through is gathered anew.
+ * Units run their forward in the order root, then the groups in declaration order (what
+ * prefetch fetches); a unit's parameters are used in one stretch per forward (the root may
+ * come back once the others are done). A forward with grad mode off (evaluation) has no backward to end it, so
  * it gathers each parameter at its use (dt_params_use's default) and leaves the units alone.
  *
  * Order: declare the whole model, dt_parallelize (if at all), dt_fully_shard (any number of

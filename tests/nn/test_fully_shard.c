@@ -416,3 +416,83 @@ static dt_status no_backward_body(dt_ctx *ctx, void *arg) {
 Test(fully_shard, forwards_without_backward) {
     t_run(4, no_backward_body, NULL);
 }
+
+/* ---- reshard_after_forward --------------------------------------------------------------- */
+
+typedef struct reshard_run {
+    dt_reshard root, blocks;
+    dt_fsdp_stats fs;
+    float grads[128]; /* rank 0: every parameter's full gradient */
+} reshard_run;
+
+/* small()'s model on dp=4, its blocks and root declared with r's choices: embedding, the two
+ * linears, norm, output, the sum of squares; one forward and backward. */
+static dt_status reshard_body(dt_ctx *ctx, void *arg) {
+    reshard_run *r = arg;
+    dt_mesh *mesh;
+    dt_params *p;
+    R_OK(dt_mesh_create_str(ctx, "dp=4", &mesh));
+    R_OK(small(mesh, 0, &p));
+    dt_fully_shard_options o = {.reshard_after_forward = r->blocks};
+    R_OK(dt_fully_shard(p, "layers.*", &o));
+    o.reshard_after_forward = r->root;
+    R_OK(dt_fully_shard(p, NULL, &o));
+    dt_generator gen = dt_generator_make(5);
+    R_OK(dt_params_materialize(p, &gen));
+    int64_t tok[12], shape[2] = {4, 3};
+    for (int i = 0; i < 12; i++)
+        tok[i] = (i * 5 + 1) % 8;
+    dt_placement s0 = dt_shard(0);
+    dt_tensor *tokens, *loss;
+    R_OK(dt_tensor_distribute(mesh, tok, DT_I64, 2, shape, 1, &s0, DT_ALL_RANKS, &tokens));
+    dt_scope *s;
+    R_OK(dt_scope_create(&s));
+    /* modules in declaration order: tok, layers.0.w, layers.1.w, norm, out */
+    dt_tensor *x = dt_nn_embedding_forward(s, (dt_module){p, 0}, tokens);
+    x = dt_nn_linear_forward(s, (dt_module){p, 1}, x);
+    x = dt_nn_linear_forward(s, (dt_module){p, 2}, x);
+    x = dt_nn_rms_norm_forward(s, (dt_module){p, 3}, x);
+    x = dt_nn_linear_forward(s, (dt_module){p, 4}, x);
+    x = DT_DO(s, dt_mul, x, x);
+    R_OK(dt_scope_end(s, DT_DO(s, dt_sum, x, NULL, 0, 0), &loss));
+    R_OK(dt_backward(loss));
+    R_OK(dt_fsdp_stats_get(dt_params_fsdp(p), &r->fs));
+    float *at = r->grads;
+    for (int i = 0; i < dt_params_count(p); i++) {
+        dt_tensor *w;
+        dt_tensor_info info;
+        R_OK(dt_params_at(p, i, NULL, &w));
+        R_OK(dt_tensor_info_get(w, &info));
+        size_t k = numel(&info);
+        R_CHECK(at + k <= r->grads + 128, "gradients outgrow the buffer");
+        R_OK(dt_tensor_full_tensor(dt_tensor_grad(w), at, sizeof *at * k));
+        at += k;
+    }
+    dt_tensor_release(loss), dt_tensor_release(tokens);
+    R_OK(dt_params_destroy(p));
+    return dt_mesh_release(mesh);
+}
+
+/* Units: root (tok, norm, out), layers.0, layers.1; forward gathers each once (3). Backward
+ * gathers again what resharded after forward: AUTO, layers.0 (1); the root resharding too
+ * (ON), which its forward spans whole, ending when backward begins: 2; nothing (OFF): 0;
+ * everything: 3. The gradients are the same bits each way. */
+Test(fully_shard, reshard_after_forward) {
+    reshard_run runs[] = {{DT_RESHARD_AUTO, DT_RESHARD_AUTO},
+                          {DT_RESHARD_ON, DT_RESHARD_AUTO},
+                          {DT_RESHARD_OFF, DT_RESHARD_OFF},
+                          {DT_RESHARD_ON, DT_RESHARD_ON}};
+    const int64_t want[] = {1, 2, 0, 3};
+    for (int k = 0; k < 4; k++) {
+        t_run(4, reshard_body, &runs[k]);
+        cr_expect(runs[k].fs.forward_gathers == 3 && runs[k].fs.backward_gathers == want[k] &&
+                      runs[k].fs.reduce_scatters == 3,
+                  "root %d blocks %d: gathers %lld + %lld, reduce_scatters %lld (want 3 + %lld, 3)",
+                  (int)runs[k].root, (int)runs[k].blocks, (long long)runs[k].fs.forward_gathers,
+                  (long long)runs[k].fs.backward_gathers, (long long)runs[k].fs.reduce_scatters,
+                  (long long)want[k]);
+        cr_expect(!memcmp(runs[k].grads, runs[0].grads, sizeof runs[0].grads),
+                  "root %d blocks %d: other gradients than AUTO's", (int)runs[k].root,
+                  (int)runs[k].blocks);
+    }
+}
