@@ -114,6 +114,12 @@ static dt_status make_params(tl_model *m, const tl_part *part, dt_generator *gen
     for (int i = 0; i < n; i++)
         if (part_has(part, plan[i].pattern)) plan[o.nplan++] = plan[i];
     TRY(dt_parallelize(m->params, &o));
+    if (l->fsdp && l->fsdp_units && l->dp_dim >= 0) {
+        /* torchtitan's units: one per block, the root holding the rest */
+        dt_fully_shard_options fo = {.dp_dim = dt_mesh_dim_name(m->mesh, l->dp_dim)};
+        if (part->end > part->first) TRY(dt_fully_shard(m->params, "layers.*", &fo));
+        TRY(dt_fully_shard(m->params, NULL, &fo));
+    }
     return dt_params_materialize(m->params, gen);
 }
 
@@ -191,15 +197,12 @@ dt_status tl_model_init_part(tl_model *m, dt_mesh *mesh, const tl_config *cfg,
         memset(m->layers, 0, sizeof *m->layers * (size_t)cfg->layers);
     }
     if (st == DT_OK) st = make_params(m, part, &gen);
-    if (st == DT_OK && layout->fsdp && layout->fsdp_units && layout->dp_dim >= 0)
-        st = tl_fsdp_attach(m);
     if (st == DT_OK) st = rope_tables(m);
     if (st != DT_OK) tl_model_free(m);
     return st;
 }
 
 void tl_model_free(tl_model *m) {
-    tl_fsdp_detach(m);
     dt_params_destroy(m->params);
     dt_tensor_release(m->cos), dt_tensor_release(m->sin);
     free(m->layers);
@@ -356,6 +359,5 @@ dt_status tl_loss(const tl_model *m, dt_tensor *tokens, dt_tensor *targets, dt_t
     x = tl_layers_forward(s, m, 0, m->cfg.layers, x, &aux);
     dt_tensor *loss = tl_head_loss(s, m, x, targets);
     if (aux) loss = DT_DO(s, dt_add, loss, aux);
-    dt_scope_fail(s, tl_fsdp_end_forward(m));
     return dt_scope_end(s, loss, out);
 }

@@ -29,10 +29,10 @@ typedef struct tl_layout {
     int sequence_parallel; /* norms and residuals sharded over the sequence on tp */
     int loss_parallel;     /* logits stay vocab-sharded into cross_entropy */
     dt_ac_mode ac;         /* activation checkpointing per block (dtensor/ac.h) */
-    int fsdp_units;        /* with fsdp: dtensor/fsdp.h units as torchtitan's, a root unit
-                              (tok_embeddings, norm, output) and one per block (one all_gather
-                              per unit, prefetch, reshard after forward but for the root and
-                              the last block; tiny_llama_fsdp.c) */
+    int fsdp_units;        /* with fsdp: FSDP units declared as torchtitan's (dt_fully_shard):
+                              one per block and a root unit (tok_embeddings, norm, output);
+                              one all_gather per unit, prefetch, reshard after forward but for
+                              the root and the last block */
     int cp_dim;            /* context parallel: the sequence sharded over this mesh dim in
                               dt_cp_position's order, attention by dt_ring_sdpa (0 = none, else
                               the mesh dim + 1) */
@@ -63,7 +63,6 @@ typedef struct tl_model {
     tl_block *layers;     /* cfg.layers */
     dt_tensor *cos, *sin; /* rope tables (seq, head_dim / 2), replicated (context parallel:
                              rows in the load-balanced order, sharded S(0) over cp) */
-    struct tl_fsdp *fsdp; /* layout.fsdp_units: the units and the use hook */
 } tl_model;
 
 /* The layout's mesh dims found by name on mesh (torchtitan's names): dp or dp_shard (the batch
@@ -105,12 +104,6 @@ dt_status tl_batch(const tl_model *m, const unsigned char *text, size_t n, int s
  * a product of per-micro-batch means, does.) nmicro = 1 is tl_batch. */
 dt_status tl_batch_micro(const tl_model *m, const unsigned char *text, size_t n, int step,
                          int nmicro, dt_tensor **tokens, dt_tensor **targets);
-
-/* FSDP units (tiny_llama_fsdp.c): made by tl_model_init when layout.fsdp_units is set,
- * ended by tl_loss after each forward, freed by tl_model_free. */
-dt_status tl_fsdp_attach(tl_model *m);
-dt_status tl_fsdp_end_forward(const tl_model *m);
-void tl_fsdp_detach(tl_model *m);
 
 /* MoE (tiny_llama_moe.c): a block's feed-forward declared, the plan's feed-forward rules for
  * it, and its forward (out: the feed-forward's output, added to *aux: the load-balancing loss

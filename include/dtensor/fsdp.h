@@ -1,5 +1,6 @@
 /* Fully sharded data parallelism (PyTorch's FSDP2) over one mesh dim, on plain parameter
- * arrays. Parameters are stored sharded over the data-parallel dim (dt_fsdp_shard_param) and
+ * arrays (a model written on a parameter registry declares its units instead: dt_fully_shard,
+ * below). Parameters are stored sharded over the data-parallel dim (dt_fsdp_shard_param) and
  * grouped in units, one per layer or block, in forward order. Model code brackets each unit's
  * forward with dt_fsdp_unit_begin (which hands out the unit's parameters gathered over dp) and
  * dt_fsdp_unit_end.
@@ -16,7 +17,8 @@
  *     the parameter's own placements; it runs on the communication thread while backward goes
  *     on, and is waited for at the end of backward.
  *   - Prefetch (default on): dt_fsdp_unit_begin of unit k issues unit k+1's all_gather on
- *     the communication thread before returning, and backward's gather of unit k issues unit
+ *     the communication thread before returning (unless unit k+1 still holds its gathered
+ *     parameters: a forward with no backward since may use them as they are), and backward's gather of unit k issues unit
  *     k-1's, so communication overlaps the current unit's computation (the trace shows both).
  *
  * HSDP: a mesh (replicate, shard): parameters Replicate over the first dim and sharded over
@@ -35,6 +37,7 @@
 #ifndef DTENSOR_FSDP_H
 #define DTENSOR_FSDP_H
 
+#include "dtensor/params.h"
 #include "dtensor/tensor.h"
 
 #ifdef __cplusplus
@@ -92,6 +95,72 @@ typedef struct dt_fsdp_stats {
 } dt_fsdp_stats;
 DT_API dt_status dt_fsdp_stats_get(const dt_fsdp *fsdp, dt_fsdp_stats *out);
 DT_API dt_status dt_fsdp_stats_reset(dt_fsdp *fsdp);
+
+/* ---- units by declaration on a parameter registry (torchtitan's fully_shard) ------------- */
+
+/* Which units free their gathered parameters after their forward. AUTO is torchtitan's
+ * choice: every unit but the root (FSDP2 never reshards its root: the output projection uses
+ * it again right after the blocks) and the last non-root unit in forward order (its backward
+ * starts right after its forward). */
+typedef enum dt_reshard {
+    DT_RESHARD_AUTO = 0,
+    DT_RESHARD_ON,
+    DT_RESHARD_OFF,
+} dt_reshard;
+
+/* Zero-initialised (or NULL) = the defaults. */
+typedef struct dt_fully_shard_options {
+    const char *dp_dim; /* the mesh dim to shard over, by name; NULL: "dp_shard", else "dp" */
+    dt_reshard reshard_after_forward;
+    int no_prefetch; /* 1: gather each unit when it is first used, not during the one before */
+} dt_fully_shard_options;
+
+/* Declares FSDP units on params, as torchtitan's fully_shard wraps a model: pattern names
+ * registry groups (dt_params_begin_group), exactly or as a glob where '*' matches one or more
+ * characters other than '.' ("layers.*"), and each matching group becomes one unit; pattern
+ * NULL declares the root unit, every parameter in no other unit (torchtitan: fully_shard on
+ * each block, then on the whole model). The model code then only calls dt_params_use: a
+ * unit's first use in a forward gathers the whole unit in one all_gather (the next unit's
+ * issued meanwhile unless no_prefetch), switching to another unit ends it (frees its gathered
+ * storage when it reshards), backward gathers the resharded units again and reduce_scatters
+ * each unit's gradients in one call (dtensor/fsdp.h above). No call marks a forward's end:
+ * the next backward's beginning ends it (and its root, whose forward spans the whole forward
+ * as FSDP2's root module's does), and a unit a backward has run through is gathered anew.
+ * Units run their forward in the order root, then the groups in declaration order (what
+ * prefetch fetches); a unit's parameters are used in one stretch per forward (the root may
+ * come back once the others are done). A forward with grad mode off (evaluation) has no backward to end it, so
+ * it gathers each parameter at its use (dt_params_use's default) and leaves the units alone.
+ *
+ * Order: declare the whole model, dt_parallelize (if at all), dt_fully_shard (any number of
+ * calls), dt_params_materialize, which makes the units. Each declared parameter is stored
+ * Shard over the dp dim on its first tensor dim no other mesh dim shards (one that every
+ * other dim shards stays Replicate and outside its unit); dt_params_placements shows it at
+ * once. Every call names the same dp dim and prefetch.
+ *
+ * DT_ERR_ARG, naming the argument and value, for: a pattern matching no group, or a group (or
+ * the root) already in a unit; a call after dt_params_materialize, or a dt_parallelize after
+ * one (TP is planned first, as torchtitan does); a mesh with no such dim, or the dp dim being
+ * the tp dim, or another dim than dt_parallelize's DT_DP_SHARD dim or than an earlier call's;
+ * a use hook set (dt_params_set_use_hook). DT_ERR_UNSUPPORTED for a registry on a pipeline
+ * stage's mesh (cut from a mesh with a "pp" dim: micro-batches run several forwards before
+ * their backwards, and a unit holds one forward's gathered parameters) and for expert banks
+ * (DT_MODULE_EXPERTS). A registry has one dtype and makes every parameter on its mesh's
+ * device, so a unit's parameters always agree there (one flat buffer per unit). Not
+ * collective, no communication: every rank declares the same and gets the same outcome. The
+ * registry owns the units (dt_params_destroy frees them; collective when a gather is still in
+ * flight, after a forward that stopped midway). */
+DT_API dt_status dt_fully_shard(dt_params *params, const char *pattern,
+                                const dt_fully_shard_options *options);
+
+/* The FSDP state dt_params_materialize made for params' units (borrowed, valid until
+ * dt_params_destroy), for dt_fsdp_stats_get; NULL without units or before materialize. */
+DT_API dt_fsdp *dt_params_fsdp(const dt_params *params);
+
+/* Makes the next forward gather every unit anew. Needed only after a forward that no backward
+ * followed, when the parameters changed since (a checkpoint loaded into them): the units it
+ * left gathered would otherwise be used as they are. A graph recorded before it can no longer
+ * be backwarded through the units. Not collective. */
+DT_API dt_status dt_params_reshard(dt_params *params);
 
 #ifdef __cplusplus
 }

@@ -179,8 +179,8 @@ static dt_status new_full(unit *u) {
 static dt_status prefetch(dt_fsdp *f, int j, bool backward) {
     if (!f->opt.prefetch || j < 0 || j >= f->n || f->u[j]->gather) return DT_OK;
     unit *v = f->u[j];
-    if (backward && (!v->full[0] || !dt_tensor_storage_dropped(v->full[0]) || v->ngrad))
-        return DT_OK;
+    bool held = v->full[0] && !dt_tensor_storage_dropped(v->full[0]);
+    if (held || (backward && (!v->full[0] || v->ngrad))) return DT_OK; /* held: used as is */
     DT_CHECK(gather_start(v));
     f->stats.prefetches++;
     if (backward) f->stats.backward_gathers++;

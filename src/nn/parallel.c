@@ -23,15 +23,14 @@ const char *dt_style_name(dt_style_kind kind) {
     return "?";
 }
 
-/* '*' matches one or more characters other than '.'. */
-static int match(const char *pat, const char *s) {
+int dt_name_match(const char *pat, const char *s) {
     if (!*pat) return !*s;
     if (*pat == '*') {
         for (const char *e = s; *e && *e != '.'; e++)
-            if (match(pat + 1, e + 1)) return 1;
+            if (dt_name_match(pat + 1, e + 1)) return 1;
         return 0;
     }
-    return *pat == *s && match(pat + 1, s + 1);
+    return *pat == *s && dt_name_match(pat + 1, s + 1);
 }
 
 static int style_fits(dt_style_kind style, dt_module_kind kind) {
@@ -63,7 +62,7 @@ static dt_status check_rule(const dt_params *p, const dt_style_rule *r, int k) {
     int hits = 0;
     for (int m = 0; m < p->nmodules; m++) {
         const module_entry *e = &p->modules[m];
-        if (!match(r->pattern, e->name)) continue;
+        if (!dt_name_match(r->pattern, e->name)) continue;
         hits++;
         DT_ARG(style_fits(r->style.kind, e->kind),
                "dt_parallelize: plan[%d] (\"%s\") gives %s to module \"%s\", which cannot take "
@@ -92,6 +91,9 @@ dt_status dt_parallelize(dt_params *params, const dt_parallelize_options *option
     DT_ARG(!params->materialized && !params->parallelized,
            "dt_parallelize: the registry is %s already",
            params->materialized ? "materialized" : "parallelized");
+    DT_ARG(!params->units,
+           "dt_parallelize: FSDP units are declared already (dt_fully_shard): plan tensor "
+           "parallelism first, as torchtitan does");
     int mnd = dt_mesh_ndim(params->mesh);
     DT_ARG(o->tp_dim >= -1 && o->tp_dim < mnd,
            "dt_parallelize: tp_dim %d out of range for a "
@@ -121,7 +123,7 @@ dt_status dt_parallelize(dt_params *params, const dt_parallelize_options *option
     for (int m = 0; m < params->nmodules; m++) {
         int first = -1;
         for (int k = 0; k < o->nplan; k++) {
-            if (!match(o->plan[k].pattern, params->modules[m].name)) continue;
+            if (!dt_name_match(o->plan[k].pattern, params->modules[m].name)) continue;
             DT_ARG(first < 0,
                    "dt_parallelize: module \"%s\" is matched by plan[%d] (\"%s\") and "
                    "plan[%d] (\"%s\")",
@@ -132,7 +134,7 @@ dt_status dt_parallelize(dt_params *params, const dt_parallelize_options *option
     /* checked: apply */
     for (int m = 0; m < params->nmodules; m++)
         for (int k = 0; k < o->nplan; k++)
-            if (match(o->plan[k].pattern, params->modules[m].name))
+            if (dt_name_match(o->plan[k].pattern, params->modules[m].name))
                 params->modules[m].has_style = 1, params->modules[m].style = o->plan[k].style;
     for (int i = 0; i < params->nparams; i++) {
         param_entry *e = &params->params[i];
@@ -149,6 +151,7 @@ dt_status dt_parallelize(dt_params *params, const dt_parallelize_options *option
         }
     }
     params->tp_dim = o->tp_dim, params->dp_dim = o->dp_dim, params->parallelized = 1;
+    params->dp_shard = o->dp_dim >= 0 && o->dp_mode == DT_DP_SHARD;
     return DT_OK;
 }
 

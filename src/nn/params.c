@@ -41,6 +41,7 @@ dt_status dt_params_create(dt_mesh *mesh, dt_dtype dtype, dt_params **out) {
 
 dt_status dt_params_destroy(dt_params *params) {
     if (!params) return DT_OK;
+    dt_units_free(params);
     for (int i = 0; i < params->nmodules; i++)
         free(params->modules[i].name);
     for (int i = 0; i < params->nparams; i++) {
@@ -61,6 +62,10 @@ static dt_status declaring(const char *fn, const dt_params *p, const char *name)
     DT_ARG(!p->materialized,
            "%s: \"%s\": the registry is materialized already (declare the "
            "whole model first)",
+           fn, name);
+    DT_ARG(!p->units,
+           "%s: \"%s\": FSDP units are declared already (dt_fully_shard): declare the whole "
+           "model first",
            fn, name);
     return DT_OK;
 }
@@ -173,6 +178,7 @@ dt_status dt_params_materialize(dt_params *params, dt_generator *gen) {
         if (st == DT_OK) st = dt_tensor_set_requires_grad(e->tensor, 1);
         if (st != DT_OK) dt_error_prefix(e->name);
     }
+    if (st == DT_OK) st = dt_units_build(params);
     if (st != DT_OK) {
         for (int i = 0; i < params->nparams; i++)
             dt_tensor_release(params->params[i].tensor), params->params[i].tensor = NULL;
@@ -282,6 +288,7 @@ dt_tensor *dt_params_use(dt_scope *scope, dt_params *params, int i) {
     for (int m = 0; m < mnd; m++)
         same &= dt_placement_equal(e->stored[m], e->compute[m]);
     if (same) return e->tensor;
+    if (dt_units_has(params, i)) return DT_DO(scope, dt_units_use, params, i);
     if (params->use_hook)
         return DT_DO(scope, params->use_hook, params->use_user, params, i, e->tensor, mnd,
                      e->compute);
@@ -290,6 +297,9 @@ dt_tensor *dt_params_use(dt_scope *scope, dt_params *params, int i) {
 
 dt_status dt_params_set_use_hook(dt_params *params, dt_params_use_fn fn, void *user) {
     DT_ARG_NOT_NULL(params);
+    DT_ARG(!params->units || !fn,
+           "dt_params_set_use_hook: the registry has FSDP units (dt_fully_shard), which "
+           "make its parameters' compute form");
     params->use_hook = fn, params->use_user = user;
     return DT_OK;
 }

@@ -40,10 +40,24 @@ struct dt_params {
     group_entry *groups;
     int ngroups, cap_groups;
     int tp_dim, dp_dim; /* set by dt_parallelize; -1: none */
+    int dp_shard;       /* dt_parallelize's dp_mode was DT_DP_SHARD */
     int parallelized, materialized;
+    struct dt_units *units; /* dt_fully_shard's declarations and units (fully_shard.c) */
     dt_params_use_fn use_hook; /* dt_params_set_use_hook; NULL: redistribute */
     void *use_user;
 };
+
+/* Whether name matches pattern, where '*' matches one or more characters other than '.'. */
+int dt_name_match(const char *pattern, const char *name);
+
+/* ---- FSDP units by declaration (fully_shard.c) ---- */
+/* At the end of dt_params_materialize: the units declared, made. */
+dt_status dt_units_build(dt_params *p);
+/* Parameter i's compute form through its unit (*out: a new reference); 0 when i is in no
+ * unit or grad mode is off (the caller redistributes it then). */
+int dt_units_has(const dt_params *p, int i);
+dt_status dt_units_use(dt_params *p, int i, dt_tensor **out);
+void dt_units_free(dt_params *p);
 
 /* DT_ERR_ARG naming fn unless module names a module of kind (kind < 0: any). */
 dt_status dt_module_check(const char *fn, dt_module module, int kind);

@@ -191,7 +191,7 @@ Test(parallel_train, loss_parity_and_collectives) {
          {.dp_dim = 1, .tp_dim = -1, .fsdp = 1, .dp_replicate_dim = 1},
          {1, 21, 1, 0}},
         {"dp=3 fsdp (uneven)", "3", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}, {0, 21, 1, 0}},
-        /* FSDP units as torchtitan's (tiny_llama_fsdp.c): a root unit (tok_embeddings, norm,
+        /* FSDP units declared as torchtitan's (dt_fully_shard): a root unit (tok_embeddings, norm,
          * output) and one per block, 3 units. Forward gathers each once (3: the output finds
          * the root still gathered); backward gathers again only the units resharded after
          * forward, every block but the last (1: the root and the last block stay gathered);
