@@ -1,5 +1,6 @@
 /* Fully sharded data parallelism (PyTorch's FSDP2) over one mesh dim, on plain parameter
- * arrays. Parameters are stored sharded over the data-parallel dim (dt_fsdp_shard_param) and
+ * arrays (a model written on a parameter registry declares its units instead: dt_fully_shard,
+ * below). Parameters are stored sharded over the data-parallel dim (dt_fsdp_shard_param) and
  * grouped in units, one per layer or block, in forward order. Model code brackets each unit's
  * forward with dt_fsdp_unit_begin (which hands out the unit's parameters gathered over dp) and
  * dt_fsdp_unit_end.
@@ -122,11 +123,12 @@ typedef struct dt_fully_shard_options {
  * unit's first use in a forward gathers the whole unit in one all_gather (the next unit's
  * issued meanwhile unless no_prefetch), switching to another unit ends it (frees its gathered
  * storage when it reshards), backward gathers the resharded units again and reduce_scatters
- * each unit's gradients in one call (dtensor/fsdp.h above). A forward begins where the last
- * one's backward has run through a unit: no call marks the end of a forward. Units run their
- * forward in the order root, then the groups in declaration order (what prefetch fetches);
- * a unit's parameters are used in one stretch per forward (the root may come back once the
- * others are done). A forward with grad mode off (evaluation) has no backward to end it, so
+ * each unit's gradients in one call (dtensor/fsdp.h above). No call marks a forward's end:
+ * the next backward's beginning ends it (and its root, whose forward spans the whole forward
+ * as FSDP2's root module's does), and a unit a backward has run through is gathered anew.
+ * Units run their forward in the order root, then the groups in declaration order (what
+ * prefetch fetches); a unit's parameters are used in one stretch per forward (the root may
+ * come back once the others are done). A forward with grad mode off (evaluation) has no backward to end it, so
  * it gathers each parameter at its use (dt_params_use's default) and leaves the units alone.
  *
  * Order: declare the whole model, dt_parallelize (if at all), dt_fully_shard (any number of
@@ -142,8 +144,11 @@ typedef struct dt_fully_shard_options {
  * a use hook set (dt_params_set_use_hook). DT_ERR_UNSUPPORTED for a registry on a pipeline
  * stage's mesh (cut from a mesh with a "pp" dim: micro-batches run several forwards before
  * their backwards, and a unit holds one forward's gathered parameters) and for expert banks
- * (DT_MODULE_EXPERTS). Not collective, no communication: every rank declares the same and
- * gets the same outcome. The registry owns the units (dt_params_destroy frees them). */
+ * (DT_MODULE_EXPERTS). A registry has one dtype and makes every parameter on its mesh's
+ * device, so a unit's parameters always agree there (one flat buffer per unit). Not
+ * collective, no communication: every rank declares the same and gets the same outcome. The
+ * registry owns the units (dt_params_destroy frees them; collective when a gather is still in
+ * flight, after a forward that stopped midway). */
 DT_API dt_status dt_fully_shard(dt_params *params, const char *pattern,
                                 const dt_fully_shard_options *options);
 

@@ -12,7 +12,8 @@
  * (FSDP-sharded over a data-parallel mesh dim) becomes the form the layer computes with.
  *
  * A registry belongs to one rank (every rank declares the same model); none of these calls
- * is collective but dt_params_use (collective over the mesh when it gathers). */
+ * is collective but dt_params_use (collective over the mesh when it gathers) and, with FSDP
+ * units (dtensor/fsdp.h's dt_fully_shard) whose gather is still in flight, dt_params_destroy. */
 #ifndef DTENSOR_PARAMS_H
 #define DTENSOR_PARAMS_H
 
@@ -109,9 +110,11 @@ DT_API dt_status dt_params_print(const dt_params *params, FILE *f);
 
 /* The tensor a layer computes with for parameter i, owned by the scope (or the registry):
  * the parameter itself when its stored and compute placements agree, else the parameter
- * redistributed to its compute placements (an all_gather over the data-parallel dim; autograd
- * records it, so backward reduce_scatters the gradient into the stored shard once). Every
- * layer fetches its weights here and only here. Collective over the mesh when it gathers. */
+ * gathered by its FSDP unit when it is in one (dtensor/fsdp.h's dt_fully_shard: the whole
+ * unit in one all_gather) and grad mode is on, else the parameter redistributed to its
+ * compute placements (an all_gather over the data-parallel dim; autograd records it, so
+ * backward reduce_scatters the gradient into the stored shard once). Every layer fetches its
+ * weights here and only here. Collective over the mesh when it gathers. */
 DT_API dt_tensor *dt_params_use(dt_scope *scope, dt_params *params, int i);
 
 /* Replaces how dt_params_use makes a parameter's compute form, for FSDP with prefetch and
@@ -120,7 +123,8 @@ DT_API dt_tensor *dt_params_use(dt_scope *scope, dt_params *params, int i);
  * its stored tensor and its compute placements (ncompute = the mesh's ndim), and returns
  * through out a new reference the scope then owns (gathered ahead of time, say, and recorded so
  * that backward reduce_scatters into stored). Group and order come from the registry
- * (dt_params_group_of). Not collective itself; the hook's work is. */
+ * (dt_params_group_of). DT_ERR_ARG when the registry has FSDP units (dt_fully_shard makes
+ * the compute form then). Not collective itself; the hook's work is. */
 typedef dt_status (*dt_params_use_fn)(void *user, dt_params *params, int i, dt_tensor *stored,
                                       int ncompute, const dt_placement *compute, dt_tensor **out);
 DT_API dt_status dt_params_set_use_hook(dt_params *params, dt_params_use_fn fn, void *user);

@@ -41,6 +41,7 @@ typedef struct dt_autograd_state {
     bool grad_unsynced;                    /* dt_ctx_set_grad_sync(ctx, 0) */
     size_t grad_bucket_bytes;              /* dt_ctx_set_grad_bucket_bytes + 1; 0: the default */
     struct dt_backward_hook *backward_end; /* run once when the running backward ends */
+    struct dt_backward_hook *backward_begin; /* run once when the next backward begins */
     struct dt_ac_region *ac_region;        /* the open activation-checkpoint region, if any */
 } dt_autograd_state;
 _Static_assert(sizeof(dt_autograd_state) <= DT_CTX_SLOT_BYTES, "autograd state outgrew its slot");

@@ -146,22 +146,50 @@ dt_status dt_saved_refill(dt_tensor *t) {
     return DT_OK;
 }
 
-dt_status dt_autograd_at_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
+static dt_status hook_add(dt_backward_hook **tail, dt_status (*fn)(void *user), void *user) {
     dt_backward_hook *h = malloc(sizeof *h);
     if (!h) return dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for a hook");
     *h = (dt_backward_hook){.fn = fn, .user = user};
-    dt_backward_hook **tail = &dt_autograd_of(ctx)->backward_end;
     while (*tail) tail = &(*tail)->next;
     *tail = h;
     return DT_OK;
 }
 
-void dt_autograd_cancel_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
-    for (dt_backward_hook **p = &dt_autograd_of(ctx)->backward_end; *p;) {
+static void hook_cancel(dt_backward_hook **p, dt_status (*fn)(void *user), void *user) {
+    while (*p) {
         dt_backward_hook *h = *p;
         if (h->fn == fn && h->user == user) *p = h->next, free(h);
         else p = &h->next;
     }
+}
+
+/* Runs and frees the hooks of *list, all of them even after a failure (owners clean up
+ * there); the first failure is the result. */
+static dt_status hooks_run(dt_backward_hook **list, dt_status st) {
+    while (*list) {
+        dt_backward_hook *h = *list;
+        *list = h->next;
+        dt_status s2 = h->fn(h->user);
+        if (st == DT_OK) st = s2;
+        free(h);
+    }
+    return st;
+}
+
+dt_status dt_autograd_at_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
+    return hook_add(&dt_autograd_of(ctx)->backward_end, fn, user);
+}
+
+void dt_autograd_cancel_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
+    hook_cancel(&dt_autograd_of(ctx)->backward_end, fn, user);
+}
+
+dt_status dt_autograd_at_backward_begin(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
+    return hook_add(&dt_autograd_of(ctx)->backward_begin, fn, user);
+}
+
+void dt_autograd_cancel_backward_begin(dt_ctx *ctx, dt_status (*fn)(void *user), void *user) {
+    hook_cancel(&dt_autograd_of(ctx)->backward_begin, fn, user);
 }
 
 dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
@@ -417,18 +445,6 @@ static dt_status collect_leaves(const walk *w, walk *leaves) {
     return DT_OK;
 }
 
-static dt_status run_backward_end(dt_ctx *ctx, dt_status st) {
-    dt_autograd_state *ag = dt_autograd_of(ctx);
-    while (ag->backward_end) {
-        dt_backward_hook *h = ag->backward_end;
-        ag->backward_end = h->next;
-        dt_status s2 = h->fn(h->user); /* run even after a failure: owners clean up there */
-        if (st == DT_OK) st = s2;
-        free(h);
-    }
-    return st;
-}
-
 static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     static _Atomic unsigned marks;
     walk w = {.mark = atomic_fetch_add(&marks, 1) + 1};
@@ -444,6 +460,7 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     ag->no_grad_depth++;
     dt_comm_site site = dt_comm_site_get();
     dt_comm_backward_tls = 1;
+    st = hooks_run(&ag->backward_begin, st);
     /* From the root down; each node's inputs go as soon as its rule ran. */
     for (int k = w.n - 1; k >= 0; k--) {
         dt_tensor *t = w.order[k];
@@ -453,7 +470,7 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     }
     /* the units' ends and the leaves' sync: issued for the gradients, by no op */
     dt_comm_site_swap((dt_comm_site){.caller = "grad_sync", .module = "grad_sync", .backward = 1});
-    st = run_backward_end(ctx, st);
+    st = hooks_run(&ag->backward_end, st);
     /* Leaves reached: their inputs' gradients were added to leaf->grad. */
     if (st == DT_OK && !ag->grad_unsynced) st = dt_grad_sync(leaves.order, leaves.n);
     dt_comm_site_swap(site);

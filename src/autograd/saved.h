@@ -40,6 +40,11 @@ typedef struct dt_backward_hook {
 dt_status dt_autograd_at_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user);
 /* Removes the hooks registered with fn and user (their owner is going away). */
 void dt_autograd_cancel_backward_end(dt_ctx *ctx, dt_status (*fn)(void *user), void *user);
+/* Runs fn(user) once when the next backward on ctx begins (before its first node runs), in
+ * the order registered; a failure is the backward's: the end of a forward, for an owner that
+ * cannot tell otherwise (FSDP units declared on a registry). Any time; and its cancel. */
+dt_status dt_autograd_at_backward_begin(dt_ctx *ctx, dt_status (*fn)(void *user), void *user);
+void dt_autograd_cancel_backward_begin(dt_ctx *ctx, dt_status (*fn)(void *user), void *user);
 
 /* Activation checkpointing (recompute.c): record notes every tensor a recorded op makes while
  * a region is open on its rank. */

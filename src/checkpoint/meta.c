@@ -126,23 +126,6 @@ const ck_tensor *ck_meta_find(const ck_meta *m, const char *name) {
     return bsearch(&key, m->tensors, (size_t)m->ntensors, sizeof key, tensor_cmp);
 }
 
-static int hex64(const ck_jnode *v, uint64_t *out) {
-    if (!v || v->type != CK_JSTR || strlen(v->str) != 16) return -1;
-    uint64_t h = 0;
-    for (int i = 0; i < 16; i++) {
-        char c = v->str[i];
-        h <<= 4;
-        if (c >= '0' && c <= '9')
-            h |= (uint64_t)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            h |= (uint64_t)(c - 'a' + 10);
-        else
-            return -1;
-    }
-    *out = h;
-    return 0;
-}
-
 static int boxes_overlap(const ck_chunk *a, const ck_chunk *b, int ndim) {
     for (int d = 0; d < ndim; d++)
         if (a->offset[d] >= b->offset[d] + b->shape[d] ||
@@ -192,7 +175,7 @@ static int parse_blocks(const ck_json *doc, const ck_jnode *v, const ck_meta *m,
     k->nblocks = (int64_t)want;
     int64_t b = 0;
     for (int i = arr->first; i >= 0; i = doc->nodes[i].next)
-        if (hex64(&doc->nodes[i], &k->blocks[b++]))
+        if (ck_json_hex64(&doc->nodes[i], &k->blocks[b++]))
             FAIL(
                 "tensor \"%s\": block checksum %lld of the chunk at byte %llu is not 16 hex digits",
                 x->name, (long long)(b - 1), (unsigned long long)k->begin);
@@ -210,7 +193,7 @@ static int parse_chunk(const ck_json *doc, const ck_jnode *v, const ck_meta *m, 
         (uint64_t)e->num > m->files[k->file].bytes)
         FAIL("tensor \"%s\": a chunk's byte range is outside %s", x->name, m->files[k->file].name);
     k->begin = (uint64_t)b->num, k->end = (uint64_t)e->num;
-    if (hex64(ck_json_get(doc, v, "xxh64"), &k->hash))
+    if (ck_json_hex64(ck_json_get(doc, v, "xxh64"), &k->hash))
         FAIL("tensor \"%s\": a chunk has no xxh64 checksum", x->name);
     if (ck_json_ints(doc, ck_json_get(doc, v, "offset"), k->offset, DT_MAX_NDIM, INT64_MIN,
                      INT64_MAX) != x->ndim ||
@@ -294,14 +277,15 @@ static int parse_doc(const ck_json *doc, ck_meta *m, char *err, size_t errcap) {
     if (blob && blob->type == CK_JOBJ) {
         const ck_jnode *by = ck_json_get(doc, blob, "bytes");
         if (!by || by->type != CK_JINT || by->num < 0 ||
-            hex64(ck_json_get(doc, blob, "xxh64"), &m->blob_hash))
+            ck_json_hex64(ck_json_get(doc, blob, "xxh64"), &m->blob_hash))
             FAIL("bad blob entry");
         m->has_blob = 1, m->blob_bytes = (uint64_t)by->num;
     } else if (!blob || blob->type != CK_JNULL) {
         FAIL("bad blob entry");
     }
     const ck_jnode *ts = ck_json_get(doc, root, "tensors");
-    if (!ts || ts->type != CK_JARR || ts->count > CK_MAX_TENSORS) FAIL("no tensor list");
+    if (!ts || ts->type != CK_JARR || ts->count > CK_MAX_TENSORS)
+        FAIL("no tensor list (or over %d tensors)", CK_MAX_TENSORS);
     m->tensors = calloc((size_t)ts->count + 1, sizeof *m->tensors);
     if (!m->tensors) FAIL("out of memory");
     for (int k = ts->first; k >= 0; k = doc->nodes[k].next) {

@@ -20,14 +20,18 @@ typedef struct unit_entry {
 
 struct dt_units {
     int dp_dim, prefetch;
-    char **by;          /* per group: the pattern that made it a unit (NULL: none) */
-    dt_reshard *mode;   /* per group */
-    bool root;          /* the root unit is declared */
+    char **by;        /* per group: the pattern that made it a unit (NULL: none) */
+    dt_reshard *mode; /* per group */
+    bool root;        /* the root unit is declared */
     dt_reshard root_mode;
     /* made at materialize */
+    dt_ctx *ctx;
+    bool end_hooked; /* forward_end waits for the next backward's beginning */
     dt_fsdp *fsdp;
     unit_entry *u;
-    int nu, current;    /* current: the unit whose forward runs (-1: none) */
+    int nu, current;        /* current: the unit whose forward runs (-1: none) */
+    int root_unit;          /* the root's index (-1: none): it spans the whole forward */
+    bool root_open;         /* the root's forward began and has not ended */
     int *unit_of, *slot_of; /* per parameter: its unit (-1: none) and place there */
 };
 
@@ -84,12 +88,14 @@ static dt_status check_call(dt_params *p, const dt_fully_shard_options *o, int *
            "dt_fully_shard: the registry is materialized already (declare units between "
            "dt_parallelize and dt_params_materialize)");
     DT_ARG(!p->use_hook, "dt_fully_shard: the registry has a use hook (dt_params_set_use_hook)");
-    DT_ARG(o->reshard_after_forward >= DT_RESHARD_AUTO && o->reshard_after_forward <= DT_RESHARD_OFF,
+    DT_ARG(o->reshard_after_forward >= DT_RESHARD_AUTO &&
+               o->reshard_after_forward <= DT_RESHARD_OFF,
            "dt_fully_shard: options->reshard_after_forward = %d is not a dt_reshard",
            (int)o->reshard_after_forward);
     const dt_mesh *root = p->mesh->root;
     int pp;
-    if (root && dt_mesh_dim_index(root, "pp", &pp) == DT_OK && dt_mesh_dim_index(p->mesh, "pp", &pp))
+    if (root && dt_mesh_dim_index(root, "pp", &pp) == DT_OK &&
+        dt_mesh_dim_index(p->mesh, "pp", &pp))
         return dt_error(DT_ERR_UNSUPPORTED,
                         "dt_fully_shard: the registry's mesh is a pipeline stage's (cut from a "
                         "mesh with a pp dim): FSDP units hold one forward's gathered parameters, "
@@ -126,7 +132,7 @@ static dt_status units_make(dt_params *p, int dp, int prefetch) {
         free(s);
         return dt_error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
     }
-    s->dp_dim = dp, s->prefetch = prefetch, s->current = -1;
+    s->dp_dim = dp, s->prefetch = prefetch, s->current = s->root_unit = -1;
     p->units = s;
     return DT_OK;
 }
@@ -149,7 +155,8 @@ dt_status dt_fully_shard(dt_params *params, const char *pattern,
                             p->params[e].name);
         DT_CHECK(units_make(p, dp, !o.no_prefetch));
         p->units->root = true, p->units->root_mode = o.reshard_after_forward;
-        for (int i = 0; i < p->nparams; i++) shard_over_dp(p, &p->params[i], dp);
+        for (int i = 0; i < p->nparams; i++)
+            shard_over_dp(p, &p->params[i], dp);
         return DT_OK;
     }
     int hits = 0;
@@ -174,17 +181,19 @@ dt_status dt_fully_shard(dt_params *params, const char *pattern,
     for (int g = 0; g < p->ngroups; g++) {
         const group_entry *ge = &p->groups[g];
         if (!dt_name_match(pattern, ge->name)) continue;
-        if (!(u->by[g] = copy_str(pattern))) return dt_error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
+        if (!(u->by[g] = copy_str(pattern)))
+            return dt_error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
         u->mode[g] = o.reshard_after_forward;
-        for (int i = ge->first; i < ge->first + ge->n; i++) shard_over_dp(p, &p->params[i], dp);
+        for (int i = ge->first; i < ge->first + ge->n; i++)
+            shard_over_dp(p, &p->params[i], dp);
     }
     return DT_OK;
 }
 
 /* ---- made at materialize ----------------------------------------------------------------- */
 
-/* Unit k (root: group -1) of parameters whose unit is k; its members are those sharded over
- * dp. *added: whether it has any. */
+/* Adds the unit of group (-1: the root, every parameter in no declared group), its members
+ * the group's parameters stored sharded over dp; *added: whether it has any. */
 static dt_status add_unit(dt_params *p, int group, dt_tensor **members, bool *added) {
     struct dt_units *s = p->units;
     int dp = s->dp_dim, n = 0, k = s->nu;
@@ -212,12 +221,18 @@ static bool reshards(dt_reshard mode, bool on) {
     return mode == DT_RESHARD_AUTO ? on : mode == DT_RESHARD_ON;
 }
 
+static dt_status forward_end(void *user);
+
 /* What dt_units_build made (declarations stay). */
 static void built_free(struct dt_units *s) {
+    if (s->end_hooked) dt_autograd_cancel_backward_begin(s->ctx, forward_end, s);
+    s->end_hooked = false;
     dt_fsdp_destroy(s->fsdp);
-    for (int k = 0; s->u && k < s->nu; k++) free(s->u[k].full);
+    for (int k = 0; s->u && k < s->nu; k++)
+        free(s->u[k].full);
     free(s->u), free(s->unit_of), free(s->slot_of);
     s->fsdp = NULL, s->u = NULL, s->unit_of = s->slot_of = NULL, s->nu = 0, s->current = -1;
+    s->root_unit = -1, s->root_open = false;
 }
 
 dt_status dt_units_build(dt_params *p) {
@@ -233,11 +248,14 @@ dt_status dt_units_build(dt_params *p) {
         free(members), built_free(s);
         return dt_error(DT_ERR_NOMEM, "dt_params_materialize: out of memory");
     }
-    for (int i = 0; i < n; i++) s->unit_of[i] = -1;
+    for (int i = 0; i < n; i++)
+        s->unit_of[i] = -1;
+    s->ctx = dt_mesh_ctx(p->mesh);
     dt_fsdp_options o = {.dp_dim = s->dp_dim, .reshard_after_forward = 1, .prefetch = s->prefetch};
     dt_status st = dt_fsdp_create(p->mesh, &o, &s->fsdp);
     bool added = false, root = false;
     if (st == DT_OK && s->root) st = add_unit(p, -1, members, &root);
+    if (root) s->root_unit = 0;
     if (st == DT_OK && root) /* FSDP2 never reshards its root */
         st = dt_fsdp_unit_set_reshard_after_forward(s->fsdp, 0, reshards(s->root_mode, false));
     int last = -1; /* the group of the last non-root unit, in forward order */
@@ -262,7 +280,8 @@ void dt_units_free(dt_params *p) {
     struct dt_units *s = p->units;
     if (!s) return;
     built_free(s);
-    for (int g = 0; g < p->ngroups; g++) free(s->by[g]);
+    for (int g = 0; g < p->ngroups; g++)
+        free(s->by[g]);
     free(s->by), free(s->mode), free(s);
     p->units = NULL;
 }
@@ -280,17 +299,50 @@ static bool live(const unit_entry *u) {
     return u->begun && !dt_tensor_storage_dropped(u->full[0]) && !dt_node_done(u->full[0]);
 }
 
+static dt_status unit_end(struct dt_units *s, int k) {
+    return dt_fsdp_unit_end(s->fsdp, s->u[k].fsdp_unit);
+}
+
+/* The forward is over: its last unit and the root end (free their gathered storage when they
+ * reshard, close their trace spans). */
+static dt_status end_forward(struct dt_units *s) {
+    int k = s->current;
+    bool root = s->root_open;
+    s->current = -1, s->root_open = false;
+    dt_status st = k >= 0 && k != s->root_unit ? unit_end(s, k) : DT_OK;
+    dt_status s2 = root ? unit_end(s, s->root_unit) : DT_OK;
+    return st != DT_OK ? st : s2;
+}
+
+/* Run when backward begins, which ends the forward. */
+static dt_status forward_end(void *user) {
+    struct dt_units *s = user;
+    s->end_hooked = false;
+    return end_forward(s);
+}
+
 dt_status dt_units_use(dt_params *p, int i, dt_tensor **out) {
     struct dt_units *s = p->units;
     int k = s->unit_of[i];
     unit_entry *u = &s->u[k];
+    if (!s->end_hooked) {
+        DT_CHECK(dt_autograd_at_backward_begin(s->ctx, forward_end, s));
+        s->end_hooked = true;
+    }
     if (k != s->current || !live(u)) {
-        if (s->current >= 0) DT_CHECK(dt_fsdp_unit_end(s->fsdp, s->u[s->current].fsdp_unit));
+        int was = s->current;
         s->current = -1;
+        /* switching away ends a unit's forward, but for the root's */
+        if (was >= 0 && was != s->root_unit) DT_CHECK(unit_end(s, was));
         if (!live(u)) {
+            if (k == s->root_unit && s->root_open) { /* a forward no backward ended */
+                s->root_open = false;
+                DT_CHECK(unit_end(s, k));
+            }
             DT_CHECK(dt_fsdp_unit_begin(s->fsdp, u->fsdp_unit, u->full));
             u->begun = true;
         }
+        if (k == s->root_unit) s->root_open = true;
         s->current = k;
     }
     *out = u->full[s->slot_of[i]];
@@ -305,8 +357,8 @@ dt_status dt_params_reshard(dt_params *params) {
     DT_ARG_NOT_NULL(params);
     struct dt_units *s = params->units;
     if (!s || !s->fsdp) return DT_OK;
-    if (s->current >= 0) DT_CHECK(dt_fsdp_unit_end(s->fsdp, s->u[s->current].fsdp_unit));
-    s->current = -1;
-    for (int k = 0; k < s->nu; k++) s->u[k].begun = false;
+    DT_CHECK(end_forward(s));
+    for (int k = 0; k < s->nu; k++)
+        s->u[k].begun = false;
     return DT_OK;
 }

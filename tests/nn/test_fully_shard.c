@@ -1,9 +1,11 @@
 /* FSDP units by declaration (dtensor/fsdp.h's dt_fully_shard) on the model of make train
  * (examples/tiny_llama.c with train.c's default sizes): the collectives per step equal the
- * hand-written units' (30 on dp=2 x tp=2 with sequence and loss parallelism, 7 on dp=4), the
- * losses and every gradient of a few AdamW steps equal the one-rank model's within 1e-5
- * relative (f32), also with a gradient-accumulation micro-batch (grad sync off) before each
- * step's, and every wrong declaration fails with its argument named, on every rank alike. */
+ * hand-written units' (30 on dp=2 x tp=2 with sequence and loss parallelism, 7 on dp=4; 10
+ * on HSDP 2x2), the losses and every gradient of a few AdamW steps equal the one-rank
+ * model's within 1e-5 relative (f32; dp x tp's gradients past step 0 against FSDP without
+ * units on the same mesh), also with a gradient-accumulation micro-batch (grad sync off)
+ * before each step's; forwards without a backward; every wrong declaration fails with its
+ * argument named, on every rank alike. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +43,8 @@ typedef struct run {
 /* Every parameter's full gradient, concatenated (collective: full_tensor gathers). */
 static size_t numel(const dt_tensor_info *info) {
     size_t n = 1;
-    for (int d = 0; d < info->ndim; d++) n *= (size_t)info->shape[d];
+    for (int d = 0; d < info->ndim; d++)
+        n *= (size_t)info->shape[d];
     return n;
 }
 
@@ -109,13 +112,17 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         dt_comm_stats cs;
         R_OK(dt_comm_stats_get(ctx, &cs));
         if (f) R_OK(dt_fsdp_stats_get(f, &r->fs[s]));
-        if (rank == 0 && s == 0 && getenv("DT_PRINT_COMMS")) dt_comm_stats_print(&cs, r->mesh, stderr);
-        for (int k = 0; k < DT_COLL_KIND_COUNT && rank == 0; k++) r->colls[s] += cs.calls[k];
+        if (rank == 0 && s == 0 && getenv("DT_PRINT_COMMS"))
+            dt_comm_stats_print(&cs, r->mesh, stderr);
+        for (int k = 0; k < DT_COLL_KIND_COUNT && rank == 0; k++)
+            r->colls[s] += cs.calls[k];
         float *g = NULL;
         size_t n = 0;
         R_OK(grads(&m, r, &g, &n));
-        if (rank == 0) r->grad[s] = g, r->ngrad = n;
-        else free(g);
+        if (rank == 0)
+            r->grad[s] = g, r->ngrad = n;
+        else
+            free(g);
         R_OK(dt_optim_zero_grad(opt));
         R_OK(dt_tensor_full_tensor(loss, &r->loss[s], sizeof r->loss[s]));
         dt_tensor_release(loss), dt_tensor_release(tok), dt_tensor_release(tgt);
@@ -153,7 +160,8 @@ static void expect_grads(const run *r, const run *ref, int steps) {
 }
 
 static void free_run(run *r) {
-    for (int s = 0; s < STEPS; s++) free(r->grad[s]);
+    for (int s = 0; s < STEPS; s++)
+        free(r->grad[s]);
 }
 
 /* Collectives per step of make train's model, derived from its units, not from the code:
@@ -185,9 +193,13 @@ Test(fully_shard, make_train_counts_losses_and_gradients) {
         run r;
         uint64_t colls;
         const run *ref, *grad_ref;
+        int64_t unit_all_reduces;
     } cases[] = {
         {{.mesh = "dp=4", .ranks = 4}, 7, &ref, &ref},
         {{.mesh = "dp=2,tp=2", .ranks = 4}, 30, &ref, &per_param},
+        /* HSDP: units over dp_shard (7), and one all_reduce per unit of its reduced shards
+         * over dp_replicate (3) */
+        {{.mesh = "dp_replicate=2,dp_shard=2", .ranks = 4}, 7 + 3, &ref, &ref, 3},
         /* plus one reduce_scatter per parameter (21) at the synced backward: the micro-batch's
          * gradients, which grad sync off left on the leaves (dtensor/fsdp.h) */
         {{.mesh = "dp=4", .ranks = 4, .accum = 1}, 7 + 21, &ref_acc, &ref_acc},
@@ -202,18 +214,19 @@ Test(fully_shard, make_train_counts_losses_and_gradients) {
                          (unsigned long long)cases[c].colls);
             const dt_fsdp_stats *fs = &r->fs[s];
             cr_expect(fs->forward_gathers == 3 && fs->backward_gathers == 1 &&
-                          fs->reduce_scatters == 3 && fs->all_reduces == 0,
+                          fs->reduce_scatters == 3 && fs->all_reduces == cases[c].unit_all_reduces,
                       "%s step %d: unit gathers %lld + %lld, reduce_scatters %lld, all_reduces "
-                      "%lld (want 3 + 1, 3, 0)",
+                      "%lld (want 3 + 1, 3, %lld)",
                       r->mesh, s, (long long)fs->forward_gathers, (long long)fs->backward_gathers,
-                      (long long)fs->reduce_scatters, (long long)fs->all_reduces);
+                      (long long)fs->reduce_scatters, (long long)fs->all_reduces,
+                      (long long)cases[c].unit_all_reduces);
         }
         expect_losses(r, cases[c].ref);
         expect_grads(r, cases[c].ref, 1);
         expect_grads(r, cases[c].grad_ref, STEPS);
-        cr_log_info("%s%s: %llu collectives per step, loss %.7g -> %.7g as on one rank",
-                    r->mesh, r->accum ? " accum" : "", (unsigned long long)r->colls[0],
-                    r->loss[0], r->loss[STEPS - 1]);
+        cr_log_info("%s%s: %llu collectives per step, loss %.7g -> %.7g as on one rank", r->mesh,
+                    r->accum ? " accum" : "", (unsigned long long)r->colls[0], r->loss[0],
+                    r->loss[STEPS - 1]);
         free_run(r);
     }
     free_run(&per_param);
@@ -402,4 +415,84 @@ static dt_status no_backward_body(dt_ctx *ctx, void *arg) {
 
 Test(fully_shard, forwards_without_backward) {
     t_run(4, no_backward_body, NULL);
+}
+
+/* ---- reshard_after_forward --------------------------------------------------------------- */
+
+typedef struct reshard_run {
+    dt_reshard root, blocks;
+    dt_fsdp_stats fs;
+    float grads[128]; /* rank 0: every parameter's full gradient */
+} reshard_run;
+
+/* small()'s model on dp=4, its blocks and root declared with r's choices: embedding, the two
+ * linears, norm, output, the sum of squares; one forward and backward. */
+static dt_status reshard_body(dt_ctx *ctx, void *arg) {
+    reshard_run *r = arg;
+    dt_mesh *mesh;
+    dt_params *p;
+    R_OK(dt_mesh_create_str(ctx, "dp=4", &mesh));
+    R_OK(small(mesh, 0, &p));
+    dt_fully_shard_options o = {.reshard_after_forward = r->blocks};
+    R_OK(dt_fully_shard(p, "layers.*", &o));
+    o.reshard_after_forward = r->root;
+    R_OK(dt_fully_shard(p, NULL, &o));
+    dt_generator gen = dt_generator_make(5);
+    R_OK(dt_params_materialize(p, &gen));
+    int64_t tok[12], shape[2] = {4, 3};
+    for (int i = 0; i < 12; i++)
+        tok[i] = (i * 5 + 1) % 8;
+    dt_placement s0 = dt_shard(0);
+    dt_tensor *tokens, *loss;
+    R_OK(dt_tensor_distribute(mesh, tok, DT_I64, 2, shape, 1, &s0, DT_ALL_RANKS, &tokens));
+    dt_scope *s;
+    R_OK(dt_scope_create(&s));
+    /* modules in declaration order: tok, layers.0.w, layers.1.w, norm, out */
+    dt_tensor *x = dt_nn_embedding_forward(s, (dt_module){p, 0}, tokens);
+    x = dt_nn_linear_forward(s, (dt_module){p, 1}, x);
+    x = dt_nn_linear_forward(s, (dt_module){p, 2}, x);
+    x = dt_nn_rms_norm_forward(s, (dt_module){p, 3}, x);
+    x = dt_nn_linear_forward(s, (dt_module){p, 4}, x);
+    x = DT_DO(s, dt_mul, x, x);
+    R_OK(dt_scope_end(s, DT_DO(s, dt_sum, x, NULL, 0, 0), &loss));
+    R_OK(dt_backward(loss));
+    R_OK(dt_fsdp_stats_get(dt_params_fsdp(p), &r->fs));
+    float *at = r->grads;
+    for (int i = 0; i < dt_params_count(p); i++) {
+        dt_tensor *w;
+        dt_tensor_info info;
+        R_OK(dt_params_at(p, i, NULL, &w));
+        R_OK(dt_tensor_info_get(w, &info));
+        size_t k = numel(&info);
+        R_CHECK(at + k <= r->grads + 128, "gradients outgrow the buffer");
+        R_OK(dt_tensor_full_tensor(dt_tensor_grad(w), at, sizeof *at * k));
+        at += k;
+    }
+    dt_tensor_release(loss), dt_tensor_release(tokens);
+    R_OK(dt_params_destroy(p));
+    return dt_mesh_release(mesh);
+}
+
+/* Units: root (tok, norm, out), layers.0, layers.1; forward gathers each once (3). Backward
+ * gathers again what resharded after forward: AUTO, layers.0 (1); the root resharding too
+ * (ON), which its forward spans whole, ending when backward begins: 2; nothing (OFF): 0;
+ * everything: 3. The gradients are the same bits each way. */
+Test(fully_shard, reshard_after_forward) {
+    reshard_run runs[] = {{DT_RESHARD_AUTO, DT_RESHARD_AUTO},
+                          {DT_RESHARD_ON, DT_RESHARD_AUTO},
+                          {DT_RESHARD_OFF, DT_RESHARD_OFF},
+                          {DT_RESHARD_ON, DT_RESHARD_ON}};
+    const int64_t want[] = {1, 2, 0, 3};
+    for (int k = 0; k < 4; k++) {
+        t_run(4, reshard_body, &runs[k]);
+        cr_expect(runs[k].fs.forward_gathers == 3 && runs[k].fs.backward_gathers == want[k] &&
+                      runs[k].fs.reduce_scatters == 3,
+                  "root %d blocks %d: gathers %lld + %lld, reduce_scatters %lld (want 3 + %lld, 3)",
+                  (int)runs[k].root, (int)runs[k].blocks, (long long)runs[k].fs.forward_gathers,
+                  (long long)runs[k].fs.backward_gathers, (long long)runs[k].fs.reduce_scatters,
+                  (long long)want[k]);
+        cr_expect(!memcmp(runs[k].grads, runs[0].grads, sizeof runs[0].grads),
+                  "root %d blocks %d: other gradients than AUTO's", (int)runs[k].root,
+                  (int)runs[k].blocks);
+    }
 }
