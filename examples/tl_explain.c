@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "tl_explain.h"
+#include "trainer.h"
 
 #define TRY(call)                                                                                  \
     do {                                                                                           \
@@ -368,24 +369,63 @@ static dt_status check_setup(const tl_explain_setup *s, int rank, int *world_out
     return DT_OK;
 }
 
+/* Runs fn on world in-process ranks for j, and hands R's view to *out. */
+static dt_status run_job(job *j, int world, dt_spmd_fn fn, void *arg, json_t **out) {
+    pthread_mutex_init(&j->rec.mu, NULL);
+    j->rec.layouts = json_array(), j->rec.ring = json_array();
+    dt_status st = dt_local_run(world, fn, arg, NULL);
+    pthread_mutex_destroy(&j->rec.mu);
+    free(j->rec.ev);
+    json_decref(j->rec.layouts), json_decref(j->rec.ring), json_decref(j->rec.moe);
+    if (st == DT_OK && !j->view) st = dt_error_set(DT_ERR_NOMEM, "tl_explain: no view was made");
+    if (st != DT_OK) {
+        json_decref(j->view);
+        return st;
+    }
+    *out = j->view;
+    return DT_OK;
+}
+
 dt_status tl_explain_json(const tl_explain_setup *s, int rank, json_t **out) {
     int world = 0;
     TRY(check_setup(s, rank, &world));
     if (!out) return dt_error_set(DT_ERR_ARG, "tl_explain_json: argument out is NULL");
     job j = {.s = s, .rank = rank};
-    pthread_mutex_init(&j.rec.mu, NULL);
-    j.rec.layouts = json_array(), j.rec.ring = json_array();
-    dt_status st = dt_local_run(world, run_rank, &j, NULL);
-    pthread_mutex_destroy(&j.rec.mu);
-    free(j.rec.ev);
-    json_decref(j.rec.layouts), json_decref(j.rec.ring), json_decref(j.rec.moe);
-    if (st == DT_OK && !j.view) st = dt_error_set(DT_ERR_NOMEM, "tl_explain: no view was made");
-    if (st != DT_OK) {
-        json_decref(j.view);
-        return st;
-    }
-    *out = j.view;
-    return DT_OK;
+    return run_job(&j, world, run_rank, &j, out);
+}
+
+/* The trainer's probe: R observes its step, then builds its view. */
+static void probe_before(dt_ctx *ctx, void *user) {
+    job *j = user;
+    if (dt_ctx_rank(ctx) == j->rank) observe(ctx, &j->rec, 1);
+}
+
+static dt_status probe_after(dt_ctx *ctx, void *user, dt_mesh *mesh, const tl_model *m,
+                             const tl_pp *pipe) {
+    job *j = user;
+    if (dt_ctx_rank(ctx) != j->rank) return DT_OK;
+    observe(ctx, &j->rec, 0);
+    TRY(j->rec.failed);
+    return view_json(j, mesh, &m->layout, m, pipe);
+}
+
+dt_status tl_explain_train(const tr_config *c, const tr_data *data, const tr_model *custom,
+                           int rank, json_t **out) {
+    if (!c || !data || !out)
+        return dt_error_set(DT_ERR_ARG, "tl_explain_train: a NULL argument (c %p, data %p, out %p)",
+                            (const void *)c, (const void *)data, (void *)out);
+    int world = tr_config_world(c);
+    if (rank < 0 || rank >= world)
+        return dt_error_set(DT_ERR_ARG, "tl_explain_train: rank %d is not in [0, %d) (mesh %s)",
+                            rank, world, c->mesh);
+    tl_explain_setup s = {.mesh = c->mesh, .cfg = c->model, .fsdp = c->fsdp,
+                          .fsdp_units = c->fsdp_units, .sp = c->sequence_parallel,
+                          .bucket_kb = c->bucket_kb, .ac = c->ac, .micro = c->microbatches,
+                          .schedule = c->schedule};
+    job j = {.s = &s, .rank = rank};
+    tr_probe probe = {probe_before, probe_after, &j};
+    tr_run run = {.c = c, .data = *data, .custom = custom, .probe = &probe};
+    return run_job(&j, world, tr_train, &run, out);
 }
 
 dt_status tl_explain(const tl_explain_setup *s, int rank, FILE *text_out, FILE *json_out) {

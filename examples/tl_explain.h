@@ -44,6 +44,16 @@ typedef struct tl_explain_setup {
  * are. Not collective (call it from one thread). */
 dt_status tl_explain_json(const tl_explain_setup *s, int rank, json_t **out);
 
+/* tl_explain_json of the first step of a make train config (train_config.h) as the trainer
+ * runs it (trainer.h: its loader's first batch of data's text, its model or custom's, its step
+ * with clipping and accumulation as configured), through the trainer's probe: the step's
+ * totals are those a run of the config counts. */
+struct tr_config;
+struct tr_data;
+struct tr_model;
+dt_status tl_explain_train(const struct tr_config *c, const struct tr_data *data,
+                           const struct tr_model *custom, int rank, json_t **out);
+
 /* The view of tl_explain_json as text (tl_explain_text.c). */
 dt_status tl_explain_print(const json_t *view, FILE *f);
 

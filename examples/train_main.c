@@ -7,9 +7,9 @@
 
 #include "trainer.h"
 
-static int read_text(const char *path, unsigned char **out, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return fprintf(stderr, "train: cannot open training.text = %s\n", path), 1;
+int tr_data_load(const tr_config *c, tr_data *out) {
+    FILE *f = fopen(c->text, "rb");
+    if (!f) return fprintf(stderr, "train: cannot open training.text = %s\n", c->text), 1;
     size_t cap = 1 << 16, len = 0;
     unsigned char *buf = malloc(cap);
     for (size_t got; buf && (got = fread(buf + len, 1, cap - len, f)) > 0;) {
@@ -21,8 +21,15 @@ static int read_text(const char *path, unsigned char **out, size_t *n) {
         }
     }
     fclose(f);
-    if (!buf) return fprintf(stderr, "train: out of memory reading %s\n", path), 1;
-    *out = buf, *n = len;
+    if (!buf) return fprintf(stderr, "train: out of memory reading %s\n", c->text), 1;
+    size_t train_n = len - (size_t)((double)len * c->eval_fraction), need = (size_t)c->model.seq + 2;
+    if (train_n < need || (c->eval_every && len - train_n < need)) {
+        free(buf);
+        return fprintf(stderr, "train: training.text = %s has %zu bytes: with training.seq = %d "
+                               "and training.eval_fraction = %g a part is under %zu bytes\n",
+                       c->text, len, c->model.seq, c->eval_fraction, need), 2;
+    }
+    *out = (tr_data){.text = buf, .n = len, .train_n = train_n};
     return 0;
 }
 
@@ -65,17 +72,9 @@ int tr_main(int argc, char **argv, const tr_model *custom) {
         c.trace_steps = 0;
     }
     tr_run run = {.c = &c, .custom = custom};
-    unsigned char *text;
-    size_t n;
-    if (read_text(c.text, &text, &n)) return 1;
-    run.data = (tr_data){.text = text, .n = n, .train_n = n - (size_t)((double)n * c.eval_fraction)};
-    size_t need = (size_t)c.model.seq + 2;
-    if (run.data.train_n < need || (c.eval_every && n - run.data.train_n < need)) {
-        free(text);
-        return fprintf(stderr, "train: training.text = %s has %zu bytes: with training.seq = %d "
-                               "and training.eval_fraction = %g a part is under %zu bytes\n",
-                       c.text, n, c.model.seq, c.eval_fraction, need), 2;
-    }
+    if ((rc = tr_data_load(&c, &run.data))) return rc;
+    unsigned char *text = (unsigned char *)run.data.text;
+    size_t n = run.data.n;
     if (!c.ucx) dt_local_run(1, sgemm_rate, &run.peak_gflops, NULL);
     if (rank0) {
         char moe[64] = "";

@@ -262,7 +262,7 @@ typedef struct loop {
 static dt_status train_step(dt_ctx *ctx, loop *L, int s, int first) {
     const tr_config *c = L->run->c;
     int rank = dt_ctx_rank(ctx);
-    if (!L->tracing && c->trace_steps > 0 && s >= c->steps - c->trace_steps) {
+    if (!L->tracing && !L->run->probe && c->trace_steps > 0 && s >= c->steps - c->trace_steps) {
         TRY(dt_trace_start(ctx));
         L->tracing = 1;
     }
@@ -271,6 +271,8 @@ static dt_status train_step(dt_ctx *ctx, loop *L, int s, int first) {
     TRY(dt_optim_set_lr(L->rm.opt, lr));
     TRY(dt_ctx_reset_peak(ctx));
     TRY(dt_comm_stats_reset(ctx));
+    const tr_probe *probe = L->run->probe;
+    if (probe) probe->before(ctx, probe->user);
     double t0 = now_s();
     for (int a = 0; a < c->grad_accum; a++) { /* sync the gradients once, at the last */
         double v;
@@ -285,6 +287,9 @@ static dt_status train_step(dt_ctx *ctx, loop *L, int s, int first) {
     TRY(dt_optim_zero_grad(L->rm.opt));
     double dt = now_s() - t0;
     L->state.step = s + 1;
+    if (probe)
+        return probe->after(ctx, probe->user, L->mesh, L->rm.m,
+                            L->rm.piped ? &L->rm.pipe : NULL);
     dt_tensor_memory mem;
     dt_comm_stats cs;
     TRY(dt_ctx_tensor_memory(ctx, &mem));
@@ -341,20 +346,22 @@ dt_status tr_train(dt_ctx *ctx, void *arg) {
     L.state = (dt_train_state){.params = L.rm.m ? L.rm.m->params : NULL,
                                .optim = L.rm.opt,
                                .schedule = L.scheduled ? &L.sched : NULL};
-    if (st == DT_OK && c->ckpt_folder[0] && c->resume)
+    int quiet = L.run->probe != NULL;
+    if (st == DT_OK && c->ckpt_folder[0] && c->resume && !quiet)
         st = dt_train_state_load_latest(ctx, c->ckpt_folder, &L.state, &found);
     if (st == DT_OK && rank == 0 && found)
         printf("resumed from %s at step %lld (sample %lld)\n", c->ckpt_folder,
                (long long)L.state.step, (long long)L.state.data_pos),
             fflush(stdout);
-    if (st == DT_OK && c->print_layout)
+    if (st == DT_OK && c->print_layout && !quiet)
         st = tr_layout_print(ctx, c, L.mesh, L.rm.m->params, stdout);
-    if (st == DT_OK && rank == 0 && c->print_params) st = dt_params_print(L.rm.m->params, stdout);
-    int first = (int)L.state.step;
-    for (int s = first; s < c->steps && st == DT_OK; s++)
+    if (st == DT_OK && rank == 0 && c->print_params && !quiet)
+        st = dt_params_print(L.rm.m->params, stdout);
+    int first = (int)L.state.step, end = quiet ? first + 1 : c->steps;
+    for (int s = first; s < end && st == DT_OK; s++)
         st = train_step(ctx, &L, s, first);
     double tokens = (double)c->model.batch * c->model.seq * c->grad_accum;
-    if (st == DT_OK && rank == 0 && L.timed)
+    if (st == DT_OK && rank == 0 && L.timed && !quiet)
         printf("mean step %.1f ms (steps after the first), %.0f tokens/s\n",
                L.total / L.timed * 1e3, tokens * L.timed / L.total);
     if (L.tracing) {

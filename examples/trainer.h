@@ -42,12 +42,29 @@ typedef struct tr_model {
     void (*release)(void *self);
 } tr_model;
 
+/* A look at one step from inside (dtensor-explain --train, tl_explain.h): with a probe the run
+ * makes the model and trains one step quietly (no table, progress line, eval, checkpoint,
+ * resume or trace). before is called on each rank right after the step reset its collective
+ * counts, after once the optimizer has stepped, with what the rank holds: its mesh, the
+ * layout and model its layers ran (a pipeline stage's, with pipe set). */
+typedef struct tr_probe {
+    void (*before)(dt_ctx *ctx, void *user);
+    dt_status (*after)(dt_ctx *ctx, void *user, dt_mesh *mesh, const tl_model *model,
+                       const tl_pp *pipe);
+    void *user;
+} tr_probe;
+
 typedef struct tr_run {
     const tr_config *c;
     const tr_model *custom; /* NULL: tiny_llama */
+    const tr_probe *probe;  /* NULL: a training run */
     tr_data data;
     double peak_gflops; /* the machine's sgemm rate (0: unknown), for the fraction of peak */
 } tr_run;
+
+/* Reads c's text (training.text) into out, its tail held out for eval; the caller frees
+ * out->text. 0, or 1 (unreadable) / 2 (too short for the config) with a message on stderr. */
+int tr_data_load(const tr_config *c, tr_data *out);
 
 /* The data loader: sample j of the run (j = 0, 1, ... over every step's batches) is the window
  * of seq + 1 bytes at (j * seq) mod (train_n - seq - 1), so consecutive samples read the text

@@ -225,7 +225,8 @@ int main(int argc, char **argv) {
     const char *cases[16];
     int ncases = 0, strict = 0;
     for (int i = 1; i < argc; i++) /* a training step's view: its own flags (train's) */
-        if (strcmp(argv[i], "--train-mesh") == 0) return explain_train_main(argc, argv);
+        if (strcmp(argv[i], "--train-mesh") == 0 || strcmp(argv[i], "--train") == 0)
+            return explain_train_main(argc, argv);
     for (int i = 1; i < argc; i++) { /* plugins first: --op and --cases may name their ops */
         if (strcmp(argv[i], "--plugin") == 0 && i + 1 < argc && load_plugin(argv[++i])) return 1;
     }

@@ -1,5 +1,8 @@
-/* dtensor-explain --train-mesh: one rank's view of one training step of examples/train.c's
- * model (examples/tl_explain.h), the flags as train's:
+/* dtensor-explain --train CONFIG: one rank's view of the first training step of a make train
+ * config (examples/configs/, train --help's keys override it), as the trainer runs it:
+ *   dtensor-explain --train examples/configs/dp2_pp2_tp2.json --rank 5 [--json FILE]
+ *       [--section.key VALUE ...]
+ * dtensor-explain --train-mesh: the same from train's older flags, on synthetic tokens:
  *   dtensor-explain --train-mesh dp=2,pp=2,tp=2 --rank 5 [--fsdp 0|1] [--fsdp-units 0|1]
  *       [--sp 0|1] [--ac none|full|selective] [--micro N] [--schedule afab|1f1b]
  *       [--bucket-kb N] [--experts E --top-k K] [--layers N --dim N --heads N --kv-heads N
@@ -11,6 +14,7 @@
 
 #include "explain.h"
 #include "tl_explain.h"
+#include "trainer.h"
 
 static int train_usage(const char *bad) {
     fprintf(stderr,
@@ -23,7 +27,69 @@ static int train_usage(const char *bad) {
     return 2;
 }
 
+/* Writes the view v as text to stdout and as JSON to json_path (nullable). */
+static int write_view(json_t *v, const char *json_path) {
+    dt_status st = tl_explain_print(v, stdout);
+    FILE *f = json_path && st == DT_OK ? fopen(json_path, "w") : NULL;
+    if (json_path && st == DT_OK && !f) {
+        json_decref(v);
+        return fprintf(stderr, "dtensor-explain: --json %s: cannot write it\n", json_path), 1;
+    }
+    if (f && (json_dumpf(v, f, JSON_INDENT(1)) != 0 || fputc('\n', f) == EOF))
+        st = dt_error_set(DT_ERR_IO, "--json %s: writing failed", json_path);
+    if (f && fclose(f) != 0 && st == DT_OK)
+        st = dt_error_set(DT_ERR_IO, "--json %s: writing failed", json_path);
+    json_decref(v);
+    if (st != DT_OK) return fprintf(stderr, "dtensor-explain: %s\n", dt_last_error()), 1;
+    return 0;
+}
+
+/* --train CONFIG [--rank R] [--json FILE] [overrides]: the config read as train reads it. */
+static int explain_config(int argc, char **argv) {
+    int rank = 0, n = 1;
+    const char *json_path = NULL;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest) return fprintf(stderr, "dtensor-explain: out of memory\n"), 1;
+    rest[0] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v && (!strcmp(a, "--train") || !strcmp(a, "--rank") || !strcmp(a, "--json"))) {
+            free(rest);
+            return fprintf(stderr, "dtensor-explain: %s wants a value\n", a), 2;
+        }
+        if (!strcmp(a, "--train")) {
+            rest[n++] = argv[++i]; /* the config file comes first, as train takes it */
+        } else if (!strcmp(a, "--rank")) {
+            char *end;
+            long r = strtol(v, &end, 10);
+            if (!*v || *end || r < 0 || r > 1 << 20) {
+                free(rest);
+                return fprintf(stderr, "dtensor-explain: --rank %s is not a rank\n", v), 2;
+            }
+            rank = (int)r, i++;
+        } else if (!strcmp(a, "--json")) {
+            json_path = argv[++i];
+        } else {
+            rest[n++] = argv[i];
+        }
+    }
+    tr_config c;
+    int rc = tr_config_parse(n, rest, &c);
+    free(rest);
+    if (rc) return rc == 1 ? 0 : 2;
+    if (c.ucx) c.ucx = 0; /* the dry run is always on in-process ranks */
+    tr_data data;
+    if ((rc = tr_data_load(&c, &data))) return rc;
+    json_t *v = NULL;
+    dt_status st = tl_explain_train(&c, &data, NULL, rank, &v);
+    free((void *)data.text);
+    if (st != DT_OK) return fprintf(stderr, "dtensor-explain: %s\n", dt_last_error()), 1;
+    return write_view(v, json_path);
+}
+
 int explain_train_main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--train")) return explain_config(argc, argv);
     tl_explain_setup s = {.fsdp = 1,
                           .fsdp_units = -1,
                           .sp = 1,
