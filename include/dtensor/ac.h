@@ -66,8 +66,8 @@ DT_API dt_status dt_ac_end(dt_ac_region *region, int nkeep, dt_tensor *const *ke
  * their measurements pool (a candidate's time is the fastest of its recomputations).
  *
  * At the first dt_ac_end of a kind of region after that, the ranks of the region's mesh
- * agree on the figures (one all_reduce of the slowest rank's times and the largest bytes:
- * the collective point), and the policy chooses, the same on every rank, a knapsack by
+ * agree on the figures (one all_reduce of the slowest rank's times, the largest bytes and the
+ * smallest budget: the collective point), and the policy chooses, the same on every rank, a knapsack by
  * ratio: candidates in decreasing order of recompute microseconds per byte (ties: the one
  * made first), each kept when it still fits in budget_bytes minus the minimum, the others
  * recomputed; a candidate never recomputed in the measured passes is not kept. Every later

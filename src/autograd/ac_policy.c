@@ -181,19 +181,21 @@ void dt_ac_policy_timed(dt_ac_entry *e, int i, double us) {
     e->us[i] = e->us[i] < 0 ? us : fmin(e->us[i], us);
 }
 
-/* The ranks of mesh agree on e's figures (the slowest time, the largest bytes), then choose. */
+/* The ranks of mesh agree on e's figures (the slowest time, the largest bytes, the smallest
+ * budget), then choose. */
 static dt_status decide(const dt_ac_policy *p, dt_ac_entry *e, dt_mesh *mesh) {
     int n = e->n;
-    double *v = malloc(sizeof *v * (size_t)(2 * n + 1));
+    double *v = malloc(sizeof *v * (size_t)(2 * n + 2));
     if (!v) return dt_error(DT_ERR_NOMEM, "dt_ac_end: out of memory");
     for (int i = 0; i < n; i++) {
         v[i] = e->cand[i] ? e->us[i] : -1;
         v[n + i] = e->cand[i] ? (double)e->bytes[i] : -1;
     }
     v[2 * n] = (double)e->min_bytes;
+    v[2 * n + 1] = -(double)p->opt.budget_bytes;
     dt_comm *comm;
     dt_status st = dt_mesh_mask_comm(mesh, (1u << dt_mesh_ndim(mesh)) - 1, &comm);
-    if (st == DT_OK) st = dt_all_reduce(comm, v, v, (size_t)(2 * n + 1), DT_F64, DT_REDUCE_MAX);
+    if (st == DT_OK) st = dt_all_reduce(comm, v, v, (size_t)(2 * n + 2), DT_F64, DT_REDUCE_MAX);
     if (st != DT_OK) {
         free(v);
         return st;
@@ -204,17 +206,18 @@ static dt_status decide(const dt_ac_policy *p, dt_ac_entry *e, dt_mesh *mesh) {
         e->bytes[i] = e->cand[i] ? (int64_t)v[n + i] : 0;
     }
     e->min_bytes = (int64_t)v[2 * n];
+    int64_t budget = (int64_t)-v[2 * n + 1];
     free(v);
-    if (e->min_bytes > p->opt.budget_bytes) {
+    if (e->min_bytes > budget) {
         snprintf(e->why, sizeof e->why,
                  "dt_ac_end: the measured policy's budget_bytes = %lld is below this block's "
                  "minimum of %lld bytes (what it keeps even under full checkpointing: its "
                  "outputs and what cannot be recomputed)",
-                 (long long)p->opt.budget_bytes, (long long)e->min_bytes);
+                 (long long)budget, (long long)e->min_bytes);
         e->state = FAILED;
         return DT_OK;
     }
-    dt_ac_choose(n, e->us, e->bytes, p->opt.budget_bytes - e->min_bytes, e->keep);
+    dt_ac_choose(n, e->us, e->bytes, budget - e->min_bytes, e->keep);
     e->state = DECIDED;
     return DT_OK;
 }

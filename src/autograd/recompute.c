@@ -194,9 +194,10 @@ dt_status dt_ac_end(dt_ac_region *region, int nkeep, dt_tensor *const *keep) {
     if (ag->ac_region == r) ag->ac_region = NULL;
     r->open = false;
     /* cand[i]: full drops r->t[i]; stay[i]: the mode keeps it all the same */
-    bool *cand = calloc((size_t)r->n + 1, 2 * sizeof *cand), *stay = cand + r->n;
+    bool *cand = calloc((size_t)r->n + 1, 2 * sizeof *cand), *stay = NULL;
     dt_status st = cand ? DT_OK : dt_error(DT_ERR_NOMEM, "dt_ac_end: out of memory");
     if (cand) {
+        stay = cand + r->n;
         int64_t held = candidates(r, nkeep, keep, cand);
         for (int i = 0; i < r->n; i++)
             stay[i] = r->mode == DT_AC_SELECTIVE && selective_keeps(dt_node_op(r->t[i]));

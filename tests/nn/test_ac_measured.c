@@ -280,3 +280,29 @@ static dt_status budget_body(dt_ctx *ctx, void *arg) {
 }
 
 Test(ac_measured, bad_budgets) { t_run(4, budget_body, NULL); }
+
+/* A policy serves one rank: the first whose region uses it. */
+static dt_status owner_body(dt_ctx *ctx, void *arg) {
+    dt_ac_policy **p = arg;
+    dt_comm *world;
+    R_OK(dt_ctx_world_comm(ctx, &world));
+    dt_ac_region *r;
+    if (dt_ctx_rank(ctx) == 0) {
+        dt_ac_policy_options o = dt_ac_policy_options_default();
+        o.budget_bytes = 1 << 20;
+        R_OK(dt_ac_policy_create(&o, p));
+        R_OK(dt_ac_begin_measured(ctx, *p, &r));
+        R_OK(dt_ac_end(r, 0, NULL));
+    }
+    R_OK(dt_barrier(world));
+    if (dt_ctx_rank(ctx) == 1)
+        R_ERR(dt_ac_begin_measured(ctx, *p, &r), DT_ERR_ARG, "serves rank 0's context, not rank 1");
+    R_OK(dt_barrier(world));
+    if (dt_ctx_rank(ctx) == 0) R_OK(dt_ac_policy_destroy(*p));
+    return DT_OK;
+}
+
+Test(ac_measured, one_policy_per_rank) {
+    dt_ac_policy *p = NULL;
+    t_run(2, owner_body, &p);
+}
