@@ -7,8 +7,8 @@
  * minimum plus its matmul and attention candidates). Per mode: rank 0's peak tensor bytes over
  * a step above those alive before it (the same every step after warm-up), and the step time:
  * median (min-max) of STEPS steps after WARMUP in each of ROUNDS rounds, the modes interleaved
- * round by round. --table prints make bench's rows (each mode against none, same run);
- * BENCH_QUICK=1: fewer rounds. */
+ * round by round; then rank 0's choices (dt_ac_policy_print). --table prints make bench's rows
+ * (each mode against none, same run); BENCH_QUICK=1: fewer rounds. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +17,20 @@
 #include "../examples/tiny_llama.h"
 
 enum { WARMUP = 2, STEPS = 5, MAXROUNDS = 7, NMODE = 5 };
-static const tl_config cfg = {.vocab = 256, .seq = 64, .batch = 8, .dim = 128, .layers = 2,
-                              .heads = 4, .kv_heads = 2, .hidden = 384};
-static const tl_layout base = {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .fsdp_units = 1,
-                               .sequence_parallel = 1, .loss_parallel = 1};
+static const tl_config cfg = {.vocab = 256,
+                              .seq = 64,
+                              .batch = 8,
+                              .dim = 128,
+                              .layers = 2,
+                              .heads = 4,
+                              .kv_heads = 2,
+                              .hidden = 384};
+static const tl_layout base = {.dp_dim = 0,
+                               .tp_dim = 1,
+                               .fsdp = 1,
+                               .fsdp_units = 1,
+                               .sequence_parallel = 1,
+                               .loss_parallel = 1};
 
 typedef struct mode {
     const char *name;
@@ -34,8 +44,9 @@ typedef struct mode {
 
 typedef struct run {
     tl_layout l;
-    mode *m;            /* NULL: calibration */
-    int64_t selective;  /* calibration: what selective keeps per block on rank 0 */
+    mode *m;           /* NULL: calibration */
+    int64_t selective; /* calibration: what selective keeps per block on rank 0 */
+    int print;         /* print rank 0's policy at the end */
 } run;
 
 #define TRY(call)                                                                                  \
@@ -53,8 +64,8 @@ static double now_ms(void) {
 /* The bytes a selective region keeps of the kind of region 0: its minimum and its matmul and
  * attention candidates (recompute.c's fixed list). */
 static dt_status selective_bytes(const dt_ac_policy *p, int64_t *out) {
-    static const char *const fixed[] = {"mm",     "bmm", "matmul", "addmm",
-                                        "linear", "scaled_dot_product_attention"};
+    static const char *const fixed[] = {"mm",    "bmm",    "matmul",
+                                        "addmm", "linear", "scaled_dot_product_attention"};
     dt_ac_policy_block b;
     TRY(dt_ac_policy_block_get(p, 0, &b));
     int64_t s = b.min_bytes;
@@ -105,6 +116,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     }
     if (rank0 && m.ac && !r->m) TRY(selective_bytes(m.ac, &r->selective));
     if (rank0 && m.ac && r->m) TRY(dt_ac_policy_block_get(m.ac, 0, &r->m->b));
+    if (rank0 && m.ac && r->print) TRY(dt_ac_policy_print(m.ac, stdout));
     TRY(dt_optim_destroy(opt));
     tl_model_free(&m);
     return dt_mesh_release(mesh);
@@ -136,7 +148,9 @@ int main(int argc, char **argv) {
     if (go(&cal)) return 1;
     for (int k = 0; k < rounds; k++)
         for (int i = 0; i < NMODE; i++) {
-            run r = {.l = base, .m = &modes[i]};
+            run r = {.l = base,
+                     .m = &modes[i],
+                     .print = !table && k == rounds - 1 && modes[i].ac == DT_AC_MEASURED};
             r.l.ac = modes[i].ac;
             if (modes[i].budget_div) r.l.ac_budget = cal.selective / modes[i].budget_div;
             if (go(&r)) return 1;

@@ -48,12 +48,14 @@ static bool before(const double *us, const int64_t *bytes, int a, int b) {
 
 void dt_ac_choose(int n, const double *us, const int64_t *bytes, int64_t room, bool *keep) {
     int *order = malloc(sizeof *order * (size_t)(n ? n : 1)), m = 0;
-    for (int i = 0; i < n; i++) keep[i] = false;
+    for (int i = 0; i < n; i++)
+        keep[i] = false;
     if (!order) return; /* keeps nothing: full checkpointing, within any budget */
     for (int i = 0; i < n; i++) {
         if (!(us[i] > 0) || bytes[i] < 0) continue;
         int k = m++; /* insertion sort: a block has tens of candidates */
-        while (k > 0 && before(us, bytes, i, order[k - 1])) order[k] = order[k - 1], k--;
+        while (k > 0 && before(us, bytes, i, order[k - 1]))
+            order[k] = order[k - 1], k--;
         order[k] = i;
     }
     for (int k = 0; k < m; k++)
@@ -92,11 +94,14 @@ static void entry_free(dt_ac_entry *e) {
     free(e);
 }
 
-void dt_ac_policy_retain(dt_ac_policy *p) { p->refs++; }
+void dt_ac_policy_retain(dt_ac_policy *p) {
+    p->refs++;
+}
 
 void dt_ac_policy_unref(dt_ac_policy *p) {
     if (--p->refs) return;
-    for (int i = 0; i < p->n; i++) entry_free(p->e[i]);
+    for (int i = 0; i < p->n; i++)
+        entry_free(p->e[i]);
     free(p->e);
     free(p);
 }
@@ -125,7 +130,8 @@ static int64_t bytes_of(const dt_tensor *t) {
  * same on every rank of an SPMD program, unlike local shapes). */
 static int64_t *signature(dt_tensor *const *t, int n, int *nsig) {
     int len = 0;
-    for (int i = 0; i < n; i++) len += 3 + t[i]->ndim;
+    for (int i = 0; i < n; i++)
+        len += 3 + t[i]->ndim;
     int64_t *s = malloc(sizeof *s * (size_t)(len ? len : 1));
     if (!s) return NULL;
     int k = 0;
@@ -133,7 +139,8 @@ static int64_t *signature(dt_tensor *const *t, int n, int *nsig) {
         s[k++] = dt_node_custom(t[i]) ? -2 : dt_node_op(t[i]);
         s[k++] = t[i]->dtype;
         s[k++] = t[i]->ndim;
-        for (int d = 0; d < t[i]->ndim; d++) s[k++] = t[i]->shape[d];
+        for (int d = 0; d < t[i]->ndim; d++)
+            s[k++] = t[i]->shape[d];
     }
     *nsig = len;
     return s;
@@ -152,7 +159,10 @@ static dt_status entry_of(dt_ac_policy *p, dt_ctx *ctx, dt_tensor *const *t, int
         }
     dt_ac_entry *e = calloc(1, sizeof *e);
     if (e) {
-        *e = (dt_ac_entry){.n = n, .sig = sig, .nsig = nsig, .state = MEASURING,
+        *e = (dt_ac_entry){.n = n,
+                           .sig = sig,
+                           .nsig = nsig,
+                           .state = MEASURING,
                            .born = dt_autograd_of(ctx)->backwards};
         e->cand = calloc((size_t)n, sizeof *e->cand);
         e->keep = calloc((size_t)n, sizeof *e->keep);
@@ -170,7 +180,8 @@ static dt_status entry_of(dt_ac_policy *p, dt_ctx *ctx, dt_tensor *const *t, int
         entry_free(e);
         return dt_error(DT_ERR_NOMEM, "dt_ac_end: out of memory for the policy's entry");
     }
-    for (int i = 0; i < n; i++) e->cand[i] = cand[i], e->us[i] = -1;
+    for (int i = 0; i < n; i++)
+        e->cand[i] = cand[i], e->us[i] = -1;
     p->e[p->n++] = e;
     *out = e;
     return DT_OK;
@@ -226,7 +237,8 @@ dt_status dt_ac_policy_plan(dt_ac_policy *p, dt_ctx *ctx, dt_tensor *const *t, i
                             const bool *cand, int64_t min_bytes, bool *keep,
                             dt_ac_entry **measure) {
     *measure = NULL;
-    for (int i = 0; i < n; i++) keep[i] = false;
+    for (int i = 0; i < n; i++)
+        keep[i] = false;
     if (!n) return DT_OK;
     dt_ac_entry *e = NULL;
     DT_CHECK(entry_of(p, ctx, t, n, cand, &e));
@@ -236,7 +248,8 @@ dt_status dt_ac_policy_plan(dt_ac_policy *p, dt_ctx *ctx, dt_tensor *const *t, i
     if (e->state == FAILED) return dt_error(DT_ERR_ARG, "%s", e->why);
     if (e->state == DECIDED) {
         /* a tensor that was no candidate when measured is dropped: within the budget */
-        for (int i = 0; i < n; i++) keep[i] = cand[i] && e->cand[i] && e->keep[i];
+        for (int i = 0; i < n; i++)
+            keep[i] = cand[i] && e->cand[i] && e->keep[i];
         return DT_OK;
     }
     for (int i = 0; i < n; i++)
@@ -263,15 +276,19 @@ dt_status dt_ac_policy_block_get(const dt_ac_policy *policy, int i, dt_ac_policy
            "dt_ac_policy_block_get: argument i = %d is not a kind of region seen (%d)", i,
            policy->n);
     const dt_ac_entry *e = policy->e[i];
-    dt_ac_policy_block b = {.ntensors = e->n, .decided = e->state == DECIDED,
-                            .min_bytes = e->min_bytes, .kept_bytes = e->min_bytes};
+    dt_ac_policy_block b = {.ntensors = e->n,
+                            .decided = e->state == DECIDED,
+                            .min_bytes = e->min_bytes,
+                            .kept_bytes = e->min_bytes};
     for (int k = 0; k < e->n; k++) {
         if (!e->cand[k]) continue;
         b.ncandidates++;
         b.candidate_bytes += e->bytes[k];
         double us = e->us[k] > 0 ? e->us[k] : 0;
-        if (b.decided && e->keep[k]) b.nkept++, b.kept_bytes += e->bytes[k], b.saved_us += us;
-        else b.recompute_us += us;
+        if (b.decided && e->keep[k])
+            b.nkept++, b.kept_bytes += e->bytes[k], b.saved_us += us;
+        else
+            b.recompute_us += us;
     }
     *out = b;
     return DT_OK;
@@ -289,13 +306,15 @@ dt_status dt_ac_policy_tensor_get(const dt_ac_policy *policy, int i, int k,
            "dt_ac_policy_tensor_get: argument i = %d is not a kind of region seen (%d)", i,
            policy->n);
     const dt_ac_entry *e = policy->e[i];
-    DT_ARG(k >= 0 && k < e->n, "dt_ac_policy_tensor_get: argument k = %d is not below %d", k,
-           e->n);
+    DT_ARG(k >= 0 && k < e->n, "dt_ac_policy_tensor_get: argument k = %d is not below %d", k, e->n);
     int s = 0;
-    for (int j = 0; j < k; j++) s += 3 + (int)e->sig[s + 2];
-    *out = (dt_ac_policy_tensor){.op = op_label(e->sig[s]), .candidate = e->cand[k],
+    for (int j = 0; j < k; j++)
+        s += 3 + (int)e->sig[s + 2];
+    *out = (dt_ac_policy_tensor){.op = op_label(e->sig[s]),
+                                 .candidate = e->cand[k],
                                  .kept = e->state == DECIDED && e->cand[k] && e->keep[k],
-                                 .bytes = e->cand[k] ? e->bytes[k] : 0, .us = e->us[k]};
+                                 .bytes = e->cand[k] ? e->bytes[k] : 0,
+                                 .us = e->us[k]};
     return DT_OK;
 }
 
@@ -306,10 +325,11 @@ dt_status dt_ac_policy_print(const dt_ac_policy *policy, FILE *f) {
         const dt_ac_entry *e = policy->e[i];
         dt_ac_policy_block b;
         DT_CHECK(dt_ac_policy_block_get(policy, i, &b));
-        fprintf(f, "region kind %d: %d tensors, %d candidates (%lld bytes), minimum %lld bytes, "
-                   "budget %lld: %s",
-                i, b.ntensors, b.ncandidates, (long long)b.candidate_bytes,
-                (long long)b.min_bytes, (long long)policy->opt.budget_bytes,
+        fprintf(f,
+                "region kind %d: %d tensors, %d candidates (%lld bytes), minimum %lld bytes, "
+                "budget %lld: %s",
+                i, b.ntensors, b.ncandidates, (long long)b.candidate_bytes, (long long)b.min_bytes,
+                (long long)policy->opt.budget_bytes,
                 e->state == DECIDED  ? "decided"
                 : e->state == FAILED ? "budget below the minimum"
                                      : "measuring");
@@ -323,7 +343,9 @@ dt_status dt_ac_policy_print(const dt_ac_policy *policy, FILE *f) {
             if (t.candidate)
                 fprintf(f, "  #%-3d %-14s %10lld bytes %10.1f us  %s\n", k, t.op,
                         (long long)t.bytes, t.us,
-                        !b.decided ? "-" : t.kept ? "kept" : "recomputed");
+                        !b.decided ? "-"
+                        : t.kept   ? "kept"
+                                   : "recomputed");
         }
     }
     return DT_OK;

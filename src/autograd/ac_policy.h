@@ -26,8 +26,7 @@ dt_status dt_ac_policy_bind(dt_ac_policy *p, dt_ctx *ctx);
  * (the entry the dropped candidates' recomputation times go to; NULL once decided). Decides
  * when due: collective over t[0]'s mesh. On a failure keep is all false (full). */
 dt_status dt_ac_policy_plan(dt_ac_policy *p, dt_ctx *ctx, dt_tensor *const *t, int n,
-                            const bool *cand, int64_t min_bytes, bool *keep,
-                            dt_ac_entry **measure);
+                            const bool *cand, int64_t min_bytes, bool *keep, dt_ac_entry **measure);
 /* Tensor i of e's region was recomputed in us microseconds (ignored once decided). */
 void dt_ac_policy_timed(dt_ac_entry *e, int i, double us);
 

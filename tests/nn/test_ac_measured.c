@@ -16,15 +16,21 @@
 
 enum { STEPS = 4, MAXC = 64, MAXG = 1 << 16 };
 
-static const tl_config cfg = {.vocab = 64, .seq = 32, .batch = 12, .dim = 32, .layers = 2,
-                              .heads = 8, .kv_heads = 4, .hidden = 40};
+static const tl_config cfg = {.vocab = 64,
+                              .seq = 32,
+                              .batch = 12,
+                              .dim = 32,
+                              .layers = 2,
+                              .heads = 8,
+                              .kv_heads = 4,
+                              .hidden = 40};
 
 /* The independent choice: repeatedly the best remaining ratio us / bytes (zero bytes: best;
  * equal ratios: the lower index), kept when it fits. O(n^2), by division. */
-static void naive_choice(int n, const double *us, const int64_t *bytes, int64_t room,
-                         bool *keep) {
+static void naive_choice(int n, const double *us, const int64_t *bytes, int64_t room, bool *keep) {
     bool seen[MAXC] = {0};
-    for (int i = 0; i < n; i++) keep[i] = false;
+    for (int i = 0; i < n; i++)
+        keep[i] = false;
     for (;;) {
         int best = -1;
         double br = 0;
@@ -66,9 +72,10 @@ Test(ac_measured, choice_is_the_knapsack_by_ratio) {
         naive_choice(n, u, b, room, want);
         int64_t used = 0;
         for (int i = 0; i < n; i++) {
-            cr_assert_eq(got[i], want[i], "seed %u rep %d: candidate %d of %d (us %g, %lld "
-                         "bytes, room %lld): kept %d, want %d", seed, rep, i, n, u[i],
-                         (long long)b[i], (long long)room, got[i], want[i]);
+            cr_assert_eq(got[i], want[i],
+                         "seed %u rep %d: candidate %d of %d (us %g, %lld "
+                         "bytes, room %lld): kept %d, want %d",
+                         seed, rep, i, n, u[i], (long long)b[i], (long long)room, got[i], want[i]);
             used += got[i] ? b[i] : 0;
         }
         cr_assert(used <= room);
@@ -139,7 +146,8 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         r->nkinds = dt_ac_policy_nblocks(m.ac);
         R_OK(dt_ac_policy_block_get(m.ac, 0, &r->b));
         R_CHECK(r->b.ntensors <= MAXC, "%d tensors", r->b.ntensors);
-        for (int k = 0; k < r->b.ntensors; k++) R_OK(dt_ac_policy_tensor_get(m.ac, 0, k, &r->t[k]));
+        for (int k = 0; k < r->b.ntensors; k++)
+            R_OK(dt_ac_policy_tensor_get(m.ac, 0, k, &r->t[k]));
         if (getenv("DT_PRINT_AC")) R_OK(dt_ac_policy_print(m.ac, stderr));
     }
     R_OK(dt_optim_destroy(opt));
@@ -149,7 +157,8 @@ static dt_status body(dt_ctx *ctx, void *arg) {
 
 static int64_t max_peak(const run *r, int from) {
     int64_t p = 0;
-    for (int s = from; s < STEPS; s++) p = r->peak[s] > p ? r->peak[s] : p;
+    for (int s = from; s < STEPS; s++)
+        p = r->peak[s] > p ? r->peak[s] : p;
     return p;
 }
 
@@ -174,8 +183,10 @@ static void compare(const config *c, int measure) {
     train(c, DT_AC_FULL, 0, 0, &full);
     train(c, DT_AC_MEASURED, budget, measure, &meas);
     /* bitwise: every step's loss, every gradient of the last step */
-    cr_assert(!memcmp(meas.loss, none.loss, sizeof none.loss), "%s: losses differ (last %.9g, "
-              "none %.9g)", c->name, meas.loss[STEPS - 1], none.loss[STEPS - 1]);
+    cr_assert(!memcmp(meas.loss, none.loss, sizeof none.loss),
+              "%s: losses differ (last %.9g, "
+              "none %.9g)",
+              c->name, meas.loss[STEPS - 1], none.loss[STEPS - 1]);
     cr_assert(meas.ngrad == none.ngrad && none.ngrad > 0);
     cr_assert(!memcmp(meas.grad, none.grad, none.ngrad * sizeof(float)), "%s: gradients differ",
               c->name);
@@ -200,9 +211,10 @@ static void compare(const config *c, int measure) {
     }
     naive_choice(b->ntensors, us, bytes, budget - b->min_bytes, want);
     for (int k = 0; k < b->ntensors; k++) {
-        cr_assert_eq(meas.t[k].kept, want[k], "%s: tensor %d (%s, %lld bytes, %.1f us) kept %d, "
-                     "want %d", c->name, k, meas.t[k].op, (long long)bytes[k], us[k],
-                     meas.t[k].kept, want[k]);
+        cr_assert_eq(meas.t[k].kept, want[k],
+                     "%s: tensor %d (%s, %lld bytes, %.1f us) kept %d, "
+                     "want %d",
+                     c->name, k, meas.t[k].op, (long long)bytes[k], us[k], meas.t[k].kept, want[k]);
         kept += want[k] ? bytes[k] : 0;
     }
     cr_assert_eq(kept, b->kept_bytes);
@@ -212,13 +224,14 @@ static void compare(const config *c, int measure) {
     int64_t bound = pf + cfg.layers * (budget - c->out_bytes);
     cr_log_info("%s: peak bytes full %lld, measured %lld (bound %lld), none %lld; kept %d of %d "
                 "candidates, %lld of %lld bytes, saving %.0f of %.0f us per block",
-                c->name, (long long)pf, (long long)pm, (long long)bound, (long long)pn,
-                b->nkept, b->ncandidates, (long long)b->kept_bytes,
+                c->name, (long long)pf, (long long)pm, (long long)bound, (long long)pn, b->nkept,
+                b->ncandidates, (long long)b->kept_bytes,
                 (long long)(b->min_bytes + b->candidate_bytes), b->saved_us,
                 b->saved_us + b->recompute_us);
-    cr_assert(pf <= pm && pm <= pn && pm <= bound, "%s: peak bytes full %lld, measured %lld, "
-              "none %lld, bound %lld", c->name, (long long)pf, (long long)pm, (long long)pn,
-              (long long)bound);
+    cr_assert(pf <= pm && pm <= pn && pm <= bound,
+              "%s: peak bytes full %lld, measured %lld, "
+              "none %lld, bound %lld",
+              c->name, (long long)pf, (long long)pm, (long long)pn, (long long)bound);
     run_free(&none), run_free(&full), run_free(&meas);
 }
 
@@ -231,8 +244,13 @@ Test(ac_measured, one_rank_is_bitwise_none) {
 
 Test(ac_measured, fsdp_x_tp_is_bitwise_none) {
     /* x sharded over the batch on dp and the sequence on tp: a quarter of it per rank */
-    config c = {"dp=2 x tp=2 FSDP units + TP", "2x2",
-                {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .fsdp_units = 1, .sequence_parallel = 1,
+    config c = {"dp=2 x tp=2 FSDP units + TP",
+                "2x2",
+                {.dp_dim = 0,
+                 .tp_dim = 1,
+                 .fsdp = 1,
+                 .fsdp_units = 1,
+                 .sequence_parallel = 1,
                  .loss_parallel = 1},
                 out1 / 4};
     compare(&c, 2);
@@ -279,7 +297,9 @@ static dt_status budget_body(dt_ctx *ctx, void *arg) {
     return dt_mesh_release(mesh);
 }
 
-Test(ac_measured, bad_budgets) { t_run(4, budget_body, NULL); }
+Test(ac_measured, bad_budgets) {
+    t_run(4, budget_body, NULL);
+}
 
 /* A policy serves one rank: the first whose region uses it. */
 static dt_status owner_body(dt_ctx *ctx, void *arg) {
