@@ -341,7 +341,7 @@ dt_status dt_ac_policy_print(const dt_ac_policy *policy, FILE *f) {
             dt_ac_policy_tensor t;
             DT_CHECK(dt_ac_policy_tensor_get(policy, i, k, &t));
             if (t.candidate)
-                fprintf(f, "  #%-3d %-14s %10lld bytes %10.1f us  %s\n", k, t.op,
+                fprintf(f, "  #%-3d %-28s %10lld bytes %10.1f us  %s\n", k, t.op,
                         (long long)t.bytes, t.us,
                         !b.decided ? "-"
                         : t.kept   ? "kept"
