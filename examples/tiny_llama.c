@@ -203,6 +203,12 @@ dt_status tl_model_init_part(tl_model *m, dt_mesh *mesh, const tl_config *cfg,
     }
     if (st == DT_OK) st = make_params(m, part, &gen);
     if (st == DT_OK) st = rope_tables(m);
+    if (st == DT_OK && layout->ac == DT_AC_MEASURED) {
+        dt_ac_policy_options o = dt_ac_policy_options_default();
+        o.budget_bytes = layout->ac_budget;
+        if (layout->ac_measure_steps) o.measure_steps = layout->ac_measure_steps;
+        st = dt_ac_policy_create(&o, &m->ac);
+    }
     if (st != DT_OK) tl_model_free(m);
     return st;
 }
@@ -211,7 +217,8 @@ void tl_model_free(tl_model *m) {
     dt_params_destroy(m->params);
     dt_tensor_release(m->cos), dt_tensor_release(m->sin);
     free(m->layers);
-    m->params = NULL, m->cos = m->sin = NULL, m->layers = NULL;
+    dt_ac_policy_destroy(m->ac);
+    m->params = NULL, m->cos = m->sin = NULL, m->layers = NULL, m->ac = NULL;
 }
 
 /* The batch's data-parallel shards: the product of the dims that shard it (dp, dp_replicate,
@@ -345,7 +352,9 @@ dt_tensor *tl_layers_forward(dt_scope *s, const tl_model *m, int first, int end,
         /* activation checkpointing: a region around each block keeps what the policy keeps */
         dt_ac_region *r = NULL;
         int ac = m->layout.ac != DT_AC_NONE && dt_grad_enabled(ctx) && dt_scope_ok(s);
-        if (ac) dt_scope_fail(s, dt_ac_begin(ctx, m->layout.ac, &r));
+        if (ac)
+            dt_scope_fail(s, m->ac ? dt_ac_begin_measured(ctx, m->ac, &r)
+                                   : dt_ac_begin(ctx, m->layout.ac, &r));
         x = block(s, m, &m->layers[i], x, aux);
         /* the block's outputs: x, and with MoE the running sum of the aux losses (read after
          * the region, so kept; the routing plan lives in the experts' node, which the region

@@ -29,6 +29,9 @@ typedef struct tl_layout {
     int sequence_parallel; /* norms and residuals sharded over the sequence on tp */
     int loss_parallel;     /* logits stay vocab-sharded into cross_entropy */
     dt_ac_mode ac;         /* activation checkpointing per block (dtensor/ac.h) */
+    int64_t ac_budget;     /* ac measured: the bytes each block may keep for backward on each
+                              rank (dt_ac_policy_options.budget_bytes) */
+    int ac_measure_steps;  /* ac measured: steps measured before choosing (0: the default, 1) */
     int fsdp_units;        /* with fsdp: FSDP units declared as torchtitan's (dt_fully_shard):
                               one per block and a root unit (tok_embeddings, norm, output);
                               one all_gather per unit, prefetch, reshard after forward but for
@@ -66,6 +69,7 @@ typedef struct tl_model {
     tl_block *layers;     /* cfg.layers */
     dt_tensor *cos, *sin; /* rope tables (seq, head_dim / 2), replicated (context parallel:
                              rows in the load-balanced order, sharded S(0) over cp) */
+    dt_ac_policy *ac;     /* layout.ac measured: the blocks' policy (owned) */
 } tl_model;
 
 /* The layout's mesh dims found by name on mesh (torchtitan's names): dp or dp_shard (the batch

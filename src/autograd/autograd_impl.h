@@ -43,6 +43,7 @@ typedef struct dt_autograd_state {
     struct dt_backward_hook *backward_end; /* run once when the running backward ends */
     struct dt_backward_hook *backward_begin; /* run once when the next backward begins */
     struct dt_ac_region *ac_region;        /* the open activation-checkpoint region, if any */
+    unsigned backwards;                    /* backward passes ended (the measured AC policy) */
 } dt_autograd_state;
 _Static_assert(sizeof(dt_autograd_state) <= DT_CTX_SLOT_BYTES, "autograd state outgrew its slot");
 static inline dt_autograd_state *dt_autograd_of(dt_ctx *ctx) {

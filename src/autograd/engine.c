@@ -130,6 +130,15 @@ int dt_node_inputs(const dt_tensor *t, dt_tensor ***in_out, const dt_op_args **a
     return node_of(t)->n;
 }
 
+int64_t dt_node_saved_bytes(const dt_tensor *t) {
+    int64_t b = 0;
+    for (int i = 0; node_of(t) && i < node_of(t)->nsaved; i++) {
+        const dt_tensor *x = node_of(t)->saved[i];
+        if (x && x->owned) b += (int64_t)(x->local_numel * dt_dtype_size(x->dtype));
+    }
+    return b;
+}
+
 bool dt_node_done(const dt_tensor *t) {
     return node_of(t) && node_of(t)->freed;
 }
@@ -471,6 +480,7 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     /* the units' ends and the leaves' sync: issued for the gradients, by no op */
     dt_comm_site_swap((dt_comm_site){.caller = "grad_sync", .module = "grad_sync", .backward = 1});
     st = hooks_run(&ag->backward_end, st);
+    ag->backwards++;
     /* Leaves reached: their inputs' gradients were added to leaf->grad. */
     if (st == DT_OK && !ag->grad_unsynced) st = dt_grad_sync(leaves.order, leaves.n);
     dt_comm_site_swap(site);

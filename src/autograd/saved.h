@@ -11,6 +11,7 @@
 #define DT_AUTOGRAD_SAVED_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "dtensor/autograd.h"
 #include "dtensor/ops.h"
@@ -58,5 +59,7 @@ int dt_node_op(const dt_tensor *t);
 int dt_node_inputs(const dt_tensor *t, dt_tensor ***in_out, const dt_op_args **args_out);
 bool dt_node_done(const dt_tensor *t);
 bool dt_node_custom(const dt_tensor *t);
+/* The bytes of the other outputs t's node keeps for its rule (never dropped). */
+int64_t dt_node_saved_bytes(const dt_tensor *t);
 
 #endif
