@@ -161,7 +161,7 @@ typedef struct step {
     double aux;                          /* chunks but the last: their scaled loss terms */
     int *nbackward;                      /* per chunk of this rank */
     int inflight;
-    bool sync; /* the caller's grad sync, used for the step's last backward */
+    bool sync; /* the caller's grad sync, used for each chunk's last backward of the step */
 } step;
 
 /* *t (one element) scaled as the micro-batch's loss (1/m under MEAN), its value added to *sum
