@@ -26,9 +26,10 @@
  * the lower stage sends first, so that blocking point-to-point messages cannot deadlock. The
  * interleaved schedule places its messages by simulating all ranks (forward 1, backward 2 time
  * units): a message goes when both ranks are between computations, so each rank's list is a
- * projection of one global order of events and blocking messages cannot deadlock (Megatron's
- * warm-up is 2 (p - s - 1) deeper to hide asynchronous transfers; with blocking ones that buys
- * nothing).
+ * projection of one global order of events and blocking messages cannot deadlock. A message
+ * may so arrive before its chunk runs: its tensor is held from then on. (Megatron's warm-up,
+ * (v - 1) p + 2 (p - s - 1), is deeper to hide asynchronous transfers; with blocking ones that
+ * buys nothing.)
  *
  * Gradients accumulate over micro-batches in the parameters' leaves: each micro-batch's loss
  * is scaled (1/m for DT_REDUCTION_MEAN, 1 for DT_REDUCTION_SUM) so that the sum equals the
