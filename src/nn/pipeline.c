@@ -16,8 +16,10 @@
 struct dt_pipeline {
     dt_mesh *mesh, *stage_mesh;
     dt_pipeline_config cfg;
-    int stage, nstages;
-    dt_comm *prev, *next; /* with the neighbour stages' rank (group rank 0 = the lower stage) */
+    int stage, nstages, nvirtual;
+    /* with the neighbour stages' rank (group rank 0 = the lower stage); with virtual stages
+     * stage 0 and stage p - 1 are neighbours too, and with p = 2 both are one communicator */
+    dt_comm *prev, *next;
     dt_pipeline_action *actions;
     int nactions;
     dt_pipeline_record *rec; /* nactions of them, for the last step */
@@ -50,6 +52,10 @@ dt_status dt_pipeline_create(dt_mesh *mesh, const dt_pipeline_config *config, dt
            dt_mesh_dim_size(mesh, 0));
     DT_ARG(c->nmicro >= 1, "dt_pipeline_create: argument config->nmicro = %d (want >= 1)",
            c->nmicro);
+    DT_ARG(c->nvirtual >= 0,
+           "dt_pipeline_create: argument config->nvirtual = %d (want >= 1, or 0 "
+           "for 1)",
+           c->nvirtual);
     DT_ARG((unsigned)c->schedule < DT_PIPELINE_SCHEDULE_COUNT,
            "dt_pipeline_create: argument config->schedule = %d is not a schedule",
            (int)c->schedule);
@@ -65,14 +71,15 @@ dt_status dt_pipeline_create(dt_mesh *mesh, const dt_pipeline_config *config, dt
     p->cfg = *c;
     p->stage = dt_mesh_coord(mesh, c->pp_dim);
     p->nstages = dt_mesh_dim_size(mesh, c->pp_dim);
+    p->nvirtual = c->nvirtual ? c->nvirtual : 1;
     const char *names[DT_MESH_MAX_NDIM];
     int n = 0;
     for (int d = 0; d < nd; d++)
         if (d != c->pp_dim) names[n++] = dt_mesh_dim_name(mesh, d);
     dt_status st;
     DT_CHECK_GOTO(dt_mesh_submesh(mesh, names, n, &p->stage_mesh), st, fail);
-    DT_CHECK_GOTO(dt_pipeline_schedule_build(c->schedule, p->nstages, c->nmicro, p->stage, NULL, 0,
-                                             &p->nactions),
+    DT_CHECK_GOTO(dt_pipeline_schedule_build(c->schedule, p->nstages, p->nvirtual, c->nmicro,
+                                             p->stage, NULL, 0, &p->nactions),
                   st, fail);
     p->actions = malloc(sizeof *p->actions * (size_t)p->nactions);
     p->rec = calloc((size_t)p->nactions, sizeof *p->rec);
@@ -80,11 +87,16 @@ dt_status dt_pipeline_create(dt_mesh *mesh, const dt_pipeline_config *config, dt
         st = dt_error(DT_ERR_NOMEM, "dt_pipeline_create: out of memory");
         goto fail;
     }
-    DT_CHECK_GOTO(dt_pipeline_schedule_build(c->schedule, p->nstages, c->nmicro, p->stage,
-                                             p->actions, p->nactions, &p->nactions),
+    DT_CHECK_GOTO(dt_pipeline_schedule_build(c->schedule, p->nstages, p->nvirtual, c->nmicro,
+                                             p->stage, p->actions, p->nactions, &p->nactions),
                   st, fail);
-    if (p->stage > 0) DT_CHECK_GOTO(pair_comm(p, p->stage - 1, &p->prev), st, fail);
-    if (p->stage < p->nstages - 1) DT_CHECK_GOTO(pair_comm(p, p->stage + 1, &p->next), st, fail);
+    int ring = p->nvirtual > 1, ps = p->nstages; /* chunks wrap from stage p - 1 to stage 0 */
+    if (p->stage > 0 || ring)
+        DT_CHECK_GOTO(pair_comm(p, (p->stage + ps - 1) % ps, &p->prev), st, fail);
+    if (ring && ps == 2)
+        p->next = p->prev;
+    else if (p->stage < ps - 1 || ring)
+        DT_CHECK_GOTO(pair_comm(p, (p->stage + 1) % ps, &p->next), st, fail);
     *out = p;
     return DT_OK;
 fail:
@@ -95,7 +107,7 @@ fail:
 dt_status dt_pipeline_destroy(dt_pipeline *p) {
     if (!p) return DT_OK;
     if (p->prev) dt_comm_destroy(p->prev);
-    if (p->next) dt_comm_destroy(p->next);
+    if (p->next && p->next != p->prev) dt_comm_destroy(p->next);
     dt_mesh_release(p->stage_mesh);
     dt_mesh_release(p->mesh);
     free(p->actions);
@@ -109,6 +121,9 @@ int dt_pipeline_stage(const dt_pipeline *p) {
 }
 int dt_pipeline_nstages(const dt_pipeline *p) {
     return p ? p->nstages : -1;
+}
+int dt_pipeline_nvirtual(const dt_pipeline *p) {
+    return p ? p->nvirtual : -1;
 }
 dt_mesh *dt_pipeline_stage_mesh(const dt_pipeline *p) {
     return p ? p->stage_mesh : NULL;
@@ -130,23 +145,24 @@ dt_status dt_pipeline_record_get(const dt_pipeline *p, int i, dt_pipeline_record
     return DT_OK;
 }
 
-/* What one step holds per micro-batch. */
+/* What one step holds per chunk of this rank and micro-batch. */
 typedef struct micro {
-    dt_tensor *in;   /* stages > 0: the received input leaf, until its gradient is sent */
-    dt_tensor *out;  /* the stage's output (last stage: the scaled loss), until backward */
-    dt_tensor *grad; /* the gradient of out from the next stage, until backward */
-    dt_tensor *aux;  /* stages but the last: the stage's scaled loss term, until backward */
+    dt_tensor *in;   /* chunks > 0: the received input leaf, until its gradient is sent */
+    dt_tensor *out;  /* the chunk's output (last chunk: the scaled loss), until backward */
+    dt_tensor *grad; /* the gradient of out from the next chunk, until backward */
+    dt_tensor *aux;  /* chunks but the last: the chunk's scaled loss term, until backward */
 } micro;
 
 typedef struct step {
     dt_pipeline *p;
     dt_ctx *ctx;
     dt_tensor *inputs, *targets;
-    micro *mb;
+    micro *mb;                           /* chunk c's micro-batch i at (c / p) m + i */
     double loss, t_begin, t_compute_end; /* the end of the last forward or backward */
-    double aux;                          /* stages but the last: their scaled loss terms */
-    int nbackward, inflight;
-    bool sync; /* the caller's grad sync, used for the step's last backward */
+    double aux;                          /* chunks but the last: their scaled loss terms */
+    int *nbackward;                      /* per chunk of this rank */
+    int inflight;
+    bool sync; /* the caller's grad sync, used for each chunk's last backward of the step */
 } step;
 
 /* *t (one element) scaled as the micro-batch's loss (1/m under MEAN), its value added to *sum
@@ -182,29 +198,40 @@ static dt_status check_aux(const dt_pipeline *p, int i, dt_tensor *aux) {
     return DT_OK;
 }
 
-static dt_status forward(step *s, int i) {
+/* Chunk c's state for micro-batch i. */
+static micro *at(step *s, int c, int i) {
+    return &s->mb[(size_t)(c / s->p->nstages) * (size_t)s->p->cfg.nmicro + (size_t)i];
+}
+
+static int nchunks(const dt_pipeline *p) {
+    return p->nstages * p->nvirtual;
+}
+
+static dt_status forward(step *s, int c, int i) {
     dt_pipeline *p = s->p;
-    int last = p->stage == p->nstages - 1;
+    int last = c == nchunks(p) - 1;
+    micro *m = at(s, c, i);
     dt_pipeline_stage_call call = {.stage = p->stage,
                                    .nstages = p->nstages,
+                                   .chunk = c,
+                                   .nchunks = nchunks(p),
                                    .micro = i,
                                    .nmicro = p->cfg.nmicro,
                                    .mesh = p->stage_mesh};
     dt_tensor *in = NULL, *target = NULL, *y = NULL;
     dt_status st = DT_OK;
-    if (p->stage == 0)
-        DT_CHECK_GOTO(dt_pipe_micro(s->inputs, i, p->cfg.nmicro, "inputs", &in), st, done);
+    if (c == 0) DT_CHECK_GOTO(dt_pipe_micro(s->inputs, i, p->cfg.nmicro, "inputs", &in), st, done);
     if (last && s->targets)
         DT_CHECK_GOTO(dt_pipe_micro(s->targets, i, p->cfg.nmicro, "targets", &target), st, done);
-    call.input = p->stage == 0 ? in : s->mb[i].in;
+    call.input = c == 0 ? in : m->in;
     call.target = target;
     dt_tensor *aux = NULL;
     if (p->cfg.stage_aux) call.aux = &aux;
     DT_CHECK_GOTO(p->cfg.stage_fn(p->cfg.user, &call, &y), st, done);
     if (!y) {
         st = dt_error(DT_ERR_ARG,
-                      "dt_pipeline_step: stage_fn of stage %d gave no output for micro-batch %d",
-                      p->stage, i);
+                      "dt_pipeline_step: stage_fn of chunk %d gave no output for micro-batch %d", c,
+                      i);
         goto done;
     }
     if (aux) DT_CHECK_GOTO(check_aux(p, i, aux), st, done);
@@ -215,21 +242,21 @@ static dt_status forward(step *s, int i) {
         y = sum, aux = NULL;
     } else if (aux) {
         DT_CHECK_GOTO(scale_loss(p, &aux, &s->aux), st, done);
-        s->mb[i].aux = aux, aux = NULL;
+        m->aux = aux, aux = NULL;
     }
     if (last) {
         dt_tensor_info info;
         DT_CHECK_GOTO(dt_tensor_info_get(y, &info), st, done);
         if (info.numel != 1) {
             st = dt_error(DT_ERR_SHAPE,
-                          "dt_pipeline_step: the last stage's stage_fn gave %zu "
+                          "dt_pipeline_step: the last chunk's stage_fn gave %zu "
                           "elements for micro-batch %d's loss, not 1",
                           info.numel, i);
             goto done;
         }
         DT_CHECK_GOTO(scale_loss(p, &y, &s->loss), st, done);
     }
-    s->mb[i].out = y;
+    m->out = y;
     y = NULL;
     s->inflight++;
 done:
@@ -264,14 +291,16 @@ static dt_status backward_joined(micro *m) {
     return st;
 }
 
-static dt_status backward(step *s, int i) {
+static dt_status backward(step *s, int c, int i) {
     dt_pipeline *p = s->p;
-    micro *m = &s->mb[i];
-    /* Gradients of every micro-batch but the step's last stay as backward leaves them
-     * (accumulated, Partial where the leaf is replicated); the last reduces them once. */
-    dt_autograd_of(s->ctx)->grad_unsynced = ++s->nbackward < p->cfg.nmicro ? true : !s->sync;
+    micro *m = at(s, c, i);
+    /* Gradients of every backward but a chunk's last of the step stay as backward leaves them
+     * (accumulated, Partial where the leaf is replicated); the last reduces the leaves it
+     * reached, the chunk's, once (a parameter belongs to one chunk). */
+    dt_autograd_of(s->ctx)->grad_unsynced =
+        ++s->nbackward[c / p->nstages] < p->cfg.nmicro ? true : !s->sync;
     dt_status st = DT_OK;
-    if (p->stage == p->nstages - 1) {
+    if (c == nchunks(p) - 1) {
         if (dt_tensor_requires_grad(m->out)) st = dt_backward(m->out);
     } else if (m->grad && m->aux && dt_tensor_requires_grad(m->aux)) {
         st = backward_joined(m);
@@ -287,27 +316,33 @@ static dt_status backward(step *s, int i) {
     return st;
 }
 
+/* The group rank of stage peer in this rank's pair communicator with it. */
+static int peer_rank(const dt_pipeline *p, int peer) {
+    return peer < p->stage ? 0 : 1;
+}
+
 /* Runs send or receive a: the pipeline's own collectives, of the forward (activations) or
  * the backward (gradients), for dt_comm_set_observer. */
 static dt_status run_p2p(step *s, const dt_pipeline_action *a) {
     dt_pipeline *p = s->p;
-    micro *m = &s->mb[a->micro];
+    micro *m = at(s, a->chunk, a->micro);
+    int peer = peer_rank(p, a->peer);
     int bw = a->op == DT_PIPE_SEND_GRAD || a->op == DT_PIPE_RECV_GRAD;
     dt_comm_site site =
         dt_comm_site_swap((dt_comm_site){.caller = "pipeline", .module = "pipeline", .backward = bw});
     dt_status st;
     switch (a->op) {
     case DT_PIPE_SEND_ACT:
-        st = dt_pipe_send(p->next, 1, m->out);
+        st = dt_pipe_send(p->next, peer, m->out);
         break;
     case DT_PIPE_RECV_ACT:
-        st = dt_pipe_recv(p->prev, 0, p->stage_mesh, &m->in);
+        st = dt_pipe_recv(p->prev, peer, p->stage_mesh, &m->in);
         break;
     case DT_PIPE_RECV_GRAD:
-        st = dt_pipe_recv(p->next, 1, p->stage_mesh, &m->grad);
+        st = dt_pipe_recv(p->next, peer, p->stage_mesh, &m->grad);
         break;
     case DT_PIPE_SEND_GRAD:
-        st = dt_pipe_send(p->prev, 0, dt_tensor_grad(m->in));
+        st = dt_pipe_send(p->prev, peer, dt_tensor_grad(m->in));
         dt_tensor_release(m->in);
         m->in = NULL;
         break;
@@ -318,17 +353,18 @@ static dt_status run_p2p(step *s, const dt_pipeline_action *a) {
     return st;
 }
 
-/* Runs a, which started at t0; a forward's or backward's end is s->t_compute_end. */
+/* Runs a, which started at t0; a forward's or backward's end is s->t_compute_end. The trace
+ * names the chunk as the stage (the timeline page's rows: one per virtual stage). */
 static dt_status run_action(step *s, const dt_pipeline_action *a, double t0) {
-    dt_pipeline *p = s->p;
     if (a->op != DT_PIPE_FORWARD && a->op != DT_PIPE_BACKWARD) return run_p2p(s, a);
     const char *what = a->op == DT_PIPE_FORWARD ? "forward" : "backward";
     if (s->ctx->trace && t0 > s->t_compute_end)
         dt_trace_record(s->ctx, DT_LANE_PIPELINE, "idle", s->t_compute_end,
-                        "stage %d idle before micro %d %s", p->stage, a->micro, what);
-    dt_status st = a->op == DT_PIPE_FORWARD ? forward(s, a->micro) : backward(s, a->micro);
+                        "stage %d idle before micro %d %s", a->chunk, a->micro, what);
+    dt_status st = a->op == DT_PIPE_FORWARD ? forward(s, a->chunk, a->micro)
+                                            : backward(s, a->chunk, a->micro);
     if (s->ctx->trace)
-        dt_trace_record(s->ctx, DT_LANE_PIPELINE, what, t0, "stage %d micro %d %s", p->stage,
+        dt_trace_record(s->ctx, DT_LANE_PIPELINE, what, t0, "stage %d micro %d %s", a->chunk,
                         a->micro, what);
     s->t_compute_end = dt_now_us();
     s->p->stats.busy_us += s->t_compute_end - t0;
@@ -361,8 +397,13 @@ dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets
     }
     if (last && targets) DT_CHECK(check_batch(p, targets, "targets"));
     step s = {.p = p, .ctx = dt_mesh_ctx(p->mesh), .inputs = inputs, .targets = targets};
-    s.mb = calloc((size_t)p->cfg.nmicro, sizeof *s.mb);
-    if (!s.mb) return dt_error(DT_ERR_NOMEM, "dt_pipeline_step: out of memory");
+    size_t nmb = (size_t)p->nvirtual * (size_t)p->cfg.nmicro;
+    s.mb = calloc(nmb, sizeof *s.mb);
+    s.nbackward = calloc((size_t)p->nvirtual, sizeof *s.nbackward);
+    if (!s.mb || !s.nbackward) {
+        free(s.mb), free(s.nbackward);
+        return dt_error(DT_ERR_NOMEM, "dt_pipeline_step: out of memory");
+    }
     s.sync = !dt_autograd_of(s.ctx)->grad_unsynced;
     memset(&p->stats, 0, sizeof p->stats);
     p->stats.start_bytes = live_bytes(s.ctx);
@@ -385,20 +426,21 @@ dt_status dt_pipeline_step(dt_pipeline *p, dt_tensor *inputs, dt_tensor *targets
         dt_trace_record(s.ctx, DT_LANE_PIPELINE, "idle", s.t_compute_end,
                         "stage %d idle after "
                         "its last backward",
-                        p->stage);
+                        p->actions[p->nactions - 1].chunk);
     p->stats.step_us = t_end - s.t_begin;
     p->stats.idle_us = p->stats.step_us - p->stats.busy_us;
-    for (int i = 0; i < p->cfg.nmicro; i++) {
+    for (size_t i = 0; i < nmb; i++) {
         dt_tensor_release(s.mb[i].in), dt_tensor_release(s.mb[i].out);
         dt_tensor_release(s.mb[i].grad), dt_tensor_release(s.mb[i].aux);
     }
-    free(s.mb);
+    free(s.mb), free(s.nbackward);
     dt_autograd_of(s.ctx)->grad_unsynced = !s.sync;
     if (st != DT_OK) return st;
-    /* The loss is known on the last stage: every pp group hands it to its other stages. */
+    /* The loss is known on the last stage (it holds the last chunk): every pp group hands it
+     * to its other stages. A stage's own loss terms are in s.aux (the last chunk's in s.loss). */
     dt_comm *pp;
     DT_CHECK(dt_mesh_dim_comm(p->mesh, p->cfg.pp_dim, &pp));
-    double loss = last ? s.loss : s.aux;
+    double loss = s.loss + s.aux;
     dt_comm_site site =
         dt_comm_site_swap((dt_comm_site){.caller = "pipeline", .module = "pipeline"});
     if (p->cfg.stage_aux)

@@ -1,4 +1,5 @@
-/* Internals of the pipeline executor (pipeline.c) and its wire (pipeline_wire.c). */
+/* Internals of the pipeline executor (pipeline.c), its wire (pipeline_wire.c) and the
+ * interleaved schedule (pipeline_interleaved.c). */
 #ifndef DT_NN_PIPELINE_IMPL_H
 #define DT_NN_PIPELINE_IMPL_H
 
@@ -16,5 +17,10 @@ dt_status dt_pipe_recv(dt_comm *comm, int peer, dt_mesh *mesh, dt_tensor **out);
  * tensor dim 0, with the batch's placements; what names it in errors is what. */
 dt_status dt_pipe_micro_check(dt_tensor *batch, int nmicro, const char *what);
 dt_status dt_pipe_micro(dt_tensor *batch, int i, int nmicro, const char *what, dt_tensor **out);
+
+/* dt_pipeline_schedule_build's interleaved lists (pipeline_interleaved.c), for p >= 2 ranks,
+ * v >= 2 chunks each, m micro-batches (a multiple of p), checked by the caller. */
+dt_status dt_pipe_interleaved(int p, int v, int m, int stage, dt_pipeline_action *actions, int cap,
+                              int *n_out);
 
 #endif

@@ -7,7 +7,8 @@
  * kind on rank 0 for forward + backward + optimizer step; the same every step). The whole
  * grid: dp=2 x pp=2 x tp=2 on 8 ranks (examples/tiny_llama_pp.c, both schedules, DDP and
  * FSDP + sequence parallel stages) trains with the same losses, with the pipeline's hand-offs
- * counted per step. */
+ * counted per step; interleaved 1F1B (2 virtual stages per rank) on pp=2 and dp=2 x pp=2 trains
+ * with the one-rank losses. */
 #include <math.h>
 #include <string.h>
 
@@ -196,7 +197,9 @@ Test(parallel_train, loss_parity_and_collectives) {
          * the root still gathered); backward gathers again only the units resharded after
          * forward, every block but the last (1: the root and the last block stay gathered);
          * one reduce_scatter per unit (3) */
-        {"dp=4 fsdp units", "4", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1, .fsdp_units = 1},
+        {"dp=4 fsdp units",
+         "4",
+         {.dp_dim = 0, .tp_dim = -1, .fsdp = 1, .fsdp_units = 1},
          {0, 4, 3, 0}},
         {"dp=2 fsdp units x tp=2",
          "2x2",
@@ -297,8 +300,7 @@ Test(parallel_train, moe_grid_loss_parity) {
 Test(parallel_train, activation_checkpointing_is_bitwise_none) {
     static const config base[] = {
         {"1 rank", "1", {.dp_dim = -1, .tp_dim = -1}, {0}},
-        {"dp=2 fsdp x tp=2", "2x2", {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .loss_parallel = 1},
-         {0}},
+        {"dp=2 fsdp x tp=2", "2x2", {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .loss_parallel = 1}, {0}},
         {"moe dp=2 x ep=2", "2x2", {.dp_dim = 0, .ep_dim = 2, .tp_dim = -1}, {0}, &moe},
     };
     for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) {
@@ -439,5 +441,76 @@ Test(parallel_train, grid_dp_pp_tp) {
                         (unsigned long long)r->calls[q][0][DT_COLL_BROADCAST]);
         cr_log_info("%s: loss %.6g -> %.6g as on one rank (%.6g -> %.6g)", r->name, r->loss[0],
                     r->loss[STEPS - 1], ref.loss[0], ref.loss[STEPS - 1]);
+    }
+}
+
+/* ---- interleaved 1F1B: 4 blocks in v p = 4 chunks, 2 per rank ------------------------------
+ * tl_pp with 2 virtual stages per rank (rank 0: the embedding and blocks 0 and 2, rank 1:
+ * blocks 1 and 3 and the head) trains with the one-rank losses, alone and with dp = 2. */
+static const tl_config cfg4 = {.vocab = 256,
+                               .seq = 32,
+                               .batch = 12,
+                               .dim = 32,
+                               .layers = 4,
+                               .heads = 8,
+                               .kv_heads = 4,
+                               .hidden = 40};
+
+typedef struct ipp_run {
+    const char *mesh;
+    int nmicro;
+    float loss[STEPS];
+} ipp_run;
+
+static dt_status ipp_body(dt_ctx *ctx, void *arg) {
+    ipp_run *r = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, r->mesh, &mesh));
+    int pp_dim;
+    R_OK(dt_mesh_dim_index(mesh, "pp", &pp_dim));
+    tl_layout l = {.dp_dim = -1, .tp_dim = -1}; /* dp found by name on the stage mesh */
+    tl_pp pp;
+    tl_config three = cfg4;
+    three.layers = 3;
+    R_ERR(tl_pp_init_virtual(&pp, mesh, pp_dim, r->nmicro, DT_PIPELINE_INTERLEAVED_1F1B, 2, &three,
+                             &l, 99),
+          DT_ERR_ARG, "cfg->layers = 3 does not split into nvirtual x stages = 2 x 2");
+    R_OK(tl_pp_init_virtual(&pp, mesh, pp_dim, r->nmicro, DT_PIPELINE_INTERLEAVED_1F1B, 2, &cfg4,
+                            &l, 99));
+    dt_adamw_options adamw = {
+        .lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    dt_optim *opt;
+    R_OK(tl_pp_adamw(&pp, &adamw, &opt));
+    for (int s = 0; s < STEPS; s++) {
+        dt_tensor *tok, *tgt;
+        double loss;
+        R_OK(tl_pp_batch(&pp, NULL, 0, s, &tok, &tgt));
+        R_OK(tl_pp_step(&pp, tok, tgt, &loss));
+        R_OK(dt_optim_step(opt));
+        R_OK(dt_optim_zero_grad(opt));
+        if (dt_ctx_rank(ctx) == 0) r->loss[s] = (float)loss;
+        dt_tensor_release(tok), dt_tensor_release(tgt);
+    }
+    R_OK(dt_optim_destroy(opt));
+    tl_pp_free(&pp);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(parallel_train, interleaved_1f1b_v2_equals_one_rank) {
+    static const config one = {"1 rank", "1", {.dp_dim = -1, .tp_dim = -1}, {0, 0, 0, 0}, &cfg4};
+    run ref = {.c = &one};
+    t_run(1, body, &ref);
+    ipp_run runs[] = {{"pp=2,dp=1", 2, {0}}, {"pp=2,dp=1", 4, {0}}, {"dp=2,pp=2", 2, {0}}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        ipp_run *r = &runs[i];
+        int n = r->mesh[0] == 'd' ? 4 : 2;
+        t_run(n, ipp_body, r);
+        for (int s = 0; s < STEPS; s++)
+            cr_expect(fabsf(r->loss[s] - ref.loss[s]) <= 1e-5f * fabsf(ref.loss[s]),
+                      "%s m=%d step %d: loss %.8g, one rank %.8g", r->mesh, r->nmicro, s,
+                      r->loss[s], ref.loss[s]);
+        cr_log_info("interleaved %s m=%d: loss %.6g -> %.6g as on one rank (%.6g -> %.6g)", r->mesh,
+                    r->nmicro, r->loss[0], r->loss[STEPS - 1], ref.loss[0], ref.loss[STEPS - 1]);
     }
 }

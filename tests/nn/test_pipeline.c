@@ -229,7 +229,7 @@ static void simulate(dt_pipeline_schedule sched, int p, int m, double tf, double
     int n[PMAX], pc[PMAX] = {0};
     double clock[PMAX] = {0}, busy[PMAX] = {0};
     for (int s = 0; s < p; s++) {
-        cr_assert_eq(dt_pipeline_schedule_build(sched, p, m, s, a[s], 6 * MMAX, &n[s]), DT_OK, "%s",
+        cr_assert_eq(dt_pipeline_schedule_build(sched, p, 1, m, s, a[s], 6 * MMAX, &n[s]), DT_OK, "%s",
                      dt_last_error());
         int fwd[MMAX] = {0}, bwd[MMAX] = {0};
         for (int k = 0; k < n[s]; k++) {
@@ -325,7 +325,7 @@ static dt_status memory_body(dt_ctx *ctx, void *arg) {
             if (held > most) most = held;
             end = held;
         }
-        int want = sched == DT_PIPELINE_1F1B ? (p - s < m ? p - s : m) : m;
+        int want = sched != DT_PIPELINE_AFAB ? (p - s < m ? p - s : m) : m;
         R_CHECK(share > 0, "stage %d: the first forward added %lld bytes", s, (long long)share);
         R_CHECK(most / share == want && st.peak_inflight == want,
                 "%s stage %d: %lld bytes at the most, %lld per micro-batch: %lld micro-batches "
@@ -388,7 +388,7 @@ static dt_status bubble_body(dt_ctx *ctx, void *arg) {
             int p = dt_pipeline_nstages(pl), s = dt_pipeline_stage(pl), n;
             const char *name = dt_pipeline_schedule_name(cfg.schedule);
             dt_pipeline_action want_a[6 * 8];
-            R_OK(dt_pipeline_schedule_build(cfg.schedule, p, m, s, want_a, 6 * 8, &n));
+            R_OK(dt_pipeline_schedule_build(cfg.schedule, p, 1, m, s, want_a, 6 * 8, &n));
             R_CHECK(st.nrecords == n, "%s m = %d stage %d: %d records, %d actions", name, m, s,
                     st.nrecords, n);
             double busy = 0, prev_end = 0;
@@ -553,14 +553,14 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_pipeline_create(NULL, &good, &pl), DT_ERR_ARG, "mesh");
     R_CHECK(pl == T_SENTINEL(dt_pipeline *), "out set on failure");
     int n = -5;
-    R_ERR(dt_pipeline_schedule_build((dt_pipeline_schedule)9, 2, 4, 0, NULL, 0, &n), DT_ERR_ARG,
+    R_ERR(dt_pipeline_schedule_build((dt_pipeline_schedule)9, 2, 1, 4, 0, NULL, 0, &n), DT_ERR_ARG,
           "schedule = 9");
-    R_ERR(dt_pipeline_schedule_build(DT_PIPELINE_AFAB, 2, 0, 0, NULL, 0, &n), DT_ERR_ARG,
+    R_ERR(dt_pipeline_schedule_build(DT_PIPELINE_AFAB, 2, 1, 0, 0, NULL, 0, &n), DT_ERR_ARG,
           "nmicro = 0");
-    R_ERR(dt_pipeline_schedule_build(DT_PIPELINE_AFAB, 2, 4, 2, NULL, 0, &n), DT_ERR_ARG,
+    R_ERR(dt_pipeline_schedule_build(DT_PIPELINE_AFAB, 2, 1, 4, 2, NULL, 0, &n), DT_ERR_ARG,
           "stage = 2");
     dt_pipeline_action few[3];
-    R_ERR(dt_pipeline_schedule_build(DT_PIPELINE_AFAB, 2, 4, 0, few, 3, &n), DT_ERR_ARG, "cap = 3");
+    R_ERR(dt_pipeline_schedule_build(DT_PIPELINE_AFAB, 2, 1, 4, 0, few, 3, &n), DT_ERR_ARG, "cap = 3");
     R_CHECK(n == -5, "n_out set on failure");
     /* A batch that does not split: stage 0 refuses it before it communicates. */
     R_OK(dt_pipeline_create(mesh, &good, &pl));
