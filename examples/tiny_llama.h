@@ -38,6 +38,9 @@ typedef struct tl_layout {
                               the mesh dim + 1) */
     int ep_dim;            /* MoE: the expert-parallel mesh dim + 1 (0 = none: then a one-rank
                               mesh dim must be named ep); the batch is sharded there too */
+    int float8;            /* the blocks' linears (attention and dense MLP) as torchao's
+                              Float8Linear (dt_module_set_float8); the output projection stays
+                              f32, as torchtitan's float8 filter leaves it */
 } tl_layout;
 
 /* A block's MoE feed-forward (tiny_llama_moe.c): the router (E, dim) and the experts' w1, w3

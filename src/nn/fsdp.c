@@ -18,6 +18,7 @@
 #include "dtensor/runtime.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
+#include "nn/fsdp_float8.h"
 #include "trace/trace_impl.h"
 
 typedef struct unit {
@@ -31,6 +32,7 @@ typedef struct unit {
     dt_placement (*gpl)[DT_MESH_MAX_NDIM]; /* those placements, dp taken as P(sum) */
     int ngrad;
     size_t *off, *len, slot, es;
+    float *scale8; /* float8_all_gather: each parameter's scale in the gather in flight */
     dt_request *gather; /* an all_gather in flight (prefetched) */
     void *gsend, *grecv;
     dt_request *rs; /* a reduce_scatter in flight */
@@ -81,19 +83,26 @@ static void gather_free(unit *u) {
     u->gsend = u->grecv = NULL;
 }
 
+/* Bytes of one element on the wire: e4m3's 1 under float8_all_gather. */
+static size_t wire_es(const unit *u) { return u->f->opt.float8_all_gather ? 1 : u->es; }
+
 /* Packs this rank's shards and issues the unit's all_gather on the communication thread. */
 static dt_status gather_start(unit *u) {
     const dt_mem_ops *mem = mem_of(u);
     dt_fsdp *f = u->f;
-    u->gsend = mem->alloc(u->slot * u->es);
-    u->grecv = mem->alloc(u->slot * u->es * (size_t)f->dp_size);
-    dt_status st = u->gsend && u->grecv ? mem->zero(u->gsend, u->slot * u->es) : DT_ERR_NOMEM;
-    for (int p = 0; p < u->n && st == DT_OK; p++)
+    size_t es = wire_es(u);
+    u->gsend = mem->alloc(u->slot * es);
+    u->grecv = mem->alloc(u->slot * es * (size_t)f->dp_size);
+    dt_status st = u->gsend && u->grecv ? mem->zero(u->gsend, u->slot * es) : DT_ERR_NOMEM;
+    if (st == DT_OK && f->opt.float8_all_gather)
+        st = dt_fsdp8_pack(u->n, u->param, u->off, u->scale8, u->gsend);
+    for (int p = 0; p < u->n && st == DT_OK && !f->opt.float8_all_gather; p++)
         if (bytes_of(u->param[p]))
             st = mem->copy((char *)u->gsend + u->off[p] * u->es, u->param[p]->data,
                            bytes_of(u->param[p]));
     if (st == DT_OK)
-        st = dt_all_gather_start(f->comm, u->gsend, u->grecv, u->slot, u->param[0]->dtype,
+        st = dt_all_gather_start(f->comm, u->gsend, u->grecv, u->slot,
+                                 f->opt.float8_all_gather ? DT_F8E4M3 : u->param[0]->dtype,
                                  &u->gather);
     if (st != DT_OK) {
         gather_free(u);
@@ -111,6 +120,9 @@ static dt_status gather_finish(unit *u, bool refill) {
     u->gather = NULL;
     dt_status st = dt_request_wait(req, NULL);
     const dt_mem_ops *mem = mem_of(u);
+    if (st == DT_OK && u->f->opt.float8_all_gather) /* the codes widened into f32 slots */
+        st = dt_fsdp8_widen(mem, u->n, u->off, u->len, u->slot, u->f->dp_size, u->scale8,
+                            &u->grecv);
     for (int p = 0; p < u->n && st == DT_OK; p++) {
         dt_tensor *full = u->full[p];
         if (refill && dt_tensor_storage_dropped(full)) {
@@ -446,7 +458,7 @@ static void unit_free(unit *u) {
     clear_grads(u);
     for (int p = 0; p < u->n; p++) dt_tensor_release(u->param[p]);
     free(u->param), free(u->full), free(u->grad), free(u->gpl), free(u->off), free(u->len);
-    free(u);
+    free(u->scale8), free(u);
 }
 
 dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *unit_out) {
@@ -468,6 +480,7 @@ dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *
         DT_ARG(w->dtype == params[0]->dtype && w->device.kind == params[0]->device.kind,
                "dt_fsdp_add_unit: params[%d] differs in dtype or device from params[0] (one "
                "flat buffer per unit)", p);
+        if (fsdp->opt.float8_all_gather) DT_CHECK(dt_fsdp8_check(p, w));
     }
     if (fsdp->n == fsdp->cap) {
         int cap = fsdp->cap ? 2 * fsdp->cap : 8;
@@ -487,10 +500,11 @@ dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *
         u->gpl = calloc((size_t)n, sizeof *u->gpl);
         u->off = calloc((size_t)n, sizeof *u->off);
         u->len = calloc((size_t)n, sizeof *u->len);
+        u->scale8 = calloc((size_t)n, sizeof *u->scale8);
     }
-    if (!u || !u->param || !u->full || !u->grad || !u->gpl || !u->off || !u->len) {
+    if (!u || !u->param || !u->full || !u->grad || !u->gpl || !u->off || !u->len || !u->scale8) {
         if (u) free(u->param), free(u->full), free(u->grad), free(u->gpl), free(u->off),
-            free(u->len);
+            free(u->len), free(u->scale8);
         free(u);
         return dt_error(DT_ERR_NOMEM, "dt_fsdp_add_unit: out of memory");
     }
