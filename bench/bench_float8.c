@@ -14,6 +14,12 @@
 
 #include "bench_util.h"
 
+#define DT_CHECK(call)                                                                             \
+    do {                                                                                           \
+        dt_status st_ = (call);                                                                    \
+        if (st_ != DT_OK) return st_;                                                              \
+    } while (0)
+
 /* ---- the GEMM ---------------------------------------------------------------------------- */
 
 static dt_status mm_body(dt_ctx *ctx, void *arg) {
@@ -70,7 +76,6 @@ static dt_status case_init(dt_mesh *mesh, int c, int64_t elems, gather_case *g) 
     dt_fsdp_options o = dt_fsdp_options_default();
     o.float8_all_gather = c == C_F8;
     DT_CHECK(dt_fsdp_create(mesh, &o, &g->f));
-    int64_t shape[1] = {elems};
     dt_placement r = dt_replicate();
     dt_tensor *p;
     DT_CHECK(dt_tensor_arange(mesh, c == C_BF16 ? DT_BF16 : DT_F32, 0, (double)elems, 1, 1, &r, &p));
