@@ -23,7 +23,10 @@ dt_status dt_fsdp8_pack(int n, dt_tensor *const *params, const size_t *off, floa
     for (int p = 0; p < n; p++) {
         const float *x = params[p]->data;
         float a = 0.0f;
-        for (size_t i = 0; i < params[p]->local_numel; i++) a = fmaxf(a, fabsf(x[i]));
+        for (size_t i = 0; i < params[p]->local_numel; i++) { /* NaN skipped, as fmaxf does */
+            float v = fabsf(x[i]);
+            a = v > a ? v : a; /* (vectorised, where fmaxf is not) */
+        }
         amax[p] = a;
     }
     dt_comm *comm;
@@ -44,12 +47,14 @@ dt_status dt_fsdp8_widen(const dt_mem_ops *mem, int n, const size_t *off, const 
     const uint8_t *src = *buf;
     float *dst = mem->alloc(slot * (size_t)nslots * sizeof(float));
     if (!dst) return dt_error(DT_ERR_NOMEM, "fsdp: out of memory to widen a float8 gather");
-    for (int r = 0; r < nslots; r++)
-        for (int p = 0; p < n; p++) {
+    for (int p = 0; p < n; p++) {
+        float tab[256]; /* every code's value / scale: the same rounding as per element */
+        for (int c = 0; c < 256; c++) tab[c] = dt_f8e4m3_to_f32((uint8_t)c) / scale[p];
+        for (int r = 0; r < nslots; r++) {
             size_t base = (size_t)r * slot + off[p];
-            for (size_t i = 0; i < len[p]; i++)
-                dst[base + i] = dt_f8e4m3_to_f32(src[base + i]) / scale[p];
+            for (size_t i = 0; i < len[p]; i++) dst[base + i] = tab[src[base + i]];
         }
+    }
     mem->free(*buf);
     *buf = dst;
     return DT_OK;
