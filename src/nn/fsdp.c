@@ -83,27 +83,24 @@ static void gather_free(unit *u) {
     u->gsend = u->grecv = NULL;
 }
 
-/* Bytes of one element on the wire: e4m3's 1 under float8_all_gather. */
-static size_t wire_es(const unit *u) { return u->f->opt.float8_all_gather ? 1 : u->es; }
-
-/* Packs this rank's shards and issues the unit's all_gather on the communication thread. */
+/* Packs this rank's shards (e4m3 bytes under float8_all_gather) and issues the unit's
+ * all_gather on the communication thread. */
 static dt_status gather_start(unit *u) {
     const dt_mem_ops *mem = mem_of(u);
     dt_fsdp *f = u->f;
-    size_t es = wire_es(u);
+    bool f8 = f->opt.float8_all_gather;
+    size_t es = f8 ? 1 : u->es; /* bytes of an element on the wire */
     u->gsend = mem->alloc(u->slot * es);
     u->grecv = mem->alloc(u->slot * es * (size_t)f->dp_size);
     dt_status st = u->gsend && u->grecv ? mem->zero(u->gsend, u->slot * es) : DT_ERR_NOMEM;
-    if (st == DT_OK && f->opt.float8_all_gather)
-        st = dt_fsdp8_pack(u->n, u->param, u->off, u->scale8, u->gsend);
-    for (int p = 0; p < u->n && st == DT_OK && !f->opt.float8_all_gather; p++)
+    if (st == DT_OK && f8) st = dt_fsdp8_pack(u->n, u->param, u->off, u->scale8, u->gsend);
+    for (int p = 0; p < u->n && st == DT_OK && !f8; p++)
         if (bytes_of(u->param[p]))
             st = mem->copy((char *)u->gsend + u->off[p] * u->es, u->param[p]->data,
                            bytes_of(u->param[p]));
     if (st == DT_OK)
         st = dt_all_gather_start(f->comm, u->gsend, u->grecv, u->slot,
-                                 f->opt.float8_all_gather ? DT_F8E4M3 : u->param[0]->dtype,
-                                 &u->gather);
+                                 f8 ? DT_F8E4M3 : u->param[0]->dtype, &u->gather);
     if (st != DT_OK) {
         gather_free(u);
         return st == DT_ERR_NOMEM ? dt_error(DT_ERR_NOMEM, "fsdp: out of memory for unit %d's "
