@@ -10,8 +10,9 @@
  * the reduced dims (none when they are replicated).
  *
  * None of these calls is recorded by autograd except dt_linear_float8 (straight-through: see
- * there). Each call is collective over its tensors' mesh (the ops it runs may communicate) and
- * blocks; outputs are new tensors owned by the caller. */
+ * there). The calls that take tensors are collective over their mesh (the ops they run may
+ * communicate) and block; their outputs are new tensors owned by the caller, set only on
+ * success. dt_float8_max and dt_module_set_float8 are local. */
 #ifndef DTENSOR_FLOAT8_H
 #define DTENSOR_FLOAT8_H
 
@@ -22,7 +23,8 @@
 extern "C" {
 #endif
 
-/* The largest finite value of a float8 dtype (448 for e4m3, 57344 for e5m2); 0 otherwise. */
+/* The largest finite value of a float8 dtype (448 for e4m3, 57344 for e5m2); 0 otherwise.
+ * Not collective. */
 DT_API double dt_float8_max(dt_dtype dtype);
 
 /* One scale for all of x (a float tensor): a 0-d f32 tensor, Replicate on every mesh dim. */
