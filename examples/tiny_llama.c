@@ -82,6 +82,12 @@ static dt_status declare(tl_model *m, const tl_part *part) {
             TRY(tl_moe_declare(p, c, sub, &b->moe));
         else
             TRY(dt_nn_mlp_create(p, sub, c->dim, c->hidden, in, hid, &b->feed_forward));
+        if (m->layout.float8) {
+            dt_module lin[] = {b->attention.wq, b->attention.wk, b->attention.wv,
+                               b->attention.wo, b->feed_forward.w1, b->feed_forward.w2,
+                               b->feed_forward.w3};
+            for (int k = 0; k < (c->experts > 0 ? 4 : 7); k++) TRY(dt_module_set_float8(lin[k], 1));
+        }
     }
     if (!part->head) return DT_OK;
     TRY(dt_params_begin_group(p, "output"));

@@ -44,6 +44,9 @@ typedef struct tl_layout {
     const dt_style_rule *plan; /* nplan > 0: this tensor-parallel plan instead of tl_plan's
                                   (borrowed; a pipeline stage keeps the rules naming its part) */
     int nplan;
+    int float8;            /* the blocks' linears (attention and dense MLP) as torchao's
+                              Float8Linear (dt_module_set_float8); the output projection stays
+                              f32, as torchtitan's float8 filter leaves it */
 } tl_layout;
 
 /* A block's MoE feed-forward (tiny_llama_moe.c): the router (E, dim) and the experts' w1, w3

@@ -10,6 +10,7 @@
 #include "dtensor/create.h"
 #include "dtensor/device.h"
 #include "dtensor/explain.h"
+#include "dtensor/float8.h"
 #include "dtensor/fsdp.h"
 #include "dtensor/mesh.h"
 #include "dtensor/moe.h"

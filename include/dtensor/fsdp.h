@@ -50,9 +50,16 @@ typedef struct dt_fsdp_options {
     int dp_dim;                /* mesh dim the parameters are sharded over */
     int reshard_after_forward; /* free gathered parameters after each unit's forward */
     int prefetch;              /* issue the next unit's all_gather early */
+    /* torchtitan's enable_fsdp_float8_all_gather: each unit's shards travel as e4m3 bytes (a
+     * quarter of f32's), each parameter under the tensorwise scale of its whole tensor
+     * (dtensor/float8.h; one small all_reduce MAX of the unit's shard amaxes over the mesh
+     * dims that shard them, before each gather), and are widened back to f32 after it. The
+     * gathered parameters, the forward and the gradients stay f32 (the gather's backward is
+     * the usual f32 reduce_scatter). f32 parameters in host memory only. */
+    int float8_all_gather;
 } dt_fsdp_options;
 
-/* dp_dim 0, reshard_after_forward 1, prefetch 1. */
+/* dp_dim 0, reshard_after_forward 1, prefetch 1, float8_all_gather 0. */
 DT_API dt_fsdp_options dt_fsdp_options_default(void);
 
 /* An FSDP state for parameters on mesh (retained). options NULL = the defaults. The caller owns

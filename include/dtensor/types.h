@@ -21,6 +21,11 @@ typedef enum dt_dtype {
     DT_F16,  /* IEEE half, stored as uint16_t; reductions and math in f32 */
     DT_I32,
     DT_I64,
+    /* OCP 8-bit floats, stored as uint8_t: storage and transport only (casts, scaled casts and
+     * the float8 matmul of dtensor/float8.h, gathers, copies); no arithmetic op or reduction
+     * takes them. Conversions round to nearest even and saturate finite overflow to +-max. */
+    DT_F8E4M3, /* 4 exponent bits, 3 mantissa bits, bias 7, max 448, no inf (torch float8_e4m3fn) */
+    DT_F8E5M2, /* 5 exponent bits, 2 mantissa bits, bias 15, max 57344, +-inf (float8_e5m2) */
     DT_DTYPE_COUNT
 } dt_dtype;
 
@@ -39,7 +44,7 @@ typedef enum dt_reduce_op {
 
 /* Bytes per element; 0 for an unknown dtype. */
 DT_API size_t dt_dtype_size(dt_dtype dtype);
-/* "f32", "f64", "bf16", "f16", "i32", "i64"; "?" for an unknown dtype. */
+/* "f32", "f64", "bf16", "f16", "i32", "i64", "f8e4m3", "f8e5m2"; "?" for an unknown dtype. */
 DT_API const char *dt_dtype_name(dt_dtype dtype);
 /* Parses a dtype name as printed by dt_dtype_name. */
 DT_API dt_status dt_dtype_parse(const char *name, dt_dtype *out);
@@ -60,7 +65,8 @@ typedef struct dt_cache_stats {
 } dt_cache_stats;
 
 /* Element conversions used by tests and examples to fill tensors of any dtype.
- * bf16/f16 round to nearest even; integers truncate toward zero. */
+ * bf16/f16/float8 round to nearest even (float8 through f32, saturating: core/float8.h);
+ * integers truncate toward zero. */
 DT_API dt_status dt_convert_from_f64(dt_dtype dtype, const double *src, void *dst, size_t count);
 DT_API dt_status dt_convert_to_f64(dt_dtype dtype, const void *src, double *dst, size_t count);
 

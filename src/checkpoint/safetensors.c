@@ -21,7 +21,8 @@ static const struct {
     dt_dtype dtype;
     const char *name;
 } st_dtypes[] = {{DT_F32, "F32"}, {DT_F64, "F64"}, {DT_BF16, "BF16"},
-                 {DT_F16, "F16"}, {DT_I32, "I32"}, {DT_I64, "I64"}};
+                 {DT_F16, "F16"}, {DT_I32, "I32"}, {DT_I64, "I64"},
+                 {DT_F8E4M3, "F8_E4M3"}, {DT_F8E5M2, "F8_E5M2"}};
 
 const char *ck_st_dtype_name(dt_dtype dtype) {
     for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)

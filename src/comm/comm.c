@@ -25,6 +25,12 @@
            (op) == DT_REDUCE_NORM ? "the placement-only (no collective takes it)" : "unknown",   \
            (int)(op))
 
+/* float8 dtypes travel (gathers, all-to-all, point-to-point) but are never reduced. */
+#define REDUCE_DTYPE_CHECK(dt)                                                                     \
+    DT_ARG((dt) != DT_F8E4M3 && (dt) != DT_F8E5M2,                                                 \
+           "%s: argument dtype is %s: float8 tensors are not reduced (reduce in f32, then cast)",  \
+           __func__, dt_dtype_name(dt))
+
 #define BUF_CHECK(buf, count)                                                                      \
     DT_ARG((count) == 0 || (buf) != NULL, "%s: argument %s is NULL with %zu elements", __func__,   \
            #buf, (size_t)(count))
@@ -159,6 +165,7 @@ dt_status dt_all_reduce(dt_comm *comm, const void *send, void *recv, size_t coun
     COMM_CHECK(comm);
     DTYPE_CHECK(dtype);
     OP_CHECK(op);
+    REDUCE_DTYPE_CHECK(dtype);
     BUF_CHECK(send, count);
     BUF_CHECK(recv, count);
     IN_ORDER(comm, dt_call_all_reduce, .send = send, .recv = recv, .count = count, .dtype = dtype,
@@ -213,6 +220,7 @@ dt_status dt_reduce_scatterv(dt_comm *comm, const void *send, void *recv, const 
     COMM_CHECK(comm);
     DTYPE_CHECK(dtype);
     OP_CHECK(op);
+    REDUCE_DTYPE_CHECK(dtype);
     DT_ARG_NOT_NULL(recvcounts);
     size_t total = 0;
     for (int i = 0; i < comm->size; i++) total += recvcounts[i];
@@ -426,6 +434,7 @@ dt_status dt_comm_reduce_scatter_boxes(dt_comm *c, int ndim, const void *src,
     COMM_CHECK(c);
     DTYPE_CHECK(dtype);
     OP_CHECK(op);
+    REDUCE_DTYPE_CHECK(dtype);
     const size_t es = dt_dtype_size(dtype), total = dt_shape_numel(shape, ndim);
     size_t *counts = malloc(sizeof(size_t) * (size_t)c->size);
     if (!counts) return dt_error(DT_ERR_NOMEM, "reduce_scatter_boxes: out of memory");

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/float8.h"
 #include "core/half.h"
 #include "dtensor/types.h"
 
@@ -11,6 +12,7 @@ static const struct {
 } dtypes[] = {
     [DT_F32] = {"f32", 4}, [DT_F64] = {"f64", 8}, [DT_BF16] = {"bf16", 2},
     [DT_F16] = {"f16", 2}, [DT_I32] = {"i32", 4}, [DT_I64] = {"i64", 8},
+    [DT_F8E4M3] = {"f8e4m3", 1}, [DT_F8E5M2] = {"f8e5m2", 1},
 };
 _Static_assert(sizeof dtypes / sizeof dtypes[0] == DT_DTYPE_COUNT, "dtype table incomplete");
 
@@ -39,7 +41,7 @@ dt_status dt_dtype_parse(const char *name, dt_dtype *out) {
         }
     }
     return dt_error(DT_ERR_PARSE, "dt_dtype_parse: unknown dtype \"%s\" (expected f32, f64, bf16, "
-                                  "f16, i32 or i64)", name);
+                                  "f16, i32, i64, f8e4m3 or f8e5m2)", name);
 }
 
 const char *dt_reduce_op_name(dt_reduce_op op) {
@@ -58,6 +60,8 @@ dt_status dt_convert_from_f64(dt_dtype dtype, const double *src, void *dst, size
         case DT_F16: ((uint16_t *)dst)[i] = dt_f32_to_f16((float)v); break;
         case DT_I32: ((int32_t *)dst)[i] = (int32_t)v; break;
         case DT_I64: ((int64_t *)dst)[i] = (int64_t)v; break;
+        case DT_F8E4M3: ((uint8_t *)dst)[i] = dt_f32_to_f8e4m3((float)v); break;
+        case DT_F8E5M2: ((uint8_t *)dst)[i] = dt_f32_to_f8e5m2((float)v); break;
         default: return dt_error(DT_ERR_DTYPE, "dt_convert_from_f64: unknown dtype %d", (int)dtype);
         }
     }
@@ -74,6 +78,8 @@ dt_status dt_convert_to_f64(dt_dtype dtype, const void *src, double *dst, size_t
         case DT_F16: dst[i] = dt_f16_to_f32(((const uint16_t *)src)[i]); break;
         case DT_I32: dst[i] = ((const int32_t *)src)[i]; break;
         case DT_I64: dst[i] = (double)((const int64_t *)src)[i]; break;
+        case DT_F8E4M3: dst[i] = dt_f8e4m3_to_f32(((const uint8_t *)src)[i]); break;
+        case DT_F8E5M2: dst[i] = dt_f8e5m2_to_f32(((const uint8_t *)src)[i]); break;
         default: return dt_error(DT_ERR_DTYPE, "dt_convert_to_f64: unknown dtype %d", (int)dtype);
         }
     }

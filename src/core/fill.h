@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/float8.h"
 #include "core/half.h"
 #include "core/philox.h"
 #include "dtensor/block.h"
@@ -109,6 +110,12 @@ DT_FILL_FN void dt_fill_store_f(dt_dtype dt, void *dst, size_t k, double v) {
     case DT_F16:
         ((uint16_t *)dst)[k] = dt_f32_to_f16((float)v);
         break;
+    case DT_F8E4M3:
+        ((uint8_t *)dst)[k] = dt_f32_to_f8e4m3((float)v);
+        break;
+    case DT_F8E5M2:
+        ((uint8_t *)dst)[k] = dt_f32_to_f8e5m2((float)v);
+        break;
     default:
         break;
     }
@@ -127,10 +134,13 @@ DT_FILL_FN void dt_fill_elem(const dt_fill *f, uint64_t gi, dt_philox4 x, void *
     int per = dt_fill_per_block(f->dtype), lane = (int)(gi & (uint64_t)(per - 1));
     switch (f->kind) {
     case DT_FILL_BITS: {
-        int es = f->dtype == DT_F64 || f->dtype == DT_I64 ? 8
-                 : is_int || f->dtype == DT_F32           ? 4
-                                                          : 2;
-        if (es == 8)
+        int es = f->dtype == DT_F64 || f->dtype == DT_I64   ? 8
+                 : is_int || f->dtype == DT_F32             ? 4
+                 : f->dtype == DT_BF16 || f->dtype == DT_F16 ? 2
+                                                             : 1;
+        if (es == 1)
+            ((uint8_t *)dst)[k] = (uint8_t)f->bits;
+        else if (es == 8)
             ((uint64_t *)dst)[k] = f->bits;
         else if (es == 4)
             ((uint32_t *)dst)[k] = (uint32_t)f->bits;
@@ -182,7 +192,7 @@ DT_FILL_FN int64_t dt_cast_sat_i64(double v, int bits32) {
 }
 
 /* dst[k] = src[k] converted from dtype `from` to `to`: floats to floats rounded once (f64 to
- * bf16/f16 through f32, as torch and dt_convert_from_f64 do), i64 to floats rounded once
+ * bf16/f16/float8 through f32; float8 saturating, core/float8.h), as torch and dt_convert_from_f64 do), i64 to floats rounded once
  * (to bf16/f16 through f32), i32 to floats exactly where the type holds it. */
 DT_FILL_FN void dt_cast_elem(dt_dtype to, void *dst, dt_dtype from, const void *src, size_t k) {
     double dv = 0;
@@ -200,6 +210,12 @@ DT_FILL_FN void dt_cast_elem(dt_dtype to, void *dst, dt_dtype from, const void *
         break;
     case DT_F16:
         dv = dt_f16_to_f32(((const uint16_t *)src)[k]);
+        break;
+    case DT_F8E4M3:
+        dv = dt_f8e4m3_to_f32(((const uint8_t *)src)[k]);
+        break;
+    case DT_F8E5M2:
+        dv = dt_f8e5m2_to_f32(((const uint8_t *)src)[k]);
         break;
     case DT_I32:
         iv = ((const int32_t *)src)[k];
@@ -221,6 +237,12 @@ DT_FILL_FN void dt_cast_elem(dt_dtype to, void *dst, dt_dtype from, const void *
         break;
     case DT_F16:
         ((uint16_t *)dst)[k] = dt_f32_to_f16(fv);
+        break;
+    case DT_F8E4M3:
+        ((uint8_t *)dst)[k] = dt_f32_to_f8e4m3(fv);
+        break;
+    case DT_F8E5M2:
+        ((uint8_t *)dst)[k] = dt_f32_to_f8e5m2(fv);
         break;
     case DT_I32:
         ((int32_t *)dst)[k] =

@@ -150,10 +150,10 @@ dt_status dt_tensor_eye(dt_mesh *mesh, dt_dtype dtype, int64_t n, int64_t m, int
 
 static dt_status random_check(const char *fn, dt_dtype dtype, const dt_generator *gen) {
     DT_ARG(gen != NULL, "%s: argument gen is NULL", fn);
-    if (is_int(dtype))
+    if (is_int(dtype) || dtype == DT_F8E4M3 || dtype == DT_F8E5M2)
         return dt_error(DT_ERR_DTYPE,
                         "%s: dtype %s: random draws need a float dtype (f32, f64, "
-                        "bf16, f16)",
+                        "bf16, f16; float8 tensors are casts, dtensor/float8.h)",
                         fn, dt_dtype_name(dtype));
     return DT_OK;
 }

@@ -19,6 +19,7 @@
 #include "dtensor/runtime.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
+#include "nn/fsdp_float8.h"
 #include "trace/trace_impl.h"
 
 typedef struct unit {
@@ -32,6 +33,7 @@ typedef struct unit {
     dt_placement (*gpl)[DT_MESH_MAX_NDIM]; /* those placements, dp taken as P(sum) */
     int ngrad;
     size_t *off, *len, slot, es;
+    float *scale8; /* float8_all_gather: each parameter's scale in the gather in flight */
     dt_request *gather; /* an all_gather in flight (prefetched) */
     void *gsend, *grecv;
     dt_request *rs; /* a reduce_scatter in flight */
@@ -82,21 +84,25 @@ static void gather_free(unit *u) {
     u->gsend = u->grecv = NULL;
 }
 
-/* Packs this rank's shards and issues the unit's all_gather on the communication thread. */
+/* Packs this rank's shards (e4m3 bytes under float8_all_gather) and issues the unit's
+ * all_gather on the communication thread. */
 static dt_status gather_start(unit *u) {
     const dt_mem_ops *mem = mem_of(u);
     dt_fsdp *f = u->f;
-    u->gsend = mem->alloc(u->slot * u->es);
-    u->grecv = mem->alloc(u->slot * u->es * (size_t)f->dp_size);
-    dt_status st = u->gsend && u->grecv ? mem->zero(u->gsend, u->slot * u->es) : DT_ERR_NOMEM;
-    for (int p = 0; p < u->n && st == DT_OK; p++)
+    bool f8 = f->opt.float8_all_gather;
+    size_t es = f8 ? 1 : u->es; /* bytes of an element on the wire */
+    u->gsend = mem->alloc(u->slot * es);
+    u->grecv = mem->alloc(u->slot * es * (size_t)f->dp_size);
+    dt_status st = u->gsend && u->grecv ? mem->zero(u->gsend, u->slot * es) : DT_ERR_NOMEM;
+    if (st == DT_OK && f8) st = dt_fsdp8_pack(u->n, u->param, u->off, u->scale8, u->gsend);
+    for (int p = 0; p < u->n && st == DT_OK && !f8; p++)
         if (bytes_of(u->param[p]))
             st = mem->copy((char *)u->gsend + u->off[p] * u->es, u->param[p]->data,
                            bytes_of(u->param[p]));
     const char *caller = dt_comm_caller_swap("fsdp_unit"); /* the unit's own, not an op's */
     if (st == DT_OK)
-        st = dt_all_gather_start(f->comm, u->gsend, u->grecv, u->slot, u->param[0]->dtype,
-                                 &u->gather);
+        st = dt_all_gather_start(f->comm, u->gsend, u->grecv, u->slot,
+                                 f8 ? DT_F8E4M3 : u->param[0]->dtype, &u->gather);
     dt_comm_caller_swap(caller);
     if (st != DT_OK) {
         gather_free(u);
@@ -114,6 +120,9 @@ static dt_status gather_finish(unit *u, bool refill) {
     u->gather = NULL;
     dt_status st = dt_request_wait(req, NULL);
     const dt_mem_ops *mem = mem_of(u);
+    if (st == DT_OK && u->f->opt.float8_all_gather) /* the codes widened into f32 slots */
+        st = dt_fsdp8_widen(mem, u->n, u->off, u->len, u->slot, u->f->dp_size, u->scale8,
+                            &u->grecv);
     for (int p = 0; p < u->n && st == DT_OK; p++) {
         dt_tensor *full = u->full[p];
         if (refill && dt_tensor_storage_dropped(full)) {
@@ -451,7 +460,7 @@ static void unit_free(unit *u) {
     clear_grads(u);
     for (int p = 0; p < u->n; p++) dt_tensor_release(u->param[p]);
     free(u->param), free(u->full), free(u->grad), free(u->gpl), free(u->off), free(u->len);
-    free(u);
+    free(u->scale8), free(u);
 }
 
 dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *unit_out) {
@@ -473,6 +482,7 @@ dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *
         DT_ARG(w->dtype == params[0]->dtype && w->device.kind == params[0]->device.kind,
                "dt_fsdp_add_unit: params[%d] differs in dtype or device from params[0] (one "
                "flat buffer per unit)", p);
+        if (fsdp->opt.float8_all_gather) DT_CHECK(dt_fsdp8_check(p, w));
     }
     if (fsdp->n == fsdp->cap) {
         int cap = fsdp->cap ? 2 * fsdp->cap : 8;
@@ -492,10 +502,11 @@ dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *
         u->gpl = calloc((size_t)n, sizeof *u->gpl);
         u->off = calloc((size_t)n, sizeof *u->off);
         u->len = calloc((size_t)n, sizeof *u->len);
+        u->scale8 = calloc((size_t)n, sizeof *u->scale8);
     }
-    if (!u || !u->param || !u->full || !u->grad || !u->gpl || !u->off || !u->len) {
+    if (!u || !u->param || !u->full || !u->grad || !u->gpl || !u->off || !u->len || !u->scale8) {
         if (u) free(u->param), free(u->full), free(u->grad), free(u->gpl), free(u->off),
-            free(u->len);
+            free(u->len), free(u->scale8);
         free(u);
         return dt_error(DT_ERR_NOMEM, "dt_fsdp_add_unit: out of memory");
     }

@@ -7,6 +7,7 @@
 #include "comm/flight.h"
 #include "core/check.h"
 #include "dtensor/context.h"
+#include "dtensor/float8.h"
 #include "dtensor/nn.h"
 #include "nn/params_impl.h"
 
@@ -50,7 +51,9 @@ dt_tensor *dt_nn_linear_forward(dt_scope *scope, dt_module module, dt_tensor *x)
     x = dt_module_input(scope, module, x);
     dt_tensor *w = use(scope, module, "weight");
     dt_tensor *b = dt_module_param(module, "bias") >= 0 ? use(scope, module, "bias") : NULL;
-    dt_tensor *y = DT_DO(scope, dt_linear, x, w, b); /* (..., in) -> (..., out) */
+    dt_tensor *y = module.params->modules[module.index].float8 /* (..., in) -> (..., out) */
+                       ? DT_DO(scope, dt_linear_float8, x, w, b)
+                       : DT_DO(scope, dt_linear, x, w, b);
     return dt_module_output(scope, module, y);
 }
 

@@ -11,6 +11,7 @@ typedef struct module_entry {
     int has_style;
     dt_style style;
     double norm_eps; /* DT_MODULE_NORM */
+    int float8;      /* DT_MODULE_LINEAR: forward through dt_linear_float8 */
 } module_entry;
 
 typedef struct param_entry {

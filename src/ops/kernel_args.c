@@ -72,12 +72,18 @@ static dt_status batch_strides(const char *fn, const dt_local *t, const dt_local
 dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, int trans_b,
                           const dt_local *out, dt_matmul_dims *m) {
     dt_dtype dt = a->dtype;
-    if (dt != DT_F32 && dt != DT_F64 && dt != DT_BF16 && dt != DT_F16)
+    if (dt_matmul_is_float8(dt)) {
+        if (!dt_matmul_is_float8(b->dtype) || out->dtype != DT_F32)
+            return dt_error(DT_ERR_DTYPE, "%s: a float8 GEMM takes float8 a and b and gives f32 "
+                            "(got %s, %s, out %s)", fn, dt_dtype_name(dt),
+                            dt_dtype_name(b->dtype), dt_dtype_name(out->dtype));
+    } else if (dt != DT_F32 && dt != DT_F64 && dt != DT_BF16 && dt != DT_F16) {
         return dt_error(DT_ERR_DTYPE, "%s: dtype %s not supported (float dtypes only)", fn,
                         dt_dtype_name(dt));
-    if (b->dtype != dt || out->dtype != dt)
+    } else if (b->dtype != dt || out->dtype != dt) {
         return dt_error(DT_ERR_DTYPE, "%s: dtypes %s, %s, out %s differ", fn, dt_dtype_name(dt),
                         dt_dtype_name(b->dtype), dt_dtype_name(out->dtype));
+    }
     int nb = out->ndim - 2;
     if (a->ndim < 2 || b->ndim < 2 || nb < a->ndim - 2 || nb < b->ndim - 2)
         return dt_error(DT_ERR_SHAPE, "%s: needs 2+ dims (a %d, b %d, out %d)", fn, a->ndim,

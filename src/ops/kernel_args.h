@@ -33,7 +33,12 @@ typedef struct dt_matmul_dims {
     size_t b_batches;         /* b's matrices */
 } dt_matmul_dims;
 
-/* Checks dtypes (float only, all equal) and shapes (trans_b: b is (..., N, K)). */
+/* Whether dt is a float8 dtype: a float8 GEMM takes float8 a and b (either format each) and
+ * writes f32, products accumulated in f32. */
+static inline int dt_matmul_is_float8(dt_dtype dt) { return dt == DT_F8E4M3 || dt == DT_F8E5M2; }
+
+/* Checks dtypes (float only, all equal; or float8 a and b into f32 out) and shapes (trans_b:
+ * b is (..., N, K)). */
 dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, int trans_b,
                           const dt_local *out, dt_matmul_dims *dims_out);
 

@@ -3,6 +3,7 @@
  * Partial sum); a Partial input with the other replicated stays Partial. */
 #include "core/check.h"
 #include "ops/grad.h"
+#include "ops/kernel_args.h"
 #include "ops/op_impl.h"
 
 /* Indices of the two matrix inputs and the bias (-1 if none) for each op. */
@@ -35,9 +36,11 @@ static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *ar
     if (K != Kb)
         return dt_error(DT_ERR_SHAPE, "%s: contracted sizes differ: %lld and %lld", dt_op_name(op),
                         (long long)K, (long long)Kb);
-    if (a->dtype != b->dtype || (a->dtype != DT_F32 && a->dtype != DT_F64 && a->dtype != DT_BF16 && a->dtype != DT_F16))
-        return dt_error(DT_ERR_DTYPE, "%s: inputs are %s and %s; both must be the same float type",
-                        dt_op_name(op), dt_dtype_name(a->dtype), dt_dtype_name(b->dtype));
+    int f8 = dt_matmul_is_float8(a->dtype) && dt_matmul_is_float8(b->dtype);
+    if (!f8 && (a->dtype != b->dtype || (a->dtype != DT_F32 && a->dtype != DT_F64 && a->dtype != DT_BF16 && a->dtype != DT_F16)))
+        return dt_error(DT_ERR_DTYPE, "%s: inputs are %s and %s; both must be the same float type "
+                        "(or both float8)", dt_op_name(op), dt_dtype_name(a->dtype),
+                        dt_dtype_name(b->dtype));
     /* Output: broadcast batch dims, then M (for linear: every leading dim), then N. */
     int batch_a = trans ? a->ndim - 1 : a->ndim - 2, batch_b = trans ? 0 : b->ndim - 2;
     int nb = batch_a > batch_b ? batch_a : batch_b;
@@ -52,12 +55,12 @@ static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *ar
     }
     if (!trans) out->shape[nb] = a->shape[a->ndim - 2];
     out->shape[out->ndim - 1] = N;
-    out->dtype = a->dtype;
+    out->dtype = f8 ? DT_F32 : a->dtype; /* float8 products accumulate into f32 */
     if (ibias >= 0 && in[ibias].ndim >= 0) {
         const op_input *c = &in[ibias];
-        if (c->dtype != a->dtype)
-            return dt_error(DT_ERR_DTYPE, "%s: bias is %s, inputs are %s", dt_op_name(op),
-                            dt_dtype_name(c->dtype), dt_dtype_name(a->dtype));
+        if (c->dtype != out->dtype)
+            return dt_error(DT_ERR_DTYPE, "%s: bias is %s, the output %s", dt_op_name(op),
+                            dt_dtype_name(c->dtype), dt_dtype_name(out->dtype));
         for (int d = 0; d < c->ndim; d++) {
             int od = out->ndim - c->ndim + d;
             if (od < 0 || (c->shape[d] != 1 && c->shape[d] != out->shape[od]))

@@ -52,6 +52,13 @@ dt_status dt_strategy_search(const dt_strategy_query *q, dt_strategy_found *best
     int mnd = q->mesh_ndim, n = q->n, total = 1;
     for (int m = 0; m < mnd; m++)
         total *= q->mesh_shape[m];
+    /* float8 is storage: only the float8 GEMM and ops that move elements take it. */
+    for (int i = 0; i < n && f != &dt_family_matmul && f != &dt_family_shape && f != &dt_family_cat;
+         i++)
+        if (q->in[i].ndim >= 0 && (q->in[i].dtype == DT_F8E4M3 || q->in[i].dtype == DT_F8E5M2))
+            return dt_error(DT_ERR_DTYPE, "%s: input %d is %s; float8 tensors only move, cast and "
+                            "multiply (dt_mm): cast it first (dt_cast_scaled)", dt_op_name(q->op),
+                            i, dt_dtype_name(q->in[i].dtype));
     DT_CHECK(f->infer(q->op, q->in, n, q->args, &best->spec));
     /* Output shapes come from arguments too (view, expand): the one checked size product. */
     DT_CHECK(dt_shape_dtype_check(dt_op_name(q->op), best->spec.ndim, best->spec.shape,

@@ -453,7 +453,7 @@ Test(checkpoint, random_meshes_placements_and_shapes) {
         for (int i = 0; i < r.n; i++) {
             ct_spec *sp = &r.specs[i];
             snprintf(sp->name, sizeof sp->name, "t%d.weight", i);
-            sp->dtype = (dt_dtype)(rnd(&s) % DT_DTYPE_COUNT);
+            sp->dtype = (dt_dtype)(rnd(&s) % T_NUMERIC_DTYPES);
             sp->ndim = (int)(rnd(&s) % 4);
             for (int d = 0; d < sp->ndim; d++)
                 sp->shape[d] = (int64_t)(rnd(&s) % 10);

@@ -66,7 +66,7 @@ static dt_status all_reduce_body(dt_ctx *ctx, void *arg) {
     dt_comm *world;
     R_OK(dt_ctx_world_comm(ctx, &world));
     for (int k = 0; k < n; k++) world_members[k] = k;
-    for (int dt = 0; dt < DT_DTYPE_COUNT; dt++)
+    for (int dt = 0; dt < T_NUMERIC_DTYPES; dt++)
         for (int op = 0; op < DT_REDUCE_COUNT; op++)
             for (size_t c = 0; c < NCOUNTS; c++) {
                 size_t count = counts[c], es = dt_dtype_size((dt_dtype)dt), bad = 0;
@@ -106,7 +106,7 @@ static dt_status gather_scatter_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_ctx_world_comm(ctx, &world));
     size_t *rc = malloc(sizeof(size_t) * (size_t)n), total = 0;
     for (int j = 0; j < n; j++) total += rc[j] = vcount(j, scale);
-    for (int dt = 0; dt < DT_DTYPE_COUNT; dt++) {
+    for (int dt = 0; dt < T_NUMERIC_DTYPES; dt++) {
         size_t es = dt_dtype_size((dt_dtype)dt);
         char *send = malloc(total * es + 1), *recv = malloc(total * es + 1);
         /* all_gatherv: block j is rank j's data. */
@@ -169,7 +169,7 @@ static dt_status all_to_all_body(dt_ctx *ctx, void *arg) {
         st += sc[j] = (size_t)((me + 2 * j) % 4) * scale;
         rt += rcn[j] = (size_t)((j + 2 * me) % 4) * scale;
     }
-    for (int dt = 0; dt < DT_DTYPE_COUNT; dt++) {
+    for (int dt = 0; dt < T_NUMERIC_DTYPES; dt++) {
         size_t es = dt_dtype_size((dt_dtype)dt), off = 0, bad;
         char *send = malloc(st * es + 1), *recv = malloc(rt * es + 1);
         for (int j = 0; j < n; j++) {
@@ -220,7 +220,7 @@ static dt_status broadcast_p2p_body(dt_ctx *ctx, void *arg) {
     dt_comm *world;
     R_OK(dt_ctx_world_comm(ctx, &world));
     size_t count = 40000, bad;
-    for (int dt = 0; dt < DT_DTYPE_COUNT; dt++) {
+    for (int dt = 0; dt < T_NUMERIC_DTYPES; dt++) {
         size_t es = dt_dtype_size((dt_dtype)dt);
         char *buf = malloc(count * es), *in = malloc(count * es);
         for (int root = 0; root < n; root++) {
@@ -292,7 +292,7 @@ static dt_status subgroup_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_comm_create(ctx, half, nh, &parity));
     R_OK(dt_comm_create(ctx, rev, n, &reversed));
     R_CHECK(dt_comm_rank(reversed) == n - 1 - me, "reversed group rank %d", dt_comm_rank(reversed));
-    for (int dt = 0; dt < DT_DTYPE_COUNT; dt++) {
+    for (int dt = 0; dt < T_NUMERIC_DTYPES; dt++) {
         size_t count = 3001, es = dt_dtype_size((dt_dtype)dt), bad;
         char *s = malloc(count * es), *r = malloc(count * es), *g = malloc((size_t)n * count * es);
         fill(DT_REDUCE_MAX, me, (dt_dtype)dt, s, count);

@@ -48,7 +48,7 @@ dt_status property_body(dt_ctx *ctx, void *arg) {
         int64_t shape[4];
         size_t n = 1;
         for (int d = 0; d < nd; d++) n *= (size_t)(shape[d] = below(&r, nd > 2 ? 7 : 14));
-        dt_dtype dt = (dt_dtype)below(&r, DT_DTYPE_COUNT);
+        dt_dtype dt = (dt_dtype)below(&r, T_NUMERIC_DTYPES);
         dt_placement src[3], dst[3];
         for (int m = 0; m < mnd; m++) src[m] = random_placement(&r, nd);
         for (int m = 0; m < mnd; m++) dst[m] = random_placement(&r, nd);

@@ -66,6 +66,11 @@ uint64_t t_issued_total(dt_ctx *ctx);
 double t_now_s(void);
 void t_sleep_ms(int ms);
 
+/* Dtypes [0, T_NUMERIC_DTYPES) have arithmetic and reductions; the float8 ones after them are
+ * storage only (casts, copies, gathers; dtensor/float8.h). Suites that loop over "every dtype"
+ * for reductions or Partial placements stop here. */
+#define T_NUMERIC_DTYPES DT_F8E4M3
+
 /* Fills count elements of dtype with small integers derived from seed and index, exact in
  * every dtype (|v| <= 16), so sums over up to 8 ranks stay exact in bf16. */
 void t_fill(dt_dtype dtype, void *buf, size_t count, uint64_t seed);

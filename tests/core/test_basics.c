@@ -16,8 +16,9 @@ Test(status, names_and_last_error) {
 }
 
 Test(dtype, sizes_names_parse) {
-    const char *names[] = {"f32", "f64", "bf16", "f16", "i32", "i64"};
-    const size_t sizes[] = {4, 8, 2, 2, 4, 8};
+    const char *names[] = {"f32", "f64", "bf16", "f16", "i32", "i64", "f8e4m3", "f8e5m2"};
+    const size_t sizes[] = {4, 8, 2, 2, 4, 8, 1, 1};
+    _Static_assert(sizeof sizes / sizeof sizes[0] == DT_DTYPE_COUNT, "a dtype is missing");
     for (int i = 0; i < DT_DTYPE_COUNT; i++) {
         dt_dtype d;
         cr_assert_eq(dt_dtype_parse(names[i], &d), DT_OK);

@@ -251,7 +251,7 @@ static dt_status sweep_body(dt_ctx *ctx, void *arg) {
                 strcat(text, one);
             }
             spec_case c = {.mesh = s->mesh, .nd = nd, .placements = text,
-                           .dtype = (dt_dtype)((combo + si) % DT_DTYPE_COUNT),
+                           .dtype = (dt_dtype)((combo + si) % T_NUMERIC_DTYPES),
                            .src = (combo % 3 == 0) ? DT_ALL_RANKS : combo % s->nranks};
             for (int d = 0; d < nd; d++) c.shape[d] = shapes[si][d + 1];
             dt_status st = run_case(ctx, &c, (uint64_t)(combo * 31 + si));

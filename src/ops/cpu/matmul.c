@@ -1,12 +1,14 @@
 /* CPU matmul: batched GEMM with NumPy batch broadcasting. f32/f64 go to OpenBLAS when built
  * with it, else to a cache-blocked i-k-j loop; bf16/f16 are widened to f32 a block of rows
- * at a time and take the f32 path, so products accumulate in f32. */
+ * at a time and take the f32 path, so products accumulate in f32; float8 operands likewise
+ * (exactly: every float8 value is an f32), into an f32 result. */
 #include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/check.h"
+#include "core/float8.h"
 #include "core/half.h"
 #include "core/ranks.h"
 #include "dt_config.h"
@@ -168,8 +170,38 @@ DEFINE_GEMM(f64, double, HAVE_BLAS)
 DEFINE_GEMM_HALF(bf16, dt_bf16_to_f32, dt_f32_to_bf16)
 DEFINE_GEMM_HALF(f16, dt_f16_to_f32, dt_f32_to_f16)
 
-static dt_status gemm_any(dt_dtype dt, mm_ctx *cx, int64_t M, const void *A, const void *B,
-                          void *C) {
+static void widen_f8(dt_dtype dt, const uint8_t *src, float *dst, int64_t n) {
+    dt_f8_format f = dt_f8_format_of(dt == DT_F8E5M2);
+    for (int64_t i = 0; i < n; i++) dst[i] = dt_f8_to_f32_fmt(src[i], f);
+}
+
+/* float8 A (da) and B (db), f32 C: B widened once per distinct B, A a block of MB rows at a
+ * time, each block's product written straight into C. */
+static dt_status gemm_f8(mm_ctx *cx, dt_dtype da, dt_dtype db, int64_t M, const uint8_t *A,
+                         const uint8_t *B, float *C) {
+    int64_t N = cx->N, K = cx->K, mb = M < MB ? M : MB;
+    if (!cx->fa) {
+        cx->fa = dt_host_alloc((size_t)(mb * K) * sizeof(float));
+        cx->fb = dt_host_alloc((size_t)(K * N) * sizeof(float));
+        if (!cx->fa || !cx->fb)
+            return dt_error(DT_ERR_NOMEM, "dt_cpu_matmul: no memory to widen float8 blocks");
+    }
+    if (cx->last_b != B) {
+        widen_f8(db, B, cx->fb, K * N);
+        cx->last_bt = NULL; /* fb's contents changed under the same pointer */
+    }
+    cx->last_b = B;
+    for (int64_t i0 = 0; i0 < M; i0 += MB) {
+        int64_t m = M - i0 < MB ? M - i0 : MB;
+        widen_f8(da, A + i0 * K, cx->fa, m * K);
+        DT_CHECK(gemm_f32(cx, m, cx->fa, cx->fb, C + i0 * N));
+    }
+    return DT_OK;
+}
+
+static dt_status gemm_any(dt_dtype dt, dt_dtype db, mm_ctx *cx, int64_t M, const void *A,
+                          const void *B, void *C) {
+    if (dt == DT_F8E4M3 || dt == DT_F8E5M2) return gemm_f8(cx, dt, db, M, A, B, C);
     switch (dt) {
     case DT_F32: return gemm_f32(cx, M, A, B, C);
     case DT_F64: return gemm_f64(cx, M, A, B, C);
@@ -186,23 +218,24 @@ dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_lo
     int nb = m.nb;
     int64_t M = m.M, K = m.K, N = m.N;
     const int64_t *sa = m.sa, *sb = m.sb;
-    size_t es = dt_dtype_size(dt), batches = m.batches;
+    size_t es = dt_dtype_size(dt), esb = dt_dtype_size(b->dtype), eso = dt_dtype_size(out->dtype);
+    size_t batches = m.batches;
     if (batches == 0 || M == 0 || N == 0) return DT_OK;
     if (K == 0) { /* empty sums; all-zero bits are 0 in every float dtype */
-        memset(out->data, 0, batches * (size_t)(M * N) * es);
+        memset(out->data, 0, batches * (size_t)(M * N) * eso);
         return DT_OK;
     }
     mm_ctx cx = {.tb = trans_b != 0, .N = N, .K = K};
     dt_status st = DT_OK;
     if (m.b_batches == 1) {
         /* (B..., M, K) @ (K, N): one GEMM over B*M rows. */
-        st = gemm_any(dt, &cx, (int64_t)batches * M, a->data, b->data, out->data);
+        st = gemm_any(dt, b->dtype, &cx, (int64_t)batches * M, a->data, b->data, out->data);
     } else {
         int64_t idx[DT_MAX_NDIM] = {0}, oa = 0, ob = 0;
         for (size_t i = 0; i < batches && st == DT_OK; i++) {
-            st = gemm_any(dt, &cx, M, (const char *)a->data + (size_t)(oa * M * K) * es,
-                          (const char *)b->data + (size_t)(ob * K * N) * es,
-                          (char *)out->data + i * (size_t)(M * N) * es);
+            st = gemm_any(dt, b->dtype, &cx, M, (const char *)a->data + (size_t)(oa * M * K) * es,
+                          (const char *)b->data + (size_t)(ob * K * N) * esb,
+                          (char *)out->data + i * (size_t)(M * N) * eso);
             for (int d = nb - 1; d >= 0; d--) {
                 oa += sa[d];
                 ob += sb[d];

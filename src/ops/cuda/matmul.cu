@@ -1,8 +1,11 @@
 /* CUDA matmul: cuBLAS GEMMs on row-major data with NumPy batch broadcasting. Batch dims are
  * collapsed on the host into as few strided-batched calls as the broadcast layout allows
- * (stride 0 for a broadcast operand); bf16/f16 run with f32 compute and one rounding. */
+ * (stride 0 for a broadcast operand); bf16/f16 run with f32 compute and one rounding. float8
+ * operands are widened exactly to f32 on the device and take the f32 GEMM (as on the CPU);
+ * cuBLASLt's native float8 GEMM (sm_89+) is not used yet. */
 #include <limits.h>
 
+#include "core/float8.h"
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/kernel_args.h"
 
@@ -67,9 +70,39 @@ dt_status dt_cu_gemm(dt_cuda_rank *r, const char *fn, cudaDataType ab, cudaDataT
     return DT_OK;
 }
 
+__global__ void widen_f8_kernel(const uint8_t *src, float *dst, size_t n, int e5m2) {
+    dt_f8_format f = dt_f8_format_of(e5m2);
+    DT_CU_FOR(i, n) dst[i] = dt_f8_to_f32_fmt(src[i], f);
+}
+
+/* t widened into a new f32 block (*w; free w->data with dt_cuda_free, stream-ordered). */
+static dt_status widen_f8(dt_cuda_rank *r, const dt_local *t, dt_local *w) {
+    size_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    *w = *t;
+    w->dtype = DT_F32;
+    if (!(w->data = dt_cuda_alloc(n * sizeof(float) + 1)))
+        return dt_error(DT_ERR_NOMEM, "dt_cuda_matmul: no memory to widen %zu float8 values", n);
+    if (n)
+        widen_f8_kernel<<<dt_cuda_blocks(n, DT_CU_THREADS), DT_CU_THREADS, 0, r->compute>>>(
+            (const uint8_t *)t->data, (float *)w->data, n, t->dtype == DT_F8E5M2);
+    return dt_cuda_status(cudaGetLastError(), "dt_cuda_matmul");
+}
+
 dt_status dt_cuda_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_local *out) {
     dt_matmul_dims m;
     DT_CHECK(dt_matmul_check("dt_cuda_matmul", a, b, trans_b, out, &m));
+    if (dt_matmul_is_float8(a->dtype)) {
+        DT_CU_RANK(r8, "dt_cuda_matmul");
+        dt_local wa, wb;
+        wa.data = wb.data = NULL;
+        dt_status st = widen_f8(r8, a, &wa);
+        if (st == DT_OK) st = widen_f8(r8, b, &wb);
+        if (st == DT_OK) st = dt_cuda_matmul(&wa, &wb, trans_b, out);
+        dt_cuda_free(wb.data);
+        dt_cuda_free(wa.data);
+        return st;
+    }
     dt_dtype dt = a->dtype;
     int nb = m.nb;
     int64_t M = m.M, K = m.K, N = m.N;
