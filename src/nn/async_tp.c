@@ -1,0 +1,325 @@
+/* The DTensor entry points of dtensor/async_tp.h: argument checks, the placements of outputs
+ * and gradients, and the autograd nodes whose backwards run the dual collective matmul. The
+ * schedules themselves are nn/collective_mm.c's. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/autograd_impl.h"
+#include "core/check.h"
+#include "dtensor/async_tp.h"
+#include "dtensor/redistribute.h"
+#include "dtensor/tensor_impl.h"
+#include "mesh/mesh_impl.h"
+#include "nn/collective_mm.h"
+
+#define MAX_WEIGHTS 8
+
+/* ---- checks --------------------------------------------------------------------------------- */
+
+static dt_status check_x(const char *fn, const dt_tensor *x, int tp_dim, int seq_or_feature) {
+    DT_CHECK(dt_tensor_check(fn, "x", x));
+    int mnd = x->mesh->ndim;
+    DT_ARG(tp_dim >= 0 && tp_dim < mnd, "%s: argument tp_dim = %d is not in [0, %d)", fn, tp_dim,
+           mnd);
+    if (x->ndim != 3)
+        return dt_error(DT_ERR_SHAPE, "%s: x has %d dims, want (B, T, K)", fn, x->ndim);
+    if (x->dtype != DT_F32 && x->dtype != DT_F64)
+        return dt_error(DT_ERR_DTYPE, "%s: x is %s (f32 or f64 only)", fn, dt_dtype_name(x->dtype));
+    if (x->device.kind != DT_DEVICE_CPU)
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: CPU tensors only (for now)", fn);
+    for (int m = 0; m < mnd; m++) {
+        dt_placement p = x->placements[m];
+        char text[32];
+        dt_placements_format(&p, 1, text, sizeof text);
+        if (m == tp_dim && !(p.kind == DT_PLACEMENT_SHARD && p.dim == seq_or_feature))
+            return dt_error(DT_ERR_PLACEMENT, "%s: x is %s over mesh dim %d (tp); it must be "
+                                              "S(%d)", fn, text, m, seq_or_feature);
+        if (m != tp_dim && !(p.kind == DT_PLACEMENT_REPLICATE ||
+                             (p.kind == DT_PLACEMENT_SHARD && p.dim == 0)))
+            return dt_error(DT_ERR_PLACEMENT, "%s: x is %s over mesh dim %d: mesh dims other "
+                                              "than tp may only replicate or shard the batch",
+                            fn, text, m);
+    }
+    return DT_OK;
+}
+
+/* w (N, K) of x's mesh and dtype, Shard(shard_dim) over tp, Replicate elsewhere. */
+static dt_status check_w(const char *fn, const char *arg, const dt_tensor *w, const dt_tensor *x,
+                         int tp_dim, int shard_dim) {
+    DT_CHECK(dt_tensor_check(fn, arg, w));
+    if (!dt_mesh_equal(w->mesh, x->mesh))
+        return dt_error(DT_ERR_MESH, "%s: %s and x live on different meshes", fn, arg);
+    if (w->dtype != x->dtype)
+        return dt_error(DT_ERR_DTYPE, "%s: %s is %s, x is %s", fn, arg, dt_dtype_name(w->dtype),
+                        dt_dtype_name(x->dtype));
+    if (w->device.kind != DT_DEVICE_CPU)
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: CPU tensors only (for now)", fn);
+    if (w->ndim != 2 || w->shape[1] != x->shape[2])
+        return dt_error(DT_ERR_SHAPE, "%s: %s must be (N, %lld) (x's last dim), not %d-D with "
+                                      "last dim %lld", fn, arg, (long long)x->shape[2], w->ndim,
+                        (long long)w->shape[w->ndim - 1]);
+    for (int m = 0; m < w->mesh->ndim; m++) {
+        dt_placement want = m == tp_dim ? dt_shard(shard_dim) : dt_replicate();
+        if (!dt_placement_equal(w->placements[m], want)) {
+            char text[32];
+            dt_placements_format(&w->placements[m], 1, text, sizeof text);
+            return dt_error(DT_ERR_PLACEMENT, "%s: %s is %s over mesh dim %d; it must be %s", fn,
+                            arg, text, m, m == tp_dim ? (shard_dim ? "S(1)" : "S(0)") : "R");
+        }
+    }
+    return DT_OK;
+}
+
+static dt_status check_mode(const char *fn, dt_async_tp_mode mode) {
+    DT_ARG(mode == DT_ASYNC_TP_RING || mode == DT_ASYNC_TP_ORDERED,
+           "%s: argument mode = %d is not DT_ASYNC_TP_RING or DT_ASYNC_TP_ORDERED", fn, (int)mode);
+    return DT_OK;
+}
+
+/* ---- shared pieces -------------------------------------------------------------------------- */
+
+static dt_status geom_of(const dt_tensor *x, int tp_dim, cmm_geom *g) {
+    *g = (cmm_geom){.ctx = x->mesh->ctx, .dtype = x->dtype, .B = x->local_shape[0],
+                    .T = x->shape[1]};
+    DT_CHECK(dt_mesh_lane_comm(x->mesh, 1u << tp_dim, 1, &g->comm));
+    g->n = dt_comm_size(g->comm), g->me = dt_comm_rank(g->comm);
+    g->chunk = (g->T + g->n - 1) / g->n;
+    return DT_OK;
+}
+
+/* x's placements with tp's replaced by p */
+static void placements_with(const dt_tensor *x, int tp_dim, dt_placement p, dt_placement *out) {
+    memcpy(out, x->placements, sizeof(dt_placement) * (size_t)x->mesh->ndim);
+    out[tp_dim] = p;
+}
+
+/* A weight's gradient placements: Shard(shard_dim) over tp; Partial where x shards the batch
+ * (each rank summed its own rows), Replicate elsewhere. */
+static void weight_grad_placements(const dt_tensor *x, int tp_dim, int shard_dim,
+                                   dt_placement *out) {
+    for (int m = 0; m < x->mesh->ndim; m++)
+        out[m] = m == tp_dim ? dt_shard(shard_dim)
+                 : x->placements[m].kind == DT_PLACEMENT_SHARD ? dt_partial(DT_REDUCE_SUM)
+                                                               : dt_replicate();
+}
+
+static dt_status alloc_like(const dt_tensor *x, int64_t d0, int64_t d1, int64_t d2,
+                            const dt_placement *p, dt_tensor **out) {
+    int64_t shape[3] = {d0, d1, d2};
+    return dt_tensor_alloc(x->mesh, x->device, x->dtype, 3, shape, p, out);
+}
+
+/* grad in the placements want (a new reference either way) */
+static dt_status placed(dt_tensor *grad, const dt_placement *want, dt_tensor **out) {
+    int same = 1;
+    for (int m = 0; m < grad->mesh->ndim; m++)
+        same &= dt_placement_equal(grad->placements[m], want[m]);
+    if (same) {
+        dt_tensor_retain(grad);
+        *out = grad;
+        return DT_OK;
+    }
+    return dt_tensor_redistribute(grad, grad->mesh->ndim, want, out);
+}
+
+/* The weight gradient dw (N, M local) = a^T @ b over the R local rows of a (R, N), b (R, M). */
+static dt_status weight_grad(const dt_tensor *x, const dt_tensor *w, int tp_dim, int shard_dim,
+                             const void *a, int64_t R, const void *b, dt_tensor **out) {
+    dt_placement p[DT_MESH_MAX_NDIM];
+    weight_grad_placements(x, tp_dim, shard_dim, p);
+    dt_tensor *dw;
+    DT_CHECK(dt_tensor_alloc(w->mesh, w->device, w->dtype, 2, w->shape, p, &dw));
+    dt_status st = cmm_gemm_tn(w->dtype, a, R, dw->local_shape[0], b, dw->local_shape[1], dw->data);
+    if (st != DT_OK) {
+        dt_tensor_release(dw);
+        return st;
+    }
+    *out = dw;
+    return DT_OK;
+}
+
+/* ---- all_gather then matmul ----------------------------------------------------------------- */
+
+/* What the nw nodes of one dt_all_gather_linear share: the gathered x. */
+typedef struct ag_shared {
+    int refs, nw, tp_dim;
+    dt_async_tp_mode mode;
+    void *xg; /* (B, T, K) local */
+} ag_shared;
+
+typedef struct ag_node {
+    ag_shared *sh;
+} ag_node;
+
+static void ag_node_free(void *p) {
+    ag_node *a = p;
+    if (--a->sh->refs == 0) free(a->sh->xg), free(a->sh);
+    free(a);
+}
+
+static dt_status rs_local(dt_tensor *x, const cmm_weight *w, int tp_dim, dt_async_tp_mode mode,
+                          dt_tensor *y);
+
+static dt_status ag_backward(void *state, dt_tensor *const *in, const bool *need, dt_tensor *grad,
+                             dt_tensor **gin) {
+    const ag_shared *sh = ((ag_node *)state)->sh;
+    dt_tensor *x = in[0], *w = in[1], *dy;
+    dt_placement p[DT_MESH_MAX_NDIM];
+    placements_with(x, sh->tp_dim, dt_shard(2), p);
+    DT_CHECK(placed(grad, p, &dy)); /* (B, T, N local) */
+    cmm_geom g;
+    dt_status st = geom_of(x, sh->tp_dim, &g);
+    int64_t K = x->shape[2], R = g.B * g.T;
+    if (st == DT_OK && need[1])
+        st = weight_grad(x, w, sh->tp_dim, 0, dy->data, R, sh->xg, &gin[1]);
+    cmm_weight wl = {w->data, K, 0}; /* dy @ w: (.., N) @ (N, K) */
+    if (st == DT_OK && need[0] && sh->nw == 1) { /* the dual: matmul then reduce_scatter */
+        st = alloc_like(x, x->shape[0], x->shape[1], K, x->placements, &gin[0]);
+        if (st == DT_OK) st = rs_local(dy, &wl, sh->tp_dim, sh->mode, gin[0]);
+    } else if (st == DT_OK && need[0]) { /* a part of a sum: Partial, reduced once where used */
+        placements_with(x, sh->tp_dim, dt_partial(DT_REDUCE_SUM), p);
+        st = alloc_like(x, x->shape[0], x->shape[1], K, p, &gin[0]);
+        if (st == DT_OK) st = cmm_gemm(x->dtype, dy->data, R, dy->local_shape[2], &wl, gin[0]->data);
+    }
+    dt_tensor_release(dy);
+    return st;
+}
+
+dt_status dt_all_gather_linear(dt_tensor *x, int nw, dt_tensor *const *w, int tp_dim,
+                               dt_async_tp_mode mode, dt_tensor **outs) {
+    static const char FN[] = "dt_all_gather_linear";
+    DT_ARG_NOT_NULL(outs);
+    DT_ARG(nw >= 1 && nw <= MAX_WEIGHTS && w, "%s: argument nw = %d is not in [1, %d]", FN, nw,
+           MAX_WEIGHTS);
+    DT_CHECK(check_x(FN, x, tp_dim, 1));
+    DT_CHECK(check_mode(FN, mode));
+    for (int i = 0; i < nw; i++) {
+        char arg[16];
+        snprintf(arg, sizeof arg, "w[%d]", i);
+        DT_CHECK(check_w(FN, arg, w[i], x, tp_dim, 0));
+    }
+    cmm_geom g;
+    DT_CHECK(geom_of(x, tp_dim, &g));
+    dt_placement p[DT_MESH_MAX_NDIM];
+    placements_with(x, tp_dim, dt_shard(2), p);
+    dt_tensor *o[MAX_WEIGHTS] = {0};
+    cmm_weight cw[MAX_WEIGHTS];
+    void *od[MAX_WEIGHTS];
+    int64_t K = x->shape[2];
+    dt_tensor *in[1 + MAX_WEIGHTS] = {x};
+    for (int i = 0; i < nw; i++) in[1 + i] = w[i];
+    int record = dt_autograd_wants(in, 1 + nw);
+    ag_shared *sh = calloc(1, sizeof *sh);
+    dt_status st = sh ? DT_OK : dt_error(DT_ERR_NOMEM, "%s: out of memory", FN);
+    if (st == DT_OK && record) {
+        sh->xg = malloc((size_t)(g.B * g.T * K) * dt_dtype_size(x->dtype) + 1);
+        if (!sh->xg) st = dt_error(DT_ERR_NOMEM, "%s: out of memory for the gathered x", FN);
+    }
+    for (int i = 0; i < nw && st == DT_OK; i++) {
+        st = alloc_like(x, x->shape[0], x->shape[1], w[i]->shape[0], p, &o[i]);
+        if (st == DT_OK)
+            cw[i] = (cmm_weight){w[i]->data, w[i]->local_shape[0], 1}, od[i] = o[i]->data;
+    }
+    if (st == DT_OK) st = cmm_all_gather_mm(&g, x->data, K, nw, cw, od, sh->xg);
+    if (st == DT_OK && record) {
+        /* one reference per node, and the loop's own until it ends */
+        *sh = (ag_shared){.refs = nw + 1, .nw = nw, .tp_dim = tp_dim, .mode = mode, .xg = sh->xg};
+        int made = 0;
+        for (; made < nw && st == DT_OK; made++) {
+            ag_node *a = malloc(sizeof *a);
+            if (!a) {
+                st = dt_error(DT_ERR_NOMEM, "%s: out of memory", FN);
+                break;
+            }
+            a->sh = sh;
+            dt_tensor *node_in[2] = {x, w[made]};
+            /* on failure a is freed (its reference dropped) */
+            st = dt_autograd_record_custom("all_gather_linear", node_in, 2, o[made], ag_backward,
+                                           a, ag_node_free);
+        }
+        sh->refs -= nw - made; /* the nodes never made */
+        if (--sh->refs == 0) free(sh->xg), free(sh);
+        sh = NULL;
+    }
+    if (sh) free(sh->xg), free(sh);
+    if (st != DT_OK) {
+        for (int i = 0; i < nw; i++) dt_tensor_release(o[i]);
+        return st;
+    }
+    memcpy(outs, o, sizeof(dt_tensor *) * (size_t)nw);
+    return DT_OK;
+}
+
+/* ---- matmul then reduce_scatter ------------------------------------------------------------- */
+
+/* y (B, rows(me), N local) = reduce_scatter(x (B, T, K local) @ w) */
+static dt_status rs_local(dt_tensor *x, const cmm_weight *w, int tp_dim, dt_async_tp_mode mode,
+                          dt_tensor *y) {
+    cmm_geom g;
+    DT_CHECK(geom_of(x, tp_dim, &g));
+    return cmm_mm_reduce_scatter(&g, x->data, x->local_shape[2], w, mode == DT_ASYNC_TP_ORDERED,
+                                 y->data);
+}
+
+typedef struct rs_node {
+    int tp_dim;
+    dt_async_tp_mode mode;
+} rs_node;
+
+static dt_status rs_backward(void *state, dt_tensor *const *in, const bool *need, dt_tensor *grad,
+                             dt_tensor **gin) {
+    const rs_node *r = state;
+    dt_tensor *x = in[0], *w = in[1], *dy;
+    dt_placement p[DT_MESH_MAX_NDIM];
+    placements_with(x, r->tp_dim, dt_shard(1), p);
+    DT_CHECK(placed(grad, p, &dy)); /* (B, rows(me), N) */
+    cmm_geom g;
+    dt_status st = geom_of(x, r->tp_dim, &g);
+    int64_t N = w->shape[0], Kl = x->local_shape[2];
+    size_t es = dt_dtype_size(x->dtype);
+    void *dyg = need[1] ? malloc((size_t)(g.B * g.T * N) * es + 1) : NULL; /* (B, T, N) */
+    if (st == DT_OK && need[1] && !dyg)
+        st = dt_error(DT_ERR_NOMEM, "dt_backward: dt_linear_reduce_scatter: out of memory");
+    dt_tensor *dx = NULL;
+    if (st == DT_OK)
+        st = alloc_like(x, x->shape[0], x->shape[1], x->shape[2], x->placements, &dx);
+    cmm_weight wl = {w->data, Kl, 0}; /* the dual: all_gather(dy) @ w, (.., N) @ (N, K local) */
+    void *dxd = dx ? dx->data : NULL;
+    if (st == DT_OK) st = cmm_all_gather_mm(&g, dy->data, N, 1, &wl, &dxd, dyg);
+    if (st == DT_OK && need[1]) st = weight_grad(x, w, r->tp_dim, 1, dyg, g.B * g.T, x->data, &gin[1]);
+    if (st == DT_OK && need[0]) gin[0] = dx, dx = NULL;
+    dt_tensor_release(dx);
+    dt_tensor_release(dy);
+    free(dyg);
+    return st;
+}
+
+dt_status dt_linear_reduce_scatter(dt_tensor *x, dt_tensor *w, int tp_dim, dt_async_tp_mode mode,
+                                   dt_tensor **out) {
+    static const char FN[] = "dt_linear_reduce_scatter";
+    DT_ARG_NOT_NULL(out);
+    DT_CHECK(check_x(FN, x, tp_dim, 2));
+    DT_CHECK(check_mode(FN, mode));
+    DT_CHECK(check_w(FN, "w", w, x, tp_dim, 1));
+    dt_placement p[DT_MESH_MAX_NDIM];
+    placements_with(x, tp_dim, dt_shard(1), p);
+    dt_tensor *y;
+    DT_CHECK(alloc_like(x, x->shape[0], x->shape[1], w->shape[0], p, &y));
+    cmm_weight cw = {w->data, w->shape[0], 1}; /* x @ w^T */
+    dt_status st = rs_local(x, &cw, tp_dim, mode, y);
+    dt_tensor *in[2] = {x, w};
+    if (st == DT_OK && dt_autograd_wants(in, 2)) {
+        rs_node *r = malloc(sizeof *r);
+        if (!r) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", FN);
+        else {
+            *r = (rs_node){tp_dim, mode};
+            st = dt_autograd_record_custom("linear_reduce_scatter", in, 2, y, rs_backward, r, free);
+        }
+    }
+    if (st != DT_OK) {
+        dt_tensor_release(y);
+        return st;
+    }
+    *out = y;
+    return DT_OK;
+}
