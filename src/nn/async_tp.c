@@ -140,48 +140,132 @@ static dt_status weight_grad(const dt_tensor *x, const dt_tensor *w, int tp_dim,
 
 /* ---- all_gather then matmul ----------------------------------------------------------------- */
 
-/* What the nw nodes of one dt_all_gather_linear share: the gathered x. */
+/* y (B, rows(me), N) = reduce_scatter(the sum of the terms' products); like gives the rows */
+static dt_status rs_run(const dt_tensor *like, int nt, const cmm_term *t, int tp_dim,
+                        dt_async_tp_mode mode, dt_tensor *y) {
+    cmm_geom g;
+    DT_CHECK(geom_of(like, tp_dim, &g));
+    return cmm_mm_reduce_scatter(&g, nt, t, mode == DT_ASYNC_TP_ORDERED, y->data);
+}
+
+/* x's gradient, reduce_scatter(sum_i dy[i] @ w[i]) in x's layout: the dual collective matmul */
+static dt_status input_grad(dt_tensor *x, int n, dt_tensor *const *dy, dt_tensor *const *w,
+                            int tp_dim, dt_async_tp_mode mode, dt_tensor **out) {
+    cmm_term t[MAX_WEIGHTS];
+    for (int i = 0; i < n; i++) /* (.., N_i local) @ w_i (N_i local, K) */
+        t[i] = (cmm_term){dy[i]->data, dy[i]->local_shape[2], {w[i]->data, x->shape[2], 0}};
+    DT_CHECK(alloc_like(x, x->shape[0], x->shape[1], x->shape[2], x->placements, out));
+    dt_status st = rs_run(x, n, t, tp_dim, mode, *out);
+    if (st != DT_OK) dt_tensor_release(*out), *out = NULL;
+    return st;
+}
+
+/* What the nodes of one dt_all_gather_linear share: the gathered x; with several weights, the
+ * output gradients as they reach their nodes, kept for the node of the input's token, which
+ * the output nodes take in place of x: it runs after all of them (they consume it) and turns
+ * their gradients into x's in one collective matmul. */
 typedef struct ag_shared {
     int refs, nw, tp_dim;
     dt_async_tp_mode mode;
-    void *xg; /* (B, T, K) local */
+    dt_placement yp[DT_MESH_MAX_NDIM];           /* the outputs' placements */
+    void *xg;                                    /* (B, T, K) local */
+    dt_tensor *dy[MAX_WEIGHTS], *w[MAX_WEIGHTS]; /* retained, until the token's node */
 } ag_shared;
+
+static void unstash(ag_shared *sh) {
+    for (int i = 0; i < sh->nw; i++) {
+        dt_tensor_release(sh->dy[i]), dt_tensor_release(sh->w[i]);
+        sh->dy[i] = sh->w[i] = NULL;
+    }
+}
+
+static void shared_drop(ag_shared *sh) {
+    if (--sh->refs) return;
+    unstash(sh);
+    free(sh->xg), free(sh);
+}
 
 typedef struct ag_node {
     ag_shared *sh;
+    int i; /* the output's weight; -1: the token's node */
 } ag_node;
 
 static void ag_node_free(void *p) {
-    ag_node *a = p;
-    if (--a->sh->refs == 0) free(a->sh->xg), free(a->sh);
-    free(a);
+    shared_drop(((ag_node *)p)->sh);
+    free(p);
 }
 
-static dt_status rs_local(dt_tensor *x, const cmm_weight *w, int tp_dim, dt_async_tp_mode mode,
-                          dt_tensor *y);
+/* A zero scalar, replicated: the token, and its gradient. */
+static dt_status zero_scalar(const dt_tensor *x, dt_tensor **out) {
+    dt_placement rep[DT_MESH_MAX_NDIM];
+    for (int m = 0; m < x->mesh->ndim; m++) rep[m] = dt_replicate();
+    int64_t one = 1;
+    DT_CHECK(dt_tensor_alloc(x->mesh, x->device, x->dtype, 1, &one, rep, out));
+    memset((*out)->data, 0, dt_dtype_size(x->dtype));
+    return DT_OK;
+}
+
+static dt_status token_backward(void *state, dt_tensor *const *in, const bool *need,
+                                dt_tensor *grad, dt_tensor **gin) {
+    (void)grad; /* zeros: the gradients are the stashed ones */
+    ag_shared *sh = ((ag_node *)state)->sh;
+    dt_tensor *dy[MAX_WEIGHTS], *w[MAX_WEIGHTS];
+    int n = 0;
+    for (int i = 0; i < sh->nw; i++)
+        if (sh->dy[i]) dy[n] = sh->dy[i], w[n++] = sh->w[i];
+    dt_status st = need[0] && n ? input_grad(in[0], n, dy, w, sh->tp_dim, sh->mode, &gin[0]) : DT_OK;
+    unstash(sh);
+    return st;
+}
 
 static dt_status ag_backward(void *state, dt_tensor *const *in, const bool *need, dt_tensor *grad,
                              dt_tensor **gin) {
-    const ag_shared *sh = ((ag_node *)state)->sh;
-    dt_tensor *x = in[0], *w = in[1], *dy;
-    dt_placement p[DT_MESH_MAX_NDIM];
-    placements_with(x, sh->tp_dim, dt_shard(2), p);
-    DT_CHECK(placed(grad, p, &dy)); /* (B, T, N local) */
-    cmm_geom g;
-    dt_status st = geom_of(x, sh->tp_dim, &g);
-    int64_t K = x->shape[2], R = g.B * g.T;
-    if (st == DT_OK && need[1])
-        st = weight_grad(x, w, sh->tp_dim, 0, dy->data, R, sh->xg, &gin[1]);
-    cmm_weight wl = {w->data, K, 0}; /* dy @ w: (.., N) @ (N, K) */
-    if (st == DT_OK && need[0] && sh->nw == 1) { /* the dual: matmul then reduce_scatter */
-        st = alloc_like(x, x->shape[0], x->shape[1], K, x->placements, &gin[0]);
-        if (st == DT_OK) st = rs_local(dy, &wl, sh->tp_dim, sh->mode, gin[0]);
-    } else if (st == DT_OK && need[0]) { /* a part of a sum: Partial, reduced once where used */
-        placements_with(x, sh->tp_dim, dt_partial(DT_REDUCE_SUM), p);
-        st = alloc_like(x, x->shape[0], x->shape[1], K, p, &gin[0]);
-        if (st == DT_OK) st = cmm_gemm(x->dtype, dy->data, R, dy->local_shape[2], &wl, gin[0]->data);
+    const ag_node *node = state;
+    ag_shared *sh = node->sh;
+    dt_tensor *x = in[0], *w = in[1], *dy; /* x: the token, with several weights */
+    DT_CHECK(placed(grad, sh->yp, &dy)); /* (B, T, N local) */
+    dt_status st = DT_OK;
+    if (need[1])
+        st = weight_grad(dy, w, sh->tp_dim, 0, dy->data, dy->local_shape[0] * dy->shape[1],
+                         sh->xg, &gin[1]);
+    if (st == DT_OK && need[0] && sh->nw == 1) {
+        st = input_grad(x, 1, &dy, &w, sh->tp_dim, sh->mode, &gin[0]);
+    } else if (st == DT_OK && need[0]) {
+        st = zero_scalar(x, &gin[0]);
+        if (st == DT_OK) {
+            dt_tensor_retain(w);
+            sh->dy[node->i] = dy, sh->w[node->i] = w, dy = NULL;
+        }
     }
     dt_tensor_release(dy);
+    return st;
+}
+
+/* Records the backward of dt_all_gather_linear's outputs o[0..nw) (and with several weights
+ * and an x that requires grad, the token's node); sh is taken. */
+static dt_status ag_record(ag_shared *sh, dt_tensor *x, int nw, dt_tensor *const *w,
+                           dt_tensor *const *o) {
+    int token = nw > 1 && dt_autograd_wants(&x, 1);
+    sh->refs = 1; /* this function's own, until it ends */
+    dt_tensor *first = x;
+    dt_status st = token ? zero_scalar(x, &first) : DT_OK;
+    for (int i = token ? -1 : 0; i < nw && st == DT_OK; i++) {
+        ag_node *a = malloc(sizeof *a);
+        if (!a) {
+            st = dt_error(DT_ERR_NOMEM, "dt_all_gather_linear: out of memory");
+            break;
+        }
+        *a = (ag_node){sh, i};
+        sh->refs++;
+        dt_tensor *node_in[2] = {i < 0 ? x : first, i < 0 ? NULL : w[i]};
+        /* on failure a is freed, its reference dropped */
+        st = i < 0 ? dt_autograd_record_custom("all_gather_linear_input", node_in, 1, first,
+                                               token_backward, a, ag_node_free)
+                   : dt_autograd_record_custom("all_gather_linear", node_in, 2, o[i],
+                                               ag_backward, a, ag_node_free);
+    }
+    if (token) dt_tensor_release(first); /* the output nodes hold it */
+    shared_drop(sh);
     return st;
 }
 
@@ -211,7 +295,11 @@ dt_status dt_all_gather_linear(dt_tensor *x, int nw, dt_tensor *const *w, int tp
     int record = dt_autograd_wants(in, 1 + nw);
     ag_shared *sh = calloc(1, sizeof *sh);
     dt_status st = sh ? DT_OK : dt_error(DT_ERR_NOMEM, "%s: out of memory", FN);
-    if (st == DT_OK && record) {
+    if (st == DT_OK) {
+        *sh = (ag_shared){.nw = nw, .tp_dim = tp_dim, .mode = mode};
+        memcpy(sh->yp, p, sizeof p);
+    }
+    if (st == DT_OK && record) { /* kept for the weights' gradients, as dt_linear keeps x */
         sh->xg = malloc((size_t)(g.B * g.T * K) * dt_dtype_size(x->dtype) + 1);
         if (!sh->xg) st = dt_error(DT_ERR_NOMEM, "%s: out of memory for the gathered x", FN);
     }
@@ -221,27 +309,8 @@ dt_status dt_all_gather_linear(dt_tensor *x, int nw, dt_tensor *const *w, int tp
             cw[i] = (cmm_weight){w[i]->data, w[i]->local_shape[0], 1}, od[i] = o[i]->data;
     }
     if (st == DT_OK) st = cmm_all_gather_mm(&g, x->data, K, nw, cw, od, sh->xg);
-    if (st == DT_OK && record) {
-        /* one reference per node, and the loop's own until it ends */
-        *sh = (ag_shared){.refs = nw + 1, .nw = nw, .tp_dim = tp_dim, .mode = mode, .xg = sh->xg};
-        int made = 0;
-        for (; made < nw && st == DT_OK; made++) {
-            ag_node *a = malloc(sizeof *a);
-            if (!a) {
-                st = dt_error(DT_ERR_NOMEM, "%s: out of memory", FN);
-                break;
-            }
-            a->sh = sh;
-            dt_tensor *node_in[2] = {x, w[made]};
-            /* on failure a is freed (its reference dropped) */
-            st = dt_autograd_record_custom("all_gather_linear", node_in, 2, o[made], ag_backward,
-                                           a, ag_node_free);
-        }
-        sh->refs -= nw - made; /* the nodes never made */
-        if (--sh->refs == 0) free(sh->xg), free(sh);
-        sh = NULL;
-    }
-    if (sh) free(sh->xg), free(sh);
+    if (st == DT_OK && record) st = ag_record(sh, x, nw, w, o);
+    else if (sh) free(sh->xg), free(sh);
     if (st != DT_OK) {
         for (int i = 0; i < nw; i++) dt_tensor_release(o[i]);
         return st;
@@ -251,15 +320,6 @@ dt_status dt_all_gather_linear(dt_tensor *x, int nw, dt_tensor *const *w, int tp
 }
 
 /* ---- matmul then reduce_scatter ------------------------------------------------------------- */
-
-/* y (B, rows(me), N local) = reduce_scatter(x (B, T, K local) @ w) */
-static dt_status rs_local(dt_tensor *x, const cmm_weight *w, int tp_dim, dt_async_tp_mode mode,
-                          dt_tensor *y) {
-    cmm_geom g;
-    DT_CHECK(geom_of(x, tp_dim, &g));
-    return cmm_mm_reduce_scatter(&g, x->data, x->local_shape[2], w, mode == DT_ASYNC_TP_ORDERED,
-                                 y->data);
-}
 
 typedef struct rs_node {
     int tp_dim;
@@ -305,8 +365,8 @@ dt_status dt_linear_reduce_scatter(dt_tensor *x, dt_tensor *w, int tp_dim, dt_as
     placements_with(x, tp_dim, dt_shard(1), p);
     dt_tensor *y;
     DT_CHECK(alloc_like(x, x->shape[0], x->shape[1], w->shape[0], p, &y));
-    cmm_weight cw = {w->data, w->shape[0], 1}; /* x @ w^T */
-    dt_status st = rs_local(x, &cw, tp_dim, mode, y);
+    cmm_term t = {x->data, x->local_shape[2], {w->data, w->shape[0], 1}}; /* x @ w^T */
+    dt_status st = rs_run(x, 1, &t, tp_dim, mode, y);
     dt_tensor *in[2] = {x, w};
     if (st == DT_OK && dt_autograd_wants(in, 2)) {
         rs_node *r = malloc(sizeof *r);

@@ -100,17 +100,6 @@ out:
 
 /* ---- matmul then reduce_scatter --------------------------------------------------------- */
 
-/* p (B, rows(o), N) = the rows of member o of x (B, T, K) @ w */
-static dt_status block_mm(const cmm_geom *g, const void *x, int o, int64_t K, const cmm_weight *w,
-                          void *p) {
-    const size_t es = esize(g);
-    const int64_t rows = cmm_rows(g, o), off = cmm_off(g, o);
-    for (int64_t b = 0; b < g->B; b++)
-        DT_CHECK(cmm_gemm(g->dtype, (const char *)x + (size_t)((b * g->T + off) * K) * es, rows, K, w,
-                      (char *)p + (size_t)(b * rows * w->N) * es));
-    return DT_OK;
-}
-
 static void add_into(const cmm_geom *g, void *p, const void *a, size_t n) {
     if (g->dtype == DT_F64)
         for (size_t i = 0; i < n; i++) ((double *)p)[i] += ((const double *)a)[i];
@@ -118,15 +107,32 @@ static void add_into(const cmm_geom *g, void *p, const void *a, size_t n) {
         for (size_t i = 0; i < n; i++) ((float *)p)[i] += ((const float *)a)[i];
 }
 
+/* p (B, rows(o), N) = the sum over terms of the rows of member o of x (B, T, K) @ w; scratch
+ * holds a block when there are several terms. */
+static dt_status block_mm(const cmm_geom *g, int nt, const cmm_term *t, int o, void *p,
+                          void *scratch) {
+    const size_t es = esize(g);
+    const int64_t rows = cmm_rows(g, o), off = cmm_off(g, o), N = t[0].w.N;
+    for (int i = 0; i < nt; i++) {
+        char *dst = i == 0 ? p : scratch;
+        for (int64_t b = 0; b < g->B; b++)
+            DT_CHECK(cmm_gemm(g->dtype, (const char *)t[i].x + (size_t)((b * g->T + off) * t[i].K) * es,
+                              rows, t[i].K, &t[i].w, dst + (size_t)(b * rows * N) * es));
+        if (i > 0) add_into(g, p, scratch, (size_t)(g->B * rows * N));
+    }
+    return DT_OK;
+}
+
 /* Ring: at step s this member computes its part of block b = me - s - 1, adds the partial
  * sum of b that arrived from the previous member, and passes it on; at the last step b = me
  * and the sum is whole. */
-static dt_status rs_ring(const cmm_geom *g, const void *x, int64_t K, const cmm_weight *w, void *y) {
+static dt_status rs_ring(const cmm_geom *g, int nt, const cmm_term *t, void *y) {
+    const cmm_weight *w = &t[0].w;
     const size_t es = esize(g), cap = (size_t)(g->B * g->chunk * w->N) * es + 1;
-    char *p[2] = {malloc(cap), malloc(cap)}, *acc = malloc(cap);
+    char *p[2] = {malloc(cap), malloc(cap)}, *acc = malloc(cap), *scratch = malloc(cap);
     dt_status st = DT_OK;
     dt_request *req = NULL;
-    if (!p[0] || !p[1] || !acc) {
+    if (!p[0] || !p[1] || !acc || !scratch) {
         st = dt_error(DT_ERR_NOMEM, "mm_reduce_scatter: out of memory for blocks of %zu bytes",
                       cap);
         goto out;
@@ -136,7 +142,7 @@ static dt_status rs_ring(const cmm_geom *g, const void *x, int64_t K, const cmm_
         size_t count = (size_t)(g->B * cmm_rows(g, b) * w->N);
         char *cur = s == g->n - 1 ? y : p[s % 2];
         double t0 = g->ctx->trace ? dt_now_us() : 0;
-        st = block_mm(g, x, b, K, w, cur);
+        st = block_mm(g, nt, t, b, cur, scratch);
         trace_step(g, t0, "mm_reduce_scatter", s, b);
         dt_status ws = wait_req(&req); /* the partial sum of b so far */
         st = st == DT_OK ? ws : st;
@@ -149,22 +155,23 @@ static dt_status rs_ring(const cmm_geom *g, const void *x, int64_t K, const cmm_
     }
 out:
     wait_req(&req);
-    free(p[0]), free(p[1]), free(acc);
+    free(p[0]), free(p[1]), free(acc), free(scratch);
     return st;
 }
 
 /* Ordered: at step s (1 <= s < n) the block of member me + s goes there and member me - s's
  * part of this member's block arrives; the next block is computed meanwhile. The parts are
  * summed in member order at the end. */
-static dt_status rs_ordered(const cmm_geom *g, const void *x, int64_t K, const cmm_weight *w,
-                            void *y) {
+static dt_status rs_ordered(const cmm_geom *g, int nt, const cmm_term *t, void *y) {
+    const cmm_weight *w = &t[0].w;
     const size_t es = esize(g), cap = (size_t)(g->B * g->chunk * w->N) * es + 1;
     const size_t mine = (size_t)(g->B * cmm_rows(g, g->me) * w->N);
     char *p[2] = {malloc(cap), malloc(cap)}, *parts = malloc(mine * es * (size_t)g->n + 1);
+    char *scratch = malloc(cap);
     const void **srcs = malloc(sizeof(void *) * (size_t)g->n);
     dt_status st = DT_OK;
     dt_request *req = NULL;
-    if (!p[0] || !p[1] || !parts || !srcs) {
+    if (!p[0] || !p[1] || !parts || !srcs || !scratch) {
         st = dt_error(DT_ERR_NOMEM, "mm_reduce_scatter: out of memory for %d blocks of %zu bytes",
                       g->n, mine * es);
         goto out;
@@ -175,7 +182,7 @@ static dt_status rs_ordered(const cmm_geom *g, const void *x, int64_t K, const c
         int b = (g->me + s) % g->n;
         char *cur = s == g->n ? (char *)srcs[g->me] : p[s % 2];
         double t0 = g->ctx->trace ? dt_now_us() : 0;
-        st = block_mm(g, x, b, K, w, cur);
+        st = block_mm(g, nt, t, b, cur, scratch);
         trace_step(g, t0, "mm_reduce_scatter", s - 1, b);
         dt_status ws = wait_req(&req);
         st = st == DT_OK ? ws : st;
@@ -187,13 +194,13 @@ static dt_status rs_ordered(const cmm_geom *g, const void *x, int64_t K, const c
     if (st == DT_OK) dt_reduce_n(g->dtype, DT_REDUCE_SUM, y, srcs, g->n, mine);
 out:
     wait_req(&req);
-    free(p[0]), free(p[1]), free(parts), free(srcs);
+    free(p[0]), free(p[1]), free(parts), free(srcs), free(scratch);
     return st;
 }
 
-dt_status cmm_mm_reduce_scatter(const cmm_geom *g, const void *x, int64_t K, const cmm_weight *w,
-                                int ordered, void *y) {
-    return ordered ? rs_ordered(g, x, K, w, y) : rs_ring(g, x, K, w, y);
+dt_status cmm_mm_reduce_scatter(const cmm_geom *g, int nt, const cmm_term *t, int ordered,
+                                void *y) {
+    return ordered ? rs_ordered(g, nt, t, y) : rs_ring(g, nt, t, y);
 }
 
 dt_status cmm_gemm_tn(dt_dtype dtype, const void *a, int64_t R, int64_t N, const void *b,

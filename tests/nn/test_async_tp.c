@@ -202,11 +202,15 @@ static dt_status run_one(dt_ctx *ctx, dt_mesh *mesh, int k, which op, dt_async_t
         if (f == 0) R_OK(dt_comm_stats_reset(ctx));
         R_OK(dt_backward(loss[f]));
         if (f == 0) {
-            /* one weight: the dual collective matmul (n - 1 steps); two: x's gradient is their
-             * Partial sum, reduce_scattered once */
-            uint64_t sends = t_issued(ctx, DT_COLL_SEND), want_sends = nw == 2 ? 0 : n - 1;
-            R_CHECK(sends == want_sends, "case %d, %s: backward sent %llu times, want %llu", k,
-                    which_name[op], (unsigned long long)sends, (unsigned long long)want_sends);
+            /* the dual collective matmul (n - 1 steps; two weights' gradients summed into
+             * one), no all_gather or reduce_scatter */
+            uint64_t sends = t_issued(ctx, DT_COLL_SEND), ag = t_issued(ctx, DT_COLL_ALL_GATHER);
+            uint64_t rs = t_issued(ctx, DT_COLL_REDUCE_SCATTER);
+            R_CHECK(sends == (uint64_t)(n - 1) && ag == 0 && rs == 0,
+                    "case %d, %s: backward made %llu sends, %llu all_gathers, %llu "
+                    "reduce_scatters; want %d, 0, 0",
+                    k, which_name[op], (unsigned long long)sends, (unsigned long long)ag,
+                    (unsigned long long)rs, n - 1);
         }
     }
     for (int i = 0; i < nw; i++) {

@@ -220,13 +220,12 @@ Test(parallel_train, loss_parity_and_collectives) {
  * 32 positions over 3) and 4: the loss curve within 1e-5 relative of the synchronous run's on
  * the same mesh (and of one rank's), the ordered mode too on tp=3. Per step on rank 0, with
  * L = 2 blocks: forward runs the collective matmuls q/k/v (one gather), wo, w1/w3 (one
- * gather), w2 and the output projection, 4L + 1, each tp - 1 sends; backward the duals of
- * wo, w2 (gathers of their output gradients) and of the output projection (one weight: its
- * input gradient reduce_scattered by the ring), 2L + 1; the gradients into q/k/v and w1/w3
- * (two or three weights) are Partial sums reduce_scattered once each (2L, synchronous). What
- * stays of the synchronous collectives: the embedding's output reduce_scatter and its
- * gradient's all_gather, those 2L reduce_scatters, the norm weights' all_reduce and loss
- * parallel's two; tp=3's uneven heads re-shard by all_to_all as without async. */
+ * gather), w2 and the output projection, 4L + 1, each tp - 1 sends; backward their duals,
+ * 4L + 1 more (x's gradient reduce_scattered from the q/k/v and w1/w3 gradients summed, the
+ * wo and w2 output gradients gathered). What stays synchronous: the embedding's output
+ * reduce_scatter and its gradient's all_gather, the norm weights' all_reduce and loss
+ * parallel's two (tp=4: the logits go by an all_to_all each way instead, as the cost model
+ * picks without async); tp=3's uneven heads re-shard by all_to_all as without async. */
 Test(parallel_train, async_tp_loss_parity) {
     enum { L = 2 };
 #define SP(n, mode) {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1, \
@@ -238,11 +237,11 @@ Test(parallel_train, async_tp_loss_parity) {
         {"tp=3 sp", "3", SP(3, 0), {3, 10, 10, 28}},
     };
     static const config async[] = {
-        {"tp=2 sp async", "2", SP(2, DT_ASYNC_TP_RING), {3, 1, 1 + 2 * L, 0}, .sends = 1 * (6 * L + 2)},
-        {"tp=3 sp async", "3", SP(3, DT_ASYNC_TP_RING), {3, 1, 1 + 2 * L, 28}, .sends = 2 * (6 * L + 2)},
-        {"tp=4 sp async", "4", SP(4, DT_ASYNC_TP_RING), {3, 1, 1 + 2 * L, 0}, .sends = 3 * (6 * L + 2)},
-        {"tp=3 sp async ordered", "3", SP(3, DT_ASYNC_TP_ORDERED), {3, 1, 1 + 2 * L, 28},
-         .sends = 2 * (6 * L + 2)},
+        {"tp=2 sp async", "2", SP(2, DT_ASYNC_TP_RING), {3, 1, 1, 0}, .sends = 1 * 2 * (4 * L + 1)},
+        {"tp=3 sp async", "3", SP(3, DT_ASYNC_TP_RING), {3, 1, 1, 28}, .sends = 2 * 2 * (4 * L + 1)},
+        {"tp=4 sp async", "4", SP(4, DT_ASYNC_TP_RING), {1, 1, 1, 2}, .sends = 3 * 2 * (4 * L + 1)},
+        {"tp=3 sp async ordered", "3", SP(3, DT_ASYNC_TP_ORDERED), {3, 1, 1, 28},
+         .sends = 2 * 2 * (4 * L + 1)},
     };
 #undef SP
     static const config one = {"1 rank", "1", {.dp_dim = -1, .tp_dim = -1}, {0, 0, 0, 0}};
