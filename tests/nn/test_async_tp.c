@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "helpers.h"
 
@@ -273,3 +274,84 @@ Test(async_tp, equals_one_rank_f64_and_the_synchronous_form) {
         t_run(world_of(cases[k].mesh), body, &args[k]);
     }
 }
+
+/* The trace of one dt_all_gather_linear and one dt_linear_reduce_scatter on tp = 3: each rank
+ * records one GEMM event per step and one send and one receive (on the tp group) per
+ * transfer, ordered as the schedules say: the gather's chunk for step s + 1 has arrived (its
+ * transfer ended) before that step's GEMM begins; the reduce_scatter's partial sum of step s
+ * leaves only after that step's GEMM made it. The transfers run on the communication thread
+ * while the caller's GEMM runs; how much they overlap is timing, logged, not asserted. */
+typedef struct span {
+    double t0, t1;
+} span;
+
+static int read_spans(const char *path, const char *name, const char *detail, span *out, int cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *ts = strstr(line, "\"ts\":"), *dur = strstr(line, "\"dur\":");
+        char want[64];
+        snprintf(want, sizeof want, "\"name\":\"%s\"", name);
+        if (!ts || !dur || !strstr(line, want) || (detail && !strstr(line, detail))) continue;
+        if (n < cap) out[n] = (span){atof(ts + 5), atof(ts + 5) + atof(dur + 6)};
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static int overlaps(span a, span b) { return a.t0 < b.t1 && b.t0 < a.t1; }
+
+static dt_status trace_body(dt_ctx *ctx, void *p) {
+    (void)p;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "tp=3", &mesh));
+    int64_t sx[3] = {2, 300, 256}, sw[2] = {256, 256};
+    dt_placement seq = dt_shard(1), col = dt_shard(0), feat = dt_shard(2), row = dt_shard(1);
+    dt_tensor *x, *w, *y, *xf, *wr, *z;
+    R_OK(dt_tensor_ones(mesh, DT_F32, 3, sx, 1, &seq, &x));
+    R_OK(dt_tensor_ones(mesh, DT_F32, 2, sw, 1, &col, &w));
+    R_OK(dt_tensor_ones(mesh, DT_F32, 3, sx, 1, &feat, &xf));
+    R_OK(dt_tensor_ones(mesh, DT_F32, 2, sw, 1, &row, &wr));
+    const char *what[2] = {"all_gather_mm", "mm_reduce_scatter"};
+    for (int op = 0; op < 2; op++) {
+        R_OK(dt_trace_start(ctx));
+        if (op == 0) R_OK(dt_all_gather_linear(x, 1, &w, 0, DT_ASYNC_TP_RING, &y));
+        else R_OK(dt_linear_reduce_scatter(xf, wr, 0, DT_ASYNC_TP_RING, &z));
+        R_OK(dt_trace_stop(ctx));
+        char path[96]; /* the context's address and the clock keep concurrent runs apart */
+        snprintf(path, sizeof path, "/tmp/dt_async_tp_trace_%lld_%p_%d.json", (long long)time(NULL),
+                 (void *)ctx, dt_ctx_rank(ctx));
+        R_OK(dt_trace_write(ctx, path));
+        span gemm[4], send[4], recv[4];
+        int ng = read_spans(path, "async_tp_gemm", what[op], gemm, 4);
+        int ns = read_spans(path, "send", "group tp", send, 4);
+        int nr = read_spans(path, "recv", "group tp", recv, 4);
+        remove(path);
+        R_CHECK(ng == 3 && ns == 2 && nr == 2, "%s: %d GEMM steps, %d sends, %d receives", what[op],
+                ng, ns, nr);
+        int overlapped = 0;
+        for (int s = 0; s < 2; s++) {
+            if (op == 0)
+                R_CHECK(send[s].t1 <= gemm[s + 1].t0 + 1e-3 && recv[s].t1 <= gemm[s + 1].t0 + 1e-3,
+                        "%s: transfer %d ends at %.3f / %.3f, after step %d's GEMM begins at "
+                        "%.3f", what[op], s, send[s].t1, recv[s].t1, s + 1, gemm[s + 1].t0);
+            else
+                R_CHECK(send[s].t0 >= gemm[s].t1 - 1e-3,
+                        "%s: step %d's partial sum leaves at %.3f, before its GEMM ends at %.3f",
+                        what[op], s, send[s].t0, gemm[s].t1);
+            overlapped += overlaps(send[s], gemm[op == 0 ? s : s + 1]) ||
+                          overlaps(recv[s], gemm[op == 0 ? s : s + 1]);
+        }
+        cr_log_info("rank %d, %s: %d of 2 transfers overlap a GEMM", dt_ctx_rank(ctx), what[op],
+                    overlapped);
+    }
+    dt_tensor *all[] = {x, w, y, xf, wr, z};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(async_tp, trace_shows_the_schedule) { t_run(3, trace_body, NULL); }
