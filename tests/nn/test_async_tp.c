@@ -275,6 +275,57 @@ Test(async_tp, equals_one_rank_f64_and_the_synchronous_form) {
     }
 }
 
+/* Bad input: every rank fails the same way, naming the argument and its value, with no
+ * collective started (the checks read only the specs) and the output left alone. */
+static dt_status errors_body(dt_ctx *ctx, void *p) {
+    (void)p;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "tp=2", &mesh));
+    int64_t sx[3] = {2, 5, 4}, sw[2] = {6, 4}, s2[2] = {6, 4}, sbad[2] = {6, 3};
+    dt_placement seq = dt_shard(1), col = dt_shard(0), rep = dt_replicate(), row = dt_shard(1);
+    dt_tensor *x, *w, *wr, *xr, *wbad, *w64, *x2;
+    R_OK(dt_tensor_ones(mesh, DT_F32, 3, sx, 1, &seq, &x));
+    R_OK(dt_tensor_ones(mesh, DT_F32, 2, sw, 1, &col, &w));
+    R_OK(dt_tensor_ones(mesh, DT_F32, 2, s2, 1, &row, &wr));
+    R_OK(dt_tensor_ones(mesh, DT_F32, 3, sx, 1, &rep, &xr));
+    R_OK(dt_tensor_ones(mesh, DT_F32, 2, sbad, 1, &col, &wbad));
+    R_OK(dt_tensor_ones(mesh, DT_F64, 2, sw, 1, &col, &w64));
+    R_OK(dt_tensor_ones(mesh, DT_F32, 2, sw, 1, &seq, &x2));
+    dt_tensor *out = T_SENTINEL(dt_tensor *);
+    R_OK(dt_comm_stats_reset(ctx));
+    R_ERR(dt_all_gather_linear(xr, 1, &w, 0, DT_ASYNC_TP_RING, &out), DT_ERR_PLACEMENT,
+          "x is R over mesh dim 0 (tp); it must be S(1)");
+    R_ERR(dt_all_gather_linear(x, 1, &wr, 0, DT_ASYNC_TP_RING, &out), DT_ERR_PLACEMENT,
+          "w[0] is S(1) over mesh dim 0; it must be S(0)");
+    R_ERR(dt_all_gather_linear(x, 0, &w, 0, DT_ASYNC_TP_RING, &out), DT_ERR_ARG, "nw = 0");
+    R_ERR(dt_all_gather_linear(x, 1, &w, 1, DT_ASYNC_TP_RING, &out), DT_ERR_ARG, "tp_dim = 1");
+    R_ERR(dt_all_gather_linear(x, 1, &w, 0, (dt_async_tp_mode)7, &out), DT_ERR_ARG, "mode = 7");
+    R_ERR(dt_all_gather_linear(x, 1, &wbad, 0, DT_ASYNC_TP_RING, &out), DT_ERR_SHAPE,
+          "w[0] must be (N, 4)");
+    R_ERR(dt_all_gather_linear(x, 1, &w64, 0, DT_ASYNC_TP_RING, &out), DT_ERR_DTYPE,
+          "w[0] is f64, x is f32");
+    R_ERR(dt_all_gather_linear(x2, 1, &w, 0, DT_ASYNC_TP_RING, &out), DT_ERR_SHAPE,
+          "x has 2 dims");
+    R_ERR(dt_linear_reduce_scatter(x, wr, 0, DT_ASYNC_TP_RING, &out), DT_ERR_PLACEMENT,
+          "x is S(1) over mesh dim 0 (tp); it must be S(2)");
+    R_ERR(dt_all_gather_linear(x, 1, &w, 0, DT_ASYNC_TP_RING, NULL), DT_ERR_ARG, "outs");
+    R_CHECK(out == T_SENTINEL(dt_tensor *), "a failed call wrote its output");
+    R_CHECK(t_issued_total(ctx) == 0, "a failed call communicated");
+    dt_params *params;
+    dt_module m;
+    R_OK(dt_params_create(mesh, DT_F32, &params));
+    R_OK(dt_nn_linear_create(params, "fc", 4, 6, 0, (dt_init){DT_INIT_ZEROS, 0}, &m));
+    dt_parallelize_options o = {.tp_dim = 0, .dp_dim = -1, .async_tp = (dt_async_tp_mode)9};
+    R_ERR(dt_parallelize(params, &o), DT_ERR_ARG, "unknown async_tp mode 9");
+    R_OK(dt_params_destroy(params));
+    dt_tensor *all[] = {x, w, wr, xr, wbad, w64, x2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(async_tp, bad_input_fails_alike_on_every_rank) { t_run(2, errors_body, NULL); }
+
 /* The trace of one dt_all_gather_linear and one dt_linear_reduce_scatter on tp = 3: each rank
  * records one GEMM event per step and one send and one receive (on the tp group) per
  * transfer, ordered as the schedules say: the gather's chunk for step s + 1 has arrived (its
