@@ -64,7 +64,8 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     TRY(dt_tensor_rand(mesh, DT_F32, 2, s2, 1, &row, &gen, &w2));
     TRY(dt_tensor_ones(mesh, DT_F32, 3, sx, 1, &seq, &g));
     dt_tensor *leaves[3] = {x, w1, w2};
-    for (int i = 0; i < 3; i++) TRY(dt_tensor_set_requires_grad(leaves[i], 1));
+    for (int i = 0; i < 3; i++)
+        TRY(dt_tensor_set_requires_grad(leaves[i], 1));
     for (int r = -1; r < j->reps; r++)
         for (int f = 0; f < 2; f++) {
             TRY(dt_barrier(comm));
@@ -74,8 +75,10 @@ static dt_status body(dt_ctx *ctx, void *arg) {
             if (r >= 0 && dt_ctx_rank(ctx) == 0) j->ms[f][r] = (bench_now() - t0) * 1e3;
         }
     if (dt_ctx_rank(ctx) == 0 && getenv("DT_BENCH_RANK_OUT"))
-        for (int r = 0; r < j->reps; r++) printf("R %d %.6f %.6f\n", r, j->ms[0][r], j->ms[1][r]);
-    for (int i = 0; i < 3; i++) dt_tensor_release(leaves[i]);
+        for (int r = 0; r < j->reps; r++)
+            printf("R %d %.6f %.6f\n", r, j->ms[0][r], j->ms[1][r]);
+    for (int i = 0; i < 3; i++)
+        dt_tensor_release(leaves[i]);
     dt_tensor_release(g);
     dt_mesh_release(mesh);
     return DT_OK;
@@ -120,10 +123,14 @@ int main(int argc, char **argv) {
     int table = 0, rank_mode = 0;
     job j = {.reps = q && *q && strcmp(q, "0") ? 7 : BENCH_REPS};
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--table")) table = 1;
-        else if (!strcmp(argv[i], "--quick")) j.reps = 7;
-        else if (!strcmp(argv[i], "--rank")) rank_mode = 1;
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) j.reps = atoi(argv[++i]);
+        if (!strcmp(argv[i], "--table"))
+            table = 1;
+        else if (!strcmp(argv[i], "--quick"))
+            j.reps = 7;
+        else if (!strcmp(argv[i], "--rank"))
+            rank_mode = 1;
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            j.reps = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_async_tp [--table] [--quick]\n");
             return 2;
@@ -133,7 +140,8 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (rank_mode) {
         dt_status st = dt_ucx_run(body, &j);
-        if (st != DT_OK) fprintf(stderr, "bench_async_tp: %s: %s\n", dt_status_str(st), dt_last_error());
+        if (st != DT_OK)
+            fprintf(stderr, "bench_async_tp: %s: %s\n", dt_status_str(st), dt_last_error());
         return st == DT_OK ? 0 : 1;
     }
     if (!table)
@@ -150,8 +158,10 @@ int main(int argc, char **argv) {
             report("local", n, &j, table);
         }
         if (!dt_ucx_available()) continue;
-        if (run_ucx(n, &j)) report("ucx", n, &j, table);
-        else fprintf(stderr, "bench_async_tp: ucx tp=%d failed\n", n), ok = 0;
+        if (run_ucx(n, &j))
+            report("ucx", n, &j, table);
+        else
+            fprintf(stderr, "bench_async_tp: ucx tp=%d failed\n", n), ok = 0;
     }
     return ok ? 0 : 1;
 }

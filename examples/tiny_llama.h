@@ -28,9 +28,6 @@ typedef struct tl_layout {
     int fsdp;              /* parameters Shard over dp (else replicated: DDP) */
     int sequence_parallel; /* norms and residuals sharded over the sequence on tp */
     int loss_parallel;     /* logits stay vocab-sharded into cross_entropy */
-    dt_async_tp_mode async_tp; /* with sequence_parallel: the sequence's all_gathers and
-                                  reduce_scatters around the tp linears overlapped with their
-                                  GEMMs, per tp peer (dtensor/async_tp.h) */
     dt_ac_mode ac;         /* activation checkpointing per block (dtensor/ac.h) */
     int fsdp_units;        /* with fsdp: dtensor/fsdp.h units as torchtitan's, a root unit
                               (tok_embeddings, norm, output) and one per block (one all_gather
@@ -41,6 +38,10 @@ typedef struct tl_layout {
                               the mesh dim + 1) */
     int ep_dim;            /* MoE: the expert-parallel mesh dim + 1 (0 = none: then a one-rank
                               mesh dim must be named ep); the batch is sharded there too */
+
+    /* with sequence_parallel: the sequence's all_gathers and reduce_scatters around the tp
+       linears overlapped with their GEMMs, per tp peer (dtensor/async_tp.h) */
+    dt_async_tp_mode async_tp;
 } tl_layout;
 
 /* A block's MoE feed-forward (tiny_llama_moe.c): the router (E, dim) and the experts' w1, w3

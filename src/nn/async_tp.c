@@ -32,12 +32,15 @@ static dt_status check_x(const char *fn, const dt_tensor *x, int tp_dim, int seq
         char text[32];
         dt_placements_format(&p, 1, text, sizeof text);
         if (m == tp_dim && !(p.kind == DT_PLACEMENT_SHARD && p.dim == seq_or_feature))
-            return dt_error(DT_ERR_PLACEMENT, "%s: x is %s over mesh dim %d (tp); it must be "
-                                              "S(%d)", fn, text, m, seq_or_feature);
-        if (m != tp_dim && !(p.kind == DT_PLACEMENT_REPLICATE ||
-                             (p.kind == DT_PLACEMENT_SHARD && p.dim == 0)))
-            return dt_error(DT_ERR_PLACEMENT, "%s: x is %s over mesh dim %d: mesh dims other "
-                                              "than tp may only replicate or shard the batch",
+            return dt_error(DT_ERR_PLACEMENT,
+                            "%s: x is %s over mesh dim %d (tp); it must be "
+                            "S(%d)",
+                            fn, text, m, seq_or_feature);
+        if (m != tp_dim &&
+            !(p.kind == DT_PLACEMENT_REPLICATE || (p.kind == DT_PLACEMENT_SHARD && p.dim == 0)))
+            return dt_error(DT_ERR_PLACEMENT,
+                            "%s: x is %s over mesh dim %d: mesh dims other "
+                            "than tp may only replicate or shard the batch",
                             fn, text, m);
     }
     return DT_OK;
@@ -55,9 +58,10 @@ static dt_status check_w(const char *fn, const char *arg, const dt_tensor *w, co
     if (w->device.kind != DT_DEVICE_CPU)
         return dt_error(DT_ERR_UNSUPPORTED, "%s: CPU tensors only (for now)", fn);
     if (w->ndim != 2 || w->shape[1] != x->shape[2])
-        return dt_error(DT_ERR_SHAPE, "%s: %s must be (N, %lld) (x's last dim), not %d-D with "
-                                      "last dim %lld", fn, arg, (long long)x->shape[2], w->ndim,
-                        (long long)w->shape[w->ndim - 1]);
+        return dt_error(DT_ERR_SHAPE,
+                        "%s: %s must be (N, %lld) (x's last dim), not %d-D with "
+                        "last dim %lld",
+                        fn, arg, (long long)x->shape[2], w->ndim, (long long)w->shape[w->ndim - 1]);
     for (int m = 0; m < w->mesh->ndim; m++) {
         dt_placement want = m == tp_dim ? dt_shard(shard_dim) : dt_replicate();
         if (!dt_placement_equal(w->placements[m], want)) {
@@ -79,8 +83,8 @@ static dt_status check_mode(const char *fn, dt_async_tp_mode mode) {
 /* ---- shared pieces -------------------------------------------------------------------------- */
 
 static dt_status geom_of(const dt_tensor *x, int tp_dim, cmm_geom *g) {
-    *g = (cmm_geom){.ctx = x->mesh->ctx, .dtype = x->dtype, .B = x->local_shape[0],
-                    .T = x->shape[1]};
+    *g = (cmm_geom){
+        .ctx = x->mesh->ctx, .dtype = x->dtype, .B = x->local_shape[0], .T = x->shape[1]};
     DT_CHECK(dt_mesh_lane_comm(x->mesh, 1u << tp_dim, 1, &g->comm));
     g->n = dt_comm_size(g->comm), g->me = dt_comm_rank(g->comm);
     g->chunk = (g->T + g->n - 1) / g->n;
@@ -98,7 +102,7 @@ static void placements_with(const dt_tensor *x, int tp_dim, dt_placement p, dt_p
 static void weight_grad_placements(const dt_tensor *x, int tp_dim, int shard_dim,
                                    dt_placement *out) {
     for (int m = 0; m < x->mesh->ndim; m++)
-        out[m] = m == tp_dim ? dt_shard(shard_dim)
+        out[m] = m == tp_dim                                   ? dt_shard(shard_dim)
                  : x->placements[m].kind == DT_PLACEMENT_SHARD ? dt_partial(DT_REDUCE_SUM)
                                                                : dt_replicate();
 }
@@ -198,7 +202,8 @@ static void ag_node_free(void *p) {
 /* A zero scalar, replicated: the token, and its gradient. */
 static dt_status zero_scalar(const dt_tensor *x, dt_tensor **out) {
     dt_placement rep[DT_MESH_MAX_NDIM];
-    for (int m = 0; m < x->mesh->ndim; m++) rep[m] = dt_replicate();
+    for (int m = 0; m < x->mesh->ndim; m++)
+        rep[m] = dt_replicate();
     int64_t one = 1;
     DT_CHECK(dt_tensor_alloc(x->mesh, x->device, x->dtype, 1, &one, rep, out));
     memset((*out)->data, 0, dt_dtype_size(x->dtype));
@@ -213,7 +218,8 @@ static dt_status token_backward(void *state, dt_tensor *const *in, const bool *n
     int n = 0;
     for (int i = 0; i < sh->nw; i++)
         if (sh->dy[i]) dy[n] = sh->dy[i], w[n++] = sh->w[i];
-    dt_status st = need[0] && n ? input_grad(in[0], n, dy, w, sh->tp_dim, sh->mode, &gin[0]) : DT_OK;
+    dt_status st =
+        need[0] && n ? input_grad(in[0], n, dy, w, sh->tp_dim, sh->mode, &gin[0]) : DT_OK;
     unstash(sh);
     return st;
 }
@@ -223,11 +229,11 @@ static dt_status ag_backward(void *state, dt_tensor *const *in, const bool *need
     const ag_node *node = state;
     ag_shared *sh = node->sh;
     dt_tensor *x = in[0], *w = in[1], *dy; /* x: the token, with several weights */
-    DT_CHECK(placed(grad, sh->yp, &dy)); /* (B, T, N local) */
+    DT_CHECK(placed(grad, sh->yp, &dy));   /* (B, T, N local) */
     dt_status st = DT_OK;
     if (need[1])
-        st = weight_grad(dy, w, sh->tp_dim, 0, dy->data, dy->local_shape[0] * dy->shape[1],
-                         sh->xg, &gin[1]);
+        st = weight_grad(dy, w, sh->tp_dim, 0, dy->data, dy->local_shape[0] * dy->shape[1], sh->xg,
+                         &gin[1]);
     if (st == DT_OK && need[0] && sh->nw == 1) {
         st = input_grad(x, 1, &dy, &w, sh->tp_dim, sh->mode, &gin[0]);
     } else if (st == DT_OK && need[0]) {
@@ -261,8 +267,8 @@ static dt_status ag_record(ag_shared *sh, dt_tensor *x, int nw, dt_tensor *const
         /* on failure a is freed, its reference dropped */
         st = i < 0 ? dt_autograd_record_custom("all_gather_linear_input", node_in, 1, first,
                                                token_backward, a, ag_node_free)
-                   : dt_autograd_record_custom("all_gather_linear", node_in, 2, o[i],
-                                               ag_backward, a, ag_node_free);
+                   : dt_autograd_record_custom("all_gather_linear", node_in, 2, o[i], ag_backward,
+                                               a, ag_node_free);
     }
     if (token) dt_tensor_release(first); /* the output nodes hold it */
     shared_drop(sh);
@@ -291,7 +297,8 @@ dt_status dt_all_gather_linear(dt_tensor *x, int nw, dt_tensor *const *w, int tp
     void *od[MAX_WEIGHTS];
     int64_t K = x->shape[2];
     dt_tensor *in[1 + MAX_WEIGHTS] = {x};
-    for (int i = 0; i < nw; i++) in[1 + i] = w[i];
+    for (int i = 0; i < nw; i++)
+        in[1 + i] = w[i];
     int record = dt_autograd_wants(in, 1 + nw);
     ag_shared *sh = calloc(1, sizeof *sh);
     dt_status st = sh ? DT_OK : dt_error(DT_ERR_NOMEM, "%s: out of memory", FN);
@@ -309,10 +316,13 @@ dt_status dt_all_gather_linear(dt_tensor *x, int nw, dt_tensor *const *w, int tp
             cw[i] = (cmm_weight){w[i]->data, w[i]->local_shape[0], 1}, od[i] = o[i]->data;
     }
     if (st == DT_OK) st = cmm_all_gather_mm(&g, x->data, K, nw, cw, od, sh->xg);
-    if (st == DT_OK && record) st = ag_record(sh, x, nw, w, o);
-    else if (sh) free(sh->xg), free(sh);
+    if (st == DT_OK && record)
+        st = ag_record(sh, x, nw, w, o);
+    else if (sh)
+        free(sh->xg), free(sh);
     if (st != DT_OK) {
-        for (int i = 0; i < nw; i++) dt_tensor_release(o[i]);
+        for (int i = 0; i < nw; i++)
+            dt_tensor_release(o[i]);
         return st;
     }
     memcpy(outs, o, sizeof(dt_tensor *) * (size_t)nw);
@@ -341,12 +351,12 @@ static dt_status rs_backward(void *state, dt_tensor *const *in, const bool *need
     if (st == DT_OK && need[1] && !dyg)
         st = dt_error(DT_ERR_NOMEM, "dt_backward: dt_linear_reduce_scatter: out of memory");
     dt_tensor *dx = NULL;
-    if (st == DT_OK)
-        st = alloc_like(x, x->shape[0], x->shape[1], x->shape[2], x->placements, &dx);
+    if (st == DT_OK) st = alloc_like(x, x->shape[0], x->shape[1], x->shape[2], x->placements, &dx);
     cmm_weight wl = {w->data, Kl, 0}; /* the dual: all_gather(dy) @ w, (.., N) @ (N, K local) */
     void *dxd = dx ? dx->data : NULL;
     if (st == DT_OK) st = cmm_all_gather_mm(&g, dy->data, N, 1, &wl, &dxd, dyg);
-    if (st == DT_OK && need[1]) st = weight_grad(x, w, r->tp_dim, 1, dyg, g.B * g.T, x->data, &gin[1]);
+    if (st == DT_OK && need[1])
+        st = weight_grad(x, w, r->tp_dim, 1, dyg, g.B * g.T, x->data, &gin[1]);
     if (st == DT_OK && need[0]) gin[0] = dx, dx = NULL;
     dt_tensor_release(dx);
     dt_tensor_release(dy);
@@ -370,7 +380,8 @@ dt_status dt_linear_reduce_scatter(dt_tensor *x, dt_tensor *w, int tp_dim, dt_as
     dt_tensor *in[2] = {x, w};
     if (st == DT_OK && dt_autograd_wants(in, 2)) {
         rs_node *r = malloc(sizeof *r);
-        if (!r) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", FN);
+        if (!r)
+            st = dt_error(DT_ERR_NOMEM, "%s: out of memory", FN);
         else {
             *r = (rs_node){tp_dim, mode};
             st = dt_autograd_record_custom("linear_reduce_scatter", in, 2, y, rs_backward, r, free);

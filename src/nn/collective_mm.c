@@ -20,7 +20,9 @@ int64_t cmm_rows(const cmm_geom *g, int o) {
     return hi - cmm_off(g, o);
 }
 
-static size_t esize(const cmm_geom *g) { return dt_dtype_size(g->dtype); }
+static size_t esize(const cmm_geom *g) {
+    return dt_dtype_size(g->dtype);
+}
 
 dt_status cmm_gemm(dt_dtype dtype, const void *a, int64_t M, int64_t K, const cmm_weight *w,
                    void *out) {
@@ -60,7 +62,7 @@ static dt_status chunk_mm(const cmm_geom *g, const void *cur, int o, int64_t K, 
         const char *a = (const char *)cur + (size_t)(b * rows * K) * es;
         for (int i = 0; i < nw; i++)
             DT_CHECK(cmm_gemm(g->dtype, a, rows, K, &w[i],
-                          (char *)out[i] + (size_t)((b * g->T + off) * w[i].N) * es));
+                              (char *)out[i] + (size_t)((b * g->T + off) * w[i].N) * es));
         if (xg)
             memcpy((char *)xg + (size_t)((b * g->T + off) * K) * es, a, (size_t)(rows * K) * es);
     }
@@ -102,9 +104,11 @@ out:
 
 static void add_into(const cmm_geom *g, void *p, const void *a, size_t n) {
     if (g->dtype == DT_F64)
-        for (size_t i = 0; i < n; i++) ((double *)p)[i] += ((const double *)a)[i];
+        for (size_t i = 0; i < n; i++)
+            ((double *)p)[i] += ((const double *)a)[i];
     else
-        for (size_t i = 0; i < n; i++) ((float *)p)[i] += ((const float *)a)[i];
+        for (size_t i = 0; i < n; i++)
+            ((float *)p)[i] += ((const float *)a)[i];
 }
 
 /* p (B, rows(o), N) = the sum over terms of the rows of member o of x (B, T, K) @ w; scratch
@@ -116,8 +120,9 @@ static dt_status block_mm(const cmm_geom *g, int nt, const cmm_term *t, int o, v
     for (int i = 0; i < nt; i++) {
         char *dst = i == 0 ? p : scratch;
         for (int64_t b = 0; b < g->B; b++)
-            DT_CHECK(cmm_gemm(g->dtype, (const char *)t[i].x + (size_t)((b * g->T + off) * t[i].K) * es,
-                              rows, t[i].K, &t[i].w, dst + (size_t)(b * rows * N) * es));
+            DT_CHECK(cmm_gemm(g->dtype,
+                              (const char *)t[i].x + (size_t)((b * g->T + off) * t[i].K) * es, rows,
+                              t[i].K, &t[i].w, dst + (size_t)(b * rows * N) * es));
         if (i > 0) add_into(g, p, scratch, (size_t)(g->B * rows * N));
     }
     return DT_OK;
@@ -133,8 +138,8 @@ static dt_status rs_ring(const cmm_geom *g, int nt, const cmm_term *t, void *y) 
     dt_status st = DT_OK;
     dt_request *req = NULL;
     if (!p[0] || !p[1] || !acc || !scratch) {
-        st = dt_error(DT_ERR_NOMEM, "mm_reduce_scatter: out of memory for blocks of %zu bytes",
-                      cap);
+        st =
+            dt_error(DT_ERR_NOMEM, "mm_reduce_scatter: out of memory for blocks of %zu bytes", cap);
         goto out;
     }
     for (int s = 0; s < g->n && st == DT_OK; s++) {
@@ -176,7 +181,8 @@ static dt_status rs_ordered(const cmm_geom *g, int nt, const cmm_term *t, void *
                       g->n, mine * es);
         goto out;
     }
-    for (int o = 0; o < g->n; o++) srcs[o] = parts + (size_t)o * mine * es;
+    for (int o = 0; o < g->n; o++)
+        srcs[o] = parts + (size_t)o * mine * es;
     for (int s = 1; s <= g->n && st == DT_OK; s++) {
         /* computes the block for member me + s (s == n: this member's own) */
         int b = (g->me + s) % g->n;
@@ -187,9 +193,9 @@ static dt_status rs_ordered(const cmm_geom *g, int nt, const cmm_term *t, void *
         dt_status ws = wait_req(&req);
         st = st == DT_OK ? ws : st;
         if (st == DT_OK && s < g->n)
-            st = dt_tp_exchange_start(g->comm, s, cur, (size_t)(g->B * cmm_rows(g, b) * w->N),
-                                      (void *)srcs[(g->me - s + g->n) % g->n], mine, g->dtype,
-                                      &req);
+            st =
+                dt_tp_exchange_start(g->comm, s, cur, (size_t)(g->B * cmm_rows(g, b) * w->N),
+                                     (void *)srcs[(g->me - s + g->n) % g->n], mine, g->dtype, &req);
     }
     if (st == DT_OK) dt_reduce_n(g->dtype, DT_REDUCE_SUM, y, srcs, g->n, mine);
 out:
@@ -203,20 +209,23 @@ dt_status cmm_mm_reduce_scatter(const cmm_geom *g, int nt, const cmm_term *t, in
     return ordered ? rs_ordered(g, nt, t, y) : rs_ring(g, nt, t, y);
 }
 
-dt_status cmm_gemm_tn(dt_dtype dtype, const void *a, int64_t R, int64_t N, const void *b,
-                      int64_t M, void *out) {
+dt_status cmm_gemm_tn(dt_dtype dtype, const void *a, int64_t R, int64_t N, const void *b, int64_t M,
+                      void *out) {
     const size_t es = dt_dtype_size(dtype);
     if (R == 0) { /* no rows: a zero gradient */
         memset(out, 0, (size_t)(N * M) * es);
         return DT_OK;
     }
     char *at = malloc((size_t)(N * R) * es + 1);
-    if (!at) return dt_error(DT_ERR_NOMEM, "async tp: out of memory for a (%lld, %lld) transpose",
-                             (long long)N, (long long)R);
+    if (!at)
+        return dt_error(DT_ERR_NOMEM, "async tp: out of memory for a (%lld, %lld) transpose",
+                        (long long)N, (long long)R);
     for (int64_t r = 0; r < R; r++) /* (R, N) -> (N, R) */
         for (int64_t n = 0; n < N; n++)
-            if (dtype == DT_F64) ((double *)at)[n * R + r] = ((const double *)a)[r * N + n];
-            else ((float *)at)[n * R + r] = ((const float *)a)[r * N + n];
+            if (dtype == DT_F64)
+                ((double *)at)[n * R + r] = ((const double *)a)[r * N + n];
+            else
+                ((float *)at)[n * R + r] = ((const float *)a)[r * N + n];
     cmm_weight w = {b, M, 0};
     dt_status st = cmm_gemm(dtype, at, N, R, &w, out);
     free(at);

@@ -50,19 +50,17 @@ typedef struct cmm_term {
 } cmm_term;
 
 /* Matmul then reduce_scatter: y (B, cmm_rows(me), N) = the sum over members of their rows of
- * me of the sum over terms t[0..nt) (every w[i].N == N). Each member computes one peer's block per step while the block
- * before it moves: n - 1 steps of one send and one receive. ordered 0: a ring that adds each
- * arriving partial sum into the next block (two blocks of memory); ordered 1: each block's
- * partials go straight to their owner (a shifted exchange per step) and are summed there in
+ * me of the sum over terms t[0..nt) (every w[i].N == N). Each member computes one peer's block per
+ * step while the block before it moves: n - 1 steps of one send and one receive. ordered 0: a ring
+ * that adds each arriving partial sum into the next block (two blocks of memory); ordered 1: each
+ * block's partials go straight to their owner (a shifted exchange per step) and are summed there in
  * member order, as the local runtime's reduce_scatter sums (n blocks of memory). Collective
  * over the group; blocks. */
-dt_status cmm_mm_reduce_scatter(const cmm_geom *g, int nt, const cmm_term *t, int ordered,
-                                void *y);
-
+dt_status cmm_mm_reduce_scatter(const cmm_geom *g, int nt, const cmm_term *t, int ordered, void *y);
 
 /* out (N, M) = a^T @ b for a (R, N), b (R, M) (a weight's gradient from an activation's
  * gradient and the activation). */
-dt_status cmm_gemm_tn(dt_dtype dtype, const void *a, int64_t R, int64_t N, const void *b,
-                      int64_t M, void *out);
+dt_status cmm_gemm_tn(dt_dtype dtype, const void *a, int64_t R, int64_t N, const void *b, int64_t M,
+                      void *out);
 
 #endif

@@ -76,8 +76,8 @@ static int async_style(dt_module m, dt_style_kind kind) {
 /* outs[i] = linear n[i](x) for colwise linears fed from one sequence gather, when async TP
  * takes x (Shard(1) over tp) and container (nullable) would only have replicated it: returns
  * 1 (outs NULL once the scope failed). 0: the caller runs the synchronous form. */
-static int async_colwise(dt_scope *s, dt_module container, int has_container,
-                         const dt_module *mods, int n, dt_tensor *x, dt_tensor **outs) {
+static int async_colwise(dt_scope *s, dt_module container, int has_container, const dt_module *mods,
+                         int n, dt_tensor *x, dt_tensor **outs) {
     const dt_params *p = mods[0].params;
     if (!async_fits(s, p, x, dt_shard(1))) return 0;
     if (has_container) {
@@ -89,9 +89,10 @@ static int async_colwise(dt_scope *s, dt_module container, int has_container,
     for (int i = 0; i < n; i++)
         if (!async_style(mods[i], DT_STYLE_COLWISE)) return 0;
     dt_tensor *w[3], *y[3] = {0};
-    for (int i = 0; i < n; i++) w[i] = use(s, mods[i], "weight");
-    dt_status st = dt_scope_ok(s) ? dt_all_gather_linear(x, n, w, p->tp_dim, p->async_tp, y)
-                                  : DT_OK;
+    for (int i = 0; i < n; i++)
+        w[i] = use(s, mods[i], "weight");
+    dt_status st =
+        dt_scope_ok(s) ? dt_all_gather_linear(x, n, w, p->tp_dim, p->async_tp, y) : DT_OK;
     if (st != DT_OK) dt_scope_fail(s, st);
     for (int i = 0; i < n; i++) {
         dt_tensor *kept = dt_scope_adopt(s, y[i]);
@@ -210,7 +211,8 @@ dt_tensor *dt_nn_attention_forward(dt_scope *scope, const dt_nn_attention *atten
     dt_tensor *qkv[3];
     if (!async_colwise(scope, a->self, 1, proj, 3, x, qkv)) { /* else one gather for the three */
         x = dt_module_input(scope, a->self, x);
-        for (int i = 0; i < 3; i++) qkv[i] = dt_nn_linear_forward(scope, proj[i], x);
+        for (int i = 0; i < 3; i++)
+            qkv[i] = dt_nn_linear_forward(scope, proj[i], x);
     }
     dt_tensor *q = heads_first(scope, qkv[0], B, T, a->heads, a->head_dim, cos, sin);
     dt_tensor *k = heads_first(scope, qkv[1], B, T, a->kv_heads, a->head_dim, cos, sin);

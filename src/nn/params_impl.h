@@ -40,8 +40,10 @@ struct dt_params {
     group_entry *groups;
     int ngroups, cap_groups;
     int tp_dim, dp_dim; /* set by dt_parallelize; -1: none */
-    dt_async_tp_mode async_tp; /* set by dt_parallelize */
     int parallelized, materialized;
+
+    /* set by dt_parallelize */
+    dt_async_tp_mode async_tp;
     dt_params_use_fn use_hook; /* dt_params_set_use_hook; NULL: redistribute */
     void *use_user;
 };

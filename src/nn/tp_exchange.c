@@ -26,7 +26,8 @@ static int position(int me, int shift, int n) {
         g = b, b = t;
     }
     int k = 0;
-    for (int at = me % g; at != me; at = (at + shift) % n) k++;
+    for (int at = me % g; at != me; at = (at + shift) % n)
+        k++;
     return k;
 }
 
@@ -45,16 +46,23 @@ static dt_status run(dt_request *base) {
     return st;
 }
 
-static void destroy(dt_request *base) { free(base); }
+static void destroy(dt_request *base) {
+    free(base);
+}
 
 dt_status dt_tp_exchange_start(dt_comm *comm, int shift, const void *send, size_t send_count,
                                void *recv, size_t recv_count, dt_dtype dtype, dt_request **out) {
     DT_ASSERT(comm && shift > 0 && shift < dt_comm_size(comm));
     exchange_request *r = calloc(1, sizeof *r);
     if (!r) return dt_error(DT_ERR_NOMEM, "async tp exchange: out of memory");
-    *r = (exchange_request){.base = {.run = run, .destroy = destroy}, .comm = comm,
-                            .shift = shift, .send = send, .recv = recv, .send_count = send_count,
-                            .recv_count = recv_count, .dtype = dtype};
+    *r = (exchange_request){.base = {.run = run, .destroy = destroy},
+                            .comm = comm,
+                            .shift = shift,
+                            .send = send,
+                            .recv = recv,
+                            .send_count = send_count,
+                            .recv_count = recv_count,
+                            .dtype = dtype};
     DT_CHECK(dt_request_submit(comm->ctx, &r->base));
     *out = &r->base;
     return DT_OK;

@@ -5,8 +5,9 @@
  * f32. Each result is checked against a naive f64 loop on one rank and against the
  * synchronous form (redistribute + dt_linear) run beside it. The ordered mode sums as the
  * local runtime's reduce_scatter does: where the GEMMs cannot round differently (K == N == tp)
- * linear_reduce_scatter's output must equal the synchronous form's bitwise. The point-to-point calls and bytes of each pass are derived here from the chunk
- * sizes: tp - 1 sends and receives per collective matmul, no all_gather or reduce_scatter. */
+ * linear_reduce_scatter's output must equal the synchronous form's bitwise. The point-to-point
+ * calls and bytes of each pass are derived here from the chunk sizes: tp - 1 sends and receives per
+ * collective matmul, no all_gather or reduce_scatter. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,10 +24,10 @@ typedef struct acase {
 } acase;
 
 static const acase cases[] = {
-    {"tp=2", 2, 7, 5, 6, 0},       {"tp=3", 2, 10, 6, 7, 0},  {"tp=4", 1, 13, 9, 7, 0},
+    {"tp=2", 2, 7, 5, 6, 0},      {"tp=3", 2, 10, 6, 7, 0},    {"tp=4", 1, 13, 9, 7, 0},
     {"tp=4", 2, 3, 4, 5, 0}, /* a rank with no rows */
-    {"dp=2,tp=2", 4, 9, 6, 5, 0},  {"tp=3", 2, 11, 8, 9, 1},  {"tp=4", 2, 13, 16, 12, 1},
-    {"tp=2", 3, 9, 12, 10, 1},     {"tp=3", 2, 10, 3, 3, 0, 1}, {"tp=4", 2, 13, 4, 4, 1, 1},
+    {"dp=2,tp=2", 4, 9, 6, 5, 0}, {"tp=3", 2, 11, 8, 9, 1},    {"tp=4", 2, 13, 16, 12, 1},
+    {"tp=2", 3, 9, 12, 10, 1},    {"tp=3", 2, 10, 3, 3, 0, 1}, {"tp=4", 2, 13, 4, 4, 1, 1},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -46,7 +47,8 @@ static void ref_forward(const double *x, const double *w, int64_t R, int64_t K, 
     for (int64_t r = 0; r < R; r++)
         for (int64_t n = 0; n < N; n++) {
             double s = 0;
-            for (int64_t k = 0; k < K; k++) s += x[r * K + k] * w[n * K + k];
+            for (int64_t k = 0; k < K; k++)
+                s += x[r * K + k] * w[n * K + k];
             y[r * N + n] = s;
         }
 }
@@ -56,13 +58,15 @@ static void ref_backward(const double *x, const double *w, const double *g, int6
     for (int64_t r = 0; r < R; r++)
         for (int64_t k = 0; k < K; k++) {
             double s = 0;
-            for (int64_t n = 0; n < N; n++) s += g[r * N + n] * w[n * K + k];
+            for (int64_t n = 0; n < N; n++)
+                s += g[r * N + n] * w[n * K + k];
             dx[r * K + k] += s;
         }
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++) {
             double s = 0;
-            for (int64_t r = 0; r < R; r++) s += g[r * N + n] * x[r * K + k];
+            for (int64_t r = 0; r < R; r++)
+                s += g[r * N + n] * x[r * K + k];
             dw[n * K + k] = s;
         }
 }
@@ -70,7 +74,8 @@ static void ref_backward(const double *x, const double *w, const double *g, int6
 static dt_status make(dt_mesh *m, const double *h, size_t n, dt_dtype dt, int ndim,
                       const int64_t *shape, const dt_placement *pl, dt_tensor **out) {
     float *f = malloc(n * sizeof(float) + 4);
-    for (size_t i = 0; i < n; i++) f[i] = (float)h[i];
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)h[i];
     dt_status st = dt_tensor_distribute(m, dt == DT_F32 ? (const void *)f : (const void *)h, dt,
                                         ndim, shape, dt_mesh_ndim(m), pl, DT_ALL_RANKS, out);
     free(f);
@@ -83,7 +88,8 @@ static dt_status full_f64(dt_tensor *t, double *out, size_t n) {
     if (info.dtype == DT_F64) return dt_tensor_full_tensor(t, out, n * 8);
     float *f = malloc(n * sizeof(float) + 4);
     dt_status st = dt_tensor_full_tensor(t, f, n * sizeof(float));
-    for (size_t i = 0; st == DT_OK && i < n; i++) out[i] = f[i];
+    for (size_t i = 0; st == DT_OK && i < n; i++)
+        out[i] = f[i];
     free(f);
     return st;
 }
@@ -142,17 +148,21 @@ static dt_status run_one(dt_ctx *ctx, dt_mesh *mesh, int k, which op, dt_async_t
             R_OK(dt_tensor_set_requires_grad(w[f][i], 1));
         }
     }
-    for (int i = 0; i < nw; i++) R_OK(make(mesh, hg[i], ny, dt, 3, sy, py, &g[i]));
+    for (int i = 0; i < nw; i++)
+        R_OK(make(mesh, hg[i], ny, dt, 3, sy, py, &g[i]));
     /* async forward, its transfers counted */
     R_OK(dt_comm_stats_reset(ctx));
-    if (op == RS) R_OK(dt_linear_reduce_scatter(x[0], w[0][0], tpd, mode, &y[0][0]));
-    else R_OK(dt_all_gather_linear(x[0], nw, w[0], tpd, mode, y[0]));
+    if (op == RS)
+        R_OK(dt_linear_reduce_scatter(x[0], w[0][0], tpd, mode, &y[0][0]));
+    else
+        R_OK(dt_all_gather_linear(x[0], nw, w[0], tpd, mode, y[0]));
     dt_comm_stats st;
     R_OK(dt_comm_stats_get(ctx, &st));
     uint64_t bytes = 0; /* what this member sends, step by step */
     for (int s = 0; s < n - 1; s++) {
-        int o = op != RS ? (me - s + n) % n
-                : mode == DT_ASYNC_TP_RING ? (me - s - 1 + 2 * n) % n : (me + s + 1) % n;
+        int o = op != RS                   ? (me - s + n) % n
+                : mode == DT_ASYNC_TP_RING ? (me - s - 1 + 2 * n) % n
+                                           : (me + s + 1) % n;
         bytes += (uint64_t)(Bl * rows_of(T, n, o) * (op == RS ? N : K)) * es;
     }
     R_CHECK(st.calls[DT_COLL_SEND] == (uint64_t)(n - 1) &&
@@ -177,7 +187,8 @@ static dt_status run_one(dt_ctx *ctx, dt_mesh *mesh, int k, which op, dt_async_t
     } else {
         dt_tensor *xr;
         R_OK(dt_tensor_redistribute(x[1], mnd, rep, &xr));
-        for (int i = 0; i < nw; i++) R_OK(dt_linear(xr, w[1][i], NULL, &y[1][i]));
+        for (int i = 0; i < nw; i++)
+            R_OK(dt_linear(xr, w[1][i], NULL, &y[1][i]));
         dt_tensor_release(xr);
     }
     for (int i = 0; i < nw; i++) {
@@ -227,9 +238,11 @@ static dt_status run_one(dt_ctx *ctx, dt_mesh *mesh, int k, which op, dt_async_t
     R_OK(near("dx (synchronous)", k, which_name[op], got, sync, nx, tol * 4));
     for (int f = 0; f < 2; f++) {
         dt_tensor_release(x[f]), dt_tensor_release(loss[f]);
-        for (int i = 0; i < nw; i++) dt_tensor_release(w[f][i]), dt_tensor_release(y[f][i]);
+        for (int i = 0; i < nw; i++)
+            dt_tensor_release(w[f][i]), dt_tensor_release(y[f][i]);
     }
-    for (int i = 0; i < nw; i++) dt_tensor_release(g[i]);
+    for (int i = 0; i < nw; i++)
+        dt_tensor_release(g[i]);
     free(want), free(got), free(sync), free(rdx), free(rdw);
     return DT_OK;
 }
@@ -244,10 +257,13 @@ static dt_status body(dt_ctx *ctx, void *p) {
     double *hx = malloc(nx * 8), *hw[2] = {malloc(nw * 8), malloc(nw * 8)};
     double *hg[2] = {malloc(ny * 8), malloc(ny * 8)};
     /* fractions no float holds exactly, so that the order of a sum shows in its bits */
-    for (size_t i = 0; i < nx; i++) hx[i] = t_value(10 + (uint64_t)k, i) / 7 + 0.1;
+    for (size_t i = 0; i < nx; i++)
+        hx[i] = t_value(10 + (uint64_t)k, i) / 7 + 0.1;
     for (int j = 0; j < 2; j++) {
-        for (size_t i = 0; i < nw; i++) hw[j][i] = t_value(20 + (uint64_t)j, i) / 13;
-        for (size_t i = 0; i < ny; i++) hg[j][i] = t_value(30 + (uint64_t)j, i) / 11 - 0.3;
+        for (size_t i = 0; i < nw; i++)
+            hw[j][i] = t_value(20 + (uint64_t)j, i) / 13;
+        for (size_t i = 0; i < ny; i++)
+            hg[j][i] = t_value(30 + (uint64_t)j, i) / 11 - 0.3;
     }
     dt_status st = DT_OK;
     for (int op = AG1; op <= RS && st == DT_OK; op++)
@@ -262,7 +278,8 @@ static dt_status body(dt_ctx *ctx, void *p) {
 /* the product of the sizes in "dp=2,tp=2" */
 static int world_of(const char *mesh) {
     int w = 1;
-    for (const char *p = strchr(mesh, '='); p; p = strchr(p + 1, '=')) w *= atoi(p + 1);
+    for (const char *p = strchr(mesh, '='); p; p = strchr(p + 1, '='))
+        w *= atoi(p + 1);
     return w;
 }
 
@@ -304,8 +321,7 @@ static dt_status errors_body(dt_ctx *ctx, void *p) {
           "w[0] must be (N, 4)");
     R_ERR(dt_all_gather_linear(x, 1, &w64, 0, DT_ASYNC_TP_RING, &out), DT_ERR_DTYPE,
           "w[0] is f64, x is f32");
-    R_ERR(dt_all_gather_linear(x2, 1, &w, 0, DT_ASYNC_TP_RING, &out), DT_ERR_SHAPE,
-          "x has 2 dims");
+    R_ERR(dt_all_gather_linear(x2, 1, &w, 0, DT_ASYNC_TP_RING, &out), DT_ERR_SHAPE, "x has 2 dims");
     R_ERR(dt_linear_reduce_scatter(x, wr, 0, DT_ASYNC_TP_RING, &out), DT_ERR_PLACEMENT,
           "x is S(1) over mesh dim 0 (tp); it must be S(2)");
     R_ERR(dt_all_gather_linear(x, 1, &w, 0, DT_ASYNC_TP_RING, NULL), DT_ERR_ARG, "outs");
@@ -319,12 +335,15 @@ static dt_status errors_body(dt_ctx *ctx, void *p) {
     R_ERR(dt_parallelize(params, &o), DT_ERR_ARG, "unknown async_tp mode 9");
     R_OK(dt_params_destroy(params));
     dt_tensor *all[] = {x, w, wr, xr, wbad, w64, x2};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        dt_tensor_release(all[i]);
     dt_mesh_release(mesh);
     return DT_OK;
 }
 
-Test(async_tp, bad_input_fails_alike_on_every_rank) { t_run(2, errors_body, NULL); }
+Test(async_tp, bad_input_fails_alike_on_every_rank) {
+    t_run(2, errors_body, NULL);
+}
 
 /* The trace of one dt_all_gather_linear and one dt_linear_reduce_scatter on tp = 3: each rank
  * records one GEMM event per step and one send and one receive (on the tp group) per
@@ -353,7 +372,9 @@ static int read_spans(const char *path, const char *name, const char *detail, sp
     return n;
 }
 
-static int overlaps(span a, span b) { return a.t0 < b.t1 && b.t0 < a.t1; }
+static int overlaps(span a, span b) {
+    return a.t0 < b.t1 && b.t0 < a.t1;
+}
 
 static dt_status trace_body(dt_ctx *ctx, void *p) {
     (void)p;
@@ -369,8 +390,10 @@ static dt_status trace_body(dt_ctx *ctx, void *p) {
     const char *what[2] = {"all_gather_mm", "mm_reduce_scatter"};
     for (int op = 0; op < 2; op++) {
         R_OK(dt_trace_start(ctx));
-        if (op == 0) R_OK(dt_all_gather_linear(x, 1, &w, 0, DT_ASYNC_TP_RING, &y));
-        else R_OK(dt_linear_reduce_scatter(xf, wr, 0, DT_ASYNC_TP_RING, &z));
+        if (op == 0)
+            R_OK(dt_all_gather_linear(x, 1, &w, 0, DT_ASYNC_TP_RING, &y));
+        else
+            R_OK(dt_linear_reduce_scatter(xf, wr, 0, DT_ASYNC_TP_RING, &z));
         R_OK(dt_trace_stop(ctx));
         char path[96]; /* the context's address and the clock keep concurrent runs apart */
         snprintf(path, sizeof path, "/tmp/dt_async_tp_trace_%lld_%p_%d.json", (long long)time(NULL),
@@ -388,7 +411,8 @@ static dt_status trace_body(dt_ctx *ctx, void *p) {
             if (op == 0)
                 R_CHECK(send[s].t1 <= gemm[s + 1].t0 + 1e-3 && recv[s].t1 <= gemm[s + 1].t0 + 1e-3,
                         "%s: transfer %d ends at %.3f / %.3f, after step %d's GEMM begins at "
-                        "%.3f", what[op], s, send[s].t1, recv[s].t1, s + 1, gemm[s + 1].t0);
+                        "%.3f",
+                        what[op], s, send[s].t1, recv[s].t1, s + 1, gemm[s + 1].t0);
             else
                 R_CHECK(send[s].t0 >= gemm[s].t1 - 1e-3,
                         "%s: step %d's partial sum leaves at %.3f, before its GEMM ends at %.3f",
@@ -400,9 +424,12 @@ static dt_status trace_body(dt_ctx *ctx, void *p) {
                     overlapped);
     }
     dt_tensor *all[] = {x, w, y, xf, wr, z};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        dt_tensor_release(all[i]);
     dt_mesh_release(mesh);
     return DT_OK;
 }
 
-Test(async_tp, trace_shows_the_schedule) { t_run(3, trace_body, NULL); }
+Test(async_tp, trace_shows_the_schedule) {
+    t_run(3, trace_body, NULL);
+}
