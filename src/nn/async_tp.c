@@ -82,8 +82,8 @@ static dt_status check_mode(const char *fn, dt_async_tp_mode mode) {
 
 /* ---- shared pieces -------------------------------------------------------------------------- */
 
-static dt_status geom_of(const dt_tensor *x, int tp_dim, cmm_geom *g) {
-    *g = (cmm_geom){
+static dt_status geom_of(const dt_tensor *x, int tp_dim, dt_cmm_geom *g) {
+    *g = (dt_cmm_geom){
         .ctx = x->mesh->ctx, .dtype = x->dtype, .B = x->local_shape[0], .T = x->shape[1]};
     DT_CHECK(dt_mesh_lane_comm(x->mesh, 1u << tp_dim, 1, &g->comm));
     g->n = dt_comm_size(g->comm), g->me = dt_comm_rank(g->comm);
@@ -133,7 +133,8 @@ static dt_status weight_grad(const dt_tensor *x, const dt_tensor *w, int tp_dim,
     weight_grad_placements(x, tp_dim, shard_dim, p);
     dt_tensor *dw;
     DT_CHECK(dt_tensor_alloc(w->mesh, w->device, w->dtype, 2, w->shape, p, &dw));
-    dt_status st = cmm_gemm_tn(w->dtype, a, R, dw->local_shape[0], b, dw->local_shape[1], dw->data);
+    dt_status st =
+        dt_cmm_gemm_tn(w->dtype, a, R, dw->local_shape[0], b, dw->local_shape[1], dw->data);
     if (st != DT_OK) {
         dt_tensor_release(dw);
         return st;
@@ -145,19 +146,19 @@ static dt_status weight_grad(const dt_tensor *x, const dt_tensor *w, int tp_dim,
 /* ---- all_gather then matmul ----------------------------------------------------------------- */
 
 /* y (B, rows(me), N) = reduce_scatter(the sum of the terms' products); like gives the rows */
-static dt_status rs_run(const dt_tensor *like, int nt, const cmm_term *t, int tp_dim,
+static dt_status rs_run(const dt_tensor *like, int nt, const dt_cmm_term *t, int tp_dim,
                         dt_async_tp_mode mode, dt_tensor *y) {
-    cmm_geom g;
+    dt_cmm_geom g;
     DT_CHECK(geom_of(like, tp_dim, &g));
-    return cmm_mm_reduce_scatter(&g, nt, t, mode == DT_ASYNC_TP_ORDERED, y->data);
+    return dt_cmm_mm_reduce_scatter(&g, nt, t, mode == DT_ASYNC_TP_ORDERED, y->data);
 }
 
 /* x's gradient, reduce_scatter(sum_i dy[i] @ w[i]) in x's layout: the dual collective matmul */
 static dt_status input_grad(dt_tensor *x, int n, dt_tensor *const *dy, dt_tensor *const *w,
                             int tp_dim, dt_async_tp_mode mode, dt_tensor **out) {
-    cmm_term t[MAX_WEIGHTS];
+    dt_cmm_term t[MAX_WEIGHTS];
     for (int i = 0; i < n; i++) /* (.., N_i local) @ w_i (N_i local, K) */
-        t[i] = (cmm_term){dy[i]->data, dy[i]->local_shape[2], {w[i]->data, x->shape[2], 0}};
+        t[i] = (dt_cmm_term){dy[i]->data, dy[i]->local_shape[2], {w[i]->data, x->shape[2], 0}};
     DT_CHECK(alloc_like(x, x->shape[0], x->shape[1], x->shape[2], x->placements, out));
     dt_status st = rs_run(x, n, t, tp_dim, mode, *out);
     if (st != DT_OK) dt_tensor_release(*out), *out = NULL;
@@ -288,12 +289,12 @@ dt_status dt_all_gather_linear(dt_tensor *x, int nw, dt_tensor *const *w, int tp
         snprintf(arg, sizeof arg, "w[%d]", i);
         DT_CHECK(check_w(FN, arg, w[i], x, tp_dim, 0));
     }
-    cmm_geom g;
+    dt_cmm_geom g;
     DT_CHECK(geom_of(x, tp_dim, &g));
     dt_placement p[DT_MESH_MAX_NDIM];
     placements_with(x, tp_dim, dt_shard(2), p);
     dt_tensor *o[MAX_WEIGHTS] = {0};
-    cmm_weight cw[MAX_WEIGHTS];
+    dt_cmm_weight cw[MAX_WEIGHTS];
     void *od[MAX_WEIGHTS];
     int64_t K = x->shape[2];
     dt_tensor *in[1 + MAX_WEIGHTS] = {x};
@@ -313,9 +314,9 @@ dt_status dt_all_gather_linear(dt_tensor *x, int nw, dt_tensor *const *w, int tp
     for (int i = 0; i < nw && st == DT_OK; i++) {
         st = alloc_like(x, x->shape[0], x->shape[1], w[i]->shape[0], p, &o[i]);
         if (st == DT_OK)
-            cw[i] = (cmm_weight){w[i]->data, w[i]->local_shape[0], 1}, od[i] = o[i]->data;
+            cw[i] = (dt_cmm_weight){w[i]->data, w[i]->local_shape[0], 1}, od[i] = o[i]->data;
     }
-    if (st == DT_OK) st = cmm_all_gather_mm(&g, x->data, K, nw, cw, od, sh->xg);
+    if (st == DT_OK) st = dt_cmm_all_gather_mm(&g, x->data, K, nw, cw, od, sh->xg);
     if (st == DT_OK && record)
         st = ag_record(sh, x, nw, w, o);
     else if (sh)
@@ -343,7 +344,7 @@ static dt_status rs_backward(void *state, dt_tensor *const *in, const bool *need
     dt_placement p[DT_MESH_MAX_NDIM];
     placements_with(x, r->tp_dim, dt_shard(1), p);
     DT_CHECK(placed(grad, p, &dy)); /* (B, rows(me), N) */
-    cmm_geom g;
+    dt_cmm_geom g;
     dt_status st = geom_of(x, r->tp_dim, &g);
     int64_t N = w->shape[0], Kl = x->local_shape[2];
     size_t es = dt_dtype_size(x->dtype);
@@ -352,9 +353,9 @@ static dt_status rs_backward(void *state, dt_tensor *const *in, const bool *need
         st = dt_error(DT_ERR_NOMEM, "dt_backward: dt_linear_reduce_scatter: out of memory");
     dt_tensor *dx = NULL;
     if (st == DT_OK) st = alloc_like(x, x->shape[0], x->shape[1], x->shape[2], x->placements, &dx);
-    cmm_weight wl = {w->data, Kl, 0}; /* the dual: all_gather(dy) @ w, (.., N) @ (N, K local) */
+    dt_cmm_weight wl = {w->data, Kl, 0}; /* the dual: all_gather(dy) @ w, (.., N) @ (N, K local) */
     void *dxd = dx ? dx->data : NULL;
-    if (st == DT_OK) st = cmm_all_gather_mm(&g, dy->data, N, 1, &wl, &dxd, dyg);
+    if (st == DT_OK) st = dt_cmm_all_gather_mm(&g, dy->data, N, 1, &wl, &dxd, dyg);
     if (st == DT_OK && need[1])
         st = weight_grad(x, w, r->tp_dim, 1, dyg, g.B * g.T, x->data, &gin[1]);
     if (st == DT_OK && need[0]) gin[0] = dx, dx = NULL;
@@ -375,7 +376,7 @@ dt_status dt_linear_reduce_scatter(dt_tensor *x, dt_tensor *w, int tp_dim, dt_as
     placements_with(x, tp_dim, dt_shard(1), p);
     dt_tensor *y;
     DT_CHECK(alloc_like(x, x->shape[0], x->shape[1], w->shape[0], p, &y));
-    cmm_term t = {x->data, x->local_shape[2], {w->data, w->shape[0], 1}}; /* x @ w^T */
+    dt_cmm_term t = {x->data, x->local_shape[2], {w->data, w->shape[0], 1}}; /* x @ w^T */
     dt_status st = rs_run(x, 1, &t, tp_dim, mode, y);
     dt_tensor *in[2] = {x, w};
     if (st == DT_OK && dt_autograd_wants(in, 2)) {

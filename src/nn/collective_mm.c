@@ -11,21 +11,21 @@
 #include "ops/kernels.h"
 #include "trace/trace_impl.h"
 
-int64_t cmm_off(const cmm_geom *g, int o) {
+int64_t dt_cmm_off(const dt_cmm_geom *g, int o) {
     return g->chunk * o < g->T ? g->chunk * o : g->T;
 }
 
-int64_t cmm_rows(const cmm_geom *g, int o) {
+int64_t dt_cmm_rows(const dt_cmm_geom *g, int o) {
     int64_t hi = g->chunk * (o + 1) < g->T ? g->chunk * (o + 1) : g->T;
-    return hi - cmm_off(g, o);
+    return hi - dt_cmm_off(g, o);
 }
 
-static size_t esize(const cmm_geom *g) {
+static size_t esize(const dt_cmm_geom *g) {
     return dt_dtype_size(g->dtype);
 }
 
-dt_status cmm_gemm(dt_dtype dtype, const void *a, int64_t M, int64_t K, const cmm_weight *w,
-                   void *out) {
+dt_status dt_cmm_gemm(dt_dtype dtype, const void *a, int64_t M, int64_t K, const dt_cmm_weight *w,
+                      void *out) {
     if (M == 0 || w->N == 0) return DT_OK;
     if (K == 0) {
         memset(out, 0, (size_t)(M * w->N) * dt_dtype_size(dtype));
@@ -44,7 +44,7 @@ static dt_status wait_req(dt_request **r) {
     return st;
 }
 
-static void trace_step(const cmm_geom *g, double t0, const char *what, int s, int o) {
+static void trace_step(const dt_cmm_geom *g, double t0, const char *what, int s, int o) {
     if (g->ctx->trace)
         dt_trace_record(g->ctx, DT_LANE_COMPUTE, "async_tp_gemm", t0,
                         "%s step %d: the rows of tp rank %d", what, s, o);
@@ -54,23 +54,23 @@ static void trace_step(const cmm_geom *g, double t0, const char *what, int s, in
 
 /* The GEMMs of chunk o (B, rows(o), K) at cur, written into out[i]'s rows of o; cur copied
  * into xg's rows of o. */
-static dt_status chunk_mm(const cmm_geom *g, const void *cur, int o, int64_t K, int nw,
-                          const cmm_weight *w, void *const *out, void *xg) {
+static dt_status chunk_mm(const dt_cmm_geom *g, const void *cur, int o, int64_t K, int nw,
+                          const dt_cmm_weight *w, void *const *out, void *xg) {
     const size_t es = esize(g);
-    const int64_t rows = cmm_rows(g, o), off = cmm_off(g, o);
+    const int64_t rows = dt_cmm_rows(g, o), off = dt_cmm_off(g, o);
     for (int64_t b = 0; b < g->B; b++) {
         const char *a = (const char *)cur + (size_t)(b * rows * K) * es;
         for (int i = 0; i < nw; i++)
-            DT_CHECK(cmm_gemm(g->dtype, a, rows, K, &w[i],
-                              (char *)out[i] + (size_t)((b * g->T + off) * w[i].N) * es));
+            DT_CHECK(dt_cmm_gemm(g->dtype, a, rows, K, &w[i],
+                                 (char *)out[i] + (size_t)((b * g->T + off) * w[i].N) * es));
         if (xg)
             memcpy((char *)xg + (size_t)((b * g->T + off) * K) * es, a, (size_t)(rows * K) * es);
     }
     return DT_OK;
 }
 
-dt_status cmm_all_gather_mm(const cmm_geom *g, const void *x, int64_t K, int nw,
-                            const cmm_weight *w, void *const *out, void *xg) {
+dt_status dt_cmm_all_gather_mm(const dt_cmm_geom *g, const void *x, int64_t K, int nw,
+                               const dt_cmm_weight *w, void *const *out, void *xg) {
     const size_t es = esize(g), cap = (size_t)(g->B * g->chunk * K) * es + 1;
     char *buf[2] = {malloc(cap), malloc(cap)};
     dt_status st = DT_OK;
@@ -85,8 +85,8 @@ dt_status cmm_all_gather_mm(const cmm_geom *g, const void *x, int64_t K, int nw,
         int o = (g->me - s + g->n) % g->n, from = (o - 1 + g->n) % g->n;
         char *next = buf[s % 2];
         if (s < g->n - 1)
-            st = dt_tp_exchange_start(g->comm, 1, cur, (size_t)(g->B * cmm_rows(g, o) * K), next,
-                                      (size_t)(g->B * cmm_rows(g, from) * K), g->dtype, &req);
+            st = dt_tp_exchange_start(g->comm, 1, cur, (size_t)(g->B * dt_cmm_rows(g, o) * K), next,
+                                      (size_t)(g->B * dt_cmm_rows(g, from) * K), g->dtype, &req);
         double t0 = g->ctx->trace ? dt_now_us() : 0;
         if (st == DT_OK) st = chunk_mm(g, cur, o, K, nw, w, out, xg);
         trace_step(g, t0, "all_gather_mm", s, o);
@@ -102,7 +102,7 @@ out:
 
 /* ---- matmul then reduce_scatter --------------------------------------------------------- */
 
-static void add_into(const cmm_geom *g, void *p, const void *a, size_t n) {
+static void add_into(const dt_cmm_geom *g, void *p, const void *a, size_t n) {
     if (g->dtype == DT_F64)
         for (size_t i = 0; i < n; i++)
             ((double *)p)[i] += ((const double *)a)[i];
@@ -113,16 +113,16 @@ static void add_into(const cmm_geom *g, void *p, const void *a, size_t n) {
 
 /* p (B, rows(o), N) = the sum over terms of the rows of member o of x (B, T, K) @ w; scratch
  * holds a block when there are several terms. */
-static dt_status block_mm(const cmm_geom *g, int nt, const cmm_term *t, int o, void *p,
+static dt_status block_mm(const dt_cmm_geom *g, int nt, const dt_cmm_term *t, int o, void *p,
                           void *scratch) {
     const size_t es = esize(g);
-    const int64_t rows = cmm_rows(g, o), off = cmm_off(g, o), N = t[0].w.N;
+    const int64_t rows = dt_cmm_rows(g, o), off = dt_cmm_off(g, o), N = t[0].w.N;
     for (int i = 0; i < nt; i++) {
         char *dst = i == 0 ? p : scratch;
         for (int64_t b = 0; b < g->B; b++)
-            DT_CHECK(cmm_gemm(g->dtype,
-                              (const char *)t[i].x + (size_t)((b * g->T + off) * t[i].K) * es, rows,
-                              t[i].K, &t[i].w, dst + (size_t)(b * rows * N) * es));
+            DT_CHECK(dt_cmm_gemm(g->dtype,
+                                 (const char *)t[i].x + (size_t)((b * g->T + off) * t[i].K) * es,
+                                 rows, t[i].K, &t[i].w, dst + (size_t)(b * rows * N) * es));
         if (i > 0) add_into(g, p, scratch, (size_t)(g->B * rows * N));
     }
     return DT_OK;
@@ -131,8 +131,8 @@ static dt_status block_mm(const cmm_geom *g, int nt, const cmm_term *t, int o, v
 /* Ring: at step s this member computes its part of block b = me - s - 1, adds the partial
  * sum of b that arrived from the previous member, and passes it on; at the last step b = me
  * and the sum is whole. */
-static dt_status rs_ring(const cmm_geom *g, int nt, const cmm_term *t, void *y) {
-    const cmm_weight *w = &t[0].w;
+static dt_status rs_ring(const dt_cmm_geom *g, int nt, const dt_cmm_term *t, void *y) {
+    const dt_cmm_weight *w = &t[0].w;
     const size_t es = esize(g), cap = (size_t)(g->B * g->chunk * w->N) * es + 1;
     char *p[2] = {malloc(cap), malloc(cap)}, *acc = malloc(cap), *scratch = malloc(cap);
     dt_status st = DT_OK;
@@ -144,7 +144,7 @@ static dt_status rs_ring(const cmm_geom *g, int nt, const cmm_term *t, void *y) 
     }
     for (int s = 0; s < g->n && st == DT_OK; s++) {
         int b = (g->me - s - 1 + 2 * g->n) % g->n;
-        size_t count = (size_t)(g->B * cmm_rows(g, b) * w->N);
+        size_t count = (size_t)(g->B * dt_cmm_rows(g, b) * w->N);
         char *cur = s == g->n - 1 ? y : p[s % 2];
         double t0 = g->ctx->trace ? dt_now_us() : 0;
         st = block_mm(g, nt, t, b, cur, scratch);
@@ -155,7 +155,7 @@ static dt_status rs_ring(const cmm_geom *g, int nt, const cmm_term *t, void *y) 
         if (st == DT_OK && s < g->n - 1) {
             int nb = (b - 1 + g->n) % g->n; /* what the previous member sends now */
             st = dt_tp_exchange_start(g->comm, 1, cur, count, acc,
-                                      (size_t)(g->B * cmm_rows(g, nb) * w->N), g->dtype, &req);
+                                      (size_t)(g->B * dt_cmm_rows(g, nb) * w->N), g->dtype, &req);
         }
     }
 out:
@@ -167,10 +167,10 @@ out:
 /* Ordered: at step s (1 <= s < n) the block of member me + s goes there and member me - s's
  * part of this member's block arrives; the next block is computed meanwhile. The parts are
  * summed in member order at the end. */
-static dt_status rs_ordered(const cmm_geom *g, int nt, const cmm_term *t, void *y) {
-    const cmm_weight *w = &t[0].w;
+static dt_status rs_ordered(const dt_cmm_geom *g, int nt, const dt_cmm_term *t, void *y) {
+    const dt_cmm_weight *w = &t[0].w;
     const size_t es = esize(g), cap = (size_t)(g->B * g->chunk * w->N) * es + 1;
-    const size_t mine = (size_t)(g->B * cmm_rows(g, g->me) * w->N);
+    const size_t mine = (size_t)(g->B * dt_cmm_rows(g, g->me) * w->N);
     char *p[2] = {malloc(cap), malloc(cap)}, *parts = malloc(mine * es * (size_t)g->n + 1);
     char *scratch = malloc(cap);
     const void **srcs = malloc(sizeof(void *) * (size_t)g->n);
@@ -194,7 +194,7 @@ static dt_status rs_ordered(const cmm_geom *g, int nt, const cmm_term *t, void *
         st = st == DT_OK ? ws : st;
         if (st == DT_OK && s < g->n)
             st =
-                dt_tp_exchange_start(g->comm, s, cur, (size_t)(g->B * cmm_rows(g, b) * w->N),
+                dt_tp_exchange_start(g->comm, s, cur, (size_t)(g->B * dt_cmm_rows(g, b) * w->N),
                                      (void *)srcs[(g->me - s + g->n) % g->n], mine, g->dtype, &req);
     }
     if (st == DT_OK) dt_reduce_n(g->dtype, DT_REDUCE_SUM, y, srcs, g->n, mine);
@@ -204,13 +204,13 @@ out:
     return st;
 }
 
-dt_status cmm_mm_reduce_scatter(const cmm_geom *g, int nt, const cmm_term *t, int ordered,
-                                void *y) {
+dt_status dt_cmm_mm_reduce_scatter(const dt_cmm_geom *g, int nt, const dt_cmm_term *t, int ordered,
+                                   void *y) {
     return ordered ? rs_ordered(g, nt, t, y) : rs_ring(g, nt, t, y);
 }
 
-dt_status cmm_gemm_tn(dt_dtype dtype, const void *a, int64_t R, int64_t N, const void *b, int64_t M,
-                      void *out) {
+dt_status dt_cmm_gemm_tn(dt_dtype dtype, const void *a, int64_t R, int64_t N, const void *b,
+                         int64_t M, void *out) {
     const size_t es = dt_dtype_size(dtype);
     if (R == 0) { /* no rows: a zero gradient */
         memset(out, 0, (size_t)(N * M) * es);
@@ -226,8 +226,8 @@ dt_status cmm_gemm_tn(dt_dtype dtype, const void *a, int64_t R, int64_t N, const
                 ((double *)at)[n * R + r] = ((const double *)a)[r * N + n];
             else
                 ((float *)at)[n * R + r] = ((const float *)a)[r * N + n];
-    cmm_weight w = {b, M, 0};
-    dt_status st = cmm_gemm(dtype, at, N, R, &w, out);
+    dt_cmm_weight w = {b, M, 0};
+    dt_status st = dt_cmm_gemm(dtype, at, N, R, &w, out);
     free(at);
     return st;
 }
