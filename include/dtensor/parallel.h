@@ -143,7 +143,8 @@ typedef struct dt_parallelize_options {
        DT_ASYNC_TP_RING or _ORDERED makes a colwise linear fed Shard(1) over tp run
        dt_all_gather_linear (attention's q, k, v and the MLP's w1, w3 sharing one gather) and
        a rowwise linear whose output goes to Shard(1) run dt_linear_reduce_scatter; bias-free
-       linears on (B, T, in) activations only, the others keep the synchronous form.
+       linears on (B, T, in) f32/f64 CPU activations only, the others (CUDA tensors included)
+       keep the synchronous form.
        DT_ASYNC_TP_OFF (0, zeroed options): redistribute, then dt_linear. */
     dt_async_tp_mode async_tp;
 } dt_parallelize_options;

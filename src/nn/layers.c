@@ -46,12 +46,14 @@ static int enter(dt_scope *s, const char *fn, dt_module m, int kind) {
 
 /* ---- async tensor parallelism (dtensor/async_tp.h) ----------------------------------------- */
 
-/* Whether x is an activation async TP can take on params' tp dim: (B, T, in), with tp's
- * placement want and every other mesh dim replicating or sharding the batch. */
+/* Whether x is an activation async TP can take on params' tp dim: (B, T, in), f32 or f64 on
+ * the CPU, with tp's placement want and every other mesh dim replicating or sharding the
+ * batch. */
 static int async_fits(dt_scope *s, const dt_params *p, dt_tensor *x, dt_placement want) {
     dt_tensor_info info;
     if (!dt_scope_ok(s) || p->async_tp == DT_ASYNC_TP_OFF || p->tp_dim < 0 ||
-        dt_tensor_info_get(x, &info) != DT_OK || info.ndim != 3)
+        dt_tensor_info_get(x, &info) != DT_OK || info.ndim != 3 ||
+        info.device.kind != DT_DEVICE_CPU || (info.dtype != DT_F32 && info.dtype != DT_F64))
         return 0;
     for (int m = 0; m < info.mesh_ndim; m++) {
         dt_placement q = info.placements[m];
