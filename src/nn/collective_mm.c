@@ -63,7 +63,7 @@ static dt_status chunk_mm(const dt_cmm_geom *g, const void *cur, int o, int64_t 
         for (int i = 0; i < nw; i++)
             DT_CHECK(dt_cmm_gemm(g->dtype, a, rows, K, &w[i],
                                  (char *)out[i] + (size_t)((b * g->T + off) * w[i].N) * es));
-        if (xg)
+        if (xg && rows) /* an empty chunk's data may be NULL */
             memcpy((char *)xg + (size_t)((b * g->T + off) * K) * es, a, (size_t)(rows * K) * es);
     }
     return DT_OK;
