@@ -14,7 +14,8 @@
  * Replicate.
  *
  * Shapes: x is (B, T, K) with the sequence as dim 1; weights are nn.Linear's (out, in). Mesh
- * dims other than tp may shard the batch (dim 0) or replicate. f32 or f64 on the CPU. */
+ * dims other than tp may shard the batch (dim 0) or replicate. f32 or f64, on the CPU or CUDA
+ * (all operands on one device; each transfer waits for the rank's compute stream). */
 #ifndef DTENSOR_ASYNC_TP_H
 #define DTENSOR_ASYNC_TP_H
 

@@ -6,6 +6,7 @@
 
 #include "autograd/autograd_impl.h"
 #include "core/check.h"
+#include "core/device.h"
 #include "dtensor/async_tp.h"
 #include "dtensor/redistribute.h"
 #include "dtensor/tensor_impl.h"
@@ -25,8 +26,6 @@ static dt_status check_x(const char *fn, const dt_tensor *x, int tp_dim, int seq
         return dt_error(DT_ERR_SHAPE, "%s: x has %d dims, want (B, T, K)", fn, x->ndim);
     if (x->dtype != DT_F32 && x->dtype != DT_F64)
         return dt_error(DT_ERR_DTYPE, "%s: x is %s (f32 or f64 only)", fn, dt_dtype_name(x->dtype));
-    if (x->device.kind != DT_DEVICE_CPU)
-        return dt_error(DT_ERR_UNSUPPORTED, "%s: CPU tensors only (for now)", fn);
     for (int m = 0; m < mnd; m++) {
         dt_placement p = x->placements[m];
         char text[32];
@@ -55,8 +54,8 @@ static dt_status check_w(const char *fn, const char *arg, const dt_tensor *w, co
     if (w->dtype != x->dtype)
         return dt_error(DT_ERR_DTYPE, "%s: %s is %s, x is %s", fn, arg, dt_dtype_name(w->dtype),
                         dt_dtype_name(x->dtype));
-    if (w->device.kind != DT_DEVICE_CPU)
-        return dt_error(DT_ERR_UNSUPPORTED, "%s: CPU tensors only (for now)", fn);
+    if (w->device.kind != x->device.kind || w->device.index != x->device.index)
+        return dt_error(DT_ERR_DEVICE, "%s: %s and x live on different devices", fn, arg);
     if (w->ndim != 2 || w->shape[1] != x->shape[2])
         return dt_error(DT_ERR_SHAPE,
                         "%s: %s must be (N, %lld) (x's last dim), not %d-D with "
@@ -83,8 +82,11 @@ static dt_status check_mode(const char *fn, dt_async_tp_mode mode) {
 /* ---- shared pieces -------------------------------------------------------------------------- */
 
 static dt_status geom_of(const dt_tensor *x, int tp_dim, dt_cmm_geom *g) {
-    *g = (dt_cmm_geom){
-        .ctx = x->mesh->ctx, .dtype = x->dtype, .B = x->local_shape[0], .T = x->shape[1]};
+    *g = (dt_cmm_geom){.ctx = x->mesh->ctx,
+                       .dtype = x->dtype,
+                       .device = x->device,
+                       .B = x->local_shape[0],
+                       .T = x->shape[1]};
     DT_CHECK(dt_mesh_lane_comm(x->mesh, 1u << tp_dim, 1, &g->comm));
     g->n = dt_comm_size(g->comm), g->me = dt_comm_rank(g->comm);
     g->chunk = (g->T + g->n - 1) / g->n;
@@ -133,8 +135,8 @@ static dt_status weight_grad(const dt_tensor *x, const dt_tensor *w, int tp_dim,
     weight_grad_placements(x, tp_dim, shard_dim, p);
     dt_tensor *dw;
     DT_CHECK(dt_tensor_alloc(w->mesh, w->device, w->dtype, 2, w->shape, p, &dw));
-    dt_status st =
-        dt_cmm_gemm_tn(w->dtype, a, R, dw->local_shape[0], b, dw->local_shape[1], dw->data);
+    dt_status st = dt_cmm_gemm_tn(w->device, w->dtype, a, R, dw->local_shape[0], b,
+                                  dw->local_shape[1], dw->data);
     if (st != DT_OK) {
         dt_tensor_release(dw);
         return st;
@@ -172,6 +174,7 @@ static dt_status input_grad(dt_tensor *x, int n, dt_tensor *const *dy, dt_tensor
 typedef struct ag_shared {
     int refs, nw, tp_dim;
     dt_async_tp_mode mode;
+    dt_device device;                            /* where xg lives */
     dt_placement yp[DT_MESH_MAX_NDIM];           /* the outputs' placements */
     void *xg;                                    /* (B, T, K) local */
     dt_tensor *dy[MAX_WEIGHTS], *w[MAX_WEIGHTS]; /* retained, until the token's node */
@@ -187,7 +190,7 @@ static void unstash(ag_shared *sh) {
 static void shared_drop(ag_shared *sh) {
     if (--sh->refs) return;
     unstash(sh);
-    free(sh->xg), free(sh);
+    dt_mem_ops_of(sh->device.kind)->free(sh->xg), free(sh);
 }
 
 typedef struct ag_node {
@@ -207,8 +210,7 @@ static dt_status zero_scalar(const dt_tensor *x, dt_tensor **out) {
         rep[m] = dt_replicate();
     int64_t one = 1;
     DT_CHECK(dt_tensor_alloc(x->mesh, x->device, x->dtype, 1, &one, rep, out));
-    memset((*out)->data, 0, dt_dtype_size(x->dtype));
-    return DT_OK;
+    return dt_mem_ops_of(x->device.kind)->zero((*out)->data, dt_dtype_size(x->dtype));
 }
 
 static dt_status token_backward(void *state, dt_tensor *const *in, const bool *need,
@@ -304,11 +306,12 @@ dt_status dt_all_gather_linear(dt_tensor *x, int nw, dt_tensor *const *w, int tp
     ag_shared *sh = calloc(1, sizeof *sh);
     dt_status st = sh ? DT_OK : dt_error(DT_ERR_NOMEM, "%s: out of memory", FN);
     if (st == DT_OK) {
-        *sh = (ag_shared){.nw = nw, .tp_dim = tp_dim, .mode = mode};
+        *sh = (ag_shared){.nw = nw, .tp_dim = tp_dim, .mode = mode, .device = x->device};
         memcpy(sh->yp, p, sizeof p);
     }
     if (st == DT_OK && record) { /* kept for the weights' gradients, as dt_linear keeps x */
-        sh->xg = malloc((size_t)(g.B * g.T * K) * dt_dtype_size(x->dtype) + 1);
+        sh->xg = dt_mem_ops_of(x->device.kind)
+                     ->alloc((size_t)(g.B * g.T * K) * dt_dtype_size(x->dtype) + 1);
         if (!sh->xg) st = dt_error(DT_ERR_NOMEM, "%s: out of memory for the gathered x", FN);
     }
     for (int i = 0; i < nw && st == DT_OK; i++) {
@@ -320,7 +323,7 @@ dt_status dt_all_gather_linear(dt_tensor *x, int nw, dt_tensor *const *w, int tp
     if (st == DT_OK && record)
         st = ag_record(sh, x, nw, w, o);
     else if (sh)
-        free(sh->xg), free(sh);
+        dt_mem_ops_of(sh->device.kind)->free(sh->xg), free(sh);
     if (st != DT_OK) {
         for (int i = 0; i < nw; i++)
             dt_tensor_release(o[i]);
@@ -348,7 +351,8 @@ static dt_status rs_backward(void *state, dt_tensor *const *in, const bool *need
     dt_status st = geom_of(x, r->tp_dim, &g);
     int64_t N = w->shape[0], Kl = x->local_shape[2];
     size_t es = dt_dtype_size(x->dtype);
-    void *dyg = need[1] ? malloc((size_t)(g.B * g.T * N) * es + 1) : NULL; /* (B, T, N) */
+    const dt_mem_ops *m = dt_mem_ops_of(x->device.kind);
+    void *dyg = need[1] ? m->alloc((size_t)(g.B * g.T * N) * es + 1) : NULL; /* (B, T, N) */
     if (st == DT_OK && need[1] && !dyg)
         st = dt_error(DT_ERR_NOMEM, "dt_backward: dt_linear_reduce_scatter: out of memory");
     dt_tensor *dx = NULL;
@@ -361,7 +365,7 @@ static dt_status rs_backward(void *state, dt_tensor *const *in, const bool *need
     if (st == DT_OK && need[0]) gin[0] = dx, dx = NULL;
     dt_tensor_release(dx);
     dt_tensor_release(dy);
-    free(dyg);
+    m->free(dyg);
     return st;
 }
 

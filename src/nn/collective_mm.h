@@ -2,7 +2,8 @@
  * an all_gather over the sequence fused with the matmul that reads it, and a matmul fused with
  * the reduce_scatter of its result over the sequence. Each is cut per tp peer, so one chunk's
  * GEMM runs while the next chunk moves (nn/tp_exchange.h). Plain row-major buffers of f32 or
- * f64 on the CPU; nothing here knows placements or autograd (nn/async_tp.c does). */
+ * f64 on one device (the CPU, or CUDA through the kernel and memory tables); nothing here
+ * knows placements or autograd (nn/async_tp.c does). */
 #ifndef DT_NN_COLLECTIVE_MM_H
 #define DT_NN_COLLECTIVE_MM_H
 
@@ -16,7 +17,8 @@ typedef struct dt_cmm_geom {
     dt_ctx *ctx;   /* for the trace */
     dt_comm *comm; /* the tp group, lane 1 (the communication thread's) */
     int n, me;
-    dt_dtype dtype; /* DT_F32 or DT_F64 */
+    dt_dtype dtype;   /* DT_F32 or DT_F64 */
+    dt_device device; /* where every buffer lives */
     int64_t B, T, chunk;
 } dt_cmm_geom;
 
@@ -30,9 +32,9 @@ typedef struct dt_cmm_weight {
     int trans;
 } dt_cmm_weight;
 
-/* out (M, N) = a (M, K) @ w, on this rank alone (K == 0: zeros). */
-dt_status dt_cmm_gemm(dt_dtype dtype, const void *a, int64_t M, int64_t K, const dt_cmm_weight *w,
-                      void *out);
+/* out (M, N) = a (M, K) @ w, on this rank alone (K == 0: zeros), on device dev. */
+dt_status dt_cmm_gemm(dt_device dev, dt_dtype dtype, const void *a, int64_t M, int64_t K,
+                      const dt_cmm_weight *w, void *out);
 
 /* All-gather then matmul: x (B, dt_cmm_rows(me), K) is this member's chunk; out[i] (B, T, N_i) =
  * all_gather(x) @ w[i] for i < nw. The chunks travel one ring step at a time (n - 1 steps,
@@ -61,7 +63,7 @@ dt_status dt_cmm_mm_reduce_scatter(const dt_cmm_geom *g, int nt, const dt_cmm_te
 
 /* out (N, M) = a^T @ b for a (R, N), b (R, M) (a weight's gradient from an activation's
  * gradient and the activation). */
-dt_status dt_cmm_gemm_tn(dt_dtype dtype, const void *a, int64_t R, int64_t N, const void *b,
-                         int64_t M, void *out);
+dt_status dt_cmm_gemm_tn(dt_device dev, dt_dtype dtype, const void *a, int64_t R, int64_t N,
+                         const void *b, int64_t M, void *out);
 
 #endif
