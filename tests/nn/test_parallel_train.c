@@ -218,7 +218,8 @@ Test(parallel_train, loss_parity_and_collectives) {
 
 /* Async tensor parallelism (dtensor/async_tp.h) on sequence parallelism, tp = 2, 3 (uneven:
  * 32 positions over 3) and 4: the loss curve within 1e-5 relative of the synchronous run's on
- * the same mesh (and of one rank's), the ordered mode too on tp=3. Per step on rank 0, with
+ * the same mesh (and of one rank's), the ordered mode too on tp=3, and with full activation
+ * checkpointing on tp=2. Per step on rank 0, with
  * L = 2 blocks: forward runs the collective matmuls q/k/v (one gather), wo, w1/w3 (one
  * gather), w2 and the output projection, 4L + 1, each tp - 1 sends; backward their duals,
  * 4L + 1 more (x's gradient reduce_scattered from the q/k/v and w1/w3 gradients summed, the
@@ -236,6 +237,9 @@ Test(parallel_train, async_tp_loss_parity) {
         {"tp=3 sp", "3", SP(0), {0}},
         {"tp=4 sp", "4", SP(0), {0}},
         {"tp=3 sp", "3", SP(0), {0}},
+        {"tp=2 sp, full ac", "2",
+         {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1,
+          .ac = DT_AC_FULL}, {0}},
     };
     static const config async[] = {
         {"tp=2 sp async", "2", SP(DT_ASYNC_TP_RING), {3, 1, 1, 0}, .sends = 1 * 2 * (4 * L + 1)},
@@ -243,6 +247,13 @@ Test(parallel_train, async_tp_loss_parity) {
         {"tp=4 sp async", "4", SP(DT_ASYNC_TP_RING), {1, 1, 1, 2}, .sends = 3 * 2 * (4 * L + 1)},
         {"tp=3 sp async ordered", "3", SP(DT_ASYNC_TP_ORDERED), {3, 1, 1, 28},
          .sends = 2 * 2 * (4 * L + 1)},
+        /* full activation checkpointing: the region keeps the collective matmuls' outputs
+         * (custom nodes are not replayed), so backward recomputes the rest of each block and
+         * sends as without it */
+        {"tp=2 sp async, full ac", "2",
+         {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1,
+          .async_tp = DT_ASYNC_TP_RING, .ac = DT_AC_FULL},
+         {3, 1, 1, 0}, .sends = 1 * 2 * (4 * L + 1)},
     };
 #undef SP
     static const config one = {"1 rank", "1", {.dp_dim = -1, .tp_dim = -1}, {0, 0, 0, 0}};
