@@ -112,7 +112,8 @@ static dt_status make_params(tl_model *m, const tl_part *part, dt_generator *gen
                                 .dp_dim = l->dp_dim,
                                 .dp_mode = l->fsdp ? DT_DP_SHARD : DT_DP_REPLICATE,
                                 .ep = l->ep_dim > 0,
-                                .ep_dim = l->ep_dim - 1};
+                                .ep_dim = l->ep_dim - 1,
+                                .async_tp = l->sequence_parallel ? l->async_tp : DT_ASYNC_TP_OFF};
     int n;
     TRY(dt_params_create(m->mesh, DT_F32, &m->params));
     TRY(declare(m, part));

@@ -47,6 +47,9 @@ typedef struct tl_layout {
     int float8;            /* the blocks' linears (attention and dense MLP) as torchao's
                               Float8Linear (dt_module_set_float8); the output projection stays
                               f32, as torchtitan's float8 filter leaves it */
+    /* with sequence_parallel: the sequence's all_gathers and reduce_scatters around the tp
+       linears overlapped with their GEMMs, per tp peer (dtensor/async_tp.h) */
+    dt_async_tp_mode async_tp;
 } tl_layout;
 
 /* A block's MoE feed-forward (tiny_llama_moe.c): the router (E, dim) and the experts' w1, w3

@@ -3,6 +3,7 @@
 #define DTENSOR_H
 
 #include "dtensor/ac.h"
+#include "dtensor/async_tp.h"
 #include "dtensor/autograd.h"
 #include "dtensor/checkpoint.h"
 #include "dtensor/comm.h"

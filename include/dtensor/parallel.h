@@ -40,6 +40,7 @@
 #ifndef DTENSOR_PARALLEL_H
 #define DTENSOR_PARALLEL_H
 
+#include "dtensor/async_tp.h"
 #include "dtensor/params.h"
 
 #ifdef __cplusplus
@@ -138,13 +139,21 @@ typedef struct dt_parallelize_options {
     int ep; /* non-zero: expert parallelism over mesh dim ep_dim (0 leaves ep_dim unread, so
                zeroed options mean none) */
     int ep_dim;
+    /* Async tensor parallelism (dtensor/async_tp.h; torchtitan's enable_async_tensor_parallel):
+       DT_ASYNC_TP_RING or _ORDERED makes a colwise linear fed Shard(1) over tp run
+       dt_all_gather_linear (attention's q, k, v and the MLP's w1, w3 sharing one gather) and
+       a rowwise linear whose output goes to Shard(1) run dt_linear_reduce_scatter; bias-free
+       linears on (B, T, in) f32/f64 CPU activations only, the others (CUDA tensors included)
+       keep the synchronous form.
+       DT_ASYNC_TP_OFF (0, zeroed options): redistribute, then dt_linear. */
+    dt_async_tp_mode async_tp;
 } dt_parallelize_options;
 
 /* Applies options to a declared, not yet materialized registry. The plan is checked whole
  * before anything changes: DT_ERR_ARG naming the rule for a pattern that matches no module
  * (a misspelt name), a module two rules match, a style its module's kind cannot take (colwise
  * on a norm, sequence parallel on a linear, any but prepare styles on experts), a mesh dim out
- * of range, dp_dim == tp_dim, ep_dim equal to either; and
+ * of range, dp_dim == tp_dim, ep_dim equal to either, an unknown async_tp mode; and
  * for a registry already materialized or parallelized. Not collective. */
 DT_API dt_status dt_parallelize(dt_params *params, const dt_parallelize_options *options);
 

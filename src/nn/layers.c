@@ -46,14 +46,82 @@ static int enter(dt_scope *s, const char *fn, dt_module m, int kind) {
     return st == DT_OK;
 }
 
+/* ---- async tensor parallelism (dtensor/async_tp.h) ----------------------------------------- */
+
+/* Whether x is an activation async TP can take on params' tp dim: (B, T, in), f32 or f64 on
+ * the CPU, with tp's placement want and every other mesh dim replicating or sharding the
+ * batch. */
+static int async_fits(dt_scope *s, const dt_params *p, dt_tensor *x, dt_placement want) {
+    dt_tensor_info info;
+    if (!dt_scope_ok(s) || p->async_tp == DT_ASYNC_TP_OFF || p->tp_dim < 0 ||
+        dt_tensor_info_get(x, &info) != DT_OK || info.ndim != 3 ||
+        info.device.kind != DT_DEVICE_CPU || (info.dtype != DT_F32 && info.dtype != DT_F64))
+        return 0;
+    for (int m = 0; m < info.mesh_ndim; m++) {
+        dt_placement q = info.placements[m];
+        if (m == p->tp_dim ? !dt_placement_equal(q, want)
+                           : !(q.kind == DT_PLACEMENT_REPLICATE ||
+                               (q.kind == DT_PLACEMENT_SHARD && q.dim == 0)))
+            return 0;
+    }
+    return 1;
+}
+
+/* A bias-free linear whose style is kind (for rowwise: with its output going to Shard(1)). */
+static int async_style(dt_module m, dt_style_kind kind) {
+    const module_entry *e = &m.params->modules[m.index];
+    if (e->kind != DT_MODULE_LINEAR || !e->has_style || e->style.kind != kind ||
+        dt_module_param(m, "bias") >= 0 || e->float8) /* float8 linears: the synchronous form */
+        return 0;
+    return kind == DT_STYLE_COLWISE ||
+           (e->style.has_output && dt_placement_equal(e->style.output, dt_shard(1)));
+}
+
+/* outs[i] = linear n[i](x) for colwise linears fed from one sequence gather, when async TP
+ * takes x (Shard(1) over tp) and container (nullable) would only have replicated it: returns
+ * 1 (outs NULL once the scope failed). 0: the caller runs the synchronous form. */
+static int async_colwise(dt_scope *s, dt_module container, int has_container, const dt_module *mods,
+                         int n, dt_tensor *x, dt_tensor **outs) {
+    const dt_params *p = mods[0].params;
+    if (!async_fits(s, p, x, dt_shard(1))) return 0;
+    if (has_container) {
+        const module_entry *c = &p->modules[container.index];
+        if (c->has_style && c->style.has_input &&
+            !dt_placement_equal(c->style.input, dt_replicate()))
+            return 0;
+    }
+    for (int i = 0; i < n; i++)
+        if (!async_style(mods[i], DT_STYLE_COLWISE)) return 0;
+    dt_tensor *w[3], *y[3] = {0};
+    for (int i = 0; i < n; i++)
+        w[i] = use(s, mods[i], "weight");
+    dt_status st =
+        dt_scope_ok(s) ? dt_all_gather_linear(x, n, w, p->tp_dim, p->async_tp, y) : DT_OK;
+    if (st != DT_OK) dt_scope_fail(s, st);
+    for (int i = 0; i < n; i++) {
+        dt_tensor *kept = dt_scope_adopt(s, y[i]);
+        if (!kept) dt_tensor_release(y[i]);
+        outs[i] = dt_module_output(s, mods[i], kept);
+    }
+    return 1;
+}
+
 dt_tensor *dt_nn_linear_forward(dt_scope *scope, dt_module module, dt_tensor *x) {
     if (!enter(scope, __func__, module, DT_MODULE_LINEAR)) return NULL;
+    dt_tensor *y;
+    if (async_colwise(scope, module, 0, &module, 1, x, &y)) return y;
     x = dt_module_input(scope, module, x);
+    if (async_style(module, DT_STYLE_ROWWISE) && async_fits(scope, module.params, x, dt_shard(2))) {
+        const dt_params *p = module.params;
+        y = DT_DO(scope, dt_linear_reduce_scatter, x, use(scope, module, "weight"), p->tp_dim,
+                  p->async_tp); /* (B, T, in / tp) -> (B, T / tp, out) */
+        return dt_module_output(scope, module, y);
+    }
     dt_tensor *w = use(scope, module, "weight");
     dt_tensor *b = dt_module_param(module, "bias") >= 0 ? use(scope, module, "bias") : NULL;
-    dt_tensor *y = module.params->modules[module.index].float8 /* (..., in) -> (..., out) */
-                       ? DT_DO(scope, dt_linear_float8, x, w, b)
-                       : DT_DO(scope, dt_linear, x, w, b);
+    y = module.params->modules[module.index].float8 /* (..., in) -> (..., out) */
+            ? DT_DO(scope, dt_linear_float8, x, w, b)
+            : DT_DO(scope, dt_linear, x, w, b);
     return dt_module_output(scope, module, y);
 }
 
@@ -145,13 +213,16 @@ dt_tensor *dt_nn_attention_forward(dt_scope *scope, const dt_nn_attention *atten
                       info.ndim);
     if (st != DT_OK) return dt_scope_fail(scope, st);
     int64_t B = info.shape[0], T = info.shape[1], merged[3] = {B, T, a->heads * a->head_dim};
-    x = dt_module_input(scope, a->self, x);
-    dt_tensor *q = heads_first(scope, dt_nn_linear_forward(scope, a->wq, x), B, T, a->heads,
-                               a->head_dim, cos, sin);
-    dt_tensor *k = heads_first(scope, dt_nn_linear_forward(scope, a->wk, x), B, T, a->kv_heads,
-                               a->head_dim, cos, sin);
-    dt_tensor *v = heads_first(scope, dt_nn_linear_forward(scope, a->wv, x), B, T, a->kv_heads,
-                               a->head_dim, NULL, NULL);
+    dt_module proj[3] = {a->wq, a->wk, a->wv};
+    dt_tensor *qkv[3];
+    if (!async_colwise(scope, a->self, 1, proj, 3, x, qkv)) { /* else one gather for the three */
+        x = dt_module_input(scope, a->self, x);
+        for (int i = 0; i < 3; i++)
+            qkv[i] = dt_nn_linear_forward(scope, proj[i], x);
+    }
+    dt_tensor *q = heads_first(scope, qkv[0], B, T, a->heads, a->head_dim, cos, sin);
+    dt_tensor *k = heads_first(scope, qkv[1], B, T, a->kv_heads, a->head_dim, cos, sin);
+    dt_tensor *v = heads_first(scope, qkv[2], B, T, a->kv_heads, a->head_dim, NULL, NULL);
     dt_comm_module_tls = a->self.params->modules[a->self.index].name; /* the ring's module */
     dt_tensor *o = a->cp_dim >= 0 /* (B, heads, T, hd) */
                        ? DT_DO(scope, dt_ring_sdpa, q, k, v, a->cp_dim, 1, 1)
@@ -185,9 +256,13 @@ dt_tensor *dt_nn_mlp_forward(dt_scope *scope, const dt_nn_mlp *mlp, dt_tensor *x
         dt_error(DT_ERR_ARG, "dt_nn_mlp_forward: argument mlp is NULL");
         return dt_scope_fail(scope, DT_ERR_ARG);
     }
-    x = dt_module_input(scope, mlp->self, x);
-    dt_tensor *gate = dt_nn_linear_forward(scope, mlp->w1, x);
-    dt_tensor *up = dt_nn_linear_forward(scope, mlp->w3, x);
-    dt_tensor *h = DT_DO(scope, dt_swiglu, gate, up);
+    dt_module in[2] = {mlp->w1, mlp->w3};
+    dt_tensor *gate_up[2];
+    if (!async_colwise(scope, mlp->self, 1, in, 2, x, gate_up)) { /* else one gather for both */
+        x = dt_module_input(scope, mlp->self, x);
+        gate_up[0] = dt_nn_linear_forward(scope, mlp->w1, x);
+        gate_up[1] = dt_nn_linear_forward(scope, mlp->w3, x);
+    }
+    dt_tensor *h = DT_DO(scope, dt_swiglu, gate_up[0], gate_up[1]);
     return dt_module_output(scope, mlp->self, dt_nn_linear_forward(scope, mlp->w2, h));
 }

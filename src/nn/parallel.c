@@ -114,6 +114,8 @@ dt_status dt_parallelize(dt_params *params, const dt_parallelize_options *option
     DT_ARG(!o->ep || (o->ep_dim != o->tp_dim && o->ep_dim != o->dp_dim),
            "dt_parallelize: ep_dim %d is also the %s dim", o->ep_dim,
            o->ep_dim == o->tp_dim ? "tp" : "dp");
+    DT_ARG(o->async_tp >= DT_ASYNC_TP_OFF && o->async_tp <= DT_ASYNC_TP_ORDERED,
+           "dt_parallelize: unknown async_tp mode %d", (int)o->async_tp);
     DT_ARG(o->nplan >= 0 && (o->nplan == 0 || o->plan), "dt_parallelize: nplan %d, plan %p",
            o->nplan, (const void *)o->plan);
     DT_ARG(o->nplan == 0 || o->tp_dim >= 0, "dt_parallelize: a plan of %d rules needs tp_dim",
@@ -152,6 +154,7 @@ dt_status dt_parallelize(dt_params *params, const dt_parallelize_options *option
     }
     params->tp_dim = o->tp_dim, params->dp_dim = o->dp_dim, params->parallelized = 1;
     params->dp_shard = o->dp_dim >= 0 && o->dp_mode == DT_DP_SHARD;
+    params->async_tp = o->tp_dim >= 0 ? o->async_tp : DT_ASYNC_TP_OFF;
     return DT_OK;
 }
 

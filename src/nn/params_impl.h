@@ -44,6 +44,9 @@ struct dt_params {
     int dp_shard;       /* dt_parallelize's dp_mode was DT_DP_SHARD */
     int parallelized, materialized;
     struct dt_units *units; /* dt_fully_shard's declarations and units (fully_shard.c) */
+
+    /* set by dt_parallelize */
+    dt_async_tp_mode async_tp;
     dt_params_use_fn use_hook; /* dt_params_set_use_hook; NULL: redistribute */
     void *use_user;
 };

@@ -9,7 +9,8 @@
  * redistribute (the property suite's random cases, exact), the tensor-parallel MLP (one
  * all_reduce), creation (rand, randn, casts... on GPU ranks against the CPU, bit for bit),
  * optimizer steps (gpu_optim.c); the ops section ends with attention's every output
- * (gpu_attention.c) and float8's scales, casts and matmul (gpu_float8.c). Last line: "N passed, N failed". */
+ * (gpu_attention.c) and float8's scales, casts and matmul (gpu_float8.c), async TP's collective
+ * matmuls (gpu_async_tp.c). Last line: "N passed, N failed". */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "gpu_async_tp.h"
 #include "gpu_attention.h"
 #include "gpu_float8.h"
 #include "gpu_optim.h"
@@ -430,6 +432,7 @@ int main(int argc, char **argv) {
     check_dropout();
     gpu_check_attention(report);
     gpu_check_float8(report);
+    gpu_check_async_tp(report);
     printf("ops:          %d passed, %d failed\n", passed - p0, failed - f0);
     p0 = passed, f0 = failed;
     check_redistribute(quick, seed);

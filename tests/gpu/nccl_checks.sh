@@ -29,6 +29,7 @@ dtrun="$build/dtrun"
 prog="$build/tests/ranks/nccl_rank_prog"
 check "nccl collectives, 1 rank" 0 "" "$dtrun" -n 1 "$prog" collectives
 check "nccl mesh communicators, 1 rank" 0 "" "$dtrun" -n 1 "$prog" mesh
+check "nccl async tp collective matmuls, 1 rank" 0 "" "$dtrun" -n 1 "$prog" async_tp
 # DT_DEBUG_COLLECTIVES: the fingerprint exchange runs through NCCL before each collective
 check "nccl collectives, DT_DEBUG_COLLECTIVES=1, 1 rank" 0 "" env DT_DEBUG_COLLECTIVES=1 "$dtrun" -n 1 "$prog" collectives
 if [ "$2" = "--sim" ]; then
@@ -39,6 +40,8 @@ else
     gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
     if [ "$gpus" -ge 2 ]; then
         check "nccl collectives, $gpus ranks" 0 "" "$dtrun" -n "$gpus" "$prog" collectives
+        # not on cudasim, whose NCCL has no send/recv between ranks
+        check "nccl async tp collective matmuls, $gpus ranks" 0 "" "$dtrun" -n "$gpus" "$prog" async_tp
         check "nccl: a killed rank aborts the others" 137 "failed cleanly after .* s: DT_ERR_ABORTED" env DT_TIMEOUT_S=20 "$dtrun" -n "$gpus" "$prog" fault
         check "nccl: DT_DEBUG_COLLECTIVES names different collectives" 3 "ranks called different collectives: rank 0 is in all_reduce #2" env DT_DEBUG_COLLECTIVES=1 DT_TIMEOUT_S=20 "$dtrun" -n "$gpus" "$prog" wrong-collective
     fi

@@ -4,10 +4,14 @@
  *                gaps that must survive), the same on host buffers (staged), send/recv, barrier,
  *                and the communicators of a 2-D mesh (sub-communicators through the store)
  *   mesh         mesh, flattened and sub-mesh communicators made, used by barriers, destroyed
+ *   async_tp     async tensor parallelism's collective matmuls (dtensor/async_tp.h: two
+ *                weights on one gather, then a reduce_scatter, both modes) on device tensors,
+ *                forward and backward, against the synchronous form on the same ranks
  *   fault, hang, peer-exit   the failure modes of rank_faults.h, on device buffers
  * Prints "[ok] <mode>" and exits 0; failure modes print "<mode>: failed cleanly" and exit 3,
  * or "FAILED BADLY" and exit 1. */
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -331,6 +335,77 @@ static dt_status mode_mesh(dt_ctx *ctx) {
     return DT_OK;
 }
 
+/* x (2, 11, 12) S(1) over tp -> h_i = all_gather(x) @ w_i^T (i = 1, 3; 10 features) -> y =
+ * reduce_scatter((h1 * h3) @ w2^T) S(1); backward from g. sync: redistribute + dt_linear.
+ * out[0..5): y, dx, dw1, dw3, dw2 gathered to host f32 (the caller frees them). */
+static dt_status tp_step(dt_mesh *mesh, int sync, dt_async_tp_mode mode, float **out) {
+    int64_t sx[3] = {2, 11, 12}, sw[2] = {10, 12}, s2[2] = {12, 10};
+    dt_placement seq = dt_shard(1), col = dt_shard(0), row = dt_shard(1);
+    dt_generator gen = dt_generator_make(5);
+    dt_tensor *x, *w[3], *g, *h[2], *p, *y;
+    OK(dt_tensor_randn(mesh, DT_F32, 3, sx, 1, &seq, &gen, &x));
+    OK(dt_tensor_randn(mesh, DT_F32, 2, sw, 1, &col, &gen, &w[0]));
+    OK(dt_tensor_randn(mesh, DT_F32, 2, sw, 1, &col, &gen, &w[1]));
+    OK(dt_tensor_randn(mesh, DT_F32, 2, s2, 1, &row, &gen, &w[2]));
+    OK(dt_tensor_randn(mesh, DT_F32, 3, sx, 1, &seq, &gen, &g));
+    dt_tensor *leaves[4] = {x, w[0], w[1], w[2]};
+    for (int i = 0; i < 4; i++)
+        OK(dt_tensor_set_requires_grad(leaves[i], 1));
+    if (!sync) {
+        OK(dt_all_gather_linear(x, 2, w, 0, mode, h));
+        OK(dt_mul(h[0], h[1], &p));
+        OK(dt_linear_reduce_scatter(p, w[2], 0, mode, &y));
+    } else {
+        dt_tensor *xr, *q;
+        dt_placement rep = dt_replicate();
+        OK(dt_tensor_redistribute(x, 1, &rep, &xr));
+        OK(dt_linear(xr, w[0], NULL, &h[0]));
+        OK(dt_linear(xr, w[1], NULL, &h[1]));
+        OK(dt_mul(h[0], h[1], &p));
+        OK(dt_linear(p, w[2], NULL, &q));
+        OK(dt_tensor_redistribute(q, 1, &seq, &y));
+        dt_tensor_release(xr), dt_tensor_release(q);
+    }
+    OK(dt_backward_with(y, g));
+    dt_tensor *t[5] = {y, dt_tensor_grad(x), dt_tensor_grad(w[0]), dt_tensor_grad(w[1]),
+                       dt_tensor_grad(w[2])};
+    for (int i = 0; i < 5; i++) {
+        dt_tensor_info info;
+        CHECK(t[i], "async_tp: gradient %d missing", i);
+        OK(dt_tensor_info_get(t[i], &info));
+        out[i] = malloc(info.numel * sizeof(float) + 4);
+        OK(dt_tensor_full_tensor(t[i], out[i], info.numel * sizeof(float)));
+    }
+    dt_tensor *all[] = {x, w[0], w[1], w[2], g, h[0], h[1], p, y};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        dt_tensor_release(all[i]);
+    return DT_OK;
+}
+
+static dt_status mode_async_tp(dt_ctx *ctx) {
+    int n = dt_ctx_size(ctx);
+    dt_mesh *mesh;
+    OK(dt_mesh_create(ctx, 1, &n, (const char *const[]){"tp"}, &mesh));
+    static const size_t len[5] = {2 * 11 * 12, 2 * 11 * 12, 120, 120, 120};
+    for (int m = DT_ASYNC_TP_RING; m <= DT_ASYNC_TP_ORDERED; m++) {
+        float *a[5] = {0}, *s[5] = {0};
+        OK(tp_step(mesh, 0, (dt_async_tp_mode)m, a));
+        OK(tp_step(mesh, 1, (dt_async_tp_mode)m, s));
+        for (int i = 0; i < 5; i++) {
+            for (size_t k = 0; k < len[i]; k++)
+                if (!(fabsf(a[i][k] - s[i][k]) <= 1e-4f * (1 + fabsf(s[i][k]))))
+                    return dt_error_set(DT_ERR_ARG,
+                                        "async_tp mode %d: output %d element %zu "
+                                        "is %.9g, synchronous %.9g",
+                                        m, i, k, a[i][k], s[i][k]);
+            free(a[i]), free(s[i]);
+        }
+    }
+    dt_mesh_release(mesh);
+    printf("[ok] async_tp on %d ranks\n", n);
+    return DT_OK;
+}
+
 /* The failure modes' buffers, on the GPU (zeroed: the sums must stay finite). */
 static void *dev_alloc(size_t bytes) {
     void *p = buf_new(1, bytes);
@@ -341,12 +416,15 @@ static void *dev_alloc(size_t bytes) {
     return p;
 }
 
-static void dev_free(void *p) { buf_free(1, p); }
+static void dev_free(void *p) {
+    buf_free(1, p);
+}
 
 static dt_status body(dt_ctx *ctx, void *arg) {
     const char *mode = arg;
     if (!strcmp(mode, "collectives")) return mode_collectives(ctx);
     if (!strcmp(mode, "mesh")) return mode_mesh(ctx);
+    if (!strcmp(mode, "async_tp")) return mode_async_tp(ctx);
     if (rank_fault_mode(mode)) {
         rank_fault_buffers dev = {.alloc = dev_alloc, .release = dev_free};
         return rank_fault_run(ctx, mode, &dev);
@@ -362,7 +440,7 @@ int main(int argc, char **argv) {
         return 77;
     }
     dt_status st = dt_nccl_run(body, (void *)mode);
-    if (!strcmp(mode, "collectives") || !strcmp(mode, "mesh")) {
+    if (!strcmp(mode, "collectives") || !strcmp(mode, "mesh") || !strcmp(mode, "async_tp")) {
         if (st == DT_OK) return 0;
         printf("%s: FAILED BADLY: %s: %s\n", mode, dt_status_str(st), dt_last_error());
         return 1;
