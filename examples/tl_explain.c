@@ -236,13 +236,22 @@ static dt_status pipeline_json(const tl_pp *pp, json_t *view) {
                     json_array_remove(saved, k--);
             event = "freed";
         }
-        json_t *row = json_pack("{s:s, s:i, s:i, s:I, s:i, s:o}", "op", pipe_ops[a->op], "micro",
-                                a->micro, "peer", a->peer, "live_bytes", (json_int_t)rec.live_bytes,
-                                "inflight", rec.inflight, "saved", json_deep_copy(saved));
+        json_t *row = json_pack("{s:s, s:i, s:i, s:i, s:I, s:i, s:o}", "op", pipe_ops[a->op],
+                                "micro", a->micro, "chunk", a->chunk, "peer", a->peer,
+                                "live_bytes", (json_int_t)rec.live_bytes, "inflight",
+                                rec.inflight, "saved", json_deep_copy(saved));
         if (event) json_object_set_new(row, "activations", json_string(event));
         json_array_append_new(actions, row);
     }
     json_decref(saved);
+    /* interleaved 1F1B: the rank's chunks stage, stage + p, ..., each its blocks */
+    json_t *chunks = json_array();
+    int nchunks = pp->nstages * (pp->nvirtual > 1 ? pp->nvirtual : 1), L = pp->model.cfg.layers;
+    for (int c = pp->stage; c < nchunks; c += pp->nstages)
+        json_array_append_new(chunks, json_pack("{s:i, s:i, s:i}", "chunk", c, "first_layer",
+                                                c * L / nchunks, "end_layer",
+                                                (c + 1) * L / nchunks));
+    json_object_set_new(view, "chunks", chunks);
     json_object_set_new(view, "pipeline",
                         json_pack("{s:i, s:i, s:i, s:i, s:b, s:b, s:i, s:I, s:o}", "stage",
                                   pp->stage, "nstages", pp->nstages, "first_layer", pp->first,
@@ -277,6 +286,8 @@ static dt_status view_json(job *j, dt_mesh *mesh, const tl_layout *l, const tl_m
     json_object_set_new(v, "coords", coords);
     json_object_set_new(v, "parameters", params);
     TRY(parameters_json(m->params, params));
+    for (int k = 1; pp && k < pp->nvirtual; k++) /* the rank's other chunks' parameters */
+        TRY(parameters_json(pp->rest[k - 1].params, params));
     collectives_json(&j->rec, v);
     json_object_set(v, "sequence_parallel", j->rec.layouts);
     if (pp) TRY(pipeline_json(pp, v));

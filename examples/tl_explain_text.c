@@ -123,10 +123,19 @@ static void pipeline(const json_t *v, FILE *f) {
             json_is_true(json_object_get(p, "embedding")) ? ", the token embedding" : "",
             json_is_true(json_object_get(p, "head")) ? ", the norm, output and loss" : "");
     size_t i;
-    json_t *a;
+    json_t *a, *chunks = json_object_get(v, "chunks");
+    int virt = json_array_size(chunks) > 1;
+    if (virt) {
+        fprintf(f, "  interleaved: this rank runs chunks");
+        json_array_foreach(chunks, i, a)
+            fprintf(f, "%s %lld (blocks [%lld, %lld))", i ? "," : "", num(a, "chunk"),
+                    num(a, "first_layer"), num(a, "end_layer"));
+        fprintf(f, "\n");
+    }
     json_array_foreach(json_object_get(p, "actions"), i, a) {
         char buf[128];
         fprintf(f, "  %2zu %-9s micro %lld", i + 1, str(a, "op"), num(a, "micro"));
+        if (virt) fprintf(f, " chunk %lld", num(a, "chunk"));
         if (num(a, "peer") >= 0)
             fprintf(f, " %s stage %lld", strstr(str(a, "op"), "send") ? "to" : "from",
                     num(a, "peer"));

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum kind { K_INT, K_I64, K_U64, K_DBL, K_BOOL, K_STR, K_AC, K_SCHEDULE, K_RUNTIME } kind;
+typedef enum kind {
+    K_INT, K_I64, K_U64, K_DBL, K_BOOL, K_STR, K_AC, K_SCHEDULE, K_RUNTIME, K_ASYNC_TP
+} kind;
 
 /* One key: its dotted path, the older flag that aliases it (or NULL), where it lives, the
  * bounds of a number and what it means (--help). */
@@ -48,12 +50,22 @@ static const key keys[] = {
       "groups made FSDP units, one each (the rest: the root)"),
     N("parallelism.microbatches", "--micro", K_INT, microbatches, 1, 1 << 16,
       "pipeline micro-batches"),
-    N("parallelism.pipeline_schedule", "--schedule", K_SCHEDULE, schedule, 0, 0, "afab or 1f1b"),
+    N("parallelism.pipeline_schedule", "--schedule", K_SCHEDULE, schedule, 0, 0,
+      "afab, 1f1b or interleaved_1f1b"),
+    N("parallelism.virtual_stages", "--virtual", K_INT, virtual_stages, 1, 64,
+      "interleaved_1f1b: model chunks per rank"),
+    N("parallelism.async_tp", "--async-tp", K_ASYNC_TP, async_tp, 0, 0,
+      "off, ring or ordered (collective matmuls)"),
+    N("model.float8", "--float8", K_BOOL, float8, 0, 1, "the blocks' linears in float8"),
     N("parallelism.runtime", NULL, K_RUNTIME, ucx, 0, 0, "local (threads) or ucx (processes)"),
     N("parallelism.ucx", "--ucx", K_BOOL, ucx, 0, 1, "1: runtime ucx"),
     N("parallelism.bucket_kb", "--bucket-kb", K_INT, bucket_kb, -1, 1 << 22,
       "grad sync bucket cap (KiB; -1 default)"),
-    N("activation_checkpoint.mode", "--ac", K_AC, ac, 0, 0, "none, full or selective"),
+    N("activation_checkpoint.mode", "--ac", K_AC, ac, 0, 0, "none, full, selective, measured"),
+    N("activation_checkpoint.budget_kib", NULL, K_I64, ac_budget_kib, 0, 1e9,
+      "measured: KiB each block keeps"),
+    N("activation_checkpoint.measure_steps", NULL, K_INT, ac_measure_steps, 1, 1 << 16,
+      "measured: steps timed first"),
     N("optimizer.lr", "--lr", K_DBL, adamw.lr, 0, 1e3, "AdamW learning rate"),
     N("optimizer.beta1", NULL, K_DBL, adamw.beta1, 0, 1, "AdamW beta1"),
     N("optimizer.beta2", NULL, K_DBL, adamw.beta2, 0, 1, "AdamW beta2"),
@@ -98,7 +110,8 @@ void tr_config_defaults(tr_config *c) {
                   .kv_heads = 2, .hidden = 384, .top_k = 2},
         .dp_replicate = 1, .dp_shard = 2, .pp = 1, .cp = 1, .tp = 2, .ep = 1,
         .fsdp = 1, .fsdp_units = -1, .sequence_parallel = 1, .loss_parallel = 1,
-        .microbatches = 2, .schedule = DT_PIPELINE_1F1B, .bucket_kb = -1,
+        .microbatches = 2, .schedule = DT_PIPELINE_1F1B, .virtual_stages = 1, .bucket_kb = -1,
+        .ac_measure_steps = 1,
         .adamw = {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.01},
         .steps = 20, .grad_accum = 1, .seed = 1234, .eval_batches = 2, .keep_last = 2,
         .resume = 1, .trace_steps = 3, .loss_digits = 4, .eval_fraction = 0.05,
@@ -190,7 +203,8 @@ static int set(tr_config *c, const key *k, const char *text, json_t *json, const
 #define BAD(why) return fprintf(stderr, "train: %s: %s = %s: %s\n", where, k->path, shown, why), 2
     double num = 0;
     const char *str = NULL;
-    if (k->kind == K_STR || k->kind == K_AC || k->kind == K_SCHEDULE || k->kind == K_RUNTIME) {
+    if (k->kind == K_STR || k->kind == K_AC || k->kind == K_SCHEDULE || k->kind == K_RUNTIME ||
+        k->kind == K_ASYNC_TP) {
         if (json && !json_is_string(json)) BAD("want a string");
         str = json ? json_string_value(json) : text;
     } else if (k->kind == K_BOOL && json && json_is_boolean(json)) {
@@ -225,12 +239,18 @@ static int set(tr_config *c, const key *k, const char *text, json_t *json, const
         if (dt_ac_mode_parse(str, (dt_ac_mode *)p) != DT_OK) BAD("want none, full or selective");
         return 0;
     case K_SCHEDULE:
-        if (!strcmp(str, "afab"))
-            *(dt_pipeline_schedule *)p = DT_PIPELINE_AFAB;
-        else if (!strcmp(str, "1f1b"))
-            *(dt_pipeline_schedule *)p = DT_PIPELINE_1F1B;
+        if (dt_pipeline_schedule_parse(str, (dt_pipeline_schedule *)p) != DT_OK)
+            BAD("want afab, 1f1b or interleaved_1f1b");
+        return 0;
+    case K_ASYNC_TP:
+        if (!strcmp(str, "off"))
+            *(dt_async_tp_mode *)p = DT_ASYNC_TP_OFF;
+        else if (!strcmp(str, "ring"))
+            *(dt_async_tp_mode *)p = DT_ASYNC_TP_RING;
+        else if (!strcmp(str, "ordered"))
+            *(dt_async_tp_mode *)p = DT_ASYNC_TP_ORDERED;
         else
-            BAD("want afab or 1f1b");
+            BAD("want off, ring or ordered");
         return 0;
     case K_RUNTIME:
         if (strcmp(str, "local") && strcmp(str, "ucx")) BAD("want local or ucx");
@@ -321,6 +341,13 @@ static int derive(tr_config *c) {
     if (dt_mesh_parse(c->mesh, shape, dn, &nd) != DT_OK)
         return fprintf(stderr, "train: parallelism.mesh = \"%s\": %s\n", c->mesh, dt_last_error()),
                2;
+    if (nd == 1 && !strcmp(dn[0], "pp")) { /* the stages need a dim of their own */
+        size_t len = strlen(c->mesh);
+        if (len + 12 >= sizeof c->mesh)
+            return fprintf(stderr, "train: parallelism.mesh = \"%s\" is too long\n", c->mesh), 2;
+        snprintf(c->mesh + len, sizeof c->mesh - len, ",dp_shard=1");
+        shape[nd] = 1, snprintf(dn[nd++], sizeof dn[0], "dp_shard");
+    }
     int has_ep = 0;
     for (int d = 0; d < nd; d++) {
         if (!strcmp(dn[d], "pp")) pp = shape[d];
@@ -349,6 +376,12 @@ static int derive(tr_config *c) {
     if (c->model.experts && c->fsdp_units)
         return fprintf(stderr, "train: parallelism.fsdp_units = 1 takes no MoE experts "
                                "(model.experts = %d): set it to 0\n", c->model.experts), 2;
+    if (c->virtual_stages > 1 && (!c->pp || c->schedule != DT_PIPELINE_INTERLEAVED_1F1B))
+        return fprintf(stderr, "train: parallelism.virtual_stages = %d needs a pp dim and "
+                               "pipeline_schedule interleaved_1f1b\n", c->virtual_stages), 2;
+    if (c->ac == DT_AC_MEASURED && c->ac_budget_kib <= 0)
+        return fprintf(stderr, "train: activation_checkpoint.mode measured needs "
+                               "activation_checkpoint.budget_kib > 0 (the KiB a block keeps)\n"), 2;
     if (c->trace_steps > c->steps) c->trace_steps = c->steps;
     return 0;
 }
@@ -369,6 +402,10 @@ void tr_config_usage(FILE *f) {
         case K_I64: snprintf(v, sizeof v, "%lld", (long long)*(const int64_t *)p); break;
         case K_U64: snprintf(v, sizeof v, "%llu", (unsigned long long)*(const uint64_t *)p); break;
         case K_AC: snprintf(v, sizeof v, "%s", dt_ac_mode_name(*(const dt_ac_mode *)p)); break;
+        case K_ASYNC_TP:
+            snprintf(v, sizeof v, "%s",
+                     (const char *[]){"off", "ring", "ordered"}[*(const dt_async_tp_mode *)p]);
+            break;
         case K_SCHEDULE:
             snprintf(v, sizeof v, "%s", dt_pipeline_schedule_name(*(const dt_pipeline_schedule *)p));
             break;

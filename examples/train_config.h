@@ -30,6 +30,11 @@ typedef struct tr_config {
     int sequence_parallel, loss_parallel;
     int microbatches; /* under pp */
     dt_pipeline_schedule schedule;
+    int virtual_stages;      /* interleaved 1F1B: model chunks per rank */
+    dt_async_tp_mode async_tp; /* with sequence parallel: collective matmuls (off, ring, ordered) */
+    int float8;              /* the blocks' linears in float8 (e4m3, tensorwise scales) */
+    int64_t ac_budget_kib;   /* activation_checkpoint.mode measured: KiB a block may keep */
+    int ac_measure_steps;    /* ... measured over this many steps first */
     /* parallelism.tp_plan: module pattern -> style name (tr_style_parse), replacing the
      * model's own plan (tiny_llama's tl_plan); a custom model's only plan */
     int nplan;

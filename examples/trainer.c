@@ -100,7 +100,13 @@ static dt_status custom_init(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, con
 }
 
 static dt_status model_init(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, rank_model *rm) {
-    tl_layout l = {.fsdp = c->fsdp, .fsdp_units = c->fsdp_units, .ac = c->ac};
+    tl_layout l = {.fsdp = c->fsdp,
+                   .fsdp_units = c->fsdp_units,
+                   .ac = c->ac,
+                   .ac_budget = c->ac_budget_kib << 10,
+                   .ac_measure_steps = c->ac_measure_steps,
+                   .float8 = c->float8,
+                   .async_tp = c->async_tp};
     dt_style_rule plan[TR_PLAN_MAX];
     tl_layout_find_dims(mesh, &l);
     l.sequence_parallel = c->sequence_parallel && l.tp_dim >= 0;
@@ -111,8 +117,8 @@ static dt_status model_init(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, rank
     int pp_dim = -1;
     rm->piped = c->pp && dt_mesh_dim_index(mesh, "pp", &pp_dim) == DT_OK;
     if (rm->piped) {
-        TRY(tl_pp_init(&rm->pipe, mesh, pp_dim, c->microbatches, c->schedule, &c->model, &l,
-                       c->seed));
+        TRY(tl_pp_init_virtual(&rm->pipe, mesh, pp_dim, c->microbatches, c->schedule,
+                               c->virtual_stages, &c->model, &l, c->seed));
         rm->m = &rm->pipe.model;
         TRY(tl_pp_adamw(&rm->pipe, &c->adamw, &rm->opt));
     } else {
