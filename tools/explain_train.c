@@ -90,21 +90,15 @@ static int explain_config(int argc, char **argv) {
 int explain_train_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--train")) return explain_config(argc, argv);
-    tl_explain_setup s = {.fsdp = 1,
+    tr_config d; /* make train's defaults */
+    tr_config_defaults(&d);
+    tl_explain_setup s = {.fsdp = d.fsdp,
                           .fsdp_units = -1,
-                          .sp = 1,
+                          .sp = d.sequence_parallel,
                           .bucket_kb = -1,
-                          .micro = 2,
-                          .schedule = DT_PIPELINE_1F1B,
-                          .cfg = {.vocab = 256,
-                                  .seq = 64,
-                                  .batch = 8,
-                                  .dim = 128,
-                                  .layers = 2,
-                                  .heads = 4,
-                                  .kv_heads = 2,
-                                  .hidden = 384,
-                                  .top_k = 2}};
+                          .micro = d.microbatches,
+                          .schedule = d.schedule,
+                          .cfg = d.model};
     int rank = 0;
     const char *json_path = NULL;
     struct {

@@ -55,3 +55,26 @@ void t_spit(const char *path, const char *data, size_t len) {
     cr_assert(f && fwrite(data, 1, len, f) == len, "write %s", path);
     fclose(f);
 }
+
+int t_count(const char *s, const char *needle) {
+    int c = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p++)
+        c++;
+    return c;
+}
+
+void t_trace_page(const char *dir, int n, char **json, char **page) {
+    char merged[4096], html[4096], (*paths)[4096] = calloc((size_t)n, sizeof *paths);
+    const char **p = calloc((size_t)n, sizeof *p);
+    cr_assert(paths && p);
+    for (int r = 0; r < n; r++)
+        snprintf(paths[r], sizeof paths[r], "%s/rank%d.json", dir, r), p[r] = paths[r];
+    snprintf(merged, sizeof merged, "%s/all.json", dir);
+    snprintf(html, sizeof html, "%s/all.html", dir);
+    cr_assert_eq(dt_trace_merge(p, n, merged), DT_OK, "%s", dt_last_error());
+    cr_assert_eq(dt_trace_render_html(merged, html), DT_OK, "%s", dt_last_error());
+    size_t len;
+    *json = t_slurp(merged, &len), *page = t_slurp(html, &len);
+    free(paths), free(p);
+    t_rmtree(strdup(dir));
+}

@@ -21,6 +21,14 @@ void t_rmtree(char *dir);
 char *t_slurp(const char *path, size_t *len);
 void t_spit(const char *path, const char *data, size_t len);
 
+/* How often needle occurs in s. */
+int t_count(const char *s, const char *needle);
+
+/* The per-rank traces dir/rank0.json ... rank<n - 1>.json merged (dt_trace_merge) and rendered
+ * (dt_trace_render_html): the merged JSON and the page as text into *json and *page (free
+ * them); dir and its files are removed. Asserts. */
+void t_trace_page(const char *dir, int n, char **json, char **page);
+
 /* Main-thread form of R_ERR. */
 #define T_ERR(call, want, needle)                                                                  \
     do {                                                                                           \

@@ -462,64 +462,33 @@ static dt_status trace_body(dt_ctx *ctx, void *arg) {
     return DT_OK;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "cannot read %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    cr_assert(fread(s, 1, (size_t)n, f) == (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
-static int count(const char *s, const char *needle) {
-    int c = 0;
-    for (const char *p = s; (p = strstr(p, needle)); p++)
-        c++;
-    return c;
-}
-
 Test(pipeline, trace_and_timeline_show_stages) {
     data_init();
     snprintf(trace_dir, sizeof trace_dir, "/tmp/dt_pipe_trace.XXXXXX");
     cr_assert(mkdtemp(trace_dir));
     t_run(2, trace_body, NULL);
-    char p0[128], p1[128], merged[128], html[128];
-    snprintf(p0, sizeof p0, "%s/rank0.json", trace_dir);
-    snprintf(p1, sizeof p1, "%s/rank1.json", trace_dir);
-    snprintf(merged, sizeof merged, "%s/all.json", trace_dir);
-    snprintf(html, sizeof html, "%s/all.html", trace_dir);
-    const char *paths[2] = {p0, p1};
-    cr_assert_eq(dt_trace_merge(paths, 2, merged), DT_OK, "%s", dt_last_error());
-    cr_assert_eq(dt_trace_render_html(merged, html), DT_OK, "%s", dt_last_error());
-    char *json = slurp(merged), *page = slurp(html);
+    char *json, *page;
+    t_trace_page(trace_dir, 2, &json, &page);
     /* Each stage: 4 forwards and 4 backwards, each span naming its stage and micro-batch. */
     for (int s = 0; s < 2; s++)
         for (int i = 0; i < 4; i++) {
             char want[64];
             snprintf(want, sizeof want, "stage %d micro %d forward", s, i);
-            cr_assert(count(json, want) == 1 && count(page, want) == 1, "\"%s\"", want);
+            cr_assert(t_count(json, want) == 1 && t_count(page, want) == 1, "\"%s\"", want);
             snprintf(want, sizeof want, "stage %d micro %d backward", s, i);
-            cr_assert(count(json, want) == 1 && count(page, want) == 1, "\"%s\"", want);
+            cr_assert(t_count(json, want) == 1 && t_count(page, want) == 1, "\"%s\"", want);
         }
     cr_assert(strstr(json, "\"name\":\"pipeline\""), "the trace names the pipeline row");
     cr_assert(strstr(page, "id=\"pipeline\"") && strstr(page, "stage 0 (rank 0)") &&
                   strstr(page, "stage 1 (rank 1)"),
               "the page's stage rows");
-    cr_assert_eq(count(page, "class=\"span pf\""), 8);
-    cr_assert_eq(count(page, "class=\"span pb\""), 8);
+    cr_assert_eq(t_count(page, "class=\"span pf\""), 8);
+    cr_assert_eq(t_count(page, "class=\"span pb\""), 8);
     /* Stage 1 waits for stage 0's first forward; stage 0 for stage 1's first backward. */
     cr_assert(strstr(page, "stage 1 idle before micro 0 forward"), "stage 1's first idle span");
     cr_assert(strstr(page, "stage 0 idle before micro 0 backward"), "stage 0's bubble");
-    cr_assert_eq(count(page, "<tr class=\"stage\">"), 2);
+    cr_assert_eq(t_count(page, "<tr class=\"stage\">"), 2);
     free(json), free(page);
-    const char *files[4] = {p0, p1, merged, html};
-    for (int i = 0; i < 4; i++)
-        remove(files[i]);
-    remove(trace_dir);
 }
 
 /* ---- bad input ----------------------------------------------------------------------------- */

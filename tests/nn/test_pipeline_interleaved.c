@@ -445,47 +445,28 @@ static dt_status trace_body(dt_ctx *ctx, void *arg) {
     return DT_OK;
 }
 
-static int count(const char *s, const char *needle) {
-    int c = 0;
-    for (const char *p = s; (p = strstr(p, needle)); p++)
-        c++;
-    return c;
-}
-
 Test(pipeline_interleaved, trace_rows_per_virtual_stage) {
     reference();
     snprintf(trace_dir, sizeof trace_dir, "/tmp/dt_pipe_i1f1b.XXXXXX");
     cr_assert(mkdtemp(trace_dir));
     t_run(2, trace_body, NULL);
-    char p0[128], p1[128], merged[128], html[128];
-    snprintf(p0, sizeof p0, "%s/rank0.json", trace_dir);
-    snprintf(p1, sizeof p1, "%s/rank1.json", trace_dir);
-    snprintf(merged, sizeof merged, "%s/all.json", trace_dir);
-    snprintf(html, sizeof html, "%s/all.html", trace_dir);
-    const char *paths[2] = {p0, p1};
-    cr_assert_eq(dt_trace_merge(paths, 2, merged), DT_OK, "%s", dt_last_error());
-    cr_assert_eq(dt_trace_render_html(merged, html), DT_OK, "%s", dt_last_error());
-    size_t nj, nh;
-    char *json = t_slurp(merged, &nj), *page = t_slurp(html, &nh);
+    char *json, *page;
+    t_trace_page(trace_dir, 2, &json, &page);
     /* chunks 0 and 2 on rank 0, 1 and 3 on rank 1: each runs both micro-batches once */
     for (int c = 0; c < 4; c++)
         for (int i = 0; i < 2; i++) {
             char want[64];
             snprintf(want, sizeof want, "stage %d micro %d forward", c, i);
-            cr_assert(count(json, want) == 1 && count(page, want) == 1, "\"%s\"", want);
+            cr_assert(t_count(json, want) == 1 && t_count(page, want) == 1, "\"%s\"", want);
             snprintf(want, sizeof want, "stage %d micro %d backward", c, i);
-            cr_assert(count(json, want) == 1 && count(page, want) == 1, "\"%s\"", want);
+            cr_assert(t_count(json, want) == 1 && t_count(page, want) == 1, "\"%s\"", want);
         }
     const char *rows[4] = {"stage 0 (rank 0)", "stage 1 (rank 1)", "stage 2 (rank 0)",
                            "stage 3 (rank 1)"};
     for (int c = 0; c < 4; c++)
         cr_assert(strstr(page, rows[c]), "the page has no row \"%s\"", rows[c]);
-    cr_assert_eq(count(page, "<tr class=\"stage\">"), 4);
-    cr_assert_eq(count(page, "class=\"span pf\""), 8);
-    cr_assert_eq(count(page, "class=\"span pb\""), 8);
+    cr_assert_eq(t_count(page, "<tr class=\"stage\">"), 4);
+    cr_assert_eq(t_count(page, "class=\"span pf\""), 8);
+    cr_assert_eq(t_count(page, "class=\"span pb\""), 8);
     free(json), free(page);
-    const char *files[4] = {p0, p1, merged, html};
-    for (int i = 0; i < 4; i++)
-        remove(files[i]);
-    remove(trace_dir); /* an empty directory */
 }

@@ -102,6 +102,14 @@ paste "$tmp/a" "$tmp/b" | awk '{ d = $1 - $2; if (d < 0) d = -d
 } END { exit bad || NR != 3 }' || fail "my_llama's losses differ from tiny_llama's on one rank"
 echo "my_llama (dp_shard=2 x tp=2, FSDP units, plan from the file): $(tr '\n' ' ' < "$tmp/a")equal"
 
+# docs/custom_model.md shows both files as they are
+docs=$(dirname "$dir")/../docs/custom_model.md
+for pair in "json:$dir/my_llama.json" "c:$(dirname "$dir")/my_llama.c"; do
+    awk -v lang="${pair%%:*}" '$0 == "```" lang { on = 1; next } on && $0 == "```" { exit } on' \
+        "$docs" > "$tmp/shown"
+    cmp -s "$tmp/shown" "${pair#*:}" || fail "docs/custom_model.md does not show ${pair#*:} as it is"
+done
+
 "$train" --help > "$tmp/help.txt" || fail "--help exited $?"
 grep -q -- '--parallelism.dp_shard' "$tmp/help.txt" || fail "--help lists no keys"
 bad() { # bad EXPECTED-TEXT ARGS...: exit 2 and the text in the message
@@ -112,7 +120,7 @@ bad() { # bad EXPECTED-TEXT ARGS...: exit 2 and the text in the message
 }
 bad "unknown flag --training.stepz" --training.stepz 3
 bad "training.steps = \"x\": want an integer" --training.steps x
-bad "parallelism.pipeline_schedule = \"gpipe\": want afab or 1f1b" --schedule gpipe
+bad "parallelism.pipeline_schedule = \"zigzag\": want afab, 1f1b or interleaved_1f1b" --schedule zigzag
 bad "model.experts = 4 needs an ep dim" --model.experts 4
 echo '{"training": {"steps": 3, "steps": 4}}' > "$tmp/dup.json"
 bad "duplicate" "$tmp/dup.json"

@@ -9,8 +9,12 @@
 set -e
 train=$1 cfg=$2 rounds=${3:-20}
 tmp=$(mktemp -d)
-trap 'kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 pid=
+cleanup() {
+    if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 args="--training.steps 10 --metrics.trace_steps 0 --metrics.loss_digits 9 --metrics.layout 0"
 # shellcheck disable=SC2086
