@@ -11,4 +11,6 @@
  *   train [CONFIG.json] [--section.key VALUE ...]     train --help lists every key */
 #include "trainer.h"
 
-int main(int argc, char **argv) { return tr_main(argc, argv, NULL); }
+int main(int argc, char **argv) {
+    return tr_main(argc, argv, NULL);
+}

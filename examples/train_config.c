@@ -7,7 +7,16 @@
 #include <string.h>
 
 typedef enum kind {
-    K_INT, K_I64, K_U64, K_DBL, K_BOOL, K_STR, K_AC, K_SCHEDULE, K_RUNTIME, K_ASYNC_TP
+    K_INT,
+    K_I64,
+    K_U64,
+    K_DBL,
+    K_BOOL,
+    K_STR,
+    K_AC,
+    K_SCHEDULE,
+    K_RUNTIME,
+    K_ASYNC_TP
 } kind;
 
 /* One key: its dotted path, the older flag that aliases it (or NULL), where it lives, the
@@ -21,8 +30,10 @@ typedef struct key {
 } key;
 
 #define AT(f) offsetof(tr_config, f)
-#define N(p, a, k, f, lo, hi, h) {p, a, k, AT(f), 0, lo, hi, h}
-#define S(p, a, f, h)            {p, a, K_STR, AT(f), sizeof(((tr_config *)0)->f), 0, 0, h}
+#define N(p, a, k, f, lo, hi, h)                                                                   \
+    { p, a, k, AT(f), 0, lo, hi, h }
+#define S(p, a, f, h)                                                                              \
+    { p, a, K_STR, AT(f), sizeof(((tr_config *)0)->f), 0, 0, h }
 static const key keys[] = {
     N("model.vocab", NULL, K_INT, model.vocab, 2, 1 << 20, "vocabulary (byte tokens mod vocab)"),
     N("model.dim", "--dim", K_INT, model.dim, 1, 1 << 16, "model width"),
@@ -83,7 +94,8 @@ static const key keys[] = {
     N("training.batch", "--batch", K_INT, model.batch, 1, 1 << 20, "global batch (samples)"),
     N("training.grad_accum", "--grad-accum", K_INT, grad_accum, 1, 1 << 16,
       "batches accumulated per step"),
-    N("training.max_norm", "--max-norm", K_DBL, max_norm, 0, 1e30, "clip the gradient's norm (0: off)"),
+    N("training.max_norm", "--max-norm", K_DBL, max_norm, 0, 1e30,
+      "clip the gradient's norm (0: off)"),
     N("training.seed", NULL, K_U64, seed, 0, 0, "the model's generator seed"),
     S("training.text", "--text", text, "the text trained on (bytes)"),
     N("training.eval_fraction", NULL, K_DBL, eval_fraction, 0, 0.5, "text tail held out"),
@@ -95,8 +107,7 @@ static const key keys[] = {
     N("checkpoint.keep_last", NULL, K_INT, keep_last, 0, 1 << 20, "newest kept (0: all)"),
     N("checkpoint.resume", "--resume", K_BOOL, resume, 0, 1, "resume from the newest at start"),
     S("metrics.trace_out", "--out", trace_out, "trace prefix (.json, .html)"),
-    N("metrics.trace_steps", "--trace-steps", K_INT, trace_steps, 0, 1 << 30,
-      "last steps traced"),
+    N("metrics.trace_steps", "--trace-steps", K_INT, trace_steps, 0, 1 << 30, "last steps traced"),
     N("metrics.comms", "--comms", K_BOOL, comms, 0, 1, "print step 1's collectives"),
     N("metrics.params", "--params", K_BOOL, print_params, 0, 1, "print the parameter plan"),
     N("metrics.layout", NULL, K_BOOL, print_layout, 0, 1, "print each rank's shards at start"),
@@ -106,15 +117,40 @@ enum { NKEYS = sizeof keys / sizeof keys[0] };
 
 void tr_config_defaults(tr_config *c) {
     *c = (tr_config){
-        .model = {.vocab = 256, .seq = 64, .batch = 8, .dim = 128, .layers = 2, .heads = 4,
-                  .kv_heads = 2, .hidden = 384, .top_k = 2},
-        .dp_replicate = 1, .dp_shard = 2, .pp = 1, .cp = 1, .tp = 2, .ep = 1,
-        .fsdp = 1, .fsdp_units = -1, .sequence_parallel = 1, .loss_parallel = 1,
-        .microbatches = 2, .schedule = DT_PIPELINE_1F1B, .virtual_stages = 1, .bucket_kb = -1,
+        .model = {.vocab = 256,
+                  .seq = 64,
+                  .batch = 8,
+                  .dim = 128,
+                  .layers = 2,
+                  .heads = 4,
+                  .kv_heads = 2,
+                  .hidden = 384,
+                  .top_k = 2},
+        .dp_replicate = 1,
+        .dp_shard = 2,
+        .pp = 1,
+        .cp = 1,
+        .tp = 2,
+        .ep = 1,
+        .fsdp = 1,
+        .fsdp_units = -1,
+        .sequence_parallel = 1,
+        .loss_parallel = 1,
+        .microbatches = 2,
+        .schedule = DT_PIPELINE_1F1B,
+        .virtual_stages = 1,
+        .bucket_kb = -1,
         .ac_measure_steps = 1,
         .adamw = {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.01},
-        .steps = 20, .grad_accum = 1, .seed = 1234, .eval_batches = 2, .keep_last = 2,
-        .resume = 1, .trace_steps = 3, .loss_digits = 4, .eval_fraction = 0.05,
+        .steps = 20,
+        .grad_accum = 1,
+        .seed = 1234,
+        .eval_batches = 2,
+        .keep_last = 2,
+        .resume = 1,
+        .trace_steps = 3,
+        .loss_digits = 4,
+        .eval_fraction = 0.05,
     };
     snprintf(c->text, sizeof c->text, "/usr/share/common-licenses/GPL-3");
     snprintf(c->trace_out, sizeof c->trace_out, "train_trace");
@@ -125,29 +161,45 @@ dt_status tr_style_parse(const char *name, dt_style *out) {
     static const struct {
         const char *name;
         int kind;
-    } styles[] = {{"colwise", 0},           {"colwise_replicate", 1}, {"rowwise", 2},
-                  {"rowwise_sequence", 3},  {"sequence_parallel", 4}, {"prepare_replicate", 5},
+    } styles[] = {{"colwise", 0},          {"colwise_replicate", 1}, {"rowwise", 2},
+                  {"rowwise_sequence", 3}, {"sequence_parallel", 4}, {"prepare_replicate", 5},
                   {"loss_parallel", 6}};
     for (size_t i = 0; i < sizeof styles / sizeof styles[0]; i++) {
         if (strcmp(name, styles[i].name)) continue;
         switch (styles[i].kind) {
-        case 0: *out = dt_style_colwise(); break;
-        case 1: *out = dt_style_colwise_to(dt_replicate()); break;
-        case 2: *out = dt_style_rowwise(); break;
-        case 3: *out = dt_style_rowwise_to(dt_shard(1)); break;
-        case 4: *out = dt_style_sequence_parallel(); break;
-        case 5: *out = dt_style_prepare_input(dt_replicate()); break;
-        default: *out = dt_style_loss_parallel(); break;
+        case 0:
+            *out = dt_style_colwise();
+            break;
+        case 1:
+            *out = dt_style_colwise_to(dt_replicate());
+            break;
+        case 2:
+            *out = dt_style_rowwise();
+            break;
+        case 3:
+            *out = dt_style_rowwise_to(dt_shard(1));
+            break;
+        case 4:
+            *out = dt_style_sequence_parallel();
+            break;
+        case 5:
+            *out = dt_style_prepare_input(dt_replicate());
+            break;
+        default:
+            *out = dt_style_loss_parallel();
+            break;
         }
         return DT_OK;
     }
-    return dt_error_set(DT_ERR_ARG, "style \"%s\": want colwise, colwise_replicate, rowwise, "
+    return dt_error_set(DT_ERR_ARG,
+                        "style \"%s\": want colwise, colwise_replicate, rowwise, "
                         "rowwise_sequence, sequence_parallel, prepare_replicate or loss_parallel",
                         name);
 }
 
 dt_status tr_config_plan(const tr_config *c, dt_style_rule *rules, int cap, int *n) {
-    if (c->nplan > cap) return dt_error_set(DT_ERR_ARG, "tp_plan: %d rules, room for %d", c->nplan, cap);
+    if (c->nplan > cap)
+        return dt_error_set(DT_ERR_ARG, "tp_plan: %d rules, room for %d", c->nplan, cap);
     for (int i = 0; i < c->nplan; i++) {
         rules[i].pattern = c->plan[i].pattern;
         dt_status st = tr_style_parse(c->plan[i].style, &rules[i].style);
@@ -163,18 +215,24 @@ static int load_plan(tr_config *c, json_t *plan, const char *path) {
     json_t *v;
     dt_style style;
     if (!json_is_object(plan))
-        return fprintf(stderr, "train: %s: parallelism.tp_plan: want an object of module "
-                               "pattern -> style\n", path), 2;
+        return fprintf(stderr,
+                       "train: %s: parallelism.tp_plan: want an object of module "
+                       "pattern -> style\n",
+                       path),
+               2;
     c->nplan = 0;
     json_object_foreach(plan, pattern, v) {
         const char *name = json_is_string(v) ? json_string_value(v) : "";
         if (tr_style_parse(name, &style) != DT_OK)
             return fprintf(stderr, "train: %s: parallelism.tp_plan.%s: %s\n", path, pattern,
-                           dt_last_error()), 2;
+                           dt_last_error()),
+                   2;
         if (c->nplan == TR_PLAN_MAX || strlen(pattern) >= sizeof c->plan[0].pattern)
-            return fprintf(stderr, "train: %s: parallelism.tp_plan: more than %d rules or a "
-                                   "pattern over %zu characters (%s)\n", path, TR_PLAN_MAX,
-                           sizeof c->plan[0].pattern - 1, pattern), 2;
+            return fprintf(stderr,
+                           "train: %s: parallelism.tp_plan: more than %d rules or a "
+                           "pattern over %zu characters (%s)\n",
+                           path, TR_PLAN_MAX, sizeof c->plan[0].pattern - 1, pattern),
+                   2;
         snprintf(c->plan[c->nplan].pattern, sizeof c->plan[0].pattern, "%s", pattern);
         snprintf(c->plan[c->nplan].style, sizeof c->plan[0].style, "%s", name);
         c->nplan++;
@@ -354,34 +412,52 @@ static int derive(tr_config *c) {
         if (!strcmp(dn[d], "ep")) has_ep = 1;
     }
     if (c->model.experts && !has_ep)
-        return fprintf(stderr, "train: model.experts = %d needs an ep dim in the mesh \"%s\" "
-                               "(parallelism.ep, or ep=1)\n", c->model.experts, c->mesh), 2;
+        return fprintf(stderr,
+                       "train: model.experts = %d needs an ep dim in the mesh \"%s\" "
+                       "(parallelism.ep, or ep=1)\n",
+                       c->model.experts, c->mesh),
+               2;
     if (c->model.experts && (c->model.top_k < 1 || c->model.top_k > c->model.experts))
         return fprintf(stderr, "train: model.top_k = %d is not in [1, model.experts = %d]\n",
-                       c->model.top_k, c->model.experts), 2;
+                       c->model.top_k, c->model.experts),
+               2;
     c->pp = strstr(c->mesh, "pp=") ? pp : 0; /* a pp dim, even of 1 stage, runs the pipeline */
     if (c->pp) {
         if (c->model.batch % c->microbatches)
-            return fprintf(stderr, "train: parallelism.microbatches = %d does not divide "
-                                   "training.batch = %d\n", c->microbatches, c->model.batch), 2;
+            return fprintf(stderr,
+                           "train: parallelism.microbatches = %d does not divide "
+                           "training.batch = %d\n",
+                           c->microbatches, c->model.batch),
+                   2;
         if (c->fsdp_units == 1)
             return fprintf(stderr, "train: parallelism.fsdp_units = 1 does not run under a "
-                                   "pipeline (set it to 0 or -1)\n"), 2;
+                                   "pipeline (set it to 0 or -1)\n"),
+                   2;
         if (c->grad_accum > 1)
-            return fprintf(stderr, "train: training.grad_accum = %d under a pipeline: raise "
-                                   "parallelism.microbatches instead\n", c->grad_accum), 2;
+            return fprintf(stderr,
+                           "train: training.grad_accum = %d under a pipeline: raise "
+                           "parallelism.microbatches instead\n",
+                           c->grad_accum),
+                   2;
         c->fsdp_units = 0;
     }
     if (c->fsdp_units < 0) c->fsdp_units = !c->model.experts;
     if (c->model.experts && c->fsdp_units)
-        return fprintf(stderr, "train: parallelism.fsdp_units = 1 takes no MoE experts "
-                               "(model.experts = %d): set it to 0\n", c->model.experts), 2;
+        return fprintf(stderr,
+                       "train: parallelism.fsdp_units = 1 takes no MoE experts "
+                       "(model.experts = %d): set it to 0\n",
+                       c->model.experts),
+               2;
     if (c->virtual_stages > 1 && (!c->pp || c->schedule != DT_PIPELINE_INTERLEAVED_1F1B))
-        return fprintf(stderr, "train: parallelism.virtual_stages = %d needs a pp dim and "
-                               "pipeline_schedule interleaved_1f1b\n", c->virtual_stages), 2;
+        return fprintf(stderr,
+                       "train: parallelism.virtual_stages = %d needs a pp dim and "
+                       "pipeline_schedule interleaved_1f1b\n",
+                       c->virtual_stages),
+               2;
     if (c->ac == DT_AC_MEASURED && c->ac_budget_kib <= 0)
         return fprintf(stderr, "train: activation_checkpoint.mode measured needs "
-                               "activation_checkpoint.budget_kib > 0 (the KiB a block keeps)\n"), 2;
+                               "activation_checkpoint.budget_kib > 0 (the KiB a block keeps)\n"),
+               2;
     if (c->trace_steps > c->steps) c->trace_steps = c->steps;
     return 0;
 }
@@ -397,20 +473,35 @@ void tr_config_usage(FILE *f) {
         const char *p = (const char *)&d + k->at;
         char v[64];
         switch (k->kind) {
-        case K_STR: snprintf(v, sizeof v, "\"%.56s\"", p); break;
-        case K_DBL: snprintf(v, sizeof v, "%g", *(const double *)p); break;
-        case K_I64: snprintf(v, sizeof v, "%lld", (long long)*(const int64_t *)p); break;
-        case K_U64: snprintf(v, sizeof v, "%llu", (unsigned long long)*(const uint64_t *)p); break;
-        case K_AC: snprintf(v, sizeof v, "%s", dt_ac_mode_name(*(const dt_ac_mode *)p)); break;
+        case K_STR:
+            snprintf(v, sizeof v, "\"%.56s\"", p);
+            break;
+        case K_DBL:
+            snprintf(v, sizeof v, "%g", *(const double *)p);
+            break;
+        case K_I64:
+            snprintf(v, sizeof v, "%lld", (long long)*(const int64_t *)p);
+            break;
+        case K_U64:
+            snprintf(v, sizeof v, "%llu", (unsigned long long)*(const uint64_t *)p);
+            break;
+        case K_AC:
+            snprintf(v, sizeof v, "%s", dt_ac_mode_name(*(const dt_ac_mode *)p));
+            break;
         case K_ASYNC_TP:
             snprintf(v, sizeof v, "%s",
                      (const char *[]){"off", "ring", "ordered"}[*(const dt_async_tp_mode *)p]);
             break;
         case K_SCHEDULE:
-            snprintf(v, sizeof v, "%s", dt_pipeline_schedule_name(*(const dt_pipeline_schedule *)p));
+            snprintf(v, sizeof v, "%s",
+                     dt_pipeline_schedule_name(*(const dt_pipeline_schedule *)p));
             break;
-        case K_RUNTIME: snprintf(v, sizeof v, "%s", *(const int *)p ? "ucx" : "local"); break;
-        default: snprintf(v, sizeof v, "%d", *(const int *)p); break;
+        case K_RUNTIME:
+            snprintf(v, sizeof v, "%s", *(const int *)p ? "ucx" : "local");
+            break;
+        default:
+            snprintf(v, sizeof v, "%d", *(const int *)p);
+            break;
         }
         fprintf(f, "  --%-32s %-13s %-10s %s\n", k->path, k->alias ? k->alias : "", v, k->help);
     }
@@ -456,11 +547,11 @@ int tr_config_parse(int argc, char **argv, tr_config *c) {
         if ((rc = set(c, k, v, NULL, "flag"))) return rc;
     }
     /* --ranks N alone (the older flag): N ranks as dp_shard=N, 4 as make train's 2x2 */
-    if (ranks && !mesh_flag && ranks != 4)
-        snprintf(c->mesh, sizeof c->mesh, "dp_shard=%d", ranks);
+    if (ranks && !mesh_flag && ranks != 4) snprintf(c->mesh, sizeof c->mesh, "dp_shard=%d", ranks);
     if ((rc = derive(c))) return rc;
     if (ranks && tr_config_world(c) != ranks && !c->ucx)
-        return fprintf(stderr, "train: parallelism.mesh \"%s\" has %d ranks, --ranks %d\n",
-                       c->mesh, tr_config_world(c), ranks), 2;
+        return fprintf(stderr, "train: parallelism.mesh \"%s\" has %d ranks, --ranks %d\n", c->mesh,
+                       tr_config_world(c), ranks),
+               2;
     return 0;
 }

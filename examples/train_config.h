@@ -30,11 +30,11 @@ typedef struct tr_config {
     int sequence_parallel, loss_parallel;
     int microbatches; /* under pp */
     dt_pipeline_schedule schedule;
-    int virtual_stages;      /* interleaved 1F1B: model chunks per rank */
+    int virtual_stages;        /* interleaved 1F1B: model chunks per rank */
     dt_async_tp_mode async_tp; /* with sequence parallel: collective matmuls (off, ring, ordered) */
-    int float8;              /* the blocks' linears in float8 (e4m3, tensorwise scales) */
-    int64_t ac_budget_kib;   /* activation_checkpoint.mode measured: KiB a block may keep */
-    int ac_measure_steps;    /* ... measured over this many steps first */
+    int float8;                /* the blocks' linears in float8 (e4m3, tensorwise scales) */
+    int64_t ac_budget_kib;     /* activation_checkpoint.mode measured: KiB a block may keep */
+    int ac_measure_steps;      /* ... measured over this many steps first */
     /* parallelism.tp_plan: module pattern -> style name (tr_style_parse), replacing the
      * model's own plan (tiny_llama's tl_plan); a custom model's only plan */
     int nplan;
@@ -42,9 +42,9 @@ typedef struct tr_config {
         char pattern[96], style[32];
     } plan[TR_PLAN_MAX];
     char fsdp_unit_groups[96]; /* the groups that become FSDP units (the rest: the root) */
-    int ucx;          /* runtime "ucx": one process per rank under a launcher */
-    int bucket_kb;    /* grad sync's bucket cap in KiB (0: per gradient; -1: the default) */
-    dt_ac_mode ac;    /* activation_checkpoint.mode */
+    int ucx;                   /* runtime "ucx": one process per rank under a launcher */
+    int bucket_kb; /* grad sync's bucket cap in KiB (0: per gradient; -1: the default) */
+    dt_ac_mode ac; /* activation_checkpoint.mode */
     /* optimizer (AdamW) and lr_scheduler (dt_lr_warmup_cosine; warmup 0 and decay 0: const) */
     dt_adamw_options adamw;
     dt_lr_schedule schedule_lr;

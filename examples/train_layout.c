@@ -59,14 +59,17 @@ dt_status tr_layout_print(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, dt_par
     int batch_shards = size_of(mesh, "dp_replicate") * size_of(mesh, "dp_shard") *
                        size_of(mesh, "dp") * size_of(mesh, "ep");
     int cp = size_of(mesh, "cp");
-    fprintf(f, "parallel layout: mesh %s, %d ranks; pp %d, dp_replicate %d, dp_shard %d, cp %d, "
-               "tp %d, ep %d\n",
+    fprintf(f,
+            "parallel layout: mesh %s, %d ranks; pp %d, dp_replicate %d, dp_shard %d, cp %d, "
+            "tp %d, ep %d\n",
             c->mesh, world, size_of(mesh, "pp"), size_of(mesh, "dp_replicate"),
             size_of(mesh, "dp_shard") * size_of(mesh, "dp"), cp, size_of(mesh, "tp"),
             size_of(mesh, "ep"));
     fprintf(f, "rank ");
     for (int d = 0; d < nd; d++)
-        fprintf(f, " %*s", (int)strlen(dt_mesh_dim_name(mesh, d)) < 2 ? 2 : (int)strlen(dt_mesh_dim_name(mesh, d)),
+        fprintf(f, " %*s",
+                (int)strlen(dt_mesh_dim_name(mesh, d)) < 2 ? 2
+                                                           : (int)strlen(dt_mesh_dim_name(mesh, d)),
                 dt_mesh_dim_name(mesh, d));
     fprintf(f, "  blocks       parameters held (of the whole)  batch rows  seq positions\n");
     for (int r = 0; r < world; r++) {

@@ -22,12 +22,15 @@ int tr_data_load(const tr_config *c, tr_data *out) {
     }
     fclose(f);
     if (!buf) return fprintf(stderr, "train: out of memory reading %s\n", c->text), 1;
-    size_t train_n = len - (size_t)((double)len * c->eval_fraction), need = (size_t)c->model.seq + 2;
+    size_t train_n = len - (size_t)((double)len * c->eval_fraction),
+           need = (size_t)c->model.seq + 2;
     if (train_n < need || (c->eval_every && len - train_n < need)) {
         free(buf);
-        return fprintf(stderr, "train: training.text = %s has %zu bytes: with training.seq = %d "
-                               "and training.eval_fraction = %g a part is under %zu bytes\n",
-                       c->text, len, c->model.seq, c->eval_fraction, need), 2;
+        return fprintf(stderr,
+                       "train: training.text = %s has %zu bytes: with training.seq = %d "
+                       "and training.eval_fraction = %g a part is under %zu bytes\n",
+                       c->text, len, c->model.seq, c->eval_fraction, need),
+               2;
     }
     *out = (tr_data){.text = buf, .n = len, .train_n = train_n};
     return 0;
@@ -68,7 +71,8 @@ int tr_main(int argc, char **argv, const tr_model *custom) {
     if (c.ucx) { /* the launcher's world; each process traces nothing (no merge across them) */
         if (world_env && atoi(world_env) != world)
             return fprintf(stderr, "train: the mesh %s has %d ranks, the launcher's world %s\n",
-                           c.mesh, world, world_env), 2;
+                           c.mesh, world, world_env),
+                   2;
         c.trace_steps = 0;
     }
     tr_run run = {.c = &c, .custom = custom};
@@ -82,8 +86,9 @@ int tr_main(int argc, char **argv, const tr_model *custom) {
             snprintf(moe, sizeof moe, ", MoE: %d experts, top-%d", c.model.experts, c.model.top_k);
         printf("training %s on %s (%zu bytes): vocab %d, dim %d, %d layers, %d heads (%d kv), "
                "hidden %d, seq %d, batch %d%s; %d ranks as %s%s%s%s",
-               custom ? custom->name : "tiny_llama", c.text, n, c.model.vocab, c.model.dim, c.model.layers, c.model.heads,
-               c.model.kv_heads, c.model.hidden, c.model.seq, c.model.batch, moe, world, c.mesh,
+               custom ? custom->name : "tiny_llama", c.text, n, c.model.vocab, c.model.dim,
+               c.model.layers, c.model.heads, c.model.kv_heads, c.model.hidden, c.model.seq,
+               c.model.batch, moe, world, c.mesh,
                c.fsdp && strstr(c.mesh, "dp") ? (c.fsdp_units ? ", FSDP units" : ", FSDP") : "",
                c.sequence_parallel && strstr(c.mesh, "tp") ? ", sequence parallel" : "",
                strstr(c.mesh, "cp") ? ", context parallel (ring attention)" : "");

@@ -73,7 +73,8 @@ typedef struct rank_model {
 static dt_status custom_init(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, const tl_layout *l,
                              rank_model *rm) {
     if (c->pp || l->cp_dim || l->ep_dim)
-        return dt_error_set(DT_ERR_UNSUPPORTED, "train: model %s with mesh %s: a custom model "
+        return dt_error_set(DT_ERR_UNSUPPORTED,
+                            "train: model %s with mesh %s: a custom model "
                             "runs over dp_replicate, dp_shard and tp (pp, cp and ep need "
                             "tiny_llama's stages, sequence order and experts)",
                             rm->custom->name, c->mesh);
@@ -212,8 +213,7 @@ static dt_status eval_loss(dt_ctx *ctx, const tr_config *c, rank_model *rm, cons
  * pipeline each stage holds its own parameters, so the stages' squared norms are summed over
  * pp first (an all_reduce of one number), then each stage scales its own. *total = the norm
  * before clipping. */
-static dt_status clip(dt_ctx *ctx, dt_mesh *mesh, rank_model *rm, double max_norm,
-                      double *total) {
+static dt_status clip(dt_ctx *ctx, dt_mesh *mesh, rank_model *rm, double max_norm, double *total) {
     int n = dt_params_count(rm->m->params), k = 0;
     dt_tensor **g = calloc((size_t)n + 1, sizeof *g);
     if (!g) return dt_error_set(DT_ERR_NOMEM, "train: out of memory");
@@ -294,8 +294,7 @@ static dt_status train_step(dt_ctx *ctx, loop *L, int s, int first) {
     double dt = now_s() - t0;
     L->state.step = s + 1;
     if (probe)
-        return probe->after(ctx, probe->user, L->mesh, L->rm.m,
-                            L->rm.piped ? &L->rm.pipe : NULL);
+        return probe->after(ctx, probe->user, L->mesh, L->rm.m, L->rm.piped ? &L->rm.pipe : NULL);
     dt_tensor_memory mem;
     dt_comm_stats cs;
     TRY(dt_ctx_tensor_memory(ctx, &mem));
