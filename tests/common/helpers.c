@@ -2,10 +2,10 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 void t_run(int n, dt_spmd_fn body, void *arg) {
@@ -77,4 +77,15 @@ void t_trace_page(const char *dir, int n, char **json, char **page) {
     *json = t_slurp(merged, &len), *page = t_slurp(html, &len);
     free(paths), free(p);
     t_rmtree(strdup(dir));
+}
+
+void t_assert_pipeline_spans(const char *json, const char *page, int stages, int micro) {
+    for (int s = 0; s < stages; s++)
+        for (int i = 0; i < micro; i++)
+            for (int b = 0; b < 2; b++) {
+                char want[64];
+                snprintf(want, sizeof want, "stage %d micro %d %s", s, i,
+                         b ? "backward" : "forward");
+                cr_assert(t_count(json, want) == 1 && t_count(page, want) == 1, "\"%s\"", want);
+            }
 }

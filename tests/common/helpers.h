@@ -29,6 +29,10 @@ int t_count(const char *s, const char *needle);
  * them); dir and its files are removed. Asserts. */
 void t_trace_page(const char *dir, int n, char **json, char **page);
 
+/* A pipeline trace's spans: "stage s micro i forward" and "... backward" once each in json
+ * and in page, for s < stages (a chunk under interleaved 1F1B) and i < micro. */
+void t_assert_pipeline_spans(const char *json, const char *page, int stages, int micro);
+
 /* Main-thread form of R_ERR. */
 #define T_ERR(call, want, needle)                                                                  \
     do {                                                                                           \

@@ -470,14 +470,7 @@ Test(pipeline, trace_and_timeline_show_stages) {
     char *json, *page;
     t_trace_page(trace_dir, 2, &json, &page);
     /* Each stage: 4 forwards and 4 backwards, each span naming its stage and micro-batch. */
-    for (int s = 0; s < 2; s++)
-        for (int i = 0; i < 4; i++) {
-            char want[64];
-            snprintf(want, sizeof want, "stage %d micro %d forward", s, i);
-            cr_assert(t_count(json, want) == 1 && t_count(page, want) == 1, "\"%s\"", want);
-            snprintf(want, sizeof want, "stage %d micro %d backward", s, i);
-            cr_assert(t_count(json, want) == 1 && t_count(page, want) == 1, "\"%s\"", want);
-        }
+    t_assert_pipeline_spans(json, page, 2, 4);
     cr_assert(strstr(json, "\"name\":\"pipeline\""), "the trace names the pipeline row");
     cr_assert(strstr(page, "id=\"pipeline\"") && strstr(page, "stage 0 (rank 0)") &&
                   strstr(page, "stage 1 (rank 1)"),

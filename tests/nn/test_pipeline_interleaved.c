@@ -453,14 +453,7 @@ Test(pipeline_interleaved, trace_rows_per_virtual_stage) {
     char *json, *page;
     t_trace_page(trace_dir, 2, &json, &page);
     /* chunks 0 and 2 on rank 0, 1 and 3 on rank 1: each runs both micro-batches once */
-    for (int c = 0; c < 4; c++)
-        for (int i = 0; i < 2; i++) {
-            char want[64];
-            snprintf(want, sizeof want, "stage %d micro %d forward", c, i);
-            cr_assert(t_count(json, want) == 1 && t_count(page, want) == 1, "\"%s\"", want);
-            snprintf(want, sizeof want, "stage %d micro %d backward", c, i);
-            cr_assert(t_count(json, want) == 1 && t_count(page, want) == 1, "\"%s\"", want);
-        }
+    t_assert_pipeline_spans(json, page, 4, 2);
     const char *rows[4] = {"stage 0 (rank 0)", "stage 1 (rank 1)", "stage 2 (rank 0)",
                            "stage 3 (rank 1)"};
     for (int c = 0; c < 4; c++)
