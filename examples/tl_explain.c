@@ -7,11 +7,6 @@
 #include "tl_explain.h"
 #include "trainer.h"
 
-#define TRY(call)                                                                                  \
-    do {                                                                                           \
-        dt_status st_ = (call);                                                                    \
-        if (st_ != DT_OK) return st_;                                                              \
-    } while (0)
 #define TRY_GOTO(call)                                                                             \
     do {                                                                                           \
         if ((st = (call)) != DT_OK) goto out;                                                      \
@@ -150,11 +145,11 @@ static dt_status parameters_json(const dt_params *p, json_t *out) {
         dt_tensor_info info;
         dt_placement stored[DT_MESH_MAX_NDIM], compute[DT_MESH_MAX_NDIM];
         char sb[128], cb[128];
-        TRY(dt_params_at(p, i, &name, &t));
-        TRY(dt_tensor_info_get(t, &info));
-        TRY(dt_params_placements(p, i, stored, compute));
-        TRY(dt_placements_format(stored, mnd, sb, sizeof sb));
-        TRY(dt_placements_format(compute, mnd, cb, sizeof cb));
+        TR_TRY(dt_params_at(p, i, &name, &t));
+        TR_TRY(dt_tensor_info_get(t, &info));
+        TR_TRY(dt_params_placements(p, i, stored, compute));
+        TR_TRY(dt_placements_format(stored, mnd, sb, sizeof sb));
+        TR_TRY(dt_placements_format(compute, mnd, cb, sizeof cb));
         json_array_append_new(out, json_pack("{s:s, s:o, s:s, s:s, s:o}", "name", name, "shape",
                                              shape_json(info.shape, info.ndim), "stored", sb,
                                              "compute", cb, "local_shape",
@@ -220,11 +215,11 @@ static const char *const pipe_ops[] = {"forward",  "backward",  "send_act",
  * forward ran, their backward not yet) after each. */
 static dt_status pipeline_json(const tl_pp *pp, json_t *view) {
     dt_pipeline_stats ps;
-    TRY(dt_pipeline_stats_get(pp->pipe, &ps));
+    TR_TRY(dt_pipeline_stats_get(pp->pipe, &ps));
     json_t *actions = json_array(), *saved = json_array();
     for (int i = 0; i < ps.nrecords; i++) {
         dt_pipeline_record rec;
-        TRY(dt_pipeline_record_get(pp->pipe, i, &rec));
+        TR_TRY(dt_pipeline_record_get(pp->pipe, i, &rec));
         const dt_pipeline_action *a = &rec.action;
         const char *event = NULL;
         if (a->op == DT_PIPE_FORWARD) {
@@ -237,9 +232,9 @@ static dt_status pipeline_json(const tl_pp *pp, json_t *view) {
             event = "freed";
         }
         json_t *row = json_pack("{s:s, s:i, s:i, s:i, s:I, s:i, s:o}", "op", pipe_ops[a->op],
-                                "micro", a->micro, "chunk", a->chunk, "peer", a->peer,
-                                "live_bytes", (json_int_t)rec.live_bytes, "inflight",
-                                rec.inflight, "saved", json_deep_copy(saved));
+                                "micro", a->micro, "chunk", a->chunk, "peer", a->peer, "live_bytes",
+                                (json_int_t)rec.live_bytes, "inflight", rec.inflight, "saved",
+                                json_deep_copy(saved));
         if (event) json_object_set_new(row, "activations", json_string(event));
         json_array_append_new(actions, row);
     }
@@ -248,9 +243,9 @@ static dt_status pipeline_json(const tl_pp *pp, json_t *view) {
     json_t *chunks = json_array();
     int nchunks = pp->nstages * (pp->nvirtual > 1 ? pp->nvirtual : 1), L = pp->model.cfg.layers;
     for (int c = pp->stage; c < nchunks; c += pp->nstages)
-        json_array_append_new(chunks, json_pack("{s:i, s:i, s:i}", "chunk", c, "first_layer",
-                                                c * L / nchunks, "end_layer",
-                                                (c + 1) * L / nchunks));
+        json_array_append_new(chunks,
+                              json_pack("{s:i, s:i, s:i}", "chunk", c, "first_layer",
+                                        c * L / nchunks, "end_layer", (c + 1) * L / nchunks));
     json_object_set_new(view, "chunks", chunks);
     json_object_set_new(view, "pipeline",
                         json_pack("{s:i, s:i, s:i, s:i, s:b, s:b, s:i, s:I, s:o}", "stage",
@@ -285,12 +280,12 @@ static dt_status view_json(job *j, dt_mesh *mesh, const tl_layout *l, const tl_m
                             json_integer(dt_mesh_coord(mesh, d)));
     json_object_set_new(v, "coords", coords);
     json_object_set_new(v, "parameters", params);
-    TRY(parameters_json(m->params, params));
+    TR_TRY(parameters_json(m->params, params));
     for (int k = 1; pp && k < pp->nvirtual; k++) /* the rank's other chunks' parameters */
-        TRY(parameters_json(pp->rest[k - 1].params, params));
+        TR_TRY(parameters_json(pp->rest[k - 1].params, params));
     collectives_json(&j->rec, v);
     json_object_set(v, "sequence_parallel", j->rec.layouts);
-    if (pp) TRY(pipeline_json(pp, v));
+    if (pp) TR_TRY(pipeline_json(pp, v));
     if (json_array_size(j->rec.ring)) json_object_set(v, "ring", j->rec.ring);
     if (j->rec.moe) json_object_set(v, "moe", j->rec.moe);
     return DT_OK;
@@ -302,7 +297,7 @@ static dt_status run_rank(dt_ctx *ctx, void *arg) {
     const tl_explain_setup *o = j->s;
     int mine = dt_ctx_rank(ctx) == j->rank, pp_dim = -1;
     dt_mesh *mesh;
-    TRY(dt_mesh_create_str(ctx, o->mesh, &mesh));
+    TR_TRY(dt_mesh_create_str(ctx, o->mesh, &mesh));
     tl_layout l = {.fsdp = o->fsdp, .fsdp_units = o->fsdp_units, .ac = o->ac};
     tl_layout_find_dims(mesh, &l);
     l.sequence_parallel = o->sp && l.tp_dim >= 0, l.loss_parallel = l.tp_dim >= 0;
@@ -359,7 +354,7 @@ static dt_status check_setup(const tl_explain_setup *s, int rank, int *world_out
     if (!s->mesh) return dt_error_set(DT_ERR_ARG, "tl_explain: s->mesh is NULL");
     int shape[DT_MESH_MAX_NDIM], nd, world = 1, pp = 0;
     char names[DT_MESH_MAX_NDIM][DT_MESH_NAME_MAX + 1];
-    TRY(dt_mesh_parse(s->mesh, shape, names, &nd));
+    TR_TRY(dt_mesh_parse(s->mesh, shape, names, &nd));
     for (int d = 0; d < nd; d++) {
         world *= shape[d];
         pp |= !strcmp(names[d], "pp");
@@ -399,7 +394,7 @@ static dt_status run_job(job *j, int world, dt_spmd_fn fn, void *arg, json_t **o
 
 dt_status tl_explain_json(const tl_explain_setup *s, int rank, json_t **out) {
     int world = 0;
-    TRY(check_setup(s, rank, &world));
+    TR_TRY(check_setup(s, rank, &world));
     if (!out) return dt_error_set(DT_ERR_ARG, "tl_explain_json: argument out is NULL");
     job j = {.s = s, .rank = rank};
     return run_job(&j, world, run_rank, &j, out);
@@ -416,7 +411,7 @@ static dt_status probe_after(dt_ctx *ctx, void *user, dt_mesh *mesh, const tl_mo
     job *j = user;
     if (dt_ctx_rank(ctx) != j->rank) return DT_OK;
     observe(ctx, &j->rec, 0);
-    TRY(j->rec.failed);
+    TR_TRY(j->rec.failed);
     return view_json(j, mesh, &m->layout, m, pipe);
 }
 
@@ -429,9 +424,14 @@ dt_status tl_explain_train(const tr_config *c, const tr_data *data, const tr_mod
     if (rank < 0 || rank >= world)
         return dt_error_set(DT_ERR_ARG, "tl_explain_train: rank %d is not in [0, %d) (mesh %s)",
                             rank, world, c->mesh);
-    tl_explain_setup s = {.mesh = c->mesh, .cfg = c->model, .fsdp = c->fsdp,
-                          .fsdp_units = c->fsdp_units, .sp = c->sequence_parallel,
-                          .bucket_kb = c->bucket_kb, .ac = c->ac, .micro = c->microbatches,
+    tl_explain_setup s = {.mesh = c->mesh,
+                          .cfg = c->model,
+                          .fsdp = c->fsdp,
+                          .fsdp_units = c->fsdp_units,
+                          .sp = c->sequence_parallel,
+                          .bucket_kb = c->bucket_kb,
+                          .ac = c->ac,
+                          .micro = c->microbatches,
                           .schedule = c->schedule};
     job j = {.s = &s, .rank = rank};
     tr_probe probe = {probe_before, probe_after, &j};
@@ -441,7 +441,7 @@ dt_status tl_explain_train(const tr_config *c, const tr_data *data, const tr_mod
 
 dt_status tl_explain(const tl_explain_setup *s, int rank, FILE *text_out, FILE *json_out) {
     json_t *v;
-    TRY(tl_explain_json(s, rank, &v));
+    TR_TRY(tl_explain_json(s, rank, &v));
     dt_status st = text_out ? tl_explain_print(v, text_out) : DT_OK;
     if (st == DT_OK && json_out && json_dumpf(v, json_out, JSON_INDENT(1)) != 0)
         st = dt_error_set(DT_ERR_IO, "tl_explain: writing the JSON failed");

@@ -1,14 +1,9 @@
 /* make train's table of what each rank holds: train_layout.h. */
 #include "train_layout.h"
+#include "trainer.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        dt_status st_ = (call);                                                                    \
-        if (st_ != DT_OK) return st_;                                                              \
-    } while (0)
 
 /* A rank's row: blocks [first, end), embedding and head held (1/0), parameters stored (elements
  * here, and in all: the whole of the ones it holds part of). */
@@ -20,8 +15,8 @@ static dt_status row_of(dt_params *params, int64_t *row) {
         const char *name;
         dt_tensor *t;
         dt_tensor_info info;
-        CHECK(dt_params_at(params, i, &name, &t));
-        CHECK(dt_tensor_info_get(t, &info));
+        TR_TRY(dt_params_at(params, i, &name, &t));
+        TR_TRY(dt_tensor_info_get(t, &info));
         row[HELD] += (int64_t)info.local_numel, row[WHOLE] += (int64_t)info.numel;
         int block;
         if (sscanf(name, "layers.%d.", &block) == 1) {
@@ -44,13 +39,13 @@ dt_status tr_layout_print(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, dt_par
                           FILE *f) {
     int nd = dt_mesh_ndim(mesh), world = dt_mesh_nranks(mesh);
     int64_t row[NCOL], shape[2] = {world, NCOL}, local[2] = {1, NCOL};
-    CHECK(row_of(params, row));
+    TR_TRY(row_of(params, row));
     /* every mesh dim shards the rows, in mesh order: row r is mesh rank r's */
     dt_placement pl[DT_MESH_MAX_NDIM];
     for (int d = 0; d < nd; d++)
         pl[d] = dt_shard(0);
     dt_tensor *t;
-    CHECK(dt_tensor_from_local(mesh, row, DT_I64, 2, local, nd, pl, shape, 0, &t));
+    TR_TRY(dt_tensor_from_local(mesh, row, DT_I64, 2, local, nd, pl, shape, 0, &t));
     int64_t *all = malloc(sizeof *all * (size_t)(world * NCOL));
     dt_status st = all ? dt_tensor_full_tensor(t, all, sizeof *all * (size_t)(world * NCOL))
                        : dt_error_set(DT_ERR_NOMEM, "train: out of memory");
