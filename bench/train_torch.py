@@ -26,8 +26,15 @@ reducer and DTensor's functional collectives alike; DT_TORCH_COMMS=1 prints them
     median_ms min_ms max_ms collectives loss_1 ... loss_S
 (S = WARMUP + 1 + STEPS; the loss is the global batch's mean, on every configuration).
 
-    python train_torch.py MODE V T B C LAYERS HEADS KV_HEADS HIDDEN STEPS NPROC [TEXT]
+    python train_torch.py [--profile PREFIX] MODE V T B C LAYERS HEADS KV_HEADS HIDDEN STEPS NPROC [TEXT]
+
+--profile PREFIX: torch.profiler records the STEPS steps after the warm-up (and the counted
+step) on every rank, one ProfilerStep#N span per step (N = the step's index from 0, warm-up
+included), with shapes and the nn.Module stack, and writes PREFIX_rank<R>.json (Chrome trace
+JSON, as export_chrome_trace writes it; tools/dtensor-trace-torch converts it). The step's
+collectives are then counted from that recording; the times include the profiler's overhead.
 """
+import contextlib
 import os
 import socket
 import statistics
@@ -37,6 +44,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.profiler import record_function
 
 WARMUP = 2
 
@@ -224,8 +232,26 @@ class Counter:
         return sum(kinds.values())
 
 
+def step_collectives(path, step):
+    """The "gloo:" events that start inside ProfilerStep#step's "train_step" span of a --profile
+    trace file (what Counter counts), read back from the exported JSON (the gloo threads'
+    events included)."""
+    import json
+    with open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in events if e["name"] == f"ProfilerStep#{step}"]
+    if not steps:
+        return 0
+    lo, hi = steps[0]["ts"], steps[0]["ts"] + steps[0]["dur"]
+    spans = [e for e in events if e["name"] == "train_step" and lo <= e["ts"] <= hi]
+    if not spans:
+        return 0
+    t0, t1 = spans[0]["ts"], spans[0]["ts"] + spans[0]["dur"]
+    return sum(1 for e in events if e["name"].startswith("gloo:") and t0 <= e["ts"] <= t1)
+
+
 def run(mode, V, T, B, C, layers, heads, kv_heads, hidden, steps, rank=0, world=1, port=0,
-        text=None):
+        text=None, profile=None):
     import torch.distributed as dist
     torch.manual_seed(1234)
     model = Tiny(V, T, C, layers, heads, kv_heads, hidden)
@@ -258,27 +284,39 @@ def run(mode, V, T, B, C, layers, heads, kv_heads, hidden, steps, rank=0, world=
                             weight_decay=0.01)
     rows = B // dp
     times, losses, colls = [], [], 0
+    prof = None
+    if profile:
+        # one recording from the counted step to the end; prof.step() below closes each
+        # ProfilerStep#N span (with_stack keeps the "nn.Module: <Class>_<k>" frames)
+        from torch.profiler import ProfilerActivity, profile as torch_profile, schedule
+        prof = torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                             with_stack=True,
+                             schedule=schedule(wait=WARMUP - 1, warmup=1, active=1 + steps,
+                                               repeat=1))
+        prof.__enter__()
     for s in range(WARMUP + 1 + steps):
         idx, tgt = batches(s, V, T, B, text)
         idx, tgt = idx[dp_rank * rows:(dp_rank + 1) * rows], tgt[dp_rank * rows:(dp_rank + 1) * rows]
         if mode != "eager":
             dist.barrier()
         counting = s == WARMUP
-        counter = Counter(rank) if counting else None
+        counter = Counter(rank) if counting and not prof else None
         if counter:
             counter.__enter__()
         t0 = time.perf_counter()
-        logits = model(idx)
-        if loss_parallel:
-            from torch.distributed.tensor.parallel import loss_parallel as lp
-            with lp():
+        # under --profile, "train_step" marks the part Counter would count
+        with record_function("train_step") if prof else contextlib.nullcontext():
+            logits = model(idx)
+            if loss_parallel:
+                from torch.distributed.tensor.parallel import loss_parallel as lp
+                with lp():
+                    loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
+                    loss.backward()
+            else:
                 loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
                 loss.backward()
-        else:
-            loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
-            loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         t1 = time.perf_counter()
         if counter:
             counter.__exit__(None, None, None)
@@ -294,6 +332,12 @@ def run(mode, V, T, B, C, layers, heads, kv_heads, hidden, steps, rank=0, world=
             dist.all_reduce(value)
             value /= world  # every rank of a dp group holds the same local mean
         losses.append(float(value))
+        if prof:
+            prof.step()  # closes ProfilerStep#s
+    if prof:
+        prof.__exit__(None, None, None)
+        prof.export_chrome_trace(f"{profile}_rank{rank}.json")
+        colls = step_collectives(f"{profile}_rank{rank}.json", WARMUP)
     if rank == 0:
         print(f"{statistics.median(times):.3f} {min(times):.3f} {max(times):.3f} {colls} "
               + " ".join(f"{v:.8f}" for v in losses), flush=True)
@@ -302,6 +346,10 @@ def run(mode, V, T, B, C, layers, heads, kv_heads, hidden, steps, rank=0, world=
 
 
 def main():
+    profile = None
+    if len(sys.argv) > 2 and sys.argv[1] == "--profile":
+        profile = sys.argv[2]
+        del sys.argv[1:3]
     if len(sys.argv) < 12:
         raise SystemExit(__doc__)
     mode = sys.argv[1]
@@ -312,7 +360,7 @@ def main():
             text = f.read()
     args = (mode, V, T, B, C, layers, heads, kv_heads, hidden, steps)
     if mode == "eager":
-        run(*args, text=text)
+        run(*args, text=text, profile=profile)
         return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -321,7 +369,7 @@ def main():
     procs = []
     ctx = mp.get_context("spawn")
     for r in range(world):
-        p = ctx.Process(target=run, args=args + (r, world, port, text))
+        p = ctx.Process(target=run, args=args + (r, world, port, text, profile))
         p.start()
         procs.append(p)
     code = 0
