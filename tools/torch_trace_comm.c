@@ -252,11 +252,20 @@ int tt_collect_collectives(tt_rank *r, char *err, size_t errcap) {
     /* seq: the collective's index on its group, in the order this rank issued them (a
      * run-only collective counts at its run's start) */
     qsort(r->colls, r->ncolls, sizeof *r->colls, cmp_order);
-    for (size_t i = 0; i < r->ncolls; i++) {
-        tt_coll *c = &r->colls[i];
-        c->seq = 0;
-        for (size_t k = 0; k < i; k++)
-            c->seq += !strcmp(r->colls[k].group, c->group);
+    const char **groups = calloc(r->ncolls + 1, sizeof *groups); /* distinct labels */
+    int *count = calloc(r->ncolls + 1, sizeof *count), ngroups = 0;
+    if (!groups || !count) {
+        free(groups), free(count);
+        return tt_fail(err, errcap, r->path, "out of memory");
     }
+    for (size_t i = 0; i < r->ncolls; i++) {
+        int g = 0;
+        while (g < ngroups && strcmp(groups[g], r->colls[i].group))
+            g++;
+        if (g == ngroups) groups[ngroups++] = r->colls[i].group;
+        r->colls[i].seq = count[g]++;
+    }
+    free(groups);
+    free(count);
     return 0;
 }

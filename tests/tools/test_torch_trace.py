@@ -212,6 +212,15 @@ def test_fixture(tool, fixdir, tmp):
         if e["tid"] in (2, 4):
             a = e["args"]
             by_seq[(a["group"], a["seq"])][e["pid"]] = (a["kind"], a["bytes_in"], a["bytes_out"])
+    # seq counts each rank's collectives on the group in the order they ran (gloo runs them
+    # in issue order)
+    for rank in raws:
+        groups = collections.defaultdict(list)
+        for e in sorted((e for e in x if e["pid"] == rank and e["tid"] in (2, 4)),
+                        key=lambda e: e["ts"]):
+            groups[e["args"]["group"]].append(e["args"]["seq"])
+        for g, seqs in groups.items():
+            check(seqs == list(range(len(seqs))), f"rank {rank} group {g}: seq {seqs[:10]}...")
     for key, per_rank in by_seq.items():
         check(len(per_rank) == len(raws) and len(set(per_rank.values())) == 1,
               f"seq {key}: {per_rank}")
