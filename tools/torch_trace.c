@@ -76,9 +76,9 @@ static int push(tt_ev **arr, size_t *n, size_t *cap, tt_ev e) {
 
 static long long tid_of(const json_t *ev) {
     const json_t *t = json_object_get(ev, "tid");
-    return json_is_integer(t) ? json_integer_value(t)
-           : json_is_real(t)  ? (long long)json_real_value(t)
-                              : -1;
+    return json_is_integer(t)                                   ? json_integer_value(t)
+           : json_is_real(t) && fabs(json_real_value(t)) < 1e15 ? (long long)json_real_value(t)
+                                                                : -1;
 }
 
 /* Ops that only allocate, view or describe tensors: they are never a compute-lane kernel, so
@@ -324,10 +324,17 @@ static int top_at(const tt_rank *r, const int *tops, size_t ntops, double t) {
     return t <= e->ts + e->dur + 1e-3 ? tops[lo - 1] : -1;
 }
 
+/* N of "ProfilerStep#N", -1 if it is not a number we can hold. */
+static int step_number(const char *name) {
+    char *end;
+    long n = strtol(name + 13, &end, 10);
+    return end != name + 13 && n >= 0 && n < (1L << 30) ? (int)n : -1;
+}
+
 static int step_at(const tt_rank *r, double t) {
     for (size_t k = 0; k < r->nsteps; k++)
         if (t >= r->steps[k].ts && t < r->steps[k].ts + r->steps[k].dur)
-            return atoi(r->steps[k].name + 13);
+            return step_number(r->steps[k].name);
     return -1;
 }
 
@@ -365,7 +372,7 @@ static int emit_rank(tt_rank *r, double t0, json_t *out, char *err, size_t errca
     char detail[192];
     for (size_t k = 0; k < r->nsteps; k++) {
         json_t *a = json_pack("{s:s, s:i}", "detail", r->steps[k].name, "step",
-                              atoi(r->steps[k].name + 13));
+                              step_number(r->steps[k].name));
         json_array_append_new(out, new_event("step", "steps", r->steps[k].ts - t0, r->steps[k].dur,
                                              pid, LANE_STEPS, id++, a));
     }
@@ -444,8 +451,9 @@ static int emit_rank(tt_rank *r, double t0, json_t *out, char *err, size_t errca
         const tt_ev *is = cl->issue >= 0 ? &r->ops[cl->issue] : NULL;
         const tt_ev *run = cl->run >= 0 ? &r->runs[cl->run] : NULL;
         if (is) coll_of[cl->issue] = (int)c;
-        snprintf(detail, sizeof detail, "%s%s%s%s%s%s", is ? is->name : "", is ? " in " : "",
-                 is ? r->ops[is->top].name : "", run ? (is ? "; ran as " : "ran as ") : "",
+        int nested = is && is->top != cl->issue;
+        snprintf(detail, sizeof detail, "%s%s%s%s%s%s", is ? is->name : "", nested ? " in " : "",
+                 nested ? r->ops[is->top].name : "", run ? (is ? "; ran as " : "ran as ") : "",
                  run ? run->name : "", cl->dtype_known ? "" : " (dtype not recorded: bytes 0)");
         json_t *a = json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:i}", "detail", detail, "kind",
                               cl->kind, "group", cl->group, "group_size", cl->group_size,

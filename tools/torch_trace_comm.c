@@ -80,12 +80,16 @@ long long tt_numel(const json_t *dims) {
     size_t n = json_array_size(dims);
     if (n == 0 || json_is_number(json_array_get(dims, 0))) { /* one shape; [] is a scalar */
         long long e = 1;
-        for (size_t i = 0; i < n; i++)
-            e *= (long long)json_number_value(json_array_get(dims, i));
+        for (size_t i = 0; i < n; i++) {
+            double d = json_number_value(json_array_get(dims, i));
+            if (!(d >= 0 && d <= 1e12) || (d >= 1 && e > (1LL << 50) / (long long)d))
+                return 0; /* not a shape anyone recorded: no size rather than a wrong one */
+            e *= (long long)d;
+        }
         return e;
     }
     long long e = 0; /* a list of tensors (or of lists of them) */
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && e < (1LL << 50); i++)
         e += tt_numel(json_array_get(dims, i));
     return e;
 }
@@ -95,8 +99,8 @@ static const char *arg_str(const json_t *args, const char *key) {
 }
 
 static long long arg_int(const json_t *args, const char *key) {
-    const json_t *v = json_object_get(args, key);
-    return json_is_number(v) ? (long long)json_number_value(v) : -1;
+    double v = json_number_value(json_object_get(args, key)); /* 0 if not a number */
+    return v >= 0 && v <= 1e15 ? (long long)v : -1;
 }
 
 /* The first entry of the event's "Input type" list that names a dtype of known size. */

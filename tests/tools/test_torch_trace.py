@@ -2,7 +2,7 @@
 script's own reading of the raw torch JSON: steps and their spans, top-level ops by name, the
 collectives of each rank and step by kind and bytes (read here from the _c10d_functional
 callers' shapes, not from what the converter reads), ids, lanes, deps and seq across ranks;
-then a record_param_comms (NCCL-style) trace and bad inputs.
+then a record_param_comms (NCCL-style) trace, bad inputs and randomly damaged traces (seeded).
 
     python3 test_torch_trace.py DTENSOR_TRACE_TORCH FIXTURE_DIR
 """
@@ -306,6 +306,34 @@ def test_bad_inputs(tool, fixdir, tmp):
     check(p.returncode == 2 and "usage" in p.stderr, "no arguments: usage")
 
 
+def test_mutations(tool, fixdir, tmp, seed=20261206, rounds=60):
+    """Fields of a real trace replaced by values of the wrong type or out of range: the
+    converter answers 0 or 1 (with a message), never a crash."""
+    import random
+    rng = random.Random(seed)
+    good = load(sorted(glob.glob(os.path.join(fixdir, "*_rank*.json.gz")))[0])
+    # the steps' thread, cut short: a few hundred events of each kind the converter reads
+    base = dict(good, traceEvents=good["traceEvents"][:600] + [
+        e for e in good["traceEvents"] if e.get("name", "").startswith(("gloo:", "Profiler"))])
+    junk = [None, "x", -1, 1e300, [], {}, [[1, "a"]], [[[-5]]], True, "nan"]
+    for i in range(rounds):
+        trace = json.loads(json.dumps(base))
+        for _ in range(rng.randint(1, 4)):
+            e = rng.choice(trace["traceEvents"])
+            if rng.random() < 0.5 and isinstance(e.get("args"), dict) and e["args"]:
+                e["args"][rng.choice(sorted(e["args"]))] = rng.choice(junk)
+            else:
+                e[rng.choice(["ts", "dur", "tid", "name", "ph", "cat", "args", "id"])] = \
+                    rng.choice(junk)
+        path = os.path.join(tmp, "mutant.json")
+        with open(path, "w") as f:
+            json.dump(trace, f)
+        p = convert(tool, [path], os.path.join(tmp, "mutant_out.json"))
+        check(p.returncode in (0, 1) and "Sanitizer" not in p.stderr,
+              f"mutation {i} (seed {seed}): exit {p.returncode}: {p.stderr[-300:]}")
+        check(p.returncode == 0 or "mutant.json" in p.stderr, f"mutation {i}: message {p.stderr}")
+
+
 def main():
     if len(sys.argv) != 3:
         raise SystemExit(__doc__)
@@ -314,6 +342,7 @@ def main():
         test_fixture(tool, fixdir, tmp)
         test_nccl_style(tool, tmp)
         test_bad_inputs(tool, fixdir, tmp)
+        test_mutations(tool, fixdir, tmp)
     print(f"{len(failures)} failures")
     sys.exit(1 if failures else 0)
 
