@@ -3,7 +3,7 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev libopenblas-dev ucx-utils \
-	libxxhash-dev libjansson-dev
+	libxxhash-dev libjansson-dev zlib1g-dev
 # make test-hosts only: network namespaces and a veth pair (ip), UTS namespaces (unshare).
 HOSTS_PKGS := iproute2 util-linux
 # make test only: the timeline test renders the demo's page in headless Chromium
