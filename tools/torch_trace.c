@@ -84,53 +84,17 @@ static long long tid_of(const json_t *ev) {
 /* Ops that only allocate, view or describe tensors: they are never a compute-lane kernel, so
  * an op whose children are all of these (aten::mm calls aten::resolve_conj) is the kernel. */
 static int does_work(const char *name) {
+    /* clang-format off */
     static const char *const none[] = {
-        "empty",
-        "empty_strided",
-        "empty_like",
-        "as_strided",
-        "view",
-        "_unsafe_view",
-        "reshape",
-        "_reshape_alias",
-        "resolve_conj",
-        "resolve_neg",
-        "detach",
-        "detach_",
-        "alias",
-        "t",
-        "transpose",
-        "permute",
-        "expand",
-        "expand_as",
-        "slice",
-        "select",
-        "narrow",
-        "squeeze",
-        "unsqueeze",
-        "flatten",
-        "unflatten",
-        "split",
-        "chunk",
-        "unbind",
-        "result_type",
-        "to",
-        "_to_copy_meta",
-        "lift_fresh",
-        "set_",
-        "resize_",
-        "contiguous",
-        "item",
-        "_local_scalar_dense",
-        "scalar_tensor",
-        "is_nonzero",
-        "size",
-        "stride",
-        "numel",
-        "view_as",
-        "split_with_sizes",
+        "empty", "empty_strided", "empty_like", "as_strided", "view", "_unsafe_view", "reshape",
+        "_reshape_alias", "resolve_conj", "resolve_neg", "detach", "detach_", "alias", "t",
+        "transpose", "permute", "expand", "expand_as", "slice", "select", "narrow", "squeeze",
+        "unsqueeze", "flatten", "unflatten", "split", "chunk", "unbind", "result_type", "to",
+        "lift_fresh", "set_", "resize_", "contiguous", "item", "_local_scalar_dense",
+        "scalar_tensor", "is_nonzero", "size", "stride", "numel", "view_as", "split_with_sizes",
         "_has_compatible_shallow_copy_type",
     };
+    /* clang-format on */
     if (strncmp(name, "aten::", 6)) return 0; /* c10d::, autograd nodes, record_functions */
     name += 6;
     for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
@@ -145,8 +109,8 @@ static int number(const json_t *ev, const char *key, double *out) {
     return isfinite(*out) ? 0 : -1;
 }
 
-/* Reads one file into r: the main thread (the one with the ProfilerStep spans, else the one
- * with most cpu_ops), its cpu_ops, module frames and steps, and every thread's gloo runs. */
+/* Reads one file into r: the main thread (the one with the ProfilerStep spans, else the one of
+ * the first cpu_op), its cpu_ops, module frames and steps, and every thread's gloo runs. */
 static int load_rank(tt_rank *r, const char *path, int index, char *err, size_t errcap) {
     r->path = path;
     r->rank = index;
