@@ -102,8 +102,9 @@ def summary(ranks):
 
 
 # ---- the what-if scheduler, written from docs/tracing.md ----------------------------------
-def whatif(ranks, k, moves):
-    """moves: [(pid, id, not_before)] in order. Returns (step time, mean overlap)."""
+def whatif(ranks, k, moves, net=None, scale=1.0):
+    """moves: [(pid, id, not_before)] in order; net: (alpha us, GB/s) or None (as recorded);
+    scale: compute's time factor. Returns (step time, mean overlap, critical path keys)."""
     streams, gap, where = [], {}, {}
     rk_of, by_key = {}, {}
     for pid, r in sorted(ranks.items()):
@@ -127,16 +128,33 @@ def whatif(ranks, k, moves):
         a = by_key[key]["args"]
         if by_key[key]["tid"] in (2, 4) and "group" in a and "seq" in a:
             inst.setdefault((a["group"], a["seq"]), []).append(key)
+    for v in inst.values():
+        v.sort()
 
     def members(key):
         a = by_key[key]["args"]
         return inst.get((a.get("group"), a.get("seq")), [key]) if by_key[key]["tid"] in (2, 4) else [key]
 
     def dur(key):
-        return min(by_key[m]["dur"] for m in members(key)) if by_key[key]["tid"] in (2, 4) else by_key[key]["dur"]
+        x = by_key[key]
+        if x["tid"] not in (2, 4):
+            return x["dur"] * scale
+        ms = members(key)
+        nb = max(nbytes(by_key[m]) for m in ms)
+        if net is None or nb <= 0:
+            return min(by_key[m]["dur"] for m in ms)
+        n = x["args"].get("group_size", len(ms))
+        kind = x["args"].get("kind", x["name"])
+        if kind == "all_reduce":
+            steps, frac = 2 * (n - 1), 2 * (n - 1) / n
+        elif kind in ("all_gather", "reduce_scatter", "all_to_all"):
+            steps, frac = n - 1, (n - 1) / n
+        else:
+            steps, frac = 1, 1
+        return steps * net[0] + frac * nb / (net[1] * 1e3)
 
     def sched(moved):
-        start, end = {}, {}
+        start, end, bind = {}, {}, {}
         remaining = {key for key in inset}
         ready = {}
         while remaining:
@@ -149,26 +167,30 @@ def whatif(ranks, k, moves):
                         break
                     if key not in ready:
                         t = (end[st["keys"][i - 1]] if i else st["start"]) + (0 if key in moved else gap[key])
+                        b = st["keys"][i - 1] if i else None
                         deps = [(key[0], d) for d in by_key[key]["args"].get("deps", [])]
                         if any(d in inset and d not in end for d in deps):
                             break
                         for d in deps:
-                            if d in by_key:
-                                t = max(t, end[d] if d in inset else by_key[d]["end"])
-                        if key in moved:
-                            t = max(t, moved[key])
-                        ready[key] = t
+                            if d in by_key and (end[d] if d in inset else by_key[d]["end"]) > t:
+                                t, b = (end[d] if d in inset else by_key[d]["end"]), d
+                        if key in moved and moved[key] > t:
+                            t, b = moved[key], "moved"
+                        ready[key], bind[key] = t, b
                     ms = members(key)
                     if not all(m in ready for m in ms):
                         break
                     t0 = max(ready[m] for m in ms)
+                    last = next(m for m in ms if ready[m] == t0)
                     for m in ms:
                         start[m], end[m] = t0, t0 + dur(m)
+                        if ready[m] < t0:
+                            bind[m] = last
                         remaining.discard(m)
                     progressed = True
             if not progressed:
                 raise RuntimeError("the what-if schedule deadlocks")
-        return start, end
+        return start, end, bind
 
     def reach(key, down):
         seen, stack = set(), [key]
@@ -201,25 +223,35 @@ def whatif(ranks, k, moves):
         moved[key] = t
 
     moved = {}
-    start, end = sched(moved)
+    start, end, bind = sched(moved)
     for pid, i, t in moves:
         a = by_key[(pid, i)]["args"]
         for key in inst.get((a.get("group"), a.get("seq")), [(pid, i)]):  # the instance moves
             place(key, t, start, moved)
-        start, end = sched(moved)
-    worst, ov = 0.0, []
+        start, end, bind = sched(moved)
+    worst, worst_ev, ov = None, None, []
     for pid, r in sorted(ranks.items()):
         if k not in r["steps"]:
             continue
         s, e = r["steps"][k]
         keys = [x for x in inset if x[0] == pid]
         rec_last = max([by_key[x]["end"] for x in keys], default=s)
-        new_last = max([end[x] for x in keys], default=s)
-        worst = max(worst, new_last + (e - rec_last) - s)
+        last = None
+        for st in streams:
+            for x in st["keys"] if st["pid"] == pid else []:
+                if last is None or end[x] > end[last]:
+                    last = x
+        span = (end[last] if last else s) + (e - rec_last) - s
+        if worst is None or span > worst:
+            worst, worst_ev = span, last
         comp = covered([(start[x], end[x]) for x in keys if by_key[x]["tid"] == 1], -1e300, 1e300)
         comm = covered([(start[x], end[x]) for x in keys if by_key[x]["tid"] in (2, 4)], -1e300, 1e300)
         ov.append(inter(comp, comm))
-    return worst, sum(ov) / len(ov)
+    crit, x = set(), worst_ev
+    while x is not None and x != "moved":
+        crit.add(x)
+        x = bind[x]
+    return worst, sum(ov) / len(ov), crit
 
 
 # ---- the browser ---------------------------------------------------------------------------
@@ -275,6 +307,15 @@ def check_table(d, runs):
         print(f"table row {name}: " + ", ".join(f"{f} {want[f]:.2f}" for f in FIELDS if want[f] is not None))
 
 
+def check_critical(d, crit):
+    got = d.execute_script(
+        "return [...DTS.view.whatif.sched.critical].map(e => [e.rank.pid, e.id]);")
+    got = {(p, int(i)) for p, i in got}
+    if got != crit:
+        sys.exit(f"FAIL: critical path: page {sorted(got)}, expected {sorted(crit)}")
+    print(f"critical path: {len(crit)} events, as computed")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("tool")
@@ -287,6 +328,25 @@ def main():
         run(args, tmp)
     finally:
         shutil.rmtree(tmp)
+
+
+def check_cli(tool, tmp):
+    """Bad input: a clear message naming the file (and the event), never a crash."""
+    with open(f"{tmp}/bad.json", "w") as f:
+        f.write('[{"name":"x","ph":"X","ts":1,"pid":0}]')
+    with open(f"{tmp}/broken.json", "w") as f:
+        f.write('[{"name":')
+    cases = [([f"{tmp}/nope.json"], 1, "nope.json"), ([f"{tmp}/broken.json"], 1, "broken.json"),
+             ([f"{tmp}/bad.json"], 1, "event 0 lacks a numeric ts, dur or pid"),
+             (["--bogus", f"{tmp}/bad.json"], 2, "unknown option \"--bogus\"")]
+    for extra, rc, text in cases:
+        p = subprocess.run([tool, "studio", "-o", f"{tmp}/x.html"] + extra, capture_output=True, text=True)
+        if p.returncode != rc or text not in p.stderr:
+            sys.exit(f"FAIL: dtensor-trace studio {extra}: exit {p.returncode}, {p.stderr!r} (wanted {rc}, {text!r})")
+    p = subprocess.run([tool, "studio", f"{tmp}/bad.json"], capture_output=True, text=True)
+    if p.returncode != 2 or "usage" not in p.stderr:
+        sys.exit(f"FAIL: studio without -o: exit {p.returncode}")
+    print("bad input: each refused with a message naming it")
 
 
 def run(args, tmp):
@@ -302,6 +362,7 @@ def run(args, tmp):
     bfiles = ",".join(f"{tmp}/b{i}.json" for i in range(len(b)))
     subprocess.run([args.tool, "studio", "-o", page, f"{tmp}/a.json", bfiles], check=True)
     runs = [("fsdp dp=2", load([e for r in a for e in r])), ("tp=4 + pp", load([e for r in b for e in r]))]
+    check_cli(args.tool, tmp)
     d = browser()
     try:
         open_page(d, page)
@@ -326,8 +387,9 @@ def run(args, tmp):
         s, e = r0["steps"][k]
         ags = [x for x in r0["ev"] if x["tid"] == 4 and s <= x["ts"] < e]
         target = ags[-1]
-        base, _ = whatif(runs[0][1], k, [])
+        base = whatif(runs[0][1], k, [])[0]
         close(float(d.find_element("id", "wi-base").get_attribute("data-value")), base, "step time rescheduled unmoved")
+        d.execute_script("window.scrollTo(0, arguments[0].getBoundingClientRect().top + window.scrollY - 20)", canvas)
         rect = d.execute_script(
             "var ev=DTS.runs[0].ranks[0].byId[arguments[0]]; return DTS.view.boxRect(ev);", str(target["args"]["id"]))
         cw, ch = canvas.size["width"], canvas.size["height"]
@@ -344,15 +406,30 @@ def run(args, tmp):
         if mv.get_attribute("data-id") != str(target["args"]["id"]):
             sys.exit(f"FAIL: the drag did not move all-gather {target['args']['id']} ({mv.text})")
         t = float(mv.get_attribute("data-t"))
-        want, want_ov = whatif(runs[0][1], k, [(0, target["args"]["id"], t)])
+        want, want_ov, crit = whatif(runs[0][1], k, [(0, target["args"]["id"], t)])
         got = float(d.find_element("id", "wi-step").get_attribute("data-value"))
         got_ov = float(d.find_element("id", "wi-overlap").get_attribute("data-value"))
         close(got, want, "what-if step time after the drag")
         close(got_ov, want_ov, "what-if overlap after the drag")
+        check_critical(d, crit)
         if abs(want - base) < 1e-9 or t >= target["ts"]:
             sys.exit(f"FAIL: the drag changed nothing (moved to {t}, step {want} vs {base})")
         print(f"what-if: all_gather {target['args']['id']} moved {target['ts']:.1f} -> {t:.1f}: step "
               f"{base:.2f} -> {got:.2f} us (computed {want:.2f}), overlap {got_ov:.2f} us")
+        # The knobs: NVLink's alpha-beta collectives, compute projected onto a GPU (the typed
+        # machine rate over the peak at the efficiency).
+        Select(d.find_element("id", "wi-net")).select_by_value("nvlink")
+        for i, v in (("wi-gflops", "40"), ("wi-peak", "989"), ("wi-eff", "40")):
+            box = d.find_element("id", i)
+            box.clear()
+            box.send_keys(v + "\t")
+        d.find_element("id", "wi-gpu").click()
+        scale = 40 / (989 * 1000 * 0.40)
+        want, want_ov, crit = whatif(runs[0][1], k, [(0, target["args"]["id"], t)], (3.0, 370.0), scale)
+        close(float(d.find_element("id", "wi-step").get_attribute("data-value")), want, "projected step time")
+        close(float(d.find_element("id", "wi-overlap").get_attribute("data-value")), want_ov, "projected overlap")
+        check_critical(d, crit)
+        print(f"projected on NVLink and a GPU at 40 % of 989 TFLOP/s: step {want:.2f} us")
         if args.screenshot:
             d.find_element("id", "arrows").click()
             d.save_screenshot(args.screenshot)

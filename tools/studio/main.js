@@ -41,6 +41,17 @@ DTS.start = function () {
   body.appendChild(el('h2', {}, 'Compare (per step, mean over the steps after the first)'));
   body.appendChild(table);
 
+  /* What-if panel. */
+  var wi = el('div', { id: 'whatif' });
+  wi.innerHTML = '<h2>What-if</h2><div class="bar">Run <select id="wi-run"><option value="">off</option></select>' +
+    ' Network <select id="wi-net"></select>' +
+    ' <label><input type="checkbox" id="wi-gpu"> project compute onto a GPU:</label>' +
+    ' this machine <input id="wi-gflops" size="6"> GFLOP/s, GPU peak <input id="wi-peak" size="6" value="989"> TFLOP/s' +
+    ' at <input id="wi-eff" size="3" value="40"> % <button id="wi-reset">reset moves</button></div>' +
+    '<p>Recorded step time <b id="wi-rec">–</b>; rescheduled without moves <b id="wi-base">–</b>; ' +
+    'with the moves and knobs <b id="wi-step">–</b>, comm/compute overlap <b id="wi-overlap">–</b>. ' +
+    '<span id="wi-move"></span> <span id="wi-err" class="err"></span></p><p id="wi-assume" class="note"></p>';
+  body.appendChild(wi);
   /* Controls. */
   var bar = el('div', { class: 'bar' });
   var stepSel = el('select', { id: 'step' }), ks = {};
@@ -60,33 +71,22 @@ DTS.start = function () {
   bar.appendChild(al);
   body.appendChild(el('h2', {}, 'Timeline'));
   body.appendChild(bar);
+  var info = el('div', { id: 'selected', class: 'note' }, 'Nothing selected.');
+  body.appendChild(info);
   var scroll = el('input', { type: 'range', id: 'scroll', min: 0, max: 1000, value: 0 });
   body.appendChild(scroll);
   var canvas = el('canvas', { id: 'timeline' });
   body.appendChild(canvas);
   var tip = el('div', { id: 'tip' });
   body.appendChild(tip);
-  var info = el('div', { id: 'selected', class: 'note' }, 'Nothing selected.');
-  body.appendChild(info);
 
-  /* What-if panel. */
-  var wi = el('div', { id: 'whatif' });
-  wi.innerHTML = '<h2>What-if</h2><div class="bar">Run <select id="wi-run"><option value="">off</option></select>' +
-    ' Network <select id="wi-net"></select>' +
-    ' <label><input type="checkbox" id="wi-gpu"> project compute onto a GPU:</label>' +
-    ' this machine <input id="wi-gflops" size="6"> GFLOP/s, GPU peak <input id="wi-peak" size="6" value="989"> TFLOP/s' +
-    ' at <input id="wi-eff" size="3" value="40"> % <button id="wi-reset">reset moves</button></div>' +
-    '<p>Recorded step time <b id="wi-rec">–</b>; rescheduled without moves <b id="wi-base">–</b>; ' +
-    'with the moves and knobs <b id="wi-step">–</b>, comm/compute overlap <b id="wi-overlap">–</b>. ' +
-    '<span id="wi-move"></span> <span id="wi-err" class="err"></span></p><p id="wi-assume" class="note"></p>';
-  body.appendChild(wi);
   var runSel = wi.querySelector('#wi-run'), netSel = wi.querySelector('#wi-net');
   runs.forEach(function (r, i) { runSel.appendChild(el('option', { value: i }, DTS.esc(r.name))); });
   Object.keys(DTS.NET_PRESETS).forEach(function (k) { netSel.appendChild(el('option', { value: k }, DTS.NET_PRESETS[k].label)); });
 
   var view, moves = [];
   function opts() {
-    var run = runs[+runSel.value], scale = 1;
+    var run = runSel.value === '' ? null : runs[+runSel.value], scale = 1;
     var gfl = parseFloat(wi.querySelector('#wi-gflops').value), peak = parseFloat(wi.querySelector('#wi-peak').value);
     var eff = parseFloat(wi.querySelector('#wi-eff').value) / 100;
     if (wi.querySelector('#wi-gpu').checked && gfl > 0 && peak > 0 && eff > 0) scale = gfl / (peak * 1000 * eff);
@@ -107,7 +107,6 @@ DTS.start = function () {
     var o = opts();
     wi.querySelector('#wi-err').textContent = '';
     if (!o.run) { view.whatif = null; view.draw(); return; }
-    if (!wi.querySelector('#wi-gflops').value && o.run.gflops) wi.querySelector('#wi-gflops').value = o.run.gflops;
     var plan = DTS.buildPlan(o.run, view.k), sched = DTS.schedule(plan, o);
     var base = DTS.schedule(DTS.buildPlan(o.run, view.k), { net: DTS.NET_PRESETS.recorded, computeScale: 1 });
     for (var i = 0; i < moves.length && !sched.error; i++) {
@@ -150,7 +149,12 @@ DTS.start = function () {
   function setStep() { moves = []; view.setStep(+stepSel.value); recompute(); }
   stepSel.onchange = setStep;
   netSel.onchange = recompute;
-  runSel.onchange = function () { moves = []; recompute(); };
+  runSel.onchange = function () { /* the run's measured rate, from its dt_run metadata */
+    var run = runSel.value === '' ? null : runs[+runSel.value];
+    if (run && run.gflops) wi.querySelector('#wi-gflops').value = run.gflops;
+    moves = [];
+    recompute();
+  };
   ['#wi-gpu', '#wi-gflops', '#wi-peak', '#wi-eff'].forEach(function (id) { wi.querySelector(id).onchange = recompute; });
   wi.querySelector('#wi-reset').onclick = function () { moves = []; recompute(); };
   document.getElementById('zoom-in').onclick = function () { view.zoom(2); };

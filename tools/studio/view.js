@@ -92,7 +92,7 @@ DTS.View.prototype.visible = function (row, a, b, fn) {
 };
 
 DTS.View.prototype.color = function (ev) {
-  if (DTS.isColl(ev)) return KIND_COLORS[ev.args.kind] || '#c9772b';
+  if (DTS.isColl(ev)) return KIND_COLORS[ev.args.kind || ev.name] || '#c9772b';
   if (ev.tid === 1) return '#5a9e4b';
   if (ev.tid === 3) return ev.name === 'idle' ? '#dddddd' : '#3aa0a0';
   return '#8c96a6';
@@ -139,9 +139,10 @@ DTS.View.prototype.draw = function () {
       g.fillRect(x0, row.y + 2, x1 - x0, ROW - 4);
       if (crit && crit.has(ev)) { g.strokeStyle = '#e0007a'; g.lineWidth = 2; g.strokeRect(x0, row.y + 2, x1 - x0, ROW - 4); }
       if (ev === self.selected) { g.strokeStyle = '#000'; g.lineWidth = 2; g.strokeRect(x0, row.y + 1, x1 - x0, ROW - 2); }
-      if (x1 - x0 > 30) {
+      if (x1 - x0 > 30) { /* as many characters as fit (about 6 px each) */
+        var lx = Math.max(x0, GUTTER), fit = Math.floor((x1 - lx - 4) / 6), lab = self.label(ev);
         g.fillStyle = '#fff';
-        g.fillText(self.label(ev), Math.max(x0, GUTTER) + 2, row.y + ROW / 2, x1 - Math.max(x0, GUTTER) - 4);
+        if (fit > 1) g.fillText(lab.length > fit ? lab.slice(0, fit - 1) + '…' : lab, lx + 2, row.y + ROW / 2);
       }
       drawn++;
     });
@@ -174,13 +175,14 @@ DTS.View.prototype.drawAxis = function (g, wd, h) {
   g.fillStyle = '#f7f7f7';
   g.fillRect(GUTTER, 0, wd - GUTTER, AXIS);
   g.fillStyle = '#333';
-  g.fillText('µs from step ' + this.k + ' start', 6, AXIS / 2);
+  var ms = step >= 1000;
+  g.fillText((ms ? 'ms' : 'µs') + ' from step ' + this.k + ' start', 6, AXIS / 2);
   for (var t = Math.ceil(this.t0 / step) * step; t <= this.t1; t += step) {
     var x = GUTTER + ((t - this.t0) * (wd - GUTTER)) / span;
     g.fillStyle = '#eee';
     g.fillRect(x, AXIS, 1, h - AXIS);
     g.fillStyle = '#333';
-    g.fillText(+t.toPrecision(6) + '', x + 2, AXIS / 2);
+    g.fillText(+(ms ? t / 1000 : t).toPrecision(6) + '', x + 2, AXIS / 2);
   }
 };
 
@@ -325,7 +327,7 @@ DTS.describe = function (ev, tt) {
   var a = ev.args, rows = [['event', ev.name], ['rank', ev.rank.name],
     ['start', (tt[0] - DTS.stepOrigin(ev.rank.run, 0)).toFixed(1) + ' µs'], ['duration', (tt[1] - tt[0]).toFixed(1) + ' µs']];
   if (DTS.isColl(ev)) {
-    rows.push(['kind', a.kind || '?'], ['group', (a.group || '?') + (a.group_size ? ' (' + a.group_size + ' ranks)' : '')],
+    rows.push(['kind', a.kind || ev.name], ['group', (a.group || '?') + (a.group_size ? ' (' + a.group_size + ' ranks)' : '')],
               ['bytes in / out', (a.bytes_in || 0) + ' / ' + (a.bytes_out || 0)]);
     if (a.from || a.to) rows.push(['placements', (a.from || '?') + ' -> ' + (a.to || '?')]);
     if (a.op) rows.push(['needed by op', a.op]);

@@ -60,7 +60,7 @@ function durations(plan, opts) {
     var base = Math.min.apply(null, members.map(function (m) { return m.dur; }));
     var bytes = Math.max.apply(null, members.map(DTS.collBytes));
     if (net && bytes > 0) {
-      var sh = DTS.collShape(ev.args.kind, +ev.args.group_size || members.length);
+      var sh = DTS.collShape(ev.args.kind || ev.name, +ev.args.group_size || members.length);
       base = sh.steps * net.alpha + (sh.frac * bytes) / (net.bw * 1e3); /* GB/s = 1e3 B/µs */
     }
     d.set(ev, base);
