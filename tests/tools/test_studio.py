@@ -104,7 +104,7 @@ def summary(ranks):
 # ---- the what-if scheduler, written from docs/tracing.md ----------------------------------
 def whatif(ranks, k, moves, net=None, scale=1.0):
     """moves: [(pid, id, not_before)] in order; net: (alpha us, GB/s) or None (as recorded);
-    scale: compute's time factor. Returns (step time, mean overlap, critical path keys)."""
+    scale: compute's time factor. Returns (step time, mean overlap, critical path keys, starts)."""
     streams, gap, where = [], {}, {}
     rk_of, by_key = {}, {}
     for pid, r in sorted(ranks.items()):
@@ -251,7 +251,7 @@ def whatif(ranks, k, moves, net=None, scale=1.0):
     while x is not None and x != "moved":
         crit.add(x)
         x = bind[x]
-    return worst, sum(ov) / len(ov), crit
+    return worst, sum(ov) / len(ov), crit, start
 
 
 # ---- the browser ---------------------------------------------------------------------------
@@ -394,6 +394,8 @@ def run(args, tmp):
             "var ev=DTS.runs[0].ranks[0].byId[arguments[0]]; return DTS.view.boxRect(ev);", str(target["args"]["id"]))
         cw, ch = canvas.size["width"], canvas.size["height"]
         x, y = rect["x"] + min(rect["w"] / 2, 5) - cw / 2, rect["y"] + rect["h"] / 2 - ch / 2
+        before = d.execute_script("return DTS.view.times(DTS.runs[0].ranks[0].byId[arguments[0]])[0];",
+                                  str(target["args"]["id"]))
         prev = ags[-2]
         px = d.execute_script("return DTS.view.boxRect(DTS.runs[0].ranks[0].byId[arguments[0]]).x;", str(prev["args"]["id"]))
         dx = int(px - rect["x"] - 3)  # onto the previous all-gather's start: a reorder
@@ -406,15 +408,18 @@ def run(args, tmp):
         if mv.get_attribute("data-id") != str(target["args"]["id"]):
             sys.exit(f"FAIL: the drag did not move all-gather {target['args']['id']} ({mv.text})")
         t = float(mv.get_attribute("data-t"))
-        want, want_ov, crit = whatif(runs[0][1], k, [(0, target["args"]["id"], t)])
+        want, want_ov, crit, starts = whatif(runs[0][1], k, [(0, target["args"]["id"], t)])
         got = float(d.find_element("id", "wi-step").get_attribute("data-value"))
         got_ov = float(d.find_element("id", "wi-overlap").get_attribute("data-value"))
         close(got, want, "what-if step time after the drag")
         close(got_ov, want_ov, "what-if overlap after the drag")
         check_critical(d, crit)
-        if abs(want - base) < 1e-9 or t >= target["ts"]:
-            sys.exit(f"FAIL: the drag changed nothing (moved to {t}, step {want} vs {base})")
-        print(f"what-if: all_gather {target['args']['id']} moved {target['ts']:.1f} -> {t:.1f}: step "
+        now = d.execute_script("return DTS.view.times(DTS.runs[0].ranks[0].byId[arguments[0]])[0];",
+                               str(target["args"]["id"]))
+        close(now, starts[(0, target["args"]["id"])], "the dragged all-gather's new start")
+        if not (t < before and now < before):
+            sys.exit(f"FAIL: dragged left, the all-gather did not move earlier ({before} -> {t}, {now})")
+        print(f"what-if: all_gather {target['args']['id']} moved {before:.1f} -> {t:.1f}: step "
               f"{base:.2f} -> {got:.2f} us (computed {want:.2f}), overlap {got_ov:.2f} us")
         # The knobs: NVLink's alpha-beta collectives, compute projected onto a GPU (the typed
         # machine rate over the peak at the efficiency).
@@ -425,7 +430,7 @@ def run(args, tmp):
             box.send_keys(v + "\t")
         d.find_element("id", "wi-gpu").click()
         scale = 40 / (989 * 1000 * 0.40)
-        want, want_ov, crit = whatif(runs[0][1], k, [(0, target["args"]["id"], t)], (3.0, 370.0), scale)
+        want, want_ov, crit, _ = whatif(runs[0][1], k, [(0, target["args"]["id"], t)], (3.0, 370.0), scale)
         close(float(d.find_element("id", "wi-step").get_attribute("data-value")), want, "projected step time")
         close(float(d.find_element("id", "wi-overlap").get_attribute("data-value")), want_ov, "projected overlap")
         check_critical(d, crit)
