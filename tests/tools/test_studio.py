@@ -271,7 +271,7 @@ def browser():
     except ImportError:
         print("python3-selenium not installed: skipped")
         sys.exit(77)
-    drv = shutil.which("chromedriver") or "/usr/lib/chromium/chromedriver"
+    drv = os.environ.get("DT_CHROMEDRIVER") or shutil.which("chromedriver") or "/usr/lib/chromium/chromedriver"
     if not os.path.exists(drv):
         print("no chromedriver (Debian: chromium-driver): skipped")
         sys.exit(77)
