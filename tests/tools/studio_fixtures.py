@@ -87,7 +87,8 @@ def full_run(seed, name, ranks, group, pipeline, gflops):
 
 
 def legacy_run(seed, ranks):
-    """Today's older traces: lanes 0-3, only a detail text, no ids, deps or steps."""
+    """Today's older traces: lanes 0-3, only a detail text (a collective's: its group and
+    bytes, or none), no ids, deps or steps."""
     rnd = random.Random(seed)
     out = []
     for r in range(ranks):
@@ -95,8 +96,10 @@ def legacy_run(seed, ranks):
         for i in range(30):
             tid = [0, 1, 2][i % 3]
             d = rnd.uniform(3, 20)
+            nb = rnd.choice([0, 4096, 65536])
+            detail = f"group tp of 2, {nb // 2} B in, {nb} B out" if tid == 2 and nb else "x"
             ev.append({"name": ["add", "sgemm", "all_gather"][tid], "cat": "x", "ph": "X", "ts": round(t, 3),
-                       "dur": round(d, 3), "pid": r, "tid": tid, "args": {"detail": "x"}})
+                       "dur": round(d, 3), "pid": r, "tid": tid, "args": {"detail": detail}})
             t += d + rnd.uniform(0, 4)
         out.append(ev)
     return out

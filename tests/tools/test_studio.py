@@ -9,6 +9,7 @@ Usage: test_studio.py DTENSOR_TRACE [--screenshot OUT.png] [--seed N]"""
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,7 +60,11 @@ def inter(u, v):
 
 
 def nbytes(e):
-    return max(e["args"].get("bytes_in", 0), e["args"].get("bytes_out", 0))
+    a = e["args"]
+    if "kind" not in a:  # an older trace: the bytes are in the detail text
+        m = re.match(r"group \S+ of \d+, (\d+) B in, (\d+) B out", a.get("detail", ""))
+        return max(int(m.group(1)), int(m.group(2))) if m else 0
+    return max(a.get("bytes_in", 0), a.get("bytes_out", 0))
 
 
 def step_figures(ranks, k):

@@ -20,6 +20,21 @@ DTS.collBytes = function (ev) {
   return Math.max(+ev.args.bytes_in || 0, +ev.args.bytes_out || 0);
 };
 
+/* Traces written before collectives carried their own args say them in the detail text
+ * ("group tp of 2, 65536 B in, 131072 B out"): the kind is the event's name; no seq, so such
+ * a collective is an instance of its own. */
+DTS.olderCollArgs = function (name, a) {
+  var m = /^group (\S+) of (\d+), (\d+) B in, (\d+) B out/.exec(a.detail || '');
+  if (!m) return a;
+  var out = Object.assign({}, a);
+  out.kind = name;
+  out.group_size = +m[2];
+  out.bytes_in = +m[3];
+  out.bytes_out = +m[4];
+  out.group_label = m[1]; /* not "group": that, with seq, would match ranks' collectives */
+  return out;
+};
+
 DTS.parseRun = function (raw, index) {
   var run = { name: raw.name, files: raw.files, index: index, ranks: [], gflops: null,
               layout: '', instances: {}, stepIds: [], hasDeps: false };
@@ -47,6 +62,7 @@ DTS.parseRun = function (raw, index) {
       if (e.name === 'step') r.steps[a.step] = { start: +e.ts, end: +e.ts + +e.dur };
       return;
     }
+    if ((tid === 2 || tid === 4) && a.kind === undefined) a = DTS.olderCollArgs(e.name, a);
     var id = a.id !== undefined && a.id !== null ? String(a.id) : 'x' + synth++;
     var ev = { name: String(e.name), ts: +e.ts, dur: +e.dur, end: +e.ts + +e.dur, tid: tid,
                args: a, id: id, deps: Array.isArray(a.deps) ? a.deps.map(String) : [],

@@ -327,7 +327,7 @@ DTS.describe = function (ev, tt) {
   var a = ev.args, rows = [['event', ev.name], ['rank', ev.rank.name],
     ['start', (tt[0] - DTS.stepOrigin(ev.rank.run, 0)).toFixed(1) + ' µs'], ['duration', (tt[1] - tt[0]).toFixed(1) + ' µs']];
   if (DTS.isColl(ev)) {
-    rows.push(['kind', a.kind || ev.name], ['group', (a.group || '?') + (a.group_size ? ' (' + a.group_size + ' ranks)' : '')],
+    rows.push(['kind', a.kind || ev.name], ['group', (a.group || a.group_label || '?') + (a.group_size ? ' (' + a.group_size + ' ranks)' : '')],
               ['bytes in / out', (a.bytes_in || 0) + ' / ' + (a.bytes_out || 0)]);
     if (a.from || a.to) rows.push(['placements', (a.from || '?') + ' -> ' + (a.to || '?')]);
     if (a.op) rows.push(['needed by op', a.op]);
