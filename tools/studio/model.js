@@ -113,9 +113,21 @@ DTS.union = function (ivs) {
   });
   return out;
 };
+/* The first index of a sorted array whose key is >= t. */
+DTS.lowerBound = function (arr, t, key) {
+  var lo = 0, hi = arr.length;
+  while (lo < hi) {
+    var mid = (lo + hi) >> 1;
+    if (key(arr[mid]) < t) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+};
+/* u clipped to [s, e]; u is merged, so its ends are sorted too. */
 DTS.clip = function (u, s, e) {
-  return u.map(function (iv) { return [Math.max(iv[0], s), Math.min(iv[1], e)]; })
-    .filter(function (iv) { return iv[1] > iv[0]; });
+  var out = [];
+  for (var i = DTS.lowerBound(u, s, function (iv) { return iv[1]; }); i < u.length && u[i][0] < e; i++)
+    if (Math.min(u[i][1], e) > Math.max(u[i][0], s)) out.push([Math.max(u[i][0], s), Math.min(u[i][1], e)]);
+  return out;
 };
 DTS.total = function (u) { return u.reduce(function (t, iv) { return t + iv[1] - iv[0]; }, 0); };
 DTS.overlapLen = function (a, b) {
@@ -138,6 +150,14 @@ function spans(r, tids, pred) {
 
 /* One step's figures for a run (docs/tracing.md, "The comparison table"): the step time is the
  * ranks' maximum step span; the others are means over the ranks that ran the step. */
+function unions(r) { /* per rank, once: every step clips the same unions */
+  if (!r.unions)
+    r.unions = { comp: spans(r, [1]), comm: spans(r, [2, 4]),
+                 idle: spans(r, [3], function (ev) { return ev.name === 'idle'; }),
+                 busy: spans(r, [3], function (ev) { return ev.name !== 'idle'; }) };
+  return r.unions;
+}
+
 DTS.stepMetrics = function (run, k) {
   var m = { time: 0, compute: 0, comm: 0, overlap: 0, exposed: 0, bubble: null, colls: 0, bytes: 0 };
   var n = 0, nb = 0, bub = 0;
@@ -146,20 +166,21 @@ DTS.stepMetrics = function (run, k) {
     if (!w) return;
     n++;
     m.time = Math.max(m.time, w.end - w.start);
-    var comp = DTS.clip(spans(r, [1]), w.start, w.end), comm = DTS.clip(spans(r, [2, 4]), w.start, w.end);
+    var u = unions(r), comp = DTS.clip(u.comp, w.start, w.end), comm = DTS.clip(u.comm, w.start, w.end);
     var ov = DTS.overlapLen(comp, comm);
     m.compute += DTS.total(comp);
     m.comm += DTS.total(comm);
     m.overlap += ov;
     m.exposed += DTS.total(comm) - ov;
     [2, 4].forEach(function (t) {
-      (r.lanes[t] || []).forEach(function (ev) {
-        if (ev.ts >= w.start && ev.ts < w.end) { m.colls++; m.bytes += DTS.collBytes(ev); }
-      });
+      var l = r.lanes[t] || [];
+      for (var i = DTS.lowerBound(l, w.start, function (ev) { return ev.ts; }); i < l.length && l[i].ts < w.end; i++) {
+        m.colls++;
+        m.bytes += DTS.collBytes(l[i]);
+      }
     });
     if (r.lanes[3]) {
-      var idle = DTS.total(DTS.clip(spans(r, [3], function (ev) { return ev.name === 'idle'; }), w.start, w.end));
-      var busy = DTS.total(DTS.clip(spans(r, [3], function (ev) { return ev.name !== 'idle'; }), w.start, w.end));
+      var idle = DTS.total(DTS.clip(u.idle, w.start, w.end)), busy = DTS.total(DTS.clip(u.busy, w.start, w.end));
       if (idle + busy > 0) { bub += idle / (idle + busy); nb++; }
     }
   });

@@ -132,9 +132,12 @@ DTS.View.prototype.draw = function () {
     g.beginPath();
     g.rect(GUTTER, row.y, wd - GUTTER, ROW);
     g.clip();
-    var o = self.origins[row.ri], a = o + self.t0, b = o + self.t1;
+    var o = self.origins[row.ri], a = o + self.t0, b = o + self.t1, lastPx = -1;
     self.visible(row, a, b, function (ev, tt) {
       var x0 = self.x(row.ri, tt[0]), x1 = Math.max(self.x(row.ri, tt[1]), x0 + 1);
+      /* zoomed out, boxes under a pixel that fall in the last drawn pixel add nothing */
+      if (x1 - x0 <= 1 && Math.floor(x0) <= lastPx && ev !== self.selected && !(crit && crit.has(ev))) return;
+      lastPx = Math.floor(x1);
       g.fillStyle = self.color(ev);
       g.fillRect(x0, row.y + 2, x1 - x0, ROW - 4);
       if (crit && crit.has(ev)) { g.strokeStyle = '#e0007a'; g.lineWidth = 2; g.strokeRect(x0, row.y + 2, x1 - x0, ROW - 4); }
