@@ -26,8 +26,9 @@ static void usage(void) {
 }
 
 /* One trace file's events appended to run (a JSON array). A file holds a Chrome trace: an
- * array of events, or an object with "traceEvents". Traces in other formats (a profiler's)
- * are to be converted here, before their events are appended. */
+ * array of events, or an object with "traceEvents". A trace in another schema (a profiler's)
+ * is converted into ours first: the one place for that is between loading doc and reading its
+ * events below (convert to a temporary file, load that instead). */
 static int load_trace_file(const char *path, json_t *run, char *err, size_t cap) {
     json_error_t je;
     json_t *doc = json_load_file(path, 0, &je);
