@@ -1,13 +1,13 @@
 #!/usr/bin/python3
 """The trace studio page in headless Chromium: dtensor-trace studio writes a two-run comparison
 from hand-made traces in the full schema (one run given as per-rank files); the page's table
-must equal the figures computed here from the same JSON; zoom narrows the view; a collective
-dragged with real mouse actions gives the step time and overlap that this file's own
-scheduler computes (docs/tracing.md's model). A run in the older schema (no ids, deps, steps)
-loads too. Skipped (77) only where Chromium or its driver cannot start.
+must equal the figures computed here from the same JSON; zoom narrows the view; hovering a
+collective shows its args, clicking it lists the events whose deps name it; a collective
+dragged with real mouse actions, then the network and GPU knobs, give the step time, overlap
+and critical path that this file's own scheduler computes (docs/tracing.md's model). A run in
+the older schema (no ids, deps, steps) loads too. Skipped (77) only where Chromium or its driver cannot start.
 Usage: test_studio.py DTENSOR_TRACE [--screenshot OUT.png] [--seed N]"""
 import argparse
-import json
 import os
 import re
 import shutil
@@ -312,6 +312,47 @@ def check_table(d, runs):
         print(f"table row {name}: " + ", ".join(f"{f} {want[f]:.2f}" for f in FIELDS if want[f] is not None))
 
 
+def box_offset(d, canvas, pid, eid):
+    """The middle of an event's box (run 0), as an offset from the canvas's centre."""
+    d.execute_script("window.scrollTo(0, arguments[0].getBoundingClientRect().top + window.scrollY - 20)", canvas)
+    r = d.execute_script("return DTS.view.boxRect(DTS.runs[0].ranks.find(k => k.pid === arguments[0]).byId[arguments[1]]);",
+                         pid, str(eid))
+    return r["x"] + r["w"] / 2 - canvas.size["width"] / 2, r["y"] + r["h"] / 2 - canvas.size["height"] / 2
+
+
+def details(d, box):
+    """The rows (th: td) of an event's details, in the tooltip or the selection."""
+    return d.execute_script("var o = {}; document.querySelectorAll('#' + arguments[0] + ' tr').forEach("
+                            "r => o[r.cells[0].textContent] = r.cells[1].textContent); return o;", box)
+
+
+def check_details(d, canvas, ranks):
+    """Hovering rank 1's first reduce-scatter shows its kind, group, bytes, placements and op;
+    clicking it lists as consumers exactly the events whose deps name it."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    r1 = ranks[1]
+    s, e = r1["steps"][1]
+    c = next(x for x in r1["ev"] if x["tid"] == 2 and s <= x["ts"] < e)
+    a = c["args"]
+    x, y = box_offset(d, canvas, 1, a["id"])
+    ActionChains(d).move_to_element_with_offset(canvas, x, y).perform()
+    tip = details(d, "tip")
+    for k, want in (("kind", a["kind"]), ("group", f"{a['group']} ({a['group_size']} ranks)"),
+                    ("bytes in / out", f"{a['bytes_in']} / {a['bytes_out']}"),
+                    ("placements", f"{a['from']} -> {a['to']}"), ("needed by op", a["op"])):
+        if tip.get(k) != want:
+            sys.exit(f"FAIL: hovering {a['kind']} {a['id']}: {k} is {tip.get(k)!r}, not {want!r}")
+    ActionChains(d).move_to_element_with_offset(canvas, x, y).click().perform()
+    got = d.execute_script("var v = DTS.view; return v.selected ? v.selected.consumers.map(q => +q.id) : null;")
+    want = sorted(y["args"]["id"] for y in r1["ev"] if a["id"] in y["args"].get("deps", []))
+    if got is None or sorted(got) != want or not want:
+        sys.exit(f"FAIL: clicked {a['kind']} {a['id']}: consumers {got}, expected {want}")
+    names = ", ".join(y["args"].get("op", y["name"]) for y in r1["ev"] if a["id"] in y["args"].get("deps", []))
+    if details(d, "selected").get("consumers") != names:
+        sys.exit(f"FAIL: the selection lists consumers {details(d, 'selected')}, not {names!r}")
+    print(f"details: {a['kind']} {a['id']} on rank 1 shows its group, bytes, placements, op and {len(want)} consumer(s)")
+
+
 def check_critical(d, crit):
     got = d.execute_script(
         "return [...DTS.view.whatif.sched.critical].map(e => [e.rank.pid, e.id]);")
@@ -384,6 +425,7 @@ def run(args, tmp):
             sys.exit("FAIL: zoomed in, the page still draws every box")
         print(f"zoom: {full:.1f} us -> {span():.1f} us, boxes {drawn} -> {canvas.get_attribute('data-drawn')}")
         d.find_element("id", "fit").click()
+        check_details(d, canvas, runs[0][1])
 
         # What-if on run a, step 1: drag rank 0's last all-gather of the step earlier.
         Select(d.find_element("id", "wi-run")).select_by_index(1)
