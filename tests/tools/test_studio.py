@@ -489,9 +489,13 @@ def run(args, tmp):
         # The older schema: no ids, deps or steps.
         legacy = fx.legacy_run(args.seed, 2)
         fx.write(f"{tmp}/old.json", [e for r in legacy for e in r])
+        # The older schema, alone and next to a run in the full one.
         subprocess.run([args.tool, "studio", "-o", f"{tmp}/old.html", f"{tmp}/old.json"], check=True)
         open_page(d, f"{tmp}/old.html")
         check_table(d, [("old", load([e for r in legacy for e in r]))])
+        subprocess.run([args.tool, "studio", "-o", f"{tmp}/mixed.html", f"{tmp}/old.json", f"{tmp}/a.json"], check=True)
+        open_page(d, f"{tmp}/mixed.html")
+        check_table(d, [("old", load([e for r in legacy for e in r])), runs[0]])
     finally:
         d.quit()
     print("studio page: tables, zoom and what-if agree with the trace")

@@ -108,6 +108,12 @@ DTS.start = function () {
     wi.querySelector('#wi-err').textContent = '';
     if (!o.run) { view.whatif = null; view.draw(); return; }
     var plan = DTS.buildPlan(o.run, view.k), sched = DTS.schedule(plan, o);
+    if (!plan.ranks.length) {
+      wi.querySelector('#wi-err').textContent = o.run.name + ' has no step ' + view.k + ': pick another step.';
+      view.whatif = null;
+      view.draw();
+      return;
+    }
     var base = DTS.schedule(DTS.buildPlan(o.run, view.k), { net: DTS.NET_PRESETS.recorded, computeScale: 1 });
     for (var i = 0; i < moves.length && !sched.error; i++) {
       DTS.moveEvent(plan, sched, moves[i].ev, moves[i].t);

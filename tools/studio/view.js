@@ -24,8 +24,10 @@ DTS.View = function (canvas, runs, hooks) {
 
 DTS.View.prototype.setStep = function (k) {
   this.k = k;
-  this.origins = this.runs.map(function (r) { return DTS.stepOrigin(r, k); });
-  this.span = Math.max.apply(null, this.runs.map(function (r, i) { return DTS.stepEnd(r, k) - this.origins[i]; }, this));
+  /* a run without step k (an older trace: one step) shows its first step there */
+  var ks = this.runs.map(function (r) { return r.stepIds.indexOf(k) >= 0 ? k : r.stepIds[0]; });
+  this.origins = this.runs.map(function (r, i) { return DTS.stepOrigin(r, ks[i]); });
+  this.span = Math.max.apply(null, this.runs.map(function (r, i) { return DTS.stepEnd(r, ks[i]) - this.origins[i]; }, this));
   this.fit();
 };
 DTS.View.prototype.fit = function () { this.t0 = 0; this.t1 = Math.max(this.span, 1); this.draw(); };
@@ -290,7 +292,7 @@ DTS.View.prototype.listen = function () {
   });
   window.addEventListener('mousemove', function (e) {
     var p = pt(e);
-    if (!drag) { self.hover(self.hit(p.x, p.y), e); return; }
+    if (!drag) { self.hover(e.target === c ? self.hit(p.x, p.y) : null, e); return; }
     var dx = p.x - drag.x;
     if (Math.abs(dx) > 2) drag.moved = true;
     var per = (self.t1 - self.t0) / (c.clientWidth - GUTTER);
