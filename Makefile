@@ -7,11 +7,12 @@ PKGS := gcc g++ make meson ninja-build pkg-config libcriterion-dev libucx-dev li
 # make test-hosts only: network namespaces and a veth pair (ip), UTS namespaces (unshare).
 HOSTS_PKGS := iproute2 util-linux
 # make test only: the timeline test renders the demo's page in headless Chromium
-# (tests/tools/test_timeline.sh). make demo needs no browser.
-TEST_PKGS := chromium $(HOSTS_PKGS)
+# (tests/tools/test_timeline.sh); the studio test drives it with selenium (test_studio.py).
+# make demo needs no browser.
+TEST_PKGS := chromium chromium-driver python3-selenium $(HOSTS_PKGS)
 MESON_FLAGS := -Dwerror=true
 
-.PHONY: all deps test-deps build demo train train-moe test test-hosts test-gpu-sim test-asan bench fuzz gpu-check \
+.PHONY: all deps test-deps build demo train train-moe train-compare test test-hosts test-gpu-sim test-asan bench fuzz gpu-check \
 	fresh-check \
 	clean
 
@@ -42,6 +43,11 @@ train: build
 train-moe: build
 	./$(BUILD)/examples/train examples/configs/dp2_ep2_tp2_moe.json \
 		--metrics.trace_out $(BUILD)/train_trace $(TRAIN_ARGS)
+
+# make train's layouts (DDP, FSDP, TP+SP, FSDP x TP, pipeline AFAB and 1F1B, context and expert
+# parallel), 3 traced steps each, side by side in the trace studio: build/train_compare.html.
+train-compare: build
+	sh tools/train-compare.sh $(BUILD) $(TRAIN_ARGS)
 
 test: test-deps build test-gpu-sim
 	meson test -C $(BUILD) --print-errorlogs
