@@ -13,7 +13,8 @@
  * None of these calls is recorded by autograd except dt_linear_float8 and dt_linear_bf16
  * (straight-through: see there). The calls that take tensors are collective over their mesh
  * (the ops they run may communicate) and block; their outputs are new tensors owned by the
- * caller, set only on success. dt_float8_max, dt_module_set_float8 and dt_module_set_bf16 are local. */
+ * caller, set only on success. dt_float8_max, dt_module_set_float8 and dt_module_set_bf16 are
+ * local. */
 #ifndef DTENSOR_FLOAT8_H
 #define DTENSOR_FLOAT8_H
 
