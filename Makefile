@@ -62,7 +62,8 @@ test-hosts: build
 # The CUDA path (kernels, device memory, the device side of tensors, redistribute and the
 # local collectives) run against cudasim, which executes the kernels on the CPU: gpu_check's
 # every op and redistribution, on machines without a GPU. CUDASIM_GUARD=1: host code that
-# touches device memory crashes, as it would on a GPU.
+# touches device memory crashes, as it would on a GPU. CUDASIM_CC=80: an Ampere device, so
+# float8 GEMMs take the widening path there (cuBLASLt's float8 GEMM on the default sm_90).
 SIM_BUILD ?= build-sim
 test-gpu-sim: deps
 	@test -f $(SIM_BUILD)/build.ninja || meson setup $(SIM_BUILD) $(MESON_FLAGS) -Dgpu_sim=true \
@@ -71,7 +72,7 @@ test-gpu-sim: deps
 	./$(SIM_BUILD)/tests/gpu/gpu_check
 	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/gpu/gpu_check --quick
 	CUDASIM_GUARD=1 ./$(SIM_BUILD)/tests/gpu/ckpt_gpu_check > /dev/null
-	CUDASIM_DEVICES=2 ./$(SIM_BUILD)/tests/gpu/gpu_check --quick > /dev/null
+	CUDASIM_DEVICES=2 CUDASIM_CC=80 ./$(SIM_BUILD)/tests/gpu/gpu_check --quick > /dev/null
 	CUDASIM_GUARD=1 ./$(SIM_BUILD)/examples/demo --cuda $(SIM_BUILD) > /dev/null
 	sh tests/gpu/nccl_checks.sh $(SIM_BUILD) --sim
 	./$(SIM_BUILD)/bench/bench_gpu --smoke > /dev/null

@@ -3,13 +3,14 @@
  *
  *   bench_float8                      the float8 GEMM (dt_mm on e4m3 inputs, f32 out, widened
  *                                     in the kernel) vs dt_mm in f32, one rank, n x n x n
- *   dtrun -n 2 bench_float8 [ELEMS]   FSDP's parameter all-gather over UCX processes: one unit
- *                                     of one f32 parameter of ELEMS elements (default 4 Mi)
- *                                     gathered in float8 (float8_all_gather) vs the same
- *                                     parameter in bf16 and in f32 (plain gathers): time of
- *                                     dt_fsdp_unit_begin (the amax all_reduce, the cast, the
- *                                     gather, the widening) and the gather's bytes per call
- *                                     (dt_comm_stats), on rank 0 between barriers. */
+ *   dtrun -n 2 bench_float8 [ELEMS]   FSDP's parameter all-gather over UCX processes (2 or 4):
+ *                                     one unit of one f32 parameter of ELEMS elements (default
+ *                                     4 Mi) gathered in float8 (float8_all_gather), in bf16
+ *                                     (bf16_all_gather: torchtitan's mixed_precision_param =
+ *                                     bfloat16) and in f32: time of dt_fsdp_unit_begin (the
+ *                                     amax all_reduce, the cast, the gather, the widening) and
+ *                                     the gather's bytes per call (dt_comm_stats), on rank 0
+ *                                     between barriers. */
 #include <math.h>
 
 #include "bench_util.h"
@@ -63,7 +64,8 @@ static dt_status mm_body(dt_ctx *ctx, void *arg) {
 /* ---- FSDP's gather over UCX --------------------------------------------------------------- */
 
 enum { C_F8, C_BF16, C_F32, NCASES };
-static const char *const case_names[NCASES] = {"float8 (f32 params)", "bf16", "f32"};
+static const char *const case_names[NCASES] = {"float8 (f32 params)", "bf16 (f32 params)",
+                                                "f32"};
 
 typedef struct gather_case {
     dt_fsdp *f;
@@ -75,10 +77,11 @@ typedef struct gather_case {
 static dt_status case_init(dt_mesh *mesh, int c, int64_t elems, gather_case *g) {
     dt_fsdp_options o = dt_fsdp_options_default();
     o.float8_all_gather = c == C_F8;
+    o.bf16_all_gather = c == C_BF16;
     DT_CHECK(dt_fsdp_create(mesh, &o, &g->f));
     dt_placement r = dt_replicate();
     dt_tensor *p;
-    DT_CHECK(dt_tensor_arange(mesh, c == C_BF16 ? DT_BF16 : DT_F32, 0, (double)elems, 1, 1, &r, &p));
+    DT_CHECK(dt_tensor_arange(mesh, DT_F32, 0, (double)elems, 1, 1, &r, &p));
     DT_CHECK(dt_fsdp_shard_param(g->f, p, &g->shard));
     dt_tensor_release(p);
     return dt_fsdp_add_unit(g->f, 1, &g->shard, NULL);

@@ -87,12 +87,18 @@ static dt_status declare(tl_model *m, const tl_part *part) {
                                b->attention.wo, b->feed_forward.w1, b->feed_forward.w2,
                                b->feed_forward.w3};
             for (int k = 0; k < (c->experts > 0 ? 4 : 7); k++) TRY(dt_module_set_float8(lin[k], 1));
+        } else if (m->layout.bf16) {
+            dt_module lin[] = {b->attention.wq, b->attention.wk, b->attention.wv,
+                               b->attention.wo, b->feed_forward.w1, b->feed_forward.w2,
+                               b->feed_forward.w3};
+            for (int k = 0; k < (c->experts > 0 ? 4 : 7); k++) TRY(dt_module_set_bf16(lin[k], 1));
         }
     }
     if (!part->head) return DT_OK;
     TRY(dt_params_begin_group(p, "output"));
     TRY(dt_nn_rms_norm_create(p, "norm", c->dim, 1e-5, &m->norm));
-    return dt_nn_linear_create(p, "output", c->dim, c->vocab, 0, in, &m->output);
+    TRY(dt_nn_linear_create(p, "output", c->dim, c->vocab, 0, in, &m->output));
+    return m->layout.bf16 ? dt_module_set_bf16(m->output, 1) : DT_OK;
 }
 
 /* Whether the plan's rule for pattern names a module part declares (a plan may not name
@@ -128,7 +134,9 @@ static dt_status make_params(tl_model *m, const tl_part *part, dt_generator *gen
     TRY(dt_parallelize(m->params, &o));
     if (l->fsdp && l->fsdp_units && l->dp_dim >= 0) {
         /* torchtitan's units: one per block, the root holding the rest */
-        dt_fully_shard_options fo = {.dp_dim = dt_mesh_dim_name(m->mesh, l->dp_dim)};
+        dt_fully_shard_options fo = {.dp_dim = dt_mesh_dim_name(m->mesh, l->dp_dim),
+                                     .float8_all_gather = l->float8_all_gather,
+                                     .bf16_all_gather = l->bf16};
         if (part->end > part->first) TRY(dt_fully_shard(m->params, "layers.*", &fo));
         TRY(dt_fully_shard(m->params, NULL, &fo));
     }

@@ -47,6 +47,15 @@ typedef struct tl_layout {
     int float8;            /* the blocks' linears (attention and dense MLP) as torchao's
                               Float8Linear (dt_module_set_float8); the output projection stays
                               f32, as torchtitan's float8 filter leaves it */
+    int float8_all_gather; /* with fsdp_units: the units' parameters gathered in e4m3
+                              (torchtitan's enable_fsdp_float8_all_gather) */
+    int bf16;              /* torchtitan's mixed_precision_param = "bfloat16": every linear
+                              (blocks and output projection) multiplies bf16-rounded inputs and
+                              weights with f32 accumulation (dt_module_set_bf16), and with
+                              fsdp_units the units gather their parameters in bf16; master
+                              weights, gradients and optimizer state stay f32. With float8,
+                              the blocks' linears stay float8 and the output projection is
+                              bf16, as torchtitan runs float8 under bf16 mixed precision */
     /* with sequence_parallel: the sequence's all_gathers and reduce_scatters around the tp
        linears overlapped with their GEMMs, per tp peer (dtensor/async_tp.h) */
     dt_async_tp_mode async_tp;

@@ -16,7 +16,8 @@ typedef enum kind {
     K_AC,
     K_SCHEDULE,
     K_RUNTIME,
-    K_ASYNC_TP
+    K_ASYNC_TP,
+    K_PRECISION /* "float32" or "bfloat16" into an int (1: bfloat16) */
 } kind;
 
 /* One key: its dotted path, the older flag that aliases it (or NULL), where it lives, the
@@ -68,6 +69,8 @@ static const key keys[] = {
     N("parallelism.async_tp", "--async-tp", K_ASYNC_TP, async_tp, 0, 0,
       "off, ring or ordered (collective matmuls)"),
     N("model.float8", "--float8", K_BOOL, float8, 0, 1, "the blocks' linears in float8"),
+    N("training.mixed_precision_param", NULL, K_PRECISION, bf16, 0, 0,
+      "float32, or bfloat16: linears on bf16 inputs, FSDP units gather bf16"),
     N("parallelism.runtime", NULL, K_RUNTIME, ucx, 0, 0, "local (threads) or ucx (processes)"),
     N("parallelism.ucx", "--ucx", K_BOOL, ucx, 0, 1, "1: runtime ucx"),
     N("parallelism.bucket_kb", "--bucket-kb", K_INT, bucket_kb, -1, 1 << 22,
@@ -262,7 +265,7 @@ static int set(tr_config *c, const key *k, const char *text, json_t *json, const
     double num = 0;
     const char *str = NULL;
     if (k->kind == K_STR || k->kind == K_AC || k->kind == K_SCHEDULE || k->kind == K_RUNTIME ||
-        k->kind == K_ASYNC_TP) {
+        k->kind == K_ASYNC_TP || k->kind == K_PRECISION) {
         if (json && !json_is_string(json)) BAD("want a string");
         str = json ? json_string_value(json) : text;
     } else if (k->kind == K_BOOL && json && json_is_boolean(json)) {
@@ -309,6 +312,10 @@ static int set(tr_config *c, const key *k, const char *text, json_t *json, const
             *(dt_async_tp_mode *)p = DT_ASYNC_TP_ORDERED;
         else
             BAD("want off, ring or ordered");
+        return 0;
+    case K_PRECISION:
+        if (strcmp(str, "float32") && strcmp(str, "bfloat16")) BAD("want float32 or bfloat16");
+        *(int *)p = !strcmp(str, "bfloat16");
         return 0;
     case K_RUNTIME:
         if (strcmp(str, "local") && strcmp(str, "ucx")) BAD("want local or ucx");
@@ -498,6 +505,9 @@ void tr_config_usage(FILE *f) {
             break;
         case K_RUNTIME:
             snprintf(v, sizeof v, "%s", *(const int *)p ? "ucx" : "local");
+            break;
+        case K_PRECISION:
+            snprintf(v, sizeof v, "%s", *(const int *)p ? "bfloat16" : "float32");
             break;
         default:
             snprintf(v, sizeof v, "%d", *(const int *)p);

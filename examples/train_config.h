@@ -33,6 +33,7 @@ typedef struct tr_config {
     int virtual_stages;        /* interleaved 1F1B: model chunks per rank */
     dt_async_tp_mode async_tp; /* with sequence parallel: collective matmuls (off, ring, ordered) */
     int float8;                /* the blocks' linears in float8 (e4m3, tensorwise scales) */
+    int bf16;                  /* training.mixed_precision_param = bfloat16 (tl_layout.bf16) */
     int64_t ac_budget_kib;     /* activation_checkpoint.mode measured: KiB a block may keep */
     int ac_measure_steps;      /* ... measured over this many steps first */
     /* parallelism.tp_plan: module pattern -> style name (tr_style_parse), replacing the

@@ -107,6 +107,7 @@ static dt_status model_init(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, rank
                    .ac_budget = c->ac_budget_kib << 10,
                    .ac_measure_steps = c->ac_measure_steps,
                    .float8 = c->float8,
+                   .bf16 = c->bf16,
                    .async_tp = c->async_tp};
     dt_style_rule plan[TR_PLAN_MAX];
     tl_layout_find_dims(mesh, &l);

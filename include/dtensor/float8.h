@@ -1,7 +1,8 @@
 /* float8 training pieces in the style of torchao.float8: amax-based scales, scaled casts to
  * and from DT_F8E4M3 / DT_F8E5M2 (dtensor/types.h), a scaled float8 matmul (torch._scaled_mm)
- * and a float8 linear for training. A float8 tensor is a plain DT_F8* tensor; its scale is a
- * separate f32 tensor that the caller keeps next to it (data = saturate(x * scale)).
+ * and a float8 linear for training, with the bf16 linear it is measured against. A float8
+ * tensor is a plain DT_F8* tensor; its scale is a separate f32 tensor that the caller keeps
+ * next to it (data = saturate(x * scale)).
  *
  * Scales are torchao's "dynamic" recipe: scale = max_finite(dtype) / max(amax, 1e-12),
  * computed in f64 and rounded to f32, where amax is the largest |x| over the whole (global)
@@ -9,10 +10,11 @@
  * global: each rank's local amax, then one small all_reduce MAX over the mesh dims that shard
  * the reduced dims (none when they are replicated).
  *
- * None of these calls is recorded by autograd except dt_linear_float8 (straight-through: see
- * there). The calls that take tensors are collective over their mesh (the ops they run may
- * communicate) and block; their outputs are new tensors owned by the caller, set only on
- * success. dt_float8_max and dt_module_set_float8 are local. */
+ * None of these calls is recorded by autograd except dt_linear_float8 and dt_linear_bf16
+ * (straight-through: see there). The calls that take tensors are collective over their mesh
+ * (the ops they run may communicate) and block; their outputs are new tensors owned by the
+ * caller, set only on success. dt_float8_max, dt_module_set_float8 and dt_module_set_bf16 are
+ * local. */
 #ifndef DTENSOR_FLOAT8_H
 #define DTENSOR_FLOAT8_H
 
@@ -58,6 +60,19 @@ DT_API dt_status dt_linear_float8(dt_tensor *x, dt_tensor *w, dt_tensor *bias, d
  * layer's wq, w1, ...): on, its forward (dt_nn_linear_forward) runs dt_linear_float8 instead
  * of dt_linear. Modules whose weights are not f32 fail in their forward. Not collective. */
 DT_API dt_status dt_module_set_float8(dt_module module, int on);
+
+/* The bf16 reference float8 training is measured against, as torchtitan's mixed precision
+ * (mixed_precision_param = "bfloat16") computes a linear: out = dt_linear(xb, wb, bias) where
+ * xb and wb are x and w rounded to bf16 (nearest, ties to even) and held in f32, so the
+ * products are exact and accumulated in f32, as a bf16 GEMM with f32 accumulation does; the
+ * master weights and their gradients stay f32. Straight-through gradients (the rounding's
+ * derivative taken as 1); unlike torch's bf16 linear, out and the gradients are not rounded
+ * to bf16. x and w f32. */
+DT_API dt_status dt_linear_bf16(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_tensor **out);
+
+/* On: the linear module's forward runs dt_linear_bf16 instead of dt_linear. A module is
+ * float8 or bf16, not both (DT_ERR_ARG). Not collective. */
+DT_API dt_status dt_module_set_bf16(dt_module module, int on);
 
 #ifdef __cplusplus
 }

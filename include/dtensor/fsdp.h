@@ -57,9 +57,16 @@ typedef struct dt_fsdp_options {
      * gathered parameters, the forward and the gradients stay f32 (the gather's backward is
      * the usual f32 reduce_scatter). f32 parameters in host memory only. */
     int float8_all_gather;
+    /* torchtitan's mixed_precision_param = "bfloat16" (FSDP2's param_dtype): each unit's f32
+     * shards are rounded to bf16 (nearest, ties to even) and travel as bf16 (half of f32's
+     * bytes, twice float8's); the gathered parameters hold the bf16 values in f32, so the
+     * forward computes with bf16 parameters while the shards, gradients and optimizer state
+     * stay f32 (the gather's backward is the usual f32 reduce_scatter). f32 parameters in host
+     * memory only; not with float8_all_gather. */
+    int bf16_all_gather;
 } dt_fsdp_options;
 
-/* dp_dim 0, reshard_after_forward 1, prefetch 1, float8_all_gather 0. */
+/* dp_dim 0, reshard_after_forward 1, prefetch 1, float8_all_gather 0, bf16_all_gather 0. */
 DT_API dt_fsdp_options dt_fsdp_options_default(void);
 
 /* An FSDP state for parameters on mesh (retained). options NULL = the defaults. The caller owns
@@ -120,6 +127,8 @@ typedef struct dt_fully_shard_options {
     const char *dp_dim; /* the mesh dim to shard over, by name; NULL: "dp_shard", else "dp" */
     dt_reshard reshard_after_forward;
     int no_prefetch; /* 1: gather each unit when it is first used, not during the one before */
+    /* dt_fsdp_options' low-precision gathers, for every unit (all calls must agree) */
+    int float8_all_gather, bf16_all_gather;
 } dt_fully_shard_options;
 
 /* Declares FSDP units on params, as torchtitan's fully_shard wraps a model: pattern names

@@ -165,12 +165,59 @@ static dt_status straight_through(dt_tensor *x, dt_tensor **out) {
     return st;
 }
 
+/* x + (bf16(x) - x): x rounded to bf16 (nearest, ties to even) and held in f32, with x's
+ * gradient. The difference is exact (x and bf16(x) are within a factor of 2), so the sum is
+ * bf16(x) exactly. */
+static dt_status straight_through_bf16(dt_tensor *x, dt_tensor **out) {
+    dt_ctx *ctx = x->mesh->ctx;
+    dt_tensor *xb = NULL, *back = NULL, *d = NULL;
+    DT_CHECK(dt_no_grad_enter(ctx));
+    dt_status st = dt_cast(x, DT_BF16, &xb);
+    if (st == DT_OK) st = dt_cast(xb, DT_F32, &back);
+    if (st == DT_OK) st = dt_sub(back, x, &d);
+    dt_no_grad_exit(ctx);
+    if (st == DT_OK) st = dt_add(x, d, out);
+    dt_tensor_release(xb), dt_tensor_release(back), dt_tensor_release(d);
+    return st;
+}
+
+dt_status dt_linear_bf16(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_tensor **out) {
+    DT_TENSOR_ARG(x);
+    DT_TENSOR_ARG(w);
+    DT_ARG_NOT_NULL(out);
+    if (x->dtype != DT_F32 || w->dtype != DT_F32)
+        return dt_error(DT_ERR_DTYPE, "%s: arguments x and w are %s and %s, not f32", __func__,
+                        dt_dtype_name(x->dtype), dt_dtype_name(w->dtype));
+    dt_tensor *xs = NULL, *ws = NULL;
+    dt_status st = straight_through_bf16(x, &xs);
+    if (st == DT_OK) st = straight_through_bf16(w, &ws);
+    if (st == DT_OK) st = dt_linear(xs, ws, bias, out);
+    dt_tensor_release(xs);
+    dt_tensor_release(ws);
+    if (st != DT_OK) dt_error_prefix(__func__);
+    return st;
+}
+
+dt_status dt_module_set_bf16(dt_module module, int on) {
+    DT_ARG(module.params && module.index >= 0 && module.index < module.params->nmodules,
+           "%s: argument module (index %d) is not a module of its registry", __func__,
+           module.index);
+    module_entry *e = &module.params->modules[module.index];
+    DT_ARG(e->kind == DT_MODULE_LINEAR, "%s: module \"%s\" is not a linear", __func__, e->name);
+    DT_ARG(!(on && e->float8), "%s: module \"%s\" is a float8 linear; it takes one of the two",
+           __func__, e->name);
+    e->bf16 = on != 0;
+    return DT_OK;
+}
+
 dt_status dt_module_set_float8(dt_module module, int on) {
     DT_ARG(module.params && module.index >= 0 && module.index < module.params->nmodules,
            "%s: argument module (index %d) is not a module of its registry", __func__,
            module.index);
     module_entry *e = &module.params->modules[module.index];
     DT_ARG(e->kind == DT_MODULE_LINEAR, "%s: module \"%s\" is not a linear", __func__, e->name);
+    DT_ARG(!(on && e->bf16), "%s: module \"%s\" is a bf16 linear; it takes one of the two",
+           __func__, e->name);
     e->float8 = on != 0;
     return DT_OK;
 }

@@ -84,25 +84,27 @@ static void gather_free(unit *u) {
     u->gsend = u->grecv = NULL;
 }
 
-/* Packs this rank's shards (e4m3 bytes under float8_all_gather) and issues the unit's
- * all_gather on the communication thread. */
+/* Packs this rank's shards (e4m3 bytes under float8_all_gather, bf16 under bf16_all_gather)
+ * and issues the unit's all_gather on the communication thread. */
 static dt_status gather_start(unit *u) {
     const dt_mem_ops *mem = mem_of(u);
     dt_fsdp *f = u->f;
-    bool f8 = f->opt.float8_all_gather;
-    size_t es = f8 ? 1 : u->es; /* bytes of an element on the wire */
+    bool f8 = f->opt.float8_all_gather, bf = f->opt.bf16_all_gather;
+    size_t es = f8 ? 1 : bf ? 2 : u->es; /* bytes of an element on the wire */
     u->gsend = mem->alloc(u->slot * es);
     u->grecv = mem->alloc(u->slot * es * (size_t)f->dp_size);
     dt_status st = u->gsend && u->grecv ? mem->zero(u->gsend, u->slot * es) : DT_ERR_NOMEM;
     if (st == DT_OK && f8) st = dt_fsdp8_pack(u->n, u->param, u->off, u->scale8, u->gsend);
-    for (int p = 0; p < u->n && st == DT_OK && !f8; p++)
+    if (st == DT_OK && bf) dt_fsdp_bf16_pack(u->n, u->param, u->off, u->gsend);
+    for (int p = 0; p < u->n && st == DT_OK && !f8 && !bf; p++)
         if (bytes_of(u->param[p]))
             st = mem->copy((char *)u->gsend + u->off[p] * u->es, u->param[p]->data,
                            bytes_of(u->param[p]));
     const char *caller = dt_comm_caller_swap("fsdp_unit"); /* the unit's own, not an op's */
     if (st == DT_OK)
         st = dt_all_gather_start(f->comm, u->gsend, u->grecv, u->slot,
-                                 f8 ? DT_F8E4M3 : u->param[0]->dtype, &u->gather);
+                                 f8 ? DT_F8E4M3 : bf ? DT_BF16 : u->param[0]->dtype,
+                                 &u->gather);
     dt_comm_caller_swap(caller);
     if (st != DT_OK) {
         gather_free(u);
@@ -123,6 +125,8 @@ static dt_status gather_finish(unit *u, bool refill) {
     if (st == DT_OK && u->f->opt.float8_all_gather) /* the codes widened into f32 slots */
         st = dt_fsdp8_widen(mem, u->n, u->off, u->len, u->slot, u->f->dp_size, u->scale8,
                             &u->grecv);
+    if (st == DT_OK && u->f->opt.bf16_all_gather) /* bf16 widened into f32 slots (exact) */
+        st = dt_fsdp_bf16_widen(mem, u->slot * (size_t)u->f->dp_size, &u->grecv);
     for (int p = 0; p < u->n && st == DT_OK; p++) {
         dt_tensor *full = u->full[p];
         if (refill && dt_tensor_storage_dropped(full)) {
@@ -408,6 +412,9 @@ dt_status dt_fsdp_create(dt_mesh *mesh, const dt_fsdp_options *options, dt_fsdp 
     DT_ARG(o.dp_dim >= 0 && o.dp_dim < mesh->ndim,
            "dt_fsdp_create: options->dp_dim = %d is not a dim of a %d-D mesh", o.dp_dim,
            mesh->ndim);
+    DT_ARG(!(o.float8_all_gather && o.bf16_all_gather),
+           "dt_fsdp_create: options->float8_all_gather and options->bf16_all_gather are both "
+           "set; a unit gathers in one dtype");
     dt_comm *comm;
     DT_CHECK(dt_mesh_lane_comm(mesh, 1u << o.dp_dim, 1, &comm));
     dt_fsdp *f = calloc(1, sizeof *f);
@@ -482,7 +489,9 @@ dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *
         DT_ARG(w->dtype == params[0]->dtype && w->device.kind == params[0]->device.kind,
                "dt_fsdp_add_unit: params[%d] differs in dtype or device from params[0] (one "
                "flat buffer per unit)", p);
-        if (fsdp->opt.float8_all_gather) DT_CHECK(dt_fsdp8_check(p, w));
+        if (fsdp->opt.float8_all_gather || fsdp->opt.bf16_all_gather)
+            DT_CHECK(dt_fsdp8_check(p, w, fsdp->opt.float8_all_gather ? "float8_all_gather"
+                                                                      : "bf16_all_gather"));
     }
     if (fsdp->n == fsdp->cap) {
         int cap = fsdp->cap ? 2 * fsdp->cap : 8;

@@ -1,12 +1,13 @@
-/* FSDP's float8 all-gather: the scales (one small all_reduce MAX per unit) and the packing
- * of shards into e4m3 bytes and back (nn/fsdp_float8.h). fsdp.c owns the buffers and the
- * gather itself. */
+/* FSDP's low-precision all-gathers: float8's scales (one small all_reduce MAX per unit) and
+ * the packing of shards into e4m3 bytes and back; bf16's rounding and widening
+ * (nn/fsdp_float8.h). fsdp.c owns the buffers and the gather itself. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "comm/comm_impl.h"
 #include "core/check.h"
 #include "core/float8.h"
+#include "core/half.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
 #include "nn/fsdp_float8.h"
@@ -60,9 +61,28 @@ dt_status dt_fsdp8_widen(const dt_mem_ops *mem, int n, const size_t *off, const 
     return DT_OK;
 }
 
-dt_status dt_fsdp8_check(int p, const dt_tensor *w) {
+dt_status dt_fsdp8_check(int p, const dt_tensor *w, const char *option) {
     if (w->dtype == DT_F32 && w->device.kind == DT_DEVICE_CPU) return DT_OK;
     return dt_error(DT_ERR_UNSUPPORTED, "dt_fsdp_add_unit: params[%d] is %s on device kind %d; "
-                    "float8_all_gather takes f32 parameters in host memory", p,
-                    dt_dtype_name(w->dtype), (int)w->device.kind);
+                    "%s takes f32 parameters in host memory", p, dt_dtype_name(w->dtype),
+                    (int)w->device.kind, option);
+}
+
+void dt_fsdp_bf16_pack(int n, dt_tensor *const *params, const size_t *off, uint16_t *dst) {
+    for (int p = 0; p < n; p++) {
+        const float *x = params[p]->data;
+        uint16_t *d = dst + off[p];
+        for (size_t i = 0; i < params[p]->local_numel; i++) d[i] = dt_f32_to_bf16(x[i]);
+    }
+}
+
+dt_status dt_fsdp_bf16_widen(const dt_mem_ops *mem, size_t count, void **buf) {
+    const uint16_t *src = *buf;
+    float *dst = mem->alloc(count * sizeof(float));
+    if (!dst) return dt_error(DT_ERR_NOMEM, "fsdp: out of memory to widen a bf16 gather");
+    /* the padding between segments widens too: bf16 zeros are f32 zeros */
+    for (size_t i = 0; i < count; i++) dst[i] = dt_bf16_to_f32(src[i]);
+    mem->free(*buf);
+    *buf = dst;
+    return DT_OK;
 }

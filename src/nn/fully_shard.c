@@ -20,6 +20,7 @@ typedef struct unit_entry {
 
 struct dt_units {
     int dp_dim, prefetch;
+    int float8_all_gather, bf16_all_gather; /* dt_fsdp_options' */
     char **by;        /* per group: the pattern that made it a unit (NULL: none) */
     dt_reshard *mode; /* per group */
     bool root;        /* the root unit is declared */
@@ -115,11 +116,16 @@ static dt_status check_call(dt_params *p, const dt_fully_shard_options *o, int *
     DT_ARG(!s || s->prefetch == !o->no_prefetch,
            "dt_fully_shard: options->no_prefetch = %d, an earlier call's was %d", o->no_prefetch,
            s ? !s->prefetch : 0);
+    DT_ARG(!s || (s->float8_all_gather == (o->float8_all_gather != 0) &&
+                  s->bf16_all_gather == (o->bf16_all_gather != 0)),
+           "dt_fully_shard: options->float8_all_gather = %d, bf16_all_gather = %d differ from "
+           "an earlier call's (one gather dtype for all units)", o->float8_all_gather,
+           o->bf16_all_gather);
     *dp_out = dp;
     return DT_OK;
 }
 
-static dt_status units_make(dt_params *p, int dp, int prefetch) {
+static dt_status units_make(dt_params *p, int dp, const dt_fully_shard_options *o) {
     if (p->units) return DT_OK;
     struct dt_units *s = calloc(1, sizeof *s);
     int ng = p->ngroups;
@@ -132,7 +138,9 @@ static dt_status units_make(dt_params *p, int dp, int prefetch) {
         free(s);
         return dt_error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
     }
-    s->dp_dim = dp, s->prefetch = prefetch, s->current = s->root_unit = -1;
+    s->dp_dim = dp, s->prefetch = !o->no_prefetch, s->current = s->root_unit = -1;
+    s->float8_all_gather = o->float8_all_gather != 0;
+    s->bf16_all_gather = o->bf16_all_gather != 0;
     p->units = s;
     return DT_OK;
 }
@@ -153,7 +161,7 @@ dt_status dt_fully_shard(dt_params *params, const char *pattern,
                             "dt_fully_shard: root unit: parameter \"%s\" is in an expert bank, "
                             "which FSDP units do not take",
                             p->params[e].name);
-        DT_CHECK(units_make(p, dp, !o.no_prefetch));
+        DT_CHECK(units_make(p, dp, &o));
         p->units->root = true, p->units->root_mode = o.reshard_after_forward;
         for (int i = 0; i < p->nparams; i++)
             shard_over_dp(p, &p->params[i], dp);
@@ -176,7 +184,7 @@ dt_status dt_fully_shard(dt_params *params, const char *pattern,
     }
     DT_ARG(hits, "dt_fully_shard: pattern \"%s\" matches no group of the registry's %d", pattern,
            p->ngroups);
-    DT_CHECK(units_make(p, dp, !o.no_prefetch));
+    DT_CHECK(units_make(p, dp, &o));
     struct dt_units *u = p->units;
     for (int g = 0; g < p->ngroups; g++) {
         const group_entry *ge = &p->groups[g];
@@ -251,7 +259,11 @@ dt_status dt_units_build(dt_params *p) {
     for (int i = 0; i < n; i++)
         s->unit_of[i] = -1;
     s->ctx = dt_mesh_ctx(p->mesh);
-    dt_fsdp_options o = {.dp_dim = s->dp_dim, .reshard_after_forward = 1, .prefetch = s->prefetch};
+    dt_fsdp_options o = {.dp_dim = s->dp_dim,
+                         .reshard_after_forward = 1,
+                         .prefetch = s->prefetch,
+                         .float8_all_gather = s->float8_all_gather,
+                         .bf16_all_gather = s->bf16_all_gather};
     dt_status st = dt_fsdp_create(p->mesh, &o, &s->fsdp);
     bool added = false, root = false;
     if (st == DT_OK && s->root) st = add_unit(p, -1, members, &root);

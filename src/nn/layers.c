@@ -71,7 +71,7 @@ static int async_fits(dt_scope *s, const dt_params *p, dt_tensor *x, dt_placemen
 static int async_style(dt_module m, dt_style_kind kind) {
     const module_entry *e = &m.params->modules[m.index];
     if (e->kind != DT_MODULE_LINEAR || !e->has_style || e->style.kind != kind ||
-        dt_module_param(m, "bias") >= 0 || e->float8) /* float8 linears: the synchronous form */
+        dt_module_param(m, "bias") >= 0 || e->float8 || e->bf16) /* these: the synchronous form */
         return 0;
     return kind == DT_STYLE_COLWISE ||
            (e->style.has_output && dt_placement_equal(e->style.output, dt_shard(1)));
@@ -119,9 +119,10 @@ dt_tensor *dt_nn_linear_forward(dt_scope *scope, dt_module module, dt_tensor *x)
     }
     dt_tensor *w = use(scope, module, "weight");
     dt_tensor *b = dt_module_param(module, "bias") >= 0 ? use(scope, module, "bias") : NULL;
-    y = module.params->modules[module.index].float8 /* (..., in) -> (..., out) */
-            ? DT_DO(scope, dt_linear_float8, x, w, b)
-            : DT_DO(scope, dt_linear, x, w, b);
+    const module_entry *e = &module.params->modules[module.index];
+    y = e->float8 ? DT_DO(scope, dt_linear_float8, x, w, b) /* (..., in) -> (..., out) */
+        : e->bf16 ? DT_DO(scope, dt_linear_bf16, x, w, b)
+                  : DT_DO(scope, dt_linear, x, w, b);
     return dt_module_output(scope, module, y);
 }
 

@@ -12,6 +12,7 @@ typedef struct module_entry {
     dt_style style;
     double norm_eps; /* DT_MODULE_NORM */
     int float8;      /* DT_MODULE_LINEAR: forward through dt_linear_float8 */
+    int bf16;        /* DT_MODULE_LINEAR: forward through dt_linear_bf16 */
 } module_entry;
 
 typedef struct param_entry {

@@ -234,8 +234,8 @@ double load(cudaDataType t, const void *p, size_t i) {
     case CUDA_R_64F: return ((const double *)p)[i];
     case CUDA_R_16F: return dt_f16_to_f32(((const uint16_t *)p)[i]);
     case CUDA_R_16BF: return dt_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return 0; /* float8 is cuBLASLt's only (cublaslt.cpp); known() refuses it */
     }
-    return 0;
 }
 
 void store(cudaDataType t, void *p, size_t i, double v) {
@@ -244,6 +244,7 @@ void store(cudaDataType t, void *p, size_t i, double v) {
     case CUDA_R_64F: ((double *)p)[i] = v; break;
     case CUDA_R_16F: ((uint16_t *)p)[i] = dt_f32_to_f16((float)v); break;
     case CUDA_R_16BF: ((uint16_t *)p)[i] = dt_f32_to_bf16((float)v); break;
+    default: break;
     }
 }
 
@@ -337,6 +338,8 @@ void cudasim_launch(dim3 grid, dim3 block, const std::function<void()> &body, si
     enqueue(stream, [grid, block, body] { run_grid(grid, block, body); });
 }
 
+void cudasim_enqueue(cudaStream_t s, std::function<void()> f) { enqueue(s, std::move(f)); }
+
 void __syncthreads(void) { yield_to_scheduler(); }
 
 unsigned long long cudasim_exchange(unsigned long long v, unsigned src_lane) {
@@ -392,7 +395,12 @@ cudaError_t cudaGetDevice(int *d) {
 
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
     (void)d;
-    *v = a == cudaDevAttrClockRate ? 1980000 : a == cudaDevAttrMultiProcessorCount ? 132 : 9;
+    /* CUDASIM_CC=89 (major * 10 + minor; default 90, an H100) sets the compute capability the
+     * library sees, so that paths it picks by it (cuBLASLt's float8 GEMM) all run here. */
+    const char *cc_env = getenv("CUDASIM_CC");
+    int cc = cc_env ? atoi(cc_env) : 90;
+    *v = a == cudaDevAttrClockRate ? 1980000 : a == cudaDevAttrMultiProcessorCount ? 132
+         : a == cudaDevAttrComputeCapabilityMinor ? cc % 10 : cc / 10;
     return cudaSuccess;
 }
 

@@ -9,8 +9,8 @@
  * redistribute (the property suite's random cases, exact), the tensor-parallel MLP (one
  * all_reduce), creation (rand, randn, casts... on GPU ranks against the CPU, bit for bit),
  * optimizer steps (gpu_optim.c); the ops section ends with attention's every output
- * (gpu_attention.c) and float8's scales, casts and matmul (gpu_float8.c), async TP's collective
- * matmuls (gpu_async_tp.c). Last line: "N passed, N failed". */
+ * (gpu_attention.c), float8's scales, casts and matmul (gpu_float8.c) and its cuBLASLt GEMM
+ * (gpu_float8_lt.c), async TP's collective matmuls (gpu_async_tp.c). Last line: "N passed, N failed". */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -432,6 +432,7 @@ int main(int argc, char **argv) {
     check_dropout();
     gpu_check_attention(report);
     gpu_check_float8(report);
+    gpu_check_float8_lt(report);
     gpu_check_async_tp(report);
     printf("ops:          %d passed, %d failed\n", passed - p0, failed - f0);
     p0 = passed, f0 = failed;

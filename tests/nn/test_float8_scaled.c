@@ -1,7 +1,7 @@
 /* dtensor/float8.h against naive references computed here: global amax scales (tensorwise and
  * axiswise) under sharding with their one all_reduce, scaled casts both ways, the scaled
- * float8 matmul (f64 loop over the decoded codes), the float8 linear's forward values and its
- * straight-through gradients, and bad input. */
+ * float8 matmul (f64 loop over the decoded codes), the float8 and bf16 linears' forward values
+ * and their straight-through gradients, and bad input. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -190,10 +190,24 @@ static dt_status mm_body(dt_ctx *ctx, void *arg) {
 
 Test(float8_scaled, mm_matches_f64_loop) { t_run(4, mm_body, NULL); }
 
-/* y = x8 @ w8^T with tensorwise e4m3 rounding; sum(y)'s gradients straight through:
- * dx[i][k] = sum_j w8[j][k], dw[j][k] = sum_i x8[i][k]. */
+/* x rounded to bf16 by bits: nearest, ties to even (no NaN here). */
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+typedef struct linear_arg {
+    int ranks, bf16; /* bf16: dt_linear_bf16, else dt_linear_float8 */
+} linear_arg;
+
+/* y = xq @ wq^T with xq, wq the tensorwise e4m3 rounding (or the bf16 rounding) of x and w;
+ * sum(y)'s gradients straight through: dx[i][k] = sum_j wq[j][k], dw[j][k] = sum_i xq[i][k]. */
 static dt_status linear_body(dt_ctx *ctx, void *arg) {
-    int n = *(int *)arg;
+    const linear_arg *a = arg;
+    int n = a->ranks;
     enum { B = 4, IN = 12, OUT = 7 };
     dt_mesh *mesh;
     R_OK(dt_mesh_create_str(ctx, n == 1 ? "1" : "2", &mesh));
@@ -204,8 +218,10 @@ static dt_status linear_body(dt_ctx *ctx, void *arg) {
     for (int i = 0; i < B * IN; i++) ax = fmax(ax, fabs(x[i]));
     for (int i = 0; i < OUT * IN; i++) aw = fmax(aw, fabs(w[i]));
     float sx = ref_scale(ax, 448.0), sw = ref_scale(aw, 448.0), xq[B * IN], wq[OUT * IN];
-    for (int i = 0; i < B * IN; i++) xq[i] = (float)t_f8_round(0, (float)(x[i] * sx)) / sx;
-    for (int i = 0; i < OUT * IN; i++) wq[i] = (float)t_f8_round(0, (float)(w[i] * sw)) / sw;
+    for (int i = 0; i < B * IN; i++)
+        xq[i] = a->bf16 ? bf16_round(x[i]) : (float)t_f8_round(0, (float)(x[i] * sx)) / sx;
+    for (int i = 0; i < OUT * IN; i++)
+        wq[i] = a->bf16 ? bf16_round(w[i]) : (float)t_f8_round(0, (float)(w[i] * sw)) / sw;
     int64_t xs[2] = {B, IN}, ws[2] = {OUT, IN};
     dt_placement px = n == 1 ? dt_replicate() : dt_shard(0), pw = dt_replicate();
     dt_tensor *tx, *tw, *y, *loss;
@@ -213,7 +229,7 @@ static dt_status linear_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_tensor_distribute(mesh, w, DT_F32, 2, ws, 1, &pw, DT_ALL_RANKS, &tw));
     R_OK(dt_tensor_set_requires_grad(tx, 1));
     R_OK(dt_tensor_set_requires_grad(tw, 1));
-    R_OK(dt_linear_float8(tx, tw, NULL, &y));
+    R_OK((a->bf16 ? dt_linear_bf16 : dt_linear_float8)(tx, tw, NULL, &y));
     R_OK(dt_sum(y, NULL, 0, 0, &loss));
     R_OK(dt_backward(loss));
     float gy[B * OUT], gx[B * IN], gw[OUT * IN];
@@ -244,7 +260,13 @@ static dt_status linear_body(dt_ctx *ctx, void *arg) {
 }
 
 Test(float8_scaled, linear_forward_and_straight_through_grads) {
-    int one = 1, two = 2;
+    linear_arg one = {1, 0}, two = {2, 0};
+    t_run(1, linear_body, &one);
+    t_run(2, linear_body, &two);
+}
+
+Test(float8_scaled, bf16_linear_forward_and_straight_through_grads) {
+    linear_arg one = {1, 1}, two = {2, 1};
     t_run(1, linear_body, &one);
     t_run(2, linear_body, &two);
 }
@@ -273,6 +295,18 @@ static dt_status bad_body(dt_ctx *ctx, void *arg) {
     R_OK(dt_ctx_world_comm(ctx, &world));
     R_ERR(dt_all_reduce(world, buf, buf, 4, DT_F8E4M3, DT_REDUCE_SUM), DT_ERR_ARG,
           "float8 tensors are not reduced");
+    R_ERR(dt_linear_bf16(i32, x, NULL, &out), DT_ERR_DTYPE, "x and w are i32 and f32, not f32");
+    /* a linear is float8 or bf16 */
+    dt_params *p;
+    dt_module lin;
+    R_OK(dt_params_create(mesh, DT_F32, &p));
+    R_OK(dt_nn_linear_create(p, "proj", 4, 4, 0, (dt_init){DT_INIT_NORMAL, 1.0}, &lin));
+    R_OK(dt_module_set_float8(lin, 1));
+    R_ERR(dt_module_set_bf16(lin, 1), DT_ERR_ARG, "\"proj\" is a float8 linear");
+    R_OK(dt_module_set_float8(lin, 0));
+    R_OK(dt_module_set_bf16(lin, 1));
+    R_ERR(dt_module_set_float8(lin, 1), DT_ERR_ARG, "\"proj\" is a bf16 linear");
+    R_OK(dt_params_destroy(p));
     dt_tensor_release(x), dt_tensor_release(s), dt_tensor_release(x8), dt_tensor_release(i32);
     dt_mesh_release(mesh);
     return DT_OK;

@@ -2,7 +2,8 @@
  * the gathered parameters equal the naive e4m3 round trip of the whole parameters under their
  * global tensorwise scales, each gather moves a quarter of the f32 gather's bytes and costs one
  * small all_reduce MAX, and the gradients are f32 and equal those of one rank computing with
- * the rounded parameters. */
+ * the rounded parameters. The bf16 gather (bf16_all_gather) likewise: naive bf16 rounding,
+ * half of f32's bytes and twice float8's, no extra collective. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -15,7 +16,7 @@
 #define BATCH 8
 
 typedef struct run {
-    int float8, ranks;
+    int float8, bf16, ranks;
     float w1[HID * IN], w2[OUT * HID]; /* the parameters the forward uses (rounded by the test) */
     float full1[HID * IN], full2[OUT * HID];  /* what unit_begin handed out */
     float g1[HID * IN], g2[OUT * HID];
@@ -74,6 +75,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     } else {
         dt_fsdp_options o = dt_fsdp_options_default();
         o.float8_all_gather = r->float8;
+        o.bf16_all_gather = r->bf16;
         dt_fsdp *f;
         R_OK(dt_fsdp_create(mesh, &o, &f));
         dt_tensor *sh[2], *full[2];
@@ -158,6 +160,56 @@ Test(fsdp_float8, gather_quarter_bytes_rounded_params_f32_grads) {
                 (unsigned long long)f32.ag_bytes, f8.loss, f32.loss);
 }
 
+/* w rounded to bf16 as the bf16 gather must: nearest, ties to even (no NaN in the data). */
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+Test(fsdp_float8, bf16_gather_half_bytes_rounded_params_f32_grads) {
+    static run f32 = {.ranks = 4}, bf = {.bf16 = 1, .ranks = 4}, f8 = {.float8 = 1, .ranks = 4},
+               ref = {.ranks = 1};
+    init(f32.w1, HID * IN, 0.71), init(f32.w2, OUT * HID, 1.13);
+    f32.w2[4] = -9.0f;
+    memcpy(bf.w1, f32.w1, sizeof bf.w1), memcpy(bf.w2, f32.w2, sizeof bf.w2);
+    memcpy(f8.w1, f32.w1, sizeof f8.w1), memcpy(f8.w2, f32.w2, sizeof f8.w2);
+    int changed = 0;
+    for (int i = 0; i < HID * IN; i++) changed += (ref.w1[i] = bf16_round(f32.w1[i])) != f32.w1[i];
+    for (int i = 0; i < OUT * HID; i++) ref.w2[i] = bf16_round(f32.w2[i]);
+    cr_assert(changed > HID * IN / 2, "only %d of w1's values change in bf16", changed);
+    t_run(4, body, &f32);
+    t_run(4, body, &bf);
+    t_run(4, body, &f8);
+    t_run(1, body, &ref);
+    for (int i = 0; i < HID * IN; i++)
+        cr_assert(bf.full1[i] == ref.w1[i], "w1[%d] gathered as %.9g, want %.9g", i,
+                  (double)bf.full1[i], (double)ref.w1[i]);
+    for (int i = 0; i < OUT * HID; i++)
+        cr_assert(bf.full2[i] == ref.w2[i], "w2[%d] gathered as %.9g, want %.9g", i,
+                  (double)bf.full2[i], (double)ref.w2[i]);
+    /* torchtitan's mixed_precision_param = bfloat16 moves half of f32's bytes; float8 half
+     * of that; neither changes the number of gathers, and bf16 needs no scale */
+    cr_assert(bf.ag_calls == f32.ag_calls && f8.ag_calls == f32.ag_calls && bf.ag_calls >= 2,
+              "all_gathers: bf16 %llu, float8 %llu, f32 %llu", (unsigned long long)bf.ag_calls,
+              (unsigned long long)f8.ag_calls, (unsigned long long)f32.ag_calls);
+    cr_assert(bf.ag_bytes * 2 == f32.ag_bytes && f8.ag_bytes * 2 == bf.ag_bytes,
+              "all_gather bytes: f32 %llu, bf16 %llu, float8 %llu",
+              (unsigned long long)f32.ag_bytes, (unsigned long long)bf.ag_bytes,
+              (unsigned long long)f8.ag_bytes);
+    cr_assert(bf.ar_calls == f32.ar_calls, "all_reduces: bf16 %llu, f32 %llu",
+              (unsigned long long)bf.ar_calls, (unsigned long long)f32.ar_calls);
+    cr_assert(bf.grad_f32, "gradients are not f32");
+    close_all("bf16 loss", &(float){(float)bf.loss}, &(float){(float)ref.loss}, 1);
+    close_all("bf16 dw1", bf.g1, ref.g1, HID * IN);
+    close_all("bf16 dw2", bf.g2, ref.g2, OUT * HID);
+    cr_log_info("fsdp gather bytes: f32 %llu, bf16 %llu, float8 %llu",
+                (unsigned long long)f32.ag_bytes, (unsigned long long)bf.ag_bytes,
+                (unsigned long long)f8.ag_bytes);
+}
+
 Test(fsdp_float8, rejects_non_f32_params) {
     t_run(2, reject_body, NULL);
 }
@@ -178,6 +230,16 @@ static dt_status reject_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_fsdp_add_unit(f, 1, &sh, NULL), DT_ERR_UNSUPPORTED, "params[0] is bf16");
     dt_tensor_release(sh), dt_tensor_release(p);
     R_OK(dt_fsdp_destroy(f));
+    /* the bf16 gather takes f32 parameters too, and a unit gathers in one dtype */
+    o.float8_all_gather = 0, o.bf16_all_gather = 1;
+    R_OK(dt_fsdp_create(mesh, &o, &f));
+    R_OK(dt_tensor_ones(mesh, DT_BF16, 2, shape, 1, &rep, &p));
+    R_OK(dt_fsdp_shard_param(f, p, &sh));
+    R_ERR(dt_fsdp_add_unit(f, 1, &sh, NULL), DT_ERR_UNSUPPORTED, "bf16_all_gather takes f32");
+    dt_tensor_release(sh), dt_tensor_release(p);
+    R_OK(dt_fsdp_destroy(f));
+    o.float8_all_gather = 1;
+    R_ERR(dt_fsdp_create(mesh, &o, &f), DT_ERR_ARG, "both");
     dt_mesh_release(mesh);
     return DT_OK;
 }

@@ -22,6 +22,10 @@ extern "C" {
 DT_KERNEL_SLOTS(DT_CUDA_DECLARE)
 #undef DT_CUDA_DECLARE
 
+/* How many float8 products took cuBLASLt's native float8 GEMM (matmul.cu: sm_89+ and a shape
+ * it takes) since the process began, so that a check can tell which path it exercised. */
+unsigned long long dt_cuda_float8_lt_gemms(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,9 +1,10 @@
 /* CUDA matmul: cuBLAS GEMMs on row-major data with NumPy batch broadcasting. Batch dims are
  * collapsed on the host into as few strided-batched calls as the broadcast layout allows
  * (stride 0 for a broadcast operand); bf16/f16 run with f32 compute and one rounding. float8
- * operands are widened exactly to f32 on the device and take the f32 GEMM (as on the CPU);
- * cuBLASLt's native float8 GEMM (sm_89+) is not used yet. */
+ * operands take cuBLASLt's float8 GEMM where the device (sm_89+) and the shape allow it, else
+ * they are widened exactly to f32 on the device and take the f32 GEMM (as on the CPU). */
 #include <limits.h>
+#include <stdint.h>
 
 #include "core/float8.h"
 #include "ops/cuda/cuda_common.cuh"
@@ -89,11 +90,89 @@ static dt_status widen_f8(dt_cuda_rank *r, const dt_local *t, dt_local *w) {
     return dt_cuda_status(cudaGetLastError(), "dt_cuda_matmul");
 }
 
+static unsigned long long lt_gemms;
+
+unsigned long long dt_cuda_float8_lt_gemms(void) {
+    return __atomic_load_n(&lt_gemms, __ATOMIC_RELAXED);
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Whether cuBLASLt's float8 GEMM takes this product: an sm_89+ device; b given as (N, K), not
+ * broadcast over a batch (so a's rows are one (rows, K) matrix); not e5m2 x e5m2 (cuBLASLt has
+ * no such kernel); K and N multiples of 16 and 16-byte pointers (its float8 layout rules). */
+static int lt_f8_takes(dt_cuda_rank *r, const dt_local *a, const dt_local *b, int trans_b,
+                       const dt_matmul_dims *m, const dt_local *out) {
+    if (!trans_b || m->b_batches != 1 || m->K == 0 || m->K % 16 || m->N % 16 ||
+        (a->dtype == DT_F8E5M2 && b->dtype == DT_F8E5M2) || out->dtype != DT_F32 ||
+        !aligned16(a->data) || !aligned16(b->data) || !aligned16(out->data))
+        return 0;
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, r->device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, r->device) !=
+            cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return major * 10 + minor >= 89;
+}
+
+static cudaDataType lt_f8_type(dt_dtype dt) {
+    return dt == DT_F8E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+}
+
+/* Row-major out (rows, N) = a (rows, K) @ b (N, K)^T in cuBLASLt's column-major terms:
+ * D (N x rows) = op(A) B with A = b stored K x N (ld K) and transposed, B = a stored K x rows
+ * (ld K): the "TN" form cuBLASLt requires for float8. Scales are left at cuBLASLt's default
+ * (1): dt_mm's float8 product is unscaled, and dt_mm_scaled divides afterwards. */
+static dt_status lt_f8_gemm(dt_cuda_rank *r, const dt_local *a, const dt_local *b, int64_t rows,
+                            int64_t N, int64_t K, dt_local *out) {
+    const char *fn = "dt_cuda_matmul (cuBLASLt float8)";
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    static const float one = 1.0f, zero = 0.0f;
+    dt_status st;
+    DT_CHECK_GOTO(dt_cublas_status(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                                   fn), st, done);
+    DT_CHECK_GOTO(dt_cublas_status(cublasLtMatmulDescSetAttribute(
+                                       desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), fn),
+                  st, done);
+    DT_CHECK_GOTO(dt_cublas_status(cublasLtMatmulDescSetAttribute(
+                                       desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), fn),
+                  st, done);
+    DT_CHECK_GOTO(dt_cublas_status(cublasLtMatrixLayoutCreate(&la, lt_f8_type(b->dtype),
+                                                              (uint64_t)K, (uint64_t)N, K), fn),
+                  st, done);
+    DT_CHECK_GOTO(dt_cublas_status(cublasLtMatrixLayoutCreate(&lb, lt_f8_type(a->dtype),
+                                                              (uint64_t)K, (uint64_t)rows, K),
+                                   fn), st, done);
+    DT_CHECK_GOTO(dt_cublas_status(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)N,
+                                                              (uint64_t)rows, N), fn), st, done);
+    /* beta 0: C is not read; cuBLASLt still wants its layout, D's serves. */
+    DT_CHECK_GOTO(dt_cublas_status(cublasLtMatmul(r->lt, desc, &one, b->data, la, a->data, lb,
+                                                  &zero, out->data, ld, out->data, ld, NULL,
+                                                  r->workspace, r->workspace_bytes, r->compute),
+                                   fn), st, done);
+    __atomic_fetch_add(&lt_gemms, 1ull, __ATOMIC_RELAXED);
+done:
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    return st;
+}
+
 dt_status dt_cuda_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_local *out) {
     dt_matmul_dims m;
     DT_CHECK(dt_matmul_check("dt_cuda_matmul", a, b, trans_b, out, &m));
     if (dt_matmul_is_float8(a->dtype)) {
         DT_CU_RANK(r8, "dt_cuda_matmul");
+        int64_t rows = (int64_t)m.batches * m.M;
+        if (rows == 0 || m.N == 0) return DT_OK;
+        if (lt_f8_takes(r8, a, b, trans_b, &m, out))
+            return lt_f8_gemm(r8, a, b, rows, m.N, m.K, out);
         dt_local wa, wb;
         wa.data = wb.data = NULL;
         dt_status st = widen_f8(r8, a, &wa);

@@ -52,6 +52,7 @@ enum cudaDeviceAttr {
     cudaDevAttrClockRate = 13,
     cudaDevAttrMultiProcessorCount = 16,
     cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76,
 };
 
 const char *cudaGetErrorName(cudaError_t e);
@@ -102,6 +103,8 @@ typedef enum cudaDataType_t {
     CUDA_R_64F = 1,
     CUDA_R_16F = 2,
     CUDA_R_16BF = 14,
+    CUDA_R_8F_E4M3 = 28, /* only cuBLASLt's matmul takes these (cublasLt.h) */
+    CUDA_R_8F_E5M2 = 29,
 } cudaDataType_t, cudaDataType;
 typedef enum cublasComputeType_t {
     CUBLAS_COMPUTE_32F = 68,
@@ -187,6 +190,10 @@ template <typename F, typename... A> std::function<void()> cudasim_bind(F kernel
 /* Brackets device work done outside cudasim.cpp (ncclsim's copies): with CUDASIM_GUARD=1 the
  * device memory arena is only accessible in between. */
 void cudasim_device_access(int begin);
+
+/* Queues f on stream s as device work (in order with its kernels and copies): the library
+ * stand-ins outside cudasim.cpp (cublaslt.cpp) run their work through it. */
+void cudasim_enqueue(cudaStream_t s, std::function<void()> f);
 
 /* What `kernel<<<grid, block, shmem, stream>>>(args)` becomes (cu2cpp.py). */
 void cudasim_launch(dim3 grid, dim3 block, const std::function<void()> &thread_body,
