@@ -80,7 +80,7 @@ extern const op_family dt_family_pointwise, dt_family_matmul, dt_family_reduce,
     dt_family_softmax, dt_family_norm, dt_family_embedding, dt_family_pick,
     dt_family_composite, dt_family_attention, dt_family_shape, dt_family_user, dt_family_cat,
     dt_family_rope, dt_family_dropout, dt_family_gather, dt_family_scan,
-    dt_family_vector_norm, dt_family_scatter;
+    dt_family_vector_norm, dt_family_scatter, dt_family_fused;
 
 /* The name of a registered op, NULL when op is not one (user.c). */
 const char *dt_user_op_name(dt_op op);

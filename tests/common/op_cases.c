@@ -138,6 +138,18 @@ const op_case op_cases[] = {
     {"vector_norm -inf", DT_OP_VECTOR_NORM, A(.scalar = -INFINITY, .ndims = 1, .dims = {-1}), 1,
      {2}, {{4, 9}}, {F}},
     {"vector_norm 0", DT_OP_VECTOR_NORM, A(.scalar = 0), 1, {2}, {{6, 5}}, {F}},
+    /* fused: silu_mul (SwiGLU), log_softmax_pick (cross entropy) and their backward ops */
+    {"silu_mul", DT_OP_SILU_MUL, A(0), 2, {2, 2}, {{5, 6}, {5, 6}}, {F, F}},
+    {"silu_mul bf16 3-D", DT_OP_SILU_MUL, A(0), 2, {3, 3}, {{3, 5, 2}, {3, 5, 2}},
+     {DT_BF16, DT_BF16}},
+    {"silu_mul_backward", DT_OP_SILU_MUL_BACKWARD, A(0), 3, {2, 2, 2}, {{5, 6}, {5, 6}, {5, 6}},
+     {F, F, F}},
+    {"log_softmax_pick", DT_OP_LOG_SOFTMAX_PICK, A(0), 2, {2, 1}, {{8, 10}, {8}}, {F, DT_I64}, 0,
+     10},
+    {"log_softmax_pick 3-D i32", DT_OP_LOG_SOFTMAX_PICK, A(0), 2, {3, 2}, {{4, 7, 3}, {4, 3}},
+     {F, DT_I32}, 0, 7},
+    {"log_softmax_pick_backward", DT_OP_LOG_SOFTMAX_PICK_BACKWARD, A(0), 4, {2, 1, 1, 1},
+     {{6, 9}, {6}, {6}, {6}}, {F, DT_I64, F, F}, 0, 9},
     {"vector_norm 0.5 bf16", DT_OP_VECTOR_NORM, A(.scalar = 0.5, .ndims = 1, .dims = {0}), 1,
      {2}, {{8, 3}}, {DT_BF16}},
     /* more shapes for the matmul and shape ops' gradients: broadcast batch dims on either

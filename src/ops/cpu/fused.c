@@ -1,0 +1,282 @@
+/* CPU fused kernels: silu_mul (SwiGLU's silu(gate) * up) and its backward in one pass each, and
+ * log_softmax_pick (cross entropy's target log-probability with each row's log-sum-exp) and its
+ * backward, which writes onehot - softmax straight into the gradient. f32 rows run simd.h's
+ * paths; other dtypes a plain loop. Rows are cut into fixed chunks (core/pool.h), so results do
+ * not depend on the thread count. */
+#include <math.h>
+#include <stdint.h>
+
+#include "core/check.h"
+#include "core/half.h"
+#include "core/pool.h"
+#include "ops/cpu/simd.h"
+#include "ops/kernels.h"
+
+#define ID(v) (v)
+#define GRAIN 4096 /* elements per chunk of the elementwise loops */
+
+static int64_t numel(const dt_local *x) {
+    int64_t n = 1;
+    for (int d = 0; d < x->ndim; d++)
+        n *= x->shape[d];
+    return n;
+}
+
+static int is_float(dt_dtype t) {
+    return t == DT_F32 || t == DT_F64 || t == DT_BF16 || t == DT_F16;
+}
+
+/* ---- silu_mul ----------------------------------------------------------------------------- */
+
+typedef struct ew_arg {
+    dt_dtype dtype;
+    const void *g, *u, *dy;
+    void *out, *du;
+} ew_arg;
+
+#define DEFINE_SILU(SUF, T, CT, LOAD, STORE, EXP)                                                  \
+    static void silu_fwd_##SUF(const ew_arg *a, int64_t b, int64_t e) {                            \
+        const T *g = a->g, *u = a->u;                                                              \
+        T *y = a->out;                                                                             \
+        for (int64_t i = b; i < e; i++) {                                                          \
+            CT x = LOAD(g[i]);                                                                     \
+            y[i] = STORE((x / ((CT)1 + EXP(-x))) * LOAD(u[i]));                                    \
+        }                                                                                          \
+    }                                                                                              \
+    static void silu_bwd_##SUF(const ew_arg *a, int64_t b, int64_t e) {                            \
+        const T *g = a->g, *u = a->u, *dy = a->dy;                                                 \
+        T *dg = a->out, *du = a->du;                                                               \
+        for (int64_t i = b; i < e; i++) {                                                          \
+            CT x = LOAD(g[i]), d = LOAD(dy[i]), up = LOAD(u[i]), ex = EXP(-x);                     \
+            CT s = (CT)1 / ((CT)1 + ex);                                                           \
+            du[i] = STORE(d * (x / ((CT)1 + ex)));                                                 \
+            dg[i] = STORE((d * up) * (s * ((CT)1 + x * ((CT)1 - s))));                             \
+        }                                                                                          \
+    }
+
+DEFINE_SILU(f64, double, double, ID, ID, exp)
+DEFINE_SILU(bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16, expf)
+DEFINE_SILU(f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16, expf)
+
+static void silu_fwd_chunk(void *arg, int64_t b, int64_t e) {
+    const ew_arg *a = arg;
+    switch (a->dtype) {
+    case DT_F32:
+        dt_simd_silu_mul(e - b, (const float *)a->g + b, (const float *)a->u + b,
+                         (float *)a->out + b);
+        break;
+    case DT_F64:
+        silu_fwd_f64(a, b, e);
+        break;
+    case DT_BF16:
+        silu_fwd_bf16(a, b, e);
+        break;
+    default:
+        silu_fwd_f16(a, b, e);
+        break;
+    }
+}
+
+static void silu_bwd_chunk(void *arg, int64_t b, int64_t e) {
+    const ew_arg *a = arg;
+    switch (a->dtype) {
+    case DT_F32:
+        dt_simd_silu_mul_backward(e - b, (const float *)a->g + b, (const float *)a->u + b,
+                                  (const float *)a->dy + b, (float *)a->out + b,
+                                  (float *)a->du + b);
+        break;
+    case DT_F64:
+        silu_bwd_f64(a, b, e);
+        break;
+    case DT_BF16:
+        silu_bwd_bf16(a, b, e);
+        break;
+    default:
+        silu_bwd_f16(a, b, e);
+        break;
+    }
+}
+
+static dt_status silu_check(const char *fn, const dt_local *gate, const dt_local *up,
+                            const dt_local *grad) {
+    if (!is_float(gate->dtype))
+        return dt_error(DT_ERR_DTYPE, "%s: gate must be a float dtype, got %s", fn,
+                        dt_dtype_name(gate->dtype));
+    const dt_local *other[2] = {up, grad};
+    for (int i = 0; i < 2; i++) {
+        if (!other[i]) continue;
+        int same = other[i]->dtype == gate->dtype && other[i]->ndim == gate->ndim;
+        for (int d = 0; same && d < gate->ndim; d++)
+            same = other[i]->shape[d] == gate->shape[d];
+        if (!same)
+            return dt_error(DT_ERR_SHAPE, "%s: %s must have gate's shape and dtype %s", fn,
+                            i ? "grad" : "up", dt_dtype_name(gate->dtype));
+    }
+    return DT_OK;
+}
+
+dt_status dt_cpu_silu_mul(const dt_local *gate, const dt_local *up, dt_local *out) {
+    DT_CHECK(silu_check("dt_cpu_silu_mul", gate, up, NULL));
+    ew_arg a = {.dtype = gate->dtype, .g = gate->data, .u = up->data, .out = out->data};
+    dt_parallel_for(numel(gate), GRAIN, silu_fwd_chunk, &a);
+    return DT_OK;
+}
+
+dt_status dt_cpu_silu_mul_backward(const dt_local *gate, const dt_local *up, const dt_local *grad,
+                                   dt_local *dgate, dt_local *dup) {
+    DT_CHECK(silu_check("dt_cpu_silu_mul_backward", gate, up, grad));
+    ew_arg a = {.dtype = gate->dtype,
+                .g = gate->data,
+                .u = up->data,
+                .dy = grad->data,
+                .out = dgate->data,
+                .du = dup->data};
+    dt_parallel_for(numel(gate), GRAIN, silu_bwd_chunk, &a);
+    return DT_OK;
+}
+
+/* ---- log_softmax_pick ----------------------------------------------------------------------
+ * logits (N, C, inner...) viewed as (N, C, I); target, out, lse, grad (N, I). A row is the C
+ * logits of one (n, i). */
+
+typedef struct xent_arg {
+    int64_t C, I;
+    dt_dtype dtype, tdtype;
+    const void *x, *t, *lse_in, *g;
+    void *out, *lse;
+} xent_arg;
+
+static int64_t target_of(const xent_arg *a, int64_t r) {
+    return a->tdtype == DT_I64 ? ((const int64_t *)a->t)[r] : ((const int32_t *)a->t)[r];
+}
+
+/* The row's max and log sum exp, any layout (stride I), in CT with the sum in double. */
+#define DEFINE_XENT(SUF, T)                                                                        \
+    static void xent_fwd_##SUF(void *arg, int64_t b, int64_t e) {                                  \
+        const xent_arg *a = arg;                                                                   \
+        const T *x = a->x;                                                                         \
+        T *out = a->out, *lse = a->lse;                                                            \
+        for (int64_t r = b; r < e; r++) {                                                          \
+            int64_t n = r / a->I, i = r % a->I, C = a->C, I = a->I;                                \
+            const T *xr = x + n * C * I + i;                                                       \
+            T mx, ls;                                                                              \
+            if (sizeof(T) == sizeof(float) && I == 1) {                                            \
+                mx = (T)dt_simd_row_max((const float *)xr, C);                                     \
+                ls = (T)log(dt_simd_row_sum_exp((const float *)xr, C, (float)mx));                 \
+            } else {                                                                               \
+                mx = -INFINITY;                                                                    \
+                for (int64_t c = 0; c < C; c++)                                                    \
+                    if (xr[c * I] > mx || xr[c * I] != xr[c * I]) mx = xr[c * I];                  \
+                double s = 0;                                                                      \
+                for (int64_t c = 0; c < C; c++)                                                    \
+                    s += exp((double)(xr[c * I] - mx));                                            \
+                ls = (T)log(s);                                                                    \
+            }                                                                                      \
+            int64_t t = target_of(a, r);                                                           \
+            /* as log_softmax: (x - max) first, then the small log sum */                          \
+            out[r] = t >= 0 && t < C ? (xr[t * I] - mx) - ls : (T)0;                               \
+            if (lse) lse[r] = mx + ls;                                                             \
+        }                                                                                          \
+    }                                                                                              \
+    static void xent_bwd_##SUF(void *arg, int64_t b, int64_t e) {                                  \
+        const xent_arg *a = arg;                                                                   \
+        const T *x = a->x, *lse = a->lse_in, *g = a->g;                                            \
+        T *y = a->out;                                                                             \
+        for (int64_t r = b; r < e; r++) {                                                          \
+            int64_t n = r / a->I, i = r % a->I, C = a->C, I = a->I;                                \
+            const T *xr = x + n * C * I + i;                                                       \
+            T *yr = y + n * C * I + i;                                                             \
+            int64_t t = target_of(a, r);                                                           \
+            int in = t >= 0 && t < C;                                                              \
+            T gr = in ? g[r] : (T)0; /* an ignored row gets no gradient */                         \
+            if (sizeof(T) == sizeof(float) && I == 1) {                                            \
+                dt_simd_softmax_grad(C, (const float *)xr, (float)lse[r], (float)gr, in ? t : -1,  \
+                                     (float *)yr);                                                 \
+                continue;                                                                          \
+            }                                                                                      \
+            for (int64_t c = 0; c < C; c++) {                                                      \
+                T p = (T)exp((double)(xr[c * I] - lse[r]));                                        \
+                yr[c * I] = ((c == t ? (T)1 : (T)0) - p) * gr;                                     \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEFINE_XENT(f32, float)
+DEFINE_XENT(f64, double)
+
+/* Checks the blocks and fills a's layout. lse: the (N, I) block to check against (NULL: none). */
+static dt_status xent_setup(const char *fn, const dt_local *logits, const dt_local *target,
+                            const dt_local *rows, xent_arg *a) {
+    if (logits->dtype != DT_F32 && logits->dtype != DT_F64)
+        return dt_error(DT_ERR_DTYPE, "%s: logits must be f32 or f64, got %s", fn,
+                        dt_dtype_name(logits->dtype));
+    if (target->dtype != DT_I32 && target->dtype != DT_I64)
+        return dt_error(DT_ERR_DTYPE, "%s: target must be i32 or i64, got %s", fn,
+                        dt_dtype_name(target->dtype));
+    int ok = logits->ndim >= 2 && target->ndim == logits->ndim - 1 &&
+             target->shape[0] == logits->shape[0];
+    for (int d = 2; ok && d < logits->ndim; d++)
+        ok = target->shape[d - 1] == logits->shape[d];
+    if (!ok)
+        return dt_error(DT_ERR_SHAPE,
+                        "%s: logits (N, C, ...) and target (N, ...) expected, got "
+                        "%d-D and %d-D that do not match",
+                        fn, logits->ndim, target->ndim);
+    for (int i = 0; rows && i < 2; i++) {
+        const dt_local *r = &rows[i];
+        if (!r->data && !r->ndim) continue;
+        int same = r->ndim == target->ndim && r->dtype == logits->dtype;
+        for (int d = 0; same && d < r->ndim; d++)
+            same = r->shape[d] == target->shape[d];
+        if (!same)
+            return dt_error(DT_ERR_SHAPE,
+                            "%s: the per-row tensors must have target's shape and "
+                            "the logits' dtype %s",
+                            fn, dt_dtype_name(logits->dtype));
+    }
+    a->C = logits->shape[1];
+    a->I = 1;
+    for (int d = 2; d < logits->ndim; d++)
+        a->I *= logits->shape[d];
+    a->dtype = logits->dtype, a->tdtype = target->dtype;
+    a->x = logits->data, a->t = target->data;
+    return DT_OK;
+}
+
+dt_status dt_cpu_log_softmax_pick(const dt_local *logits, const dt_local *target, dt_local *out,
+                                  dt_local *lse) {
+    xent_arg a = {0};
+    dt_local rows[2] = {*out, lse ? *lse : (dt_local){0}};
+    DT_CHECK(xent_setup("dt_cpu_log_softmax_pick", logits, target, rows, &a));
+    a.out = out->data, a.lse = lse ? lse->data : NULL;
+    int64_t nrows = logits->shape[0] * a.I;
+    if (a.C == 0) { /* no class: log of an empty sum; as log_softmax of nothing, nothing picked */
+        for (int64_t r = 0; r < nrows; r++) {
+            if (a.dtype == DT_F32)
+                ((float *)a.out)[r] = 0;
+            else
+                ((double *)a.out)[r] = 0;
+            if (a.lse && a.dtype == DT_F32)
+                ((float *)a.lse)[r] = -INFINITY;
+            else if (a.lse)
+                ((double *)a.lse)[r] = -INFINITY;
+        }
+        return DT_OK;
+    }
+    int64_t grain = 1 + 65536 / a.C; /* rows per chunk: about 64k logits */
+    dt_parallel_for(nrows, grain, a.dtype == DT_F32 ? xent_fwd_f32 : xent_fwd_f64, &a);
+    return DT_OK;
+}
+
+dt_status dt_cpu_log_softmax_pick_backward(const dt_local *logits, const dt_local *target,
+                                           const dt_local *lse, const dt_local *grad,
+                                           dt_local *out) {
+    xent_arg a = {0};
+    dt_local rows[2] = {*lse, *grad};
+    DT_CHECK(xent_setup("dt_cpu_log_softmax_pick_backward", logits, target, rows, &a));
+    a.lse_in = lse->data, a.g = grad->data, a.out = out->data;
+    int64_t nrows = logits->shape[0] * a.I;
+    if (a.C == 0) return DT_OK;
+    dt_parallel_for(nrows, 1 + 65536 / a.C, a.dtype == DT_F32 ? xent_bwd_f32 : xent_bwd_f64, &a);
+    return DT_OK;
+}

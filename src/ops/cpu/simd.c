@@ -1,0 +1,183 @@
+/* The run-time SIMD paths of simd.h: one text per loop (a macro over the vector type), expanded
+ * for 1, 4, 8 and 16 lanes, the wide ones compiled for AVX2 / AVX-512F with GCC's target
+ * attribute, so the binary runs anywhere and takes the widest path the CPU has. */
+#include "ops/cpu/simd.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cpu/vexp.h"
+
+/* ---- the loops, for a float vector type VF of L lanes, int vector VI, exp EXP -------------- */
+
+#define DEFINE_LOOPS(SUF, VF, VI, L, ATTR, EXP)                                                    \
+    static ATTR void silu_mul_##SUF(int64_t n, const float *g, const float *u, float *out) {       \
+        for (int64_t i = 0; i < n; i += L) {                                                       \
+            size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
+            VF a = {0}, b = {0};                                                                   \
+            memcpy(&a, g + i, m), memcpy(&b, u + i, m);                                            \
+            VF e = EXP(-a);                                                                        \
+            VF y = (a / (1.0f + e)) * b;                                                           \
+            memcpy(out + i, &y, m);                                                                \
+        }                                                                                          \
+    }                                                                                              \
+    static ATTR void silu_mul_bwd_##SUF(int64_t n, const float *g, const float *u,                 \
+                                        const float *dy, float *dg, float *du) {                   \
+        for (int64_t i = 0; i < n; i += L) {                                                       \
+            size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
+            VF a = {0}, b = {0}, d = {0};                                                          \
+            memcpy(&a, g + i, m), memcpy(&b, u + i, m), memcpy(&d, dy + i, m);                     \
+            VF e = EXP(-a);                                                                        \
+            VF s = 1.0f / (1.0f + e);                                                              \
+            VF yu = d * (a / (1.0f + e));                                                          \
+            VF yg = (d * b) * (s * (1.0f + a * (1.0f - s)));                                       \
+            memcpy(du + i, &yu, m), memcpy(dg + i, &yg, m);                                        \
+        }                                                                                          \
+    }                                                                                              \
+    static ATTR float row_max_##SUF(const float *x, int64_t n) {                                   \
+        VF mx = {0};                                                                               \
+        mx -= INFINITY;                                                                            \
+        for (int64_t i = 0; i < n; i += L) {                                                       \
+            VF v = mx; /* the tail's unused lanes keep the running max */                          \
+            memcpy(&v, x + i, (size_t)(n - i < L ? n - i : L) * sizeof(float));                    \
+            VI take = (v > mx) | (v != v);                                                         \
+            mx = DT_VSELECT(VF, VI, take, v, mx);                                                  \
+        }                                                                                          \
+        float r = -INFINITY;                                                                       \
+        for (int l = 0; l < L; l++)                                                                \
+            if (mx[l] > r || mx[l] != mx[l]) r = mx[l];                                            \
+        return r;                                                                                  \
+    }                                                                                              \
+    static ATTR double row_sum_exp_##SUF(const float *x, int64_t n, float shift) {                 \
+        double acc[L] = {0};                                                                       \
+        for (int64_t i = 0; i < n; i += L) {                                                       \
+            int64_t m = n - i < L ? n - i : L;                                                     \
+            VF v = {0};                                                                            \
+            v -= INFINITY; /* exp(-inf) = 0 for the tail's unused lanes */                         \
+            memcpy(&v, x + i, (size_t)m * sizeof(float));                                          \
+            VF e = EXP(v - shift);                                                                 \
+            for (int l = 0; l < L; l++)                                                            \
+                acc[l] += (double)e[l];                                                            \
+        }                                                                                          \
+        double s = 0;                                                                              \
+        for (int l = 0; l < L; l++)                                                                \
+            s += acc[l];                                                                           \
+        return s;                                                                                  \
+    }                                                                                              \
+    static ATTR void softmax_grad_##SUF(int64_t n, const float *x, float lse, float scale,         \
+                                        float *y) {                                                \
+        for (int64_t i = 0; i < n; i += L) {                                                       \
+            size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
+            VF v = {0};                                                                            \
+            memcpy(&v, x + i, m);                                                                  \
+            VF r = (0.0f - EXP(v - lse)) * scale;                                                  \
+            memcpy(y + i, &r, m);                                                                  \
+        }                                                                                          \
+    }
+
+typedef float v1f __attribute__((vector_size(4)));
+typedef int32_t v1i __attribute__((vector_size(4)));
+DT_VEXPF_DEFINE(vexpf1, v1f, v1i, )
+DEFINE_LOOPS(scalar, v1f, v1i, 1, , vexpf1)
+DEFINE_LOOPS(sse, dt_v4f, dt_v4i, 4, , dt_vexpf4)
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_WIDE 1
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+#define AVX2   __attribute__((target("avx2")))
+#define AVX512 __attribute__((target("avx512f")))
+DT_VEXPF_DEFINE(vexpf8, v8f, v8i, AVX2)
+DT_VEXPF_DEFINE(vexpf16, v16f, v16i, AVX512)
+DEFINE_LOOPS(avx2, v8f, v8i, 8, AVX2, vexpf8)
+DEFINE_LOOPS(avx512, v16f, v16i, 16, AVX512, vexpf16)
+#else
+#define HAVE_WIDE 0
+#endif
+
+/* ---- choosing a path ---------------------------------------------------------------------- */
+
+typedef struct loops {
+    void (*silu_mul)(int64_t, const float *, const float *, float *);
+    void (*silu_mul_bwd)(int64_t, const float *, const float *, const float *, float *, float *);
+    float (*row_max)(const float *, int64_t);
+    double (*row_sum_exp)(const float *, int64_t, float);
+    void (*softmax_grad)(int64_t, const float *, float, float, float *);
+} loops;
+
+#define LOOPS(SUF)                                                                                 \
+    { silu_mul_##SUF, silu_mul_bwd_##SUF, row_max_##SUF, row_sum_exp_##SUF, softmax_grad_##SUF }
+
+static const loops table[DT_SIMD_COUNT] = {
+    LOOPS(scalar),
+    LOOPS(sse),
+#if HAVE_WIDE
+    LOOPS(avx2),
+    LOOPS(avx512),
+#endif
+};
+
+static const char *const names[DT_SIMD_COUNT] = {"scalar", "sse", "avx2", "avx512"};
+
+const char *dt_simd_name(dt_simd s) {
+    return (unsigned)s < DT_SIMD_COUNT ? names[s] : "?";
+}
+
+dt_simd dt_simd_cpu_best(void) {
+#if HAVE_WIDE
+    if (__builtin_cpu_supports("avx512f")) return DT_SIMD_AVX512;
+    if (__builtin_cpu_supports("avx2")) return DT_SIMD_AVX2;
+#endif
+    return DT_SIMD_SSE;
+}
+
+/* The cap: -1 until read from DT_SIMD (a benign race: every thread reads the same). */
+static int cap = -1;
+
+static int env_cap(void) {
+    const char *s = getenv("DT_SIMD");
+    for (int i = 0; s && i < DT_SIMD_COUNT; i++)
+        if (!strcmp(s, names[i])) return i;
+    return DT_SIMD_COUNT;
+}
+
+void dt_simd_set_cap(dt_simd c) {
+    cap = (unsigned)c <= DT_SIMD_COUNT ? (int)c : DT_SIMD_COUNT;
+}
+
+dt_simd dt_simd_level(void) {
+    static int best = -1;
+    if (best < 0) best = (int)dt_simd_cpu_best();
+    if (cap < 0) cap = env_cap();
+    return (dt_simd)(cap < best ? cap : best);
+}
+
+static const loops *chosen(void) {
+    return &table[dt_simd_level()];
+}
+
+void dt_simd_silu_mul(int64_t n, const float *g, const float *u, float *out) {
+    chosen()->silu_mul(n, g, u, out);
+}
+
+void dt_simd_silu_mul_backward(int64_t n, const float *g, const float *u, const float *dy,
+                               float *dg, float *du) {
+    chosen()->silu_mul_bwd(n, g, u, dy, dg, du);
+}
+
+float dt_simd_row_max(const float *x, int64_t n) {
+    return chosen()->row_max(x, n);
+}
+
+double dt_simd_row_sum_exp(const float *x, int64_t n, float shift) {
+    return chosen()->row_sum_exp(x, n, shift);
+}
+
+void dt_simd_softmax_grad(int64_t n, const float *x, float lse, float scale, int64_t t, float *y) {
+    float xt = t >= 0 && t < n ? x[t] : 0; /* read first: y may be x */
+    chosen()->softmax_grad(n, x, lse, scale, y);
+    if (t >= 0 && t < n) y[t] = (1.0f - dt_vexpf(xt - lse)) * scale;
+}

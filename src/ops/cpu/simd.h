@@ -1,0 +1,47 @@
+/* The fused kernels' f32 inner loops with a SIMD path chosen at run time: scalar (one lane),
+ * SSE (4 lanes, the x86-64 baseline; NEON on arm64), AVX2 (8) or AVX-512F (16), the best the
+ * CPU has, capped by DT_SIMD=scalar|sse|avx2|avx512 or dt_simd_set_cap. CPU kernels only. */
+#ifndef DT_OPS_CPU_SIMD_H
+#define DT_OPS_CPU_SIMD_H
+
+#include <stdint.h>
+
+typedef enum dt_simd {
+    DT_SIMD_SCALAR,
+    DT_SIMD_SSE,
+    DT_SIMD_AVX2,
+    DT_SIMD_AVX512,
+    DT_SIMD_COUNT
+} dt_simd;
+
+/* The path the loops below take: the best this CPU runs (and this build compiled), capped by
+ * the DT_SIMD environment variable (read once) or by dt_simd_set_cap. */
+dt_simd dt_simd_level(void);
+
+/* The best path this CPU runs, uncapped. */
+dt_simd dt_simd_cpu_best(void);
+
+/* Caps the path (tests and benchmarks force each in turn); DT_SIMD_COUNT removes the cap. Not
+ * thread-safe against running kernels: set it between calls. */
+void dt_simd_set_cap(dt_simd cap);
+
+/* "scalar", "sse", "avx2", "avx512". */
+const char *dt_simd_name(dt_simd s);
+
+/* Elementwise loops: every path runs the same per-lane arithmetic (no fused multiply-add,
+ * vexp.h's exp), so they give the same bits on every path.
+ *   silu_mul: out = (g / (1 + exp(-g))) * u, the bits of silu then mul
+ *   silu_mul_backward: with s = 1 / (1 + exp(-g)), du = dy (g / (1 + exp(-g))) and
+ *   dg = dy u (s (1 + g (1 - s))). Outputs may alias inputs of the same index only. */
+void dt_simd_silu_mul(int64_t n, const float *g, const float *u, float *out);
+void dt_simd_silu_mul_backward(int64_t n, const float *g, const float *u, const float *dy,
+                               float *dg, float *du);
+
+/* Row reductions (reassociated: lanes accumulate apart and are added last, so paths differ in
+ * the last bits of the double sum). max: NaN wins. sum_exp: sum of exp(x - shift) in double.
+ * softmax_grad: y = scale (onehot - exp(x - lse)), onehot 1 at index t (none when t < 0). */
+float dt_simd_row_max(const float *x, int64_t n);
+double dt_simd_row_sum_exp(const float *x, int64_t n, float shift);
+void dt_simd_softmax_grad(int64_t n, const float *x, float lse, float scale, int64_t t, float *y);
+
+#endif

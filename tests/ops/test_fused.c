@@ -1,0 +1,270 @@
+/* The fused kernels (silu_mul, log_softmax_pick and their backward kernels) against naive f64
+ * loops written here, on every SIMD path this CPU runs (forced through dt_simd_set_cap): the
+ * elementwise ones bit-identical across paths, the row reductions within 1e-6 relative; the f64
+ * backward against central differences of the f64 forward; bad inputs named. Sharded against
+ * unsharded runs in test_ops (op_cases.c), gradients in test_autograd. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "ops/cpu/simd.h"
+#include "ops/kernels.h"
+
+static uint64_t rng = 0x5eed2024u;
+static double urand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static dt_local blk(void *data, dt_dtype t, int nd, const int64_t *shape) {
+    dt_local b = {.data = data, .dtype = t, .ndim = nd};
+    memcpy(b.shape, shape, sizeof(int64_t) * (size_t)nd);
+    return b;
+}
+
+static int close_rel(double got, double want, double tol) {
+    return fabs(got - want) <= tol * (1 + fabs(want));
+}
+
+static double silu(double x) {
+    return x / (1 + exp(-x));
+}
+
+/* Lengths around every lane count, tails included. */
+static const int64_t LENS[] = {1, 3, 4, 7, 8, 15, 16, 17, 33, 1000};
+#define NLENS (sizeof LENS / sizeof LENS[0])
+
+Test(fused, silu_mul_paths_identical_and_match_f64) {
+    int best = (int)dt_simd_cpu_best();
+    for (size_t li = 0; li < NLENS; li++) {
+        int64_t n = LENS[li];
+        float *g = malloc(sizeof(float) * (size_t)n), *u = malloc(sizeof(float) * (size_t)n);
+        float *dy = malloc(sizeof(float) * (size_t)n), *out[DT_SIMD_COUNT], *dg[DT_SIMD_COUNT],
+              *du[DT_SIMD_COUNT];
+        for (int64_t i = 0; i < n; i++) {
+            g[i] = (float)(urand() * 24 - 12), u[i] = (float)(urand() * 4 - 2);
+            dy[i] = (float)(urand() * 2 - 1);
+        }
+        g[0] = n > 1 ? -100.0f : g[0]; /* exp(-g) overflows: silu -> -0 */
+        dt_local G = blk(g, DT_F32, 1, &n), U = blk(u, DT_F32, 1, &n), D = blk(dy, DT_F32, 1, &n);
+        for (int p = 0; p <= best; p++) {
+            out[p] = malloc(sizeof(float) * (size_t)n), dg[p] = malloc(sizeof(float) * (size_t)n);
+            du[p] = malloc(sizeof(float) * (size_t)n);
+            dt_simd_set_cap((dt_simd)p);
+            cr_assert_eq(dt_simd_level(), (dt_simd)p);
+            dt_local O = blk(out[p], DT_F32, 1, &n), DG = blk(dg[p], DT_F32, 1, &n),
+                     DU = blk(du[p], DT_F32, 1, &n);
+            cr_assert_eq(dt_cpu_silu_mul(&G, &U, &O), DT_OK);
+            cr_assert_eq(dt_cpu_silu_mul_backward(&G, &U, &D, &DG, &DU), DT_OK);
+            for (int64_t i = 0; i < n; i++) {
+                double x = g[i], s = 1 / (1 + exp(-x));
+                double want = silu(x) * u[i], wg = dy[i] * u[i] * s * (1 + x * (1 - s));
+                double wu = dy[i] * silu(x);
+                cr_assert(close_rel(out[p][i], want, 1e-6), "%s n %lld [%lld]: %g, want %g",
+                          dt_simd_name((dt_simd)p), (long long)n, (long long)i, out[p][i], want);
+                cr_assert(close_rel(dg[p][i], wg, 1e-6) && close_rel(du[p][i], wu, 1e-6),
+                          "%s n %lld backward [%lld]: %g %g, want %g %g", dt_simd_name((dt_simd)p),
+                          (long long)n, (long long)i, dg[p][i], du[p][i], wg, wu);
+            }
+            /* the same per-lane arithmetic on every path: the same bits */
+            cr_assert(!memcmp(out[p], out[0], sizeof(float) * (size_t)n) &&
+                          !memcmp(dg[p], dg[0], sizeof(float) * (size_t)n) &&
+                          !memcmp(du[p], du[0], sizeof(float) * (size_t)n),
+                      "%s differs from scalar at n %lld", dt_simd_name((dt_simd)p), (long long)n);
+        }
+        dt_simd_set_cap(DT_SIMD_COUNT);
+        for (int p = 0; p <= best; p++)
+            free(out[p]), free(dg[p]), free(du[p]);
+        free(g), free(u), free(dy);
+    }
+}
+
+/* The f64 reference of one row set: logits (N, C, I), targets (N, I). */
+static void xent_naive(const double *x, const int64_t *t, int64_t N, int64_t C, int64_t I,
+                       const double *g, double *lp, double *lse, double *gx) {
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t i = 0; i < I; i++) {
+            double mx = -INFINITY, s = 0;
+            for (int64_t c = 0; c < C; c++)
+                mx = fmax(mx, x[(n * C + c) * I + i]);
+            for (int64_t c = 0; c < C; c++)
+                s += exp(x[(n * C + c) * I + i] - mx);
+            double l = mx + log(s);
+            int64_t tt = t[n * I + i];
+            int in = tt >= 0 && tt < C;
+            lse[n * I + i] = l;
+            lp[n * I + i] = in ? x[(n * C + tt) * I + i] - l : 0;
+            for (int64_t c = 0; c < C; c++)
+                gx[(n * C + c) * I + i] =
+                    in ? g[n * I + i] * ((c == tt) - exp(x[(n * C + c) * I + i] - l)) : 0;
+        }
+}
+
+static void xent_case(int64_t N, int64_t C, int64_t I, dt_dtype dt) {
+    int64_t nx = N * C * I, nr = N * I, xs[3] = {N, C, I}, ts[2] = {N, I};
+    double *x = malloc(sizeof(double) * (size_t)nx), *g = malloc(sizeof(double) * (size_t)nr);
+    double *lp = malloc(sizeof(double) * (size_t)nr), *lse = malloc(sizeof(double) * (size_t)nr);
+    double *gx = malloc(sizeof(double) * (size_t)nx);
+    int64_t *t = malloc(sizeof(int64_t) * (size_t)nr);
+    for (int64_t e = 0; e < nx; e++)
+        x[e] = urand() * 20 - 10;
+    for (int64_t r = 0; r < nr; r++) {
+        t[r] = r % 5 == 3 ? -100 : (int64_t)(urand() * (double)C); /* some ignored rows */
+        g[r] = urand() * 2 - 1;
+    }
+    xent_naive(x, t, N, C, I, g, lp, lse, gx);
+    size_t es = dt == DT_F32 ? 4 : 8;
+    void *xd = malloc(es * (size_t)nx), *gd = malloc(es * (size_t)nr);
+    for (int64_t e = 0; e < nx; e++)
+        if (dt == DT_F32)
+            ((float *)xd)[e] = (float)x[e];
+        else
+            ((double *)xd)[e] = x[e];
+    for (int64_t r = 0; r < nr; r++)
+        if (dt == DT_F32)
+            ((float *)gd)[r] = (float)g[r];
+        else
+            ((double *)gd)[r] = g[r];
+    /* f32 inputs are the f64 values rounded: recompute the reference from them */
+    if (dt == DT_F32) {
+        for (int64_t e = 0; e < nx; e++)
+            x[e] = ((float *)xd)[e];
+        for (int64_t r = 0; r < nr; r++)
+            g[r] = ((float *)gd)[r];
+        xent_naive(x, t, N, C, I, g, lp, lse, gx);
+    }
+    int nd = I > 1 ? 3 : 2;
+    dt_local X = blk(xd, dt, nd, xs), T = blk(t, DT_I64, nd - 1, ts), Gd = blk(gd, dt, nd - 1, ts);
+    int best = dt == DT_F32 ? (int)dt_simd_cpu_best() : 0;
+    double tol = dt == DT_F32 ? 1e-5 : 1e-12;
+    void *ref_lp = NULL;
+    for (int p = 0; p <= best; p++) {
+        if (dt == DT_F32) dt_simd_set_cap((dt_simd)p);
+        void *o = malloc(es * (size_t)nr), *l = malloc(es * (size_t)nr),
+             *y = malloc(es * (size_t)nx);
+        dt_local O = blk(o, dt, nd - 1, ts), L = blk(l, dt, nd - 1, ts), Y = blk(y, dt, nd, xs);
+        cr_assert_eq(dt_cpu_log_softmax_pick(&X, &T, &O, &L), DT_OK, "%s", dt_last_error());
+        cr_assert_eq(dt_cpu_log_softmax_pick_backward(&X, &T, &L, &Gd, &Y), DT_OK);
+#define AT(p, i) (dt == DT_F32 ? (double)((float *)(p))[i] : ((double *)(p))[i])
+        for (int64_t r = 0; r < nr; r++)
+            cr_assert(close_rel(AT(o, r), lp[r], tol) && close_rel(AT(l, r), lse[r], tol),
+                      "%s %s (%lld,%lld,%lld) row %lld: lp %g lse %g, want %g %g",
+                      dt_dtype_name(dt), dt_simd_name((dt_simd)p), (long long)N, (long long)C,
+                      (long long)I, (long long)r, AT(o, r), AT(l, r), lp[r], lse[r]);
+        for (int64_t e = 0; e < nx; e++)
+            cr_assert(fabs(AT(y, e) - gx[e]) <= tol, "%s %s grad [%lld]: %g, want %g",
+                      dt_dtype_name(dt), dt_simd_name((dt_simd)p), (long long)e, AT(y, e), gx[e]);
+        /* paths reassociate the row sum only: within 1e-6 relative of the scalar path */
+        if (p == 0) ref_lp = o, o = NULL;
+        for (int64_t r = 0; o && r < nr; r++)
+            cr_assert(close_rel(AT(o, r), AT(ref_lp, r), 1e-6), "%s differs from scalar",
+                      dt_simd_name((dt_simd)p));
+#undef AT
+        free(o), free(l), free(y);
+    }
+    dt_simd_set_cap(DT_SIMD_COUNT);
+    free(ref_lp), free(x), free(g), free(lp), free(lse), free(gx), free(t), free(xd), free(gd);
+}
+
+Test(fused, log_softmax_pick_matches_f64_on_every_path) {
+    xent_case(37, 256, 1, DT_F32); /* the model's vocabulary */
+    xent_case(5, 13, 1, DT_F32);   /* a tail on every lane count */
+    xent_case(3, 7, 4, DT_F32);    /* class dim not last */
+    xent_case(6, 33, 1, DT_F64);
+    xent_case(2, 5, 3, DT_F64);
+}
+
+/* The f64 backward against central differences of the f64 forward: d/dx of sum_r g_r lp_r. */
+Test(fused, log_softmax_pick_backward_is_the_derivative) {
+    enum { N = 3, C = 5 };
+    double x[N * C], g[N] = {0.7, -1.3, 0.4}, o[N], l[N], y[N * C];
+    int64_t t[N] = {2, 0, 4}, xs[2] = {N, C}, ts[1] = {N};
+    for (int e = 0; e < N * C; e++)
+        x[e] = urand() * 6 - 3;
+    dt_local X = blk(x, DT_F64, 2, xs), T = blk(t, DT_I64, 1, ts), G = blk(g, DT_F64, 1, ts),
+             O = blk(o, DT_F64, 1, ts), L = blk(l, DT_F64, 1, ts), Y = blk(y, DT_F64, 2, xs);
+    cr_assert_eq(dt_cpu_log_softmax_pick(&X, &T, &O, &L), DT_OK);
+    cr_assert_eq(dt_cpu_log_softmax_pick_backward(&X, &T, &L, &G, &Y), DT_OK);
+    for (int e = 0; e < N * C; e++) {
+        double h = 1e-6, keep = x[e], f[2];
+        for (int s = 0; s < 2; s++) {
+            x[e] = keep + (s ? -h : h);
+            cr_assert_eq(dt_cpu_log_softmax_pick(&X, &T, &O, NULL), DT_OK);
+            f[s] = 0;
+            for (int r = 0; r < N; r++)
+                f[s] += g[r] * o[r];
+        }
+        x[e] = keep;
+        double fd = (f[0] - f[1]) / (2 * h);
+        cr_assert(fabs(fd - y[e]) < 1e-7, "grad [%d] = %g, central difference %g", e, y[e], fd);
+    }
+    /* silu_mul likewise: d/dgate and d/dup of sum dy silu(gate) up */
+    double gt[4] = {-2, -0.3, 0.5, 3}, up[4] = {1.5, -2, 0.25, 1}, dy[4] = {1, -0.5, 2, 0.3};
+    double out[4], dgt[4], dup[4];
+    int64_t n4 = 4;
+    dt_local Gt = blk(gt, DT_F64, 1, &n4), Up = blk(up, DT_F64, 1, &n4),
+             Dy = blk(dy, DT_F64, 1, &n4), Out = blk(out, DT_F64, 1, &n4),
+             Dg = blk(dgt, DT_F64, 1, &n4), Du = blk(dup, DT_F64, 1, &n4);
+    cr_assert_eq(dt_cpu_silu_mul_backward(&Gt, &Up, &Dy, &Dg, &Du), DT_OK);
+    for (int e = 0; e < 8; e++) {
+        double *v = e < 4 ? &gt[e] : &up[e - 4], keep = *v, h = 1e-6, f[2];
+        for (int s = 0; s < 2; s++) {
+            *v = keep + (s ? -h : h);
+            cr_assert_eq(dt_cpu_silu_mul(&Gt, &Up, &Out), DT_OK);
+            f[s] = 0;
+            for (int i = 0; i < 4; i++)
+                f[s] += dy[i] * out[i];
+        }
+        *v = keep;
+        double fd = (f[0] - f[1]) / (2 * h), an = e < 4 ? dgt[e] : dup[e - 4];
+        cr_assert(fabs(fd - an) < 1e-7, "silu_mul grad %d = %g, central difference %g", e, an, fd);
+    }
+}
+
+/* ---- bad input, through the public calls (dispatch checks, naming the argument) ----------- */
+
+static dt_status bad_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2", &mesh));
+    dt_placement r = dt_replicate();
+    int64_t s56[2] = {5, 6}, s57[2] = {5, 7}, s5[1] = {5}, s4[1] = {4};
+    dt_tensor *a, *b, *ti, *tf, *t4, *out = NULL;
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, s56, 1, &r, &a));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, s57, 1, &r, &b));
+    R_OK(dt_tensor_zeros(mesh, DT_I64, 1, s5, 1, &r, &ti));
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 1, s5, 1, &r, &tf));
+    R_OK(dt_tensor_zeros(mesh, DT_I64, 1, s4, 1, &r, &t4));
+    R_ERR(dt_silu_mul(a, b, &out), DT_ERR_SHAPE, "up must have gate's shape");
+    R_ERR(dt_silu_mul(ti, ti, &out), DT_ERR_DTYPE, "gate must be a float dtype, got i64");
+    R_ERR(dt_log_softmax_pick(a, tf, &out, NULL), DT_ERR_DTYPE, "target must be i32 or i64");
+    R_ERR(dt_log_softmax_pick(ti, ti, &out, NULL), DT_ERR_DTYPE, "logits must be f32 or f64");
+    R_ERR(dt_log_softmax_pick(a, t4, &out, NULL), DT_ERR_SHAPE, "do not match");
+    R_ERR(dt_log_softmax_pick_backward(a, ti, tf, a, &out), DT_ERR_SHAPE,
+          "grad must have target's shape");
+    R_CHECK(out == NULL, "a failed call returned a tensor");
+    dt_tensor *all[] = {a, b, ti, tf, t4};
+    for (int i = 0; i < 5; i++)
+        dt_tensor_release(all[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(fused, bad_input_is_named) {
+    t_run(2, bad_body, NULL);
+}
+
+/* The DT_SIMD variable caps the path; an unknown value leaves it uncapped. */
+Test(fused, simd_names_and_cap) {
+    dt_simd best = dt_simd_cpu_best();
+    cr_assert(best >= DT_SIMD_SSE && best < DT_SIMD_COUNT);
+    cr_log_info("this CPU's best SIMD path: %s", dt_simd_name(best));
+    dt_simd_set_cap(DT_SIMD_SCALAR);
+    cr_assert_eq(dt_simd_level(), DT_SIMD_SCALAR);
+    dt_simd_set_cap(DT_SIMD_COUNT);
+    cr_assert_eq(dt_simd_level(), best);
+    cr_assert_str_eq(dt_simd_name(DT_SIMD_AVX512), "avx512");
+}
