@@ -97,7 +97,8 @@ typedef enum dt_op {
     DT_OP_SILU_MUL_BACKWARD = 72,
     DT_OP_LOG_SOFTMAX_PICK = 73,
     DT_OP_LOG_SOFTMAX_PICK_BACKWARD = 74,
-    DT_OP_COUNT = 75
+    DT_OP_RMS_NORM_RESIDUAL = 75,
+    DT_OP_COUNT = 76
 } dt_op;
 
 /* "add", "mm", ...; "?" for an unknown op. */
@@ -347,6 +348,14 @@ DT_API dt_status dt_log_softmax_pick(dt_tensor *logits, dt_tensor *target, dt_te
 /* Its gradient at grad ((N, d...)) from lse, written in one pass: grad (onehot(target) -
  * exp(logits - lse)) along dim 1, of the logits' shape; rows with a target outside [0, C) get
  * zero. The caller owns *out. */
+/* The residual add and the RMS norm that follows it in one pass (a transformer block's
+ * x + attention(...) then ffn_norm): *sum = x + residual, *out = rms_norm(*sum, weight, eps)
+ * over the last dim (weight 1-D of its size, eps > 0). The values are those of dt_add then
+ * dt_rms_norm; autograd records it as those two ops, so both outputs carry gradients. x and
+ * residual share shape and float dtype; they shard alike on any dim but the last (dispatch
+ * moves them otherwise). Collective as any op; the caller owns *out and *sum. */
+DT_API dt_status dt_rms_norm_residual(dt_tensor *x, dt_tensor *residual, dt_tensor *weight,
+                                      double eps, dt_tensor **out, dt_tensor **sum);
 DT_API dt_status dt_log_softmax_pick_backward(dt_tensor *logits, dt_tensor *target,
                                               dt_tensor *lse, dt_tensor *grad, dt_tensor **out);
 

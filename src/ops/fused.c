@@ -1,7 +1,8 @@
-/* Fused ops: silu_mul (SwiGLU's silu(gate) * up) and log_softmax_pick (cross entropy's target
- * log-probability with each row's log-sum-exp), their sharding rules, their backward ops and the
- * backward rules that call them. Every one is elementwise or row-wise with the class dim whole,
- * so each shards on the other dims alike and needs no communication of its own. */
+/* Fused ops: silu_mul (SwiGLU's silu(gate) * up), log_softmax_pick (cross entropy's target
+ * log-probability with each row's log-sum-exp) and rms_norm_residual (x + residual and its RMS
+ * norm), their sharding rules, their backward ops and the backward rules that call them. Every one
+ * is elementwise or row-wise with the class dim whole, so each shards on the other dims alike and
+ * needs no communication of its own. */
 #include "core/check.h"
 #include "ops/grad.h"
 #include "ops/op_impl.h"
@@ -25,20 +26,21 @@ static int same_shape(const op_input *a, const op_input *b) {
 }
 
 static const char *const silu_names[] = {"gate", "up", "grad"};
+static const char *const rms_names[] = {"x", "residual", "weight"};
 static const char *const xent_names[] = {"logits", "target", "lse", "grad"};
 
 static dt_status infer_silu(dt_op op, const op_input *in, int n, op_out *out) {
     const char *name = dt_op_name(op);
     dt_dtype t = in[0].dtype;
     if (t != DT_F32 && t != DT_F64 && t != DT_BF16 && t != DT_F16)
-        return dt_error(DT_ERR_DTYPE, "%s: gate must be a float dtype, got %s", name,
-                        dt_dtype_name(t));
+        return dt_error(DT_ERR_DTYPE, "%s: %s must be a float dtype, got %s", name,
+                        op == DT_OP_RMS_NORM_RESIDUAL ? "x" : "gate", dt_dtype_name(t));
+    int rms = op == DT_OP_RMS_NORM_RESIDUAL;
     for (int i = 1; i < n; i++)
         if (!same_shape(&in[i], &in[0]) || in[i].dtype != t)
-            return dt_error(DT_ERR_SHAPE,
-                            "%s: %s must have gate's shape and dtype %s (use "
-                            "dt_swiglu to broadcast)",
-                            name, silu_names[i], dt_dtype_name(t));
+            return dt_error(DT_ERR_SHAPE, "%s: %s must have %s's shape and dtype %s%s", name,
+                            rms ? rms_names[i] : silu_names[i], rms ? "x" : "gate",
+                            dt_dtype_name(t), rms ? "" : " (use dt_swiglu to broadcast)");
     *out = spec_of(&in[0], t);
     return DT_OK;
 }
@@ -70,8 +72,30 @@ static dt_status infer_xent(dt_op op, const op_input *in, int n, op_out *out) {
     return DT_OK;
 }
 
+static dt_status infer_rms(const op_input *in, const dt_op_args *a, op_out *out) {
+    const op_input *x = &in[0], *w = &in[2];
+    op_out o;
+    DT_CHECK(infer_silu(DT_OP_RMS_NORM_RESIDUAL, in, 2, &o));
+    if (x->ndim < 1)
+        return dt_error(DT_ERR_SHAPE, "rms_norm_residual: x must have at least one dim");
+    if (w->ndim != 1 || w->shape[0] != x->shape[x->ndim - 1] || w->dtype != x->dtype)
+        return dt_error(DT_ERR_SHAPE, "rms_norm_residual: weight must be (%lld) of x's dtype %s",
+                        (long long)x->shape[x->ndim - 1], dt_dtype_name(x->dtype));
+    if (!(a->scalar >= 0)) /* 0: the default 1e-5, as rms_norm's */
+        return dt_error(DT_ERR_ARG, "rms_norm_residual: eps = %g must be > 0", a->scalar);
+    *out = o;
+    return DT_OK;
+}
+
 static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
-    (void)a;
+    if (op == DT_OP_RMS_NORM_RESIDUAL) {
+        if (n != 3)
+            return dt_error(DT_ERR_ARG,
+                            "rms_norm_residual: takes x, residual, weight, got %d "
+                            "inputs",
+                            n);
+        return infer_rms(in, a, out);
+    }
     int want = op == DT_OP_SILU_MUL || op == DT_OP_LOG_SOFTMAX_PICK ? 2
                : op == DT_OP_SILU_MUL_BACKWARD                      ? 3
                                                                     : 4;
@@ -85,6 +109,11 @@ static int aux(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out 
     (void)n, (void)a;
     if (op == DT_OP_SILU_MUL_BACKWARD) {
         o[0] = spec_of(&in[1], in[1].dtype);
+        *for_grad = 0;
+        return 1;
+    }
+    if (op == DT_OP_RMS_NORM_RESIDUAL) { /* the sum, always: it is the residual stream */
+        o[0] = spec_of(&in[0], in[0].dtype);
         *for_grad = 0;
         return 1;
     }
@@ -106,6 +135,11 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
     for (int i = 0; i < n; i++)
         r.in[i] = RP;
     rows[k++] = r;
+    if (op == DT_OP_RMS_NORM_RESIDUAL) { /* rows whole: every dim but the last, weight R */
+        for (int d = 0; d + 1 < in[0].ndim && k < DT_OP_MAX_ROWS; d++)
+            rows[k++] = (rule_row){.in = {SP(d), SP(d), RP}, .out = SP(d)};
+        return k;
+    }
     for (int d = 0; d < in[0].ndim && k < DT_OP_MAX_ROWS; d++) {
         if (is_xent(op) && d == 1) continue;
         int dr = is_xent(op) && d > 1 ? d - 1 : d; /* the per-row tensors' dim */
@@ -125,6 +159,9 @@ static dt_status compute(local_call *c) {
         return c->k->silu_mul(&in[0], &in[1], &c->out);
     case DT_OP_SILU_MUL_BACKWARD:
         return c->k->silu_mul_backward(&in[0], &in[1], &in[2], &c->out, &c->aux[0]);
+    case DT_OP_RMS_NORM_RESIDUAL:
+        return c->k->rms_norm_residual(c->args->scalar > 0 ? c->args->scalar : 1e-5, &in[0], &in[1],
+                                       &in[2], &c->out, &c->aux[0]);
     case DT_OP_LOG_SOFTMAX_PICK:
         return c->k->log_softmax_pick(&in[0], &in[1], &c->out, c->naux ? &c->aux[0] : NULL);
     default:
@@ -132,11 +169,22 @@ static dt_status compute(local_call *c) {
     }
 }
 
+/* rms_norm_residual records as sum = add(x, residual), then out = rms_norm(sum, weight): the
+ * graph of the unfused ops, so the sum (the next residual) gets its own gradient. */
+static int record_as(dt_op op, const dt_op_args *a, op_record_step *steps) {
+    if (op != DT_OP_RMS_NORM_RESIDUAL) return 0;
+    steps[0] = (op_record_step){.op = DT_OP_ADD, .n = 2, .in = {0, 1}, .out = 1};
+    steps[1] = (op_record_step){
+        .op = DT_OP_RMS_NORM, .n = 2, .in = {-2, 2}, .out = 0, .args = {.scalar = a->scalar}};
+    return 2;
+}
+
 const op_family dt_family_fused = {
     .infer = infer,
     .rules = rules,
     .compute = compute,
     .aux = aux,
+    .record_as = record_as,
 };
 
 /* ---- wrappers ----------------------------------------------------------------------------- */
@@ -164,6 +212,15 @@ dt_status dt_log_softmax_pick_backward(dt_tensor *logits, dt_tensor *target, dt_
                                        dt_tensor *grad, dt_tensor **out) {
     dt_tensor *in[4] = {logits, target, lse, grad};
     return dt_op_call(DT_OP_LOG_SOFTMAX_PICK_BACKWARD, in, 4, NULL, out);
+}
+
+dt_status dt_rms_norm_residual(dt_tensor *x, dt_tensor *residual, dt_tensor *weight, double eps,
+                               dt_tensor **out, dt_tensor **sum) {
+    DT_ARG_NOT_NULL(sum);
+    DT_ARG(eps > 0, "dt_rms_norm_residual: eps = %g must be > 0", eps);
+    dt_tensor *in[3] = {x, residual, weight};
+    dt_op_args a = {.scalar = eps};
+    return dt_op_call_aux(DT_OP_RMS_NORM_RESIDUAL, in, 3, &a, out, sum, 1);
 }
 
 /* ---- backward rules ----------------------------------------------------------------------- */

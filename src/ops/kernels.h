@@ -219,6 +219,13 @@ dt_status dt_cpu_log_softmax_pick_backward(const dt_local *logits, const dt_loca
                                            const dt_local *lse, const dt_local *grad,
                                            dt_local *out);
 
+/* RMS norm with the residual add fused, over the last dim: sum = x + residual, out =
+ * sum / sqrt(mean(sum^2) + eps) * weight, the arithmetic of add then rms_norm (sum rounded to
+ * its dtype first; mean in double). x, residual, out and sum share shape and dtype (float
+ * dtypes); weight is 1-D of the last dim's size. One read of x and residual per row. */
+dt_status dt_cpu_rms_norm_residual(double eps, const dt_local *x, const dt_local *residual,
+                                   const dt_local *weight, dt_local *out, dt_local *sum);
+
 /* ---- optimizers ------------------------------------------------------------------------- */
 
 typedef enum dt_optim_rule { DT_OPTIM_RULE_SGD, DT_OPTIM_RULE_ADAMW } dt_optim_rule;
@@ -304,7 +311,9 @@ dt_status dt_cpu_optim_step(const dt_optim_hyper *h, const dt_optim_item *items,
     X(log_softmax_pick,                                                                            \
       (const dt_local *logits, const dt_local *target, dt_local *out, dt_local *lse))              \
     X(log_softmax_pick_backward, (const dt_local *logits, const dt_local *target,                  \
-                                  const dt_local *lse, const dt_local *grad, dt_local *out))
+                                  const dt_local *lse, const dt_local *grad, dt_local *out))    \
+    X(rms_norm_residual, (double eps, const dt_local *x, const dt_local *residual,                 \
+                          const dt_local *weight, dt_local *out, dt_local *sum))
 
 typedef struct dt_kernels {
     const char *name;

@@ -150,6 +150,10 @@ const op_case op_cases[] = {
      {F, DT_I32}, 0, 7},
     {"log_softmax_pick_backward", DT_OP_LOG_SOFTMAX_PICK_BACKWARD, A(0), 4, {2, 1, 1, 1},
      {{6, 9}, {6}, {6}, {6}}, {F, DT_I64, F, F}, 0, 9},
+    {"rms_norm_residual", DT_OP_RMS_NORM_RESIDUAL, A(.scalar = 1e-5), 3, {2, 2, 1},
+     {{5, 6}, {5, 6}, {6}}, {F, F, F}},
+    {"rms_norm_residual 3-D bf16", DT_OP_RMS_NORM_RESIDUAL, A(0), 3, {3, 3, 1},
+     {{3, 4, 8}, {3, 4, 8}, {8}}, {DT_BF16, DT_BF16, DT_BF16}},
     {"vector_norm 0.5 bf16", DT_OP_VECTOR_NORM, A(.scalar = 0.5, .ndims = 1, .dims = {0}), 1,
      {2}, {{8, 3}}, {DT_BF16}},
     /* more shapes for the matmul and shape ops' gradients: broadcast batch dims on either

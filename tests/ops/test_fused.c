@@ -1,8 +1,9 @@
-/* The fused kernels (silu_mul, log_softmax_pick and their backward kernels) against naive f64
- * loops written here, on every SIMD path this CPU runs (forced through dt_simd_set_cap): the
- * elementwise ones bit-identical across paths, the row reductions within 1e-6 relative; the f64
- * backward against central differences of the f64 forward; bad inputs named. Sharded against
- * unsharded runs in test_ops (op_cases.c), gradients in test_autograd. */
+/* The fused kernels (silu_mul, log_softmax_pick, their backward kernels, rms_norm_residual and
+ * the gradients of both its outputs) against naive f64 loops written here, on every SIMD path this
+ * CPU runs (forced through dt_simd_set_cap): the elementwise ones bit-identical across paths, the
+ * row reductions within 1e-6 relative; the f64 backward against central differences of the f64
+ * forward; bad inputs named. Sharded against unsharded runs in test_ops (op_cases.c), gradients in
+ * test_autograd. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,7 +246,12 @@ static dt_status bad_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_log_softmax_pick(a, t4, &out, NULL), DT_ERR_SHAPE, "do not match");
     R_ERR(dt_log_softmax_pick_backward(a, ti, tf, a, &out), DT_ERR_SHAPE,
           "grad must have target's shape");
-    R_CHECK(out == NULL, "a failed call returned a tensor");
+    dt_tensor *sum = NULL;
+    R_ERR(dt_rms_norm_residual(a, b, tf, 1e-5, &out, &sum), DT_ERR_SHAPE,
+          "residual must have x's shape");
+    R_ERR(dt_rms_norm_residual(a, a, tf, 1e-5, &out, &sum), DT_ERR_SHAPE, "weight must be (6)");
+    R_ERR(dt_rms_norm_residual(a, a, tf, 0, &out, &sum), DT_ERR_ARG, "eps = 0 must be > 0");
+    R_CHECK(out == NULL && sum == NULL, "a failed call returned a tensor");
     dt_tensor *all[] = {a, b, ti, tf, t4};
     for (int i = 0; i < 5; i++)
         dt_tensor_release(all[i]);
@@ -267,4 +273,147 @@ Test(fused, simd_names_and_cap) {
     dt_simd_set_cap(DT_SIMD_COUNT);
     cr_assert_eq(dt_simd_level(), best);
     cr_assert_str_eq(dt_simd_name(DT_SIMD_AVX512), "avx512");
+}
+
+/* ---- rms_norm_residual -------------------------------------------------------------------- */
+
+/* f64 reference: h = x + r, y = h rstd w per row of H. */
+static void rms_naive(const double *x, const double *r, const double *w, int64_t rows, int64_t H,
+                      double *h, double *y) {
+    for (int64_t i = 0; i < rows; i++) {
+        double ss = 0;
+        for (int64_t j = 0; j < H; j++) {
+            h[i * H + j] = x[i * H + j] + r[i * H + j];
+            ss += h[i * H + j] * h[i * H + j];
+        }
+        double rstd = 1 / sqrt(ss / (double)H + 1e-5);
+        for (int64_t j = 0; j < H; j++)
+            y[i * H + j] = h[i * H + j] * rstd * w[j];
+    }
+}
+
+Test(fused, rms_norm_residual_kernel_on_every_path) {
+    int best = (int)dt_simd_cpu_best();
+    static const int64_t Hs[] = {1, 7, 16, 33, 128};
+    for (size_t hi = 0; hi < sizeof Hs / sizeof Hs[0]; hi++) {
+        int64_t rows = 5, H = Hs[hi], n = rows * H, shape[2] = {rows, H};
+        float *x = malloc(sizeof(float) * (size_t)n), *r = malloc(sizeof(float) * (size_t)n);
+        float *w = malloc(sizeof(float) * (size_t)H), *h0 = malloc(sizeof(float) * (size_t)n);
+        float *h = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+        double *xd = malloc(sizeof(double) * (size_t)n), *rd = malloc(sizeof(double) * (size_t)n);
+        double *wd = malloc(sizeof(double) * (size_t)H), *hd = malloc(sizeof(double) * (size_t)n);
+        double *yd = malloc(sizeof(double) * (size_t)n);
+        for (int64_t e = 0; e < n; e++) {
+            xd[e] = x[e] = (float)(urand() * 4 - 2);
+            rd[e] = r[e] = (float)(urand() * 4 - 2);
+        }
+        for (int64_t j = 0; j < H; j++)
+            wd[j] = w[j] = (float)(urand() + 0.5);
+        /* the reference adds in f32 as the kernel does, then normalises in f64 */
+        for (int64_t e = 0; e < n; e++)
+            rd[e] = (double)(x[e] + r[e]) - xd[e];
+        rms_naive(xd, rd, wd, rows, H, hd, yd);
+        dt_local X = blk(x, DT_F32, 2, shape), R = blk(r, DT_F32, 2, shape),
+                 W = blk(w, DT_F32, 1, &H), Hb = blk(h, DT_F32, 2, shape),
+                 Y = blk(y, DT_F32, 2, shape);
+        for (int p = 0; p <= best; p++) {
+            dt_simd_set_cap((dt_simd)p);
+            cr_assert_eq(dt_cpu_rms_norm_residual(1e-5, &X, &R, &W, &Y, &Hb), DT_OK);
+            for (int64_t e = 0; e < n; e++) {
+                cr_assert(h[e] == x[e] + r[e], "%s H %lld: sum [%lld] is not x + r",
+                          dt_simd_name((dt_simd)p), (long long)H, (long long)e);
+                cr_assert(close_rel(y[e], yd[e], 2e-6), "%s H %lld: [%lld] = %g, want %g",
+                          dt_simd_name((dt_simd)p), (long long)H, (long long)e, y[e], yd[e]);
+            }
+            if (p == 0) memcpy(h0, h, sizeof(float) * (size_t)n);
+            cr_assert(!memcmp(h, h0, sizeof(float) * (size_t)n));
+        }
+        dt_simd_set_cap(DT_SIMD_COUNT);
+        free(x), free(r), free(w), free(h0), free(h), free(y);
+        free(xd), free(rd), free(wd), free(hd), free(yd);
+    }
+}
+
+/* Both outputs carry gradients: L = sum(gy y) + sum(gh sum) on a 2-rank mesh with the rows
+ * sharded, against the f64 derivative written out here. */
+enum { RR = 5, RH = 6 };
+static dt_status rms_grad_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2", &mesh));
+    double x[RR * RH], r[RR * RH], w[RH], gy[RR * RH], gh[RR * RH], h[RR * RH], y[RR * RH];
+    uint64_t s = 0x1234;
+    for (int e = 0; e < RR * RH; e++) {
+        s = s * 6364136223846793005u + 1442695040888963407u;
+        x[e] = (double)(s >> 11) / 9007199254740992.0 * 2 - 1;
+        r[e] = sin(e * 0.7), gy[e] = cos(e * 1.3), gh[e] = sin(e * 0.31 + 1);
+    }
+    for (int j = 0; j < RH; j++)
+        w[j] = 0.5 + j * 0.25;
+    rms_naive(x, r, w, RR, RH, h, y);
+    int64_t sh[2] = {RR, RH}, wsh[1] = {RH};
+    dt_placement rows = dt_shard(0), rep = dt_replicate();
+    dt_tensor *tx, *tr, *tw, *tgy, *tgh, *out, *sum, *a, *b, *sa, *sb, *loss;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F64, 2, sh, 1, &rows, DT_ALL_RANKS, &tx));
+    R_OK(dt_tensor_distribute(mesh, r, DT_F64, 2, sh, 1, &rows, DT_ALL_RANKS, &tr));
+    R_OK(dt_tensor_distribute(mesh, w, DT_F64, 1, wsh, 1, &rep, DT_ALL_RANKS, &tw));
+    R_OK(dt_tensor_distribute(mesh, gy, DT_F64, 2, sh, 1, &rows, DT_ALL_RANKS, &tgy));
+    R_OK(dt_tensor_distribute(mesh, gh, DT_F64, 2, sh, 1, &rows, DT_ALL_RANKS, &tgh));
+    R_OK(dt_tensor_set_requires_grad(tx, 1));
+    R_OK(dt_tensor_set_requires_grad(tr, 1));
+    R_OK(dt_tensor_set_requires_grad(tw, 1));
+    R_OK(dt_rms_norm_residual(tx, tr, tw, 1e-5, &out, &sum));
+    double got[RR * RH];
+    R_OK(dt_tensor_full_tensor(out, got, sizeof got));
+    for (int e = 0; e < RR * RH; e++)
+        R_CHECK(fabs(got[e] - y[e]) < 1e-12, "out [%d] = %g, want %g", e, got[e], y[e]);
+    R_OK(dt_tensor_full_tensor(sum, got, sizeof got));
+    for (int e = 0; e < RR * RH; e++)
+        R_CHECK(got[e] == x[e] + r[e], "sum [%d] = %g, want %g", e, got[e], x[e] + r[e]);
+    R_OK(dt_mul(out, tgy, &a));
+    R_OK(dt_mul(sum, tgh, &b));
+    R_OK(dt_sum(a, NULL, 0, 0, &sa));
+    R_OK(dt_sum(b, NULL, 0, 0, &sb));
+    R_OK(dt_add(sa, sb, &loss));
+    R_OK(dt_backward(loss));
+    /* dL/dh_k = gh_k + rstd gy_k w_k - rstd^3 h_k / H sum_j gy_j w_j h_j; dL/dw_j = sum_rows
+     * gy_j h_j rstd */
+    double gx[RR * RH], gw[RH] = {0};
+    for (int i = 0; i < RR; i++) {
+        double ss = 0, dot = 0;
+        for (int j = 0; j < RH; j++) {
+            ss += h[i * RH + j] * h[i * RH + j];
+            dot += gy[i * RH + j] * w[j] * h[i * RH + j];
+        }
+        double rs = 1 / sqrt(ss / RH + 1e-5);
+        for (int j = 0; j < RH; j++) {
+            int e = i * RH + j;
+            gx[e] = gh[e] + rs * gy[e] * w[j] - rs * rs * rs * h[e] / RH * dot;
+            gw[j] += gy[e] * h[e] * rs;
+        }
+    }
+    dt_tensor *leaves[3] = {tx, tr, tw};
+    for (int l = 0; l < 3; l++) {
+        dt_tensor *g = dt_tensor_grad(leaves[l]);
+        R_CHECK(g != NULL, "leaf %d has no gradient", l);
+        int n = l < 2 ? RR * RH : RH;
+        R_OK(dt_tensor_full_tensor(g, got, sizeof(double) * (size_t)n));
+        for (int e = 0; e < n; e++) {
+            double want = l < 2 ? gx[e] : gw[e];
+            R_CHECK(fabs(got[e] - want) < 1e-10, "grad of %s [%d] = %.12g, want %.12g",
+                    l == 0   ? "x"
+                    : l == 1 ? "residual"
+                             : "weight",
+                    e, got[e], want);
+        }
+    }
+    dt_tensor *all[] = {tx, tr, tw, tgy, tgh, out, sum, a, b, sa, sb, loss};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        dt_tensor_release(all[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(fused, rms_norm_residual_gradients_of_both_outputs) {
+    t_run(2, rms_grad_body, NULL);
 }

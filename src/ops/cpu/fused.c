@@ -280,3 +280,82 @@ dt_status dt_cpu_log_softmax_pick_backward(const dt_local *logits, const dt_loca
     dt_parallel_for(nrows, 1 + 65536 / a.C, a.dtype == DT_F32 ? xent_bwd_f32 : xent_bwd_f64, &a);
     return DT_OK;
 }
+
+/* ---- rms_norm_residual ---------------------------------------------------------------------
+ * Per row of H: h = x + r (stored, then read back rounded as the unfused add's output would
+ * be), mean(h^2) in double, y = (h rstd) w: the arithmetic of add then rms_norm. */
+
+typedef struct rms_arg {
+    int64_t H;
+    double eps;
+    dt_dtype dtype;
+    const void *x, *r, *w;
+    void *h, *y;
+} rms_arg;
+
+#define DEFINE_RMS(SUF, T, CT, LOAD, STORE)                                                        \
+    static void rms_rows_##SUF(void *arg, int64_t b, int64_t e) {                                  \
+        const rms_arg *a = arg;                                                                    \
+        int64_t H = a->H;                                                                          \
+        const T *w = a->w;                                                                         \
+        for (int64_t row = b; row < e; row++) {                                                    \
+            const T *xr = (const T *)a->x + row * H, *rr = (const T *)a->r + row * H;              \
+            T *hr = (T *)a->h + row * H, *yr = (T *)a->y + row * H;                                \
+            double ss = 0;                                                                         \
+            for (int64_t j = 0; j < H; j++) {                                                      \
+                hr[j] = STORE(LOAD(xr[j]) + LOAD(rr[j]));                                          \
+                double d = (double)LOAD(hr[j]);                                                    \
+                ss += d * d;                                                                       \
+            }                                                                                      \
+            CT rstd = (CT)(1.0 / sqrt(ss / (double)H + a->eps));                                   \
+            for (int64_t j = 0; j < H; j++)                                                        \
+                yr[j] = STORE((LOAD(hr[j]) * rstd) * LOAD(w[j]));                                  \
+        }                                                                                          \
+    }
+
+DEFINE_RMS(f64, double, double, ID, ID)
+DEFINE_RMS(bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16)
+DEFINE_RMS(f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16)
+
+static void rms_rows_f32(void *arg, int64_t b, int64_t e) {
+    const rms_arg *a = arg;
+    int64_t H = a->H;
+    for (int64_t row = b; row < e; row++) {
+        const float *xr = (const float *)a->x + row * H, *rr = (const float *)a->r + row * H;
+        float *hr = (float *)a->h + row * H, *yr = (float *)a->y + row * H;
+        double ss = dt_simd_add_sumsq(H, xr, rr, hr);
+        float rstd = (float)(1.0 / sqrt(ss / (double)H + a->eps));
+        dt_simd_scale_mul(H, hr, rstd, a->w, yr);
+    }
+}
+
+dt_status dt_cpu_rms_norm_residual(double eps, const dt_local *x, const dt_local *residual,
+                                   const dt_local *weight, dt_local *out, dt_local *sum) {
+    const char *fn = "dt_cpu_rms_norm_residual";
+    if (!is_float(x->dtype))
+        return dt_error(DT_ERR_DTYPE, "%s: x must be a float dtype, got %s", fn,
+                        dt_dtype_name(x->dtype));
+    int same = x->ndim >= 1 && residual->ndim == x->ndim && residual->dtype == x->dtype;
+    for (int d = 0; same && d < x->ndim; d++)
+        same = residual->shape[d] == x->shape[d];
+    if (!same) return dt_error(DT_ERR_SHAPE, "%s: residual must have x's shape and dtype", fn);
+    int64_t H = x->shape[x->ndim - 1];
+    if (weight->ndim != 1 || weight->shape[0] != H || weight->dtype != x->dtype)
+        return dt_error(DT_ERR_SHAPE, "%s: weight must be (%lld) of x's dtype", fn, (long long)H);
+    int64_t rows = H ? numel(x) / H : 0;
+    rms_arg a = {.H = H,
+                 .eps = eps,
+                 .dtype = x->dtype,
+                 .x = x->data,
+                 .r = residual->data,
+                 .w = weight->data,
+                 .h = sum->data,
+                 .y = out->data};
+    if (!rows || !H) return DT_OK;
+    dt_range_fn f = x->dtype == DT_F32    ? rms_rows_f32
+                    : x->dtype == DT_F64  ? rms_rows_f64
+                    : x->dtype == DT_BF16 ? rms_rows_bf16
+                                          : rms_rows_f16;
+    dt_parallel_for(rows, 1 + 65536 / H, f, &a);
+    return DT_OK;
+}

@@ -65,6 +65,32 @@
             s += acc[l];                                                                           \
         return s;                                                                                  \
     }                                                                                              \
+    static ATTR double add_sumsq_##SUF(int64_t n, const float *x, const float *r, float *h) {      \
+        double acc[L] = {0};                                                                       \
+        for (int64_t i = 0; i < n; i += L) {                                                       \
+            size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
+            VF a = {0}, b = {0};                                                                   \
+            memcpy(&a, x + i, m), memcpy(&b, r + i, m);                                            \
+            VF v = a + b;                                                                          \
+            memcpy(h + i, &v, m);                                                                  \
+            for (int l = 0; l < L; l++)                                                            \
+                acc[l] += (double)v[l] * (double)v[l];                                             \
+        }                                                                                          \
+        double s = 0;                                                                              \
+        for (int l = 0; l < L; l++)                                                                \
+            s += acc[l];                                                                           \
+        return s;                                                                                  \
+    }                                                                                              \
+    static ATTR void scale_mul_##SUF(int64_t n, const float *h, float k, const float *w,           \
+                                     float *y) {                                                   \
+        for (int64_t i = 0; i < n; i += L) {                                                       \
+            size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
+            VF a = {0}, b = {0};                                                                   \
+            memcpy(&a, h + i, m), memcpy(&b, w + i, m);                                            \
+            VF v = (a * k) * b;                                                                    \
+            memcpy(y + i, &v, m);                                                                  \
+        }                                                                                          \
+    }                                                                                              \
     static ATTR void softmax_grad_##SUF(int64_t n, const float *x, float lse, float scale,         \
                                         float *y) {                                                \
         for (int64_t i = 0; i < n; i += L) {                                                       \
@@ -106,10 +132,15 @@ typedef struct loops {
     float (*row_max)(const float *, int64_t);
     double (*row_sum_exp)(const float *, int64_t, float);
     void (*softmax_grad)(int64_t, const float *, float, float, float *);
+    double (*add_sumsq)(int64_t, const float *, const float *, float *);
+    void (*scale_mul)(int64_t, const float *, float, const float *, float *);
 } loops;
 
 #define LOOPS(SUF)                                                                                 \
-    { silu_mul_##SUF, silu_mul_bwd_##SUF, row_max_##SUF, row_sum_exp_##SUF, softmax_grad_##SUF }
+    {                                                                                              \
+        silu_mul_##SUF, silu_mul_bwd_##SUF, row_max_##SUF, row_sum_exp_##SUF, softmax_grad_##SUF,  \
+            add_sumsq_##SUF, scale_mul_##SUF                                                       \
+    }
 
 static const loops table[DT_SIMD_COUNT] = {
     LOOPS(scalar),
@@ -180,4 +211,12 @@ void dt_simd_softmax_grad(int64_t n, const float *x, float lse, float scale, int
     float xt = t >= 0 && t < n ? x[t] : 0; /* read first: y may be x */
     chosen()->softmax_grad(n, x, lse, scale, y);
     if (t >= 0 && t < n) y[t] = (1.0f - dt_vexpf(xt - lse)) * scale;
+}
+
+double dt_simd_add_sumsq(int64_t n, const float *x, const float *r, float *h) {
+    return chosen()->add_sumsq(n, x, r, h);
+}
+
+void dt_simd_scale_mul(int64_t n, const float *h, float k, const float *w, float *y) {
+    chosen()->scale_mul(n, h, k, w, y);
 }

@@ -44,4 +44,10 @@ float dt_simd_row_max(const float *x, int64_t n);
 double dt_simd_row_sum_exp(const float *x, int64_t n, float shift);
 void dt_simd_softmax_grad(int64_t n, const float *x, float lse, float scale, int64_t t, float *y);
 
+/* RMS norm with the residual add: h = x + r (exact, every path the same bits) returning the
+ * sum of h^2 in double (reassociated as the row sums above); then y = (h k) w, exact. h may be
+ * x or r; y may be h. */
+double dt_simd_add_sumsq(int64_t n, const float *x, const float *r, float *h);
+void dt_simd_scale_mul(int64_t n, const float *h, float k, const float *w, float *y);
+
 #endif

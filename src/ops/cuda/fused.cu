@@ -1,7 +1,8 @@
 /* CUDA fused kernels with the CPU's contracts (ops/kernels.h, ops/cpu/fused.c): silu_mul and
  * its backward a thread per element, log_softmax_pick and its backward a thread per row (the
  * row's max, sum in double, pick; or onehot - softmax written in one pass). Math in f32 (f64 for
- * f64) with the device's expf, so results match the CPU within a stated tolerance, not bits. */
+ * f64) with the device's expf, so results match the CPU within a stated tolerance, not bits;
+ * rms_norm_residual a thread per row. */
 #include <math.h>
 
 #include "ops/cuda/cuda_common.cuh"
@@ -161,4 +162,43 @@ extern "C" dt_status dt_cuda_log_softmax_pick_backward(const dt_local *logits,
         return DT_CUDA_LAUNCH_CHECK(fn);
     };
     return logits->dtype == DT_F32 ? run(float{}) : run(double{});
+}
+
+/* ---- rms_norm_residual: a thread per row (the add, the sum of squares in double, the scale) */
+
+template <typename T>
+__global__ void rms_res_k(size_t rows, int64_t H, double eps, const T *x, const T *res,
+                          const T *w, T *y, T *h) {
+    typedef dt_cu_t<T> D;
+    typedef typename D::C C;
+    DT_CU_FOR(r, rows) {
+        const T *xr = x + r * H, *rr = res + r * H;
+        T *hr = h + r * H, *yr = y + r * H;
+        double ss = 0;
+        for (int64_t j = 0; j < H; j++) {
+            hr[j] = D::st(D::ld(xr[j]) + D::ld(rr[j]));
+            double d = (double)D::ld(hr[j]);
+            ss += d * d;
+        }
+        C rstd = (C)(1.0 / sqrt(ss / (double)H + eps));
+        for (int64_t j = 0; j < H; j++) yr[j] = D::st((D::ld(hr[j]) * rstd) * D::ld(w[j]));
+    }
+}
+
+extern "C" dt_status dt_cuda_rms_norm_residual(double eps, const dt_local *x,
+                                               const dt_local *residual, const dt_local *weight,
+                                               dt_local *out, dt_local *sum) {
+    const char *fn = "dt_cuda_rms_norm_residual";
+    DT_CHECK(silu_check(fn, x));
+    DT_CU_RANK(r, fn);
+    int64_t H = x->ndim ? x->shape[x->ndim - 1] : 0;
+    size_t rows = H ? dt_cu_numel(x) / (size_t)H : 0;
+    if (!rows) return DT_OK;
+    return dt_cu_visit<false>(x->dtype, [&](auto tag) {
+        typedef decltype(tag) T;
+        rms_res_k<T><<<dt_cuda_blocks(rows, DT_CU_THREADS), DT_CU_THREADS, 0, r->compute>>>(
+            rows, H, eps, (const T *)x->data, (const T *)residual->data,
+            (const T *)weight->data, (T *)out->data, (T *)sum->data);
+        return DT_CUDA_LAUNCH_CHECK(fn);
+    });
 }
