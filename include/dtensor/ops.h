@@ -337,17 +337,20 @@ DT_API dt_status dt_silu_mul(dt_tensor *gate, dt_tensor *up, dt_tensor **out);
  * gate (1 - s)) with s = sigmoid(gate), dup = grad silu(gate). The caller owns both. */
 DT_API dt_status dt_silu_mul_backward(dt_tensor *gate, dt_tensor *up, dt_tensor *grad,
                                       dt_tensor **dgate, dt_tensor **dup);
-/* log_softmax(logits, dim 1) at the target class in one pass over the logits, with each row's
- * log-sum-exp: logits (N, C, d...) f32/f64, target (N, d...) i32/i64 class ids; out (N, d...),
- * 0 where a target is outside [0, C). lse (nullable): (N, d...) row log-sum-exps. The class
- * dim must be whole on each rank (dispatch gathers it; cross_entropy keeps its loss-parallel
- * route for a sharded class dim); the other dims shard. Its backward is one
- * dt_log_softmax_pick_backward from the saved lse. The caller owns *out and *lse. */
+/* log_softmax(logits, dim 1) at the target class in one pass over the logits, the bits of
+ * dt_log_softmax then picking: logits (N, C, d...) f32/f64, target (N, d...) i32/i64 class ids;
+ * out (N, d...), 0 where a target is outside [0, C). stats (nullable): (N, d..., 2), each row's
+ * max and 1 / sum exp(x - max). The class dim must be whole on each rank (dispatch gathers it;
+ * cross_entropy keeps its loss-parallel route for a sharded class dim); the other dims shard.
+ * Its backward is one dt_log_softmax_pick_backward from the saved stats. The caller owns *out
+ * and *stats. */
 DT_API dt_status dt_log_softmax_pick(dt_tensor *logits, dt_tensor *target, dt_tensor **out,
-                                     dt_tensor **lse);
-/* Its gradient at grad ((N, d...)) from lse, written in one pass: grad (onehot(target) -
- * exp(logits - lse)) along dim 1, of the logits' shape; rows with a target outside [0, C) get
+                                     dt_tensor **stats);
+/* Its gradient at grad ((N, d...)) from stats, written in one pass: grad onehot(target) -
+ * softmax(logits) grad along dim 1, of the logits' shape; rows with a target outside [0, C) get
  * zero. The caller owns *out. */
+DT_API dt_status dt_log_softmax_pick_backward(dt_tensor *logits, dt_tensor *target,
+                                              dt_tensor *stats, dt_tensor *grad, dt_tensor **out);
 /* The residual add and the RMS norm that follows it in one pass (a transformer block's
  * x + attention(...) then ffn_norm): *sum = x + residual, *out = rms_norm(*sum, weight, eps)
  * over the last dim (weight 1-D of its size, eps > 0). The values are those of dt_add then
@@ -356,8 +359,6 @@ DT_API dt_status dt_log_softmax_pick(dt_tensor *logits, dt_tensor *target, dt_te
  * moves them otherwise). Collective as any op; the caller owns *out and *sum. */
 DT_API dt_status dt_rms_norm_residual(dt_tensor *x, dt_tensor *residual, dt_tensor *weight,
                                       double eps, dt_tensor **out, dt_tensor **sum);
-DT_API dt_status dt_log_softmax_pick_backward(dt_tensor *logits, dt_tensor *target,
-                                              dt_tensor *lse, dt_tensor *grad, dt_tensor **out);
 
 /* cross_entropy's options (torch's keywords); DT_XENT_DEFAULTS are torch's defaults. */
 typedef struct dt_xent_opts {

@@ -1,5 +1,5 @@
 /* Fused ops: silu_mul (SwiGLU's silu(gate) * up), log_softmax_pick (cross entropy's target
- * log-probability with each row's log-sum-exp) and rms_norm_residual (x + residual and its RMS
+ * log-probability with each row's softmax stats) and rms_norm_residual (x + residual and its RMS
  * norm), their sharding rules, their backward ops and the backward rules that call them. Every one
  * is elementwise or row-wise with the class dim whole, so each shards on the other dims alike and
  * needs no communication of its own. */
@@ -27,7 +27,7 @@ static int same_shape(const op_input *a, const op_input *b) {
 
 static const char *const silu_names[] = {"gate", "up", "grad"};
 static const char *const rms_names[] = {"x", "residual", "weight"};
-static const char *const xent_names[] = {"logits", "target", "lse", "grad"};
+static const char *const xent_names[] = {"logits", "target", "stats", "grad"};
 
 static dt_status infer_silu(dt_op op, const op_input *in, int n, op_out *out) {
     const char *name = dt_op_name(op);
@@ -43,6 +43,13 @@ static dt_status infer_silu(dt_op op, const op_input *in, int n, op_out *out) {
                             dt_dtype_name(t), rms ? "" : " (use dt_swiglu to broadcast)");
     *out = spec_of(&in[0], t);
     return DT_OK;
+}
+
+/* Each row's max and 1 / sum exp(x - max): target's shape plus a trailing 2. */
+static op_out stats_spec(const op_input *x, const op_input *t) {
+    op_out o = spec_of(t, x->dtype);
+    o.shape[o.ndim++] = 2;
+    return o;
 }
 
 static dt_status infer_xent(dt_op op, const op_input *in, int n, op_out *out) {
@@ -62,12 +69,16 @@ static dt_status infer_xent(dt_op op, const op_input *in, int n, op_out *out) {
                         "%s: logits (N, C, ...) and target (N, ...) expected, got "
                         "%d-D logits and a %d-D target that do not match",
                         name, x->ndim, t->ndim);
-    for (int i = 2; i < n; i++)
-        if (!same_shape(&in[i], t) || in[i].dtype != x->dtype)
-            return dt_error(DT_ERR_SHAPE,
-                            "%s: %s must have target's shape and the logits' dtype "
-                            "%s",
-                            name, xent_names[i], dt_dtype_name(x->dtype));
+    op_out stats = stats_spec(x, t);
+    for (int i = 2; i < n; i++) {
+        int ok = i == 3 ? same_shape(&in[i], t) : in[i].ndim == stats.ndim;
+        for (int d = 0; i == 2 && ok && d < stats.ndim; d++)
+            ok = in[i].shape[d] == stats.shape[d];
+        if (!ok || in[i].dtype != x->dtype)
+            return dt_error(DT_ERR_SHAPE, "%s: %s must be %s of the logits' dtype %s", name,
+                            xent_names[i], i == 2 ? "(target's shape..., 2)" : "target's shape",
+                            dt_dtype_name(x->dtype));
+    }
     *out = op == DT_OP_LOG_SOFTMAX_PICK ? spec_of(t, x->dtype) : spec_of(x, x->dtype);
     return DT_OK;
 }
@@ -104,7 +115,8 @@ static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a,
     return is_xent(op) ? infer_xent(op, in, n, out) : infer_silu(op, in, n, out);
 }
 
-/* silu_mul_backward's dup (up's spec) and log_softmax_pick's lse (the output's spec). */
+/* silu_mul_backward's dup (up's spec), log_softmax_pick's stats (the output's spec plus a
+ * trailing 2, never sharded) and rms_norm_residual's sum (x's spec). */
 static int aux(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *o, int *for_grad) {
     (void)n, (void)a;
     if (op == DT_OP_SILU_MUL_BACKWARD) {
@@ -118,7 +130,7 @@ static int aux(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out 
         return 1;
     }
     if (op == DT_OP_LOG_SOFTMAX_PICK) {
-        o[0] = spec_of(&in[1], in[0].dtype);
+        o[0] = stats_spec(&in[0], &in[1]);
         *for_grad = 1;
         return 1;
     }
@@ -202,15 +214,15 @@ dt_status dt_silu_mul_backward(dt_tensor *gate, dt_tensor *up, dt_tensor *grad, 
 }
 
 dt_status dt_log_softmax_pick(dt_tensor *logits, dt_tensor *target, dt_tensor **out,
-                              dt_tensor **lse) {
+                              dt_tensor **stats) {
     dt_tensor *in[2] = {logits, target};
-    if (!lse) return dt_op_call(DT_OP_LOG_SOFTMAX_PICK, in, 2, NULL, out);
-    return dt_op_call_aux(DT_OP_LOG_SOFTMAX_PICK, in, 2, NULL, out, lse, 1);
+    if (!stats) return dt_op_call(DT_OP_LOG_SOFTMAX_PICK, in, 2, NULL, out);
+    return dt_op_call_aux(DT_OP_LOG_SOFTMAX_PICK, in, 2, NULL, out, stats, 1);
 }
 
-dt_status dt_log_softmax_pick_backward(dt_tensor *logits, dt_tensor *target, dt_tensor *lse,
+dt_status dt_log_softmax_pick_backward(dt_tensor *logits, dt_tensor *target, dt_tensor *stats,
                                        dt_tensor *grad, dt_tensor **out) {
-    dt_tensor *in[4] = {logits, target, lse, grad};
+    dt_tensor *in[4] = {logits, target, stats, grad};
     return dt_op_call(DT_OP_LOG_SOFTMAX_PICK_BACKWARD, in, 4, NULL, out);
 }
 
@@ -238,11 +250,11 @@ dt_status dt_grad_silu_mul(const dt_grad_call *c, dt_tensor **gin) {
     return DT_OK;
 }
 
-/* From the row log-sum-exps the forward saved: onehot - softmax, times the row's gradient,
- * written once into a logits-shaped gradient. Class ids get none. */
+/* From the row stats the forward saved (max, 1 / sum exp): onehot - softmax, times the row's
+ * gradient, written once into a logits-shaped gradient. Class ids get none. */
 dt_status dt_grad_log_softmax_pick(const dt_grad_call *c, dt_tensor **gin) {
     if (c->nsaved < 1)
-        return dt_error(DT_ERR_ARG, "dt_backward: log_softmax_pick saved no log-sum-exp");
+        return dt_error(DT_ERR_ARG, "dt_backward: log_softmax_pick saved no row stats");
     if (!c->need[0]) return DT_OK;
     return dt_log_softmax_pick_backward(IN(0), IN(1), c->saved[0], c->grad, &gin[0]);
 }

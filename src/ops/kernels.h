@@ -206,17 +206,19 @@ dt_status dt_cpu_silu_mul_backward(const dt_local *gate, const dt_local *up,
 
 /* Cross entropy's target log-probability in one pass over the logits: logits (N, C, d...)
  * f32/f64 with the class dim 1, target (N, d...) i32/i64; out (N, d...) of the logits' dtype
- * = log_softmax(logits, dim 1) at the target class, computed as log_softmax does ((x - max) -
- * log sum exp(x - max)), 0 where the target is outside [0, C) (an ignored label). lse
- * (nullable, out's shape and dtype) gets each row's log-sum-exp, max + log sum exp(x - max):
- * all the backward needs, instead of a logits-sized log_softmax. */
+ * = log_softmax(logits, dim 1) at the target class, 0 where the target is outside [0, C) (an
+ * ignored label). stats (nullable, (N, d..., 2) of the logits' dtype) gets each row's max and
+ * 1 / sum exp(x - max): all the backward needs, instead of a logits-sized log_softmax. The
+ * arithmetic is dt_cpu_softmax's (log_softmax for out, softmax's sum for stats), so out and the
+ * backward are the bits of log_softmax, pick and their backward rules. */
 dt_status dt_cpu_log_softmax_pick(const dt_local *logits, const dt_local *target, dt_local *out,
-                                  dt_local *lse);
+                                  dt_local *stats);
 
-/* Its gradient written straight into out (logits' shape): out = grad[row] (onehot(target) -
- * exp(logits - lse[row])) along the class dim, rows whose target is outside [0, C) zero. */
+/* Its gradient written straight into out (logits' shape): out = onehot(target) grad[row] -
+ * exp(logits - max) / sum grad[row] along the class dim (log_softmax's rule with the softmax
+ * rebuilt from stats), rows whose target is outside [0, C) zero. */
 dt_status dt_cpu_log_softmax_pick_backward(const dt_local *logits, const dt_local *target,
-                                           const dt_local *lse, const dt_local *grad,
+                                           const dt_local *stats, const dt_local *grad,
                                            dt_local *out);
 
 /* RMS norm with the residual add fused, over the last dim: sum = x + residual, out =
@@ -309,9 +311,9 @@ dt_status dt_cpu_optim_step(const dt_optim_hyper *h, const dt_optim_item *items,
     X(silu_mul_backward, (const dt_local *gate, const dt_local *up, const dt_local *grad,          \
                           dt_local *dgate, dt_local *dup))                                         \
     X(log_softmax_pick,                                                                            \
-      (const dt_local *logits, const dt_local *target, dt_local *out, dt_local *lse))              \
+      (const dt_local *logits, const dt_local *target, dt_local *out, dt_local *stats))              \
     X(log_softmax_pick_backward, (const dt_local *logits, const dt_local *target,                  \
-                                  const dt_local *lse, const dt_local *grad, dt_local *out))    \
+                                  const dt_local *stats, const dt_local *grad, dt_local *out))    \
     X(rms_norm_residual, (double eps, const dt_local *x, const dt_local *residual,                 \
                           const dt_local *weight, dt_local *out, dt_local *sum))
 

@@ -83,9 +83,9 @@ Test(fused, silu_mul_paths_identical_and_match_f64) {
     }
 }
 
-/* The f64 reference of one row set: logits (N, C, I), targets (N, I). */
+/* The f64 reference of one row set: logits (N, C, I), targets (N, I); stats = (max, 1 / sum). */
 static void xent_naive(const double *x, const int64_t *t, int64_t N, int64_t C, int64_t I,
-                       const double *g, double *lp, double *lse, double *gx) {
+                       const double *g, double *lp, double *st, double *gx) {
     for (int64_t n = 0; n < N; n++)
         for (int64_t i = 0; i < I; i++) {
             double mx = -INFINITY, s = 0;
@@ -94,99 +94,164 @@ static void xent_naive(const double *x, const int64_t *t, int64_t N, int64_t C, 
             for (int64_t c = 0; c < C; c++)
                 s += exp(x[(n * C + c) * I + i] - mx);
             double l = mx + log(s);
-            int64_t tt = t[n * I + i];
+            int64_t r = n * I + i, tt = t[r];
             int in = tt >= 0 && tt < C;
-            lse[n * I + i] = l;
-            lp[n * I + i] = in ? x[(n * C + tt) * I + i] - l : 0;
+            st[2 * r] = mx, st[2 * r + 1] = 1 / s;
+            lp[r] = in ? x[(n * C + tt) * I + i] - l : 0;
             for (int64_t c = 0; c < C; c++)
                 gx[(n * C + c) * I + i] =
-                    in ? g[n * I + i] * ((c == tt) - exp(x[(n * C + c) * I + i] - l)) : 0;
+                    in ? g[r] * ((c == tt) - exp(x[(n * C + c) * I + i] - l)) : 0;
         }
 }
 
+#define AT(p, i) (dt == DT_F32 ? (double)((float *)(p))[i] : ((double *)(p))[i])
+
 static void xent_case(int64_t N, int64_t C, int64_t I, dt_dtype dt) {
-    int64_t nx = N * C * I, nr = N * I, xs[3] = {N, C, I}, ts[2] = {N, I};
+    int64_t nx = N * C * I, nr = N * I, xs[3] = {N, C, I}, ts[2] = {N, I}, ss[3] = {N, I, 2};
     double *x = malloc(sizeof(double) * (size_t)nx), *g = malloc(sizeof(double) * (size_t)nr);
-    double *lp = malloc(sizeof(double) * (size_t)nr), *lse = malloc(sizeof(double) * (size_t)nr);
+    double *lp = malloc(sizeof(double) * (size_t)nr), *st = malloc(sizeof(double) * 2 * (size_t)nr);
     double *gx = malloc(sizeof(double) * (size_t)nx);
     int64_t *t = malloc(sizeof(int64_t) * (size_t)nr);
-    for (int64_t e = 0; e < nx; e++)
-        x[e] = urand() * 20 - 10;
-    for (int64_t r = 0; r < nr; r++) {
-        t[r] = r % 5 == 3 ? -100 : (int64_t)(urand() * (double)C); /* some ignored rows */
-        g[r] = urand() * 2 - 1;
-    }
-    xent_naive(x, t, N, C, I, g, lp, lse, gx);
     size_t es = dt == DT_F32 ? 4 : 8;
     void *xd = malloc(es * (size_t)nx), *gd = malloc(es * (size_t)nr);
-    for (int64_t e = 0; e < nx; e++)
+    for (int64_t e = 0; e < nx; e++) {
+        double v = urand() * 20 - 10;
         if (dt == DT_F32)
-            ((float *)xd)[e] = (float)x[e];
+            ((float *)xd)[e] = (float)v;
         else
-            ((double *)xd)[e] = x[e];
-    for (int64_t r = 0; r < nr; r++)
-        if (dt == DT_F32)
-            ((float *)gd)[r] = (float)g[r];
-        else
-            ((double *)gd)[r] = g[r];
-    /* f32 inputs are the f64 values rounded: recompute the reference from them */
-    if (dt == DT_F32) {
-        for (int64_t e = 0; e < nx; e++)
-            x[e] = ((float *)xd)[e];
-        for (int64_t r = 0; r < nr; r++)
-            g[r] = ((float *)gd)[r];
-        xent_naive(x, t, N, C, I, g, lp, lse, gx);
+            ((double *)xd)[e] = v;
+        x[e] = AT(xd, e); /* the reference reads the rounded inputs */
     }
+    for (int64_t r = 0; r < nr; r++) {
+        t[r] = r % 5 == 3 ? -100 : (int64_t)(urand() * (double)C); /* some ignored rows */
+        double v = urand() * 2 - 1;
+        if (dt == DT_F32)
+            ((float *)gd)[r] = (float)v;
+        else
+            ((double *)gd)[r] = v;
+        g[r] = AT(gd, r);
+    }
+    xent_naive(x, t, N, C, I, g, lp, st, gx);
     int nd = I > 1 ? 3 : 2;
     dt_local X = blk(xd, dt, nd, xs), T = blk(t, DT_I64, nd - 1, ts), Gd = blk(gd, dt, nd - 1, ts);
     int best = dt == DT_F32 ? (int)dt_simd_cpu_best() : 0;
     double tol = dt == DT_F32 ? 1e-5 : 1e-12;
-    void *ref_lp = NULL;
+    void *ref[3] = {0};
     for (int p = 0; p <= best; p++) {
         if (dt == DT_F32) dt_simd_set_cap((dt_simd)p);
-        void *o = malloc(es * (size_t)nr), *l = malloc(es * (size_t)nr),
-             *y = malloc(es * (size_t)nx);
-        dt_local O = blk(o, dt, nd - 1, ts), L = blk(l, dt, nd - 1, ts), Y = blk(y, dt, nd, xs);
+        void *o = malloc(es * (size_t)nr), *l = malloc(es * 2 * (size_t)nr);
+        void *y = malloc(es * (size_t)nx);
+        dt_local O = blk(o, dt, nd - 1, ts), L = blk(l, dt, nd, ss), Y = blk(y, dt, nd, xs);
+        if (nd == 2) L.shape[1] = 2;
         cr_assert_eq(dt_cpu_log_softmax_pick(&X, &T, &O, &L), DT_OK, "%s", dt_last_error());
-        cr_assert_eq(dt_cpu_log_softmax_pick_backward(&X, &T, &L, &Gd, &Y), DT_OK);
-#define AT(p, i) (dt == DT_F32 ? (double)((float *)(p))[i] : ((double *)(p))[i])
+        cr_assert_eq(dt_cpu_log_softmax_pick_backward(&X, &T, &L, &Gd, &Y), DT_OK, "%s",
+                     dt_last_error());
         for (int64_t r = 0; r < nr; r++)
-            cr_assert(close_rel(AT(o, r), lp[r], tol) && close_rel(AT(l, r), lse[r], tol),
-                      "%s %s (%lld,%lld,%lld) row %lld: lp %g lse %g, want %g %g",
+            cr_assert(close_rel(AT(o, r), lp[r], tol) && AT(l, 2 * r) == st[2 * r] &&
+                          close_rel(AT(l, 2 * r + 1), st[2 * r + 1], tol),
+                      "%s %s (%lld,%lld,%lld) row %lld: lp %g stats %g %g, want %g %g %g",
                       dt_dtype_name(dt), dt_simd_name((dt_simd)p), (long long)N, (long long)C,
-                      (long long)I, (long long)r, AT(o, r), AT(l, r), lp[r], lse[r]);
+                      (long long)I, (long long)r, AT(o, r), AT(l, 2 * r), AT(l, 2 * r + 1), lp[r],
+                      st[2 * r], st[2 * r + 1]);
         for (int64_t e = 0; e < nx; e++)
             cr_assert(fabs(AT(y, e) - gx[e]) <= tol, "%s %s grad [%lld]: %g, want %g",
                       dt_dtype_name(dt), dt_simd_name((dt_simd)p), (long long)e, AT(y, e), gx[e]);
-        /* paths reassociate the row sum only: within 1e-6 relative of the scalar path */
-        if (p == 0) ref_lp = o, o = NULL;
-        for (int64_t r = 0; o && r < nr; r++)
-            cr_assert(close_rel(AT(o, r), AT(ref_lp, r), 1e-6), "%s differs from scalar",
-                      dt_simd_name((dt_simd)p));
-#undef AT
+        /* the same exps added in one fixed order on every path: the same bits */
+        if (p == 0) {
+            ref[0] = o, ref[1] = l, ref[2] = y;
+            continue;
+        }
+        cr_assert(!memcmp(o, ref[0], es * (size_t)nr) && !memcmp(l, ref[1], es * 2 * (size_t)nr) &&
+                      !memcmp(y, ref[2], es * (size_t)nx),
+                  "%s differs from scalar (C %lld)", dt_simd_name((dt_simd)p), (long long)C);
         free(o), free(l), free(y);
     }
     dt_simd_set_cap(DT_SIMD_COUNT);
-    free(ref_lp), free(x), free(g), free(lp), free(lse), free(gx), free(t), free(xd), free(gd);
+    free(ref[0]), free(ref[1]), free(ref[2]);
+    free(x), free(g), free(lp), free(st), free(gx), free(t), free(xd), free(gd);
 }
 
 Test(fused, log_softmax_pick_matches_f64_on_every_path) {
     xent_case(37, 256, 1, DT_F32); /* the model's vocabulary */
     xent_case(5, 13, 1, DT_F32);   /* a tail on every lane count */
+    xent_case(4, 601, 1, DT_F32);  /* rows of several chunks */
     xent_case(3, 7, 4, DT_F32);    /* class dim not last */
     xent_case(6, 33, 1, DT_F64);
     xent_case(2, 5, 3, DT_F64);
 }
 
+/* The fused forward and backward give the bits of the unfused kernels: log_softmax then the
+ * target's entry, and log_softmax's rule (onehot g - softmax (sum of onehot g)). */
+static void xent_bits_case(int64_t N, int64_t C, int64_t I, dt_dtype dt) {
+    int64_t nx = N * C * I, nr = N * I, xs[3] = {N, C, I}, ts[2] = {N, I}, ss[3] = {N, I, 2};
+    size_t es = dt == DT_F32 ? 4 : 8;
+    void *xd = malloc(es * (size_t)nx), *gd = malloc(es * (size_t)nr), *o = malloc(es * (size_t)nr);
+    void *l = malloc(es * 2 * (size_t)nr), *y = malloc(es * (size_t)nx);
+    void *lsm = malloc(es * (size_t)nx), *sm = malloc(es * (size_t)nx);
+    int64_t *t = malloc(sizeof(int64_t) * (size_t)nr);
+    for (int64_t e = 0; e < nx; e++)
+        if (dt == DT_F32)
+            ((float *)xd)[e] = (float)(urand() * 30 - 15);
+        else
+            ((double *)xd)[e] = urand() * 30 - 15;
+    for (int64_t r = 0; r < nr; r++) {
+        t[r] = (int64_t)(urand() * (double)C);
+        if (dt == DT_F32)
+            ((float *)gd)[r] = (float)(urand() * 2 - 1);
+        else
+            ((double *)gd)[r] = urand() * 2 - 1;
+    }
+    int nd = I > 1 ? 3 : 2;
+    dt_local X = blk(xd, dt, nd, xs), T = blk(t, DT_I64, nd - 1, ts), G = blk(gd, dt, nd - 1, ts),
+             O = blk(o, dt, nd - 1, ts), L = blk(l, dt, nd, ss), Y = blk(y, dt, nd, xs),
+             LSM = blk(lsm, dt, nd, xs), SM = blk(sm, dt, nd, xs);
+    if (nd == 2) L.shape[1] = 2;
+    cr_assert_eq(dt_cpu_log_softmax_pick(&X, &T, &O, &L), DT_OK);
+    cr_assert_eq(dt_cpu_log_softmax_pick_backward(&X, &T, &L, &G, &Y), DT_OK);
+    cr_assert_eq(dt_cpu_softmax(1, 1, &X, &LSM), DT_OK);
+    cr_assert_eq(dt_cpu_softmax(0, 1, &X, &SM), DT_OK);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t i = 0; i < I; i++) {
+            int64_t r = n * I + i;
+            cr_assert(AT(o, r) == AT(lsm, (n * C + t[r]) * I + i),
+                      "%s C %lld row %lld: %.9g, "
+                      "log_softmax %.9g",
+                      dt_dtype_name(dt), (long long)C, (long long)r, AT(o, r),
+                      AT(lsm, (n * C + t[r]) * I + i));
+            for (int64_t c = 0; c < C; c++) {
+                int64_t e = (n * C + c) * I + i;
+                double want;
+                if (dt == DT_F32) {
+                    float gr = ((float *)gd)[r], oh = c == t[r] ? gr : 0.0f;
+                    want = oh - ((float *)sm)[e] * gr;
+                } else {
+                    double gr = ((double *)gd)[r], oh = c == t[r] ? gr : 0.0;
+                    want = oh - ((double *)sm)[e] * gr;
+                }
+                cr_assert(AT(y, e) == want, "%s C %lld grad [%lld]: %.9g, unfused %.9g",
+                          dt_dtype_name(dt), (long long)C, (long long)e, AT(y, e), want);
+            }
+        }
+    free(xd), free(gd), free(o), free(l), free(y), free(lsm), free(sm), free(t);
+}
+
+Test(fused, log_softmax_pick_gives_the_unfused_bits) {
+    xent_bits_case(9, 256, 1, DT_F32);
+    xent_bits_case(3, 601, 1, DT_F32);
+    xent_bits_case(4, 7, 5, DT_F32);
+    xent_bits_case(5, 19, 1, DT_F64);
+}
+#undef AT
+
 /* The f64 backward against central differences of the f64 forward: d/dx of sum_r g_r lp_r. */
 Test(fused, log_softmax_pick_backward_is_the_derivative) {
     enum { N = 3, C = 5 };
-    double x[N * C], g[N] = {0.7, -1.3, 0.4}, o[N], l[N], y[N * C];
-    int64_t t[N] = {2, 0, 4}, xs[2] = {N, C}, ts[1] = {N};
+    double x[N * C], g[N] = {0.7, -1.3, 0.4}, o[N], l[2 * N], y[N * C];
+    int64_t t[N] = {2, 0, 4}, xs[2] = {N, C}, ts[1] = {N}, ss[2] = {N, 2};
     for (int e = 0; e < N * C; e++)
         x[e] = urand() * 6 - 3;
     dt_local X = blk(x, DT_F64, 2, xs), T = blk(t, DT_I64, 1, ts), G = blk(g, DT_F64, 1, ts),
-             O = blk(o, DT_F64, 1, ts), L = blk(l, DT_F64, 1, ts), Y = blk(y, DT_F64, 2, xs);
+             O = blk(o, DT_F64, 1, ts), L = blk(l, DT_F64, 2, ss), Y = blk(y, DT_F64, 2, xs);
     cr_assert_eq(dt_cpu_log_softmax_pick(&X, &T, &O, &L), DT_OK);
     cr_assert_eq(dt_cpu_log_softmax_pick_backward(&X, &T, &L, &G, &Y), DT_OK);
     for (int e = 0; e < N * C; e++) {
@@ -244,8 +309,14 @@ static dt_status bad_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_log_softmax_pick(a, tf, &out, NULL), DT_ERR_DTYPE, "target must be i32 or i64");
     R_ERR(dt_log_softmax_pick(ti, ti, &out, NULL), DT_ERR_DTYPE, "logits must be f32 or f64");
     R_ERR(dt_log_softmax_pick(a, t4, &out, NULL), DT_ERR_SHAPE, "do not match");
-    R_ERR(dt_log_softmax_pick_backward(a, ti, tf, a, &out), DT_ERR_SHAPE,
-          "grad must have target's shape");
+    R_ERR(dt_log_softmax_pick_backward(a, ti, tf, tf, &out), DT_ERR_SHAPE,
+          "stats must be (target's shape..., 2)");
+    int64_t s52[2] = {5, 2};
+    dt_tensor *st;
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 2, s52, 1, &r, &st));
+    R_ERR(dt_log_softmax_pick_backward(a, ti, st, a, &out), DT_ERR_SHAPE,
+          "grad must be target's shape");
+    dt_tensor_release(st);
     dt_tensor *sum = NULL;
     R_ERR(dt_rms_norm_residual(a, b, tf, 1e-5, &out, &sum), DT_ERR_SHAPE,
           "residual must have x's shape");

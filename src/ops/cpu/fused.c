@@ -10,6 +10,7 @@
 #include "core/half.h"
 #include "core/pool.h"
 #include "ops/cpu/simd.h"
+#include "ops/cpu/vexp.h"
 #include "ops/kernels.h"
 
 #define ID(v) (v)
@@ -136,73 +137,73 @@ dt_status dt_cpu_silu_mul_backward(const dt_local *gate, const dt_local *up, con
 }
 
 /* ---- log_softmax_pick ----------------------------------------------------------------------
- * logits (N, C, inner...) viewed as (N, C, I); target, out, lse, grad (N, I). A row is the C
- * logits of one (n, i). */
+ * logits (N, C, inner...) viewed as (N, C, I); target, out, grad (N, I); stats (N, I, 2). A row
+ * is the C logits of one (n, i). The arithmetic is log_softmax's and softmax's
+ * (ops/cpu/softmax.c), so the loss and its gradient are the bits of the unfused ops: rows of
+ * f32 on simd.h's paths, the rest one element at a time with the same exp. */
 
 typedef struct xent_arg {
     int64_t C, I;
     dt_dtype dtype, tdtype;
-    const void *x, *t, *lse_in, *g;
-    void *out, *lse;
+    const void *x, *t, *stats_in, *g;
+    void *out, *stats;
 } xent_arg;
 
 static int64_t target_of(const xent_arg *a, int64_t r) {
     return a->tdtype == DT_I64 ? ((const int64_t *)a->t)[r] : ((const int32_t *)a->t)[r];
 }
 
-/* The row's max and log sum exp, any layout (stride I), in CT with the sum in double. */
-#define DEFINE_XENT(SUF, T)                                                                        \
+#define MAXOF(a, v) (((v) > (a) || (v) != (v)) ? (v) : (a))
+
+#define DEFINE_XENT(SUF, T, EXP)                                                                   \
     static void xent_fwd_##SUF(void *arg, int64_t b, int64_t e) {                                  \
         const xent_arg *a = arg;                                                                   \
-        const T *x = a->x;                                                                         \
-        T *out = a->out, *lse = a->lse;                                                            \
+        T *out = a->out, *st = a->stats;                                                           \
         for (int64_t r = b; r < e; r++) {                                                          \
             int64_t n = r / a->I, i = r % a->I, C = a->C, I = a->I;                                \
-            const T *xr = x + n * C * I + i;                                                       \
-            T mx, ls;                                                                              \
+            const T *xr = (const T *)a->x + n * C * I + i;                                         \
+            T mx = -INFINITY;                                                                      \
+            double chunked = 0, whole;                                                             \
             if (sizeof(T) == sizeof(float) && I == 1) {                                            \
                 mx = (T)dt_simd_row_max((const float *)xr, C);                                     \
-                ls = (T)log(dt_simd_row_sum_exp((const float *)xr, C, (float)mx));                 \
+                dt_simd_row_exp_sums((const float *)xr, C, (float)mx, &chunked, &whole);           \
             } else {                                                                               \
-                mx = -INFINITY;                                                                    \
                 for (int64_t c = 0; c < C; c++)                                                    \
-                    if (xr[c * I] > mx || xr[c * I] != xr[c * I]) mx = xr[c * I];                  \
-                double s = 0;                                                                      \
+                    mx = MAXOF(mx, xr[c * I]);                                                     \
                 for (int64_t c = 0; c < C; c++)                                                    \
-                    s += exp((double)(xr[c * I] - mx));                                            \
-                ls = (T)log(s);                                                                    \
+                    chunked += (double)EXP(xr[c * I] - mx);                                        \
+                whole = chunked;                                                                   \
             }                                                                                      \
+            T ls = (T)log(chunked);                                                                \
             int64_t t = target_of(a, r);                                                           \
             /* as log_softmax: (x - max) first, then the small log sum */                          \
             out[r] = t >= 0 && t < C ? (xr[t * I] - mx) - ls : (T)0;                               \
-            if (lse) lse[r] = mx + ls;                                                             \
+            if (st) st[2 * r] = mx, st[2 * r + 1] = (T)(1.0 / whole);                              \
         }                                                                                          \
     }                                                                                              \
     static void xent_bwd_##SUF(void *arg, int64_t b, int64_t e) {                                  \
         const xent_arg *a = arg;                                                                   \
-        const T *x = a->x, *lse = a->lse_in, *g = a->g;                                            \
-        T *y = a->out;                                                                             \
+        const T *st = a->stats_in, *g = a->g;                                                      \
         for (int64_t r = b; r < e; r++) {                                                          \
             int64_t n = r / a->I, i = r % a->I, C = a->C, I = a->I;                                \
-            const T *xr = x + n * C * I + i;                                                       \
-            T *yr = y + n * C * I + i;                                                             \
+            const T *xr = (const T *)a->x + n * C * I + i;                                         \
+            T *yr = (T *)a->out + n * C * I + i, mx = st[2 * r], inv = st[2 * r + 1];              \
             int64_t t = target_of(a, r);                                                           \
             int in = t >= 0 && t < C;                                                              \
             T gr = in ? g[r] : (T)0; /* an ignored row gets no gradient */                         \
             if (sizeof(T) == sizeof(float) && I == 1) {                                            \
-                dt_simd_softmax_grad(C, (const float *)xr, (float)lse[r], (float)gr, in ? t : -1,  \
-                                     (float *)yr);                                                 \
+                dt_simd_softmax_grad(C, (const float *)xr, (float)mx, (float)inv, (float)gr,       \
+                                     in ? t : -1, (float *)yr);                                    \
                 continue;                                                                          \
             }                                                                                      \
-            for (int64_t c = 0; c < C; c++) {                                                      \
-                T p = (T)exp((double)(xr[c * I] - lse[r]));                                        \
-                yr[c * I] = ((c == t ? (T)1 : (T)0) - p) * gr;                                     \
-            }                                                                                      \
+            /* log_softmax's rule: onehot g - softmax (sum of onehot g = g) */                     \
+            for (int64_t c = 0; c < C; c++)                                                        \
+                yr[c * I] = (c == t ? gr : (T)0) - (EXP(xr[c * I] - mx) * inv) * gr;               \
         }                                                                                          \
     }
 
-DEFINE_XENT(f32, float)
-DEFINE_XENT(f64, double)
+DEFINE_XENT(f32, float, dt_vexpf)
+DEFINE_XENT(f64, double, exp)
 
 /* Checks the blocks and fills a's layout. lse: the (N, I) block to check against (NULL: none). */
 static dt_status xent_setup(const char *fn, const dt_local *logits, const dt_local *target,
@@ -222,17 +223,17 @@ static dt_status xent_setup(const char *fn, const dt_local *logits, const dt_loc
                         "%s: logits (N, C, ...) and target (N, ...) expected, got "
                         "%d-D and %d-D that do not match",
                         fn, logits->ndim, target->ndim);
-    for (int i = 0; rows && i < 2; i++) {
+    for (int i = 0; rows && i < 3; i++) { /* per-row tensors; i == 2: the stats, (..., 2) */
         const dt_local *r = &rows[i];
         if (!r->data && !r->ndim) continue;
-        int same = r->ndim == target->ndim && r->dtype == logits->dtype;
-        for (int d = 0; same && d < r->ndim; d++)
+        int extra = i == 2, same = r->ndim == target->ndim + extra && r->dtype == logits->dtype;
+        for (int d = 0; same && d < target->ndim; d++)
             same = r->shape[d] == target->shape[d];
+        if (same && extra) same = r->shape[target->ndim] == 2;
         if (!same)
-            return dt_error(DT_ERR_SHAPE,
-                            "%s: the per-row tensors must have target's shape and "
-                            "the logits' dtype %s",
-                            fn, dt_dtype_name(logits->dtype));
+            return dt_error(DT_ERR_SHAPE, "%s: %s must be target's shape%s of the logits' dtype %s",
+                            fn, i == 2 ? "stats" : "out and grad", extra ? " plus (2)" : "",
+                            dt_dtype_name(logits->dtype));
     }
     a->C = logits->shape[1];
     a->I = 1;
@@ -244,37 +245,25 @@ static dt_status xent_setup(const char *fn, const dt_local *logits, const dt_loc
 }
 
 dt_status dt_cpu_log_softmax_pick(const dt_local *logits, const dt_local *target, dt_local *out,
-                                  dt_local *lse) {
+                                  dt_local *stats) {
     xent_arg a = {0};
-    dt_local rows[2] = {*out, lse ? *lse : (dt_local){0}};
+    dt_local rows[3] = {*out, {0}, stats ? *stats : (dt_local){0}};
     DT_CHECK(xent_setup("dt_cpu_log_softmax_pick", logits, target, rows, &a));
-    a.out = out->data, a.lse = lse ? lse->data : NULL;
+    a.out = out->data, a.stats = stats ? stats->data : NULL;
     int64_t nrows = logits->shape[0] * a.I;
-    if (a.C == 0) { /* no class: log of an empty sum; as log_softmax of nothing, nothing picked */
-        for (int64_t r = 0; r < nrows; r++) {
-            if (a.dtype == DT_F32)
-                ((float *)a.out)[r] = 0;
-            else
-                ((double *)a.out)[r] = 0;
-            if (a.lse && a.dtype == DT_F32)
-                ((float *)a.lse)[r] = -INFINITY;
-            else if (a.lse)
-                ((double *)a.lse)[r] = -INFINITY;
-        }
-        return DT_OK;
-    }
-    int64_t grain = 1 + 65536 / a.C; /* rows per chunk: about 64k logits */
+    /* no class: log of an empty sum (-inf), so log_softmax of nothing; nothing to pick */
+    int64_t grain = 1 + 65536 / (a.C ? a.C : 1); /* rows per chunk: about 64k logits */
     dt_parallel_for(nrows, grain, a.dtype == DT_F32 ? xent_fwd_f32 : xent_fwd_f64, &a);
     return DT_OK;
 }
 
 dt_status dt_cpu_log_softmax_pick_backward(const dt_local *logits, const dt_local *target,
-                                           const dt_local *lse, const dt_local *grad,
+                                           const dt_local *stats, const dt_local *grad,
                                            dt_local *out) {
     xent_arg a = {0};
-    dt_local rows[2] = {*lse, *grad};
+    dt_local rows[3] = {{0}, *grad, *stats};
     DT_CHECK(xent_setup("dt_cpu_log_softmax_pick_backward", logits, target, rows, &a));
-    a.lse_in = lse->data, a.g = grad->data, a.out = out->data;
+    a.stats_in = stats->data, a.g = grad->data, a.out = out->data;
     int64_t nrows = logits->shape[0] * a.I;
     if (a.C == 0) return DT_OK;
     dt_parallel_for(nrows, 1 + 65536 / a.C, a.dtype == DT_F32 ? xent_bwd_f32 : xent_bwd_f64, &a);

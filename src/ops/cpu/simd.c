@@ -49,21 +49,14 @@
             if (mx[l] > r || mx[l] != mx[l]) r = mx[l];                                            \
         return r;                                                                                  \
     }                                                                                              \
-    static ATTR double row_sum_exp_##SUF(const float *x, int64_t n, float shift) {                 \
-        double acc[L] = {0};                                                                       \
+    static ATTR void exp_shift_##SUF(int64_t n, const float *x, float shift, float *e) {           \
         for (int64_t i = 0; i < n; i += L) {                                                       \
-            int64_t m = n - i < L ? n - i : L;                                                     \
+            size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
             VF v = {0};                                                                            \
-            v -= INFINITY; /* exp(-inf) = 0 for the tail's unused lanes */                         \
-            memcpy(&v, x + i, (size_t)m * sizeof(float));                                          \
-            VF e = EXP(v - shift);                                                                 \
-            for (int l = 0; l < L; l++)                                                            \
-                acc[l] += (double)e[l];                                                            \
+            memcpy(&v, x + i, m);                                                                  \
+            VF r = EXP(v - shift);                                                                 \
+            memcpy(e + i, &r, m);                                                                  \
         }                                                                                          \
-        double s = 0;                                                                              \
-        for (int l = 0; l < L; l++)                                                                \
-            s += acc[l];                                                                           \
-        return s;                                                                                  \
     }                                                                                              \
     static ATTR double add_sumsq_##SUF(int64_t n, const float *x, const float *r, float *h) {      \
         double acc[L] = {0};                                                                       \
@@ -91,13 +84,13 @@
             memcpy(y + i, &v, m);                                                                  \
         }                                                                                          \
     }                                                                                              \
-    static ATTR void softmax_grad_##SUF(int64_t n, const float *x, float lse, float scale,         \
+    static ATTR void softmax_grad_##SUF(int64_t n, const float *x, float mx, float inv, float g,   \
                                         float *y) {                                                \
         for (int64_t i = 0; i < n; i += L) {                                                       \
             size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
             VF v = {0};                                                                            \
             memcpy(&v, x + i, m);                                                                  \
-            VF r = (0.0f - EXP(v - lse)) * scale;                                                  \
+            VF r = 0.0f - (EXP(v - mx) * inv) * g;                                                 \
             memcpy(y + i, &r, m);                                                                  \
         }                                                                                          \
     }
@@ -130,15 +123,15 @@ typedef struct loops {
     void (*silu_mul)(int64_t, const float *, const float *, float *);
     void (*silu_mul_bwd)(int64_t, const float *, const float *, const float *, float *, float *);
     float (*row_max)(const float *, int64_t);
-    double (*row_sum_exp)(const float *, int64_t, float);
-    void (*softmax_grad)(int64_t, const float *, float, float, float *);
+    void (*exp_shift)(int64_t, const float *, float, float *);
+    void (*softmax_grad)(int64_t, const float *, float, float, float, float *);
     double (*add_sumsq)(int64_t, const float *, const float *, float *);
     void (*scale_mul)(int64_t, const float *, float, const float *, float *);
 } loops;
 
 #define LOOPS(SUF)                                                                                 \
     {                                                                                              \
-        silu_mul_##SUF, silu_mul_bwd_##SUF, row_max_##SUF, row_sum_exp_##SUF, softmax_grad_##SUF,  \
+        silu_mul_##SUF, silu_mul_bwd_##SUF, row_max_##SUF, exp_shift_##SUF, softmax_grad_##SUF,    \
             add_sumsq_##SUF, scale_mul_##SUF                                                       \
     }
 
@@ -203,14 +196,44 @@ float dt_simd_row_max(const float *x, int64_t n) {
     return chosen()->row_max(x, n);
 }
 
-double dt_simd_row_sum_exp(const float *x, int64_t n, float shift) {
-    return chosen()->row_sum_exp(x, n, shift);
+/* Four double lanes over the groups of four, added pairwise, then the tail in order: the same
+ * order on every path, so the sums depend only on the exps (which are the same bits). */
+static void sum4(const float *e, int64_t n, double acc[4], double *chunk) {
+    double c[4] = {0, 0, 0, 0};
+    int64_t t = 0;
+    for (; t + 4 <= n; t += 4)
+        for (int l = 0; l < 4; l++)
+            c[l] += (double)e[t + l], acc[l] += (double)e[t + l];
+    double s = (c[0] + c[1]) + (c[2] + c[3]);
+    for (; t < n; t++)
+        s += (double)e[t];
+    *chunk = s;
 }
 
-void dt_simd_softmax_grad(int64_t n, const float *x, float lse, float scale, int64_t t, float *y) {
+void dt_simd_row_exp_sums(const float *x, int64_t n, float mx, double *chunked, double *whole) {
+    float e[DT_SIMD_CHUNK];
+    double acc[4] = {0, 0, 0, 0}, sum = 0;
+    int64_t m = 0;
+    for (int64_t t0 = 0; t0 < n; t0 += DT_SIMD_CHUNK) {
+        double c;
+        m = n - t0 < DT_SIMD_CHUNK ? n - t0 : DT_SIMD_CHUNK;
+        chosen()->exp_shift(m, x + t0, mx, e);
+        sum4(e, m, acc, &c);
+        sum += c;
+    }
+    *chunked = sum;
+    /* the whole row's lanes, then its tail (the last chunk's, as chunks hold groups of four) */
+    double w = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (int64_t t = m & ~(int64_t)3; t < m; t++)
+        w += (double)e[t];
+    *whole = w;
+}
+
+void dt_simd_softmax_grad(int64_t n, const float *x, float mx, float inv, float g, int64_t t,
+                          float *y) {
     float xt = t >= 0 && t < n ? x[t] : 0; /* read first: y may be x */
-    chosen()->softmax_grad(n, x, lse, scale, y);
-    if (t >= 0 && t < n) y[t] = (1.0f - dt_vexpf(xt - lse)) * scale;
+    chosen()->softmax_grad(n, x, mx, inv, g, y);
+    if (t >= 0 && t < n) y[t] = g - (dt_vexpf(xt - mx) * inv) * g;
 }
 
 double dt_simd_add_sumsq(int64_t n, const float *x, const float *r, float *h) {

@@ -37,12 +37,20 @@ void dt_simd_silu_mul(int64_t n, const float *g, const float *u, float *out);
 void dt_simd_silu_mul_backward(int64_t n, const float *g, const float *u, const float *dy,
                                float *dg, float *du);
 
-/* Row reductions (reassociated: lanes accumulate apart and are added last, so paths differ in
- * the last bits of the double sum). max: NaN wins. sum_exp: sum of exp(x - shift) in double.
- * softmax_grad: y = scale (onehot - exp(x - lse)), onehot 1 at index t (none when t < 0). */
+/* Rows of a softmax, the arithmetic of ops/cpu/softmax.c's f32 rows so that the fused cross
+ * entropy gives the bits of log_softmax and its backward: every path computes the same exps,
+ * and the sums add them in one fixed order (four double lanes), so these too are the same bits
+ * on every path.
+ *   row_max: NaN wins.
+ *   row_exp_sums: e = exp(x - mx); *chunked = the sum of e a DT_SIMD_CHUNK at a time (as
+ *   log_softmax adds it), *whole = its sum over the row at once (as softmax adds it).
+ *   softmax_grad: y = onehot g - (exp(x - mx) inv) g, onehot 1 at index t (none when t < 0):
+ *   log_softmax's gradient for a picked target, inv = 1 / the whole sum. y may be x. */
+#define DT_SIMD_CHUNK 256
 float dt_simd_row_max(const float *x, int64_t n);
-double dt_simd_row_sum_exp(const float *x, int64_t n, float shift);
-void dt_simd_softmax_grad(int64_t n, const float *x, float lse, float scale, int64_t t, float *y);
+void dt_simd_row_exp_sums(const float *x, int64_t n, float mx, double *chunked, double *whole);
+void dt_simd_softmax_grad(int64_t n, const float *x, float mx, float inv, float g, int64_t t,
+                          float *y);
 
 /* RMS norm with the residual add: h = x + r (exact, every path the same bits) returning the
  * sum of h^2 in double (reassociated as the row sums above); then y = (h k) w, exact. h may be

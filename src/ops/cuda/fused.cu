@@ -1,6 +1,6 @@
 /* CUDA fused kernels with the CPU's contracts (ops/kernels.h, ops/cpu/fused.c): silu_mul and
  * its backward a thread per element, log_softmax_pick and its backward a thread per row (the
- * row's max, sum in double, pick; or onehot - softmax written in one pass). Math in f32 (f64 for
+ * row's max, sum in double, pick, stats; or onehot g - softmax g written in one pass). Math in f32 (f64 for
  * f64) with the device's expf, so results match the CPU within a stated tolerance, not bits;
  * rms_norm_residual a thread per row. */
 #include <math.h>
@@ -77,7 +77,7 @@ static __device__ __forceinline__ int64_t target_at(const void *t, int wide, siz
 
 template <typename T>
 __global__ void xent_fwd_k(size_t rows, int64_t C, int64_t I, const T *x, const void *tg,
-                           int wide, T *out, T *lse) {
+                           int wide, T *out, T *stats) {
     DT_CU_FOR(r, rows) {
         int64_t n = (int64_t)r / I, i = (int64_t)r % I;
         const T *xr = x + n * C * I + i;
@@ -91,21 +91,21 @@ __global__ void xent_fwd_k(size_t rows, int64_t C, int64_t I, const T *x, const 
         T ls = (T)log(s);
         int64_t t = target_at<int64_t>(tg, wide, r);
         out[r] = t >= 0 && t < C ? (xr[t * I] - mx) - ls : (T)0;
-        if (lse) lse[r] = mx + ls;
+        if (stats) stats[2 * r] = mx, stats[2 * r + 1] = (T)(1.0 / s);
     }
 }
 
 template <typename T>
 __global__ void xent_bwd_k(size_t rows, int64_t C, int64_t I, const T *x, const void *tg,
-                           int wide, const T *lse, const T *g, T *y) {
+                           int wide, const T *stats, const T *g, T *y) {
     DT_CU_FOR(r, rows) {
         int64_t n = (int64_t)r / I, i = (int64_t)r % I;
         const T *xr = x + n * C * I + i;
-        T *yr = y + n * C * I + i;
+        T *yr = y + n * C * I + i, mx = stats[2 * r], inv = stats[2 * r + 1];
         int64_t t = target_at<int64_t>(tg, wide, r);
         T gr = t >= 0 && t < C ? g[r] : (T)0;
         for (int64_t c = 0; c < C; c++)
-            yr[c * I] = ((c == t ? (T)1 : (T)0) - fx(xr[c * I] - lse[r])) * gr;
+            yr[c * I] = (c == t ? gr : (T)0) - (fx(xr[c * I] - mx) * inv) * gr;
     }
 }
 
@@ -125,7 +125,7 @@ static dt_status xent_check(const char *fn, const dt_local *x, const dt_local *t
 }
 
 extern "C" dt_status dt_cuda_log_softmax_pick(const dt_local *logits, const dt_local *target,
-                                              dt_local *out, dt_local *lse) {
+                                              dt_local *out, dt_local *stats) {
     const char *fn = "dt_cuda_log_softmax_pick";
     int64_t C, I;
     size_t rows;
@@ -137,7 +137,7 @@ extern "C" dt_status dt_cuda_log_softmax_pick(const dt_local *logits, const dt_l
         typedef decltype(tag) T;
         xent_fwd_k<T><<<dt_cuda_blocks(rows, DT_CU_THREADS), DT_CU_THREADS, 0, r->compute>>>(
             rows, C, I, (const T *)logits->data, target->data, wide, (T *)out->data,
-            lse ? (T *)lse->data : (T *)0);
+            stats ? (T *)stats->data : (T *)0);
         return DT_CUDA_LAUNCH_CHECK(fn);
     };
     return logits->dtype == DT_F32 ? run(float{}) : run(double{});
@@ -145,7 +145,7 @@ extern "C" dt_status dt_cuda_log_softmax_pick(const dt_local *logits, const dt_l
 
 extern "C" dt_status dt_cuda_log_softmax_pick_backward(const dt_local *logits,
                                                        const dt_local *target,
-                                                       const dt_local *lse,
+                                                       const dt_local *stats,
                                                        const dt_local *grad, dt_local *out) {
     const char *fn = "dt_cuda_log_softmax_pick_backward";
     int64_t C, I;
@@ -157,7 +157,7 @@ extern "C" dt_status dt_cuda_log_softmax_pick_backward(const dt_local *logits,
     auto run = [&](auto tag) {
         typedef decltype(tag) T;
         xent_bwd_k<T><<<dt_cuda_blocks(rows, DT_CU_THREADS), DT_CU_THREADS, 0, r->compute>>>(
-            rows, C, I, (const T *)logits->data, target->data, wide, (const T *)lse->data,
+            rows, C, I, (const T *)logits->data, target->data, wide, (const T *)stats->data,
             (const T *)grad->data, (T *)out->data);
         return DT_CUDA_LAUNCH_CHECK(fn);
     };
