@@ -1,7 +1,8 @@
 /* The fused ops on one rank next to the sequences of existing ops they replace, in the same
  * rounds (medians of interleaved repeats, with min and max): silu_mul and its backward, and
- * log_softmax_pick and its backward, at the shapes of make train's model scaled up. Each row
- * also runs the fused kernel on each SIMD path this CPU has (DT_SIMD caps the default). */
+ * log_softmax_pick and its backward, and rms_norm_residual, at the shapes of make train's model
+ * scaled up. Each row also runs the fused kernel on each SIMD path this CPU has (DT_SIMD caps the
+ * default). */
 #include <math.h>
 
 #include "bench_util.h"
@@ -12,7 +13,7 @@
 #define VOCAB 256
 
 typedef struct inputs {
-    dt_tensor *g, *u, *dy, *x, *t, *lse, *gr;
+    dt_tensor *g, *u, *dy, *x, *t, *stats, *gr, *w;
 } inputs;
 
 typedef dt_status (*run_fn)(inputs *in);
@@ -73,7 +74,7 @@ static dt_status xent_unfused(inputs *in) {
 
 static dt_status xent_bwd_fused(inputs *in) {
     dt_tensor *o = NULL;
-    return keep(dt_log_softmax_pick_backward(in->x, in->t, in->lse, in->gr, &o), &o, 1);
+    return keep(dt_log_softmax_pick_backward(in->x, in->t, in->stats, in->gr, &o), &o, 1);
 }
 
 /* A lower bound of the unfused backward: log_softmax's rule (softmax, times the row's
@@ -89,6 +90,19 @@ static dt_status xent_bwd_unfused(inputs *in) {
     return keep(st, t, 3);
 }
 
+/* A block's residual add and ffn_norm: (4096, 1024) rows. */
+static dt_status rms_fused(inputs *in) {
+    dt_tensor *t[2] = {0};
+    return keep(dt_rms_norm_residual(in->g, in->u, in->w, 1e-5, &t[0], &t[1]), t, 2);
+}
+
+static dt_status rms_unfused(inputs *in) {
+    dt_tensor *t[2] = {0};
+    dt_status st = dt_add(in->g, in->u, &t[0]);
+    if (st == DT_OK) st = dt_rms_norm(t[0], in->w, 1e-5, &t[1]);
+    return keep(st, t, 2);
+}
+
 typedef struct row {
     const char *name;
     run_fn fused, unfused;
@@ -99,6 +113,7 @@ static const row rows[] = {
     {"swiglu backward", swiglu_bwd_fused, swiglu_bwd_unfused},
     {"cross_entropy forward (4096x256)", xent_fused, xent_unfused},
     {"cross_entropy backward", xent_bwd_fused, xent_bwd_unfused},
+    {"residual add + rms_norm (4096x1024)", rms_fused, rms_unfused},
 };
 #define NROWS (sizeof rows / sizeof rows[0])
 
@@ -112,7 +127,8 @@ static double timed(run_fn f, inputs *in, dt_status *st) {
 static dt_status body(dt_ctx *ctx, void *arg) {
     (void)arg;
     dt_mesh *mesh;
-    DT_CHECK(dt_mesh_create_str(ctx, "1", &mesh));
+    dt_status mst = dt_mesh_create_str(ctx, "1", &mesh);
+    if (mst != DT_OK) return mst;
     dt_placement r = dt_replicate();
     dt_generator gen0 = dt_generator_make(7), *gen = &gen0;
     inputs in = {0};
@@ -122,6 +138,8 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     if (st == DT_OK) st = dt_tensor_randn(mesh, DT_F32, 2, hs, 1, &r, gen, &in.dy);
     if (st == DT_OK) st = dt_tensor_randn(mesh, DT_F32, 2, xs, 1, &r, gen, &in.x);
     if (st == DT_OK) st = dt_tensor_randn(mesh, DT_F32, 1, ts, 1, &r, gen, &in.gr);
+    int64_t ws[1] = {HID};
+    if (st == DT_OK) st = dt_tensor_randn(mesh, DT_F32, 1, ws, 1, &r, gen, &in.w);
     dt_tensor *lp = NULL;
     if (st == DT_OK) { /* spread targets */
         int64_t *host = malloc(sizeof(int64_t) * ROWS);
@@ -130,13 +148,13 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         st = dt_tensor_from_local(mesh, host, DT_I64, 1, ts, 1, &r, ts, 0, &in.t);
         free(host);
     }
-    if (st == DT_OK) st = dt_log_softmax_pick(in.x, in.t, &lp, &in.lse);
+    if (st == DT_OK) st = dt_log_softmax_pick(in.x, in.t, &lp, &in.stats);
     dt_tensor_release(lp);
     dt_simd best = dt_simd_cpu_best();
     printf("# one rank, f32; fused kernels on SIMD path %s (CPU best %s); medians of %d "
            "interleaved repeats [min, max], ms\n",
            dt_simd_name(dt_simd_level()), dt_simd_name(best), BENCH_REPS);
-    printf("%-34s %24s %24s %24s\n", "op", "unfused (existing ops)", "fused", "fused, scalar path");
+    printf("%-38s %24s %24s %24s\n", "op", "unfused (existing ops)", "fused", "fused, scalar path");
     for (size_t k = 0; st == DT_OK && k < NROWS; k++) {
         double a[BENCH_REPS], b[BENCH_REPS], c[BENCH_REPS];
         for (int rep = -1; rep < BENCH_REPS && st == DT_OK; rep++) { /* rep -1 warms up */
@@ -148,11 +166,11 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         }
         bench_stat su = bench_stat_of(a, BENCH_REPS), sf = bench_stat_of(b, BENCH_REPS),
                    sc = bench_stat_of(c, BENCH_REPS);
-        printf("%-34s %7.3f [%6.3f, %6.3f] %7.3f [%6.3f, %6.3f] %7.3f [%6.3f, %6.3f]\n",
+        printf("%-38s %7.3f [%6.3f, %6.3f] %7.3f [%6.3f, %6.3f] %7.3f [%6.3f, %6.3f]\n",
                rows[k].name, su.med, su.min, su.max, sf.med, sf.min, sf.max, sc.med, sc.min,
                sc.max);
     }
-    dt_tensor *all[] = {in.g, in.u, in.dy, in.x, in.t, in.lse, in.gr};
+    dt_tensor *all[] = {in.g, in.u, in.dy, in.x, in.t, in.stats, in.gr, in.w};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         dt_tensor_release(all[i]);
     dt_mesh_release(mesh);

@@ -11,28 +11,34 @@
 
 /* ---- the loops, for a float vector type VF of L lanes, int vector VI, exp EXP -------------- */
 
+/* Loads and stores of a whole vector (a constant size: one vector move) or of the row's tail. */
+#define LD(v, p) (full ? memcpy(&(v), (p), sizeof(v)) : memcpy(&(v), (p), m))
+#define ST(p, v) (full ? memcpy((p), &(v), sizeof(v)) : memcpy((p), &(v), m))
+
 #define DEFINE_LOOPS(SUF, VF, VI, L, ATTR, EXP)                                                    \
     static ATTR void silu_mul_##SUF(int64_t n, const float *g, const float *u, float *out) {       \
         for (int64_t i = 0; i < n; i += L) {                                                       \
             size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
+            int full = n - i >= L;                                                                 \
             VF a = {0}, b = {0};                                                                   \
-            memcpy(&a, g + i, m), memcpy(&b, u + i, m);                                            \
+            LD(a, g + i), LD(b, u + i);                                                            \
             VF e = EXP(-a);                                                                        \
             VF y = (a / (1.0f + e)) * b;                                                           \
-            memcpy(out + i, &y, m);                                                                \
+            ST(out + i, y);                                                                        \
         }                                                                                          \
     }                                                                                              \
     static ATTR void silu_mul_bwd_##SUF(int64_t n, const float *g, const float *u,                 \
                                         const float *dy, float *dg, float *du) {                   \
         for (int64_t i = 0; i < n; i += L) {                                                       \
             size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
+            int full = n - i >= L;                                                                 \
             VF a = {0}, b = {0}, d = {0};                                                          \
-            memcpy(&a, g + i, m), memcpy(&b, u + i, m), memcpy(&d, dy + i, m);                     \
+            LD(a, g + i), LD(b, u + i), LD(d, dy + i);                                             \
             VF e = EXP(-a);                                                                        \
             VF s = 1.0f / (1.0f + e);                                                              \
             VF yu = d * (a / (1.0f + e));                                                          \
             VF yg = (d * b) * (s * (1.0f + a * (1.0f - s)));                                       \
-            memcpy(du + i, &yu, m), memcpy(dg + i, &yg, m);                                        \
+            ST(du + i, yu), ST(dg + i, yg);                                                        \
         }                                                                                          \
     }                                                                                              \
     static ATTR float row_max_##SUF(const float *x, int64_t n) {                                   \
@@ -40,7 +46,10 @@
         mx -= INFINITY;                                                                            \
         for (int64_t i = 0; i < n; i += L) {                                                       \
             VF v = mx; /* the tail's unused lanes keep the running max */                          \
-            memcpy(&v, x + i, (size_t)(n - i < L ? n - i : L) * sizeof(float));                    \
+            if (n - i >= L)                                                                        \
+                memcpy(&v, x + i, sizeof v);                                                       \
+            else                                                                                   \
+                memcpy(&v, x + i, (size_t)(n - i) * sizeof(float));                                \
             VI take = (v > mx) | (v != v);                                                         \
             mx = DT_VSELECT(VF, VI, take, v, mx);                                                  \
         }                                                                                          \
@@ -52,20 +61,22 @@
     static ATTR void exp_shift_##SUF(int64_t n, const float *x, float shift, float *e) {           \
         for (int64_t i = 0; i < n; i += L) {                                                       \
             size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
+            int full = n - i >= L;                                                                 \
             VF v = {0};                                                                            \
-            memcpy(&v, x + i, m);                                                                  \
+            LD(v, x + i);                                                                          \
             VF r = EXP(v - shift);                                                                 \
-            memcpy(e + i, &r, m);                                                                  \
+            ST(e + i, r);                                                                          \
         }                                                                                          \
     }                                                                                              \
     static ATTR double add_sumsq_##SUF(int64_t n, const float *x, const float *r, float *h) {      \
         double acc[L] = {0};                                                                       \
         for (int64_t i = 0; i < n; i += L) {                                                       \
             size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
+            int full = n - i >= L;                                                                 \
             VF a = {0}, b = {0};                                                                   \
-            memcpy(&a, x + i, m), memcpy(&b, r + i, m);                                            \
+            LD(a, x + i), LD(b, r + i);                                                            \
             VF v = a + b;                                                                          \
-            memcpy(h + i, &v, m);                                                                  \
+            ST(h + i, v);                                                                          \
             for (int l = 0; l < L; l++)                                                            \
                 acc[l] += (double)v[l] * (double)v[l];                                             \
         }                                                                                          \
@@ -78,20 +89,22 @@
                                      float *y) {                                                   \
         for (int64_t i = 0; i < n; i += L) {                                                       \
             size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
+            int full = n - i >= L;                                                                 \
             VF a = {0}, b = {0};                                                                   \
-            memcpy(&a, h + i, m), memcpy(&b, w + i, m);                                            \
+            LD(a, h + i), LD(b, w + i);                                                            \
             VF v = (a * k) * b;                                                                    \
-            memcpy(y + i, &v, m);                                                                  \
+            ST(y + i, v);                                                                          \
         }                                                                                          \
     }                                                                                              \
     static ATTR void softmax_grad_##SUF(int64_t n, const float *x, float mx, float inv, float g,   \
                                         float *y) {                                                \
         for (int64_t i = 0; i < n; i += L) {                                                       \
             size_t m = (size_t)(n - i < L ? n - i : L) * sizeof(float);                            \
+            int full = n - i >= L;                                                                 \
             VF v = {0};                                                                            \
-            memcpy(&v, x + i, m);                                                                  \
+            LD(v, x + i);                                                                          \
             VF r = 0.0f - (EXP(v - mx) * inv) * g;                                                 \
-            memcpy(y + i, &r, m);                                                                  \
+            ST(y + i, r);                                                                          \
         }                                                                                          \
     }
 
