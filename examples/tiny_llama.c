@@ -349,12 +349,13 @@ static dt_status batch_of(const tl_model *m, const unsigned char *text, size_t n
     return st;
 }
 
-/* One block, as llm.c and torchtitan write it: x + attention(norm(x)), then + mlp(norm(x)). */
+/* One block, as llm.c and torchtitan write it: x + attention(norm(x)), then + mlp(norm(x));
+ * the first residual add and the norm after it run as one fused pass. */
 static dt_tensor *block(dt_scope *s, const tl_model *m, const tl_block *b, dt_tensor *x,
                         dt_tensor **aux) {
     dt_tensor *h = dt_nn_rms_norm_forward(s, b->attention_norm, x);
-    x = DT_DO(s, dt_add, x, dt_nn_attention_forward(s, &b->attention, h, m->cos, m->sin));
-    h = dt_nn_rms_norm_forward(s, b->ffn_norm, x);
+    dt_tensor *a = dt_nn_attention_forward(s, &b->attention, h, m->cos, m->sin);
+    h = dt_nn_rms_norm_residual_forward(s, b->ffn_norm, x, a, &x);
     return DT_DO(s, dt_add, x,
                  m->cfg.experts > 0 ? tl_moe_forward(s, m, &b->moe, h, aux)
                                     : dt_nn_mlp_forward(s, &b->feed_forward, h));

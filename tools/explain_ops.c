@@ -102,6 +102,11 @@ static const args_kind kinds[] = {
     [DT_OP_LE] = NONE,
     [DT_OP_SIGN] = NONE,
     [DT_OP_SCATTER_ADD] = SCATTER,
+    [DT_OP_SILU_MUL] = NONE,
+    [DT_OP_SILU_MUL_BACKWARD] = NONE,
+    [DT_OP_LOG_SOFTMAX_PICK] = NONE,
+    [DT_OP_LOG_SOFTMAX_PICK_BACKWARD] = NONE,
+    [DT_OP_RMS_NORM_RESIDUAL] = NONE,
 };
 _Static_assert(sizeof kinds / sizeof kinds[0] == DT_OP_COUNT, "an op has no text form");
 
@@ -119,7 +124,8 @@ static const struct {
 dt_dtype explain_op_input_dtype(dt_op op, int i) {
     int index = (i == 1 && (op == DT_OP_EMBEDDING || op == DT_OP_PICK ||
                             op == DT_OP_CROSS_ENTROPY || op == DT_OP_GATHER ||
-                            op == DT_OP_SCATTER_ADD)) ||
+                            op == DT_OP_SCATTER_ADD || op == DT_OP_LOG_SOFTMAX_PICK ||
+                            op == DT_OP_LOG_SOFTMAX_PICK_BACKWARD)) ||
                 (i == 0 && op == DT_OP_ONE_HOT);
     return index ? DT_I64 : DT_F32;
 }

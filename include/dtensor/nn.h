@@ -32,6 +32,11 @@ DT_API dt_tensor *dt_nn_embedding_forward(dt_scope *scope, dt_module module, dt_
 DT_API dt_status dt_nn_rms_norm_create(dt_params *params, const char *name, int64_t dim, double eps,
                                        dt_module *module_out);
 DT_API dt_tensor *dt_nn_rms_norm_forward(dt_scope *scope, dt_module module, dt_tensor *x);
+/* The block's residual add and this norm in one pass (dt_rms_norm_residual): *sum = x +
+ * residual (the next residual stream, owned by the scope), returns rms_norm(*sum). The module's
+ * input layout applies to x and residual alike. */
+DT_API dt_tensor *dt_nn_rms_norm_residual_forward(dt_scope *scope, dt_module module, dt_tensor *x,
+                                                  dt_tensor *residual, dt_tensor **sum);
 
 /* Causal self-attention with rotary positions and grouped-query heads (torchtitan's
  * Attention): container module name with linears wq (dim -> heads * head_dim), wk and wv

@@ -93,7 +93,12 @@ typedef enum dt_op {
     DT_OP_LE = 68,
     DT_OP_SIGN = 69,
     DT_OP_SCATTER_ADD = 70,
-    DT_OP_COUNT = 71
+    DT_OP_SILU_MUL = 71,
+    DT_OP_SILU_MUL_BACKWARD = 72,
+    DT_OP_LOG_SOFTMAX_PICK = 73,
+    DT_OP_LOG_SOFTMAX_PICK_BACKWARD = 74,
+    DT_OP_RMS_NORM_RESIDUAL = 75,
+    DT_OP_COUNT = 76
 } dt_op;
 
 /* "add", "mm", ...; "?" for an unknown op. */
@@ -321,9 +326,39 @@ DT_API dt_status dt_unbind(dt_tensor *x, int dim, int n, dt_tensor **outs);
 /* torch.reshape: our tensors are contiguous, so it is dt_view (the shards follow the view
  * rules of dt_view). */
 DT_API dt_status dt_reshape(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
-/* silu(gate) * up (SwiGLU's gating, gate and up broadcast as mul): two dispatched ops, not
- * a fused kernel, so each piece is placed on its own. */
+/* silu(gate) * up (SwiGLU's gating, gate and up broadcast as mul): one fused dt_silu_mul when
+ * gate and up have one shape, else silu and mul, each placed on its own. */
 DT_API dt_status dt_swiglu(dt_tensor *gate, dt_tensor *up, dt_tensor **out);
+/* silu(gate) * up in one kernel pass, gate and up of one shape and float dtype, sharded alike
+ * on any dim (or replicated); its backward is one dt_silu_mul_backward. Collective over the
+ * mesh as any op; the caller owns *out. */
+DT_API dt_status dt_silu_mul(dt_tensor *gate, dt_tensor *up, dt_tensor **out);
+/* dt_silu_mul's gradients at grad (the output's shape) in one pass: dgate = grad up s (1 +
+ * gate (1 - s)) with s = sigmoid(gate), dup = grad silu(gate). The caller owns both. */
+DT_API dt_status dt_silu_mul_backward(dt_tensor *gate, dt_tensor *up, dt_tensor *grad,
+                                      dt_tensor **dgate, dt_tensor **dup);
+/* log_softmax(logits, dim 1) at the target class in one pass over the logits, the bits of
+ * dt_log_softmax then picking: logits (N, C, d...) f32/f64, target (N, d...) i32/i64 class ids;
+ * out (N, d...), 0 where a target is outside [0, C). stats (nullable): (N, d..., 2), each row's
+ * max and 1 / sum exp(x - max). The class dim must be whole on each rank (dispatch gathers it;
+ * cross_entropy keeps its loss-parallel route for a sharded class dim); the other dims shard.
+ * Its backward is one dt_log_softmax_pick_backward from the saved stats. The caller owns *out
+ * and *stats. */
+DT_API dt_status dt_log_softmax_pick(dt_tensor *logits, dt_tensor *target, dt_tensor **out,
+                                     dt_tensor **stats);
+/* Its gradient at grad ((N, d...)) from stats, written in one pass: grad onehot(target) -
+ * softmax(logits) grad along dim 1, of the logits' shape; rows with a target outside [0, C) get
+ * zero. The caller owns *out. */
+DT_API dt_status dt_log_softmax_pick_backward(dt_tensor *logits, dt_tensor *target,
+                                              dt_tensor *stats, dt_tensor *grad, dt_tensor **out);
+/* The residual add and the RMS norm that follows it in one pass (a transformer block's
+ * x + attention(...) then ffn_norm): *sum = x + residual, *out = rms_norm(*sum, weight, eps)
+ * over the last dim (weight 1-D of its size, eps > 0). The values are those of dt_add then
+ * dt_rms_norm; autograd records it as those two ops, so both outputs carry gradients. x and
+ * residual share shape and float dtype; they shard alike on any dim but the last (dispatch
+ * moves them otherwise). Collective as any op; the caller owns *out and *sum. */
+DT_API dt_status dt_rms_norm_residual(dt_tensor *x, dt_tensor *residual, dt_tensor *weight,
+                                      double eps, dt_tensor **out, dt_tensor **sum);
 
 /* cross_entropy's options (torch's keywords); DT_XENT_DEFAULTS are torch's defaults. */
 typedef struct dt_xent_opts {

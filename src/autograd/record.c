@@ -13,6 +13,25 @@
 
 /* ---- ops ----------------------------------------------------------------------------- */
 
+/* The node of a call, or the plain ops' nodes a fused forward records as (op_family's
+ * record_as): each output then has its own node and gradient. */
+static dt_status record_node(dt_op op, dt_tensor **used, int n, const dt_op_args *args,
+                             dt_tensor *o, dt_tensor **ax, int na) {
+    const op_family *f = dt_op_family(op);
+    op_record_step steps[1 + DT_OP_MAX_AUX];
+    int ns = f && f->record_as ? f->record_as(op, args, steps) : 0;
+    if (!ns) return dt_autograd_record(op, used, n, args, o, ax, na);
+    dt_tensor *outs[1 + DT_OP_MAX_AUX] = {o};
+    for (int i = 0; i < na; i++) outs[1 + i] = ax[i];
+    for (int k = 0; k < ns; k++) {
+        const op_record_step *s = &steps[k];
+        dt_tensor *in[3];
+        for (int i = 0; i < s->n; i++) in[i] = s->in[i] >= 0 ? used[s->in[i]] : outs[-1 - s->in[i]];
+        DT_CHECK(dt_autograd_record(s->op, in, s->n, &s->args, outs[s->out], NULL, 0));
+    }
+    return DT_OK;
+}
+
 /* dt_op_call's recorder (ops/op_impl.h): the call is checked and not a composite. */
 static dt_status record_call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                              dt_tensor **out, dt_tensor **aux) {
@@ -32,7 +51,7 @@ static dt_status record_call(dt_op op, dt_tensor *const *in, int n, const dt_op_
         for (int i = 0; i < n && st == DT_OK; i++)
             if (used[i] && used[i] != in[i] && dt_autograd_wants(&in[i], 1))
                 st = dt_autograd_record_redistribute(in[i], used[i]);
-        if (st == DT_OK) st = dt_autograd_record(op, used, n, args, o, ax, na);
+        if (st == DT_OK) st = record_node(op, used, n, args, o, ax, na);
         for (int i = 0; i < n; i++)
             dt_tensor_release(used[i]);
     }

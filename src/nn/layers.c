@@ -167,6 +167,21 @@ dt_tensor *dt_nn_rms_norm_forward(dt_scope *scope, dt_module module, dt_tensor *
     return dt_module_output(scope, module, y);
 }
 
+dt_tensor *dt_nn_rms_norm_residual_forward(dt_scope *scope, dt_module module, dt_tensor *x,
+                                           dt_tensor *residual, dt_tensor **sum) {
+    *sum = NULL;
+    if (!enter(scope, __func__, module, DT_MODULE_NORM)) return NULL;
+    double eps = module.params->modules[module.index].norm_eps;
+    x = dt_module_input(scope, module, x);
+    residual = dt_module_input(scope, module, residual);
+    dt_tensor *w = use(scope, module, "weight"), *y = NULL, *s = NULL;
+    if (!dt_scope_ok(scope)) return NULL;
+    dt_status st = dt_rms_norm_residual(x, residual, w, eps, &y, &s);
+    if (st != DT_OK) return dt_scope_fail(scope, st);
+    *sum = dt_scope_adopt(scope, s);
+    return dt_module_output(scope, module, dt_scope_adopt(scope, y));
+}
+
 dt_status dt_nn_attention_create(dt_params *params, const char *name, int64_t dim, int64_t heads,
                                  int64_t kv_heads, dt_init init, dt_init out_init,
                                  dt_nn_attention *out) {
@@ -225,7 +240,7 @@ dt_tensor *dt_nn_attention_forward(dt_scope *scope, const dt_nn_attention *atten
     dt_tensor *k = heads_first(scope, qkv[1], B, T, a->kv_heads, a->head_dim, cos, sin);
     dt_tensor *v = heads_first(scope, qkv[2], B, T, a->kv_heads, a->head_dim, NULL, NULL);
     dt_comm_module_tls = a->self.params->modules[a->self.index].name; /* the ring's module */
-    dt_tensor *o = a->cp_dim >= 0 /* (B, heads, T, hd) */
+    dt_tensor *o = a->cp_dim >= 0                                     /* (B, heads, T, hd) */
                        ? DT_DO(scope, dt_ring_sdpa, q, k, v, a->cp_dim, 1, 1)
                        : DT_DO(scope, dt_sdpa, q, k, v, 1);
     o = DT_DO(scope, dt_transpose, o, 1, 2);

@@ -1,5 +1,6 @@
 /* Ops built from other ops, so that dispatch places every piece: var/std (a sum-based
- * variance, exact on uneven shards), swiglu (silu(gate) * up, not fused) and cross_entropy
+ * variance, exact on uneven shards), swiglu (fused silu_mul, or silu and mul to broadcast) and
+ * cross_entropy
  * (the target's log-probability per sample, negated, optionally label-smoothed, summed or
  * averaged; loss parallel when the class dim is sharded and keeping it so is cheaper than
  * moving the logits). They sit above the recording site, like PyTorch's composite-implicit
@@ -182,6 +183,9 @@ static dt_status class_mean(dt_tensor *lsm, dt_tensor **out) {
  * the class dim was sharded. smooth (NULL: not wanted) gets the class mean of log_softmax. */
 static dt_status target_logprob_whole(dt_tensor *logits, dt_tensor *target, dt_tensor **out,
                                       dt_tensor **smooth) {
+    /* Without smoothing, one fused pass (fused.c): the picked log-probability and each row's
+     * log-sum-exp, no logits-sized log_softmax kept for the backward. */
+    if (!smooth) return call2(DT_OP_LOG_SOFTMAX_PICK, logits, target, out);
     dt_op_args along = {.dim = 1}, perm = class_last(logits->ndim);
     dt_tensor *lsm = NULL, *moved = NULL;
     dt_status st = dt_op_call(DT_OP_LOG_SOFTMAX, &logits, 1, &along, &lsm);
@@ -432,8 +436,12 @@ static dt_status cross_entropy(dt_tensor *logits, dt_tensor *target, const dt_op
     return st;
 }
 
-/* silu(gate) * up: two dispatched ops (no fused kernel), so each is placed on its own. */
+/* silu(gate) * up: one fused silu_mul when gate and up have one shape (fused.c); else
+ * (broadcast) two dispatched ops, each placed on its own. */
 static dt_status swiglu(dt_tensor *gate, dt_tensor *up, dt_tensor **out) {
+    int same = gate->ndim == up->ndim && gate->dtype == up->dtype;
+    for (int d = 0; same && d < gate->ndim; d++) same = gate->shape[d] == up->shape[d];
+    if (same) return call2(DT_OP_SILU_MUL, gate, up, out);
     dt_tensor *g = NULL;
     dt_status st = call1(DT_OP_SILU, gate, NULL, &g);
     if (st == DT_OK) st = call2(DT_OP_MUL, g, up, out);

@@ -193,6 +193,41 @@ dt_status dt_cpu_rope(const dt_local *x, const dt_local *cos, const dt_local *si
 dt_status dt_cpu_dropout(double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,
                          const int64_t *box_offset, const dt_local *x, dt_local *out);
 
+/* ---- fused (ops/cpu/fused.c; f32 rows on ops/cpu/simd.h's run-time SIMD paths) ---------- */
+
+/* SwiGLU in one pass: out = silu(gate) * up, the bits of silu then mul; gate, up and out share
+ * shape and dtype (float dtypes; out may alias an input). */
+dt_status dt_cpu_silu_mul(const dt_local *gate, const dt_local *up, dt_local *out);
+
+/* Its gradients from grad (out's shape) in one pass, with s = sigmoid(gate):
+ * dgate = grad up s (1 + gate (1 - s)) and dup = grad silu(gate); all five share a shape. */
+dt_status dt_cpu_silu_mul_backward(const dt_local *gate, const dt_local *up,
+                                   const dt_local *grad, dt_local *dgate, dt_local *dup);
+
+/* Cross entropy's target log-probability in one pass over the logits: logits (N, C, d...)
+ * f32/f64 with the class dim 1, target (N, d...) i32/i64; out (N, d...) of the logits' dtype
+ * = log_softmax(logits, dim 1) at the target class, 0 where the target is outside [0, C) (an
+ * ignored label). stats (nullable, (N, d..., 2) of the logits' dtype) gets each row's max and
+ * 1 / sum exp(x - max): all the backward needs, instead of a logits-sized log_softmax. The
+ * arithmetic is dt_cpu_softmax's (log_softmax for out, softmax's sum for stats), so out and the
+ * backward are the bits of log_softmax, pick and their backward rules. */
+dt_status dt_cpu_log_softmax_pick(const dt_local *logits, const dt_local *target, dt_local *out,
+                                  dt_local *stats);
+
+/* Its gradient written straight into out (logits' shape): out = onehot(target) grad[row] -
+ * exp(logits - max) / sum grad[row] along the class dim (log_softmax's rule with the softmax
+ * rebuilt from stats), rows whose target is outside [0, C) zero. */
+dt_status dt_cpu_log_softmax_pick_backward(const dt_local *logits, const dt_local *target,
+                                           const dt_local *stats, const dt_local *grad,
+                                           dt_local *out);
+
+/* RMS norm with the residual add fused, over the last dim: sum = x + residual, out =
+ * sum / sqrt(mean(sum^2) + eps) * weight, the arithmetic of add then rms_norm (sum rounded to
+ * its dtype first; mean in double). x, residual, out and sum share shape and dtype (float
+ * dtypes); weight is 1-D of the last dim's size. One read of x and residual per row. */
+dt_status dt_cpu_rms_norm_residual(double eps, const dt_local *x, const dt_local *residual,
+                                   const dt_local *weight, dt_local *out, dt_local *sum);
+
 /* ---- optimizers ------------------------------------------------------------------------- */
 
 typedef enum dt_optim_rule { DT_OPTIM_RULE_SGD, DT_OPTIM_RULE_ADAMW } dt_optim_rule;
@@ -271,7 +306,16 @@ dt_status dt_cpu_optim_step(const dt_optim_hyper *h, const dt_optim_item *items,
     X(vector_norm, (double ord, unsigned mask, const dt_local *x, dt_local *out))                  \
     X(optim_step, (const dt_optim_hyper *h, const dt_optim_item *items, int n))                    \
     X(scatter_add, (const dt_local *src, int dim, const int64_t *shift, int64_t dim_offset,        \
-                    int64_t dim_size, const dt_local *index, dt_local *out))
+                    int64_t dim_size, const dt_local *index, dt_local *out))                                \
+    X(silu_mul, (const dt_local *gate, const dt_local *up, dt_local *out))                         \
+    X(silu_mul_backward, (const dt_local *gate, const dt_local *up, const dt_local *grad,          \
+                          dt_local *dgate, dt_local *dup))                                         \
+    X(log_softmax_pick,                                                                            \
+      (const dt_local *logits, const dt_local *target, dt_local *out, dt_local *stats))              \
+    X(log_softmax_pick_backward, (const dt_local *logits, const dt_local *target,                  \
+                                  const dt_local *stats, const dt_local *grad, dt_local *out))    \
+    X(rms_norm_residual, (double eps, const dt_local *x, const dt_local *residual,                 \
+                          const dt_local *weight, dt_local *out, dt_local *sum))
 
 typedef struct dt_kernels {
     const char *name;

@@ -53,6 +53,15 @@ typedef struct local_call {
     const dt_mem_ops *mem; /* the same device's copies */
 } local_call;
 
+/* One node autograd records for a fused forward (op_family.record_as): output out (0: the
+ * first, k > 0: aux k - 1) recorded as made by op over operands in[0..n) (>= 0: the call's input
+ * i; < 0: its output -1 - in), with args. */
+typedef struct op_record_step {
+    dt_op op;
+    int n, in[3], out;
+    dt_op_args args;
+} op_record_step;
+
 typedef struct op_family {
     bool composite;    /* built from other ops (composite.c runs it): no rules */
     unsigned optional; /* bit i: input i may be NULL (a bias, a weight) */
@@ -74,13 +83,17 @@ typedef struct op_family {
      * call records an autograd node (which saves them for the backward rule); 0: always. */
     int (*aux)(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *aux,
                int *for_grad);
+    /* Optional: a fused forward whose outputs are those of plain ops (rms_norm_residual's sum
+     * and norm) is recorded as those ops' nodes, the steps returned (at most 1 +
+     * DT_OP_MAX_AUX), in order: every output gets a gradient and the backward is theirs. */
+    int (*record_as)(dt_op op, const dt_op_args *a, op_record_step *steps);
 } op_family;
 
 extern const op_family dt_family_pointwise, dt_family_matmul, dt_family_reduce,
     dt_family_softmax, dt_family_norm, dt_family_embedding, dt_family_pick,
     dt_family_composite, dt_family_attention, dt_family_shape, dt_family_user, dt_family_cat,
     dt_family_rope, dt_family_dropout, dt_family_gather, dt_family_scan,
-    dt_family_vector_norm, dt_family_scatter;
+    dt_family_vector_norm, dt_family_scatter, dt_family_fused;
 
 /* The name of a registered op, NULL when op is not one (user.c). */
 const char *dt_user_op_name(dt_op op);

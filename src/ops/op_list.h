@@ -140,10 +140,27 @@
     X(SCATTER_ADD, "scatter_add", scatter, 2, 2, scatter_add, ARG_DIM | ARG_SHAPE, dt_scatter_add, \
       scatter_add)
 
+/* Fused kernels (hand-written wrappers, src/ops/fused.c): swiglu runs silu_mul when gate and
+ * up have one shape, cross_entropy runs log_softmax_pick when the class dim is whole. Each
+ * forward's backward rule is its _backward op, one kernel pass with no intermediates.
+ * rms_norm_residual (x + residual and its RMS norm in one pass; eps is args.scalar) records as
+ * add and rms_norm nodes (its family's record_as), so both outputs get gradients. */
+#define DT_OP_FUSED_LIST(X)                                                                        \
+    X(SILU_MUL, "silu_mul", fused, 2, 2, silu_mul, 0, dt_silu_mul, silu_mul)                       \
+    X(SILU_MUL_BACKWARD, "silu_mul_backward", fused, 3, 3, silu_mul_backward, 0,                   \
+      dt_silu_mul_backward, none)                                                                  \
+    X(LOG_SOFTMAX_PICK, "log_softmax_pick", fused, 2, 2, log_softmax_pick, 0,                      \
+      dt_log_softmax_pick, log_softmax_pick)                                                       \
+    X(LOG_SOFTMAX_PICK_BACKWARD, "log_softmax_pick_backward", fused, 4, 4,                         \
+      log_softmax_pick_backward, 0, dt_log_softmax_pick_backward, none)                          \
+    X(RMS_NORM_RESIDUAL, "rms_norm_residual", fused, 3, 3, rms_norm_residual, ARG_SCALAR,          \
+      dt_rms_norm_residual, through)
+
 #define DT_OP_LIST(X)                                                                              \
     DT_OP_BINARY_LIST(X)                                                                           \
     DT_OP_UNARY_LIST(X) DT_OP_SCALAR_LIST(X) DT_OP_REDUCE_LIST(X) DT_OP_DIM_LIST(X)                \
         DT_OP_OTHER_LIST(X) DT_OP_COMPOSE_LIST(X) DT_OP_NN_LIST(X) DT_OP_INDEX_LIST(X)             \
-            DT_OP_NORM_LIST(X) DT_OP_COMPARE_LIST(X) DT_OP_SIGN_LIST(X) DT_OP_SCATTER_LIST(X)
+            DT_OP_NORM_LIST(X) DT_OP_COMPARE_LIST(X) DT_OP_SIGN_LIST(X) DT_OP_SCATTER_LIST(X)    \
+                DT_OP_FUSED_LIST(X)
 
 #endif

@@ -124,7 +124,9 @@ static int differentiable(const op_case *c) {
     int any = 0;
     for (int i = 0; i < c->n; i++) any |= is_float(c->dtype[i]);
     return any && c->op != DT_OP_ARGMAX && c->op != DT_OP_ARGMIN && c->op != DT_OP_ONE_HOT &&
-           c->op != DT_OP_TOPK && c->op != DT_OP_SDPA_BACKWARD && !is_comparison(c->op);
+           c->op != DT_OP_TOPK && c->op != DT_OP_SDPA_BACKWARD &&
+           c->op != DT_OP_SILU_MUL_BACKWARD && c->op != DT_OP_LOG_SOFTMAX_PICK_BACKWARD &&
+           !is_comparison(c->op);
 }
 
 /* argmax of a tensor that needs a gradient, summed: the backward reaches argmax and says it
