@@ -230,7 +230,7 @@ static dt_status run_bucket(dt_ctx *ctx, size_t cap, item *items, int nitems, it
      * placements of the step's mesh dims it moves between. */
     dt_trace_coll_site prev = dt_trace_coll_tls;
     char from[40] = "", to[40] = "";
-    if (ctx->trace) {
+    if (dt_trace_is_on(ctx->trace)) {
         dt_placement a[DT_MESH_MAX_NDIM], z[DT_MESH_MAX_NDIM];
         int nm = 0;
         for (int m = 0; m < x.mesh->ndim; m++)

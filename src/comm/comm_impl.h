@@ -157,8 +157,8 @@ struct dt_ctx {
  * running on this thread (comm/flight.h); dt_trace_record_args says more (deps, op). */
 extern _Thread_local const char *dt_comm_module_tls;
 #define dt_trace_record(ctx, lane, name, t0, ...)                                                  \
-    dt_trace_add_args((ctx)->trace, lane, name, t0, &(dt_trace_args){.module = dt_comm_module_tls}, \
-                      __VA_ARGS__)
+    dt_trace_add_args((ctx)->trace, lane, name, t0,                                                \
+                      &(dt_trace_args){.module = dt_comm_module_tls}, __VA_ARGS__)
 
 /* The bytes a layer above keeps in ctx (zero until that layer writes them). */
 static inline void *dt_ctx_slot(dt_ctx *ctx, dt_ctx_slot_id id) {

@@ -240,7 +240,7 @@ static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *u
     for (int i = 0; i < na; i++) local_of(ax[i], &c.aux[i]);
     double tk = ctx->trace ? dt_now_us() : 0;
     dt_status st = f->compute(&c);
-    if (ctx->trace) { /* its outputs name it, for the collectives that read them */
+    if (ctx->trace && dt_trace_is_on(ctx->trace)) { /* its outputs name it, for readers */
         int64_t deps[DT_TRACE_MAX_DEPS];
         dt_trace_args ta = {.deps = deps, .ndeps = input_deps(ctx, use, n, deps),
                             .op = dt_op_name(op), .module = dt_comm_module_tls};
@@ -351,7 +351,7 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
         for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
         return st;
     }
-    if (ctx->trace) {
+    if (ctx->trace && dt_trace_is_on(ctx->trace)) {
         int64_t deps[DT_TRACE_MAX_DEPS];
         dt_trace_args ta = {.deps = deps, .ndeps = input_deps(ctx, use, n, deps),
                             .op = dt_op_name(op), .module = dt_comm_module_tls};

@@ -149,6 +149,10 @@ int64_t dt_trace_add_args(dt_trace *t, dt_lane lane, const char *name, double t0
     return id;
 }
 
+int dt_trace_is_on(const dt_trace *t) {
+    return t && t->on;
+}
+
 int dt_trace_lane_of(dt_trace *t, int64_t id) {
     if (!t) return -1;
     pthread_mutex_lock(&t->mu);
@@ -218,7 +222,8 @@ static void put_args(FILE *f, const event *e) {
     fprintf(f, "\",\"id\":%lld", (long long)e->id);
     if (e->ndeps) {
         fprintf(f, ",\"deps\":[");
-        for (int i = 0; i < e->ndeps; i++) fprintf(f, "%s%lld", i ? "," : "", (long long)e->deps[i]);
+        for (int i = 0; i < e->ndeps; i++)
+            fprintf(f, "%s%lld", i ? "," : "", (long long)e->deps[i]);
         fputc(']', f);
     }
     if (e->module[0]) put_str(f, "module", e->module);
@@ -227,8 +232,8 @@ static void put_args(FILE *f, const event *e) {
     if (e->coll) {
         put_str(f, "kind", e->kind);
         put_str(f, "group", e->group);
-        fprintf(f, ",\"group_size\":%d,\"bytes_in\":%zu,\"bytes_out\":%zu,\"seq\":%lld", e->group_size,
-                e->bytes_in, e->bytes_out, (long long)e->seq);
+        fprintf(f, ",\"group_size\":%d,\"bytes_in\":%zu,\"bytes_out\":%zu,\"seq\":%lld",
+                e->group_size, e->bytes_in, e->bytes_out, (long long)e->seq);
         fprintf(f, ",\"comm\":\"%016llx\"", (unsigned long long)e->comm);
         if (e->peer >= 0) fprintf(f, ",\"peer\":%d", e->peer);
         if (e->from[0]) put_str(f, "from", e->from);
@@ -257,7 +262,9 @@ dt_status dt_trace_save(const dt_trace *t, int r, const char *path) {
     for (size_t i = 0; i < n; i++) used[t->ev[i].lane] = 1;
     for (int l = 0; l < DT_LANE_COUNT; l++)
         if (used[l])
-            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+            fprintf(f,
+                    ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                    "\"args\":{\"name\":\"%s\"}}",
                     r, l, lane_names[l]);
     for (size_t i = 0; i < n; i++) {
         const event *e = &t->ev[i];

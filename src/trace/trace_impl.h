@@ -59,6 +59,9 @@ void dt_trace_add(dt_trace *t, dt_lane lane, const char *name, double t0_us, con
 int64_t dt_trace_add_args(dt_trace *t, dt_lane lane, const char *name, double t0_us,
                           const dt_trace_args *a, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+/* Whether t records now (NULL: no); a hint without the lock, for skipping work before an
+ * event that dt_trace_add_args would drop anyway. */
+int dt_trace_is_on(const dt_trace *t);
 /* The lane of event id of t's current recording, -1 when id is not one of them. */
 int dt_trace_lane_of(dt_trace *t, int64_t id);
 /* The id of the newest event recorded (0 when none). */

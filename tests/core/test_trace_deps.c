@@ -14,8 +14,40 @@ enum { B = 2, T = 8, C = 16, H = 4, D = C / H, F = 4 * C, RANKS = 4, STEPS = 2 }
 
 /* The tensors of the block, by index. */
 enum {
-    X, G1, B1, WQ, WK, WV, WO, G2, B2, W1, W2, /* input and weights */
-    N1, N1G, PQ, VQ, Q, PK, VK, K, PV, VV, V, Y, YT, YC, A, HH, N2, N2G, F1, GG, M, OUT, LOSS,
+    X,
+    G1,
+    B1,
+    WQ,
+    WK,
+    WV,
+    WO,
+    G2,
+    B2,
+    W1,
+    W2, /* input and weights */
+    N1,
+    N1G,
+    PQ,
+    VQ,
+    Q,
+    PK,
+    VK,
+    K,
+    PV,
+    VV,
+    V,
+    Y,
+    YT,
+    YC,
+    A,
+    HH,
+    N2,
+    N2G,
+    F1,
+    GG,
+    M,
+    OUT,
+    LOSS,
     NT
 };
 
@@ -35,7 +67,8 @@ static dt_status weight(dt_mesh *mesh, int ndim, const int64_t *shape, const cha
                         unsigned seed, dt_tensor **out) {
     float x[F * C];
     size_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+    for (int d = 0; d < ndim; d++)
+        n *= (size_t)shape[d];
     t_fill(DT_F32, x, n, seed);
     dt_placement p[2];
     int np;
@@ -73,7 +106,7 @@ static dt_status block_step(dt_ctx *ctx, dt_tensor **t, call *cs) {
     CALL(dt_transpose(t[Y], 1, 2, &t[YT]), YT, 0, Y);
     CALL(dt_view(t[YT], 3, s3, &t[YC]), YC, 0, YT);
     CALL(dt_linear(t[YC], t[WO], NULL, &t[A]), A, 0, YC, WO); /* row parallel: P(sum) on tp */
-    CALL(dt_add(t[X], t[A], &t[HH]), HH, 0, X, A);             /* reduce_scatter of A */
+    CALL(dt_add(t[X], t[A], &t[HH]), HH, 0, X, A);            /* reduce_scatter of A */
     CALL(dt_layer_norm(t[HH], t[G2], t[B2], 1e-5, &t[N2]), N2, 0, HH, G2, B2);
     CALL(dt_tensor_redistribute(t[N2], 2, gathered, &t[N2G]), N2G, 1, N2);
     CALL(dt_linear(t[N2G], t[W1], NULL, &t[F1]), F1, 0, N2G, W1);
@@ -85,8 +118,10 @@ static dt_status block_step(dt_ctx *ctx, dt_tensor **t, call *cs) {
     R_OK(dt_backward(t[LOSS]));
     /* As an optimizer's zero_grad: the next step's gradients start afresh (accumulated ones
      * would be read through a local R -> P step, which the placement check cannot follow). */
-    for (int i = G1; i <= W2; i++) R_OK(dt_tensor_zero_grad(t[i]));
-    for (int i = N1; i < NT; i++) dt_tensor_release(t[i]), t[i] = NULL;
+    for (int i = G1; i <= W2; i++)
+        R_OK(dt_tensor_zero_grad(t[i]));
+    for (int i = N1; i < NT; i++)
+        dt_tensor_release(t[i]), t[i] = NULL;
     return DT_OK;
 }
 
@@ -119,7 +154,8 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     char path[512];
     snprintf(path, sizeof path, "%s/rank%d.json", dir, rank);
     R_OK(dt_trace_write(ctx, path));
-    for (int i = 0; i < NT; i++) dt_tensor_release(t[i]);
+    for (int i = 0; i < NT; i++)
+        dt_tensor_release(t[i]);
     dt_mesh_release(mesh);
     return DT_OK;
 }
@@ -221,7 +257,9 @@ static int lists(const ev *e, int64_t id) {
 }
 
 /* The events of rank_trace in (lo, hi] on tid. */
-static int in_range(const ev *e, const call *c) { return e->id > c->lo && e->id <= c->hi; }
+static int in_range(const ev *e, const call *c) {
+    return e->id > c->lo && e->id <= c->hi;
+}
 
 /* Expected consumers of collective id: marks want[i] for the events that should list it. */
 static void expect(const rank_trace *rt, int r, int s, const ev *coll, char *want) {
@@ -326,7 +364,8 @@ Test(trace_deps, block_forward_backward) {
     cr_assert(mkdtemp(dir) != NULL);
     t_run(RANKS, body, NULL);
     rank_trace rt[RANKS];
-    for (int r = 0; r < RANKS; r++) load(r, &rt[r]);
+    for (int r = 0; r < RANKS; r++)
+        load(r, &rt[r]);
     for (int r = 0; r < RANKS; r++) {
         const rank_trace *t = &rt[r];
         cr_assert_float_eq(t->gflops, 12.5, 1e-9, "rank %d: dt_run carries the gflops", r);
@@ -348,8 +387,8 @@ Test(trace_deps, block_forward_backward) {
                 for (int k = 0; k < t->n; k++)
                     if (t->e[k].tid == DT_LANE_STEP && t->e[k].step == e->step) span = &t->e[k];
                 cr_assert(span && e->ts >= span->ts && e->ts + e->dur <= span->ts + span->dur,
-                          "rank %d: event %lld of step %lld outside its span", r,
-                          (long long)e->id, (long long)e->step);
+                          "rank %d: event %lld of step %lld outside its span", r, (long long)e->id,
+                          (long long)e->step);
             }
             if (!e->coll) continue;
             cr_assert(e->group_size > 0 && (e->bytes_in > 0 || e->bytes_out > 0));
@@ -370,10 +409,11 @@ Test(trace_deps, block_forward_backward) {
                     }
                     cr_assert_eq(lists(&t->e[k], e->id), want[k],
                                  "rank %d step %d: %s %lld (%s -> %s): event %lld (%s, tid %d) "
-                                 "%s it but should %s", r, s, e->kind, (long long)e->id,
-                                 e->from ? e->from : "?", e->to ? e->to : "?",
-                                 (long long)t->e[k].id, t->e[k].name, t->e[k].tid,
-                                 want[k] ? "does not list" : "lists", want[k] ? "" : "not");
+                                 "%s it but should %s",
+                                 r, s, e->kind, (long long)e->id, e->from ? e->from : "?",
+                                 e->to ? e->to : "?", (long long)t->e[k].id, t->e[k].name,
+                                 t->e[k].tid, want[k] ? "does not list" : "lists",
+                                 want[k] ? "" : "not");
                     any |= want[k];
                 }
                 cr_assert(any, "rank %d: forward collective %lld feeds nothing", r,
@@ -390,8 +430,8 @@ Test(trace_deps, block_forward_backward) {
             bwd_colls++;
             const ev *owner = NULL;
             for (int k = i + 1; k < t->n && !owner && e->op; k++)
-                if (t->e[k].tid == DT_LANE_OPS && !strcmp(t->e[k].name, e->op) &&
-                    t->e[k].op && t->e[k].ts <= e->ts && /* a dispatched op's */
+                if (t->e[k].tid == DT_LANE_OPS && !strcmp(t->e[k].name, e->op) && t->e[k].op &&
+                    t->e[k].ts <= e->ts && /* a dispatched op's */
                     t->e[k].ts + t->e[k].dur >= e->ts + e->dur)
                     owner = &t->e[k];
             if (!owner) { /* a move of autograd's or the gradient sync: checked by placement */
@@ -403,16 +443,18 @@ Test(trace_deps, block_forward_backward) {
             for (int k = 0; k < t->n; k++) {
                 const ev *c = &t->e[k];
                 if (!lists(c, e->id) || c == owner) continue;
-                if (c->coll && c->ts >= owner->ts && c->id < owner->id) by_next++;
+                if (c->coll && c->ts >= owner->ts && c->id < owner->id)
+                    by_next++;
                 else if (c->tid == DT_LANE_COMPUTE && c->ts >= owner->ts && c->id < owner->id &&
                          !strcmp(c->name, e->op))
                     ;
-                else others++;
+                else
+                    others++;
             }
             cr_assert(listed_by_owner != (by_next > 0) && others == 0,
                       "rank %d: backward %s %lld of %s: owner lists it %d, next collectives %d, "
-                      "others %d", r, e->kind, (long long)e->id, e->op, listed_by_owner, by_next,
-                      others);
+                      "others %d",
+                      r, e->kind, (long long)e->id, e->op, listed_by_owner, by_next, others);
         }
         /* Per step: the SP all_gathers before the column-parallel matmuls, the reduce_scatters
          * after the row-parallel ones. */
@@ -420,7 +462,8 @@ Test(trace_deps, block_forward_backward) {
         cr_assert_eq(scatters, 2 * STEPS, "rank %d: %d reduce_scatters", r, scatters);
         cr_assert(checked_fwd >= 4 * STEPS && bwd_colls >= 4 * STEPS);
         int steps = 0;
-        for (int i = 0; i < t->n; i++) steps += t->e[i].tid == DT_LANE_STEP;
+        for (int i = 0; i < t->n; i++)
+            steps += t->e[i].tid == DT_LANE_STEP;
         cr_assert_eq(steps, STEPS, "rank %d: %d step spans", r, steps);
         free(want);
     }
@@ -446,7 +489,8 @@ Test(trace_deps, block_forward_backward) {
             cr_assert_eq(found, e->group_size, "rank %d: %s seq %lld on %s found on %d ranks", r,
                          e->kind, (long long)e->seq, e->group, found);
         }
-    for (int r = 0; r < RANKS; r++) json_decref(rt[r].root), free(rt[r].e);
+    for (int r = 0; r < RANKS; r++)
+        json_decref(rt[r].root), free(rt[r].e);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (!getenv("KEEP")) cr_assert_eq(system(cmd), 0);
