@@ -496,6 +496,94 @@ Test(trace_deps, block_forward_backward) {
     if (!getenv("KEEP")) cr_assert_eq(system(cmd), 0);
 }
 
+static int64_t mul_after[2]; /* the last id before each rank's mul */
+
+/* An asynchronous redistribute: its all_gather runs on the comm thread (tid 4) and lists the
+ * kernel that made its input; the op that reads the result lists the all_gather, the op that
+ * reads only its input does not. */
+static dt_status async_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "tp=2", &mesh));
+    int64_t s[2] = {8, 4};
+    float x[32];
+    t_fill(DT_F32, x, 32, 5);
+    dt_placement sh[1] = {dt_shard(0)}, rep[1] = {dt_replicate()};
+    dt_tensor *a, *b, *y, *z, *w;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, s, 1, sh, DT_ALL_RANKS, &a));
+    R_OK(dt_trace_start(ctx));
+    R_OK(dt_add(a, a, &b)); /* the kernel the gather reads */
+    dt_request *req;
+    R_OK(dt_tensor_redistribute_async(b, 1, rep, &req));
+    R_OK(dt_add(a, a, &w)); /* reads no gathered data */
+    R_OK(dt_request_wait(req, &y));
+    int64_t before_mul = dt_trace_last_id(ctx->trace);
+    R_OK(dt_mul(y, y, &z)); /* reads it */
+    R_OK(dt_trace_stop(ctx));
+    char path[512];
+    snprintf(path, sizeof path, "%s/async%d.json", dir, dt_ctx_rank(ctx));
+    R_OK(dt_trace_write(ctx, path));
+    mul_after[dt_ctx_rank(ctx)] = before_mul;
+    dt_tensor *all[] = {a, b, y, z, w};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        dt_tensor_release(all[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(trace_deps, async_redistribute) {
+    snprintf(dir, sizeof dir, "/tmp/dt_trace_deps_XXXXXX");
+    cr_assert(mkdtemp(dir) != NULL);
+    t_run(2, async_body, NULL);
+    for (int r = 0; r < 2; r++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/async%d.json", dir, r);
+        json_error_t err;
+        json_t *root = json_load_file(path, 0, &err);
+        cr_assert(root, "%s: %s", path, err.text);
+        int64_t gather = 0, first_add_kernel = 0, gather_dep = -1;
+        size_t i;
+        json_t *o;
+        json_array_foreach(root, i, o) {
+            json_t *a = json_object_get(o, "args");
+            const char *name = str_of(o, "name");
+            int64_t tid = json_integer_value(json_object_get(o, "tid"));
+            int64_t id = json_integer_value(json_object_get(a, "id"));
+            json_t *deps = json_object_get(a, "deps");
+            if (!strcmp(name, "add") && tid == DT_LANE_COMPUTE && !first_add_kernel)
+                first_add_kernel = id;
+            if (!strcmp(name, "all_gather")) {
+                cr_assert_eq(tid, DT_LANE_COMM_THREAD, "rank %d: the async gather on tid %lld", r,
+                             (long long)tid);
+                gather = id;
+                gather_dep =
+                    json_array_size(deps) == 1 ? json_integer_value(json_array_get(deps, 0)) : -1;
+            }
+        }
+        cr_assert(gather && first_add_kernel, "rank %d: no gather or add recorded", r);
+        cr_assert_eq(gather_dep, first_add_kernel, "rank %d: the gather depends on %lld", r,
+                     (long long)gather_dep);
+        int readers = 0;
+        json_array_foreach(root, i, o) {
+            json_t *a = json_object_get(o, "args"), *deps = json_object_get(a, "deps");
+            int64_t id = json_integer_value(json_object_get(a, "id"));
+            int lists_it = 0;
+            for (size_t k = 0; deps && k < json_array_size(deps); k++)
+                lists_it |= json_integer_value(json_array_get(deps, k)) == gather;
+            const char *name = str_of(o, "name");
+            int want = !strcmp(name, "mul") && id > mul_after[r];
+            cr_assert_eq(lists_it, want, "rank %d: %s %lld %s the async gather", r, name,
+                         (long long)id, lists_it ? "lists" : "does not list");
+            readers += lists_it;
+        }
+        cr_assert_eq(readers, 2, "rank %d: the mul and its kernel read the gather", r);
+        json_decref(root);
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 Test(trace_deps, bad_arguments) {
     T_ERR(dt_trace_step(NULL, 0), DT_ERR_ARG, "ctx");
     T_ERR(dt_trace_set_run_info(NULL, "x", 1, "y"), DT_ERR_ARG, "ctx");
