@@ -332,7 +332,7 @@ dt_status dt_plan_execute(const dt_plan *plan, dt_tensor *t, dt_comm *const *com
               .mem = dt_tensor_mem(t), .cur = t->data, .owned = 0};
     dt_ctx_bind(t->mesh->ctx);
     dt_status st = DT_OK;
-    const int traced = dt_trace_is_on(t->mesh->ctx->trace);
+    const int traced = t->mesh->ctx->trace && dt_trace_is_on(t->mesh->ctx->trace);
     int64_t src = t->trace_src; /* a step without a collective keeps the producer */
     for (int i = 0; i < plan->nsteps && st == DT_OK; i++)
         st = traced ? run_step_traced(&x, &plan->steps[i], comms[i], &src)
