@@ -154,7 +154,7 @@ struct dt_ctx {
 };
 
 /* An event of the rank's trace (trace/trace_impl.h), when it records, stamped with the module
- * running on this thread (comm/flight.h); dt_trace_record_args says more (deps, op). */
+ * running on this thread (comm/flight.h); dt_trace_add_args takes more (deps, op). */
 extern _Thread_local const char *dt_comm_module_tls;
 #define dt_trace_record(ctx, lane, name, t0, ...)                                                  \
     dt_trace_add_args((ctx)->trace, lane, name, t0,                                                \
