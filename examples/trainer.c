@@ -271,8 +271,16 @@ static dt_status train_step(dt_ctx *ctx, loop *L, int s, int first) {
     int rank = dt_ctx_rank(ctx);
     if (!L->tracing && !L->run->probe && c->trace_steps > 0 && s >= c->steps - c->trace_steps) {
         TRY(dt_trace_start(ctx));
+        /* The run in the trace, so that a page can scale compute to this machine's rate. */
+        char layout[TR_MESH_MAX + 64];
+        snprintf(layout, sizeof layout, "%s%s%s%s", c->mesh, c->fsdp ? " fsdp" : "",
+                 c->sequence_parallel ? " sequence_parallel" : "",
+                 c->pp > 1 ? " pipeline" : "");
+        TRY(dt_trace_set_run_info(ctx, L->run->custom ? L->run->custom->name : "tiny_llama",
+                                  L->run->peak_gflops, layout));
         L->tracing = 1;
     }
+    if (L->tracing) TRY(dt_trace_step(ctx, s)); /* closes the previous step's span */
     double lr = c->adamw.lr, loss = 0, norm = 0;
     if (L->scheduled) TRY(dt_lr_warmup_cosine(&L->sched, s, &lr));
     TRY(dt_optim_set_lr(L->rm.opt, lr));

@@ -20,7 +20,21 @@ extern "C" {
 DT_API dt_status dt_trace_start(dt_ctx *ctx);
 DT_API dt_status dt_trace_stop(dt_ctx *ctx);
 
-/* Writes this rank's events as a Chrome trace JSON array to path. */
+/* Marks training steps: closes the open step span (an event named "step" on the steps row,
+ * tid 5) and opens the span of step (none when step < 0); the events that begin inside a
+ * span carry its step. Call it at the start of every step and once with -1 after the last
+ * (dt_trace_stop closes an open span too). Nothing is recorded while tracing is off. Not
+ * collective; does not block. */
+DT_API dt_status dt_trace_step(dt_ctx *ctx, int step);
+
+/* Describes the run in this rank's trace file (a "dt_run" metadata event): name, the
+ * measured sgemm GFLOP/s of this machine (>= 0; 0: not measured) and the layout's text
+ * (both strings copied; NULL is ""). Kept across dt_trace_start. Not collective. */
+DT_API dt_status dt_trace_set_run_info(dt_ctx *ctx, const char *name, double gflops,
+                                       const char *layout);
+
+/* Writes this rank's events as a Chrome trace JSON array to path (the events' fields are
+ * described in docs/tracing.md). */
 DT_API dt_status dt_trace_write(dt_ctx *ctx, const char *path);
 
 /* Merges Chrome trace files (as written by dt_trace_write, one per rank or process) into

@@ -33,6 +33,7 @@ typedef struct item {
     bool owned;
     int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM];
     size_t numel;
+    int64_t src; /* the trace event that made the block (the placed gradient's readers wait) */
 } item;
 
 typedef struct sync {
@@ -198,6 +199,7 @@ static dt_status place(item *it) {
     DT_CHECK(dt_tensor_new(g->mesh, g->device, g->dtype, g->ndim, g->shape, it->leaf->placements,
                            it->cur, true, &out));
     it->cur = NULL, it->owned = false;
+    out->trace_src = it->src;
     dt_tensor_release(g);
     it->leaf->ag->grad = out;
     return DT_OK;
@@ -224,7 +226,25 @@ static dt_status run_bucket(dt_ctx *ctx, size_t cap, item *items, int nitems, it
     dt_comm *c;
     DT_CHECK(dt_mesh_lane_comm(x.mesh, s->mesh_mask, 0, &c));
     dt_ctx_bind(ctx);
-    DT_CHECK(s->kind == DT_STEP_ALL_REDUCE ? all_reduce(&x, c, b, n) : reduce_scatter(&x, c, b, n));
+    /* The trace names one producer per collective: the bucket's first gradient's; and the
+     * placements of the step's mesh dims it moves between. */
+    dt_trace_coll_site prev = dt_trace_coll_tls;
+    char from[40] = "", to[40] = "";
+    if (dt_trace_is_on(ctx->trace)) {
+        dt_placement a[DT_MESH_MAX_NDIM], z[DT_MESH_MAX_NDIM];
+        int nm = 0;
+        for (int m = 0; m < x.mesh->ndim; m++)
+            if (s->mesh_mask & (1u << m)) a[nm] = s->before[m], z[nm++] = s->after[m];
+        dt_placements_format(a, nm, from, sizeof from);
+        dt_placements_format(z, nm, to, sizeof to);
+    }
+    dt_trace_coll_tls = (dt_trace_coll_site){.input = b[0]->src, .from = from, .to = to};
+    dt_trace_last_coll_tls = 0;
+    dt_status run = s->kind == DT_STEP_ALL_REDUCE ? all_reduce(&x, c, b, n)
+                                                 : reduce_scatter(&x, c, b, n);
+    dt_trace_coll_tls = prev;
+    DT_CHECK(run);
+    for (int i = 0; i < n && dt_trace_last_coll_tls; i++) b[i]->src = dt_trace_last_coll_tls;
     *ncoll += 1;
     dt_status st = DT_OK;
     for (int i = 0; i < n; i++) {
@@ -294,7 +314,7 @@ dt_status dt_grad_sync(dt_tensor *const *leaves, int nleaves) {
         st = dt_redistribute_cached_plan(g, it->leaf->placements, &p);
         if (st != DT_OK || cap == 0 || !coalescable(p)) continue;
         dt_plan_retain(it->plan = p);
-        it->cur = g->data, it->numel = g->local_numel;
+        it->cur = g->data, it->numel = g->local_numel, it->src = g->trace_src;
         it->bytes = dt_shape_numel(g->shape, g->ndim) * dt_dtype_size(g->dtype);
         memcpy(it->shape, g->local_shape, sizeof it->shape);
         memcpy(it->off, g->local_offset, sizeof it->off);

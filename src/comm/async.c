@@ -21,7 +21,9 @@ typedef struct comm_request {
 static void run_task(void *p) {
     dt_request *r = p;
     dt_comm_site prev = dt_comm_site_swap(r->site);
+    dt_trace_last_coll_tls = 0;
     dt_status st = r->run(r);
+    r->trace_id = dt_trace_last_coll_tls;
     dt_comm_site_swap(prev);
     dt_completion_signal(&r->done, st);
 }
@@ -36,8 +38,13 @@ dt_status dt_request_submit(dt_ctx *ctx, dt_request *r) {
 }
 
 dt_status dt_request_wait(dt_request *request, dt_tensor **out) {
+    return dt_request_wait_traced(request, out, NULL);
+}
+
+dt_status dt_request_wait_traced(dt_request *request, dt_tensor **out, int64_t *trace_id) {
     DT_ARG_NOT_NULL(request);
     dt_status st = dt_completion_wait(&request->done);
+    if (trace_id) *trace_id = request->trace_id; /* written before the completion's signal */
     if (st == DT_OK && request->finish) st = request->finish(request);
     /* The result is whatever the work made (a redistribute's tensor); comm only hands it on. */
     if (st == DT_OK && out)

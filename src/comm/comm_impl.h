@@ -101,6 +101,7 @@ struct dt_comm {
      * communicator never overlap: see dt_comm_in_order), and the count issued so far. */
     dt_coll_fp fp;
     int64_t seq;
+    int64_t p2p_traced; /* sends and receives traced on this comm, their trace seq */
     uint64_t gid;      /* the group, alike on every member: a hash of its key and members */
     int64_t flight_id; /* the flight recorder's entry of the call in progress (comm/flight.h) */
     double issued_us;  /* dt_now_us when the call in progress was issued */
@@ -152,8 +153,12 @@ struct dt_ctx {
     _Alignas(16) unsigned char slots[DT_CTX_SLOT_COUNT][DT_CTX_SLOT_BYTES];
 };
 
-/* An event of the rank's trace (trace/trace_impl.h), when it records. */
-#define dt_trace_record(ctx, ...) dt_trace_add((ctx)->trace, __VA_ARGS__)
+/* An event of the rank's trace (trace/trace_impl.h), when it records, stamped with the module
+ * running on this thread (comm/flight.h); dt_trace_add_args takes more (deps, op). */
+extern _Thread_local const char *dt_comm_module_tls;
+#define dt_trace_record(ctx, lane, name, t0, ...)                                                  \
+    dt_trace_add_args((ctx)->trace, lane, name, t0,                                                \
+                      &(dt_trace_args){.module = dt_comm_module_tls}, __VA_ARGS__)
 
 /* The bytes a layer above keeps in ctx (zero until that layer writes them). */
 static inline void *dt_ctx_slot(dt_ctx *ctx, dt_ctx_slot_id id) {

@@ -73,6 +73,26 @@ const char *dt_coll_kind_name(dt_coll_kind kind) {
     return (unsigned)kind < DT_COLL_KIND_COUNT ? coll_names[kind] : "?";
 }
 
+/* The collective as a trace event: on the comm thread's lane when that thread ran it, with
+ * what the issuer said of it (dt_trace_coll_tls: its input's producer and the placements). */
+static void trace_coll(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t bytes_out,
+                       double t0_us) {
+    dt_ctx *ctx = comm->ctx;
+    int p2p = kind == DT_COLL_SEND || kind == DT_COLL_RECV;
+    dt_trace_coll_site site = dt_trace_coll_tls;
+    /* Collectives match across members by (comm, seq): fp.seq counts them from 1 alike on
+     * every member; point-to-point calls pair no group and count apart. */
+    dt_trace_args a = {.deps = &site.input, .ndeps = site.input > 0, .op = dt_comm_caller_tls,
+                       .module = dt_comm_module_tls, .kind = dt_coll_kind_name(kind),
+                       .group = comm->label, .from = site.from, .to = site.to,
+                       .group_size = comm->size, .peer = -1, .bytes_in = bytes_in,
+                       .bytes_out = bytes_out, .seq = p2p ? comm->p2p_traced++ : comm->fp.seq - 1,
+                       .comm = comm->gid};
+    dt_lane lane = dt_worker_is_current(ctx->worker) ? DT_LANE_COMM_THREAD : DT_LANE_COMM;
+    dt_trace_add_args(ctx->trace, lane, a.kind, t0_us, &a, "group %s of %d, %zu B in, %zu B out",
+                      comm->label, comm->size, bytes_in, bytes_out);
+}
+
 void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t bytes_out,
                    double t0_us) {
     dt_ctx *ctx = comm->ctx;
@@ -107,10 +127,7 @@ void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t byt
                            .backward = dt_comm_backward_tls};
         ctx->observer(ctx->observer_user, &e);
     }
-    if (ctx->trace)
-        dt_trace_record(ctx, DT_LANE_COMM, dt_coll_kind_name(kind), t0_us,
-                        "group %s of %d, %zu B in, %zu B out", comm->label, comm->size, bytes_in,
-                        bytes_out);
+    if (ctx->trace) trace_coll(comm, kind, bytes_in, bytes_out, t0_us);
 }
 
 dt_status dt_comm_stats_get(dt_ctx *ctx, dt_comm_stats *out) {

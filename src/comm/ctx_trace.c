@@ -19,6 +19,22 @@ dt_status dt_trace_stop(dt_ctx *ctx) {
     return DT_OK;
 }
 
+dt_status dt_trace_step(dt_ctx *ctx, int step) {
+    DT_ARG_NOT_NULL(ctx);
+    dt_trace_set_step(ctx->trace, step < 0 ? -1 : step);
+    return DT_OK;
+}
+
+dt_status dt_trace_set_run_info(dt_ctx *ctx, const char *name, double gflops,
+                                const char *layout) {
+    DT_ARG_NOT_NULL(ctx);
+    DT_ARG(gflops >= 0 && gflops < 1e12, "dt_trace_set_run_info: argument gflops = %g is not a "
+                                         "measured rate (>= 0)", gflops);
+    if (!ctx->trace) DT_CHECK(dt_trace_create(&ctx->trace));
+    dt_trace_put_run(ctx->trace, name, gflops, layout);
+    return DT_OK;
+}
+
 dt_status dt_trace_write(dt_ctx *ctx, const char *path) {
     DT_ARG_NOT_NULL(ctx);
     DT_ARG_NOT_NULL(path);

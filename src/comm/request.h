@@ -18,7 +18,12 @@ struct dt_request {
     void (*out_release)(void *out);     /* frees a result nobody takes (set with out) */
     dt_comm_site site; /* the issuer's (comm/flight.h), set by dt_request_submit, in force while
                           run runs */
+    int64_t trace_id;  /* the last collective run recorded in the rank's trace; 0: none */
 };
+
+/* dt_request_wait, also giving the trace id of the last collective the request ran (0 when
+ * it recorded none), so that the tensors filled from its buffers can name it. */
+dt_status dt_request_wait_traced(dt_request *request, dt_tensor **out, int64_t *trace_id);
 
 /* Queues r (its run and destroy set) on ctx's communication thread, started when needed. On
  * failure r is destroyed. */

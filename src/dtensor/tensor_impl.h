@@ -35,6 +35,10 @@ struct dt_tensor {
      * it, a leaf's gradient, hooks of saved tensors): opaque here, NULL until autograd first
      * marks the tensor, freed through the hook that layer registers (dt_tensor_slot_hook). */
     struct dt_grad_slot *ag;
+    /* The trace event that produced data (a kernel's or a collective's id, trace/trace_impl.h),
+     * set only while the rank traces, so that its readers can list what they waited for; 0 or
+     * an id of an earlier recording means unknown. */
+    int64_t trace_src;
 };
 
 /* Called with t and its autograd slot when a tensor that has one dies. The autograd layer

@@ -12,6 +12,7 @@
 #include "autograd/saved.h"
 #include "comm/comm_impl.h"
 #include "comm/flight.h"
+#include "comm/request.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "dtensor/fsdp.h"
@@ -120,7 +121,8 @@ static dt_status gather_start(unit *u) {
 static dt_status gather_finish(unit *u, bool refill) {
     dt_request *req = u->gather;
     u->gather = NULL;
-    dt_status st = dt_request_wait(req, NULL);
+    int64_t gathered_by = 0; /* the all_gather's trace event: the parameters' readers wait for it */
+    dt_status st = dt_request_wait_traced(req, NULL, &gathered_by);
     const dt_mem_ops *mem = mem_of(u);
     if (st == DT_OK && u->f->opt.float8_all_gather) /* the codes widened into f32 slots */
         st = dt_fsdp8_widen(mem, u->n, u->off, u->len, u->slot, u->f->dp_size, u->scale8,
@@ -136,6 +138,7 @@ static dt_status gather_finish(unit *u, bool refill) {
         for (int r = 0; r < u->f->dp_size && st == DT_OK; r++) {
             int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM], zero[DT_MAX_NDIM] = {0};
             chunk_of(u, p, r, shape, off);
+            full->trace_src = gathered_by;
             if (!dt_shape_numel(shape, full->ndim)) continue;
             for (int d = 0; d < full->ndim; d++) off[d] -= full->local_offset[d];
             st = mem->box_copy(full->data, full->local_shape, off,
@@ -271,7 +274,8 @@ static dt_status reduce_start(unit *u) {
 static dt_status reduce_finish(unit *u) {
     dt_request *req = u->rs;
     u->rs = NULL;
-    dt_status st = dt_request_wait(req, NULL);
+    int64_t reduced_by = 0; /* the collective the gradients' readers wait for (trace) */
+    dt_status st = dt_request_wait_traced(req, NULL, &reduced_by);
     dt_fsdp *f = u->f;
     int mnd = f->mesh->ndim, dp = f->opt.dp_dim;
     /* Mesh dims where every gradient of the unit is still Partial (HSDP's replicate dim): one
@@ -287,9 +291,11 @@ static dt_status reduce_finish(unit *u) {
     if (st == DT_OK && mask) {
         dt_comm *comm;
         st = dt_mesh_lane_comm(f->mesh, mask, 1, &comm);
+        dt_trace_last_coll_tls = 0;
         if (st == DT_OK)
             st = dt_all_reduce(comm, u->rrecv, u->rrecv, u->slot, u->param[0]->dtype,
                                DT_REDUCE_SUM);
+        if (dt_trace_last_coll_tls) reduced_by = dt_trace_last_coll_tls;
         if (st == DT_OK) f->stats.all_reduces++;
     }
     for (int p = 0; p < u->n && st == DT_OK; p++) {
@@ -299,6 +305,7 @@ static dt_status reduce_finish(unit *u) {
             pl[m] = m == dp || (mask >> m & 1) ? w->placements[m] : u->gpl[p][m];
         st = dt_tensor_alloc(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl, &g);
         if (st != DT_OK) break;
+        g->trace_src = reduced_by;
         if (bytes_of(g))
             st = mem_of(u)->copy(g->data, (char *)u->rrecv + u->off[p] * u->es, bytes_of(g));
         dt_grad_slot *ws = NULL;

@@ -7,7 +7,9 @@
 
 #include "core/check.h"
 #include "dtensor/autograd.h"
+#include "dtensor/tensor_impl.h"
 #include "nn/pipeline_impl.h"
+#include "trace/trace_impl.h"
 
 enum {
     H_PRESENT,
@@ -55,7 +57,11 @@ dt_status dt_pipe_send(dt_comm *comm, int peer, dt_tensor *t) {
     if (!t || info.local_numel == 0) return DT_OK;
     void *data, *tmp;
     dt_status st = host_shard(t, &info, &data, &tmp);
+    /* In the trace, the send waits for the kernel that made the shard. */
+    dt_trace_coll_site prev = dt_trace_coll_tls;
+    dt_trace_coll_tls = (dt_trace_coll_site){.input = t->trace_src};
     if (st == DT_OK) st = dt_send(comm, data, info.local_numel, info.dtype, peer);
+    dt_trace_coll_tls = prev;
     free(tmp);
     return st;
 }
@@ -82,10 +88,13 @@ dt_status dt_pipe_recv(dt_comm *comm, int peer, dt_mesh *mesh, dt_tensor **out) 
     }
     void *buf = malloc(n * dt_dtype_size(dtype) + 1);
     if (!buf) return dt_error(DT_ERR_NOMEM, "pipeline: out of memory for a received shard");
+    dt_trace_last_coll_tls = 0;
     dt_status st = n ? dt_recv(comm, buf, n, dtype, peer) : DT_OK;
+    int64_t received_by = dt_trace_last_coll_tls; /* the stage's readers wait for it (trace) */
     dt_tensor *t = NULL;
     if (st == DT_OK)
         st = dt_tensor_from_local(mesh, buf, dtype, ndim, local, mnd, pl, shape, 0, &t);
+    if (st == DT_OK) t->trace_src = received_by;
     free(buf);
     if (st == DT_OK && h[H_GRAD]) st = dt_tensor_set_requires_grad(t, 1);
     if (st != DT_OK) {

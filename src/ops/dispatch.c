@@ -206,6 +206,19 @@ static void local_of(const dt_tensor *t, dt_local *l) {
     memcpy(l->shape, t->local_shape, sizeof(int64_t) * (size_t)t->ndim);
 }
 
+/* The collectives whose results an op's inputs are (their trace ids, at most
+ * DT_TRACE_MAX_DEPS): what the op and its kernel waited for. A kernel's output is stream
+ * order on the compute row, not listed. */
+static int input_deps(dt_ctx *ctx, dt_tensor *const *use, int n, int64_t *deps) {
+    int nd = 0;
+    for (int i = 0; i < n && nd < DT_TRACE_MAX_DEPS; i++) {
+        if (!use[i] || !use[i]->trace_src) continue;
+        int lane = dt_trace_lane_of(ctx->trace, use[i]->trace_src);
+        if (lane == DT_LANE_COMM || lane == DT_LANE_COMM_THREAD) deps[nd++] = use[i]->trace_src;
+    }
+    return nd;
+}
+
 /* The local kernel on inputs already in the strategy's placements, into o's storage. */
 static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *use, int n,
                                const dt_op_args *a, dt_tensor *o, dt_tensor *const *ax, int na) {
@@ -227,9 +240,15 @@ static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *u
     for (int i = 0; i < na; i++) local_of(ax[i], &c.aux[i]);
     double tk = ctx->trace ? dt_now_us() : 0;
     dt_status st = f->compute(&c);
-    if (ctx->trace)
-        dt_trace_record(ctx, DT_LANE_COMPUTE, dt_op_name(op), tk, "%zu elements out",
-                        o->local_numel);
+    if (ctx->trace && dt_trace_is_on(ctx->trace)) { /* its outputs name it, for readers */
+        int64_t deps[DT_TRACE_MAX_DEPS];
+        dt_trace_args ta = {.deps = deps, .ndeps = input_deps(ctx, use, n, deps),
+                            .op = dt_op_name(op), .module = dt_comm_module_tls};
+        int64_t id = dt_trace_add_args(ctx->trace, DT_LANE_COMPUTE, dt_op_name(op), tk, &ta,
+                                       "%zu elements out", o->local_numel);
+        o->trace_src = id;
+        for (int i = 0; i < na; i++) ax[i]->trace_src = id;
+    }
     return st;
 }
 
@@ -332,7 +351,12 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
         for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
         return st;
     }
-    if (ctx->trace) dt_trace_record(ctx, DT_LANE_OPS, dt_op_name(op), t0, "%s", text);
+    if (ctx->trace && dt_trace_is_on(ctx->trace)) {
+        int64_t deps[DT_TRACE_MAX_DEPS];
+        dt_trace_args ta = {.deps = deps, .ndeps = input_deps(ctx, use, n, deps),
+                            .op = dt_op_name(op), .module = dt_comm_module_tls};
+        dt_trace_add_args(ctx->trace, DT_LANE_OPS, dt_op_name(op), t0, &ta, "%s", text);
+    }
     /* The inputs as the kernel used them: an input that was moved is handed over (the
      * caller's autograd records the move), the others are passed back retained. */
     for (int i = 0; i < n; i++) {

@@ -300,13 +300,43 @@ static dt_status run_step(exec *x, const dt_plan_step *s, dt_comm *c) {
     return DT_OK;
 }
 
+/* The placements of the step's mesh dims, "S(1)" or "R,P(sum)". */
+static void step_placements(const dt_plan *plan, const dt_placement *pl, unsigned mask, char *buf,
+                            size_t cap) {
+    dt_placement some[DT_MESH_MAX_NDIM];
+    int n = 0;
+    for (int m = 0; m < plan->mesh_ndim; m++)
+        if (mask & (1u << m)) some[n++] = pl[m];
+    dt_placements_format(some, n, buf, cap);
+}
+
+/* A step run while the rank traces: its collectives name the event that produced the block
+ * they read (*src) and the placements they move between; *src becomes the last of them. */
+static dt_status run_step_traced(exec *x, const dt_plan_step *s, dt_comm *c, int64_t *src) {
+    if (!dt_step_is_collective(s->kind)) return run_step(x, s, c);
+    char from[40], to[40];
+    step_placements(x->plan, s->before, s->mesh_mask, from, sizeof from);
+    step_placements(x->plan, s->after, s->mesh_mask, to, sizeof to);
+    dt_trace_coll_site prev = dt_trace_coll_tls;
+    dt_trace_coll_tls = (dt_trace_coll_site){.input = *src, .from = from, .to = to};
+    dt_trace_last_coll_tls = 0;
+    dt_status st = run_step(x, s, c);
+    if (dt_trace_last_coll_tls) *src = dt_trace_last_coll_tls;
+    dt_trace_coll_tls = prev;
+    return st;
+}
+
 dt_status dt_plan_execute(const dt_plan *plan, dt_tensor *t, dt_comm *const *comms,
                           dt_tensor **out) {
     exec x = {.plan = plan, .mesh = t->mesh, .ndim = t->ndim, .es = dt_dtype_size(t->dtype),
               .mem = dt_tensor_mem(t), .cur = t->data, .owned = 0};
     dt_ctx_bind(t->mesh->ctx);
     dt_status st = DT_OK;
-    for (int i = 0; i < plan->nsteps && st == DT_OK; i++) st = run_step(&x, &plan->steps[i], comms[i]);
+    const int traced = t->mesh->ctx->trace && dt_trace_is_on(t->mesh->ctx->trace);
+    int64_t src = t->trace_src; /* a step without a collective keeps the producer */
+    for (int i = 0; i < plan->nsteps && st == DT_OK; i++)
+        st = traced ? run_step_traced(&x, &plan->steps[i], comms[i], &src)
+                    : run_step(&x, &plan->steps[i], comms[i]);
     if (st == DT_OK) { /* the result owns its data, even when no step copied it */
         int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM];
         dt_shard_layout(plan->mesh_ndim, plan->mesh_shape, t->mesh->coord, t->ndim, t->shape,
@@ -317,5 +347,6 @@ dt_status dt_plan_execute(const dt_plan *plan, dt_tensor *t, dt_comm *const *com
         st = dt_tensor_new(t->mesh, t->device, t->dtype, t->ndim, t->shape, plan->dst, x.cur, true,
                            out);
     if (st != DT_OK && x.owned) x.mem->free(x.cur);
+    if (st == DT_OK && traced) (*out)->trace_src = src;
     return st;
 }
