@@ -71,6 +71,14 @@ static void store_f64(dt_local *t, int64_t row0, int n, int64_t cols, const doub
     memcpy((double *)t->data + row0 * cols, src, (size_t)(n * cols) * sizeof(double));
 }
 
+/* The tile products in AVX2 where the CPU has it, else SSE2: the same bits either way (each
+ * output element's terms are added in one order, no FMA: ISO C mode keeps contraction off). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DT_TILE_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DT_TILE_CLONES
+#endif
+
 #define CT          double
 #define TN(name)    name##_f64
 #define DT_TILE_F32 0

@@ -1,52 +1,69 @@
 /* The tile steps of the CPU flash attention (ops/cpu/attention.c), written once and included
  * twice: for the f32 compute type (f32, bf16, f16 storage) and for f64. Before including,
  * define CT (float or double) and TN(name) (name##_f32 or name##_f64). Every product runs in
- * outer-product form over full BC-wide rows (no reassociation, fixed order), so each output
- * element sums its terms in one order whatever the vector width or the thread count. */
+ * outer-product form (no reassociation, fixed order), so each output element sums its terms in
+ * one order whatever the vector width or the thread count. */
+
+/* c (m x n, rows ldc apart) += a . b, k terms per element added in order t = 0, 1, ...: a's
+ * element (i, t) at a[i * ai + t * at], b's row t at b + t * ldb. Blocks of 4 rows x 2 vectors
+ * stay in registers across the k terms; the tails run the same sums one lane at a time. */
+DT_TILE_CLONES static void TN(gemm)(CT *restrict c, int64_t ldc, const CT *restrict a, int64_t ai,
+                                    int64_t at, const CT *restrict b, int64_t ldb, int m, int64_t n,
+                                    int64_t k) {
+    typedef CT V __attribute__((vector_size(32)));
+    enum { W = 32 / sizeof(CT) };
+    int i = 0;
+    for (; i + 4 <= m; i += 4) {
+        int64_t j = 0;
+        for (; j + 2 * W <= n; j += 2 * W) {
+            V v[4][2];
+            for (int r = 0; r < 4; r++)
+                memcpy(v[r], c + (i + r) * ldc + j, sizeof v[r]);
+            for (int64_t t = 0; t < k; t++) {
+                V b0, b1;
+                memcpy(&b0, b + t * ldb + j, sizeof b0);
+                memcpy(&b1, b + t * ldb + j + W, sizeof b1);
+                for (int r = 0; r < 4; r++) {
+                    CT x = a[(i + r) * ai + t * at];
+                    v[r][0] += x * b0;
+                    v[r][1] += x * b1;
+                }
+            }
+            for (int r = 0; r < 4; r++)
+                memcpy(c + (i + r) * ldc + j, v[r], sizeof v[r]);
+        }
+        for (int r = 0; r < 4 && j < n; r++)
+            for (int64_t e = j; e < n; e++) {
+                CT x = c[(i + r) * ldc + e];
+                for (int64_t t = 0; t < k; t++)
+                    x += a[(i + r) * ai + t * at] * b[t * ldb + e];
+                c[(i + r) * ldc + e] = x;
+            }
+    }
+    for (; i < m; i++)
+        for (int64_t e = 0; e < n; e++) {
+            CT x = c[i * ldc + e];
+            for (int64_t t = 0; t < k; t++)
+                x += a[i * ai + t * at] * b[t * ldb + e];
+            c[i * ldc + e] = x;
+        }
+}
 
 /* s (nr x BC) = a (nr x D) . bt (D x BC); bt's columns past the tile's keys are zero. */
-static void TN(scores)(CT *restrict s, const CT *restrict a, const CT *restrict bt, int nr,
-                       int64_t D) {
-    for (int r = 0; r < nr; r++) {
-        CT *restrict sr = s + (size_t)r * BC;
-        for (int c = 0; c < BC; c++)
-            sr[c] = 0;
-        for (int64_t d = 0; d < D; d++) {
-            CT x = a[r * D + d];
-            const CT *restrict b = bt + d * BC;
-            for (int c = 0; c < BC; c++)
-                sr[c] += x * b[c];
-        }
-    }
+static void TN(scores)(CT *s, const CT *a, const CT *bt, int nr, int64_t D) {
+    memset(s, 0, sizeof(CT) * (size_t)nr * BC);
+    TN(gemm)(s, BC, a, D, 1, bt, BC, nr, BC, D);
 }
 
 /* acc (nr x n) += p (nr x BC, first nc columns) . b (nc x n): y = P V and dq += dS K. */
-static void TN(accum)(CT *restrict acc, const CT *restrict p, const CT *restrict b, int nr, int nc,
-                      int64_t n) {
-    for (int r = 0; r < nr; r++) {
-        CT *restrict ar = acc + r * n;
-        for (int c = 0; c < nc; c++) {
-            CT x = p[(size_t)r * BC + c];
-            const CT *restrict br = b + c * n;
-            for (int64_t e = 0; e < n; e++)
-                ar[e] += x * br[e];
-        }
-    }
+static void TN(accum)(CT *acc, const CT *p, const CT *b, int nr, int nc, int64_t n) {
+    TN(gemm)(acc, n, p, BC, 1, b, n, nr, n, nc);
 }
 
 /* acc (nc x n) += p^T (p: nr x BC, first nc columns) . b (nr x n): dv += P^T dO and
  * dk += dS^T q, summed over the tile's rows in order. */
-static void TN(accum_t)(CT *restrict acc, const CT *restrict p, const CT *restrict b, int nr,
-                        int nc, int64_t n) {
-    for (int r = 0; r < nr; r++) {
-        const CT *restrict br = b + r * n;
-        for (int c = 0; c < nc; c++) {
-            CT x = p[(size_t)r * BC + c];
-            CT *restrict ac = acc + c * n;
-            for (int64_t e = 0; e < n; e++)
-                ac[e] += x * br[e];
-        }
-    }
+static void TN(accum_t)(CT *acc, const CT *p, const CT *b, int nr, int nc, int64_t n) {
+    TN(gemm)(acc, n, p, 1, BC, b, n, nc, n, nr);
 }
 
 /* Keys of tile [j0, j0 + nc) that query i sees: all, or (causal) those j <= i. */
