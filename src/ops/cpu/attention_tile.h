@@ -49,10 +49,12 @@ DT_TILE_CLONES static void TN(gemm)(CT *restrict c, int64_t ldc, const CT *restr
         }
 }
 
-/* s (nr x BC) = a (nr x D) . bt (D x BC); bt's columns past the tile's keys are zero. */
-static void TN(scores)(CT *s, const CT *a, const CT *bt, int nr, int64_t D) {
+/* s (nr x BC) = a (nr x D) . bt (D x BC) over the tile's first nc keys, rounded up to whole
+ * vectors (bt's columns past the keys are zero; the rest of s is zero). */
+static void TN(scores)(CT *s, const CT *a, const CT *bt, int nr, int nc, int64_t D) {
+    int n = (nc + 15) / 16 * 16;
     memset(s, 0, sizeof(CT) * (size_t)nr * BC);
-    TN(gemm)(s, BC, a, D, 1, bt, BC, nr, BC, D);
+    TN(gemm)(s, BC, a, D, 1, bt, BC, nr, n < BC ? n : BC, D);
 }
 
 /* acc (nr x n) += p (nr x BC, first nc columns) . b (nc x n): y = P V and dq += dS K. */
@@ -186,7 +188,7 @@ static void TN(fwd_item)(const sdpa_job *J, CT *w, int64_t it) {
         int nc = jend - j0 < BC ? (int)(jend - j0) : BC;
         TN(load)(kt, BC, 1, J->k, b * d->Tk + j0, nc, D);
         TN(load)(vb, Dv, 0, J->v, b * d->Tk + j0, nc, Dv);
-        TN(scores)(s, qb, kt, nr, D);
+        TN(scores)(s, qb, kt, nr, nc, D);
         TN(fwd_tile)(s, vb, acc, m, l, nr, nc, i0, j0, J->causal, scale, Dv);
     }
     CT *lse = J->lse ? (CT *)J->lse->data + row0 : NULL;
@@ -220,8 +222,8 @@ static void TN(dq_item)(const sdpa_job *J, CT *w, int64_t it) {
         CT *p = P + j0 / BC * BR * BC, *dp = dP + j0 / BC * BR * BC;
         TN(load)(kt, BC, 1, J->k, b * d->Tk + j0, nc, D);
         TN(load)(vt, BC, 1, J->v, b * d->Tk + j0, nc, Dv);
-        TN(scores)(p, qb, kt, nr, D);   /* q k^T */
-        TN(scores)(dp, gb, vt, nr, Dv); /* dO v^T */
+        TN(scores)(p, qb, kt, nr, nc, D);   /* q k^T */
+        TN(scores)(dp, gb, vt, nr, nc, Dv); /* dO v^T */
         TN(prob_tile)(p, lse, nr, nc, i0, j0, J->causal, scale);
         TN(dot_rows)(p, dp, dsum, nr, nc, i0, j0, J->causal);
     }
@@ -255,8 +257,8 @@ static void TN(dkv_item)(const sdpa_job *J, CT *w, int64_t it) {
             if (J->causal && i0 + nr - 1 < j0) continue; /* no row of the tile sees these keys */
             TN(load)(qb, D, 0, J->q, row0, nr, D);
             TN(load)(gb, Dv, 0, J->g, row0, nr, Dv);
-            TN(scores)(s, qb, kt, nr, D);
-            TN(scores)(dp, gb, vt, nr, Dv);
+            TN(scores)(s, qb, kt, nr, nc, D);
+            TN(scores)(dp, gb, vt, nr, nc, Dv);
             TN(prob_tile)(s, (const CT *)J->lse->data + row0, nr, nc, i0, j0, J->causal, scale);
             TN(ds_tile)(s, dp, J->dsum + row0, nr, nc, i0, j0, J->causal, scale);
             TN(accum_t)(dv, s, gb, nr, nc, Dv); /* dv += P^T dO */
