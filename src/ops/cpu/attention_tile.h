@@ -176,9 +176,9 @@ static void TN(fwd_item)(const sdpa_job *J, CT *w, int64_t it) {
     int64_t bh = it / J->nqt, t = it % J->nqt, b = bh / d->g, i0 = t * BR;
     int nr;
     int64_t row0 = TN(qrows)(J, b, bh % d->g, t, &nr), D = d->D, Dv = d->Dv;
-    CT *qb = w, *kt = qb + BR * D, *vb = kt + D * BC, *s = vb + BC * Dv, *acc = s + BR * BC;
-    CT *m = acc + BR * Dv, scale = (CT)J->scale;
-    double *l = (double *)(m + BR + 1);
+    double *l = (double *)(void *)w; /* first: w is aligned for doubles */
+    CT *qb = (CT *)(l + BR), *kt = qb + BR * D, *vb = kt + D * BC, *s = vb + BC * Dv;
+    CT *acc = s + BR * BC, *m = acc + BR * Dv, scale = (CT)J->scale;
     TN(load)(qb, D, 0, J->q, row0, nr, D);
     for (int r = 0; r < nr; r++)
         m[r] = -INFINITY, l[r] = 0;
