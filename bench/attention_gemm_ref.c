@@ -5,19 +5,19 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "attention_gemm_ref.h"
 #include "core/alloc.h"
 #include "core/check.h"
 #include "core/half.h"
 #include "ops/cpu/vexp.h"
 #include "ops/kernel_args.h"
 #include "ops/kernels.h"
-#include "attention_gemm_ref.h"
 
 /* Row i of S (rows, Tk), query i % Tq, becomes softmax(S[i, :lim] * scale), zero past lim;
  * lse (NULL or rows) gets the row's log-sum-exp of the scaled scores. */
 #define DEFINE_SOFTROWS(SUF, CT, EXP_ROW, LOG)                                                     \
-    static void softrows_##SUF(CT *S, int64_t rows, int64_t Tq, int64_t Tk, int causal,           \
-                               CT scale, CT *lse) {                                                \
+    static void softrows_##SUF(CT *S, int64_t rows, int64_t Tq, int64_t Tk, int causal, CT scale,  \
+                               CT *lse) {                                                          \
         for (int64_t i = 0; i < rows; i++) {                                                       \
             CT *s = S + i * Tk;                                                                    \
             int64_t lim = causal && i % Tq + 1 < Tk ? i % Tq + 1 : Tk;                             \
@@ -28,10 +28,13 @@
             }                                                                                      \
             double sum = 0.0;                                                                      \
             EXP_ROW(s, s, lim, 1, -mx);                                                            \
-            for (int64_t j = 0; j < lim; j++) sum += (double)s[j];                                 \
+            for (int64_t j = 0; j < lim; j++)                                                      \
+                sum += (double)s[j];                                                               \
             CT inv = (CT)(1.0 / sum);                                                              \
-            for (int64_t j = 0; j < lim; j++) s[j] *= inv;                                         \
-            for (int64_t j = lim; j < Tk; j++) s[j] = 0;                                           \
+            for (int64_t j = 0; j < lim; j++)                                                      \
+                s[j] *= inv;                                                                       \
+            for (int64_t j = lim; j < Tk; j++)                                                     \
+                s[j] = 0;                                                                          \
             if (lse) lse[i] = lim ? mx + (CT)LOG(sum) : (CT)-INFINITY;                             \
         }                                                                                          \
     }
@@ -39,23 +42,27 @@
 /* The backward's row pass: S (rows, Tk) holds q k^T and becomes P = exp(S * scale - lse),
  * zero past the mask; dP (rows, Tk) becomes dS * scale = P (dP - sum_j P dP) * scale. */
 #define DEFINE_GRADROWS(SUF, CT, EXP_ROW)                                                          \
-    static void gradrows_##SUF(CT *S, CT *dP, const CT *lse, int64_t rows, int64_t Tq,           \
-                               int64_t Tk, int causal, CT scale) {                                 \
+    static void gradrows_##SUF(CT *S, CT *dP, const CT *lse, int64_t rows, int64_t Tq, int64_t Tk, \
+                               int causal, CT scale) {                                             \
         for (int64_t i = 0; i < rows; i++) {                                                       \
             CT *s = S + i * Tk, *dp = dP + i * Tk;                                                 \
             int64_t lim = causal && i % Tq + 1 < Tk ? i % Tq + 1 : Tk;                             \
             double dot = 0.0;                                                                      \
             EXP_ROW(s, s, lim, scale, -lse[i]);                                                    \
-            for (int64_t j = 0; j < lim; j++) dot += (double)s[j] * (double)dp[j];                 \
-            for (int64_t j = 0; j < lim; j++) dp[j] = s[j] * (dp[j] - (CT)dot) * scale;           \
-            for (int64_t j = lim; j < Tk; j++) s[j] = dp[j] = 0;                                   \
+            for (int64_t j = 0; j < lim; j++)                                                      \
+                dot += (double)s[j] * (double)dp[j];                                               \
+            for (int64_t j = 0; j < lim; j++)                                                      \
+                dp[j] = s[j] * (dp[j] - (CT)dot) * scale;                                          \
+            for (int64_t j = lim; j < Tk; j++)                                                     \
+                s[j] = dp[j] = 0;                                                                  \
         }                                                                                          \
     }
 
 /* y[j] = exp(a x[j] + b), j < n: SIMD for f32 */
 #define ROW_F32(y, x, n, a, b) dt_vexpf_affine(y, x, n, a, b)
 #define ROW_F64(y, x, n, a, b)                                                                     \
-    for (int64_t j_ = 0; j_ < (n); j_++) (y)[j_] = exp((a) * (x)[j_] + (b))
+    for (int64_t j_ = 0; j_ < (n); j_++)                                                           \
+    (y)[j_] = exp((a) * (x)[j_] + (b))
 
 DEFINE_SOFTROWS(f32, float, ROW_F32, log)
 DEFINE_SOFTROWS(f64, double, ROW_F64, log)
@@ -102,8 +109,10 @@ typedef struct operand {
     int out;
 } operand;
 
-#define IN_OP(T, N) {.t = (T), .n = (size_t)(N)}
-#define OUT_OP(T, N) {.t = (T), .n = (size_t)(N), .out = 1}
+#define IN_OP(T, N)                                                                                \
+    { .t = (T), .n = (size_t)(N) }
+#define OUT_OP(T, N)                                                                               \
+    { .t = (T), .n = (size_t)(N), .out = 1 }
 
 static void *operand_at(operand *o, int64_t b, int half) {
     char *p = (char *)o->t->data + (size_t)b * o->n * dt_dtype_size(o->t->dtype);
@@ -119,8 +128,8 @@ static void operand_done(operand *o, int64_t b, int half) {
 
 /* Allocates each operand's widening buffer (bf16/f16) and nbuf scratch matrices of rows x
  * cols compute elements; DT_ERR_NOMEM naming fn. */
-static dt_status buffers(const char *fn, operand *ops, int nops, int half, void **scratch,
-                         int nbuf, size_t bytes) {
+static dt_status buffers(const char *fn, operand *ops, int nops, int half, void **scratch, int nbuf,
+                         size_t bytes) {
     for (int i = 0; i < nbuf; i++) /* + 1: no keys is no scores */
         if (!(scratch[i] = dt_host_alloc(bytes + 1))) goto nomem;
     for (int i = 0; half && i < nops; i++)
@@ -131,12 +140,14 @@ nomem:
 }
 
 static void buffers_free(operand *ops, int nops, void **scratch, int nbuf) {
-    for (int i = 0; i < nops; i++) dt_host_free(ops[i].buf);
-    for (int i = 0; i < nbuf; i++) dt_host_free(scratch[i]);
+    for (int i = 0; i < nops; i++)
+        dt_host_free(ops[i].buf);
+    for (int i = 0; i < nbuf; i++)
+        dt_host_free(scratch[i]);
 }
 
 dt_status ref_gemm_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                      double scale, dt_local *out, dt_local *lse) {
+                        double scale, dt_local *out, dt_local *lse) {
     dt_sdpa_dims d;
     DT_CHECK(dt_sdpa_check("dt_cpu_sdpa", q, k, v, out, lse, &d));
     if (d.B == 0 || d.Tq == 0 || d.Dv == 0) return DT_OK;
@@ -168,8 +179,8 @@ out:
 }
 
 dt_status ref_gemm_sdpa_backward(const dt_local *g, const dt_local *q, const dt_local *k,
-                               const dt_local *v, const dt_local *lse, int causal, double scale,
-                               dt_local *dq, dt_local *dk, dt_local *dv) {
+                                 const dt_local *v, const dt_local *lse, int causal, double scale,
+                                 dt_local *dq, dt_local *dk, dt_local *dv) {
     const char *fn = "dt_cpu_sdpa_backward";
     dt_sdpa_dims d;
     DT_CHECK(dt_sdpa_check(fn, q, k, v, g, lse, &d));
@@ -180,8 +191,8 @@ dt_status ref_gemm_sdpa_backward(const dt_local *g, const dt_local *q, const dt_
     size_t cs = dt_dtype_size(ct);
     enum { G, Q, K, V, DQ, DK, DV, NOPS };
     size_t nq = (size_t)(d.R * d.D), nk = (size_t)(d.Tk * d.D), nv = (size_t)(d.Tk * d.Dv);
-    operand ops[NOPS] = {IN_OP(g, d.R * d.Dv), IN_OP(q, nq), IN_OP(k, nk), IN_OP(v, nv),
-                         OUT_OP(dq, nq), OUT_OP(dk, nk), OUT_OP(dv, nv)};
+    operand ops[NOPS] = {IN_OP(g, d.R * d.Dv), IN_OP(q, nq),   IN_OP(k, nk),  IN_OP(v, nv),
+                         OUT_OP(dq, nq),       OUT_OP(dk, nk), OUT_OP(dv, nv)};
     enum { S, DP, T, NBUF };
     void *buf[NBUF] = {0};
     dt_status st = buffers(fn, ops, NOPS, half, buf, NBUF, (size_t)(d.R * d.Tk) * cs);
@@ -201,14 +212,14 @@ dt_status ref_gemm_sdpa_backward(const dt_local *g, const dt_local *q, const dt_
         if (ct == DT_F64)
             gradrows_f64(buf[S], buf[DP], (const double *)l, d.R, d.Tq, d.Tk, causal, scale);
         else
-            gradrows_f32(buf[S], buf[DP], (const float *)l, d.R, d.Tq, d.Tk, causal,
-                         (float)scale);
+            gradrows_f32(buf[S], buf[DP], (const float *)l, d.R, d.Tq, d.Tk, causal, (float)scale);
         DT_CHECK_GOTO(dt_cpu_matmul(&mdp, &mk, 0, &mdq), st, out); /* dq = dS k */
         transpose(buf[S], buf[T], d.R, d.Tk, cs);
         DT_CHECK_GOTO(dt_cpu_matmul(&mt, &mg, 0, &mdv), st, out); /* dv = P^T g */
         transpose(buf[DP], buf[T], d.R, d.Tk, cs);
         DT_CHECK_GOTO(dt_cpu_matmul(&mt, &mq, 0, &mdk), st, out); /* dk = dS^T q */
-        for (int o = DQ; o < NOPS; o++) operand_done(&ops[o], b, half);
+        for (int o = DQ; o < NOPS; o++)
+            operand_done(&ops[o], b, half);
     }
 out:
     buffers_free(ops, NOPS, buf, NBUF);
