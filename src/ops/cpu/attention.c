@@ -1,8 +1,8 @@
-/* CPU scaled dot-product attention, one kv head (and the query heads reading it) at a time:
- * S = q k^T * scale, causal mask (key j > query i), stable softmax per row, then S v; the
- * backward rebuilds P from the saved log-sum-exp. Every product goes through dt_cpu_matmul;
- * bf16/f16 are widened to f32 per head, f64 stays f64. Not a flash kernel: S is materialised
- * (g Tq x Tk per kv head). */
+/* CPU scaled dot-product attention, flash style: query tiles of BR rows meet key tiles of BC
+ * keys with an online softmax, so no (Tq, Tk) matrix exists; the forward keeps only out and
+ * each row's log-sum-exp, and the backward rebuilds P a tile at a time from them (tile math in
+ * ops/cpu/attention_tile.h). Work items write disjoint rows, so any thread count gives the
+ * same bits. bf16/f16 compute in f32 (widened per tile), f64 in f64. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -10,162 +10,142 @@
 #include "core/alloc.h"
 #include "core/check.h"
 #include "core/half.h"
+#include "core/pool.h"
 #include "ops/cpu/vexp.h"
 #include "ops/kernel_args.h"
 #include "ops/kernels.h"
 
-/* Row i of S (rows, Tk), query i % Tq, becomes softmax(S[i, :lim] * scale), zero past lim;
- * lse (NULL or rows) gets the row's log-sum-exp of the scaled scores. */
-#define DEFINE_SOFTROWS(SUF, CT, EXP_ROW, LOG)                                                     \
-    static void softrows_##SUF(CT *S, int64_t rows, int64_t Tq, int64_t Tk, int causal,           \
-                               CT scale, CT *lse) {                                                \
-        for (int64_t i = 0; i < rows; i++) {                                                       \
-            CT *s = S + i * Tk;                                                                    \
-            int64_t lim = causal && i % Tq + 1 < Tk ? i % Tq + 1 : Tk;                             \
-            CT mx = -INFINITY;                                                                     \
-            for (int64_t j = 0; j < lim; j++) {                                                    \
-                s[j] *= scale;                                                                     \
-                if (s[j] > mx || s[j] != s[j]) mx = s[j];                                          \
-            }                                                                                      \
-            double sum = 0.0;                                                                      \
-            EXP_ROW(s, s, lim, 1, -mx);                                                            \
-            for (int64_t j = 0; j < lim; j++) sum += (double)s[j];                                 \
-            CT inv = (CT)(1.0 / sum);                                                              \
-            for (int64_t j = 0; j < lim; j++) s[j] *= inv;                                         \
-            for (int64_t j = lim; j < Tk; j++) s[j] = 0;                                           \
-            if (lse) lse[i] = lim ? mx + (CT)LOG(sum) : (CT)-INFINITY;                             \
+/* Query rows x keys per tile: a 32 x 64 f32 score tile (8 KiB) and its operands at head dim 64
+ * (q 8 KiB, k^T and v 16 KiB each) stay in L1/L2 of one core. */
+enum { BR = 32, BC = 64 };
+
+/* One call's plan and operands, shared read-only by its work items (outputs disjoint). */
+typedef struct sdpa_job {
+    dt_sdpa_dims d;
+    const dt_local *q, *k, *v, *g, *lse; /* g: the backward's grad_out */
+    dt_local *out, *dq, *dk, *dv;
+    int causal;
+    double scale;
+    int64_t nqt, nkt;  /* query tiles per head, key tiles per kv head */
+    double *dsum;      /* backward: sum_j P dP per query row (q's rows) */
+    size_t work_bytes; /* per chunk of items: the tiles of the widest item */
+    int failed;        /* a chunk found no memory (atomic) */
+} sdpa_job;
+
+/* Rows [row0, row0 + n) of t (rows of `cols` elements) into dst in the compute type: row r at
+ * dst + r * ld, or transposed (column r, dst + c * ld + r). */
+static void load_f32(float *dst, int64_t ld, int trans, const dt_local *t, int64_t row0, int n,
+                     int64_t cols) {
+    size_t at = (size_t)(row0 * cols);
+    for (int r = 0; r < n; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            size_t i = at + (size_t)(r * cols + c);
+            float x = t->dtype == DT_F32    ? ((const float *)t->data)[i]
+                      : t->dtype == DT_BF16 ? dt_bf16_to_f32(((const uint16_t *)t->data)[i])
+                                            : dt_f16_to_f32(((const uint16_t *)t->data)[i]);
+            dst[trans ? c * ld + r : r * ld + c] = x;
+        }
+}
+
+static void load_f64(double *dst, int64_t ld, int trans, const dt_local *t, int64_t row0, int n,
+                     int64_t cols) {
+    const double *src = (const double *)t->data + row0 * cols;
+    for (int r = 0; r < n; r++)
+        for (int64_t c = 0; c < cols; c++)
+            dst[trans ? c * ld + r : r * ld + c] = src[r * cols + c];
+}
+
+/* n rows of src (rows of `cols`, contiguous) into rows [row0, row0 + n) of t, rounded once. */
+static void store_f32(dt_local *t, int64_t row0, int n, int64_t cols, const float *src) {
+    size_t at = (size_t)(row0 * cols), cnt = (size_t)(n * cols);
+    if (t->dtype == DT_F32) {
+        memcpy((float *)t->data + at, src, cnt * sizeof(float));
+        return;
+    }
+    uint16_t *h = (uint16_t *)t->data + at;
+    for (size_t i = 0; i < cnt; i++)
+        h[i] = t->dtype == DT_BF16 ? dt_f32_to_bf16(src[i]) : dt_f32_to_f16(src[i]);
+}
+
+static void store_f64(dt_local *t, int64_t row0, int n, int64_t cols, const double *src) {
+    memcpy((double *)t->data + row0 * cols, src, (size_t)(n * cols) * sizeof(double));
+}
+
+/* The tile products in AVX2 where the CPU has it, else SSE2: the same bits either way (each
+ * output element's terms are added in one order, no FMA: ISO C mode keeps contraction off). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DT_TILE_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DT_TILE_CLONES
+#endif
+
+#define CT          double
+#define TN(name)    name##_f64
+#define DT_TILE_F32 0
+#include "ops/cpu/attention_tile.h"
+#undef CT
+#undef TN
+#undef DT_TILE_F32
+#define CT          float
+#define TN(name)    name##_f32
+#define DT_TILE_F32 1
+#include "ops/cpu/attention_tile.h"
+#undef CT
+#undef TN
+#undef DT_TILE_F32
+
+typedef void (*item_fn32)(const sdpa_job *, float *, int64_t);
+typedef void (*item_fn64)(const sdpa_job *, double *, int64_t);
+
+/* One pass: every item of [b, e) with one zeroed work buffer (zero: the padding columns of
+ * a last, narrower key tile are read as zeros). */
+#define DEFINE_RANGE(NAME, F32, F64)                                                               \
+    static void NAME(void *arg, int64_t b, int64_t e) {                                            \
+        sdpa_job *J = arg;                                                                         \
+        void *w = dt_host_calloc(J->work_bytes);                                                   \
+        if (!w) {                                                                                  \
+            __atomic_store_n(&J->failed, 1, __ATOMIC_RELAXED);                                     \
+            return;                                                                                \
         }                                                                                          \
-    }
-
-/* The backward's row pass: S (rows, Tk) holds q k^T and becomes P = exp(S * scale - lse),
- * zero past the mask; dP (rows, Tk) becomes dS * scale = P (dP - sum_j P dP) * scale. */
-#define DEFINE_GRADROWS(SUF, CT, EXP_ROW)                                                          \
-    static void gradrows_##SUF(CT *S, CT *dP, const CT *lse, int64_t rows, int64_t Tq,           \
-                               int64_t Tk, int causal, CT scale) {                                 \
-        for (int64_t i = 0; i < rows; i++) {                                                       \
-            CT *s = S + i * Tk, *dp = dP + i * Tk;                                                 \
-            int64_t lim = causal && i % Tq + 1 < Tk ? i % Tq + 1 : Tk;                             \
-            double dot = 0.0;                                                                      \
-            EXP_ROW(s, s, lim, scale, -lse[i]);                                                    \
-            for (int64_t j = 0; j < lim; j++) dot += (double)s[j] * (double)dp[j];                 \
-            for (int64_t j = 0; j < lim; j++) dp[j] = s[j] * (dp[j] - (CT)dot) * scale;           \
-            for (int64_t j = lim; j < Tk; j++) s[j] = dp[j] = 0;                                   \
+        for (int64_t it = b; it < e; it++) {                                                       \
+            if (J->q->dtype == DT_F64)                                                             \
+                F64(J, w, it);                                                                     \
+            else                                                                                   \
+                F32(J, w, it);                                                                     \
         }                                                                                          \
+        dt_host_free(w);                                                                           \
     }
 
-/* y[j] = exp(a x[j] + b), j < n: SIMD for f32 */
-#define ROW_F32(y, x, n, a, b) dt_vexpf_affine(y, x, n, a, b)
-#define ROW_F64(y, x, n, a, b)                                                                     \
-    for (int64_t j_ = 0; j_ < (n); j_++) (y)[j_] = exp((a) * (x)[j_] + (b))
+DEFINE_RANGE(fwd_range, fwd_item_f32, fwd_item_f64)
+DEFINE_RANGE(dq_range, dq_item_f32, dq_item_f64)
+DEFINE_RANGE(dkv_range, dkv_item_f32, dkv_item_f64)
 
-DEFINE_SOFTROWS(f32, float, ROW_F32, log)
-DEFINE_SOFTROWS(f64, double, ROW_F64, log)
-DEFINE_GRADROWS(f32, float, ROW_F32)
-DEFINE_GRADROWS(f64, double, ROW_F64)
-
-static void widen(dt_dtype dt, const void *src, float *dst, size_t n) {
-    const uint16_t *h = src;
-    for (size_t i = 0; i < n; i++)
-        dst[i] = dt == DT_BF16 ? dt_bf16_to_f32(h[i]) : dt_f16_to_f32(h[i]);
+static void job_init(sdpa_job *J, const dt_sdpa_dims *d, int causal, double scale) {
+    memset(J, 0, sizeof *J);
+    J->d = *d, J->causal = causal, J->scale = scale;
+    J->nqt = (d->Tq + BR - 1) / BR, J->nkt = (d->Tk + BC - 1) / BC;
 }
 
-static void narrow(dt_dtype dt, const float *src, void *dst, size_t n) {
-    uint16_t *h = dst;
-    for (size_t i = 0; i < n; i++)
-        h[i] = dt == DT_BF16 ? dt_f32_to_bf16(src[i]) : dt_f32_to_f16(src[i]);
-}
-
-static dt_local mat(void *data, dt_dtype dt, int64_t rows, int64_t cols) {
-    dt_local m = {.data = data, .dtype = dt, .ndim = 2};
-    m.shape[0] = rows;
-    m.shape[1] = cols;
-    return m;
-}
-
-/* m (rows, cols) into t (cols, rows), f32 or f64 (es 4 or 8). */
-static void transpose(const void *m, void *t, int64_t rows, int64_t cols, size_t es) {
-    for (int64_t i = 0; i < rows; i++) {
-        if (es == 8)
-            for (int64_t j = 0; j < cols; j++)
-                ((double *)t)[j * rows + i] = ((const double *)m)[i * cols + j];
-        else
-            for (int64_t j = 0; j < cols; j++)
-                ((float *)t)[j * rows + i] = ((const float *)m)[i * cols + j];
-    }
-}
-
-/* One operand of a kv head's computation: its data in the compute dtype (a bf16/f16 block
- * is widened into buf, or only given buf to be narrowed from when out is set). */
-typedef struct operand {
-    const dt_local *t;
-    size_t n;   /* elements per kv head */
-    float *buf; /* bf16/f16 only */
-    int out;
-} operand;
-
-#define IN_OP(T, N) {.t = (T), .n = (size_t)(N)}
-#define OUT_OP(T, N) {.t = (T), .n = (size_t)(N), .out = 1}
-
-static void *operand_at(operand *o, int64_t b, int half) {
-    char *p = (char *)o->t->data + (size_t)b * o->n * dt_dtype_size(o->t->dtype);
-    if (!half) return p;
-    if (!o->out) widen(o->t->dtype, p, o->buf, o->n);
-    return o->buf;
-}
-
-static void operand_done(operand *o, int64_t b, int half) {
-    if (half && o->out)
-        narrow(o->t->dtype, o->buf, (char *)o->t->data + (size_t)b * o->n * 2, o->n);
-}
-
-/* Allocates each operand's widening buffer (bf16/f16) and nbuf scratch matrices of rows x
- * cols compute elements; DT_ERR_NOMEM naming fn. */
-static dt_status buffers(const char *fn, operand *ops, int nops, int half, void **scratch,
-                         int nbuf, size_t bytes) {
-    for (int i = 0; i < nbuf; i++) /* + 1: no keys is no scores */
-        if (!(scratch[i] = dt_host_alloc(bytes + 1))) goto nomem;
-    for (int i = 0; half && i < nops; i++)
-        if (!(ops[i].buf = dt_host_alloc(ops[i].n * sizeof(float) + 1))) goto nomem;
+static dt_status job_run(sdpa_job *J, const char *fn, dt_range_fn range, int64_t items) {
+    dt_parallel_for(items, 1, range, J);
+    if (__atomic_load_n(&J->failed, __ATOMIC_RELAXED))
+        return dt_error(DT_ERR_NOMEM, "%s: no memory for its %zu-byte tiles", fn, J->work_bytes);
     return DT_OK;
-nomem:
-    return dt_error(DT_ERR_NOMEM, "%s: no memory for its %zu-byte score matrices", fn, bytes);
-}
-
-static void buffers_free(operand *ops, int nops, void **scratch, int nbuf) {
-    for (int i = 0; i < nops; i++) dt_host_free(ops[i].buf);
-    for (int i = 0; i < nbuf; i++) dt_host_free(scratch[i]);
 }
 
 dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                       double scale, dt_local *out, dt_local *lse) {
     dt_sdpa_dims d;
     DT_CHECK(dt_sdpa_check("dt_cpu_sdpa", q, k, v, out, lse, &d));
-    if (d.B == 0 || d.Tq == 0 || d.Dv == 0) return DT_OK;
-    dt_dtype dt = q->dtype, ct = dt_sdpa_lse_dtype(dt);
-    int half = dt == DT_BF16 || dt == DT_F16;
-    size_t cs = dt_dtype_size(ct);
-    enum { Q, K, V, O, NOPS };
-    operand ops[NOPS] = {IN_OP(q, d.R * d.D), IN_OP(k, d.Tk * d.D), IN_OP(v, d.Tk * d.Dv),
-                         OUT_OP(out, d.R * d.Dv)};
-    void *S = NULL;
-    dt_status st = buffers("dt_cpu_sdpa", ops, NOPS, half, &S, 1, (size_t)(d.R * d.Tk) * cs);
-    for (int64_t b = 0; b < d.B && st == DT_OK; b++) {
-        dt_local mq = mat(operand_at(&ops[Q], b, half), ct, d.R, d.D);
-        dt_local mk = mat(operand_at(&ops[K], b, half), ct, d.Tk, d.D);
-        dt_local mv = mat(operand_at(&ops[V], b, half), ct, d.Tk, d.Dv);
-        dt_local ms = mat(S, ct, d.R, d.Tk), mo = mat(operand_at(&ops[O], b, half), ct, d.R, d.Dv);
-        void *l = lse ? (char *)lse->data + (size_t)(b * d.R) * cs : NULL;
-        DT_CHECK_GOTO(dt_cpu_matmul(&mq, &mk, 1, &ms), st, out); /* (R, D) @ (Tk, D)^T */
-        if (ct == DT_F64)
-            softrows_f64(S, d.R, d.Tq, d.Tk, causal, scale, l);
-        else
-            softrows_f32(S, d.R, d.Tq, d.Tk, causal, (float)scale, l);
-        DT_CHECK_GOTO(dt_cpu_matmul(&ms, &mv, 0, &mo), st, out); /* (R, Tk) @ (Tk, Dv) */
-        operand_done(&ops[O], b, half);
-    }
-out:
-    buffers_free(ops, NOPS, &S, 1);
-    return st;
+    if (d.B == 0 || d.Tq == 0) return DT_OK;
+    sdpa_job J;
+    job_init(&J, &d, causal, scale);
+    J.q = q, J.k = k, J.v = v, J.out = out, J.lse = lse;
+    /* q, k^T, v, scores, acc, m tiles and l (double) rows */
+    size_t cs = dt_dtype_size(dt_sdpa_lse_dtype(q->dtype));
+    J.work_bytes = cs * (size_t)(BR * d.D + d.D * BC + BC * d.Dv + BR * BC + BR * d.Dv + BR + 1) +
+                   sizeof(double) * (BR + 1);
+    return job_run(&J, "dt_cpu_sdpa", fwd_range, d.B * d.g * J.nqt);
 }
 
 dt_status dt_cpu_sdpa_backward(const dt_local *g, const dt_local *q, const dt_local *k,
@@ -176,42 +156,25 @@ dt_status dt_cpu_sdpa_backward(const dt_local *g, const dt_local *q, const dt_lo
     DT_CHECK(dt_sdpa_check(fn, q, k, v, g, lse, &d));
     DT_CHECK(dt_sdpa_grads_check(fn, q, k, v, dq, dk, dv));
     if (d.B == 0) return DT_OK;
-    dt_dtype dt = q->dtype, ct = dt_sdpa_lse_dtype(dt);
-    int half = dt == DT_BF16 || dt == DT_F16;
-    size_t cs = dt_dtype_size(ct);
-    enum { G, Q, K, V, DQ, DK, DV, NOPS };
-    size_t nq = (size_t)(d.R * d.D), nk = (size_t)(d.Tk * d.D), nv = (size_t)(d.Tk * d.Dv);
-    operand ops[NOPS] = {IN_OP(g, d.R * d.Dv), IN_OP(q, nq), IN_OP(k, nk), IN_OP(v, nv),
-                         OUT_OP(dq, nq), OUT_OP(dk, nk), OUT_OP(dv, nv)};
-    enum { S, DP, T, NBUF };
-    void *buf[NBUF] = {0};
-    dt_status st = buffers(fn, ops, NOPS, half, buf, NBUF, (size_t)(d.R * d.Tk) * cs);
-    for (int64_t b = 0; b < d.B && st == DT_OK; b++) {
-        dt_local mg = mat(operand_at(&ops[G], b, half), ct, d.R, d.Dv);
-        dt_local mq = mat(operand_at(&ops[Q], b, half), ct, d.R, d.D);
-        dt_local mk = mat(operand_at(&ops[K], b, half), ct, d.Tk, d.D);
-        dt_local mv = mat(operand_at(&ops[V], b, half), ct, d.Tk, d.Dv);
-        dt_local ms = mat(buf[S], ct, d.R, d.Tk), mdp = mat(buf[DP], ct, d.R, d.Tk);
-        dt_local mt = mat(buf[T], ct, d.Tk, d.R);
-        dt_local mdq = mat(operand_at(&ops[DQ], b, half), ct, d.R, d.D);
-        dt_local mdk = mat(operand_at(&ops[DK], b, half), ct, d.Tk, d.D);
-        dt_local mdv = mat(operand_at(&ops[DV], b, half), ct, d.Tk, d.Dv);
-        const char *l = (const char *)lse->data + (size_t)(b * d.R) * cs;
-        DT_CHECK_GOTO(dt_cpu_matmul(&mq, &mk, 1, &ms), st, out);  /* S = q k^T */
-        DT_CHECK_GOTO(dt_cpu_matmul(&mg, &mv, 1, &mdp), st, out); /* dP = g v^T */
-        if (ct == DT_F64)
-            gradrows_f64(buf[S], buf[DP], (const double *)l, d.R, d.Tq, d.Tk, causal, scale);
-        else
-            gradrows_f32(buf[S], buf[DP], (const float *)l, d.R, d.Tq, d.Tk, causal,
-                         (float)scale);
-        DT_CHECK_GOTO(dt_cpu_matmul(&mdp, &mk, 0, &mdq), st, out); /* dq = dS k */
-        transpose(buf[S], buf[T], d.R, d.Tk, cs);
-        DT_CHECK_GOTO(dt_cpu_matmul(&mt, &mg, 0, &mdv), st, out); /* dv = P^T g */
-        transpose(buf[DP], buf[T], d.R, d.Tk, cs);
-        DT_CHECK_GOTO(dt_cpu_matmul(&mt, &mq, 0, &mdk), st, out); /* dk = dS^T q */
-        for (int o = DQ; o < NOPS; o++) operand_done(&ops[o], b, half);
-    }
-out:
-    buffers_free(ops, NOPS, buf, NBUF);
+    sdpa_job J;
+    job_init(&J, &d, causal, scale);
+    J.q = q, J.k = k, J.v = v, J.g = g, J.lse = lse, J.dq = dq, J.dk = dk, J.dv = dv;
+    size_t cs = dt_dtype_size(dt_sdpa_lse_dtype(q->dtype));
+    /* dq items: q, dO, k^T, v^T, k, dq tiles and P, dP over the whole key range;
+     * dk/dv items: k^T, v^T, q, dO, P, dP, dk, dv tiles */
+    size_t dq_elems = (size_t)(BR * d.D + BR * d.Dv + d.D * BC + d.Dv * BC + BC * d.D + BR * d.D) +
+                      (size_t)(2 * J.nkt * BR * BC);
+    size_t dkv_elems =
+        (size_t)(d.D * BC + d.Dv * BC + BR * d.D + BR * d.Dv + 2 * BR * BC + BC * d.D + BC * d.Dv);
+    J.dsum = dt_host_alloc(sizeof(double) * (size_t)(d.B * d.R) + 1);
+    if (!J.dsum)
+        return dt_error(DT_ERR_NOMEM, "%s: no memory for %lld row sums", fn,
+                        (long long)(d.B * d.R));
+    /* dsum first (the dq items find it), then the kv side reads it */
+    J.work_bytes = cs * dq_elems + 1;
+    dt_status st = job_run(&J, fn, dq_range, d.B * d.g * J.nqt);
+    J.work_bytes = cs * dkv_elems + 1;
+    if (st == DT_OK) st = job_run(&J, fn, dkv_range, d.B * J.nkt);
+    dt_host_free(J.dsum);
     return st;
 }

@@ -1,220 +1,289 @@
-/* CUDA scaled dot-product attention as the CPU computes it: S = q k^T (cuBLAS, strided over
- * kv heads), scale, causal mask and a stable softmax per row, then S v; the backward rebuilds
- * P from the saved log-sum-exp (no softmax pass) and runs five more products. S (and dP) are
- * materialised in f32 (f64 for f64) for a bounded number of kv heads at a time; not a flash
- * kernel. */
+/* CUDA scaled dot-product attention, flash style, as the CPU computes it (ops/cpu/attention.c):
+ * one block per (batch, query head, query tile), key and value tiles through shared memory, an
+ * online softmax, and no (Tq, Tk) matrix; the backward recomputes P per tile from the saved
+ * log-sum-exp, dq per query tile and dk/dv per (batch, kv head, key tile), so no two blocks
+ * write one element (no atomics: the same bits every run). Head dims above DMAX take the
+ * cuBLAS path (attention_gemm.cu). */
 #include <math.h>
 
+#include "ops/cuda/attention_gemm.h"
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/kernel_args.h"
 
-#define CHUNK_BYTES ((size_t)256 << 20) /* scores and widened operands per chunk of heads */
+namespace {
 
-static __device__ __forceinline__ float ex(float v) { return expf(v); }
-static __device__ __forceinline__ double ex(double v) { return exp(v); }
+/* Head dims up to DMAX; NT threads a block. Tiles: query rows x keys, sized so each kernel's
+ * four DMAX-wide tiles fit the 48 KiB of static shared memory (f32 34 KiB, f64 33 KiB). */
+constexpr int DMAX = 128, NT = 128;
+template <typename C> struct tile;
+template <> struct tile<float> { static constexpr int BQ = 16, BK = 16; };
+template <> struct tile<double> { static constexpr int BQ = 8, BK = 8; };
 
-/* G threads per row of S (rows, Tk), query row % Tq, with the CPU's steps. Forward (dP
- * NULL): the row becomes softmax(S[:lim] * scale), zero past lim (scale and store, max, exp and
- * store, sum in double, times 1 / sum); lse (NULL or rows) gets its log-sum-exp. Backward: S
- * becomes P = exp(S * scale - lse), dP becomes P (dP - sum_j P dP) * scale, both zero past
- * lim. */
-template <typename C, int G>
-__global__ void __launch_bounds__(G == 32 ? DT_CU_THREADS : G)
-    rows_kernel(C *S, C *dP, C *lse, int64_t rows, int64_t Tq, int64_t Tk, int causal,
-                C scale) {
-    __shared__ C smax[32];
-    __shared__ double ssum[32];
-    int per = blockDim.x / G, t = threadIdx.x % G;
-    for (int64_t row = (int64_t)blockIdx.x * per + threadIdx.x / G; row < rows;
-         row += (int64_t)gridDim.x * per) {
-        C *s = S + row * Tk;
-        int64_t i = row % Tq, lim = causal && i + 1 < Tk ? i + 1 : Tk;
-        if (dP) {
-            C *dp = dP + row * Tk, l = lse[row];
-            double dot = 0.0;
-            for (int64_t j = t; j < lim; j += G) {
-                C p = ex(s[j] * scale - l);
-                s[j] = p;
-                dot += (double)p * (double)dp[j];
-            }
-            C d = (C)dt_cu_group_reduce<G>(dot, dt_cu_sum(), ssum);
-            for (int64_t j = t; j < Tk; j += G) {
-                dp[j] = j < lim ? s[j] * (dp[j] - d) * scale : (C)0;
-                if (j >= lim) s[j] = 0;
-            }
-            continue;
-        }
-        C mx = -INFINITY;
-        for (int64_t j = t; j < lim; j += G) {
-            C v = s[j] * scale;
-            s[j] = v;
-            mx = dt_cu_max()(mx, v);
-        }
-        mx = dt_cu_group_reduce<G>(mx, dt_cu_max(), smax);
-        double sum = 0.0;
-        for (int64_t j = t; j < lim; j += G) {
-            C e = ex(s[j] - mx);
-            s[j] = e;
-            sum += (double)e;
-        }
-        sum = dt_cu_group_reduce<G>(sum, dt_cu_sum(), ssum);
-        C inv = (C)(1.0 / sum);
-        for (int64_t j = t; j < Tk; j += G) s[j] = j < lim ? s[j] * inv : (C)0;
-        if (lse && t == 0) lse[row] = lim ? mx + (C)log(sum) : (C)-INFINITY;
+/* One call's sizes (dt_sdpa_dims) and options, by value to every block. */
+struct plan {
+    int64_t g, Tq, R, Tk, D, Dv, nqt, nkt;
+    int causal;
+    double scale;
+};
+
+__device__ __forceinline__ float ex(float v) {
+    return expf(v);
+}
+__device__ __forceinline__ double ex(double v) {
+    return exp(v);
+}
+
+/* Rows [row0, row0 + n) of src (rows of cols) into dst's first rows, widened; the rest of dst
+ * zero. */
+template <typename T, typename C, int ROWS>
+__device__ void load_rows(C (*dst)[DMAX], const T *src, int64_t row0, int n, int64_t cols) {
+    for (int i = threadIdx.x; i < ROWS * DMAX; i += NT) {
+        int r = i / DMAX, c = i % DMAX;
+        dst[r][c] = r < n && c < cols ? dt_cu_t<T>::ld(src[(row0 + r) * cols + c]) : (C)0;
     }
 }
 
+/* Keys of [j0, j0 + nc) that query i sees (as on the CPU). */
+__device__ __forceinline__ int visible(int causal, int64_t i, int64_t j0, int nc) {
+    if (!causal) return nc;
+    int64_t n = i - j0 + 1;
+    return n < 0 ? 0 : n > nc ? nc : (int)n;
+}
+
+/* The keys query tile [i0, i0 + nr) reads. */
+__device__ __forceinline__ int64_t key_end(const plan &p, int64_t i0, int nr) {
+    return p.causal && i0 + nr < p.Tk ? i0 + nr : p.Tk;
+}
+
+template <typename C> __device__ __forceinline__ C dot(const C *a, const C *b, int64_t n) {
+    C s = 0;
+    for (int64_t d = 0; d < n; d++)
+        s += a[d] * b[d];
+    return s;
+}
+
+/* Block it: query tile it % nqt of query head it / nqt (batch-major). */
 template <typename C>
-static void rows(cudaStream_t st, C *S, C *dP, C *lse, int64_t n, int64_t Tq, int64_t Tk,
-                 int causal, C scale) {
-    switch (dt_cu_row_threads(Tk)) {
-    case 32:
-        rows_kernel<C, 32><<<dt_cuda_blocks((size_t)n, DT_CU_THREADS / 32), DT_CU_THREADS, 0,
-                             st>>>(S, dP, lse, n, Tq, Tk, causal, scale);
-        break;
-    case 256:
-        rows_kernel<C, 256><<<dt_cuda_blocks((size_t)n, 1), 256, 0, st>>>(S, dP, lse, n, Tq, Tk,
-                                                                          causal, scale);
-        break;
-    default:
-        rows_kernel<C, 1024><<<dt_cuda_blocks((size_t)n, 1), 1024, 0, st>>>(S, dP, lse, n, Tq, Tk,
-                                                                            causal, scale);
-        break;
+__device__ __forceinline__ int64_t query_rows(const plan &p, int64_t it, int64_t *i0, int *nr) {
+    constexpr int BQ = tile<C>::BQ;
+    int64_t bh = it / p.nqt, b = bh / p.g;
+    *i0 = it % p.nqt * BQ;
+    *nr = p.Tq - *i0 < BQ ? (int)(p.Tq - *i0) : BQ;
+    return b * p.R + bh % p.g * p.Tq + *i0;
+}
+
+template <typename T, typename C>
+__global__ void __launch_bounds__(NT)
+    fwd_kernel(const T *q, const T *k, const T *v, T *out, C *lse, plan p) {
+    constexpr int BQ = tile<C>::BQ, BK = tile<C>::BK, L = NT / BQ, PER = DMAX / L;
+    __shared__ C Qs[BQ][DMAX], Ks[BK][DMAX], Vs[BK][DMAX], S[BQ][BK], m[BQ], alpha[BQ];
+    __shared__ double l[BQ];
+    int64_t it = blockIdx.x, i0;
+    int nr, r = threadIdx.x / L, lane = threadIdx.x % L;
+    int64_t row0 = query_rows<C>(p, it, &i0, &nr), kv = it / p.nqt / p.g * p.Tk;
+    load_rows<T, C, BQ>(Qs, q, row0, nr, p.D);
+    if (threadIdx.x < BQ) m[threadIdx.x] = -INFINITY, l[threadIdx.x] = 0;
+    C acc[PER];
+    for (int e = 0; e < PER; e++)
+        acc[e] = 0;
+    int64_t jend = key_end(p, i0, nr);
+    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+        int nc = jend - j0 < BK ? (int)(jend - j0) : BK;
+        __syncthreads(); /* the last tile's readers are done */
+        load_rows<T, C, BK>(Ks, k, kv + j0, nc, p.D);
+        load_rows<T, C, BK>(Vs, v, kv + j0, nc, p.Dv);
+        __syncthreads();
+        for (int i = threadIdx.x; i < BQ * BK; i += NT)
+            S[i / BK][i % BK] = dot<C>(Qs[i / BK], Ks[i % BK], p.D) * (C)p.scale;
+        __syncthreads();
+        if ((int)threadIdx.x < nr) { /* the row's online softmax step, as the CPU's fwd_tile */
+            int rr = threadIdx.x, lim = visible(p.causal, i0 + rr, j0, nc);
+            C mx = m[rr], a = 1;
+            for (int c = 0; c < lim; c++)
+                if (S[rr][c] > mx || S[rr][c] != S[rr][c]) mx = S[rr][c];
+            if (lim == 0 || mx == -INFINITY) {
+                for (int c = 0; c < BK; c++)
+                    S[rr][c] = 0;
+            } else {
+                if (mx != m[rr]) a = m[rr] == -INFINITY ? (C)0 : ex(m[rr] - mx);
+                l[rr] *= a, m[rr] = mx;
+                double sum = 0;
+                for (int c = 0; c < BK; c++) {
+                    S[rr][c] = c < lim ? ex(S[rr][c] - mx) : (C)0;
+                    sum += (double)S[rr][c];
+                }
+                l[rr] += sum;
+            }
+            alpha[rr] = a;
+        }
+        __syncthreads();
+        if (r < nr)
+            for (int e = 0; e < PER; e++) {
+                int col = lane + e * L;
+                if (col >= p.Dv) break;
+                C x = acc[e] * alpha[r];
+                for (int c = 0; c < nc; c++)
+                    x += S[r][c] * Vs[c][col];
+                acc[e] = x;
+            }
+    }
+    __syncthreads();
+    if (r >= nr) return;
+    C inv = l[r] > 0 ? (C)(1.0 / l[r]) : (C)0; /* no key: zeros, lse -inf */
+    for (int e = 0; e < PER && lane + e * L < p.Dv; e++)
+        out[(row0 + r) * p.Dv + lane + e * L] = dt_cu_t<T>::st(acc[e] * inv);
+    if (lse && lane == 0) lse[row0 + r] = l[r] > 0 ? m[r] + (C)log(l[r]) : (C)-INFINITY;
+}
+
+/* P and dP (or dS) of one (query tile, key tile) pair from the staged tiles: P = exp(s scale -
+ * lse) where visible, else 0; with dsum, dp becomes dS scale = P (dP - dsum) scale. */
+template <typename C>
+__device__ void probs(C (*P)[tile<C>::BK], C (*dP)[tile<C>::BK], C (*Qs)[DMAX], C (*Gs)[DMAX],
+                      C (*Ks)[DMAX], C (*Vs)[DMAX], const C *lse, const double *dsum, int64_t row0,
+                      int64_t i0, int nr, int64_t j0, int nc, const plan &p) {
+    constexpr int BQ = tile<C>::BQ, BK = tile<C>::BK;
+    for (int i = threadIdx.x; i < BQ * BK; i += NT) {
+        int rr = i / BK, c = i % BK;
+        int vis = rr < nr && c < visible(p.causal, i0 + rr, j0, nc);
+        C pr = vis ? ex(dot<C>(Qs[rr], Ks[c], p.D) * (C)p.scale - lse[row0 + rr]) : (C)0;
+        C dp = vis ? dot<C>(Gs[rr], Vs[c], p.Dv) : (C)0;
+        if (dsum) dp = vis ? pr * (dp - (C)dsum[row0 + rr]) * (C)p.scale : (C)0;
+        P[rr][c] = pr, dP[rr][c] = dp;
     }
 }
 
-static void rows_of(int f64, cudaStream_t st, void *S, void *dP, void *lse, int64_t n,
-                    int64_t Tq, int64_t Tk, int causal, double scale) {
-    if (f64)
-        rows<double>(st, (double *)S, (double *)dP, (double *)lse, n, Tq, Tk, causal, scale);
-    else
-        rows<float>(st, (float *)S, (float *)dP, (float *)lse, n, Tq, Tk, causal, (float)scale);
+/* dq of a query tile, and its rows' dsum = sum_j P dP (a first sweep over the keys). */
+template <typename T, typename C>
+__global__ void __launch_bounds__(NT) dq_kernel(const T *g, const T *q, const T *k, const T *v,
+                                                const C *lse, T *dq, double *dsum, plan p) {
+    constexpr int BQ = tile<C>::BQ, BK = tile<C>::BK, L = NT / BQ, PER = DMAX / L;
+    __shared__ C Qs[BQ][DMAX], Gs[BQ][DMAX], Ks[BK][DMAX], Vs[BK][DMAX], P[BQ][BK], dP[BQ][BK];
+    int64_t it = blockIdx.x, i0;
+    int nr, r = threadIdx.x / L, lane = threadIdx.x % L;
+    int64_t row0 = query_rows<C>(p, it, &i0, &nr), kv = it / p.nqt / p.g * p.Tk;
+    load_rows<T, C, BQ>(Qs, q, row0, nr, p.D);
+    load_rows<T, C, BQ>(Gs, g, row0, nr, p.Dv);
+    if ((int)threadIdx.x < nr) dsum[row0 + threadIdx.x] = 0;
+    C acc[PER];
+    for (int e = 0; e < PER; e++)
+        acc[e] = 0;
+    int64_t jend = key_end(p, i0, nr);
+    for (int sweep = 0; sweep < 2; sweep++)
+        for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+            int nc = jend - j0 < BK ? (int)(jend - j0) : BK;
+            __syncthreads();
+            load_rows<T, C, BK>(Ks, k, kv + j0, nc, p.D);
+            load_rows<T, C, BK>(Vs, v, kv + j0, nc, p.Dv);
+            __syncthreads();
+            probs<C>(P, dP, Qs, Gs, Ks, Vs, lse, sweep ? dsum : NULL, row0, i0, nr, j0, nc, p);
+            __syncthreads();
+            if (!sweep) {
+                if ((int)threadIdx.x < nr) { /* key order, in double, as the CPU */
+                    int rr = threadIdx.x, lim = visible(p.causal, i0 + rr, j0, nc);
+                    double s = dsum[row0 + rr];
+                    for (int c = 0; c < lim; c++)
+                        s += (double)P[rr][c] * dP[rr][c];
+                    dsum[row0 + rr] = s;
+                }
+                continue;
+            }
+            if (r < nr)
+                for (int e = 0; e < PER; e++) {
+                    int col = lane + e * L;
+                    if (col >= p.D) break;
+                    C x = acc[e];
+                    for (int c = 0; c < nc; c++)
+                        x += dP[r][c] * Ks[c][col];
+                    acc[e] = x;
+                }
+        }
+    if (r >= nr) return;
+    for (int e = 0; e < PER && lane + e * L < p.D; e++)
+        dq[(row0 + r) * p.D + lane + e * L] = dt_cu_t<T>::st(acc[e]);
 }
 
-/* bf16/f16 <-> f32: the products run on f32 copies (as on the CPU). */
-template <typename T> __global__ void widen_kernel(const T *src, float *dst, size_t n) {
-    DT_CU_FOR(i, n) dst[i] = dt_cu_t<T>::ld(src[i]);
-}
-template <typename T> __global__ void narrow_kernel(const float *src, T *dst, size_t n) {
-    DT_CU_FOR(i, n) dst[i] = dt_cu_t<T>::st(src[i]);
-}
-
-/* One operand of a chunk of kv heads: per kv head n elements of t; bf16/f16 ones are widened
- * into (inputs) or narrowed from (outputs) an f32 buffer of the chunk. */
-typedef struct operand {
-    const dt_local *t;
-    int64_t n;
-    int out;
-    float *buf;
-} operand;
-
-typedef struct chunk {
-    const char *fn;
-    dt_cuda_rank *r;
-    dt_dtype dt;
-    int half, f64;
-    cudaDataType t;             /* storage type of every product's operands */
-    cublasComputeType_t ct1;    /* products of inputs only (exact for bf16/f16 in f32) */
-    cublasComputeType_t ct2;    /* products with computed scores */
-    int64_t nb;                 /* kv heads per chunk */
-    size_t sbytes;              /* one score matrix per kv head */
-    void *S, *dP;
-} chunk;
-
-static dt_status chunk_init(chunk *c, const char *fn, dt_cuda_rank *r, dt_dtype dt,
-                            const dt_sdpa_dims *d, operand *ops, int nops, int backward) {
-    *c = chunk{};
-    c->fn = fn, c->r = r, c->dt = dt;
-    c->half = dt == DT_BF16 || dt == DT_F16, c->f64 = dt == DT_F64;
-    size_t cs = c->f64 ? 8 : 4;
-    c->t = c->half ? CUDA_R_32F : dt_cu_data_type(dt);
-    c->ct1 = c->f64 ? CUBLAS_COMPUTE_64F : c->half ? CUBLAS_COMPUTE_32F : dt_cu_f32_compute(r);
-    c->ct2 = c->f64 ? CUBLAS_COMPUTE_64F : dt_cu_f32_compute(r);
-    c->sbytes = (size_t)(d->R * d->Tk) * cs;
-    size_t per = c->sbytes * (backward ? 2 : 1) + 1; /* + 1: no keys is no scores */
-    for (int i = 0; c->half && i < nops; i++) per += (size_t)ops[i].n * 4;
-    c->nb = (int64_t)(CHUNK_BYTES / per);
-    if (c->nb < 1) c->nb = 1;
-    if (c->nb > d->B) c->nb = d->B;
-    c->S = dt_cuda_alloc(c->sbytes * (size_t)c->nb + 1);
-    if (c->S && backward) c->dP = dt_cuda_alloc(c->sbytes * (size_t)c->nb + 1);
-    int ok = c->S && (!backward || c->dP);
-    for (int i = 0; ok && c->half && i < nops; i++)
-        ok = (ops[i].buf = (float *)dt_cuda_alloc((size_t)(ops[i].n * c->nb) * 4 + 1)) != NULL;
-    return ok ? DT_OK : dt_error(DT_ERR_NOMEM, "%s: no device memory for %lld kv heads' scores",
-                                 fn, (long long)c->nb);
+/* dk and dv of a key tile of one kv head: the group's query heads and their tiles in order. */
+template <typename T, typename C>
+__global__ void __launch_bounds__(NT)
+    dkv_kernel(const T *g, const T *q, const T *k, const T *v, const C *lse, const double *dsum,
+               T *dk, T *dv, plan p) {
+    constexpr int BQ = tile<C>::BQ, BK = tile<C>::BK, L = NT / BK, PER = DMAX / L;
+    __shared__ C Qs[BQ][DMAX], Gs[BQ][DMAX], Ks[BK][DMAX], Vs[BK][DMAX], P[BQ][BK], dS[BQ][BK];
+    int64_t b = blockIdx.x / p.nkt, j0 = blockIdx.x % p.nkt * BK, krow = b * p.Tk + j0;
+    int nc = p.Tk - j0 < BK ? (int)(p.Tk - j0) : BK, c = threadIdx.x / L, lane = threadIdx.x % L;
+    load_rows<T, C, BK>(Ks, k, krow, nc, p.D);
+    load_rows<T, C, BK>(Vs, v, krow, nc, p.Dv);
+    C ak[PER], av[PER];
+    for (int e = 0; e < PER; e++)
+        ak[e] = av[e] = 0;
+    for (int64_t hh = 0; hh < p.g; hh++)
+        for (int64_t t = 0; t < p.nqt; t++) {
+            int64_t i0 = t * BQ, row0 = b * p.R + hh * p.Tq + i0;
+            int nr = p.Tq - i0 < BQ ? (int)(p.Tq - i0) : BQ;
+            if (p.causal && i0 + nr - 1 < j0) continue; /* no row sees these keys */
+            __syncthreads();
+            load_rows<T, C, BQ>(Qs, q, row0, nr, p.D);
+            load_rows<T, C, BQ>(Gs, g, row0, nr, p.Dv);
+            __syncthreads();
+            probs<C>(P, dS, Qs, Gs, Ks, Vs, lse, dsum, row0, i0, nr, j0, nc, p);
+            __syncthreads();
+            if (c >= nc) continue;
+            for (int e = 0; e < PER; e++) {
+                int col = lane + e * L;
+                if (col < p.Dv) {
+                    C x = av[e];
+                    for (int rr = 0; rr < nr; rr++)
+                        x += P[rr][c] * Gs[rr][col];
+                    av[e] = x;
+                }
+                if (col < p.D) {
+                    C x = ak[e];
+                    for (int rr = 0; rr < nr; rr++)
+                        x += dS[rr][c] * Qs[rr][col];
+                    ak[e] = x;
+                }
+            }
+        }
+    if (c >= nc) return;
+    for (int e = 0; e < PER; e++) {
+        int col = lane + e * L;
+        if (col < p.D) dk[(krow + c) * p.D + col] = dt_cu_t<T>::st(ak[e]);
+        if (col < p.Dv) dv[(krow + c) * p.Dv + col] = dt_cu_t<T>::st(av[e]);
+    }
 }
 
-static void chunk_free(chunk *c, operand *ops, int nops) {
-    for (int i = 0; i < nops; i++) dt_cuda_free(ops[i].buf); /* stream-ordered */
-    dt_cuda_free(c->dP);
-    dt_cuda_free(c->S);
+template <typename C> plan make_plan(const dt_sdpa_dims &d, int causal, double scale) {
+    return plan{d.g,
+                d.Tq,
+                d.R,
+                d.Tk,
+                d.D,
+                d.Dv,
+                (d.Tq + tile<C>::BQ - 1) / tile<C>::BQ,
+                (d.Tk + tile<C>::BK - 1) / tile<C>::BK,
+                causal,
+                scale};
 }
 
-/* Operand o for kv heads [b0, b0 + n): its device data in the compute type (widened first
- * for an input). */
-static dt_status operand_at(const chunk *c, operand *o, int64_t b0, int64_t n, void **p) {
-    char *src = (char *)o->t->data + (size_t)(b0 * o->n) * dt_dtype_size(c->dt);
-    *p = src;
-    if (!c->half) return DT_OK;
-    *p = o->buf;
-    if (o->out) return DT_OK;
-    size_t cnt = (size_t)(n * o->n);
-    return dt_cu_visit<false>(c->dt, [&](auto tag) {
-        typedef decltype(tag) T;
-        if constexpr (sizeof(T) == 2)
-            widen_kernel<T><<<dt_cuda_blocks(cnt, DT_CU_THREADS), DT_CU_THREADS, 0,
-                              c->r->compute>>>((const T *)src, o->buf, cnt);
-        return DT_CUDA_LAUNCH_CHECK(c->fn);
-    });
-}
-
-/* Narrows an output operand's chunk back into its tensor (bf16/f16). */
-static dt_status operand_done(const chunk *c, operand *o, int64_t b0, int64_t n) {
-    if (!c->half || !o->out) return DT_OK;
-    char *dst = (char *)o->t->data + (size_t)(b0 * o->n) * 2;
-    size_t cnt = (size_t)(n * o->n);
-    return dt_cu_visit<false>(c->dt, [&](auto tag) {
-        typedef decltype(tag) T;
-        if constexpr (sizeof(T) == 2)
-            narrow_kernel<T><<<dt_cuda_blocks(cnt, DT_CU_THREADS), DT_CU_THREADS, 0,
-                               c->r->compute>>>(o->buf, (T *)dst, cnt);
-        return DT_CUDA_LAUNCH_CHECK(c->fn);
-    });
-}
+} // namespace
 
 dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                        double scale, dt_local *out, dt_local *lse) {
     const char *fn = "dt_cuda_sdpa";
     dt_sdpa_dims d;
     DT_CHECK(dt_sdpa_check(fn, q, k, v, out, lse, &d));
+    if (d.D > DMAX || d.Dv > DMAX) return dt_cuda_sdpa_gemm(q, k, v, causal, scale, out, lse);
     DT_CU_RANK(r, fn);
-    if (d.B == 0 || d.Tq == 0 || d.Dv == 0) return DT_OK;
-    enum { Q, K, V, O, NOPS };
-    operand ops[NOPS] = {{q, d.R * d.D, 0, NULL}, {k, d.Tk * d.D, 0, NULL},
-                         {v, d.Tk * d.Dv, 0, NULL}, {out, d.R * d.Dv, 1, NULL}};
-    chunk c;
-    size_t ls = lse ? dt_dtype_size(lse->dtype) : 0;
-    dt_status st = chunk_init(&c, fn, r, q->dtype, &d, ops, NOPS, 0);
-    for (int64_t b0 = 0; b0 < d.B && st == DT_OK; b0 += c.nb) {
-        int64_t n = d.B - b0 < c.nb ? d.B - b0 : c.nb;
-        void *p[NOPS];
-        for (int i = 0; i < NOPS && st == DT_OK; i++) st = operand_at(&c, &ops[i], b0, n, &p[i]);
-        if (st != DT_OK) break;
-        /* (n, R, D) @ (n, Tk, D)^T -> S (n, R, Tk) */
-        DT_CHECK_GOTO(dt_cu_gemm(r, fn, c.t, c.t, c.ct1, DT_CU_TRANS_B, d.R, d.Tk, d.D, p[Q],
-                                 d.R * d.D, p[K], d.Tk * d.D, c.S, d.R * d.Tk, n), st, done);
-        rows_of(c.f64, r->compute, c.S, NULL, lse ? (char *)lse->data + (size_t)(b0 * d.R) * ls
-                                                  : NULL, n * d.R, d.Tq, d.Tk, causal, scale);
-        DT_CHECK_GOTO(DT_CUDA_LAUNCH_CHECK(fn), st, done);
-        /* S (n, R, Tk) @ (n, Tk, Dv) -> (n, R, Dv) */
-        DT_CHECK_GOTO(dt_cu_gemm(r, fn, c.t, c.t, c.ct2, 0, d.R, d.Dv, d.Tk, c.S, d.R * d.Tk,
-                                 p[V], d.Tk * d.Dv, p[O], d.R * d.Dv, n), st, done);
-        st = operand_done(&c, &ops[O], b0, n);
-    }
-done:
-    chunk_free(&c, ops, NOPS);
-    return st;
+    if (d.B == 0 || d.Tq == 0) return DT_OK;
+    return dt_cu_visit<false>(q->dtype, [&](auto tag) {
+        typedef decltype(tag) T;
+        typedef typename dt_cu_t<T>::C C;
+        plan p = make_plan<C>(d, causal, scale);
+        fwd_kernel<T, C><<<(unsigned)(d.B * d.g * p.nqt), NT, 0, r->compute>>>(
+            (const T *)q->data, (const T *)k->data, (const T *)v->data, (T *)out->data,
+            lse ? (C *)lse->data : (C *)NULL, p);
+        return DT_CUDA_LAUNCH_CHECK(fn);
+    });
 }
 
 dt_status dt_cuda_sdpa_backward(const dt_local *g, const dt_local *q, const dt_local *k,
@@ -224,39 +293,30 @@ dt_status dt_cuda_sdpa_backward(const dt_local *g, const dt_local *q, const dt_l
     dt_sdpa_dims d;
     DT_CHECK(dt_sdpa_check(fn, q, k, v, g, lse, &d));
     DT_CHECK(dt_sdpa_grads_check(fn, q, k, v, dq, dk, dv));
+    if (d.D > DMAX || d.Dv > DMAX)
+        return dt_cuda_sdpa_backward_gemm(g, q, k, v, lse, causal, scale, dq, dk, dv);
     DT_CU_RANK(r, fn);
     if (d.B == 0) return DT_OK;
-    enum { G, Q, K, V, DQ, DK, DV, NOPS };
-    int64_t nq = d.R * d.D, nk = d.Tk * d.D, nv = d.Tk * d.Dv;
-    operand ops[NOPS] = {{g, d.R * d.Dv, 0, NULL}, {q, nq, 0, NULL},   {k, nk, 0, NULL},
-                         {v, nv, 0, NULL},         {dq, nq, 1, NULL}, {dk, nk, 1, NULL},
-                         {dv, nv, 1, NULL}};
-    chunk c;
-    size_t ls = dt_dtype_size(lse->dtype);
-    dt_status st = chunk_init(&c, fn, r, q->dtype, &d, ops, NOPS, 1);
-    for (int64_t b0 = 0; b0 < d.B && st == DT_OK; b0 += c.nb) {
-        int64_t n = d.B - b0 < c.nb ? d.B - b0 : c.nb, sn = d.R * d.Tk;
-        void *p[NOPS];
-        for (int i = 0; i < NOPS && st == DT_OK; i++) st = operand_at(&c, &ops[i], b0, n, &p[i]);
-        if (st != DT_OK) break;
-        /* S = q k^T, dP = g v^T: (n, R, Tk) */
-        DT_CHECK_GOTO(dt_cu_gemm(r, fn, c.t, c.t, c.ct1, DT_CU_TRANS_B, d.R, d.Tk, d.D, p[Q], nq,
-                                 p[K], nk, c.S, sn, n), st, done);
-        DT_CHECK_GOTO(dt_cu_gemm(r, fn, c.t, c.t, c.ct1, DT_CU_TRANS_B, d.R, d.Tk, d.Dv, p[G],
-                                 d.R * d.Dv, p[V], nv, c.dP, sn, n), st, done);
-        rows_of(c.f64, r->compute, c.S, c.dP, (char *)lse->data + (size_t)(b0 * d.R) * ls,
-                n * d.R, d.Tq, d.Tk, causal, scale);
-        DT_CHECK_GOTO(DT_CUDA_LAUNCH_CHECK(fn), st, done);
-        /* dq = dS k (n, R, D); dv = P^T g (n, Tk, Dv); dk = dS^T q (n, Tk, D) */
-        DT_CHECK_GOTO(dt_cu_gemm(r, fn, c.t, c.t, c.ct2, 0, d.R, d.D, d.Tk, c.dP, sn, p[K], nk,
-                                 p[DQ], nq, n), st, done);
-        DT_CHECK_GOTO(dt_cu_gemm(r, fn, c.t, c.t, c.ct2, DT_CU_TRANS_A, d.Tk, d.Dv, d.R, c.S, sn,
-                                 p[G], d.R * d.Dv, p[DV], nv, n), st, done);
-        DT_CHECK_GOTO(dt_cu_gemm(r, fn, c.t, c.t, c.ct2, DT_CU_TRANS_A, d.Tk, d.D, d.R, c.dP, sn,
-                                 p[Q], nq, p[DK], nk, n), st, done);
-        for (int i = DQ; i < NOPS && st == DT_OK; i++) st = operand_done(&c, &ops[i], b0, n);
-    }
-done:
-    chunk_free(&c, ops, NOPS);
+    double *dsum = (double *)dt_cuda_alloc(sizeof(double) * (size_t)(d.B * d.R) + 1);
+    if (!dsum)
+        return dt_error(DT_ERR_NOMEM, "%s: no device memory for %lld row sums", fn,
+                        (long long)(d.B * d.R));
+    dt_status st = dt_cu_visit<false>(q->dtype, [&](auto tag) {
+        typedef decltype(tag) T;
+        typedef typename dt_cu_t<T>::C C;
+        plan p = make_plan<C>(d, causal, scale);
+        const T *pg = (const T *)g->data, *pq = (const T *)q->data, *pk = (const T *)k->data,
+                *pv = (const T *)v->data;
+        const C *pl = (const C *)lse->data;
+        if (d.Tq > 0) /* dsum first: the dk/dv blocks read it */
+            dq_kernel<T, C><<<(unsigned)(d.B * d.g * p.nqt), NT, 0, r->compute>>>(
+                pg, pq, pk, pv, pl, (T *)dq->data, dsum, p);
+        DT_CHECK(DT_CUDA_LAUNCH_CHECK(fn));
+        if (d.Tk > 0)
+            dkv_kernel<T, C><<<(unsigned)(d.B * p.nkt), NT, 0, r->compute>>>(
+                pg, pq, pk, pv, pl, dsum, (T *)dk->data, (T *)dv->data, p);
+        return DT_CUDA_LAUNCH_CHECK(fn);
+    });
+    dt_cuda_free(dsum); /* stream-ordered */
     return st;
 }
