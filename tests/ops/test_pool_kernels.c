@@ -142,35 +142,45 @@ static dt_status run_reduce(void *p, void *out) {
     return dt_cpu_reduce(c->op, c->mask, &c->x, &c->out);
 }
 
-/* x (A, B) reduced over mask (1: dim 0, 2: dim 1, 3: both), against f64 loops. */
-static void check_reduce(dt_reduce_op op, unsigned mask, int64_t A, int64_t B) {
-    float *x = randf((size_t)(A * B), -1, 3);
+/* x (A, B) reduced over mask (1: dim 0, 2: dim 1, 3: both), against f64 loops. f64 too: an
+ * f32 result rounds the double sum and would hide a change of its last bits. */
+static void check_reduce(dt_dtype dt, dt_reduce_op op, unsigned mask, int64_t A, int64_t B) {
+    float *xf = randf((size_t)(A * B), -1, 3);
+    double *xd = malloc((size_t)(A * B) * sizeof *xd);
+    cr_assert(xd);
+    for (int64_t i = 0; i < A * B; i++) xd[i] = xf[i] * (1 + 1e-9 * (double)(i % 7));
     int64_t nout = (mask & 1 ? 1 : A) * (mask & 2 ? 1 : B);
-    red_ctx c = {.op = op, .mask = mask, .x = LOC(DT_F32, x, A, B), .out = LOC(DT_F32, NULL, nout)};
-    float *o = same_bits("reduce", run_reduce, &c, (size_t)nout * 4);
+    size_t es = dt == DT_F64 ? 8 : 4;
+    red_ctx c = {.op = op, .mask = mask, .x = LOC(dt, dt == DT_F64 ? (void *)xd : xf, A, B),
+                 .out = LOC(dt, NULL, nout)};
+    void *o = same_bits("reduce", run_reduce, &c, (size_t)nout * es);
     for (int64_t k = 0; k < nout; k++) {
         int64_t a0 = mask & 1 ? 0 : k / (mask & 2 ? 1 : B), b0 = mask & 2 ? 0 : k % B;
         double acc = op == DT_REDUCE_MAX ? -INFINITY : 0, cnt = 0;
         for (int64_t a = a0; a < (mask & 1 ? A : a0 + 1); a++)
             for (int64_t b = b0; b < (mask & 2 ? B : b0 + 1); b++) {
-                double v = x[a * B + b];
+                double v = dt == DT_F64 ? xd[a * B + b] : xf[a * B + b];
                 acc = op == DT_REDUCE_MAX ? fmax(acc, v) : acc + v;
                 cnt++;
             }
         if (op == DT_REDUCE_AVG) acc /= cnt;
-        near("reduce", o[k], acc, 1e-6, (size_t)k);
+        double got = dt == DT_F64 ? ((double *)o)[k] : ((float *)o)[k];
+        near("reduce", got, acc, dt == DT_F64 ? 1e-12 : 1e-6, (size_t)k);
     }
     free(o);
-    free(x);
+    free(xf), free(xd);
 }
 
 Test(pool_kernels, reductions) {
-    check_reduce(DT_REDUCE_SUM, 3, 1024, 1024); /* one output: pieces and partials */
-    check_reduce(DT_REDUCE_AVG, 2, 4, 200001);  /* few long rows: pieces */
-    check_reduce(DT_REDUCE_MAX, 3, 333, 1001);  /* amax of everything */
-    check_reduce(DT_REDUCE_SUM, 2, 3000, 300);  /* many outputs */
-    check_reduce(DT_REDUCE_MAX, 1, 600, 700);   /* the inner dim kept: column blocks */
-    check_reduce(DT_REDUCE_AVG, 1, 5000, 40);
+    for (int f64 = 0; f64 <= 1; f64++) {
+        dt_dtype dt = f64 ? DT_F64 : DT_F32;
+        check_reduce(dt, DT_REDUCE_SUM, 3, 1024, 1024); /* one output: pieces and partials */
+        check_reduce(dt, DT_REDUCE_AVG, 2, 4, 200001);  /* few long rows: pieces */
+        check_reduce(dt, DT_REDUCE_MAX, 3, 333, 1001);  /* amax of everything */
+        check_reduce(dt, DT_REDUCE_SUM, 2, 3000, 300);  /* many outputs */
+        check_reduce(dt, DT_REDUCE_MAX, 1, 600, 700);   /* the inner dim kept: column blocks */
+        check_reduce(dt, DT_REDUCE_AVG, 1, 5000, 40);
+    }
 }
 
 /* ---- softmax, norms, rope ----------------------------------------------------------------- */

@@ -224,13 +224,13 @@ DEFINE_REDUCE(i64, int64_t, int64_t, in, ID, ID, INT64_MIN, INT64_MAX)
                : op == DT_REDUCE_MIN ? (ACC)(HI)                                                   \
                                      : (ACC)0;                                                     \
     }                                                                                              \
-    static FLATTEN void pieces_##SUF(dt_reduce_op op, const rplan *p, const T *x, size_t pieces,   \
-                                     size_t u0, size_t u1, ACC *part) {                            \
+    static FLATTEN void pieces_##SUF(dt_reduce_op op, const rplan *p, const T *x, size_t piece,    \
+                                     size_t pieces, size_t u0, size_t u1, ACC *part) {             \
         int64_t L = p->rs[p->nr - 1];                                                              \
         for (size_t u = u0; u < u1; u++) {                                                         \
             int64_t kidx[DT_MAX_NDIM], koff, ridx[DT_MAX_NDIM], roff;                              \
             odo_seek(p->nk, p->ks, p->kst, (int64_t)(u / pieces), kidx, &koff);                    \
-            size_t e = (u % pieces) * PIECE, e1 = e + PIECE < p->count ? e + PIECE : p->count;     \
+            size_t e = (u % pieces) * piece, e1 = e + piece < p->count ? e + piece : p->count;     \
             odo_seek(p->nr - 1, p->rs, p->rst, (int64_t)(e / (size_t)L), ridx, &roff);             \
             int64_t j = (int64_t)(e % (size_t)L);                                                  \
             ACC acc = init_##SUF(op);                                                              \
@@ -270,7 +270,7 @@ typedef struct {
     dt_dtype dtype;
     const void *x;
     void *out;
-    size_t pieces; /* split form: pieces per output, partials in part; 0: whole outputs */
+    size_t piece, pieces; /* split form: elements per piece, pieces per output; 0: whole outputs */
     void *part;
 } reduce_job;
 
@@ -279,7 +279,7 @@ static void reduce_range(void *arg, int64_t begin, int64_t end) {
     size_t u0 = (size_t)begin, u1 = (size_t)end;
 #define REDUCE_CASE(DT, SUF)                                                                       \
     case DT:                                                                                       \
-        if (j->pieces) pieces_##SUF(j->op, j->p, j->x, j->pieces, u0, u1, j->part);                \
+        if (j->pieces) pieces_##SUF(j->op, j->p, j->x, j->piece, j->pieces, u0, u1, j->part);      \
         else reduce_##SUF(j->op, j->p, j->x, j->out, u0, u1);                                      \
         break;
     switch (j->dtype) {
@@ -315,7 +315,8 @@ dt_status dt_cpu_reduce(dt_reduce_op op, unsigned mask, const dt_local *x, dt_lo
     }
     reduce_job j = {.op = op, .p = &p, .dtype = x->dtype, .x = x->data, .out = out->data};
     if (p.inner_reduced && p.nout < SPLIT_OUTS && p.count >= SPLIT_COUNT) {
-        j.pieces = (p.count + PIECE - 1) / PIECE;
+        j.piece = PIECE; /* fixed: never from the thread count */
+        j.pieces = (p.count + j.piece - 1) / j.piece;
         size_t units = p.nout * j.pieces;
         double part[SPLIT_OUTS * 64]; /* doubles and int64s alike: 8 bytes each */
         j.part = units <= sizeof part / sizeof part[0] ? part : malloc(units * sizeof(double));
