@@ -136,8 +136,16 @@ static void key_destructor(void *p) {
     pool_destroy(p);
 }
 
+/* A child of fork has the forking thread only: its pool's workers stayed in the parent. The
+ * child forgets the pool (its memory is the parent's copy) and starts a new one when needed. */
+static void forget_pool_in_child(void) {
+    my_pool = NULL;
+    pthread_setspecific(pool_key, NULL);
+}
+
 static void make_key(void) {
     pthread_key_create(&pool_key, key_destructor);
+    pthread_atfork(NULL, NULL, forget_pool_in_child);
 }
 
 /* A pool of n threads; with fewer workers when a thread cannot start (*started says how many

@@ -7,7 +7,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/pool.h"
 #include "core/spin.h"
@@ -269,4 +271,25 @@ Test(pool, local_ranks_divide_the_cores) {
         for (int r = 0; r < nranks; r++)
             cr_assert_eq(got[r], want, "%d ranks, rank %d: %d threads", nranks, r, got[r]);
     }
+}
+
+/* A child of fork has none of its parent's workers: it starts a pool of its own, whose threads
+ * really run chunks (a pool kept from the parent would post jobs to workers that are not
+ * there, and run everything on one thread). */
+Test(pool, fork_child_starts_its_own_pool) {
+    setenv("DT_NUM_THREADS", "2", 1);
+    cr_assert_eq(dt_pool_set_threads(3), DT_OK);
+    check_once(1000, 10);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int ok = dt_parallel_threads() == 2; /* DT_NUM_THREADS, not the parent's 3 */
+        ok &= distinct_threads(2, 2) == 2;
+        dt_pool_release();
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's pool failed");
+    dt_pool_release();
 }
