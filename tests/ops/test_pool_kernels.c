@@ -148,10 +148,13 @@ static void check_reduce(dt_dtype dt, dt_reduce_op op, unsigned mask, int64_t A,
     float *xf = randf((size_t)(A * B), -1, 3);
     double *xd = malloc((size_t)(A * B) * sizeof *xd);
     cr_assert(xd);
-    for (int64_t i = 0; i < A * B; i++) xd[i] = xf[i] * (1 + 1e-9 * (double)(i % 7));
+    for (int64_t i = 0; i < A * B; i++)
+        xd[i] = xf[i] * (1 + 1e-9 * (double)(i % 7));
     int64_t nout = (mask & 1 ? 1 : A) * (mask & 2 ? 1 : B);
     size_t es = dt == DT_F64 ? 8 : 4;
-    red_ctx c = {.op = op, .mask = mask, .x = LOC(dt, dt == DT_F64 ? (void *)xd : xf, A, B),
+    red_ctx c = {.op = op,
+                 .mask = mask,
+                 .x = LOC(dt, dt == DT_F64 ? (void *)xd : xf, A, B),
                  .out = LOC(dt, NULL, nout)};
     void *o = same_bits("reduce", run_reduce, &c, (size_t)nout * es);
     for (int64_t k = 0; k < nout; k++) {
@@ -181,6 +184,45 @@ Test(pool_kernels, reductions) {
         check_reduce(dt, DT_REDUCE_MAX, 1, 600, 700);   /* the inner dim kept: column blocks */
         check_reduce(dt, DT_REDUCE_AVG, 1, 5000, 40);
     }
+}
+
+typedef struct {
+    double ord;
+    unsigned mask;
+    dt_local x, out;
+} vn_ctx;
+
+static dt_status run_vnorm(void *p, void *out) {
+    vn_ctx *c = p;
+    c->out.data = out;
+    return dt_cpu_vector_norm(c->ord, c->mask, &c->x, &c->out);
+}
+
+/* A gradient norm: one output over everything (pieces and partials), and per-row norms. */
+Test(pool_kernels, vector_norm) {
+    const int64_t A = 700, B = 1500;
+    double *x = malloc((size_t)(A * B) * sizeof *x);
+    for (int64_t i = 0; i < A * B; i++)
+        x[i] = urand() * 2 - 1;
+    const double ords[] = {2, 1, INFINITY};
+    for (int k = 0; k < 3; k++)
+        for (unsigned mask = 2; mask <= 3; mask++) {
+            int64_t nout = mask == 3 ? 1 : A;
+            vn_ctx c = {.ord = ords[k],
+                        .mask = mask,
+                        .x = LOC(DT_F64, x, A, B),
+                        .out = LOC(DT_F64, NULL, nout)};
+            double *y = same_bits("vector_norm", run_vnorm, &c, (size_t)nout * 8);
+            for (int64_t o = 0; o < nout; o++) {
+                double acc = 0;
+                for (int64_t i = o * (A * B / nout); i < (o + 1) * (A * B / nout); i++)
+                    acc = ords[k] == INFINITY ? fmax(acc, fabs(x[i]))
+                                              : acc + (ords[k] == 2 ? x[i] * x[i] : fabs(x[i]));
+                near("vector_norm", y[o], ords[k] == 2 ? sqrt(acc) : acc, 1e-12, (size_t)o);
+            }
+            free(y);
+        }
+    free(x);
 }
 
 /* ---- softmax, norms, rope ----------------------------------------------------------------- */
