@@ -180,12 +180,34 @@ dt_status dt_cpu_unary(dt_unary f, double scalar, const dt_local *x, dt_local *o
 /* ---- broadcasting ----------------------------------------------------------------------- */
 
 /* The offsets of row r (all dims but the last) in each of nin inputs. */
-static void bcast_row_offsets(const dt_bcast *it, int nin, int64_t r, int64_t *off) {
-    for (int k = 0; k < nin; k++) off[k] = 0;
-    for (int d = it->ndim - 2; d >= 0 && r > 0; d--) {
-        int64_t i = r % it->shape[d];
+/* Where output row `row` starts in each input: an odometer over all dims but the last, set
+ * once per chunk and then stepped row by row (no divisions per row). */
+typedef struct {
+    int64_t row, idx[DT_MAX_NDIM], off[3];
+} bcast_cursor;
+
+static void cursor_seek(const dt_bcast *it, int nin, int64_t r, bcast_cursor *c) {
+    c->row = r;
+    for (int k = 0; k < nin; k++) c->off[k] = 0;
+    for (int d = it->ndim - 2; d >= 0; d--) {
+        c->idx[d] = r % it->shape[d];
         r /= it->shape[d];
-        for (int k = 0; k < nin; k++) off[k] += i * it->stride[k][d];
+        for (int k = 0; k < nin; k++) c->off[k] += c->idx[d] * it->stride[k][d];
+    }
+}
+
+static inline void cursor_to(const dt_bcast *it, int nin, int64_t r, bcast_cursor *c) {
+    if (r == c->row) return;
+    if (r != c->row + 1) {
+        cursor_seek(it, nin, r, c);
+        return;
+    }
+    c->row = r;
+    for (int d = it->ndim - 2; d >= 0; d--) {
+        for (int k = 0; k < nin; k++) c->off[k] += it->stride[k][d];
+        if (++c->idx[d] < it->shape[d]) return;
+        for (int k = 0; k < nin; k++) c->off[k] -= it->stride[k][d] * it->shape[d];
+        c->idx[d] = 0;
     }
 }
 
@@ -279,10 +301,13 @@ static void binary_range(void *arg, int64_t begin, int64_t end) {
     const dt_bcast *it = j->u.it;
     size_t es = dt_dtype_size(j->dtype);
     int64_t sa = it->stride[0][it->ndim - 1], sb = it->stride[1][it->ndim - 1];
+    bcast_cursor cur = {.row = -2};
     for (int64_t u = begin; u < end; u++) {
-        int64_t r = u / j->u.pieces, c0 = (u % j->u.pieces) * PIECE;
-        int64_t n = j->u.n - c0 < PIECE ? j->u.n - c0 : PIECE, off[2];
-        bcast_row_offsets(it, 2, r, off);
+        int64_t r = j->u.pieces == 1 ? u : u / j->u.pieces;
+        int64_t c0 = j->u.pieces == 1 ? 0 : (u % j->u.pieces) * PIECE;
+        int64_t n = j->u.n - c0 < PIECE ? j->u.n - c0 : PIECE;
+        cursor_to(it, 2, r, &cur);
+        const int64_t *off = cur.off;
         dt_binary f = j->f;
         char *o = (char *)j->out + ((size_t)r * (size_t)j->u.n + (size_t)c0) * es;
         const char *pa = (const char *)j->a + (size_t)(off[0] + c0 * sa) * es;
@@ -367,10 +392,13 @@ static void where_range(void *arg, int64_t begin, int64_t end) {
             sb = it->stride[2][it->ndim - 1];
     size_t es = j->es, cs = j->cs;
     uint8_t m[BLOCK];
+    bcast_cursor cur = {.row = -2};
     for (int64_t u = begin; u < end; u++) {
-        int64_t r = u / j->u.pieces, c0 = (u % j->u.pieces) * PIECE;
-        int64_t n = j->u.n - c0 < PIECE ? j->u.n - c0 : PIECE, off[3];
-        bcast_row_offsets(it, 3, r, off);
+        int64_t r = j->u.pieces == 1 ? u : u / j->u.pieces;
+        int64_t c0 = j->u.pieces == 1 ? 0 : (u % j->u.pieces) * PIECE;
+        int64_t n = j->u.n - c0 < PIECE ? j->u.n - c0 : PIECE;
+        cursor_to(it, 3, r, &cur);
+        const int64_t *off = cur.off;
         char *o = (char *)j->out + ((size_t)r * (size_t)j->u.n + (size_t)c0) * es;
         for (int64_t base = 0; base < n; base += BLOCK) {
             int64_t len = n - base < BLOCK ? n - base : BLOCK, col = c0 + base;
