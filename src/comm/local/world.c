@@ -11,6 +11,7 @@
 #include "comm/worker.h"
 #include "core/alloc.h"
 #include "core/check.h"
+#include "core/pool.h"
 #include "core/ranks.h"
 #include "core/spin.h"
 #include "dtensor/trace.h"
@@ -168,6 +169,9 @@ static void rank_finished(lw_world *w, int rank, dt_status st) {
 
 static void *rank_main(void *p) {
     lw_rank *r = p;
+    /* This rank's share of the cores for its kernels' intra-op threads; a pool that could not
+     * start every thread runs with fewer, which changes no result. */
+    if (dt_pool_set_threads(dt_pool_share(r->world->size)) != DT_OK) dt_error(DT_OK, "%s", "");
     dt_status st = r->fn(&r->ctx, r->arg);
     if (st != DT_OK && dt_last_error()[0] == '\0')
         dt_error(st, "the SPMD function returned %s", dt_status_str(st));
@@ -185,6 +189,7 @@ static void *rank_main(void *p) {
             fprintf(stderr, "dtensor: DT_TRACE: %s\n", dt_last_error());
     }
     if (st == DT_OK) rank_finished(r->world, r->ctx.rank, st);
+    dt_pool_release();
     return NULL;
 }
 
@@ -236,6 +241,8 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
     DT_ARG_NOT_NULL(fn);
     int64_t timeout_ns;
     DT_CHECK(dt_boot_env_timeout_ns(&timeout_ns));
+    int env_threads; /* a bad DT_NUM_THREADS fails the run before any rank starts */
+    DT_CHECK(dt_pool_env_threads(&env_threads));
     lw_world *w = calloc(1, sizeof *w);
     lw_rank *ranks = calloc((size_t)nranks, sizeof *ranks);
     atomic_int *exited = calloc((size_t)nranks, sizeof *exited);

@@ -23,7 +23,7 @@
 #include "core/spin.h"
 
 #define SPINS         200      /* polls of a flag before yielding or sleeping on it */
-#define YIELD_NS      1000000L /* then, while the host's ranks fit on its cores, yields this long */
+#define YIELD_NS      50000L   /* then, while the host's ranks fit on its cores, yields this long */
 #define SLEEP_NS      2000000L /* a sleep's timeout: failures and deadlines are seen this soon */
 #define MAX_SHM_RANKS 64       /* larger groups keep to UCP (the arena grows with n) */
 

@@ -13,6 +13,7 @@
 #include "comm/worker.h"
 #include "core/alloc.h"
 #include "core/check.h"
+#include "core/pool.h"
 #include "core/spin.h"
 
 #define DEFAULT_STARTUP_S 60.0
@@ -263,6 +264,9 @@ static dt_status connect_peers(ux_world *w, ep_arg **args_out) {
     for (int r = 0; r < w->size; r++)
         on_host += w->host[r] == w->host[w->rank];
     w->fits = on_host <= dt_usable_cores();
+    /* The processes of this host share its cores for their kernels' intra-op threads. */
+    if (st == DT_OK && dt_pool_set_threads(dt_pool_share(on_host)) != DT_OK)
+        dt_error(DT_OK, "%s", ""); /* fewer threads change no result */
     for (int r = 0; r < w->size && st == DT_OK; r++) {
         if (r == w->rank) continue;
         if (lens[r] <= UX_HOST_ID) {
@@ -426,7 +430,9 @@ dt_status dt_ucx_run(dt_spmd_fn fn, void *arg) {
     dt_proc_world pw = {.w = &r, .ctx = &r.w->ctx, .rank = r.w->rank, .size = r.w->size,
                         .fail = run_fail, .teardown = run_teardown,
                         .finish = r.w->ctl || r.w->size == 1 ? run_finish : NULL};
-    return dt_proc_run(&pw, st, fn, arg);
+    st = dt_proc_run(&pw, st, fn, arg);
+    dt_pool_release();
+    return st;
 }
 
 dt_status dt_ucx_set_timeout(dt_ctx *ctx, double seconds) {

@@ -1,12 +1,16 @@
 /* CPU selection kernels: gather along a dim (masked outside the block's rows), one_hot over a
  * class range, and topk indices. gather is data movement by element size; topk compares in
- * each dtype's own arithmetic (integers exactly), NaN above every number. */
+ * each dtype's own arithmetic (integers exactly), NaN above every number. gather's out
+ * elements are shared out by the intra-op pool (each written once). */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "core/check.h"
 #include "core/half.h"
+#include "core/pool.h"
 #include "ops/kernels.h"
 #include "ops/kernel_args.h"
 
@@ -27,6 +31,51 @@ static inline int64_t index_at(const dt_local *ix, size_t i) {
     return ix->dtype == DT_I32 ? ((const int32_t *)ix->data)[i] : ((const int64_t *)ix->data)[i];
 }
 
+#define PIECE 8192 /* elements a pool chunk moves at least: smaller stays serial */
+
+typedef struct {
+    const dt_local *x, *index, *out;
+    int dim;
+    int64_t dim_offset, dim_size;
+    int64_t xs[DT_MAX_NDIM];
+    int64_t base0; /* x's offset from the shifts on every dim but dim */
+    _Atomic uint64_t bad; /* the smallest out element whose index is out of range */
+} gather_job;
+
+/* Out elements [begin, end): an odometer over index's shape from begin. */
+static void gather_range(void *arg, int64_t begin, int64_t end) {
+    gather_job *j = arg;
+    const dt_local *x = j->x, *index = j->index;
+    const int nd = x->ndim, dim = j->dim;
+    size_t es = dt_dtype_size(x->dtype);
+    int64_t idx[DT_MAX_NDIM], base = j->base0, rem = begin;
+    for (int d = nd - 1; d >= 0; d--) {
+        idx[d] = rem % index->shape[d];
+        rem /= index->shape[d];
+        if (d != dim) base += idx[d] * j->xs[d];
+    }
+    for (size_t i = (size_t)begin; i < (size_t)end; i++) {
+        int64_t v = index_at(index, i), r = v - j->dim_offset;
+        if (v < 0 || v >= j->dim_size) {
+            uint64_t cur = atomic_load(&j->bad);
+            while (i < cur && !atomic_compare_exchange_weak(&j->bad, &cur, i)) {
+            }
+            return;
+        }
+        char *dst = (char *)j->out->data + i * es;
+        if (r >= 0 && r < x->shape[dim])
+            memcpy(dst, (const char *)x->data + (size_t)(base + r * j->xs[dim]) * es, es);
+        else
+            memset(dst, 0, es);
+        for (int d = nd - 1; d >= 0; d--) {
+            if (d != dim) base += j->xs[d];
+            if (++idx[d] < index->shape[d]) break;
+            if (d != dim) base -= j->xs[d] * index->shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 dt_status dt_cpu_gather(const dt_local *x, int dim, const int64_t *shift, int64_t dim_offset,
                         int64_t dim_size, const dt_local *index, dt_local *out) {
     const char *fn = "dt_cpu_gather";
@@ -37,33 +86,26 @@ dt_status dt_cpu_gather(const dt_local *x, int dim, const int64_t *shift, int64_
         return dt_error(DT_ERR_SHAPE, "%s: dim %d, index %d-D, x %d-D", fn, dim, index->ndim,
                         x->ndim);
     int nd = x->ndim;
-    int64_t xs[DT_MAX_NDIM], idx[DT_MAX_NDIM] = {0};
-    for (int d = nd - 1; d >= 0; d--) xs[d] = d == nd - 1 ? 1 : xs[d + 1] * x->shape[d + 1];
-    int64_t base = 0; /* x's offset of the current out element on every dim but dim */
+    gather_job j = {.x = x, .index = index, .out = out, .dim = dim, .dim_offset = dim_offset,
+                    .dim_size = dim_size};
+    atomic_init(&j.bad, UINT64_MAX);
+    for (int d = nd - 1; d >= 0; d--) j.xs[d] = d == nd - 1 ? 1 : j.xs[d + 1] * x->shape[d + 1];
     for (int d = 0; d < nd; d++)
-        if (d != dim) base += shift[d] * xs[d];
-    for (size_t i = 0; i < n; i++) {
-        int64_t v = index_at(index, i), r = v - dim_offset;
-        if (v < 0 || v >= dim_size) {
-            char at[128];
-            size_t o = 0;
-            for (int d = 0; d < nd; d++)
-                o += (size_t)snprintf(at + o, sizeof at - o, d ? ",%lld" : "%lld",
-                                      (long long)idx[d]);
-            return dt_error(DT_ERR_ARG, "gather: index[%s] = %lld is outside [0, %lld) along "
-                            "dim %d", at, (long long)v, (long long)dim_size, dim);
-        }
-        char *dst = (char *)out->data + i * es;
-        if (r >= 0 && r < x->shape[dim])
-            memcpy(dst, (const char *)x->data + (size_t)(base + r * xs[dim]) * es, es);
-        else
-            memset(dst, 0, es);
+        if (d != dim) j.base0 += shift[d] * j.xs[d];
+    dt_parallel_for((int64_t)n, PIECE, gather_range, &j);
+    uint64_t bad = atomic_load(&j.bad);
+    if (bad != UINT64_MAX) {
+        int64_t idx[DT_MAX_NDIM], rem = (int64_t)bad;
         for (int d = nd - 1; d >= 0; d--) {
-            if (d != dim) base += xs[d];
-            if (++idx[d] < index->shape[d]) break;
-            if (d != dim) base -= xs[d] * index->shape[d];
-            idx[d] = 0;
+            idx[d] = rem % index->shape[d];
+            rem /= index->shape[d];
         }
+        char at[128];
+        size_t o = 0;
+        for (int d = 0; d < nd; d++)
+            o += (size_t)snprintf(at + o, sizeof at - o, d ? ",%lld" : "%lld", (long long)idx[d]);
+        return dt_error(DT_ERR_ARG, "gather: index[%s] = %lld is outside [0, %lld) along dim %d",
+                        at, (long long)index_at(index, (size_t)bad), (long long)dim_size, dim);
     }
     return DT_OK;
 }

@@ -1,11 +1,13 @@
 /* CPU indexing kernels: embedding lookup and target pick with a shard's offset (ids outside
  * the shard give zeros), box slice and permute. Pure data movement: every dtype, copied by
- * element size; all-zero bits are 0 in every dtype. */
+ * element size; all-zero bits are 0 in every dtype. Embedding rows are shared out by the
+ * intra-op pool. */
 #include <stdint.h>
 #include <string.h>
 
 #include "core/box.h"
 #include "core/check.h"
+#include "core/pool.h"
 #include "ops/kernels.h"
 
 static size_t numel(const dt_local *t) {
@@ -25,6 +27,27 @@ static inline int64_t index_at(const dt_local *ix, size_t i) {
     return ix->dtype == DT_I32 ? ((const int32_t *)ix->data)[i] : ((const int64_t *)ix->data)[i];
 }
 
+#define PIECE_BYTES 32768 /* bytes a pool chunk copies at least: smaller stays serial */
+
+typedef struct {
+    const dt_local *table, *indices, *out;
+    int64_t row_offset;
+    size_t row; /* bytes */
+} embed_job;
+
+static void embed_range(void *arg, int64_t begin, int64_t end) {
+    const embed_job *j = arg;
+    int64_t V = j->table->shape[0];
+    for (size_t i = (size_t)begin; i < (size_t)end; i++) {
+        int64_t r = index_at(j->indices, i) - j->row_offset;
+        char *dst = (char *)j->out->data + i * j->row;
+        if (r >= 0 && r < V)
+            memcpy(dst, (const char *)j->table->data + (size_t)r * j->row, j->row);
+        else
+            memset(dst, 0, j->row);
+    }
+}
+
 dt_status dt_cpu_embedding(const dt_local *table, int64_t row_offset, const dt_local *indices,
                            dt_local *out) {
     DT_CHECK(check_index_dtype("dt_cpu_embedding", indices));
@@ -35,17 +58,12 @@ dt_status dt_cpu_embedding(const dt_local *table, int64_t row_offset, const dt_l
     if (table->ndim != 2)
         return dt_error(DT_ERR_SHAPE, "dt_cpu_embedding: table must be (V, H), has %d dims",
                         table->ndim);
-    int64_t V = table->shape[0];
     size_t row = (size_t)table->shape[1] * es, n = numel(indices);
     if (row == 0) return DT_OK; /* an empty shard of the hidden dim */
-    for (size_t i = 0; i < n; i++) {
-        int64_t r = index_at(indices, i) - row_offset;
-        char *dst = (char *)out->data + i * row;
-        if (r >= 0 && r < V)
-            memcpy(dst, (const char *)table->data + (size_t)r * row, row);
-        else
-            memset(dst, 0, row);
-    }
+    embed_job j = {.table = table, .indices = indices, .out = out, .row_offset = row_offset,
+                   .row = row};
+    dt_parallel_for((int64_t)n, row >= PIECE_BYTES ? 1 : (int64_t)(PIECE_BYTES / row),
+                    embed_range, &j);
     return DT_OK;
 }
 

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/float8.h"
 #include "core/half.h"
+#include "core/pool.h"
 #include "core/ranks.h"
 #include "dt_config.h"
 #include "ops/kernel_args.h"
@@ -211,7 +212,28 @@ static dt_status gemm_any(dt_dtype dt, dt_dtype db, mm_ctx *cx, int64_t M, const
     }
 }
 
+/* While more than one in-process rank runs, the GEMM uses one thread (the ranks are threads on
+ * the same cores already, and OpenBLAS's own spinning threads would fight them); otherwise the
+ * rank's share of the cores (core/pool.h: DT_NUM_THREADS, else the affinity mask), the same
+ * threads the intra-op pool uses: a GEMM never runs inside dt_parallel_for, so the two never
+ * add up past the share. Told each new count by core/ranks.h as the ranks start and stop, and
+ * once by the first GEMM of a process that never starts local ranks. */
+static void gemm_fit_threads(int running) {
+#if DT_HAVE_OPENBLAS
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    openblas_set_num_threads(running > 1 ? 1 : dt_pool_share(1));
+    pthread_mutex_unlock(&mu);
+#else
+    (void)running;
+#endif
+}
+
+static void gemm_fit_first(void) { gemm_fit_threads(dt_process_ranks()); }
+
 dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_local *out) {
+    static pthread_once_t fitted = PTHREAD_ONCE_INIT;
+    pthread_once(&fitted, gemm_fit_first);
     dt_matmul_dims m;
     DT_CHECK(dt_matmul_check("dt_cpu_matmul", a, b, trans_b, out, &m));
     dt_dtype dt = a->dtype;
@@ -251,22 +273,6 @@ dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_lo
     dt_host_free(cx.fc);
     dt_host_free(cx.bt);
     return st;
-}
-
-/* While more than one in-process rank runs, the GEMM uses one thread (the ranks are threads on
- * the same cores already, and OpenBLAS's own spinning threads would fight them); OpenBLAS's
- * default otherwise. Told each new count by core/ranks.h as the ranks start and stop. */
-static void gemm_fit_threads(int running) {
-#if DT_HAVE_OPENBLAS
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static int standard = -1;
-    pthread_mutex_lock(&mu);
-    if (standard < 0) standard = openblas_get_num_threads();
-    openblas_set_num_threads(running > 1 ? 1 : standard);
-    pthread_mutex_unlock(&mu);
-#else
-    (void)running;
-#endif
 }
 
 /* Registered when the library loads, before any rank can start. */

@@ -1,11 +1,13 @@
 /* CPU layer norm and RMS norm over the last dim, with optional weight and bias. Statistics in
  * double (two passes for the variance, so no cancellation), the normalisation in f32 for
- * f32/bf16/f16 and f64 for f64. out may alias x. */
+ * f32/bf16/f16 and f64 for f64. out may alias x. Rows are shared out by the intra-op pool; each
+ * row is one thread's whole, so the bits do not depend on the thread count. */
 #include <math.h>
 #include <stdint.h>
 
 #include "core/check.h"
 #include "core/half.h"
+#include "core/pool.h"
 #include "ops/kernels.h"
 
 #define ID(v) (v)
@@ -41,6 +43,32 @@ DEFINE_NORM(f64, double, double, ID, ID)
 DEFINE_NORM(bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16)
 DEFINE_NORM(f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16)
 
+#define PIECE 8192 /* elements a pool chunk holds at least: smaller stays serial */
+
+typedef struct {
+    int rms;
+    double eps;
+    int64_t H;
+    dt_dtype dtype;
+    const void *x, *w, *b;
+    void *y;
+} norm_job;
+
+static void norm_range(void *arg, int64_t begin, int64_t end) {
+    const norm_job *j = arg;
+    size_t off = (size_t)(begin * j->H) * dt_dtype_size(j->dtype);
+    const void *x = (const char *)j->x + off;
+    void *y = (char *)j->y + off;
+    int64_t rows = end - begin;
+    switch (j->dtype) {
+    case DT_F32: norm_f32(j->rms, j->eps, rows, j->H, x, j->w, j->b, y); break;
+    case DT_F64: norm_f64(j->rms, j->eps, rows, j->H, x, j->w, j->b, y); break;
+    case DT_BF16: norm_bf16(j->rms, j->eps, rows, j->H, x, j->w, j->b, y); break;
+    case DT_F16: norm_f16(j->rms, j->eps, rows, j->H, x, j->w, j->b, y); break;
+    default: break;
+    }
+}
+
 dt_status dt_cpu_layer_norm(int rms, double eps, const dt_local *x, const dt_local *weight,
                             const dt_local *bias, dt_local *out) {
     const char *fn = rms ? "dt_cpu_layer_norm (rms)" : "dt_cpu_layer_norm";
@@ -55,13 +83,16 @@ dt_status dt_cpu_layer_norm(int rms, double eps, const dt_local *x, const dt_loc
     const void *w = weight ? weight->data : NULL;
     const void *b = bias && !rms ? bias->data : NULL;
     switch (x->dtype) {
-    case DT_F32: norm_f32(rms, eps, rows, H, x->data, w, b, out->data); break;
-    case DT_F64: norm_f64(rms, eps, rows, H, x->data, w, b, out->data); break;
-    case DT_BF16: norm_bf16(rms, eps, rows, H, x->data, w, b, out->data); break;
-    case DT_F16: norm_f16(rms, eps, rows, H, x->data, w, b, out->data); break;
+    case DT_F32:
+    case DT_F64:
+    case DT_BF16:
+    case DT_F16: break;
     default:
         return dt_error(DT_ERR_DTYPE, "%s: dtype %s not supported (float dtypes only)", fn,
                         dt_dtype_name(x->dtype));
     }
+    norm_job j = {.rms = rms, .eps = eps, .H = H, .dtype = x->dtype, .x = x->data, .w = w,
+                  .b = b, .y = out->data};
+    dt_parallel_for(rows, H >= PIECE ? 1 : PIECE / H, norm_range, &j);
     return DT_OK;
 }

@@ -1,17 +1,21 @@
 /* CPU pointwise kernels: unary maps, broadcasting binary ops and where. Broadcasting is done
  * with strides (0 on broadcast dims) over dims collapsed as far as every operand allows, so
- * equal shapes become one contiguous loop. The per-element math lives in elementwise.h. */
+ * equal shapes become one contiguous loop. The per-element math lives in elementwise.h. Large
+ * outputs are cut into pieces of at least PIECE elements for the intra-op pool (core/pool.h);
+ * every piece writes its own outputs, so the bits do not depend on the thread count. */
 #include <stdint.h>
 #include <string.h>
 
 #include "core/check.h"
 #include "core/half.h"
+#include "core/pool.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/vexp.h"
 #include "ops/kernel_args.h"
 #include "ops/kernels.h"
 
 #define BLOCK 256
+#define PIECE 8192 /* elements a pool chunk maps at least (32 KiB of f32): smaller stays serial */
 #define FLATTEN __attribute__((flatten)) /* inlines the op switch so each case folds */
 
 static const char *const unary_names[] = {
@@ -126,6 +130,31 @@ DEFINE_UNARY_HALF(f16, dt_f16_to_f32, dt_f32_to_f16)
 DEFINE_UNARY_INT(i32, int32_t)
 DEFINE_UNARY_INT(i64, int64_t)
 
+typedef struct {
+    dt_unary f;
+    double scalar;
+    dt_dtype dtype;
+    const void *x;
+    void *y;
+} unary_job;
+
+static void unary_range(void *arg, int64_t begin, int64_t end) {
+    const unary_job *j = arg;
+    size_t n = (size_t)(end - begin), es = dt_dtype_size(j->dtype);
+    const void *x = (const char *)j->x + (size_t)begin * es;
+    void *y = (char *)j->y + (size_t)begin * es;
+    int64_t si = dt_ew_scalar_i64(j->scalar);
+    switch (j->dtype) {
+    case DT_F32: unary_f32(j->f, (float)j->scalar, x, y, n); break;
+    case DT_F64: unary_map_f64(j->f, j->scalar, x, y, n); break;
+    case DT_BF16: unary_bf16(j->f, (float)j->scalar, x, y, n); break;
+    case DT_F16: unary_f16(j->f, (float)j->scalar, x, y, n); break;
+    case DT_I32: unary_i32(j->f, (int32_t)si, x, y, n); break;
+    case DT_I64: unary_i64(j->f, si, x, y, n); break;
+    default: break;
+    }
+}
+
 dt_status dt_cpu_unary(dt_unary f, double scalar, const dt_local *x, dt_local *out) {
     if ((unsigned)f >= DT_UNARY_COUNT)
         return dt_error(DT_ERR_ARG, "dt_cpu_unary: unknown unary op %d", (int)f);
@@ -133,31 +162,71 @@ dt_status dt_cpu_unary(dt_unary f, double scalar, const dt_local *x, dt_local *o
     if (is_int && !dt_ew_unary_int_ok(f))
         return dt_error(DT_ERR_DTYPE, "dt_cpu_unary: %s is not defined for dtype %s",
                         unary_names[f], dt_dtype_name(x->dtype));
-    size_t n = numel(x);
-    int64_t si = dt_ew_scalar_i64(scalar);
     switch (x->dtype) {
-    case DT_F32: unary_f32(f, (float)scalar, x->data, out->data, n); break;
-    case DT_F64: unary_map_f64(f, scalar, x->data, out->data, n); break;
-    case DT_BF16: unary_bf16(f, (float)scalar, x->data, out->data, n); break;
-    case DT_F16: unary_f16(f, (float)scalar, x->data, out->data, n); break;
-    case DT_I32: unary_i32(f, (int32_t)si, x->data, out->data, n); break;
-    case DT_I64: unary_i64(f, si, x->data, out->data, n); break;
+    case DT_F32:
+    case DT_F64:
+    case DT_BF16:
+    case DT_F16:
+    case DT_I32:
+    case DT_I64: break;
     default:
         return dt_error(DT_ERR_DTYPE, "dt_cpu_unary: unknown dtype %d", (int)x->dtype);
     }
+    unary_job j = {.f = f, .scalar = scalar, .dtype = x->dtype, .x = x->data, .y = out->data};
+    dt_parallel_for((int64_t)numel(x), PIECE, unary_range, &j);
     return DT_OK;
 }
 
 /* ---- broadcasting ----------------------------------------------------------------------- */
 
-/* Steps the odometer over all dims but the last; off[k] follows input k's offset. */
-static void bcast_next(const dt_bcast *it, int nin, int64_t *idx, int64_t *off) {
+/* The offsets of row r (all dims but the last) in each of nin inputs. */
+/* Where output row `row` starts in each input: an odometer over all dims but the last, set
+ * once per chunk and then stepped row by row (no divisions per row). */
+typedef struct {
+    int64_t row, idx[DT_MAX_NDIM], off[3];
+} bcast_cursor;
+
+static void cursor_seek(const dt_bcast *it, int nin, int64_t r, bcast_cursor *c) {
+    c->row = r;
+    for (int k = 0; k < nin; k++) c->off[k] = 0;
     for (int d = it->ndim - 2; d >= 0; d--) {
-        for (int k = 0; k < nin; k++) off[k] += it->stride[k][d];
-        if (++idx[d] < it->shape[d]) return;
-        for (int k = 0; k < nin; k++) off[k] -= it->stride[k][d] * it->shape[d];
-        idx[d] = 0;
+        c->idx[d] = r % it->shape[d];
+        r /= it->shape[d];
+        for (int k = 0; k < nin; k++) c->off[k] += c->idx[d] * it->stride[k][d];
     }
+}
+
+static inline void cursor_to(const dt_bcast *it, int nin, int64_t r, bcast_cursor *c) {
+    if (r == c->row) return;
+    if (r != c->row + 1) {
+        cursor_seek(it, nin, r, c);
+        return;
+    }
+    c->row = r;
+    for (int d = it->ndim - 2; d >= 0; d--) {
+        for (int k = 0; k < nin; k++) c->off[k] += it->stride[k][d];
+        if (++c->idx[d] < it->shape[d]) return;
+        for (int k = 0; k < nin; k++) c->off[k] -= it->stride[k][d] * it->shape[d];
+        c->idx[d] = 0;
+    }
+}
+
+/* The pool's unit of broadcast work: a piece of PIECE columns (or fewer, at a row's end) of
+ * one output row; units run row-major, so a chunk of them is a run of output elements. */
+typedef struct {
+    const dt_bcast *it;
+    int64_t n, pieces; /* row length, pieces per row */
+} bcast_units;
+
+static bcast_units bcast_plan(const dt_bcast *it) {
+    int64_t n = it->shape[it->ndim - 1];
+    return (bcast_units){.it = it, .n = n, .pieces = (n + PIECE - 1) / PIECE};
+}
+
+/* Units per pool chunk: at least PIECE elements' worth. */
+static int64_t bcast_grain(const bcast_units *u) {
+    int64_t per = u->n < PIECE ? u->n : PIECE;
+    return per >= PIECE ? 1 : PIECE / per;
 }
 
 /* ---- binary ----------------------------------------------------------------------------- */
@@ -219,6 +288,45 @@ DEFINE_BINARY_ROW(f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16, dt_ew_bina
 DEFINE_BINARY_ROW(i32, int32_t, int32_t, ID, ID, dt_ew_binary_i32)
 DEFINE_BINARY_ROW(i64, int64_t, int64_t, ID, ID, dt_ew_binary_i64)
 
+typedef struct {
+    dt_binary f;
+    dt_dtype dtype;
+    bcast_units u;
+    const void *a, *b;
+    void *out;
+} binary_job;
+
+static void binary_range(void *arg, int64_t begin, int64_t end) {
+    const binary_job *j = arg;
+    const dt_bcast *it = j->u.it;
+    size_t es = dt_dtype_size(j->dtype);
+    int64_t sa = it->stride[0][it->ndim - 1], sb = it->stride[1][it->ndim - 1];
+    bcast_cursor cur = {.row = -2};
+    for (int64_t u = begin; u < end; u++) {
+        int64_t r = j->u.pieces == 1 ? u : u / j->u.pieces;
+        int64_t c0 = j->u.pieces == 1 ? 0 : (u % j->u.pieces) * PIECE;
+        int64_t n = j->u.n - c0 < PIECE ? j->u.n - c0 : PIECE;
+        cursor_to(it, 2, r, &cur);
+        const int64_t *off = cur.off;
+        dt_binary f = j->f;
+        char *o = (char *)j->out + ((size_t)r * (size_t)j->u.n + (size_t)c0) * es;
+        const char *pa = (const char *)j->a + (size_t)(off[0] + c0 * sa) * es;
+        const char *pb = (const char *)j->b + (size_t)(off[1] + c0 * sb) * es;
+#define BINARY_CASE(DT, SUF, T)                                                                    \
+    case DT: binary_row_##SUF(f, (T *)o, (const T *)pa, sa, (const T *)pb, sb, n); break;
+        switch (j->dtype) {
+            BINARY_CASE(DT_F32, f32, float)
+            BINARY_CASE(DT_F64, f64, double)
+            BINARY_CASE(DT_BF16, bf16, uint16_t)
+            BINARY_CASE(DT_F16, f16, uint16_t)
+            BINARY_CASE(DT_I32, i32, int32_t)
+            BINARY_CASE(DT_I64, i64, int64_t)
+        default: break;
+        }
+#undef BINARY_CASE
+    }
+}
+
 dt_status dt_cpu_binary(dt_binary f, const dt_local *a, const dt_local *b, dt_local *out) {
     if ((unsigned)f >= DT_BINARY_COUNT)
         return dt_error(DT_ERR_ARG, "dt_cpu_binary: unknown binary op %d", (int)f);
@@ -231,28 +339,10 @@ dt_status dt_cpu_binary(dt_binary f, const dt_local *a, const dt_local *b, dt_lo
     DT_CHECK(dt_bcast_init(&it, "dt_cpu_binary", out, in, 2));
     size_t total = numel(out);
     if (total == 0) return DT_OK;
-    int64_t n = it.shape[it.ndim - 1], sa = it.stride[0][it.ndim - 1],
-            sb = it.stride[1][it.ndim - 1];
-    size_t rows = total / (size_t)n;
-    int64_t idx[DT_MAX_NDIM] = {0}, off[2] = {0, 0};
-    for (size_t r = 0; r < rows; r++) {
-        char *o = (char *)out->data + r * (size_t)n * es;
-        const char *pa = (const char *)a->data + (size_t)off[0] * es;
-        const char *pb = (const char *)b->data + (size_t)off[1] * es;
-#define BINARY_CASE(DT, SUF, T)                                                                    \
-    case DT: binary_row_##SUF(f, (T *)o, (const T *)pa, sa, (const T *)pb, sb, n); break;
-        switch (a->dtype) {
-            BINARY_CASE(DT_F32, f32, float)
-            BINARY_CASE(DT_F64, f64, double)
-            BINARY_CASE(DT_BF16, bf16, uint16_t)
-            BINARY_CASE(DT_F16, f16, uint16_t)
-            BINARY_CASE(DT_I32, i32, int32_t)
-            BINARY_CASE(DT_I64, i64, int64_t)
-        default: break;
-        }
-#undef BINARY_CASE
-        bcast_next(&it, 2, idx, off);
-    }
+    binary_job j = {.f = f, .dtype = a->dtype, .u = bcast_plan(&it), .a = a->data,
+                    .b = b->data, .out = out->data};
+    int64_t units = (int64_t)(total / (size_t)j.u.n) * j.u.pieces;
+    dt_parallel_for(units, bcast_grain(&j.u), binary_range, &j);
     return DT_OK;
 }
 
@@ -287,6 +377,39 @@ static void where_row(size_t es, const uint8_t *m, void *o, const void *a, int64
     }
 }
 
+typedef struct {
+    bcast_units u;
+    dt_dtype cdt;
+    size_t es, cs;
+    const void *c, *a, *b;
+    void *out;
+} where_job;
+
+static void where_range(void *arg, int64_t begin, int64_t end) {
+    const where_job *j = arg;
+    const dt_bcast *it = j->u.it;
+    int64_t sc = it->stride[0][it->ndim - 1], sa = it->stride[1][it->ndim - 1],
+            sb = it->stride[2][it->ndim - 1];
+    size_t es = j->es, cs = j->cs;
+    uint8_t m[BLOCK];
+    bcast_cursor cur = {.row = -2};
+    for (int64_t u = begin; u < end; u++) {
+        int64_t r = j->u.pieces == 1 ? u : u / j->u.pieces;
+        int64_t c0 = j->u.pieces == 1 ? 0 : (u % j->u.pieces) * PIECE;
+        int64_t n = j->u.n - c0 < PIECE ? j->u.n - c0 : PIECE;
+        cursor_to(it, 3, r, &cur);
+        const int64_t *off = cur.off;
+        char *o = (char *)j->out + ((size_t)r * (size_t)j->u.n + (size_t)c0) * es;
+        for (int64_t base = 0; base < n; base += BLOCK) {
+            int64_t len = n - base < BLOCK ? n - base : BLOCK, col = c0 + base;
+            cond_mask(j->cdt, (const char *)j->c + (size_t)(off[0] + col * sc) * cs, sc, len, m);
+            where_row(es, m, o + (size_t)base * es,
+                      (const char *)j->a + (size_t)(off[1] + col * sa) * es, sa,
+                      (const char *)j->b + (size_t)(off[2] + col * sb) * es, sb, len);
+        }
+    }
+}
+
 dt_status dt_cpu_where(const dt_local *cond, const dt_local *a, const dt_local *b, dt_local *out) {
     size_t es = dt_dtype_size(a->dtype), cs = dt_dtype_size(cond->dtype);
     if (es == 0 || cs == 0 || a->dtype != b->dtype)
@@ -298,23 +421,9 @@ dt_status dt_cpu_where(const dt_local *cond, const dt_local *a, const dt_local *
     DT_CHECK(dt_bcast_init(&it, "dt_cpu_where", out, in, 3));
     size_t total = numel(out);
     if (total == 0) return DT_OK;
-    int64_t n = it.shape[it.ndim - 1];
-    int64_t sc = it.stride[0][it.ndim - 1], sa = it.stride[1][it.ndim - 1],
-            sb = it.stride[2][it.ndim - 1];
-    size_t rows = total / (size_t)n;
-    int64_t idx[DT_MAX_NDIM] = {0}, off[3] = {0, 0, 0};
-    uint8_t m[BLOCK];
-    for (size_t r = 0; r < rows; r++) {
-        char *o = (char *)out->data + r * (size_t)n * es;
-        for (int64_t base = 0; base < n; base += BLOCK) {
-            int64_t len = n - base < BLOCK ? n - base : BLOCK;
-            cond_mask(cond->dtype, (const char *)cond->data + (size_t)(off[0] + base * sc) * cs,
-                      sc, len, m);
-            where_row(es, m, o + (size_t)base * es,
-                      (const char *)a->data + (size_t)(off[1] + base * sa) * es, sa,
-                      (const char *)b->data + (size_t)(off[2] + base * sb) * es, sb, len);
-        }
-        bcast_next(&it, 3, idx, off);
-    }
+    where_job j = {.u = bcast_plan(&it), .cdt = cond->dtype, .es = es, .cs = cs,
+                   .c = cond->data, .a = a->data, .b = b->data, .out = out->data};
+    int64_t units = (int64_t)(total / (size_t)j.u.n) * j.u.pieces;
+    dt_parallel_for(units, bcast_grain(&j.u), where_range, &j);
     return DT_OK;
 }

@@ -1,16 +1,25 @@
 /* CPU reductions over a set of dims (sum, mean, max, min, prod) and arg max/min along one dim.
  * Dims are collapsed into runs of kept and reduced dims; the inner loop runs over the
  * innermost run, contiguous, and odometers step the outer runs with incremental offsets.
- * Floats accumulate in double, integers in wrapping int64. Knows nothing of shards. */
+ * Floats accumulate in double, integers in wrapping int64. Knows nothing of shards. The
+ * intra-op pool shares out outputs; a few outputs of many elements each are cut into fixed
+ * pieces whose partials are combined in piece order, so no result depends on the thread count. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "core/check.h"
 #include "core/half.h"
+#include "core/pool.h"
 #include "core/reduce.h"
 #include "ops/kernels.h"
 
 #define BLOCK 256
+#define PIECE 8192 /* elements a pool chunk reads at least: smaller stays serial */
+/* Outputs of at least this many elements each, fewer than SPLIT_OUTS of them: each output's
+ * elements are cut into pieces of PIECE (partials combined in order) instead. */
+#define SPLIT_COUNT 65536
+#define SPLIT_OUTS  8
 #define FLATTEN __attribute__((flatten))
 
 #define ID(v) (v)
@@ -58,6 +67,17 @@ static void plan_reduce(unsigned mask, const dt_local *x, rplan *p) {
     for (int i = 0; i < p->nr; i++) p->count *= (size_t)p->rs[i];
 }
 
+/* Sets an odometer over n dims to position pos (row-major), and *off to its element. */
+static inline void odo_seek(int n, const int64_t *size, const int64_t *stride, int64_t pos,
+                            int64_t *idx, int64_t *off) {
+    *off = 0;
+    for (int d = n - 1; d >= 0; d--) {
+        idx[d] = pos % size[d];
+        pos /= size[d];
+        *off += idx[d] * stride[d];
+    }
+}
+
 /* Steps an odometer over n dims (all of them), keeping *off at the current element. */
 static inline void odo_next(int n, const int64_t *size, const int64_t *stride, int64_t *idx,
                             int64_t *off) {
@@ -101,7 +121,8 @@ static inline int64_t fin_in(dt_reduce_op op, int64_t a, size_t n) {
     CASE(DT_REDUCE_MAX, LOAD) CASE(DT_REDUCE_MIN, LOAD)
 
 #define DEFINE_REDUCE(SUF, T, ACC, FAM, LOAD, STORE, LO, HI)                                       \
-    static FLATTEN void reduce_##SUF(dt_reduce_op op, const rplan *p, const T *x, T *out) {        \
+    static FLATTEN void reduce_##SUF(dt_reduce_op op, const rplan *p, const T *x, T *out,          \
+                                     size_t u0, size_t u1) {                                       \
         ACC init = op == DT_REDUCE_PROD  ? (ACC)1                                                  \
                    : op == DT_REDUCE_MAX ? (ACC)(LO)                                               \
                    : op == DT_REDUCE_MIN ? (ACC)(HI)                                               \
@@ -110,7 +131,8 @@ static inline int64_t fin_in(dt_reduce_op op, int64_t a, size_t n) {
         if (p->inner_reduced) { /* each output folds rows of the innermost reduced run */          \
             int64_t L = p->rs[p->nr - 1];                                                          \
             size_t rows = L ? p->count / (size_t)L : 0;                                            \
-            for (size_t o = 0; o < p->nout; o++) {                                                 \
+            odo_seek(p->nk, p->ks, p->kst, (int64_t)u0, kidx, &koff);                              \
+            for (size_t o = u0; o < u1; o++) {                                                     \
                 ACC acc = init;                                                                    \
                 int64_t ridx[DT_MAX_NDIM] = {0}, roff = 0;                                         \
                 for (size_t r = 0; r < rows; r++) {                                                \
@@ -128,9 +150,13 @@ static inline int64_t fin_in(dt_reduce_op op, int64_t a, size_t n) {
         }                                                                                          \
         /* innermost run kept: fold whole rows of up to BLOCK outputs at a time */                 \
         int64_t L = p->ks[p->nk - 1];                                                              \
-        size_t outer = p->nout / (size_t)L;                                                        \
-        for (size_t o = 0; o < outer; o++) {                                                       \
-            for (int64_t j0 = 0; j0 < L; j0 += BLOCK) {                                            \
+        size_t nb = (size_t)((L + BLOCK - 1) / BLOCK); /* units: (outer index, column block) */   \
+        for (size_t u = u0; u < u1; u++) {                                                         \
+            size_t o = u / nb;                                                                     \
+            if (u == u0 || u % nb == 0)                                                            \
+                odo_seek(p->nk - 1, p->ks, p->kst, (int64_t)o, kidx, &koff);                       \
+            {                                                                                      \
+                int64_t j0 = (int64_t)(u % nb) * BLOCK;                                            \
                 int64_t m = L - j0 < BLOCK ? L - j0 : BLOCK;                                       \
                 ACC acc[BLOCK];                                                                    \
                 for (int64_t j = 0; j < m; j++) acc[j] = init;                                     \
@@ -147,7 +173,6 @@ static inline int64_t fin_in(dt_reduce_op op, int64_t a, size_t n) {
                 for (int64_t j = 0; j < m; j++)                                                    \
                     dst[j] = STORE(fin_##FAM(op, acc[j], p->count));                               \
             }                                                                                      \
-            odo_next(p->nk - 1, p->ks, p->kst, kidx, &koff);                                       \
         }                                                                                          \
     }
 
@@ -180,6 +205,95 @@ DEFINE_REDUCE(f16, uint16_t, double, fl, dt_f16_to_f32, F16_STORE, -INFINITY, IN
 DEFINE_REDUCE(i32, int32_t, int64_t, in, ID, I32_STORE, INT32_MIN, INT32_MAX)
 DEFINE_REDUCE(i64, int64_t, int64_t, in, ID, ID, INT64_MIN, INT64_MAX)
 
+/* The split form (inner run reduced, few outputs of many elements): unit u is piece u % pieces
+ * of output u / pieces, PIECE elements of its reduced run in row-major order; its partial goes
+ * to part[u], combined with the others in piece order by finish_##SUF. */
+#define SEG_CASE_fl(OP, LOAD)                                                                      \
+    case OP:                                                                                       \
+        for (int64_t t = j; t < jend; t++) acc = comb_fl(OP, acc, (double)LOAD(row[t]));           \
+        break;
+#define SEG_CASE_in(OP, LOAD)                                                                      \
+    case OP:                                                                                       \
+        for (int64_t t = j; t < jend; t++) acc = comb_in(OP, acc, (int64_t)LOAD(row[t]));          \
+        break;
+
+#define DEFINE_SPLIT(SUF, T, ACC, FAM, LOAD, STORE, LO, HI)                                        \
+    static ACC init_##SUF(dt_reduce_op op) {                                                       \
+        return op == DT_REDUCE_PROD  ? (ACC)1                                                      \
+               : op == DT_REDUCE_MAX ? (ACC)(LO)                                                   \
+               : op == DT_REDUCE_MIN ? (ACC)(HI)                                                   \
+                                     : (ACC)0;                                                     \
+    }                                                                                              \
+    static FLATTEN void pieces_##SUF(dt_reduce_op op, const rplan *p, const T *x, size_t piece,    \
+                                     size_t pieces, size_t u0, size_t u1, ACC *part) {             \
+        int64_t L = p->rs[p->nr - 1];                                                              \
+        for (size_t u = u0; u < u1; u++) {                                                         \
+            int64_t kidx[DT_MAX_NDIM], koff, ridx[DT_MAX_NDIM], roff;                              \
+            odo_seek(p->nk, p->ks, p->kst, (int64_t)(u / pieces), kidx, &koff);                    \
+            size_t e = (u % pieces) * piece, e1 = e + piece < p->count ? e + piece : p->count;     \
+            odo_seek(p->nr - 1, p->rs, p->rst, (int64_t)(e / (size_t)L), ridx, &roff);             \
+            int64_t j = (int64_t)(e % (size_t)L);                                                  \
+            ACC acc = init_##SUF(op);                                                              \
+            while (e < e1) {                                                                       \
+                const T *row = x + koff + roff;                                                    \
+                int64_t jend = L - j < (int64_t)(e1 - e) ? L : j + (int64_t)(e1 - e);              \
+                switch (op) {                                                                      \
+                    OP_CASES(SEG_CASE_##FAM, LOAD)                                                 \
+                default: break;                                                                    \
+                }                                                                                  \
+                e += (size_t)(jend - j);                                                           \
+                j = 0;                                                                             \
+                odo_next(p->nr - 1, p->rs, p->rst, ridx, &roff);                                   \
+            }                                                                                      \
+            part[u] = acc;                                                                         \
+        }                                                                                          \
+    }                                                                                              \
+    static void finish_##SUF(dt_reduce_op op, const rplan *p, size_t pieces, const ACC *part,     \
+                             T *out) {                                                             \
+        for (size_t o = 0; o < p->nout; o++) {                                                     \
+            ACC acc = init_##SUF(op);                                                              \
+            for (size_t c = 0; c < pieces; c++) acc = comb_##FAM(op, acc, part[o * pieces + c]);   \
+            out[o] = STORE(fin_##FAM(op, acc, p->count));                                          \
+        }                                                                                          \
+    }
+
+DEFINE_SPLIT(f32, float, double, fl, ID, F32_STORE, -INFINITY, INFINITY)
+DEFINE_SPLIT(f64, double, double, fl, ID, ID, -INFINITY, INFINITY)
+DEFINE_SPLIT(bf16, uint16_t, double, fl, dt_bf16_to_f32, BF16_STORE, -INFINITY, INFINITY)
+DEFINE_SPLIT(f16, uint16_t, double, fl, dt_f16_to_f32, F16_STORE, -INFINITY, INFINITY)
+DEFINE_SPLIT(i32, int32_t, int64_t, in, ID, I32_STORE, INT32_MIN, INT32_MAX)
+DEFINE_SPLIT(i64, int64_t, int64_t, in, ID, ID, INT64_MIN, INT64_MAX)
+
+typedef struct {
+    dt_reduce_op op;
+    const rplan *p;
+    dt_dtype dtype;
+    const void *x;
+    void *out;
+    size_t piece, pieces; /* split form: elements per piece, pieces per output; 0: whole outputs */
+    void *part;
+} reduce_job;
+
+static void reduce_range(void *arg, int64_t begin, int64_t end) {
+    const reduce_job *j = arg;
+    size_t u0 = (size_t)begin, u1 = (size_t)end;
+#define REDUCE_CASE(DT, SUF)                                                                       \
+    case DT:                                                                                       \
+        if (j->pieces) pieces_##SUF(j->op, j->p, j->x, j->piece, j->pieces, u0, u1, j->part);      \
+        else reduce_##SUF(j->op, j->p, j->x, j->out, u0, u1);                                      \
+        break;
+    switch (j->dtype) {
+        REDUCE_CASE(DT_F32, f32)
+        REDUCE_CASE(DT_F64, f64)
+        REDUCE_CASE(DT_BF16, bf16)
+        REDUCE_CASE(DT_F16, f16)
+        REDUCE_CASE(DT_I32, i32)
+        REDUCE_CASE(DT_I64, i64)
+    default: break;
+    }
+#undef REDUCE_CASE
+}
+
 dt_status dt_cpu_reduce(dt_reduce_op op, unsigned mask, const dt_local *x, dt_local *out) {
     if ((unsigned)op >= DT_REDUCE_COUNT)
         return dt_error(DT_ERR_ARG, "dt_cpu_reduce: unknown reduce op %d", (int)op);
@@ -190,15 +304,47 @@ dt_status dt_cpu_reduce(dt_reduce_op op, unsigned mask, const dt_local *x, dt_lo
     plan_reduce(mask, x, &p);
     if (p.nout == 0) return DT_OK;
     switch (x->dtype) {
-    case DT_F32: reduce_f32(op, &p, x->data, out->data); break;
-    case DT_F64: reduce_f64(op, &p, x->data, out->data); break;
-    case DT_BF16: reduce_bf16(op, &p, x->data, out->data); break;
-    case DT_F16: reduce_f16(op, &p, x->data, out->data); break;
-    case DT_I32: reduce_i32(op, &p, x->data, out->data); break;
-    case DT_I64: reduce_i64(op, &p, x->data, out->data); break;
+    case DT_F32:
+    case DT_F64:
+    case DT_BF16:
+    case DT_F16:
+    case DT_I32:
+    case DT_I64: break;
     default:
         return dt_error(DT_ERR_DTYPE, "dt_cpu_reduce: unknown dtype %d", (int)x->dtype);
     }
+    reduce_job j = {.op = op, .p = &p, .dtype = x->dtype, .x = x->data, .out = out->data};
+    if (p.inner_reduced && p.nout < SPLIT_OUTS && p.count >= SPLIT_COUNT) {
+        j.piece = PIECE; /* fixed: never from the thread count */
+        j.pieces = (p.count + j.piece - 1) / j.piece;
+        size_t units = p.nout * j.pieces;
+        double part[SPLIT_OUTS * 64]; /* doubles and int64s alike: 8 bytes each */
+        j.part = units <= sizeof part / sizeof part[0] ? part : malloc(units * sizeof(double));
+        if (!j.part)
+            return dt_error(DT_ERR_NOMEM, "dt_cpu_reduce: out of memory for %zu partials", units);
+        dt_parallel_for((int64_t)units, 1, reduce_range, &j);
+        switch (x->dtype) {
+        case DT_F32: finish_f32(op, &p, j.pieces, j.part, out->data); break;
+        case DT_F64: finish_f64(op, &p, j.pieces, j.part, out->data); break;
+        case DT_BF16: finish_bf16(op, &p, j.pieces, j.part, out->data); break;
+        case DT_F16: finish_f16(op, &p, j.pieces, j.part, out->data); break;
+        case DT_I32: finish_i32(op, &p, j.pieces, j.part, out->data); break;
+        case DT_I64: finish_i64(op, &p, j.pieces, j.part, out->data); break;
+        default: break;
+        }
+        if (j.part != part) free(j.part);
+        return DT_OK;
+    }
+    /* Units: outputs, or (inner run kept) BLOCK-column blocks of outputs. */
+    size_t per = p.count, units = p.nout;
+    if (!p.inner_reduced) {
+        int64_t L = p.ks[p.nk - 1];
+        size_t nb = (size_t)((L + BLOCK - 1) / BLOCK);
+        units = p.nout / (size_t)L * nb;
+        per = p.count * (size_t)(L < BLOCK ? L : BLOCK);
+    }
+    int64_t grain = per >= PIECE ? 1 : per ? (int64_t)(PIECE / per) : PIECE;
+    dt_parallel_for((int64_t)units, grain, reduce_range, &j);
     return DT_OK;
 }
 

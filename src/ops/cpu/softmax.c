@@ -1,16 +1,20 @@
 /* CPU softmax and log_softmax along one dim, numerically stable: exp(x - max) / sum, and
  * x - max - log(sum). x is viewed as (outer, n, inner). Math in f32 for f32/bf16/f16 (f64 for
- * f64), sums in double. out may alias x: every pass re-reads x and only the last one writes. */
+ * f64), sums in double. out may alias x: every pass re-reads x and only the last one writes.
+ * The intra-op pool shares out whole rows (or, along a middle dim, whole outer slices), so the
+ * bits do not depend on the thread count. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "core/check.h"
 #include "core/half.h"
+#include "core/pool.h"
 #include "ops/cpu/vexp.h"
 #include "ops/kernels.h"
 
 #define BLOCK 256
+#define PIECE 8192 /* elements a pool chunk holds at least: smaller stays serial */
 #define ID(v) (v)
 #define MAXOF(a, v) (((v) > (a) || (v) != (v)) ? (v) : (a))
 
@@ -136,6 +140,38 @@ DEFINE_SOFTMAX(bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16, expf, ROW_
 DEFINE_SOFTMAX(f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16, expf, ROW_NONE, MAX_F16,
                SUM_ONE)
 
+typedef struct {
+    int lg;
+    int64_t n, inner;
+    dt_dtype dtype;
+    const void *x;
+    void *y;
+} softmax_job;
+
+/* Outer indices [begin, end). */
+static void softmax_range(void *arg, int64_t begin, int64_t end) {
+    const softmax_job *j = arg;
+    size_t off = (size_t)(begin * j->n * j->inner) * dt_dtype_size(j->dtype);
+    const void *x = (const char *)j->x + off;
+    void *y = (char *)j->y + off;
+    int64_t outer = end - begin;
+#define SOFTMAX_CASE(DT, SUF)                                                                      \
+    case DT:                                                                                       \
+        if (j->inner == 1)                                                                         \
+            softmax_rows_##SUF(j->lg, outer, j->n, x, y);                                          \
+        else                                                                                       \
+            softmax_cols_##SUF(j->lg, outer, j->n, j->inner, x, y);                                \
+        break;
+    switch (j->dtype) {
+        SOFTMAX_CASE(DT_F32, f32)
+        SOFTMAX_CASE(DT_F64, f64)
+        SOFTMAX_CASE(DT_BF16, bf16)
+        SOFTMAX_CASE(DT_F16, f16)
+    default: break;
+    }
+#undef SOFTMAX_CASE
+}
+
 dt_status dt_cpu_softmax(int log, int dim, const dt_local *x, dt_local *out) {
     if (dim < 0 || dim >= x->ndim)
         return dt_error(DT_ERR_ARG, "dt_cpu_softmax: dim %d out of range for %d dims", dim,
@@ -144,22 +180,19 @@ dt_status dt_cpu_softmax(int log, int dim, const dt_local *x, dt_local *out) {
     for (int d = 0; d < dim; d++) outer *= x->shape[d];
     for (int d = dim + 1; d < x->ndim; d++) inner *= x->shape[d];
     int lg = log != 0;
-#define SOFTMAX_CASE(DT, SUF)                                                                      \
-    case DT:                                                                                       \
-        if (inner == 1)                                                                            \
-            softmax_rows_##SUF(lg, outer, n, x->data, out->data);                                  \
-        else                                                                                       \
-            softmax_cols_##SUF(lg, outer, n, inner, x->data, out->data);                           \
-        break;
     switch (x->dtype) {
-        SOFTMAX_CASE(DT_F32, f32)
-        SOFTMAX_CASE(DT_F64, f64)
-        SOFTMAX_CASE(DT_BF16, bf16)
-        SOFTMAX_CASE(DT_F16, f16)
+    case DT_F32:
+    case DT_F64:
+    case DT_BF16:
+    case DT_F16: break;
     default:
         return dt_error(DT_ERR_DTYPE, "dt_cpu_%s: dtype %s not supported (float dtypes only)",
                         lg ? "log_softmax" : "softmax", dt_dtype_name(x->dtype));
     }
-#undef SOFTMAX_CASE
+    if (n == 0 || inner == 0) return DT_OK;
+    softmax_job j = {.lg = lg, .n = n, .inner = inner, .dtype = x->dtype, .x = x->data,
+                     .y = out->data};
+    int64_t slice = n * inner; /* elements of one outer index */
+    dt_parallel_for(outer, slice >= PIECE ? 1 : PIECE / slice, softmax_range, &j);
     return DT_OK;
 }
