@@ -131,14 +131,15 @@ def whatif(ranks, k, moves, net=None, scale=1.0):
     inst = {}
     for key in inset:
         a = by_key[key]["args"]
-        if by_key[key]["tid"] in (2, 4) and "group" in a and "seq" in a:
-            inst.setdefault((a["group"], a["seq"]), []).append(key)
+        if by_key[key]["tid"] in (2, 4) and "group" in a and "seq" in a and \
+                by_key[key]["name"] not in ("send", "recv"):
+            inst.setdefault((a.get("comm") or a["group"], a["seq"]), []).append(key)
     for v in inst.values():
         v.sort()
 
     def members(key):
         a = by_key[key]["args"]
-        return inst.get((a.get("group"), a.get("seq")), [key]) if by_key[key]["tid"] in (2, 4) else [key]
+        return inst.get((a.get("comm") or a.get("group"), a.get("seq")), [key]) if by_key[key]["tid"] in (2, 4) else [key]
 
     def dur(key):
         x = by_key[key]
@@ -231,7 +232,7 @@ def whatif(ranks, k, moves, net=None, scale=1.0):
     start, end, bind = sched(moved)
     for pid, i, t in moves:
         a = by_key[(pid, i)]["args"]
-        for key in inst.get((a.get("group"), a.get("seq")), [(pid, i)]):  # the instance moves
+        for key in inst.get((a.get("comm") or a.get("group"), a.get("seq")), [(pid, i)]):  # the instance moves
             place(key, t, start, moved)
         start, end, bind = sched(moved)
     worst, worst_ev, ov = None, None, []

@@ -99,7 +99,7 @@ DTS.start = function () {
       'collectives last the shortest recorded duration among their ranks (the rest was waiting)';
     return 'Assumptions: per rank two streams, the rank thread (compute and comm lanes, recorded order, recorded host ' +
       'gaps kept) and the comm thread; an event starts after its stream predecessor plus its gap, its recorded deps and ' +
-      'its moved time; a collective starts on all ranks of its group (same group and seq) together; ' + n + '; compute ' +
+      'its moved time; a collective starts on all ranks of its group (same communicator and seq) together; ' + n + '; compute ' +
       (o.computeScale === 1 ? 'as recorded' : 'scaled by ' + o.computeScale.toPrecision(3) + ' (this machine\'s GFLOP/s over the GPU\'s peak x efficiency)') +
       '; host gaps, ops and pipeline spans are not rescaled. Magenta outlines: the critical path.';
   }

@@ -1,5 +1,5 @@
 /* The studio's data: runs parsed from the embedded Chrome trace events (ranks, lanes, steps,
- * ids and deps, collectives matched across ranks by group and seq) and the comparison table's
+ * ids and deps, collectives matched across ranks by communicator (or group) and seq) and the comparison table's
  * per-step figures as docs/tracing.md defines them. Nothing here draws. */
 'use strict';
 var DTS = (window.DTS = window.DTS || {});
@@ -85,8 +85,12 @@ DTS.parseRun = function (raw, index) {
         var p = r.byId[d];
         if (p) { p.consumers.push(ev); ev.producers.push(p); }
       });
-      var g = ev.args.group, s = ev.args.seq;
-      if (DTS.isColl(ev) && g !== undefined && g !== '' && s !== undefined && s !== null) {
+      /* One collective on every member: the communicator's id (comm) and its sequence
+       * number; traces without comm ids (PyTorch's) match by group label. Sends and receives
+       * count per rank, so they are not matched. */
+      var g = ev.args.comm || ev.args.group, s = ev.args.seq;
+      var p2p = ev.name === 'send' || ev.name === 'recv';
+      if (DTS.isColl(ev) && !p2p && g !== undefined && g !== '' && s !== undefined && s !== null) {
         ev.inst = g + '#' + s;
         (run.instances[ev.inst] = run.instances[ev.inst] || []).push(ev);
       }
