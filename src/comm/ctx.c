@@ -8,6 +8,7 @@
 #include "comm/flight.h"
 #include "comm/stuck.h"
 #include "comm/worker.h"
+#include "core/alloc.h"
 #include "core/check.h"
 
 struct dt_user_group_count {
@@ -17,8 +18,12 @@ struct dt_user_group_count {
     int ranks[];
 };
 
-int dt_ctx_rank(const dt_ctx *ctx) { return ctx ? ctx->rank : -1; }
-int dt_ctx_size(const dt_ctx *ctx) { return ctx ? ctx->size : -1; }
+int dt_ctx_rank(const dt_ctx *ctx) {
+    return ctx ? ctx->rank : -1;
+}
+int dt_ctx_size(const dt_ctx *ctx) {
+    return ctx ? ctx->size : -1;
+}
 
 dt_status dt_ctx_world_comm(dt_ctx *ctx, dt_comm **out) {
     DT_ARG_NOT_NULL(ctx);
@@ -37,6 +42,7 @@ dt_status dt_ctx_init_common(dt_ctx *ctx) {
     DT_CHECK(dt_boot_env_flag("DT_DEBUG_COLLECTIVES", 0, &debug));
     ctx->check_collectives = debug && !ctx->backend->checks_collectives;
     DT_CHECK(dt_check_interval_ns(ctx->size, &ctx->check_ns));
+    ctx->arena = dt_host_arena_create(); /* NULL: the shared lists serve this rank */
     ctx->flight = calloc(1, sizeof *ctx->flight);
     if (!ctx->flight) return dt_error(DT_ERR_NOMEM, "rank %d: out of memory", ctx->rank);
     if (pthread_mutex_init(&ctx->stats_mu, NULL) != 0)
@@ -58,12 +64,18 @@ void dt_ctx_fini_common(dt_ctx *ctx) {
     free(ctx->flight);
     ctx->flight = NULL;
     pthread_mutex_destroy(&ctx->stats_mu);
+    dt_host_arena_close(ctx->arena); /* its thread unbound it (backends bind around the rank) */
+    ctx->arena = NULL;
 }
 
 static const char *const coll_names[] = {
-    [DT_COLL_ALL_REDUCE] = "all_reduce", [DT_COLL_ALL_GATHER] = "all_gather",
-    [DT_COLL_REDUCE_SCATTER] = "reduce_scatter", [DT_COLL_ALL_TO_ALL] = "all_to_all",
-    [DT_COLL_BROADCAST] = "broadcast", [DT_COLL_SEND] = "send", [DT_COLL_RECV] = "recv",
+    [DT_COLL_ALL_REDUCE] = "all_reduce",
+    [DT_COLL_ALL_GATHER] = "all_gather",
+    [DT_COLL_REDUCE_SCATTER] = "reduce_scatter",
+    [DT_COLL_ALL_TO_ALL] = "all_to_all",
+    [DT_COLL_BROADCAST] = "broadcast",
+    [DT_COLL_SEND] = "send",
+    [DT_COLL_RECV] = "recv",
     [DT_COLL_BARRIER] = "barrier",
 };
 _Static_assert(sizeof coll_names / sizeof coll_names[0] == DT_COLL_KIND_COUNT,
@@ -101,9 +113,13 @@ void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t byt
     }
     pthread_mutex_unlock(&ctx->stats_mu);
     if (ctx->observer) {
-        dt_comm_event e = {.kind = kind, .group = comm->label, .group_size = comm->size,
-                           .bytes_in = bytes_in, .bytes_out = bytes_out,
-                           .op = dt_comm_caller_tls, .module = dt_comm_module_tls,
+        dt_comm_event e = {.kind = kind,
+                           .group = comm->label,
+                           .group_size = comm->size,
+                           .bytes_in = bytes_in,
+                           .bytes_out = bytes_out,
+                           .op = dt_comm_caller_tls,
+                           .module = dt_comm_module_tls,
                            .backward = dt_comm_backward_tls};
         ctx->observer(ctx->observer_user, &e);
     }
@@ -165,8 +181,10 @@ dt_status dt_comm_create(dt_ctx *ctx, const int *ranks, int n, dt_comm **out) {
                "dt_comm_create: ranks[%d] = %d is not a rank of the world of %d", i, ranks[i],
                ctx->size);
         for (int j = 0; j < i; j++)
-            DT_ARG(ranks[j] != ranks[i], "dt_comm_create: rank %d appears twice in ranks (at %d "
-                                         "and %d)", ranks[i], j, i);
+            DT_ARG(ranks[j] != ranks[i],
+                   "dt_comm_create: rank %d appears twice in ranks (at %d "
+                   "and %d)",
+                   ranks[i], j, i);
         self |= ranks[i] == ctx->rank;
     }
     DT_ARG(self, "dt_comm_create: the calling rank %d is not in ranks", ctx->rank);

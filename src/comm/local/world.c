@@ -80,7 +80,8 @@ static lw_group *group_get(lw_world *w, const uint64_t key[2], const int *member
     memcpy(g->key, key, sizeof g->key);
     memcpy(g->members, members, sizeof(int) * (size_t)n);
     g->n = n;
-    for (int i = 0; i < n; i++) g->exited += atomic_load(&w->exited[members[i]]) != 0;
+    for (int i = 0; i < n; i++)
+        g->exited += atomic_load(&w->exited[members[i]]) != 0;
     g->next = w->groups;
     w->groups = g;
     return g;
@@ -117,7 +118,8 @@ void lw_comm_destroy(dt_comm *base) {
     pthread_mutex_lock(&w->mu);
     if (--c->group->handles == 0) {
         lw_group **pp = &w->groups;
-        while (*pp != c->group) pp = &(*pp)->next;
+        while (*pp != c->group)
+            pp = &(*pp)->next;
         *pp = c->group->next;
         group_free(c->group);
     }
@@ -168,6 +170,7 @@ static void rank_finished(lw_world *w, int rank, dt_status st) {
 
 static void *rank_main(void *p) {
     lw_rank *r = p;
+    dt_host_arena_bind(r->ctx.arena); /* the rank's temporaries reuse its own blocks */
     dt_status st = r->fn(&r->ctx, r->arg);
     if (st != DT_OK && dt_last_error()[0] == '\0')
         dt_error(st, "the SPMD function returned %s", dt_status_str(st));
@@ -185,6 +188,7 @@ static void *rank_main(void *p) {
             fprintf(stderr, "dtensor: DT_TRACE: %s\n", dt_last_error());
     }
     if (st == DT_OK) rank_finished(r->world, r->ctx.rank, st);
+    dt_host_arena_bind(NULL); /* ctx_fini closes it on the joining thread */
     return NULL;
 }
 
@@ -196,7 +200,8 @@ static dt_status ctx_init(lw_rank *r, lw_world *w, int rank) {
     if (trace && *trace) DT_CHECK(dt_trace_start(&r->ctx));
     int *all = malloc(sizeof(int) * (size_t)w->size);
     if (!all) return dt_error(DT_ERR_NOMEM, "dt_local_run: out of memory");
-    for (int i = 0; i < w->size; i++) all[i] = i;
+    for (int i = 0; i < w->size; i++)
+        all[i] = i;
     uint64_t key[2] = {DT_COMM_KEY(DT_KEY_WORLD, 0), 0};
     dt_status st = comm_create(&r->ctx, key, all, w->size, &r->ctx.world);
     free(all);
@@ -222,11 +227,13 @@ static void merge_traces(int nranks) {
     char saved[512]; /* the run's own message must survive the merge */
     snprintf(saved, sizeof saved, "%s", dt_last_error());
     if (paths && dt_trace_merge((const char *const *)paths, nranks, out) == DT_OK)
-        for (int i = 0; i < nranks; i++) remove(paths[i]);
+        for (int i = 0; i < nranks; i++)
+            remove(paths[i]);
     else
         fprintf(stderr, "dtensor: DT_TRACE: %s\n", dt_last_error());
     dt_error(DT_OK, "%s", saved);
-    for (int i = 0; paths && i < nranks; i++) free(paths[i]);
+    for (int i = 0; paths && i < nranks; i++)
+        free(paths[i]);
     free(paths);
 }
 
@@ -273,9 +280,11 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
 stop:
     if (st != DT_OK) /* ranks already running must not wait for the missing ones */
         lw_abort(w, started, st, dt_last_error());
-    for (int i = 0; i < started; i++) pthread_join(ranks[i].thread, NULL);
+    for (int i = 0; i < started; i++)
+        pthread_join(ranks[i].thread, NULL);
     if (initialised == nranks) dt_process_ranks_add(-nranks);
-    for (int i = 0; i < initialised; i++) ctx_fini(&ranks[i]);
+    for (int i = 0; i < initialised; i++)
+        ctx_fini(&ranks[i]);
     if (out)
         for (int i = 0; i < nranks; i++)
             out[i] = i < started ? ranks[i].status : st;
