@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "core/alloc.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
@@ -13,8 +14,8 @@ dt_status dt_placement_count_check(const char *fn, const char *what, int nplacem
                                    const dt_placement *placements, int mesh_ndim) {
     DT_ARG(placements != NULL, "%s: argument %s is NULL", fn, what);
     if (nplacements != mesh_ndim)
-        return dt_error(DT_ERR_PLACEMENT, "%s: %d %s given for a %d-D mesh (one per mesh dim)",
-                        fn, nplacements, what, mesh_ndim);
+        return dt_error(DT_ERR_PLACEMENT, "%s: %d %s given for a %d-D mesh (one per mesh dim)", fn,
+                        nplacements, what, mesh_ndim);
     return DT_OK;
 }
 
@@ -34,9 +35,10 @@ dt_status dt_norm_partial_dtype_check(const char *fn, const dt_placement *placem
     int m = dt_placements_find_norm(placements, n);
     if (m < 0 || dtype == DT_F32 || dtype == DT_F64 || dtype == DT_BF16 || dtype == DT_F16)
         return DT_OK;
-    return dt_error(DT_ERR_DTYPE, "%s: placements[%d] = NormP(%g) needs a float dtype, not %s "
-                                  "(a pending norm of integers has no exact root)", fn, m,
-                    placements[m].norm_ord, dt_dtype_name(dtype));
+    return dt_error(DT_ERR_DTYPE,
+                    "%s: placements[%d] = NormP(%g) needs a float dtype, not %s "
+                    "(a pending norm of integers has no exact root)",
+                    fn, m, placements[m].norm_ord, dt_dtype_name(dtype));
 }
 
 dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int ndim,
@@ -103,22 +105,29 @@ dt_status dt_tensor_storage_alloc(dt_tensor *t) {
     if (!t->dropped) return DT_OK;
     size_t bytes = t->local_numel * dt_dtype_size(t->dtype);
     void *p = dt_tensor_mem(t)->alloc(bytes);
-    if (!p) return dt_error(DT_ERR_NOMEM, "tensor: out of memory refilling a dropped shard "
-                                          "(%zu bytes)", bytes);
+    if (!p)
+        return dt_error(DT_ERR_NOMEM,
+                        "tensor: out of memory refilling a dropped shard "
+                        "(%zu bytes)",
+                        bytes);
     t->data = p;
     t->dropped = false;
     count_bytes(t->mesh->ctx, (long long)bytes);
     return DT_OK;
 }
 
-/* One layout computation per tensor: dispatch makes one per op. */
+/* One layout computation per tensor, none when the caller knows it (layout: the local shape,
+ * then the local offset, ndim each; NULL: computed). */
 static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
-                      const int64_t *shape, const dt_placement *norm, void *data, bool owned,
-                      int storage, dt_tensor **out) {
+                      const int64_t *shape, const dt_placement *norm, const int64_t *const *layout,
+                      void *data, bool owned, int storage, dt_tensor **out) {
     const dt_mem_ops *mem = dt_mem_ops_of(device.kind);
-    if (!mem) return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
-                              (int)device.kind);
-    dt_tensor *t = calloc(1, sizeof *t);
+    if (!mem)
+        return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
+                        (int)device.kind);
+    /* The shell from the rank's arena too: a dispatch makes one per op (glibc's calloc and
+     * free of it were a tenth of a small op's instructions). */
+    dt_tensor *t = dt_host_calloc(sizeof *t);
     if (!t) return dt_error(DT_ERR_NOMEM, "tensor: out of memory");
     t->magic = DT_TENSOR_LIVE;
     atomic_init(&t->refs, 1);
@@ -127,9 +136,13 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
     if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
     memcpy(t->placements, norm, sizeof(dt_placement) * (size_t)mesh->ndim);
     /* A rank outside the mesh (a sub-mesh made elsewhere) holds nothing of the tensor. */
-    if (mesh->rank >= 0)
+    if (mesh->rank >= 0 && layout) {
+        memcpy(t->local_shape, layout[0], sizeof(int64_t) * (size_t)ndim);
+        memcpy(t->local_offset, layout[1], sizeof(int64_t) * (size_t)ndim);
+    } else if (mesh->rank >= 0) {
         dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, t->local_shape,
                         t->local_offset);
+    }
     t->local_numel = mesh->rank >= 0 ? dt_shape_numel(t->local_shape, ndim) : 0;
     t->device = device;
     t->data = data;
@@ -140,10 +153,12 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
         size_t bytes = t->local_numel * dt_dtype_size(dtype);
         t->data = mem->alloc(bytes);
         t->owned = true;
-        dt_status st = !t->data ? DT_ERR_NOMEM : storage == ZEROED ? mem->zero(t->data, bytes) : DT_OK;
+        dt_status st = !t->data            ? DT_ERR_NOMEM
+                       : storage == ZEROED ? mem->zero(t->data, bytes)
+                                           : DT_OK;
         if (st != DT_OK) {
             mem->free(t->data);
-            free(t);
+            dt_host_free(t);
             if (st == DT_ERR_NOMEM) dt_error_prefix("tensor: a shard");
             return st;
         }
@@ -158,12 +173,21 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
 dt_status dt_tensor_new(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                         const int64_t *shape, const dt_placement *norm, void *data, bool owned,
                         dt_tensor **out) {
-    return make(mesh, device, dtype, ndim, shape, norm, data, owned, data ? GIVEN : ZEROED, out);
+    return make(mesh, device, dtype, ndim, shape, norm, NULL, data, owned, data ? GIVEN : ZEROED,
+                out);
 }
 
 dt_status dt_tensor_alloc(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                           const int64_t *shape, const dt_placement *norm, dt_tensor **out) {
-    return make(mesh, device, dtype, ndim, shape, norm, NULL, true, UNINIT, out);
+    return make(mesh, device, dtype, ndim, shape, norm, NULL, NULL, true, UNINIT, out);
+}
+
+dt_status dt_tensor_alloc_laid_out(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
+                                   const int64_t *shape, const dt_placement *norm,
+                                   const int64_t *local_shape, const int64_t *local_offset,
+                                   dt_tensor **out) {
+    const int64_t *layout[2] = {local_shape, local_offset};
+    return make(mesh, device, dtype, ndim, shape, norm, layout, NULL, true, UNINIT, out);
 }
 
 void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,
@@ -175,12 +199,11 @@ void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,
 }
 
 dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
-                          int nplacements, const dt_placement *placements,
-                          dt_tensor **out) {
+                          int nplacements, const dt_placement *placements, dt_tensor **out) {
     DT_ARG_NOT_NULL(out);
     dt_placement norm[DT_MESH_MAX_NDIM];
-    DT_CHECK(dt_spec_check("dt_tensor_zeros", mesh, dtype, ndim, shape, nplacements,
-                           placements, norm));
+    DT_CHECK(
+        dt_spec_check("dt_tensor_zeros", mesh, dtype, ndim, shape, nplacements, placements, norm));
     return dt_tensor_new(mesh, mesh->ctx->dev.device, dtype, ndim, shape, norm, NULL, true, out);
 }
 
@@ -205,7 +228,8 @@ static pthread_once_t quarantine_once = PTHREAD_ONCE_INIT;
 
 static void quarantine_destroy(void *p) {
     quarantine *q = p;
-    for (int i = 0; i < QUARANTINE; i++) free(q->ring[i]);
+    for (int i = 0; i < QUARANTINE; i++)
+        dt_host_free(q->ring[i]);
     free(q);
 }
 
@@ -222,10 +246,10 @@ static void shell_free(dt_tensor *t) {
         q = NULL;
     }
     if (!q) {
-        free(t);
+        dt_host_free(t);
         return;
     }
-    free(q->ring[q->next]);
+    dt_host_free(q->ring[q->next]);
     q->ring[q->next] = t;
     q->next = (q->next + 1) % QUARANTINE;
 }
@@ -279,12 +303,19 @@ dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *out) {
 }
 
 /* What each rank tells the others in from_local: enough to infer and to cross-check. */
-enum { ROW_DTYPE, ROW_NDIM, ROW_LOCAL, ROW_GLOBAL = ROW_LOCAL + DT_MAX_NDIM,
-       ROW_PLACE = ROW_GLOBAL + DT_MAX_NDIM, ROW_LEN = ROW_PLACE + 3 * DT_MESH_MAX_NDIM };
+enum {
+    ROW_DTYPE,
+    ROW_NDIM,
+    ROW_LOCAL,
+    ROW_GLOBAL = ROW_LOCAL + DT_MAX_NDIM,
+    ROW_PLACE = ROW_GLOBAL + DT_MAX_NDIM,
+    ROW_LEN = ROW_PLACE + 3 * DT_MESH_MAX_NDIM
+};
 
 static void row_fill(int64_t *row, dt_dtype dtype, int ndim, const int64_t *local_shape,
                      const int64_t *global_shape, const dt_placement *norm, int mesh_ndim) {
-    for (int i = 0; i < ROW_LEN; i++) row[i] = -1;
+    for (int i = 0; i < ROW_LEN; i++)
+        row[i] = -1;
     row[ROW_DTYPE] = dtype;
     row[ROW_NDIM] = ndim;
     for (int d = 0; d < ndim; d++) {
@@ -301,8 +332,7 @@ static void row_fill(int64_t *row, dt_dtype dtype, int ndim, const int64_t *loca
 }
 
 /* Gathers every rank's row, checks they agree, and infers the global shape if not given. */
-static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *global_io,
-                               int infer) {
+static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *global_io, int infer) {
     dt_comm *all;
     DT_CHECK(dt_mesh_mask_comm(mesh, (1u << mesh->ndim) - 1, &all));
     int64_t *rows = malloc(sizeof(int64_t) * ROW_LEN * (size_t)mesh->nranks);
@@ -314,14 +344,16 @@ static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *glob
         if (row[ROW_DTYPE] != mine[ROW_DTYPE] || row[ROW_NDIM] != mine[ROW_NDIM] ||
             memcmp(row + ROW_GLOBAL, mine + ROW_GLOBAL,
                    sizeof(int64_t) * (size_t)(ROW_LEN - ROW_GLOBAL)) != 0)
-            st = dt_error(DT_ERR_COMM, "dt_tensor_from_local: mesh rank %d passed a different "
-                                       "dtype, ndim, global shape or placements than mesh rank %d",
+            st = dt_error(DT_ERR_COMM,
+                          "dt_tensor_from_local: mesh rank %d passed a different "
+                          "dtype, ndim, global shape or placements than mesh rank %d",
                           r, mesh->rank);
     }
     if (st == DT_OK && infer) {
         /* Ranks at coordinate 0 on every mesh dim that does not shard d partition dim d. */
         int ndim = (int)mine[ROW_NDIM], coord[DT_MESH_MAX_NDIM];
-        for (int d = 0; d < ndim; d++) global_io[d] = 0;
+        for (int d = 0; d < ndim; d++)
+            global_io[d] = 0;
         for (int r = 0; r < mesh->nranks; r++) {
             dt_mesh_coord_of(mesh, r, coord);
             for (int d = 0; d < ndim; d++) {
@@ -343,7 +375,8 @@ static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *glob
         for (int m = 0; m < mesh->ndim; m++)
             pl[m] = (dt_placement){(dt_placement_kind)mine[ROW_PLACE + 3 * m],
                                    mine[ROW_PLACE + 3 * m] == DT_PLACEMENT_SHARD
-                                       ? (int)mine[ROW_PLACE + 3 * m + 1] : 0,
+                                       ? (int)mine[ROW_PLACE + 3 * m + 1]
+                                       : 0,
                                    (dt_reduce_op)mine[ROW_PLACE + 3 * m + 2], 0};
         dt_mesh_coord_of(mesh, r, coord);
         dt_shard_layout(mesh->ndim, mesh->shape, coord, ndim, global_io, pl, want, off);
@@ -353,8 +386,9 @@ static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *glob
             dt_shape_text(got, ndim, g, sizeof g);
             dt_shape_text(want, ndim, w, sizeof w);
             dt_shape_text(global_io, ndim, full, sizeof full);
-            st = dt_error(DT_ERR_SHAPE, "dt_tensor_from_local: mesh rank %d holds a %s shard, but "
-                                        "torch.chunk of global shape %s gives it %s",
+            st = dt_error(DT_ERR_SHAPE,
+                          "dt_tensor_from_local: mesh rank %d holds a %s shard, but "
+                          "torch.chunk of global shape %s gives it %s",
                           r, g, full, w);
         }
     }
@@ -365,20 +399,21 @@ static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *glob
 dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int ndim,
                                const int64_t *local_shape, int nplacements,
                                const dt_placement *placements, const int64_t *global_shape,
-                               unsigned flags,
-                               dt_tensor **out) {
+                               unsigned flags, dt_tensor **out) {
     DT_ARG_NOT_NULL(out);
     DT_ARG((flags & ~(DT_FROM_LOCAL_BORROW | DT_FROM_LOCAL_CHECK)) == 0,
            "dt_tensor_from_local: argument flags = 0x%x has unknown bits", flags);
     dt_placement norm[DT_MESH_MAX_NDIM];
-    DT_CHECK(dt_spec_check("dt_tensor_from_local", mesh, dtype, ndim, local_shape,
-                           nplacements, placements, norm));
+    DT_CHECK(dt_spec_check("dt_tensor_from_local", mesh, dtype, ndim, local_shape, nplacements,
+                           placements, norm));
     if (global_shape)
-        DT_CHECK(dt_shape_dtype_check("dt_tensor_from_local (global_shape)", ndim, global_shape,
-                                      dtype));
+        DT_CHECK(
+            dt_shape_dtype_check("dt_tensor_from_local (global_shape)", ndim, global_shape, dtype));
     size_t numel = dt_shape_numel(local_shape, ndim);
-    DT_ARG(local != NULL || numel == 0, "dt_tensor_from_local: argument local is NULL for a "
-                                        "%zu-element shard", numel);
+    DT_ARG(local != NULL || numel == 0,
+           "dt_tensor_from_local: argument local is NULL for a "
+           "%zu-element shard",
+           numel);
     int64_t global[DT_MAX_NDIM];
     if (global_shape) memcpy(global, global_shape, sizeof(int64_t) * (size_t)ndim);
     if (!global_shape || (flags & DT_FROM_LOCAL_CHECK)) {
@@ -397,8 +432,9 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
             dt_shape_text(local_shape, ndim, g, sizeof g);
             dt_shape_text(want, ndim, w, sizeof w);
             dt_shape_text(global, ndim, full, sizeof full);
-            return dt_error(DT_ERR_SHAPE, "dt_tensor_from_local: local_shape %s does not match "
-                                          "the %s shard that global shape %s gives mesh rank %d",
+            return dt_error(DT_ERR_SHAPE,
+                            "dt_tensor_from_local: local_shape %s does not match "
+                            "the %s shard that global shape %s gives mesh rank %d",
                             g, w, full, mesh->rank);
         }
     }
@@ -408,8 +444,9 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
     dt_ctx_bind(mesh->ctx);
     dt_device_kind have = numel ? dt_mem_kind_of(local) : device.kind;
     if (have != device.kind && (flags & DT_FROM_LOCAL_BORROW))
-        return dt_error(DT_ERR_DEVICE, "dt_tensor_from_local: argument local is %s memory but the "
-                                       "rank's device is %s, so it cannot be borrowed",
+        return dt_error(DT_ERR_DEVICE,
+                        "dt_tensor_from_local: argument local is %s memory but the "
+                        "rank's device is %s, so it cannot be borrowed",
                         dt_mem_ops_of(have)->name, mem->name);
     void *data = local;
     if (!(flags & DT_FROM_LOCAL_BORROW) && numel) {
@@ -468,8 +505,10 @@ dt_status dt_tensor_local_to_host(dt_tensor *tensor, void *out, size_t out_bytes
     size_t bytes = tensor->local_numel * dt_dtype_size(tensor->dtype);
     DT_ARG(out != NULL || bytes == 0, "dt_tensor_local_to_host: argument out is NULL");
     if (out_bytes < bytes)
-        return dt_error(DT_ERR_SIZE, "dt_tensor_local_to_host: out_bytes = %zu is less than the "
-                                     "%zu bytes of the shard", out_bytes, bytes);
+        return dt_error(DT_ERR_SIZE,
+                        "dt_tensor_local_to_host: out_bytes = %zu is less than the "
+                        "%zu bytes of the shard",
+                        out_bytes, bytes);
     dt_ctx_bind(tensor->mesh->ctx);
     return bytes ? dt_tensor_mem(tensor)->download(out, tensor->data, bytes) : DT_OK;
 }

@@ -57,8 +57,10 @@ dt_status dt_tensor_storage_alloc(dt_tensor *t);
 static inline dt_status dt_tensor_check(const char *fn, const char *arg, const dt_tensor *t) {
     if (!t) return dt_error_set(DT_ERR_ARG, "%s: argument %s is NULL", fn, arg);
     if (t->magic != DT_TENSOR_LIVE)
-        return dt_error_set(DT_ERR_ARG, "%s: argument %s (%p) is a released tensor (or not a "
-                                        "tensor)", fn, arg, (const void *)t);
+        return dt_error_set(DT_ERR_ARG,
+                            "%s: argument %s (%p) is a released tensor (or not a "
+                            "tensor)",
+                            fn, arg, (const void *)t);
     return DT_OK;
 }
 
@@ -131,6 +133,14 @@ dt_status dt_tensor_new(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndi
 /* The same with uninitialised owned storage (for outputs a kernel fills entirely). */
 dt_status dt_tensor_alloc(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                           const int64_t *shape, const dt_placement *norm, dt_tensor **out);
+
+/* dt_tensor_alloc with this rank's local shape and offset already known (ndim each; what
+ * dt_shard_layout gives for the mesh's own coordinate): dispatch keeps them with a cached
+ * strategy, so a cached op skips the layout computation. */
+dt_status dt_tensor_alloc_laid_out(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
+                                   const int64_t *shape, const dt_placement *norm,
+                                   const int64_t *local_shape, const int64_t *local_offset,
+                                   dt_tensor **out);
 
 /* Local shape and offset of the shard held by mesh rank r. */
 void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,
