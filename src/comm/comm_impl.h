@@ -42,8 +42,9 @@ typedef struct dt_comm_ops {
     /* Optional, host memory only (NULL: the caller packs the boxes and runs reduce_scatterv):
      * group rank k reduces box boxes[k] of every member's array src (the same shape on every
      * member) into its dst, dense in the box's extents; one pass over the peers' arrays. */
-    dt_status (*reduce_scatter_boxes)(dt_comm *c, int ndim, const void *src, const int64_t *shape,
-                                      const dt_box *boxes, void *dst, dt_dtype dt, dt_reduce_op op);
+    dt_status (*reduce_scatter_boxes)(dt_comm *c, int ndim, const void *src,
+                                      const int64_t *shape, const dt_box *boxes, void *dst,
+                                      dt_dtype dt, dt_reduce_op op);
     /* Optional (NULL: every host array): whether exchange_boxes and reduce_scatter_boxes
      * (and gather_boxes) take the arrays src and dst (either may be NULL) on this group, in
      * *out, the same on every member; it may communicate, so members call it at the same
@@ -71,8 +72,8 @@ typedef struct dt_coll_fp {
 #define DT_FP_EXCHANGE_BOXES DT_COLL_KIND_COUNT
 
 static inline int dt_coll_fp_equal(const dt_coll_fp *a, const dt_coll_fp *b) {
-    return a->seq == b->seq && a->kind == b->kind && a->count == b->count && a->dtype == b->dtype &&
-           a->op == b->op && a->root == b->root;
+    return a->seq == b->seq && a->kind == b->kind && a->count == b->count &&
+           a->dtype == b->dtype && a->op == b->op && a->root == b->root;
 }
 /* "all_reduce #12 (1024 x f32, sum)", "barrier #3". */
 void dt_coll_fp_str(const dt_coll_fp *fp, char *buf, size_t cap);
@@ -89,8 +90,8 @@ struct dt_comm {
     const dt_comm_ops *ops;
     dt_ctx *ctx;
     int rank, size;
-    int *members;       /* world rank of each group rank */
-    char label[32];     /* for counters and traces: "world", "group" or the mesh dims */
+    int *members;   /* world rank of each group rank */
+    char label[32]; /* for counters and traces: "world", "group" or the mesh dims */
     atomic_int pending; /* non-blocking requests queued or running on the comm thread */
     /* Set when the first non-blocking request is issued on this comm: program order, so the
      * same on every rank, unlike pending (a rank whose request finished a moment earlier
@@ -140,12 +141,12 @@ struct dt_ctx {
     dt_user_group_count *user_groups; /* creations per member list, for dt_comm_create */
     pthread_mutex_t stats_mu;         /* the comm thread counts too */
     dt_comm_stats stats;
-    dt_worker *worker;            /* this rank's communication thread, made on first async call */
-    struct dt_trace *trace;       /* the trace layer's recorder (trace/trace_impl.h); NULL: off */
-    dt_rank_device dev;           /* the compute device and its GPU state (core/device.h) */
-    int check_collectives;        /* DT_DEBUG_COLLECTIVES=1 on a backend that does not by itself */
-    int64_t check_ns;             /* DT_CHECK_S: when a wait looks for ranks stuck elsewhere */
-    struct dt_flight *flight;     /* the last collectives (comm/flight.h) */
+    dt_worker *worker;        /* this rank's communication thread, made on first async call */
+    struct dt_trace *trace;   /* the trace layer's recorder (trace/trace_impl.h); NULL: off */
+    dt_rank_device dev;       /* the compute device and its GPU state (core/device.h) */
+    int check_collectives;     /* DT_DEBUG_COLLECTIVES=1 on a backend that does not by itself */
+    int64_t check_ns;          /* DT_CHECK_S: when a wait looks for ranks stuck elsewhere */
+    struct dt_flight *flight;  /* the last collectives (comm/flight.h) */
     dt_comm_observer_fn observer; /* dt_comm_set_observer; NULL: none */
     struct dt_host_arena *arena;  /* the rank's host blocks (core/alloc.h), bound to the thread
                                      that runs it; NULL: the shared lists */
@@ -203,9 +204,9 @@ dt_status dt_comm_gather_boxes_here(dt_comm *c, size_t es, const void *src, cons
 /* P -> S(d) along a dim d > 0: group rank k gets box boxes[k] of src reduced over the members,
  * dense in dst, in one pass where the backend has reduce_scatter_boxes (host memory); else
  * the boxes are packed and reduce_scattered. Collective; counted as a reduce_scatter. */
-dt_status dt_comm_reduce_scatter_boxes(dt_comm *c, int ndim, const void *src, const int64_t *shape,
-                                       const dt_box *boxes, void *dst, dt_dtype dtype,
-                                       dt_reduce_op op);
+dt_status dt_comm_reduce_scatter_boxes(dt_comm *c, int ndim, const void *src,
+                                       const int64_t *shape, const dt_box *boxes, void *dst,
+                                       dt_dtype dtype, dt_reduce_op op);
 dt_status dt_comm_gather_boxes(dt_comm *c, int ndim, size_t es, const void *src,
                                const int64_t *src_shape, void *dst, const int64_t *dst_shape,
                                const dt_box *recv);

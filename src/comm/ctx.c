@@ -18,12 +18,8 @@ struct dt_user_group_count {
     int ranks[];
 };
 
-int dt_ctx_rank(const dt_ctx *ctx) {
-    return ctx ? ctx->rank : -1;
-}
-int dt_ctx_size(const dt_ctx *ctx) {
-    return ctx ? ctx->size : -1;
-}
+int dt_ctx_rank(const dt_ctx *ctx) { return ctx ? ctx->rank : -1; }
+int dt_ctx_size(const dt_ctx *ctx) { return ctx ? ctx->size : -1; }
 
 dt_status dt_ctx_world_comm(dt_ctx *ctx, dt_comm **out) {
     DT_ARG_NOT_NULL(ctx);
@@ -69,13 +65,9 @@ void dt_ctx_fini_common(dt_ctx *ctx) {
 }
 
 static const char *const coll_names[] = {
-    [DT_COLL_ALL_REDUCE] = "all_reduce",
-    [DT_COLL_ALL_GATHER] = "all_gather",
-    [DT_COLL_REDUCE_SCATTER] = "reduce_scatter",
-    [DT_COLL_ALL_TO_ALL] = "all_to_all",
-    [DT_COLL_BROADCAST] = "broadcast",
-    [DT_COLL_SEND] = "send",
-    [DT_COLL_RECV] = "recv",
+    [DT_COLL_ALL_REDUCE] = "all_reduce", [DT_COLL_ALL_GATHER] = "all_gather",
+    [DT_COLL_REDUCE_SCATTER] = "reduce_scatter", [DT_COLL_ALL_TO_ALL] = "all_to_all",
+    [DT_COLL_BROADCAST] = "broadcast", [DT_COLL_SEND] = "send", [DT_COLL_RECV] = "recv",
     [DT_COLL_BARRIER] = "barrier",
 };
 _Static_assert(sizeof coll_names / sizeof coll_names[0] == DT_COLL_KIND_COUNT,
@@ -113,13 +105,9 @@ void dt_comm_count(dt_comm *comm, dt_coll_kind kind, size_t bytes_in, size_t byt
     }
     pthread_mutex_unlock(&ctx->stats_mu);
     if (ctx->observer) {
-        dt_comm_event e = {.kind = kind,
-                           .group = comm->label,
-                           .group_size = comm->size,
-                           .bytes_in = bytes_in,
-                           .bytes_out = bytes_out,
-                           .op = dt_comm_caller_tls,
-                           .module = dt_comm_module_tls,
+        dt_comm_event e = {.kind = kind, .group = comm->label, .group_size = comm->size,
+                           .bytes_in = bytes_in, .bytes_out = bytes_out,
+                           .op = dt_comm_caller_tls, .module = dt_comm_module_tls,
                            .backward = dt_comm_backward_tls};
         ctx->observer(ctx->observer_user, &e);
     }
@@ -181,10 +169,8 @@ dt_status dt_comm_create(dt_ctx *ctx, const int *ranks, int n, dt_comm **out) {
                "dt_comm_create: ranks[%d] = %d is not a rank of the world of %d", i, ranks[i],
                ctx->size);
         for (int j = 0; j < i; j++)
-            DT_ARG(ranks[j] != ranks[i],
-                   "dt_comm_create: rank %d appears twice in ranks (at %d "
-                   "and %d)",
-                   ranks[i], j, i);
+            DT_ARG(ranks[j] != ranks[i], "dt_comm_create: rank %d appears twice in ranks (at %d "
+                                         "and %d)", ranks[i], j, i);
         self |= ranks[i] == ctx->rank;
     }
     DT_ARG(self, "dt_comm_create: the calling rank %d is not in ranks", ctx->rank);

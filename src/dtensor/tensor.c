@@ -14,8 +14,8 @@ dt_status dt_placement_count_check(const char *fn, const char *what, int nplacem
                                    const dt_placement *placements, int mesh_ndim) {
     DT_ARG(placements != NULL, "%s: argument %s is NULL", fn, what);
     if (nplacements != mesh_ndim)
-        return dt_error(DT_ERR_PLACEMENT, "%s: %d %s given for a %d-D mesh (one per mesh dim)", fn,
-                        nplacements, what, mesh_ndim);
+        return dt_error(DT_ERR_PLACEMENT, "%s: %d %s given for a %d-D mesh (one per mesh dim)",
+                        fn, nplacements, what, mesh_ndim);
     return DT_OK;
 }
 
@@ -35,10 +35,9 @@ dt_status dt_norm_partial_dtype_check(const char *fn, const dt_placement *placem
     int m = dt_placements_find_norm(placements, n);
     if (m < 0 || dtype == DT_F32 || dtype == DT_F64 || dtype == DT_BF16 || dtype == DT_F16)
         return DT_OK;
-    return dt_error(DT_ERR_DTYPE,
-                    "%s: placements[%d] = NormP(%g) needs a float dtype, not %s "
-                    "(a pending norm of integers has no exact root)",
-                    fn, m, placements[m].norm_ord, dt_dtype_name(dtype));
+    return dt_error(DT_ERR_DTYPE, "%s: placements[%d] = NormP(%g) needs a float dtype, not %s "
+                                  "(a pending norm of integers has no exact root)", fn, m,
+                    placements[m].norm_ord, dt_dtype_name(dtype));
 }
 
 dt_status dt_spec_check(const char *fn, const dt_mesh *mesh, dt_dtype dtype, int ndim,
@@ -105,11 +104,8 @@ dt_status dt_tensor_storage_alloc(dt_tensor *t) {
     if (!t->dropped) return DT_OK;
     size_t bytes = t->local_numel * dt_dtype_size(t->dtype);
     void *p = dt_tensor_mem(t)->alloc(bytes);
-    if (!p)
-        return dt_error(DT_ERR_NOMEM,
-                        "tensor: out of memory refilling a dropped shard "
-                        "(%zu bytes)",
-                        bytes);
+    if (!p) return dt_error(DT_ERR_NOMEM, "tensor: out of memory refilling a dropped shard "
+                                          "(%zu bytes)", bytes);
     t->data = p;
     t->dropped = false;
     count_bytes(t->mesh->ctx, (long long)bytes);
@@ -122,9 +118,8 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                       const int64_t *shape, const dt_placement *norm, const int64_t *const *layout,
                       void *data, bool owned, int storage, dt_tensor **out) {
     const dt_mem_ops *mem = dt_mem_ops_of(device.kind);
-    if (!mem)
-        return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
-                        (int)device.kind);
+    if (!mem) return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
+                              (int)device.kind);
     /* The shell from the rank's arena too: a dispatch makes one per op (glibc's calloc and
      * free of it were a tenth of a small op's instructions). */
     dt_tensor *t = dt_host_calloc(sizeof *t);
@@ -153,9 +148,7 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
         size_t bytes = t->local_numel * dt_dtype_size(dtype);
         t->data = mem->alloc(bytes);
         t->owned = true;
-        dt_status st = !t->data            ? DT_ERR_NOMEM
-                       : storage == ZEROED ? mem->zero(t->data, bytes)
-                                           : DT_OK;
+        dt_status st = !t->data ? DT_ERR_NOMEM : storage == ZEROED ? mem->zero(t->data, bytes) : DT_OK;
         if (st != DT_OK) {
             mem->free(t->data);
             dt_host_free(t);
@@ -199,11 +192,12 @@ void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,
 }
 
 dt_status dt_tensor_zeros(dt_mesh *mesh, dt_dtype dtype, int ndim, const int64_t *shape,
-                          int nplacements, const dt_placement *placements, dt_tensor **out) {
+                          int nplacements, const dt_placement *placements,
+                          dt_tensor **out) {
     DT_ARG_NOT_NULL(out);
     dt_placement norm[DT_MESH_MAX_NDIM];
-    DT_CHECK(
-        dt_spec_check("dt_tensor_zeros", mesh, dtype, ndim, shape, nplacements, placements, norm));
+    DT_CHECK(dt_spec_check("dt_tensor_zeros", mesh, dtype, ndim, shape, nplacements,
+                           placements, norm));
     return dt_tensor_new(mesh, mesh->ctx->dev.device, dtype, ndim, shape, norm, NULL, true, out);
 }
 
@@ -228,8 +222,7 @@ static pthread_once_t quarantine_once = PTHREAD_ONCE_INIT;
 
 static void quarantine_destroy(void *p) {
     quarantine *q = p;
-    for (int i = 0; i < QUARANTINE; i++)
-        dt_host_free(q->ring[i]);
+    for (int i = 0; i < QUARANTINE; i++) dt_host_free(q->ring[i]);
     free(q);
 }
 
@@ -303,19 +296,12 @@ dt_status dt_tensor_info_get(const dt_tensor *tensor, dt_tensor_info *out) {
 }
 
 /* What each rank tells the others in from_local: enough to infer and to cross-check. */
-enum {
-    ROW_DTYPE,
-    ROW_NDIM,
-    ROW_LOCAL,
-    ROW_GLOBAL = ROW_LOCAL + DT_MAX_NDIM,
-    ROW_PLACE = ROW_GLOBAL + DT_MAX_NDIM,
-    ROW_LEN = ROW_PLACE + 3 * DT_MESH_MAX_NDIM
-};
+enum { ROW_DTYPE, ROW_NDIM, ROW_LOCAL, ROW_GLOBAL = ROW_LOCAL + DT_MAX_NDIM,
+       ROW_PLACE = ROW_GLOBAL + DT_MAX_NDIM, ROW_LEN = ROW_PLACE + 3 * DT_MESH_MAX_NDIM };
 
 static void row_fill(int64_t *row, dt_dtype dtype, int ndim, const int64_t *local_shape,
                      const int64_t *global_shape, const dt_placement *norm, int mesh_ndim) {
-    for (int i = 0; i < ROW_LEN; i++)
-        row[i] = -1;
+    for (int i = 0; i < ROW_LEN; i++) row[i] = -1;
     row[ROW_DTYPE] = dtype;
     row[ROW_NDIM] = ndim;
     for (int d = 0; d < ndim; d++) {
@@ -332,7 +318,8 @@ static void row_fill(int64_t *row, dt_dtype dtype, int ndim, const int64_t *loca
 }
 
 /* Gathers every rank's row, checks they agree, and infers the global shape if not given. */
-static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *global_io, int infer) {
+static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *global_io,
+                               int infer) {
     dt_comm *all;
     DT_CHECK(dt_mesh_mask_comm(mesh, (1u << mesh->ndim) - 1, &all));
     int64_t *rows = malloc(sizeof(int64_t) * ROW_LEN * (size_t)mesh->nranks);
@@ -344,16 +331,14 @@ static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *glob
         if (row[ROW_DTYPE] != mine[ROW_DTYPE] || row[ROW_NDIM] != mine[ROW_NDIM] ||
             memcmp(row + ROW_GLOBAL, mine + ROW_GLOBAL,
                    sizeof(int64_t) * (size_t)(ROW_LEN - ROW_GLOBAL)) != 0)
-            st = dt_error(DT_ERR_COMM,
-                          "dt_tensor_from_local: mesh rank %d passed a different "
-                          "dtype, ndim, global shape or placements than mesh rank %d",
+            st = dt_error(DT_ERR_COMM, "dt_tensor_from_local: mesh rank %d passed a different "
+                                       "dtype, ndim, global shape or placements than mesh rank %d",
                           r, mesh->rank);
     }
     if (st == DT_OK && infer) {
         /* Ranks at coordinate 0 on every mesh dim that does not shard d partition dim d. */
         int ndim = (int)mine[ROW_NDIM], coord[DT_MESH_MAX_NDIM];
-        for (int d = 0; d < ndim; d++)
-            global_io[d] = 0;
+        for (int d = 0; d < ndim; d++) global_io[d] = 0;
         for (int r = 0; r < mesh->nranks; r++) {
             dt_mesh_coord_of(mesh, r, coord);
             for (int d = 0; d < ndim; d++) {
@@ -375,8 +360,7 @@ static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *glob
         for (int m = 0; m < mesh->ndim; m++)
             pl[m] = (dt_placement){(dt_placement_kind)mine[ROW_PLACE + 3 * m],
                                    mine[ROW_PLACE + 3 * m] == DT_PLACEMENT_SHARD
-                                       ? (int)mine[ROW_PLACE + 3 * m + 1]
-                                       : 0,
+                                       ? (int)mine[ROW_PLACE + 3 * m + 1] : 0,
                                    (dt_reduce_op)mine[ROW_PLACE + 3 * m + 2], 0};
         dt_mesh_coord_of(mesh, r, coord);
         dt_shard_layout(mesh->ndim, mesh->shape, coord, ndim, global_io, pl, want, off);
@@ -386,9 +370,8 @@ static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *glob
             dt_shape_text(got, ndim, g, sizeof g);
             dt_shape_text(want, ndim, w, sizeof w);
             dt_shape_text(global_io, ndim, full, sizeof full);
-            st = dt_error(DT_ERR_SHAPE,
-                          "dt_tensor_from_local: mesh rank %d holds a %s shard, but "
-                          "torch.chunk of global shape %s gives it %s",
+            st = dt_error(DT_ERR_SHAPE, "dt_tensor_from_local: mesh rank %d holds a %s shard, but "
+                                        "torch.chunk of global shape %s gives it %s",
                           r, g, full, w);
         }
     }
@@ -399,21 +382,20 @@ static dt_status agree_on_spec(dt_mesh *mesh, const int64_t *mine, int64_t *glob
 dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int ndim,
                                const int64_t *local_shape, int nplacements,
                                const dt_placement *placements, const int64_t *global_shape,
-                               unsigned flags, dt_tensor **out) {
+                               unsigned flags,
+                               dt_tensor **out) {
     DT_ARG_NOT_NULL(out);
     DT_ARG((flags & ~(DT_FROM_LOCAL_BORROW | DT_FROM_LOCAL_CHECK)) == 0,
            "dt_tensor_from_local: argument flags = 0x%x has unknown bits", flags);
     dt_placement norm[DT_MESH_MAX_NDIM];
-    DT_CHECK(dt_spec_check("dt_tensor_from_local", mesh, dtype, ndim, local_shape, nplacements,
-                           placements, norm));
+    DT_CHECK(dt_spec_check("dt_tensor_from_local", mesh, dtype, ndim, local_shape,
+                           nplacements, placements, norm));
     if (global_shape)
-        DT_CHECK(
-            dt_shape_dtype_check("dt_tensor_from_local (global_shape)", ndim, global_shape, dtype));
+        DT_CHECK(dt_shape_dtype_check("dt_tensor_from_local (global_shape)", ndim, global_shape,
+                                      dtype));
     size_t numel = dt_shape_numel(local_shape, ndim);
-    DT_ARG(local != NULL || numel == 0,
-           "dt_tensor_from_local: argument local is NULL for a "
-           "%zu-element shard",
-           numel);
+    DT_ARG(local != NULL || numel == 0, "dt_tensor_from_local: argument local is NULL for a "
+                                        "%zu-element shard", numel);
     int64_t global[DT_MAX_NDIM];
     if (global_shape) memcpy(global, global_shape, sizeof(int64_t) * (size_t)ndim);
     if (!global_shape || (flags & DT_FROM_LOCAL_CHECK)) {
@@ -432,9 +414,8 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
             dt_shape_text(local_shape, ndim, g, sizeof g);
             dt_shape_text(want, ndim, w, sizeof w);
             dt_shape_text(global, ndim, full, sizeof full);
-            return dt_error(DT_ERR_SHAPE,
-                            "dt_tensor_from_local: local_shape %s does not match "
-                            "the %s shard that global shape %s gives mesh rank %d",
+            return dt_error(DT_ERR_SHAPE, "dt_tensor_from_local: local_shape %s does not match "
+                                          "the %s shard that global shape %s gives mesh rank %d",
                             g, w, full, mesh->rank);
         }
     }
@@ -444,9 +425,8 @@ dt_status dt_tensor_from_local(dt_mesh *mesh, void *local, dt_dtype dtype, int n
     dt_ctx_bind(mesh->ctx);
     dt_device_kind have = numel ? dt_mem_kind_of(local) : device.kind;
     if (have != device.kind && (flags & DT_FROM_LOCAL_BORROW))
-        return dt_error(DT_ERR_DEVICE,
-                        "dt_tensor_from_local: argument local is %s memory but the "
-                        "rank's device is %s, so it cannot be borrowed",
+        return dt_error(DT_ERR_DEVICE, "dt_tensor_from_local: argument local is %s memory but the "
+                                       "rank's device is %s, so it cannot be borrowed",
                         dt_mem_ops_of(have)->name, mem->name);
     void *data = local;
     if (!(flags & DT_FROM_LOCAL_BORROW) && numel) {
@@ -505,10 +485,8 @@ dt_status dt_tensor_local_to_host(dt_tensor *tensor, void *out, size_t out_bytes
     size_t bytes = tensor->local_numel * dt_dtype_size(tensor->dtype);
     DT_ARG(out != NULL || bytes == 0, "dt_tensor_local_to_host: argument out is NULL");
     if (out_bytes < bytes)
-        return dt_error(DT_ERR_SIZE,
-                        "dt_tensor_local_to_host: out_bytes = %zu is less than the "
-                        "%zu bytes of the shard",
-                        out_bytes, bytes);
+        return dt_error(DT_ERR_SIZE, "dt_tensor_local_to_host: out_bytes = %zu is less than the "
+                                     "%zu bytes of the shard", out_bytes, bytes);
     dt_ctx_bind(tensor->mesh->ctx);
     return bytes ? dt_tensor_mem(tensor)->download(out, tensor->data, bytes) : DT_OK;
 }

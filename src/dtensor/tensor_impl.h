@@ -57,10 +57,8 @@ dt_status dt_tensor_storage_alloc(dt_tensor *t);
 static inline dt_status dt_tensor_check(const char *fn, const char *arg, const dt_tensor *t) {
     if (!t) return dt_error_set(DT_ERR_ARG, "%s: argument %s is NULL", fn, arg);
     if (t->magic != DT_TENSOR_LIVE)
-        return dt_error_set(DT_ERR_ARG,
-                            "%s: argument %s (%p) is a released tensor (or not a "
-                            "tensor)",
-                            fn, arg, (const void *)t);
+        return dt_error_set(DT_ERR_ARG, "%s: argument %s (%p) is a released tensor (or not a "
+                                        "tensor)", fn, arg, (const void *)t);
     return DT_OK;
 }
 

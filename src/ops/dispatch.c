@@ -63,8 +63,7 @@ static unsigned call_key(dt_op op, dt_tensor *const *in, int n, const dt_op_args
             continue;
         }
         k[w++] = 1 | (uint64_t)t->ndim << 8 | (uint64_t)t->dtype << 16;
-        for (int d = 0; d < t->ndim; d++)
-            k[w++] = (uint64_t)t->shape[d];
+        for (int d = 0; d < t->ndim; d++) k[w++] = (uint64_t)t->shape[d];
         w += dt_placements_key(t->placements, mnd, k + w);
     }
     return w + dt_op_args_key(op, a, k + w);
@@ -94,18 +93,10 @@ static dt_status choose(dt_op op, const op_family *f, dt_tensor *const *in, int 
     op_input gin[DT_OP_MAX_INPUTS];
     const dt_placement *have[DT_OP_MAX_INPUTS];
     globals_of(in, n, gin);
-    for (int i = 0; i < n; i++)
-        have[i] = in[i] ? in[i]->placements : NULL;
-    dt_strategy_query q = {.op = op,
-                           .family = f,
-                           .n = n,
-                           .in = gin,
-                           .have = have,
-                           .args = a,
-                           .mesh_ndim = mesh->ndim,
-                           .mesh_shape = mesh->shape,
-                           .price = price_cached,
-                           .user = (void *)in};
+    for (int i = 0; i < n; i++) have[i] = in[i] ? in[i]->placements : NULL;
+    dt_strategy_query q = {.op = op, .family = f, .n = n, .in = gin, .have = have, .args = a,
+                           .mesh_ndim = mesh->ndim, .mesh_shape = mesh->shape,
+                           .price = price_cached, .user = (void *)in};
     dt_strategy_found found;
     DT_CHECK(dt_strategy_search(&q, &found));
     memcpy(best->in, found.in, sizeof found.in);
@@ -189,26 +180,21 @@ dt_status dt_dispatch_check(dt_op op, dt_tensor *const *in, int n) {
     DT_CHECK(dt_op_inputs_check("dt_op_call", op, (const void *const *)in, n));
     for (int i = 0; i < n; i++) {
         if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
-            return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op), i,
-                            (void *)in[i]);
+            return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op),
+                            i, (void *)in[i]);
         if (in[i] && dt_tensor_storage_dropped(in[i]))
-            return dt_error(DT_ERR_ARG,
-                            "%s: input %d's storage was dropped after a forward "
-                            "(activation checkpointing or FSDP resharding): only "
-                            "backward may read it",
-                            dt_op_name(op), i);
+            return dt_error(DT_ERR_ARG, "%s: input %d's storage was dropped after a forward "
+                                        "(activation checkpointing or FSDP resharding): only "
+                                        "backward may read it", dt_op_name(op), i);
         /* Meshes compare by value: two made alike over the same ranks are one. */
         if (in[i] && in[i]->mesh != in[0]->mesh && !dt_mesh_equal(in[i]->mesh, in[0]->mesh))
-            return dt_error(DT_ERR_MESH,
-                            "%s: input %d lives on another mesh than input 0 (shape "
-                            "or ranks differ; move it with "
-                            "dt_tensor_redistribute_to)",
-                            dt_op_name(op), i);
+            return dt_error(DT_ERR_MESH, "%s: input %d lives on another mesh than input 0 (shape "
+                                         "or ranks differ; move it with "
+                                         "dt_tensor_redistribute_to)", dt_op_name(op), i);
         if (in[i] && (in[i]->device.kind != in[0]->device.kind ||
                       in[i]->device.index != in[0]->device.index))
-            return dt_error(DT_ERR_DEVICE,
-                            "%s: input %d is on %s:%d but input 0 is on %s:%d "
-                            "(move it with dt_tensor_to_device)",
+            return dt_error(DT_ERR_DEVICE, "%s: input %d is on %s:%d but input 0 is on %s:%d "
+                                           "(move it with dt_tensor_to_device)",
                             dt_op_name(op), i, dt_mem_ops_of(in[i]->device.kind)->name,
                             in[i]->device.index, dt_mem_ops_of(in[0]->device.kind)->name,
                             in[0]->device.index);
@@ -224,9 +210,8 @@ static dt_status redistribute_input(dt_op op, int i, dt_tensor *t, const dt_plac
     dt_placements_format(want, mnd, need, sizeof need);
     int mode = dt_redistribute_mode_of(t->mesh->ctx);
     if (mode == DT_REDISTRIBUTE_EXPLICIT)
-        return dt_error(DT_ERR_PLACEMENT,
-                        "%s: input %d is %s but the chosen strategy needs %s "
-                        "(explicit mode: redistribute it first)",
+        return dt_error(DT_ERR_PLACEMENT, "%s: input %d is %s but the chosen strategy needs %s "
+                                          "(explicit mode: redistribute it first)",
                         dt_op_name(op), i, have, need);
     if (mode == DT_REDISTRIBUTE_LOG)
         fprintf(stderr, "[dtensor rank %d] %s: input %d %s -> %s\n", t->mesh->ctx->rank,
@@ -266,8 +251,7 @@ static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *u
     }
     local_of(o, &c.out);
     memcpy(c.out_offset, o->local_offset, sizeof(int64_t) * (size_t)o->ndim);
-    for (int i = 0; i < na; i++)
-        local_of(ax[i], &c.aux[i]);
+    for (int i = 0; i < na; i++) local_of(ax[i], &c.aux[i]);
     double tk = ctx->trace ? dt_now_us() : 0;
     dt_status st = f->compute(&c);
     if (ctx->trace)
@@ -296,15 +280,14 @@ dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *
         st = dt_tensor_alloc(out->mesh, out->device, spec[i].dtype, spec[i].ndim, spec[i].shape,
                              out->placements, &ax[i]);
     if (st == DT_OK) st = compute_local(op, f, in, n, a, out, ax, na);
-    for (int i = 0; i < na; i++)
-        dt_tensor_release(ax[i]);
+    for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
     return st;
 }
 
 /* The op's other outputs (f->aux) when this call computes them: n specs in spec, 0 when
  * none. want: the caller asked for them or the call records a node. */
-static int aux_specs(dt_op op, const op_family *f, const op_input *gin, int n, const dt_op_args *a,
-                     int want, op_out *spec) {
+static int aux_specs(dt_op op, const op_family *f, const op_input *gin, int n,
+                     const dt_op_args *a, int want, op_out *spec) {
     int for_grad = 0;
     int na = f->aux ? f->aux(op, gin, n, a, spec, &for_grad) : 0;
     return !for_grad || want ? na : 0;
@@ -358,8 +341,8 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
     char text[sizeof s->text];
     text[0] = '\0';
     if (st == DT_OK)
-        st = dt_tensor_alloc_laid_out(mesh, dev, s->spec.dtype, s->spec.ndim, s->spec.shape, s->out,
-                                      s->out_local_shape, s->out_local_offset, &o);
+        st = dt_tensor_alloc_laid_out(mesh, dev, s->spec.dtype, s->spec.ndim, s->spec.shape,
+                                      s->out, s->out_local_shape, s->out_local_offset, &o);
     for (int i = 0; i < na && st == DT_OK; i++)
         st = dt_tensor_alloc(mesh, dev, aspec[i].dtype, aspec[i].ndim, aspec[i].shape, s->out,
                              &ax[i]);
@@ -371,8 +354,7 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
         for (int i = 0; i < n; i++)
             dt_tensor_release(moved[i]);
         dt_tensor_release(o);
-        for (int i = 0; i < na; i++)
-            dt_tensor_release(ax[i]);
+        for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
         return st;
     }
     if (ctx->trace) dt_trace_record(ctx, DT_LANE_OPS, dt_op_name(op), t0, "%s", text);
@@ -430,8 +412,7 @@ void dt_ops_no_grad_exit(dt_ctx *ctx, int entered) {
 /* DT_DEBUG_ARGS (dtensor/agree.h): the ranks of the mesh compare the op, each input's spec and
  * the static arguments the op reads (as the strategy cache keys them) before anything runs. */
 __attribute__((noinline, cold)) /* off the hot path: the call pays the test in call() only */
-static dt_status
-agree_call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args) {
+static dt_status agree_call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args) {
     int on;
     DT_CHECK(dt_agree_debug_on(in[0]->mesh->ctx, &on));
     if (!on) return DT_OK;
@@ -480,8 +461,8 @@ dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_o
     return call(op, inputs, ninputs, args, out, NULL);
 }
 
-dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
-                         dt_tensor **out, dt_tensor **aux, int naux) {
+dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs,
+                         const dt_op_args *args, dt_tensor **out, dt_tensor **aux, int naux) {
     const op_family *f = dt_op_family(op);
     DT_ARG(aux != NULL, "%s: argument aux is NULL", dt_op_name(op));
     int na = 0, for_grad;
@@ -517,10 +498,8 @@ dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const 
     DT_ARG(input_placements_out && output_placements_out,
            "%s: input_placements_out or output_placements_out is NULL", dt_op_name(op));
     if (f->composite)
-        return dt_error(DT_ERR_UNSUPPORTED,
-                        "%s is built from other ops: it has no single "
-                        "strategy",
-                        dt_op_name(op));
+        return dt_error(DT_ERR_UNSUPPORTED, "%s is built from other ops: it has no single "
+                                            "strategy", dt_op_name(op));
     const strategy *s;
     DT_CHECK(lookup(op, f, inputs, ninputs, args, &s));
     int mnd = inputs[0]->mesh->ndim;

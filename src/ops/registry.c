@@ -106,8 +106,7 @@ unsigned dt_op_args_key(dt_op op, const dt_op_args *a, uint64_t *k) {
     if (use & ARG_DIMS) {
         int nd = a->ndims < 0 ? 0 : a->ndims > DT_MAX_NDIM ? DT_MAX_NDIM : a->ndims;
         k[n++] = (uint64_t)(uint32_t)a->ndims;
-        for (int i = 0; i < nd; i += 2)
-            k[n++] = two(a->dims[i], i + 1 < nd ? a->dims[i + 1] : 0);
+        for (int i = 0; i < nd; i += 2) k[n++] = two(a->dims[i], i + 1 < nd ? a->dims[i + 1] : 0);
     }
     if (use & ARG_KEEPDIM) k[n++] = (uint64_t)(uint32_t)a->keepdim;
     if (use & ARG_DIM) k[n++] = (uint64_t)(uint32_t)a->dim;
@@ -116,14 +115,13 @@ unsigned dt_op_args_key(dt_op op, const dt_op_args *a, uint64_t *k) {
     if (use & ARG_SHAPE) {
         int nd = a->shape_ndim < 0 ? 0 : a->shape_ndim > DT_MAX_NDIM ? DT_MAX_NDIM : a->shape_ndim;
         k[n++] = (uint64_t)(uint32_t)a->shape_ndim;
-        for (int i = 0; i < nd; i++)
-            k[n++] = (uint64_t)a->shape[i];
+        for (int i = 0; i < nd; i++) k[n++] = (uint64_t)a->shape[i];
     }
     if (use & ARG_CORRECTION) k[n++] = (uint64_t)(uint32_t)a->correction;
     if (use & ARG_CAUSAL) k[n++] = (uint64_t)(uint32_t)a->causal;
     if (use & ARG_REDUCTION) k[n++] = (uint64_t)(uint32_t)a->reduction;
-    if (use & ARG_IGNORE)
-        k[n++] = (uint64_t)(uint32_t)a->use_ignore_index, k[n++] = (uint64_t)a->ignore_index;
+    if (use & ARG_IGNORE) k[n++] = (uint64_t)(uint32_t)a->use_ignore_index,
+                          k[n++] = (uint64_t)a->ignore_index;
     if (use & ARG_LABEL_SMOOTHING) k[n++] = bits_of(a->label_smoothing);
     if (use & ARG_K) k[n++] = (uint64_t)a->k;
     if (use & ARG_SMALLEST) k[n++] = (uint64_t)(uint32_t)a->smallest;

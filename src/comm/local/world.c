@@ -80,8 +80,7 @@ static lw_group *group_get(lw_world *w, const uint64_t key[2], const int *member
     memcpy(g->key, key, sizeof g->key);
     memcpy(g->members, members, sizeof(int) * (size_t)n);
     g->n = n;
-    for (int i = 0; i < n; i++)
-        g->exited += atomic_load(&w->exited[members[i]]) != 0;
+    for (int i = 0; i < n; i++) g->exited += atomic_load(&w->exited[members[i]]) != 0;
     g->next = w->groups;
     w->groups = g;
     return g;
@@ -118,8 +117,7 @@ void lw_comm_destroy(dt_comm *base) {
     pthread_mutex_lock(&w->mu);
     if (--c->group->handles == 0) {
         lw_group **pp = &w->groups;
-        while (*pp != c->group)
-            pp = &(*pp)->next;
+        while (*pp != c->group) pp = &(*pp)->next;
         *pp = c->group->next;
         group_free(c->group);
     }
@@ -200,8 +198,7 @@ static dt_status ctx_init(lw_rank *r, lw_world *w, int rank) {
     if (trace && *trace) DT_CHECK(dt_trace_start(&r->ctx));
     int *all = malloc(sizeof(int) * (size_t)w->size);
     if (!all) return dt_error(DT_ERR_NOMEM, "dt_local_run: out of memory");
-    for (int i = 0; i < w->size; i++)
-        all[i] = i;
+    for (int i = 0; i < w->size; i++) all[i] = i;
     uint64_t key[2] = {DT_COMM_KEY(DT_KEY_WORLD, 0), 0};
     dt_status st = comm_create(&r->ctx, key, all, w->size, &r->ctx.world);
     free(all);
@@ -227,13 +224,11 @@ static void merge_traces(int nranks) {
     char saved[512]; /* the run's own message must survive the merge */
     snprintf(saved, sizeof saved, "%s", dt_last_error());
     if (paths && dt_trace_merge((const char *const *)paths, nranks, out) == DT_OK)
-        for (int i = 0; i < nranks; i++)
-            remove(paths[i]);
+        for (int i = 0; i < nranks; i++) remove(paths[i]);
     else
         fprintf(stderr, "dtensor: DT_TRACE: %s\n", dt_last_error());
     dt_error(DT_OK, "%s", saved);
-    for (int i = 0; paths && i < nranks; i++)
-        free(paths[i]);
+    for (int i = 0; paths && i < nranks; i++) free(paths[i]);
     free(paths);
 }
 
@@ -280,11 +275,9 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
 stop:
     if (st != DT_OK) /* ranks already running must not wait for the missing ones */
         lw_abort(w, started, st, dt_last_error());
-    for (int i = 0; i < started; i++)
-        pthread_join(ranks[i].thread, NULL);
+    for (int i = 0; i < started; i++) pthread_join(ranks[i].thread, NULL);
     if (initialised == nranks) dt_process_ranks_add(-nranks);
-    for (int i = 0; i < initialised; i++)
-        ctx_fini(&ranks[i]);
+    for (int i = 0; i < initialised; i++) ctx_fini(&ranks[i]);
     if (out)
         for (int i = 0; i < nranks; i++)
             out[i] = i < started ? ranks[i].status : st;
