@@ -2,11 +2,11 @@
  * on one rank and on 4 in-process ranks (dp=2 x tp=2, FSDP + sequence parallel), the minor
  * faults of each rank's thread (getrusage RUSAGE_THREAD) counted over every step after the
  * warm-up. The rank's host arena (core/alloc.h) hands its temporaries (tensor storage and
- * shells) the pages they had the step before. Bound: at most FAULT_BOUND per rank and step,
- * not 0: the autograd graph's nodes and the comm layer's bookkeeping still come from glibc's
- * per-thread malloc, whose heap top now and then moves onto a fresh page (measured: 0 on one
- * rank, 0-1 per rank and step on four). A cache that stops keeping freed blocks shows up as
- * hundreds per step. */
+ * shells) the pages they had the step before. One rank: 0 every step. Four ranks: a mean of
+ * at most 4 per rank and step, not 0: the autograd graph's nodes and the comm layer's
+ * bookkeeping still come from glibc's per-thread malloc, whose heap top now and then moves
+ * onto a fresh page, more often when the machine is loaded (20 runs at load 16-25: 4 to 32 in
+ * all over 16 rank-steps). An arena that stops keeping freed blocks shows up as thousands. */
 #include <sys/resource.h>
 
 #include "../../examples/tiny_llama.h"
@@ -14,7 +14,7 @@
 
 /* Steps 0-1 allocate AdamW's moments and fill the caches; the arena holds a step's blocks
  * from then on. */
-enum { WARMUP = 3, STEPS = 4, MAX_RANKS = 4, FAULT_BOUND = 2 };
+enum { WARMUP = 3, STEPS = 4, MAX_RANKS = 4 };
 
 static const tl_config cfg = {.vocab = 256,
                               .seq = 64,
@@ -64,23 +64,26 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     return dt_mesh_release(mesh);
 }
 
-static void check(fault_run *r, int ranks) {
+/* The steady steps' faults summed over ranks and steps, after logging them. */
+static long run_faults(fault_run *r, int ranks) {
     t_run(ranks, body, r);
     long total = 0;
     for (int k = 0; k < ranks; k++)
         for (int s = 0; s < STEPS; s++) {
-            cr_expect(r->faults[k][s] <= FAULT_BOUND,
-                      "mesh %s rank %d steady step %d: %ld minor faults (bound %d)", r->mesh, k,
-                      WARMUP + s, r->faults[k][s], FAULT_BOUND);
+            if (r->faults[k][s])
+                cr_log_info("mesh %s rank %d steady step %d: %ld minor faults", r->mesh, k,
+                            WARMUP + s, r->faults[k][s]);
             total += r->faults[k][s];
         }
     cr_log_info("mesh %s: %ld minor faults over %d steady steps x %d ranks", r->mesh, total, STEPS,
                 ranks);
+    return total;
 }
 
 Test(step_faults, one_rank) {
     fault_run r = {.mesh = "1", .l = {.dp_dim = -1, .tp_dim = -1}};
-    check(&r, 1);
+    long total = run_faults(&r, 1);
+    cr_assert_eq(total, 0, "%ld minor faults over %d steady steps on one rank", total, STEPS);
 }
 
 Test(step_faults, four_ranks_fsdp_tp) {
@@ -91,5 +94,7 @@ Test(step_faults, four_ranks_fsdp_tp) {
                          .fsdp_units = 1,
                          .sequence_parallel = 1,
                          .loss_parallel = 1}};
-    check(&r, 4);
+    long total = run_faults(&r, 4);
+    cr_assert(total <= 4 * 4 * STEPS, "%ld minor faults over %d steady steps x 4 ranks (bound %d)",
+              total, STEPS, 4 * 4 * STEPS);
 }
