@@ -16,6 +16,14 @@
  * from then on. */
 enum { WARMUP = 3, STEPS = 4, MAX_RANKS = 4 };
 
+/* Under AddressSanitizer the counts measure its allocator (freed memory waits in its
+ * quarantine, so malloc hands out fresh pages): they are logged, not checked. */
+#if defined(__SANITIZE_ADDRESS__)
+#define FAULTS_CHECKED 0
+#else
+#define FAULTS_CHECKED 1
+#endif
+
 static const tl_config cfg = {.vocab = 256,
                               .seq = 64,
                               .batch = 8,
@@ -83,7 +91,8 @@ static long run_faults(fault_run *r, int ranks) {
 Test(step_faults, one_rank) {
     fault_run r = {.mesh = "1", .l = {.dp_dim = -1, .tp_dim = -1}};
     long total = run_faults(&r, 1);
-    cr_assert_eq(total, 0, "%ld minor faults over %d steady steps on one rank", total, STEPS);
+    if (FAULTS_CHECKED)
+        cr_assert_eq(total, 0, "%ld minor faults over %d steady steps on one rank", total, STEPS);
 }
 
 Test(step_faults, four_ranks_fsdp_tp) {
@@ -95,6 +104,8 @@ Test(step_faults, four_ranks_fsdp_tp) {
                          .sequence_parallel = 1,
                          .loss_parallel = 1}};
     long total = run_faults(&r, 4);
-    cr_assert(total <= 4 * 4 * STEPS, "%ld minor faults over %d steady steps x 4 ranks (bound %d)",
-              total, STEPS, 4 * 4 * STEPS);
+    if (FAULTS_CHECKED)
+        cr_assert(total <= 4 * 4 * STEPS,
+                  "%ld minor faults over %d steady steps x 4 ranks (bound %d)", total, STEPS,
+                  4 * 4 * STEPS);
 }
