@@ -1,6 +1,8 @@
-/* Host buffers for tensor data and collective scratch. Large blocks are kept on free lists by
- * size class and handed out again, so steady-state ops do not pay the kernel's page faults
- * (a fresh 64 MiB buffer costs more to fault in than to fill). Thread-safe. */
+/* Host buffers for tensor data, tensor shells and collective scratch. Freed blocks are kept on
+ * free lists by size class (a rank's own arena for every size, shared lists from 64 KiB for
+ * threads that run no rank) and handed out again, so steady-state ops do not pay the kernel's
+ * page faults (a fresh 64 MiB buffer costs more to fault in than to fill). Thread-safe: any
+ * thread may free any block. */
 #ifndef DT_CORE_ALLOC_H
 #define DT_CORE_ALLOC_H
 
