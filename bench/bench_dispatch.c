@@ -2,11 +2,15 @@
  * nothing), on 1 and 4 ranks, next to calling the bare local kernel on the same blocks; then
  * CPU matmul GFLOP/s through dispatch next to the bare GEMM call on one rank. Overhead loops
  * are timed in each rank's own CPU time (4 ranks share 2 cores here, so wall time would
- * count the other ranks' turns); the figure is rank 0's, best of 5 repetitions. */
+ * count the other ranks' turns); the figure is rank 0's, best of 5 repetitions. Where valgrind
+ * is installed, the cached add's instructions per call too: this program run under callgrind
+ * with --calls N and with --calls 2N (N cached adds on 1 rank), the difference over N (start-up
+ * and warm-up cancel; instruction counts do not move with the machine's load). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <dtensor.h>
 
@@ -21,8 +25,12 @@ static double clock_s(clockid_t id) {
     clock_gettime(id, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
-static double now(void) { return clock_s(CLOCK_MONOTONIC); }
-static double cpu_now(void) { return clock_s(CLOCK_THREAD_CPUTIME_ID); }
+static double now(void) {
+    return clock_s(CLOCK_MONOTONIC);
+}
+static double cpu_now(void) {
+    return clock_s(CLOCK_THREAD_CPUTIME_ID);
+}
 
 /* A 2-D f32 block of rows x cols at data. */
 static dt_block f32_block(void *data, int64_t rows, int64_t cols) {
@@ -48,7 +56,8 @@ static dt_status overhead_body(dt_ctx *ctx, void *arg) {
     int64_t shape[2] = {4 * (int64_t)dt_ctx_size(ctx), 4};
     dt_placement s0[1] = {dt_shard(0)};
     float x[64] = {0}, w[16] = {0};
-    for (int i = 0; i < 64; i++) x[i] = (float)i;
+    for (int i = 0; i < 64; i++)
+        x[i] = (float)i;
     dt_tensor *a, *b, *wt;
     TRY(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &a));
     TRY(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, DT_COUNT_OF(s0), s0, DT_ALL_RANKS, &b));
@@ -71,7 +80,8 @@ static dt_status overhead_body(dt_ctx *ctx, void *arg) {
             dt_tensor_release(c);
         }
         double t1 = cpu_now();
-        for (int i = 0; i < iters; i++) dt_cpu_binary(DT_BINARY_ADD, &la, &lb, &lo);
+        for (int i = 0; i < iters; i++)
+            dt_cpu_binary(DT_BINARY_ADD, &la, &lb, &lo);
         double t2 = cpu_now();
         for (int i = 0; i < iters; i++) {
             dt_tensor *c;
@@ -79,7 +89,8 @@ static dt_status overhead_body(dt_ctx *ctx, void *arg) {
             dt_tensor_release(c);
         }
         double t3 = cpu_now();
-        for (int i = 0; i < iters; i++) dt_cpu_matmul(&la, &lw, 0, &lo);
+        for (int i = 0; i < iters; i++)
+            dt_cpu_matmul(&la, &lw, 0, &lo);
         double t4 = cpu_now();
         double t[4] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3};
         for (int k = 0; k < 4; k++)
@@ -105,6 +116,55 @@ static dt_status overhead_body(dt_ctx *ctx, void *arg) {
     dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(wt);
     dt_mesh_release(mesh);
     return DT_OK;
+}
+
+/* --calls N: N cached adds of 4x4 blocks on 1 rank after a few warm-up calls, nothing else
+ * (what callgrind counts). */
+static dt_status calls_body(dt_ctx *ctx, void *arg) {
+    long n = *(long *)arg;
+    dt_mesh *mesh;
+    TRY(dt_mesh_create(ctx, 1, (int[]){1}, NULL, &mesh));
+    int64_t shape[2] = {4, 4};
+    dt_placement s0[1] = {dt_shard(0)};
+    float x[16];
+    for (int i = 0; i < 16; i++)
+        x[i] = (float)i;
+    dt_tensor *a, *b;
+    TRY(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, 1, s0, DT_ALL_RANKS, &a));
+    TRY(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, 1, s0, DT_ALL_RANKS, &b));
+    for (long i = 0; i < n + 1000; i++) {
+        dt_tensor *c;
+        TRY(dt_add(a, b, &c));
+        dt_tensor_release(c);
+    }
+    dt_tensor_release(a), dt_tensor_release(b);
+    return dt_mesh_release(mesh);
+}
+
+/* The instructions callgrind counts for this program with --calls n; -1 when it cannot run. */
+static double callgrind_count(long n) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "valgrind --tool=callgrind --callgrind-out-file=/dev/null /proc/%d/exe --calls %ld "
+             "2>&1 >/dev/null",
+             (int)getpid(), n);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    char line[512];
+    double got = -1;
+    while (fgets(line, sizeof line, p)) {
+        const char *at = strstr(line, "Collected : ");
+        if (at) got = strtod(at + 12, NULL);
+    }
+    return pclose(p) == 0 ? got : -1;
+}
+
+/* Instructions per cached add: (count(2n) - count(n)) / n; -1 without valgrind. */
+static double instructions_per_add(void) {
+    if (system("valgrind --version >/dev/null 2>&1") != 0) return -1;
+    const long n = 20000;
+    double one = callgrind_count(n), two = callgrind_count(2 * n);
+    return one < 0 || two < 0 ? -1 : (two - one) / (double)n;
 }
 
 static double gflops[2];
@@ -162,6 +222,14 @@ static dt_status gemm_body(dt_ctx *ctx, void *arg) {
 
 int main(int argc, char **argv) {
     /* --table: rows of "case<TAB>figure<TAB>reference<TAB>ratio" for make bench */
+    if (argc > 2 && !strcmp(argv[1], "--calls")) {
+        long n = strtol(argv[2], NULL, 10);
+        if (dt_local_run(1, calls_body, &n, NULL) != DT_OK) {
+            fprintf(stderr, "bench failed: %s\n", dt_last_error());
+            return 1;
+        }
+        return 0;
+    }
     int table = argc > 1 && !strcmp(argv[1], "--table");
     if (!table) {
         printf("cached dispatch overhead (f32 4x4 blocks per rank, best of 5 x 100000 calls)\n");
@@ -192,9 +260,19 @@ int main(int argc, char **argv) {
                r->add_ns - r->add_kernel_ns);
         printf("%-8d %-6s %12.0f %12.0f %12.0f\n", ranks[i], "mm", r->mm_ns, r->mm_kernel_ns,
                r->mm_ns - r->mm_kernel_ns);
-        printf("%-8d %-6s %12.0f %12s %12s  (tracing on)\n", ranks[i], "add", r->add_traced_ns,
-               "", "");
+        printf("%-8d %-6s %12.0f %12s %12s  (tracing on)\n", ranks[i], "add", r->add_traced_ns, "",
+               "");
     }
+    double instr = instructions_per_add();
+    if (table && instr > 0)
+        printf("cached dispatch add, instructions per call (callgrind), 1 rank\t%.0f "
+               "instructions\t-\t-\n",
+               instr);
+    else if (instr > 0)
+        printf("cached add, 1 rank: %.0f instructions per call (callgrind, (2N - N calls) / N)\n",
+               instr);
+    else if (!table)
+        printf("cached add instructions per call: - (valgrind not found)\n");
     if (dt_local_run(1, gemm_body, NULL, NULL) != DT_OK) {
         fprintf(stderr, "bench failed: %s\n", dt_last_error());
         return 1;

@@ -8,7 +8,15 @@
  * torchtitan does). Per configuration and side: the median (min-max) step time over STEPS
  * steps after WARMUP, tokens/s, collectives per step (dtensor: rank 0's dt_comm_stats over a
  * step, every kind; PyTorch: rank 0's gloo collectives over a step, from torch.profiler), and
- * the loss curve's largest relative distance from the same side's one-rank curve.
+ * the loss curve's largest relative distance from the same side's one-rank curve. Also per
+ * configuration: the model's GFLOP/s, its fraction of the machine's peak (a 2048^3 OpenBLAS
+ * sgemm on all cores, best of 3 before each configuration, the best of the run), and rank
+ * threads' minor page faults per step (getrusage RUSAGE_THREAD, the most of any rank, mean
+ * over the timed steps).
+ * Model FLOPs per step: 6 x P x B x T (P: every parameter, embedding and output included;
+ * forward 2, backward 4 per parameter and token) plus 12 x L x T x C x B x T for attention's
+ * two T x T products (forward and backward, causal counted as full). When the PyTorch side
+ * fails, its reason (the last line it wrote to stderr) is printed.
  *
  * PyTorch runs only when DT_TORCH_PYTHON names a python with torch (the PyTorch columns say
  * "-" otherwise); DT_SOURCE_DIR locates bench/train_torch.py (default "."). BENCH_QUICK=1
@@ -18,16 +26,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../examples/tiny_llama.h"
+#include "dt_config.h"
+#if DT_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
 
 enum { WARMUP = 2, MAXSTEPS = 20, NCONF = 6 };
-static const tl_config cfg = {.vocab = 256, .seq = 64, .batch = 8, .dim = 128, .layers = 2,
-                              .heads = 4, .kv_heads = 2, .hidden = 384};
+static const tl_config cfg = {.vocab = 256,
+                              .seq = 64,
+                              .batch = 8,
+                              .dim = 128,
+                              .layers = 2,
+                              .heads = 4,
+                              .kv_heads = 2,
+                              .hidden = 384};
 /* A small model (one block, dim 64): where per-op overhead weighs most */
-static const tl_config small = {.vocab = 256, .seq = 64, .batch = 4, .dim = 64, .layers = 1,
-                                .heads = 4, .kv_heads = 4, .hidden = 172};
+static const tl_config small = {.vocab = 256,
+                                .seq = 64,
+                                .batch = 4,
+                                .dim = 64,
+                                .layers = 1,
+                                .heads = 4,
+                                .kv_heads = 4,
+                                .hidden = 172};
 static const char *text_path = "/usr/share/common-licenses/GPL-3";
 
 typedef struct conf {
@@ -37,20 +63,45 @@ typedef struct conf {
     const tl_config *model; /* NULL: make train's */
 } conf;
 
-static const tl_config *model_of(const conf *c) { return c->model ? c->model : &cfg; }
+static const tl_config *model_of(const conf *c) {
+    return c->model ? c->model : &cfg;
+}
 
 static const conf confs[NCONF] = {
     {"1 rank", "1", "eager", "eager, 1 process", 1, {.dp_dim = -1, .tp_dim = -1}, NULL},
-    {"dp=4 FSDP", "dp=4", "fsdp", "FSDP2", 4,
-     {.dp_dim = 0, .tp_dim = -1, .fsdp = 1, .fsdp_units = 1}, NULL},
+    {"dp=4 FSDP",
+     "dp=4",
+     "fsdp",
+     "FSDP2",
+     4,
+     {.dp_dim = 0, .tp_dim = -1, .fsdp = 1, .fsdp_units = 1},
+     NULL},
     {"dp=4 DDP", "dp=4", "ddp", "DDP", 4, {.dp_dim = 0, .tp_dim = -1}, NULL},
-    {"tp=4 SP", "tp=4", "tp", "TP + SP + loss parallel", 4,
-     {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1}, NULL},
-    {"dp=2 x tp=2 FSDP+TP", "dp=2,tp=2", "fsdp_tp", "FSDP2 x TP (2x2)", 4,
-     {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .fsdp_units = 1, .sequence_parallel = 1,
+    {"tp=4 SP",
+     "tp=4",
+     "tp",
+     "TP + SP + loss parallel",
+     4,
+     {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1},
+     NULL},
+    {"dp=2 x tp=2 FSDP+TP",
+     "dp=2,tp=2",
+     "fsdp_tp",
+     "FSDP2 x TP (2x2)",
+     4,
+     {.dp_dim = 0,
+      .tp_dim = 1,
+      .fsdp = 1,
+      .fsdp_units = 1,
+      .sequence_parallel = 1,
       .loss_parallel = 1},
      NULL},
-    {"1 rank, small model", "1", "eager", "eager, 1 process", 1, {.dp_dim = -1, .tp_dim = -1},
+    {"1 rank, small model",
+     "1",
+     "eager",
+     "eager, 1 process",
+     1,
+     {.dp_dim = -1, .tp_dim = -1},
      &small},
 };
 
@@ -60,6 +111,9 @@ typedef struct result {
     double ms[3]; /* median, min, max */
     long long colls;
     float loss[WARMUP + MAXSTEPS];
+    double params; /* the model's parameters (global), dtensor side */
+    double faults; /* minor faults per timed step, the most of any rank */
+    char why[160]; /* PyTorch: the last line of its stderr when it failed */
 } result;
 
 typedef struct run {
@@ -68,8 +122,14 @@ typedef struct run {
     const unsigned char *text;
     size_t n;
     double ms[MAXSTEPS];
+    long faults[8]; /* per rank, over the timed steps */
     result *r;
 } run;
+
+static long thread_faults(void) {
+    struct rusage u;
+    return getrusage(RUSAGE_THREAD, &u) == 0 ? u.ru_minflt : 0;
+}
 
 static double now_ms(void) {
     struct timespec t;
@@ -101,17 +161,29 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         .lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.01};
     dt_optim *opt;
     TRY(dt_optim_adamw_create_params(&adamw, m.params, &opt));
+    if (rank == 0) {
+        r->r->params = 0;
+        for (int i = 0; i < dt_params_count(m.params); i++) {
+            dt_tensor *w;
+            dt_tensor_info info;
+            TRY(dt_params_at(m.params, i, NULL, &w));
+            TRY(dt_tensor_info_get(w, &info));
+            r->r->params += (double)info.numel;
+        }
+    }
     for (int s = 0; s < WARMUP + r->steps; s++) {
         dt_tensor *tok, *tgt, *loss;
         TRY(tl_batch(&m, r->text, r->n, s, &tok, &tgt));
         TRY(dt_barrier(world));
         TRY(dt_comm_stats_reset(ctx));
+        long f0 = thread_faults();
         double t0 = now_ms();
         TRY(tl_loss(&m, tok, tgt, &loss));
         TRY(dt_backward(loss));
         TRY(dt_optim_step(opt));
         TRY(dt_optim_zero_grad(opt));
         double t1 = now_ms();
+        if (s >= WARMUP && rank < 8) r->faults[rank] += thread_faults() - f0;
         dt_comm_stats cs;
         TRY(dt_comm_stats_get(ctx, &cs));
         float v;
@@ -145,18 +217,73 @@ static void run_dtensor(const conf *c, int steps, const unsigned char *text, siz
         return;
     }
     stats(r.ms, steps, out->ms);
+    out->faults = 0;
+    for (int k = 0; k < c->ranks && k < 8; k++)
+        out->faults = fmax(out->faults, (double)r.faults[k] / steps);
     out->ok = 1;
 }
 
-/* The PyTorch side: one line "median min max collectives loss...", 0 when it fails. */
+/* Model FLOPs of one step (the formula in the header comment). */
+static double step_flops(const tl_config *m, double params) {
+    double tokens = (double)m->batch * m->seq;
+    return 6 * params * tokens + 12.0 * m->layers * m->seq * m->dim * tokens;
+}
+
+/* The machine's peak as this bench sees it: GFLOP/s of a 2048^3 sgemm, all cores, best of 3;
+ * 0 without OpenBLAS. */
+static double sgemm_peak(void) {
+#if DT_HAVE_OPENBLAS
+    const int n = 2048;
+    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
+          *c = malloc(sizeof(float) * n * n);
+    double best = 1e30;
+    if (a && b && c) {
+        for (size_t i = 0; i < (size_t)n * n; i++)
+            a[i] = 1.0f / (float)(i % 7 + 1), b[i] = 1.0f / (float)(i % 5 + 1);
+        for (int r = 0; r < 4; r++) { /* the first warms OpenBLAS's threads and buffers */
+            double t0 = now_ms();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
+                        c, n);
+            double t = now_ms() - t0;
+            if (r && t < best) best = t;
+        }
+    }
+    free(a), free(b), free(c);
+    return best < 1e30 ? 2.0 * n * n * n / (best * 1e-3) / 1e9 : 0;
+#else
+    return 0;
+#endif
+}
+
+/* The last non-empty line of the file at path into why (cut to fit), "" when none; the torch
+ * profiler's own log lines ("ERROR:2026-... gpuGetDeviceCount failed", "USDT:...") are
+ * skipped, they come with every CPU run and are not why a run failed. */
+static void last_line(const char *path, char *why, size_t cap) {
+    char line[1024];
+    why[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        size_t caps = strspn(line, "ABCDEFGHIJKLMNOPQRSTUVWXYZ");
+        int profiler =
+            caps > 0 && line[caps] == ':' && line[caps + 1] >= '0' && line[caps + 1] <= '9';
+        if (line[0] && !profiler) snprintf(why, cap, "%.150s", line);
+    }
+    fclose(f);
+}
+
+/* The PyTorch side: one line "median min max collectives loss...", 0 when it fails (with the
+ * last line of its stderr in out->why). */
 static void run_torch(const char *py, const conf *c, int steps, int have_text, result *out) {
     const char *src = getenv("DT_SOURCE_DIR");
     const tl_config *mc = model_of(c);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "%s %s/bench/train_torch.py %s %d %d %d %d %d %d %d %d %d %d %s 2>/dev/null", py,
-             src ? src : ".", c->torch_mode, mc->vocab, mc->seq, mc->batch, mc->dim, mc->layers,
-             mc->heads, mc->kv_heads, mc->hidden, steps, c->ranks, have_text ? text_path : "");
+    char cmd[2048], err[64];
+    snprintf(err, sizeof err, "/tmp/bench_train_torch.%d.err", (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s %s/bench/train_torch.py %s %d %d %d %d %d %d %d %d %d %d %s 2>%s",
+             py, src ? src : ".", c->torch_mode, mc->vocab, mc->seq, mc->batch, mc->dim, mc->layers,
+             mc->heads, mc->kv_heads, mc->hidden, steps, c->ranks, have_text ? text_path : "", err);
+    snprintf(out->why, sizeof out->why, "could not start %s", py);
     FILE *p = popen(cmd, "r");
     if (!p) return;
     int got = fscanf(p, "%lf %lf %lf %lld", &out->ms[0], &out->ms[1], &out->ms[2], &out->colls);
@@ -164,7 +291,13 @@ static void run_torch(const char *py, const conf *c, int steps, int have_text, r
     int nloss = 0;
     for (; nloss < WARMUP + 1 + steps && nloss < WARMUP + MAXSTEPS; nloss++)
         if (fscanf(p, "%f", &out->loss[nloss]) != 1) break;
-    out->ok = pclose(p) == 0 && got == 4 && nloss > 0;
+    int rc = pclose(p);
+    out->ok = rc == 0 && got == 4 && nloss > 0;
+    last_line(err, out->why, sizeof out->why);
+    if (!out->ok && !out->why[0])
+        snprintf(out->why, sizeof out->why, "exit status %d, %d numbers read, nothing on stderr",
+                 rc, got);
+    remove(err);
 }
 
 /* The largest relative distance of a loss curve from the one-rank curve (n steps). */
@@ -202,9 +335,13 @@ int main(int argc, char **argv) {
         if (n <= (size_t)cfg.seq + 1) free(text), text = NULL, n = 0;
     }
     double load_start = load1();
+    /* The peak: the best sgemm of the run, one measured before each configuration, so that a
+     * busy moment at the start does not make a small peak (and fractions over 100%). */
+    double peak = 0;
     result dt[NCONF] = {{0}}, pt[NCONF] = {{0}};
     for (int i = 0; i < NCONF; i++) { /* each configuration: dtensor, then PyTorch */
         if (only && strcmp(only, confs[i].name)) continue;
+        peak = fmax(peak, sgemm_peak());
         run_dtensor(&confs[i], steps, text, n, &dt[i]);
         if (py) run_torch(py, &confs[i], steps, text != NULL, &pt[i]);
     }
@@ -219,19 +356,30 @@ int main(int argc, char **argv) {
                cfg.batch, text ? text_path : "synthetic tokens", steps, WARMUP, load_start,
                load_end);
     if (!table)
-        printf("%-20s %-26s %6s %9s %9s | %-26s %6s %9s | %-8s\n", "configuration",
-               "dtensor step ms", "coll", "vs 1 rank", "loss dist", "PyTorch step ms", "coll",
-               "loss dist", "dt/torch");
+        printf("model GFLOP/s: (6 x parameters x B x T + 12 x layers x T x C x B x T) per step "
+               "over the median step; %% peak: of a 2048^3 OpenBLAS sgemm on all cores in this "
+               "run (%.1f GFLOP/s); faults: minor page faults per step, the most of any rank\n",
+               peak);
+    if (!table)
+        printf("%-20s %-26s %6s %9s %9s %8s %6s %6s | %-26s %6s %9s %8s | %-8s\n", "configuration",
+               "dtensor step ms", "coll", "vs 1 rank", "loss dist", "GFLOP/s", "%peak", "faults",
+               "PyTorch step ms", "coll", "loss dist", "GFLOP/s", "dt/torch");
     int fail = 0;
     for (int i = 0; i < NCONF; i++) {
         const conf *c = &confs[i];
         char d[64] = "failed", p[96] = "-", ratio[32] = "-", pcoll[16] = "-", pdist[16] = "-";
-        char dcoll[16] = "-", ddist[16] = "-", vs1[16] = "-";
+        char dcoll[16] = "-", ddist[16] = "-", vs1[16] = "-", dgf[16] = "-", dpk[16] = "-";
+        char dflt[16] = "-", pgf[16] = "-";
+        double flops = step_flops(model_of(c), dt[i].params);
         if (only && strcmp(only, c->name)) continue;
         if (!dt[i].ok) fail = 1;
         if (dt[i].ok) {
             snprintf(d, sizeof d, "%.1f (%.1f-%.1f)", dt[i].ms[0], dt[i].ms[1], dt[i].ms[2]);
             snprintf(dcoll, sizeof dcoll, "%lld", dt[i].colls);
+            snprintf(dgf, sizeof dgf, "%.2f", flops / dt[i].ms[0] / 1e6);
+            if (peak > 0)
+                snprintf(dpk, sizeof dpk, "%.1f%%", 100 * flops / dt[i].ms[0] / 1e6 / peak);
+            snprintf(dflt, sizeof dflt, "%.1f", dt[i].faults);
             if (dt[0].ok && !c->model) {
                 snprintf(vs1, sizeof vs1, "%.2fx", dt[i].ms[0] / dt[0].ms[0]);
                 snprintf(ddist, sizeof ddist, "%.1e", loss_dist(&dt[i], &dt[0], WARMUP + steps));
@@ -241,27 +389,31 @@ int main(int argc, char **argv) {
         if (pt[i].ok) {
             snprintf(p, sizeof p, "%.1f (%.1f-%.1f)", pt[i].ms[0], pt[i].ms[1], pt[i].ms[2]);
             snprintf(pcoll, sizeof pcoll, "%lld", pt[i].colls);
+            if (dt[i].ok) snprintf(pgf, sizeof pgf, "%.2f", flops / pt[i].ms[0] / 1e6);
             if (pt[0].ok && !c->model)
                 snprintf(pdist, sizeof pdist, "%.1e", loss_dist(&pt[i], &pt[0], WARMUP + steps));
             if (dt[i].ok) snprintf(ratio, sizeof ratio, "%.2fx", pt[i].ms[0] / dt[i].ms[0]);
         }
         if (table) {
             double tokens = (double)model_of(c)->batch * model_of(c)->seq;
-            printf("train step %s (%s)\t%s ms, %.0f tokens/s, %s coll/step, %s of 1 rank\t",
+            printf("train step %s (%s)\t%s ms, %.0f tokens/s, %s coll/step, %s of 1 rank, %s "
+                   "model GFLOP/s (%s of sgemm peak %.1f), %s faults/step\t",
                    c->name, c->model ? "V 256, C 64, 1 layer, T 64, B 4" : "make train", d,
-                   dt[i].ok ? tokens / dt[i].ms[0] * 1e3 : 0.0, dcoll, vs1);
+                   dt[i].ok ? tokens / dt[i].ms[0] * 1e3 : 0.0, dcoll, vs1, dgf, dpk, peak, dflt);
             if (pt[i].ok)
-                printf("PyTorch %s %s ms, %s coll/step\t%s\n", c->torch_name, p, pcoll, ratio);
+                printf("PyTorch %s %s ms, %s coll/step, %s GFLOP/s\t%s\n", c->torch_name, p, pcoll,
+                       pgf, ratio);
+            else if (py)
+                printf("PyTorch %s failed: %s\t-\n", c->torch_name, pt[i].why);
             else
-                printf("%s\t-\n",
-                       py ? "PyTorch failed" : "PyTorch not run (DT_TORCH_PYTHON unset)");
+                printf("PyTorch not run (DT_TORCH_PYTHON unset)\t-\n");
             continue;
         }
-        printf("%-20s %-26s %6s %9s %9s | %-26s %6s %9s | %-8s\n", c->name, d, dcoll, vs1, ddist,
-               p, pcoll, pdist, ratio);
+        printf("%-20s %-26s %6s %9s %9s %8s %6s %6s | %-26s %6s %9s %8s | %-8s\n", c->name, d,
+               dcoll, vs1, ddist, dgf, dpk, dflt, p, pcoll, pdist, pgf, ratio);
+        if (py && !pt[i].ok) printf("  PyTorch %s failed: %s\n", c->torch_name, pt[i].why);
     }
-    if (!table && !py)
-        printf("(PyTorch not run: set DT_TORCH_PYTHON to a python with torch)\n");
+    if (!table && !py) printf("(PyTorch not run: set DT_TORCH_PYTHON to a python with torch)\n");
     if (!table)
         printf("dt/torch: PyTorch's step time over dtensor's (throughput ratio); loss dist: the "
                "largest relative distance of the loss curve from the same side's 1-rank curve\n");

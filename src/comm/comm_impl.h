@@ -149,6 +149,8 @@ struct dt_ctx {
     int64_t check_ns;          /* DT_CHECK_S: when a wait looks for ranks stuck elsewhere */
     struct dt_flight *flight;  /* the last collectives (comm/flight.h) */
     dt_comm_observer_fn observer; /* dt_comm_set_observer; NULL: none */
+    struct dt_host_arena *arena;  /* the rank's host blocks (core/alloc.h), bound to the thread
+                                     that runs it; NULL: the shared lists */
     void *observer_user;
     _Alignas(16) unsigned char slots[DT_CTX_SLOT_COUNT][DT_CTX_SLOT_BYTES];
 };

@@ -8,6 +8,7 @@
 #include "comm/flight.h"
 #include "comm/stuck.h"
 #include "comm/worker.h"
+#include "core/alloc.h"
 #include "core/check.h"
 
 struct dt_user_group_count {
@@ -37,6 +38,7 @@ dt_status dt_ctx_init_common(dt_ctx *ctx) {
     DT_CHECK(dt_boot_env_flag("DT_DEBUG_COLLECTIVES", 0, &debug));
     ctx->check_collectives = debug && !ctx->backend->checks_collectives;
     DT_CHECK(dt_check_interval_ns(ctx->size, &ctx->check_ns));
+    ctx->arena = dt_host_arena_create(); /* NULL: the shared lists serve this rank */
     ctx->flight = calloc(1, sizeof *ctx->flight);
     if (!ctx->flight) return dt_error(DT_ERR_NOMEM, "rank %d: out of memory", ctx->rank);
     if (pthread_mutex_init(&ctx->stats_mu, NULL) != 0)
@@ -58,6 +60,8 @@ void dt_ctx_fini_common(dt_ctx *ctx) {
     free(ctx->flight);
     ctx->flight = NULL;
     pthread_mutex_destroy(&ctx->stats_mu);
+    dt_host_arena_close(ctx->arena); /* its thread unbound it (backends bind around the rank) */
+    ctx->arena = NULL;
 }
 
 static const char *const coll_names[] = {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "core/alloc.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
@@ -111,14 +112,17 @@ dt_status dt_tensor_storage_alloc(dt_tensor *t) {
     return DT_OK;
 }
 
-/* One layout computation per tensor: dispatch makes one per op. */
+/* One layout computation per tensor, none when the caller knows it (layout: the local shape,
+ * then the local offset, ndim each; NULL: computed). */
 static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
-                      const int64_t *shape, const dt_placement *norm, void *data, bool owned,
-                      int storage, dt_tensor **out) {
+                      const int64_t *shape, const dt_placement *norm, const int64_t *const *layout,
+                      void *data, bool owned, int storage, dt_tensor **out) {
     const dt_mem_ops *mem = dt_mem_ops_of(device.kind);
     if (!mem) return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
                               (int)device.kind);
-    dt_tensor *t = calloc(1, sizeof *t);
+    /* The shell from the rank's arena too: a dispatch makes one per op (glibc's calloc and
+     * free of it were a tenth of a small op's instructions). */
+    dt_tensor *t = dt_host_calloc(sizeof *t);
     if (!t) return dt_error(DT_ERR_NOMEM, "tensor: out of memory");
     t->magic = DT_TENSOR_LIVE;
     atomic_init(&t->refs, 1);
@@ -127,9 +131,13 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
     if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
     memcpy(t->placements, norm, sizeof(dt_placement) * (size_t)mesh->ndim);
     /* A rank outside the mesh (a sub-mesh made elsewhere) holds nothing of the tensor. */
-    if (mesh->rank >= 0)
+    if (mesh->rank >= 0 && layout) {
+        memcpy(t->local_shape, layout[0], sizeof(int64_t) * (size_t)ndim);
+        memcpy(t->local_offset, layout[1], sizeof(int64_t) * (size_t)ndim);
+    } else if (mesh->rank >= 0) {
         dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, t->local_shape,
                         t->local_offset);
+    }
     t->local_numel = mesh->rank >= 0 ? dt_shape_numel(t->local_shape, ndim) : 0;
     t->device = device;
     t->data = data;
@@ -143,7 +151,7 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
         dt_status st = !t->data ? DT_ERR_NOMEM : storage == ZEROED ? mem->zero(t->data, bytes) : DT_OK;
         if (st != DT_OK) {
             mem->free(t->data);
-            free(t);
+            dt_host_free(t);
             if (st == DT_ERR_NOMEM) dt_error_prefix("tensor: a shard");
             return st;
         }
@@ -158,12 +166,21 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
 dt_status dt_tensor_new(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                         const int64_t *shape, const dt_placement *norm, void *data, bool owned,
                         dt_tensor **out) {
-    return make(mesh, device, dtype, ndim, shape, norm, data, owned, data ? GIVEN : ZEROED, out);
+    return make(mesh, device, dtype, ndim, shape, norm, NULL, data, owned, data ? GIVEN : ZEROED,
+                out);
 }
 
 dt_status dt_tensor_alloc(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                           const int64_t *shape, const dt_placement *norm, dt_tensor **out) {
-    return make(mesh, device, dtype, ndim, shape, norm, NULL, true, UNINIT, out);
+    return make(mesh, device, dtype, ndim, shape, norm, NULL, NULL, true, UNINIT, out);
+}
+
+dt_status dt_tensor_alloc_laid_out(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
+                                   const int64_t *shape, const dt_placement *norm,
+                                   const int64_t *local_shape, const int64_t *local_offset,
+                                   dt_tensor **out) {
+    const int64_t *layout[2] = {local_shape, local_offset};
+    return make(mesh, device, dtype, ndim, shape, norm, layout, NULL, true, UNINIT, out);
 }
 
 void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,
@@ -205,7 +222,7 @@ static pthread_once_t quarantine_once = PTHREAD_ONCE_INIT;
 
 static void quarantine_destroy(void *p) {
     quarantine *q = p;
-    for (int i = 0; i < QUARANTINE; i++) free(q->ring[i]);
+    for (int i = 0; i < QUARANTINE; i++) dt_host_free(q->ring[i]);
     free(q);
 }
 
@@ -222,10 +239,10 @@ static void shell_free(dt_tensor *t) {
         q = NULL;
     }
     if (!q) {
-        free(t);
+        dt_host_free(t);
         return;
     }
-    free(q->ring[q->next]);
+    dt_host_free(q->ring[q->next]);
     q->ring[q->next] = t;
     q->next = (q->next + 1) % QUARANTINE;
 }

@@ -136,6 +136,14 @@ dt_status dt_tensor_new(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndi
 dt_status dt_tensor_alloc(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                           const int64_t *shape, const dt_placement *norm, dt_tensor **out);
 
+/* dt_tensor_alloc with this rank's local shape and offset already known (ndim each; what
+ * dt_shard_layout gives for the mesh's own coordinate): dispatch keeps them with a cached
+ * strategy, so a cached op skips the layout computation. */
+dt_status dt_tensor_alloc_laid_out(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
+                                   const int64_t *shape, const dt_placement *norm,
+                                   const int64_t *local_shape, const int64_t *local_offset,
+                                   dt_tensor **out);
+
 /* Local shape and offset of the shard held by mesh rank r. */
 void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,
                          int64_t *offset_out);

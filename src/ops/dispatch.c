@@ -24,6 +24,11 @@ struct dt_op_choice {
     dt_placement in[DT_OP_MAX_INPUTS][DT_MESH_MAX_NDIM];
     dt_placement out[DT_MESH_MAX_NDIM];
     op_out spec;
+    /* What a cached call would recompute each time, all fixed by the key and the mesh: bit i
+     * set when input i is already in its chosen placements (the key holds the inputs'
+     * placements), and this rank's block of the output. */
+    unsigned in_place;
+    int64_t out_local_shape[DT_MAX_NDIM], out_local_offset[DT_MAX_NDIM];
     char text[160]; /* "S(0),R | R,S(1) -> S(0),S(1)", for traces */
 };
 typedef struct dt_op_choice strategy;
@@ -150,7 +155,20 @@ static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int 
     }
     if (!(s = malloc(sizeof *s))) return dt_error(DT_ERR_NOMEM, "dispatch: out of memory");
     dt_status st = choose(op, f, in, n, args ? args : &no_args, s);
-    if (st == DT_OK) strategy_text(s, n, in[0]->mesh->ndim, s->text, sizeof s->text);
+    if (st == DT_OK) {
+        dt_mesh *mesh = in[0]->mesh;
+        strategy_text(s, n, mesh->ndim, s->text, sizeof s->text);
+        s->in_place = 0;
+        for (int i = 0; i < n; i++) {
+            int same = 1;
+            for (int m = 0; in[i] && m < mesh->ndim; m++)
+                same &= dt_placement_equal(s->in[i][m], in[i]->placements[m]);
+            s->in_place |= (unsigned)same << i;
+        }
+        if (mesh->rank >= 0)
+            dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, s->spec.ndim, s->spec.shape,
+                            s->out, s->out_local_shape, s->out_local_offset);
+    }
     DT_CHECK(cache_put(&at, s, st));
     *out = s;
     return DT_OK;
@@ -169,7 +187,7 @@ dt_status dt_dispatch_check(dt_op op, dt_tensor *const *in, int n) {
                                         "(activation checkpointing or FSDP resharding): only "
                                         "backward may read it", dt_op_name(op), i);
         /* Meshes compare by value: two made alike over the same ranks are one. */
-        if (in[i] && !dt_mesh_equal(in[i]->mesh, in[0]->mesh))
+        if (in[i] && in[i]->mesh != in[0]->mesh && !dt_mesh_equal(in[i]->mesh, in[0]->mesh))
             return dt_error(DT_ERR_MESH, "%s: input %d lives on another mesh than input 0 (shape "
                                          "or ranks differ; move it with "
                                          "dt_tensor_redistribute_to)", dt_op_name(op), i);
@@ -227,13 +245,22 @@ static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *u
     /* A rank outside the mesh holds nothing of any input or of the output: nothing to run. */
     if (o->mesh->rank < 0) return DT_OK;
     op_input gin[DT_OP_MAX_INPUTS];
-    local_call c = {.op = op, .args = a, .ninputs = n, .global = gin, .naux = na,
-                    .k = dt_kernels_of(dev.kind), .mem = dt_mem_ops_of(dev.kind)};
+    /* Filled field by field, not zeroed whole: the call's 1 KiB of blocks and offsets cost a
+     * small op more than its kernel. Slots past n and absent inputs read as empty blocks. */
+    local_call c;
+    c.op = op, c.args = a, c.ninputs = n, c.global = gin, c.naux = na;
+    c.k = dt_kernels_of(dev.kind), c.mem = dt_mem_ops_of(dev.kind);
     globals_of(use, n, gin);
-    for (int i = 0; i < n; i++) {
-        if (!use[i]) continue;
-        local_of(use[i], &c.in[i]);
-        memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
+    for (int i = 0; i < DT_OP_MAX_INPUTS; i++) {
+        if (i < n && use[i]) {
+            local_of(use[i], &c.in[i]);
+            memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
+        } else if (i < n) {
+            memset(&c.in[i], 0, sizeof c.in[i]);
+            memset(c.in_offset[i], 0, sizeof c.in_offset[i]);
+        } else {
+            c.in[i].data = NULL, c.in[i].ndim = 0;
+        }
     }
     local_of(o, &c.out);
     memcpy(c.out_offset, o->local_offset, sizeof(int64_t) * (size_t)o->ndim);
@@ -321,11 +348,8 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
     dt_status st = DT_OK;
     for (int i = 0; i < n && st == DT_OK; i++) {
         use[i] = in[i];
-        if (!in[i]) continue;
-        int same = 1;
-        for (int m = 0; m < mesh->ndim; m++)
-            same &= dt_placement_equal(s->in[i][m], in[i]->placements[m]);
-        if (!same && (st = redistribute_input(op, i, in[i], s->in[i], &moved[i])) == DT_OK)
+        if (!in[i] || (s->in_place >> i & 1)) continue;
+        if ((st = redistribute_input(op, i, in[i], s->in[i], &moved[i])) == DT_OK)
             use[i] = moved[i];
     }
     op_input gin[DT_OP_MAX_INPUTS];
@@ -336,7 +360,8 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
     char text[sizeof s->text];
     text[0] = '\0';
     if (st == DT_OK)
-        st = dt_tensor_alloc(mesh, dev, s->spec.dtype, s->spec.ndim, s->spec.shape, s->out, &o);
+        st = dt_tensor_alloc_laid_out(mesh, dev, s->spec.dtype, s->spec.ndim, s->spec.shape,
+                                      s->out, s->out_local_shape, s->out_local_offset, &o);
     for (int i = 0; i < na && st == DT_OK; i++)
         st = dt_tensor_alloc(mesh, dev, aspec[i].dtype, aspec[i].ndim, aspec[i].shape, s->out,
                              &ax[i]);

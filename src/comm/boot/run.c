@@ -4,10 +4,13 @@
 #include "comm/boot/run.h"
 #include "comm/comm_impl.h"
 #include "comm/worker.h"
+#include "core/alloc.h"
 #include "core/check.h"
 
 dt_status dt_proc_run(const dt_proc_world *pw, dt_status st, dt_spmd_fn fn, void *arg) {
     char msg[512] = "";
+    /* The rank's temporaries reuse its own blocks; teardown closes the arena. */
+    dt_host_arena *prev = dt_host_arena_bind(pw->ctx ? pw->ctx->arena : NULL);
     if (st == DT_OK) {
         st = fn(pw->ctx, arg);
         if (st != DT_OK && dt_last_error()[0] == '\0')
@@ -22,6 +25,7 @@ dt_status dt_proc_run(const dt_proc_world *pw, dt_status st, dt_spmd_fn fn, void
         dt_worker_destroy(pw->ctx->worker);
         pw->ctx->worker = NULL;
     }
+    dt_host_arena_bind(prev);
     int frank = -1;
     dt_status fst = DT_OK;
     char fmsg[512] = "";

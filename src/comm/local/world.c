@@ -172,6 +172,7 @@ static void *rank_main(void *p) {
     /* This rank's share of the cores for its kernels' intra-op threads; a pool that could not
      * start every thread runs with fewer, which changes no result. */
     if (dt_pool_set_threads(dt_pool_share(r->world->size)) != DT_OK) dt_error(DT_OK, "%s", "");
+    dt_host_arena_bind(r->ctx.arena); /* the rank's temporaries reuse its own blocks */
     dt_status st = r->fn(&r->ctx, r->arg);
     if (st != DT_OK && dt_last_error()[0] == '\0')
         dt_error(st, "the SPMD function returned %s", dt_status_str(st));
@@ -190,6 +191,7 @@ static void *rank_main(void *p) {
     }
     if (st == DT_OK) rank_finished(r->world, r->ctx.rank, st);
     dt_pool_release();
+    dt_host_arena_bind(NULL); /* ctx_fini closes it on the joining thread */
     return NULL;
 }
 
