@@ -17,6 +17,9 @@
 #include "ops/kernels.h"
 
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 #if DT_HAVE_OPENBLAS
 #include <cblas.h>
@@ -211,6 +214,47 @@ static dt_status gemm_any(dt_dtype dt, dt_dtype db, mm_ctx *cx, int64_t M, const
     default: return DT_ERR_DTYPE;
     }
 }
+
+/* OpenBLAS's kernels for CPUs its build does not know. Debian 12's OpenBLAS (0.3.21, built for
+ * every x86 core and choosing at load) names newer Xeons (Sapphire Rapids, with AVX-512 and
+ * AMX) "Prescott" and runs its SSE3 GEMM there: a third of the speed its AVX-512 kernels give
+ * on the same core. When the user has not chosen (OPENBLAS_CORETYPE), the library asks it for
+ * the kernels the CPU can run, once, while the library loads. */
+#if DT_HAVE_OPENBLAS && (defined(__x86_64__) || defined(__i386__))
+/* Present in builds that choose their kernels at load (DYNAMIC_ARCH); weak, so a build
+ * without them links and keeps what it has. */
+extern char *openblas_get_corename(void) __attribute__((weak));
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+/* The kernels for this CPU's vector units: OpenBLAS's names. */
+static const char *best_coretype(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+    return NULL;
+}
+
+/* The fallback cores a dynamic OpenBLAS picks for a CPU it cannot name. */
+static int generic(const char *name) {
+    return !strcasecmp(name, "Prescott") || !strcasecmp(name, "Core2") ||
+           !strcasecmp(name, "Nehalem") || !strcasecmp(name, "Sandybridge");
+}
+
+__attribute__((constructor)) static void dt_blas_pick_kernels(void) {
+    if (!openblas_get_corename || !gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
+    if (getenv("OPENBLAS_CORETYPE") || getenv("DT_BLAS_KEEP_CORE")) return;
+    const char *now = openblas_get_corename(), *want = best_coretype();
+    if (!now || !want || !generic(now)) return;
+    /* gotoblas_dynamic_init reads the choice from the environment; set only for the call. */
+    if (setenv("OPENBLAS_CORETYPE", want, 0) != 0) return;
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");
+}
+#endif
 
 /* While more than one in-process rank runs, the GEMM uses one thread (the ranks are threads on
  * the same cores already, and OpenBLAS's own spinning threads would fight them); otherwise the
