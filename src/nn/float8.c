@@ -16,8 +16,12 @@
 
 #define AMAX_EPS 1e-12 /* torchao's EPS: an all-zero tensor gets a finite scale */
 
-static int is_f8(dt_dtype d) { return d == DT_F8E4M3 || d == DT_F8E5M2; }
-static int is_wide(dt_dtype d) { return d == DT_F32 || d == DT_F64 || d == DT_BF16 || d == DT_F16; }
+static int is_f8(dt_dtype d) {
+    return d == DT_F8E4M3 || d == DT_F8E5M2;
+}
+static int is_wide(dt_dtype d) {
+    return d == DT_F32 || d == DT_F64 || d == DT_BF16 || d == DT_F16;
+}
 
 double dt_float8_max(dt_dtype dtype) {
     return dtype == DT_F8E4M3 ? 448.0 : dtype == DT_F8E5M2 ? 57344.0 : 0.0;
@@ -41,13 +45,13 @@ static dt_status settle(dt_tensor **t) {
 
 /* A tensor of t's spec (dtype aside) whose every element is v. */
 static dt_status full_like(dt_tensor *t, dt_dtype dtype, double v, dt_tensor **out) {
-    return dt_tensor_full_value(t->mesh, dtype, t->ndim, t->shape, t->mesh->ndim, t->placements,
-                                v, out);
+    return dt_tensor_full_value(t->mesh, dtype, t->ndim, t->shape, t->mesh->ndim, t->placements, v,
+                                out);
 }
 
 /* scale = max / max(amax(|x|) over dims, eps), in f64, rounded to f32. No grad recorded. */
-static dt_status scale_of(const char *fn, dt_tensor *x, dt_dtype dtype, const int *dims,
-                          int ndims, int keepdim, dt_tensor **out) {
+static dt_status scale_of(const char *fn, dt_tensor *x, dt_dtype dtype, const int *dims, int ndims,
+                          int keepdim, dt_tensor **out) {
     DT_ARG(is_f8(dtype), "%s: argument dtype is %s, not a float8 dtype", fn, dt_dtype_name(dtype));
     if (!is_wide(x->dtype))
         return dt_error(DT_ERR_DTYPE, "%s: argument x is %s; scales are taken of float tensors", fn,
@@ -65,7 +69,8 @@ static dt_status scale_of(const char *fn, dt_tensor *x, dt_dtype dtype, const in
     if (st == DT_OK) st = dt_div(num, c, &s);
     if (st == DT_OK) st = dt_cast(s, DT_F32, out);
     dt_tensor *all[] = {a, m, w, eps, c, num, s};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        dt_tensor_release(all[i]);
     dt_no_grad_exit(ctx);
     if (st != DT_OK) dt_error_prefix(fn);
     return st;
@@ -96,8 +101,10 @@ static dt_status cast_scaled(dt_tensor *x, dt_dtype dtype, dt_tensor *scale, dt_
         if (st == DT_OK) st = dt_cast(y, dtype, out);
     } else { /* / scale in f32, then dtype */
         if (st == DT_OK) st = dt_div(src, scale, &y);
-        if (st == DT_OK && dtype == DT_F32) *out = y, y = NULL;
-        else if (st == DT_OK) st = dt_cast(y, dtype, out);
+        if (st == DT_OK && dtype == DT_F32)
+            *out = y, y = NULL;
+        else if (st == DT_OK)
+            st = dt_cast(y, dtype, out);
     }
     dt_tensor_release(f);
     dt_tensor_release(y);
@@ -110,8 +117,10 @@ dt_status dt_cast_scaled(dt_tensor *x, dt_dtype dtype, dt_tensor *scale, dt_tens
     DT_ARG_NOT_NULL(out);
     int to8 = is_f8(dtype) && is_wide(x->dtype), from8 = is_f8(x->dtype) && is_wide(dtype);
     if (!to8 && !from8)
-        return dt_error(DT_ERR_DTYPE, "%s: casts %s to %s; a scaled cast goes between float8 and "
-                        "f32/f64/bf16/f16", __func__, dt_dtype_name(x->dtype), dt_dtype_name(dtype));
+        return dt_error(DT_ERR_DTYPE,
+                        "%s: casts %s to %s; a scaled cast goes between float8 and "
+                        "f32/f64/bf16/f16",
+                        __func__, dt_dtype_name(x->dtype), dt_dtype_name(dtype));
     if (scale->dtype != DT_F32)
         return dt_error(DT_ERR_DTYPE, "%s: argument scale is %s, not f32", __func__,
                         dt_dtype_name(scale->dtype));
@@ -161,7 +170,8 @@ static dt_status straight_through(dt_tensor *x, dt_tensor **out) {
     dt_no_grad_exit(ctx);
     if (st == DT_OK) st = dt_add(x, d, out);
     dt_tensor *all[] = {s, x8, back, d};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dt_tensor_release(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        dt_tensor_release(all[i]);
     return st;
 }
 
@@ -181,60 +191,56 @@ static dt_status straight_through_bf16(dt_tensor *x, dt_tensor **out) {
     return st;
 }
 
+/* x @ w.T (+ bias) with x and w through round (their straight-through low-precision forms). */
+static dt_status linear_rounded(const char *fn, dt_status (*round)(dt_tensor *, dt_tensor **),
+                                dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_tensor **out) {
+    if (x->dtype != DT_F32 || w->dtype != DT_F32)
+        return dt_error(DT_ERR_DTYPE, "%s: arguments x and w are %s and %s, not f32", fn,
+                        dt_dtype_name(x->dtype), dt_dtype_name(w->dtype));
+    dt_tensor *xs = NULL, *ws = NULL;
+    dt_status st = round(x, &xs);
+    if (st == DT_OK) st = round(w, &ws);
+    if (st == DT_OK) st = dt_linear(xs, ws, bias, out);
+    dt_tensor_release(xs);
+    dt_tensor_release(ws);
+    if (st != DT_OK) dt_error_prefix(fn);
+    return st;
+}
+
 dt_status dt_linear_bf16(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_tensor **out) {
     DT_TENSOR_ARG(x);
     DT_TENSOR_ARG(w);
     DT_ARG_NOT_NULL(out);
-    if (x->dtype != DT_F32 || w->dtype != DT_F32)
-        return dt_error(DT_ERR_DTYPE, "%s: arguments x and w are %s and %s, not f32", __func__,
-                        dt_dtype_name(x->dtype), dt_dtype_name(w->dtype));
-    dt_tensor *xs = NULL, *ws = NULL;
-    dt_status st = straight_through_bf16(x, &xs);
-    if (st == DT_OK) st = straight_through_bf16(w, &ws);
-    if (st == DT_OK) st = dt_linear(xs, ws, bias, out);
-    dt_tensor_release(xs);
-    dt_tensor_release(ws);
-    if (st != DT_OK) dt_error_prefix(__func__);
-    return st;
+    return linear_rounded(__func__, straight_through_bf16, x, w, bias, out);
+}
+
+/* Marks a linear module bf16 (bf16 = 1) or float8; a module takes one of the two. */
+static dt_status module_set_precision(const char *fn, dt_module module, int bf16, int on) {
+    DT_ARG(module.params && module.index >= 0 && module.index < module.params->nmodules,
+           "%s: argument module (index %d) is not a module of its registry", fn, module.index);
+    module_entry *e = &module.params->modules[module.index];
+    DT_ARG(e->kind == DT_MODULE_LINEAR, "%s: module \"%s\" is not a linear", fn, e->name);
+    DT_ARG(!(on && (bf16 ? e->float8 : e->bf16)),
+           "%s: module \"%s\" is a %s linear; it takes one of the two", fn, e->name,
+           bf16 ? "float8" : "bf16");
+    if (bf16)
+        e->bf16 = on != 0;
+    else
+        e->float8 = on != 0;
+    return DT_OK;
 }
 
 dt_status dt_module_set_bf16(dt_module module, int on) {
-    DT_ARG(module.params && module.index >= 0 && module.index < module.params->nmodules,
-           "%s: argument module (index %d) is not a module of its registry", __func__,
-           module.index);
-    module_entry *e = &module.params->modules[module.index];
-    DT_ARG(e->kind == DT_MODULE_LINEAR, "%s: module \"%s\" is not a linear", __func__, e->name);
-    DT_ARG(!(on && e->float8), "%s: module \"%s\" is a float8 linear; it takes one of the two",
-           __func__, e->name);
-    e->bf16 = on != 0;
-    return DT_OK;
+    return module_set_precision(__func__, module, 1, on);
 }
 
 dt_status dt_module_set_float8(dt_module module, int on) {
-    DT_ARG(module.params && module.index >= 0 && module.index < module.params->nmodules,
-           "%s: argument module (index %d) is not a module of its registry", __func__,
-           module.index);
-    module_entry *e = &module.params->modules[module.index];
-    DT_ARG(e->kind == DT_MODULE_LINEAR, "%s: module \"%s\" is not a linear", __func__, e->name);
-    DT_ARG(!(on && e->bf16), "%s: module \"%s\" is a bf16 linear; it takes one of the two",
-           __func__, e->name);
-    e->float8 = on != 0;
-    return DT_OK;
+    return module_set_precision(__func__, module, 0, on);
 }
 
 dt_status dt_linear_float8(dt_tensor *x, dt_tensor *w, dt_tensor *bias, dt_tensor **out) {
     DT_TENSOR_ARG(x);
     DT_TENSOR_ARG(w);
     DT_ARG_NOT_NULL(out);
-    if (x->dtype != DT_F32 || w->dtype != DT_F32)
-        return dt_error(DT_ERR_DTYPE, "%s: arguments x and w are %s and %s, not f32", __func__,
-                        dt_dtype_name(x->dtype), dt_dtype_name(w->dtype));
-    dt_tensor *xs = NULL, *ws = NULL;
-    dt_status st = straight_through(x, &xs);
-    if (st == DT_OK) st = straight_through(w, &ws);
-    if (st == DT_OK) st = dt_linear(xs, ws, bias, out);
-    dt_tensor_release(xs);
-    dt_tensor_release(ws);
-    if (st != DT_OK) dt_error_prefix(__func__);
-    return st;
+    return linear_rounded(__func__, straight_through, x, w, bias, out);
 }
