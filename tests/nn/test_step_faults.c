@@ -1,12 +1,14 @@
-/* A steady-state training step takes no page faults: make train's model (examples/tiny_llama.c)
+/* A steady-state training step reuses its pages: make train's model (examples/tiny_llama.c)
  * on one rank and on 4 in-process ranks (dp=2 x tp=2, FSDP + sequence parallel), the minor
  * faults of each rank's thread (getrusage RUSAGE_THREAD) counted over every step after the
  * warm-up. The rank's host arena (core/alloc.h) hands its temporaries (tensor storage and
- * shells) the pages they had the step before. One rank: 0 every step. Four ranks: a mean of
- * at most 4 per rank and step, not 0: the autograd graph's nodes and the comm layer's
- * bookkeeping still come from glibc's per-thread malloc, whose heap top now and then moves
- * onto a fresh page, more often when the machine is loaded (20 runs at load 16-25: 4 to 32 in
- * all over 16 rank-steps). An arena that stops keeping freed blocks shows up as thousands. */
+ * shells) the pages they had the step before; an arena that stops keeping freed blocks takes
+ * thousands of faults a step (12,548 on one rank, seen by breaking its free). What is left
+ * comes from glibc's per-thread malloc (autograd nodes, the comm layer's bookkeeping), whose
+ * heap top now and then moves onto a fresh page, more often on a loaded machine: 0 on one rank
+ * when idle, but up to 13 over 4 steps on one rank and 108 over 16 rank-steps on four under a
+ * load of 8-10 (200 runs). So the bound is 64 a rank and step: far above that residue, far
+ * below a broken arena. */
 #include <sys/resource.h>
 
 #include "../../examples/tiny_llama.h"
@@ -14,7 +16,7 @@
 
 /* Steps 0-1 allocate AdamW's moments and fill the caches; the arena holds a step's blocks
  * from then on. */
-enum { WARMUP = 3, STEPS = 4, MAX_RANKS = 4 };
+enum { WARMUP = 3, STEPS = 4, MAX_RANKS = 4, BOUND = 64 /* faults a rank and step */ };
 
 /* Under AddressSanitizer the counts measure its allocator (freed memory waits in its
  * quarantine, so malloc hands out fresh pages): they are logged, not checked. */
@@ -92,7 +94,9 @@ Test(step_faults, one_rank) {
     fault_run r = {.mesh = "1", .l = {.dp_dim = -1, .tp_dim = -1}};
     long total = run_faults(&r, 1);
     if (FAULTS_CHECKED)
-        cr_assert_eq(total, 0, "%ld minor faults over %d steady steps on one rank", total, STEPS);
+        cr_assert(total <= BOUND * STEPS,
+                  "%ld minor faults over %d steady steps on one rank (bound %d)", total, STEPS,
+                  BOUND * STEPS);
 }
 
 Test(step_faults, four_ranks_fsdp_tp) {
@@ -105,7 +109,7 @@ Test(step_faults, four_ranks_fsdp_tp) {
                          .loss_parallel = 1}};
     long total = run_faults(&r, 4);
     if (FAULTS_CHECKED)
-        cr_assert(total <= 4 * 4 * STEPS,
+        cr_assert(total <= BOUND * 4 * STEPS,
                   "%ld minor faults over %d steady steps x 4 ranks (bound %d)", total, STEPS,
-                  4 * 4 * STEPS);
+                  BOUND * 4 * STEPS);
 }
