@@ -62,6 +62,11 @@ static int cmp_ev(const void *a, const void *b) {
     return x->dur > y->dur ? -1 : x->dur < y->dur; /* the parent (longer) first */
 }
 
+/* By start, parents first; an empty list (NULL) stays as it is (qsort wants a pointer). */
+static void sort_ev(tt_ev *a, size_t n) {
+    if (n) qsort(a, n, sizeof *a, cmp_ev);
+}
+
 static int push(tt_ev **arr, size_t *n, size_t *cap, tt_ev e) {
     if (*n == *cap) {
         size_t c = *cap ? *cap * 2 : 256;
@@ -191,10 +196,10 @@ static int load_rank(tt_rank *r, const char *path, int index, char *err, size_t 
         return tt_fail(err, errcap, path,
                        "no cpu_op events: not a torch.profiler trace of CPU activity");
     r->main_tid = step_tid;
-    qsort(r->ops, r->nops, sizeof *r->ops, cmp_ev);
-    qsort(r->frames, r->nframes, sizeof *r->frames, cmp_ev);
-    qsort(r->steps, r->nsteps, sizeof *r->steps, cmp_ev);
-    qsort(r->runs, r->nruns, sizeof *r->runs, cmp_ev);
+    sort_ev(r->ops, r->nops);
+    sort_ev(r->frames, r->nframes);
+    sort_ev(r->steps, r->nsteps);
+    sort_ev(r->runs, r->nruns);
     return 0;
 }
 

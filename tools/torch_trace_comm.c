@@ -255,7 +255,7 @@ int tt_collect_collectives(tt_rank *r, char *err, size_t errcap) {
     free(run_used);
     /* seq: the collective's index on its group, in the order this rank issued them (a
      * run-only collective counts at its run's start) */
-    qsort(r->colls, r->ncolls, sizeof *r->colls, cmp_order);
+    if (r->ncolls) qsort(r->colls, r->ncolls, sizeof *r->colls, cmp_order);
     const char **groups = calloc(r->ncolls + 1, sizeof *groups); /* distinct labels */
     int *count = calloc(r->ncolls + 1, sizeof *count), ngroups = 0;
     if (!groups || !count) {
