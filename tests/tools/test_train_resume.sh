@@ -2,9 +2,10 @@
 # A training run killed with SIGKILL at a random point (in a step, or in a checkpoint's save)
 # and started again with the same command resumes from its newest complete checkpoint, and the
 # loss of every step from there equals the uninterrupted run's within 1e-6 relative: 20 kills,
-# 20 resumes. make train's FSDP x TP x SP config, 10 steps with a checkpoint every 2 (keep_last
-# 2); each kill comes 0-80 ms (about one step) after a random step's line of steps 1-8, so it
-# lands inside a step or a save, and every rerun has steps left to compare.
+# 20 resumes. make train's FSDP x TP x SP config, 20 steps with a checkpoint every 2 (keep_last
+# 2); each kill comes up to one step (the reference run's mean step time) after a random step's
+# line of steps 1-8, so it lands inside a step or a save, and every rerun has at least 10 steps
+# left to compare however fast the machine runs a step.
 # Usage: test_train_resume.sh TRAIN CONFIG [ROUNDS]
 set -e
 train=$1 cfg=$2 rounds=${3:-20}
@@ -16,11 +17,15 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-args="--training.steps 10 --metrics.trace_steps 0 --metrics.loss_digits 9 --metrics.layout 0"
+steps=20
+args="--training.steps $steps --metrics.trace_steps 0 --metrics.loss_digits 9 --metrics.layout 0"
 # shellcheck disable=SC2086
 "$train" "$cfg" $args > "$tmp/ref.txt" 2>&1 || { cat "$tmp/ref.txt"; fail "the reference run"; }
 grep '^step' "$tmp/ref.txt" | awk '{split($2, s, "/"); print s[1], $4}' > "$tmp/ref"
-[ "$(wc -l < "$tmp/ref")" -eq 10 ] || { cat "$tmp/ref.txt"; fail "reference: want 10 steps"; }
+[ "$(wc -l < "$tmp/ref")" -eq "$steps" ] || { cat "$tmp/ref.txt"; fail "reference: want $steps steps"; }
+# One step, in ms (at least 1): how long after a step's line a kill may come.
+step_ms=$(sed -n 's/^mean step \([0-9]*\).*/\1/p' "$tmp/ref.txt")
+step_ms=$(( ${step_ms:-0} > 0 ? ${step_ms:-0} : 1 ))
 rand() { od -An -N2 -tu2 /dev/urandom | tr -d ' '; }
 r=0 resumed=0
 while [ "$r" -lt "$rounds" ]; do
@@ -28,7 +33,7 @@ while [ "$r" -lt "$rounds" ]; do
     ck="$tmp/ck$r"
     run="$train $cfg $args --checkpoint.folder $ck --checkpoint.every 2 --checkpoint.keep_last 2"
     at=$(( $(rand) % 8 + 1 ))        # the step whose line is awaited
-    delay=$(( $(rand) % 80 ))        # then this many ms more
+    delay=$(( $(rand) % step_ms ))   # then this many ms more
     # shellcheck disable=SC2086
     $run > "$tmp/killed.txt" 2>&1 &
     pid=$!
@@ -48,15 +53,15 @@ while [ "$r" -lt "$rounds" ]; do
     from=${from:-0}
     [ "$from" -gt 0 ] && resumed=$((resumed + 1))
     grep '^step' "$tmp/resumed.txt" | awk '{split($2, s, "/"); print s[1], $4}' > "$tmp/got"
-    [ "$from" -lt 10 ] || { cat "$tmp/killed.txt"; fail "round $r: the kill came after the run"; }
-    [ "$(wc -l < "$tmp/got")" -eq $((10 - from)) ] ||
-        { cat "$tmp/resumed.txt"; fail "round $r: resumed at $from, want steps $((from + 1))..10"; }
+    [ "$from" -lt "$steps" ] || { cat "$tmp/killed.txt"; fail "round $r: the kill came after the run"; }
+    [ "$(wc -l < "$tmp/got")" -eq $((steps - from)) ] ||
+        { cat "$tmp/resumed.txt"; fail "round $r: resumed at $from, want steps $((from + 1))..$steps"; }
     awk -v r="$r" 'NR == FNR { want[$1] = $2; next } {
         d = $2 - want[$1]; if (d < 0) d = -d; a = want[$1] < 0 ? -want[$1] : want[$1]
         if (!($1 in want) || !(d <= 1e-6 * a)) {
             printf "round %d step %d: loss %s, uninterrupted %s\n", r, $1, $2, want[$1]; bad = 1 }
     } END { exit bad }' "$tmp/ref" "$tmp/got" || fail "round $r: the curve does not continue"
-    echo "round $r: killed $delay ms after step $at's line, resumed at step $from, steps $((from + 1))..10 equal"
+    echo "round $r: killed $delay ms after step $at's line, resumed at step $from, steps $((from + 1))..$steps equal"
     rm -rf "$ck"
 done
 [ "$resumed" -ge $((rounds / 2)) ] || fail "only $resumed of $rounds rounds resumed from a checkpoint"
