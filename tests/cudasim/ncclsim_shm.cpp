@@ -113,8 +113,9 @@ struct waiter {
     const char *what;
     int64_t since, next_check = 0;
     unsigned spins = 0;
+    bool dead_seen = false; /* a peer exited: one more look, as what it left may have landed */
     waiter(shm_comm *s_, const char *what_) : s(s_), what(what_), since(now_ns()) {}
-    void progressed() { since = now_ns(), spins = 0; }
+    void progressed() { since = now_ns(), spins = 0, dead_seen = false; }
     /* false when the wait must end (err says why). peers: those it waits for (nullptr: all). */
     bool pause(const std::vector<int> *peers, char *err, size_t cap) {
         if (++spins < 64) {
@@ -136,6 +137,13 @@ struct waiter {
             for (size_t i = 0; peers && i < peers->size(); i++)
                 wanted = wanted || (*peers)[i] == q;
             if (q != s->rank && wanted && !alive(load(&s->rs(q)->pid))) {
+                /* The caller looks at the slots and rings once more before this fails: the
+                 * peer may have posted its part after that look and then exited. */
+                if (!dead_seen) {
+                    dead_seen = true;
+                    next_check = 0;
+                    return true;
+                }
                 snprintf(err, cap, "ncclsim: %s: peer rank %d (pid %d) exited", what, q,
                          load(&s->rs(q)->pid));
                 return false;
@@ -444,25 +452,26 @@ shm_comm *shm_join(const ncclUniqueId &id, int n, int rank, char *err, size_t ca
 }
 
 int shm_connected(shm_comm *s, char *err, size_t cap) {
-    if (load(&s->h->joined) >= s->n) {
+    bool going = true;
+    if (load(&s->h->joined) < s->n) {
+        waiter w(s, "ncclCommInitRank");
+        w.since = s->joined_at;
+        w.spins = 1000; /* a short sleep, then the checks */
+        std::vector<int> joined;
         for (int q = 0; q < s->n; q++)
-            if (load(&s->rs(q)->nranks) != s->n) {
-                snprintf(err, cap,
-                         "ncclsim: rank %d made the communicator with %d ranks, rank %d "
-                         "with %d",
-                         s->rank, s->n, q, load(&s->rs(q)->nranks));
-                return -1;
-            }
-        return 1;
+            if (load(&s->rs(q)->pid)) joined.push_back(q);
+        going = w.pause(&joined, err, cap);
     }
-    waiter w(s, "ncclCommInitRank");
-    w.since = s->joined_at;
-    w.spins = 1000; /* one check now, no pause */
-    w.next_check = 0;
-    std::vector<int> joined;
+    /* all joined (perhaps during the pause): connected, whatever happened since */
+    if (load(&s->h->joined) < s->n) return going ? 0 : -1;
     for (int q = 0; q < s->n; q++)
-        if (load(&s->rs(q)->pid)) joined.push_back(q);
-    return w.pause(&joined, err, cap) ? 0 : -1;
+        if (load(&s->rs(q)->nranks) != s->n) {
+            snprintf(err, cap,
+                     "ncclsim: rank %d made the communicator with %d ranks, rank %d with %d",
+                     s->rank, s->n, q, load(&s->rs(q)->nranks));
+            return -1;
+        }
+    return 1;
 }
 
 ncclResult_t shm_run(shm_comm *s, const std::vector<shm_op> &ops, char *err, size_t cap) {

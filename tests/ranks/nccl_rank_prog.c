@@ -335,11 +335,51 @@ static dt_status mode_mesh(dt_ctx *ctx) {
     return DT_OK;
 }
 
-/* x (2, 11, 12) S(1) over tp -> h_i = all_gather(x) @ w_i^T (i = 1, 3; 10 features) -> y =
+/* x (2, T, 12) S(1) over tp -> h_i = all_gather(x) @ w_i^T (i = 1, 3; 10 features) -> y =
  * reduce_scatter((h1 * h3) @ w2^T) S(1); backward from g. sync: redistribute + dt_linear.
- * out[0..5): y, dx, dw1, dw3, dw2 gathered to host f32 (the caller frees them). */
-static dt_status tp_step(dt_mesh *mesh, int sync, dt_async_tp_mode mode, float **out) {
-    int64_t sx[3] = {2, 11, 12}, sw[2] = {10, 12}, s2[2] = {12, 10};
+ * out[0..5): y, dx, dw1, dw3, dw2 gathered to host f32; in[0..5): x, w1, w3, w2, g (the caller
+ * frees them all). The async form also checks its transfers: per collective matmul tp - 1 sends
+ * and receives of the chunks' sizes, no all_gather or reduce_scatter, forward and backward. */
+#define TP_B 2
+#define TP_D 12 /* x's and y's features */
+#define TP_H 10 /* h's features */
+
+static int64_t rows_of(int64_t T, int n, int o) {
+    int64_t c = (T + n - 1) / n, lo = c * o < T ? c * o : T, hi = c * (o + 1) < T ? c * (o + 1) : T;
+    return hi - lo;
+}
+
+static dt_status check_transfers(dt_ctx *ctx, const char *pass, int64_t want_bytes) {
+    dt_comm_stats st;
+    OK(dt_comm_stats_get(ctx, &st));
+    int n = dt_ctx_size(ctx);
+    uint64_t want = 2 * (uint64_t)(n - 1); /* two collective matmuls */
+    CHECK(st.calls[DT_COLL_SEND] == want && st.calls[DT_COLL_RECV] == want &&
+              st.calls[DT_COLL_ALL_GATHER] == 0 && st.calls[DT_COLL_REDUCE_SCATTER] == 0,
+          "async_tp %s: %llu sends, %llu receives, %llu all_gathers, %llu reduce_scatters; "
+          "want %llu, %llu, 0, 0",
+          pass, (unsigned long long)st.calls[DT_COLL_SEND],
+          (unsigned long long)st.calls[DT_COLL_RECV],
+          (unsigned long long)st.calls[DT_COLL_ALL_GATHER],
+          (unsigned long long)st.calls[DT_COLL_REDUCE_SCATTER], (unsigned long long)want,
+          (unsigned long long)want);
+    CHECK(want_bytes < 0 || st.bytes_in[DT_COLL_SEND] == (uint64_t)want_bytes,
+          "async_tp %s: sent %llu bytes, want %lld", pass,
+          (unsigned long long)st.bytes_in[DT_COLL_SEND], (long long)want_bytes);
+    return DT_OK;
+}
+
+/* What this rank sends in the forward: the gather passes on every chunk but the one of rank
+ * me + 1 (it starts with its own), the reduce_scatter every partial sum but its own. */
+static int64_t forward_bytes(int64_t T, int n, int me) {
+    return (int64_t)sizeof(float) * TP_B *
+           ((T - rows_of(T, n, (me + 1) % n)) * TP_D + (T - rows_of(T, n, me)) * TP_D);
+}
+
+static dt_status tp_step(dt_mesh *mesh, int64_t T, int sync, dt_async_tp_mode mode, float **in,
+                         float **out) {
+    dt_ctx *ctx = dt_mesh_ctx(mesh);
+    int64_t sx[3] = {TP_B, T, TP_D}, sw[2] = {TP_H, TP_D}, s2[2] = {TP_D, TP_H};
     dt_placement seq = dt_shard(1), col = dt_shard(0), row = dt_shard(1);
     dt_generator gen = dt_generator_make(5);
     dt_tensor *x, *w[3], *g, *h[2], *p, *y;
@@ -352,9 +392,13 @@ static dt_status tp_step(dt_mesh *mesh, int sync, dt_async_tp_mode mode, float *
     for (int i = 0; i < 4; i++)
         OK(dt_tensor_set_requires_grad(leaves[i], 1));
     if (!sync) {
+        OK(dt_comm_stats_reset(ctx));
         OK(dt_all_gather_linear(x, 2, w, 0, mode, h));
         OK(dt_mul(h[0], h[1], &p));
         OK(dt_linear_reduce_scatter(p, w[2], 0, mode, &y));
+        OK(check_transfers(ctx, "forward",
+                           forward_bytes(T, dt_ctx_size(ctx), dt_mesh_coord(mesh, 0))));
+        OK(dt_comm_stats_reset(ctx));
     } else {
         dt_tensor *xr, *q;
         dt_placement rep = dt_replicate();
@@ -367,14 +411,20 @@ static dt_status tp_step(dt_mesh *mesh, int sync, dt_async_tp_mode mode, float *
         dt_tensor_release(xr), dt_tensor_release(q);
     }
     OK(dt_backward_with(y, g));
+    if (!sync) OK(check_transfers(ctx, "backward", -1));
     dt_tensor *t[5] = {y, dt_tensor_grad(x), dt_tensor_grad(w[0]), dt_tensor_grad(w[1]),
                        dt_tensor_grad(w[2])};
+    dt_tensor *src[5] = {x, w[0], w[1], w[2], g};
     for (int i = 0; i < 5; i++) {
         dt_tensor_info info;
         CHECK(t[i], "async_tp: gradient %d missing", i);
         OK(dt_tensor_info_get(t[i], &info));
         out[i] = malloc(info.numel * sizeof(float) + 4);
         OK(dt_tensor_full_tensor(t[i], out[i], info.numel * sizeof(float)));
+        if (!in) continue;
+        OK(dt_tensor_info_get(src[i], &info));
+        in[i] = malloc(info.numel * sizeof(float) + 4);
+        OK(dt_tensor_full_tensor(src[i], in[i], info.numel * sizeof(float)));
     }
     dt_tensor *all[] = {x, w[0], w[1], w[2], g, h[0], h[1], p, y};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -382,23 +432,74 @@ static dt_status tp_step(dt_mesh *mesh, int sync, dt_async_tp_mode mode, float *
     return DT_OK;
 }
 
+/* The same step on one rank, naive loops in f64, from the inputs' values: out as tp_step's. */
+static void tp_reference(int64_t T, float *const *in, double **out) {
+    int64_t R = TP_B * T, D = TP_D, H = TP_H;
+    const float *x = in[0], *w1 = in[1], *w3 = in[2], *w2 = in[3], *g = in[4];
+    double *h1 = calloc((size_t)(R * H), 8), *h3 = calloc((size_t)(R * H), 8);
+    double *dp = calloc((size_t)(R * H), 8);
+    for (int i = 0; i < 5; i++)
+        out[i] = calloc((size_t)(i == 0 || i == 1 ? R * D : H * D), 8);
+    double *y = out[0], *dx = out[1], *dw1 = out[2], *dw3 = out[3], *dw2 = out[4];
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < H; j++)
+            for (int64_t k = 0; k < D; k++) {
+                h1[r * H + j] += (double)x[r * D + k] * w1[j * D + k];
+                h3[r * H + j] += (double)x[r * D + k] * w3[j * D + k];
+            }
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t o = 0; o < D; o++)
+            for (int64_t j = 0; j < H; j++) {
+                double pj = h1[r * H + j] * h3[r * H + j];
+                y[r * D + o] += pj * w2[o * H + j];
+                dp[r * H + j] += (double)g[r * D + o] * w2[o * H + j];
+                dw2[o * H + j] += (double)g[r * D + o] * pj;
+            }
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < H; j++) {
+            double d1 = dp[r * H + j] * h3[r * H + j], d3 = dp[r * H + j] * h1[r * H + j];
+            for (int64_t k = 0; k < D; k++) {
+                dx[r * D + k] += d1 * w1[j * D + k] + d3 * w3[j * D + k];
+                dw1[j * D + k] += d1 * x[r * D + k];
+                dw3[j * D + k] += d3 * x[r * D + k];
+            }
+        }
+    free(h1), free(h3), free(dp);
+}
+
+/* Uneven sequence lengths: T = 11 (tp = 2, 3, 4 divide none) and T = 3 (on tp = 4 a rank
+ * holds no rows). Each async form against the synchronous one on the same ranks and against
+ * tp_reference. */
 static dt_status mode_async_tp(dt_ctx *ctx) {
     int n = dt_ctx_size(ctx);
     dt_mesh *mesh;
     OK(dt_mesh_create(ctx, 1, &n, (const char *const[]){"tp"}, &mesh));
-    static const size_t len[5] = {2 * 11 * 12, 2 * 11 * 12, 120, 120, 120};
-    for (int m = DT_ASYNC_TP_RING; m <= DT_ASYNC_TP_ORDERED; m++) {
-        float *a[5] = {0}, *s[5] = {0};
-        OK(tp_step(mesh, 0, (dt_async_tp_mode)m, a));
-        OK(tp_step(mesh, 1, (dt_async_tp_mode)m, s));
-        for (int i = 0; i < 5; i++) {
-            for (size_t k = 0; k < len[i]; k++)
-                if (!(fabsf(a[i][k] - s[i][k]) <= 1e-4f * (1 + fabsf(s[i][k]))))
-                    return dt_error_set(DT_ERR_ARG,
-                                        "async_tp mode %d: output %d element %zu "
-                                        "is %.9g, synchronous %.9g",
-                                        m, i, k, a[i][k], s[i][k]);
-            free(a[i]), free(s[i]);
+    static const char *const name[5] = {"y", "dx", "dw1", "dw3", "dw2"};
+    static const int64_t Ts[2] = {11, 3};
+    for (int ti = 0; ti < 2; ti++) {
+        int64_t T = Ts[ti];
+        size_t len[5] = {TP_B * T * TP_D, TP_B * T * TP_D, TP_H * TP_D, TP_H * TP_D, TP_H * TP_D};
+        for (int m = DT_ASYNC_TP_RING; m <= DT_ASYNC_TP_ORDERED; m++) {
+            float *a[5] = {0}, *s[5] = {0}, *in[5] = {0};
+            double *ref[5] = {0};
+            OK(tp_step(mesh, T, 0, (dt_async_tp_mode)m, in, a));
+            OK(tp_step(mesh, T, 1, (dt_async_tp_mode)m, NULL, s));
+            tp_reference(T, in, ref);
+            for (int i = 0; i < 5; i++) {
+                for (size_t k = 0; k < len[i]; k++) {
+                    if (!(fabsf(a[i][k] - s[i][k]) <= 1e-4f * (1 + fabsf(s[i][k]))))
+                        return dt_error_set(DT_ERR_ARG,
+                                            "async_tp T %lld mode %d: %s[%zu] is %.9g, "
+                                            "synchronous %.9g",
+                                            (long long)T, m, name[i], k, a[i][k], s[i][k]);
+                    if (!(fabs(a[i][k] - ref[i][k]) <= 1e-4 * (1 + fabs(ref[i][k]))))
+                        return dt_error_set(DT_ERR_ARG,
+                                            "async_tp T %lld mode %d: %s[%zu] is %.9g, one rank "
+                                            "in f64 %.9g",
+                                            (long long)T, m, name[i], k, a[i][k], ref[i][k]);
+                }
+                free(a[i]), free(s[i]), free(in[i]), free(ref[i]);
+            }
         }
     }
     dt_mesh_release(mesh);
