@@ -1,13 +1,19 @@
 /* cudasim stand-in for NCCL (see cudasim.h): the slice of nccl.h that dtensor's NCCL backend
- * uses, for communicators of one rank (ncclsim.cpp). Collectives are copies queued on the
- * caller's stream (run when it is waited for, as cudasim's kernels). Non-blocking
- * communicators answer ncclInProgress once per call, so the callers' waiting paths run, and
- * the stand-in refuses what real NCCL forbids (a call while the previous one is in progress,
- * use after destroy, host buffers, calls from two threads at once). NCCLSIM_FAIL_AFTER=N: the N-th collective leaves an
- * asynchronous ncclRemoteError on its communicator (for the failure paths; only on the rank
- * NCCLSIM_FAIL_RANK names, when set). NCCLSIM_ANY_SIZE=1 makes communicators of any size, whose
- * collectives are local copies (creation, barriers, teardown and faults across processes);
- * NCCLSIM_LOG=1 prints every communicator's creation with a hash of its unique id. */
+ * uses (ncclsim.cpp). A communicator of one rank copies; one of several ranks, one process each
+ * (as dtrun starts them), moves the data through a shared-memory segment named from its
+ * ncclUniqueId (ncclsim_shm.cpp): every collective here, and sends and receives, grouped or
+ * not. A group's work is queued on the caller's stream and runs when that stream is waited for
+ * (as cudasim's kernels), waiting there for the peers. Non-blocking communicators answer
+ * ncclInProgress once per call (and until every rank joined, after init), so the callers'
+ * waiting paths run, and the stand-in refuses what real NCCL forbids (a call while the previous
+ * one is in progress, use after destroy, host buffers, calls from two threads at once, a root or
+ * peer outside the communicator; ranks that disagree on a collective or a message's size leave
+ * an asynchronous error). A peer process that exits, an abort on another rank, or
+ * NCCLSIM_TIMEOUT_S seconds (default 60) without progress end a wait with ncclRemoteError and a
+ * message (ncclGetLastError). NCCLSIM_FAIL_AFTER=N: the N-th collective leaves an asynchronous
+ * ncclRemoteError on its communicator (for the failure paths; only on the rank NCCLSIM_FAIL_RANK
+ * names, when set). NCCLSIM_LOG=1 prints every communicator's creation with a hash of its
+ * unique id. */
 #ifndef NCCLSIM_H
 #define NCCLSIM_H
 
