@@ -23,6 +23,7 @@ namespace {
 const size_t SLOT = 256 << 10; /* bytes a rank deposits per collective round */
 const size_t RING = 64 << 10;  /* bytes in flight from one rank to another */
 const size_t LINE = 128;       /* control words of different writers on their own lines */
+const int64_t DEAD_GRACE_NS = 1000000000LL; /* a dead peer is reported this long after */
 
 struct header {
     int32_t joined;  /* ranks mapped so far */
@@ -113,9 +114,9 @@ struct waiter {
     const char *what;
     int64_t since, next_check = 0;
     unsigned spins = 0;
-    bool dead_seen = false; /* a peer exited: one more look, as what it left may have landed */
+    int64_t dead_since = 0; /* when a peer was first seen gone (0: not) */
     waiter(shm_comm *s_, const char *what_) : s(s_), what(what_), since(now_ns()) {}
-    void progressed() { since = now_ns(), spins = 0, dead_seen = false; }
+    void progressed() { since = now_ns(), spins = 0, dead_since = 0; }
     /* false when the wait must end (err says why). peers: those it waits for (nullptr: all). */
     bool pause(const std::vector<int> *peers, char *err, size_t cap) {
         if (++spins < 64) {
@@ -137,13 +138,12 @@ struct waiter {
             for (size_t i = 0; peers && i < peers->size(); i++)
                 wanted = wanted || (*peers)[i] == q;
             if (q != s->rank && wanted && !alive(load(&s->rs(q)->pid))) {
-                /* The caller looks at the slots and rings once more before this fails: the
-                 * peer may have posted its part after that look and then exited. */
-                if (!dead_seen) {
-                    dead_seen = true;
-                    next_check = 0;
-                    return true;
-                }
+                /* The caller looks at the slots and rings again before this fails: the peer
+                 * may have posted its part after the last look and then exited. And NCCL learns
+                 * of a dead peer from its sockets, not at once: the launcher's notice of the
+                 * death (dtrun's control plane) normally comes first, as on a GPU. */
+                if (!dead_since) dead_since = t;
+                if (t - dead_since < DEAD_GRACE_NS) return true;
                 snprintf(err, cap, "ncclsim: %s: peer rank %d (pid %d) exited", what, q,
                          load(&s->rs(q)->pid));
                 return false;
