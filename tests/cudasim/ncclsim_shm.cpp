@@ -239,15 +239,20 @@ uint64_t describe(const shm_op &o) {
            (uint64_t)o.count << 24;
 }
 
-/* Every rank's slots: waits until all posted round r (or done reading round r, done = 1). */
+/* Every rank's slots: waits until all posted round r (or done reading round r, done = 1).
+ * When the wait must end (an abort, a dead peer), the slots get one more look first: the
+ * others may have posted while this rank slept, then finished the round and aborted (a rank
+ * that read a mismatch in a debug fingerprint gather does), and NCCL would not fail a
+ * collective whose data had all arrived. */
 bool wait_all(shm_comm *s, waiter &w, uint64_t r, int done, char *err, size_t cap) {
-    for (;;) {
-        int behind = 0;
+    auto all_there = [&] {
         for (int q = 0; q < s->n; q++)
-            behind += (done ? load(&s->rs(q)->done) : load(&s->rs(q)->posted)) < r;
-        if (!behind) return true;
-        if (!w.pause(nullptr, err, cap)) return false;
-    }
+            if ((done ? load(&s->rs(q)->done) : load(&s->rs(q)->posted)) < r) return false;
+        return true;
+    };
+    while (!all_there())
+        if (!w.pause(nullptr, err, cap)) return all_there();
+    return true;
 }
 
 ncclResult_t collective(shm_comm *s, const shm_op &o, char *err, size_t cap) {
@@ -358,6 +363,7 @@ ncclResult_t point_to_point(shm_comm *s, const std::vector<const shm_op *> &ops,
         ms.push_back({o, b, 0, o->kind == shm_op::SEND ? (uint64_t)b : 0});
     }
     waiter w(s, "ncclSend/ncclRecv");
+    bool last_look = false;
     for (;;) {
         size_t moved = 0, open = 0;
         std::vector<int> busy_send((size_t)s->n), busy_recv((size_t)s->n), peers;
@@ -381,9 +387,11 @@ ncclResult_t point_to_point(shm_comm *s, const std::vector<const shm_op *> &ops,
         }
         if (!open) return ncclSuccess;
         if (moved)
-            w.progressed();
-        else if (!w.pause(&peers, err, cap))
+            w.progressed(), last_look = false;
+        else if (last_look)
             return ncclRemoteError;
+        else if (!w.pause(&peers, err, cap))
+            last_look = true; /* one more pass first, as wait_all does */
     }
 }
 
