@@ -4,6 +4,7 @@
 #include "ops/cpu/sgemm.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,6 +90,24 @@ static AVX512 void kern_avx512(int64_t kc, const float *a, int64_t ars, int64_t 
     }
 }
 
+/* B^T's panel (B given as (N, K), row stride cs): dst[k 32 + c] = src[c cs + k] for c < cols,
+ * two 16-lane gathers a k (a scalar loop stores to 32 lines for each of its reads: ten times
+ * slower on the model's weights). Columns >= cols are left as they are (zero). */
+static AVX512 void pack_t_avx512(const float *src, int64_t cs, int64_t K, int cols, float *dst) {
+    __m512i idx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32((int)cs));
+    __mmask16 m0 = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+    __mmask16 m1 = cols >= 32 ? 0xffff : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1) : 0;
+    const float *s1 = cols > 16 ? src + 16 * cs : src;
+    __m512 z = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        _mm512_storeu_ps(dst + k * Z_NR, _mm512_mask_i32gather_ps(z, m0, idx, src + k, 4));
+        if (m1)
+            _mm512_storeu_ps(dst + k * Z_NR + 16, _mm512_mask_i32gather_ps(z, m1, idx, s1 + k, 4));
+    }
+}
+
 /* AVX2+FMA: 6 rows x 16 columns, 12 accumulators of the 16 registers. */
 enum { Y_MR = 6, Y_NR = 16 };
 
@@ -128,22 +147,40 @@ static AVX2 void kern_avx2(int64_t kc, const float *a, int64_t ars, int64_t acs,
         _mm256_maskstore_ps(c + r * ldc + 8, k1, acc[r][1]);
     }
 }
+
+/* B^T's panel as pack_t_avx512 does it, 16 columns: two 8-lane gathers a k. */
+static AVX2 void pack_t_avx2(const float *src, int64_t cs, int64_t K, int cols, float *dst) {
+    static const int32_t lane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    __m256i l0 = _mm256_loadu_si256((const __m256i *)lane);
+    __m256i l1 = _mm256_loadu_si256((const __m256i *)(lane + 8));
+    __m256i nn = _mm256_set1_epi32(cols), step = _mm256_set1_epi32((int)cs);
+    __m256i i0 = _mm256_mullo_epi32(l0, step), i1 = _mm256_mullo_epi32(l1, step);
+    __m256 m0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(nn, l0));
+    __m256 m1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(nn, l1));
+    __m256 z = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        _mm256_storeu_ps(dst + k * Y_NR, _mm256_mask_i32gather_ps(z, src + k, i0, m0, 4));
+        _mm256_storeu_ps(dst + k * Y_NR + 8, _mm256_mask_i32gather_ps(z, src + k, i1, m1, 4));
+    }
+}
 #endif
 
 /* ---- choosing a path ---------------------------------------------------------------------- */
 
+/* pack_t: B^T's panel (see pack_t_avx512); NULL: the scalar loop. */
 typedef struct path {
     int mr, nr;
     kern_fn kern;
+    void (*pack_t)(const float *src, int64_t cs, int64_t K, int cols, float *dst);
 } path;
 
 static path path_of(dt_simd s) {
 #if HAVE_X86
-    if (s == DT_SIMD_AVX512) return (path){Z_MR, Z_NR, kern_avx512};
-    if (s == DT_SIMD_AVX2) return (path){Y_MR, Y_NR, kern_avx2};
+    if (s == DT_SIMD_AVX512) return (path){Z_MR, Z_NR, kern_avx512, pack_t_avx512};
+    if (s == DT_SIMD_AVX2) return (path){Y_MR, Y_NR, kern_avx2, pack_t_avx2};
 #endif
     (void)s;
-    return (path){SC_MR, SC_NR, kern_scalar};
+    return (path){SC_MR, SC_NR, kern_scalar, NULL};
 }
 
 dt_simd dt_sgemm_path(void) {
@@ -208,7 +245,9 @@ static void pack_b(const job *j, int64_t q) {
     if (j->B.cs == 1) { /* row-major: each k's NR columns are one run */
         for (int64_t k = 0; k < K; k++)
             memcpy(dst + k * nr, src + k * j->B.rs, (size_t)cols * sizeof(float));
-    } else { /* transposed (N, K): read each column along k */
+    } else if (j->B.rs == 1 && j->pt.pack_t && j->B.cs <= INT32_MAX / 32) {
+        j->pt.pack_t(src, j->B.cs, K, (int)cols, dst); /* transposed (N, K), gathered */
+    } else { /* any other strides: read each column along k */
         for (int64_t c = 0; c < cols; c++)
             for (int64_t k = 0; k < K; k++)
                 dst[k * nr + c] = src[c * j->B.cs + k * j->B.rs];
