@@ -170,3 +170,63 @@ Test(sgemm, matmul_takes_it) {
         free(a), free(b), free(c), free(d);
     }
 }
+
+/* dt_sgemm_acc (the attention tiles' products): c += a . b with a strided both ways, b's rows
+ * ldb apart and c holding values already, on each vector path: bit-equal to an fmaf chain that
+ * starts from c's old value, within K u sum|a b| + u |c| of f64, and nothing outside the m x n
+ * block written. The portable path declines (returns 0, touches nothing). */
+Test(sgemm, acc_matches_naive_loops) {
+    rng_state = (uint64_t)time(NULL) ^ 0x5eed;
+    cr_log_info("seed %llu", (unsigned long long)rng_state);
+    dt_simd ps[3];
+    int np = paths(ps);
+    static const int shapes[][3] = {{1, 1, 1},  {3, 7, 5},    {8, 32, 32},  {9, 33, 32},
+                                    {6, 16, 3}, {17, 70, 40}, {64, 32, 64}, {20, 5, 0}};
+    for (int p = 0; p < np; p++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            int64_t ai = 2 * k + 3, at = 2, ldb = n + 4, ldc = n + 6;
+            float *a = malloc(sizeof(float) * (size_t)(m * ai + 1)),
+                  *b = malloc(sizeof(float) * (size_t)(k * ldb + 1)),
+                  *c = malloc(sizeof(float) * (size_t)(m * ldc)),
+                  *c0 = malloc(sizeof(float) * (size_t)(m * ldc));
+            cr_assert(a && b && c && c0);
+            for (int64_t i = 0; i < m * ai + 1; i++)
+                a[i] = urand();
+            for (int64_t i = 0; i < k * ldb + 1; i++)
+                b[i] = urand();
+            for (int64_t i = 0; i < m * ldc; i++)
+                c[i] = c0[i] = urand();
+            dt_simd_set_cap(ps[p]);
+            int done = dt_sgemm_acc(m, n, k, a, ai, at, b, ldb, c, ldc);
+            dt_simd_set_cap(DT_SIMD_COUNT);
+            if (ps[p] == DT_SIMD_SCALAR) {
+                cr_assert_eq(done, 0);
+                cr_assert(memcmp(c, c0, sizeof(float) * (size_t)(m * ldc)) == 0);
+                continue;
+            }
+            cr_assert_eq(done, 1, "%s declined", dt_simd_name(ps[p]));
+            for (int i = 0; i < m; i++)
+                for (int64_t j = 0; j < ldc; j++) {
+                    float got = c[i * ldc + j], f = c0[i * ldc + j];
+                    if (j >= n) {
+                        cr_assert(memcmp(&got, &f, sizeof f) == 0, "%s wrote c[%d][%lld] past n %d",
+                                  dt_simd_name(ps[p]), i, (long long)j, n);
+                        continue;
+                    }
+                    double s64 = f, mag = fabs(f);
+                    for (int t = 0; t < k; t++) {
+                        double x = (double)a[i * ai + t * at] * (double)b[t * ldb + j];
+                        s64 += x, mag += fabs(x);
+                        f = fmaf(a[i * ai + t * at], b[t * ldb + j], f);
+                    }
+                    cr_assert(fabs(got - s64) <= (double)(k + 1) * 0x1p-24 * mag,
+                              "%s m %d n %d k %d: c[%d][%lld] %.9g, f64 %.9g", dt_simd_name(ps[p]),
+                              m, n, k, i, (long long)j, got, s64);
+                    cr_assert(memcmp(&got, &f, sizeof f) == 0,
+                              "%s m %d n %d k %d: c[%d][%lld] %a, fmaf chain %a",
+                              dt_simd_name(ps[p]), m, n, k, i, (long long)j, got, (double)f);
+                }
+            free(a), free(b), free(c), free(c0);
+        }
+}

@@ -22,24 +22,25 @@
 /* A micro-kernel: c (m <= MR rows, n <= NR columns, row stride ldc) = (first ? 0 : c) + the kc
  * steps of a (m x kc, element (r, k) at a[r ars + k acs], read in place: A is the large operand
  * of a model's GEMMs, and a broadcast costs the same from any address in cache) times b (kc x
- * NR, packed), each element one fma per step in k order. Rows >= m and columns >= n of c are
- * neither read nor written, nor are rows >= m of a. */
+ * n, row k at b + k ldb: a packed panel, ldb = NR, or a matrix read in place), each element one
+ * fma per step in k order. Rows >= m and columns >= n of c and b are neither read nor written,
+ * nor are rows >= m of a. */
 typedef void (*kern_fn)(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b,
-                        float *c, int64_t ldc, int m, int n, int first);
+                        int64_t ldb, float *c, int64_t ldc, int m, int n, int first);
 
 /* ---- the portable kernel: the reference the vector ones must match bit for bit ------------ */
 
 enum { SC_MR = 4, SC_NR = 4 };
 
 static void kern_scalar(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b,
-                        float *c, int64_t ldc, int m, int n, int first) {
+                        int64_t ldb, float *c, int64_t ldc, int m, int n, int first) {
     float acc[SC_MR][SC_NR] = {{0}};
     for (int r = 0; r < m && !first; r++)
         for (int j = 0; j < n; j++)
             acc[r][j] = c[r * ldc + j];
-    for (int64_t k = 0; k < kc; k++, b += SC_NR)
+    for (int64_t k = 0; k < kc; k++, b += ldb)
         for (int r = 0; r < m; r++)
-            for (int j = 0; j < SC_NR; j++)
+            for (int j = 0; j < n; j++)
                 acc[r][j] = fmaf(a[r * ars + k * acs], b[j], acc[r][j]);
     for (int r = 0; r < m; r++)
         for (int j = 0; j < n; j++)
@@ -56,7 +57,7 @@ static void kern_scalar(int64_t kc, const float *a, int64_t ars, int64_t acs, co
 enum { Z_MR = 8, Z_NR = 32 };
 
 static AVX512 void kern_avx512(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b,
-                               float *c, int64_t ldc, int m, int n, int first) {
+                               int64_t ldb, float *c, int64_t ldc, int m, int n, int first) {
     __m512 acc[Z_MR][2];
     const float *row[Z_MR]; /* rows past m repeat the last (read, never stored) */
 #pragma GCC unroll 8
@@ -73,8 +74,8 @@ static AVX512 void kern_avx512(int64_t kc, const float *a, int64_t ars, int64_t 
             acc[r][0] = acc[r][1] = _mm512_setzero_ps();
         }
     }
-    for (int64_t k = 0, o = 0; k < kc; k++, o += acs, b += Z_NR) {
-        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+    for (int64_t k = 0, o = 0; k < kc; k++, o += acs, b += ldb) {
+        __m512 b0 = _mm512_maskz_loadu_ps(k0, b), b1 = _mm512_maskz_loadu_ps(k1, b + 16);
 #pragma GCC unroll 8
         for (int r = 0; r < Z_MR; r++) {
             __m512 x = _mm512_set1_ps(row[r][o]);
@@ -112,7 +113,7 @@ static AVX512 void pack_t_avx512(const float *src, int64_t cs, int64_t K, int co
 enum { Y_MR = 6, Y_NR = 16 };
 
 static AVX2 void kern_avx2(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b,
-                           float *c, int64_t ldc, int m, int n, int first) {
+                           int64_t ldb, float *c, int64_t ldc, int m, int n, int first) {
     static const int32_t lane[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     __m256i nn = _mm256_set1_epi32(n);
     __m256i k0 = _mm256_cmpgt_epi32(nn, _mm256_loadu_si256((const __m256i *)lane));
@@ -131,8 +132,8 @@ static AVX2 void kern_avx2(int64_t kc, const float *a, int64_t ars, int64_t acs,
             acc[r][0] = acc[r][1] = _mm256_setzero_ps();
         }
     }
-    for (int64_t k = 0, o = 0; k < kc; k++, o += acs, b += Y_NR) {
-        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    for (int64_t k = 0, o = 0; k < kc; k++, o += acs, b += ldb) {
+        __m256 b0 = _mm256_maskload_ps(b, k0), b1 = _mm256_maskload_ps(b + 8, k1);
 #pragma GCC unroll 6
         for (int r = 0; r < Y_MR; r++) {
             __m256 x = _mm256_broadcast_ss(row[r] + o);
@@ -202,11 +203,16 @@ static int sgemm_env = -2;
  * crossover measured in bench/bench_sgemm.c). */
 #define PREFER_MAX_MNK ((int64_t)1 << 27)
 
-int dt_sgemm_preferred(int64_t M, int64_t N, int64_t K) {
+static int env_choice(void) {
     if (sgemm_env == -2) {
         const char *e = getenv("DT_SGEMM");
         sgemm_env = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : -1;
     }
+    return sgemm_env;
+}
+
+int dt_sgemm_preferred(int64_t M, int64_t N, int64_t K) {
+    env_choice();
     if (sgemm_env == 0 || dt_sgemm_path() == DT_SIMD_SCALAR) return 0;
     if (sgemm_env == 1) return 1;
     /* products too large for int64 overflow none: each factor is checked first */
@@ -277,7 +283,7 @@ static void tile_range(void *arg, int64_t begin, int64_t end) {
                 for (int64_t p = p0; p < p1; p++) {
                     int64_t r0 = p * mr;
                     int m = j->M - r0 < mr ? (int)(j->M - r0) : mr;
-                    j->pt.kern(kc, j->A.p + r0 * j->A.rs + k0 * j->A.cs, j->A.rs, j->A.cs, b,
+                    j->pt.kern(kc, j->A.p + r0 * j->A.rs + k0 * j->A.cs, j->A.rs, j->A.cs, b, nr,
                                j->C + r0 * j->ldc + c0, j->ldc, m, n, k0 == 0);
                 }
             }
@@ -311,4 +317,19 @@ dt_status dt_sgemm(int64_t M, int64_t N, int64_t K, dt_sgemm_mat A, dt_sgemm_mat
     dt_parallel_for(j.mt * j.nt, 1, tile_range, &j);
     dt_host_free(j.bp);
     return DT_OK;
+}
+
+int dt_sgemm_acc(int m, int64_t n, int64_t k, const float *a, int64_t ai, int64_t at,
+                 const float *b, int64_t ldb, float *c, int64_t ldc) {
+    dt_simd s = dt_sgemm_path();
+    if (s == DT_SIMD_SCALAR || env_choice() == 0) return 0;
+    path pt = path_of(s);
+    if (k <= 0) return 1;
+    /* columns outer: a NR-wide strip of b is reused down the rows */
+    for (int64_t j = 0; j < n; j += pt.nr)
+        for (int i = 0; i < m; i += pt.mr) {
+            int mm = m - i < pt.mr ? m - i : pt.mr, nn = n - j < pt.nr ? (int)(n - j) : pt.nr;
+            pt.kern(k, a + i * ai, ai, at, b + j, ldb, c + i * ldc + j, ldc, mm, nn, 0);
+        }
+    return 1;
 }
