@@ -74,15 +74,22 @@ static AVX512 void kern_avx512(int64_t kc, const float *a, int64_t ars, int64_t 
             acc[r][0] = acc[r][1] = _mm512_setzero_ps();
         }
     }
-    for (int64_t k = 0, o = 0; k < kc; k++, o += acs, b += ldb) {
-        __m512 b0 = _mm512_maskz_loadu_ps(k0, b), b1 = _mm512_maskz_loadu_ps(k1, b + 16);
-#pragma GCC unroll 8
-        for (int r = 0; r < Z_MR; r++) {
-            __m512 x = _mm512_set1_ps(row[r][o]);
-            acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
-        }
+    /* a whole (or zero-padded, packed) row of b loads without masks: GCC keeps the masks on the
+     * stack in this loop, two more loads a step */
+#define Z_STEPS(LOAD0, LOAD1)                                                                      \
+    for (int64_t k = 0, o = 0; k < kc; k++, o += acs, b += ldb) {                                  \
+        __m512 b0 = LOAD0, b1 = LOAD1;                                                             \
+        _Pragma("GCC unroll 8") for (int r = 0; r < Z_MR; r++) {                                   \
+            __m512 x = _mm512_set1_ps(row[r][o]);                                                  \
+            acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);                                         \
+            acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);                                         \
+        }                                                                                          \
     }
+    if (n == Z_NR || ldb == Z_NR)
+        Z_STEPS(_mm512_loadu_ps(b), _mm512_loadu_ps(b + 16))
+    else
+        Z_STEPS(_mm512_maskz_loadu_ps(k0, b), _mm512_maskz_loadu_ps(k1, b + 16))
+#undef Z_STEPS
 #pragma GCC unroll 8
     for (int r = 0; r < Z_MR; r++) {
         if (r >= m) break;
