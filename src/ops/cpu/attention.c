@@ -11,7 +11,6 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "core/pool.h"
-#include "ops/cpu/sgemm.h"
 #include "ops/cpu/vexp.h"
 #include "ops/kernel_args.h"
 #include "ops/kernels.h"
@@ -73,9 +72,7 @@ static void store_f64(dt_local *t, int64_t row0, int n, int64_t cols, const doub
 }
 
 /* The tile products in AVX2 where the CPU has it, else SSE2: the same bits either way (each
- * output element's terms are added in one order, no FMA: ISO C mode keeps contraction off).
- * f32 tiles take the packed sgemm's FMA kernels first where the CPU has AVX2+FMA or AVX-512
- * (the same bits on both; DT_SGEMM=0 keeps this loop). */
+ * output element's terms are added in one order, no FMA: ISO C mode keeps contraction off). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DT_TILE_CLONES __attribute__((target_clones("avx2", "default")))
 #else

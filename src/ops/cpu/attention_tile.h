@@ -10,11 +10,6 @@
 DT_TILE_CLONES static void TN(gemm)(CT *restrict c, int64_t ldc, const CT *restrict a, int64_t ai,
                                     int64_t at, const CT *restrict b, int64_t ldb, int m, int64_t n,
                                     int64_t k) {
-#if DT_TILE_F32
-    /* f32: the packed sgemm's register-blocked FMA kernels (AVX-512 or AVX2+FMA) where the CPU
-     * has them, one fma per term in the same order (ops/cpu/sgemm.h); this loop otherwise */
-    if (dt_sgemm_acc(m, n, k, a, ai, at, b, ldb, c, ldc)) return;
-#endif
     typedef CT V __attribute__((vector_size(32)));
     enum { W = 32 / sizeof(CT) };
     int i = 0;

@@ -22,9 +22,9 @@
 /* A micro-kernel: c (m <= MR rows, n <= NR columns, row stride ldc) = (first ? 0 : c) + the kc
  * steps of a (m x kc, element (r, k) at a[r ars + k acs], read in place: A is the large operand
  * of a model's GEMMs, and a broadcast costs the same from any address in cache) times b (kc x
- * n, row k at b + k ldb: a packed panel, ldb = NR, or a matrix read in place), each element one
- * fma per step in k order. Rows >= m and columns >= n of c and b are neither read nor written,
- * nor are rows >= m of a. */
+ * n, row k at b + k ldb: a packed panel, ldb = NR; the masked loads serve a b read in place),
+ * each element one fma per step in k order. Rows >= m and columns >= n of c and b are neither read
+ * nor written, nor are rows >= m of a. */
 typedef void (*kern_fn)(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b,
                         int64_t ldb, float *c, int64_t ldc, int m, int n, int first);
 
@@ -210,16 +210,11 @@ static int sgemm_env = -2;
  * crossover measured in bench/bench_sgemm.c). */
 #define PREFER_MAX_MNK ((int64_t)1 << 27)
 
-static int env_choice(void) {
+int dt_sgemm_preferred(int64_t M, int64_t N, int64_t K) {
     if (sgemm_env == -2) {
         const char *e = getenv("DT_SGEMM");
         sgemm_env = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : -1;
     }
-    return sgemm_env;
-}
-
-int dt_sgemm_preferred(int64_t M, int64_t N, int64_t K) {
-    env_choice();
     if (sgemm_env == 0 || dt_sgemm_path() == DT_SIMD_SCALAR) return 0;
     if (sgemm_env == 1) return 1;
     /* products too large for int64 overflow none: each factor is checked first */
@@ -324,19 +319,4 @@ dt_status dt_sgemm(int64_t M, int64_t N, int64_t K, dt_sgemm_mat A, dt_sgemm_mat
     dt_parallel_for(j.mt * j.nt, 1, tile_range, &j);
     dt_host_free(j.bp);
     return DT_OK;
-}
-
-int dt_sgemm_acc(int m, int64_t n, int64_t k, const float *a, int64_t ai, int64_t at,
-                 const float *b, int64_t ldb, float *c, int64_t ldc) {
-    dt_simd s = dt_sgemm_path();
-    if (s == DT_SIMD_SCALAR || env_choice() == 0) return 0;
-    path pt = path_of(s);
-    if (k <= 0) return 1;
-    /* columns outer: a NR-wide strip of b is reused down the rows */
-    for (int64_t j = 0; j < n; j += pt.nr)
-        for (int i = 0; i < m; i += pt.mr) {
-            int mm = m - i < pt.mr ? m - i : pt.mr, nn = n - j < pt.nr ? (int)(n - j) : pt.nr;
-            pt.kern(k, a + i * ai, ai, at, b + j, ldb, c + i * ldc + j, ldc, mm, nn, 0);
-        }
-    return 1;
 }

@@ -36,12 +36,4 @@ dt_simd dt_sgemm_path(void);
  * takes it for every shape (read once). */
 int dt_sgemm_preferred(int64_t M, int64_t N, int64_t K);
 
-/* c (m x n, row stride ldc) += a (m x k, element (i, t) at a[i ai + t at]) . b (k x n, row t
- * at b + t ldb): each element adds its k terms to its old value one fma each, t = 0, 1, ... in
- * order; nothing is packed and nothing runs on the pool (the attention tiles' products, inside
- * their own pool jobs). Returns 1 when done, 0 (and touches nothing) where only the portable
- * path runs or DT_SGEMM=0, so the caller keeps its own loop. */
-int dt_sgemm_acc(int m, int64_t n, int64_t k, const float *a, int64_t ai, int64_t at,
-                 const float *b, int64_t ldb, float *c, int64_t ldc);
-
 #endif
