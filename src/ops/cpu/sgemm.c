@@ -21,10 +21,10 @@
 
 /* A micro-kernel: c (m <= MR rows, n <= NR columns, row stride ldc) = (first ? 0 : c) + the kc
  * steps of a (m x kc, element (r, k) at a[r ars + k acs], read in place: A is the large operand
- * of a model's GEMMs, and a broadcast costs the same from any address in cache) times b (kc x
- * n, row k at b + k ldb: a packed panel, ldb = NR; the masked loads serve a b read in place),
- * each element one fma per step in k order. Rows >= m and columns >= n of c and b are neither read
- * nor written, nor are rows >= m of a. */
+ * of a model's GEMMs, and a broadcast costs the same from any address in cache) times b (a
+ * packed panel: kc rows of NR, ldb = NR apart, zero past column n), each element one fma per
+ * step in k order. Rows >= m and columns >= n of c are neither read nor written, nor are rows
+ * >= m of a. */
 typedef void (*kern_fn)(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b,
                         int64_t ldb, float *c, int64_t ldc, int m, int n, int first);
 
@@ -74,22 +74,16 @@ static AVX512 void kern_avx512(int64_t kc, const float *a, int64_t ars, int64_t 
             acc[r][0] = acc[r][1] = _mm512_setzero_ps();
         }
     }
-    /* a whole (or zero-padded, packed) row of b loads without masks: GCC keeps the masks on the
-     * stack in this loop, two more loads a step */
-#define Z_STEPS(LOAD0, LOAD1)                                                                      \
-    for (int64_t k = 0, o = 0; k < kc; k++, o += acs, b += ldb) {                                  \
-        __m512 b0 = LOAD0, b1 = LOAD1;                                                             \
-        _Pragma("GCC unroll 8") for (int r = 0; r < Z_MR; r++) {                                   \
-            __m512 x = _mm512_set1_ps(row[r][o]);                                                  \
-            acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);                                         \
-            acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);                                         \
-        }                                                                                          \
+    /* b is a packed, zero-padded panel: whole rows load without masks */
+    for (int64_t k = 0, o = 0; k < kc; k++, o += acs, b += ldb) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < Z_MR; r++) {
+            __m512 x = _mm512_set1_ps(row[r][o]);
+            acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+        }
     }
-    if (n == Z_NR || ldb == Z_NR)
-        Z_STEPS(_mm512_loadu_ps(b), _mm512_loadu_ps(b + 16))
-    else
-        Z_STEPS(_mm512_maskz_loadu_ps(k0, b), _mm512_maskz_loadu_ps(k1, b + 16))
-#undef Z_STEPS
 #pragma GCC unroll 8
     for (int r = 0; r < Z_MR; r++) {
         if (r >= m) break;
@@ -140,7 +134,7 @@ static AVX2 void kern_avx2(int64_t kc, const float *a, int64_t ars, int64_t acs,
         }
     }
     for (int64_t k = 0, o = 0; k < kc; k++, o += acs, b += ldb) {
-        __m256 b0 = _mm256_maskload_ps(b, k0), b1 = _mm256_maskload_ps(b + 8, k1);
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 6
         for (int r = 0; r < Y_MR; r++) {
             __m256 x = _mm256_broadcast_ss(row[r] + o);
