@@ -36,7 +36,7 @@
 #include <cblas.h>
 #endif
 
-enum { WARMUP = 2, MAXSTEPS = 20, NCONF = 6 };
+enum { WARMUP = 2, MAXSTEPS = 20, NCONF = 7 };
 static const tl_config cfg = {.vocab = 256,
                               .seq = 64,
                               .batch = 8,
@@ -45,6 +45,15 @@ static const tl_config cfg = {.vocab = 256,
                               .heads = 4,
                               .kv_heads = 2,
                               .hidden = 384};
+/* make train's model at sequence 256: attention's T x T products and every GEMM's rows grow */
+static const tl_config long_seq = {.vocab = 256,
+                                   .seq = 256,
+                                   .batch = 8,
+                                   .dim = 128,
+                                   .layers = 2,
+                                   .heads = 4,
+                                   .kv_heads = 2,
+                                   .hidden = 384};
 /* A small model (one block, dim 64): where per-op overhead weighs most */
 static const tl_config small = {.vocab = 256,
                                 .seq = 64,
@@ -96,6 +105,7 @@ static const conf confs[NCONF] = {
       .sequence_parallel = 1,
       .loss_parallel = 1},
      NULL},
+    {"1 rank, T 256", "1", "eager", "eager, 1 process", 1, {.dp_dim = -1, .tp_dim = -1}, &long_seq},
     {"1 rank, small model",
      "1",
      "eager",
@@ -332,7 +342,7 @@ int main(int argc, char **argv) {
         text = malloc(1 << 20);
         n = text ? fread(text, 1, 1 << 20, f) : 0;
         fclose(f);
-        if (n <= (size_t)cfg.seq + 1) free(text), text = NULL, n = 0;
+        if (n <= (size_t)long_seq.seq + 1) free(text), text = NULL, n = 0;
     }
     double load_start = load1();
     /* The peak: the best sgemm of the run, one measured before each configuration, so that a
@@ -349,8 +359,9 @@ int main(int argc, char **argv) {
     free(text);
     if (!table)
         printf("make train's model (V %d, C %d, %d layers, %d heads / %d kv, hidden %d, T %d, "
-               "B %d, AdamW) on %s; the last row: the small model (V 256, C 64, 1 layer, 4 heads, "
-               "hidden 172, T 64, B 4); median (min-max) of %d steps after %d warm-up; load "
+               "B %d, AdamW) on %s; \"T 256\": the same model at sequence 256; the last row: the "
+               "small model (V 256, C 64, 1 layer, 4 heads, hidden 172, T 64, B 4); median "
+               "(min-max) of %d steps after %d warm-up; load "
                "average %.2f at start, %.2f at end\n",
                cfg.vocab, cfg.dim, cfg.layers, cfg.heads, cfg.kv_heads, cfg.hidden, cfg.seq,
                cfg.batch, text ? text_path : "synthetic tokens", steps, WARMUP, load_start,
@@ -395,11 +406,16 @@ int main(int argc, char **argv) {
             if (dt[i].ok) snprintf(ratio, sizeof ratio, "%.2fx", pt[i].ms[0] / dt[i].ms[0]);
         }
         if (table) {
-            double tokens = (double)model_of(c)->batch * model_of(c)->seq;
+            const tl_config *mc = model_of(c);
+            double tokens = (double)mc->batch * mc->seq;
+            char what[64] = "make train";
+            if (c->model)
+                snprintf(what, sizeof what, "V %d, C %d, %d layer%s, T %d, B %d", mc->vocab,
+                         mc->dim, mc->layers, mc->layers > 1 ? "s" : "", mc->seq, mc->batch);
             printf("train step %s (%s)\t%s ms, %.0f tokens/s, %s coll/step, %s of 1 rank, %s "
                    "model GFLOP/s (%s of sgemm peak %.1f), %s faults/step\t",
-                   c->name, c->model ? "V 256, C 64, 1 layer, T 64, B 4" : "make train", d,
-                   dt[i].ok ? tokens / dt[i].ms[0] * 1e3 : 0.0, dcoll, vs1, dgf, dpk, peak, dflt);
+                   c->name, what, d, dt[i].ok ? tokens / dt[i].ms[0] * 1e3 : 0.0, dcoll, vs1, dgf,
+                   dpk, peak, dflt);
             if (pt[i].ok)
                 printf("PyTorch %s %s ms, %s coll/step, %s GFLOP/s\t%s\n", c->torch_name, p, pcoll,
                        pgf, ratio);
