@@ -130,6 +130,8 @@ typedef struct dt_op_args {
                                target */
     int correction;         /* [CORRECTION] var/std: 1 = unbiased (torch's default), 0 = biased */
     int causal;             /* [CAUSAL] sdpa */
+    int seq_first;          /* [SEQ_FIRST] sdpa: 1 = q, k, v, out (..., T, H, D) and lse
+                               (..., Tq, Hq), the projections' own layout; 0 = heads first */
     dt_reduction reduction; /* [REDUCTION] cross_entropy */
     int use_ignore_index;   /* [IGNORE] cross_entropy: 1 = rows labelled ignore_index are
                                skipped (loss 0, not counted in the mean); other labels */
@@ -286,6 +288,12 @@ DT_API dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target,
  * Tk, Dv). Hkv may divide Hq (grouped-query attention, torch's enable_gqa): query head h
  * reads kv head h / (Hq / Hkv). */
 DT_API dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out);
+/* dt_sdpa on the projections' layout: q (..., Tq, Hq, D), k (..., Tk, Hkv, D), v (..., Tk, Hkv,
+ * Dv) -> out (..., Tq, Hq, Dv), the same values (bit for bit) as dt_sdpa on the heads-first
+ * transposes, transposed back, without those copies; the view to (..., T, H * Dv) is free.
+ * Shards the batch dims and the heads (dim -2), never the sequence. */
+DT_API dt_status dt_sdpa_seq_first(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal,
+                                   dt_tensor **out);
 /* dt_sdpa that also returns each query row's log-sum-exp of its scaled, masked scores: lse
  * (..., Hq, Tq), f64 for f64 inputs and f32 for the others, -inf for a row without keys
  * (torch's _scaled_dot_product_flash_attention). The state dt_sdpa_backward starts from; the

@@ -118,7 +118,8 @@ enum {
     ARG_K = 1u << 12,
     ARG_SMALLEST = 1u << 13,
     ARG_SEED = 1u << 14, /* seed and offset: read by the kernel, never keyed */
-    ARG_ALL = (1u << 15) - 1,
+    ARG_SEQ_FIRST = 1u << 15,
+    ARG_ALL = (1u << 16) - 1,
 };
 
 struct dt_grad_call; /* ops/grad.h */
