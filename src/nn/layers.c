@@ -214,7 +214,7 @@ static dt_tensor *split_heads(dt_scope *s, dt_tensor *x, int64_t B, int64_t T, i
                               int64_t hd, dt_tensor *cos, dt_tensor *sin, int heads_first) {
     int64_t split[4] = {B, T, h, hd};
     dt_tensor *x4 = DT_DO(s, dt_view, x, 4, split);
-    if (cos) x4 = DT_DO(s, dt_rope, x4, cos, sin);
+    if (cos) x4 = DT_DO(s, dt_rope_, x4, cos, sin); /* x4 is the view's own copy */
     return heads_first ? DT_DO(s, dt_transpose, x4, 1, 2) : x4;
 }
 
