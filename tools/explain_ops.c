@@ -21,7 +21,7 @@ typedef enum args_kind {
     SLICE,    /* slice(dim=1,start=8,end=16), slice([:,8:]) */
     NORM,     /* layer_norm(eps=1e-5), layer_norm(last), layer_norm(last=2),
                  layer_norm(normalized_shape=[8,10]) (= last=2) */
-    SDPA,     /* (causal,scale=0.125) */
+    SDPA,     /* (causal,scale=0.125,seq_first) */
     XENT,     /* cross_entropy(mean|sum|none,ignore_index=-100|none,label_smoothing=0.1) */
     DROPOUT,  /* dropout(0.1), dropout(p=0.1,seed=7,offset=0) */
     TOPK,     /* topk(k=3,dim=0,largest=0); dim defaults to -1 */
@@ -369,6 +369,8 @@ static dt_status parse_args(dt_op op, const char *name, const char *text, int n,
         case SDPA:
             if (!strcmp(k, "causal") || (bare && !strcmp(v, "causal")))
                 ok = to_flag(bare ? "" : v, &a->causal);
+            else if (!strcmp(k, "seq_first") || (bare && !strcmp(v, "seq_first")))
+                ok = to_flag(bare ? "" : v, &a->seq_first);
             else
                 ok = !strcmp(k, "scale") && to_double(v, &a->scalar);
             break;
@@ -554,10 +556,11 @@ dt_status explain_op_format(dt_op op, const dt_op_args *a, char *buf, size_t cap
         PUT(")");
         break;
     case SDPA:
-        if (a->causal || a->scalar != 0) PUT("(");
+        if (a->causal || a->scalar != 0 || a->seq_first) PUT("(");
         if (a->causal) PUT("causal");
         if (a->scalar != 0) PUT("%sscale=%.17g", a->causal ? "," : "", a->scalar);
-        if (a->causal || a->scalar != 0) PUT(")");
+        if (a->seq_first) PUT("%sseq_first", a->causal || a->scalar != 0 ? "," : "");
+        if (a->causal || a->scalar != 0 || a->seq_first) PUT(")");
         break;
     case VNORM:
         PUT("(%.17g", a->scalar);

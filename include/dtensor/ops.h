@@ -130,6 +130,8 @@ typedef struct dt_op_args {
                                target */
     int correction;         /* [CORRECTION] var/std: 1 = unbiased (torch's default), 0 = biased */
     int causal;             /* [CAUSAL] sdpa */
+    int seq_first;          /* [SEQ_FIRST] sdpa: 1 = q, k, v, out (..., T, H, D) and lse
+                               (..., Tq, Hq), the projections' own layout; 0 = heads first */
     dt_reduction reduction; /* [REDUCTION] cross_entropy */
     int use_ignore_index;   /* [IGNORE] cross_entropy: 1 = rows labelled ignore_index are
                                skipped (loss 0, not counted in the mean); other labels */
@@ -172,6 +174,16 @@ DT_API dt_status dt_op_register(const dt_op_def *def, dt_op *out);
 /* The generic entry point: runs op on inputs with args. */
 DT_API dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
                             dt_tensor **out);
+/* op with its output written over inputs[0] (PyTorch's op_ forms; ops that allow it: rope):
+ * *out is inputs[0] with a new reference, its values replaced, its spec unchanged (the
+ * strategy must keep inputs[0] where it is: else DT_ERR_PLACEMENT, nothing written). Under
+ * autograd the call is recorded in place; a node that recorded inputs[0] before fails
+ * dt_backward with a named error (its values are gone). Where autograd must keep the old
+ * values itself (an activation-checkpoint region that replays from them, an input whose
+ * gradient reads them), *out is a new tensor as dt_op_call gives. inputs[0] must not be a
+ * leaf that requires grad (DT_ERR_ARG). */
+DT_API dt_status dt_op_call_inplace(dt_op op, dt_tensor *const *inputs, int ninputs,
+                                    const dt_op_args *args, dt_tensor **out);
 /* The same for an op with outputs besides the first (scaled_dot_product_attention's
  * log-sum-exp; its backward's dk and dv): aux[0..naux) receives them, in out's placements.
  * DT_ERR_ARG when naux is not the op's count. */
@@ -286,6 +298,12 @@ DT_API dt_status dt_cross_entropy_ignore(dt_tensor *logits, dt_tensor *target,
  * Tk, Dv). Hkv may divide Hq (grouped-query attention, torch's enable_gqa): query head h
  * reads kv head h / (Hq / Hkv). */
 DT_API dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out);
+/* dt_sdpa on the projections' layout: q (..., Tq, Hq, D), k (..., Tk, Hkv, D), v (..., Tk, Hkv,
+ * Dv) -> out (..., Tq, Hq, Dv), the same values (bit for bit) as dt_sdpa on the heads-first
+ * transposes, transposed back, without those copies; the view to (..., T, H * Dv) is free.
+ * Shards the batch dims and the heads (dim -2), never the sequence. */
+DT_API dt_status dt_sdpa_seq_first(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal,
+                                   dt_tensor **out);
 /* dt_sdpa that also returns each query row's log-sum-exp of its scaled, masked scores: lse
  * (..., Hq, Tq), f64 for f64 inputs and f32 for the others, -inf for a row without keys
  * (torch's _scaled_dot_product_flash_attention). The state dt_sdpa_backward starts from; the
@@ -382,6 +400,9 @@ DT_API dt_status dt_cross_entropy_ex(dt_tensor *logits, dt_tensor *target, const
  * angle whose cos and sin are cos[t, i], sin[t, i]: out[2i] = x[2i] c - x[2i+1] s,
  * out[2i+1] = x[2i] s + x[2i+1] c. An odd D is DT_ERR_SHAPE. */
 DT_API dt_status dt_rope(dt_tensor *x, dt_tensor *cos, dt_tensor *sin, dt_tensor **out);
+/* dt_rope written over x (dt_op_call_inplace): *out is x, rotated, with no new storage; its
+ * backward is the rotation by -theta and needs nothing saved. */
+DT_API dt_status dt_rope_(dt_tensor *x, dt_tensor *cos, dt_tensor *sin, dt_tensor **out);
 
 /* The rope tables for positions 0 .. T-1 and head size D (even) as torchtitan's
  * precompute_freqs_cis: angle(t, i) = t * theta^(-2i/D), computed in f64 and rounded once to

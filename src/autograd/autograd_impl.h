@@ -61,6 +61,12 @@ bool dt_autograd_wants(dt_tensor *const *in, int n);
  * outputs saved[0..nsaved) for the rule. */
 dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                              dt_tensor *out, dt_tensor *const *saved, int nsaved);
+/* Records in[0] = op(in, args) computed in place (in[0]'s version already counted up):
+ * before, a new tensor of in[0]'s spec that reads nothing (the node's rule must not read input
+ * 0), takes in[0]'s history, and in[0] gets the node with before as its input 0, as PyTorch
+ * rebases an in-place op's history. On failure nothing moved. */
+dt_status dt_autograd_record_inplace(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                                     dt_tensor *before);
 /* Records out = redistribute(in) (src: in's placements). */
 dt_status dt_autograd_record_redistribute(dt_tensor *in, dt_tensor *out);
 

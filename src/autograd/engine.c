@@ -28,6 +28,7 @@ typedef struct dt_node {
     dt_op_args args;
     int n;
     dt_tensor *in[DT_GRAD_MAX_INPUTS]; /* retained */
+    unsigned in_version[DT_GRAD_MAX_INPUTS]; /* each input's version when recorded */
     int nsaved;
     dt_tensor *saved[DT_OP_MAX_AUX]; /* the op's other outputs (retained): rules' state */
     /* a node of dt_autograd_record_custom: */
@@ -108,7 +109,7 @@ static dt_status record(dt_tensor *out, dt_node *node) {
     s->requires_grad = true;
     node->module = dt_comm_module_tls;
     for (int i = 0; i < node->n; i++)
-        if (node->in[i]) dt_tensor_retain(node->in[i]);
+        if (node->in[i]) dt_tensor_retain(node->in[i]), node->in_version[i] = node->in[i]->version;
     for (int i = 0; i < node->nsaved; i++) dt_tensor_retain(node->saved[i]);
     if (dt_autograd_of(ctx_of(out))->ac_region) dt_ac_note(ctx_of(out), out);
     return DT_OK;
@@ -214,6 +215,27 @@ dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_
     node->nsaved = nsaved;
     for (int i = 0; i < nsaved; i++) node->saved[i] = saved[i];
     return record(out, node);
+}
+
+dt_status dt_autograd_record_inplace(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                                     dt_tensor *before) {
+    DT_ARG(n <= DT_GRAD_MAX_INPUTS, "%s: %d inputs, autograd records at most %d", dt_op_name(op), n,
+           DT_GRAD_MAX_INPUTS);
+    dt_tensor *x = in[0];
+    dt_grad_slot *old = x->ag;
+    dt_node *node = calloc(1, sizeof *node);
+    if (!node)
+        return dt_error(DT_ERR_NOMEM, "%s: out of memory for its autograd node", dt_op_name(op));
+    /* before takes x's history (its node, or nothing); x's new slot is made by record */
+    before->ag = old, x->ag = NULL;
+    before->version = x->version - 1; /* the values before's node saw */
+    node->op = op, node->n = n;
+    if (args) node->args = *args;
+    memcpy(node->in, in, sizeof(dt_tensor *) * (size_t)n);
+    node->in[0] = before;
+    dt_status st = record(x, node);
+    if (st != DT_OK) x->ag = old, before->ag = NULL; /* as it was */
+    return st;
 }
 
 dt_status dt_autograd_record_custom(const char *name, dt_tensor *const *in, int n, dt_tensor *out,
@@ -382,6 +404,16 @@ static dt_status step(dt_tensor *t) {
     for (int i = 0; i < node->n; i++)
         any |= need[i] = node->in[i] && dt_ag(node->in[i])->requires_grad;
     dt_status st = DT_OK;
+    /* An input overwritten in place since the node recorded it: its values are gone, and its
+     * gradient would reach the in-place op's node instead of its own. */
+    for (int i = 0; i < node->n && st == DT_OK; i++)
+        if (node->in[i] && node->in[i]->version != node->in_version[i])
+            st = dt_error(DT_ERR_ARG,
+                          "dt_backward: input %d of %s was modified by an in-place "
+                          "op after %s recorded it (version %u, recorded at %u); use the "
+                          "out-of-place op there",
+                          i, node_name(node), node_name(node), node->in[i]->version,
+                          node->in_version[i]);
     /* Saved inputs whose storage was dropped after the forward come back first. */
     for (int i = 0; i < node->n && st == DT_OK && any && !node->redistribute; i++)
         st = dt_saved_refill(node->in[i]);

@@ -66,6 +66,52 @@ static dt_status record_call(dt_op op, dt_tensor *const *in, int n, const dt_op_
     return DT_OK;
 }
 
+/* dt_op_call_inplace's recorder: in[0] takes the result. Recorded in place when in[0]'s old
+ * values are needed by no one autograd knows of ahead of time: not by the op's own rule (an
+ * input other than 0 that requires grad may read them: rope's tables), not by an activation-
+ * checkpoint region (it replays its ops from their inputs) nor by an owner of in[0]'s
+ * storage (saved hooks); there the call runs out of place, as dt_op_call. A node recorded
+ * earlier with in[0] as input is caught by its version at dt_backward. */
+static dt_status record_inplace(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                                dt_tensor **out) {
+    dt_tensor *x = in[0];
+    const dt_grad_slot *xs = dt_ag(x);
+    if (xs->requires_grad && !xs->node)
+        return dt_error(DT_ERR_ARG,
+                        "%s (in place): input 0 is a leaf that requires grad; its "
+                        "values are what its gradient is for (use %s out of place)",
+                        dt_op_name(op), dt_op_name(op));
+    bool record = dt_autograd_wants(in, n);
+    bool keep_old = dt_autograd_of(x->mesh->ctx)->ac_region || xs->hooks;
+    for (int i = 1; i < n; i++)
+        keep_old |= in[i] && dt_ag(in[i])->requires_grad;
+    if (record && keep_old) return record_call(op, in, n, args, out, NULL);
+    const dt_op_choice *choice;
+    DT_CHECK(dt_dispatch_choose(op, in, n, args, &choice));
+    dt_tensor *before = NULL, *used[DT_OP_MAX_INPUTS] = {0};
+    /* The history's holder first, so that a failure leaves x unwritten: x's spec, reading
+     * x's storage (no copy; its rule never reads it). */
+    if (record)
+        DT_CHECK(dt_tensor_new(x->mesh, x->device, x->dtype, x->ndim, x->shape, x->placements,
+                               x->data, false, &before));
+    dt_status st = dt_dispatch_compute_into(op, in, n, args, choice, record ? used : NULL);
+    if (st == DT_OK && record) {
+        for (int i = 1; i < n && st == DT_OK; i++)
+            if (used[i] && used[i] != in[i] && dt_autograd_wants(&in[i], 1))
+                st = dt_autograd_record_redistribute(in[i], used[i]);
+        used[0] = x;
+        if (st == DT_OK) st = dt_autograd_record_inplace(op, used, n, args, before);
+        used[0] = NULL;
+        dt_tensor_release(x); /* the reference compute_into passed back in used[0] */
+    }
+    for (int i = 1; i < n; i++)
+        dt_tensor_release(used[i]);
+    dt_tensor_release(before); /* the node holds it */
+    if (st != DT_OK) return st;
+    dt_tensor_retain(*out = x);
+    return DT_OK;
+}
+
 static dt_status record_move(dt_tensor *x, const dt_placement *dst, dt_tensor **out);
 
 static void no_grad(dt_ctx *ctx, int enter) {
@@ -73,7 +119,7 @@ static void no_grad(dt_ctx *ctx, int enter) {
 }
 
 static const dt_op_recorder recorder = {
-    .call = record_call, .move = record_move, .no_grad = no_grad};
+    .call = record_call, .call_inplace = record_inplace, .move = record_move, .no_grad = no_grad};
 
 void dt_autograd_start(void) {
     dt_ops_set_recorder(&recorder);

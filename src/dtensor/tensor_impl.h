@@ -39,6 +39,10 @@ struct dt_tensor {
      * set only while the rank traces, so that its readers can list what they waited for; 0 or
      * an id of an earlier recording means unknown. */
     int64_t trace_src;
+    /* Bumped by every op that writes its storage in place (dt_op_call_inplace): autograd
+     * compares it with the count a node saw when it recorded t as an input, so a backward
+     * never reads values an in-place op overwrote (PyTorch's version counter). */
+    unsigned version;
 };
 
 /* Called with t and its autograd slot when a tensor that has one dies. The autograd layer

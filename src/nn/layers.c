@@ -208,13 +208,14 @@ dt_status dt_nn_attention_create(dt_params *params, const char *name, int64_t di
     return DT_OK;
 }
 
-/* (B, T, h * hd) -> (B, h, T, hd), rotated by the rope tables when cos is set */
-static dt_tensor *heads_first(dt_scope *s, dt_tensor *x, int64_t B, int64_t T, int64_t h,
-                              int64_t hd, dt_tensor *cos, dt_tensor *sin) {
+/* (B, T, h * hd) -> (B, T, h, hd), rotated by the rope tables when cos is set; heads_first
+ * also -> (B, h, T, hd) (a copy: the ring's layout; plain attention reads (B, T, h, hd)). */
+static dt_tensor *split_heads(dt_scope *s, dt_tensor *x, int64_t B, int64_t T, int64_t h,
+                              int64_t hd, dt_tensor *cos, dt_tensor *sin, int heads_first) {
     int64_t split[4] = {B, T, h, hd};
     dt_tensor *x4 = DT_DO(s, dt_view, x, 4, split);
-    if (cos) x4 = DT_DO(s, dt_rope, x4, cos, sin);
-    return DT_DO(s, dt_transpose, x4, 1, 2);
+    if (cos) x4 = DT_DO(s, dt_rope_, x4, cos, sin); /* x4 is the view's own copy */
+    return heads_first ? DT_DO(s, dt_transpose, x4, 1, 2) : x4;
 }
 
 dt_tensor *dt_nn_attention_forward(dt_scope *scope, const dt_nn_attention *attention, dt_tensor *x,
@@ -236,14 +237,18 @@ dt_tensor *dt_nn_attention_forward(dt_scope *scope, const dt_nn_attention *atten
         for (int i = 0; i < 3; i++)
             qkv[i] = dt_nn_linear_forward(scope, proj[i], x);
     }
-    dt_tensor *q = heads_first(scope, qkv[0], B, T, a->heads, a->head_dim, cos, sin);
-    dt_tensor *k = heads_first(scope, qkv[1], B, T, a->kv_heads, a->head_dim, cos, sin);
-    dt_tensor *v = heads_first(scope, qkv[2], B, T, a->kv_heads, a->head_dim, NULL, NULL);
+    int ring = a->cp_dim >= 0;
+    dt_tensor *q = split_heads(scope, qkv[0], B, T, a->heads, a->head_dim, cos, sin, ring);
+    dt_tensor *k = split_heads(scope, qkv[1], B, T, a->kv_heads, a->head_dim, cos, sin, ring);
+    dt_tensor *v = split_heads(scope, qkv[2], B, T, a->kv_heads, a->head_dim, NULL, NULL, ring);
     dt_comm_module_tls = a->self.params->modules[a->self.index].name; /* the ring's module */
-    dt_tensor *o = a->cp_dim >= 0                                     /* (B, heads, T, hd) */
-                       ? DT_DO(scope, dt_ring_sdpa, q, k, v, a->cp_dim, 1, 1)
-                       : DT_DO(scope, dt_sdpa, q, k, v, 1);
-    o = DT_DO(scope, dt_transpose, o, 1, 2);
+    dt_tensor *o;
+    if (ring) { /* (B, heads, T, hd) -> (B, T, heads, hd) */
+        o = DT_DO(scope, dt_ring_sdpa, q, k, v, a->cp_dim, 1, 1);
+        o = DT_DO(scope, dt_transpose, o, 1, 2);
+    } else { /* (B, T, heads, hd): no transposes either way, nor in backward */
+        o = DT_DO(scope, dt_sdpa_seq_first, q, k, v, 1);
+    }
     o = DT_DO(scope, dt_view, o, 3, merged);
     return dt_module_output(scope, a->self, dt_nn_linear_forward(scope, a->wo, o));
 }

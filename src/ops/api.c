@@ -139,6 +139,12 @@ dt_status dt_sdpa(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tenso
     return dt_op_call(DT_OP_SDPA, in, 3, &a, out);
 }
 
+dt_status dt_sdpa_seq_first(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out) {
+    dt_tensor *in[3] = {q, k, v};
+    dt_op_args a = {.causal = causal, .seq_first = 1};
+    return dt_op_call(DT_OP_SDPA, in, 3, &a, out);
+}
+
 dt_status dt_sdpa_lse(dt_tensor *q, dt_tensor *k, dt_tensor *v, int causal, dt_tensor **out,
                       dt_tensor **lse) {
     dt_tensor *in[3] = {q, k, v};

@@ -13,6 +13,11 @@ dt_status dt_rope(dt_tensor *x, dt_tensor *cos, dt_tensor *sin, dt_tensor **out)
     return dt_op_call(DT_OP_ROPE, in, 3, NULL, out);
 }
 
+dt_status dt_rope_(dt_tensor *x, dt_tensor *cos, dt_tensor *sin, dt_tensor **out) {
+    dt_tensor *in[3] = {x, cos, sin};
+    return dt_op_call_inplace(DT_OP_ROPE, in, 3, NULL, out);
+}
+
 dt_status dt_rope_tables(dt_mesh *mesh, dt_dtype dtype, int64_t T, int64_t D, double theta,
                          int nplacements, const dt_placement *placements, dt_tensor **cos_out,
                          dt_tensor **sin_out) {

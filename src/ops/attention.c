@@ -4,6 +4,9 @@
  * than q, query head h reading kv head h / (Hq / Hkv); heads then shard only where every
  * shard keeps whole groups.
  *
+ * With seq_first (dt_sdpa_seq_first) q, k, v and out are (..., T, H, D), the projections'
+ * layout, and the heads are dim nd - 2; the kernels address that layout directly.
+ *
  * The forward's other output is each query row's log-sum-exp (..., Hq, Tq), computed when
  * asked for or when autograd records the call: the backward (q, k, v, grad_out, lse) ->
  * dq, with dk and dv as its other outputs, rebuilds the probabilities from it. */
@@ -52,6 +55,18 @@ static op_out lse_spec(const op_input *q) {
     return o;
 }
 
+/* x's spec with dims nd - 2 - back and nd - 1 - back swapped: a seq_first input seen heads
+ * first ((..., T, H, D) as (..., H, T, D); back 0 for the lse rows, (..., Tq, Hq)). */
+static op_input swap_dims(const op_input *x, int back, int64_t *shape) {
+    op_input s = *x;
+    if (x->ndim <= 0) return s;
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    int a = x->ndim - 2 - back;
+    if (a >= 0) shape[a] = x->shape[a + 1], shape[a + 1] = x->shape[a];
+    s.shape = shape;
+    return s;
+}
+
 static int same_spec(const op_input *a, const op_out *b) {
     if (a->ndim != b->ndim || a->dtype != b->dtype) return 0;
     for (int d = 0; d < a->ndim; d++)
@@ -59,8 +74,26 @@ static int same_spec(const op_input *a, const op_out *b) {
     return 1;
 }
 
+static dt_status infer_heads_first(dt_op op, const op_input *in, int n, op_out *out);
+
+/* seq_first: the heads-first checks on the swapped specs, the output swapped back. */
 static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out) {
-    (void)a;
+    if (!a->seq_first) return infer_heads_first(op, in, n, out);
+    if (in[0].ndim < 3)
+        return dt_error(DT_ERR_SHAPE, "%s: seq_first takes q as (..., T, H, D), got %d-D",
+                        dt_op_name(op), in[0].ndim);
+    op_input h[5];
+    int64_t shapes[5][DT_MAX_NDIM];
+    for (int i = 0; i < n && i < 5; i++)
+        h[i] = swap_dims(&in[i], i == 4 ? 0 : 1, shapes[i]);
+    DT_CHECK(infer_heads_first(op, h, n, out));
+    int d = out->ndim - 3;
+    int64_t t = out->shape[d];
+    out->shape[d] = out->shape[d + 1], out->shape[d + 1] = t;
+    return DT_OK;
+}
+
+static dt_status infer_heads_first(dt_op op, const op_input *in, int n, op_out *out) {
     const char *name = dt_op_name(op);
     if (op == DT_OP_SDPA && n != 3) return dt_error(DT_ERR_ARG, "%s: takes q, k, v", name);
     if (op == DT_OP_SDPA) return infer_forward(in, out);
@@ -109,12 +142,15 @@ static int groups_aligned(int64_t hq, int64_t hkv, int m) {
 
 static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
                  int mesh_total, rule_row *rows) {
-    (void)op, (void)a, (void)mesh_total;
+    (void)op, (void)mesh_total;
     int k = 0, nd = in[0].ndim;
     rule_row r = {.out = RP};
     for (int i = 0; i < n; i++) r.in[i] = RP;
     rows[k++] = r;
-    for (int d = 0; d < nd - 2; d++) {
+    for (int e = 0; e < nd - 2; e++) {
+        /* the batch dims and the heads: dim nd - 3 heads first, nd - 2 seq_first (whose
+         * nd - 3, the sequence, stays whole) */
+        int d = a->seq_first && e == nd - 3 ? nd - 2 : e;
         int64_t hq = in[0].shape[d], hkv = in[1].shape[d];
         /* Grouped heads: the chunk boundaries must line up over this mesh dim; combine_ok
          * checks a head dim that several mesh dims split together. */
@@ -132,8 +168,8 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
 static int combine_ok(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_ndim,
                       const int *mesh_shape, const dt_placement (*in_pl)[DT_MESH_MAX_NDIM],
                       const dt_placement *out_pl) {
-    (void)op, (void)n, (void)a, (void)out_pl;
-    int h = in[0].ndim - 3;
+    (void)op, (void)n, (void)out_pl;
+    int h = in[0].ndim - (a->seq_first ? 2 : 3);
     if (h < 0 || in[0].shape[h] == in[1].shape[h]) return 1;
     int dims = 0, ranks = 1;
     for (int m = 0; m < mesh_ndim; m++)
@@ -147,10 +183,10 @@ static dt_status compute(local_call *c) {
     if (scale == 0) scale = 1.0 / sqrt((double)c->global[0].shape[c->global[0].ndim - 1]);
     const dt_local *in = c->in;
     if (c->op == DT_OP_SDPA)
-        return c->k->sdpa(&in[0], &in[1], &in[2], c->args->causal, scale, &c->out,
-                          c->naux ? &c->aux[0] : NULL);
-    return c->k->sdpa_backward(&in[3], &in[0], &in[1], &in[2], &in[4], c->args->causal, scale,
-                               &c->out, &c->aux[0], &c->aux[1]);
+        return c->k->sdpa(&in[0], &in[1], &in[2], c->args->causal, c->args->seq_first, scale,
+                          &c->out, c->naux ? &c->aux[0] : NULL);
+    return c->k->sdpa_backward(&in[3], &in[0], &in[1], &in[2], &in[4], c->args->causal,
+                               c->args->seq_first, scale, &c->out, &c->aux[0], &c->aux[1]);
 }
 
 const op_family dt_family_attention = {

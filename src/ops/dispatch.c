@@ -334,9 +334,11 @@ dt_status dt_dispatch_route(dt_op op, dt_tensor *const *in, int n, const dt_op_a
     return DT_OK;
 }
 
+/* into: the tensor that takes the output (dt_dispatch_compute_into, checked there), else
+ * NULL for a new one. */
 static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
-                         const dt_op_choice *s, int want_aux, dt_tensor **used, dt_tensor **out,
-                         dt_tensor **aux, int *naux) {
+                         const dt_op_choice *s, int want_aux, dt_tensor *into, dt_tensor **used,
+                         dt_tensor **out, dt_tensor **aux, int *naux) {
     const op_family *f = dt_op_family(op);
     const dt_op_args *a = args ? args : &no_args;
     dt_mesh *mesh = in[0]->mesh;
@@ -359,7 +361,9 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
     dt_device dev = in[0]->device;
     char text[sizeof s->text];
     text[0] = '\0';
-    if (st == DT_OK)
+    if (st == DT_OK && into)
+        dt_tensor_retain(o = into);
+    else if (st == DT_OK)
         st = dt_tensor_alloc_laid_out(mesh, dev, s->spec.dtype, s->spec.ndim, s->spec.shape,
                                       s->out, s->out_local_shape, s->out_local_offset, &o);
     for (int i = 0; i < na && st == DT_OK; i++)
@@ -404,9 +408,50 @@ dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op
                               dt_tensor **out, dt_tensor **aux, int *naux) {
     /* The collectives it issues name it (the flight recorder, the check for stuck ranks). */
     const char *prev = dt_comm_caller_swap(dt_op_name(op));
-    dt_status st = compute(op, in, n, args, s, want_aux, used, out, aux, naux);
+    dt_status st = compute(op, in, n, args, s, want_aux, NULL, used, out, aux, naux);
     dt_comm_caller_swap(prev);
     return st;
+}
+
+dt_status dt_dispatch_compute_into(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                                   const dt_op_choice *s, dt_tensor **used) {
+    const char *name = dt_op_name(op);
+    const op_family *f = dt_op_family(op);
+    dt_tensor *x = in[0];
+    int mnd = x->mesh->ndim;
+    if (!f->inplace)
+        return dt_error(DT_ERR_ARG,
+                        "%s: has no in-place form (its kernel reads input 0 after "
+                        "writing)",
+                        name);
+    if (!(s->in_place & 1u)) {
+        char have[128], need[128];
+        dt_placements_format(x->placements, mnd, have, sizeof have);
+        dt_placements_format(s->in[0], mnd, need, sizeof need);
+        return dt_error(DT_ERR_PLACEMENT,
+                        "%s (in place): input 0 is %s but the chosen strategy "
+                        "needs %s; redistribute it first or call the out-of-place op",
+                        name, have, need);
+    }
+    int same = s->spec.ndim == x->ndim && s->spec.dtype == x->dtype;
+    for (int d = 0; same && d < x->ndim; d++)
+        same = s->spec.shape[d] == x->shape[d];
+    for (int m = 0; same && m < mnd; m++)
+        same = dt_placement_equal(s->out[m], x->placements[m]);
+    if (!same)
+        return dt_error(DT_ERR_ARG, "%s (in place): the output's spec differs from input 0's",
+                        name);
+    const char *prev = dt_comm_caller_swap(name);
+    dt_tensor *o, *ax[DT_OP_MAX_AUX];
+    int na = 0;
+    dt_status st = compute(op, in, n, args, s, 0, x, used, &o, ax, &na);
+    dt_comm_caller_swap(prev);
+    if (st != DT_OK) return st;
+    for (int i = 0; i < na; i++)
+        dt_tensor_release(ax[i]);
+    x->version++;
+    dt_tensor_release(o); /* x itself: the caller holds it */
+    return DT_OK;
 }
 
 /* ---- dt_op_call --------------------------------------------------------------------------- */
@@ -483,6 +528,23 @@ static dt_status call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a
 dt_status dt_op_call(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
                      dt_tensor **out) {
     return call(op, inputs, ninputs, args, out, NULL);
+}
+
+dt_status dt_op_call_inplace(dt_op op, dt_tensor *const *inputs, int ninputs,
+                             const dt_op_args *args, dt_tensor **out) {
+    DT_CHECK(dt_dispatch_check(op, inputs, ninputs));
+    DT_ARG(out != NULL, "%s: argument out is NULL", dt_op_name(op));
+    if (!dt_op_family(op)->inplace)
+        return dt_error(DT_ERR_ARG, "dt_op_call_inplace: op %s has no in-place form",
+                        dt_op_name(op));
+    if (dt_agree_debug(inputs[0]->mesh->ctx)) DT_CHECK(agree_call(op, inputs, ninputs, args));
+    const dt_op_recorder *rec = atomic_load_explicit(&recorder, memory_order_acquire);
+    if (rec) return rec->call_inplace(op, inputs, ninputs, args, out);
+    const dt_op_choice *choice;
+    DT_CHECK(dt_dispatch_choose(op, inputs, ninputs, args, &choice));
+    DT_CHECK(dt_dispatch_compute_into(op, inputs, ninputs, args, choice, NULL));
+    dt_tensor_retain(*out = inputs[0]);
+    return DT_OK;
 }
 
 dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs,

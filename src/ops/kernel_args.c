@@ -139,8 +139,40 @@ static int64_t batch_of(const dt_local *t) {
     return n;
 }
 
-dt_status dt_sdpa_check(const char *fn, const dt_local *q, const dt_local *k, const dt_local *v,
-                        const dt_local *out, const dt_local *lse, dt_sdpa_dims *dims) {
+/* t's shape with dims nd - 2 - back and nd - 1 - back swapped (nothing moves in memory): a
+ * seq-first block seen heads first. */
+static dt_local swapped(const dt_local *t, int back) {
+    dt_local s = *t;
+    int a = t->ndim - 2 - back;
+    if (a >= 0) s.shape[a] = t->shape[a + 1], s.shape[a + 1] = t->shape[a];
+    return s;
+}
+
+static dt_status sdpa_check(const char *fn, const dt_local *q, const dt_local *k, const dt_local *v,
+                            const dt_local *out, const dt_local *lse, dt_sdpa_dims *dims);
+
+dt_status dt_sdpa_check(const char *fn, int seq_first, const dt_local *q, const dt_local *k,
+                        const dt_local *v, const dt_local *out, const dt_local *lse,
+                        dt_sdpa_dims *dims) {
+    if (seq_first && q->ndim < 3)
+        return dt_error(DT_ERR_SHAPE, "%s: seq_first q must be (..., T, H, D), got %d-D", fn,
+                        q->ndim);
+    dt_local h[5];
+    if (seq_first) {
+        h[0] = swapped(q, 1), h[1] = swapped(k, 1), h[2] = swapped(v, 1), h[3] = swapped(out, 1);
+        if (lse) h[4] = swapped(lse, 0);
+        q = &h[0], k = &h[1], v = &h[2], out = &h[3], lse = lse ? &h[4] : NULL;
+    }
+    DT_CHECK(sdpa_check(fn, q, k, v, out, lse, dims));
+    int nd = q->ndim;
+    dims->Hq = nd >= 3 ? q->shape[nd - 3] : 1;
+    dims->Hkv = nd >= 3 ? k->shape[nd - 3] : 1;
+    dims->seq_first = seq_first;
+    return DT_OK;
+}
+
+static dt_status sdpa_check(const char *fn, const dt_local *q, const dt_local *k, const dt_local *v,
+                            const dt_local *out, const dt_local *lse, dt_sdpa_dims *dims) {
     dt_dtype dt = q->dtype;
     if (dt != DT_F32 && dt != DT_F64 && dt != DT_BF16 && dt != DT_F16)
         return dt_error(DT_ERR_DTYPE, "%s: dtype %s not supported (float dtypes only)", fn,

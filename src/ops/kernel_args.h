@@ -43,10 +43,27 @@ dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, 
                           const dt_local *out, dt_matmul_dims *dims_out);
 
 /* An attention call's sizes: B kv heads (times the batch), each read by g query heads whose
- * rows are adjacent in q, so a kv head's queries are one (R = g Tq, D) matrix. */
+ * rows are adjacent in q, so a kv head's queries are one (R = g Tq, D) matrix. Rows are
+ * numbered heads first, (batch, head, position); with seq_first the blocks hold them as
+ * (batch, position, head) and dt_sdpa_row finds each. */
 typedef struct dt_sdpa_dims {
     int64_t B, g, Tq, R, Tk, D, Dv;
+    int64_t Hq, Hkv; /* heads of q and of k, v (1 for 2-D blocks) */
+    int seq_first;
 } dt_sdpa_dims;
+
+/* Where row r (heads-first number: (batch * H + head) * T + position) of a block of H heads
+ * and T positions lies: r itself heads first, else its (batch, position, head) number. One
+ * definition for the CPU and CUDA kernels, so both address a layout alike. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+    static inline int64_t
+    dt_sdpa_row(int64_t r, int64_t H, int64_t T, int seq_first) {
+    if (!seq_first) return r;
+    int64_t bh = r / T, t = r % T;
+    return (bh / H * T + t) * H + bh % H;
+}
 
 /* The dtype of attention's log-sum-exp rows: f64 for f64, else f32. */
 static inline dt_dtype dt_sdpa_lse_dtype(dt_dtype qdtype) {
@@ -54,11 +71,13 @@ static inline dt_dtype dt_sdpa_lse_dtype(dt_dtype qdtype) {
 }
 
 /* Checks an attention call as fn (q, k, v; out of the output's shape, lse NULL or of the
- * rows' shape; every one of q's float dtype but lse) and fills *dims. k and v may have fewer
- * heads (dim ndim - 3) than q, a divisor of q's (grouped-query attention); every other
+ * rows' shape; every one of q's float dtype but lse) and fills *dims. seq_first: the blocks are
+ * (..., T, H, D) and lse (..., Tq, Hq), checked as their heads-first transposes. k and v may have
+ * fewer heads (dim ndim - 3) than q, a divisor of q's (grouped-query attention); every other
  * leading dim matches. */
-dt_status dt_sdpa_check(const char *fn, const dt_local *q, const dt_local *k, const dt_local *v,
-                        const dt_local *out, const dt_local *lse, dt_sdpa_dims *dims);
+dt_status dt_sdpa_check(const char *fn, int seq_first, const dt_local *q, const dt_local *k,
+                        const dt_local *v, const dt_local *out, const dt_local *lse,
+                        dt_sdpa_dims *dims);
 /* Checks the backward's outputs: dq, dk, dv of q's, k's and v's shapes and dtype. */
 dt_status dt_sdpa_grads_check(const char *fn, const dt_local *q, const dt_local *k,
                               const dt_local *v, const dt_local *dq, const dt_local *dk,

@@ -165,16 +165,17 @@ dt_status dt_cpu_cumsum(const dt_local *x, int dim, dt_local *out);
  * heads (dim ndim - 3) than q, a divisor Hkv of q's Hq; query head h reads kv head
  * h / (Hq / Hkv) (torch's enable_gqa). lse: NULL, or (..., Tq) of dt_sdpa_lse_dtype(q's
  * dtype) receiving each row's log-sum-exp of its scaled, masked scores (-inf for a row with
- * no key): what the backward needs to rebuild the probabilities. */
+ * no key): what the backward needs to rebuild the probabilities. seq_first: q, k, v, out are
+ * (..., T, H, D) and lse (..., Tq, Hq) instead (the same sums, other addresses). */
 dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                      double scale, dt_local *out, dt_local *lse);
+                      int seq_first, double scale, dt_local *out, dt_local *lse);
 /* Its gradients from the saved lse, without a softmax pass: per kv head P = exp(q k^T *
  * scale - lse) (masked), dP = g v^T, dS = P (dP - rowsum(P dP)), then dq = scale dS k,
  * dk = scale dS^T q and dv = P^T g, each kv head's summed over the query heads that read it.
  * g and dq have out's and q's shapes, dk and dv k's and v's; all of q's dtype. */
 dt_status dt_cpu_sdpa_backward(const dt_local *g, const dt_local *q, const dt_local *k,
-                               const dt_local *v, const dt_local *lse, int causal, double scale,
-                               dt_local *dq, dt_local *dk, dt_local *dv);
+                               const dt_local *v, const dt_local *lse, int causal, int seq_first,
+                               double scale, dt_local *dq, dt_local *dk, dt_local *dv);
 
 /* ---- model ops -------------------------------------------------------------------------- */
 
@@ -289,31 +290,31 @@ dt_status dt_cpu_optim_step(const dt_optim_hyper *h, const dt_optim_item *items,
     X(expand, (const dt_local *x, dt_local *out))                                                  \
     X(slice, (const dt_local *x, const int64_t *start, dt_local *out))                             \
     X(permute, (const dt_local *x, const int *perm, dt_local *out))                                \
-    X(sdpa, (const dt_local *q, const dt_local *k, const dt_local *v, int causal, double scale,    \
-             dt_local *out, dt_local *lse))                                                        \
-    X(sdpa_backward,                                                                               \
-      (const dt_local *g, const dt_local *q, const dt_local *k, const dt_local *v,                 \
-       const dt_local *lse, int causal, double scale, dt_local *dq, dt_local *dk, dt_local *dv))   \
+    X(sdpa, (const dt_local *q, const dt_local *k, const dt_local *v, int causal, int seq_first,   \
+             double scale, dt_local *out, dt_local *lse))                                          \
+    X(sdpa_backward, (const dt_local *g, const dt_local *q, const dt_local *k, const dt_local *v,  \
+                      const dt_local *lse, int causal, int seq_first, double scale, dt_local *dq,  \
+                      dt_local *dk, dt_local *dv))                                                 \
     X(rope, (const dt_local *x, const dt_local *cos, const dt_local *sin, dt_local *out))          \
     X(dropout, (double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,             \
                 const int64_t *box_offset, const dt_local *x, dt_local *out))                      \
     X(gather, (const dt_local *x, int dim, const int64_t *shift, int64_t dim_offset,               \
                int64_t dim_size, const dt_local *index, dt_local *out))                            \
-    X(one_hot, (const dt_local *index, const int64_t *index_offset, int64_t num_classes,          \
+    X(one_hot, (const dt_local *index, const int64_t *index_offset, int64_t num_classes,           \
                 int64_t class_offset, dt_local *out))                                              \
     X(topk, (const dt_local *x, int64_t k, int dim, int smallest, dt_local *out))                  \
     X(cumsum, (const dt_local *x, int dim, dt_local *out))                                         \
     X(vector_norm, (double ord, unsigned mask, const dt_local *x, dt_local *out))                  \
     X(optim_step, (const dt_optim_hyper *h, const dt_optim_item *items, int n))                    \
     X(scatter_add, (const dt_local *src, int dim, const int64_t *shift, int64_t dim_offset,        \
-                    int64_t dim_size, const dt_local *index, dt_local *out))                                \
+                    int64_t dim_size, const dt_local *index, dt_local *out))                       \
     X(silu_mul, (const dt_local *gate, const dt_local *up, dt_local *out))                         \
     X(silu_mul_backward, (const dt_local *gate, const dt_local *up, const dt_local *grad,          \
                           dt_local *dgate, dt_local *dup))                                         \
     X(log_softmax_pick,                                                                            \
-      (const dt_local *logits, const dt_local *target, dt_local *out, dt_local *stats))              \
+      (const dt_local *logits, const dt_local *target, dt_local *out, dt_local *stats))            \
     X(log_softmax_pick_backward, (const dt_local *logits, const dt_local *target,                  \
-                                  const dt_local *stats, const dt_local *grad, dt_local *out))    \
+                                  const dt_local *stats, const dt_local *grad, dt_local *out))     \
     X(rms_norm_residual, (double eps, const dt_local *x, const dt_local *residual,                 \
                           const dt_local *weight, dt_local *out, dt_local *sum))
 

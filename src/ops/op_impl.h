@@ -64,6 +64,7 @@ typedef struct op_record_step {
 
 typedef struct op_family {
     bool composite;    /* built from other ops (composite.c runs it): no rules */
+    bool inplace;      /* its kernel may write the output over input 0 (dt_op_call_inplace) */
     unsigned optional; /* bit i: input i may be NULL (a bias, a weight) */
     dt_status (*infer)(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *out);
     /* Rows valid on a mesh dim of size mesh_size (of a mesh of mesh_total ranks). */
@@ -118,7 +119,8 @@ enum {
     ARG_K = 1u << 12,
     ARG_SMALLEST = 1u << 13,
     ARG_SEED = 1u << 14, /* seed and offset: read by the kernel, never keyed */
-    ARG_ALL = (1u << 15) - 1,
+    ARG_SEQ_FIRST = 1u << 15,
+    ARG_ALL = (1u << 16) - 1,
 };
 
 struct dt_grad_call; /* ops/grad.h */
@@ -152,6 +154,12 @@ dt_status dt_dispatch_choose(dt_op op, dt_tensor *const *in, int n, const dt_op_
 dt_status dt_dispatch_compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                               const dt_op_choice *choice, int want_aux, dt_tensor **used,
                               dt_tensor **out, dt_tensor **aux, int *naux);
+/* compute into in[0] itself (an op whose family allows it): in[0] must already be in the
+ * strategy's placements, which must keep its spec; the other inputs move as compute moves
+ * them. Its version counts up. No other outputs. Refused with a named DT_ERR_PLACEMENT or
+ * DT_ERR_ARG otherwise (nothing written). */
+dt_status dt_dispatch_compute_into(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                                   const dt_op_choice *choice, dt_tensor **used);
 /* For a composite (which has no strategy of its own): where each input should start, as
  * decide says, cached in the mesh's strategy cache under the key dispatch gives a call (op,
  * input specs, the arguments the op reads, the cost model), so that decide's pricing runs
@@ -170,6 +178,11 @@ typedef struct dt_op_recorder {
      * not wanted): choose, compute, and record the node when grad mode wants one. */
     dt_status (*call)(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                       dt_tensor **out, dt_tensor **aux);
+    /* dt_op_call_inplace's work: in[0] takes the result (see dt_dispatch_compute_into),
+     * recorded as an in-place node when grad mode wants one; *out is in[0] retained, or a new
+     * tensor where autograd must keep in[0]'s old values. */
+    dt_status (*call_inplace)(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                              dt_tensor **out);
     /* x moved to dst (normalised placements), recorded as dt_tensor_redistribute records. */
     dt_status (*move)(dt_tensor *x, const dt_placement *dst, dt_tensor **out);
     /* Opens (enter 1) or closes (0) a no-grad scope on ctx. */

@@ -85,8 +85,8 @@
     X(RMS_NORM, "rms_norm", norm, 1, 2, layer_norm, ARG_SCALAR | ARG_DIMS, dt_rms_norm, rms_norm)  \
     X(CROSS_ENTROPY, "cross_entropy", composite, 2, 2, none,                                       \
       ARG_REDUCTION | ARG_IGNORE | ARG_LABEL_SMOOTHING, dt_cross_entropy, through)                 \
-    X(SDPA, "scaled_dot_product_attention", attention, 3, 3, sdpa, ARG_SCALAR | ARG_CAUSAL,        \
-      dt_sdpa, sdpa)                                                                               \
+    X(SDPA, "scaled_dot_product_attention", attention, 3, 3, sdpa,                                 \
+      ARG_SCALAR | ARG_CAUSAL | ARG_SEQ_FIRST, dt_sdpa, sdpa)                                      \
     X(TRANSPOSE, "transpose", shape, 1, 1, permute, ARG_DIM | ARG_DIM2, dt_transpose, transpose)   \
     X(PERMUTE, "permute", shape, 1, 1, permute, ARG_DIMS, dt_permute, permute)                     \
     X(VIEW, "view", shape, 1, 1, none, ARG_SHAPE, dt_view, view)                                   \
@@ -105,7 +105,7 @@
     X(ROPE, "rope", rope, 3, 3, rope, 0, dt_rope, rope)                                            \
     X(DROPOUT, "dropout", dropout, 1, 1, dropout, ARG_SCALAR | ARG_SEED, dt_dropout, dropout)      \
     X(SDPA_BACKWARD, "scaled_dot_product_attention_backward", attention, 5, 5, sdpa_backward,      \
-      ARG_SCALAR | ARG_CAUSAL, dt_sdpa_backward, none)
+      ARG_SCALAR | ARG_CAUSAL | ARG_SEQ_FIRST, dt_sdpa_backward, none)
 
 /* Indexing, selection and scans; wrappers written by hand in ops.h. topk is the indices only
  * (dt_topk gathers the values with them). */

@@ -125,5 +125,6 @@ unsigned dt_op_args_key(dt_op op, const dt_op_args *a, uint64_t *k) {
     if (use & ARG_LABEL_SMOOTHING) k[n++] = bits_of(a->label_smoothing);
     if (use & ARG_K) k[n++] = (uint64_t)a->k;
     if (use & ARG_SMALLEST) k[n++] = (uint64_t)(uint32_t)a->smallest;
+    if (use & ARG_SEQ_FIRST) k[n++] = (uint64_t)(uint32_t)a->seq_first;
     return n;
 }

@@ -46,8 +46,12 @@ static dt_status compute(local_call *c) {
     return c->k->rope(&c->in[0], &c->in[1], &c->in[2], &c->out);
 }
 
+/* Each pair is read before it is written (the kernels allow out == x): dt_rope_. */
 const op_family dt_family_rope = {
-    .infer = infer, .rules = rules, .compute = compute,
+    .infer = infer,
+    .rules = rules,
+    .compute = compute,
+    .inplace = true,
 };
 
 /* ---- backward rules ------------------------------------------------------------------ */

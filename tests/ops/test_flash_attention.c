@@ -1,8 +1,9 @@
 /* The tiled (flash) CPU attention kernels against a naive f64 attention written here (explicit
  * T x T softmax per row): forward output and log-sum-exp, backward dq/dk/dv by the textbook
  * formulas and by central finite differences of the kernel's own forward; lengths off the
- * tile sizes, grouped-query heads, causal or not; and the memory an autograd-recorded call
- * keeps for backward (out and the lse rows, nothing of T x T). */
+ * tile sizes, grouped-query heads, causal or not; the seq-first (B, T, H, D) layout read in
+ * place; and the memory an autograd-recorded call keeps for backward (out and the lse rows,
+ * nothing of T x T). */
 #include "kernel_check.h"
 #include "rank_helpers.h"
 
@@ -86,10 +87,10 @@ static void check_case(dt_dtype dt, acase c, int causal) {
              (long long)Hq, (long long)Hkv, (long long)Tq, (long long)Tk, (long long)D,
              causal ? ", causal" : "");
     cr_log_info("%s [%s]", what, dt_dtype_name(dt));
-    OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, scale, &o.t, &l.t));
+    OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, scale, &o.t, &l.t));
     expect(what, &o.t, n.out, o.n);
     expect(what, &l.t, n.lse, l.n);
-    OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, scale, &dq.t, &dk.t, &dv.t));
+    OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, 0, scale, &dq.t, &dk.t, &dv.t));
     expect("dq", &dq.t, n.dq, q.n);
     expect("dk", &dk.t, n.dk, k.n);
     expect("dv", &dv.t, n.dv, v.n);
@@ -119,7 +120,7 @@ Test(flash_attention, forward_and_backward_match_naive_f64) {
  * against the backward's dq, dk, dv, every element, on a case that spans two query tiles. */
 static double loss_of(tens *q, tens *k, tens *v, const tens *go, tens *o, int causal,
                       double scale) {
-    OK(dt_cpu_sdpa(&q->t, &k->t, &v->t, causal, scale, &o->t, NULL));
+    OK(dt_cpu_sdpa(&q->t, &k->t, &v->t, causal, 0, scale, &o->t, NULL));
     double s = 0;
     for (size_t i = 0; i < o->n; i++)
         s += ((double *)o->t.data)[i] * go->v[i];
@@ -135,8 +136,8 @@ Test(flash_attention, backward_matches_finite_differences) {
         tens g[3] = {mk_out(DT_F64, SH(B, Hq, T, D)), mk_out(DT_F64, SH(B, Hkv, T, D)),
                      mk_out(DT_F64, SH(B, Hkv, T, D))};
         double scale = 0.4, h = 1e-5;
-        OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, scale, &o.t, &l.t));
-        OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, scale, &g[0].t, &g[1].t,
+        OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, scale, &o.t, &l.t));
+        OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, 0, scale, &g[0].t, &g[1].t,
                                 &g[2].t));
         tens *x[3] = {&q, &k, &v};
         for (int a = 0; a < 3; a++)
@@ -153,6 +154,192 @@ Test(flash_attention, backward_matches_finite_differences) {
                           causal ? " (causal)" : "", got, fd);
             }
     }
+    free_all();
+}
+
+/* ---- the seq-first layout ------------------------------------------------------------------ */
+
+/* (B, H, T, D) -> (B, T, H, D) of es-byte elements, written here as plain loops. */
+static void to_seq_first(const void *src, void *dst, size_t es, int64_t B, int64_t H, int64_t T,
+                         int64_t D) {
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t t = 0; t < T; t++)
+                memcpy((char *)dst + (size_t)(((b * T + t) * H + h) * D) * es,
+                       (const char *)src + (size_t)(((b * H + h) * T + t) * D) * es,
+                       (size_t)D * es);
+}
+
+/* t's seq-first copy (values and storage). */
+static tens seq_first_of(const tens *t, int64_t B, int64_t H, int64_t T, int64_t D) {
+    shp s = t->t.ndim == 4 ? SH(B, T, H, D) : SH(B, T, H);
+    tens r = mk_shape(t->t.dtype, s);
+    to_seq_first(t->t.data, r.t.data, dt_dtype_size(t->t.dtype), B, H, T, D);
+    to_seq_first(t->v, r.v, sizeof(double), B, H, T, D);
+    return r;
+}
+
+/* Bits of got (seq-first) equal the heads-first want's, element by element. */
+static void same_bits(const char *what, const tens *got, const tens *want, int64_t B, int64_t H,
+                      int64_t T, int64_t D) {
+    size_t es = dt_dtype_size(got->t.dtype), n = got->n * es;
+    char *w = talloc(n + 1);
+    to_seq_first(want->t.data, w, es, B, H, T, D);
+    for (size_t i = 0; i < got->n; i++)
+        cr_assert(!memcmp((char *)got->t.data + i * es, w + i * es, es),
+                  "%s [%s] element %zu: seq-first %.10g, heads-first %.10g", what,
+                  dt_dtype_name(got->t.dtype), i, t_get(got->t.dtype, got->t.data, i),
+                  t_get(got->t.dtype, w, i));
+}
+
+/* The kernels on (B, T, H, D) blocks: the naive f64 attention (its heads-first results put in
+ * seq-first order) within the dtype's tolerance, and the heads-first kernels' bits exactly
+ * (the same sums, only the addresses differ). */
+static void check_seq_first(dt_dtype dt, acase c, int causal) {
+    int64_t B = c.B, Hq = c.Hq, Hkv = c.Hkv, Tq = c.Tq, Tk = c.Tk, D = c.D;
+    dt_dtype lt = dt == DT_F64 ? DT_F64 : DT_F32;
+    tens q = mk(dt, SH(B, Hq, Tq, D), -2, 2), k = mk(dt, SH(B, Hkv, Tk, D), -2, 2);
+    tens v = mk(dt, SH(B, Hkv, Tk, D), -2, 2), go = mk(dt, SH(B, Hq, Tq, D), -1, 1);
+    double scale = 1.0 / sqrt((double)D);
+    naive n = naive_attention(&q, &k, &v, &go, B, Hq, Hkv, Tq, Tk, D, D, causal, scale);
+    /* heads-first kernels, the bits to match */
+    tens o = mk_out(dt, SH(B, Hq, Tq, D)), l = mk_out(lt, SH(B, Hq, Tq));
+    tens dq = mk_out(dt, SH(B, Hq, Tq, D)), dk = mk_out(dt, SH(B, Hkv, Tk, D));
+    tens dv = mk_out(dt, SH(B, Hkv, Tk, D));
+    OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, scale, &o.t, &l.t));
+    OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, 0, scale, &dq.t, &dk.t, &dv.t));
+    /* seq-first inputs and outputs */
+    tens qs = seq_first_of(&q, B, Hq, Tq, D), ks = seq_first_of(&k, B, Hkv, Tk, D);
+    tens vs = seq_first_of(&v, B, Hkv, Tk, D), gs = seq_first_of(&go, B, Hq, Tq, D);
+    tens os = mk_out(dt, SH(B, Tq, Hq, D)), ls = mk_out(lt, SH(B, Tq, Hq));
+    tens dqs = mk_out(dt, SH(B, Tq, Hq, D)), dks = mk_out(dt, SH(B, Tk, Hkv, D));
+    tens dvs = mk_out(dt, SH(B, Tk, Hkv, D));
+    char what[160];
+    snprintf(what, sizeof what, "seq-first B %lld, heads %lld/%lld, Tq %lld, Tk %lld, D %lld%s",
+             (long long)B, (long long)Hq, (long long)Hkv, (long long)Tq, (long long)Tk,
+             (long long)D, causal ? ", causal" : "");
+    cr_log_info("%s [%s]", what, dt_dtype_name(dt));
+    OK(dt_cpu_sdpa(&qs.t, &ks.t, &vs.t, causal, 1, scale, &os.t, &ls.t));
+    OK(dt_cpu_sdpa_backward(&gs.t, &qs.t, &ks.t, &vs.t, &ls.t, causal, 1, scale, &dqs.t, &dks.t,
+                            &dvs.t));
+    double *w = talloc(q.n * 8 + k.n * 8 + 8);
+    to_seq_first(n.out, w, 8, B, Hq, Tq, D), expect(what, &os.t, w, os.n);
+    to_seq_first(n.lse, w, 8, B, Hq, Tq, 1), expect("lse", &ls.t, w, ls.n);
+    to_seq_first(n.dq, w, 8, B, Hq, Tq, D), expect("dq", &dqs.t, w, dqs.n);
+    to_seq_first(n.dk, w, 8, B, Hkv, Tk, D), expect("dk", &dks.t, w, dks.n);
+    to_seq_first(n.dv, w, 8, B, Hkv, Tk, D), expect("dv", &dvs.t, w, dvs.n);
+    same_bits("out", &os, &o, B, Hq, Tq, D);
+    same_bits("lse", &ls, &l, B, Hq, Tq, 1);
+    same_bits("dq", &dqs, &dq, B, Hq, Tq, D);
+    same_bits("dk", &dks, &dk, B, Hkv, Tk, D);
+    same_bits("dv", &dvs, &dv, B, Hkv, Tk, D);
+}
+
+Test(flash_attention, seq_first_matches_naive_and_heads_first_bits) {
+    const acase cases[] = {
+        {2, 4, 2, 7, 7, 16},    {1, 4, 1, 65, 65, 32},  {2, 2, 2, 33, 33, 8},
+        {1, 2, 1, 40, 130, 16}, {1, 2, 2, 130, 40, 16},
+    };
+    const dt_dtype dts[] = {DT_F32, DT_F64};
+    for (size_t di = 0; di < LEN(dts); di++)
+        for (size_t i = 0; i < LEN(cases); i++)
+            for (int causal = 0; causal < 2; causal++)
+                check_seq_first(dts[di], cases[i], causal);
+    check_seq_first(DT_BF16, (acase){2, 4, 2, 65, 65, 32}, 1);
+    free_all();
+}
+
+/* Sharded and recorded: dt_sdpa_seq_first on (B, T, H, D) tensors placed R, S(0) (batch), S(1)
+ * (the sequence, which it must gather) or S(2) (heads) over 2 ranks gives dt_sdpa's output on the
+ * heads-first transposes (one rank, transposed back) and the same gradients, bit for bit, at a loss
+ * sum(out * w). */
+typedef struct layout_run {
+    dt_placement pl;
+    int64_t B, T, Hq, Hkv, D;
+} layout_run;
+
+static dt_status layout_body(dt_ctx *ctx, void *arg) {
+    const layout_run *r = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "2", &mesh));
+    int64_t sq[4] = {r->B, r->T, r->Hq, r->D}, sk[4] = {r->B, r->T, r->Hkv, r->D};
+    size_t nq = (size_t)(r->B * r->T * r->Hq * r->D), nk = (size_t)(r->B * r->T * r->Hkv * r->D);
+    float *buf = malloc(sizeof(float) * (4 * nq + 1)), *got = buf + 2 * nq, *want = buf + 3 * nq;
+    dt_placement rep[1] = {dt_replicate()};
+    /* x[0..3]: q, k, v, w seq-first, placed r->pl; y[0..3]: the same values replicated for the
+     * heads-first reference */
+    dt_tensor *x[4], *y[4], *t[12] = {0};
+    for (int i = 0; i < 4; i++) {
+        int kv = i == 1 || i == 2;
+        size_t n = kv ? nk : nq;
+        for (size_t e = 0; e < n; e++)
+            buf[e] = (float)t_value(21 + i, e) / 3;
+        R_OK(dt_tensor_distribute(mesh, buf, DT_F32, 4, kv ? sk : sq, 1, &r->pl, DT_ALL_RANKS,
+                                  &x[i]));
+        R_OK(dt_tensor_distribute(mesh, buf, DT_F32, 4, kv ? sk : sq, 1, rep, DT_ALL_RANKS, &y[i]));
+        if (i < 3) R_OK(dt_tensor_set_requires_grad(x[i], 1));
+        if (i < 3) R_OK(dt_tensor_set_requires_grad(y[i], 1));
+    }
+    R_OK(dt_sdpa_seq_first(x[0], x[1], x[2], 1, &t[0]));
+    /* batch and heads shard in place (no move), the sequence never does */
+    dt_tensor_info oi;
+    R_OK(dt_tensor_info_get(t[0], &oi));
+    int keeps = r->pl.kind == DT_PLACEMENT_SHARD && r->pl.dim != 1;
+    R_CHECK(
+        !keeps || dt_placement_equal(oi.placements[0], r->pl), "out placed %c(%d), inputs S(%d)",
+        oi.placements[0].kind == DT_PLACEMENT_SHARD ? 'S' : 'R', oi.placements[0].dim, r->pl.dim);
+    R_OK(dt_mul(t[0], x[3], &t[1]));
+    R_OK(dt_sum(t[1], NULL, 0, 0, &t[2]));
+    R_OK(dt_backward(t[2]));
+    for (int i = 0; i < 3; i++)
+        R_OK(dt_transpose(y[i], 1, 2, &t[3 + i]));
+    R_OK(dt_sdpa(t[3], t[4], t[5], 1, &t[6]));
+    R_OK(dt_transpose(t[6], 1, 2, &t[7]));
+    R_OK(dt_mul(t[7], y[3], &t[8]));
+    R_OK(dt_sum(t[8], NULL, 0, 0, &t[9]));
+    R_OK(dt_backward(t[9]));
+    dt_tensor *pairs[4][2] = {{t[0], t[7]},
+                              {dt_tensor_grad(x[0]), dt_tensor_grad(y[0])},
+                              {dt_tensor_grad(x[1]), dt_tensor_grad(y[1])},
+                              {dt_tensor_grad(x[2]), dt_tensor_grad(y[2])}};
+    for (int p = 0; p < 4; p++) {
+        size_t n = p == 2 || p == 3 ? nk : nq;
+        R_CHECK(pairs[p][0] && pairs[p][1], "pair %d: no gradient", p);
+        R_OK(dt_tensor_full_tensor(pairs[p][0], got, n * sizeof(float)));
+        R_OK(dt_tensor_full_tensor(pairs[p][1], want, n * sizeof(float)));
+        for (size_t e = 0; e < n; e++)
+            R_CHECK(!memcmp(&got[e], &want[e], sizeof(float)),
+                    "%s element %zu: seq-first %.9g, heads-first %.9g",
+                    (const char *[]){"out", "dq", "dk", "dv"}[p], e, got[e], want[e]);
+    }
+    free(buf);
+    for (int i = 0; i < 12; i++)
+        dt_tensor_release(t[i]);
+    for (int i = 0; i < 4; i++)
+        dt_tensor_release(x[i]), dt_tensor_release(y[i]);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(flash_attention, seq_first_sharded_and_recorded_matches_heads_first) {
+    const dt_placement pls[] = {dt_replicate(), dt_shard(0), dt_shard(1), dt_shard(2)};
+    for (size_t i = 0; i < LEN(pls); i++) {
+        layout_run r = {.pl = pls[i], .B = 2, .T = 37, .Hq = 4, .Hkv = 2, .D = 8};
+        cr_assert_eq(dt_local_run(2, layout_body, &r, NULL), DT_OK, "placement %zu: %s", i,
+                     dt_last_error());
+    }
+}
+
+/* Bad layouts are named errors: a 2-D q, and a sequence that differs between q and k (read
+ * as heads, a mismatch) under seq_first. */
+Test(flash_attention, seq_first_bad_input_is_named) {
+    tens q2 = mk(DT_F32, SH(7, 8), -1, 1), o2 = mk_out(DT_F32, SH(7, 8));
+    cr_assert_eq(dt_cpu_sdpa(&q2.t, &q2.t, &q2.t, 0, 1, 1.0, &o2.t, NULL), DT_ERR_SHAPE);
+    cr_assert(strstr(dt_last_error(), "seq_first"), "%s", dt_last_error());
+    tens q = mk(DT_F32, SH(1, 5, 4, 8), -1, 1), k = mk(DT_F32, SH(1, 5, 3, 8), -1, 1);
+    tens o = mk_out(DT_F32, SH(1, 5, 4, 8));
+    cr_assert_eq(dt_cpu_sdpa(&q.t, &k.t, &k.t, 0, 1, 1.0, &o.t, NULL), DT_ERR_SHAPE);
+    cr_assert(strstr(dt_last_error(), "divisor"), "%s", dt_last_error());
     free_all();
 }
 

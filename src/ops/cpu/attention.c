@@ -19,9 +19,17 @@
  * (q 8 KiB, k^T and v 16 KiB each) stay in L1/L2 of one core. */
 enum { BR = 32, BC = 64 };
 
+/* Where a block's rows lie (dt_sdpa_row): q, out, lse, g and dq have Hq heads of Tq rows, k,
+ * v, dk and dv Hkv heads of Tk. */
+typedef struct sdpa_rows {
+    int64_t H, T;
+    int seq_first;
+} sdpa_rows;
+
 /* One call's plan and operands, shared read-only by its work items (outputs disjoint). */
 typedef struct sdpa_job {
     dt_sdpa_dims d;
+    sdpa_rows rq, rk;
     const dt_local *q, *k, *v, *g, *lse; /* g: the backward's grad_out */
     dt_local *out, *dq, *dk, *dv;
     int causal;
@@ -32,43 +40,57 @@ typedef struct sdpa_job {
     int failed;        /* a chunk found no memory (atomic) */
 } sdpa_job;
 
-/* Rows [row0, row0 + n) of t (rows of `cols` elements) into dst in the compute type: row r at
- * dst + r * ld, or transposed (column r, dst + c * ld + r). */
-static void load_f32(float *dst, int64_t ld, int trans, const dt_local *t, int64_t row0, int n,
-                     int64_t cols) {
-    size_t at = (size_t)(row0 * cols);
-    for (int r = 0; r < n; r++)
+static inline size_t row_at(const sdpa_rows *m, int64_t row, int64_t cols) {
+    return (size_t)(dt_sdpa_row(row, m->H, m->T, m->seq_first) * cols);
+}
+
+/* Rows [row0, row0 + n) of t (rows of `cols` elements, placed as m says) into dst in the
+ * compute type: row r at dst + r * ld, or transposed (column r, dst + c * ld + r). */
+static void load_f32(float *dst, int64_t ld, int trans, const dt_local *t, const sdpa_rows *m,
+                     int64_t row0, int n, int64_t cols) {
+    for (int r = 0; r < n; r++) {
+        size_t at = row_at(m, row0 + r, cols);
         for (int64_t c = 0; c < cols; c++) {
-            size_t i = at + (size_t)(r * cols + c);
+            size_t i = at + (size_t)c;
             float x = t->dtype == DT_F32    ? ((const float *)t->data)[i]
                       : t->dtype == DT_BF16 ? dt_bf16_to_f32(((const uint16_t *)t->data)[i])
                                             : dt_f16_to_f32(((const uint16_t *)t->data)[i]);
             dst[trans ? c * ld + r : r * ld + c] = x;
         }
-}
-
-static void load_f64(double *dst, int64_t ld, int trans, const dt_local *t, int64_t row0, int n,
-                     int64_t cols) {
-    const double *src = (const double *)t->data + row0 * cols;
-    for (int r = 0; r < n; r++)
-        for (int64_t c = 0; c < cols; c++)
-            dst[trans ? c * ld + r : r * ld + c] = src[r * cols + c];
-}
-
-/* n rows of src (rows of `cols`, contiguous) into rows [row0, row0 + n) of t, rounded once. */
-static void store_f32(dt_local *t, int64_t row0, int n, int64_t cols, const float *src) {
-    size_t at = (size_t)(row0 * cols), cnt = (size_t)(n * cols);
-    if (t->dtype == DT_F32) {
-        memcpy((float *)t->data + at, src, cnt * sizeof(float));
-        return;
     }
-    uint16_t *h = (uint16_t *)t->data + at;
-    for (size_t i = 0; i < cnt; i++)
-        h[i] = t->dtype == DT_BF16 ? dt_f32_to_bf16(src[i]) : dt_f32_to_f16(src[i]);
 }
 
-static void store_f64(dt_local *t, int64_t row0, int n, int64_t cols, const double *src) {
-    memcpy((double *)t->data + row0 * cols, src, (size_t)(n * cols) * sizeof(double));
+static void load_f64(double *dst, int64_t ld, int trans, const dt_local *t, const sdpa_rows *m,
+                     int64_t row0, int n, int64_t cols) {
+    for (int r = 0; r < n; r++) {
+        const double *src = (const double *)t->data + row_at(m, row0 + r, cols);
+        for (int64_t c = 0; c < cols; c++)
+            dst[trans ? c * ld + r : r * ld + c] = src[c];
+    }
+}
+
+/* n rows of src (rows of `cols`, contiguous) into rows [row0, row0 + n) of t (placed as m
+ * says), rounded once. */
+static void store_f32(dt_local *t, const sdpa_rows *m, int64_t row0, int n, int64_t cols,
+                      const float *src) {
+    for (int r = 0; r < n; r++) {
+        size_t at = row_at(m, row0 + r, cols);
+        const float *s = src + r * cols;
+        if (t->dtype == DT_F32) {
+            memcpy((float *)t->data + at, s, (size_t)cols * sizeof(float));
+            continue;
+        }
+        uint16_t *h = (uint16_t *)t->data + at;
+        for (int64_t i = 0; i < cols; i++)
+            h[i] = t->dtype == DT_BF16 ? dt_f32_to_bf16(s[i]) : dt_f32_to_f16(s[i]);
+    }
+}
+
+static void store_f64(dt_local *t, const sdpa_rows *m, int64_t row0, int n, int64_t cols,
+                      const double *src) {
+    for (int r = 0; r < n; r++)
+        memcpy((double *)t->data + row_at(m, row0 + r, cols), src + r * cols,
+               (size_t)cols * sizeof(double));
 }
 
 /* The tile products in AVX2 where the CPU has it, else SSE2: the same bits either way (each
@@ -123,6 +145,8 @@ DEFINE_RANGE(dkv_range, dkv_item_f32, dkv_item_f64)
 static void job_init(sdpa_job *J, const dt_sdpa_dims *d, int causal, double scale) {
     memset(J, 0, sizeof *J);
     J->d = *d, J->causal = causal, J->scale = scale;
+    J->rq = (sdpa_rows){d->Hq, d->Tq, d->seq_first};
+    J->rk = (sdpa_rows){d->Hkv, d->Tk, d->seq_first};
     J->nqt = (d->Tq + BR - 1) / BR, J->nkt = (d->Tk + BC - 1) / BC;
 }
 
@@ -134,9 +158,9 @@ static dt_status job_run(sdpa_job *J, const char *fn, dt_range_fn range, int64_t
 }
 
 dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                      double scale, dt_local *out, dt_local *lse) {
+                      int seq_first, double scale, dt_local *out, dt_local *lse) {
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check("dt_cpu_sdpa", q, k, v, out, lse, &d));
+    DT_CHECK(dt_sdpa_check("dt_cpu_sdpa", seq_first, q, k, v, out, lse, &d));
     if (d.B == 0 || d.Tq == 0) return DT_OK;
     sdpa_job J;
     job_init(&J, &d, causal, scale);
@@ -149,11 +173,11 @@ dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, i
 }
 
 dt_status dt_cpu_sdpa_backward(const dt_local *g, const dt_local *q, const dt_local *k,
-                               const dt_local *v, const dt_local *lse, int causal, double scale,
-                               dt_local *dq, dt_local *dk, dt_local *dv) {
+                               const dt_local *v, const dt_local *lse, int causal, int seq_first,
+                               double scale, dt_local *dq, dt_local *dk, dt_local *dv) {
     const char *fn = "dt_cpu_sdpa_backward";
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check(fn, q, k, v, g, lse, &d));
+    DT_CHECK(dt_sdpa_check(fn, seq_first, q, k, v, g, lse, &d));
     DT_CHECK(dt_sdpa_grads_check(fn, q, k, v, dq, dk, dv));
     if (d.B == 0) return DT_OK;
     sdpa_job J;

@@ -165,6 +165,13 @@ static int64_t TN(qrows)(const sdpa_job *J, int64_t b, int64_t hh, int64_t t, in
     return b * J->d.R + hh * J->d.Tq + i0;
 }
 
+/* The saved log-sum-exp of query rows [row0, row0 + nr) (dsum stays in heads-first order). */
+static void TN(lse_rows)(const sdpa_job *J, int64_t row0, int nr, CT *out) {
+    const CT *lse = (const CT *)J->lse->data;
+    for (int r = 0; r < nr; r++)
+        out[r] = lse[row_at(&J->rq, row0 + r, 1)];
+}
+
 /* The keys a query tile [i0, i0 + nr) reads: all, or (causal) up to its last row. */
 static int64_t TN(key_end)(const sdpa_job *J, int64_t i0, int nr) {
     return J->causal && i0 + nr < J->d.Tk ? i0 + nr : J->d.Tk;
@@ -179,26 +186,26 @@ static void TN(fwd_item)(const sdpa_job *J, CT *w, int64_t it) {
     double *l = (double *)(void *)w; /* first: w is aligned for doubles */
     CT *qb = (CT *)(l + BR), *kt = qb + BR * D, *vb = kt + D * BC, *s = vb + BC * Dv;
     CT *acc = s + BR * BC, *m = acc + BR * Dv, scale = (CT)J->scale;
-    TN(load)(qb, D, 0, J->q, row0, nr, D);
+    TN(load)(qb, D, 0, J->q, &J->rq, row0, nr, D);
     for (int r = 0; r < nr; r++)
         m[r] = -INFINITY, l[r] = 0;
     memset(acc, 0, sizeof(CT) * (size_t)(BR * Dv));
     int64_t jend = TN(key_end)(J, i0, nr);
     for (int64_t j0 = 0; j0 < jend; j0 += BC) { /* causal: tiles past the diagonal never load */
         int nc = jend - j0 < BC ? (int)(jend - j0) : BC;
-        TN(load)(kt, BC, 1, J->k, b * d->Tk + j0, nc, D);
-        TN(load)(vb, Dv, 0, J->v, b * d->Tk + j0, nc, Dv);
+        TN(load)(kt, BC, 1, J->k, &J->rk, b * d->Tk + j0, nc, D);
+        TN(load)(vb, Dv, 0, J->v, &J->rk, b * d->Tk + j0, nc, Dv);
         TN(scores)(s, qb, kt, nr, nc, D);
         TN(fwd_tile)(s, vb, acc, m, l, nr, nc, i0, j0, J->causal, scale, Dv);
     }
-    CT *lse = J->lse ? (CT *)J->lse->data + row0 : NULL;
+    CT *lse = J->lse ? (CT *)J->lse->data : NULL;
     for (int r = 0; r < nr; r++) {
         CT inv = l[r] > 0 ? (CT)(1.0 / l[r]) : (CT)0; /* no key: zeros, lse -inf */
         for (int64_t e = 0; e < Dv; e++)
             acc[r * Dv + e] *= inv;
-        if (lse) lse[r] = l[r] > 0 ? m[r] + (CT)log(l[r]) : (CT)-INFINITY;
+        if (lse) lse[row_at(&J->rq, row0 + r, 1)] = l[r] > 0 ? m[r] + (CT)log(l[r]) : (CT)-INFINITY;
     }
-    TN(store)(J->out, row0, nr, Dv, acc);
+    TN(store)(J->out, &J->rq, row0, nr, Dv, acc);
 }
 
 /* Backward item (batch, query head, query tile): its rows' dsum = sum_j P dP (which the dk/dv
@@ -210,18 +217,19 @@ static void TN(dq_item)(const sdpa_job *J, CT *w, int64_t it) {
     int64_t row0 = TN(qrows)(J, b, bh % d->g, t, &nr), D = d->D, Dv = d->Dv;
     CT *qb = w, *gb = qb + BR * D, *kt = gb + BR * Dv, *vt = kt + D * BC, *kb = vt + Dv * BC;
     CT *dq = kb + BC * D, *P = dq + BR * D, *dP = P + J->nkt * BR * BC, scale = (CT)J->scale;
-    const CT *lse = (const CT *)J->lse->data + row0;
+    CT lse[BR];
+    TN(lse_rows)(J, row0, nr, lse);
     double *dsum = J->dsum + row0;
-    TN(load)(qb, D, 0, J->q, row0, nr, D);
-    TN(load)(gb, Dv, 0, J->g, row0, nr, Dv);
+    TN(load)(qb, D, 0, J->q, &J->rq, row0, nr, D);
+    TN(load)(gb, Dv, 0, J->g, &J->rq, row0, nr, Dv);
     for (int r = 0; r < nr; r++)
         dsum[r] = 0;
     int64_t jend = TN(key_end)(J, i0, nr);
     for (int64_t j0 = 0; j0 < jend; j0 += BC) {
         int nc = jend - j0 < BC ? (int)(jend - j0) : BC;
         CT *p = P + j0 / BC * BR * BC, *dp = dP + j0 / BC * BR * BC;
-        TN(load)(kt, BC, 1, J->k, b * d->Tk + j0, nc, D);
-        TN(load)(vt, BC, 1, J->v, b * d->Tk + j0, nc, Dv);
+        TN(load)(kt, BC, 1, J->k, &J->rk, b * d->Tk + j0, nc, D);
+        TN(load)(vt, BC, 1, J->v, &J->rk, b * d->Tk + j0, nc, Dv);
         TN(scores)(p, qb, kt, nr, nc, D);   /* q k^T */
         TN(scores)(dp, gb, vt, nr, nc, Dv); /* dO v^T */
         TN(prob_tile)(p, lse, nr, nc, i0, j0, J->causal, scale);
@@ -231,11 +239,11 @@ static void TN(dq_item)(const sdpa_job *J, CT *w, int64_t it) {
     for (int64_t j0 = 0; j0 < jend; j0 += BC) {
         int nc = jend - j0 < BC ? (int)(jend - j0) : BC;
         CT *p = P + j0 / BC * BR * BC, *dp = dP + j0 / BC * BR * BC;
-        TN(load)(kb, D, 0, J->k, b * d->Tk + j0, nc, D);
+        TN(load)(kb, D, 0, J->k, &J->rk, b * d->Tk + j0, nc, D);
         TN(ds_tile)(p, dp, dsum, nr, nc, i0, j0, J->causal, scale);
         TN(accum)(dq, dp, kb, nr, nc, D); /* dq += dS k */
     }
-    TN(store)(J->dq, row0, nr, D, dq);
+    TN(store)(J->dq, &J->rq, row0, nr, D, dq);
 }
 
 /* Backward item (batch, kv head, key tile): its dk and dv rows, summed over the group's query
@@ -246,8 +254,8 @@ static void TN(dkv_item)(const sdpa_job *J, CT *w, int64_t it) {
     int nc = d->Tk - j0 < BC ? (int)(d->Tk - j0) : BC;
     CT *kt = w, *vt = kt + D * BC, *qb = vt + Dv * BC, *gb = qb + BR * D, *s = gb + BR * Dv;
     CT *dp = s + BR * BC, *dk = dp + BR * BC, *dv = dk + BC * D, scale = (CT)J->scale;
-    TN(load)(kt, BC, 1, J->k, krow, nc, D);
-    TN(load)(vt, BC, 1, J->v, krow, nc, Dv);
+    TN(load)(kt, BC, 1, J->k, &J->rk, krow, nc, D);
+    TN(load)(vt, BC, 1, J->v, &J->rk, krow, nc, Dv);
     memset(dk, 0, sizeof(CT) * (size_t)(BC * D));
     memset(dv, 0, sizeof(CT) * (size_t)(BC * Dv));
     for (int64_t hh = 0; hh < d->g; hh++)
@@ -255,15 +263,17 @@ static void TN(dkv_item)(const sdpa_job *J, CT *w, int64_t it) {
             int nr;
             int64_t row0 = TN(qrows)(J, b, hh, t, &nr), i0 = t * BR;
             if (J->causal && i0 + nr - 1 < j0) continue; /* no row of the tile sees these keys */
-            TN(load)(qb, D, 0, J->q, row0, nr, D);
-            TN(load)(gb, Dv, 0, J->g, row0, nr, Dv);
+            TN(load)(qb, D, 0, J->q, &J->rq, row0, nr, D);
+            TN(load)(gb, Dv, 0, J->g, &J->rq, row0, nr, Dv);
             TN(scores)(s, qb, kt, nr, nc, D);
             TN(scores)(dp, gb, vt, nr, nc, Dv);
-            TN(prob_tile)(s, (const CT *)J->lse->data + row0, nr, nc, i0, j0, J->causal, scale);
+            CT lse[BR];
+            TN(lse_rows)(J, row0, nr, lse);
+            TN(prob_tile)(s, lse, nr, nc, i0, j0, J->causal, scale);
             TN(ds_tile)(s, dp, J->dsum + row0, nr, nc, i0, j0, J->causal, scale);
             TN(accum_t)(dv, s, gb, nr, nc, Dv); /* dv += P^T dO */
             TN(accum_t)(dk, dp, qb, nr, nc, D); /* dk += dS^T q */
         }
-    TN(store)(J->dk, krow, nc, D, dk);
-    TN(store)(J->dv, krow, nc, Dv, dv);
+    TN(store)(J->dk, &J->rk, krow, nc, D, dk);
+    TN(store)(J->dv, &J->rk, krow, nc, Dv, dv);
 }

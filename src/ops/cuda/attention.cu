@@ -24,7 +24,17 @@ struct plan {
     int64_t g, Tq, R, Tk, D, Dv, nqt, nkt;
     int causal;
     double scale;
+    int64_t Hq, Hkv; /* where rows lie (dt_sdpa_row): q-side Hq heads of Tq, k-side Hkv of Tk */
+    int seq_first;
 };
+
+/* The memory row of heads-first row r of q, out, g, dq and lse; of k, v, dk and dv. */
+__device__ __forceinline__ int64_t qrow(const plan &p, int64_t r) {
+    return dt_sdpa_row(r, p.Hq, p.Tq, p.seq_first);
+}
+__device__ __forceinline__ int64_t krow_at(const plan &p, int64_t r) {
+    return dt_sdpa_row(r, p.Hkv, p.Tk, p.seq_first);
+}
 
 __device__ __forceinline__ float ex(float v) {
     return expf(v);
@@ -33,13 +43,16 @@ __device__ __forceinline__ double ex(double v) {
     return exp(v);
 }
 
-/* Rows [row0, row0 + n) of src (rows of cols) into dst's first rows, widened; the rest of dst
- * zero. */
+/* Rows [row0, row0 + n) of src (rows of cols, H heads of T rows placed as seq_first says)
+ * into dst's first rows, widened; the rest of dst zero. */
 template <typename T, typename C, int ROWS>
-__device__ void load_rows(C (*dst)[DMAX], const T *src, int64_t row0, int n, int64_t cols) {
+__device__ void load_rows(C (*dst)[DMAX], const T *src, int64_t row0, int n, int64_t cols,
+                          int64_t H, int64_t Tn, int seq_first) {
     for (int i = threadIdx.x; i < ROWS * DMAX; i += NT) {
         int r = i / DMAX, c = i % DMAX;
-        dst[r][c] = r < n && c < cols ? dt_cu_t<T>::ld(src[(row0 + r) * cols + c]) : (C)0;
+        dst[r][c] = r < n && c < cols
+                        ? dt_cu_t<T>::ld(src[dt_sdpa_row(row0 + r, H, Tn, seq_first) * cols + c])
+                        : (C)0;
     }
 }
 
@@ -81,7 +94,7 @@ __global__ void __launch_bounds__(NT)
     int64_t it = blockIdx.x, i0;
     int nr, r = threadIdx.x / L, lane = threadIdx.x % L;
     int64_t row0 = query_rows<C>(p, it, &i0, &nr), kv = it / p.nqt / p.g * p.Tk;
-    load_rows<T, C, BQ>(Qs, q, row0, nr, p.D);
+    load_rows<T, C, BQ>(Qs, q, row0, nr, p.D, p.Hq, p.Tq, p.seq_first);
     if (threadIdx.x < BQ) m[threadIdx.x] = -INFINITY, l[threadIdx.x] = 0;
     C acc[PER];
     for (int e = 0; e < PER; e++)
@@ -90,8 +103,8 @@ __global__ void __launch_bounds__(NT)
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
         int nc = jend - j0 < BK ? (int)(jend - j0) : BK;
         __syncthreads(); /* the last tile's readers are done */
-        load_rows<T, C, BK>(Ks, k, kv + j0, nc, p.D);
-        load_rows<T, C, BK>(Vs, v, kv + j0, nc, p.Dv);
+        load_rows<T, C, BK>(Ks, k, kv + j0, nc, p.D, p.Hkv, p.Tk, p.seq_first);
+        load_rows<T, C, BK>(Vs, v, kv + j0, nc, p.Dv, p.Hkv, p.Tk, p.seq_first);
         __syncthreads();
         for (int i = threadIdx.x; i < BQ * BK; i += NT)
             S[i / BK][i % BK] = dot<C>(Qs[i / BK], Ks[i % BK], p.D) * (C)p.scale;
@@ -131,8 +144,8 @@ __global__ void __launch_bounds__(NT)
     if (r >= nr) return;
     C inv = l[r] > 0 ? (C)(1.0 / l[r]) : (C)0; /* no key: zeros, lse -inf */
     for (int e = 0; e < PER && lane + e * L < p.Dv; e++)
-        out[(row0 + r) * p.Dv + lane + e * L] = dt_cu_t<T>::st(acc[e] * inv);
-    if (lse && lane == 0) lse[row0 + r] = l[r] > 0 ? m[r] + (C)log(l[r]) : (C)-INFINITY;
+        out[qrow(p, row0 + r) * p.Dv + lane + e * L] = dt_cu_t<T>::st(acc[e] * inv);
+    if (lse && lane == 0) lse[qrow(p, row0 + r)] = l[r] > 0 ? m[r] + (C)log(l[r]) : (C)-INFINITY;
 }
 
 /* P and dP (or dS) of one (query tile, key tile) pair from the staged tiles: P = exp(s scale -
@@ -145,7 +158,7 @@ __device__ void probs(C (*P)[tile<C>::BK], C (*dP)[tile<C>::BK], C (*Qs)[DMAX], 
     for (int i = threadIdx.x; i < BQ * BK; i += NT) {
         int rr = i / BK, c = i % BK;
         int vis = rr < nr && c < visible(p.causal, i0 + rr, j0, nc);
-        C pr = vis ? ex(dot<C>(Qs[rr], Ks[c], p.D) * (C)p.scale - lse[row0 + rr]) : (C)0;
+        C pr = vis ? ex(dot<C>(Qs[rr], Ks[c], p.D) * (C)p.scale - lse[qrow(p, row0 + rr)]) : (C)0;
         C dp = vis ? dot<C>(Gs[rr], Vs[c], p.Dv) : (C)0;
         if (dsum) dp = vis ? pr * (dp - (C)dsum[row0 + rr]) * (C)p.scale : (C)0;
         P[rr][c] = pr, dP[rr][c] = dp;
@@ -161,8 +174,8 @@ __global__ void __launch_bounds__(NT) dq_kernel(const T *g, const T *q, const T 
     int64_t it = blockIdx.x, i0;
     int nr, r = threadIdx.x / L, lane = threadIdx.x % L;
     int64_t row0 = query_rows<C>(p, it, &i0, &nr), kv = it / p.nqt / p.g * p.Tk;
-    load_rows<T, C, BQ>(Qs, q, row0, nr, p.D);
-    load_rows<T, C, BQ>(Gs, g, row0, nr, p.Dv);
+    load_rows<T, C, BQ>(Qs, q, row0, nr, p.D, p.Hq, p.Tq, p.seq_first);
+    load_rows<T, C, BQ>(Gs, g, row0, nr, p.Dv, p.Hq, p.Tq, p.seq_first);
     if ((int)threadIdx.x < nr) dsum[row0 + threadIdx.x] = 0;
     C acc[PER];
     for (int e = 0; e < PER; e++)
@@ -172,8 +185,8 @@ __global__ void __launch_bounds__(NT) dq_kernel(const T *g, const T *q, const T 
         for (int64_t j0 = 0; j0 < jend; j0 += BK) {
             int nc = jend - j0 < BK ? (int)(jend - j0) : BK;
             __syncthreads();
-            load_rows<T, C, BK>(Ks, k, kv + j0, nc, p.D);
-            load_rows<T, C, BK>(Vs, v, kv + j0, nc, p.Dv);
+            load_rows<T, C, BK>(Ks, k, kv + j0, nc, p.D, p.Hkv, p.Tk, p.seq_first);
+            load_rows<T, C, BK>(Vs, v, kv + j0, nc, p.Dv, p.Hkv, p.Tk, p.seq_first);
             __syncthreads();
             probs<C>(P, dP, Qs, Gs, Ks, Vs, lse, sweep ? dsum : NULL, row0, i0, nr, j0, nc, p);
             __syncthreads();
@@ -199,7 +212,7 @@ __global__ void __launch_bounds__(NT) dq_kernel(const T *g, const T *q, const T 
         }
     if (r >= nr) return;
     for (int e = 0; e < PER && lane + e * L < p.D; e++)
-        dq[(row0 + r) * p.D + lane + e * L] = dt_cu_t<T>::st(acc[e]);
+        dq[qrow(p, row0 + r) * p.D + lane + e * L] = dt_cu_t<T>::st(acc[e]);
 }
 
 /* dk and dv of a key tile of one kv head: the group's query heads and their tiles in order. */
@@ -211,8 +224,8 @@ __global__ void __launch_bounds__(NT)
     __shared__ C Qs[BQ][DMAX], Gs[BQ][DMAX], Ks[BK][DMAX], Vs[BK][DMAX], P[BQ][BK], dS[BQ][BK];
     int64_t b = blockIdx.x / p.nkt, j0 = blockIdx.x % p.nkt * BK, krow = b * p.Tk + j0;
     int nc = p.Tk - j0 < BK ? (int)(p.Tk - j0) : BK, c = threadIdx.x / L, lane = threadIdx.x % L;
-    load_rows<T, C, BK>(Ks, k, krow, nc, p.D);
-    load_rows<T, C, BK>(Vs, v, krow, nc, p.Dv);
+    load_rows<T, C, BK>(Ks, k, krow, nc, p.D, p.Hkv, p.Tk, p.seq_first);
+    load_rows<T, C, BK>(Vs, v, krow, nc, p.Dv, p.Hkv, p.Tk, p.seq_first);
     C ak[PER], av[PER];
     for (int e = 0; e < PER; e++)
         ak[e] = av[e] = 0;
@@ -222,8 +235,8 @@ __global__ void __launch_bounds__(NT)
             int nr = p.Tq - i0 < BQ ? (int)(p.Tq - i0) : BQ;
             if (p.causal && i0 + nr - 1 < j0) continue; /* no row sees these keys */
             __syncthreads();
-            load_rows<T, C, BQ>(Qs, q, row0, nr, p.D);
-            load_rows<T, C, BQ>(Gs, g, row0, nr, p.Dv);
+            load_rows<T, C, BQ>(Qs, q, row0, nr, p.D, p.Hq, p.Tq, p.seq_first);
+            load_rows<T, C, BQ>(Gs, g, row0, nr, p.Dv, p.Hq, p.Tq, p.seq_first);
             __syncthreads();
             probs<C>(P, dS, Qs, Gs, Ks, Vs, lse, dsum, row0, i0, nr, j0, nc, p);
             __syncthreads();
@@ -247,8 +260,8 @@ __global__ void __launch_bounds__(NT)
     if (c >= nc) return;
     for (int e = 0; e < PER; e++) {
         int col = lane + e * L;
-        if (col < p.D) dk[(krow + c) * p.D + col] = dt_cu_t<T>::st(ak[e]);
-        if (col < p.Dv) dv[(krow + c) * p.Dv + col] = dt_cu_t<T>::st(av[e]);
+        if (col < p.D) dk[krow_at(p, krow + c) * p.D + col] = dt_cu_t<T>::st(ak[e]);
+        if (col < p.Dv) dv[krow_at(p, krow + c) * p.Dv + col] = dt_cu_t<T>::st(av[e]);
     }
 }
 
@@ -262,17 +275,32 @@ template <typename C> plan make_plan(const dt_sdpa_dims &d, int causal, double s
                 (d.Tq + tile<C>::BQ - 1) / tile<C>::BQ,
                 (d.Tk + tile<C>::BK - 1) / tile<C>::BK,
                 causal,
-                scale};
+                scale,
+                d.Hq,
+                d.Hkv,
+                d.seq_first};
+}
+
+/* The cuBLAS path reads heads-first rows only. */
+dt_status gemm_layout_check(const char *fn, const dt_sdpa_dims &d) {
+    if (!d.seq_first) return DT_OK;
+    return dt_error(DT_ERR_ARG,
+                    "%s: seq_first (..., T, H, D) takes head dims up to %d here "
+                    "(D = %lld, Dv = %lld); use heads-first inputs",
+                    fn, DMAX, (long long)d.D, (long long)d.Dv);
 }
 
 } // namespace
 
 dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                       double scale, dt_local *out, dt_local *lse) {
+                       int seq_first, double scale, dt_local *out, dt_local *lse) {
     const char *fn = "dt_cuda_sdpa";
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check(fn, q, k, v, out, lse, &d));
-    if (d.D > DMAX || d.Dv > DMAX) return dt_cuda_sdpa_gemm(q, k, v, causal, scale, out, lse);
+    DT_CHECK(dt_sdpa_check(fn, seq_first, q, k, v, out, lse, &d));
+    if (d.D > DMAX || d.Dv > DMAX) {
+        DT_CHECK(gemm_layout_check(fn, d));
+        return dt_cuda_sdpa_gemm(q, k, v, causal, scale, out, lse);
+    }
     DT_CU_RANK(r, fn);
     if (d.B == 0 || d.Tq == 0) return DT_OK;
     return dt_cu_visit<false>(q->dtype, [&](auto tag) {
@@ -287,14 +315,16 @@ dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, 
 }
 
 dt_status dt_cuda_sdpa_backward(const dt_local *g, const dt_local *q, const dt_local *k,
-                                const dt_local *v, const dt_local *lse, int causal, double scale,
-                                dt_local *dq, dt_local *dk, dt_local *dv) {
+                                const dt_local *v, const dt_local *lse, int causal, int seq_first,
+                                double scale, dt_local *dq, dt_local *dk, dt_local *dv) {
     const char *fn = "dt_cuda_sdpa_backward";
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check(fn, q, k, v, g, lse, &d));
+    DT_CHECK(dt_sdpa_check(fn, seq_first, q, k, v, g, lse, &d));
     DT_CHECK(dt_sdpa_grads_check(fn, q, k, v, dq, dk, dv));
-    if (d.D > DMAX || d.Dv > DMAX)
+    if (d.D > DMAX || d.Dv > DMAX) {
+        DT_CHECK(gemm_layout_check(fn, d));
         return dt_cuda_sdpa_backward_gemm(g, q, k, v, lse, causal, scale, dq, dk, dv);
+    }
     DT_CU_RANK(r, fn);
     if (d.B == 0) return DT_OK;
     double *dsum = (double *)dt_cuda_alloc(sizeof(double) * (size_t)(d.B * d.R) + 1);
