@@ -27,7 +27,7 @@ typedef struct dt_node {
     dt_op op;
     dt_op_args args;
     int n;
-    dt_tensor *in[DT_GRAD_MAX_INPUTS]; /* retained */
+    dt_tensor *in[DT_GRAD_MAX_INPUTS];       /* retained */
     unsigned in_version[DT_GRAD_MAX_INPUTS]; /* each input's version when recorded */
     int nsaved;
     dt_tensor *saved[DT_OP_MAX_AUX]; /* the op's other outputs (retained): rules' state */
@@ -49,19 +49,24 @@ static void free_state(dt_node *node) {
 
 void dt_node_release(dt_node *node) {
     if (!node) return;
-    for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]);
-    for (int i = 0; i < node->nsaved; i++) dt_tensor_release(node->saved[i]);
+    for (int i = 0; i < node->n; i++)
+        dt_tensor_release(node->in[i]);
+    for (int i = 0; i < node->nsaved; i++)
+        dt_tensor_release(node->saved[i]);
     dt_tensor_release(node->grad);
     free_state(node);
     free(node);
 }
 
 static const char *node_name(const dt_node *node) {
-    return node->redistribute ? "a redistribute" : node->custom ? node->custom_name
-                                                                : dt_op_name(node->op);
+    return node->redistribute ? "a redistribute"
+           : node->custom     ? node->custom_name
+                              : dt_op_name(node->op);
 }
 
-static dt_ctx *ctx_of(const dt_tensor *t) { return t->mesh->ctx; }
+static dt_ctx *ctx_of(const dt_tensor *t) {
+    return t->mesh->ctx;
+}
 
 /* The node that made t (NULL for a leaf or a tensor autograd never marked). */
 static dt_node *node_of(const dt_tensor *t) {
@@ -110,7 +115,8 @@ static dt_status record(dt_tensor *out, dt_node *node) {
     node->module = dt_comm_module_tls;
     for (int i = 0; i < node->n; i++)
         if (node->in[i]) dt_tensor_retain(node->in[i]), node->in_version[i] = node->in[i]->version;
-    for (int i = 0; i < node->nsaved; i++) dt_tensor_retain(node->saved[i]);
+    for (int i = 0; i < node->nsaved; i++)
+        dt_tensor_retain(node->saved[i]);
     if (dt_autograd_of(ctx_of(out))->ac_region) dt_ac_note(ctx_of(out), out);
     return DT_OK;
 }
@@ -160,7 +166,8 @@ static dt_status hook_add(dt_backward_hook **tail, dt_status (*fn)(void *user), 
     dt_backward_hook *h = malloc(sizeof *h);
     if (!h) return dt_error(DT_ERR_NOMEM, "dt_backward: out of memory for a hook");
     *h = (dt_backward_hook){.fn = fn, .user = user};
-    while (*tail) tail = &(*tail)->next;
+    while (*tail)
+        tail = &(*tail)->next;
     *tail = h;
     return DT_OK;
 }
@@ -168,8 +175,10 @@ static dt_status hook_add(dt_backward_hook **tail, dt_status (*fn)(void *user), 
 static void hook_cancel(dt_backward_hook **p, dt_status (*fn)(void *user), void *user) {
     while (*p) {
         dt_backward_hook *h = *p;
-        if (h->fn == fn && h->user == user) *p = h->next, free(h);
-        else p = &h->next;
+        if (h->fn == fn && h->user == user)
+            *p = h->next, free(h);
+        else
+            p = &h->next;
     }
 }
 
@@ -204,16 +213,17 @@ void dt_autograd_cancel_backward_begin(dt_ctx *ctx, dt_status (*fn)(void *user),
 
 dt_status dt_autograd_record(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                              dt_tensor *out, dt_tensor *const *saved, int nsaved) {
-    DT_ARG(n <= DT_GRAD_MAX_INPUTS, "%s: %d inputs, autograd records at most %d",
-           dt_op_name(op), n, DT_GRAD_MAX_INPUTS);
+    DT_ARG(n <= DT_GRAD_MAX_INPUTS, "%s: %d inputs, autograd records at most %d", dt_op_name(op), n,
+           DT_GRAD_MAX_INPUTS);
     dt_node *node = calloc(1, sizeof *node);
-    if (!node) return dt_error(DT_ERR_NOMEM, "%s: out of memory for its autograd node",
-                               dt_op_name(op));
+    if (!node)
+        return dt_error(DT_ERR_NOMEM, "%s: out of memory for its autograd node", dt_op_name(op));
     node->op = op, node->n = n;
     if (args) node->args = *args;
     memcpy(node->in, in, sizeof(dt_tensor *) * (size_t)n);
     node->nsaved = nsaved;
-    for (int i = 0; i < nsaved; i++) node->saved[i] = saved[i];
+    for (int i = 0; i < nsaved; i++)
+        node->saved[i] = saved[i];
     return record(out, node);
 }
 
@@ -368,7 +378,8 @@ static dt_status accumulate_leaf(dt_tensor *leaf, dt_tensor *g) {
  * placements, with Replicate where the input was Partial (each part of a sum has the sum's
  * gradient), as PyTorch's redistribute backward does. */
 static void unpartial(const dt_placement *p, int n, dt_placement *out) {
-    for (int m = 0; m < n; m++) out[m] = p[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate() : p[m];
+    for (int m = 0; m < n; m++)
+        out[m] = p[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate() : p[m];
 }
 
 static dt_status redistribute_grad(dt_tensor *in, dt_tensor *made, dt_tensor *g, dt_tensor **out) {
@@ -383,7 +394,8 @@ static dt_status redistribute_grad(dt_tensor *in, dt_tensor *made, dt_tensor *g,
     int dnd = made->mesh->ndim, same = 1;
     dt_placement from[DT_MESH_MAX_NDIM];
     unpartial(made->placements, dnd, from);
-    for (int m = 0; m < dnd; m++) same &= dt_placement_equal(g->placements[m], from[m]);
+    for (int m = 0; m < dnd; m++)
+        same &= dt_placement_equal(g->placements[m], from[m]);
     dt_tensor *placed = g;
     if (!same) DT_CHECK(dt_tensor_redistribute(g, dnd, from, &placed));
     dt_status st = dt_tensor_redistribute_to(placed, in->mesh, mnd, want, out);
@@ -396,7 +408,7 @@ static dt_status step(dt_tensor *t) {
     dt_node *node = node_of(t);
     dt_tensor *g = node->grad;
     node->grad = NULL;
-    if (!g) return DT_OK; /* no path from the root reached it */
+    if (!g) return DT_OK;              /* no path from the root reached it */
     dt_comm_module_tls = node->module; /* its collectives are its module's backward */
     bool need[DT_GRAD_MAX_INPUTS] = {0};
     dt_tensor *gin[DT_GRAD_MAX_INPUTS] = {0};
@@ -430,13 +442,21 @@ static dt_status step(dt_tensor *t) {
      * move across meshes: that gradient must go back to the leaf's mesh. */
     if (any && node->redistribute && !node_of(node->in[0]) && node->in[0]->mesh == t->mesh)
         dt_tensor_retain(gin[0] = g);
-    else if (any && node->redistribute) st = redistribute_grad(node->in[0], t, g, &gin[0]);
-    else if (any && node->custom) st = node->custom(node->state, node->in, need, g, gin);
+    else if (any && node->redistribute)
+        st = redistribute_grad(node->in[0], t, g, &gin[0]);
+    else if (any && node->custom)
+        st = node->custom(node->state, node->in, need, g, gin);
     else if (any) {
         const op_desc *d = dt_op_desc(node->op);
         dt_grad_fn rule = d ? d->backward : NULL;
-        dt_grad_call c = {.op = node->op, .args = &node->args, .n = node->n, .in = node->in,
-                          .saved = node->saved, .nsaved = node->nsaved, .need = need, .grad = g};
+        dt_grad_call c = {.op = node->op,
+                          .args = &node->args,
+                          .n = node->n,
+                          .in = node->in,
+                          .saved = node->saved,
+                          .nsaved = node->nsaved,
+                          .need = need,
+                          .grad = g};
         st = rule ? rule(&c, gin)
                   : dt_error(DT_ERR_UNSUPPORTED,
                              "dt_backward: %s is a registered op: it has no "
@@ -461,8 +481,10 @@ static dt_status step(dt_tensor *t) {
  * their gradients may still arrive (an FSDP unit's reduce_scatter, waited for at the end). */
 static void release_node(dt_tensor *t) {
     dt_node *node = node_of(t);
-    for (int i = 0; i < node->n; i++) dt_tensor_release(node->in[i]), node->in[i] = NULL;
-    for (int i = 0; i < node->nsaved; i++) dt_tensor_release(node->saved[i]), node->saved[i] = NULL;
+    for (int i = 0; i < node->n; i++)
+        dt_tensor_release(node->in[i]), node->in[i] = NULL;
+    for (int i = 0; i < node->nsaved; i++)
+        dt_tensor_release(node->saved[i]), node->saved[i] = NULL;
     dt_tensor_release(node->grad), node->grad = NULL;
     free_state(node);
     node->n = node->nsaved = 0, node->freed = true;
@@ -517,7 +539,8 @@ static dt_status backward(dt_tensor *root, dt_tensor *seed) {
     if (st == DT_OK && !ag->grad_unsynced) st = dt_grad_sync(leaves.order, leaves.n);
     dt_comm_site_swap(site);
     ag->no_grad_depth--;
-    for (int k = 0; k < leaves.n; k++) dt_tensor_release(leaves.order[k]);
+    for (int k = 0; k < leaves.n; k++)
+        dt_tensor_release(leaves.order[k]);
     free(w.order);
     free(leaves.order);
     return st;
@@ -529,7 +552,8 @@ dt_status dt_backward_with(dt_tensor *t, dt_tensor *grad) {
     DT_ARG(dt_ag(t)->requires_grad,
            "dt_backward: the tensor does not require grad (no input of the "
            "ops that made it does)");
-    DT_ARG(dt_mesh_equal(grad->mesh, t->mesh), "dt_backward_with: grad lives on another mesh than t");
+    DT_ARG(dt_mesh_equal(grad->mesh, t->mesh),
+           "dt_backward_with: grad lives on another mesh than t");
     DT_ARG(grad->ndim == t->ndim && !memcmp(grad->shape, t->shape, sizeof(int64_t) * t->ndim),
            "dt_backward_with: grad's shape differs from t's");
     DT_ARG(grad->dtype == t->dtype, "dt_backward_with: grad is %s, t is %s",
@@ -552,84 +576,11 @@ dt_status dt_backward(dt_tensor *loss) {
     int mnd = loss->mesh->ndim;
     dt_placement pl[DT_MESH_MAX_NDIM];
     for (int m = 0; m < mnd; m++)
-        pl[m] = loss->placements[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate()
-                                                                 : loss->placements[m];
+        pl[m] =
+            loss->placements[m].kind == DT_PLACEMENT_PARTIAL ? dt_replicate() : loss->placements[m];
     dt_tensor *one;
     DT_CHECK(dt_tensor_ones(loss->mesh, loss->dtype, loss->ndim, loss->shape, mnd, pl, &one));
     dt_status st = dt_backward_with(loss, one);
     dt_tensor_release(one);
     return st;
-}
-
-/* ---- the public switches ------------------------------------------------------------------- */
-
-dt_status dt_tensor_set_requires_grad(dt_tensor *tensor, int requires_grad) {
-    DT_TENSOR_ARG(tensor);
-    DT_ARG(!node_of(tensor), "dt_tensor_set_requires_grad: the tensor was made by a recorded op "
-                             "(its gradient flows to that op's inputs); only leaves can be set");
-    DT_ARG(!requires_grad || tensor->dtype == DT_F32 || tensor->dtype == DT_F64 ||
-               tensor->dtype == DT_BF16 || tensor->dtype == DT_F16,
-           "dt_tensor_set_requires_grad: a %s tensor cannot require grad (floats only)",
-           dt_dtype_name(tensor->dtype));
-    if (!requires_grad && !tensor->ag) return DT_OK;
-    dt_grad_slot *s = NULL;
-    DT_CHECK(dt_ag_make(tensor, &s));
-    s->requires_grad = requires_grad != 0;
-    return DT_OK;
-}
-
-dt_status dt_tensor_set_grad_dtype(dt_tensor *tensor, dt_dtype dtype) {
-    DT_TENSOR_ARG(tensor);
-    DT_ARG(!node_of(tensor), "dt_tensor_set_grad_dtype: the tensor was made by a recorded op; only "
-                             "leaves keep gradients");
-    DT_ARG(dtype == DT_F32 || dtype == DT_F64 || dtype == DT_BF16 || dtype == DT_F16,
-           "dt_tensor_set_grad_dtype: argument dtype = %s is not a float dtype",
-           dt_dtype_name(dtype));
-    const dt_tensor *held = dt_ag(tensor)->grad;
-    DT_ARG(!held || held->dtype == dtype,
-           "dt_tensor_set_grad_dtype: the tensor holds a %s gradient; zero_grad first",
-           dt_dtype_name(held ? held->dtype : dtype));
-    dt_grad_slot *s = NULL;
-    DT_CHECK(dt_ag_make(tensor, &s));
-    s->grad_dtype = dtype == tensor->dtype ? 0 : (int)dtype + 1;
-    return DT_OK;
-}
-
-int dt_tensor_requires_grad(const dt_tensor *tensor) {
-    return tensor && tensor->magic == DT_TENSOR_LIVE && dt_ag(tensor)->requires_grad;
-}
-
-dt_tensor *dt_tensor_grad(const dt_tensor *tensor) {
-    return tensor && tensor->magic == DT_TENSOR_LIVE ? dt_ag(tensor)->grad : NULL;
-}
-
-dt_status dt_tensor_zero_grad(dt_tensor *tensor) {
-    DT_TENSOR_ARG(tensor);
-    if (tensor->ag) dt_tensor_release(tensor->ag->grad), tensor->ag->grad = NULL;
-    return DT_OK;
-}
-
-dt_status dt_no_grad_enter(dt_ctx *ctx) {
-    DT_ARG_NOT_NULL(ctx);
-    dt_autograd_of(ctx)->no_grad_depth++;
-    return DT_OK;
-}
-
-dt_status dt_no_grad_exit(dt_ctx *ctx) {
-    DT_ARG_NOT_NULL(ctx);
-    dt_autograd_state *ag = dt_autograd_of(ctx);
-    DT_ARG(ag->no_grad_depth > 0, "dt_no_grad_exit: no dt_no_grad_enter scope is open");
-    ag->no_grad_depth--;
-    return DT_OK;
-}
-
-int dt_grad_enabled(const dt_ctx *ctx) {
-    return ctx && ((const dt_autograd_state *)dt_ctx_slot_peek(ctx, DT_CTX_SLOT_AUTOGRAD))
-                          ->no_grad_depth == 0;
-}
-
-dt_status dt_ctx_set_grad_sync(dt_ctx *ctx, int sync) {
-    DT_ARG_NOT_NULL(ctx);
-    dt_autograd_of(ctx)->grad_unsynced = !sync;
-    return DT_OK;
 }
