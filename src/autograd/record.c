@@ -236,6 +236,7 @@ static dt_status in_place(dt_op op, dt_tensor *x, dt_tensor *other) {
     memcpy(x->local_shape, r->local_shape, sizeof x->local_shape);
     memcpy(x->local_offset, r->local_offset, sizeof x->local_offset);
     x->local_numel = r->local_numel;
+    x->version++; /* a node that saved x refuses its backward (engine.c) */
     dt_tensor_release(r);
     return DT_OK;
 }

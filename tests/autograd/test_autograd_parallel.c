@@ -405,6 +405,14 @@ static dt_status switches_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_mul_(upd, p), DT_ERR_ARG, "requires grad");
     R_OK(equals(p, after, 6, 0, "p after refused updates"));
     R_OK(equals(upd, u, 6, 0, "u after a refused update"));
+    /* in place on a tensor a recorded op saved: allowed (neither side requires grad), but the
+     * backward that would read the overwritten values is refused by name */
+    dt_tensor *prod, *total;
+    R_OK(dt_mul(p, upd, &prod));
+    R_OK(dt_add_(upd, upd));
+    R_OK(dt_sum(prod, NULL, 0, 0, &total));
+    R_ERR(dt_backward(total), DT_ERR_ARG, "modified by an in-place op after mul recorded it");
+    dt_tensor_release(total), dt_tensor_release(prod);
     dt_tensor_release(p), dt_tensor_release(upd), dt_tensor_release(idx);
     free(v), free(u);
     dt_mesh_release(mesh);
