@@ -63,32 +63,62 @@ static live_counts *live_of(dt_ctx *ctx) {
     return dt_ctx_slot(ctx, DT_CTX_SLOT_DTENSOR);
 }
 
-static void count_bytes(dt_ctx *ctx, long long bytes) {
-    long long now = atomic_fetch_add(&live_of(ctx)->bytes, bytes) + bytes;
-    long long peak = atomic_load(&live_of(ctx)->peak);
-    while (now > peak && !atomic_compare_exchange_weak(&live_of(ctx)->peak, &peak, now)) {
+/* Whether the calling thread is ctx's own (its arena is bound here): only that thread writes
+ * the own_ counters. */
+static bool on_own_thread(const dt_ctx *ctx) {
+    return ctx->arena && ctx->arena == dt_host_arena_current();
+}
+
+/* v += d for a counter only the calling thread writes: a relaxed load and store (readers on
+ * other threads see one value or the other), no locked read-modify-write. */
+static long long own_add(atomic_llong *v, long long d) {
+    long long now = atomic_load_explicit(v, memory_order_relaxed) + d;
+    atomic_store_explicit(v, now, memory_order_relaxed);
+    return now;
+}
+
+static void count_change(dt_ctx *ctx, int tensors, long long bytes) {
+    live_counts *lc = live_of(ctx);
+    long long now;
+    if (on_own_thread(ctx)) {
+        if (tensors) own_add(&lc->own_tensors, tensors);
+        if (!bytes) return;
+        now = own_add(&lc->own_bytes, bytes) + atomic_load_explicit(&lc->bytes, memory_order_relaxed);
+    } else {
+        if (tensors) atomic_fetch_add(&lc->tensors, tensors);
+        if (!bytes) return;
+        now = atomic_fetch_add(&lc->bytes, bytes) + bytes +
+              atomic_load_explicit(&lc->own_bytes, memory_order_relaxed);
+    }
+    long long peak = atomic_load_explicit(&lc->peak, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak(&lc->peak, &peak, now)) {
     }
 }
 
+static void count_bytes(dt_ctx *ctx, long long bytes) {
+    count_change(ctx, 0, bytes);
+}
+
 static void count_live(const dt_tensor *t, int sign) {
-    dt_ctx *ctx = t->mesh->ctx;
-    atomic_fetch_add(&live_of(ctx)->tensors, sign);
-    if (t->owned && !t->dropped)
-        count_bytes(ctx, sign * (long long)(t->local_numel * dt_dtype_size(t->dtype)));
+    long long bytes = t->owned && !t->dropped ? (long long)(t->local_numel * dt_dtype_size(t->dtype))
+                                              : 0;
+    count_change(t->mesh->ctx, sign, sign * bytes);
 }
 
 dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out) {
     DT_ARG_NOT_NULL(ctx);
     DT_ARG_NOT_NULL(out);
-    out->tensors = atomic_load(&live_of(ctx)->tensors);
-    out->bytes = atomic_load(&live_of(ctx)->bytes);
-    out->peak_bytes = atomic_load(&live_of(ctx)->peak);
+    live_counts *lc = live_of(ctx);
+    out->tensors = atomic_load(&lc->tensors) + atomic_load(&lc->own_tensors);
+    out->bytes = atomic_load(&lc->bytes) + atomic_load(&lc->own_bytes);
+    out->peak_bytes = atomic_load(&lc->peak);
     return DT_OK;
 }
 
 dt_status dt_ctx_reset_peak(dt_ctx *ctx) {
     DT_ARG_NOT_NULL(ctx);
-    atomic_store(&live_of(ctx)->peak, atomic_load(&live_of(ctx)->bytes));
+    live_counts *lc = live_of(ctx);
+    atomic_store(&lc->peak, atomic_load(&lc->bytes) + atomic_load(&lc->own_bytes));
     return DT_OK;
 }
 
@@ -267,7 +297,11 @@ void dt_tensor_slot_hook(dt_tensor_slot_free_fn fn) {
 dt_status dt_tensor_release(dt_tensor *tensor) {
     if (!tensor) return DT_OK;
     DT_CHECK(dt_tensor_check("dt_tensor_release", "tensor", tensor));
-    if (atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
+    /* The only reference, held by the caller: no other thread can retain or release it now,
+     * so it goes without the locked decrement (most tensors die with one reference). */
+    if (atomic_load_explicit(&tensor->refs, memory_order_acquire) != 1 &&
+        atomic_fetch_sub(&tensor->refs, 1) != 1)
+        return DT_OK;
     if (tensor->ag) atomic_load (&slot_free)(tensor, tensor->ag);
     count_live(tensor, -1);
     if (tensor->owned) dt_tensor_mem(tensor)->free(tensor->data);

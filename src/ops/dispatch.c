@@ -382,10 +382,13 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
         if ((st = redistribute_input(op, i, in[i], s->in[i], &moved[i])) == DT_OK)
             use[i] = moved[i];
     }
-    op_input gin[DT_OP_MAX_INPUTS];
-    globals_of(use, n, gin);
     op_out aspec[DT_OP_MAX_AUX];
-    int na = aux_specs(op, f, gin, n, a, want_aux, aspec);
+    int na = 0;
+    if (f->aux) { /* most ops have no other outputs: no global specs to gather for them */
+        op_input gin[DT_OP_MAX_INPUTS];
+        globals_of(use, n, gin);
+        na = aux_specs(op, f, gin, n, a, want_aux, aspec);
+    }
     dt_device dev = in[0]->device;
     char text[sizeof s->text];
     text[0] = '\0';

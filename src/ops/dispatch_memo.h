@@ -12,8 +12,8 @@
 #include "mesh/mesh_impl.h"
 #include "ops/op_impl.h"
 
-#define DT_MEMO_SLOTS 32 /* one per op, by op modulo this: a family's ops stay apart */
-#define DT_MEMO_INPUTS 3 /* calls with more inputs always go to the cache */
+#define DT_MEMO_SLOTS  32 /* one per op, by op modulo this: a family's ops stay apart */
+#define DT_MEMO_INPUTS 3  /* calls with more inputs always go to the cache */
 
 typedef struct dt_memo_input {
     int ndim; /* -1: the input was absent (NULL) */
