@@ -176,8 +176,8 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
     t->owned = owned;
     /* Zeroed storage only when there is something to zero; uninitialised storage always (a
      * kernel's output pointer is never NULL, even for an empty shard). */
+    size_t bytes = t->local_numel * dt_dtype_size(dtype);
     if (storage == UNINIT || (storage == ZEROED && t->local_numel)) {
-        size_t bytes = t->local_numel * dt_dtype_size(dtype);
         t->data = mem->alloc(bytes);
         t->owned = true;
         dt_status st = !t->data ? DT_ERR_NOMEM : storage == ZEROED ? mem->zero(t->data, bytes) : DT_OK;
@@ -190,7 +190,7 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
     }
     t->mesh = mesh;
     dt_mesh_retain(mesh);
-    count_live(t, 1);
+    count_change(mesh->ctx, 1, t->owned ? (long long)bytes : 0); /* count_live's, size known */
     *out = t;
     return DT_OK;
 }

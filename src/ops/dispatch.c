@@ -281,17 +281,17 @@ static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *u
     c.op = op, c.args = a, c.ninputs = n, c.global = gin, c.naux = na;
     c.k = dt_kernels_of(dev.kind), c.mem = dt_mem_ops_of(dev.kind);
     globals_of(use, n, gin);
-    for (int i = 0; i < DT_OP_MAX_INPUTS; i++) {
-        if (i < n && use[i]) {
+    for (int i = 0; i < n; i++) {
+        if (use[i]) {
             local_of(use[i], &c.in[i]);
             memcpy(c.in_offset[i], use[i]->local_offset, sizeof c.in_offset[i]);
-        } else if (i < n) {
+        } else {
             memset(&c.in[i], 0, sizeof c.in[i]);
             memset(c.in_offset[i], 0, sizeof c.in_offset[i]);
-        } else {
-            c.in[i].data = NULL, c.in[i].ndim = 0;
         }
     }
+    for (int i = n; i < DT_OP_MAX_INPUTS; i++)
+        c.in[i].data = NULL, c.in[i].ndim = 0;
     local_of(o, &c.out);
     memcpy(c.out_offset, o->local_offset, sizeof c.out_offset);
     for (int i = 0; i < na; i++) local_of(ax[i], &c.aux[i]);
