@@ -83,7 +83,8 @@ static void count_change(dt_ctx *ctx, int tensors, long long bytes) {
     if (on_own_thread(ctx)) {
         if (tensors) own_add(&lc->own_tensors, tensors);
         if (!bytes) return;
-        now = own_add(&lc->own_bytes, bytes) + atomic_load_explicit(&lc->bytes, memory_order_relaxed);
+        now =
+            own_add(&lc->own_bytes, bytes) + atomic_load_explicit(&lc->bytes, memory_order_relaxed);
     } else {
         if (tensors) atomic_fetch_add(&lc->tensors, tensors);
         if (!bytes) return;
@@ -100,8 +101,8 @@ static void count_bytes(dt_ctx *ctx, long long bytes) {
 }
 
 static void count_live(const dt_tensor *t, int sign) {
-    long long bytes = t->owned && !t->dropped ? (long long)(t->local_numel * dt_dtype_size(t->dtype))
-                                              : 0;
+    long long bytes =
+        t->owned && !t->dropped ? (long long)(t->local_numel * dt_dtype_size(t->dtype)) : 0;
     count_change(t->mesh->ctx, sign, sign * bytes);
 }
 
@@ -158,8 +159,10 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
      * dims are copied in loops, not memcpy calls, as a small op has few. */
     *t = (dt_tensor){.magic = DT_TENSOR_LIVE, .dtype = dtype, .ndim = ndim};
     atomic_init(&t->refs, 1);
-    for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
-    for (int m = 0; m < mesh->ndim; m++) t->placements[m] = norm[m];
+    for (int d = 0; d < ndim; d++)
+        t->shape[d] = shape[d];
+    for (int m = 0; m < mesh->ndim; m++)
+        t->placements[m] = norm[m];
     /* A rank outside the mesh (a sub-mesh made elsewhere) holds nothing of the tensor. */
     if (mesh->rank >= 0 && layout) {
         for (int d = 0; d < ndim; d++) {
