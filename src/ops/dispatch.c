@@ -203,7 +203,25 @@ static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int 
 
 /* ---- running ----------------------------------------------------------------------------- */
 
+/* The common case in one pass: a built-in op, its input count, every input present, live, not
+ * dropped, on input 0's mesh object and device. Anything else (an optional input left out, a
+ * user op, an equal mesh made apart, an error) takes the full check, which names the fault. */
+static bool plainly_valid(dt_op op, dt_tensor *const *in, int n) {
+    const op_desc *d = dt_op_desc(op);
+    if (!d || !in || n < d->min_inputs || n > d->max_inputs || !in[0]) return false;
+    const dt_mesh *mesh = in[0]->mesh;
+    dt_device dev = in[0]->device;
+    for (int i = 0; i < n; i++) {
+        const dt_tensor *t = in[i];
+        if (!t || t->magic != DT_TENSOR_LIVE || t->dropped || t->mesh != mesh ||
+            t->device.kind != dev.kind || t->device.index != dev.index)
+            return false;
+    }
+    return true;
+}
+
 dt_status dt_dispatch_check(dt_op op, dt_tensor *const *in, int n) {
+    if (plainly_valid(op, in, n)) return DT_OK;
     DT_CHECK(dt_op_inputs_check("dt_op_call", op, (const void *const *)in, n));
     for (int i = 0; i < n; i++) {
         if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
@@ -422,7 +440,7 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
             used[i] = moved[i];
         else if (used)
             used[i] = in[i] ? (dt_tensor_retain(in[i]), in[i]) : NULL;
-        else
+        else if (moved[i])
             dt_tensor_release(moved[i]);
     }
     *out = o;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "core/half.h"
+#include "dtensor/tensor_impl.h"
 #include "helpers.h"
 #include "ops/kernels.h"
 
@@ -170,6 +171,44 @@ static dt_status evict_body(dt_ctx *ctx, void *arg) {
 Test(dispatch_fast, memo_forgets_evicted_entries) {
     t_run(1, evict_body, NULL);
     t_run(2, evict_body, NULL);
+}
+
+/* ---- the one-pass input check still names every fault ------------------------------------ */
+
+static dt_status faults_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh, *other;
+    R_OK(dt_mesh_create(ctx, 1, (int[]){2}, NULL, &mesh));
+    R_OK(dt_mesh_create(ctx, 2, (int[]){1, 2}, NULL, &other));
+    float x[16];
+    t_fill(DT_F32, x, 16, 9);
+    int64_t shape[2] = {4, 4};
+    dt_placement s0 = dt_shard(0), ps[2] = {dt_replicate(), dt_shard(0)};
+    dt_tensor *a, *b, *elsewhere, *gone, *o;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, 1, &s0, DT_ALL_RANKS, &a));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, 1, &s0, DT_ALL_RANKS, &b));
+    R_OK(dt_tensor_distribute(other, x, DT_F32, 2, shape, 2, ps, DT_ALL_RANKS, &elsewhere));
+    R_OK(dt_tensor_distribute(mesh, x, DT_F32, 2, shape, 1, &s0, DT_ALL_RANKS, &gone));
+    R_OK(dt_tensor_release(gone));
+    for (int warm = 0; warm < 2; warm++) { /* cold, then with add's strategy cached */
+        R_ERR(dt_add(a, NULL, &o), DT_ERR_ARG, "input 1 is NULL");
+        R_ERR(dt_add(a, gone, &o), DT_ERR_ARG, "input 1");
+        R_MSG("released tensor");
+        R_ERR(dt_add(a, elsewhere, &o), DT_ERR_MESH, "another mesh");
+        dt_tensor_storage_drop(b);
+        R_ERR(dt_add(a, b, &o), DT_ERR_ARG, "dropped");
+        R_OK(dt_tensor_storage_alloc(b));
+        R_ERR(dt_add(a, b, NULL), DT_ERR_ARG, "out");
+        R_OK(dt_add(a, b, &o));
+        dt_tensor_release(o);
+    }
+    dt_tensor_release(a), dt_tensor_release(b), dt_tensor_release(elsewhere);
+    dt_mesh_release(mesh), dt_mesh_release(other);
+    return DT_OK;
+}
+
+Test(dispatch_fast, input_faults_still_named) {
+    t_run(2, faults_body, NULL);
 }
 
 /* ---- a cached op allocates nothing ------------------------------------------------------ */
