@@ -86,7 +86,7 @@ test-asan: deps
 		meson test -C $(ASAN_BUILD) --print-errorlogs --timeout-multiplier 4
 
 # QUICK=1: shorter sweeps (local and UCX: x16 sizes up to 16 MiB) and growth tables (7 rounds).
-# DT_TORCH_PYTHON adds PyTorch (training, DTensor redistribute on gloo); DT_BENCH_UCX_ENVS picks
+# DT_TORCH_PYTHON adds PyTorch (training, the cached add, DTensor redistribute on gloo); DT_BENCH_UCX_ENVS picks
 # the environments the UCX sweep runs under (bench/bench_ucx_util.h).
 bench: build
 	@BENCH_QUICK=$(QUICK) sh tools/bench-table.sh $(BUILD)

@@ -5,7 +5,9 @@
  * count the other ranks' turns); the figure is rank 0's, best of 5 repetitions. Where valgrind
  * is installed, the cached add's instructions per call too: this program run under callgrind
  * with --calls N and with --calls 2N (N cached adds on 1 rank), the difference over N (start-up
- * and warm-up cancel; instruction counts do not move with the machine's load). */
+ * and warm-up cancel; instruction counts do not move with the machine's load). Where
+ * DT_TORCH_PYTHON names a python with torch, PyTorch DTensor's add of the same case too
+ * (bench/dispatch_torch.py, found under DT_SOURCE_DIR, default "."), timed the same way. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +169,31 @@ static double instructions_per_add(void) {
     return one < 0 || two < 0 ? -1 : (two - one) / (double)n;
 }
 
+/* PyTorch DTensor's cached 4x4 add and plain torch's add, ns per call in the thread's CPU time
+ * (best of 5), from bench/dispatch_torch.py; 0 when it did not run (why says why). */
+static int torch_add(double *dtensor_ns, double *torch_ns, char *why, size_t cap) {
+    const char *py = getenv("DT_TORCH_PYTHON"), *src = getenv("DT_SOURCE_DIR");
+    if (!py || !*py) {
+        snprintf(why, cap, "DT_TORCH_PYTHON unset");
+        return 0;
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s/bench/dispatch_torch.py 2>/dev/null", py, src ? src : ".");
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        snprintf(why, cap, "could not start %s", py);
+        return 0;
+    }
+    int got = fscanf(p, "%lf %lf", dtensor_ns, torch_ns);
+    int rc = pclose(p);
+    if (rc != 0 || got != 2) {
+        snprintf(why, cap, "%s/bench/dispatch_torch.py failed (exit status %d)", src ? src : ".",
+                 rc);
+        return 0;
+    }
+    return 1;
+}
+
 static double gflops[2];
 
 static dt_status gemm_body(dt_ctx *ctx, void *arg) {
@@ -273,6 +300,20 @@ int main(int argc, char **argv) {
                instr);
     else if (!table)
         printf("cached add instructions per call: - (valgrind not found)\n");
+    double pt_dt, pt_plain;
+    char why[256];
+    if (torch_add(&pt_dt, &pt_plain, why, sizeof why)) {
+        if (table)
+            printf("cached dispatch add, 1 rank, vs PyTorch DTensor\t%.0f ns\tPyTorch DTensor "
+                   "%.0f ns (plain torch %.0f ns)\t%.1fx\n",
+                   results[0].add_ns, pt_dt, pt_plain, pt_dt / results[0].add_ns);
+        else
+            printf("PyTorch DTensor add, 1 rank: %.0f ns per call (plain torch %.0f ns); dtensor's "
+                   "%.0f ns is %.1fx faster\n",
+                   pt_dt, pt_plain, results[0].add_ns, pt_dt / results[0].add_ns);
+    } else if (!table) {
+        printf("PyTorch DTensor add: not run (%s)\n", why);
+    }
     if (dt_local_run(1, gemm_body, NULL, NULL) != DT_OK) {
         fprintf(stderr, "bench failed: %s\n", dt_last_error());
         return 1;

@@ -272,6 +272,10 @@ dt_host_arena *dt_host_arena_bind(dt_host_arena *a) {
     return prev;
 }
 
+dt_host_arena *dt_host_arena_current(void) {
+    return bound;
+}
+
 size_t dt_host_arena_cached(const dt_host_arena *a) {
     return a ? a->cached : 0;
 }

@@ -82,6 +82,12 @@ static void maybe_grow(dt_lru *c) {
 }
 
 dt_status dt_lru_put(dt_lru *c, const uint64_t *key, unsigned nwords, uint64_t hash, void *value) {
+    dt_lru_entry *e;
+    return dt_lru_put_entry(c, key, nwords, hash, value, &e);
+}
+
+dt_status dt_lru_put_entry(dt_lru *c, const uint64_t *key, unsigned nwords, uint64_t hash,
+                           void *value, dt_lru_entry **entry_out) {
     dt_lru_entry *e = malloc(sizeof *e + sizeof(uint64_t) * nwords);
     if (!e) return dt_error(DT_ERR_NOMEM, "cache: out of memory");
     if (c->count == c->ring_cap && c->count < c->capacity) {
@@ -109,6 +115,7 @@ dt_status dt_lru_put(dt_lru *c, const uint64_t *key, unsigned nwords, uint64_t h
     c->buckets[hash & c->mask] = e;
     c->stats.entries = c->count;
     maybe_grow(c);
+    *entry_out = e;
     return DT_OK;
 }
 

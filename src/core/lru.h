@@ -56,27 +56,45 @@ static inline uint64_t dt_lru_hash(const uint64_t *key, unsigned nwords) {
     return h;
 }
 
-/* The value stored under key, or NULL (a miss). Counts the hit or the miss. */
-static inline void *dt_lru_get(dt_lru *c, const uint64_t *key, unsigned nwords, uint64_t hash) {
+/* Counts a hit of entry e (live in c) and returns its value: what dt_lru_get does on a hit,
+ * for a caller that remembers e from an earlier lookup (valid while c->stats.evictions has
+ * not moved: only an eviction frees an entry before the cache is destroyed). */
+static inline void *dt_lru_hit(dt_lru *c, dt_lru_entry *e) {
+    e->used = 1;
+    c->stats.hits++;
+    if (c->total) c->total->hits++;
+    return e->value;
+}
+
+/* The entry stored under key, or NULL (a miss). Counts the hit or the miss. */
+static inline dt_lru_entry *dt_lru_get_entry(dt_lru *c, const uint64_t *key, unsigned nwords,
+                                             uint64_t hash) {
     for (dt_lru_entry *e = c->buckets[hash & c->mask]; e; e = e->next) {
         if (e->hash != hash || e->nwords != nwords) continue;
         uint64_t diff = 0; /* no early exit: keys that share a hash are equal but for a fluke */
         for (unsigned i = 0; i < nwords; i++)
             diff |= e->key[i] ^ key[i];
         if (diff) continue;
-        e->used = 1;
-        c->stats.hits++;
-        if (c->total) c->total->hits++;
-        return e->value;
+        dt_lru_hit(c, e);
+        return e;
     }
     c->stats.misses++;
     if (c->total) c->total->misses++;
     return NULL;
 }
 
+/* The value stored under key, or NULL (a miss). Counts the hit or the miss. */
+static inline void *dt_lru_get(dt_lru *c, const uint64_t *key, unsigned nwords, uint64_t hash) {
+    dt_lru_entry *e = dt_lru_get_entry(c, key, nwords, hash);
+    return e ? e->value : NULL;
+}
+
 /* Stores value (not NULL) under a key that is not present (after a miss), evicting one entry
  * first when full. On failure (DT_ERR_NOMEM) nothing changes and value is not freed. */
 dt_status dt_lru_put(dt_lru *c, const uint64_t *key, unsigned nwords, uint64_t hash, void *value);
+/* The same, and the new entry in *entry_out (set only on success). */
+dt_status dt_lru_put_entry(dt_lru *c, const uint64_t *key, unsigned nwords, uint64_t hash,
+                           void *value, dt_lru_entry **entry_out);
 
 /* From now on at most capacity (>= 1) entries; evicts down to it at once. */
 dt_status dt_lru_set_capacity(dt_lru *c, size_t capacity);

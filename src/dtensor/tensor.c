@@ -63,32 +63,63 @@ static live_counts *live_of(dt_ctx *ctx) {
     return dt_ctx_slot(ctx, DT_CTX_SLOT_DTENSOR);
 }
 
-static void count_bytes(dt_ctx *ctx, long long bytes) {
-    long long now = atomic_fetch_add(&live_of(ctx)->bytes, bytes) + bytes;
-    long long peak = atomic_load(&live_of(ctx)->peak);
-    while (now > peak && !atomic_compare_exchange_weak(&live_of(ctx)->peak, &peak, now)) {
+/* Whether the calling thread is ctx's own (its arena is bound here): only that thread writes
+ * the own_ counters. */
+static bool on_own_thread(const dt_ctx *ctx) {
+    return ctx->arena && ctx->arena == dt_host_arena_current();
+}
+
+/* v += d for a counter only the calling thread writes: a relaxed load and store (readers on
+ * other threads see one value or the other), no locked read-modify-write. */
+static long long own_add(atomic_llong *v, long long d) {
+    long long now = atomic_load_explicit(v, memory_order_relaxed) + d;
+    atomic_store_explicit(v, now, memory_order_relaxed);
+    return now;
+}
+
+static void count_change(dt_ctx *ctx, int tensors, long long bytes) {
+    live_counts *lc = live_of(ctx);
+    long long now;
+    if (on_own_thread(ctx)) {
+        if (tensors) own_add(&lc->own_tensors, tensors);
+        if (!bytes) return;
+        now =
+            own_add(&lc->own_bytes, bytes) + atomic_load_explicit(&lc->bytes, memory_order_relaxed);
+    } else {
+        if (tensors) atomic_fetch_add(&lc->tensors, tensors);
+        if (!bytes) return;
+        now = atomic_fetch_add(&lc->bytes, bytes) + bytes +
+              atomic_load_explicit(&lc->own_bytes, memory_order_relaxed);
+    }
+    long long peak = atomic_load_explicit(&lc->peak, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak(&lc->peak, &peak, now)) {
     }
 }
 
+static void count_bytes(dt_ctx *ctx, long long bytes) {
+    count_change(ctx, 0, bytes);
+}
+
 static void count_live(const dt_tensor *t, int sign) {
-    dt_ctx *ctx = t->mesh->ctx;
-    atomic_fetch_add(&live_of(ctx)->tensors, sign);
-    if (t->owned && !t->dropped)
-        count_bytes(ctx, sign * (long long)(t->local_numel * dt_dtype_size(t->dtype)));
+    long long bytes =
+        t->owned && !t->dropped ? (long long)(t->local_numel * dt_dtype_size(t->dtype)) : 0;
+    count_change(t->mesh->ctx, sign, sign * bytes);
 }
 
 dt_status dt_ctx_tensor_memory(dt_ctx *ctx, dt_tensor_memory *out) {
     DT_ARG_NOT_NULL(ctx);
     DT_ARG_NOT_NULL(out);
-    out->tensors = atomic_load(&live_of(ctx)->tensors);
-    out->bytes = atomic_load(&live_of(ctx)->bytes);
-    out->peak_bytes = atomic_load(&live_of(ctx)->peak);
+    live_counts *lc = live_of(ctx);
+    out->tensors = atomic_load(&lc->tensors) + atomic_load(&lc->own_tensors);
+    out->bytes = atomic_load(&lc->bytes) + atomic_load(&lc->own_bytes);
+    out->peak_bytes = atomic_load(&lc->peak);
     return DT_OK;
 }
 
 dt_status dt_ctx_reset_peak(dt_ctx *ctx) {
     DT_ARG_NOT_NULL(ctx);
-    atomic_store(&live_of(ctx)->peak, atomic_load(&live_of(ctx)->bytes));
+    live_counts *lc = live_of(ctx);
+    atomic_store(&lc->peak, atomic_load(&lc->bytes) + atomic_load(&lc->own_bytes));
     return DT_OK;
 }
 
@@ -122,18 +153,22 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                               (int)device.kind);
     /* The shell from the rank's arena too: a dispatch makes one per op (glibc's calloc and
      * free of it were a tenth of a small op's instructions). */
-    dt_tensor *t = dt_host_calloc(sizeof *t);
+    dt_tensor *t = dt_host_alloc(sizeof *t);
     if (!t) return dt_error(DT_ERR_NOMEM, "tensor: out of memory");
-    t->magic = DT_TENSOR_LIVE;
+    /* Zeroed by the assignment (stores the compiler inlines, cheaper than a memset call); the
+     * dims are copied in loops, not memcpy calls, as a small op has few. */
+    *t = (dt_tensor){.magic = DT_TENSOR_LIVE, .dtype = dtype, .ndim = ndim};
     atomic_init(&t->refs, 1);
-    t->dtype = dtype;
-    t->ndim = ndim;
-    if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    memcpy(t->placements, norm, sizeof(dt_placement) * (size_t)mesh->ndim);
+    for (int d = 0; d < ndim; d++)
+        t->shape[d] = shape[d];
+    for (int m = 0; m < mesh->ndim; m++)
+        t->placements[m] = norm[m];
     /* A rank outside the mesh (a sub-mesh made elsewhere) holds nothing of the tensor. */
     if (mesh->rank >= 0 && layout) {
-        memcpy(t->local_shape, layout[0], sizeof(int64_t) * (size_t)ndim);
-        memcpy(t->local_offset, layout[1], sizeof(int64_t) * (size_t)ndim);
+        for (int d = 0; d < ndim; d++) {
+            t->local_shape[d] = layout[0][d];
+            t->local_offset[d] = layout[1][d];
+        }
     } else if (mesh->rank >= 0) {
         dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, t->local_shape,
                         t->local_offset);
@@ -144,8 +179,8 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
     t->owned = owned;
     /* Zeroed storage only when there is something to zero; uninitialised storage always (a
      * kernel's output pointer is never NULL, even for an empty shard). */
+    size_t bytes = t->local_numel * dt_dtype_size(dtype);
     if (storage == UNINIT || (storage == ZEROED && t->local_numel)) {
-        size_t bytes = t->local_numel * dt_dtype_size(dtype);
         t->data = mem->alloc(bytes);
         t->owned = true;
         dt_status st = !t->data ? DT_ERR_NOMEM : storage == ZEROED ? mem->zero(t->data, bytes) : DT_OK;
@@ -158,7 +193,7 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
     }
     t->mesh = mesh;
     dt_mesh_retain(mesh);
-    count_live(t, 1);
+    count_change(mesh->ctx, 1, t->owned ? (long long)bytes : 0); /* count_live's, size known */
     *out = t;
     return DT_OK;
 }
@@ -220,8 +255,13 @@ typedef struct quarantine {
 static pthread_key_t quarantine_key;
 static pthread_once_t quarantine_once = PTHREAD_ONCE_INIT;
 
+/* The calling thread's ring, as its key holds it: a release reads this instead of paying
+ * pthread_once and pthread_getspecific (a tenth of a small op's release). */
+static _Thread_local quarantine *my_quarantine;
+
 static void quarantine_destroy(void *p) {
     quarantine *q = p;
+    if (my_quarantine == q) my_quarantine = NULL; /* runs on the exiting thread itself */
     for (int i = 0; i < QUARANTINE; i++) dt_host_free(q->ring[i]);
     free(q);
 }
@@ -232,11 +272,15 @@ static void quarantine_init(void) {
 
 static void shell_free(dt_tensor *t) {
     t->magic = DT_TENSOR_DEAD;
-    pthread_once(&quarantine_once, quarantine_init);
-    quarantine *q = pthread_getspecific(quarantine_key);
-    if (!q && (q = calloc(1, sizeof *q)) && pthread_setspecific(quarantine_key, q) != 0) {
-        free(q);
-        q = NULL;
+    quarantine *q = my_quarantine;
+    if (!q) {
+        pthread_once(&quarantine_once, quarantine_init);
+        q = pthread_getspecific(quarantine_key);
+        if (!q && (q = calloc(1, sizeof *q)) && pthread_setspecific(quarantine_key, q) != 0) {
+            free(q);
+            q = NULL;
+        }
+        my_quarantine = q;
     }
     if (!q) {
         dt_host_free(t);
@@ -256,7 +300,11 @@ void dt_tensor_slot_hook(dt_tensor_slot_free_fn fn) {
 dt_status dt_tensor_release(dt_tensor *tensor) {
     if (!tensor) return DT_OK;
     DT_CHECK(dt_tensor_check("dt_tensor_release", "tensor", tensor));
-    if (atomic_fetch_sub(&tensor->refs, 1) != 1) return DT_OK;
+    /* The only reference, held by the caller: no other thread can retain or release it now,
+     * so it goes without the locked decrement (most tensors die with one reference). */
+    if (atomic_load_explicit(&tensor->refs, memory_order_acquire) != 1 &&
+        atomic_fetch_sub(&tensor->refs, 1) != 1)
+        return DT_OK;
     if (tensor->ag) atomic_load (&slot_free)(tensor, tensor->ag);
     count_live(tensor, -1);
     if (tensor->owned) dt_tensor_mem(tensor)->free(tensor->data);

@@ -77,9 +77,13 @@ static inline dt_status dt_tensor_check(const char *fn, const char *arg, const d
  * ownership between two tensors of the same local shape, so the sum stays right), and whether
  * arguments are checked for agreement across ranks (agree.c, DT_DEBUG_ARGS). */
 typedef struct dt_dtensor_state {
-    atomic_llong tensors, bytes;
-    atomic_llong peak; /* most bytes since start or the last reset */
-    int debug_args;    /* DT_AGREE_UNREAD, _OFF or _ON (agree.h) */
+    atomic_llong tensors, bytes; /* changes made on threads other than the rank's own */
+    atomic_llong peak;           /* most bytes since start or the last reset */
+    int debug_args;              /* DT_AGREE_UNREAD, _OFF or _ON (agree.h) */
+    /* Changes made on the rank's own thread (the one its arena is bound to), the common case:
+     * only that thread writes them, so it updates them without a locked instruction; readers
+     * add the two. */
+    atomic_llong own_tensors, own_bytes;
 } dt_dtensor_state;
 
 /* The memory table of t's device. */

@@ -187,6 +187,7 @@ dt_status dt_mesh_retain(dt_mesh *mesh) {
 dt_status dt_mesh_release(dt_mesh *mesh) {
     if (!mesh || atomic_fetch_sub(&mesh->refs, 1) != 1) return DT_OK;
     for (int k = 0; k < DT_CACHE_KIND_COUNT; k++) dt_lru_destroy(mesh->caches[k]);
+    free(mesh->op_memo);
     if (mesh->comms)
         for (size_t i = 0; i < (size_t)DT_MESH_LANES << mesh->ndim; i++)
             dt_comm_destroy(mesh->comms[i]);

@@ -26,6 +26,9 @@ struct dt_mesh {
      * made on first use with the capacity set here. */
     struct dt_lru *caches[DT_CACHE_KIND_COUNT];
     size_t cache_capacity[DT_CACHE_KIND_COUNT];
+    /* Op dispatch's front to its strategy cache (ops/dispatch_memo.h): plain memory made on
+     * first use, freed with the mesh. */
+    void *op_memo;
 };
 
 /* Makes the mesh's cache of kind, whose values free_value frees (mesh->caches[kind] is

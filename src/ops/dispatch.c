@@ -16,6 +16,7 @@
 #include "dtensor/agree.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
+#include "ops/dispatch_memo.h"
 #include "ops/op_impl.h"
 #include "ops/strategy.h"
 #include "redistribute/redistribute_impl.h"
@@ -125,38 +126,63 @@ typedef struct cache_slot {
     uint64_t h;
 } cache_slot;
 
-static dt_status cache_find(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
-                            cache_slot *at, strategy **found) {
+/* Finds the call's entry (*hit, NULL on a miss) and its strategy (*found). */
+static dt_status cache_find_entry(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                                  uint64_t model, cache_slot *at, dt_lru_entry **hit,
+                                  strategy **found) {
     dt_mesh *mesh = in[0]->mesh;
     at->c = mesh->caches[DT_CACHE_STRATEGY];
     if (!at->c) DT_CHECK(dt_mesh_cache_make(mesh, DT_CACHE_STRATEGY, free, &at->c));
-    at->nk = call_key(op, in, n, args, mesh->ndim, dt_cost_model_version(mesh->ctx), at->key);
+    at->nk = call_key(op, in, n, args, mesh->ndim, model, at->key);
     at->h = dt_lru_hash(at->key, at->nk);
-    *found = dt_lru_get(at->c, at->key, at->nk, at->h);
+    *hit = dt_lru_get_entry(at->c, at->key, at->nk, at->h);
+    *found = *hit ? (*hit)->value : NULL;
     return DT_OK;
 }
 
+static dt_status cache_find(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
+                            cache_slot *at, strategy **found) {
+    dt_lru_entry *e;
+    return cache_find_entry(op, in, n, args, dt_cost_model_version(in[0]->mesh->ctx), at, &e,
+                            found);
+}
+
 /* Puts s (malloc'd) at its slot, or frees it when st or the put failed. */
-static dt_status cache_put(cache_slot *at, strategy *s, dt_status st) {
-    if (st == DT_OK) st = dt_lru_put(at->c, at->key, at->nk, at->h, s);
+static dt_status cache_put_entry(cache_slot *at, strategy *s, dt_status st, dt_lru_entry **e) {
+    if (st == DT_OK) st = dt_lru_put_entry(at->c, at->key, at->nk, at->h, s, e);
     if (st != DT_OK) free(s);
     return st;
 }
 
-/* args nullable (no arguments). */
+static dt_status cache_put(cache_slot *at, strategy *s, dt_status st) {
+    dt_lru_entry *e;
+    return cache_put_entry(at, s, st, &e);
+}
+
+/* args nullable (no arguments). A call like the op's last one on this mesh finds its entry in
+ * the memo (dispatch_memo.h) without building a key. */
 static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int n,
                         const dt_op_args *args, const strategy **out) {
+    dt_mesh *mesh = in[0]->mesh;
+    uint64_t model = dt_cost_model_version(mesh->ctx);
+    dt_lru *cache = mesh->caches[DT_CACHE_STRATEGY];
+    dt_memo *memo = cache ? dt_memo_slot(mesh, op) : NULL;
+    dt_lru_entry *e = dt_memo_match(memo, cache, op, in, n, args, mesh->ndim, model);
+    if (e) {
+        *out = dt_lru_hit(cache, e);
+        return DT_OK;
+    }
     cache_slot at;
     strategy *s;
-    DT_CHECK(cache_find(op, in, n, args, &at, &s));
+    DT_CHECK(cache_find_entry(op, in, n, args, model, &at, &e, &s));
     if (s) {
+        dt_memo_fill(mesh, at.c, e, op, in, n, args, model);
         *out = s;
         return DT_OK;
     }
     if (!(s = malloc(sizeof *s))) return dt_error(DT_ERR_NOMEM, "dispatch: out of memory");
     dt_status st = choose(op, f, in, n, args ? args : &no_args, s);
     if (st == DT_OK) {
-        dt_mesh *mesh = in[0]->mesh;
         strategy_text(s, n, mesh->ndim, s->text, sizeof s->text);
         s->in_place = 0;
         for (int i = 0; i < n; i++) {
@@ -169,14 +195,33 @@ static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int 
             dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, s->spec.ndim, s->spec.shape,
                             s->out, s->out_local_shape, s->out_local_offset);
     }
-    DT_CHECK(cache_put(&at, s, st));
+    DT_CHECK(cache_put_entry(&at, s, st, &e));
+    dt_memo_fill(mesh, at.c, e, op, in, n, args, model);
     *out = s;
     return DT_OK;
 }
 
 /* ---- running ----------------------------------------------------------------------------- */
 
+/* The common case in one pass: a built-in op, its input count, every input present, live, not
+ * dropped, on input 0's mesh object and device. Anything else (an optional input left out, a
+ * user op, an equal mesh made apart, an error) takes the full check, which names the fault. */
+static bool plainly_valid(dt_op op, dt_tensor *const *in, int n) {
+    const op_desc *d = dt_op_desc(op);
+    if (!d || !in || n < d->min_inputs || n > d->max_inputs || !in[0]) return false;
+    const dt_mesh *mesh = in[0]->mesh;
+    dt_device dev = in[0]->device;
+    for (int i = 0; i < n; i++) {
+        const dt_tensor *t = in[i];
+        if (!t || t->magic != DT_TENSOR_LIVE || t->dropped || t->mesh != mesh ||
+            t->device.kind != dev.kind || t->device.index != dev.index)
+            return false;
+    }
+    return true;
+}
+
 dt_status dt_dispatch_check(dt_op op, dt_tensor *const *in, int n) {
+    if (plainly_valid(op, in, n)) return DT_OK;
     DT_CHECK(dt_op_inputs_check("dt_op_call", op, (const void *const *)in, n));
     for (int i = 0; i < n; i++) {
         if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
@@ -219,9 +264,12 @@ static dt_status redistribute_input(dt_op op, int i, dt_tensor *t, const dt_plac
     return dt_redistribute_run(t, want, out);
 }
 
+/* Field by field and the whole shape array (a fixed-size copy, inlined; a tensor's dims past
+ * ndim are zero): no zeroing of the block first, no memcpy call. */
 static void local_of(const dt_tensor *t, dt_local *l) {
-    *l = (dt_local){.data = t->data, .dtype = t->dtype, .ndim = t->ndim, .device = t->device};
-    memcpy(l->shape, t->local_shape, sizeof(int64_t) * (size_t)t->ndim);
+    l->data = t->data, l->dtype = t->dtype, l->ndim = t->ndim, l->device = t->device;
+    _Static_assert(sizeof l->shape == sizeof t->local_shape, "block and tensor shapes differ");
+    memcpy(l->shape, t->local_shape, sizeof l->shape);
 }
 
 /* The collectives whose results an op's inputs are (their trace ids, at most
@@ -251,19 +299,19 @@ static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *u
     c.op = op, c.args = a, c.ninputs = n, c.global = gin, c.naux = na;
     c.k = dt_kernels_of(dev.kind), c.mem = dt_mem_ops_of(dev.kind);
     globals_of(use, n, gin);
-    for (int i = 0; i < DT_OP_MAX_INPUTS; i++) {
-        if (i < n && use[i]) {
+    for (int i = 0; i < n; i++) {
+        if (use[i]) {
             local_of(use[i], &c.in[i]);
-            memcpy(c.in_offset[i], use[i]->local_offset, sizeof(int64_t) * (size_t)use[i]->ndim);
-        } else if (i < n) {
+            memcpy(c.in_offset[i], use[i]->local_offset, sizeof c.in_offset[i]);
+        } else {
             memset(&c.in[i], 0, sizeof c.in[i]);
             memset(c.in_offset[i], 0, sizeof c.in_offset[i]);
-        } else {
-            c.in[i].data = NULL, c.in[i].ndim = 0;
         }
     }
+    for (int i = n; i < DT_OP_MAX_INPUTS; i++)
+        c.in[i].data = NULL, c.in[i].ndim = 0;
     local_of(o, &c.out);
-    memcpy(c.out_offset, o->local_offset, sizeof(int64_t) * (size_t)o->ndim);
+    memcpy(c.out_offset, o->local_offset, sizeof c.out_offset);
     for (int i = 0; i < na; i++) local_of(ax[i], &c.aux[i]);
     double tk = ctx->trace ? dt_now_us() : 0;
     dt_status st = f->compute(&c);
@@ -354,10 +402,13 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
         if ((st = redistribute_input(op, i, in[i], s->in[i], &moved[i])) == DT_OK)
             use[i] = moved[i];
     }
-    op_input gin[DT_OP_MAX_INPUTS];
-    globals_of(use, n, gin);
     op_out aspec[DT_OP_MAX_AUX];
-    int na = aux_specs(op, f, gin, n, a, want_aux, aspec);
+    int na = 0;
+    if (f->aux) { /* most ops have no other outputs: no global specs to gather for them */
+        op_input gin[DT_OP_MAX_INPUTS];
+        globals_of(use, n, gin);
+        na = aux_specs(op, f, gin, n, a, want_aux, aspec);
+    }
     dt_device dev = in[0]->device;
     char text[sizeof s->text];
     text[0] = '\0';
@@ -393,7 +444,7 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
             used[i] = moved[i];
         else if (used)
             used[i] = in[i] ? (dt_tensor_retain(in[i]), in[i]) : NULL;
-        else
+        else if (moved[i])
             dt_tensor_release(moved[i]);
     }
     *out = o;

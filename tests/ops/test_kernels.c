@@ -112,6 +112,8 @@ Test(kernels, binary_broadcasting_and_aliasing) {
         {SH(3, 4, 5), SH(4, 1), 1}, {SH(5), SH(3, 5), 2},        {SH(2, 1, 3), SH(1, 4, 1), 0},
         {SH(0, 3), SH(1, 3), 0},    {SH(4, 1), SH0, 0},          {SH0, SH0, 0},
         {SH(1, 1), SH(6), 0},       {SH(2, 3, 300), SH(300), 1}, {SH(2, 1, 4), SH(2, 3, 1), 0},
+        /* equal shapes past the pool's piece (8192): the flat path through the pool */
+        {SH(3, 2731), SH(3, 2731), 0}, {SH(8193), SH(8193), 2},
     };
     for (size_t di = 0; di < LEN(ALL); di++) {
         dt_dtype dt = ALL[di];
