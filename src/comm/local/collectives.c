@@ -239,7 +239,8 @@ static dt_status all_reduce_bufs(dt_comm *base, void *const *bufs, const size_t 
     const int me = base->rank;
     const size_t es = dt_dtype_size(dt), step = PUSH_PIECE / es;
     size_t total = 0;
-    for (int i = 0; i < n; i++) total += counts[i];
+    for (int i = 0; i < n; i++)
+        total += counts[i];
     const void **srcs = malloc(sizeof(void *) * (size_t)g->n);
     void *piece = NULL;
     dt_status st = srcs ? scratch(c, PUSH_PIECE, &piece)
@@ -258,15 +259,18 @@ static dt_status all_reduce_bufs(dt_comm *base, void *const *bufs, const size_t 
     for (int j = 0; j < g->n && st == DT_OK; j++) {
         const lw_slot *o = &g->slots[j];
         if (o->nbufs != n || memcmp(o->bcounts, counts, sizeof *counts * (size_t)n))
-            st = dt_error(DT_ERR_COMM, "dt_all_reduce: ranks cut the arrays differently: group "
-                                       "rank %d passes %d arrays, rank %d passes %d (or other "
-                                       "counts)", me, n, j, o->nbufs);
+            st = dt_error(DT_ERR_COMM,
+                          "dt_all_reduce: ranks cut the arrays differently: group rank %d "
+                          "passes %d arrays, rank %d passes %d (or other counts)",
+                          me, n, j, o->nbufs);
     }
-    const size_t lo = total * (size_t)me / (size_t)g->n, hi = total * (size_t)(me + 1) / (size_t)g->n;
+    const size_t lo = total * (size_t)me / (size_t)g->n,
+                 hi = total * (size_t)(me + 1) / (size_t)g->n;
     int k = 0;
     size_t base_k = 0; /* where array k starts in the whole */
     for (size_t o = lo; o < hi && st == DT_OK;) {
-        while (o >= base_k + counts[k]) base_k += counts[k++];
+        while (o >= base_k + counts[k])
+            base_k += counts[k++];
         size_t at = o - base_k, m = counts[k] - at;
         if (m > hi - o) m = hi - o;
         if (m > step) m = step;
