@@ -31,6 +31,7 @@ typedef struct item {
     size_t bytes;        /* of the whole gradient: buckets are cut alike on every rank */
     void *cur;           /* the block: the gradient's data until a step makes a new one */
     bool owned;
+    bool in_grad; /* cur is the gradient's own storage, reduced in place (all_reduce_bufs) */
     int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM];
     size_t numel;
     int64_t src; /* the trace event that made the block (the placed gradient's readers wait) */
@@ -102,9 +103,47 @@ static dt_status copy_out(const sync *x, const char *src, size_t at, size_t n, v
     return st;
 }
 
+/* Whether an item's block may be reduced where it lies: a block of its own, or its gradient's
+ * storage when nothing else holds that gradient (it is replaced by the reduced one). */
+static bool writable(const item *it) {
+    const dt_tensor *g = dt_ag(it->leaf)->grad;
+    return it->owned ||
+           (it->cur == g->data && g->owned && !g->dropped && atomic_load(&g->refs) == 1);
+}
+
+/* P -> R with no packed copy (the backend reduces the blocks where they lie): blocks that are
+ * not writable are copied first. The same bits as the packed form: every element is reduced
+ * over the members in group-rank order either way. */
+static dt_status all_reduce_in_place(sync *x, dt_comm *c, item **b, int n) {
+    const dt_plan_step *s = next_step(b[0]);
+    void **bufs = malloc(sizeof *bufs * (size_t)n);
+    size_t *counts = malloc(sizeof *counts * (size_t)n);
+    dt_status st = bufs && counts ? DT_OK : dt_error(DT_ERR_NOMEM, "grad sync: out of memory");
+    for (int i = 0; i < n && st == DT_OK; i++) {
+        item *it = b[i];
+        if (!writable(it)) {
+            void *p;
+            st = copy_out(x, it->cur, 0, it->numel, &p);
+            if (st != DT_OK) break;
+            it->cur = p, it->owned = true;
+        }
+        it->in_grad = !it->owned;
+        bufs[i] = it->cur, counts[i] = it->numel;
+    }
+    if (st == DT_OK)
+        st = dt_comm_all_reduce_bufs(c, bufs, counts, n, x->dtype,
+                                     s->before[__builtin_ctz(s->mesh_mask)].op);
+    free(bufs), free(counts);
+    return st;
+}
+
 /* P -> R over the step's group: one in-place all_reduce of the bucket's blocks, packed. */
 static dt_status all_reduce(sync *x, dt_comm *c, item **b, int n) {
     const dt_plan_step *s = next_step(b[0]);
+    /* Host blocks on a backend that reduces arrays where they lie: no pack, no unpack. An
+     * all_reduce keeps each block's layout (P -> R on the step's dims). */
+    if (x->mem == &dt_mem_cpu && dt_comm_all_reduce_bufs_here(c))
+        return all_reduce_in_place(x, c, b, n);
     size_t total = 0;
     for (int i = 0; i < n; i++) total += b[i]->numel;
     char *flat = x->mem->alloc(total * x->es);
@@ -196,9 +235,13 @@ static dt_status reduce_scatter(sync *x, dt_comm *c, item **b, int n) {
  * leaf's placements, replaces the gradient at once (its whole-tensor Partial goes). */
 static dt_status place(item *it) {
     dt_tensor *g = dt_ag(it->leaf)->grad, *out;
+    bool take = !it->owned && it->in_grad; /* g's storage, reduced in place: out takes it over */
     DT_CHECK(dt_tensor_new(g->mesh, g->device, g->dtype, g->ndim, g->shape, it->leaf->placements,
-                           it->cur, true, &out));
-    it->cur = NULL, it->owned = false;
+                           it->cur, !take, &out));
+    /* Made as borrowed, then the owner swapped: the live bytes count g's storage once, as
+     * in-place ops do (dtensor/tensor_impl.h). */
+    if (take) out->owned = true, g->owned = false;
+    it->cur = NULL, it->owned = false, it->in_grad = false;
     out->trace_src = it->src;
     dt_tensor_release(g);
     it->leaf->ag->grad = out;

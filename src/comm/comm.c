@@ -467,6 +467,38 @@ dt_status dt_comm_reduce_scatter_boxes(dt_comm *c, int ndim, const void *src,
     return st;
 }
 
+bool dt_comm_all_reduce_bufs_here(const dt_comm *c) {
+    return c && c->ops->all_reduce_bufs && !c->had_requests;
+}
+
+dt_status dt_comm_all_reduce_bufs(dt_comm *c, void *const *bufs, const size_t *counts, int n,
+                                  dt_dtype dtype, dt_reduce_op op) {
+    COMM_CHECK(c);
+    DTYPE_CHECK(dtype);
+    OP_CHECK(op);
+    REDUCE_DTYPE_CHECK(dtype);
+    DT_ARG(n >= 0 && (n == 0 || (bufs && counts)),
+           "%s: argument n = %d with bufs %p and counts %p", __func__, n, (const void *)bufs,
+           (const void *)counts);
+    DT_ARG(dt_comm_all_reduce_bufs_here(c),
+           "%s: the backend cannot reduce the arrays in place here (check "
+           "dt_comm_all_reduce_bufs_here first)",
+           __func__);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        BUF_CHECK(bufs[i], counts[i]);
+        total += counts[i];
+    }
+    DT_CHECK(issue(c, DT_COLL_ALL_REDUCE, (int64_t)total, dtype, op, -1));
+    double t0 = c->issued_us;
+    dt_status st = c->ops->all_reduce_bufs(c, bufs, counts, n, dtype, op);
+    if (st == DT_OK) {
+        size_t b = total * dt_dtype_size(dtype);
+        dt_comm_count(c, DT_COLL_ALL_REDUCE, b, b, t0);
+    }
+    return st;
+}
+
 /* gather_boxes on a direct backend: exchange_boxes with this rank's whole array for everyone. */
 static dt_status gather_by_exchange(dt_comm *c, int ndim, size_t es, const void *src,
                                     const int64_t *src_shape, void *dst,

@@ -45,6 +45,11 @@ typedef struct dt_comm_ops {
     dt_status (*reduce_scatter_boxes)(dt_comm *c, int ndim, const void *src,
                                       const int64_t *shape, const dt_box *boxes, void *dst,
                                       dt_dtype dt, dt_reduce_op op);
+    /* Optional, host memory only (NULL: the caller packs the arrays and runs all_reduce): an
+     * in-place all_reduce of n arrays taken as one of their total length (array i holds
+     * counts[i] elements; every member passes the same n and counts), with no packed copy. */
+    dt_status (*all_reduce_bufs)(dt_comm *c, void *const *bufs, const size_t *counts, int n,
+                                 dt_dtype dt, dt_reduce_op op);
     /* Optional (NULL: every host array): whether exchange_boxes and reduce_scatter_boxes
      * (and gather_boxes) take the arrays src and dst (either may be NULL) on this group, in
      * *out, the same on every member; it may communicate, so members call it at the same
@@ -212,6 +217,16 @@ dt_status dt_comm_gather_boxes_here(dt_comm *c, size_t es, const void *src, cons
 dt_status dt_comm_reduce_scatter_boxes(dt_comm *c, int ndim, const void *src,
                                        const int64_t *shape, const dt_box *boxes, void *dst,
                                        dt_dtype dtype, dt_reduce_op op);
+/* Whether dt_comm_all_reduce_bufs may run on c now (the backend has it and no request was
+ * ever issued on c: the same answer on every member, from program order alone). The arrays
+ * must be host memory. */
+bool dt_comm_all_reduce_bufs_here(const dt_comm *c);
+/* An in-place all_reduce of n host arrays as one array of their total length (each element
+ * reduced in group-rank order, as dt_all_reduce does, so the same bits), with no packed copy:
+ * only where dt_comm_all_reduce_bufs_here says so. Collective (every member passes the same n
+ * and counts); blocks; counted as one all_reduce. */
+dt_status dt_comm_all_reduce_bufs(dt_comm *c, void *const *bufs, const size_t *counts, int n,
+                                  dt_dtype dtype, dt_reduce_op op);
 dt_status dt_comm_gather_boxes(dt_comm *c, int ndim, size_t es, const void *src,
                                const int64_t *src_shape, void *dst, const int64_t *dst_shape,
                                const dt_box *recv);

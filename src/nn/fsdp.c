@@ -50,7 +50,14 @@ static dt_status gather_start(unit *u) {
     size_t es = f8 ? 1 : bf ? 2 : u->es; /* bytes of an element on the wire */
     u->gsend = mem->alloc(u->slot * es);
     u->grecv = mem->alloc(u->slot * es * (size_t)f->dp_size);
-    dt_status st = u->gsend && u->grecv ? mem->zero(u->gsend, u->slot * es) : DT_ERR_NOMEM;
+    dt_status st = u->gsend && u->grecv ? DT_OK : DT_ERR_NOMEM;
+    /* Only the padding after a short shard is zeroed (never read, but sent: no stale bytes on
+     * the wire); the shards overwrite the rest. */
+    for (int p = 0; p < u->n && st == DT_OK; p++) {
+        size_t have = u->param[p]->local_numel;
+        if (have < u->len[p])
+            st = mem->zero((char *)u->gsend + (u->off[p] + have) * es, (u->len[p] - have) * es);
+    }
     if (st == DT_OK && f8) st = dt_fsdp8_pack(u->n, u->param, u->off, u->scale8, u->gsend);
     if (st == DT_OK && bf) dt_fsdp_bf16_pack(u->n, u->param, u->off, u->gsend);
     for (int p = 0; p < u->n && st == DT_OK && !f8 && !bf; p++)

@@ -51,6 +51,13 @@ static inline size_t bytes_of(const dt_tensor *t) {
     return t->local_numel * dt_dtype_size(t->dtype);
 }
 
+/* Whether t's placements are pl already (over a mesh of mnd dims). */
+static inline bool dt_fsdp_placed(const dt_tensor *t, const dt_placement *pl, int mnd) {
+    for (int m = 0; m < mnd; m++)
+        if (!dt_placement_equal(t->placements[m], pl[m])) return false;
+    return true;
+}
+
 /* The shard of parameter p held by dp group rank r (with this rank's other coordinates). */
 static inline void chunk_of(const unit *u, int p, int r, int64_t *shape, int64_t *off) {
     const dt_mesh *mesh = u->f->mesh;

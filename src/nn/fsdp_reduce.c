@@ -44,6 +44,9 @@ dt_status dt_fsdp_reduce_start(unit *u) {
                             g->placements[m].op == DT_REDUCE_SUM
                         ? g->placements[m]
                         : full->placements[m];
+        /* Usually the gradient is in them already (Partial(sum) over dp from the dp-sharded
+         * batch): redistribute would still copy it, to own its result. */
+        if (dt_fsdp_placed(g, pl, mnd)) continue;
         dt_tensor *moved;
         st = dt_tensor_redistribute(g, mnd, pl, &moved);
         if (st != DT_OK) break;
@@ -53,18 +56,21 @@ dt_status dt_fsdp_reduce_start(unit *u) {
     if (st != DT_OK) return st;
     u->rsend = mem->alloc(u->slot * u->es * (size_t)f->dp_size);
     u->rrecv = mem->alloc(u->slot * u->es);
-    st = u->rsend && u->rrecv ? mem->zero(u->rsend, u->slot * u->es * (size_t)f->dp_size)
-                              : DT_ERR_NOMEM;
+    if (!u->rsend || !u->rrecv) st = DT_ERR_NOMEM;
     for (int p = 0; p < u->n && st == DT_OK; p++) {
         dt_tensor *g = u->grad[p];
         for (int r = 0; r < f->dp_size && st == DT_OK; r++) {
             int64_t shape[DT_MAX_NDIM], off[DT_MAX_NDIM], zero[DT_MAX_NDIM] = {0};
             chunk_of(u, p, r, shape, off);
-            if (!dt_shape_numel(shape, g->ndim)) continue;
+            /* Only a short chunk's padding is zeroed: the chunks overwrite the rest. */
+            size_t numel = dt_shape_numel(shape, g->ndim);
+            char *at = (char *)u->rsend + ((size_t)r * u->slot + u->off[p]) * u->es;
+            if (numel < u->len[p]) st = mem->zero(at + numel * u->es, (u->len[p] - numel) * u->es);
+            if (!numel || st != DT_OK) continue;
             for (int d = 0; d < g->ndim; d++)
                 off[d] -= g->local_offset[d];
-            st = mem->box_copy((char *)u->rsend + ((size_t)r * u->slot + u->off[p]) * u->es, shape,
-                               zero, g->data, g->local_shape, off, shape, g->ndim, u->es);
+            st =
+                mem->box_copy(at, shape, zero, g->data, g->local_shape, off, shape, g->ndim, u->es);
         }
     }
     const char *caller = dt_comm_caller_swap("fsdp_unit");

@@ -330,3 +330,44 @@ Test(grad_sync, two_dims) {
         .want_64 = {{3, 3}, {3, 2}}};
     check(&s);
 }
+
+/* A gradient the caller still holds (dt_backward_with on a leaf passes it as the leaf's
+ * gradient), or whose storage it lends: the sync reduces a copy, never the caller's tensor or
+ * array, and the leaf's gradient is the sum over the ranks, computed here. */
+static dt_status held_body(dt_ctx *ctx, void *arg) {
+    const int borrow = *(const int *)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "dp=2", &mesh));
+    const int me = dt_ctx_rank(ctx);
+    const int64_t shape[1] = {5};
+    dt_placement r[1] = {dt_replicate()}, p[1] = {dt_partial(DT_REDUCE_SUM)};
+    float w0[5] = {1, 2, 3, 4, 5}, mine[5], was[5];
+    for (int i = 0; i < 5; i++)
+        mine[i] = was[i] = 0.1f * (float)(i + 1) + (float)(me * 7);
+    dt_tensor *w, *g;
+    R_OK(dt_tensor_from_local(mesh, w0, DT_F32, 1, shape, 1, r, shape, 0, &w));
+    R_OK(dt_tensor_set_requires_grad(w, 1));
+    R_OK(dt_tensor_from_local(mesh, mine, DT_F32, 1, shape, 1, p, shape,
+                              borrow ? DT_FROM_LOCAL_BORROW : 0, &g));
+    R_OK(dt_backward_with(w, g));
+    float got[5], held[5];
+    R_OK(dt_tensor_local_to_host(dt_tensor_grad(w), got, sizeof got));
+    R_OK(dt_tensor_local_to_host(g, held, sizeof held));
+    for (int i = 0; i < 5; i++) {
+        float want = (0.1f * (float)(i + 1) + 0.0f) + (0.1f * (float)(i + 1) + 7.0f);
+        R_CHECK(got[i] == want, "rank %d: grad[%d] = %.9g, want %.9g", me, i, got[i], want);
+        R_CHECK(held[i] == was[i] && mine[i] == was[i],
+                "rank %d: the caller's gradient changed at %d: %.9g (array %.9g), was %.9g", me, i,
+                held[i], mine[i], was[i]);
+    }
+    dt_tensor_release(g);
+    dt_tensor_release(w);
+    return dt_mesh_release(mesh);
+}
+
+Test(grad_sync, a_held_gradient_is_not_reduced_in_place) {
+    int borrow = 0;
+    t_run(2, held_body, &borrow);
+    borrow = 1;
+    t_run(2, held_body, &borrow);
+}

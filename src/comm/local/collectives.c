@@ -229,6 +229,63 @@ static dt_status all_reduce(dt_comm *base, const void *send, void *recv, size_t 
     return st;
 }
 
+/* all_reduce of host arrays in place, as one array of their total length: all_reduce_push's
+ * chunks and pieces, each piece cut where an array ends (every member's arrays end at the same
+ * places: the counts matched). */
+static dt_status all_reduce_bufs(dt_comm *base, void *const *bufs, const size_t *counts, int n,
+                                 dt_dtype dt, dt_reduce_op op) {
+    lw_comm *c = lw(base);
+    lw_group *g = c->group;
+    const int me = base->rank;
+    const size_t es = dt_dtype_size(dt), step = PUSH_PIECE / es;
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += counts[i];
+    const void **srcs = malloc(sizeof(void *) * (size_t)g->n);
+    void *piece = NULL;
+    dt_status st = srcs ? scratch(c, PUSH_PIECE, &piece)
+                        : dt_error(DT_ERR_NOMEM, "dt_all_reduce: out of memory");
+    if (st != DT_OK) {
+        free(srcs);
+        return st;
+    }
+    g->slots[me] = (lw_slot){.bufs = bufs, .bcounts = counts, .nbufs = n};
+    st = lw_enter(c, "dt_all_reduce");
+    if (st != DT_OK) {
+        free(srcs);
+        return st;
+    }
+    /* The entry compared the totals; the cuts must match too, on every member alike. */
+    for (int j = 0; j < g->n && st == DT_OK; j++) {
+        const lw_slot *o = &g->slots[j];
+        if (o->nbufs != n || memcmp(o->bcounts, counts, sizeof *counts * (size_t)n))
+            st = dt_error(DT_ERR_COMM,
+                          "dt_all_reduce: ranks cut the arrays differently: group rank %d "
+                          "passes %d arrays, rank %d passes %d (or other counts)",
+                          me, n, j, o->nbufs);
+    }
+    const size_t lo = total * (size_t)me / (size_t)g->n,
+                 hi = total * (size_t)(me + 1) / (size_t)g->n;
+    int k = 0;
+    size_t base_k = 0; /* where array k starts in the whole */
+    for (size_t o = lo; o < hi && st == DT_OK;) {
+        while (o >= base_k + counts[k])
+            base_k += counts[k++];
+        size_t at = o - base_k, m = counts[k] - at;
+        if (m > hi - o) m = hi - o;
+        if (m > step) m = step;
+        for (int j = 0; j < g->n; j++)
+            srcs[j] = (const char *)g->slots[j].bufs[k] + at * es;
+        dt_reduce_n(dt, op, piece, srcs, g->n, m); /* 64 KiB: stays in the cache */
+        for (int j = 0; j < g->n; j++)
+            memcpy((char *)g->slots[j].bufs[k] + at * es, piece, m * es);
+        o += m;
+    }
+    free(srcs);
+    done_all(c, &dt_mem_cpu, &st);
+    return st;
+}
+
 /* all_to_allv: peer reads this rank's send when this rank sends it anything (and the counts
  * matched everywhere). */
 static int reads_send(const lw_comm *c, int peer, const void *scounts) {
@@ -312,6 +369,7 @@ dt_status lw_reduce_scatter_boxes(dt_comm *base, int ndim, const void *src, cons
 const dt_comm_ops lw_comm_ops = {
     .name = "local",
     .all_reduce = all_reduce,
+    .all_reduce_bufs = all_reduce_bufs,
     .all_gatherv = all_gatherv,
     .reduce_scatterv = reduce_scatterv,
     .all_to_allv = all_to_allv,

@@ -25,6 +25,9 @@ typedef struct lw_slot {
     void *recv;           /* exchange_boxes: the destination array peers push into, and its shape */
     const int64_t *recv_shape;
     int pull; /* reduce_scatter_boxes: this member asks for the per-box pull (lw_comm) */
+    void *const *bufs;     /* all_reduce_bufs: the arrays, their counts and how many */
+    const size_t *bcounts;
+    int nbufs;
 } lw_slot;
 
 enum { LW_P2P_EMPTY = 0, LW_P2P_POSTED, LW_P2P_TAKEN, LW_P2P_DONE };
