@@ -49,23 +49,36 @@ DT_TILE_CLONES static void TN(gemm)(CT *restrict c, int64_t ldc, const CT *restr
         }
 }
 
+/* The gemm above, or (f32, where the CPU and DT_SIMD allow) its AVX-512 form: the same sums
+ * in the same order, so the same bits. */
+static void TN(mm)(CT *restrict c, int64_t ldc, const CT *restrict a, int64_t ai, int64_t at,
+                   const CT *restrict b, int64_t ldb, int m, int64_t n, int64_t k) {
+#if DT_TILE_F32 && DT_ATTN_AVX512
+    if (dt_simd_level() == DT_SIMD_AVX512) {
+        attn_gemm_avx512(c, ldc, a, ai, at, b, ldb, m, n, k);
+        return;
+    }
+#endif
+    TN(gemm)(c, ldc, a, ai, at, b, ldb, m, n, k);
+}
+
 /* s (nr x BC) = a (nr x D) . bt (D x BC) over the tile's first nc keys, rounded up to whole
  * vectors (bt's columns past the keys are zero; the rest of s is zero). */
 static void TN(scores)(CT *s, const CT *a, const CT *bt, int nr, int nc, int64_t D) {
     int n = (nc + 15) / 16 * 16;
     memset(s, 0, sizeof(CT) * (size_t)nr * BC);
-    TN(gemm)(s, BC, a, D, 1, bt, BC, nr, n < BC ? n : BC, D);
+    TN(mm)(s, BC, a, D, 1, bt, BC, nr, n < BC ? n : BC, D);
 }
 
 /* acc (nr x n) += p (nr x BC, first nc columns) . b (nc x n): y = P V and dq += dS K. */
 static void TN(accum)(CT *acc, const CT *p, const CT *b, int nr, int nc, int64_t n) {
-    TN(gemm)(acc, n, p, BC, 1, b, n, nr, n, nc);
+    TN(mm)(acc, n, p, BC, 1, b, n, nr, n, nc);
 }
 
 /* acc (nc x n) += p^T (p: nr x BC, first nc columns) . b (nr x n): dv += P^T dO and
  * dk += dS^T q, summed over the tile's rows in order. */
 static void TN(accum_t)(CT *acc, const CT *p, const CT *b, int nr, int nc, int64_t n) {
-    TN(gemm)(acc, n, p, 1, BC, b, n, nc, n, nr);
+    TN(mm)(acc, n, p, 1, BC, b, n, nc, n, nr);
 }
 
 /* Keys of tile [j0, j0 + nc) that query i sees: all, or (causal) those j <= i. */
