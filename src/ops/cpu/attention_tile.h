@@ -126,9 +126,23 @@ static void TN(fwd_tile)(CT *s, const CT *vb, CT *acc, CT *m, double *l, int nr,
             m[r] = mx;
         }
         TN(exp_row)(sr, lim, 1, -mx);
+    }
+    /* l += each row's sum in key order, 8 rows' chains side by side (one row's alone waits on
+     * each add). Over all BC entries: those past lim (and empty rows) are +0 and leave the sum
+     * (of terms >= 0) as it was, so these are the bits of a sum over the visible keys. */
+    int r = 0;
+    for (; r + 8 <= nr; r += 8) {
+        double sum[8] = {0};
+        for (int c = 0; c < BC; c++)
+            for (int u = 0; u < 8; u++)
+                sum[u] += (double)s[(size_t)(r + u) * BC + c];
+        for (int u = 0; u < 8; u++)
+            l[r + u] += sum[u];
+    }
+    for (; r < nr; r++) {
         double sum = 0;
-        for (int c = 0; c < lim; c++)
-            sum += (double)sr[c];
+        for (int c = 0; c < BC; c++)
+            sum += (double)s[(size_t)r * BC + c];
         l[r] += sum;
     }
     TN(accum)(acc, s, vb, nr, nc, Dv);
