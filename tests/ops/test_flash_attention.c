@@ -141,6 +141,7 @@ Test(flash_attention, simd_paths_match_naive_and_each_others_bits) {
             tens k = mk(DT_F32, SH(c.B, c.Hkv, c.Tk, c.D), -2, 2);
             tens v = mk(DT_F32, SH(c.B, c.Hkv, c.Tk, Dv), -2, 2);
             tens go = mk(DT_F32, SH(c.B, c.Hq, c.Tq, Dv), -1, 1);
+            memset(q.t.data, 0, sizeof(float) * (size_t)c.D); /* a row whose scores' max is 0 */
             tens r[2][5]; /* [scalar path, this path][out, lse, dq, dk, dv] */
             double scale = 1.0 / sqrt((double)c.D);
             for (int p = DT_SIMD_SCALAR; p <= best; p++) {

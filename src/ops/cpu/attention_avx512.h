@@ -65,6 +65,25 @@ static DT_A512 void attn_gemm_avx512(float *restrict c, int64_t ldc, const float
         DT_ATTN_ROWS(8, 1, last);
     }
 }
+
+/* s[0, lim) *= scale, then *mx = the largest of them and *mx, and 1; or 0 (*mx untouched) when
+ * that largest is a zero or a NaN is found: there the caller's scalar rule decides (which
+ * zero, which NaN), so the bits stay those of the rule. */
+static DT_A512 int attn_scale_max_avx512(float *s, int lim, float scale, float *mx) {
+    __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(*mx);
+    __mmask16 nan = 0;
+    for (int c = 0; c < lim; c += 16) {
+        __mmask16 k = lim - c >= 16 ? 0xffff : (__mmask16)((1u << (lim - c)) - 1);
+        __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + c), vs);
+        _mm512_mask_storeu_ps(s + c, k, x);
+        nan |= _mm512_mask_cmp_ps_mask(k, x, x, _CMP_UNORD_Q);
+        vm = _mm512_mask_max_ps(vm, k, vm, x);
+    }
+    float m = _mm512_reduce_max_ps(vm);
+    if (nan || m == 0 || *mx != *mx) return 0; /* a NaN max carried in from earlier tiles stays */
+    *mx = m;
+    return 1;
+}
 #undef DT_ATTN_ROWS
 #undef DT_ATTN_BLOCK
 #else

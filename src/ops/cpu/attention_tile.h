@@ -105,14 +105,22 @@ static void TN(exp_row)(CT *s, int lim, CT a, CT b) {
  * acc (nr x Dv, the unnormalised output) take the tile in, online softmax style. */
 static void TN(fwd_tile)(CT *s, const CT *vb, CT *acc, CT *m, double *l, int nr, int nc, int64_t i0,
                          int64_t j0, int causal, CT scale, int64_t Dv) {
+#if DT_TILE_F32 && DT_ATTN_AVX512
+    int simd512 = dt_simd_level() == DT_SIMD_AVX512;
+#endif
     for (int r = 0; r < nr; r++) {
         CT *sr = s + (size_t)r * BC;
         int lim = TN(visible)(causal, i0 + r, j0, nc);
         CT mx = m[r];
-        for (int c = 0; c < lim; c++) {
-            sr[c] *= scale;
-            if (sr[c] > mx || sr[c] != sr[c]) mx = sr[c]; /* NaN wins, as in a full softmax */
-        }
+        int scaled = 0, found = 0;
+#if DT_TILE_F32 && DT_ATTN_AVX512
+        if (simd512) scaled = 1, found = attn_scale_max_avx512(sr, lim, scale, &mx);
+#endif
+        if (!found) /* the rule itself, on the values scaled once */
+            for (int c = 0; c < lim; c++) {
+                if (!scaled) sr[c] *= scale;
+                if (sr[c] > mx || sr[c] != sr[c]) mx = sr[c]; /* NaN wins, as in a full softmax */
+            }
         if (lim == 0 || mx == -INFINITY) { /* no key yet: the row stays empty */
             for (int c = 0; c < BC; c++)
                 sr[c] = 0;
