@@ -1,7 +1,6 @@
-/* The CPU flash attention's f32 tile product (c += a . b, ops/cpu/attention_tile.h's gemm) in
- * AVX-512F registers, for attention.c only. Each element of c still adds its k terms in order
- * t = 0, 1, ... with a rounded multiply then a rounded add (no FMA), so it gives the bits of
- * the portable loop whatever the blocking, the shapes or the thread count. */
+/* The CPU flash attention's f32 tile work in AVX-512F, for attention.c only: the tile product
+ * (attention_tile.h's gemm: k terms added in order, multiply then add, no FMA, so the portable
+ * loop's bits at any blocking, shape or thread count) and the forward's scale and row max. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DT_ATTN_AVX512 1
 #include <immintrin.h>
