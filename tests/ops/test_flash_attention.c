@@ -8,6 +8,7 @@
 #include "rank_helpers.h"
 
 #include "autograd/saved.h"
+#include "ops/cpu/simd.h"
 
 /* Naive attention in f64 of q (B, Hq, Tq, D), k/v (B, Hkv, Tk, D/Dv), go (grad of out):
  * out, lse, and dq, dk, dv (zeroed here) of sum(out * go). */
@@ -69,11 +70,11 @@ static naive naive_attention(const tens *q, const tens *k, const tens *v, const 
 }
 
 typedef struct acase {
-    int64_t B, Hq, Hkv, Tq, Tk, D;
+    int64_t B, Hq, Hkv, Tq, Tk, D, Dv; /* Dv 0: D */
 } acase;
 
 static void check_case(dt_dtype dt, acase c, int causal) {
-    int64_t B = c.B, Hq = c.Hq, Hkv = c.Hkv, Tq = c.Tq, Tk = c.Tk, D = c.D, Dv = c.D;
+    int64_t B = c.B, Hq = c.Hq, Hkv = c.Hkv, Tq = c.Tq, Tk = c.Tk, D = c.D, Dv = c.Dv ? c.Dv : c.D;
     dt_dtype lt = dt == DT_F64 ? DT_F64 : DT_F32;
     tens q = mk(dt, SH(B, Hq, Tq, D), -2, 2), k = mk(dt, SH(B, Hkv, Tk, D), -2, 2);
     tens v = mk(dt, SH(B, Hkv, Tk, Dv), -2, 2), go = mk(dt, SH(B, Hq, Tq, Dv), -1, 1);
@@ -83,9 +84,9 @@ static void check_case(dt_dtype dt, acase c, int causal) {
     double scale = 1.0 / sqrt((double)D);
     naive n = naive_attention(&q, &k, &v, &go, B, Hq, Hkv, Tq, Tk, D, Dv, causal, scale);
     char what[160];
-    snprintf(what, sizeof what, "B %lld, heads %lld/%lld, Tq %lld, Tk %lld, D %lld%s", (long long)B,
-             (long long)Hq, (long long)Hkv, (long long)Tq, (long long)Tk, (long long)D,
-             causal ? ", causal" : "");
+    snprintf(what, sizeof what, "B %lld, heads %lld/%lld, Tq %lld, Tk %lld, D %lld, Dv %lld%s",
+             (long long)B, (long long)Hq, (long long)Hkv, (long long)Tq, (long long)Tk,
+             (long long)D, (long long)Dv, causal ? ", causal" : "");
     cr_log_info("%s [%s]", what, dt_dtype_name(dt));
     OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, scale, &o.t, &l.t));
     expect(what, &o.t, n.out, o.n);
@@ -113,6 +114,57 @@ Test(flash_attention, forward_and_backward_match_naive_f64) {
         check_case(DT_BF16, (acase){2, 4, 2, 65, 65, 32}, causal);
         check_case(DT_F16, (acase){1, 4, 1, 70, 70, 16}, causal);
     }
+    free_all();
+}
+
+/* The f32 tile products' SIMD paths (forced through dt_simd_set_cap: AVX-512 register blocks,
+ * the portable loop) on head dims off the 16-lane vectors, Dv != D and lengths off the tiles:
+ * each path against the naive f64, and every output of each path bit for bit equal to the
+ * scalar-capped path's (the layouts and float8 runs rely on one order of sums per element). */
+static const acase simd_cases[] = {
+    {1, 4, 2, 77, 77, 20, 40}, {2, 2, 1, 33, 70, 48, 8},   {1, 4, 4, 130, 130, 72, 0},
+    {1, 2, 1, 65, 65, 3, 17},  {1, 4, 2, 256, 256, 32, 0},
+};
+
+static void paths_same_bits(const char *what, const tens *a, const tens *b) {
+    cr_expect(!memcmp(a->t.data, b->t.data, a->n * sizeof(float)), "%s differs between paths",
+              what);
+}
+
+Test(flash_attention, simd_paths_match_naive_and_each_others_bits) {
+    int best = (int)dt_simd_cpu_best();
+    for (size_t i = 0; i < LEN(simd_cases); i++)
+        for (int causal = 0; causal < 2; causal++) {
+            acase c = simd_cases[i];
+            int64_t Dv = c.Dv ? c.Dv : c.D;
+            tens q = mk(DT_F32, SH(c.B, c.Hq, c.Tq, c.D), -2, 2);
+            tens k = mk(DT_F32, SH(c.B, c.Hkv, c.Tk, c.D), -2, 2);
+            tens v = mk(DT_F32, SH(c.B, c.Hkv, c.Tk, Dv), -2, 2);
+            tens go = mk(DT_F32, SH(c.B, c.Hq, c.Tq, Dv), -1, 1);
+            memset(q.t.data, 0, sizeof(float) * (size_t)c.D); /* a row whose scores' max is 0 */
+            tens r[2][5]; /* [scalar path, this path][out, lse, dq, dk, dv] */
+            double scale = 1.0 / sqrt((double)c.D);
+            for (int p = DT_SIMD_SCALAR; p <= best; p++) {
+                tens *o = r[p != DT_SIMD_SCALAR];
+                o[0] = mk_out(DT_F32, SH(c.B, c.Hq, c.Tq, Dv));
+                o[1] = mk_out(DT_F32, SH(c.B, c.Hq, c.Tq));
+                o[2] = mk_out(DT_F32, SH(c.B, c.Hq, c.Tq, c.D));
+                o[3] = mk_out(DT_F32, SH(c.B, c.Hkv, c.Tk, c.D));
+                o[4] = mk_out(DT_F32, SH(c.B, c.Hkv, c.Tk, Dv));
+                dt_simd_set_cap((dt_simd)p);
+                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, scale, &o[0].t, &o[1].t));
+                OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &o[1].t, causal, 0, scale, &o[2].t,
+                                        &o[3].t, &o[4].t));
+                check_case(DT_F32, c, causal); /* this path against the naive f64 */
+                dt_simd_set_cap(DT_SIMD_COUNT);
+                if (p == DT_SIMD_SCALAR) continue;
+                cr_log_info("path %s, case %zu%s", dt_simd_name((dt_simd)p), i,
+                            causal ? ", causal" : "");
+                const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
+                for (int t = 0; t < 5; t++)
+                    paths_same_bits(names[t], &r[1][t], &r[0][t]);
+            }
+        }
     free_all();
 }
 

@@ -11,6 +11,8 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "core/pool.h"
+#include "ops/cpu/attention_avx512.h"
+#include "ops/cpu/simd.h"
 #include "ops/cpu/vexp.h"
 #include "ops/kernel_args.h"
 #include "ops/kernels.h"
@@ -48,13 +50,31 @@ static inline size_t row_at(const sdpa_rows *m, int64_t row, int64_t cols) {
  * compute type: row r at dst + r * ld, or transposed (column r, dst + c * ld + r). */
 static void load_f32(float *dst, int64_t ld, int trans, const dt_local *t, const sdpa_rows *m,
                      int64_t row0, int n, int64_t cols) {
-    for (int r = 0; r < n; r++) {
+    int r = 0;
+    if (t->dtype == DT_F32 && trans) /* 8 rows at a time: each column's 8 floats lie together */
+        for (; r + 8 <= n; r += 8) {
+            const float *src[8];
+            for (int u = 0; u < 8; u++)
+                src[u] = (const float *)t->data + row_at(m, row0 + r + u, cols);
+            for (int64_t c = 0; c < cols; c++)
+                for (int u = 0; u < 8; u++)
+                    dst[c * ld + r + u] = src[u][c];
+        }
+    for (; r < n; r++) {
         size_t at = row_at(m, row0 + r, cols);
+        if (t->dtype == DT_F32) { /* the hot case: no per-element branch */
+            const float *src = (const float *)t->data + at;
+            if (!trans)
+                memcpy(dst + r * ld, src, (size_t)cols * sizeof(float));
+            else
+                for (int64_t c = 0; c < cols; c++)
+                    dst[c * ld + r] = src[c];
+            continue;
+        }
+        const uint16_t *h = (const uint16_t *)t->data + at;
+        int bf = t->dtype == DT_BF16;
         for (int64_t c = 0; c < cols; c++) {
-            size_t i = at + (size_t)c;
-            float x = t->dtype == DT_F32    ? ((const float *)t->data)[i]
-                      : t->dtype == DT_BF16 ? dt_bf16_to_f32(((const uint16_t *)t->data)[i])
-                                            : dt_f16_to_f32(((const uint16_t *)t->data)[i]);
+            float x = bf ? dt_bf16_to_f32(h[c]) : dt_f16_to_f32(h[c]);
             dst[trans ? c * ld + r : r * ld + c] = x;
         }
     }

@@ -49,23 +49,36 @@ DT_TILE_CLONES static void TN(gemm)(CT *restrict c, int64_t ldc, const CT *restr
         }
 }
 
+/* The gemm above, or (f32, where the CPU and DT_SIMD allow) its AVX-512 form: the same sums
+ * in the same order, so the same bits. */
+static void TN(mm)(CT *restrict c, int64_t ldc, const CT *restrict a, int64_t ai, int64_t at,
+                   const CT *restrict b, int64_t ldb, int m, int64_t n, int64_t k) {
+#if DT_TILE_F32 && DT_ATTN_AVX512
+    if (dt_simd_level() == DT_SIMD_AVX512) {
+        attn_gemm_avx512(c, ldc, a, ai, at, b, ldb, m, n, k);
+        return;
+    }
+#endif
+    TN(gemm)(c, ldc, a, ai, at, b, ldb, m, n, k);
+}
+
 /* s (nr x BC) = a (nr x D) . bt (D x BC) over the tile's first nc keys, rounded up to whole
  * vectors (bt's columns past the keys are zero; the rest of s is zero). */
 static void TN(scores)(CT *s, const CT *a, const CT *bt, int nr, int nc, int64_t D) {
     int n = (nc + 15) / 16 * 16;
     memset(s, 0, sizeof(CT) * (size_t)nr * BC);
-    TN(gemm)(s, BC, a, D, 1, bt, BC, nr, n < BC ? n : BC, D);
+    TN(mm)(s, BC, a, D, 1, bt, BC, nr, n < BC ? n : BC, D);
 }
 
 /* acc (nr x n) += p (nr x BC, first nc columns) . b (nc x n): y = P V and dq += dS K. */
 static void TN(accum)(CT *acc, const CT *p, const CT *b, int nr, int nc, int64_t n) {
-    TN(gemm)(acc, n, p, BC, 1, b, n, nr, n, nc);
+    TN(mm)(acc, n, p, BC, 1, b, n, nr, n, nc);
 }
 
 /* acc (nc x n) += p^T (p: nr x BC, first nc columns) . b (nr x n): dv += P^T dO and
  * dk += dS^T q, summed over the tile's rows in order. */
 static void TN(accum_t)(CT *acc, const CT *p, const CT *b, int nr, int nc, int64_t n) {
-    TN(gemm)(acc, n, p, 1, BC, b, n, nc, n, nr);
+    TN(mm)(acc, n, p, 1, BC, b, n, nc, n, nr);
 }
 
 /* Keys of tile [j0, j0 + nc) that query i sees: all, or (causal) those j <= i. */
@@ -92,14 +105,22 @@ static void TN(exp_row)(CT *s, int lim, CT a, CT b) {
  * acc (nr x Dv, the unnormalised output) take the tile in, online softmax style. */
 static void TN(fwd_tile)(CT *s, const CT *vb, CT *acc, CT *m, double *l, int nr, int nc, int64_t i0,
                          int64_t j0, int causal, CT scale, int64_t Dv) {
+#if DT_TILE_F32 && DT_ATTN_AVX512
+    int simd512 = dt_simd_level() == DT_SIMD_AVX512;
+#endif
     for (int r = 0; r < nr; r++) {
         CT *sr = s + (size_t)r * BC;
         int lim = TN(visible)(causal, i0 + r, j0, nc);
         CT mx = m[r];
-        for (int c = 0; c < lim; c++) {
-            sr[c] *= scale;
-            if (sr[c] > mx || sr[c] != sr[c]) mx = sr[c]; /* NaN wins, as in a full softmax */
-        }
+        int scaled = 0, found = 0;
+#if DT_TILE_F32 && DT_ATTN_AVX512
+        if (simd512) scaled = 1, found = attn_scale_max_avx512(sr, lim, scale, &mx);
+#endif
+        if (!found) /* the rule itself, on the values scaled once */
+            for (int c = 0; c < lim; c++) {
+                if (!scaled) sr[c] *= scale;
+                if (sr[c] > mx || sr[c] != sr[c]) mx = sr[c]; /* NaN wins, as in a full softmax */
+            }
         if (lim == 0 || mx == -INFINITY) { /* no key yet: the row stays empty */
             for (int c = 0; c < BC; c++)
                 sr[c] = 0;
@@ -113,9 +134,23 @@ static void TN(fwd_tile)(CT *s, const CT *vb, CT *acc, CT *m, double *l, int nr,
             m[r] = mx;
         }
         TN(exp_row)(sr, lim, 1, -mx);
+    }
+    /* l += each row's sum in key order, 8 rows' chains side by side (one row's alone waits on
+     * each add). Over all BC entries: those past lim (and empty rows) are +0 and leave the sum
+     * (of terms >= 0) as it was, so these are the bits of a sum over the visible keys. */
+    int r = 0;
+    for (; r + 8 <= nr; r += 8) {
+        double sum[8] = {0};
+        for (int c = 0; c < BC; c++)
+            for (int u = 0; u < 8; u++)
+                sum[u] += (double)s[(size_t)(r + u) * BC + c];
+        for (int u = 0; u < 8; u++)
+            l[r + u] += sum[u];
+    }
+    for (; r < nr; r++) {
         double sum = 0;
-        for (int c = 0; c < lim; c++)
-            sum += (double)sr[c];
+        for (int c = 0; c < BC; c++)
+            sum += (double)s[(size_t)r * BC + c];
         l[r] += sum;
     }
     TN(accum)(acc, s, vb, nr, nc, Dv);
