@@ -139,6 +139,9 @@ typedef struct dt_op_args {
     double label_smoothing; /* [LABEL_SMOOTHING] cross_entropy, in [0, 1] */
     int64_t k;              /* [K] topk: k; one_hot: the number of classes */
     int smallest;           /* [SMALLEST] topk: 1 = the k smallest (torch's largest=False) */
+    int trans_a, trans_b;   /* [TRANS] mm, bmm, matmul: 1 = a is given as (..., K, M), b as
+                               (..., N, K) (the last two dims swapped); the product reads it in
+                               place, with no transposed copy */
     uint64_t seed, offset;  /* [SEED] dropout: the generator's key and counter; read by the
                                kernel only, never keyed */
 } dt_op_args;

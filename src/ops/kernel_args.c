@@ -1,6 +1,6 @@
 /* Argument checks and index plans shared by the CPU and CUDA kernels (kernel_args.h). */
-#include "core/check.h"
 #include "ops/kernel_args.h"
+#include "core/check.h"
 
 dt_status dt_bcast_init(dt_bcast *it, const char *fn, const dt_local *out,
                         const dt_local *const *in, int nin) {
@@ -69,7 +69,7 @@ static dt_status batch_strides(const char *fn, const dt_local *t, const dt_local
     return DT_OK;
 }
 
-dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, int trans_b,
+dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, int trans,
                           const dt_local *out, dt_matmul_dims *m) {
     dt_dtype dt = a->dtype;
     if (dt_matmul_is_float8(dt)) {
@@ -88,8 +88,11 @@ dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, 
     if (a->ndim < 2 || b->ndim < 2 || nb < a->ndim - 2 || nb < b->ndim - 2)
         return dt_error(DT_ERR_SHAPE, "%s: needs 2+ dims (a %d, b %d, out %d)", fn, a->ndim,
                         b->ndim, out->ndim);
-    int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1];
-    int64_t bK = b->shape[b->ndim - (trans_b ? 1 : 2)], N = b->shape[b->ndim - (trans_b ? 2 : 1)];
+    if (trans & ~(DT_MM_TRANS_A | DT_MM_TRANS_B))
+        return dt_error(DT_ERR_ARG, "%s: trans %d has bits other than DT_MM_TRANS_A/B", fn, trans);
+    int ta = (trans & DT_MM_TRANS_A) != 0, tb = (trans & DT_MM_TRANS_B) != 0;
+    int64_t M = a->shape[a->ndim - (ta ? 1 : 2)], K = a->shape[a->ndim - (ta ? 2 : 1)];
+    int64_t bK = b->shape[b->ndim - (tb ? 1 : 2)], N = b->shape[b->ndim - (tb ? 2 : 1)];
     if (bK != K || out->shape[nb] != M || out->shape[nb + 1] != N)
         return dt_error(DT_ERR_SHAPE, "%s: (%lld, %lld) @ b with K %lld, N %lld into (%lld, %lld)",
                         fn, (long long)M, (long long)K, (long long)bK, (long long)N,

@@ -37,9 +37,16 @@ typedef struct dt_matmul_dims {
  * writes f32, products accumulated in f32. */
 static inline int dt_matmul_is_float8(dt_dtype dt) { return dt == DT_F8E4M3 || dt == DT_F8E5M2; }
 
-/* Checks dtypes (float only, all equal; or float8 a and b into f32 out) and shapes (trans_b:
- * b is (..., N, K)). */
-dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, int trans_b,
+/* A matmul kernel's trans bits: an operand given with its last two dims swapped, read in place
+ * (a GEMM's backward needs g^T x and g w^T; a transposed copy would cost a pass over memory). */
+enum {
+    DT_MM_TRANS_B = 1, /* b is (..., N, K) */
+    DT_MM_TRANS_A = 2  /* a is (..., K, M) */
+};
+
+/* Checks dtypes (float only, all equal; or float8 a and b into f32 out) and shapes, with trans
+ * the DT_MM_TRANS_* bits. */
+dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, int trans,
                           const dt_local *out, dt_matmul_dims *dims_out);
 
 /* An attention call's sizes: B kv heads (times the batch), each read by g query heads whose

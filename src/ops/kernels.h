@@ -50,10 +50,11 @@ dt_status dt_cpu_where(const dt_local *cond, const dt_local *a, const dt_local *
 /* ---- matmul ----------------------------------------------------------------------------- */
 
 /* out (..., M, N) = a (..., M, K) @ b (..., K, N), batch dims broadcast (NumPy matmul rules;
- * a or b may be 2-D while the other has batch dims). trans_b: b is given as (..., N, K).
+ * a or b may be 2-D while the other has batch dims). trans: DT_MM_TRANS_B, b is given as
+ * (..., N, K); DT_MM_TRANS_A, a as (..., K, M) (ops/kernel_args.h); both read in place.
  * Float dtypes only (bf16/f16: f32 accumulation). Uses OpenBLAS sgemm/dgemm when built with
  * it (DT_HAVE_OPENBLAS in dt_config.h), else a cache-blocked loop. */
-dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_local *out);
+dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans, dt_local *out);
 
 /* Grouped GEMM over G = groups blocks of rows (a MoE layer's experts: one call, not one per
  * expert). Group g has rows[g] rows, the blocks packed in group order; f64, row-major.
@@ -277,7 +278,7 @@ dt_status dt_cpu_optim_step(const dt_optim_hyper *h, const dt_optim_item *items,
     X(unary, (dt_unary f, double scalar, const dt_local *x, dt_local *out))                        \
     X(binary, (dt_binary f, const dt_local *a, const dt_local *b, dt_local *out))                  \
     X(where, (const dt_local *cond, const dt_local *a, const dt_local *b, dt_local *out))          \
-    X(matmul, (const dt_local *a, const dt_local *b, int trans_b, dt_local *out))                  \
+    X(matmul, (const dt_local *a, const dt_local *b, int trans, dt_local *out))                    \
     X(reduce, (dt_reduce_op op, unsigned mask, const dt_local *x, dt_local *out))                  \
     X(arg_reduce,                                                                                  \
       (int is_max, int dim, int64_t offset, const dt_local *x, dt_local *out, dt_local *values))   \

@@ -1,6 +1,8 @@
 /* mm, bmm, matmul (batch dims broadcast), addmm, linear. Per mesh dim: shard M of the left
  * input, N of the right one, a batch dim of both, or the contracted K of both (giving a
- * Partial sum); a Partial input with the other replicated stays Partial. */
+ * Partial sum); a Partial input with the other replicated stays Partial. mm, bmm and matmul
+ * take operands given transposed (args trans_a, trans_b), which the kernel reads in place:
+ * the backward's g^T x and g w^T make no transposed copies. */
 #include "core/check.h"
 #include "ops/grad.h"
 #include "ops/kernel_args.h"
@@ -13,8 +15,7 @@ static void roles(dt_op op, int n, int *a, int *b, int *bias) {
     if (op == DT_OP_LINEAR && n == 3) *bias = 2;
 }
 
-static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *args, op_out *out) {
-    (void)args;
+static dt_status infer_plain(dt_op op, const op_input *in, int n, op_out *out) {
     int ia, ib, ibias;
     roles(op, n, &ia, &ib, &ibias);
     int want_min = op == DT_OP_ADDMM ? 3 : 2, want_max = op == DT_OP_LINEAR || op == DT_OP_ADDMM ? 3 : 2;
@@ -77,11 +78,9 @@ static dt_placement bias_for(const op_input *c, const op_out *o, int od) {
     return d >= 0 && c->shape[d] == o->shape[od] ? SP(d) : RP;
 }
 
-static int rules(dt_op op, const op_input *in, int n, const dt_op_args *args, int mesh_size,
-                 int mesh_total, rule_row *rows) {
-    (void)mesh_size, (void)mesh_total;
+static int rules_plain(dt_op op, const op_input *in, int n, rule_row *rows) {
     op_out o;
-    if (infer(op, in, n, args, &o) != DT_OK) return 0;
+    if (infer_plain(op, in, n, &o) != DT_OK) return 0;
     int ia, ib, ic, trans = op == DT_OP_LINEAR;
     roles(op, n, &ia, &ib, &ic);
     if (ic >= 0 && in[ic].ndim < 0) ic = -1;
@@ -125,10 +124,72 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *args, in
     return k;
 }
 
+/* The operands as the product sees them: an input given transposed (trans_a, trans_b) with
+ * its last two dims swapped into shapes[i]. Returns the DT_MM_TRANS_* bits; DT_ERR_ARG for
+ * flags on an op that takes none, DT_ERR_SHAPE for a transposed operand under 2-D. */
+static dt_status logical(dt_op op, const op_input *in, int n, const dt_op_args *args, op_input *lin,
+                         int64_t (*shapes)[DT_MAX_NDIM], int *trans) {
+    int t[2] = {args && args->trans_a, args && args->trans_b};
+    *trans = 0;
+    if (!t[0] && !t[1]) return DT_OK;
+    if (op != DT_OP_MM && op != DT_OP_BMM && op != DT_OP_MATMUL)
+        return dt_error(DT_ERR_ARG,
+                        "%s: trans_a %d, trans_b %d: only mm, bmm and matmul take "
+                        "transposed operands",
+                        dt_op_name(op), args->trans_a, args->trans_b);
+    for (int i = 0; i < n; i++) {
+        lin[i] = in[i];
+        if (i > 1 || !t[i]) continue;
+        int nd = in[i].ndim;
+        if (nd < 2)
+            return dt_error(DT_ERR_SHAPE, "%s: %s given transposed must be 2-D or more, got %d-D",
+                            dt_op_name(op), i ? "b" : "a", nd);
+        for (int d = 0; d < nd; d++)
+            shapes[i][d] = in[i].shape[d];
+        shapes[i][nd - 2] = in[i].shape[nd - 1], shapes[i][nd - 1] = in[i].shape[nd - 2];
+        lin[i].shape = shapes[i];
+    }
+    *trans = (t[0] ? DT_MM_TRANS_A : 0) | (t[1] ? DT_MM_TRANS_B : 0);
+    return DT_OK;
+}
+
+static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *args, op_out *out) {
+    op_input lin[DT_OP_MAX_INPUTS];
+    int64_t shapes[2][DT_MAX_NDIM];
+    int trans;
+    DT_CHECK(logical(op, in, n, args, lin, shapes, &trans));
+    return infer_plain(op, trans ? lin : in, n, out);
+}
+
+/* A transposed operand's rows: the logical operand's, its shard of dim nd - 2 or nd - 1 moved to
+ * the other. */
+static int rules(dt_op op, const op_input *in, int n, const dt_op_args *args, int mesh_size,
+                 int mesh_total, rule_row *rows) {
+    (void)mesh_size, (void)mesh_total;
+    op_input lin[DT_OP_MAX_INPUTS];
+    int64_t shapes[2][DT_MAX_NDIM];
+    int trans;
+    if (logical(op, in, n, args, lin, shapes, &trans) != DT_OK) return 0;
+    int k = rules_plain(op, trans ? lin : in, n, rows);
+    for (int i = 0; i < 2 && trans; i++) {
+        if (!(trans & (i ? DT_MM_TRANS_B : DT_MM_TRANS_A))) continue;
+        int nd = in[i].ndim;
+        for (int r = 0; r < k; r++) {
+            dt_placement *p = &rows[r].in[i];
+            if (p->kind == DT_PLACEMENT_SHARD && p->dim >= nd - 2) p->dim = 2 * nd - 3 - p->dim;
+        }
+    }
+    return k;
+}
+
 static dt_status compute(local_call *c) {
     int ia, ib, ic;
     roles(c->op, c->ninputs, &ia, &ib, &ic);
-    DT_CHECK(c->k->matmul(&c->in[ia], &c->in[ib], c->op == DT_OP_LINEAR, &c->out));
+    int trans =
+        c->op == DT_OP_LINEAR ? DT_MM_TRANS_B
+        : c->args ? (c->args->trans_a ? DT_MM_TRANS_A : 0) | (c->args->trans_b ? DT_MM_TRANS_B : 0)
+                  : 0;
+    DT_CHECK(c->k->matmul(&c->in[ia], &c->in[ib], trans, &c->out));
     if (ic >= 0 && c->in[ic].data) return c->k->binary(DT_BINARY_ADD, &c->out, &c->in[ic], &c->out);
     return DT_OK;
 }
@@ -148,33 +209,33 @@ static int seq_sharded(const dt_tensor *x) {
     return 0;
 }
 
-/* x with its last two dims swapped. */
-static dt_status swap_last(dt_tensor *x, dt_tensor **out) {
-    return dt_transpose(x, x->ndim - 2, x->ndim - 1, out);
+/* The product the forward used, on operands given transposed as ta, tb say: bmm keeps its 3-D
+ * contract, matmul (and addmm's mm) its own. */
+static dt_status product(dt_op op, dt_tensor *x, dt_tensor *y, int ta, int tb, dt_tensor **out) {
+    dt_op_args args = {.trans_a = ta, .trans_b = tb};
+    dt_tensor *in[2] = {x, y};
+    return dt_op_call(op == DT_OP_ADDMM ? DT_OP_MM : op, in, 2, &args, out);
 }
 
-/* The product the forward used: bmm keeps its 3-D contract, matmul (and addmm's mm) its own. */
-static dt_status product(dt_op op, dt_tensor *x, dt_tensor *y, dt_tensor **out) {
-    return op == DT_OP_BMM     ? dt_bmm(x, y, out)
-           : op == DT_OP_ADDMM ? dt_mm(x, y, out)
-                               : dt_matmul(x, y, out);
-}
-
-/* a (..., M, K) @ b (..., K, N) = out (batch..., M, N), g of out's shape:
- * ga = sum_to(g @ b^T, a), gb = sum_to(a^T @ g, b). want[0], want[1] say which. */
-static dt_status matmul_grads(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor *g, const bool *want,
-                              dt_tensor **ga, dt_tensor **gb) {
-    dt_tensor *t = NULL, *p = NULL, *r[2] = {0};
-    dt_tensor *const op_of[2] = {b, a};
+/* op(a) (..., M, K) @ op(b) (..., K, N) = out (batch..., M, N), op(t) = t^T where ta, tb say,
+ * g of out's shape: op(a)'s gradient is g op(b)^T, op(b)'s op(a)^T g; a transposed operand's
+ * is that transposed, written as the swapped product ((g op(b)^T)^T = op(b) g^T), so no
+ * operand is ever copied transposed. Summed to the operand's shape over broadcast batch dims.
+ * want[0], want[1] say which. */
+static dt_status matmul_grads(dt_op op, dt_tensor *a, dt_tensor *b, int ta, int tb, dt_tensor *g,
+                              const bool *want, dt_tensor **ga, dt_tensor **gb) {
+    dt_tensor *p = NULL, *r[2] = {0};
     dt_status st = DT_OK;
     for (int i = 0; i < 2 && st == DT_OK; i++) {
         if (!want[i]) continue;
         dt_tensor *x = i == 0 ? a : b;
-        st = swap_last(op_of[i], &t);
-        if (st == DT_OK) st = i == 0 ? product(op, g, t, &p) : product(op, t, g, &p);
+        if (i == 0)
+            st = ta ? product(op, b, g, tb, 1, &p) : product(op, g, b, 0, !tb, &p);
+        else
+            st = tb ? product(op, g, a, 1, ta, &p) : product(op, a, g, !ta, 0, &p);
         if (st == DT_OK) st = dt_grad_sum_to(p, x->ndim, x->shape, &r[i]);
-        dt_tensor_release(t), dt_tensor_release(p);
-        t = p = NULL;
+        dt_tensor_release(p);
+        p = NULL;
     }
     if (st != DT_OK) {
         dt_tensor_release(r[0]), dt_tensor_release(r[1]);
@@ -184,27 +245,20 @@ static dt_status matmul_grads(dt_op op, dt_tensor *a, dt_tensor *b, dt_tensor *g
     return DT_OK;
 }
 
-/* a (M, K) @ b (K, N): ga = g b^T, gb = a^T g. */
+static int trans_of(const dt_grad_call *c, int i) {
+    return c->args && (i ? c->args->trans_b : c->args->trans_a);
+}
+
+/* a (M, K) @ b (K, N): ga = g b^T, gb = a^T g (operands given transposed: see matmul_grads). */
 dt_status dt_grad_mm(const dt_grad_call *c, dt_tensor **gin) {
-    dt_tensor *t = NULL;
-    dt_status st = DT_OK;
-    if (c->need[0]) {
-        st = dt_transpose(IN(1), 0, 1, &t);
-        if (st == DT_OK) st = dt_mm(c->grad, t, &gin[0]);
-        dt_tensor_release(t);
-    }
-    if (st == DT_OK && c->need[1]) {
-        st = dt_transpose(IN(0), 0, 1, &t);
-        if (st == DT_OK) st = dt_mm(t, c->grad, &gin[1]);
-        dt_tensor_release(t);
-    }
-    if (st != DT_OK) dt_tensor_release(gin[0]), gin[0] = NULL;
-    return st;
+    return matmul_grads(c->op, IN(0), IN(1), trans_of(c, 0), trans_of(c, 1), c->grad, c->need,
+                        &gin[0], &gin[1]);
 }
 
 /* x (..., in) @ w (out, in)^T + b: gx = g w, gw = g2^T x2, gb = g summed over the leading dims,
  * with g2, x2 the gradient and input flattened to rows; for x (B, T, in) sharded on T, gw = the
- * batch's sum of g^T x per batch row (T's shards become Partial sums, nothing re-shards). */
+ * batch's sum of g^T x per batch row (T's shards become Partial sums, nothing re-shards). g^T
+ * is read in place by the product (trans_a), never copied. */
 dt_status dt_grad_linear(const dt_grad_call *c, dt_tensor **gin) {
     dt_tensor *x = IN(0), *w = IN(1), *g = c->grad;
     dt_status st = DT_OK;
@@ -214,19 +268,17 @@ dt_status dt_grad_linear(const dt_grad_call *c, dt_tensor **gin) {
         rows *= x->shape[d];
     int64_t gshape[2] = {rows, w->shape[0]}, xshape[2] = {rows, w->shape[1]};
     if (st == DT_OK && c->need[1] && seq_sharded(x)) {
-        dt_tensor *gt = NULL, *p = NULL;
+        dt_tensor *p = NULL;
         int batch = 0;
-        st = dt_transpose(g, 1, 2, &gt);            /* (B, out, T) */
-        if (st == DT_OK) st = dt_matmul(gt, x, &p); /* (B, out, in) */
+        st = product(DT_OP_MATMUL, g, x, 1, 0, &p); /* (B, T, out)^T (B, T, in): (B, out, in) */
         if (st == DT_OK) st = dt_sum(p, &batch, 1, 0, &gin[1]);
-        dt_tensor_release(gt), dt_tensor_release(p);
+        dt_tensor_release(p);
     } else if (st == DT_OK && c->need[1]) {
-        dt_tensor *g2 = NULL, *gt = NULL, *x2 = NULL;
+        dt_tensor *g2 = NULL, *x2 = NULL;
         st = dt_view(g, 2, gshape, &g2);
-        if (st == DT_OK) st = dt_transpose(g2, 0, 1, &gt);
         if (st == DT_OK) st = dt_view(x, 2, xshape, &x2);
-        if (st == DT_OK) st = dt_mm(gt, x2, &gin[1]);
-        dt_tensor_release(g2), dt_tensor_release(gt), dt_tensor_release(x2);
+        if (st == DT_OK) st = product(DT_OP_MM, g2, x2, 1, 0, &gin[1]);
+        dt_tensor_release(g2), dt_tensor_release(x2);
     }
     if (st == DT_OK && c->n > 2 && c->need[2]) st = dt_grad_sum_to(g, 1, &w->shape[0], &gin[2]);
     if (st != DT_OK)
@@ -236,7 +288,7 @@ dt_status dt_grad_linear(const dt_grad_call *c, dt_tensor **gin) {
 }
 
 dt_status dt_grad_bmm(const dt_grad_call *c, dt_tensor **gin) {
-    return matmul_grads(c->op, c->in[0], c->in[1], c->grad, c->need, &gin[0], &gin[1]);
+    return dt_grad_mm(c, gin);
 }
 
 /* matmul's operands are at least 2-D (the forward refuses 1-D ones), so bmm's rule serves. */
@@ -247,7 +299,7 @@ dt_status dt_grad_matmul(const dt_grad_call *c, dt_tensor **gin) {
 /* bias + a @ b, bias broadcast to (M, N): gbias = g summed to bias's shape. */
 dt_status dt_grad_addmm(const dt_grad_call *c, dt_tensor **gin) {
     dt_tensor *bias = c->in[0];
-    DT_CHECK(matmul_grads(c->op, c->in[1], c->in[2], c->grad, c->need + 1, &gin[1], &gin[2]));
+    DT_CHECK(matmul_grads(c->op, c->in[1], c->in[2], 0, 0, c->grad, c->need + 1, &gin[1], &gin[2]));
     if (!c->need[0]) return DT_OK;
     dt_status st = dt_grad_sum_to(c->grad, bias->ndim, bias->shape, &gin[0]);
     if (st != DT_OK) {

@@ -120,7 +120,8 @@ enum {
     ARG_SMALLEST = 1u << 13,
     ARG_SEED = 1u << 14, /* seed and offset: read by the kernel, never keyed */
     ARG_SEQ_FIRST = 1u << 15,
-    ARG_ALL = (1u << 16) - 1,
+    ARG_TRANS = 1u << 16, /* trans_a and trans_b */
+    ARG_ALL = (1u << 17) - 1,
 };
 
 struct dt_grad_call; /* ops/grad.h */
@@ -235,7 +236,7 @@ dt_status dt_op_inputs_check(const char *fn, dt_op op, const void *const *in, in
 
 /* The cache key words of args as op reads them (at most DT_OP_ARGS_KEY_WORDS); args NULL is
  * all zeros. Equal keys mean the op cannot tell the arguments apart. */
-#define DT_OP_ARGS_KEY_WORDS (16 + DT_MAX_NDIM / 2 + DT_MAX_NDIM)
+#define DT_OP_ARGS_KEY_WORDS (17 + DT_MAX_NDIM / 2 + DT_MAX_NDIM)
 unsigned dt_op_args_key(dt_op op, const dt_op_args *args, uint64_t *key);
 
 /* Placement shorthands for rule tables. */

@@ -27,9 +27,9 @@
     X(DIV, "div", pointwise, 2, 2, binary, 0, dt_div, div)                                         \
     X(MAXIMUM, "maximum", pointwise, 2, 2, binary, 0, dt_maximum, maximum)                         \
     X(MINIMUM, "minimum", pointwise, 2, 2, binary, 0, dt_minimum, minimum)                         \
-    X(MM, "mm", matmul, 2, 2, matmul, 0, dt_mm, mm)                                                \
-    X(BMM, "bmm", matmul, 2, 2, matmul, 0, dt_bmm, bmm)                                            \
-    X(MATMUL, "matmul", matmul, 2, 2, matmul, 0, dt_matmul, matmul)                                \
+    X(MM, "mm", matmul, 2, 2, matmul, ARG_TRANS, dt_mm, mm)                                        \
+    X(BMM, "bmm", matmul, 2, 2, matmul, ARG_TRANS, dt_bmm, bmm)                                    \
+    X(MATMUL, "matmul", matmul, 2, 2, matmul, ARG_TRANS, dt_matmul, matmul)                        \
     X(EMBEDDING, "embedding", embedding, 2, 2, embedding, 0, dt_embedding, embedding)              \
     X(PICK, "pick", pick, 2, 2, pick, 0, dt_pick, pick)
 

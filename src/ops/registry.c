@@ -82,7 +82,7 @@ dt_status dt_op_inputs_check(const char *fn, dt_op op, const void *const *in, in
 /* ---- the argument key ---------------------------------------------------------------------
  * Every field of dt_op_args belongs to one ARG_ bit; an op's key holds the fields of its bits,
  * field by field (callers' structs may carry padding garbage). */
-_Static_assert(sizeof(void *) != 8 || sizeof(dt_op_args) == 208,
+_Static_assert(sizeof(void *) != 8 || sizeof(dt_op_args) == 216,
                "dt_op_args changed: give the new field an ARG_ bit, key it below, then update "
                "this size");
 
@@ -126,5 +126,6 @@ unsigned dt_op_args_key(dt_op op, const dt_op_args *a, uint64_t *k) {
     if (use & ARG_K) k[n++] = (uint64_t)a->k;
     if (use & ARG_SMALLEST) k[n++] = (uint64_t)(uint32_t)a->smallest;
     if (use & ARG_SEQ_FIRST) k[n++] = (uint64_t)(uint32_t)a->seq_first;
+    if (use & ARG_TRANS) k[n++] = two(a->trans_a, a->trans_b);
     return n;
 }

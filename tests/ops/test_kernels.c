@@ -5,6 +5,7 @@
  * the values as stored, so only the kernel's own rounding counts). Data comes from a
  * xorshift generator; every failure message prints the seed. */
 #include "kernel_check.h"
+#include "ops/kernel_args.h"
 
 
 static double ref_unary(dt_unary f, double x, double s, int integer) {
@@ -217,9 +218,25 @@ Test(kernels, where_broadcasting_any_cond_dtype) {
 
 /* ---- matmul ------------------------------------------------------------------------------- */
 
-Test(kernels, matmul_batched_broadcast_trans_b) {
+/* out = x with its last two dims swapped when swap, else x copied (f32, dense). */
+static void swap_last_copy(const dt_local *x, int swap, dt_local *out) {
+    int64_t r = x->shape[x->ndim - 2], c = x->shape[x->ndim - 1], mats = 1;
+    for (int d = 0; d < x->ndim - 2; d++)
+        mats *= x->shape[d];
+    const float *s = x->data;
+    float *o = out->data;
+    for (int64_t m = 0; m < mats; m++)
+        for (int64_t i = 0; i < r; i++)
+            for (int64_t j = 0; j < c; j++)
+                o[m * r * c + (swap ? j * r + i : i * c + j)] = s[m * r * c + i * c + j];
+}
+
+/* Every trans form (DT_MM_TRANS_A: a given as (..., K, M); DT_MM_TRANS_B: b as (..., N, K))
+ * against the naive sum; f32 also bit for bit against the plain product of transposed copies
+ * (the operand read in place must give the same sums in the same order). */
+Test(kernels, matmul_batched_broadcast_trans) {
     struct {
-        shp a, b; /* b as (..., K, N); transposed on the fly for trans_b */
+        shp a, b; /* a as (..., M, K), b as (..., K, N); given transposed as trans says */
     } cases[] = {
         {SH(3, 5), SH(5, 4)},       {SH(2, 3, 5), SH(5, 4)},      {SH(3, 5), SH(2, 5, 4)},
         {SH(2, 1, 3, 5), SH(3, 5, 4)}, {SH(1, 7), SH(7, 1)},      {SH(3, 0), SH(0, 4)},
@@ -229,7 +246,8 @@ Test(kernels, matmul_batched_broadcast_trans_b) {
     for (size_t di = 0; di < LEN(FLOATS); di++) {
         dt_dtype dt = FLOATS[di];
         for (size_t c = 0; c < LEN(cases); c++) {
-            for (int tb = 0; tb < 2; tb++) {
+            for (int trans = 0; trans < 4; trans++) {
+                int ta = (trans & DT_MM_TRANS_A) != 0, tb = (trans & DT_MM_TRANS_B) != 0;
                 shp as = cases[c].a, bs = cases[c].b;
                 int64_t M = as.s[as.nd - 2], K = as.s[as.nd - 1], N = bs.s[bs.nd - 1];
                 shp ab = as, bb = bs; /* batch parts */
@@ -239,12 +257,16 @@ Test(kernels, matmul_batched_broadcast_trans_b) {
                 os.s[os.nd] = M;
                 os.s[os.nd + 1] = N;
                 os.nd += 2;
-                shp bgiven = bs;
+                shp bgiven = bs, agiven = as;
                 if (tb) {
                     bgiven.s[bs.nd - 2] = N;
                     bgiven.s[bs.nd - 1] = K;
                 }
-                tens a = mk(dt, as, -1, 1), b = mk(dt, bgiven, -1, 1), o = mk_out(dt, os);
+                if (ta) {
+                    agiven.s[as.nd - 2] = K;
+                    agiven.s[as.nd - 1] = M;
+                }
+                tens a = mk(dt, agiven, -1, 1), b = mk(dt, bgiven, -1, 1), o = mk_out(dt, os);
                 size_t n = numel(os);
                 double *want = talloc(n * sizeof(double) + 1);
                 int64_t idx[DT_MAX_NDIM];
@@ -256,12 +278,26 @@ Test(kernels, matmul_batched_broadcast_trans_b) {
                     for (int64_t k = 0; k < K; k++) {
                         double bv = tb ? b.v[bo * (size_t)(N * K) + (size_t)(j * K + k)]
                                        : b.v[bo * (size_t)(K * N) + (size_t)(k * N + j)];
-                        s += a.v[ao * (size_t)(M * K) + (size_t)(m * K + k)] * bv;
+                        double av = ta ? a.v[ao * (size_t)(M * K) + (size_t)(k * M + m)]
+                                       : a.v[ao * (size_t)(M * K) + (size_t)(m * K + k)];
+                        s += av * bv;
                     }
                     want[i] = s;
                 }
-                OK(dt_cpu_matmul(&a.t, &b.t, tb, &o.t));
-                expect(tb ? "matmul trans_b" : "matmul", &o.t, want, n);
+                OK(dt_cpu_matmul(&a.t, &b.t, trans, &o.t));
+                static const char *names[] = {"matmul", "matmul trans_b", "matmul trans_a",
+                                              "matmul trans_a trans_b"};
+                expect(names[trans], &o.t, want, n);
+                if (dt == DT_F32 && trans) { /* the same bits as transposed copies give */
+                    tens ac = mk_out(dt, as), bc = mk_out(dt, bs), oc = mk_out(dt, os);
+                    swap_last_copy(&a.t, ta, &ac.t);
+                    swap_last_copy(&b.t, tb, &bc.t);
+                    OK(dt_cpu_matmul(&ac.t, &bc.t, 0, &oc.t));
+                    cr_assert(!memcmp(o.t.data, oc.t.data, n * sizeof(float)),
+                              "%s (case %zu) differs in its bits from the product of transposed "
+                              "copies",
+                              names[trans], c);
+                }
             }
         }
     }

@@ -262,7 +262,19 @@ static dt_status modes_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_op_call((dt_op)999, &a, 1, NULL, &m), DT_ERR_ARG, "op");
     R_ERR(dt_op_call(DT_OP_ADD, &a, 1, NULL, &m), DT_ERR_ARG, "inputs");
     R_ERR(dt_add(a, NULL, &m), DT_ERR_ARG, "NULL");
+    /* operands given transposed: only the plain products take them, K checked after the swap */
+    dt_tensor *pair[2] = {a, odd}, *vec;
+    int64_t eight = 8;
+    R_OK(dt_tensor_zeros(mesh, DT_F32, 1, &eight, DT_COUNT_OF(s0), s0, &vec));
+    dt_tensor *vpair[2] = {vec, a};
+    R_ERR(dt_op_call(DT_OP_LINEAR, pair, 2, &(dt_op_args){.trans_a = 1}, &m), DT_ERR_ARG,
+          "trans_a");
+    R_ERR(dt_op_call(DT_OP_MM, pair, 2, &(dt_op_args){.trans_b = 1}, &m), DT_ERR_SHAPE,
+          "contracted");
+    R_ERR(dt_op_call(DT_OP_MATMUL, vpair, 2, &(dt_op_args){.trans_a = 1}, &m), DT_ERR_SHAPE,
+          "transposed");
     R_CHECK(m == NULL, "out written on failure");
+    dt_tensor_release(vec);
     dt_tensor_release(odd);
     dt_tensor_release(a);
     dt_tensor_release(b);

@@ -90,22 +90,34 @@
 DEFINE_GEMM_LOOP(f32, float)
 DEFINE_GEMM_LOOP(f64, double)
 
-/* Buffers reused across the batch: widened A/B/C for bf16/f16 and B transposed for the loop
+/* Buffers reused across the batch: widened A/B/C for bf16/f16, B and A transposed for the loop
  * path. last_b remembers which B is already widened or transposed (a broadcast B is shared). */
 typedef struct mm_ctx {
     int tb;
     int64_t N, K;
-    void *fa, *fb, *fc, *bt;
+    void *fa, *fb, *fc, *bt, *at;
     const void *last_b, *last_bt;
 } mm_ctx;
 
+/* ta: A is given as (K, M), read in place by the packed and BLAS paths, transposed into a
+ * buffer for the loop path. */
 #define DEFINE_GEMM(SUF, T, BLAS)                                                                  \
-    static dt_status gemm_##SUF(mm_ctx *cx, int64_t M, const T *A, const T *B, T *C) {             \
+    static dt_status gemm_##SUF(mm_ctx *cx, int ta, int64_t M, const T *A, const T *B, T *C) {     \
         int64_t N = cx->N, K = cx->K;                                                              \
-        if (packed_##SUF(BLAS, M, N, K)) return packed_gemm_##SUF(cx->tb, M, N, K, A, B, C);       \
+        if (packed_##SUF(BLAS, M, N, K)) return packed_gemm_##SUF(ta, cx->tb, M, N, K, A, B, C);   \
         if (BLAS && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX) {                                \
-            blas_##SUF(cx->tb, M, N, K, A, B, C);                                                  \
+            blas_##SUF(ta, cx->tb, M, N, K, A, B, C);                                              \
             return DT_OK;                                                                          \
+        }                                                                                          \
+        if (ta) { /* (K, M) -> (M, K); A differs per batch matrix */                               \
+            if (!cx->at && !(cx->at = dt_host_alloc((size_t)(M * K) * sizeof(T))))                 \
+                return dt_error(DT_ERR_NOMEM, "dt_cpu_matmul: no memory for %lldx%lld",            \
+                                (long long)M, (long long)K);                                       \
+            T *at = cx->at;                                                                        \
+            for (int64_t k = 0; k < K; k++)                                                        \
+                for (int64_t i = 0; i < M; i++)                                                    \
+                    at[i * K + k] = A[k * M + i];                                                  \
+            A = at;                                                                                \
         }                                                                                          \
         if (cx->tb) { /* (N, K) -> (K, N) once per distinct B */                                   \
             if (!cx->bt && !(cx->bt = dt_host_alloc((size_t)(K * N) * sizeof(T))))                 \
@@ -124,15 +136,17 @@ typedef struct mm_ctx {
 
 #if DT_HAVE_OPENBLAS
 #define HAVE_BLAS 1
-static void blas_f32(int tb, int64_t M, int64_t N, int64_t K, const float *A, const float *B,
-                     float *C) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
-                (int)K, 1.0f, A, (int)K, B, tb ? (int)K : (int)N, 0.0f, C, (int)N);
+static void blas_f32(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                     const float *B, float *C) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, 1.0f, A, ta ? (int)M : (int)K, B, tb ? (int)K : (int)N,
+                0.0f, C, (int)N);
 }
-static void blas_f64(int tb, int64_t M, int64_t N, int64_t K, const double *A, const double *B,
-                     double *C) {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
-                (int)K, 1.0, A, (int)K, B, tb ? (int)K : (int)N, 0.0, C, (int)N);
+static void blas_f64(int ta, int tb, int64_t M, int64_t N, int64_t K, const double *A,
+                     const double *B, double *C) {
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, 1.0, A, ta ? (int)M : (int)K, B, tb ? (int)K : (int)N, 0.0,
+                C, (int)N);
 }
 #else
 #define HAVE_BLAS 0
@@ -145,9 +159,11 @@ static void blas_f64(int tb, int64_t M, int64_t N, int64_t K, const double *A, c
 static int packed_f32(int blas, int64_t M, int64_t N, int64_t K) {
     return blas ? dt_sgemm_preferred(M, N, K) : dt_sgemm_path() != DT_SIMD_SCALAR;
 }
-static dt_status packed_gemm_f32(int tb, int64_t M, int64_t N, int64_t K, const float *A,
+/* dt_sgemm reads a transposed operand in place with the same sums in the same order, so the
+ * bits equal those of a transposed copy. */
+static dt_status packed_gemm_f32(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
                                  const float *B, float *C) {
-    dt_sgemm_mat a = {A, K, 1}, b = {B, tb ? 1 : N, tb ? K : 1};
+    dt_sgemm_mat a = {A, ta ? 1 : K, ta ? M : 1}, b = {B, tb ? 1 : N, tb ? K : 1};
     return dt_sgemm(M, N, K, a, b, C, N);
 }
 #define packed_f64(...)      0
@@ -156,10 +172,11 @@ static dt_status packed_gemm_f32(int tb, int64_t M, int64_t N, int64_t K, const 
 DEFINE_GEMM(f32, float, HAVE_BLAS)
 DEFINE_GEMM(f64, double, HAVE_BLAS)
 
-/* bf16/f16: B widened once per distinct B, A and C a block of MB rows at a time. */
+/* bf16/f16: B widened once per distinct B, A and C a block of MB rows at a time (ta: A given
+ * as (K, M), its rows gathered from columns while widening). */
 #define DEFINE_GEMM_HALF(SUF, LOAD, STORE)                                                         \
-    static dt_status gemm_##SUF(mm_ctx *cx, int64_t M, const uint16_t *A, const uint16_t *B,       \
-                                uint16_t *C) {                                                     \
+    static dt_status gemm_##SUF(mm_ctx *cx, int ta, int64_t M, const uint16_t *A,                  \
+                                const uint16_t *B, uint16_t *C) {                                  \
         int64_t N = cx->N, K = cx->K, mb = M < MB ? M : MB;                                        \
         if (!cx->fa) {                                                                             \
             cx->fa = dt_host_alloc((size_t)(mb * K) * sizeof(float));                              \
@@ -171,17 +188,24 @@ DEFINE_GEMM(f64, double, HAVE_BLAS)
         }                                                                                          \
         float *fa = cx->fa, *fb = cx->fb, *fc = cx->fc;                                            \
         if (cx->last_b != B) {                                                                     \
-            for (int64_t i = 0; i < K * N; i++) fb[i] = LOAD(B[i]);                                \
+            for (int64_t i = 0; i < K * N; i++)                                                    \
+                fb[i] = LOAD(B[i]);                                                                \
             cx->last_bt = NULL; /* fb's contents changed under the same pointer */                 \
         }                                                                                          \
         cx->last_b = B;                                                                            \
         for (int64_t i0 = 0; i0 < M; i0 += MB) {                                                   \
             int64_t m = M - i0 < MB ? M - i0 : MB;                                                 \
-            const uint16_t *a = A + i0 * K;                                                        \
-            for (int64_t i = 0; i < m * K; i++) fa[i] = LOAD(a[i]);                                \
-            DT_CHECK(gemm_f32(cx, m, fa, fb, fc));                                                 \
+            if (ta)                                                                                \
+                for (int64_t i = 0; i < m; i++)                                                    \
+                    for (int64_t k = 0; k < K; k++)                                                \
+                        fa[i * K + k] = LOAD(A[k * M + i0 + i]);                                   \
+            else                                                                                   \
+                for (int64_t i = 0; i < m * K; i++)                                                \
+                    fa[i] = LOAD(A[i0 * K + i]);                                                   \
+            DT_CHECK(gemm_f32(cx, 0, m, fa, fb, fc));                                              \
             uint16_t *c = C + i0 * N;                                                              \
-            for (int64_t i = 0; i < m * N; i++) c[i] = STORE(fc[i]);                               \
+            for (int64_t i = 0; i < m * N; i++)                                                    \
+                c[i] = STORE(fc[i]);                                                               \
         }                                                                                          \
         return DT_OK;                                                                              \
     }
@@ -191,12 +215,22 @@ DEFINE_GEMM_HALF(f16, dt_f16_to_f32, dt_f32_to_f16)
 
 static void widen_f8(dt_dtype dt, const uint8_t *src, float *dst, int64_t n) {
     dt_f8_format f = dt_f8_format_of(dt == DT_F8E5M2);
-    for (int64_t i = 0; i < n; i++) dst[i] = dt_f8_to_f32_fmt(src[i], f);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = dt_f8_to_f32_fmt(src[i], f);
+}
+
+/* Rows i0 .. i0+m of A^T, A given as (K, M), widened into dst (m, K). */
+static void widen_f8_cols(dt_dtype dt, const uint8_t *A, int64_t M, int64_t K, int64_t i0,
+                          int64_t m, float *dst) {
+    dt_f8_format f = dt_f8_format_of(dt == DT_F8E5M2);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t k = 0; k < K; k++)
+            dst[i * K + k] = dt_f8_to_f32_fmt(A[k * M + i0 + i], f);
 }
 
 /* float8 A (da) and B (db), f32 C: B widened once per distinct B, A a block of MB rows at a
  * time, each block's product written straight into C. */
-static dt_status gemm_f8(mm_ctx *cx, dt_dtype da, dt_dtype db, int64_t M, const uint8_t *A,
+static dt_status gemm_f8(mm_ctx *cx, dt_dtype da, dt_dtype db, int ta, int64_t M, const uint8_t *A,
                          const uint8_t *B, float *C) {
     int64_t N = cx->N, K = cx->K, mb = M < MB ? M : MB;
     if (!cx->fa) {
@@ -212,20 +246,23 @@ static dt_status gemm_f8(mm_ctx *cx, dt_dtype da, dt_dtype db, int64_t M, const 
     cx->last_b = B;
     for (int64_t i0 = 0; i0 < M; i0 += MB) {
         int64_t m = M - i0 < MB ? M - i0 : MB;
-        widen_f8(da, A + i0 * K, cx->fa, m * K);
-        DT_CHECK(gemm_f32(cx, m, cx->fa, cx->fb, C + i0 * N));
+        if (ta)
+            widen_f8_cols(da, A, M, K, i0, m, cx->fa);
+        else
+            widen_f8(da, A + i0 * K, cx->fa, m * K);
+        DT_CHECK(gemm_f32(cx, 0, m, cx->fa, cx->fb, C + i0 * N));
     }
     return DT_OK;
 }
 
-static dt_status gemm_any(dt_dtype dt, dt_dtype db, mm_ctx *cx, int64_t M, const void *A,
+static dt_status gemm_any(dt_dtype dt, dt_dtype db, mm_ctx *cx, int ta, int64_t M, const void *A,
                           const void *B, void *C) {
-    if (dt == DT_F8E4M3 || dt == DT_F8E5M2) return gemm_f8(cx, dt, db, M, A, B, C);
+    if (dt == DT_F8E4M3 || dt == DT_F8E5M2) return gemm_f8(cx, dt, db, ta, M, A, B, C);
     switch (dt) {
-    case DT_F32: return gemm_f32(cx, M, A, B, C);
-    case DT_F64: return gemm_f64(cx, M, A, B, C);
-    case DT_BF16: return gemm_bf16(cx, M, A, B, C);
-    case DT_F16: return gemm_f16(cx, M, A, B, C);
+    case DT_F32: return gemm_f32(cx, ta, M, A, B, C);
+    case DT_F64: return gemm_f64(cx, ta, M, A, B, C);
+    case DT_BF16: return gemm_bf16(cx, ta, M, A, B, C);
+    case DT_F16: return gemm_f16(cx, ta, M, A, B, C);
     default: return DT_ERR_DTYPE;
     }
 }
@@ -290,11 +327,11 @@ static void gemm_fit_threads(int running) {
 
 static void gemm_fit_first(void) { gemm_fit_threads(dt_process_ranks()); }
 
-dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_local *out) {
+dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans, dt_local *out) {
     static pthread_once_t fitted = PTHREAD_ONCE_INIT;
     pthread_once(&fitted, gemm_fit_first);
     dt_matmul_dims m;
-    DT_CHECK(dt_matmul_check("dt_cpu_matmul", a, b, trans_b, out, &m));
+    DT_CHECK(dt_matmul_check("dt_cpu_matmul", a, b, trans, out, &m));
     dt_dtype dt = a->dtype;
     int nb = m.nb;
     int64_t M = m.M, K = m.K, N = m.N;
@@ -306,15 +343,18 @@ dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_lo
         memset(out->data, 0, batches * (size_t)(M * N) * eso);
         return DT_OK;
     }
-    mm_ctx cx = {.tb = trans_b != 0, .N = N, .K = K};
+    int ta = (trans & DT_MM_TRANS_A) != 0;
+    mm_ctx cx = {.tb = (trans & DT_MM_TRANS_B) != 0, .N = N, .K = K};
     dt_status st = DT_OK;
-    if (m.b_batches == 1) {
-        /* (B..., M, K) @ (K, N): one GEMM over B*M rows. */
-        st = gemm_any(dt, b->dtype, &cx, (int64_t)batches * M, a->data, b->data, out->data);
+    if (m.b_batches == 1 && (!ta || batches == 1)) {
+        /* (B..., M, K) @ (K, N): one GEMM over B*M rows (a transposed a's rows are not one
+         * matrix's). */
+        st = gemm_any(dt, b->dtype, &cx, ta, (int64_t)batches * M, a->data, b->data, out->data);
     } else {
         int64_t idx[DT_MAX_NDIM] = {0}, oa = 0, ob = 0;
         for (size_t i = 0; i < batches && st == DT_OK; i++) {
-            st = gemm_any(dt, b->dtype, &cx, M, (const char *)a->data + (size_t)(oa * M * K) * es,
+            st = gemm_any(dt, b->dtype, &cx, ta, M,
+                          (const char *)a->data + (size_t)(oa * M * K) * es,
                           (const char *)b->data + (size_t)(ob * K * N) * esb,
                           (char *)out->data + i * (size_t)(M * N) * eso);
             for (int d = nb - 1; d >= 0; d--) {
@@ -331,6 +371,7 @@ dt_status dt_cpu_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_lo
     dt_host_free(cx.fb);
     dt_host_free(cx.fc);
     dt_host_free(cx.bt);
+    dt_host_free(cx.at);
     return st;
 }
 

@@ -101,9 +101,9 @@ static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 /* Whether cuBLASLt's float8 GEMM takes this product: an sm_89+ device; b given as (N, K), not
  * broadcast over a batch (so a's rows are one (rows, K) matrix); not e5m2 x e5m2 (cuBLASLt has
  * no such kernel); K and N multiples of 16 and 16-byte pointers (its float8 layout rules). */
-static int lt_f8_takes(dt_cuda_rank *r, const dt_local *a, const dt_local *b, int trans_b,
+static int lt_f8_takes(dt_cuda_rank *r, const dt_local *a, const dt_local *b, int trans,
                        const dt_matmul_dims *m, const dt_local *out) {
-    if (!trans_b || m->b_batches != 1 || m->K == 0 || m->K % 16 || m->N % 16 ||
+    if (trans != DT_MM_TRANS_B || m->b_batches != 1 || m->K == 0 || m->K % 16 || m->N % 16 ||
         (a->dtype == DT_F8E5M2 && b->dtype == DT_F8E5M2) || out->dtype != DT_F32 ||
         !aligned16(a->data) || !aligned16(b->data) || !aligned16(out->data))
         return 0;
@@ -164,20 +164,24 @@ done:
     return st;
 }
 
-dt_status dt_cuda_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_local *out) {
+/* The kernel table's trans bits are cuBLAS helper's, so they pass through unchanged. */
+static_assert((int)DT_MM_TRANS_A == (int)DT_CU_TRANS_A && (int)DT_MM_TRANS_B == (int)DT_CU_TRANS_B,
+              "dt_cu_gemm's trans bits");
+
+dt_status dt_cuda_matmul(const dt_local *a, const dt_local *b, int trans, dt_local *out) {
     dt_matmul_dims m;
-    DT_CHECK(dt_matmul_check("dt_cuda_matmul", a, b, trans_b, out, &m));
+    DT_CHECK(dt_matmul_check("dt_cuda_matmul", a, b, trans, out, &m));
     if (dt_matmul_is_float8(a->dtype)) {
         DT_CU_RANK(r8, "dt_cuda_matmul");
         int64_t rows = (int64_t)m.batches * m.M;
         if (rows == 0 || m.N == 0) return DT_OK;
-        if (lt_f8_takes(r8, a, b, trans_b, &m, out))
+        if (lt_f8_takes(r8, a, b, trans, &m, out))
             return lt_f8_gemm(r8, a, b, rows, m.N, m.K, out);
         dt_local wa, wb;
         wa.data = wb.data = NULL;
         dt_status st = widen_f8(r8, a, &wa);
         if (st == DT_OK) st = widen_f8(r8, b, &wb);
-        if (st == DT_OK) st = dt_cuda_matmul(&wa, &wb, trans_b, out);
+        if (st == DT_OK) st = dt_cuda_matmul(&wa, &wb, trans, out);
         dt_cuda_free(wb.data);
         dt_cuda_free(wa.data);
         return st;
@@ -194,9 +198,11 @@ dt_status dt_cuda_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_l
     cublasComputeType_t ct = dt == DT_F64 ? CUBLAS_COMPUTE_64F
                              : dt == DT_F32 ? dt_cu_f32_compute(r) : CUBLAS_COMPUTE_32F;
     int64_t mk = M * K, kn = K * N, mn = M * N;
-    /* (B..., M, K) @ (K, N): one GEMM over B*M rows, as on the CPU. */
-    if (m.b_batches == 1 && (int64_t)batches * M <= INT_MAX)
-        return dt_cu_gemm(r, "dt_cuda_matmul", t, t, ct, trans_b, (int64_t)batches * M, N, K,
+    /* (B..., M, K) @ (K, N): one GEMM over B*M rows, as on the CPU (not for a transposed a,
+     * whose matrices' rows are not one matrix's). */
+    if (m.b_batches == 1 && (!(trans & DT_MM_TRANS_A) || batches == 1) &&
+        (int64_t)batches * M <= INT_MAX)
+        return dt_cu_gemm(r, "dt_cuda_matmul", t, t, ct, trans, (int64_t)batches * M, N, K,
                           a->data, 0, b->data, 0, out->data, 0, 1);
 
     /* Collapse out's batch dims: drop size-1 dims, merge a dim into the one before when both
@@ -226,7 +232,7 @@ dt_status dt_cuda_matmul(const dt_local *a, const dt_local *b, int trans_b, dt_l
     int64_t inner = size[nd - 1], idx[DT_MAX_NDIM] = {0}, oa = 0, ob = 0;
     size_t es = dt_dtype_size(dt), calls = batches / (size_t)inner;
     for (size_t i = 0; i < calls; i++) {
-        DT_CHECK(dt_cu_gemm(r, "dt_cuda_matmul", t, t, ct, trans_b, M, N, K,
+        DT_CHECK(dt_cu_gemm(r, "dt_cuda_matmul", t, t, ct, trans, M, N, K,
                             (const char *)a->data + (size_t)(oa * mk) * es, ja[nd - 1] * mk,
                             (const char *)b->data + (size_t)(ob * kn) * es, jb[nd - 1] * kn,
                             (char *)out->data + i * (size_t)(inner * mn) * es, mn, inner));
