@@ -16,151 +16,14 @@
 #include "dtensor/agree.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
+#include "ops/dispatch_impl.h"
 #include "ops/dispatch_memo.h"
 #include "ops/op_impl.h"
 #include "ops/strategy.h"
 #include "redistribute/redistribute_impl.h"
 
-struct dt_op_choice {
-    dt_placement in[DT_OP_MAX_INPUTS][DT_MESH_MAX_NDIM];
-    dt_placement out[DT_MESH_MAX_NDIM];
-    op_out spec;
-    /* What a cached call would recompute each time, all fixed by the key and the mesh: bit i
-     * set when input i is already in its chosen placements (the key holds the inputs'
-     * placements), and this rank's block of the output. */
-    unsigned in_place;
-    int64_t out_local_shape[DT_MAX_NDIM], out_local_offset[DT_MAX_NDIM];
-    char text[160]; /* "S(0),R | R,S(1) -> S(0),S(1)", for traces */
-};
-typedef struct dt_op_choice strategy;
-
-/* ---- the per-mesh cache (core/lru.h) ----------------------------------------------------
- * The key is every fact the choice depends on, written once as words, so that hashing and
- * comparing cannot disagree. Arguments go in field by field: callers' structs may carry
- * padding garbage. A strategy is only read during the dispatch that looked it up, and nothing
- * in that dispatch looks up this mesh's strategies again (run copies what it traces before
- * the kernel, the one place that could), so eviction frees it directly. */
-
-#define CALL_KEY_WORDS                                                                             \
-    (2 + DT_OP_MAX_INPUTS * (1 + DT_MAX_NDIM + DT_PLACEMENTS_KEY_WORDS) + DT_OP_ARGS_KEY_WORDS)
-
-static const dt_op_args no_args; /* what a NULL args means */
-
-static uint64_t two(int lo, int hi) {
-    return (uint64_t)(uint32_t)lo | (uint64_t)(uint32_t)hi << 32;
-}
-
-/* The arguments go in as the op reads them (dt_op_args_key): NULL and a zeroed struct are
- * the same key, and fields the op ignores do not split its entries. */
-static unsigned call_key(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a, int mnd,
-                         uint64_t model, uint64_t *k) {
-    unsigned w = 0;
-    k[w++] = two((int)op, n);
-    k[w++] = model; /* the cost model version the choice is priced with */
-    for (int i = 0; i < n; i++) {
-        const dt_tensor *t = in[i];
-        if (!t) {
-            k[w++] = 0;
-            continue;
-        }
-        k[w++] = 1 | (uint64_t)t->ndim << 8 | (uint64_t)t->dtype << 16;
-        for (int d = 0; d < t->ndim; d++) k[w++] = (uint64_t)t->shape[d];
-        w += dt_placements_key(t->placements, mnd, k + w);
-    }
-    return w + dt_op_args_key(op, a, k + w);
-}
-
-/* ---- strategy search (ops/strategy.h, shared with dt_op_choose) -------------------------- */
-
-/* A move's price: the plan the mesh's cache holds for it. */
-static dt_status price_cached(void *user, int i, const dt_placement *want, double *cost_us) {
-    dt_tensor *const *in = user;
-    const dt_plan *plan;
-    DT_CHECK(dt_redistribute_cached_plan(in[i], want, &plan));
-    *cost_us = plan->cost_us;
-    return DT_OK;
-}
-
-/* The inputs' global specs as families see them (absent optional inputs: ndim -1). */
-static void globals_of(dt_tensor *const *in, int n, op_input *gin) {
-    for (int i = 0; i < n; i++)
-        gin[i] = in[i] ? (op_input){in[i]->ndim, in[i]->shape, in[i]->dtype}
-                       : (op_input){-1, NULL, DT_F32};
-}
-
-static dt_status choose(dt_op op, const op_family *f, dt_tensor *const *in, int n,
-                        const dt_op_args *a, strategy *best) {
-    dt_mesh *mesh = in[0]->mesh;
-    op_input gin[DT_OP_MAX_INPUTS];
-    const dt_placement *have[DT_OP_MAX_INPUTS];
-    globals_of(in, n, gin);
-    for (int i = 0; i < n; i++) have[i] = in[i] ? in[i]->placements : NULL;
-    dt_strategy_query q = {.op = op, .family = f, .n = n, .in = gin, .have = have, .args = a,
-                           .mesh_ndim = mesh->ndim, .mesh_shape = mesh->shape,
-                           .price = price_cached, .user = (void *)in};
-    dt_strategy_found found;
-    DT_CHECK(dt_strategy_search(&q, &found));
-    memcpy(best->in, found.in, sizeof found.in);
-    memcpy(best->out, found.out, sizeof found.out);
-    best->spec = found.spec;
-    return DT_OK;
-}
-
-/* "S(0),R | R,S(1) -> S(0),S(1)" for the trace. */
-static void strategy_text(const strategy *s, int n, int mnd, char *buf, size_t cap) {
-    size_t o = 0;
-    char one[128];
-    for (int i = 0; i < n && o < cap; i++) {
-        dt_placements_format(s->in[i], mnd, one, sizeof one);
-        o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? " | " : "", one);
-    }
-    dt_placements_format(s->out, mnd, one, sizeof one);
-    if (o < cap) snprintf(buf + o, cap - o, " -> %s", one);
-}
-
-/* A call's entry in its mesh's strategy cache: *found, or NULL and where to put one. */
-typedef struct cache_slot {
-    dt_lru *c;
-    uint64_t key[CALL_KEY_WORDS];
-    unsigned nk;
-    uint64_t h;
-} cache_slot;
-
-/* Finds the call's entry (*hit, NULL on a miss) and its strategy (*found). */
-static dt_status cache_find_entry(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
-                                  uint64_t model, cache_slot *at, dt_lru_entry **hit,
-                                  strategy **found) {
-    dt_mesh *mesh = in[0]->mesh;
-    at->c = mesh->caches[DT_CACHE_STRATEGY];
-    if (!at->c) DT_CHECK(dt_mesh_cache_make(mesh, DT_CACHE_STRATEGY, free, &at->c));
-    at->nk = call_key(op, in, n, args, mesh->ndim, model, at->key);
-    at->h = dt_lru_hash(at->key, at->nk);
-    *hit = dt_lru_get_entry(at->c, at->key, at->nk, at->h);
-    *found = *hit ? (*hit)->value : NULL;
-    return DT_OK;
-}
-
-static dt_status cache_find(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
-                            cache_slot *at, strategy **found) {
-    dt_lru_entry *e;
-    return cache_find_entry(op, in, n, args, dt_cost_model_version(in[0]->mesh->ctx), at, &e,
-                            found);
-}
-
-/* Puts s (malloc'd) at its slot, or frees it when st or the put failed. */
-static dt_status cache_put_entry(cache_slot *at, strategy *s, dt_status st, dt_lru_entry **e) {
-    if (st == DT_OK) st = dt_lru_put_entry(at->c, at->key, at->nk, at->h, s, e);
-    if (st != DT_OK) free(s);
-    return st;
-}
-
-static dt_status cache_put(cache_slot *at, strategy *s, dt_status st) {
-    dt_lru_entry *e;
-    return cache_put_entry(at, s, st, &e);
-}
-
 /* args nullable (no arguments). A call like the op's last one on this mesh finds its entry in
- * the memo (dispatch_memo.h) without building a key. */
+ * the memo (dispatch_memo.h) without building a key; the rest is in dispatch_cache.c. */
 static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int n,
                         const dt_op_args *args, const strategy **out) {
     dt_mesh *mesh = in[0]->mesh;
@@ -172,33 +35,7 @@ static dt_status lookup(dt_op op, const op_family *f, dt_tensor *const *in, int 
         *out = dt_lru_hit(cache, e);
         return DT_OK;
     }
-    cache_slot at;
-    strategy *s;
-    DT_CHECK(cache_find_entry(op, in, n, args, model, &at, &e, &s));
-    if (s) {
-        dt_memo_fill(mesh, at.c, e, op, in, n, args, model);
-        *out = s;
-        return DT_OK;
-    }
-    if (!(s = malloc(sizeof *s))) return dt_error(DT_ERR_NOMEM, "dispatch: out of memory");
-    dt_status st = choose(op, f, in, n, args ? args : &no_args, s);
-    if (st == DT_OK) {
-        strategy_text(s, n, mesh->ndim, s->text, sizeof s->text);
-        s->in_place = 0;
-        for (int i = 0; i < n; i++) {
-            int same = 1;
-            for (int m = 0; in[i] && m < mesh->ndim; m++)
-                same &= dt_placement_equal(s->in[i][m], in[i]->placements[m]);
-            s->in_place |= (unsigned)same << i;
-        }
-        if (mesh->rank >= 0)
-            dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, s->spec.ndim, s->spec.shape,
-                            s->out, s->out_local_shape, s->out_local_offset);
-    }
-    DT_CHECK(cache_put_entry(&at, s, st, &e));
-    dt_memo_fill(mesh, at.c, e, op, in, n, args, model);
-    *out = s;
-    return DT_OK;
+    return dt_strategy_lookup_slow(op, f, in, n, args, model, out);
 }
 
 /* ---- running ----------------------------------------------------------------------------- */
@@ -225,21 +62,26 @@ dt_status dt_dispatch_check(dt_op op, dt_tensor *const *in, int n) {
     DT_CHECK(dt_op_inputs_check("dt_op_call", op, (const void *const *)in, n));
     for (int i = 0; i < n; i++) {
         if (in[i] && in[i]->magic != DT_TENSOR_LIVE)
-            return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op),
-                            i, (void *)in[i]);
+            return dt_error(DT_ERR_ARG, "%s: input %d (%p) is a released tensor", dt_op_name(op), i,
+                            (void *)in[i]);
         if (in[i] && dt_tensor_storage_dropped(in[i]))
-            return dt_error(DT_ERR_ARG, "%s: input %d's storage was dropped after a forward "
-                                        "(activation checkpointing or FSDP resharding): only "
-                                        "backward may read it", dt_op_name(op), i);
+            return dt_error(DT_ERR_ARG,
+                            "%s: input %d's storage was dropped after a forward "
+                            "(activation checkpointing or FSDP resharding): only "
+                            "backward may read it",
+                            dt_op_name(op), i);
         /* Meshes compare by value: two made alike over the same ranks are one. */
         if (in[i] && in[i]->mesh != in[0]->mesh && !dt_mesh_equal(in[i]->mesh, in[0]->mesh))
-            return dt_error(DT_ERR_MESH, "%s: input %d lives on another mesh than input 0 (shape "
-                                         "or ranks differ; move it with "
-                                         "dt_tensor_redistribute_to)", dt_op_name(op), i);
+            return dt_error(DT_ERR_MESH,
+                            "%s: input %d lives on another mesh than input 0 (shape "
+                            "or ranks differ; move it with "
+                            "dt_tensor_redistribute_to)",
+                            dt_op_name(op), i);
         if (in[i] && (in[i]->device.kind != in[0]->device.kind ||
                       in[i]->device.index != in[0]->device.index))
-            return dt_error(DT_ERR_DEVICE, "%s: input %d is on %s:%d but input 0 is on %s:%d "
-                                           "(move it with dt_tensor_to_device)",
+            return dt_error(DT_ERR_DEVICE,
+                            "%s: input %d is on %s:%d but input 0 is on %s:%d "
+                            "(move it with dt_tensor_to_device)",
                             dt_op_name(op), i, dt_mem_ops_of(in[i]->device.kind)->name,
                             in[i]->device.index, dt_mem_ops_of(in[0]->device.kind)->name,
                             in[0]->device.index);
@@ -255,8 +97,9 @@ static dt_status redistribute_input(dt_op op, int i, dt_tensor *t, const dt_plac
     dt_placements_format(want, mnd, need, sizeof need);
     int mode = dt_redistribute_mode_of(t->mesh->ctx);
     if (mode == DT_REDISTRIBUTE_EXPLICIT)
-        return dt_error(DT_ERR_PLACEMENT, "%s: input %d is %s but the chosen strategy needs %s "
-                                          "(explicit mode: redistribute it first)",
+        return dt_error(DT_ERR_PLACEMENT,
+                        "%s: input %d is %s but the chosen strategy needs %s "
+                        "(explicit mode: redistribute it first)",
                         dt_op_name(op), i, have, need);
     if (mode == DT_REDISTRIBUTE_LOG)
         fprintf(stderr, "[dtensor rank %d] %s: input %d %s -> %s\n", t->mesh->ctx->rank,
@@ -298,7 +141,7 @@ static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *u
     local_call c;
     c.op = op, c.args = a, c.ninputs = n, c.global = gin, c.naux = na;
     c.k = dt_kernels_of(dev.kind), c.mem = dt_mem_ops_of(dev.kind);
-    globals_of(use, n, gin);
+    dt_dispatch_globals(use, n, gin);
     for (int i = 0; i < n; i++) {
         if (use[i]) {
             local_of(use[i], &c.in[i]);
@@ -312,17 +155,21 @@ static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *u
         c.in[i].data = NULL, c.in[i].ndim = 0;
     local_of(o, &c.out);
     memcpy(c.out_offset, o->local_offset, sizeof c.out_offset);
-    for (int i = 0; i < na; i++) local_of(ax[i], &c.aux[i]);
+    for (int i = 0; i < na; i++)
+        local_of(ax[i], &c.aux[i]);
     double tk = ctx->trace ? dt_now_us() : 0;
     dt_status st = f->compute(&c);
     if (ctx->trace && dt_trace_is_on(ctx->trace)) { /* its outputs name it, for readers */
         int64_t deps[DT_TRACE_MAX_DEPS];
-        dt_trace_args ta = {.deps = deps, .ndeps = input_deps(ctx, use, n, deps),
-                            .op = dt_op_name(op), .module = dt_comm_module_tls};
+        dt_trace_args ta = {.deps = deps,
+                            .ndeps = input_deps(ctx, use, n, deps),
+                            .op = dt_op_name(op),
+                            .module = dt_comm_module_tls};
         int64_t id = dt_trace_add_args(ctx->trace, DT_LANE_COMPUTE, dt_op_name(op), tk, &ta,
                                        "%zu elements out", o->local_numel);
         o->trace_src = id;
-        for (int i = 0; i < na; i++) ax[i]->trace_src = id;
+        for (int i = 0; i < na; i++)
+            ax[i]->trace_src = id;
     }
     return st;
 }
@@ -334,11 +181,11 @@ dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *
         return dt_error(DT_ERR_ARG, "%s: a composite records no node of its own", dt_op_name(op));
     DT_CHECK(dt_op_kernel_check(op, dt_kernels_of(out->device.kind)));
     dt_ctx_bind(out->mesh->ctx);
-    const dt_op_args *a = args ? args : &no_args;
+    const dt_op_args *a = args ? args : &dt_dispatch_no_args;
     /* The other outputs (attention's log-sum-exp) are computed as the forward did, into
      * temporaries: the node kept its own. */
     op_input gin[DT_OP_MAX_INPUTS];
-    globals_of(in, n, gin);
+    dt_dispatch_globals(in, n, gin);
     op_out spec[DT_OP_MAX_AUX];
     int for_grad = 0, na = f->aux ? f->aux(op, gin, n, a, spec, &for_grad) : 0;
     dt_tensor *ax[DT_OP_MAX_AUX] = {0};
@@ -347,14 +194,15 @@ dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *
         st = dt_tensor_alloc(out->mesh, out->device, spec[i].dtype, spec[i].ndim, spec[i].shape,
                              out->placements, &ax[i]);
     if (st == DT_OK) st = compute_local(op, f, in, n, a, out, ax, na);
-    for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
+    for (int i = 0; i < na; i++)
+        dt_tensor_release(ax[i]);
     return st;
 }
 
 /* The op's other outputs (f->aux) when this call computes them: n specs in spec, 0 when
  * none. want: the caller asked for them or the call records a node. */
-static int aux_specs(dt_op op, const op_family *f, const op_input *gin, int n,
-                     const dt_op_args *a, int want, op_out *spec) {
+static int aux_specs(dt_op op, const op_family *f, const op_input *gin, int n, const dt_op_args *a,
+                     int want, op_out *spec) {
     int for_grad = 0;
     int na = f->aux ? f->aux(op, gin, n, a, spec, &for_grad) : 0;
     return !for_grad || want ? na : 0;
@@ -373,10 +221,11 @@ dt_status dt_dispatch_route(dt_op op, dt_tensor *const *in, int n, const dt_op_a
     DT_ASSERT(dt_op_family(op)->composite); /* dispatch keeps no strategy under this key */
     cache_slot at;
     strategy *s;
-    DT_CHECK(cache_find(op, in, n, args, &at, &s));
+    DT_CHECK(dt_strategy_cache_find(op, in, n, args, &at, &s));
     if (!s) {
         if (!(s = calloc(1, sizeof *s))) return dt_error(DT_ERR_NOMEM, "dispatch: out of memory");
-        DT_CHECK(cache_put(&at, s, decide(op, in, n, args ? args : &no_args, s->in)));
+        DT_CHECK(dt_strategy_cache_put(
+            &at, s, decide(op, in, n, args ? args : &dt_dispatch_no_args, s->in)));
     }
     memcpy(start, s->in, sizeof s->in[0] * (size_t)n);
     return DT_OK;
@@ -388,7 +237,7 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
                          const dt_op_choice *s, int want_aux, dt_tensor *into, dt_tensor **used,
                          dt_tensor **out, dt_tensor **aux, int *naux) {
     const op_family *f = dt_op_family(op);
-    const dt_op_args *a = args ? args : &no_args;
+    const dt_op_args *a = args ? args : &dt_dispatch_no_args;
     dt_mesh *mesh = in[0]->mesh;
     dt_ctx *ctx = mesh->ctx;
     double t0 = ctx->trace ? dt_now_us() : 0;
@@ -406,7 +255,7 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
     int na = 0;
     if (f->aux) { /* most ops have no other outputs: no global specs to gather for them */
         op_input gin[DT_OP_MAX_INPUTS];
-        globals_of(use, n, gin);
+        dt_dispatch_globals(use, n, gin);
         na = aux_specs(op, f, gin, n, a, want_aux, aspec);
     }
     dt_device dev = in[0]->device;
@@ -415,8 +264,8 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
     if (st == DT_OK && into)
         dt_tensor_retain(o = into);
     else if (st == DT_OK)
-        st = dt_tensor_alloc_laid_out(mesh, dev, s->spec.dtype, s->spec.ndim, s->spec.shape,
-                                      s->out, s->out_local_shape, s->out_local_offset, &o);
+        st = dt_tensor_alloc_laid_out(mesh, dev, s->spec.dtype, s->spec.ndim, s->spec.shape, s->out,
+                                      s->out_local_shape, s->out_local_offset, &o);
     for (int i = 0; i < na && st == DT_OK; i++)
         st = dt_tensor_alloc(mesh, dev, aspec[i].dtype, aspec[i].ndim, aspec[i].shape, s->out,
                              &ax[i]);
@@ -428,13 +277,16 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
         for (int i = 0; i < n; i++)
             dt_tensor_release(moved[i]);
         dt_tensor_release(o);
-        for (int i = 0; i < na; i++) dt_tensor_release(ax[i]);
+        for (int i = 0; i < na; i++)
+            dt_tensor_release(ax[i]);
         return st;
     }
     if (ctx->trace && dt_trace_is_on(ctx->trace)) {
         int64_t deps[DT_TRACE_MAX_DEPS];
-        dt_trace_args ta = {.deps = deps, .ndeps = input_deps(ctx, use, n, deps),
-                            .op = dt_op_name(op), .module = dt_comm_module_tls};
+        dt_trace_args ta = {.deps = deps,
+                            .ndeps = input_deps(ctx, use, n, deps),
+                            .op = dt_op_name(op),
+                            .module = dt_comm_module_tls};
         dt_trace_add_args(ctx->trace, DT_LANE_OPS, dt_op_name(op), t0, &ta, "%s", text);
     }
     /* The inputs as the kernel used them: an input that was moved is handed over (the
@@ -532,7 +384,8 @@ void dt_ops_no_grad_exit(dt_ctx *ctx, int entered) {
 /* DT_DEBUG_ARGS (dtensor/agree.h): the ranks of the mesh compare the op, each input's spec and
  * the static arguments the op reads (as the strategy cache keys them) before anything runs. */
 __attribute__((noinline, cold)) /* off the hot path: the call pays the test in call() only */
-static dt_status agree_call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args) {
+static dt_status
+agree_call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args) {
     int on;
     DT_CHECK(dt_agree_debug_on(in[0]->mesh->ctx, &on));
     if (!on) return DT_OK;
@@ -550,7 +403,7 @@ static dt_status agree_call(dt_op op, dt_tensor *const *in, int n, const dt_op_a
             dt_agree_add(a, what, "absent");
     }
     uint64_t key[DT_OP_ARGS_KEY_WORDS];
-    unsigned nk = dt_op_args_key(op, args ? args : &no_args, key);
+    unsigned nk = dt_op_args_key(op, args ? args : &dt_dispatch_no_args, key);
     if (nk) dt_agree_words(a, "static arguments (as keyed)", key, (int)nk);
     dt_status st = dt_agree_on_mesh(in[0]->mesh, a, DT_AGREE_DEBUG_ENV);
     free(a);
@@ -563,7 +416,7 @@ static dt_status call(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a
     DT_ARG(out != NULL, "%s: argument out is NULL", dt_op_name(op));
     if (dt_agree_debug(in[0]->mesh->ctx)) DT_CHECK(agree_call(op, in, n, args));
     if (dt_op_family(op)->composite)
-        return dt_composite_run(op, in, n, args ? args : &no_args, out);
+        return dt_composite_run(op, in, n, args ? args : &dt_dispatch_no_args, out);
     const dt_op_recorder *rec = atomic_load_explicit(&recorder, memory_order_acquire);
     if (rec) return rec->call(op, in, n, args, out, aux);
     /* No tensor was ever marked for autograd: nothing can record. */
@@ -598,8 +451,8 @@ dt_status dt_op_call_inplace(dt_op op, dt_tensor *const *inputs, int ninputs,
     return DT_OK;
 }
 
-dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs,
-                         const dt_op_args *args, dt_tensor **out, dt_tensor **aux, int naux) {
+dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs, const dt_op_args *args,
+                         dt_tensor **out, dt_tensor **aux, int naux) {
     const op_family *f = dt_op_family(op);
     DT_ARG(aux != NULL, "%s: argument aux is NULL", dt_op_name(op));
     int na = 0, for_grad;
@@ -607,8 +460,8 @@ dt_status dt_op_call_aux(dt_op op, dt_tensor *const *inputs, int ninputs,
         op_out spec[DT_OP_MAX_AUX];
         op_input gin[DT_OP_MAX_INPUTS];
         DT_CHECK(dt_dispatch_check(op, inputs, ninputs));
-        globals_of(inputs, ninputs, gin);
-        na = f->aux(op, gin, ninputs, args ? args : &no_args, spec, &for_grad);
+        dt_dispatch_globals(inputs, ninputs, gin);
+        na = f->aux(op, gin, ninputs, args ? args : &dt_dispatch_no_args, spec, &for_grad);
     }
     DT_ARG(naux == na, "%s: argument naux is %d, the op has %d outputs besides the first",
            dt_op_name(op), naux, na);
@@ -635,8 +488,10 @@ dt_status dt_op_strategy(dt_op op, dt_tensor *const *inputs, int ninputs, const 
     DT_ARG(input_placements_out && output_placements_out,
            "%s: input_placements_out or output_placements_out is NULL", dt_op_name(op));
     if (f->composite)
-        return dt_error(DT_ERR_UNSUPPORTED, "%s is built from other ops: it has no single "
-                                            "strategy", dt_op_name(op));
+        return dt_error(DT_ERR_UNSUPPORTED,
+                        "%s is built from other ops: it has no single "
+                        "strategy",
+                        dt_op_name(op));
     const strategy *s;
     DT_CHECK(lookup(op, f, inputs, ninputs, args, &s));
     int mnd = inputs[0]->mesh->ndim;
