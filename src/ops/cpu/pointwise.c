@@ -303,21 +303,27 @@ typedef struct {
     void *out;
 } binary_job;
 
+/* n elements of dtype, a and b at element strides sa and sb, o contiguous: o = f(a, b). */
+static void binary_strided(dt_binary f, dt_dtype dtype, void *o, const void *a, int64_t sa,
+                           const void *b, int64_t sb, int64_t n) {
+#define BINARY_CASE(DT, SUF, T)                                                                    \
+    case DT: binary_row_##SUF(f, (T *)o, (const T *)a, sa, (const T *)b, sb, n); break;
+    switch (dtype) {
+        BINARY_CASE(DT_F32, f32, float)
+        BINARY_CASE(DT_F64, f64, double)
+        BINARY_CASE(DT_BF16, bf16, uint16_t)
+        BINARY_CASE(DT_F16, f16, uint16_t)
+        BINARY_CASE(DT_I32, i32, int32_t)
+        BINARY_CASE(DT_I64, i64, int64_t)
+    default: break;
+    }
+#undef BINARY_CASE
+}
+
 /* n contiguous elements of dtype: o = f(a, b). */
 static void binary_flat(dt_binary f, dt_dtype dtype, void *o, const void *a, const void *b,
                         int64_t n) {
-#define FLAT_CASE(DT, SUF, T)                                                                      \
-    case DT: binary_row_##SUF(f, (T *)o, (const T *)a, 1, (const T *)b, 1, n); break;
-    switch (dtype) {
-        FLAT_CASE(DT_F32, f32, float)
-        FLAT_CASE(DT_F64, f64, double)
-        FLAT_CASE(DT_BF16, bf16, uint16_t)
-        FLAT_CASE(DT_F16, f16, uint16_t)
-        FLAT_CASE(DT_I32, i32, int32_t)
-        FLAT_CASE(DT_I64, i64, int64_t)
-    default: break;
-    }
-#undef FLAT_CASE
+    binary_strided(f, dtype, o, a, 1, b, 1, n);
 }
 
 static void binary_range(void *arg, int64_t begin, int64_t end) {
@@ -336,18 +342,7 @@ static void binary_range(void *arg, int64_t begin, int64_t end) {
         char *o = (char *)j->out + ((size_t)r * (size_t)j->u.n + (size_t)c0) * es;
         const char *pa = (const char *)j->a + (size_t)(off[0] + c0 * sa) * es;
         const char *pb = (const char *)j->b + (size_t)(off[1] + c0 * sb) * es;
-#define BINARY_CASE(DT, SUF, T)                                                                    \
-    case DT: binary_row_##SUF(f, (T *)o, (const T *)pa, sa, (const T *)pb, sb, n); break;
-        switch (j->dtype) {
-            BINARY_CASE(DT_F32, f32, float)
-            BINARY_CASE(DT_F64, f64, double)
-            BINARY_CASE(DT_BF16, bf16, uint16_t)
-            BINARY_CASE(DT_F16, f16, uint16_t)
-            BINARY_CASE(DT_I32, i32, int32_t)
-            BINARY_CASE(DT_I64, i64, int64_t)
-        default: break;
-        }
-#undef BINARY_CASE
+        binary_strided(f, j->dtype, o, pa, sa, pb, sb, n);
     }
 }
 
