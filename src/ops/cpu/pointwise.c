@@ -230,6 +230,13 @@ static bcast_units bcast_plan(const dt_bcast *it) {
     return (bcast_units){.it = it, .n = n, .pieces = (n + PIECE - 1) / PIECE};
 }
 
+/* Unit u's place: its output row, first column and length. */
+static void bcast_span(const bcast_units *b, int64_t u, int64_t *row, int64_t *c0, int64_t *n) {
+    *row = b->pieces == 1 ? u : u / b->pieces;
+    *c0 = b->pieces == 1 ? 0 : (u % b->pieces) * PIECE;
+    *n = b->n - *c0 < PIECE ? b->n - *c0 : PIECE;
+}
+
 /* Units per pool chunk: at least PIECE elements' worth. */
 static int64_t bcast_grain(const bcast_units *u) {
     int64_t per = u->n < PIECE ? u->n : PIECE;
@@ -333,9 +340,8 @@ static void binary_range(void *arg, int64_t begin, int64_t end) {
     int64_t sa = it->stride[0][it->ndim - 1], sb = it->stride[1][it->ndim - 1];
     bcast_cursor cur = {.row = -2};
     for (int64_t u = begin; u < end; u++) {
-        int64_t r = j->u.pieces == 1 ? u : u / j->u.pieces;
-        int64_t c0 = j->u.pieces == 1 ? 0 : (u % j->u.pieces) * PIECE;
-        int64_t n = j->u.n - c0 < PIECE ? j->u.n - c0 : PIECE;
+        int64_t r, c0, n;
+        bcast_span(&j->u, u, &r, &c0, &n);
         cursor_to(it, 2, r, &cur);
         const int64_t *off = cur.off;
         dt_binary f = j->f;
@@ -427,9 +433,8 @@ static void where_range(void *arg, int64_t begin, int64_t end) {
     uint8_t m[BLOCK];
     bcast_cursor cur = {.row = -2};
     for (int64_t u = begin; u < end; u++) {
-        int64_t r = j->u.pieces == 1 ? u : u / j->u.pieces;
-        int64_t c0 = j->u.pieces == 1 ? 0 : (u % j->u.pieces) * PIECE;
-        int64_t n = j->u.n - c0 < PIECE ? j->u.n - c0 : PIECE;
+        int64_t r, c0, n;
+        bcast_span(&j->u, u, &r, &c0, &n);
         cursor_to(it, 3, r, &cur);
         const int64_t *off = cur.off;
         char *o = (char *)j->out + ((size_t)r * (size_t)j->u.n + (size_t)c0) * es;
