@@ -1,8 +1,10 @@
 /* CPU scaled dot-product attention, flash style: query tiles of BR rows meet key tiles of BC
  * keys with an online softmax, so no (Tq, Tk) matrix exists; the forward keeps only out and
- * each row's log-sum-exp, and the backward rebuilds P a tile at a time from them (tile math in
- * ops/cpu/attention_tile.h). Work items write disjoint rows, so any thread count gives the
- * same bits. bf16/f16 compute in f32 (widened per tile), f64 in f64. */
+ * each row's log-sum-exp, and the backward rebuilds P a tile at a time from them. f32, bf16
+ * and f16 compute in f32: on AVX-512F CPUs in attention_avx512.c (fused multiply-adds), else in
+ * the portable tiles of ops/cpu/attention_tile.h (no FMA, the same bits on SSE, AVX2 or
+ * scalar); f64 in f64 there. Work items write disjoint rows, so any thread count gives the
+ * same bits on one path; the paths agree to rounding. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -11,7 +13,7 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "core/pool.h"
-#include "ops/cpu/attention_avx512.h"
+#include "ops/cpu/attention_job.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/vexp.h"
 #include "ops/kernel_args.h"
@@ -20,31 +22,6 @@
 /* Query rows x keys per tile: a 32 x 64 f32 score tile (8 KiB) and its operands at head dim 64
  * (q 8 KiB, k^T and v 16 KiB each) stay in L1/L2 of one core. */
 enum { BR = 32, BC = 64 };
-
-/* Where a block's rows lie (dt_sdpa_row): q, out, lse, g and dq have Hq heads of Tq rows, k,
- * v, dk and dv Hkv heads of Tk. */
-typedef struct sdpa_rows {
-    int64_t H, T;
-    int seq_first;
-} sdpa_rows;
-
-/* One call's plan and operands, shared read-only by its work items (outputs disjoint). */
-typedef struct sdpa_job {
-    dt_sdpa_dims d;
-    sdpa_rows rq, rk;
-    const dt_local *q, *k, *v, *g, *lse; /* g: the backward's grad_out */
-    dt_local *out, *dq, *dk, *dv;
-    int causal;
-    double scale;
-    int64_t nqt, nkt;  /* query tiles per head, key tiles per kv head */
-    double *dsum;      /* backward: sum_j P dP per query row (q's rows) */
-    size_t work_bytes; /* per chunk of items: the tiles of the widest item */
-    int failed;        /* a chunk found no memory (atomic) */
-} sdpa_job;
-
-static inline size_t row_at(const sdpa_rows *m, int64_t row, int64_t cols) {
-    return (size_t)(dt_sdpa_row(row, m->H, m->T, m->seq_first) * cols);
-}
 
 /* Rows [row0, row0 + n) of t (rows of `cols` elements, placed as m says) into dst in the
  * compute type: row r at dst + r * ld, or transposed (column r, dst + c * ld + r). */
@@ -89,23 +66,6 @@ static void load_f64(double *dst, int64_t ld, int trans, const dt_local *t, cons
     }
 }
 
-/* n rows of src (rows of `cols`, contiguous) into rows [row0, row0 + n) of t (placed as m
- * says), rounded once. */
-static void store_f32(dt_local *t, const sdpa_rows *m, int64_t row0, int n, int64_t cols,
-                      const float *src) {
-    for (int r = 0; r < n; r++) {
-        size_t at = row_at(m, row0 + r, cols);
-        const float *s = src + r * cols;
-        if (t->dtype == DT_F32) {
-            memcpy((float *)t->data + at, s, (size_t)cols * sizeof(float));
-            continue;
-        }
-        uint16_t *h = (uint16_t *)t->data + at;
-        for (int64_t i = 0; i < cols; i++)
-            h[i] = t->dtype == DT_BF16 ? dt_f32_to_bf16(s[i]) : dt_f32_to_f16(s[i]);
-    }
-}
-
 static void store_f64(dt_local *t, const sdpa_rows *m, int64_t row0, int n, int64_t cols,
                       const double *src) {
     for (int r = 0; r < n; r++)
@@ -113,8 +73,9 @@ static void store_f64(dt_local *t, const sdpa_rows *m, int64_t row0, int n, int6
                (size_t)cols * sizeof(double));
 }
 
-/* The tile products in AVX2 where the CPU has it, else SSE2: the same bits either way (each
- * output element's terms are added in one order, no FMA: ISO C mode keeps contraction off). */
+/* The portable tile products in AVX2 where the CPU has it, else SSE2: the same bits either way
+ * (each output element's terms are added in one order, no FMA: ISO C mode keeps contraction
+ * off). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DT_TILE_CLONES __attribute__((target_clones("avx2", "default")))
 #else
@@ -162,6 +123,29 @@ DEFINE_RANGE(fwd_range, fwd_item_f32, fwd_item_f64)
 DEFINE_RANGE(dq_range, dq_item_f32, dq_item_f64)
 DEFINE_RANGE(dkv_range, dkv_item_f32, dkv_item_f64)
 
+#if DT_ATTN_AVX512
+/* The AVX-512 path's passes: its items need no zeroed memory. */
+#define DEFINE_RANGE512(NAME, ITEM)                                                                \
+    static void NAME(void *arg, int64_t b, int64_t e) {                                            \
+        sdpa_job *J = arg;                                                                         \
+        void *w = dt_host_alloc(J->work_bytes);                                                    \
+        if (!w) {                                                                                  \
+            __atomic_store_n(&J->failed, 1, __ATOMIC_RELAXED);                                     \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t it = b; it < e; it++)                                                         \
+            ITEM(J, w, it);                                                                        \
+        dt_host_free(w);                                                                           \
+    }
+DEFINE_RANGE512(fwd512_range, dt_attn512_fwd_item)
+DEFINE_RANGE512(bwd512_range, dt_attn512_bwd_item)
+#endif
+
+/* Whether q's dtype runs on the AVX-512 path here (f32 compute, the CPU and DT_SIMD allow). */
+static int use_avx512(const dt_local *q) {
+    return DT_ATTN_AVX512 && q->dtype != DT_F64 && dt_simd_level() == DT_SIMD_AVX512;
+}
+
 static void job_init(sdpa_job *J, const dt_sdpa_dims *d, int causal, double scale) {
     memset(J, 0, sizeof *J);
     J->d = *d, J->causal = causal, J->scale = scale;
@@ -185,6 +169,12 @@ dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, i
     sdpa_job J;
     job_init(&J, &d, causal, scale);
     J.q = q, J.k = k, J.v = v, J.out = out, J.lse = lse;
+#if DT_ATTN_AVX512
+    if (use_avx512(q)) {
+        J.work_bytes = dt_attn512_fwd_bytes(&J);
+        return job_run(&J, "dt_cpu_sdpa", fwd512_range, d.B * d.g);
+    }
+#endif
     /* q, k^T, v, scores, acc, m tiles and l (double) rows */
     size_t cs = dt_dtype_size(dt_sdpa_lse_dtype(q->dtype));
     J.work_bytes = cs * (size_t)(BR * d.D + d.D * BC + BC * d.Dv + BR * BC + BR * d.Dv + BR + 1) +
@@ -203,6 +193,12 @@ dt_status dt_cpu_sdpa_backward(const dt_local *g, const dt_local *q, const dt_lo
     sdpa_job J;
     job_init(&J, &d, causal, scale);
     J.q = q, J.k = k, J.v = v, J.g = g, J.lse = lse, J.dq = dq, J.dk = dk, J.dv = dv;
+#if DT_ATTN_AVX512
+    if (use_avx512(q)) { /* items by kv head: P and dP made once, dk and dv summed in place */
+        J.work_bytes = dt_attn512_bwd_bytes(&J);
+        return job_run(&J, fn, bwd512_range, d.B);
+    }
+#endif
     size_t cs = dt_dtype_size(dt_sdpa_lse_dtype(q->dtype));
     /* dq items: q, dO, k^T, v^T, k, dq tiles and P, dP over the whole key range;
      * dk/dv items: k^T, v^T, q, dO, P, dP, dk, dv tiles */

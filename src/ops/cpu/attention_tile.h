@@ -1,5 +1,5 @@
-/* The tile steps of the CPU flash attention (ops/cpu/attention.c), written once and included
- * twice: for the f32 compute type (f32, bf16, f16 storage) and for f64. Before including,
+/* The portable tile steps of the CPU flash attention (ops/cpu/attention.c), written once and
+ * included twice: for the f32 compute type (f32, bf16, f16 storage) and for f64. Before including,
  * define CT (float or double) and TN(name) (name##_f32 or name##_f64). Every product runs in
  * outer-product form (no reassociation, fixed order), so each output element sums its terms in
  * one order whatever the vector width or the thread count. */
@@ -49,36 +49,23 @@ DT_TILE_CLONES static void TN(gemm)(CT *restrict c, int64_t ldc, const CT *restr
         }
 }
 
-/* The gemm above, or (f32, where the CPU and DT_SIMD allow) its AVX-512 form: the same sums
- * in the same order, so the same bits. */
-static void TN(mm)(CT *restrict c, int64_t ldc, const CT *restrict a, int64_t ai, int64_t at,
-                   const CT *restrict b, int64_t ldb, int m, int64_t n, int64_t k) {
-#if DT_TILE_F32 && DT_ATTN_AVX512
-    if (dt_simd_level() == DT_SIMD_AVX512) {
-        attn_gemm_avx512(c, ldc, a, ai, at, b, ldb, m, n, k);
-        return;
-    }
-#endif
-    TN(gemm)(c, ldc, a, ai, at, b, ldb, m, n, k);
-}
-
 /* s (nr x BC) = a (nr x D) . bt (D x BC) over the tile's first nc keys, rounded up to whole
  * vectors (bt's columns past the keys are zero; the rest of s is zero). */
 static void TN(scores)(CT *s, const CT *a, const CT *bt, int nr, int nc, int64_t D) {
     int n = (nc + 15) / 16 * 16;
     memset(s, 0, sizeof(CT) * (size_t)nr * BC);
-    TN(mm)(s, BC, a, D, 1, bt, BC, nr, n < BC ? n : BC, D);
+    TN(gemm)(s, BC, a, D, 1, bt, BC, nr, n < BC ? n : BC, D);
 }
 
 /* acc (nr x n) += p (nr x BC, first nc columns) . b (nc x n): y = P V and dq += dS K. */
 static void TN(accum)(CT *acc, const CT *p, const CT *b, int nr, int nc, int64_t n) {
-    TN(mm)(acc, n, p, BC, 1, b, n, nr, n, nc);
+    TN(gemm)(acc, n, p, BC, 1, b, n, nr, n, nc);
 }
 
 /* acc (nc x n) += p^T (p: nr x BC, first nc columns) . b (nr x n): dv += P^T dO and
  * dk += dS^T q, summed over the tile's rows in order. */
 static void TN(accum_t)(CT *acc, const CT *p, const CT *b, int nr, int nc, int64_t n) {
-    TN(mm)(acc, n, p, 1, BC, b, n, nc, n, nr);
+    TN(gemm)(acc, n, p, 1, BC, b, n, nc, n, nr);
 }
 
 /* Keys of tile [j0, j0 + nc) that query i sees: all, or (causal) those j <= i. */
@@ -105,22 +92,14 @@ static void TN(exp_row)(CT *s, int lim, CT a, CT b) {
  * acc (nr x Dv, the unnormalised output) take the tile in, online softmax style. */
 static void TN(fwd_tile)(CT *s, const CT *vb, CT *acc, CT *m, double *l, int nr, int nc, int64_t i0,
                          int64_t j0, int causal, CT scale, int64_t Dv) {
-#if DT_TILE_F32 && DT_ATTN_AVX512
-    int simd512 = dt_simd_level() == DT_SIMD_AVX512;
-#endif
     for (int r = 0; r < nr; r++) {
         CT *sr = s + (size_t)r * BC;
         int lim = TN(visible)(causal, i0 + r, j0, nc);
         CT mx = m[r];
-        int scaled = 0, found = 0;
-#if DT_TILE_F32 && DT_ATTN_AVX512
-        if (simd512) scaled = 1, found = attn_scale_max_avx512(sr, lim, scale, &mx);
-#endif
-        if (!found) /* the rule itself, on the values scaled once */
-            for (int c = 0; c < lim; c++) {
-                if (!scaled) sr[c] *= scale;
-                if (sr[c] > mx || sr[c] != sr[c]) mx = sr[c]; /* NaN wins, as in a full softmax */
-            }
+        for (int c = 0; c < lim; c++) {
+            sr[c] *= scale;
+            if (sr[c] > mx || sr[c] != sr[c]) mx = sr[c]; /* NaN wins, as in a full softmax */
+        }
         if (lim == 0 || mx == -INFINITY) { /* no key yet: the row stays empty */
             for (int c = 0; c < BC; c++)
                 sr[c] = 0;
