@@ -172,7 +172,7 @@ dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, i
 #if DT_ATTN_AVX512
     if (use_avx512(q)) {
         J.work_bytes = dt_attn512_fwd_bytes(&J);
-        return job_run(&J, "dt_cpu_sdpa", fwd512_range, d.B * d.g);
+        return job_run(&J, "dt_cpu_sdpa", fwd512_range, d.B);
     }
 #endif
     /* q, k^T, v, scores, acc, m tiles and l (double) rows */

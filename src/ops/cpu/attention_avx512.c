@@ -213,15 +213,37 @@ static const float *rows_f32(const dt_local *t, const sdpa_rows *m, int64_t row0
     return buf;
 }
 
-/* dst (cols x ldt) = the transpose of n rows of src (ld apart), zero in columns [n, ldt). */
-static void transpose(float *dst, int64_t ldt, const float *src, int64_t ld, int64_t n,
-                      int64_t cols) {
-    for (int64_t c = 0; c < cols; c++) {
-        float *d = dst + c * ldt;
-        for (int64_t r = 0; r < n; r++)
-            d[r] = src[r * ld + c];
-        for (int64_t r = n; r < ldt; r++)
-            d[r] = 0;
+/* Rows [row0, row0 + n) of the output t (one head's) for an item to sum into: in place for f32
+ * (*ld their distance), else buf (*ld = cols; store_f32 rounds it into t afterwards). */
+static float *out_rows(dt_local *t, const sdpa_rows *m, int64_t row0, int64_t n, int64_t cols,
+                       float *buf, int64_t *ld) {
+    if (t->dtype != DT_F32 || n == 0) {
+        *ld = cols;
+        return buf;
+    }
+    *ld = (m->seq_first ? m->H : 1) * cols;
+    return (float *)t->data + row_at(m, row0, cols);
+}
+
+/* dst (cols x ldt) = the transpose of n rows of src (ld apart), zero in columns [n, ldt): 16
+ * rows at a time, each column's 16 values gathered into one vector. */
+static A512 void transpose(float *dst, int64_t ldt, const float *src, int64_t ld, int64_t n,
+                           int64_t cols) {
+    __m512i idx =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32((int)ld));
+    if (ld > INT32_MAX / 16) { /* offsets past the gather's 32 bits */
+        for (int64_t c = 0; c < cols; c++)
+            for (int64_t r = 0; r < ldt; r++)
+                dst[c * ldt + r] = r < n ? src[r * ld + c] : 0;
+        return;
+    }
+    for (int64_t r = 0; r < ldt; r += 16) {
+        __mmask16 k = lanes((int)(n - r < 16 ? (n - r > 0 ? n - r : 0) : 16), 0);
+        const float *base = src + (r < n ? r * ld : 0);
+        for (int64_t c = 0; c < cols; c++)
+            _mm512_storeu_ps(dst + c * ldt + r,
+                             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, base + c, 4));
     }
 }
 
@@ -244,7 +266,7 @@ static size_t bytes_of(const int64_t *n, size_t count) {
     return b;
 }
 
-/* ---- forward: item (kv batch-head b, query head hh of its group) --------------------------- */
+/* ---- forward: item (kv batch-head b), its group's query heads and tiles in order ------------ */
 
 static void fwd_sizes(const sdpa_job *J, int64_t n[7]) {
     const dt_sdpa_dims *d = &J->d;
@@ -267,7 +289,7 @@ size_t dt_attn512_fwd_bytes(const sdpa_job *J) {
 
 A512 void dt_attn512_fwd_item(const sdpa_job *J, void *w, int64_t it) {
     const dt_sdpa_dims *d = &J->d;
-    int64_t b = it / d->g, hh = it % d->g, D = d->D, Dv = d->Dv, Tk = d->Tk, Tkp = up16(Tk);
+    int64_t b = it, D = d->D, Dv = d->Dv, Tk = d->Tk, Tkp = up16(Tk);
     int64_t n[7];
     fwd_sizes(J, n);
     carve c = {w};
@@ -279,8 +301,8 @@ A512 void dt_attn512_fwd_item(const sdpa_job *J, void *w, int64_t it) {
     const float *v = rows_f32(J->v, &J->rk, b * Tk, Tk, Dv, kvw + Tk * D, &vld);
     transpose(kt, Tkp, k, kld, Tk, D);
     float *lse = J->lse ? (float *)J->lse->data : NULL;
-    for (int64_t t = 0; t < J->nqt; t++) {
-        int64_t i0 = t * QT, row0 = b * d->R + hh * d->Tq + i0;
+    for (int64_t qt = 0; qt < d->g * J->nqt; qt++) { /* the group's heads, their query tiles */
+        int64_t hh = qt / J->nqt, t = qt % J->nqt, i0 = t * QT, row0 = b * d->R + hh * d->Tq + i0;
         int nr = d->Tq - i0 < QT ? (int)(d->Tq - i0) : QT;
         const float *q = rows_f32(J->q, &J->rq, row0, nr, D, qw, &qld);
         for (int r = 0; r < nr; r++)
@@ -350,7 +372,13 @@ A512 void dt_attn512_bwd_item(const sdpa_job *J, void *w, int64_t b) {
     const float *v = rows_f32(J->v, &J->rk, b * Tk, Tk, Dv, kvw + Tk * D, &vld);
     transpose(kt, Tkp, k, kld, Tk, D);
     transpose(vt, Tkp, v, vld, Tk, Dv);
-    memset(dk, 0, sizeof(float) * (size_t)(Tk * (D + Dv)));
+    int64_t dkld, dvld, dqld;
+    float *dko = out_rows(J->dk, &J->rk, b * Tk, Tk, D, dk, &dkld);
+    float *dvo = out_rows(J->dv, &J->rk, b * Tk, Tk, Dv, dv, &dvld);
+    for (int64_t r = 0; r < Tk; r++) {
+        memset(dko + r * dkld, 0, sizeof(float) * (size_t)D);
+        memset(dvo + r * dvld, 0, sizeof(float) * (size_t)Dv);
+    }
     const float *lse_in = (const float *)J->lse->data;
     for (int64_t hh = 0; hh < d->g; hh++)
         for (int64_t t = 0; t < J->nqt; t++) {
@@ -361,8 +389,10 @@ A512 void dt_attn512_bwd_item(const sdpa_job *J, void *w, int64_t b) {
             for (int r = 0; r < nr; r++)
                 lse[r] = lse_in[row_at(&J->rq, row0 + r, 1)];
             memset(dsum, 0, sizeof(double) * (size_t)(nr * 16));
-            memset(dq, 0, sizeof(float) * (size_t)(nr * D));
+            float *dqo = out_rows(J->dq, &J->rq, row0, nr, D, dq, &dqld);
             int64_t kend = J->causal && i0 + nr < Tk ? i0 + nr : Tk;
+            for (int r = 0; kend == 0 && r < nr; r++) /* no key: dq is zero */
+                memset(dqo + r * dqld, 0, sizeof(float) * (size_t)D);
             /* P and dP of every key tile, and dv; their row sums sum_j P dP (delta) */
             for (int64_t j0 = 0; j0 < kend; j0 += KT) {
                 int nc = kend - j0 < KT ? (int)(kend - j0) : KT, nv = (int)(up16(nc) / 16);
@@ -372,7 +402,7 @@ A512 void dt_attn512_bwd_item(const sdpa_job *J, void *w, int64_t b) {
                 for (int r = 0; r < nr; r++)
                     prob_row(p + r * KT, dp + r * KT, visible(J->causal, i0 + r, j0, nc), nv, scale,
                              lse[r], dsum + r * 16);
-                mm(dv + j0 * Dv, Dv, p, 1, KT, g, gld, nc, Dv, nr, 1); /* dv += P^T dO */
+                mm(dvo + j0 * dvld, dvld, p, 1, KT, g, gld, nc, Dv, nr, 1); /* dv += P^T dO */
             }
             float delta[QT];
             for (int r = 0; r < nr; r++)
@@ -383,12 +413,12 @@ A512 void dt_attn512_bwd_item(const sdpa_job *J, void *w, int64_t b) {
                 float *p = P + j0 / KT * QT * KT, *dp = dP + j0 / KT * QT * KT;
                 for (int r = 0; r < nr; r++)
                     ds_row(p + r * KT, dp + r * KT, nv, delta[r], scale);
-                mm(dq, D, dp, KT, 1, k + j0 * kld, kld, nr, D, nc, 1); /* dq += dS k */
-                mm(dk + j0 * D, D, dp, 1, KT, q, qld, nc, D, nr, 1);   /* dk += dS^T q */
+                mm(dqo, dqld, dp, KT, 1, k + j0 * kld, kld, nr, D, nc, j0 > 0); /* dq += dS k */
+                mm(dko + j0 * dkld, dkld, dp, 1, KT, q, qld, nc, D, nr, 1);     /* dk += dS^T q */
             }
-            store_f32(J->dq, &J->rq, row0, nr, D, dq);
+            if (dqo == dq) store_f32(J->dq, &J->rq, row0, nr, D, dq);
         }
-    store_f32(J->dk, &J->rk, b * Tk, Tk, D, dk);
-    store_f32(J->dv, &J->rk, b * Tk, Tk, Dv, dv);
+    if (dko == dk) store_f32(J->dk, &J->rk, b * Tk, Tk, D, dk);
+    if (dvo == dv) store_f32(J->dv, &J->rk, b * Tk, Tk, Dv, dv);
 }
 #endif

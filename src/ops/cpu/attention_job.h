@@ -53,9 +53,9 @@ static inline void store_f32(dt_local *t, const sdpa_rows *m, int64_t row0, int6
     }
 }
 
-/* The AVX-512F path (f32 compute: f32, bf16, f16 storage), where the compiler builds it.
- * Forward items are (kv batch-head b, query head of its group): it < d.B * d.g; backward items
- * are kv batch-heads: it < d.B. w: *_bytes(J) bytes, any alignment, contents ignored. */
+/* The AVX-512F path (f32 compute: f32, bf16, f16 storage), where the compiler builds it. Items
+ * are kv batch-heads (it < d.B: k^T made once for the group's query heads); w: *_bytes(J)
+ * bytes, any alignment, contents ignored. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DT_ATTN_AVX512 1
 size_t dt_attn512_fwd_bytes(const sdpa_job *J);
