@@ -247,6 +247,28 @@ static A512 void transpose(float *dst, int64_t ldt, const float *src, int64_t ld
     }
 }
 
+/* n rows of dst (cols each, ld apart) = the transpose of src (cols x lds): row j's 16 columns
+ * at a time gathered from 16 rows of src. */
+static A512 void untranspose(float *dst, int64_t ld, const float *src, int64_t lds, int64_t n,
+                             int64_t cols) {
+    if (lds > INT32_MAX / 16) {
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t c = 0; c < cols; c++)
+                dst[j * ld + c] = src[c * lds + j];
+        return;
+    }
+    __m512i idx =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32((int)lds));
+    for (int64_t c = 0; c < cols; c += 16) {
+        __mmask16 k = lanes((int)(cols - c < 16 ? cols - c : 16), 0);
+        for (int64_t j = 0; j < n; j++)
+            _mm512_mask_storeu_ps(
+                dst + j * ld + c, k,
+                _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, src + c * lds + j, 4));
+    }
+}
+
 /* A bump allocator over an item's work memory: 64-byte aligned pieces of n floats. */
 typedef struct carve {
     char *p;
@@ -337,16 +359,16 @@ static void bwd_sizes(const sdpa_job *J, int64_t n[10]) {
     const dt_sdpa_dims *d = &J->d;
     int wide = J->q->dtype != DT_F32;
     int64_t Tkp = up16(d->Tk), s[10] = {
-                                   d->D * Tkp,                        /* k^T */
-                                   d->Dv * Tkp,                       /* v^T */
-                                   d->Tk * (d->D + d->Dv),            /* dk, dv */
-                                   QT * J->nkt * KT,                  /* P of a query tile */
-                                   QT * J->nkt * KT,                  /* dP, then dS */
-                                   QT * d->D,                         /* dq */
-                                   QT * 32,                           /* P dP lanes (double) */
-                                   wide ? d->Tk * (d->D + d->Dv) : 0, /* k and v widened */
-                                   wide ? QT * (d->D + d->Dv) : 0,    /* q and dO widened */
-                                   QT,                                /* lse */
+                                   d->D * Tkp,                         /* k^T */
+                                   d->Dv * Tkp,                        /* v^T */
+                                   Tkp * (d->D + d->Dv),               /* dk^T, dv^T */
+                                   QT * J->nkt * KT,                   /* P of a query tile */
+                                   QT * J->nkt * KT,                   /* dP, then dS */
+                                   QT * (d->D > d->Dv ? d->D : d->Dv), /* dq; dk, dv rows staged */
+                                   QT * 32,                            /* P dP lanes (double) */
+                                   wide ? d->Tk * (d->D + d->Dv) : 0,  /* k and v widened */
+                                   wide ? QT * (d->D + d->Dv) : 0,     /* q and dO widened */
+                                   QT,                                 /* lse */
                                };
     memcpy(n, s, sizeof s);
 }
@@ -362,7 +384,7 @@ A512 void dt_attn512_bwd_item(const sdpa_job *J, void *w, int64_t b) {
     int64_t D = d->D, Dv = d->Dv, Tk = d->Tk, Tkp = up16(Tk), n[10];
     bwd_sizes(J, n);
     carve c = {w};
-    float *kt = take(&c, n[0]), *vt = take(&c, n[1]), *dk = take(&c, n[2]), *dv = dk + Tk * D;
+    float *kt = take(&c, n[0]), *vt = take(&c, n[1]), *dkt = take(&c, n[2]), *dvt = dkt + Tkp * D;
     float *P = take(&c, n[3]), *dP = take(&c, n[4]), *dq = take(&c, n[5]);
     double *dsum = (double *)(void *)take(&c, n[6]);
     float *kvw = take(&c, n[7]), *qgw = take(&c, n[8]), *lse = take(&c, n[9]);
@@ -372,13 +394,8 @@ A512 void dt_attn512_bwd_item(const sdpa_job *J, void *w, int64_t b) {
     const float *v = rows_f32(J->v, &J->rk, b * Tk, Tk, Dv, kvw + Tk * D, &vld);
     transpose(kt, Tkp, k, kld, Tk, D);
     transpose(vt, Tkp, v, vld, Tk, Dv);
-    int64_t dkld, dvld, dqld;
-    float *dko = out_rows(J->dk, &J->rk, b * Tk, Tk, D, dk, &dkld);
-    float *dvo = out_rows(J->dv, &J->rk, b * Tk, Tk, Dv, dv, &dvld);
-    for (int64_t r = 0; r < Tk; r++) {
-        memset(dko + r * dkld, 0, sizeof(float) * (size_t)D);
-        memset(dvo + r * dvld, 0, sizeof(float) * (size_t)Dv);
-    }
+    memset(dkt, 0, sizeof(float) * (size_t)(Tkp * (D + Dv)));
+    int64_t dqld;
     const float *lse_in = (const float *)J->lse->data;
     for (int64_t hh = 0; hh < d->g; hh++)
         for (int64_t t = 0; t < J->nqt; t++) {
@@ -402,7 +419,8 @@ A512 void dt_attn512_bwd_item(const sdpa_job *J, void *w, int64_t b) {
                 for (int r = 0; r < nr; r++)
                     prob_row(p + r * KT, dp + r * KT, visible(J->causal, i0 + r, j0, nc), nv, scale,
                              lse[r], dsum + r * 16);
-                mm(dvo + j0 * dvld, dvld, p, 1, KT, g, gld, nc, Dv, nr, 1); /* dv += P^T dO */
+                /* dv^T += dO^T P: 64 keys wide, as are the score tiles */
+                mm(dvt + j0, Tkp, g, 1, gld, p, KT, Dv, 16 * nv, nr, 1);
             }
             float delta[QT];
             for (int r = 0; r < nr; r++)
@@ -414,11 +432,20 @@ A512 void dt_attn512_bwd_item(const sdpa_job *J, void *w, int64_t b) {
                 for (int r = 0; r < nr; r++)
                     ds_row(p + r * KT, dp + r * KT, nv, delta[r], scale);
                 mm(dqo, dqld, dp, KT, 1, k + j0 * kld, kld, nr, D, nc, j0 > 0); /* dq += dS k */
-                mm(dko + j0 * dkld, dkld, dp, 1, KT, q, qld, nc, D, nr, 1);     /* dk += dS^T q */
+                mm(dkt + j0, Tkp, q, 1, qld, dp, KT, D, 16 * nv, nr, 1);        /* dk^T += q^T dS */
             }
             if (dqo == dq) store_f32(J->dq, &J->rq, row0, nr, D, dq);
         }
-    if (dko == dk) store_f32(J->dk, &J->rk, b * Tk, Tk, D, dk);
-    if (dvo == dv) store_f32(J->dv, &J->rk, b * Tk, Tk, Dv, dv);
+    /* dk and dv rows: in place for f32, else through the dq tile's rows (QT at a time) */
+    float *dx[2] = {dkt, dvt};
+    dt_local *out[2] = {J->dk, J->dv};
+    int64_t cols[2] = {D, Dv};
+    for (int i = 0; i < 2; i++)
+        for (int64_t j0 = 0; j0 < Tk; j0 += QT) {
+            int64_t nj = Tk - j0 < QT ? Tk - j0 : QT, ld;
+            float *o = out_rows(out[i], &J->rk, b * Tk + j0, nj, cols[i], dq, &ld);
+            untranspose(o, ld, dx[i] + j0, Tkp, nj, cols[i]);
+            if (o == dq) store_f32(out[i], &J->rk, b * Tk + j0, nj, cols[i], dq);
+        }
 }
 #endif
