@@ -209,6 +209,12 @@ bool dt_ops_grad_on(dt_ctx *ctx);
  * Otherwise (or for a dropped or empty block) *out is dt_view's copy. Same values either way. */
 dt_status dt_view_borrowed(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
 
+/* x viewed as shape for a caller about to release x: where x has no other holder (one
+ * reference, no autograd state), owns its block and the view keeps every placement, *out takes
+ * x's block and x is left without storage, as if dropped (only to be released); otherwise
+ * *out is dt_view's copy and x is untouched. Same values either way. */
+dt_status dt_view_consume(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
+
 /* Runs a composite op (its family is dt_family_composite) from its constituent ops, each
  * called through dt_op_call (composite.c). */
 dt_status dt_composite_run(dt_op op, dt_tensor *const *in, int n, const dt_op_args *a,

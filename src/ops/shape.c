@@ -223,33 +223,48 @@ static int view_kept(const dt_tensor *x, const op_input *xi, const op_out *o, dt
     return 1;
 }
 
-dt_status dt_view_borrowed(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out) {
+/* x viewed as shape on x's own block (owned says whether the view takes it), or on dt_view's
+ * copy where x's block cannot serve: dropped or empty, a shard that must move, or (when
+ * !allowed) the caller's condition. */
+static dt_status view_on_block(dt_tensor *x, int ndim, const int64_t *shape, bool allowed,
+                               bool owned, dt_tensor **out) {
     DT_TENSOR_ARG(x);
-    DT_ARG(ndim >= 0 && ndim <= DT_MAX_NDIM,
-           "dt_view_borrowed: argument ndim = %d is not in [0, %d]", ndim, DT_MAX_NDIM);
+    DT_ARG(ndim >= 0 && ndim <= DT_MAX_NDIM, "dt_view: argument ndim = %d is not in [0, %d]", ndim,
+           DT_MAX_NDIM);
     dt_op_args a = {.shape_ndim = ndim};
     if (ndim) memcpy(a.shape, shape, sizeof(int64_t) * (size_t)ndim);
     op_input xi = {.ndim = x->ndim, .shape = x->shape, .dtype = x->dtype};
     op_out o;
     dt_placement pl[DT_MESH_MAX_NDIM];
-    /* A dropped or empty block, a recording scope (an op there could save the alias in its
-     * node, to be read after the caller freed it) or a shard that must move: the op's copy. */
-    if (x->dropped || !x->data || !x->local_numel || x->mesh->rank < 0 ||
-        dt_ops_grad_on(x->mesh->ctx) || view_shape(&xi, &a, &o) != DT_OK ||
-        !view_kept(x, &xi, &o, pl))
+    if (!allowed || x->dropped || !x->data || !x->local_numel || x->mesh->rank < 0 ||
+        view_shape(&xi, &a, &o) != DT_OK || !view_kept(x, &xi, &o, pl))
         return dt_view(x, ndim, shape, out);
     dt_tensor *v;
     DT_CHECK(dt_tensor_new(x->mesh, x->device, x->dtype, o.ndim, o.shape, pl, x->data, false, &v));
     if (v->local_numel != x->local_numel) { /* kept placements chunk alike: a library bug */
         dt_tensor_release(v);
-        return dt_error(DT_ERR_SHAPE,
-                        "dt_view_borrowed: a local block of %zu elements became "
-                        "%zu",
+        return dt_error(DT_ERR_SHAPE, "dt_view: a local block of %zu elements became %zu",
                         x->local_numel, v->local_numel);
     }
     v->trace_src = x->trace_src;
+    if (owned) { /* the block changes hands: the rank's byte count (a sum) stays as it is */
+        v->owned = true;
+        x->owned = false, x->data = NULL, x->dropped = true; /* a shell, only released now */
+    }
     *out = v;
     return DT_OK;
+}
+
+dt_status dt_view_borrowed(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out) {
+    /* In a recording scope an op could save the alias in its node, to be read after the
+     * caller freed it. */
+    return view_on_block(x, ndim, shape, x && !dt_ops_grad_on(x->mesh->ctx), false, out);
+}
+
+dt_status dt_view_consume(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out) {
+    bool sole = x && x->magic == DT_TENSOR_LIVE && x->owned && !x->ag &&
+                atomic_load_explicit(&x->refs, memory_order_acquire) == 1;
+    return view_on_block(x, ndim, shape, sole, true, out);
 }
 
 /* out = x broadcast to out's shape (stride 0 along the dims that grow). */
@@ -304,8 +319,10 @@ dt_status dt_grad_contiguous(const dt_grad_call *c, dt_tensor **gin) {
     return dt_grad_add_scalar(c, gin);
 }
 
+/* The engine releases the output's gradient after this rule: where it holds the only reference,
+ * the input's gradient takes its block instead of a copy. */
 dt_status dt_grad_view(const dt_grad_call *c, dt_tensor **gin) {
-    return dt_view(c->grad, IN(0)->ndim, IN(0)->shape, &gin[0]);
+    return dt_view_consume(c->grad, IN(0)->ndim, IN(0)->shape, &gin[0]);
 }
 
 dt_status dt_grad_transpose(const dt_grad_call *c, dt_tensor **gin) {

@@ -213,3 +213,101 @@ Test(view_borrowed, linear_weight_gradient_flattens_without_copies) {
     la.trace[0] = 0;
     t_run(3, linear_body, &la);
 }
+
+/* ---- views that take a block their input gives up -------------------------------------------- */
+
+static int64_t live_bytes(dt_ctx *ctx) {
+    dt_tensor_memory m;
+    return dt_ctx_tensor_memory(ctx, &m) == DT_OK ? m.bytes : -1;
+}
+
+/* dt_view_consume takes x's block only when x has no other holder: with a second reference or
+ * autograd state it copies and leaves x whole. The rank's live bytes count the block once
+ * throughout, and fall back to where they were once both are released. */
+static dt_status consume_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create(ctx, 1, (int[]){dt_ctx_size(ctx)}, NULL, &mesh));
+    int64_t shape[3] = {4, 3, 8}, flat[2] = {12, 8};
+    float src[96], got[96];
+    t_fill(DT_F32, src, 96, 4);
+    dt_placement s0 = dt_shard(0);
+    int64_t base = live_bytes(ctx);
+    for (int holders = 0; holders < 3; holders++) { /* alone, retained, requiring grad */
+        dt_tensor *x, *v;
+        R_OK(dt_tensor_distribute(mesh, src, DT_F32, 3, shape, 1, &s0, DT_ALL_RANKS, &x));
+        int64_t with_x = live_bytes(ctx);
+        if (holders == 1) R_OK(dt_tensor_retain(x));
+        if (holders == 2) R_OK(dt_tensor_set_requires_grad(x, 1));
+        void *block = x->data;
+        R_OK(dt_no_grad_enter(ctx));
+        R_OK(dt_view_consume(x, 2, flat, &v));
+        R_OK(dt_no_grad_exit(ctx));
+        R_CHECK((v->data == block) == (holders == 0), "holders %d: took the block %d", holders,
+                v->data == block);
+        R_CHECK(holders == 0 ? !x->data && !x->owned : x->data == block && x->owned,
+                "holders %d: x is left %p, owned %d", holders, x->data, x->owned);
+        int64_t want = holders == 0 ? with_x : with_x + (with_x - base);
+        R_CHECK(live_bytes(ctx) == want, "holders %d: %lld live bytes, want %lld", holders,
+                (long long)live_bytes(ctx), (long long)want);
+        R_OK(dt_tensor_full_tensor(v, got, sizeof got));
+        for (int i = 0; i < 96; i++)
+            R_CHECK(got[i] == src[i], "holders %d: element %d", holders, i);
+        if (holders == 1) dt_tensor_release(x);
+        dt_tensor_release(x), dt_tensor_release(v);
+        R_CHECK(live_bytes(ctx) == base, "holders %d: %lld live bytes after, %lld before", holders,
+                (long long)live_bytes(ctx), (long long)base);
+    }
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(view_borrowed, consume_takes_a_block_only_from_its_sole_holder) {
+    t_run(1, consume_body, NULL);
+    t_run(2, consume_body, NULL);
+}
+
+/* view's backward hands the gradient's block on: x's gradient (of z = view(x) times 1) is g's
+ * values, no view kernel runs in backward, and no bytes stay alive after. */
+static dt_status view_grad_body(dt_ctx *ctx, void *arg) {
+    const char *trace = arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create(ctx, 1, (int[]){1}, NULL, &mesh));
+    int64_t shape[3] = {2, 5, 6}, flat[2] = {10, 6};
+    float xs[60], gs[60], got[60];
+    t_fill(DT_F32, xs, 60, 6);
+    t_fill(DT_F32, gs, 60, 7);
+    dt_placement r = dt_replicate();
+    int64_t base = live_bytes(ctx);
+    dt_tensor *x, *y, *z, *g;
+    R_OK(dt_tensor_distribute(mesh, xs, DT_F32, 3, shape, 1, &r, DT_ALL_RANKS, &x));
+    R_OK(dt_tensor_set_requires_grad(x, 1));
+    R_OK(dt_view(x, 2, flat, &y));
+    /* y's gradient is then a tensor of the engine's own (the seed g is the caller's too) */
+    R_OK(dt_mul_scalar(y, 1.0, &z));
+    R_OK(dt_tensor_distribute(mesh, gs, DT_F32, 2, flat, 1, &r, DT_ALL_RANKS, &g));
+    R_OK(dt_trace_start(ctx));
+    R_OK(dt_backward_with(z, g));
+    R_OK(dt_trace_stop(ctx));
+    R_OK(dt_trace_write(ctx, trace));
+    R_CHECK(dt_tensor_grad(x), "x has no gradient");
+    R_OK(dt_tensor_full_tensor(dt_tensor_grad(x), got, sizeof got));
+    R_CHECK(!memcmp(got, gs, sizeof got), "x's gradient is not g");
+    dt_tensor_release(z), dt_tensor_release(y), dt_tensor_release(g), dt_tensor_release(x);
+    R_CHECK(live_bytes(ctx) == base, "%lld live bytes after, %lld before",
+            (long long)live_bytes(ctx), (long long)base);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(view_borrowed, view_backward_passes_the_gradient_block_on) {
+    char *dir = t_tmpdir(), trace[128];
+    snprintf(trace, sizeof trace, "%s/trace.json", dir);
+    t_run(1, view_grad_body, trace);
+    size_t len;
+    char *json = t_slurp(trace, &len);
+    t_rmtree(dir);
+    cr_assert_eq(t_count(json, "\"name\":\"view\",\"cat\":\"compute\""), 0,
+                 "backward ran a view kernel (a copy)");
+    free(json);
+}
