@@ -1,7 +1,9 @@
 /* Shape ops: transpose, permute, view/reshape, slice, unsqueeze, squeeze, contiguous. Shards
  * follow their dim where it moves; Partial passes through (pure data movement). A view keeps
  * a shard only where the shard's rows stay one contiguous torch.chunk of the new dim;
- * otherwise the input is redistributed first. */
+ * otherwise the input is redistributed first. ops' own callers view without a copy where the
+ * placements stay: on a borrowed block, or on one the input gives up (dt_view_borrowed,
+ * dt_view_consume). */
 #include <string.h>
 
 #include "core/box.h"
