@@ -225,12 +225,16 @@ static int view_kept(const dt_tensor *x, const op_input *xi, const op_out *o, dt
     return 1;
 }
 
-/* x viewed as shape on x's own block (owned says whether the view takes it), or on dt_view's
- * copy where x's block cannot serve: dropped or empty, a shard that must move, or (when
- * !allowed) the caller's condition. */
-static dt_status view_on_block(dt_tensor *x, int ndim, const int64_t *shape, bool allowed,
-                               bool owned, dt_tensor **out) {
+/* x viewed as shape on x's own block (take: the view takes it, else borrows it), or on dt_view's
+ * copy where x's block cannot serve: dropped or empty, a shard that must move, a borrow in a
+ * recording scope (an op there could save the alias in its node, to be read after the caller
+ * freed it), a block with another holder to take. */
+static dt_status view_on_block(dt_tensor *x, int ndim, const int64_t *shape, bool take,
+                               dt_tensor **out) {
     DT_TENSOR_ARG(x);
+    bool allowed =
+        take ? x->owned && !x->ag && atomic_load_explicit(&x->refs, memory_order_acquire) == 1
+             : !dt_ops_grad_on(x->mesh->ctx);
     DT_ARG(ndim >= 0 && ndim <= DT_MAX_NDIM, "dt_view: argument ndim = %d is not in [0, %d]", ndim,
            DT_MAX_NDIM);
     dt_op_args a = {.shape_ndim = ndim};
@@ -249,7 +253,7 @@ static dt_status view_on_block(dt_tensor *x, int ndim, const int64_t *shape, boo
                         x->local_numel, v->local_numel);
     }
     v->trace_src = x->trace_src;
-    if (owned) { /* the block changes hands: the rank's byte count (a sum) stays as it is */
+    if (take) { /* the block changes hands: the rank's byte count (a sum) stays as it is */
         v->owned = true;
         x->owned = false, x->data = NULL, x->dropped = true; /* a shell, only released now */
     }
@@ -258,15 +262,11 @@ static dt_status view_on_block(dt_tensor *x, int ndim, const int64_t *shape, boo
 }
 
 dt_status dt_view_borrowed(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out) {
-    /* In a recording scope an op could save the alias in its node, to be read after the
-     * caller freed it. */
-    return view_on_block(x, ndim, shape, x && !dt_ops_grad_on(x->mesh->ctx), false, out);
+    return view_on_block(x, ndim, shape, false, out);
 }
 
 dt_status dt_view_consume(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out) {
-    bool sole = x && x->magic == DT_TENSOR_LIVE && x->owned && !x->ag &&
-                atomic_load_explicit(&x->refs, memory_order_acquire) == 1;
-    return view_on_block(x, ndim, shape, sole, true, out);
+    return view_on_block(x, ndim, shape, true, out);
 }
 
 /* out = x broadcast to out's shape (stride 0 along the dims that grow). */
