@@ -118,8 +118,15 @@ static void no_grad(dt_ctx *ctx, int enter) {
     dt_autograd_of(ctx)->no_grad_depth += enter ? 1 : -1;
 }
 
-static const dt_op_recorder recorder = {
-    .call = record_call, .call_inplace = record_inplace, .move = record_move, .no_grad = no_grad};
+static bool grad_on(dt_ctx *ctx) {
+    return !dt_autograd_of(ctx)->no_grad_depth;
+}
+
+static const dt_op_recorder recorder = {.call = record_call,
+                                        .call_inplace = record_inplace,
+                                        .move = record_move,
+                                        .no_grad = no_grad,
+                                        .grad_on = grad_on};
 
 void dt_autograd_start(void) {
     dt_ops_set_recorder(&recorder);

@@ -29,7 +29,7 @@ static dt_status cpu_copy(void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return DT_OK;
     const char *d = dst, *s = src;
     if (d + bytes <= s || s + bytes <= d)
-        dt_copy_large(dst, src, bytes); /* streaming stores for large blocks */
+        dt_copy_large(dst, src, bytes); /* split over the pool; streamed past the caches */
     else
         memmove(dst, src, bytes);
     return DT_OK;

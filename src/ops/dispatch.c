@@ -376,6 +376,11 @@ int dt_ops_no_grad_enter(dt_ctx *ctx) {
     return rec != NULL;
 }
 
+bool dt_ops_grad_on(dt_ctx *ctx) {
+    const dt_op_recorder *rec = atomic_load_explicit(&recorder, memory_order_acquire);
+    return rec && rec->grad_on(ctx);
+}
+
 void dt_ops_no_grad_exit(dt_ctx *ctx, int entered) {
     const dt_op_recorder *rec = atomic_load_explicit(&recorder, memory_order_acquire);
     if (entered) rec->no_grad(ctx, 0); /* set once, never unset */

@@ -144,8 +144,8 @@ dt_status dt_grad_embedding(const dt_grad_call *c, dt_tensor **gin) {
             if (st == DT_OK) st = dt_transpose(g, 0, 1, &gt);
             idx = it, g = gt;
         }
-        if (st == DT_OK) st = dt_view(idx, 2, col, &i2);
-        if (st == DT_OK) st = dt_view(g, 2, rows, &g2);
+        if (st == DT_OK) st = dt_view_borrowed(idx, 2, col, &i2); /* no copies where kept */
+        if (st == DT_OK) st = dt_view_borrowed(g, 2, rows, &g2);
     }
     if (st == DT_OK) st = dt_scatter_add(g2, 0, i2, 2, w->shape, &gin[0]);
     dt_tensor_release(i2), dt_tensor_release(g2), dt_tensor_release(it), dt_tensor_release(gt);

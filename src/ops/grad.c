@@ -19,7 +19,7 @@ dt_status dt_grad_sum_to(dt_tensor *g, int ndim, const int64_t *shape, dt_tensor
         *out = s;
         return DT_OK;
     }
-    dt_status st = dt_view(s, ndim, shape, out);
+    dt_status st = dt_view_consume(s, ndim, shape, out); /* s is ours alone: no copy */
     dt_tensor_release(s);
     return st;
 }

@@ -275,8 +275,8 @@ dt_status dt_grad_linear(const dt_grad_call *c, dt_tensor **gin) {
         dt_tensor_release(p);
     } else if (st == DT_OK && c->need[1]) {
         dt_tensor *g2 = NULL, *x2 = NULL;
-        st = dt_view(g, 2, gshape, &g2);
-        if (st == DT_OK) st = dt_view(x, 2, xshape, &x2);
+        st = dt_view_borrowed(g, 2, gshape, &g2); /* rows merged in place: no copies */
+        if (st == DT_OK) st = dt_view_borrowed(x, 2, xshape, &x2);
         if (st == DT_OK) st = product(DT_OP_MM, g2, x2, 1, 0, &gin[1]);
         dt_tensor_release(g2), dt_tensor_release(x2);
     }

@@ -188,6 +188,9 @@ typedef struct dt_op_recorder {
     dt_status (*move)(dt_tensor *x, const dt_placement *dst, dt_tensor **out);
     /* Opens (enter 1) or closes (0) a no-grad scope on ctx. */
     void (*no_grad)(dt_ctx *ctx, int enter);
+    /* Whether grad mode is on for ctx: an op called now would record a node when an input
+     * requires grad. */
+    bool (*grad_on)(dt_ctx *ctx);
 } dt_op_recorder;
 void dt_ops_set_recorder(const dt_op_recorder *r);
 /* For ops' own composites and helpers: a move and a no-grad scope, through the recorder when
@@ -196,6 +199,21 @@ void dt_ops_set_recorder(const dt_op_recorder *r);
 dt_status dt_ops_move(dt_tensor *x, const dt_placement *dst, dt_tensor **out);
 int dt_ops_no_grad_enter(dt_ctx *ctx);
 void dt_ops_no_grad_exit(dt_ctx *ctx, int entered);
+/* Whether grad mode is on for ctx (false while no recorder is set: nothing records). */
+bool dt_ops_grad_on(dt_ctx *ctx);
+
+/* x viewed as shape (all dims given, no -1) for an op call of ops' own, with no copy where the
+ * view keeps every placement as it is (R, Partial, a shard of a leading dim that stays whole
+ * rows; shape.c) and grad mode is off: then *out borrows x's storage (owned false) and must be
+ * released before x, and before the caller returns: no node, cache or result may hold it.
+ * Otherwise (or for a dropped or empty block) *out is dt_view's copy. Same values either way. */
+dt_status dt_view_borrowed(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
+
+/* x viewed as shape for a caller about to release x: where x has no other holder (one
+ * reference, no autograd state), owns its block and the view keeps every placement, *out takes
+ * x's block and x is left without storage, as if dropped (only to be released); otherwise
+ * *out is dt_view's copy and x is untouched. Same values either way. */
+dt_status dt_view_consume(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out);
 
 /* Runs a composite op (its family is dt_family_composite) from its constituent ops, each
  * called through dt_op_call (composite.c). */

@@ -1,7 +1,9 @@
 /* Shape ops: transpose, permute, view/reshape, slice, unsqueeze, squeeze, contiguous. Shards
  * follow their dim where it moves; Partial passes through (pure data movement). A view keeps
  * a shard only where the shard's rows stay one contiguous torch.chunk of the new dim;
- * otherwise the input is redistributed first. */
+ * otherwise the input is redistributed first. ops' own callers view without a copy where the
+ * placements stay: on a borrowed block, or on one the input gives up (dt_view_borrowed,
+ * dt_view_consume). */
 #include <string.h>
 
 #include "core/box.h"
@@ -204,6 +206,69 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
     return k;
 }
 
+/* The placements a view of x to o keeps with no redistribution, in pl: R and Partial as they
+ * are, a shard where view_target keeps it for its mesh dim and for all the mesh dims sharding
+ * the same dim together (view_combine_ok's test). 0 when some shard would move. */
+static int view_kept(const dt_tensor *x, const op_input *xi, const op_out *o, dt_placement *pl) {
+    const dt_mesh *mesh = x->mesh;
+    for (int m = 0; m < mesh->ndim; m++) {
+        pl[m] = x->placements[m];
+        if (pl[m].kind != DT_PLACEMENT_SHARD) continue;
+        int d = pl[m].dim, ranks = 1;
+        for (int e = 0; e < mesh->ndim; e++)
+            if (x->placements[e].kind == DT_PLACEMENT_SHARD && x->placements[e].dim == d)
+                ranks *= mesh->shape[e];
+        int to = view_target(xi, o, d, mesh->shape[m]);
+        if (to < 0 || view_target(xi, o, d, ranks) != to) return 0;
+        pl[m].dim = to;
+    }
+    return 1;
+}
+
+/* x viewed as shape on x's own block (take: the view takes it, else borrows it), or on dt_view's
+ * copy where x's block cannot serve: dropped or empty, a shard that must move, a borrow in a
+ * recording scope (an op there could save the alias in its node, to be read after the caller
+ * freed it), a block with another holder to take. */
+static dt_status view_on_block(dt_tensor *x, int ndim, const int64_t *shape, bool take,
+                               dt_tensor **out) {
+    DT_TENSOR_ARG(x);
+    bool allowed =
+        take ? x->owned && !x->ag && atomic_load_explicit(&x->refs, memory_order_acquire) == 1
+             : !dt_ops_grad_on(x->mesh->ctx);
+    DT_ARG(ndim >= 0 && ndim <= DT_MAX_NDIM, "dt_view: argument ndim = %d is not in [0, %d]", ndim,
+           DT_MAX_NDIM);
+    dt_op_args a = {.shape_ndim = ndim};
+    if (ndim) memcpy(a.shape, shape, sizeof(int64_t) * (size_t)ndim);
+    op_input xi = {.ndim = x->ndim, .shape = x->shape, .dtype = x->dtype};
+    op_out o;
+    dt_placement pl[DT_MESH_MAX_NDIM];
+    if (!allowed || x->dropped || !x->data || !x->local_numel || x->mesh->rank < 0 ||
+        view_shape(&xi, &a, &o) != DT_OK || !view_kept(x, &xi, &o, pl))
+        return dt_view(x, ndim, shape, out);
+    dt_tensor *v;
+    DT_CHECK(dt_tensor_new(x->mesh, x->device, x->dtype, o.ndim, o.shape, pl, x->data, false, &v));
+    if (v->local_numel != x->local_numel) { /* kept placements chunk alike: a library bug */
+        dt_tensor_release(v);
+        return dt_error(DT_ERR_SHAPE, "dt_view: a local block of %zu elements became %zu",
+                        x->local_numel, v->local_numel);
+    }
+    v->trace_src = x->trace_src;
+    if (take) { /* the block changes hands: the rank's byte count (a sum) stays as it is */
+        v->owned = true;
+        x->owned = false, x->data = NULL, x->dropped = true; /* a shell, only released now */
+    }
+    *out = v;
+    return DT_OK;
+}
+
+dt_status dt_view_borrowed(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out) {
+    return view_on_block(x, ndim, shape, false, out);
+}
+
+dt_status dt_view_consume(dt_tensor *x, int ndim, const int64_t *shape, dt_tensor **out) {
+    return view_on_block(x, ndim, shape, true, out);
+}
+
 /* out = x broadcast to out's shape (stride 0 along the dims that grow). */
 static dt_status compute(local_call *c) {
     const dt_local *x = &c->in[0];
@@ -256,8 +321,10 @@ dt_status dt_grad_contiguous(const dt_grad_call *c, dt_tensor **gin) {
     return dt_grad_add_scalar(c, gin);
 }
 
+/* The engine releases the output's gradient after this rule: where it holds the only reference,
+ * the input's gradient takes its block instead of a copy. */
 dt_status dt_grad_view(const dt_grad_call *c, dt_tensor **gin) {
-    return dt_view(c->grad, IN(0)->ndim, IN(0)->shape, &gin[0]);
+    return dt_view_consume(c->grad, IN(0)->ndim, IN(0)->shape, &gin[0]);
 }
 
 dt_status dt_grad_transpose(const dt_grad_call *c, dt_tensor **gin) {

@@ -5,6 +5,7 @@
 
 #include "core/box.h"
 #include "core/copy.h"
+#include "core/pool.h"
 #include "core/reduce.h"
 #include "core/reduce_sum_f32.h"
 #include "helpers.h"
@@ -34,11 +35,28 @@ Test(copy, stream_every_alignment_and_tail) {
                     cr_assert_eq(dst[i], 0xee);
                 cr_assert_eq(dst[dof + lens[l]], 0xee, "len %zu: byte past the end", lens[l]);
             }
-    /* dt_copy_large on both sides of the threshold */
-    for (size_t n = DT_STREAM_MIN_BYTES - 1; n <= DT_STREAM_MIN_BYTES + 1; n++) {
-        memset(dst, 0, big);
-        dt_copy_large(dst + 3, src + 5, n);
-        cr_assert(memcmp(dst + 3, src + 5, n) == 0, "dt_copy_large %zu bytes", n);
+    free(src);
+    free(dst);
+}
+
+/* dt_copy_large on both sides of each threshold (memcpy, split plain pieces, streamed pieces),
+ * odd offsets and a ragged last piece, with 1 and 2 pool threads: the bytes, and nothing past
+ * the block. */
+Test(copy, large_copies_on_every_path) {
+    const size_t big = DT_COPY_STREAM_MIN_BYTES + 4096;
+    unsigned char *src = malloc(big + 64), *dst = malloc(big + 64);
+    cr_assert(src && dst);
+    fill(src, big + 64, 2);
+    const size_t at[] = {DT_STREAM_MIN_BYTES, DT_COPY_SPLIT_MIN_BYTES, DT_COPY_STREAM_MIN_BYTES};
+    for (int threads = 1; threads <= 2; threads++) {
+        cr_assert_eq(dt_pool_set_threads(threads), DT_OK);
+        for (size_t t = 0; t < sizeof at / sizeof at[0]; t++)
+            for (size_t n = at[t] - 1; n <= at[t] + 1001; n += n == at[t] + 1 ? 1000 : 1) {
+                memset(dst, 0xee, big + 64);
+                dt_copy_large(dst + 3, src + 5, n);
+                cr_assert(memcmp(dst + 3, src + 5, n) == 0, "dt_copy_large %zu bytes", n);
+                cr_assert(dst[2] == 0xee && dst[3 + n] == 0xee, "%zu bytes: wrote outside", n);
+            }
     }
     free(src);
     free(dst);
@@ -101,8 +119,8 @@ Test(copy, box_ranges_in_pieces) {
             dt_stream_fence();
             for (int i = 0; i < 5 * 6 * 7; i++) {
                 int64_t x = i / 42, y = i / 7 % 6, z = i % 7;
-                int in = x >= off[0] && x < off[0] + ext[0] && y >= off[1] &&
-                         y < off[1] + ext[1] && z >= off[2] && z < off[2] + ext[2];
+                int in = x >= off[0] && x < off[0] + ext[0] && y >= off[1] && y < off[1] + ext[1] &&
+                         z >= off[2] && z < off[2] + ext[2];
                 cr_assert_eq(back[i], in ? arr[i] : 0, "box %d, pieces of %zu: element %d", b,
                              pieces[p], i);
             }
@@ -204,13 +222,15 @@ Test(copy, sum_f32_every_alignment_and_path) {
                 for (int mode = 0; mode < 6; mode++) { /* stream x avg x in place */
                     int stream = mode & 1, avg = (mode >> 1) & 1, inplace = mode >> 2;
                     const float *srcs[NS];
-                    for (int k = 0; k < NS; k++) srcs[k] = f[k] + off;
+                    for (int k = 0; k < NS; k++)
+                        srcs[k] = f[k] + off;
                     float *dst = inplace ? f[1] + off : got + off;
                     cr_assert(dt_sum_f32(dst, srcs, NS, count, avg, stream));
                     if (stream) dt_stream_fence();
                     for (size_t i = 0; i < count; i++) {
                         float want = f[0][off + i];
-                        for (int k = 1; k < NS; k++) want += k == 1 ? keep[off + i] : f[k][off + i];
+                        for (int k = 1; k < NS; k++)
+                            want += k == 1 ? keep[off + i] : f[k][off + i];
                         if (avg) want /= (float)NS;
                         cr_assert(memcmp(&dst[i], &want, 4) == 0,
                                   "path %d, count %zu, offset %d, mode %d, element %zu: %.9g, "
@@ -221,7 +241,8 @@ Test(copy, sum_f32_every_alignment_and_path) {
                 }
     }
     dt_sum_f32_use_avx2(1);
-    for (int k = 0; k < NS; k++) free(f[k]);
+    for (int k = 0; k < NS; k++)
+        free(f[k]);
     free(got);
     free(keep);
 }

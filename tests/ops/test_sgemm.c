@@ -1,14 +1,16 @@
 /* The packed sgemm (ops/cpu/sgemm.h) on every path this CPU runs (forced through
  * dt_simd_set_cap), over edge-tile, thin, odd, deep (K past one k block) and strided shapes in all
  * four transpose pairs: within K u sum|a b| (u = 2^-24) of a naive f64 loop, bit-equal to a naive
- * fmaf chain over k (its documented order), the same bits with 1 to 4 pool threads, and no write
- * outside C's N columns. */
+ * fmaf chain over k (its documented order), the same bits with 1 to 4 pool threads, no write
+ * outside C's N columns, and no read past a row-major B read in place. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/pool.h"
 #include "ops/cpu/sgemm.h"
@@ -114,11 +116,18 @@ Test(sgemm, every_path_matches_naive_loops) {
         cr_log_info("path %s", dt_simd_name(ps[p]));
     /* 1 x N, M x 1, K = 1, tiles' edges on both micro-kernels (8 x 32, 6 x 16) and the 64 x 128
      * tiles, K past the 256-deep k block, and the model's own shapes */
+    /* clang-format off */
     static const int64_t shapes[][3] = {
         {1, 1, 1},     {1, 37, 5},     {29, 1, 7},    {13, 17, 1},   {7, 13, 5},
         {8, 32, 16},   {9, 33, 17},    {6, 16, 3},    {65, 129, 31}, {17, 100, 257},
         {70, 45, 513}, {130, 260, 40}, {128, 96, 64},
+        /* N a multiple of every path's NR (32, 16, 4) and at most 4 row panels (M up to 16 on
+         * every path, 32 on AVX-512): a row-major B is read in place, its padded row stride as
+         * ldb, over one and over several k blocks; with more rows it is packed */
+        {1, 32, 1},    {9, 64, 3},     {16, 128, 513}, {13, 384, 130}, {5, 160, 800},
+        {32, 96, 400}, {70, 128, 513},
     };
+    /* clang-format on */
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 4; t++)
             check_shape(shapes[s][0], shapes[s][1], shapes[s][2], t & 1, t >> 1, ps, np);
@@ -169,4 +178,42 @@ Test(sgemm, matmul_takes_it) {
         cr_assert(memcmp(c, d, sizeof(float) * M * N) == 0, "trans_b %d", tb);
         free(a), free(b), free(c), free(d);
     }
+}
+
+/* A dense row-major B (K, N) ending right at an unreadable page, with N a multiple of every
+ * path's NR, so that dt_sgemm reads it in place: a read past its last row's N columns faults.
+ * The result is still the fmaf chain's. */
+Test(sgemm, in_place_b_reads_nothing_past_its_rows) {
+    rng_state = 3;
+    dt_simd ps[3];
+    int np = paths(ps);
+    const int64_t M = 13, N = 96, K = 450; /* in place on every path; two k blocks */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = sizeof(float) * (size_t)(K * N);
+    size_t span = (bytes + page - 1) / page * page;
+    char *map = mmap(NULL, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert(map != MAP_FAILED);
+    cr_assert_eq(mprotect(map + span, page, PROT_NONE), 0);
+    float *b = (float *)(map + span - bytes);
+    for (int64_t i = 0; i < K * N; i++)
+        b[i] = urand();
+    mat a = make(M, K, 0);
+    float *c = malloc(sizeof(float) * (size_t)(M * N)),
+          *fm = malloc(sizeof(float) * (size_t)(M * N));
+    cr_assert(c && fm);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            float f = 0;
+            for (int64_t k = 0; k < K; k++)
+                f = fmaf(at(a.m, i, k), b[k * N + j], f);
+            fm[i * N + j] = f;
+        }
+    for (int p = 0; p < np; p++) {
+        dt_simd_set_cap(ps[p]);
+        cr_assert_eq(dt_sgemm(M, N, K, a.m, (dt_sgemm_mat){b, N, 1}, c, N), DT_OK);
+        cr_assert(memcmp(c, fm, sizeof(float) * (size_t)(M * N)) == 0,
+                  "%s differs from the fmaf chain", dt_simd_name(ps[p]));
+    }
+    dt_simd_set_cap(DT_SIMD_COUNT);
+    munmap(map, span + page);
+    free(a.buf), free(c), free(fm);
 }
