@@ -100,6 +100,8 @@ const op_family dt_family_norm_backward = {
 
 static dt_status call(dt_op op, dt_tensor *x, dt_tensor *weight, dt_tensor *grad, double eps,
                       int ndims, dt_tensor **gx, dt_tensor **aux, int naux) {
+    DT_ARG_NOT_NULL(x);
+    DT_ARG_NOT_NULL(grad);
     DT_ARG(eps >= 0, "%s: eps = %g must be >= 0 (0: the default 1e-5)", dt_op_name(op), eps);
     DT_ARG(ndims >= 0, "%s: ndims = %d must be >= 0 (0: the weight's, else 1)", dt_op_name(op),
            ndims);
