@@ -43,18 +43,24 @@ static dt_status infer(dt_op op, const op_input *in, int n, const dt_op_args *a,
     return DT_OK;
 }
 
-/* Replicated, or x and grad sharded alike on a dim before the normalised ones (weight R). */
+/* Replicated, or x and grad sharded alike on a dim before the normalised ones (weight R). Every
+ * output is linear in grad, so a pending sum (or mean) of grad stays pending (x and the weight
+ * replicated): a tensor-parallel block's grad, Partial after its column-parallel linears, is
+ * reduced once later, as the unfused rule's ops left it. */
 static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int mesh_size,
                  int mesh_total, rule_row *rows) {
     (void)op, (void)mesh_size, (void)mesh_total;
     int k = 0, nd = in[0].ndim - norm_k(in, n, a);
     rows[k++] = (rule_row){.in = {RP, RP, RP}, .out = RP};
+    rows[k++] = (rule_row){.in = {RP, RP, PP(DT_REDUCE_SUM)}, .out = PP(DT_REDUCE_SUM)};
+    rows[k++] = (rule_row){.in = {RP, RP, PP(DT_REDUCE_AVG)}, .out = PP(DT_REDUCE_AVG)};
     for (int d = 0; d < nd && k < DT_OP_MAX_ROWS; d++)
         rows[k++] = (rule_row){.in = {SP(d), RP, SP(d)}, .out = SP(d)};
     return k;
 }
 
-/* gw and, for layer norm, gb: the normalised dims' shape, summed over the rows. */
+/* gw and, for layer norm, gb: the normalised dims' shape, summed over the rows (Partial where
+ * the rows are sharded; pending as gx where grad is). */
 static int aux(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *o, int *for_grad) {
     int k = norm_k(in, n, a), na = op == DT_OP_LAYER_NORM_BACKWARD ? 2 : 1;
     for (int i = 0; i < na; i++) {

@@ -3,7 +3,7 @@
  * across the fixed sum blocks), the f64 kernel against central differences of a naive f64
  * forward, the same bits for 1 to 4 pool threads, and through autograd on meshes of 2 to 4
  * ranks with the rows sharded (gx, and gw / gb Partial where the rows are, gathered against the
- * naive loop); bad inputs named. */
+ * naive loop), and with grad Partial (every output stays Partial); bad inputs named. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,6 +354,55 @@ Test(norm_backward, sharded_rows_give_one_rank_gradients) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         t_run(mesh_ranks(cases[i].mesh), shard_body, (void *)&cases[i]);
+}
+
+/* grad pending (Partial(sum) over the mesh, rank r holding (r + 1) / 10 of it), x and the
+ * weight replicated: gx, gw and gb stay Partial(sum), no collective, and reduce to the naive
+ * loop's. */
+static dt_status partial_body(dt_ctx *ctx, void *arg) {
+    int rms = *(const int *)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "4", &mesh));
+    enum { R = 9, H = 24 };
+    int64_t shape[2] = {R, H}, wshape[1] = {H};
+    double x[R * H], G[R * H], part[R * H], w[H], got[R * H];
+    fill(x, R * H, 21), fill(G, R * H, 22), fill(w, H, 23);
+    double share = (dt_ctx_rank(ctx) + 1) / 10.0; /* 1 + 2 + 3 + 4 = 10 */
+    for (int i = 0; i < R * H; i++)
+        part[i] = G[i] * share;
+    dt_placement r[1] = {dt_replicate()}, p[1] = {{DT_PLACEMENT_PARTIAL, 0, DT_REDUCE_SUM, 0}};
+    dt_tensor *X, *W, *GT, *gx, *gw, *gb = NULL;
+    R_OK(dt_tensor_distribute(mesh, x, DT_F64, 2, shape, 1, r, DT_ALL_RANKS, &X));
+    R_OK(dt_tensor_distribute(mesh, w, DT_F64, 1, wshape, 1, r, DT_ALL_RANKS, &W));
+    R_OK(dt_tensor_from_local(mesh, part, DT_F64, 2, shape, 1, p, shape, 0, &GT));
+    if (rms)
+        R_OK(dt_rms_norm_backward(X, W, GT, 1e-5, 0, &gx, &gw));
+    else
+        R_OK(dt_layer_norm_backward(X, W, GT, 1e-5, 0, &gx, &gw, &gb));
+    naive o = naive_alloc(R, H);
+    naive_backward(rms, 1e-5, R, H, x, w, G, &o);
+    dt_tensor *outs[3] = {gx, gw, gb};
+    const double *want[3] = {o.gx, o.gw, o.gb}, *scale[3] = {o.sx, o.sw, o.sw};
+    for (int t = 0; t < 3; t++) {
+        if (!outs[t]) continue;
+        dt_tensor_info info;
+        R_OK(dt_tensor_info_get(outs[t], &info));
+        R_CHECK(info.placements[0].kind == DT_PLACEMENT_PARTIAL, "output %d is not Partial", t);
+        R_OK(dt_tensor_full_tensor(outs[t], got, sizeof got));
+        for (size_t i = 0; i < info.numel; i++)
+            R_CHECK(fabs(got[i] - want[t][i]) <= 1e-12 * (1 + scale[t][i]),
+                    "rms %d: output %d [%zu] %.15g, want %.15g", rms, t, i, got[i], want[t][i]);
+    }
+    naive_free(&o);
+    dt_tensor_release(gx), dt_tensor_release(gw), dt_tensor_release(gb);
+    dt_tensor_release(X), dt_tensor_release(W), dt_tensor_release(GT);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(norm_backward, pending_grad_stays_pending) {
+    for (int rms = 0; rms < 2; rms++)
+        t_run(4, partial_body, &rms);
 }
 
 /* ---- bad input ------------------------------------------------------------------------------ */
