@@ -387,7 +387,9 @@ static dt_status partial_body(dt_ctx *ctx, void *arg) {
         if (!outs[t]) continue;
         dt_tensor_info info;
         R_OK(dt_tensor_info_get(outs[t], &info));
-        R_CHECK(info.placements[0].kind == DT_PLACEMENT_PARTIAL, "output %d is not Partial", t);
+        R_CHECK(info.placements[0].kind == DT_PLACEMENT_PARTIAL &&
+                    info.placements[0].op == DT_REDUCE_SUM,
+                "output %d is not Partial(sum) (no scaling or reduction on the way)", t);
         R_OK(dt_tensor_full_tensor(outs[t], got, sizeof got));
         for (size_t i = 0; i < info.numel; i++)
             R_CHECK(fabs(got[i] - want[t][i]) <= 1e-12 * (1 + scale[t][i]),
