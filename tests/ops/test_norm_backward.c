@@ -74,7 +74,7 @@ static void naive_free(naive *o) {
     free(o->gx), free(o->gw), free(o->gb), free(o->sx), free(o->sw);
 }
 
-static const int64_t HS[] = {1, 5, 16, 17, 40, 128, 300};
+static const int64_t HS[] = {1, 5, 16, 17, 40, 128, 300, 1500};
 static const int64_t ROWS[] = {1, 3, 33, 70};
 
 /* Each (rows, H), rms or not, with and without a weight, f32 on every SIMD path this CPU runs
@@ -86,8 +86,8 @@ Test(norm_backward, kernel_matches_naive_f64) {
             int64_t H = HS[hi], rows = ROWS[ri], n = rows * H, shape[2] = {rows, H};
             double *x = malloc(8 * (size_t)n), *g = malloc(8 * (size_t)n), *w = malloc(8 * H);
             float *xf = malloc(4 * (size_t)n), *gf = malloc(4 * (size_t)n), *wf = malloc(4 * H);
-            float *gxf = malloc(4 * (size_t)n), gwf[300], gbf[300];
-            double *gxd = malloc(8 * (size_t)n), gwd[300], gbd[300];
+            float *gxf = malloc(4 * (size_t)n), gwf[1500], gbf[1500];
+            double *gxd = malloc(8 * (size_t)n), gwd[1500], gbd[1500];
             for (int64_t i = 0; i < n; i++) {
                 xf[i] = (float)(urand() * 4 - 1.5), gf[i] = (float)(urand() * 2 - 1);
                 x[i] = xf[i], g[i] = gf[i];

@@ -1,34 +1,31 @@
-/* CUDA layer norm and RMS norm backward over the last dim (ops/kernels.h's contract): a warp or
- * a block per row for gx, then the weight's and bias's row sums per block of DT_NORM_BWD_BLOCK
- * rows and the blocks in order, as the CPU adds them. Every product rounds as on the CPU (no
- * FMA contraction); the row statistics' summation order differs. */
+/* CUDA layer norm and RMS norm backward over the last dim (ops/kernels.h's contract): a warp per
+ * row for gx (a block's reductions inside one row would not run on cudasim, whose shuffles count
+ * as block-wide barriers, so the block path could not be checked there), then the weight's and
+ * bias's row sums per block of DT_NORM_BWD_BLOCK rows and the blocks in order, as the CPU adds
+ * them. Every product rounds as on the CPU (no FMA contraction); the row statistics' summation
+ * order differs. */
 #include <math.h>
 
 #include "ops/cuda/cuda_common.cuh"
 
+/* Products round on their own, so nvcc cannot contract them into an FMA with the sum or
+ * difference around them: the CPU's arithmetic, step by step. */
 static __device__ __forceinline__ float mul_rn(float a, float b) {
     return __fmul_rn(a, b);
 }
 static __device__ __forceinline__ double mul_rn(double a, double b) {
     return __dmul_rn(a, b);
 }
-static __device__ __forceinline__ float sub_rn(float a, float b) {
-    return __fsub_rn(a, b);
-}
-static __device__ __forceinline__ double sub_rn(double a, double b) {
-    return __dsub_rn(a, b);
-}
 
-/* G threads per row: gx, and each row's mean and rstd into st (2 per row, compute type) for
+/* A warp per row: gx, and each row's mean and rstd into st (2 per row, compute type) for
  * the sums that follow. w nullable. */
-template <typename T, int G>
-__global__ void __launch_bounds__(G == 32 ? DT_CU_THREADS : G)
+template <typename T>
+__global__ void __launch_bounds__(DT_CU_THREADS)
     bwd_rows(int rms, double eps, int64_t rows, int64_t H, const T *x, const T *w, const T *g,
              T *gx, typename dt_cu_t<T>::C *st) {
     typedef dt_cu_t<T> D;
     typedef typename D::C C;
-    __shared__ double smem[32];
-    int per = blockDim.x / G, t = threadIdx.x % G;
+    const int G = 32, per = blockDim.x / G, t = threadIdx.x % G;
     for (int64_t r = (int64_t)blockIdx.x * per + threadIdx.x / G; r < rows;
          r += (int64_t)gridDim.x * per) {
         const T *xr = x + r * H, *gr = g + r * H;
@@ -37,27 +34,27 @@ __global__ void __launch_bounds__(G == 32 ? DT_CU_THREADS : G)
         if (!rms) {
             for (int64_t j = t; j < H; j += G)
                 mean += (double)D::ld(xr[j]);
-            mean = dt_cu_group_reduce<G>(mean, dt_cu_sum(), smem) / (double)H;
+            mean = dt_cu_warp_reduce(mean, dt_cu_sum()) / (double)H;
         }
         for (int64_t j = t; j < H; j += G) {
             double d = (double)D::ld(xr[j]) - mean;
             var += d * d;
         }
-        var = dt_cu_group_reduce<G>(var, dt_cu_sum(), smem) / (double)H;
+        var = dt_cu_warp_reduce(var, dt_cu_sum()) / (double)H;
         C m = (C)mean, rstd = (C)(1.0 / sqrt(var + eps));
         for (int64_t j = t; j < H; j += G) {
-            C xh = mul_rn(sub_rn(D::ld(xr[j]), m), rstd), h = D::ld(gr[j]);
+            C xh = mul_rn(D::ld(xr[j]) - m, rstd), h = D::ld(gr[j]);
             if (w) h = mul_rn(h, D::ld(w[j]));
             s1 += (double)h;
             s2 += (double)mul_rn(h, xh);
         }
-        s1 = dt_cu_group_reduce<G>(s1, dt_cu_sum(), smem);
-        s2 = dt_cu_group_reduce<G>(s2, dt_cu_sum(), smem);
+        s1 = dt_cu_warp_reduce(s1, dt_cu_sum());
+        s2 = dt_cu_warp_reduce(s2, dt_cu_sum());
         C c1 = rms ? (C)0 : (C)(s1 / (double)H), c2 = (C)(s2 / (double)H);
         for (int64_t j = t; j < H; j += G) {
-            C xh = mul_rn(sub_rn(D::ld(xr[j]), m), rstd), h = D::ld(gr[j]);
+            C xh = mul_rn(D::ld(xr[j]) - m, rstd), h = D::ld(gr[j]);
             if (w) h = mul_rn(h, D::ld(w[j]));
-            yr[j] = D::st(mul_rn(rstd, sub_rn(sub_rn(h, mul_rn(xh, c2)), c1)));
+            yr[j] = D::st(mul_rn(rstd, (h - mul_rn(xh, c2)) - c1));
         }
         if (t == 0 && st) st[2 * r] = m, st[2 * r + 1] = rstd;
     }
@@ -76,7 +73,7 @@ __global__ void bwd_block_sums(int64_t rows, int64_t H, int64_t nblk, const T *x
         double sw = 0.0, sb = 0.0;
         for (int64_t r = k * DT_NORM_BWD_BLOCK; r < r1; r++) {
             C gv = D::ld(g[r * H + c]);
-            C xh = mul_rn(sub_rn(D::ld(x[r * H + c]), st[2 * r]), st[2 * r + 1]);
+            C xh = mul_rn(D::ld(x[r * H + c]) - st[2 * r], st[2 * r + 1]);
             sw += (double)mul_rn(gv, xh);
             sb += (double)gv;
         }
@@ -116,33 +113,19 @@ static dt_status bwd_launch(cudaStream_t s, const char *fn, int rms, double eps,
         }
     }
     dt_status rc = DT_OK;
+    /* Grids: rows a warp each (8 to a block); (block, column) pairs; columns. */
+    unsigned T0 = DT_CU_THREADS, grows = dt_cuda_blocks((size_t)rows, T0 / 32);
+    unsigned gbk = dt_cuda_blocks((size_t)(nblk * H), T0), gcol = dt_cuda_blocks((size_t)H, T0);
     if (rows) {
-        switch (dt_cu_row_threads(H)) {
-        case 32:
-            bwd_rows<T, 32>
-                <<<dt_cuda_blocks((size_t)rows, DT_CU_THREADS / 32), DT_CU_THREADS, 0, s>>>(
-                    rms, eps, rows, H, x, w, g, gx, st);
-            break;
-        case 256:
-            bwd_rows<T, 256><<<dt_cuda_blocks((size_t)rows, 1), 256, 0, s>>>(rms, eps, rows, H, x,
-                                                                             w, g, gx, st);
-            break;
-        default:
-            bwd_rows<T, 1024><<<dt_cuda_blocks((size_t)rows, 1), 1024, 0, s>>>(rms, eps, rows, H, x,
-                                                                               w, g, gx, st);
-            break;
-        }
+        bwd_rows<T><<<grows, T0, 0, s>>>(rms, eps, rows, H, x, w, g, gx, st);
         rc = DT_CUDA_LAUNCH_CHECK(fn);
     }
     if (rc == DT_OK && sums && rows) {
-        bwd_block_sums<T>
-            <<<dt_cuda_blocks((size_t)(nblk * H), DT_CU_THREADS), DT_CU_THREADS, 0, s>>>(
-                rows, H, nblk, x, g, st, part);
+        bwd_block_sums<T><<<gbk, T0, 0, s>>>(rows, H, nblk, x, g, st, part);
         rc = DT_CUDA_LAUNCH_CHECK(fn);
     }
     if (rc == DT_OK && sums) {
-        bwd_finish<T><<<dt_cuda_blocks((size_t)H, DT_CU_THREADS), DT_CU_THREADS, 0, s>>>(
-            H, rows ? nblk : 0, part, gw, gb);
+        bwd_finish<T><<<gcol, T0, 0, s>>>(H, rows ? nblk : 0, part, gw, gb);
         rc = DT_CUDA_LAUNCH_CHECK(fn);
     }
     dt_cuda_free(part); /* stream-ordered: the kernels above still see them */
