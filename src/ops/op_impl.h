@@ -84,8 +84,9 @@ typedef struct op_family {
     /* Optional: the op's outputs besides the first (attention's log-sum-exp, its backward's
      * dk and dv): their specs, the count returned (at most DT_OP_MAX_AUX). They take the first
      * output's placements, so every dim the rules may shard of the output must be the same dim
-     * of each (chunked alike); or, with sums_rows, Partial(sum) where it is sharded. *for_grad 1: computed only when the caller asks for them or the
-     * call records an autograd node (which saves them for the backward rule); 0: always. */
+     * of each (chunked alike); or, with sums_rows, Partial(sum) where it is sharded. *for_grad
+     * 1: computed only when the caller asks for them or the call records an autograd node
+     * (which saves them for the backward rule); 0: always. */
     int (*aux)(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *aux,
                int *for_grad);
     /* Optional: a fused forward whose outputs are those of plain ops (rms_norm_residual's sum
