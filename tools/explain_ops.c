@@ -107,6 +107,8 @@ static const args_kind kinds[] = {
     [DT_OP_LOG_SOFTMAX_PICK] = NONE,
     [DT_OP_LOG_SOFTMAX_PICK_BACKWARD] = NONE,
     [DT_OP_RMS_NORM_RESIDUAL] = NONE,
+    [DT_OP_LAYER_NORM_BACKWARD] = NORM,
+    [DT_OP_RMS_NORM_BACKWARD] = NORM,
 };
 _Static_assert(sizeof kinds / sizeof kinds[0] == DT_OP_COUNT, "an op has no text form");
 

@@ -98,7 +98,9 @@ typedef enum dt_op {
     DT_OP_LOG_SOFTMAX_PICK = 73,
     DT_OP_LOG_SOFTMAX_PICK_BACKWARD = 74,
     DT_OP_RMS_NORM_RESIDUAL = 75,
-    DT_OP_COUNT = 76
+    DT_OP_LAYER_NORM_BACKWARD = 76,
+    DT_OP_RMS_NORM_BACKWARD = 77,
+    DT_OP_COUNT = 78
 } dt_op;
 
 /* "add", "mm", ...; "?" for an unknown op. */
@@ -380,6 +382,19 @@ DT_API dt_status dt_log_softmax_pick_backward(dt_tensor *logits, dt_tensor *targ
  * moves them otherwise). Collective as any op; the caller owns *out and *sum. */
 DT_API dt_status dt_rms_norm_residual(dt_tensor *x, dt_tensor *residual, dt_tensor *weight,
                                       double eps, dt_tensor **out, dt_tensor **sum);
+/* dt_layer_norm's gradients at grad (x's shape) in one pass, rstd recomputed from x: *gx (x's
+ * shape), *gw = the sum over the leading dims of grad xhat and *gb = that of grad (the
+ * normalised dims' shape; computed whether or not the forward had a weight or bias). x is
+ * normalised over its last ndims dims (0: weight's ndim, else 1); weight is nullable, eps 0
+ * means 1e-5. x and grad shard alike on a leading dim (dispatch moves them otherwise); gw and gb
+ * are then Partial(sum) on that mesh dim, as a sum over a sharded dim is. Not differentiable
+ * (no double backward). Collective as any op; the caller owns *gx, *gw and *gb. */
+DT_API dt_status dt_layer_norm_backward(dt_tensor *x, dt_tensor *weight, dt_tensor *grad,
+                                        double eps, int ndims, dt_tensor **gx, dt_tensor **gw,
+                                        dt_tensor **gb);
+/* dt_rms_norm's gradients likewise: *gx and *gw (no mean is subtracted, no bias). */
+DT_API dt_status dt_rms_norm_backward(dt_tensor *x, dt_tensor *weight, dt_tensor *grad,
+                                      double eps, int ndims, dt_tensor **gx, dt_tensor **gw);
 
 /* cross_entropy's options (torch's keywords); DT_XENT_DEFAULTS are torch's defaults. */
 typedef struct dt_xent_opts {

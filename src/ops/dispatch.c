@@ -174,6 +174,15 @@ static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *u
     return st;
 }
 
+/* An aux output's placements from the first output's (op_out.sums_rows). */
+static const dt_placement *aux_placements(const op_out *spec, const dt_mesh *mesh,
+                                          const dt_placement *out, dt_placement *buf) {
+    if (!spec->sums_rows) return out;
+    for (int m = 0; m < mesh->ndim; m++)
+        buf[m] = out[m].kind == DT_PLACEMENT_SHARD ? PP(DT_REDUCE_SUM) : out[m];
+    return buf;
+}
+
 dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                        dt_tensor *out) {
     const op_family *f = dt_op_family(op);
@@ -190,9 +199,10 @@ dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *
     int for_grad = 0, na = f->aux ? f->aux(op, gin, n, a, spec, &for_grad) : 0;
     dt_tensor *ax[DT_OP_MAX_AUX] = {0};
     dt_status st = DT_OK;
+    dt_placement pl[DT_MESH_MAX_NDIM];
     for (int i = 0; i < na && st == DT_OK; i++)
         st = dt_tensor_alloc(out->mesh, out->device, spec[i].dtype, spec[i].ndim, spec[i].shape,
-                             out->placements, &ax[i]);
+                             aux_placements(&spec[i], out->mesh, out->placements, pl), &ax[i]);
     if (st == DT_OK) st = compute_local(op, f, in, n, a, out, ax, na);
     for (int i = 0; i < na; i++)
         dt_tensor_release(ax[i]);
@@ -266,9 +276,10 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
     else if (st == DT_OK)
         st = dt_tensor_alloc_laid_out(mesh, dev, s->spec.dtype, s->spec.ndim, s->spec.shape, s->out,
                                       s->out_local_shape, s->out_local_offset, &o);
+    dt_placement pl[DT_MESH_MAX_NDIM];
     for (int i = 0; i < na && st == DT_OK; i++)
-        st = dt_tensor_alloc(mesh, dev, aspec[i].dtype, aspec[i].ndim, aspec[i].shape, s->out,
-                             &ax[i]);
+        st = dt_tensor_alloc(mesh, dev, aspec[i].dtype, aspec[i].ndim, aspec[i].shape,
+                             aux_placements(&aspec[i], mesh, s->out, pl), &ax[i]);
     if (st == DT_OK) {
         if (ctx->trace) memcpy(text, s->text, sizeof text); /* s is not read past this point */
         st = compute_local(op, f, use, n, a, o, ax, na);

@@ -98,6 +98,20 @@ dt_status dt_cpu_softmax(int log, int dim, const dt_local *x, dt_local *out);
 dt_status dt_cpu_layer_norm(int rms, double eps, const dt_local *x, const dt_local *weight,
                             const dt_local *bias, dt_local *out);
 
+/* The gradients of dt_cpu_layer_norm (of its RMS norm when rms) at grad (x's shape) in one pass
+ * per row, rstd recomputed from x with the forward's arithmetic. With xhat the normalised x and
+ * h = grad weight (grad when weight is NULL): gx (x's shape) = rstd ((h - xhat mean(h xhat)) -
+ * mean(h)) (no mean(h) for rms), the means over the last dim. gw (nullable) = the sum over the
+ * rows of grad xhat and gb (nullable, ignored for rms) = the sum of grad, 1-D of the last dim's
+ * size: a rank's share of the weight's and bias's gradients. The row sums add in double over
+ * fixed blocks of DT_NORM_BWD_BLOCK rows, then the blocks in order, rounded once, so the bits
+ * do not depend on the thread count; no rows give zeros. Float dtypes, the compute type as the
+ * forward's. */
+#define DT_NORM_BWD_BLOCK 32
+dt_status dt_cpu_layer_norm_backward(int rms, double eps, const dt_local *x, const dt_local *weight,
+                                     const dt_local *grad, dt_local *gx, dt_local *gw,
+                                     dt_local *gb);
+
 /* ---- indexing --------------------------------------------------------------------------- */
 
 /* out (..., H) = table (V, H) rows at indices (...) (i32 or i64). Rows outside
@@ -285,6 +299,8 @@ dt_status dt_cpu_optim_step(const dt_optim_hyper *h, const dt_optim_item *items,
     X(softmax, (int log, int dim, const dt_local *x, dt_local *out))                               \
     X(layer_norm, (int rms, double eps, const dt_local *x, const dt_local *weight,                 \
                    const dt_local *bias, dt_local *out))                                           \
+    X(layer_norm_backward, (int rms, double eps, const dt_local *x, const dt_local *weight,        \
+                            const dt_local *grad, dt_local *gx, dt_local *gw, dt_local *gb))       \
     X(embedding,                                                                                   \
       (const dt_local *table, int64_t row_offset, const dt_local *indices, dt_local *out))         \
     X(pick, (const dt_local *logits, int64_t class_offset, const dt_local *target, dt_local *out)) \

@@ -117,59 +117,23 @@ const op_family dt_family_norm = {
 
 /* ---- backward rules ------------------------------------------------------------------ */
 
-/* Over the last k dims, xc = x - mean(x) (x for rms), rstd = 1 / sqrt(mean(xc^2) + eps),
- * xhat = xc rstd, y = xhat w + b. With h = g w:
- *   gx = rstd (h - mean(h) - xhat mean(h xhat))   (no mean(h) term for rms)
- *   gw = g xhat and gb = g, summed over the leading dims. */
+/* One layer_norm_backward (rms_norm_backward) call: gx, gw = sum(g xhat) and gb = sum(g) over
+ * the leading dims in one pass per row (norm_backward.c has the formulas). Sharded as the
+ * forward's rows were, it leaves gw and gb Partial(sum) where the rows are sharded. */
 static dt_status norm_rule(const dt_grad_call *c, int rms, dt_tensor **gin) {
     dt_tensor *x = IN(0), *w = c->n > 1 ? IN(1) : NULL, *b = c->n > 2 ? IN(2) : NULL;
     int k = c->args->ndims > 0 ? c->args->ndims : w ? w->ndim : b ? b->ndim : 1;
-    int dims[DT_MAX_NDIM];
-    for (int i = 0; i < k; i++)
-        dims[i] = x->ndim - k + i;
     double eps = c->args->scalar > 0 ? c->args->scalar : 1e-5;
-    enum { MU, XC, SQ, VAR, VE, RSTD, XHAT, H, HX, M2, XM2, A, M1, A2, GX, N };
-    dt_tensor *t[N] = {0};
-    dt_status st = DT_OK;
-    if (rms) {
-        DO(dt_tensor_retain(x));
-        if (st == DT_OK) t[XC] = x;
-    } else {
-        DO(dt_mean(x, dims, k, 1, &t[MU]));
-        DO(dt_sub(x, t[MU], &t[XC]));
+    dt_tensor *g[3] = {0};
+    DT_CHECK(rms ? dt_rms_norm_backward(x, w, c->grad, eps, k, &g[0], &g[1])
+                 : dt_layer_norm_backward(x, w, c->grad, eps, k, &g[0], &g[1], &g[2]));
+    for (int i = 0; i < 3; i++) {
+        if (i < c->n && IN(i) && c->need[i])
+            gin[i] = g[i];
+        else
+            dt_tensor_release(g[i]);
     }
-    DO(dt_mul(t[XC], t[XC], &t[SQ]));
-    DO(dt_mean(t[SQ], dims, k, 1, &t[VAR]));
-    DO(dt_add_scalar(t[VAR], eps, &t[VE]));
-    DO(dt_rsqrt(t[VE], &t[RSTD]));
-    DO(dt_mul(t[XC], t[RSTD], &t[XHAT]));
-    if (c->need[0]) {
-        if (w) {
-            DO(dt_mul(c->grad, w, &t[H]));
-        } else {
-            DO(dt_tensor_retain(c->grad));
-            if (st == DT_OK) t[H] = c->grad;
-        }
-        DO(dt_mul(t[H], t[XHAT], &t[HX]));
-        DO(dt_mean(t[HX], dims, k, 1, &t[M2]));
-        DO(dt_mul(t[XHAT], t[M2], &t[XM2]));
-        DO(dt_sub(t[H], t[XM2], &t[A]));
-        if (!rms) {
-            DO(dt_mean(t[H], dims, k, 1, &t[M1]));
-            DO(dt_sub(t[A], t[M1], &t[A2]));
-        } else {
-            DO(dt_tensor_retain(t[A]));
-            if (st == DT_OK) t[A2] = t[A];
-        }
-        DO(dt_mul(t[A2], t[RSTD], &gin[0]));
-    }
-    if (w && c->need[1]) {
-        DO(dt_mul(c->grad, t[XHAT], &t[GX]));
-        DO(dt_grad_sum_to(t[GX], w->ndim, w->shape, &gin[1]));
-    }
-    if (b && c->need[2]) DO(dt_grad_sum_to(c->grad, b->ndim, b->shape, &gin[2]));
-    dt_grad_release_all(t, N);
-    return dt_grad_finish(c, gin, st);
+    return DT_OK;
 }
 
 /* y = softmax(x): gx = y (g - sum(g y)) along dim. */

@@ -35,6 +35,10 @@ typedef struct op_out {
     int ndim;
     int64_t shape[DT_MAX_NDIM];
     dt_dtype dtype;
+    /* An aux output (op_family.aux) that sums over the first output's rows (a norm's weight
+     * gradient): Partial(sum) on each mesh dim where the first output is sharded, instead of
+     * the first output's placements. */
+    bool sums_rows;
 } op_out;
 
 /* This rank's view for the local computation. */
@@ -80,8 +84,9 @@ typedef struct op_family {
     /* Optional: the op's outputs besides the first (attention's log-sum-exp, its backward's
      * dk and dv): their specs, the count returned (at most DT_OP_MAX_AUX). They take the first
      * output's placements, so every dim the rules may shard of the output must be the same dim
-     * of each (chunked alike). *for_grad 1: computed only when the caller asks for them or the
-     * call records an autograd node (which saves them for the backward rule); 0: always. */
+     * of each (chunked alike); or, with sums_rows, Partial(sum) where it is sharded. *for_grad
+     * 1: computed only when the caller asks for them or the call records an autograd node
+     * (which saves them for the backward rule); 0: always. */
     int (*aux)(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out *aux,
                int *for_grad);
     /* Optional: a fused forward whose outputs are those of plain ops (rms_norm_residual's sum
@@ -94,7 +99,7 @@ extern const op_family dt_family_pointwise, dt_family_matmul, dt_family_reduce,
     dt_family_softmax, dt_family_norm, dt_family_embedding, dt_family_pick,
     dt_family_composite, dt_family_attention, dt_family_shape, dt_family_user, dt_family_cat,
     dt_family_rope, dt_family_dropout, dt_family_gather, dt_family_scan,
-    dt_family_vector_norm, dt_family_scatter, dt_family_fused;
+    dt_family_vector_norm, dt_family_scatter, dt_family_fused, dt_family_norm_backward;
 
 /* The name of a registered op, NULL when op is not one (user.c). */
 const char *dt_user_op_name(dt_op op);

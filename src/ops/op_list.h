@@ -144,7 +144,9 @@
  * up have one shape, cross_entropy runs log_softmax_pick when the class dim is whole. Each
  * forward's backward rule is its _backward op, one kernel pass with no intermediates.
  * rms_norm_residual (x + residual and its RMS norm in one pass; eps is args.scalar) records as
- * add and rms_norm nodes (its family's record_as), so both outputs get gradients. */
+ * add and rms_norm nodes (its family's record_as), so both outputs get gradients.
+ * layer_norm_backward and rms_norm_backward (src/ops/norm_backward.c) are the norms' backward
+ * rules in one pass each: gx, and the weight's (and bias's) gradients as other outputs. */
 #define DT_OP_FUSED_LIST(X)                                                                        \
     X(SILU_MUL, "silu_mul", fused, 2, 2, silu_mul, 0, dt_silu_mul, silu_mul)                       \
     X(SILU_MUL_BACKWARD, "silu_mul_backward", fused, 3, 3, silu_mul_backward, 0,                   \
@@ -154,7 +156,11 @@
     X(LOG_SOFTMAX_PICK_BACKWARD, "log_softmax_pick_backward", fused, 4, 4,                         \
       log_softmax_pick_backward, 0, dt_log_softmax_pick_backward, none)                          \
     X(RMS_NORM_RESIDUAL, "rms_norm_residual", fused, 3, 3, rms_norm_residual, ARG_SCALAR,          \
-      dt_rms_norm_residual, through)
+      dt_rms_norm_residual, through)                                                               \
+    X(LAYER_NORM_BACKWARD, "layer_norm_backward", norm_backward, 3, 3, layer_norm_backward,        \
+      ARG_SCALAR | ARG_DIMS, dt_layer_norm_backward, none)                                         \
+    X(RMS_NORM_BACKWARD, "rms_norm_backward", norm_backward, 3, 3, layer_norm_backward,            \
+      ARG_SCALAR | ARG_DIMS, dt_rms_norm_backward, none)
 
 #define DT_OP_LIST(X)                                                                              \
     DT_OP_BINARY_LIST(X)                                                                           \

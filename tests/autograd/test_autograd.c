@@ -126,6 +126,7 @@ static int differentiable(const op_case *c) {
     return any && c->op != DT_OP_ARGMAX && c->op != DT_OP_ARGMIN && c->op != DT_OP_ONE_HOT &&
            c->op != DT_OP_TOPK && c->op != DT_OP_SDPA_BACKWARD &&
            c->op != DT_OP_SILU_MUL_BACKWARD && c->op != DT_OP_LOG_SOFTMAX_PICK_BACKWARD &&
+           c->op != DT_OP_LAYER_NORM_BACKWARD && c->op != DT_OP_RMS_NORM_BACKWARD &&
            !is_comparison(c->op);
 }
 

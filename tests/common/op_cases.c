@@ -150,6 +150,11 @@ const op_case op_cases[] = {
      {F, DT_I32}, 0, 7},
     {"log_softmax_pick_backward", DT_OP_LOG_SOFTMAX_PICK_BACKWARD, A(0), 4, {2, 1, 2, 1},
      {{6, 9}, {6}, {6, 2}, {6}}, {F, DT_I64, F, F}, 0, 9},
+    /* the norms' fused backward: x, weight, grad; gw (and gb) are other outputs */
+    {"rms_norm_backward", DT_OP_RMS_NORM_BACKWARD, A(.scalar = 1e-5), 3, {3, 1, 3},
+     {{4, 3, 8}, {8}, {4, 3, 8}}, {F, F, F}},
+    {"layer_norm_backward last=2", DT_OP_LAYER_NORM_BACKWARD, A(.ndims = 2), 3, {3, 2, 3},
+     {{5, 3, 4}, {3, 4}, {5, 3, 4}}, {F, F, F}},
     {"rms_norm_residual", DT_OP_RMS_NORM_RESIDUAL, A(.scalar = 1e-5), 3, {2, 2, 1},
      {{5, 6}, {5, 6}, {6}}, {F, F, F}},
     {"rms_norm_residual 3-D bf16", DT_OP_RMS_NORM_RESIDUAL, A(0), 3, {3, 3, 1},

@@ -21,6 +21,7 @@
 #include "gpu_async_tp.h"
 #include "gpu_attention.h"
 #include "gpu_float8.h"
+#include "gpu_norm.h"
 #include "gpu_optim.h"
 #include "op_cases.h"
 #include "property_cases.h"
@@ -434,6 +435,7 @@ int main(int argc, char **argv) {
     gpu_check_float8(report);
     gpu_check_float8_lt(report);
     gpu_check_async_tp(report);
+    gpu_check_norm(report);
     printf("ops:          %d passed, %d failed\n", passed - p0, failed - f0);
     p0 = passed, f0 = failed;
     check_redistribute(quick, seed);
