@@ -126,11 +126,12 @@ typedef struct lw_watch {
 } lw_watch;
 
 /* How many times a rank that reached an entry barrier first yields before it sleeps on the
- * group's condition (and a wait on a peer's sequence flag before it sleeps on the futex): while
- * every rank has a core, a peer is likely to arrive within a few yields and waking from a sleep
- * costs more; with more ranks than cores a yielding rank only takes turns from the ranks that
- * still work (8 ranks on 2 cores: 1 MiB collectives 4-6x slower), so the world's spin is then 0
- * and waiters sleep at once. */
+ * group's wake word (and a wait on a peer's sequence flag or a phase count before it sleeps on
+ * its futex): while every rank has a core, a peer is likely to arrive within a few yields and
+ * waking from a sleep costs more; with more ranks than cores a yielding rank only takes turns
+ * from the ranks that still work (8 ranks on 2 cores: 1 MiB collectives 4-6x slower), so the
+ * world's spin is then 0 and waiters sleep at once (polling first does not pay either: 4 ranks
+ * on 2 cores, 64 KiB all_gathers took 36-41 us after 100 polls, 21-27 us without). */
 #define LW_SPIN 64
 
 typedef struct lw_world {
@@ -187,7 +188,7 @@ void lw_group_sleep(lw_group *g, uint32_t seen, int64_t deadline_ns);
 dt_status lw_failure(lw_comm *c, const char *what, int peer);
 
 /* The absolute deadline of a wait starting now (0: none), and a wait on the group's condition
- * until then; call with group->mu held. */
+ * (send/recv) until then; call with group->mu held. */
 int64_t lw_deadline(const lw_comm *c);
 void lw_wait(lw_group *g, int64_t deadline_ns);
 void lw_watch_start(lw_watch *wt, const lw_comm *c);
