@@ -87,7 +87,7 @@ typedef struct lw_group {
     _Alignas(64) _Atomic uint32_t wake;
     _Atomic uint32_t sleepers;
     lw_count counts[LW_PHASES]; /* [phase] */
-    _Alignas(64) int arrived;    /* under mu */
+    _Alignas(64) int arrived;   /* under mu */
     atomic_uint_least64_t gen;
     /* Under mu: per member, gen + 1 of the last barrier it arrived at (a member that gave up
      * on it came all the same: a timeout does not name it as missing), and the fingerprint of
