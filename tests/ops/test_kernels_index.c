@@ -240,3 +240,40 @@ Test(kernels, scatter_add_whole_rows) {
                   "is outside [0,");
         }
 }
+
+/* expand writes whole runs and fills: every split of out's dims into walked, repeated and
+ * copied ones (broadcast last, first, in the middle, alternating, new leading dims, nothing
+ * broadcast, empty) in every dtype, against the element-by-element broadcast index. */
+Test(kernels, expand_runs_and_fills) {
+    static const struct {
+        shp x, out;
+    } cases[] = {
+        {SH(1), SH(7)},
+        {SH(5, 1), SH(5, 6)},
+        {SH(1, 6), SH(5, 6)},
+        {SH(3, 1, 4), SH(3, 5, 4)},
+        {SH(1, 5, 1), SH(3, 5, 4)},
+        {SH(4), SH(2, 3, 4)},
+        {SH(3, 1), SH(2, 3, 4)},
+        {SH(2, 1, 1, 3), SH(2, 4, 5, 3)},
+        {SH(1, 3, 1, 2), SH(2, 3, 4, 2)},
+        {SH(1, 1), SH(3, 4)},
+        {SH(3, 4), SH(3, 4)},
+        {SH(1, 4, 1), SH(1, 4, 1)},
+        {SH(0, 1), SH(0, 5)},
+        {SH(3, 1), SH(3, 0)},
+    };
+    for (size_t k = 0; k < LEN(cases); k++)
+        for (size_t di = 0; di < LEN(ALL); di++) {
+            shp xs = cases[k].x, os = cases[k].out;
+            tens x = mk(ALL[di], xs, -50, 50), o = mk_out(ALL[di], os);
+            double *want = talloc(o.n * sizeof(double) + 1);
+            int64_t c[DT_MAX_NDIM];
+            for (size_t i = 0; i < o.n; i++) {
+                unravel(i, os, c);
+                want[i] = x.v[bidx(xs, os.nd, c)];
+            }
+            OK(dt_cpu_expand(&x.t, &o.t));
+            expect("expand", &o.t, want, o.n);
+        }
+}

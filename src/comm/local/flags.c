@@ -1,13 +1,16 @@
 /* Sequence flags of the local backend: past a collective's entry barrier, every member says how
- * far it got by storing (epoch, phase) in a flag of its own, and a member waits only for the
- * peers whose data it needs or who may still touch its buffers. A wait spins briefly while the
- * ranks fit on the cores (LW_FLAG_POLLS), then sleeps on the flag's futex; a writer wakes the
- * flag only when someone sleeps on it. The waits cannot fail: every member has entered, and
- * every path out of a collective publishes its last phase. */
+ * far it got by storing (epoch, phase) in a flag of its own and counting itself in the phase's
+ * count, and a member waits only for the peers whose data it needs or who may still touch its
+ * buffers (their flags), or for everyone (the count). A wait spins briefly while the ranks fit
+ * on the cores (LW_FLAG_POLLS), then sleeps on the futex; a writer wakes a flag only when someone
+ * sleeps on it, and a count only when it completes. The waits cannot fail: every member has
+ * entered, and every path out of a collective publishes its last phase. Also the futex word the
+ * entry barrier's waiters sleep on (sync.c). */
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/local/local_impl.h"
@@ -22,6 +25,12 @@
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t seen) {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+}
+
+/* futex_wait for at most ns > 0 nanoseconds. */
+static void futex_wait_for(_Atomic uint32_t *word, uint32_t seen, int64_t ns) {
+    struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
 }
 
 static void futex_wake(_Atomic uint32_t *word) {
@@ -40,12 +49,21 @@ static inline uint32_t target(const lw_comm *c, int phase) {
 }
 
 void lw_publish(lw_comm *c, int phase) {
-    lw_flag *f = &c->group->flags[c->base.rank];
+    lw_group *g = c->group;
+    lw_flag *f = &g->flags[c->base.rank];
     /* Sequentially consistent store then load: a waiter counts itself, then reads the flag;
      * either it sees the new value or this sees it waiting (and the futex call, which
-     * compares the word, sees the value change). */
+     * compares the word, sees the value change). The count likewise, woken by its last. */
     atomic_store(&f->seq, target(c, phase));
     if (atomic_load(&f->waiters)) futex_wake(&f->seq);
+    lw_count *k = &g->counts[phase];
+    uint32_t now = atomic_fetch_add(&k->n, 1) + 1;
+    if (now - k->base == (uint32_t)g->n && atomic_load(&k->sleepers)) futex_wake(&k->n);
+}
+
+void lw_counts_rebase(lw_group *g) {
+    for (int p = 0; p < LW_PHASES; p++)
+        g->counts[p].base = atomic_load_explicit(&g->counts[p].n, memory_order_relaxed);
 }
 
 static int spin(const lw_flag *f, uint32_t t, int yields) {
@@ -76,7 +94,50 @@ void lw_wait_for(lw_comm *c, int peer, int phase) {
     }
 }
 
+/* Every member's count for the phase is in. */
+static inline int all_in(const lw_count *k, uint32_t n) {
+    return atomic_load_explicit(&k->n, memory_order_acquire) - k->base >= n;
+}
+
 void lw_wait_all(lw_comm *c, int phase) {
-    for (int j = 0; j < c->group->n; j++)
-        lw_wait_for(c, j, phase);
+    lw_count *k = &c->group->counts[phase];
+    const uint32_t n = (uint32_t)c->group->n;
+    if (all_in(k, n)) return;
+    if (c->world->spin) { /* as spin(): polls, then yields */
+        for (int i = 0; i < LW_FLAG_POLLS + c->world->spin; i++) {
+            if (all_in(k, n)) return;
+            if (i < LW_FLAG_POLLS)
+                dt_cpu_relax();
+            else
+                sched_yield();
+        }
+    }
+    for (;;) {
+        atomic_fetch_add(&k->sleepers, 1);
+        uint32_t v = atomic_load(&k->n);
+        if (v - k->base < n) futex_wait(&k->n, v);
+        atomic_fetch_sub(&k->sleepers, 1);
+        if (all_in(k, n)) return;
+    }
+}
+
+void lw_group_wake(lw_group *g) {
+    atomic_fetch_add(&g->wake, 1);
+    if (atomic_load(&g->sleepers)) futex_wake(&g->wake);
+}
+
+void lw_group_sleep(lw_group *g, uint32_t seen, int64_t deadline_ns) {
+    /* As lw_publish's waiters: counted first, then the word compared (here and by the kernel). */
+    atomic_fetch_add(&g->sleepers, 1);
+    if (atomic_load(&g->wake) == seen) {
+        if (!deadline_ns) {
+            futex_wait(&g->wake, seen);
+        } else {
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            int64_t left = deadline_ns - ((int64_t)now.tv_sec * 1000000000 + now.tv_nsec);
+            if (left > 0) futex_wait_for(&g->wake, seen, left);
+        }
+    }
+    atomic_fetch_sub(&g->sleepers, 1);
 }

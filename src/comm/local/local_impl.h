@@ -61,6 +61,17 @@ typedef struct lw_flag {
  * LW_DONE, it neither reads nor writes any peer's buffers any more. */
 enum { LW_META = 1, LW_HALF = 2, LW_DONE = 3, LW_PHASES = 4 };
 
+/* How many members published a phase, over all epochs (comm/local/flags.c), so that a wait for
+ * every member sleeps once and only the last to publish wakes it (waiting on each member's flag
+ * in turn may sleep and wake once per member). base: the count when the epoch's entry barrier
+ * completed (set by its last arrival: every publication of the epoch before is in by then, and
+ * none of this epoch can be); the phase is everyone's when the count is base + n. */
+typedef struct lw_count {
+    _Alignas(64) _Atomic uint32_t n; /* futex word */
+    _Atomic uint32_t sleepers;
+    uint32_t base;
+} lw_count;
+
 typedef struct lw_group {
     struct lw_group *next; /* registry */
     uint64_t key[2];
@@ -69,8 +80,14 @@ typedef struct lw_group {
     int handles; /* live communicators on this group (registry lock) */
     int exited;  /* members that have returned (changed under registry lock and mu) */
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* on CLOCK_MONOTONIC, for the timeout */
-    int arrived;       /* under mu */
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC, for send/recv's timeout */
+    /* Entry-barrier waiters sleep on this futex word, not on cv: the barrier's last arrival and
+     * every failure (lw_group_wake) bump it and wake them, and a woken waiter returns without
+     * retaking mu (after a broadcast on cv every waiter retakes it in turn before returning). */
+    _Alignas(64) _Atomic uint32_t wake;
+    _Atomic uint32_t sleepers;
+    lw_count counts[LW_PHASES]; /* [phase] */
+    _Alignas(64) int arrived;   /* under mu */
     atomic_uint_least64_t gen;
     /* Under mu: per member, gen + 1 of the last barrier it arrived at (a member that gave up
      * on it came all the same: a timeout does not name it as missing), and the fingerprint of
@@ -109,11 +126,12 @@ typedef struct lw_watch {
 } lw_watch;
 
 /* How many times a rank that reached an entry barrier first yields before it sleeps on the
- * group's condition (and a wait on a peer's sequence flag before it sleeps on the futex): while
- * every rank has a core, a peer is likely to arrive within a few yields and waking from a sleep
- * costs more; with more ranks than cores a yielding rank only takes turns from the ranks that
- * still work (8 ranks on 2 cores: 1 MiB collectives 4-6x slower), so the world's spin is then 0
- * and waiters sleep at once. */
+ * group's wake word (and a wait on a peer's sequence flag or a phase count before it sleeps on
+ * its futex): while every rank has a core, a peer is likely to arrive within a few yields and
+ * waking from a sleep costs more; with more ranks than cores a yielding rank only takes turns
+ * from the ranks that still work (8 ranks on 2 cores: 1 MiB collectives 4-6x slower), so the
+ * world's spin is then 0 and waiters sleep at once (polling first does not pay either: 4 ranks
+ * on 2 cores, 64 KiB all_gathers took 36-41 us after 100 polls, 21-27 us without). */
 #define LW_SPIN 64
 
 typedef struct lw_world {
@@ -155,12 +173,22 @@ dt_status lw_enter(lw_comm *c, const char *what);
 void lw_publish(lw_comm *c, int phase);
 void lw_wait_for(lw_comm *c, int peer, int phase);
 void lw_wait_all(lw_comm *c, int phase);
+/* The entry barrier just completed (call under g->mu, before its generation moves on): the
+ * phase counts' bases for the new epoch. */
+void lw_counts_rebase(lw_group *g);
+/* Wakes every entry-barrier waiter of g (after the barrier completed or a failure that it must
+ * see: set the state first). Any locks may be held. */
+void lw_group_wake(lw_group *g);
+/* An entry-barrier waiter sleeps until g->wake differs from seen (read under g->mu while the
+ * barrier was still incomplete and no failure was seen), deadline_ns passes (0: none), or a
+ * spurious wake-up; the caller re-checks. Call without g->mu held. */
+void lw_group_sleep(lw_group *g, uint32_t seen, int64_t deadline_ns);
 /* The error for a member (peer = group rank, or -1 for any) that can no longer arrive;
  * DT_OK when none. Call with group->mu held. */
 dt_status lw_failure(lw_comm *c, const char *what, int peer);
 
 /* The absolute deadline of a wait starting now (0: none), and a wait on the group's condition
- * until then; call with group->mu held. */
+ * (send/recv) until then; call with group->mu held. */
 int64_t lw_deadline(const lw_comm *c);
 void lw_wait(lw_group *g, int64_t deadline_ns);
 void lw_watch_start(lw_watch *wt, const lw_comm *c);

@@ -1,10 +1,10 @@
 /* Entry barriers of the local backend: a counter and a generation under the group lock, a
  * short spin while peers are likely running (none when the ranks outnumber the cores:
- * lw_world.spin), then a condition variable. Whether a barrier completes or fails is decided
- * under the lock: a rank that gives up (the world aborted, a member returned, or its timeout
- * passed) takes its arrival back, so a barrier never completes without everyone. An entry
- * barrier also compares the members' fingerprints as they arrive: a few integers under a lock
- * already held, so the check is always on. */
+ * lw_world.spin), then a sleep on the group's futex word (lw_group_sleep). Whether a barrier
+ * completes or fails is decided under the lock: a rank that gives up (the world aborted, a
+ * member returned, or its timeout passed) takes its arrival back, so a barrier never completes
+ * without everyone. An entry barrier also compares the members' fingerprints as they arrive: a
+ * few integers under a lock already held, so the check is always on. */
 #include <sched.h>
 #include <stdio.h>
 #include <time.h>
@@ -194,9 +194,10 @@ static dt_status barrier(lw_comm *c, const char *what) {
     if (++g->arrived == g->n) {
         g->arrived = 0;
         settle(g);
+        lw_counts_rebase(g);
         atomic_store(&g->gen, gen + 1);
-        pthread_cond_broadcast(&g->cv);
         pthread_mutex_unlock(&g->mu);
+        lw_group_wake(g);
         c->epoch = (uint32_t)(gen + 1);
         return verdict(c, what);
     }
@@ -216,6 +217,7 @@ static dt_status barrier(lw_comm *c, const char *what) {
     int expired = 0;
     lw_watch wt;
     lw_watch_start(&wt, c);
+    int passed = 0;
     pthread_mutex_lock(&g->mu);
     while (atomic_load(&g->gen) == gen) {
         if ((st = failure(c, what)) != DT_OK) break;
@@ -225,12 +227,22 @@ static dt_status barrier(lw_comm *c, const char *what) {
             break;
         }
         if ((st = lw_watch_check(&wt, c, what)) != DT_OK) break;
-        lw_wait(g, lw_watch_deadline(&wt, deadline));
+        /* Read under the lock while the barrier is incomplete and nothing failed: the last
+         * arrival, or a failure, changes the word after this. */
+        uint32_t seen = atomic_load(&g->wake);
+        pthread_mutex_unlock(&g->mu);
+        lw_group_sleep(g, seen, lw_watch_deadline(&wt, deadline));
+        /* Passed: leave without the lock, which every woken waiter would otherwise take in
+         * turn (sleeping on it while another holds it). */
+        if ((passed = atomic_load(&g->gen) != gen)) break;
+        pthread_mutex_lock(&g->mu);
     }
-    /* Withdraw: this barrier will not complete. arrived_at keeps saying this rank came, for a
-     * peer that times out in it too before this rank's abort reaches it. */
-    if (st != DT_OK) g->arrived--;
-    pthread_mutex_unlock(&g->mu);
+    if (!passed) {
+        /* Withdraw: this barrier will not complete. arrived_at keeps saying this rank came,
+         * for a peer that times out in it too before this rank's abort reaches it. */
+        if (st != DT_OK) g->arrived--;
+        pthread_mutex_unlock(&g->mu);
+    }
     lw_where_set(c, NULL, 0, -1);
     lw_watch_abort(&wt, c, expired, st);
     if (st != DT_OK) return st;

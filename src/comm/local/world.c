@@ -49,8 +49,10 @@ static lw_group *group_get(lw_world *w, const uint64_t key[2], const int *member
         if (g->key[0] == key[0] && g->key[1] == key[1] && g->n == n &&
             memcmp(g->members, members, sizeof(int) * (size_t)n) == 0)
             return g;
-    lw_group *g = calloc(1, sizeof *g);
+    const size_t size = (sizeof(lw_group) + 63) & ~(size_t)63; /* its futex words' lines */
+    lw_group *g = aligned_alloc(64, size);
     if (!g) return NULL;
+    memset(g, 0, size);
     g->members = malloc(sizeof(int) * (size_t)n);
     g->arrived_at = calloc((size_t)n, sizeof *g->arrived_at);
     g->fps = calloc((size_t)n, sizeof *g->fps);
@@ -139,6 +141,7 @@ static void wake_groups(lw_world *w, int rank) {
         if (rank >= 0) g->exited++;
         pthread_cond_broadcast(&g->cv);
         pthread_mutex_unlock(&g->mu);
+        lw_group_wake(g);
     }
 }
 

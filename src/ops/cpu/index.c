@@ -1,6 +1,6 @@
 /* CPU indexing kernels: embedding lookup and target pick with a shard's offset (ids outside
- * the shard give zeros), box slice and permute. Pure data movement: every dtype, copied by
- * element size; all-zero bits are 0 in every dtype. Embedding rows are shared out by the
+ * the shard give zeros), box slice, permute and expand. Pure data movement: every dtype, copied
+ * by element size; all-zero bits are 0 in every dtype. Embedding rows are shared out by the
  * intra-op pool. */
 #include <stdint.h>
 #include <string.h>
@@ -197,22 +197,74 @@ dt_status dt_cpu_permute(const dt_local *x, const int *perm, dt_local *out) {
     return DT_OK;
 }
 
+/* Writes count copies of the es-byte element at src from dst on. */
+static void fill_element(char *dst, const char *src, size_t es, size_t count) {
+    switch (es) {
+    case 2: {
+        uint16_t v;
+        memcpy(&v, src, 2);
+        for (size_t i = 0; i < count; i++)
+            memcpy(dst + 2 * i, &v, 2);
+        return;
+    }
+    case 4: {
+        uint32_t v;
+        memcpy(&v, src, 4);
+        for (size_t i = 0; i < count; i++)
+            memcpy(dst + 4 * i, &v, 4);
+        return;
+    }
+    case 8: {
+        uint64_t v;
+        memcpy(&v, src, 8);
+        for (size_t i = 0; i < count; i++)
+            memcpy(dst + 8 * i, &v, 8);
+        return;
+    }
+    default:
+        for (size_t i = 0; i < count; i++)
+            memcpy(dst + es * i, src, es);
+    }
+}
+
+/* out's trailing dims that x holds whole are one contiguous run of x (x's size-1 dims do not
+ * step its offsets), and the broadcast dims just before them repeat that run: each step of the
+ * remaining outer dims writes one block of repeats x run with memcpy or a fill, instead of one
+ * element at a time (a loss's (N, 1) gradient expanded over the classes: a fill per row). */
 dt_status dt_cpu_expand(const dt_local *x, dt_local *out) {
-    size_t es = dt_dtype_size(x->dtype), n = dt_shape_numel(out->shape, out->ndim);
+    const size_t es = dt_dtype_size(x->dtype), n = dt_shape_numel(out->shape, out->ndim);
+    if (n == 0) return DT_OK;
     int64_t stride[DT_MAX_NDIM], idx[DT_MAX_NDIM] = {0}, s = 1;
     for (int i = out->ndim - 1; i >= 0; i--) {
         int xi = i - (out->ndim - x->ndim);
         int64_t size = xi >= 0 ? x->shape[xi] : 1;
-        stride[i] = size == out->shape[i] ? s : 0;
+        stride[i] = size == out->shape[i] && size != 1 ? s : 0;
         s *= size;
     }
+    int d = out->ndim - 1;
+    size_t run = 1, repeats = 1; /* elements */
+    for (; d >= 0 && stride[d] != 0; d--)
+        run *= (size_t)out->shape[d];
+    for (; d >= 0 && stride[d] == 0; d--)
+        repeats *= (size_t)out->shape[d];
+    const int outer = d + 1; /* dims [0, outer) are walked */
+    const size_t block = run * repeats * es;
     const char *src = x->data;
     char *dst = out->data;
-    for (size_t k = 0; k < n; k++) {
-        int64_t off = 0;
-        for (int i = 0; i < out->ndim; i++) off += idx[i] * stride[i];
-        memcpy(dst + k * es, src + (size_t)off * es, es);
-        for (int i = out->ndim - 1; i >= 0 && ++idx[i] == out->shape[i]; i--) idx[i] = 0;
+    int64_t off = 0;
+    for (size_t b = 0; b < n / (run * repeats); b++, dst += block) {
+        const char *from = src + (size_t)off * es;
+        if (run == 1)
+            fill_element(dst, from, es, repeats);
+        else
+            for (size_t r = 0; r < repeats; r++)
+                memcpy(dst + r * run * es, from, run * es);
+        for (int i = outer - 1; i >= 0; i--) {
+            off += stride[i];
+            if (++idx[i] < out->shape[i]) break;
+            off -= stride[i] * out->shape[i];
+            idx[i] = 0;
+        }
     }
     return DT_OK;
 }
