@@ -19,7 +19,8 @@
  *   - Prefetch (default on): dt_fsdp_unit_begin of unit k issues unit k+1's all_gather on
  *     the communication thread before returning (unless unit k+1 still holds its gathered
  *     parameters: a forward with no backward since may use them as they are), and backward's gather of unit k issues unit
- *     k-1's, so communication overlaps the current unit's computation (the trace shows both).
+ *     k-1's (as does unit k's first gradient, for a unit kept gathered after its forward), so
+ *     communication overlaps the current unit's computation (the trace shows both).
  *
  * HSDP: a mesh (replicate, shard): parameters Replicate over the first dim and sharded over
  * the second (dp_dim); after the unit's reduce_scatter one all_reduce of the unit's reduced

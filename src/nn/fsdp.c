@@ -243,6 +243,11 @@ static dt_status grad_ready(dt_saved_hooks *h, dt_tensor *t, dt_tensor *g) {
         return st;
     }
     u->grad[p] = g;
+    /* The unit's backward has begun: issue the previous unit's gather now, so it overlaps this
+     * unit's backward. Refill does the same, but a unit kept gathered after its forward (the
+     * last block, the root) is never refilled, and its predecessor's gather would otherwise
+     * start only when backward reaches it: a stall every rank waits on. */
+    if (u->ngrad == 0 && (st = prefetch(u->f, u->index - 1, true)) != DT_OK) return st;
     if (++u->ngrad < u->n) return DT_OK;
     /* Every use of the unit's parameters is behind us: reduce, and free the gathered ones. */
     st = dt_fsdp_reduce_start(u);

@@ -227,6 +227,13 @@ Test(fsdp, loss_curves_counts_and_memory) {
     assert_same_bits(&rs[0], &rs[2]);
     cr_assert_eq(rs[1].fs.prefetches > 0, 1);
     cr_assert_eq(rs[2].fs.prefetches, 0);
+    /* Every gather but the first unit's forward one is issued ahead of its use: each unit's
+     * forward issues the next unit's, and each unit's backward the previous one's, also after
+     * a last unit kept gathered (never refilled; its first gradient issues it). */
+    for (int i = 0; i < 7; i += 6)
+        cr_assert_eq(rs[i].fs.prefetches, (int64_t)STEPS * 2 * (NU - 1),
+                     "%s: %lld gathers prefetched in %d steps, want %d", rs[i].l.name,
+                     (long long)rs[i].fs.prefetches, STEPS, STEPS * 2 * (NU - 1));
     /* dp=4: rank 0 holds its torch.chunk of each parameter's first dim (3 of the 11 rows of
      * the embedding and the head, a quarter of the others) */
     int64_t want = 0;
