@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "core/pool.h"
+#include "ops/cpu/norm_backward.h"
 #include "ops/cpu/simd.h"
 #include "ops/kernels.h"
 
@@ -222,35 +223,13 @@ static void store_sum(dt_dtype t, void *dst, int64_t j, double s) {
     }
 }
 
-static int has_shape(const dt_local *t, const dt_local *x) {
-    if (t->ndim != x->ndim || t->dtype != x->dtype) return 0;
-    for (int d = 0; d < x->ndim; d++)
-        if (t->shape[d] != x->shape[d]) return 0;
-    return 1;
-}
-
-static int is_row(const dt_local *t, int64_t H, dt_dtype dt) {
-    return !t || (t->ndim == 1 && t->shape[0] == H && t->dtype == dt);
-}
-
 dt_status dt_cpu_layer_norm_backward(int rms, double eps, const dt_local *x, const dt_local *weight,
                                      const dt_local *grad, dt_local *gx, dt_local *gw,
                                      dt_local *gb) {
     const char *fn = rms ? "dt_cpu_layer_norm_backward (rms)" : "dt_cpu_layer_norm_backward";
     dt_dtype dt = x->dtype;
-    if (dt != DT_F32 && dt != DT_F64 && dt != DT_BF16 && dt != DT_F16)
-        return dt_error(DT_ERR_DTYPE, "%s: dtype %s not supported (float dtypes only)", fn,
-                        dt_dtype_name(dt));
-    if (x->ndim < 1) return dt_error(DT_ERR_SHAPE, "%s: x must have at least one dim", fn);
-    if (!has_shape(grad, x) || !has_shape(gx, x))
-        return dt_error(DT_ERR_SHAPE, "%s: grad and gx must have x's shape and dtype %s", fn,
-                        dt_dtype_name(dt));
-    int64_t H = x->shape[x->ndim - 1], rows = 1;
-    for (int d = 0; d < x->ndim - 1; d++)
-        rows *= x->shape[d];
-    if (!is_row(weight, H, dt) || !is_row(gw, H, dt) || !is_row(gb, H, dt))
-        return dt_error(DT_ERR_SHAPE, "%s: weight, gw and gb must be (%lld) of x's dtype %s", fn,
-                        (long long)H, dt_dtype_name(dt));
+    int64_t H = 0, rows = 0;
+    DT_CHECK(dt_norm_bwd_check(fn, x, weight, grad, gx, gw, gb, &H, &rows));
     if (rms) gb = NULL;
     int64_t nblk = H ? (rows + DT_NORM_BWD_BLOCK - 1) / DT_NORM_BWD_BLOCK : 0;
     bwd_job j = {.rms = rms,
