@@ -149,7 +149,7 @@ static void buffers_free(operand *ops, int nops, void **scratch, int nbuf) {
 dt_status ref_gemm_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                         double scale, dt_local *out, dt_local *lse) {
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check("dt_cpu_sdpa", 0, q, k, v, out, lse, &d));
+    DT_CHECK(dt_sdpa_check("dt_cpu_sdpa", 0, DT_SDPA_ALL_HEADS, q, k, v, out, lse, &d));
     if (d.B == 0 || d.Tq == 0 || d.Dv == 0) return DT_OK;
     dt_dtype dt = q->dtype, ct = dt_sdpa_lse_dtype(dt);
     int half = dt == DT_BF16 || dt == DT_F16;
@@ -183,7 +183,7 @@ dt_status ref_gemm_sdpa_backward(const dt_local *g, const dt_local *q, const dt_
                                  dt_local *dq, dt_local *dk, dt_local *dv) {
     const char *fn = "dt_cpu_sdpa_backward";
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check(fn, 0, q, k, v, g, lse, &d));
+    DT_CHECK(dt_sdpa_check(fn, 0, DT_SDPA_ALL_HEADS, q, k, v, g, lse, &d));
     DT_CHECK(dt_sdpa_grads_check(fn, q, k, v, dq, dk, dv));
     if (d.B == 0) return DT_OK;
     dt_dtype dt = q->dtype, ct = dt_sdpa_lse_dtype(dt);

@@ -44,12 +44,12 @@ typedef dt_status (*bwd_fn)(const dt_local *, const dt_local *, const dt_local *
 /* The flash kernels on heads-first blocks, as the reference takes them. */
 static dt_status cpu_fwd(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
                          double scale, dt_local *out, dt_local *lse) {
-    return dt_cpu_sdpa(q, k, v, causal, 0, scale, out, lse);
+    return dt_cpu_sdpa(q, k, v, causal, 0, DT_SDPA_ALL_HEADS, scale, out, lse);
 }
 static dt_status cpu_bwd(const dt_local *g, const dt_local *q, const dt_local *k, const dt_local *v,
                          const dt_local *lse, int causal, double scale, dt_local *dq, dt_local *dk,
                          dt_local *dv) {
-    return dt_cpu_sdpa_backward(g, q, k, v, lse, causal, 0, scale, dq, dk, dv);
+    return dt_cpu_sdpa_backward(g, q, k, v, lse, causal, 0, DT_SDPA_ALL_HEADS, scale, dq, dk, dv);
 }
 
 int main(int argc, char **argv) {

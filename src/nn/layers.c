@@ -218,6 +218,29 @@ static dt_tensor *split_heads(dt_scope *s, dt_tensor *x, int64_t B, int64_t T, i
     return heads_first ? DT_DO(s, dt_transpose, x4, 1, 2) : x4;
 }
 
+/* x (B, T, h * hd) made Replicate on the mesh dims that split its columns inside a head (more
+ * ranks than kv heads: tp=4 over 2 kv heads), so that it views as (B, T, h, hd) whole: one
+ * all-gather, where the view itself would move it to batch shards and attention back. Where
+ * the columns split into whole heads, x as it is. */
+static dt_tensor *whole_heads(dt_scope *s, dt_tensor *x, int64_t hd) {
+    dt_tensor_info info;
+    if (!dt_scope_ok(s)) return NULL;
+    dt_status st = dt_tensor_info_get(x, &info);
+    if (st != DT_OK) return dt_scope_fail(s, st);
+    int last = info.ndim - 1, ranks = 1;
+    for (int m = 0; m < info.mesh_ndim; m++)
+        if (info.placements[m].kind == DT_PLACEMENT_SHARD && info.placements[m].dim == last)
+            ranks *= dt_mesh_dim_size(info.mesh, m);
+    int64_t cols = info.shape[last], chunk = (cols + ranks - 1) / ranks;
+    if (ranks == 1 || chunk % hd == 0) return x;
+    dt_placement pl[DT_MESH_MAX_NDIM];
+    for (int m = 0; m < info.mesh_ndim; m++) {
+        int split = info.placements[m].kind == DT_PLACEMENT_SHARD && info.placements[m].dim == last;
+        pl[m] = split ? dt_replicate() : info.placements[m];
+    }
+    return DT_DO(s, dt_tensor_redistribute, x, info.mesh_ndim, pl);
+}
+
 dt_tensor *dt_nn_attention_forward(dt_scope *scope, const dt_nn_attention *attention, dt_tensor *x,
                                    dt_tensor *cos, dt_tensor *sin) {
     if (!dt_scope_ok(scope)) return NULL;
@@ -238,6 +261,10 @@ dt_tensor *dt_nn_attention_forward(dt_scope *scope, const dt_nn_attention *atten
             qkv[i] = dt_nn_linear_forward(scope, proj[i], x);
     }
     int ring = a->cp_dim >= 0;
+    if (!ring) /* k and v split inside a head: whole on those mesh dims (attention's q-heads rule)
+                */
+        for (int i = 1; i < 3; i++)
+            qkv[i] = whole_heads(scope, qkv[i], a->head_dim);
     dt_tensor *q = split_heads(scope, qkv[0], B, T, a->heads, a->head_dim, cos, sin, ring);
     dt_tensor *k = split_heads(scope, qkv[1], B, T, a->kv_heads, a->head_dim, cos, sin, ring);
     dt_tensor *v = split_heads(scope, qkv[2], B, T, a->kv_heads, a->head_dim, NULL, NULL, ring);

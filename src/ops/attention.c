@@ -121,8 +121,8 @@ static int aux(dt_op op, const op_input *in, int n, const dt_op_args *a, op_out 
         *for_grad = 1;
         return 1;
     }
-    for (int i = 0; i < 2; i++) { /* dk, dv */
-        o[i] = (op_out){.ndim = in[1 + i].ndim, .dtype = in[1 + i].dtype};
+    for (int i = 0; i < 2; i++) { /* dk, dv: Partial(sum) where q's heads split over whole k, v */
+        o[i] = (op_out){.ndim = in[1 + i].ndim, .dtype = in[1 + i].dtype, .grad_of = 2 + i};
         memcpy(o[i].shape, in[1 + i].shape, sizeof(int64_t) * (size_t)in[1 + i].ndim);
     }
     *for_grad = 0;
@@ -136,6 +136,19 @@ static int groups_aligned(int64_t hq, int64_t hkv, int m) {
     for (int i = 1; i < m; i++) {
         int64_t bq = cq * i < hq ? cq * i : hq, bk = ck * i < hkv ? ck * i : hkv;
         if (bq != g * bk) return 0;
+    }
+    return 1;
+}
+
+/* Whether every torch.chunk of hq query heads over m ranks reads its kv heads (of hkv, k and v
+ * whole on every rank) as the kernels take them (dt_sdpa_heads): whole groups from a group's
+ * start, or heads within one group. */
+static int heads_fit(int64_t hq, int64_t hkv, int m) {
+    if (hkv <= 0 || hq % hkv) return 0;
+    int64_t g = hq / hkv, c = (hq + m - 1) / m;
+    for (int i = 0; i < m; i++) {
+        int64_t b = c * i < hq ? c * i : hq, e = c * (i + 1) < hq ? c * (i + 1) : hq;
+        if (e > b && !(b % g == 0 && (e - b) % g == 0) && b / g != (e - 1) / g) return 0;
     }
     return 1;
 }
@@ -159,6 +172,16 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
         for (int i = 0; i < n; i++) r.in[i] = SP(d);
         rows[k++] = r;
     }
+    /* q's heads split while k and v stay whole (tensor-parallel attention with fewer kv heads
+     * than ranks): each rank reads the kv heads of its own query heads in place, no repeated
+     * copies; the backward's dk and dv come out Partial(sum). */
+    int h = a->seq_first ? nd - 2 : nd - 3;
+    if (nd >= 3 && heads_fit(in[0].shape[h], in[1].shape[h], mesh_size)) {
+        r.out = SP(h);
+        for (int i = 0; i < n; i++)
+            r.in[i] = i == 1 || i == 2 ? RP : SP(h);
+        rows[k++] = r;
+    }
     return k;
 }
 
@@ -170,23 +193,47 @@ static int combine_ok(dt_op op, const op_input *in, int n, const dt_op_args *a, 
                       const dt_placement *out_pl) {
     (void)op, (void)n, (void)out_pl;
     int h = in[0].ndim - (a->seq_first ? 2 : 3);
-    if (h < 0 || in[0].shape[h] == in[1].shape[h]) return 1;
-    int dims = 0, ranks = 1;
+    if (h < 0) return 1;
+    int dims = 0, ranks = 1, whole_kv = 0, split_kv = 0;
     for (int m = 0; m < mesh_ndim; m++)
-        if (in_pl[0][m].kind == DT_PLACEMENT_SHARD && in_pl[0][m].dim == h)
+        if (in_pl[0][m].kind == DT_PLACEMENT_SHARD && in_pl[0][m].dim == h) {
             dims++, ranks *= mesh_shape[m];
+            if (in_pl[1][m].kind == DT_PLACEMENT_SHARD)
+                split_kv = 1;
+            else
+                whole_kv = 1;
+        }
+    /* q's heads split over whole k, v on several mesh dims: even chunks that fit (heads_fit);
+     * never mixed with mesh dims that split k and v too */
+    if (whole_kv)
+        return !split_kv && (dims < 2 || (in[0].shape[h] % ranks == 0 &&
+                                          heads_fit(in[0].shape[h], in[1].shape[h], ranks)));
+    if (in[0].shape[h] == in[1].shape[h]) return 1;
     return dims < 2 || in[1].shape[h] % ranks == 0;
+}
+
+/* Which of the call's query heads this rank's q block holds, relative to the kv heads its k
+ * block holds: {0, 0} (a plain call) where k's block is exactly the kv heads of q's. */
+static dt_sdpa_heads heads_of(const local_call *c) {
+    int nd = c->global[0].ndim, h = nd - (c->args->seq_first ? 2 : 3);
+    if (h < 0 || nd < 3) return DT_SDPA_ALL_HEADS;
+    int64_t hq = c->global[0].shape[h], hkv = c->global[1].shape[h];
+    int64_t ql = c->in[0].shape[h], kl = c->in[1].shape[h], g = hkv > 0 ? hq / hkv : 1;
+    int64_t qo = c->in_offset[0][h], ko = c->in_offset[1][h];
+    if (ql * hkv == kl * hq && qo == ko * g) return DT_SDPA_ALL_HEADS;
+    return (dt_sdpa_heads){qo - ko * g, kl * g};
 }
 
 static dt_status compute(local_call *c) {
     double scale = c->args->scalar;
     if (scale == 0) scale = 1.0 / sqrt((double)c->global[0].shape[c->global[0].ndim - 1]);
     const dt_local *in = c->in;
+    dt_sdpa_heads heads = heads_of(c);
     if (c->op == DT_OP_SDPA)
-        return c->k->sdpa(&in[0], &in[1], &in[2], c->args->causal, c->args->seq_first, scale,
+        return c->k->sdpa(&in[0], &in[1], &in[2], c->args->causal, c->args->seq_first, heads, scale,
                           &c->out, c->naux ? &c->aux[0] : NULL);
     return c->k->sdpa_backward(&in[3], &in[0], &in[1], &in[2], &in[4], c->args->causal,
-                               c->args->seq_first, scale, &c->out, &c->aux[0], &c->aux[1]);
+                               c->args->seq_first, heads, scale, &c->out, &c->aux[0], &c->aux[1]);
 }
 
 const op_family dt_family_attention = {

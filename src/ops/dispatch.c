@@ -174,12 +174,18 @@ static dt_status compute_local(dt_op op, const op_family *f, dt_tensor *const *u
     return st;
 }
 
-/* An aux output's placements from the first output's (op_out.sums_rows). */
+/* An aux output's placements from the first output's (op_out.sums_rows, grad_of) and, for
+ * grad_of, the placements its input was used in. */
 static const dt_placement *aux_placements(const op_out *spec, const dt_mesh *mesh,
-                                          const dt_placement *out, dt_placement *buf) {
-    if (!spec->sums_rows) return out;
-    for (int m = 0; m < mesh->ndim; m++)
-        buf[m] = out[m].kind == DT_PLACEMENT_SHARD ? PP(DT_REDUCE_SUM) : out[m];
+                                          const dt_placement *out, dt_tensor *const *use,
+                                          dt_placement *buf) {
+    if (!spec->sums_rows && !spec->grad_of) return out;
+    const dt_placement *src = spec->grad_of ? use[spec->grad_of - 1]->placements : NULL;
+    for (int m = 0; m < mesh->ndim; m++) {
+        int sum =
+            out[m].kind == DT_PLACEMENT_SHARD && (!src || src[m].kind == DT_PLACEMENT_REPLICATE);
+        buf[m] = sum ? PP(DT_REDUCE_SUM) : out[m];
+    }
     return buf;
 }
 
@@ -202,7 +208,7 @@ dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *
     dt_placement pl[DT_MESH_MAX_NDIM];
     for (int i = 0; i < na && st == DT_OK; i++)
         st = dt_tensor_alloc(out->mesh, out->device, spec[i].dtype, spec[i].ndim, spec[i].shape,
-                             aux_placements(&spec[i], out->mesh, out->placements, pl), &ax[i]);
+                             aux_placements(&spec[i], out->mesh, out->placements, in, pl), &ax[i]);
     if (st == DT_OK) st = compute_local(op, f, in, n, a, out, ax, na);
     for (int i = 0; i < na; i++)
         dt_tensor_release(ax[i]);
@@ -279,7 +285,7 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
     dt_placement pl[DT_MESH_MAX_NDIM];
     for (int i = 0; i < na && st == DT_OK; i++)
         st = dt_tensor_alloc(mesh, dev, aspec[i].dtype, aspec[i].ndim, aspec[i].shape,
-                             aux_placements(&aspec[i], mesh, s->out, pl), &ax[i]);
+                             aux_placements(&aspec[i], mesh, s->out, use, pl), &ax[i]);
     if (st == DT_OK) {
         if (ctx->trace) memcpy(text, s->text, sizeof text); /* s is not read past this point */
         st = compute_local(op, f, use, n, a, o, ax, na);

@@ -154,22 +154,67 @@ static dt_local swapped(const dt_local *t, int back) {
 static dt_status sdpa_check(const char *fn, const dt_local *q, const dt_local *k, const dt_local *v,
                             const dt_local *out, const dt_local *lse, dt_sdpa_dims *dims);
 
-dt_status dt_sdpa_check(const char *fn, int seq_first, const dt_local *q, const dt_local *k,
-                        const dt_local *v, const dt_local *out, const dt_local *lse,
-                        dt_sdpa_dims *dims) {
+/* The kv heads [*kv0, *kv0 + *kvn) that q's heads [heads.offset, + hq) of heads.total read,
+ * of the hkv that k and v hold: whole groups from a group's start, or heads within one group
+ * (a uniform count of query heads per kv head, as the kernels' items need). */
+static dt_status heads_range(const char *fn, dt_sdpa_heads heads, int64_t hq, int64_t hkv,
+                             int64_t *kv0, int64_t *kvn) {
+    int64_t off = heads.offset, tot = heads.total;
+    if (hkv <= 0 || tot % hkv || off < 0 || off + hq > tot)
+        return dt_error(DT_ERR_SHAPE, "%s: heads [%lld, %lld) of %lld do not fit %lld kv heads", fn,
+                        (long long)off, (long long)(off + hq), (long long)tot, (long long)hkv);
+    int64_t g = tot / hkv;
+    *kv0 = off / g;
+    if (hq == 0)
+        *kvn = 0;
+    else if (off % g == 0 && hq % g == 0)
+        *kvn = hq / g;
+    else if ((off + hq - 1) / g == *kv0)
+        *kvn = 1;
+    else
+        return dt_error(DT_ERR_SHAPE,
+                        "%s: heads [%lld, %lld) of %lld split kv head groups of "
+                        "%lld unevenly",
+                        fn, (long long)off, (long long)(off + hq), (long long)tot, (long long)g);
+    return DT_OK;
+}
+
+dt_status dt_sdpa_check(const char *fn, int seq_first, dt_sdpa_heads heads, const dt_local *q,
+                        const dt_local *k, const dt_local *v, const dt_local *out,
+                        const dt_local *lse, dt_sdpa_dims *dims) {
     if (seq_first && q->ndim < 3)
         return dt_error(DT_ERR_SHAPE, "%s: seq_first q must be (..., T, H, D), got %d-D", fn,
                         q->ndim);
+    if (heads.total > 0 && q->ndim < 3)
+        return dt_error(DT_ERR_SHAPE,
+                        "%s: a range of heads needs (..., H, T, D) blocks, got "
+                        "%d-D",
+                        fn, q->ndim);
     dt_local h[5];
     if (seq_first) {
         h[0] = swapped(q, 1), h[1] = swapped(k, 1), h[2] = swapped(v, 1), h[3] = swapped(out, 1);
         if (lse) h[4] = swapped(lse, 0);
         q = &h[0], k = &h[1], v = &h[2], out = &h[3], lse = lse ? &h[4] : NULL;
     }
-    DT_CHECK(sdpa_check(fn, q, k, v, out, lse, dims));
     int nd = q->ndim;
+    int64_t hkv = nd >= 3 ? k->shape[nd - 3] : 1, kv0 = 0, kvn = hkv;
+    dt_local kw, vw;
+    if (heads.total > 0) { /* checked as if k and v held only the kv heads q reads */
+        if (v->ndim != nd || k->ndim != nd || v->shape[nd - 3] != hkv)
+            return dt_error(DT_ERR_SHAPE, "%s: k and v must hold the same heads", fn);
+        DT_CHECK(heads_range(fn, heads, q->shape[nd - 3], hkv, &kv0, &kvn));
+        kw = *k, vw = *v;
+        kw.shape[nd - 3] = vw.shape[nd - 3] = kvn;
+        k = &kw, v = &vw;
+        if (kvn == 0) { /* no query heads here: nothing to compute */
+            *dims = (dt_sdpa_dims){.Hq = 0, .Hkv = hkv, .seq_first = seq_first};
+            return DT_OK;
+        }
+    }
+    DT_CHECK(sdpa_check(fn, q, k, v, out, lse, dims));
     dims->Hq = nd >= 3 ? q->shape[nd - 3] : 1;
-    dims->Hkv = nd >= 3 ? k->shape[nd - 3] : 1;
+    dims->Hkv = hkv;
+    dims->kv0 = kv0, dims->kvn = kvn;
     dims->seq_first = seq_first;
     return DT_OK;
 }

@@ -56,6 +56,10 @@ dt_status dt_matmul_check(const char *fn, const dt_local *a, const dt_local *b, 
 typedef struct dt_sdpa_dims {
     int64_t B, g, Tq, R, Tk, D, Dv;
     int64_t Hq, Hkv; /* heads of q and of k, v (1 for 2-D blocks) */
+    /* The kv heads q reads, [kv0, kv0 + kvn) of the Hkv the blocks hold: all of them unless
+     * dt_sdpa_heads names a range of a larger call's query heads (then B counts kvn per
+     * batch and kv rows are numbered within the range). */
+    int64_t kv0, kvn;
     int seq_first;
 } dt_sdpa_dims;
 
@@ -72,6 +76,19 @@ __host__ __device__
     return (bh / H * T + t) * H + bh % H;
 }
 
+/* Where row r of a range of heads lies: r numbered over n heads (batch, head, position) that
+ * are heads [h0, h0 + n) of a block of H heads of T positions (k and v read by a range of the
+ * query heads: dt_sdpa_dims.kv0, kvn). */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+    static inline int64_t
+    dt_sdpa_row_in(int64_t r, int64_t n, int64_t h0, int64_t H, int64_t T, int seq_first) {
+    if (n == H) return dt_sdpa_row(r, H, T, seq_first);
+    int64_t bh = r / T, t = r % T, b = bh / n, h = bh % n + h0;
+    return seq_first ? (b * T + t) * H + h : (b * H + h) * T + t;
+}
+
 /* The dtype of attention's log-sum-exp rows: f64 for f64, else f32. */
 static inline dt_dtype dt_sdpa_lse_dtype(dt_dtype qdtype) {
     return qdtype == DT_F64 ? DT_F64 : DT_F32;
@@ -81,10 +98,12 @@ static inline dt_dtype dt_sdpa_lse_dtype(dt_dtype qdtype) {
  * rows' shape; every one of q's float dtype but lse) and fills *dims. seq_first: the blocks are
  * (..., T, H, D) and lse (..., Tq, Hq), checked as their heads-first transposes. k and v may have
  * fewer heads (dim ndim - 3) than q, a divisor of q's (grouped-query attention); every other
- * leading dim matches. */
-dt_status dt_sdpa_check(const char *fn, int seq_first, const dt_local *q, const dt_local *k,
-                        const dt_local *v, const dt_local *out, const dt_local *lse,
-                        dt_sdpa_dims *dims);
+ * leading dim matches. heads (dt_sdpa_heads, total > 0): q's heads are a range of total, whose
+ * kv heads k and v hold all of; the range must be whole groups from a group's start or lie in
+ * one group (then kv0, kvn name the kv heads it reads). */
+dt_status dt_sdpa_check(const char *fn, int seq_first, dt_sdpa_heads heads, const dt_local *q,
+                        const dt_local *k, const dt_local *v, const dt_local *out,
+                        const dt_local *lse, dt_sdpa_dims *dims);
 /* Checks the backward's outputs: dq, dk, dv of q's, k's and v's shapes and dtype. */
 dt_status dt_sdpa_grads_check(const char *fn, const dt_local *q, const dt_local *k,
                               const dt_local *v, const dt_local *dq, const dt_local *dk,

@@ -174,6 +174,20 @@ dt_status dt_cpu_cumsum(const dt_local *x, int dim, dt_local *out);
 
 /* ---- attention -------------------------------------------------------------------------- */
 
+/* Which query heads an attention block holds when q is split by heads but k and v are whole
+ * (tensor-parallel grouped-query attention whose kv heads do not split as q's do): heads
+ * [offset, offset + the block's count) of total, k and v holding all Hkv kv heads; query head
+ * h reads kv head (offset + h) / (total / Hkv). total 0: the block holds q's heads itself
+ * (offset 0), as in every unsharded call. */
+typedef struct dt_sdpa_heads {
+    int64_t offset, total;
+} dt_sdpa_heads;
+#ifdef __cplusplus
+#define DT_SDPA_ALL_HEADS (dt_sdpa_heads{0, 0})
+#else
+#define DT_SDPA_ALL_HEADS ((dt_sdpa_heads){0, 0})
+#endif
+
 /* Scaled dot-product attention per (batch..., head): q (..., Tq, D), k (..., Tk, D),
  * v (..., Tk, Dv) -> out (..., Tq, Dv) = softmax(q k^T * scale [+ causal mask]) v. Causal masks
  * key j > query i (top-left aligned). Float dtypes. Grouped-query: k and v may have fewer
@@ -181,16 +195,21 @@ dt_status dt_cpu_cumsum(const dt_local *x, int dim, dt_local *out);
  * h / (Hq / Hkv) (torch's enable_gqa). lse: NULL, or (..., Tq) of dt_sdpa_lse_dtype(q's
  * dtype) receiving each row's log-sum-exp of its scaled, masked scores (-inf for a row with
  * no key): what the backward needs to rebuild the probabilities. seq_first: q, k, v, out are
- * (..., T, H, D) and lse (..., Tq, Hq) instead (the same sums, other addresses). */
+ * (..., T, H, D) and lse (..., Tq, Hq) instead (the same sums, other addresses). heads: q
+ * holds a range of a larger call's heads (dt_sdpa_heads), which must either be whole groups
+ * of kv heads from a group's start or lie in one group. */
 dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                      int seq_first, double scale, dt_local *out, dt_local *lse);
+                      int seq_first, dt_sdpa_heads heads, double scale, dt_local *out,
+                      dt_local *lse);
 /* Its gradients from the saved lse, without a softmax pass: per kv head P = exp(q k^T *
  * scale - lse) (masked), dP = g v^T, dS = P (dP - rowsum(P dP)), then dq = scale dS k,
  * dk = scale dS^T q and dv = P^T g, each kv head's summed over the query heads that read it.
- * g and dq have out's and q's shapes, dk and dv k's and v's; all of q's dtype. */
+ * g and dq have out's and q's shapes, dk and dv k's and v's; all of q's dtype. With heads
+ * set, dk and dv are this block's share: zero in the kv heads no query head of q reads. */
 dt_status dt_cpu_sdpa_backward(const dt_local *g, const dt_local *q, const dt_local *k,
                                const dt_local *v, const dt_local *lse, int causal, int seq_first,
-                               double scale, dt_local *dq, dt_local *dk, dt_local *dv);
+                               dt_sdpa_heads heads, double scale, dt_local *dq, dt_local *dk,
+                               dt_local *dv);
 
 /* ---- model ops -------------------------------------------------------------------------- */
 
@@ -308,10 +327,10 @@ dt_status dt_cpu_optim_step(const dt_optim_hyper *h, const dt_optim_item *items,
     X(slice, (const dt_local *x, const int64_t *start, dt_local *out))                             \
     X(permute, (const dt_local *x, const int *perm, dt_local *out))                                \
     X(sdpa, (const dt_local *q, const dt_local *k, const dt_local *v, int causal, int seq_first,   \
-             double scale, dt_local *out, dt_local *lse))                                          \
+             dt_sdpa_heads heads, double scale, dt_local *out, dt_local *lse))                     \
     X(sdpa_backward, (const dt_local *g, const dt_local *q, const dt_local *k, const dt_local *v,  \
-                      const dt_local *lse, int causal, int seq_first, double scale, dt_local *dq,  \
-                      dt_local *dk, dt_local *dv))                                                 \
+                      const dt_local *lse, int causal, int seq_first, dt_sdpa_heads heads,         \
+                      double scale, dt_local *dq, dt_local *dk, dt_local *dv))                     \
     X(rope, (const dt_local *x, const dt_local *cos, const dt_local *sin, dt_local *out))          \
     X(dropout, (double p, uint64_t seed, uint64_t offset, const int64_t *global_shape,             \
                 const int64_t *box_offset, const dt_local *x, dt_local *out))                      \

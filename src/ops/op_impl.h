@@ -39,6 +39,10 @@ typedef struct op_out {
      * gradient): Partial(sum) on each mesh dim where the first output is sharded, instead of
      * the first output's placements. */
     bool sums_rows;
+    /* An aux output that is input grad_of - 1's gradient (attention's dk and dv; 0: none):
+     * Partial(sum) on each mesh dim where the first output is sharded but that input is
+     * Replicate (each rank adds its own rows' share), else the first output's placement. */
+    int grad_of;
 } op_out;
 
 /* This rank's view for the local computation. */

@@ -174,8 +174,10 @@ Test(parallel_train, loss_parity_and_collectives) {
      *   ranks loss parallel wins: the vocab-sharded logits are never moved, cross_entropy
      *   all_reduces the row max and the sum of exponentials (2) instead.
      * - Uneven (3 ranks): FSDP over 3 is as over 4 (uneven shards gather and scatter in one
-     *   collective each); tp=3 splits 8 query and 4 kv heads unevenly, so the head views
-     *   re-shard by all_to_all (26 per step) where tp=2 and tp=4 keep whole heads. */
+     *   collective each); tp=3 splits 8 query and 4 kv heads unevenly: k and v, split inside
+     *   a head, are gathered whole (an all_gather each per block, and their gradients' in
+     *   backward: 8 per step) and q and the output re-shard by all_to_all (12 per step) where
+     *   tp=2 and tp=4 keep q's heads sharded. */
     static const config configs[] = {
         {"dp=4 fsdp", "4", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}, {0, 21, 1, 0}},
         {"dp=2 ddp", "2", {.dp_dim = 0, .tp_dim = -1}, {1, 0, 0, 0}},
@@ -191,7 +193,7 @@ Test(parallel_train, loss_parity_and_collectives) {
         {"tp=3 sp (uneven)",
          "3",
          {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1},
-         {3, 10, 10, 28}},
+         {3, 18, 10, 12}},
         {"hsdp 2x2",
          "2x2",
          {.dp_dim = 1, .tp_dim = -1, .fsdp = 1, .dp_replicate_dim = 1},
@@ -229,7 +231,8 @@ Test(parallel_train, loss_parity_and_collectives) {
  * wo and w2 output gradients gathered). What stays synchronous: the embedding's output
  * reduce_scatter and its gradient's all_gather, the norm weights' all_reduce and loss
  * parallel's two (tp=4: the logits go by an all_to_all each way instead, as the cost model
- * picks without async); tp=3's uneven heads re-shard by all_to_all as without async. */
+ * picks without async); tp=3's uneven heads gather k and v whole and re-shard q by all_to_all as
+ * without async. */
 Test(parallel_train, async_tp_loss_parity) {
     enum { L = 2 };
 #define SP(mode) {.dp_dim = -1, .tp_dim = 0, .sequence_parallel = 1, .loss_parallel = 1, \
@@ -246,9 +249,9 @@ Test(parallel_train, async_tp_loss_parity) {
     };
     static const config async[] = {
         {"tp=2 sp async", "2", SP(DT_ASYNC_TP_RING), {3, 1, 1, 0}, .sends = 1 * 2 * (4 * L + 1)},
-        {"tp=3 sp async", "3", SP(DT_ASYNC_TP_RING), {3, 1, 1, 28}, .sends = 2 * 2 * (4 * L + 1)},
+        {"tp=3 sp async", "3", SP(DT_ASYNC_TP_RING), {3, 9, 1, 12}, .sends = 2 * 2 * (4 * L + 1)},
         {"tp=4 sp async", "4", SP(DT_ASYNC_TP_RING), {1, 1, 1, 2}, .sends = 3 * 2 * (4 * L + 1)},
-        {"tp=3 sp async ordered", "3", SP(DT_ASYNC_TP_ORDERED), {3, 1, 1, 28},
+        {"tp=3 sp async ordered", "3", SP(DT_ASYNC_TP_ORDERED), {3, 9, 1, 12},
          .sends = 2 * 2 * (4 * L + 1)},
         /* full activation checkpointing: the region keeps the collective matmuls' outputs
          * (custom nodes are not replayed), so backward recomputes the rest of each block and

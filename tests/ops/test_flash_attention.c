@@ -89,10 +89,11 @@ static void check_case(dt_dtype dt, acase c, int causal) {
              (long long)B, (long long)Hq, (long long)Hkv, (long long)Tq, (long long)Tk,
              (long long)D, (long long)Dv, causal ? ", causal" : "");
     cr_log_info("%s [%s]", what, dt_dtype_name(dt));
-    OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, scale, &o.t, &l.t));
+    OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, DT_SDPA_ALL_HEADS, scale, &o.t, &l.t));
     expect(what, &o.t, n.out, o.n);
     expect(what, &l.t, n.lse, l.n);
-    OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, 0, scale, &dq.t, &dk.t, &dv.t));
+    OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, 0, DT_SDPA_ALL_HEADS, scale,
+                            &dq.t, &dk.t, &dv.t));
     expect("dq", &dq.t, n.dq, q.n);
     expect("dk", &dk.t, n.dk, k.n);
     expect("dv", &dv.t, n.dv, v.n);
@@ -158,9 +159,10 @@ Test(flash_attention, simd_paths_match_naive_and_each_others_bits) {
                 o[3] = mk_out(DT_F32, SH(c.B, c.Hkv, c.Tk, c.D));
                 o[4] = mk_out(DT_F32, SH(c.B, c.Hkv, c.Tk, Dv));
                 dt_simd_set_cap((dt_simd)p);
-                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, scale, &o[0].t, &o[1].t));
-                OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &o[1].t, causal, 0, scale, &o[2].t,
-                                        &o[3].t, &o[4].t));
+                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, DT_SDPA_ALL_HEADS, scale, &o[0].t,
+                               &o[1].t));
+                OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &o[1].t, causal, 0,
+                                        DT_SDPA_ALL_HEADS, scale, &o[2].t, &o[3].t, &o[4].t));
                 check_case(DT_F32, c, causal); /* this path against the naive f64 */
                 dt_simd_set_cap(DT_SIMD_COUNT);
                 if (p == DT_SIMD_SCALAR || p == DT_SIMD_AVX512) continue;
@@ -194,10 +196,10 @@ static void thread_bits(dt_dtype dt, acase c, int causal, int sf) {
         o[0] = mk_out(dt, so), o[1] = mk_out(DT_F32, sl), o[2] = mk_out(dt, sq);
         o[3] = mk_out(dt, sk), o[4] = mk_out(dt, sv), o[5] = mk_out(dt, so);
         cr_assert_eq(dt_pool_set_threads(th + 1), DT_OK);
-        OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, sf, scale, &o[0].t, &o[1].t));
-        OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, sf, scale, &o[5].t, NULL));
-        OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &o[1].t, causal, sf, scale, &o[2].t,
-                                &o[3].t, &o[4].t));
+        OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, sf, DT_SDPA_ALL_HEADS, scale, &o[0].t, &o[1].t));
+        OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, sf, DT_SDPA_ALL_HEADS, scale, &o[5].t, NULL));
+        OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &o[1].t, causal, sf, DT_SDPA_ALL_HEADS,
+                                scale, &o[2].t, &o[3].t, &o[4].t));
     }
     const char *names[6] = {"out", "lse", "dq", "dk", "dv", "out without lse"};
     for (int th = 0; th < 3; th++)
@@ -234,7 +236,7 @@ Test(flash_attention, thread_count_gives_the_same_bits) {
  * against the backward's dq, dk, dv, every element, on a case that spans two query tiles. */
 static double loss_of(tens *q, tens *k, tens *v, const tens *go, tens *o, int causal,
                       double scale) {
-    OK(dt_cpu_sdpa(&q->t, &k->t, &v->t, causal, 0, scale, &o->t, NULL));
+    OK(dt_cpu_sdpa(&q->t, &k->t, &v->t, causal, 0, DT_SDPA_ALL_HEADS, scale, &o->t, NULL));
     double s = 0;
     for (size_t i = 0; i < o->n; i++)
         s += ((double *)o->t.data)[i] * go->v[i];
@@ -250,9 +252,9 @@ Test(flash_attention, backward_matches_finite_differences) {
         tens g[3] = {mk_out(DT_F64, SH(B, Hq, T, D)), mk_out(DT_F64, SH(B, Hkv, T, D)),
                      mk_out(DT_F64, SH(B, Hkv, T, D))};
         double scale = 0.4, h = 1e-5;
-        OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, scale, &o.t, &l.t));
-        OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, 0, scale, &g[0].t, &g[1].t,
-                                &g[2].t));
+        OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, DT_SDPA_ALL_HEADS, scale, &o.t, &l.t));
+        OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, 0, DT_SDPA_ALL_HEADS, scale,
+                                &g[0].t, &g[1].t, &g[2].t));
         tens *x[3] = {&q, &k, &v};
         for (int a = 0; a < 3; a++)
             for (size_t i = 0; i < x[a]->n; i++) {
@@ -320,8 +322,9 @@ static void check_seq_first(dt_dtype dt, acase c, int causal) {
     tens o = mk_out(dt, SH(B, Hq, Tq, D)), l = mk_out(lt, SH(B, Hq, Tq));
     tens dq = mk_out(dt, SH(B, Hq, Tq, D)), dk = mk_out(dt, SH(B, Hkv, Tk, D));
     tens dv = mk_out(dt, SH(B, Hkv, Tk, D));
-    OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, scale, &o.t, &l.t));
-    OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, 0, scale, &dq.t, &dk.t, &dv.t));
+    OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, DT_SDPA_ALL_HEADS, scale, &o.t, &l.t));
+    OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, 0, DT_SDPA_ALL_HEADS, scale,
+                            &dq.t, &dk.t, &dv.t));
     /* seq-first inputs and outputs */
     tens qs = seq_first_of(&q, B, Hq, Tq, D), ks = seq_first_of(&k, B, Hkv, Tk, D);
     tens vs = seq_first_of(&v, B, Hkv, Tk, D), gs = seq_first_of(&go, B, Hq, Tq, D);
@@ -333,9 +336,9 @@ static void check_seq_first(dt_dtype dt, acase c, int causal) {
              (long long)B, (long long)Hq, (long long)Hkv, (long long)Tq, (long long)Tk,
              (long long)D, causal ? ", causal" : "");
     cr_log_info("%s [%s]", what, dt_dtype_name(dt));
-    OK(dt_cpu_sdpa(&qs.t, &ks.t, &vs.t, causal, 1, scale, &os.t, &ls.t));
-    OK(dt_cpu_sdpa_backward(&gs.t, &qs.t, &ks.t, &vs.t, &ls.t, causal, 1, scale, &dqs.t, &dks.t,
-                            &dvs.t));
+    OK(dt_cpu_sdpa(&qs.t, &ks.t, &vs.t, causal, 1, DT_SDPA_ALL_HEADS, scale, &os.t, &ls.t));
+    OK(dt_cpu_sdpa_backward(&gs.t, &qs.t, &ks.t, &vs.t, &ls.t, causal, 1, DT_SDPA_ALL_HEADS, scale,
+                            &dqs.t, &dks.t, &dvs.t));
     double *w = talloc(q.n * 8 + k.n * 8 + 8);
     to_seq_first(n.out, w, 8, B, Hq, Tq, D), expect(what, &os.t, w, os.n);
     to_seq_first(n.lse, w, 8, B, Hq, Tq, 1), expect("lse", &ls.t, w, ls.n);
@@ -448,11 +451,13 @@ Test(flash_attention, seq_first_sharded_and_recorded_matches_heads_first) {
  * as heads, a mismatch) under seq_first. */
 Test(flash_attention, seq_first_bad_input_is_named) {
     tens q2 = mk(DT_F32, SH(7, 8), -1, 1), o2 = mk_out(DT_F32, SH(7, 8));
-    cr_assert_eq(dt_cpu_sdpa(&q2.t, &q2.t, &q2.t, 0, 1, 1.0, &o2.t, NULL), DT_ERR_SHAPE);
+    cr_assert_eq(dt_cpu_sdpa(&q2.t, &q2.t, &q2.t, 0, 1, DT_SDPA_ALL_HEADS, 1.0, &o2.t, NULL),
+                 DT_ERR_SHAPE);
     cr_assert(strstr(dt_last_error(), "seq_first"), "%s", dt_last_error());
     tens q = mk(DT_F32, SH(1, 5, 4, 8), -1, 1), k = mk(DT_F32, SH(1, 5, 3, 8), -1, 1);
     tens o = mk_out(DT_F32, SH(1, 5, 4, 8));
-    cr_assert_eq(dt_cpu_sdpa(&q.t, &k.t, &k.t, 0, 1, 1.0, &o.t, NULL), DT_ERR_SHAPE);
+    cr_assert_eq(dt_cpu_sdpa(&q.t, &k.t, &k.t, 0, 1, DT_SDPA_ALL_HEADS, 1.0, &o.t, NULL),
+                 DT_ERR_SHAPE);
     cr_assert(strstr(dt_last_error(), "divisor"), "%s", dt_last_error());
     free_all();
 }

@@ -282,13 +282,14 @@ Test(kernels, sdpa_causal_and_full) {
                         }
                     }
                 }
-                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, scale, &o.t, NULL));
+                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, DT_SDPA_ALL_HEADS, scale, &o.t, NULL));
                 expect(causal ? "sdpa causal" : "sdpa", &o.t, want, o.n);
             }
         }
     }
     tens q = mk(DT_I32, SH(2, 2), 0, 3), o = mk_out(DT_I32, SH(2, 2));
-    T_ERR(dt_cpu_sdpa(&q.t, &q.t, &q.t, 0, 0, 1.0, &o.t, NULL), DT_ERR_DTYPE, "dt_cpu_sdpa");
+    T_ERR(dt_cpu_sdpa(&q.t, &q.t, &q.t, 0, 0, DT_SDPA_ALL_HEADS, 1.0, &o.t, NULL), DT_ERR_DTYPE,
+          "dt_cpu_sdpa");
 }
 
 /* Grouped-query attention forward with its log-sum-exp, and the backward from that lse,
@@ -358,11 +359,11 @@ Test(kernels, sdpa_grouped_query_heads_and_backward) {
                         }
                     }
                 const char *what = causal ? "sdpa gqa causal" : "sdpa gqa";
-                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, scale, &o.t, &l.t));
+                OK(dt_cpu_sdpa(&q.t, &k.t, &v.t, causal, 0, DT_SDPA_ALL_HEADS, scale, &o.t, &l.t));
                 expect(what, &o.t, want, o.n);
                 expect(what, &l.t, wl, l.n);
-                OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, 0, scale, &dq.t,
-                                        &dk.t, &dv.t));
+                OK(dt_cpu_sdpa_backward(&go.t, &q.t, &k.t, &v.t, &l.t, causal, 0, DT_SDPA_ALL_HEADS,
+                                        scale, &dq.t, &dk.t, &dv.t));
                 expect("sdpa backward dq", &dq.t, wdq, q.n);
                 expect("sdpa backward dk", &dk.t, wdk, k.n);
                 expect("sdpa backward dv", &dv.t, wdv, v.n);
@@ -371,12 +372,16 @@ Test(kernels, sdpa_grouped_query_heads_and_backward) {
     }
     tens q = mk(DT_F32, SH(1, 6, 2, 2), -1, 1), k = mk(DT_F32, SH(1, 4, 2, 2), -1, 1);
     tens o = mk_out(DT_F32, SH(1, 6, 2, 2)), l = mk_out(DT_F64, SH(1, 6, 2));
-    T_ERR(dt_cpu_sdpa(&q.t, &k.t, &k.t, 0, 0, 1.0, &o.t, NULL), DT_ERR_SHAPE, "divisor");
-    T_ERR(dt_cpu_sdpa(&q.t, &q.t, &q.t, 0, 0, 1.0, &o.t, &l.t), DT_ERR_DTYPE, "lse is f64");
+    T_ERR(dt_cpu_sdpa(&q.t, &k.t, &k.t, 0, 0, DT_SDPA_ALL_HEADS, 1.0, &o.t, NULL), DT_ERR_SHAPE,
+          "divisor");
+    T_ERR(dt_cpu_sdpa(&q.t, &q.t, &q.t, 0, 0, DT_SDPA_ALL_HEADS, 1.0, &o.t, &l.t), DT_ERR_DTYPE,
+          "lse is f64");
     tens l2 = mk_out(DT_F32, SH(1, 6, 3));
-    T_ERR(dt_cpu_sdpa(&q.t, &q.t, &q.t, 0, 0, 1.0, &o.t, &l2.t), DT_ERR_SHAPE, "query row");
+    T_ERR(dt_cpu_sdpa(&q.t, &q.t, &q.t, 0, 0, DT_SDPA_ALL_HEADS, 1.0, &o.t, &l2.t), DT_ERR_SHAPE,
+          "query row");
     tens lf = mk_out(DT_F32, SH(1, 6, 2)), d1 = mk_out(DT_F32, SH(1, 6, 2, 2));
-    T_ERR(dt_cpu_sdpa_backward(&o.t, &q.t, &q.t, &q.t, &lf.t, 0, 0, 1.0, &d1.t, &k.t, &d1.t),
+    T_ERR(dt_cpu_sdpa_backward(&o.t, &q.t, &q.t, &q.t, &lf.t, 0, 0, DT_SDPA_ALL_HEADS, 1.0, &d1.t,
+                               &k.t, &d1.t),
           DT_ERR_SHAPE, "dq, dk, dv");
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/box.h"
 #include "core/check.h"
 #include "core/half.h"
 #include "core/pool.h"
@@ -149,8 +150,8 @@ static int use_avx512(const dt_local *q) {
 static void job_init(sdpa_job *J, const dt_sdpa_dims *d, int causal, double scale) {
     memset(J, 0, sizeof *J);
     J->d = *d, J->causal = causal, J->scale = scale;
-    J->rq = (sdpa_rows){d->Hq, d->Tq, d->seq_first};
-    J->rk = (sdpa_rows){d->Hkv, d->Tk, d->seq_first};
+    J->rq = (sdpa_rows){d->Hq, d->Tq, d->seq_first, 0, d->Hq};
+    J->rk = (sdpa_rows){d->Hkv, d->Tk, d->seq_first, d->kv0, d->kvn};
     J->nqt = (d->Tq + BR - 1) / BR, J->nkt = (d->Tk + BC - 1) / BC;
 }
 
@@ -162,9 +163,10 @@ static dt_status job_run(sdpa_job *J, const char *fn, dt_range_fn range, int64_t
 }
 
 dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                      int seq_first, double scale, dt_local *out, dt_local *lse) {
+                      int seq_first, dt_sdpa_heads heads, double scale, dt_local *out,
+                      dt_local *lse) {
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check("dt_cpu_sdpa", seq_first, q, k, v, out, lse, &d));
+    DT_CHECK(dt_sdpa_check("dt_cpu_sdpa", seq_first, heads, q, k, v, out, lse, &d));
     if (d.B == 0 || d.Tq == 0) return DT_OK;
     sdpa_job J;
     job_init(&J, &d, causal, scale);
@@ -184,11 +186,17 @@ dt_status dt_cpu_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, i
 
 dt_status dt_cpu_sdpa_backward(const dt_local *g, const dt_local *q, const dt_local *k,
                                const dt_local *v, const dt_local *lse, int causal, int seq_first,
-                               double scale, dt_local *dq, dt_local *dk, dt_local *dv) {
+                               dt_sdpa_heads heads, double scale, dt_local *dq, dt_local *dk,
+                               dt_local *dv) {
     const char *fn = "dt_cpu_sdpa_backward";
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check(fn, seq_first, q, k, v, g, lse, &d));
+    DT_CHECK(dt_sdpa_check(fn, seq_first, heads, q, k, v, g, lse, &d));
     DT_CHECK(dt_sdpa_grads_check(fn, q, k, v, dq, dk, dv));
+    if (d.kvn < d.Hkv) { /* the kv heads no query head here reads get nothing from this block */
+        size_t es = dt_dtype_size(q->dtype);
+        memset(dk->data, 0, es * dt_shape_numel(dk->shape, dk->ndim));
+        memset(dv->data, 0, es * dt_shape_numel(dv->shape, dv->ndim));
+    }
     if (d.B == 0) return DT_OK;
     sdpa_job J;
     job_init(&J, &d, causal, scale);

@@ -11,11 +11,12 @@
 #include "ops/kernel_args.h"
 #include "ops/kernels.h"
 
-/* Where a block's rows lie (dt_sdpa_row): q, out, lse, g and dq have Hq heads of Tq rows, k,
- * v, dk and dv Hkv heads of Tk. */
+/* Where a block's rows lie (dt_sdpa_row_in): q, out, lse, g and dq have Hq heads of Tq rows,
+ * k, v, dk and dv Hkv heads of Tk, of which the call reads [kv0, kv0 + kvn). */
 typedef struct sdpa_rows {
     int64_t H, T;
     int seq_first;
+    int64_t h0, n; /* rows are numbered over heads [h0, h0 + n) of the H (dt_sdpa_row_in) */
 } sdpa_rows;
 
 /* One call's plan and operands, shared read-only by its work items (outputs disjoint). */
@@ -33,7 +34,7 @@ typedef struct sdpa_job {
 } sdpa_job;
 
 static inline size_t row_at(const sdpa_rows *m, int64_t row, int64_t cols) {
-    return (size_t)(dt_sdpa_row(row, m->H, m->T, m->seq_first) * cols);
+    return (size_t)(dt_sdpa_row_in(row, m->n, m->h0, m->H, m->T, m->seq_first) * cols);
 }
 
 /* n rows of src (rows of `cols`, contiguous) into rows [row0, row0 + n) of t (placed as m

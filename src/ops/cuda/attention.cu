@@ -26,6 +26,7 @@ struct plan {
     double scale;
     int64_t Hq, Hkv; /* where rows lie (dt_sdpa_row): q-side Hq heads of Tq, k-side Hkv of Tk */
     int seq_first;
+    int64_t kv0, kvn; /* the kv heads read, k-side rows numbered over them (dt_sdpa_row_in) */
 };
 
 /* The memory row of heads-first row r of q, out, g, dq and lse; of k, v, dk and dv. */
@@ -33,7 +34,7 @@ __device__ __forceinline__ int64_t qrow(const plan &p, int64_t r) {
     return dt_sdpa_row(r, p.Hq, p.Tq, p.seq_first);
 }
 __device__ __forceinline__ int64_t krow_at(const plan &p, int64_t r) {
-    return dt_sdpa_row(r, p.Hkv, p.Tk, p.seq_first);
+    return dt_sdpa_row_in(r, p.kvn, p.kv0, p.Hkv, p.Tk, p.seq_first);
 }
 
 __device__ __forceinline__ float ex(float v) {
@@ -43,16 +44,17 @@ __device__ __forceinline__ double ex(double v) {
     return exp(v);
 }
 
-/* Rows [row0, row0 + n) of src (rows of cols, H heads of T rows placed as seq_first says)
- * into dst's first rows, widened; the rest of dst zero. */
+/* Rows [row0, row0 + n) of src (rows of cols numbered over heads [h0, h0 + hn) of H heads of
+ * T rows, placed as seq_first says) into dst's first rows, widened; the rest of dst zero. */
 template <typename T, typename C, int ROWS>
 __device__ void load_rows(C (*dst)[DMAX], const T *src, int64_t row0, int n, int64_t cols,
-                          int64_t H, int64_t Tn, int seq_first) {
+                          int64_t hn, int64_t h0, int64_t H, int64_t Tn, int seq_first) {
     for (int i = threadIdx.x; i < ROWS * DMAX; i += NT) {
         int r = i / DMAX, c = i % DMAX;
-        dst[r][c] = r < n && c < cols
-                        ? dt_cu_t<T>::ld(src[dt_sdpa_row(row0 + r, H, Tn, seq_first) * cols + c])
-                        : (C)0;
+        dst[r][c] =
+            r < n && c < cols
+                ? dt_cu_t<T>::ld(src[dt_sdpa_row_in(row0 + r, hn, h0, H, Tn, seq_first) * cols + c])
+                : (C)0;
     }
 }
 
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(NT)
     int64_t it = blockIdx.x, i0;
     int nr, r = threadIdx.x / L, lane = threadIdx.x % L;
     int64_t row0 = query_rows<C>(p, it, &i0, &nr), kv = it / p.nqt / p.g * p.Tk;
-    load_rows<T, C, BQ>(Qs, q, row0, nr, p.D, p.Hq, p.Tq, p.seq_first);
+    load_rows<T, C, BQ>(Qs, q, row0, nr, p.D, p.Hq, 0, p.Hq, p.Tq, p.seq_first);
     if (threadIdx.x < BQ) m[threadIdx.x] = -INFINITY, l[threadIdx.x] = 0;
     C acc[PER];
     for (int e = 0; e < PER; e++)
@@ -103,8 +105,8 @@ __global__ void __launch_bounds__(NT)
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
         int nc = jend - j0 < BK ? (int)(jend - j0) : BK;
         __syncthreads(); /* the last tile's readers are done */
-        load_rows<T, C, BK>(Ks, k, kv + j0, nc, p.D, p.Hkv, p.Tk, p.seq_first);
-        load_rows<T, C, BK>(Vs, v, kv + j0, nc, p.Dv, p.Hkv, p.Tk, p.seq_first);
+        load_rows<T, C, BK>(Ks, k, kv + j0, nc, p.D, p.kvn, p.kv0, p.Hkv, p.Tk, p.seq_first);
+        load_rows<T, C, BK>(Vs, v, kv + j0, nc, p.Dv, p.kvn, p.kv0, p.Hkv, p.Tk, p.seq_first);
         __syncthreads();
         for (int i = threadIdx.x; i < BQ * BK; i += NT)
             S[i / BK][i % BK] = dot<C>(Qs[i / BK], Ks[i % BK], p.D) * (C)p.scale;
@@ -174,8 +176,8 @@ __global__ void __launch_bounds__(NT) dq_kernel(const T *g, const T *q, const T 
     int64_t it = blockIdx.x, i0;
     int nr, r = threadIdx.x / L, lane = threadIdx.x % L;
     int64_t row0 = query_rows<C>(p, it, &i0, &nr), kv = it / p.nqt / p.g * p.Tk;
-    load_rows<T, C, BQ>(Qs, q, row0, nr, p.D, p.Hq, p.Tq, p.seq_first);
-    load_rows<T, C, BQ>(Gs, g, row0, nr, p.Dv, p.Hq, p.Tq, p.seq_first);
+    load_rows<T, C, BQ>(Qs, q, row0, nr, p.D, p.Hq, 0, p.Hq, p.Tq, p.seq_first);
+    load_rows<T, C, BQ>(Gs, g, row0, nr, p.Dv, p.Hq, 0, p.Hq, p.Tq, p.seq_first);
     if ((int)threadIdx.x < nr) dsum[row0 + threadIdx.x] = 0;
     C acc[PER];
     for (int e = 0; e < PER; e++)
@@ -185,8 +187,8 @@ __global__ void __launch_bounds__(NT) dq_kernel(const T *g, const T *q, const T 
         for (int64_t j0 = 0; j0 < jend; j0 += BK) {
             int nc = jend - j0 < BK ? (int)(jend - j0) : BK;
             __syncthreads();
-            load_rows<T, C, BK>(Ks, k, kv + j0, nc, p.D, p.Hkv, p.Tk, p.seq_first);
-            load_rows<T, C, BK>(Vs, v, kv + j0, nc, p.Dv, p.Hkv, p.Tk, p.seq_first);
+            load_rows<T, C, BK>(Ks, k, kv + j0, nc, p.D, p.kvn, p.kv0, p.Hkv, p.Tk, p.seq_first);
+            load_rows<T, C, BK>(Vs, v, kv + j0, nc, p.Dv, p.kvn, p.kv0, p.Hkv, p.Tk, p.seq_first);
             __syncthreads();
             probs<C>(P, dP, Qs, Gs, Ks, Vs, lse, sweep ? dsum : NULL, row0, i0, nr, j0, nc, p);
             __syncthreads();
@@ -224,8 +226,8 @@ __global__ void __launch_bounds__(NT)
     __shared__ C Qs[BQ][DMAX], Gs[BQ][DMAX], Ks[BK][DMAX], Vs[BK][DMAX], P[BQ][BK], dS[BQ][BK];
     int64_t b = blockIdx.x / p.nkt, j0 = blockIdx.x % p.nkt * BK, krow = b * p.Tk + j0;
     int nc = p.Tk - j0 < BK ? (int)(p.Tk - j0) : BK, c = threadIdx.x / L, lane = threadIdx.x % L;
-    load_rows<T, C, BK>(Ks, k, krow, nc, p.D, p.Hkv, p.Tk, p.seq_first);
-    load_rows<T, C, BK>(Vs, v, krow, nc, p.Dv, p.Hkv, p.Tk, p.seq_first);
+    load_rows<T, C, BK>(Ks, k, krow, nc, p.D, p.kvn, p.kv0, p.Hkv, p.Tk, p.seq_first);
+    load_rows<T, C, BK>(Vs, v, krow, nc, p.Dv, p.kvn, p.kv0, p.Hkv, p.Tk, p.seq_first);
     C ak[PER], av[PER];
     for (int e = 0; e < PER; e++)
         ak[e] = av[e] = 0;
@@ -235,8 +237,8 @@ __global__ void __launch_bounds__(NT)
             int nr = p.Tq - i0 < BQ ? (int)(p.Tq - i0) : BQ;
             if (p.causal && i0 + nr - 1 < j0) continue; /* no row sees these keys */
             __syncthreads();
-            load_rows<T, C, BQ>(Qs, q, row0, nr, p.D, p.Hq, p.Tq, p.seq_first);
-            load_rows<T, C, BQ>(Gs, g, row0, nr, p.Dv, p.Hq, p.Tq, p.seq_first);
+            load_rows<T, C, BQ>(Qs, q, row0, nr, p.D, p.Hq, 0, p.Hq, p.Tq, p.seq_first);
+            load_rows<T, C, BQ>(Gs, g, row0, nr, p.Dv, p.Hq, 0, p.Hq, p.Tq, p.seq_first);
             __syncthreads();
             probs<C>(P, dS, Qs, Gs, Ks, Vs, lse, dsum, row0, i0, nr, j0, nc, p);
             __syncthreads();
@@ -278,11 +280,18 @@ template <typename C> plan make_plan(const dt_sdpa_dims &d, int causal, double s
                 scale,
                 d.Hq,
                 d.Hkv,
-                d.seq_first};
+                d.seq_first,
+                d.kv0,
+                d.kvn};
 }
 
-/* The cuBLAS path reads heads-first rows only. */
-dt_status gemm_layout_check(const char *fn, const dt_sdpa_dims &d) {
+/* The cuBLAS path reads heads-first rows of whole calls only. */
+dt_status gemm_layout_check(const char *fn, const dt_sdpa_dims &d, dt_sdpa_heads heads) {
+    if (heads.total > 0)
+        return dt_error(DT_ERR_ARG,
+                        "%s: a range of query heads (dt_sdpa_heads) takes head dims up to %d "
+                        "here (D = %lld, Dv = %lld)",
+                        fn, DMAX, (long long)d.D, (long long)d.Dv);
     if (!d.seq_first) return DT_OK;
     return dt_error(DT_ERR_ARG,
                     "%s: seq_first (..., T, H, D) takes head dims up to %d here "
@@ -293,12 +302,13 @@ dt_status gemm_layout_check(const char *fn, const dt_sdpa_dims &d) {
 } // namespace
 
 dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                       int seq_first, double scale, dt_local *out, dt_local *lse) {
+                       int seq_first, dt_sdpa_heads heads, double scale, dt_local *out,
+                       dt_local *lse) {
     const char *fn = "dt_cuda_sdpa";
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check(fn, seq_first, q, k, v, out, lse, &d));
+    DT_CHECK(dt_sdpa_check(fn, seq_first, heads, q, k, v, out, lse, &d));
     if (d.D > DMAX || d.Dv > DMAX) {
-        DT_CHECK(gemm_layout_check(fn, d));
+        DT_CHECK(gemm_layout_check(fn, d, heads));
         return dt_cuda_sdpa_gemm(q, k, v, causal, scale, out, lse);
     }
     DT_CU_RANK(r, fn);
@@ -316,16 +326,24 @@ dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, 
 
 dt_status dt_cuda_sdpa_backward(const dt_local *g, const dt_local *q, const dt_local *k,
                                 const dt_local *v, const dt_local *lse, int causal, int seq_first,
-                                double scale, dt_local *dq, dt_local *dk, dt_local *dv) {
+                                dt_sdpa_heads heads, double scale, dt_local *dq, dt_local *dk,
+                                dt_local *dv) {
     const char *fn = "dt_cuda_sdpa_backward";
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check(fn, seq_first, q, k, v, g, lse, &d));
+    DT_CHECK(dt_sdpa_check(fn, seq_first, heads, q, k, v, g, lse, &d));
     DT_CHECK(dt_sdpa_grads_check(fn, q, k, v, dq, dk, dv));
     if (d.D > DMAX || d.Dv > DMAX) {
-        DT_CHECK(gemm_layout_check(fn, d));
+        DT_CHECK(gemm_layout_check(fn, d, heads));
         return dt_cuda_sdpa_backward_gemm(g, q, k, v, lse, causal, scale, dq, dk, dv);
     }
     DT_CU_RANK(r, fn);
+    if (d.kvn < d.Hkv) { /* the kv heads no query head here reads get nothing from this block */
+        size_t es = dt_dtype_size(q->dtype);
+        DT_CHECK(
+            dt_cuda_status(cudaMemsetAsync(dk->data, 0, es * dt_cu_numel(dk), r->compute), fn));
+        DT_CHECK(
+            dt_cuda_status(cudaMemsetAsync(dv->data, 0, es * dt_cu_numel(dv), r->compute), fn));
+    }
     if (d.B == 0) return DT_OK;
     double *dsum = (double *)dt_cuda_alloc(sizeof(double) * (size_t)(d.B * d.R) + 1);
     if (!dsum)

@@ -188,7 +188,7 @@ dt_status dt_cuda_sdpa_gemm(const dt_local *q, const dt_local *k, const dt_local
                             double scale, dt_local *out, dt_local *lse) {
     const char *fn = "dt_cuda_sdpa";
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check(fn, 0, q, k, v, out, lse, &d));
+    DT_CHECK(dt_sdpa_check(fn, 0, DT_SDPA_ALL_HEADS, q, k, v, out, lse, &d));
     DT_CU_RANK(r, fn);
     if (d.B == 0 || d.Tq == 0 || d.Dv == 0) return DT_OK;
     enum { Q, K, V, O, NOPS };
@@ -223,7 +223,7 @@ dt_status dt_cuda_sdpa_backward_gemm(const dt_local *g, const dt_local *q, const
                                      double scale, dt_local *dq, dt_local *dk, dt_local *dv) {
     const char *fn = "dt_cuda_sdpa_backward";
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check(fn, 0, q, k, v, g, lse, &d));
+    DT_CHECK(dt_sdpa_check(fn, 0, DT_SDPA_ALL_HEADS, q, k, v, g, lse, &d));
     DT_CHECK(dt_sdpa_grads_check(fn, q, k, v, dq, dk, dv));
     DT_CU_RANK(r, fn);
     if (d.B == 0) return DT_OK;
