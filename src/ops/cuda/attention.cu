@@ -285,13 +285,8 @@ template <typename C> plan make_plan(const dt_sdpa_dims &d, int causal, double s
                 d.kvn};
 }
 
-/* The cuBLAS path reads heads-first rows of whole calls only. */
-dt_status gemm_layout_check(const char *fn, const dt_sdpa_dims &d, dt_sdpa_heads heads) {
-    if (heads.total > 0)
-        return dt_error(DT_ERR_ARG,
-                        "%s: a range of query heads (dt_sdpa_heads) takes head dims up to %d "
-                        "here (D = %lld, Dv = %lld)",
-                        fn, DMAX, (long long)d.D, (long long)d.Dv);
+/* The cuBLAS path reads heads-first rows only. */
+dt_status gemm_layout_check(const char *fn, const dt_sdpa_dims &d) {
     if (!d.seq_first) return DT_OK;
     return dt_error(DT_ERR_ARG,
                     "%s: seq_first (..., T, H, D) takes head dims up to %d here "
@@ -308,8 +303,8 @@ dt_status dt_cuda_sdpa(const dt_local *q, const dt_local *k, const dt_local *v, 
     dt_sdpa_dims d;
     DT_CHECK(dt_sdpa_check(fn, seq_first, heads, q, k, v, out, lse, &d));
     if (d.D > DMAX || d.Dv > DMAX) {
-        DT_CHECK(gemm_layout_check(fn, d, heads));
-        return dt_cuda_sdpa_gemm(q, k, v, causal, scale, out, lse);
+        DT_CHECK(gemm_layout_check(fn, d));
+        return dt_cuda_sdpa_gemm(q, k, v, causal, heads, scale, out, lse);
     }
     DT_CU_RANK(r, fn);
     if (d.B == 0 || d.Tq == 0) return DT_OK;
@@ -332,10 +327,6 @@ dt_status dt_cuda_sdpa_backward(const dt_local *g, const dt_local *q, const dt_l
     dt_sdpa_dims d;
     DT_CHECK(dt_sdpa_check(fn, seq_first, heads, q, k, v, g, lse, &d));
     DT_CHECK(dt_sdpa_grads_check(fn, q, k, v, dq, dk, dv));
-    if (d.D > DMAX || d.Dv > DMAX) {
-        DT_CHECK(gemm_layout_check(fn, d, heads));
-        return dt_cuda_sdpa_backward_gemm(g, q, k, v, lse, causal, scale, dq, dk, dv);
-    }
     DT_CU_RANK(r, fn);
     if (d.kvn < d.Hkv) { /* the kv heads no query head here reads get nothing from this block */
         size_t es = dt_dtype_size(q->dtype);
@@ -343,6 +334,10 @@ dt_status dt_cuda_sdpa_backward(const dt_local *g, const dt_local *q, const dt_l
             dt_cuda_status(cudaMemsetAsync(dk->data, 0, es * dt_cu_numel(dk), r->compute), fn));
         DT_CHECK(
             dt_cuda_status(cudaMemsetAsync(dv->data, 0, es * dt_cu_numel(dv), r->compute), fn));
+    }
+    if (d.D > DMAX || d.Dv > DMAX) {
+        DT_CHECK(gemm_layout_check(fn, d));
+        return dt_cuda_sdpa_backward_gemm(g, q, k, v, lse, causal, heads, scale, dq, dk, dv);
     }
     if (d.B == 0) return DT_OK;
     double *dsum = (double *)dt_cuda_alloc(sizeof(double) * (size_t)(d.B * d.R) + 1);

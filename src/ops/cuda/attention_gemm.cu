@@ -101,12 +101,14 @@ template <typename T> __global__ void narrow_kernel(const float *src, T *dst, si
 }
 
 /* One operand of a chunk of kv heads: per kv head n elements of t; bf16/f16 ones are widened
- * into (inputs) or narrowed from (outputs) an f32 buffer of the chunk. */
+ * into (inputs) or narrowed from (outputs) an f32 buffer of the chunk. kv: a k-side operand,
+ * whose blocks hold Hkv heads of which the call reads [kv0, kv0 + kvn) (dt_sdpa_dims). */
 typedef struct operand {
     const dt_local *t;
     int64_t n;
     int out;
     float *buf;
+    int kv;
 } operand;
 
 typedef struct chunk {
@@ -118,6 +120,7 @@ typedef struct chunk {
     cublasComputeType_t ct1;    /* products of inputs only (exact for bf16/f16 in f32) */
     cublasComputeType_t ct2;    /* products with computed scores */
     int64_t nb;                 /* kv heads per chunk */
+    int64_t kv0, kvn, Hkv;      /* the kv heads read (dt_sdpa_dims): a chunk stays in a batch */
     size_t sbytes;              /* one score matrix per kv head */
     void *S, *dP;
 } chunk;
@@ -137,6 +140,8 @@ static dt_status chunk_init(chunk *c, const char *fn, dt_cuda_rank *r, dt_dtype 
     c->nb = (int64_t)(CHUNK_BYTES / per);
     if (c->nb < 1) c->nb = 1;
     if (c->nb > d->B) c->nb = d->B;
+    c->kv0 = d->kv0, c->kvn = d->kvn, c->Hkv = d->Hkv;
+    if (c->kvn < c->Hkv && c->nb > c->kvn) c->nb = c->kvn;
     c->S = dt_cuda_alloc(c->sbytes * (size_t)c->nb + 1);
     if (c->S && backward) c->dP = dt_cuda_alloc(c->sbytes * (size_t)c->nb + 1);
     int ok = c->S && (!backward || c->dP);
@@ -152,10 +157,24 @@ static void chunk_free(chunk *c, operand *ops, int nops) {
     dt_cuda_free(c->S);
 }
 
+/* Where kv batch-head b (numbered over the heads read) starts in a k-side operand's block. */
+static int64_t kv_head_at(const chunk *c, int64_t b) {
+    return c->kvn == c->Hkv ? b : b / c->kvn * c->Hkv + c->kv0 + b % c->kvn;
+}
+
+/* The kv heads a chunk from b0 may take: up to nb, never past its batch's range of heads (the
+ * k side is contiguous only within one). */
+static int64_t chunk_len(const chunk *c, int64_t b0, int64_t B) {
+    int64_t n = B - b0 < c->nb ? B - b0 : c->nb;
+    if (c->kvn < c->Hkv && n > c->kvn - b0 % c->kvn) n = c->kvn - b0 % c->kvn;
+    return n;
+}
+
 /* Operand o for kv heads [b0, b0 + n): its device data in the compute type (widened first
  * for an input). */
 static dt_status operand_at(const chunk *c, operand *o, int64_t b0, int64_t n, void **p) {
-    char *src = (char *)o->t->data + (size_t)(b0 * o->n) * dt_dtype_size(c->dt);
+    int64_t at = o->kv ? kv_head_at(c, b0) : b0;
+    char *src = (char *)o->t->data + (size_t)(at * o->n) * dt_dtype_size(c->dt);
     *p = src;
     if (!c->half) return DT_OK;
     *p = o->buf;
@@ -173,7 +192,8 @@ static dt_status operand_at(const chunk *c, operand *o, int64_t b0, int64_t n, v
 /* Narrows an output operand's chunk back into its tensor (bf16/f16). */
 static dt_status operand_done(const chunk *c, operand *o, int64_t b0, int64_t n) {
     if (!c->half || !o->out) return DT_OK;
-    char *dst = (char *)o->t->data + (size_t)(b0 * o->n) * 2;
+    int64_t at = o->kv ? kv_head_at(c, b0) : b0;
+    char *dst = (char *)o->t->data + (size_t)(at * o->n) * 2;
     size_t cnt = (size_t)(n * o->n);
     return dt_cu_visit<false>(c->dt, [&](auto tag) {
         typedef decltype(tag) T;
@@ -185,32 +205,38 @@ static dt_status operand_done(const chunk *c, operand *o, int64_t b0, int64_t n)
 }
 
 dt_status dt_cuda_sdpa_gemm(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                            double scale, dt_local *out, dt_local *lse) {
+                            dt_sdpa_heads heads, double scale, dt_local *out, dt_local *lse) {
     const char *fn = "dt_cuda_sdpa";
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check(fn, 0, DT_SDPA_ALL_HEADS, q, k, v, out, lse, &d));
+    DT_CHECK(dt_sdpa_check(fn, 0, heads, q, k, v, out, lse, &d));
     DT_CU_RANK(r, fn);
     if (d.B == 0 || d.Tq == 0 || d.Dv == 0) return DT_OK;
     enum { Q, K, V, O, NOPS };
-    operand ops[NOPS] = {{q, d.R * d.D, 0, NULL}, {k, d.Tk * d.D, 0, NULL},
-                         {v, d.Tk * d.Dv, 0, NULL}, {out, d.R * d.Dv, 1, NULL}};
+    operand ops[NOPS] = {{q, d.R * d.D, 0, NULL, 0},
+                         {k, d.Tk * d.D, 0, NULL, 1},
+                         {v, d.Tk * d.Dv, 0, NULL, 1},
+                         {out, d.R * d.Dv, 1, NULL, 0}};
     chunk c;
     size_t ls = lse ? dt_dtype_size(lse->dtype) : 0;
     dt_status st = chunk_init(&c, fn, r, q->dtype, &d, ops, NOPS, 0);
-    for (int64_t b0 = 0; b0 < d.B && st == DT_OK; b0 += c.nb) {
-        int64_t n = d.B - b0 < c.nb ? d.B - b0 : c.nb;
+    for (int64_t b0 = 0, n; b0 < d.B && st == DT_OK; b0 += n) {
+        n = chunk_len(&c, b0, d.B);
         void *p[NOPS];
-        for (int i = 0; i < NOPS && st == DT_OK; i++) st = operand_at(&c, &ops[i], b0, n, &p[i]);
+        for (int i = 0; i < NOPS && st == DT_OK; i++)
+            st = operand_at(&c, &ops[i], b0, n, &p[i]);
         if (st != DT_OK) break;
         /* (n, R, D) @ (n, Tk, D)^T -> S (n, R, Tk) */
         DT_CHECK_GOTO(dt_cu_gemm(r, fn, c.t, c.t, c.ct1, DT_CU_TRANS_B, d.R, d.Tk, d.D, p[Q],
-                                 d.R * d.D, p[K], d.Tk * d.D, c.S, d.R * d.Tk, n), st, done);
-        rows_of(c.f64, r->compute, c.S, NULL, lse ? (char *)lse->data + (size_t)(b0 * d.R) * ls
-                                                  : NULL, n * d.R, d.Tq, d.Tk, causal, scale);
+                                 d.R * d.D, p[K], d.Tk * d.D, c.S, d.R * d.Tk, n),
+                      st, done);
+        rows_of(c.f64, r->compute, c.S, NULL,
+                lse ? (char *)lse->data + (size_t)(b0 * d.R) * ls : NULL, n * d.R, d.Tq, d.Tk,
+                causal, scale);
         DT_CHECK_GOTO(DT_CUDA_LAUNCH_CHECK(fn), st, done);
         /* S (n, R, Tk) @ (n, Tk, Dv) -> (n, R, Dv) */
-        DT_CHECK_GOTO(dt_cu_gemm(r, fn, c.t, c.t, c.ct2, 0, d.R, d.Dv, d.Tk, c.S, d.R * d.Tk,
-                                 p[V], d.Tk * d.Dv, p[O], d.R * d.Dv, n), st, done);
+        DT_CHECK_GOTO(dt_cu_gemm(r, fn, c.t, c.t, c.ct2, 0, d.R, d.Dv, d.Tk, c.S, d.R * d.Tk, p[V],
+                                 d.Tk * d.Dv, p[O], d.R * d.Dv, n),
+                      st, done);
         st = operand_done(&c, &ops[O], b0, n);
     }
 done:
@@ -220,23 +246,25 @@ done:
 
 dt_status dt_cuda_sdpa_backward_gemm(const dt_local *g, const dt_local *q, const dt_local *k,
                                      const dt_local *v, const dt_local *lse, int causal,
-                                     double scale, dt_local *dq, dt_local *dk, dt_local *dv) {
+                                     dt_sdpa_heads heads, double scale, dt_local *dq, dt_local *dk,
+                                     dt_local *dv) {
     const char *fn = "dt_cuda_sdpa_backward";
     dt_sdpa_dims d;
-    DT_CHECK(dt_sdpa_check(fn, 0, DT_SDPA_ALL_HEADS, q, k, v, g, lse, &d));
+    DT_CHECK(dt_sdpa_check(fn, 0, heads, q, k, v, g, lse, &d));
     DT_CHECK(dt_sdpa_grads_check(fn, q, k, v, dq, dk, dv));
     DT_CU_RANK(r, fn);
     if (d.B == 0) return DT_OK;
     enum { G, Q, K, V, DQ, DK, DV, NOPS };
     int64_t nq = d.R * d.D, nk = d.Tk * d.D, nv = d.Tk * d.Dv;
-    operand ops[NOPS] = {{g, d.R * d.Dv, 0, NULL}, {q, nq, 0, NULL},   {k, nk, 0, NULL},
-                         {v, nv, 0, NULL},         {dq, nq, 1, NULL}, {dk, nk, 1, NULL},
-                         {dv, nv, 1, NULL}};
+    operand ops[NOPS] = {{g, d.R * d.Dv, 0, NULL, 0}, {q, nq, 0, NULL, 0},  {k, nk, 0, NULL, 1},
+                         {v, nv, 0, NULL, 1},         {dq, nq, 1, NULL, 0}, {dk, nk, 1, NULL, 1},
+                         {dv, nv, 1, NULL, 1}};
     chunk c;
     size_t ls = dt_dtype_size(lse->dtype);
     dt_status st = chunk_init(&c, fn, r, q->dtype, &d, ops, NOPS, 1);
-    for (int64_t b0 = 0; b0 < d.B && st == DT_OK; b0 += c.nb) {
-        int64_t n = d.B - b0 < c.nb ? d.B - b0 : c.nb, sn = d.R * d.Tk;
+    for (int64_t b0 = 0, n; b0 < d.B && st == DT_OK; b0 += n) {
+        n = chunk_len(&c, b0, d.B);
+        int64_t sn = d.R * d.Tk;
         void *p[NOPS];
         for (int i = 0; i < NOPS && st == DT_OK; i++) st = operand_at(&c, &ops[i], b0, n, &p[i]);
         if (st != DT_OK) break;

@@ -11,10 +11,11 @@ extern "C" {
 #endif
 
 dt_status dt_cuda_sdpa_gemm(const dt_local *q, const dt_local *k, const dt_local *v, int causal,
-                            double scale, dt_local *out, dt_local *lse);
+                            dt_sdpa_heads heads, double scale, dt_local *out, dt_local *lse);
 dt_status dt_cuda_sdpa_backward_gemm(const dt_local *g, const dt_local *q, const dt_local *k,
                                      const dt_local *v, const dt_local *lse, int causal,
-                                     double scale, dt_local *dq, dt_local *dk, dt_local *dv);
+                                     dt_sdpa_heads heads, double scale, dt_local *dq, dt_local *dk,
+                                     dt_local *dv);
 
 #ifdef __cplusplus
 }
