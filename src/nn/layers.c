@@ -261,14 +261,13 @@ dt_tensor *dt_nn_attention_forward(dt_scope *scope, const dt_nn_attention *atten
             qkv[i] = dt_nn_linear_forward(scope, proj[i], x);
     }
     int ring = a->cp_dim >= 0;
-    if (!ring) /* k and v split inside a head: whole on those mesh dims (attention's q-heads rule)
-                */
-        for (int i = 1; i < 3; i++)
-            qkv[i] = whole_heads(scope, qkv[i], a->head_dim);
+    dt_comm_module_tls = a->self.params->modules[a->self.index].name; /* gathers', the ring's */
+    /* k and v split inside a head: whole on those mesh dims (attention's q-heads rule) */
+    for (int i = 1; i < 3 && !ring; i++)
+        qkv[i] = whole_heads(scope, qkv[i], a->head_dim);
     dt_tensor *q = split_heads(scope, qkv[0], B, T, a->heads, a->head_dim, cos, sin, ring);
     dt_tensor *k = split_heads(scope, qkv[1], B, T, a->kv_heads, a->head_dim, cos, sin, ring);
     dt_tensor *v = split_heads(scope, qkv[2], B, T, a->kv_heads, a->head_dim, NULL, NULL, ring);
-    dt_comm_module_tls = a->self.params->modules[a->self.index].name; /* the ring's module */
     dt_tensor *o;
     if (ring) { /* (B, heads, T, hd) -> (B, T, heads, hd) */
         o = DT_DO(scope, dt_ring_sdpa, q, k, v, a->cp_dim, 1, 1);
