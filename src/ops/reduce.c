@@ -122,9 +122,20 @@ static dt_status unreduce(const dt_grad_call *c, double scale, dt_tensor **out) 
         kept[d] = mask & (1u << d) ? 1 : x->shape[d];
         if (mask & (1u << d)) count *= (double)x->shape[d];
     }
+    /* x sharded along a reduced dim (loss parallel's sum over the class shards): g lands in x's
+     * own shards, zeros of x's spec plus g broadcast (a local add), where an expand of the
+     * Replicate g would write every class on every rank for the next op to slice. */
+    int lands = 0;
+    for (int m = 0; m < dt_mesh_ndim(x->mesh); m++)
+        lands |= x->placements[m].kind == DT_PLACEMENT_SHARD && (mask >> x->placements[m].dim & 1);
     dt_tensor *k = NULL, *e = NULL;
     dt_status st = dt_view(c->grad, x->ndim, kept, &k);
-    if (st == DT_OK) st = dt_expand(k, x->ndim, x->shape, &e);
+    if (st == DT_OK && lands && x->dtype == c->grad->dtype) {
+        st = dt_tensor_zeros_like(x, &e);
+        if (st == DT_OK) st = dt_add_(e, k);
+    } else if (st == DT_OK) {
+        st = dt_expand(k, x->ndim, x->shape, &e);
+    }
     dt_tensor_release(k);
     if (st != DT_OK) return st;
     if (scale == 1) {

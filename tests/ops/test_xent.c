@@ -6,6 +6,7 @@
 
 #include "helpers.h"
 #include "op_cases.h"
+#include "ops/grad.h"
 
 /* torch: per sample, -((1 - eps) * lsm[t] + eps * mean_c lsm[c]), 0 where ignored; mean
  * divides the sum by the not-ignored count. logits (N, C, D) row-major, target (N, D). */
@@ -155,4 +156,58 @@ static dt_status parallel_body(dt_ctx *ctx, void *arg) {
     return DT_OK;
 }
 
-Test(xent, loss_parallel_with_smoothing_keeps_logits_in_place) { t_run(4, parallel_body, NULL); }
+Test(xent, loss_parallel_with_smoothing_keeps_logits_in_place) {
+    t_run(4, parallel_body, NULL);
+}
+
+/* The backward of a sum (or mean) over the class dim of class-sharded x, loss parallel's sum
+ * of exponentials: the gradient comes out in x's class shards (uneven: 10 classes over 4
+ * ranks, 3, 3, 3, 1), every element its row's upstream gradient (over C for the mean), never
+ * a Replicate expand of every class; keepdim or not. */
+static dt_status unreduce_body(dt_ctx *ctx, void *arg) {
+    (void)arg;
+    dt_mesh *mesh;
+    R_OK(dt_mesh_create_str(ctx, "tp=4", &mesh));
+    enum { N = 5, C = 10 };
+    int64_t xs[2] = {N, C}, gs[2] = {N, 1};
+    double xv[N * C], gv[N], got[N * C];
+    for (int i = 0; i < N * C; i++)
+        xv[i] = t_value(41, (size_t)i);
+    for (int i = 0; i < N; i++)
+        gv[i] = t_value(42, (size_t)i);
+    dt_placement cls[1] = {dt_shard(1)}, rep[1] = {dt_replicate()};
+    dt_tensor *x;
+    R_OK(dt_tensor_distribute(mesh, xv, DT_F64, 2, xs, 1, cls, DT_ALL_RANKS, &x));
+    for (int mean = 0; mean < 2; mean++)
+        for (int keepdim = 0; keepdim < 2; keepdim++) {
+            dt_tensor *g, *gin[1] = {NULL};
+            R_OK(dt_tensor_distribute(mesh, gv, DT_F64, keepdim ? 2 : 1, gs, 1, rep, DT_ALL_RANKS,
+                                      &g));
+            dt_op_args a = {.ndims = 1, .dims = {1}, .keepdim = keepdim};
+            bool need[1] = {true};
+            dt_grad_call c = {.op = mean ? DT_OP_MEAN : DT_OP_SUM,
+                              .args = &a,
+                              .n = 1,
+                              .in = &x,
+                              .need = need,
+                              .grad = g};
+            R_OK(mean ? dt_grad_mean(&c, gin) : dt_grad_sum(&c, gin));
+            dt_tensor_info info;
+            R_OK(dt_tensor_info_get(gin[0], &info));
+            R_CHECK(info.placements[0].kind == DT_PLACEMENT_SHARD && info.placements[0].dim == 1,
+                    "mean %d keepdim %d: the gradient is not in x's class shards", mean, keepdim);
+            R_OK(dt_tensor_full_tensor(gin[0], got, sizeof got));
+            for (int i = 0; i < N * C; i++)
+                R_CHECK(got[i] == (mean ? gv[i / C] / C : gv[i / C]),
+                        "mean %d keepdim %d element %d: %g, want %g", mean, keepdim, i, got[i],
+                        mean ? gv[i / C] / C : gv[i / C]);
+            dt_tensor_release(gin[0]), dt_tensor_release(g);
+        }
+    dt_tensor_release(x);
+    dt_mesh_release(mesh);
+    return DT_OK;
+}
+
+Test(xent, class_sum_backward_lands_in_the_class_shards) {
+    t_run(4, unreduce_body, NULL);
+}
