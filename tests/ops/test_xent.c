@@ -156,9 +156,7 @@ static dt_status parallel_body(dt_ctx *ctx, void *arg) {
     return DT_OK;
 }
 
-Test(xent, loss_parallel_with_smoothing_keeps_logits_in_place) {
-    t_run(4, parallel_body, NULL);
-}
+Test(xent, loss_parallel_with_smoothing_keeps_logits_in_place) { t_run(4, parallel_body, NULL); }
 
 /* The backward of a sum (or mean) over the class dim of class-sharded x, loss parallel's sum
  * of exponentials: the gradient comes out in x's class shards (uneven: 10 classes over 4
