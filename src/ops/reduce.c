@@ -131,8 +131,10 @@ static dt_status unreduce(const dt_grad_call *c, double scale, dt_tensor **out) 
     dt_tensor *k = NULL, *e = NULL;
     dt_status st = dt_view(c->grad, x->ndim, kept, &k);
     if (st == DT_OK && lands && x->dtype == c->grad->dtype) {
-        st = dt_tensor_zeros_like(x, &e);
-        if (st == DT_OK) st = dt_add_(e, k);
+        dt_tensor *z = NULL;
+        st = dt_tensor_zeros_like(x, &z);
+        if (st == DT_OK) st = dt_add(z, k, &e);
+        dt_tensor_release(z);
     } else if (st == DT_OK) {
         st = dt_expand(k, x->ndim, x->shape, &e);
     }
