@@ -174,9 +174,12 @@ static int rules(dt_op op, const op_input *in, int n, const dt_op_args *a, int m
     }
     /* q's heads split while k and v stay whole (tensor-parallel attention with fewer kv heads
      * than ranks): each rank reads the kv heads of its own query heads in place, no repeated
-     * copies; the backward's dk and dv come out Partial(sum). */
+     * copies; the backward's dk and dv come out Partial(sum). Only where the heads cannot
+     * shard k and v along (whole groups per rank): there the row above slices a whole k for
+     * free and keeps dk, dv sharded, which sums nothing and holds no zeros. */
     int h = a->seq_first ? nd - 2 : nd - 3;
-    if (nd >= 3 && heads_fit(in[0].shape[h], in[1].shape[h], mesh_size)) {
+    if (nd >= 3 && !groups_aligned(in[0].shape[h], in[1].shape[h], mesh_size) &&
+        heads_fit(in[0].shape[h], in[1].shape[h], mesh_size)) {
         r.out = SP(h);
         for (int i = 0; i < n; i++)
             r.in[i] = i == 1 || i == 2 ? RP : SP(h);

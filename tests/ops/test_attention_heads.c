@@ -170,7 +170,9 @@ Test(kernels, sdpa_heads_bad_range_is_named) {
 
 typedef struct shard_run {
     int64_t Hq, Hkv;
-    int ranks, want_rule; /* want_rule: the q-heads rule applies (else dispatch picks another) */
+    /* rule: 1 the q-heads rule (dk, dv Partial(sum)), 2 the heads rule (whole groups per rank:
+     * k and v sliced in place, dk, dv Shard(1)), 0 another */
+    int ranks, rule;
 } shard_run;
 
 enum { B = 2, T = 13, D = 4 };
@@ -213,11 +215,12 @@ static dt_status shard_body(dt_ctx *ctx, void *arg) {
         dt_tensor_info info;
         R_OK(dt_tensor_info_get(res[i], &info));
         dt_placement_kind k = info.placements[0].kind;
-        if (r->want_rule) {
-            int ok = i < 3 ? k == DT_PLACEMENT_SHARD && info.placements[0].dim == 1
+        if (r->rule) {
+            int shard = i < 3 || r->rule == 2;
+            int ok = shard ? k == DT_PLACEMENT_SHARD && info.placements[0].dim == 1
                            : k == DT_PLACEMENT_PARTIAL && info.placements[0].op == DT_REDUCE_SUM;
             R_CHECK(ok, "%s placed kind %d dim %d, want %s", names[i], (int)k,
-                    info.placements[0].dim, i < 3 ? "S(1)" : "P(sum)");
+                    info.placements[0].dim, shard ? "S(1)" : "P(sum)");
         }
         R_OK(dt_tensor_full_tensor(res[i], got, n[i] * sizeof(double)));
         for (size_t e = 0; e < n[i]; e++)
@@ -225,7 +228,7 @@ static dt_status shard_body(dt_ctx *ctx, void *arg) {
                     "%s element %zu: %.12g, one rank's f64 %.12g", names[i], e, got[e], want[i][e]);
     }
     /* the rule reads k and v in place: nothing moves (the full_tensor reads come after) */
-    R_CHECK(!r->want_rule || colls == 0, "%llu collectives in forward and backward",
+    R_CHECK(!r->rule || colls == 0, "%llu collectives in forward and backward",
             (unsigned long long)colls);
     for (int i = 0; i < 4; i++)
         dt_tensor_release(x[i]), free(v[i]);
@@ -237,15 +240,18 @@ static dt_status shard_body(dt_ctx *ctx, void *arg) {
     return DT_OK;
 }
 
-/* Grouped-query ratios 1, 2 and 4 on meshes of 2 and 4; uneven chunks (3 heads over 2 ranks,
- * 6 over 4: 2, 2, 2, 0 with an empty rank); and 6 query heads over 2 kv heads on 4 ranks,
- * whose chunk [2, 4) straddles two groups: another rule, the same values. */
+/* Grouped-query ratios 1, 2 and 4 on meshes of 2 and 4: the q-heads rule where the kv heads
+ * cannot shard along (fewer kv heads than ranks), the heads rule where every rank holds whole
+ * groups (ratio 1 always); uneven chunks (3 query heads over 2 ranks, 2 and 1; 6 over 4, 2, 2,
+ * 2 and an empty rank); and 6 query heads over 2 kv heads on 4 ranks, whose chunk [2, 4)
+ * straddles two groups: another rule, the same values. */
 Test(kernels, sdpa_q_heads_rule_matches_one_rank_f64) {
     const shard_run runs[] = {
-        {4, 4, 2, 1}, {4, 4, 4, 1}, {3, 3, 2, 1}, /* ratio 1 */
-        {4, 2, 4, 1}, {4, 2, 2, 1}, {6, 3, 4, 1}, /* ratio 2 */
-        {4, 1, 4, 1}, {8, 2, 4, 1}, {8, 2, 2, 1}, /* ratio 4 */
-        {6, 2, 4, 0},                             /* groups straddled: not this rule */
+        {4, 4, 2, 2}, {4, 4, 4, 2}, {3, 3, 2, 2},               /* ratio 1 */
+        {2, 1, 2, 1}, {4, 2, 4, 1}, {4, 2, 2, 2}, {6, 3, 4, 2}, /* ratio 2 */
+        {4, 1, 2, 1}, {4, 1, 4, 1}, {8, 2, 4, 1}, {8, 2, 2, 2}, /* ratio 4 */
+        {3, 1, 2, 1}, {6, 1, 4, 1},                             /* uneven, an empty rank */
+        {6, 2, 4, 0},                                           /* groups straddled */
     };
     for (size_t i = 0; i < LEN(runs); i++) {
         dt_status st = dt_local_run(runs[i].ranks, shard_body, (void *)&runs[i], NULL);
