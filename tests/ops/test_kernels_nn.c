@@ -417,6 +417,41 @@ Test(kernels, rope_rotates_interleaved_pairs) {
     T_ERR(dt_cpu_rope(&x.t, &c.t, &c.t, &o.t), DT_ERR_SHAPE, "D even");
 }
 
+/* rope's f32 rows on AVX-512 (eight pairs a vector, masked past the last) give the plain loop's
+ * bits on every element, out of place and in place, for pair counts around the vector's. */
+Test(kernels, rope_f32_avx512_rows_equal_the_plain_loop) {
+    if (dt_simd_cpu_best() < DT_SIMD_AVX512) cr_skip_test("no AVX-512 on this CPU");
+    static const int64_t PS[] = {1, 3, 7, 8, 9, 16, 17, 23};
+    for (size_t pi = 0; pi < sizeof PS / sizeof PS[0]; pi++)
+        for (int64_t H = 1; H <= 3; H++) {
+            int64_t P = PS[pi], B = 2, T = 5, n = B * T * H * 2 * P;
+            float *x = malloc(4 * (size_t)n), *y0 = malloc(4 * (size_t)n),
+                  *y1 = malloc(4 * (size_t)n), *cs = malloc(4 * (size_t)(T * P)),
+                  *sn = malloc(4 * (size_t)(T * P));
+            cr_assert(x && y0 && y1 && cs && sn);
+            for (int64_t i = 0; i < n; i++)
+                x[i] = (float)sin(0.731 * (double)i + 0.2) * 3;
+            for (int64_t i = 0; i < T * P; i++)
+                cs[i] = (float)cos(0.37 * (double)i), sn[i] = (float)sin(0.37 * (double)i);
+            dt_local X = {.data = x, .dtype = DT_F32, .ndim = 4, .shape = {B, T, H, 2 * P}};
+            dt_local C = {.data = cs, .dtype = DT_F32, .ndim = 2, .shape = {T, P}}, S = C;
+            S.data = sn;
+            dt_local Y0 = X, Y1 = X;
+            Y0.data = y0, Y1.data = y1;
+            dt_simd_set_cap(DT_SIMD_SCALAR);
+            OK(dt_cpu_rope(&X, &C, &S, &Y0));
+            dt_simd_set_cap(DT_SIMD_AVX512);
+            OK(dt_cpu_rope(&X, &C, &S, &Y1));
+            cr_assert(memcmp(y0, y1, 4 * (size_t)n) == 0, "P %lld H %lld: AVX-512 rows differ",
+                      (long long)P, (long long)H);
+            OK(dt_cpu_rope(&X, &C, &S, &X)); /* in place */
+            dt_simd_set_cap(DT_SIMD_COUNT);
+            cr_assert(memcmp(y0, x, 4 * (size_t)n) == 0, "P %lld H %lld: in place differs",
+                      (long long)P, (long long)H);
+            free(x), free(y0), free(y1), free(cs), free(sn);
+        }
+}
+
 /* The uniform of global element i as an independent reading of the Philox stream: f32, bf16
  * and f16 take 32-bit lane i % 4 of block offset + i / 4 (top `bits` bits), f64 the 64-bit
  * lane i % 2 of block offset + i / 2. */
