@@ -60,9 +60,9 @@ enum { Z_MR = 8, Z_NR = 32, PF_AHEAD = 16 };
 /* pf: prefetch A's step PF_AHEAD ahead. A transposed A (the weight gradients' g^T) has its k
  * steps M floats apart, a 4 KiB page every few steps, where the hardware's stride prefetch stops:
  * without it a row panel's first pass over a k block waits on L3 at each page. */
-static inline AVX512 void kern_avx512_body(int64_t kc, const float *a, int64_t ars, int64_t acs,
-                                           const float *b, int64_t ldb, float *c, int64_t ldc,
-                                           int m, int n, int first, int pf) {
+static inline __attribute__((always_inline)) AVX512 void
+kern_avx512_body(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb,
+                 float *c, int64_t ldc, int m, int n, int first, int pf) {
     __m512 acc[Z_MR][2];
     const float *row[Z_MR]; /* rows past m repeat the last (read, never stored) */
 #pragma GCC unroll 8
