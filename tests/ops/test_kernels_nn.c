@@ -1,6 +1,6 @@
 /* Local CPU kernels of the neural-network families (softmax, norms, indexing, permute,
- * attention, rope, dropout, the fused optimizer step) against naive double-precision references;
- * same conventions as test_kernels.c. */
+ * attention, rope, dropout, the fused optimizer step) against naive double-precision references; same conventions as
+ * test_kernels.c. */
 #include "core/philox.h"
 #include "kernel_check.h"
 #include "ops/cpu/optim_math.h"
@@ -13,8 +13,8 @@ Test(kernels, softmax_and_log_softmax_stable) {
         int dim;
         double shift; /* added to every value: exp would overflow without the max */
     } cases[] = {
-        {SH(3, 4, 5), 0, 0}, {SH(3, 4, 5), 1, 0}, {SH(3, 4, 5), 2, 0}, {SH(2, 1), 1, 0},
-        {SH(0, 3), 1, 0},    {SH(2, 3), 1, 500},  {SH(1, 300), 1, 0},  {SH(3, 300), 0, -400},
+        {SH(3, 4, 5), 0, 0}, {SH(3, 4, 5), 1, 0}, {SH(3, 4, 5), 2, 0},   {SH(2, 1), 1, 0},
+        {SH(0, 3), 1, 0},    {SH(2, 3), 1, 500},  {SH(1, 300), 1, 0},    {SH(3, 300), 0, -400},
     };
     for (size_t di = 0; di < LEN(FLOATS); di++) {
         dt_dtype dt = FLOATS[di];
@@ -64,8 +64,7 @@ Test(kernels, layer_norm_and_rms_norm) {
                     for (size_t r = 0; H && r < x.n / (size_t)H; r++) {
                         const double *xr = x.v + r * (size_t)H;
                         double mean = 0, var = 0;
-                        for (int64_t j = 0; j < H && !rms; j++)
-                            mean += xr[j] / (double)H;
+                        for (int64_t j = 0; j < H && !rms; j++) mean += xr[j] / (double)H;
                         for (int64_t j = 0; j < H; j++)
                             var += (xr[j] - mean) * (xr[j] - mean) / (double)H;
                         for (int64_t j = 0; j < H; j++)
@@ -73,8 +72,8 @@ Test(kernels, layer_norm_and_rms_norm) {
                                 (xr[j] - mean) / sqrt(var + eps) * (wb & 1 ? w.v[j] : 1) +
                                 (wb & 2 && !rms ? b.v[j] : 0);
                     }
-                    OK(dt_cpu_layer_norm(rms, eps, &x.t, wb & 1 ? &w.t : NULL, wb & 2 ? &b.t : NULL,
-                                         &o.t));
+                    OK(dt_cpu_layer_norm(rms, eps, &x.t, wb & 1 ? &w.t : NULL,
+                                         wb & 2 ? &b.t : NULL, &o.t));
                     expect(rms ? "rms_norm" : "layer_norm", &o.t, want, x.n);
                 }
             }
@@ -155,8 +154,7 @@ Test(kernels, slice_boxes) {
             int64_t idx[DT_MAX_NDIM];
             for (size_t i = 0; i < o.n; i++) {
                 unravel(i, bs, idx);
-                for (int d = 0; d < xs.nd; d++)
-                    idx[d] += cases[c].start.s[d];
+                for (int d = 0; d < xs.nd; d++) idx[d] += cases[c].start.s[d];
                 want[i] = x.v[bidx(xs, xs.nd, idx)];
             }
             OK(dt_cpu_slice(&x.t, cases[c].start.s, &o.t));
@@ -172,24 +170,22 @@ Test(kernels, permute_every_order) {
         shp x;
         int perm[4];
     } cases[] = {
-        {SH(2, 3, 4), {0, 1, 2}},       {SH(2, 3, 4), {0, 2, 1}}, {SH(2, 3, 4), {1, 0, 2}},
-        {SH(2, 3, 4), {1, 2, 0}},       {SH(2, 3, 4), {2, 0, 1}}, {SH(2, 3, 4), {2, 1, 0}},
-        {SH(2, 1, 3, 1), {3, 2, 1, 0}}, {SH(0, 3), {1, 0}},       {SH(5, 1, 7), {0, 2, 1}},
+        {SH(2, 3, 4), {0, 1, 2}}, {SH(2, 3, 4), {0, 2, 1}}, {SH(2, 3, 4), {1, 0, 2}},
+        {SH(2, 3, 4), {1, 2, 0}}, {SH(2, 3, 4), {2, 0, 1}}, {SH(2, 3, 4), {2, 1, 0}},
+        {SH(2, 1, 3, 1), {3, 2, 1, 0}}, {SH(0, 3), {1, 0}}, {SH(5, 1, 7), {0, 2, 1}},
         {SH(33, 17), {1, 0}},
     };
     for (size_t di = 0; di < LEN(ALL); di++) {
         for (size_t c = 0; c < LEN(cases); c++) {
             dt_dtype dt = ALL[di];
             shp xs = cases[c].x, os = xs;
-            for (int d = 0; d < xs.nd; d++)
-                os.s[d] = xs.s[cases[c].perm[d]];
+            for (int d = 0; d < xs.nd; d++) os.s[d] = xs.s[cases[c].perm[d]];
             tens x = mk(dt, xs, -9, 9), o = mk_out(dt, os);
             double *want = talloc(o.n * sizeof(double) + 1);
             int64_t oidx[DT_MAX_NDIM], xidx[DT_MAX_NDIM];
             for (size_t i = 0; i < o.n; i++) {
                 unravel(i, os, oidx);
-                for (int d = 0; d < xs.nd; d++)
-                    xidx[cases[c].perm[d]] = oidx[d];
+                for (int d = 0; d < xs.nd; d++) xidx[cases[c].perm[d]] = oidx[d];
                 want[i] = x.v[bidx(xs, xs.nd, xidx)];
             }
             OK(dt_cpu_permute(&x.t, cases[c].perm, &o.t));
@@ -207,8 +203,7 @@ Test(kernels, permute_every_order) {
 Test(kernels, vexpf_affine_equals_four_lanes_bitwise) {
     enum { N = 4099 };
     static float x[N], y[N];
-    for (int i = 0; i < N; i++)
-        x[i] = (float)(-100.0 + 200.0 * i / (N - 1));
+    for (int i = 0; i < N; i++) x[i] = (float)(-100.0 + 200.0 * i / (N - 1));
     x[7] = NAN, x[8] = INFINITY, x[9] = -INFINITY, x[10] = -0.0f;
     for (int n = 0; n <= 17; n++) {
         int len = n < 17 ? n : N;
@@ -216,8 +211,8 @@ Test(kernels, vexpf_affine_equals_four_lanes_bitwise) {
         for (int i = 0; i < len; i++) {
             float v = x[i] * -0.75f + 0.5f, want = dt_vexpf4((dt_v4f){v, v, v, v})[0];
             cr_assert(memcmp(&y[i], &want, sizeof want) == 0,
-                      "length %d element %d: exp(%.9g) = %.9g, 4 lanes give %.9g", len, i, v, y[i],
-                      want);
+                      "length %d element %d: exp(%.9g) = %.9g, 4 lanes give %.9g", len, i, v,
+                      y[i], want);
         }
     }
 }
@@ -279,8 +274,7 @@ Test(kernels, sdpa_causal_and_full) {
                             p[j] = causal && j > i ? -INFINITY : s * scale;
                             mx = fmax(mx, p[j]);
                         }
-                        for (int64_t j = 0; j < Tk; j++)
-                            sum += p[j] = exp(p[j] - mx);
+                        for (int64_t j = 0; j < Tk; j++) sum += p[j] = exp(p[j] - mx);
                         for (int64_t e = 0; e < Dv; e++) {
                             double acc = 0;
                             for (int64_t j = 0; j < Tk; j++)
@@ -305,8 +299,8 @@ Test(kernels, sdpa_causal_and_full) {
 Test(kernels, sdpa_grouped_query_heads_and_backward) {
     struct {
         int64_t B, Hq, Hkv, Tq, Tk, D;
-    } cases[] = {{2, 8, 2, 5, 5, 4}, {1, 6, 3, 4, 6, 3}, {2, 4, 1, 3, 3, 2},
-                 {1, 3, 3, 4, 4, 2}, {1, 2, 1, 6, 2, 3}, {1, 2, 2, 3, 0, 2}};
+    } cases[] = {{2, 8, 2, 5, 5, 4}, {1, 6, 3, 4, 6, 3}, {2, 4, 1, 3, 3, 2}, {1, 3, 3, 4, 4, 2},
+                 {1, 2, 1, 6, 2, 3}, {1, 2, 2, 3, 0, 2}};
     for (size_t di = 0; di < LEN(FLOATS); di++) {
         dt_dtype dt = FLOATS[di], lt = dt == DT_F64 ? DT_F64 : DT_F32;
         for (size_t c = 0; c < LEN(cases); c++) {
@@ -338,8 +332,7 @@ Test(kernels, sdpa_grouped_query_heads_and_backward) {
                                 p[j] = causal && j > i ? -INFINITY : s * scale;
                                 mx = fmax(mx, p[j]);
                             }
-                            for (int64_t j = 0; j < Tk; j++)
-                                sum += p[j] = exp(p[j] - mx);
+                            for (int64_t j = 0; j < Tk; j++) sum += p[j] = exp(p[j] - mx);
                             wl[qi] = Tk ? mx + log(sum) : -INFINITY;
                             for (int64_t e = 0; e < D; e++) {
                                 double acc = 0;
@@ -353,8 +346,7 @@ Test(kernels, sdpa_grouped_query_heads_and_backward) {
                                     dp[j] += go.v[qi * D + e] * v.v[(kh * Tk + j) * D + e];
                                 dot += p[j] * dp[j];
                             }
-                            for (int64_t d = 0; d < D; d++)
-                                wdq[qi * D + d] = 0;
+                            for (int64_t d = 0; d < D; d++) wdq[qi * D + d] = 0;
                             for (int64_t j = 0; j < Tk; j++) {
                                 double ds = p[j] * (dp[j] - dot) * scale;
                                 size_t kj = (kh * Tk + j) * D;
@@ -400,8 +392,8 @@ Test(kernels, rope_rotates_interleaved_pairs) {
             tens c = mk(dt, SH(T, P), -1, 1), sn = mk(dt, SH(T, P), -1, 1);
             double *want = talloc(x.n * sizeof(double) + 1);
             for (size_t e = 0; e < x.n; e += 2) {
-                int64_t i = (int64_t)(e / 2 % (size_t)P),
-                        t = (int64_t)(e / (size_t)(2 * P * H) % (size_t)T);
+                int64_t i = (int64_t)(e / 2 % (size_t)P), t = (int64_t)(e / (size_t)(2 * P * H) %
+                                                                         (size_t)T);
                 double x0 = x.v[e], x1 = x.v[e + 1], cv = c.v[t * P + i], sv = sn.v[t * P + i];
                 want[e] = x0 * cv - x1 * sv;
                 want[e + 1] = x0 * sv + x1 * cv;
@@ -525,22 +517,14 @@ Test(kernels, adamw_f32_loop_equals_per_element_bitwise) {
         if (avx512 && dt_simd_cpu_best() < DT_SIMD_AVX512) continue;
         dt_simd_set_cap(avx512 ? DT_SIMD_AVX512 : DT_SIMD_AVX2);
         uint64_t len = lens[c / 2];
-        dt_optim_item it = {.param = p,
-                            .grad = g,
-                            .state = {m, v},
-                            .numel = len,
-                            .param_dtype = DT_F32,
-                            .grad_dtype = DT_F32,
-                            .state_dtype = DT_F32,
-                            .lr = 3e-3,
-                            .weight_decay = 0.01,
-                            .step_size = 3e-3 / (1 - 0.9 * 0.9),
+        dt_optim_item it = {.param = p, .grad = g, .state = {m, v}, .numel = len,
+                            .param_dtype = DT_F32, .grad_dtype = DT_F32, .state_dtype = DT_F32,
+                            .lr = 3e-3, .weight_decay = 0.01, .step_size = 3e-3 / (1 - 0.9 * 0.9),
                             .bc2_sqrt = sqrt(1 - 0.95 * 0.95)};
         OK(dt_cpu_optim_step(&h, &it, 1));
         dt_optim_item ref = it;
         ref.param = p2, ref.state[0] = m2, ref.state[1] = v2;
-        for (uint64_t i = 0; i < len; i++)
-            dt_om_step_f(&h, &ref, i);
+        for (uint64_t i = 0; i < len; i++) dt_om_step_f(&h, &ref, i);
         dt_simd_set_cap(DT_SIMD_COUNT);
         cr_assert(memcmp(p, p2, sizeof p) == 0 && memcmp(m, m2, sizeof m) == 0 &&
                       memcmp(v, v2, sizeof v) == 0,

@@ -22,8 +22,7 @@
             T *yr = y + r * H;                                                                     \
             double mean = 0.0, var = 0.0;                                                          \
             if (!rms) {                                                                            \
-                for (int64_t j = 0; j < H; j++)                                                    \
-                    mean += (double)LOAD(xr[j]);                                                   \
+                for (int64_t j = 0; j < H; j++) mean += (double)LOAD(xr[j]);                       \
                 mean /= (double)H;                                                                 \
             }                                                                                      \
             for (int64_t j = 0; j < H; j++) {                                                      \
@@ -195,33 +194,24 @@ static void norm_range(void *arg, int64_t begin, int64_t end) {
     void *y = (char *)j->y + off;
     int64_t rows = end - begin;
     switch (j->dtype) {
-    case DT_F32:
-        norm_f32(j->rms, j->eps, rows, j->H, x, j->w, j->b, y);
-        break;
-    case DT_F64:
-        norm_f64(j->rms, j->eps, rows, j->H, x, j->w, j->b, y);
-        break;
-    case DT_BF16:
-        norm_bf16(j->rms, j->eps, rows, j->H, x, j->w, j->b, y);
-        break;
-    case DT_F16:
-        norm_f16(j->rms, j->eps, rows, j->H, x, j->w, j->b, y);
-        break;
-    default:
-        break;
+    case DT_F32: norm_f32(j->rms, j->eps, rows, j->H, x, j->w, j->b, y); break;
+    case DT_F64: norm_f64(j->rms, j->eps, rows, j->H, x, j->w, j->b, y); break;
+    case DT_BF16: norm_bf16(j->rms, j->eps, rows, j->H, x, j->w, j->b, y); break;
+    case DT_F16: norm_f16(j->rms, j->eps, rows, j->H, x, j->w, j->b, y); break;
+    default: break;
     }
 }
 
 dt_status dt_cpu_layer_norm(int rms, double eps, const dt_local *x, const dt_local *weight,
                             const dt_local *bias, dt_local *out) {
     const char *fn = rms ? "dt_cpu_layer_norm (rms)" : "dt_cpu_layer_norm";
-    if (x->ndim < 1) return dt_error(DT_ERR_SHAPE, "%s: x must have at least one dim", fn);
+    if (x->ndim < 1)
+        return dt_error(DT_ERR_SHAPE, "%s: x must have at least one dim", fn);
     if ((weight && weight->dtype != x->dtype) || (bias && bias->dtype != x->dtype))
         return dt_error(DT_ERR_DTYPE, "%s: weight/bias dtype differs from x's %s", fn,
                         dt_dtype_name(x->dtype));
     int64_t H = x->shape[x->ndim - 1], rows = 1;
-    for (int d = 0; d < x->ndim - 1; d++)
-        rows *= x->shape[d];
+    for (int d = 0; d < x->ndim - 1; d++) rows *= x->shape[d];
     if (H == 0 || rows == 0) return DT_OK;
     const void *w = weight ? weight->data : NULL;
     const void *b = bias && !rms ? bias->data : NULL;
@@ -229,20 +219,13 @@ dt_status dt_cpu_layer_norm(int rms, double eps, const dt_local *x, const dt_loc
     case DT_F32:
     case DT_F64:
     case DT_BF16:
-    case DT_F16:
-        break;
+    case DT_F16: break;
     default:
         return dt_error(DT_ERR_DTYPE, "%s: dtype %s not supported (float dtypes only)", fn,
                         dt_dtype_name(x->dtype));
     }
-    norm_job j = {.rms = rms,
-                  .eps = eps,
-                  .H = H,
-                  .dtype = x->dtype,
-                  .x = x->data,
-                  .w = w,
-                  .b = b,
-                  .y = out->data};
+    norm_job j = {.rms = rms, .eps = eps, .H = H, .dtype = x->dtype, .x = x->data, .w = w,
+                  .b = b, .y = out->data};
     dt_parallel_for(rows, H >= PIECE ? 1 : PIECE / H, norm_range, &j);
     return DT_OK;
 }

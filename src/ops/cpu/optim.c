@@ -51,7 +51,8 @@ adamw_f32_avx512(const dt_optim_hyper *h, const dt_optim_item *it, uint64_t i, u
 #endif
 
 /* Elements [i, end) of an all-f32 AdamW item. */
-static void adamw_f32(const dt_optim_hyper *h, const dt_optim_item *it, uint64_t i, uint64_t end) {
+static void adamw_f32(const dt_optim_hyper *h, const dt_optim_item *it, uint64_t i,
+                      uint64_t end) {
     float *restrict p = it->param, *restrict m = it->state[0], *restrict v = it->state[1];
     const float *restrict g = it->grad;
     const float decay = (float)1 - (float)(it->lr * it->weight_decay);
@@ -100,31 +101,27 @@ static void step_range(void *arg, int64_t begin, int64_t end) {
     int lo = 0, hi = j->n; /* the item holding element begin: start[lo] <= begin < start[lo+1] */
     while (hi - lo > 1) {
         int mid = (lo + hi) / 2;
-        if (j->start[mid] <= (uint64_t)begin)
-            lo = mid;
-        else
-            hi = mid;
+        if (j->start[mid] <= (uint64_t)begin) lo = mid;
+        else hi = mid;
     }
     for (int k = lo; k < j->n && j->start[k] < (uint64_t)end; k++) {
         const dt_optim_item *it = &j->items[k];
         uint64_t a = (uint64_t)begin > j->start[k] ? (uint64_t)begin - j->start[k] : 0;
         uint64_t b = (uint64_t)end - j->start[k];
         if (b > it->numel) b = it->numel;
-        if (fast_adamw(j->h, it))
-            adamw_f32(j->h, it, a, b);
+        if (fast_adamw(j->h, it)) adamw_f32(j->h, it, a, b);
         else
-            for (uint64_t i = a; i < b; i++)
-                dt_om_step(j->h, it, i);
+            for (uint64_t i = a; i < b; i++) dt_om_step(j->h, it, i);
     }
 }
 
 dt_status dt_cpu_optim_step(const dt_optim_hyper *h, const dt_optim_item *items, int n) {
     if (n <= 0) return DT_OK;
     uint64_t small[65], *start = n < 65 ? small : malloc(sizeof *start * (size_t)(n + 1));
-    if (!start) return dt_error(DT_ERR_NOMEM, "dt_cpu_optim_step: out of memory for %d items", n);
+    if (!start)
+        return dt_error(DT_ERR_NOMEM, "dt_cpu_optim_step: out of memory for %d items", n);
     start[0] = 0;
-    for (int k = 0; k < n; k++)
-        start[k + 1] = start[k] + items[k].numel;
+    for (int k = 0; k < n; k++) start[k + 1] = start[k] + items[k].numel;
     step_job j = {.h = h, .items = items, .start = start, .n = n};
     dt_parallel_for((int64_t)start[n], PIECE, step_range, &j);
     if (start != small) free(start);

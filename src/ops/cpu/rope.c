@@ -96,30 +96,22 @@ static void rope_range(void *arg, int64_t begin, int64_t end) {
 #endif
             rope_f32(1, 1, j->H, j->P, x, c, s, y);
             break;
-        case DT_F64:
-            rope_f64(1, 1, j->H, j->P, x, c, s, y);
-            break;
-        case DT_BF16:
-            rope_bf16(1, 1, j->H, j->P, x, c, s, y);
-            break;
-        case DT_F16:
-            rope_f16(1, 1, j->H, j->P, x, c, s, y);
-            break;
-        default:
-            break;
+        case DT_F64: rope_f64(1, 1, j->H, j->P, x, c, s, y); break;
+        case DT_BF16: rope_bf16(1, 1, j->H, j->P, x, c, s, y); break;
+        case DT_F16: rope_f16(1, 1, j->H, j->P, x, c, s, y); break;
+        default: break;
         }
     }
 }
 
-dt_status dt_cpu_rope(const dt_local *x, const dt_local *cos, const dt_local *sin, dt_local *out) {
+dt_status dt_cpu_rope(const dt_local *x, const dt_local *cos, const dt_local *sin,
+                      dt_local *out) {
     const char *fn = "dt_cpu_rope";
     if (x->ndim != 4 || x->shape[3] % 2 || cos->ndim != 2 || sin->ndim != 2 ||
         cos->shape[0] != x->shape[1] || cos->shape[1] != x->shape[3] / 2 ||
         sin->shape[0] != x->shape[1] || sin->shape[1] != x->shape[3] / 2)
-        return dt_error(DT_ERR_SHAPE,
-                        "%s: x must be (B, T, H, D) with D even and cos, sin "
-                        "(T, D/2)",
-                        fn);
+        return dt_error(DT_ERR_SHAPE, "%s: x must be (B, T, H, D) with D even and cos, sin "
+                                      "(T, D/2)", fn);
     if (cos->dtype != x->dtype || sin->dtype != x->dtype || out->dtype != x->dtype)
         return dt_error(DT_ERR_DTYPE, "%s: x, cos, sin and out dtypes differ", fn);
     int64_t B = x->shape[0], S = x->shape[1], H = x->shape[2], P = x->shape[3] / 2;
@@ -127,21 +119,14 @@ dt_status dt_cpu_rope(const dt_local *x, const dt_local *cos, const dt_local *si
     case DT_F32:
     case DT_F64:
     case DT_BF16:
-    case DT_F16:
-        break;
+    case DT_F16: break;
     default:
         return dt_error(DT_ERR_DTYPE, "%s: dtype %s not supported (float dtypes only)", fn,
                         dt_dtype_name(x->dtype));
     }
     if (H * P == 0) return DT_OK;
-    rope_job j = {.S = S,
-                  .H = H,
-                  .P = P,
-                  .dtype = x->dtype,
-                  .x = x->data,
-                  .cs = cos->data,
-                  .sn = sin->data,
-                  .y = out->data};
+    rope_job j = {.S = S, .H = H, .P = P, .dtype = x->dtype, .x = x->data, .cs = cos->data,
+                  .sn = sin->data, .y = out->data};
     int64_t per = 2 * H * P;
     dt_parallel_for(B * S, per >= PIECE ? 1 : PIECE / per, rope_range, &j);
     return DT_OK;
