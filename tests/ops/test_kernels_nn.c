@@ -4,6 +4,7 @@
 #include "core/philox.h"
 #include "kernel_check.h"
 #include "ops/cpu/optim_math.h"
+#include "ops/cpu/simd.h"
 #include "ops/cpu/vexp.h"
 
 Test(kernels, softmax_and_log_softmax_stable) {
@@ -413,6 +414,41 @@ Test(kernels, rope_rotates_interleaved_pairs) {
     T_ERR(dt_cpu_rope(&x.t, &c.t, &c.t, &o.t), DT_ERR_SHAPE, "D even");
 }
 
+/* rope's f32 rows on AVX-512 (eight pairs a vector, masked past the last) give the plain loop's
+ * bits on every element, out of place and in place, for pair counts around the vector's. */
+Test(kernels, rope_f32_avx512_rows_equal_the_plain_loop) {
+    if (dt_simd_cpu_best() < DT_SIMD_AVX512) cr_skip_test("no AVX-512 on this CPU");
+    static const int64_t PS[] = {1, 3, 7, 8, 9, 16, 17, 23};
+    for (size_t pi = 0; pi < sizeof PS / sizeof PS[0]; pi++)
+        for (int64_t H = 1; H <= 3; H++) {
+            int64_t P = PS[pi], B = 2, T = 5, n = B * T * H * 2 * P;
+            float *x = malloc(4 * (size_t)n), *y0 = malloc(4 * (size_t)n),
+                  *y1 = malloc(4 * (size_t)n), *cs = malloc(4 * (size_t)(T * P)),
+                  *sn = malloc(4 * (size_t)(T * P));
+            cr_assert(x && y0 && y1 && cs && sn);
+            for (int64_t i = 0; i < n; i++)
+                x[i] = (float)sin(0.731 * (double)i + 0.2) * 3;
+            for (int64_t i = 0; i < T * P; i++)
+                cs[i] = (float)cos(0.37 * (double)i), sn[i] = (float)sin(0.37 * (double)i);
+            dt_local X = {.data = x, .dtype = DT_F32, .ndim = 4, .shape = {B, T, H, 2 * P}};
+            dt_local C = {.data = cs, .dtype = DT_F32, .ndim = 2, .shape = {T, P}}, S = C;
+            S.data = sn;
+            dt_local Y0 = X, Y1 = X;
+            Y0.data = y0, Y1.data = y1;
+            dt_simd_set_cap(DT_SIMD_SCALAR);
+            OK(dt_cpu_rope(&X, &C, &S, &Y0));
+            dt_simd_set_cap(DT_SIMD_AVX512);
+            OK(dt_cpu_rope(&X, &C, &S, &Y1));
+            cr_assert(memcmp(y0, y1, 4 * (size_t)n) == 0, "P %lld H %lld: AVX-512 rows differ",
+                      (long long)P, (long long)H);
+            OK(dt_cpu_rope(&X, &C, &S, &X)); /* in place */
+            dt_simd_set_cap(DT_SIMD_COUNT);
+            cr_assert(memcmp(y0, x, 4 * (size_t)n) == 0, "P %lld H %lld: in place differs",
+                      (long long)P, (long long)H);
+            free(x), free(y0), free(y1), free(cs), free(sn);
+        }
+}
+
 /* The uniform of global element i as an independent reading of the Philox stream: f32, bf16
  * and f16 take 32-bit lane i % 4 of block offset + i / 4 (top `bits` bits), f64 the 64-bit
  * lane i % 2 of block offset + i / 2. */
@@ -467,9 +503,9 @@ Test(kernels, dropout_mask_from_global_index) {
     T_ERR(dt_cpu_dropout(0.5, 1, 0, fs, z, &x.t, &o.t), DT_ERR_DTYPE, "float");
 }
 
-/* The fused AdamW step's all-f32 loop (four lanes) gives the bits of the per-element form
- * (optim_math.h) on every element, tails included, with weight decay and a later step's
- * bias corrections. */
+/* The fused AdamW step's all-f32 loops (sixteen lanes where the CPU has AVX-512, four, one)
+ * give the bits of the per-element form (optim_math.h) on every element, tails included, with
+ * weight decay and a later step's bias corrections, on every SIMD path this CPU runs. */
 Test(kernels, adamw_f32_loop_equals_per_element_bitwise) {
     enum { N = 1031 };
     static float p[N], g[N], m[N], v[N], p2[N], m2[N], v2[N];
@@ -480,8 +516,12 @@ Test(kernels, adamw_f32_loop_equals_per_element_bitwise) {
         v[i] = v2[i] = (float)(1e-4 * (1 + cos(0.7 * i)));
     }
     dt_optim_hyper h = {.rule = DT_OPTIM_RULE_ADAMW, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
-    for (int n = 0; n <= 9; n++) {
-        uint64_t len = n < 9 ? (uint64_t)n : N;
+    static const uint64_t lens[] = {0, 1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 33, 47, N};
+    for (int c = 0; c < 2 * (int)(sizeof lens / sizeof lens[0]); c++) {
+        int avx512 = c % 2; /* both paths in turn on the evolving state */
+        if (avx512 && dt_simd_cpu_best() < DT_SIMD_AVX512) continue;
+        dt_simd_set_cap(avx512 ? DT_SIMD_AVX512 : DT_SIMD_AVX2);
+        uint64_t len = lens[c / 2];
         dt_optim_item it = {.param = p, .grad = g, .state = {m, v}, .numel = len,
                             .param_dtype = DT_F32, .grad_dtype = DT_F32, .state_dtype = DT_F32,
                             .lr = 3e-3, .weight_decay = 0.01, .step_size = 3e-3 / (1 - 0.9 * 0.9),
@@ -490,9 +530,10 @@ Test(kernels, adamw_f32_loop_equals_per_element_bitwise) {
         dt_optim_item ref = it;
         ref.param = p2, ref.state[0] = m2, ref.state[1] = v2;
         for (uint64_t i = 0; i < len; i++) dt_om_step_f(&h, &ref, i);
+        dt_simd_set_cap(DT_SIMD_COUNT);
         cr_assert(memcmp(p, p2, sizeof p) == 0 && memcmp(m, m2, sizeof m) == 0 &&
                       memcmp(v, v2, sizeof v) == 0,
-                  "length %llu: the f32 loop differs from the per-element form",
-                  (unsigned long long)len);
+                  "%s, length %llu: the f32 loop differs from the per-element form",
+                  avx512 ? "avx512" : "four lanes", (unsigned long long)len);
     }
 }

@@ -126,6 +126,9 @@ Test(sgemm, every_path_matches_naive_loops) {
          * ldb, over one and over several k blocks; with more rows it is packed */
         {1, 32, 1},    {9, 64, 3},     {16, 128, 513}, {13, 384, 130}, {5, 160, 800},
         {32, 96, 400}, {70, 128, 513},
+        /* weight-gradient shapes: few output tiles (cut smaller so threads share them), K deep
+         * enough for A's prefetch to run ahead and stop at the k block's end */
+        {64, 128, 700}, {24, 96, 1100}, {128, 40, 390}, {8, 32, 600},
     };
     /* clang-format on */
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -150,6 +153,39 @@ Test(sgemm, same_bits_with_any_thread_count) {
     for (int t = 0; t < 4; t++)
         free(c[t]);
     free(a.buf), free(b.buf);
+}
+
+/* The weight gradients' products (g^T x: A transposed, a small M x N, K = B T rows) are cut
+ * into more tiles than the default 64 x 128 when they would be few; with 1 to 3 threads each C
+ * element is still the fmaf chain over k in order. */
+Test(sgemm, small_outputs_split_with_the_same_bits) {
+    rng_state = 5;
+    static const int64_t shapes[][3] = {{64, 128, 2048}, {37, 70, 1031}, {128, 128, 300}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        mat a = make(M, K, 1), b = make(K, N, 0);
+        float *c = malloc(sizeof(float) * (size_t)(M * N)),
+              *fm = malloc(sizeof(float) * (size_t)(M * N));
+        cr_assert(c && fm);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                float f = 0;
+                for (int64_t k = 0; k < K; k++)
+                    f = fmaf(at(a.m, i, k), at(b.m, k, j), f);
+                fm[i * N + j] = f;
+            }
+        for (int t = 1; t <= 3; t++) {
+            cr_assert_eq(dt_pool_set_threads(t), DT_OK);
+            memset(c, 0xff, sizeof(float) * (size_t)(M * N)); /* NaN: a missed tile shows */
+            cr_assert_eq(dt_sgemm(M, N, K, a.m, b.m, c, N), DT_OK);
+            for (int64_t i = 0; i < M * N; i++)
+                cr_assert(memcmp(&c[i], &fm[i], sizeof(float)) == 0,
+                          "M %lld N %lld K %lld, %d threads: C[%lld] %a, fmaf chain %a",
+                          (long long)M, (long long)N, (long long)K, t, (long long)i, (double)c[i],
+                          (double)fm[i]);
+        }
+        free(a.buf), free(b.buf), free(c), free(fm);
+    }
 }
 
 /* dt_cpu_matmul's f32 path, NN and NT (trans_b), gives the packed sgemm's bits where it takes
@@ -181,13 +217,9 @@ Test(sgemm, matmul_takes_it) {
 }
 
 /* A dense row-major B (K, N) ending right at an unreadable page, with N a multiple of every
- * path's NR, so that dt_sgemm reads it in place: a read past its last row's N columns faults.
- * The result is still the fmaf chain's. */
-Test(sgemm, in_place_b_reads_nothing_past_its_rows) {
-    rng_state = 3;
-    dt_simd ps[3];
-    int np = paths(ps);
-    const int64_t M = 13, N = 96, K = 450; /* in place on every path; two k blocks */
+ * path's NR, so that dt_sgemm reads it in place (few row panels, or a deep K): a read past its
+ * last row's N columns faults. The result is still the fmaf chain's. */
+static void in_place_case(int64_t M, int64_t N, int64_t K, const dt_simd *ps, int np) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = sizeof(float) * (size_t)(K * N);
     size_t span = (bytes + page - 1) / page * page;
     char *map = mmap(NULL, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -216,4 +248,13 @@ Test(sgemm, in_place_b_reads_nothing_past_its_rows) {
     dt_simd_set_cap(DT_SIMD_COUNT);
     munmap(map, span + page);
     free(a.buf), free(c), free(fm);
+}
+
+Test(sgemm, in_place_b_reads_nothing_past_its_rows) {
+    rng_state = 3;
+    dt_simd ps[3];
+    int np = paths(ps);
+    in_place_case(13, 96, 450, ps, np); /* few row panels on every path; two k blocks */
+    /* deep: 13 row panels on AVX-512 (17 on AVX2, packed there), short k blocks */
+    in_place_case(100, 96, 700, ps, np);
 }

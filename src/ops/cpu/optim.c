@@ -10,11 +10,45 @@
 #include "core/pool.h"
 #include "ops/cpu/optim_math.h"
 
+#include "ops/cpu/simd.h"
+
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_AVX512 1
+#else
+#define HAVE_AVX512 0
+#endif
 
 #define PIECE 8192 /* elements a pool chunk holds at least: smaller stays serial */
+
+#if HAVE_AVX512
+/* adamw_f32's sixteen-lane loop: the same operations in the same order (no fused multiply-add;
+ * vdivps and vsqrtps round as divss and sqrtss do), so the same bits, with a third of the
+ * divide and square-root issue of four lanes. Returns the first element it left. */
+__attribute__((target("avx512f"))) static uint64_t
+adamw_f32_avx512(const dt_optim_hyper *h, const dt_optim_item *it, uint64_t i, uint64_t end) {
+    float *restrict p = it->param, *restrict m = it->state[0], *restrict v = it->state[1];
+    const float *restrict g = it->grad;
+    const __m512 vdecay = _mm512_set1_ps((float)1 - (float)(it->lr * it->weight_decay)),
+                 vb1 = _mm512_set1_ps((float)(1 - h->beta1)), vb2 = _mm512_set1_ps((float)h->beta2),
+                 vnb2 = _mm512_set1_ps((float)(1 - h->beta2)),
+                 vbc2 = _mm512_set1_ps((float)it->bc2_sqrt), veps = _mm512_set1_ps((float)h->eps),
+                 vstep = _mm512_set1_ps((float)it->step_size);
+    for (; i + 16 <= end; i += 16) {
+        __m512 pi = _mm512_mul_ps(_mm512_loadu_ps(p + i), vdecay), gi = _mm512_loadu_ps(g + i);
+        __m512 mi = _mm512_loadu_ps(m + i), vi = _mm512_loadu_ps(v + i);
+        mi = _mm512_add_ps(mi, _mm512_mul_ps(vb1, _mm512_sub_ps(gi, mi)));
+        vi = _mm512_add_ps(_mm512_mul_ps(vb2, vi), _mm512_mul_ps(_mm512_mul_ps(vnb2, gi), gi));
+        _mm512_storeu_ps(m + i, mi), _mm512_storeu_ps(v + i, vi);
+        __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), vbc2), veps);
+        _mm512_storeu_ps(p + i, _mm512_sub_ps(pi, _mm512_mul_ps(vstep, _mm512_div_ps(mi, denom))));
+    }
+    return i;
+}
+#endif
 
 /* Elements [i, end) of an all-f32 AdamW item. */
 static void adamw_f32(const dt_optim_hyper *h, const dt_optim_item *it, uint64_t i,
@@ -24,6 +58,9 @@ static void adamw_f32(const dt_optim_hyper *h, const dt_optim_item *it, uint64_t
     const float decay = (float)1 - (float)(it->lr * it->weight_decay);
     const float b1 = (float)(1 - h->beta1), b2 = (float)h->beta2, nb2 = (float)(1 - h->beta2);
     const float bc2 = (float)it->bc2_sqrt, eps = (float)h->eps, step = (float)it->step_size;
+#if HAVE_AVX512
+    if (dt_simd_level() >= DT_SIMD_AVX512) i = adamw_f32_avx512(h, it, i, end);
+#endif
 #if defined(__SSE__) /* four lanes; sqrtps and divps round as sqrtss and divss do */
     const __m128 vdecay = _mm_set1_ps(decay), vb1 = _mm_set1_ps(b1), vb2 = _mm_set1_ps(b2),
                  vnb2 = _mm_set1_ps(nb2), vbc2 = _mm_set1_ps(bc2), veps = _mm_set1_ps(eps),

@@ -1,13 +1,21 @@
 /* CPU rotary embedding (interleaved pairs), computed in f32 (f64 for f64) with each product
- * and sum rounded: the order the CUDA kernel repeats. out may alias x. The intra-op pool
- * shares out (batch, position) rows; each element is computed alone, so the bits do not depend
- * on the thread count. */
+ * and sum rounded: the order the CUDA kernel repeats, and the AVX-512 row loop's (f32). out may
+ * alias x. The intra-op pool shares out (batch, position) rows; each element is computed
+ * alone, so the bits do not depend on the thread count. */
 #include <stdint.h>
 
 #include "core/check.h"
 #include "core/half.h"
 #include "core/pool.h"
+#include "ops/cpu/simd.h"
 #include "ops/kernels.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_AVX512 1
+#else
+#define HAVE_AVX512 0
+#endif
 
 #define ID(v) (v)
 
@@ -33,6 +41,30 @@ DEFINE_ROPE(f64, double, double, ID, ID)
 DEFINE_ROPE(bf16, uint16_t, float, dt_bf16_to_f32, dt_f32_to_bf16)
 DEFINE_ROPE(f16, uint16_t, float, dt_f16_to_f32, dt_f32_to_f16)
 
+#if HAVE_AVX512
+/* One position's H heads of f32 pairs, eight pairs a vector: with a = x (cos, cos) and b = the
+ * pair swapped times (sin, sin), lane 2i is a - b = x0 c - x1 s and lane 2i + 1 is a + b =
+ * x1 c + x0 s, the plain loop's products and sums (a sum's order does not change its bits), so
+ * the same bits. */
+__attribute__((target("avx512f"))) static void rope_row_f32_avx512(int64_t H, int64_t P,
+                                                                   const float *x, const float *cs,
+                                                                   const float *sn, float *y) {
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    for (int64_t i = 0; i < P; i += 8) {
+        int left = P - i < 8 ? (int)(P - i) : 8;
+        __mmask16 kt = (__mmask16)((1u << left) - 1), kx = (__mmask16)((1u << (2 * left)) - 1);
+        __m512 c = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(kt, cs + i));
+        __m512 sv = _mm512_permutexvar_ps(dup, _mm512_maskz_loadu_ps(kt, sn + i));
+        for (int64_t h = 0; h < H; h++) {
+            int64_t o = h * 2 * P + 2 * i;
+            __m512 v = _mm512_maskz_loadu_ps(kx, x + o);
+            __m512 a = _mm512_mul_ps(v, c), b = _mm512_mul_ps(_mm512_permute_ps(v, 0xb1), sv);
+            _mm512_mask_storeu_ps(y + o, kx, _mm512_mask_add_ps(_mm512_sub_ps(a, b), 0xaaaa, a, b));
+        }
+    }
+}
+#endif
+
 #define PIECE 8192 /* elements a pool chunk holds at least: smaller stays serial */
 
 typedef struct {
@@ -46,13 +78,24 @@ typedef struct {
 static void rope_range(void *arg, int64_t begin, int64_t end) {
     const rope_job *j = arg;
     size_t es = dt_dtype_size(j->dtype);
+#if HAVE_AVX512
+    int wide = j->dtype == DT_F32 && dt_simd_level() >= DT_SIMD_AVX512;
+#endif
     for (int64_t u = begin; u < end; u++) {
         size_t xo = (size_t)(u * j->H * 2 * j->P) * es, co = (size_t)(u % j->S * j->P) * es;
         const void *x = (const char *)j->x + xo, *c = (const char *)j->cs + co,
                    *s = (const char *)j->sn + co;
         void *y = (char *)j->y + xo;
         switch (j->dtype) {
-        case DT_F32: rope_f32(1, 1, j->H, j->P, x, c, s, y); break;
+        case DT_F32:
+#if HAVE_AVX512
+            if (wide) {
+                rope_row_f32_avx512(j->H, j->P, x, c, s, y);
+                break;
+            }
+#endif
+            rope_f32(1, 1, j->H, j->P, x, c, s, y);
+            break;
         case DT_F64: rope_f64(1, 1, j->H, j->P, x, c, s, y); break;
         case DT_BF16: rope_bf16(1, 1, j->H, j->P, x, c, s, y); break;
         case DT_F16: rope_f16(1, 1, j->H, j->P, x, c, s, y); break;

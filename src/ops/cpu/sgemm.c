@@ -55,10 +55,14 @@ static void kern_scalar(int64_t kc, const float *a, int64_t ars, int64_t acs, co
 /* AVX-512: 8 rows x 32 columns, 16 accumulators (two FMA ports x four cycles of latency need
  * eight chains); per k, two vector loads and eight broadcasts feed sixteen FMAs. Columns past
  * n go through masks (a zero mask reads nothing, so no read past the row). */
-enum { Z_MR = 8, Z_NR = 32 };
+enum { Z_MR = 8, Z_NR = 32, PF_AHEAD = 16 };
 
-static AVX512 void kern_avx512(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b,
-                               int64_t ldb, float *c, int64_t ldc, int m, int n, int first) {
+/* pf: prefetch A's step PF_AHEAD ahead. A transposed A (the weight gradients' g^T) has its k
+ * steps M floats apart, a 4 KiB page every few steps, where the hardware's stride prefetch stops:
+ * without it a row panel's first pass over a k block waits on L3 at each page. */
+static inline __attribute__((always_inline)) AVX512 void
+kern_avx512_body(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb,
+                 float *c, int64_t ldc, int m, int n, int first, int pf) {
     __m512 acc[Z_MR][2];
     const float *row[Z_MR]; /* rows past m repeat the last (read, never stored) */
 #pragma GCC unroll 8
@@ -78,6 +82,8 @@ static AVX512 void kern_avx512(int64_t kc, const float *a, int64_t ars, int64_t 
     /* b's rows hold NR floats (a zero-padded panel, or B's own whole rows): no masks */
     for (int64_t k = 0, o = 0; k < kc; k++, o += acs, b += ldb) {
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        if (pf && k + PF_AHEAD < kc)
+            _mm_prefetch((const char *)(row[0] + o + PF_AHEAD * acs), _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int r = 0; r < Z_MR; r++) {
             __m512 x = _mm512_set1_ps(row[r][o]);
@@ -91,6 +97,17 @@ static AVX512 void kern_avx512(int64_t kc, const float *a, int64_t ars, int64_t 
         _mm512_mask_storeu_ps(c + r * ldc, k0, acc[r][0]);
         _mm512_mask_storeu_ps(c + r * ldc + 16, k1, acc[r][1]);
     }
+}
+
+static AVX512 void kern_avx512(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b,
+                               int64_t ldb, float *c, int64_t ldc, int m, int n, int first) {
+    kern_avx512_body(kc, a, ars, acs, b, ldb, c, ldc, m, n, first, 0);
+}
+
+static AVX512 void kern_avx512_t(int64_t kc, const float *a, int64_t ars, int64_t acs,
+                                 const float *b, int64_t ldb, float *c, int64_t ldc, int m, int n,
+                                 int first) {
+    kern_avx512_body(kc, a, ars, acs, b, ldb, c, ldc, m, n, first, 1);
 }
 
 /* B^T's panel (B given as (N, K), row stride cs): dst[k 32 + c] = src[c cs + k] for c < cols,
@@ -174,16 +191,17 @@ static AVX2 void pack_t_avx2(const float *src, int64_t cs, int64_t K, int cols, 
 typedef struct path {
     int mr, nr;
     kern_fn kern;
+    kern_fn kern_t; /* the same sums, for a transposed A (rs 1) */
     void (*pack_t)(const float *src, int64_t cs, int64_t K, int cols, float *dst);
 } path;
 
 static path path_of(dt_simd s) {
 #if HAVE_X86
-    if (s == DT_SIMD_AVX512) return (path){Z_MR, Z_NR, kern_avx512, pack_t_avx512};
-    if (s == DT_SIMD_AVX2) return (path){Y_MR, Y_NR, kern_avx2, pack_t_avx2};
+    if (s == DT_SIMD_AVX512) return (path){Z_MR, Z_NR, kern_avx512, kern_avx512_t, pack_t_avx512};
+    if (s == DT_SIMD_AVX2) return (path){Y_MR, Y_NR, kern_avx2, kern_avx2, pack_t_avx2};
 #endif
     (void)s;
-    return (path){SC_MR, SC_NR, kern_scalar, NULL};
+    return (path){SC_MR, SC_NR, kern_scalar, kern_scalar, NULL};
 }
 
 dt_simd dt_sgemm_path(void) {
@@ -225,6 +243,9 @@ int dt_sgemm_preferred(int64_t M, int64_t N, int64_t K) {
  * the model's shapes, so two to four threads finish together. */
 enum { KC = 384, MC = 64, NC = 128 };
 
+/* The fewest tiles a product is cut into where its rows allow (see dt_sgemm). */
+enum { MIN_TILES = 4 };
+
 /* The k steps of one packing item (8 KiB of an AVX-512 panel). */
 enum { PACK_K = 64 };
 
@@ -234,6 +255,14 @@ enum { PACK_K = 64 };
  * every row panel. Thread CPU time per call on this Xeon (AVX-512), in place against packed:
  * M 8 0.51x, 16 0.71x, 32 0.90x, 64 1.00x, 128 1.11x, 512 1.13x (N 128, K 384 or 512). */
 enum { INPLACE_MAX_MP = 4 };
+
+/* A deep product (K past one k block: the weight gradients, K = B T) whose B has up to this
+ * many row panels reading it is read in place too, in k blocks of at most INPLACE_KC steps: a
+ * block's panel rows then fit the few L1 sets they fall into, and no pass copies B (1 to 3 MiB
+ * of activations for 33 to 100 MFLOP). Per call on this Xeon, one thread, min of 30: M 64 N 128
+ * K 2048 0.29 -> 0.20 ms, M 128 0.51 -> 0.43; M 256 and 384 gain nothing (the copy is a
+ * smaller share), so they keep it. */
+enum { INPLACE_DEEP_MAX_MP = 16, INPLACE_KC = 64 };
 
 typedef struct job {
     path pt;
@@ -287,6 +316,7 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
 static void tile_range(void *arg, int64_t begin, int64_t end) {
     const job *j = arg;
     int mr = j->pt.mr, nr = j->pt.nr;
+    kern_fn kern = j->A.rs == 1 && j->A.cs != 1 ? j->pt.kern_t : j->pt.kern;
     for (int64_t t = begin; t < end; t++) {
         int64_t p0 = t / j->nt * j->mcp, q0 = t % j->nt * j->ncp;
         int64_t p1 = p0 + j->mcp < j->mp ? p0 + j->mcp : j->mp;
@@ -300,8 +330,8 @@ static void tile_range(void *arg, int64_t begin, int64_t end) {
                 for (int64_t p = p0; p < p1; p++) {
                     int64_t r0 = p * mr;
                     int m = j->M - r0 < mr ? (int)(j->M - r0) : mr;
-                    j->pt.kern(kc, j->A.p + r0 * j->A.rs + k0 * j->A.cs, j->A.rs, j->A.cs, b, j->bk,
-                               j->C + r0 * j->ldc + c0, j->ldc, m, n, k0 == 0);
+                    kern(kc, j->A.p + r0 * j->A.rs + k0 * j->A.cs, j->A.rs, j->A.cs, b, j->bk,
+                         j->C + r0 * j->ldc + c0, j->ldc, m, n, k0 == 0);
                 }
             }
         }
@@ -324,11 +354,30 @@ dt_status dt_sgemm(int64_t M, int64_t N, int64_t K, dt_sgemm_mat A, dt_sgemm_mat
     j.ncp = (NC + j.pt.nr - 1) / j.pt.nr;
     j.mt = (j.mp + j.mcp - 1) / j.mcp;
     j.nt = (j.np + j.ncp - 1) / j.ncp;
+    /* A small output (the weight gradients: M x N of 64 .. 384 each way, K = B T) would be one
+     * to six tiles, too few for the pool's threads to finish together (one tile runs on one
+     * thread): smaller tiles, columns first, until there are MIN_TILES. The shape alone decides
+     * (never the thread count), and a tile's shape changes no sum. */
+    while (j.mt * j.nt < MIN_TILES && (j.ncp > 1 || j.mcp > 1)) {
+        if (j.ncp > 1) { /* columns first: a tile's rows keep reusing each B panel from L1 */
+            j.ncp = (j.ncp + 1) / 2;
+            j.nt = (j.np + j.ncp - 1) / j.ncp;
+        } else {
+            j.mcp = (j.mcp + 1) / 2;
+            j.mt = (j.mp + j.mcp - 1) / j.mcp;
+        }
+    }
     j.kb = (K + (K + KC - 1) / KC - 1) / ((K + KC - 1) / KC);
     /* A row-major B whose panels are all whole is read where it lies (the kernels never read
-     * past a panel's NR columns) when few row panels read it: no packing pass, no buffer. */
-    if (B.cs == 1 && N % j.pt.nr == 0 && j.mp <= INPLACE_MAX_MP) {
+     * past a panel's NR columns) when few row panels read it: no packing pass, no buffer. The
+     * k block never changes a sum (each C element's chain runs on through C). */
+    int deep = K > KC && j.mp <= INPLACE_DEEP_MAX_MP;
+    if (B.cs == 1 && N % j.pt.nr == 0 && (j.mp <= INPLACE_MAX_MP || deep)) {
         j.b = B.p, j.bq = j.pt.nr, j.bk = B.rs;
+        if (deep && j.mp > INPLACE_MAX_MP) {
+            int64_t nb = (K + INPLACE_KC - 1) / INPLACE_KC;
+            j.kb = (K + nb - 1) / nb;
+        }
     } else {
         j.bp = dt_host_alloc((size_t)(j.np * j.pt.nr * K) * sizeof(float));
         if (!j.bp)
