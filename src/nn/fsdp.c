@@ -39,11 +39,13 @@ static void count_gathered(dt_fsdp *f, int64_t bytes) {
 static void gather_free(unit *u) {
     mem_of(u)->free(u->gsend), mem_of(u)->free(u->grecv);
     u->gsend = u->grecv = NULL;
+    dt_fsdp_pieces_gather_free(u);
 }
 
 /* Packs this rank's shards (e4m3 bytes under float8_all_gather, bf16 under bf16_all_gather)
  * and issues the unit's all_gather on the communication thread. */
 static dt_status gather_start(unit *u) {
+    if (u->direct) return dt_fsdp_pieces_gather_start(u);
     const dt_mem_ops *mem = mem_of(u);
     dt_fsdp *f = u->f;
     bool f8 = f->opt.float8_all_gather, bf = f->opt.bf16_all_gather;
@@ -87,12 +89,23 @@ static dt_status gather_finish(unit *u, bool refill) {
     int64_t gathered_by = 0; /* the all_gather's trace event: the parameters' readers wait for it */
     dt_status st = dt_request_wait_traced(req, NULL, &gathered_by);
     const dt_mem_ops *mem = mem_of(u);
+    /* Direct: the storage the peers wrote goes to the gathered parameters as it is (this
+     * forward's new ones took theirs in new_full). */
+    for (int p = 0; p < u->n && st == DT_OK && u->direct; p++) {
+        dt_tensor *full = u->full[p];
+        full->trace_src = gathered_by;
+        if (!u->gbuf[p] || !refill) continue; /* taken, empty, or not to be refilled */
+        if (!dt_tensor_storage_dropped(full)) dt_tensor_storage_drop(full); /* same values */
+        else count_gathered(u->f, (int64_t)bytes_of(full));
+        dt_tensor_storage_adopt(full, u->gbuf[p]);
+        u->gbuf[p] = NULL;
+    }
     if (st == DT_OK && u->f->opt.float8_all_gather) /* the codes widened into f32 slots */
         st = dt_fsdp8_widen(mem, u->n, u->off, u->len, u->slot, u->f->dp_size, u->scale8,
                             &u->grecv);
     if (st == DT_OK && u->f->opt.bf16_all_gather) /* bf16 widened into f32 slots (exact) */
         st = dt_fsdp_bf16_widen(mem, u->slot * (size_t)u->f->dp_size, &u->grecv);
-    for (int p = 0; p < u->n && st == DT_OK; p++) {
+    for (int p = 0; p < u->n && st == DT_OK && !u->direct; p++) {
         dt_tensor *full = u->full[p];
         if (refill && dt_tensor_storage_dropped(full)) {
             st = dt_tensor_storage_alloc(full);
@@ -145,8 +158,14 @@ static dt_status new_full(unit *u) {
         dt_placement pl[DT_MESH_MAX_NDIM];
         memcpy(pl, w->placements, sizeof pl);
         pl[u->f->opt.dp_dim] = dt_replicate();
-        st = dt_tensor_alloc(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl, &u->full[p]);
+        /* A direct gather in flight fills storage of its own: the tensor takes it. */
+        void *data = u->direct && u->gather ? u->gbuf[p] : NULL;
+        st = data ? dt_tensor_new(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl, data,
+                                  true, &u->full[p])
+                  : dt_tensor_alloc(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl,
+                                    &u->full[p]);
         if (st != DT_OK) break;
+        if (data) u->gbuf[p] = NULL;
         count_gathered(u->f, (int64_t)bytes_of(u->full[p]));
         dt_grad_slot *slot = NULL;
         if ((st = dt_ag_make(u->full[p], &slot)) != DT_OK) break;
@@ -322,6 +341,7 @@ static void unit_free(unit *u) {
     if (!u) return;
     forget_full(u);
     clear_grads(u);
+    dt_fsdp_pieces_free(u); /* while the parameters say where its buffers came from */
     for (int p = 0; p < u->n; p++) dt_tensor_release(u->param[p]);
     free(u->param), free(u->full), free(u->grad), free(u->gpl), free(u->off), free(u->len);
     free(u->scale8), free(u);
@@ -387,6 +407,11 @@ dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *
         }
         u->off[p] = u->slot;
         u->slot += u->len[p];
+    }
+    dt_status st = dt_fsdp_pieces_init(u);
+    if (st != DT_OK) {
+        unit_free(u);
+        return st;
     }
     fsdp->u[fsdp->n] = u;
     if (unit_out) *unit_out = fsdp->n;

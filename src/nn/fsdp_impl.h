@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "autograd/saved.h"
+#include "comm/comm_impl.h"
 #include "comm/request.h"
+#include "core/box.h"
 #include "dtensor/fsdp.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
@@ -29,6 +31,15 @@ typedef struct fsdp_unit {
     dt_request *rs; /* a reduce_scatter in flight */
     void *rsend, *rrecv;
     double t_begin; /* trace: when the unit's forward began */
+    /* Direct moves (nn/fsdp_pieces.c): the runtime copies every shard straight into the peers'
+     * gathered parameters and reduces the gradients straight into the shards' gradients, with
+     * no flat buffer (the local runtime); false: packed, as above. */
+    bool direct;
+    int64_t (*fshape)[DT_MAX_NDIM]; /* each gathered parameter's local shape */
+    dt_box *box;                    /* [p * dp_size + r]: group rank r's shard in it */
+    dt_comm_piece *gp, *rp;         /* the pieces of the gather and the reduce in flight */
+    void **gbuf;     /* a direct gather's destinations, until the gathered tensors own them */
+    dt_tensor **rg;  /* a direct reduce's results: the shards' gradients */
 } unit;
 
 struct dt_fsdp {
@@ -67,6 +78,31 @@ static inline void chunk_of(const unit *u, int p, int r, int64_t *shape, int64_t
     dt_mesh_rank_of(mesh, coord, &mr);
     dt_tensor_layout_of(u->param[p], mr, shape, off);
 }
+
+/* Mesh dims other than dp where every gradient of the unit is still Partial (HSDP's replicate
+ * dim): the reduced shards are all_reduced over them once, packed (dt_fsdp_reduce_finish). */
+static inline unsigned dt_fsdp_hsdp_mask(const unit *u) {
+    int mnd = u->f->mesh->ndim, dp = u->f->opt.dp_dim;
+    unsigned mask = 0;
+    for (int p = 0; p < u->n; p++) {
+        unsigned mp = 0;
+        for (int m = 0; m < mnd; m++)
+            if (m != dp && u->gpl[p][m].kind == DT_PLACEMENT_PARTIAL) mp |= 1u << m;
+        mask = p == 0 ? mp : mask == mp ? mask : 0;
+    }
+    return mask;
+}
+
+/* Direct moves (nn/fsdp_pieces.c). init decides whether the unit moves directly (the same on
+ * every dp rank: from the runtime, the options and the specs) and lays out the shards' boxes;
+ * gather_start issues the unit's gather into fresh storage (u->gbuf); reduce_start issues the
+ * reduce of u->grad into fresh shard gradients (u->rg), or sets *done false where it cannot
+ * (HSDP's further all_reduce: the packed path then runs); free drops what a unit holds. */
+dt_status dt_fsdp_pieces_init(unit *u);
+dt_status dt_fsdp_pieces_gather_start(unit *u);
+dt_status dt_fsdp_pieces_reduce_start(unit *u, bool *done);
+void dt_fsdp_pieces_gather_free(unit *u);
+void dt_fsdp_pieces_free(unit *u);
 
 /* The reduce half (nn/fsdp_reduce.c). reduce_start packs the unit's gradients per destination
  * rank and issues one reduce_scatter, in flight; reduce_finish waits for it and adds each
