@@ -40,7 +40,17 @@ typedef struct fsdp_unit {
     dt_comm_piece *gp, *rp;         /* the pieces of the gather and the reduce in flight */
     void **gbuf;     /* a direct gather's destinations, until the gathered tensors own them */
     dt_tensor **rg;  /* a direct reduce's results: the shards' gradients */
+    /* Coalescing (dt_fsdp_options.coalesce_bytes). A leader's gather carries the units
+     * [index + 1, batch_end) too, through the pieces bp; each of those is ahead: AHEAD_FLYING
+     * until the leader's request is waited for, then AHEAD_LANDED with its outcome. */
+    int ahead, leader, batch_end;
+    dt_comm_piece *bp;
+    dt_status ahead_st;
+    int64_t ahead_by; /* the gather's trace event */
+    bool rs_deferred; /* its reduce goes with the others' at the end of backward */
 } unit;
+
+enum { AHEAD_NONE = 0, AHEAD_FLYING, AHEAD_LANDED };
 
 struct dt_fsdp {
     dt_mesh *mesh; /* retained */
@@ -52,6 +62,7 @@ struct dt_fsdp {
     bool end_registered;
     dt_fsdp_stats stats;
     int64_t gathered_bytes;
+    int64_t deferred_bytes; /* gradients of the reduces deferred to the end of backward */
 };
 
 static inline const dt_mem_ops *mem_of(const unit *u) {
@@ -99,7 +110,14 @@ static inline unsigned dt_fsdp_hsdp_mask(const unit *u) {
  * reduce of u->grad into fresh shard gradients (u->rg), or sets *done false where it cannot
  * (HSDP's further all_reduce: the packed path then runs); free drops what a unit holds. */
 dt_status dt_fsdp_pieces_init(unit *u);
-dt_status dt_fsdp_pieces_gather_start(unit *u);
+dt_status dt_fsdp_pieces_gather_start(unit *u, int end);
+/* Where a forward gather issued for unit k ends (exclusive): k + 1, or further while the next
+ * units are direct, have nothing gathered or coming, and their gathered bytes with k's stay
+ * within coalesce_bytes (the same on every dp rank). */
+int dt_fsdp_batch_end(const dt_fsdp *f, int k);
+/* The reduces deferred to the end of backward, as one reduce_scatter (blocks), each unit's
+ * shards then added into its parameters' gradients. */
+dt_status dt_fsdp_reduce_deferred(dt_fsdp *f);
 dt_status dt_fsdp_pieces_reduce_start(unit *u, bool *done);
 void dt_fsdp_pieces_gather_free(unit *u);
 void dt_fsdp_pieces_free(unit *u);
@@ -109,6 +127,9 @@ void dt_fsdp_pieces_free(unit *u);
  * shard into its parameter's gradient; reduce_free drops the buffers. */
 dt_status dt_fsdp_reduce_start(unit *u);
 dt_status dt_fsdp_reduce_finish(unit *u);
+/* reduce_finish's second half: adds the reduced shards (u->rg or u->rrecv) into the
+ * parameters' gradients, reduced_by the collective's trace event. */
+dt_status dt_fsdp_reduce_add(unit *u, dt_status st, int64_t reduced_by);
 void dt_fsdp_reduce_free(unit *u);
 
 #endif

@@ -13,6 +13,7 @@
 
 void dt_fsdp_pieces_free(unit *u) {
     dt_fsdp_pieces_gather_free(u);
+    free(u->bp);
     for (int p = 0; u->rg && p < u->n; p++)
         dt_tensor_release(u->rg[p]);
     free(u->fshape), free(u->box), free(u->gp), free(u->rp), free(u->gbuf), free(u->rg);
@@ -85,22 +86,106 @@ static dt_comm_piece piece_of(const unit *u, int p, void *full, void *shard) {
                            .ndim = u->param[p]->ndim};
 }
 
-dt_status dt_fsdp_pieces_gather_start(unit *u) {
+static size_t gathered_bytes(const unit *u) {
+    size_t b = 0;
+    for (int p = 0; p < u->n; p++)
+        b += dt_shape_numel(u->fshape[p], u->param[p]->ndim) * u->es;
+    return b;
+}
+
+int dt_fsdp_batch_end(const dt_fsdp *f, int k) {
+    if (!f->u[k]->direct || f->opt.coalesce_bytes <= 0) return k + 1;
+    int64_t total = (int64_t)gathered_bytes(f->u[k]);
+    int end = k + 1;
+    for (; f->opt.coalesce_bytes > 0 && end < f->n; end++) {
+        const unit *v = f->u[end];
+        bool held = v->full[0] && !dt_tensor_storage_dropped(v->full[0]);
+        total += v->direct ? (int64_t)gathered_bytes(v) : 0;
+        if (!v->direct || held || v->gather || v->ahead || v->ngrad ||
+            total > f->opt.coalesce_bytes)
+            break;
+    }
+    return end;
+}
+
+/* Fresh storage for each of u's gathered parameters, and u's pieces at pieces. */
+static dt_status fill_pieces(unit *u, dt_comm_piece *pieces) {
     const dt_mem_ops *mem = mem_of(u);
-    dt_status st = DT_OK;
-    for (int p = 0; p < u->n && st == DT_OK; p++) {
+    for (int p = 0; p < u->n; p++) {
         size_t bytes = dt_shape_numel(u->fshape[p], u->param[p]->ndim) * u->es;
         u->gbuf[p] = bytes ? mem->alloc(bytes) : NULL;
         if (bytes && !u->gbuf[p])
-            st = dt_error(DT_ERR_NOMEM, "fsdp: out of memory for unit %d's gather", u->index);
-        u->gp[p] = piece_of(u, p, u->gbuf[p], u->param[p]->data);
+            return dt_error(DT_ERR_NOMEM, "fsdp: out of memory for unit %d's gather", u->index);
+        pieces[p] = piece_of(u, p, u->gbuf[p], u->param[p]->data);
     }
+    return DT_OK;
+}
+
+dt_status dt_fsdp_pieces_gather_start(unit *u, int end) {
+    dt_fsdp *f = u->f;
+    int total = 0;
+    for (int j = u->index; j < end; j++)
+        total += f->u[j]->n;
+    dt_comm_piece *pieces = u->gp;
+    if (end > u->index + 1) {
+        dt_comm_piece *bp = realloc(u->bp, sizeof *bp * (size_t)total);
+        if (!bp)
+            return dt_error(DT_ERR_NOMEM, "fsdp: out of memory for unit %d's gather", u->index);
+        pieces = u->bp = bp;
+    }
+    dt_status st = DT_OK;
+    for (int j = u->index, at = 0; j < end && st == DT_OK; at += f->u[j++]->n)
+        st = fill_pieces(f->u[j], pieces + at);
     const char *caller = dt_comm_caller_swap("fsdp_unit"); /* the unit's own, not an op's */
     if (st == DT_OK)
-        st = dt_comm_all_gather_pieces_start(u->f->comm, u->n, u->gp, u->param[0]->dtype, 0,
+        st = dt_comm_all_gather_pieces_start(f->comm, total, pieces, u->param[0]->dtype, 0,
                                              &u->gather);
     dt_comm_caller_swap(caller);
-    if (st != DT_OK) dt_fsdp_pieces_gather_free(u);
+    if (st != DT_OK) {
+        for (int j = u->index; j < end; j++)
+            dt_fsdp_pieces_gather_free(f->u[j]);
+        return st;
+    }
+    u->batch_end = end;
+    for (int j = u->index + 1; j < end; j++) {
+        unit *v = f->u[j];
+        v->ahead = AHEAD_FLYING, v->leader = u->index;
+        f->stats.forward_gathers++, f->stats.prefetches++;
+    }
+    return DT_OK;
+}
+
+/* One reduce_scatter for every deferred unit's pieces, in unit order (the same on every rank). */
+dt_status dt_fsdp_reduce_deferred(dt_fsdp *f) {
+    int total = 0;
+    for (int k = 0; k < f->n; k++)
+        total += f->u[k]->rs_deferred ? f->u[k]->n : 0;
+    if (!total) return DT_OK;
+    dt_comm_piece *pieces = malloc(sizeof *pieces * (size_t)total);
+    dt_status st = pieces ? DT_OK : dt_error(DT_ERR_NOMEM, "fsdp: out of memory for a reduce");
+    dt_dtype dtype = DT_F32;
+    for (int k = 0, at = 0; k < f->n && st == DT_OK; k++) {
+        unit *u = f->u[k];
+        if (!u->rs_deferred) continue;
+        memcpy(pieces + at, u->rp, sizeof *pieces * (size_t)u->n);
+        at += u->n;
+        dtype = u->param[0]->dtype;
+    }
+    const char *caller = dt_comm_caller_swap("fsdp_unit");
+    dt_trace_last_coll_tls = 0;
+    if (st == DT_OK)
+        st = dt_comm_reduce_scatter_pieces(f->comm, total, pieces, dtype, DT_REDUCE_SUM, 0);
+    int64_t by = dt_trace_last_coll_tls;
+    dt_comm_caller_swap(caller);
+    free(pieces);
+    f->deferred_bytes = 0;
+    for (int k = 0; k < f->n; k++) {
+        unit *u = f->u[k];
+        if (!u->rs_deferred) continue;
+        u->rs_deferred = false;
+        dt_status s2 = dt_fsdp_reduce_add(u, st, by);
+        if (st == DT_OK) st = s2;
+    }
     return st;
 }
 
@@ -129,6 +214,17 @@ dt_status dt_fsdp_pieces_reduce_start(unit *u, bool *done) {
                           "holds %zu elements, its box another count",
                           u->index, p, u->rg[p]->local_numel);
         if (st == DT_OK) u->rp[p] = piece_of(u, p, u->grad[p]->data, u->rg[p]->data);
+    }
+    /* Deferred while the deferred gradients stay within coalesce_bytes: one reduce_scatter
+     * at the end of backward for all of them. Every unit of a dtype alike (one call). */
+    int64_t bytes = (int64_t)gathered_bytes(u);
+    if (st == DT_OK && f->opt.coalesce_bytes > 0 &&
+        f->deferred_bytes + bytes <= f->opt.coalesce_bytes &&
+        u->param[0]->dtype == f->u[0]->param[0]->dtype) {
+        f->deferred_bytes += bytes;
+        u->rs_deferred = true;
+        *done = true;
+        return DT_OK;
     }
     const char *caller = dt_comm_caller_swap("fsdp_unit");
     if (st == DT_OK)

@@ -103,6 +103,10 @@ dt_status dt_fsdp_reduce_finish(unit *u) {
     u->rs = NULL;
     int64_t reduced_by = 0; /* the collective the gradients' readers wait for (trace) */
     dt_status st = dt_request_wait_traced(req, NULL, &reduced_by);
+    return dt_fsdp_reduce_add(u, st, reduced_by);
+}
+
+dt_status dt_fsdp_reduce_add(unit *u, dt_status st, int64_t reduced_by) {
     dt_fsdp *f = u->f;
     int mnd = f->mesh->ndim, dp = f->opt.dp_dim;
     /* Mesh dims where every gradient of the unit is still Partial (HSDP's replicate dim): one
