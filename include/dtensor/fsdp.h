@@ -152,7 +152,9 @@ typedef struct dt_fully_shard_options {
  * unit's first use in a forward gathers the whole unit in one all_gather (the next unit's
  * issued meanwhile unless no_prefetch), switching to another unit ends it (frees its gathered
  * storage when it reshards), backward gathers the resharded units again and reduce_scatters
- * each unit's gradients in one call (dtensor/fsdp.h above). No call marks a forward's end:
+ * each unit's gradients in one call (dtensor/fsdp.h above). Unless no_prefetch, small units
+ * move together (dt_fsdp_options.coalesce_bytes = DT_FSDP_COALESCE_BYTES): a gather carries
+ * the next units' too, and their reduce_scatters go as one at the end of backward. No call marks a forward's end:
  * the next backward's beginning ends it (and its root, whose forward spans the whole forward
  * as FSDP2's root module's does), and a unit a backward has run through is gathered anew.
  * Units run their forward in the order root, then the groups in declaration order (what

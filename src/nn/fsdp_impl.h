@@ -1,5 +1,6 @@
 /* FSDP's private state (nn/fsdp.c: units, gathers, the engine's hooks; nn/fsdp_reduce.c: the
- * gradients' packed reduce_scatter) and the helpers both halves use. */
+ * gradients' packed reduce_scatter; nn/fsdp_pieces.c: direct and coalesced moves) and the
+ * helpers they share. */
 #ifndef DT_NN_FSDP_IMPL_H
 #define DT_NN_FSDP_IMPL_H
 
