@@ -65,7 +65,19 @@ typedef struct dt_fsdp_options {
      * stay f32 (the gather's backward is the usual f32 reduce_scatter). f32 parameters in host
      * memory only; not with float8_all_gather. */
     int bf16_all_gather;
+    /* Small units move together, as DDP's buckets do: a unit's forward gather also carries the
+     * next units' (those with nothing gathered yet) while their gathered bytes total at most
+     * this, and a unit's reduce_scatter waits for the end of backward, to go as one with the
+     * others', while the deferred gradients total at most this: fewer points where every rank
+     * waits for the slowest, at the price of that many bytes gathered early and of the
+     * reduces' overlap with backward. Where the runtime moves pieces straight between ranks
+     * (the local runtime) and with neither low-precision gather; the bits are the same. 0:
+     * off (each unit alone, prefetching the next). */
+    int64_t coalesce_bytes;
 } dt_fsdp_options;
+
+/* dt_fully_shard's coalesce_bytes (dt_fsdp_options). */
+#define DT_FSDP_COALESCE_BYTES ((int64_t)16 << 20)
 
 /* dp_dim 0, reshard_after_forward 1, prefetch 1, float8_all_gather 0, bf16_all_gather 0. */
 DT_API dt_fsdp_options dt_fsdp_options_default(void);
@@ -140,7 +152,9 @@ typedef struct dt_fully_shard_options {
  * unit's first use in a forward gathers the whole unit in one all_gather (the next unit's
  * issued meanwhile unless no_prefetch), switching to another unit ends it (frees its gathered
  * storage when it reshards), backward gathers the resharded units again and reduce_scatters
- * each unit's gradients in one call (dtensor/fsdp.h above). No call marks a forward's end:
+ * each unit's gradients in one call (dtensor/fsdp.h above). Unless no_prefetch, small units
+ * move together (dt_fsdp_options.coalesce_bytes = DT_FSDP_COALESCE_BYTES): a gather carries
+ * the next units' too, and their reduce_scatters go as one at the end of backward. No call marks a forward's end:
  * the next backward's beginning ends it (and its root, whose forward spans the whole forward
  * as FSDP2's root module's does), and a unit a backward has run through is gathered anew.
  * Units run their forward in the order root, then the groups in declaration order (what

@@ -77,6 +77,11 @@ static dt_status issue(dt_comm *c, int64_t kind, int64_t count, int64_t dtype, i
     return c->ctx->check_collectives ? dt_comm_check_fp(c) : DT_OK;
 }
 
+dt_status dt_comm_issue(dt_comm *c, int64_t kind, int64_t count, int64_t dtype, int64_t op,
+                        int64_t root) {
+    return issue(c, kind, count, dtype, op, root);
+}
+
 #define IN_ORDER(comm, runner, ...)                                                                \
     do {                                                                                           \
         dt_call in_order_args_ = {__VA_ARGS__};                                                       \

@@ -16,6 +16,8 @@
 
 /* The generic layer (comm.c) has checked every argument before calling these, turned NULL
  * displacements into packed ones and equal-count calls into their v-forms. */
+typedef struct dt_comm_piece dt_comm_piece; /* below */
+
 typedef struct dt_comm_ops {
     const char *name;
     dt_status (*all_reduce)(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype dt,
@@ -50,6 +52,12 @@ typedef struct dt_comm_ops {
      * counts[i] elements; every member passes the same n and counts), with no packed copy. */
     dt_status (*all_reduce_bufs)(dt_comm *c, void *const *bufs, const size_t *counts, int n,
                                  dt_dtype dt, dt_reduce_op op);
+    /* Optional, host memory only (NULL: packed into all_gatherv / reduce_scatterv by comm
+     * pieces.c): see dt_comm_all_gather_pieces and dt_comm_reduce_scatter_pieces. */
+    dt_status (*all_gather_pieces)(dt_comm *c, int n, const dt_comm_piece *pieces,
+                                   dt_dtype dt);
+    dt_status (*reduce_scatter_pieces)(dt_comm *c, int n, const dt_comm_piece *pieces,
+                                       dt_dtype dt, dt_reduce_op op);
     /* Optional (NULL: every host array): whether exchange_boxes and reduce_scatter_boxes
      * (and gather_boxes) take the arrays src and dst (either may be NULL) on this group, in
      * *out, the same on every member; it may communicate, so members call it at the same
@@ -230,6 +238,47 @@ dt_status dt_comm_all_reduce_bufs(dt_comm *c, void *const *bufs, const size_t *c
 dt_status dt_comm_gather_boxes(dt_comm *c, int ndim, size_t es, const void *src,
                                const int64_t *src_shape, void *dst, const int64_t *dst_shape,
                                const dt_box *recv);
+
+/* One array of a grouped gather or reduce (comm/pieces.c): full is this rank's whole array
+ * (ndim dims of shape), of which group rank k's block is boxes[k] (group size boxes, the same
+ * on every member); shard is this rank's block, dense (extents boxes[rank].ext). */
+struct dt_comm_piece {
+    void *full;
+    void *shard;
+    const int64_t *shape;
+    const dt_box *boxes;
+    int ndim;
+};
+
+/* Pass to the pieces calls: pack into all_gatherv / reduce_scatterv even where the backend
+ * copies between ranks' arrays directly (tests compare the two; the bits are the same). */
+#define DT_PIECES_PACKED 1
+
+/* Whether the backend moves pieces of host arrays straight between the members' arrays (the
+ * same answer on every member; no buffers). */
+bool dt_comm_pieces_direct(const dt_comm *c);
+/* A grouped all_gather: every member's shard of pieces[i] lands in box boxes[rank] of every
+ * member's pieces[i].full, for all n pieces (every member passes the same n, shapes and
+ * boxes). One copy per element where dt_comm_pieces_direct (the local runtime); else packed
+ * into one all_gatherv and unpacked. Collective; blocks; counted as one all_gather. */
+dt_status dt_comm_all_gather_pieces(dt_comm *c, int n, const dt_comm_piece *pieces,
+                                    dt_dtype dtype, int flags);
+/* A grouped reduce_scatter: box boxes[rank] of every member's pieces[i].full, reduced element
+ * by element in group-rank order (dt_reduce_scatter's bits), lands in this rank's
+ * pieces[i].shard. One pass where dt_comm_pieces_direct; else packed by destination into one
+ * reduce_scatterv and unpacked. Collective; blocks; counted as one reduce_scatter. */
+dt_status dt_comm_reduce_scatter_pieces(dt_comm *c, int n, const dt_comm_piece *pieces,
+                                        dt_dtype dtype, dt_reduce_op op, int flags);
+/* The same on the communication thread: pieces (the array and what it points to) must stay
+ * until the request is waited for. Non-blocking; collective. */
+dt_status dt_comm_all_gather_pieces_start(dt_comm *c, int n, const dt_comm_piece *pieces,
+                                          dt_dtype dtype, int flags, dt_request **out);
+dt_status dt_comm_reduce_scatter_pieces_start(dt_comm *c, int n, const dt_comm_piece *pieces,
+                                              dt_dtype dtype, dt_reduce_op op, int flags,
+                                              dt_request **out);
+/* Stamps the collective about to be issued on c (its fingerprint, the flight recorder). */
+dt_status dt_comm_issue(dt_comm *c, int64_t kind, int64_t count, int64_t dtype, int64_t op,
+                        int64_t root);
 
 /* When requests are pending on comm, a blocking call runs as a queued request too, so that
  * the order of issue is the order on the wire: returns 1 and sets *st in that case. */

@@ -143,6 +143,14 @@ dt_status dt_tensor_storage_alloc(dt_tensor *t) {
     return DT_OK;
 }
 
+void dt_tensor_storage_adopt(dt_tensor *t, void *data) {
+    if (!t->dropped) return;
+    t->data = data;
+    t->owned = true;
+    t->dropped = false;
+    count_bytes(t->mesh->ctx, (long long)(t->local_numel * dt_dtype_size(t->dtype)));
+}
+
 /* One layout computation per tensor, none when the caller knows it (layout: the local shape,
  * then the local offset, ndim each; NULL: computed). */
 static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,

@@ -60,6 +60,9 @@ static inline bool dt_tensor_storage_dropped(const dt_tensor *t) {
 void dt_tensor_storage_drop(dt_tensor *t);
 /* Gives a dropped t fresh uninitialised storage of its size (the caller fills it). */
 dt_status dt_tensor_storage_alloc(dt_tensor *t);
+/* Gives a dropped t the storage data (its size, from its device's allocator: what a peer's
+ * collective filled in place), which t then owns; no-op unless t is dropped. */
+void dt_tensor_storage_adopt(dt_tensor *t, void *data);
 
 /* DT_ERR_ARG naming fn and the argument when t is NULL, released or not a tensor. */
 static inline dt_status dt_tensor_check(const char *fn, const char *arg, const dt_tensor *t) {

@@ -39,11 +39,14 @@ static void count_gathered(dt_fsdp *f, int64_t bytes) {
 static void gather_free(unit *u) {
     mem_of(u)->free(u->gsend), mem_of(u)->free(u->grecv);
     u->gsend = u->grecv = NULL;
+    dt_fsdp_pieces_gather_free(u);
 }
 
 /* Packs this rank's shards (e4m3 bytes under float8_all_gather, bf16 under bf16_all_gather)
- * and issues the unit's all_gather on the communication thread. */
-static dt_status gather_start(unit *u) {
+ * and issues the unit's all_gather on the communication thread; a direct unit's carries the
+ * units up to end (exclusive) too. */
+static dt_status gather_start(unit *u, int end) {
+    if (u->direct) return dt_fsdp_pieces_gather_start(u, end);
     const dt_mem_ops *mem = mem_of(u);
     dt_fsdp *f = u->f;
     bool f8 = f->opt.float8_all_gather, bf = f->opt.bf16_all_gather;
@@ -79,20 +82,60 @@ static dt_status gather_start(unit *u) {
     return DT_OK;
 }
 
+/* Waits for leader l's gather: l and the units that ride it have landed, with its outcome. */
+static void land(unit *l) {
+    dt_request *req = l->gather;
+    l->gather = NULL;
+    int64_t by = 0;
+    dt_status st = dt_request_wait_traced(req, NULL, &by);
+    for (int j = l->index; j < (l->batch_end > l->index ? l->batch_end : l->index + 1); j++) {
+        unit *v = l->f->u[j];
+        v->ahead = AHEAD_LANDED, v->ahead_st = st, v->ahead_by = by;
+    }
+    l->batch_end = 0;
+}
+
+/* Lands the gather that carries u (its own or a leader's): its outcome and trace event. */
+static dt_status gather_wait(unit *u, int64_t *by) {
+    if (u->gather) land(u);
+    else if (u->ahead == AHEAD_FLYING) land(u->f->u[u->leader]);
+    u->ahead = AHEAD_NONE;
+    *by = u->ahead_by;
+    return u->ahead_st;
+}
+
+/* A gather of u nobody will use: waited for, its buffers freed. */
+static dt_status gather_abandon(unit *u) {
+    dt_status st = DT_OK;
+    int64_t by;
+    if (u->gather || u->ahead) st = gather_wait(u, &by);
+    gather_free(u);
+    return st;
+}
+
 /* Waits for the unit's gather and copies every rank's shard into the gathered parameters
  * whose storage is present (dropped ones are given storage first when refill is set). */
 static dt_status gather_finish(unit *u, bool refill) {
-    dt_request *req = u->gather;
-    u->gather = NULL;
     int64_t gathered_by = 0; /* the all_gather's trace event: the parameters' readers wait for it */
-    dt_status st = dt_request_wait_traced(req, NULL, &gathered_by);
+    dt_status st = gather_wait(u, &gathered_by);
     const dt_mem_ops *mem = mem_of(u);
+    /* Direct: the storage the peers wrote goes to the gathered parameters as it is (this
+     * forward's new ones took theirs in new_full). */
+    for (int p = 0; p < u->n && st == DT_OK && u->direct; p++) {
+        dt_tensor *full = u->full[p];
+        full->trace_src = gathered_by;
+        if (!u->gbuf[p] || !refill) continue; /* taken, empty, or not to be refilled */
+        if (!dt_tensor_storage_dropped(full)) dt_tensor_storage_drop(full); /* same values */
+        else count_gathered(u->f, (int64_t)bytes_of(full));
+        dt_tensor_storage_adopt(full, u->gbuf[p]);
+        u->gbuf[p] = NULL;
+    }
     if (st == DT_OK && u->f->opt.float8_all_gather) /* the codes widened into f32 slots */
         st = dt_fsdp8_widen(mem, u->n, u->off, u->len, u->slot, u->f->dp_size, u->scale8,
                             &u->grecv);
     if (st == DT_OK && u->f->opt.bf16_all_gather) /* bf16 widened into f32 slots (exact) */
         st = dt_fsdp_bf16_widen(mem, u->slot * (size_t)u->f->dp_size, &u->grecv);
-    for (int p = 0; p < u->n && st == DT_OK; p++) {
+    for (int p = 0; p < u->n && st == DT_OK && !u->direct; p++) {
         dt_tensor *full = u->full[p];
         if (refill && dt_tensor_storage_dropped(full)) {
             st = dt_tensor_storage_alloc(full);
@@ -145,8 +188,14 @@ static dt_status new_full(unit *u) {
         dt_placement pl[DT_MESH_MAX_NDIM];
         memcpy(pl, w->placements, sizeof pl);
         pl[u->f->opt.dp_dim] = dt_replicate();
-        st = dt_tensor_alloc(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl, &u->full[p]);
+        /* A direct gather in flight fills storage of its own: the tensor takes it. */
+        void *data = u->gbuf ? u->gbuf[p] : NULL;
+        st = data ? dt_tensor_new(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl, data,
+                                  true, &u->full[p])
+                  : dt_tensor_alloc(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl,
+                                    &u->full[p]);
         if (st != DT_OK) break;
+        if (data) u->gbuf[p] = NULL;
         count_gathered(u->f, (int64_t)bytes_of(u->full[p]));
         dt_grad_slot *slot = NULL;
         if ((st = dt_ag_make(u->full[p], &slot)) != DT_OK) break;
@@ -159,11 +208,12 @@ static dt_status new_full(unit *u) {
 
 /* Issues unit j's gather ahead of its use, when it has none in flight. */
 static dt_status prefetch(dt_fsdp *f, int j, bool backward) {
-    if (!f->opt.prefetch || j < 0 || j >= f->n || f->u[j]->gather) return DT_OK;
+    if (!f->opt.prefetch || j < 0 || j >= f->n || f->u[j]->gather || f->u[j]->ahead)
+        return DT_OK;
     unit *v = f->u[j];
     bool held = v->full[0] && !dt_tensor_storage_dropped(v->full[0]);
     if (held || (backward && (!v->full[0] || v->ngrad))) return DT_OK; /* held: used as is */
-    DT_CHECK(gather_start(v));
+    DT_CHECK(gather_start(v, backward ? j + 1 : dt_fsdp_batch_end(f, j)));
     f->stats.prefetches++;
     if (backward) f->stats.backward_gathers++;
     else f->stats.forward_gathers++;
@@ -198,12 +248,15 @@ static dt_status backward_end(void *user) {
             if (st != DT_OK) u->rs = NULL, dt_fsdp_reduce_free(u);
             if (st == DT_OK) st = s2;
         }
-        if (u->gather) {
-            dt_status s2 = dt_request_wait(u->gather, NULL);
-            u->gather = NULL;
-            gather_free(u);
-            if (st == DT_OK) st = s2;
-        }
+    }
+    /* The deferred reduces, as one (after every unit's own: the order of issue is the same on
+     * every rank). On an earlier failure they still run: the peers are in them. */
+    dt_status s3 = dt_fsdp_reduce_deferred(f);
+    if (st == DT_OK) st = s3;
+    for (int k = 0; k < f->n; k++) {
+        unit *u = f->u[k];
+        dt_status s2 = gather_abandon(u);
+        if (st == DT_OK) st = s2;
         clear_grads(u);
         drop_full(u);
     }
@@ -222,8 +275,8 @@ static dt_status refill(dt_saved_hooks *h, dt_tensor *t) {
     unit *u = (unit *)h;
     dt_fsdp *f = u->f;
     DT_CHECK(note_backward(f));
-    if (!u->gather) {
-        DT_CHECK(gather_start(u));
+    if (!u->gather && !u->ahead) {
+        DT_CHECK(gather_start(u, u->index + 1));
         f->stats.backward_gathers++;
     }
     DT_CHECK(gather_finish(u, true));
@@ -322,6 +375,7 @@ static void unit_free(unit *u) {
     if (!u) return;
     forget_full(u);
     clear_grads(u);
+    dt_fsdp_pieces_free(u); /* while the parameters say where its buffers came from */
     for (int p = 0; p < u->n; p++) dt_tensor_release(u->param[p]);
     free(u->param), free(u->full), free(u->grad), free(u->gpl), free(u->off), free(u->len);
     free(u->scale8), free(u);
@@ -388,6 +442,11 @@ dt_status dt_fsdp_add_unit(dt_fsdp *fsdp, int n, dt_tensor *const *params, int *
         u->off[p] = u->slot;
         u->slot += u->len[p];
     }
+    dt_status st = dt_fsdp_pieces_init(u);
+    if (st != DT_OK) {
+        unit_free(u);
+        return st;
+    }
     fsdp->u[fsdp->n] = u;
     if (unit_out) *unit_out = fsdp->n;
     fsdp->n++;
@@ -407,13 +466,13 @@ dt_status dt_fsdp_unit_begin(dt_fsdp *fsdp, int unit_index, dt_tensor **full_out
     unit *u = fsdp->u[unit_index];
     dt_ctx *ctx = fsdp->mesh->ctx;
     u->t_begin = ctx->trace ? dt_now_us() : 0;
-    if (!u->gather) {
-        DT_CHECK(gather_start(u));
+    if (!u->gather && !u->ahead) {
+        DT_CHECK(gather_start(u, dt_fsdp_batch_end(fsdp, unit_index)));
         fsdp->stats.forward_gathers++;
     }
     dt_status st = new_full(u);
     if (st == DT_OK) st = gather_finish(u, false);
-    else if (u->gather) dt_request_wait(u->gather, NULL), u->gather = NULL, gather_free(u);
+    else gather_abandon(u);
     if (st == DT_OK) st = prefetch(fsdp, unit_index + 1, false);
     if (st != DT_OK) return st;
     for (int p = 0; p < u->n; p++) full_out[p] = u->full[p];
@@ -442,11 +501,8 @@ dt_status dt_fsdp_destroy(dt_fsdp *fsdp) {
     dt_status st = DT_OK;
     for (int k = 0; k < fsdp->n; k++) {
         unit *u = fsdp->u[k];
-        if (u->gather) {
-            dt_status s2 = dt_request_wait(u->gather, NULL);
-            if (st == DT_OK) st = s2;
-            gather_free(u);
-        }
+        dt_status s2 = gather_abandon(u);
+        if (st == DT_OK) st = s2;
         if (u->rs) {
             dt_status s2 = dt_request_wait(u->rs, NULL);
             if (st == DT_OK) st = s2;

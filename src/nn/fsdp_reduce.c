@@ -23,6 +23,8 @@
 void dt_fsdp_reduce_free(unit *u) {
     mem_of(u)->free(u->rsend), mem_of(u)->free(u->rrecv);
     u->rsend = u->rrecv = NULL;
+    for (int p = 0; u->rg && p < u->n; p++)
+        dt_tensor_release(u->rg[p]), u->rg[p] = NULL;
 }
 
 /* The unit's gradients (all n) packed per destination rank; one reduce_scatter, in flight. A
@@ -54,6 +56,11 @@ dt_status dt_fsdp_reduce_start(unit *u) {
         u->grad[p] = moved;
     }
     if (st != DT_OK) return st;
+    bool direct = false; /* reduced straight into the shards' gradients (nn/fsdp_pieces.c) */
+    if ((st = dt_fsdp_pieces_reduce_start(u, &direct)) != DT_OK || direct) {
+        if (st == DT_OK) f->stats.reduce_scatters++;
+        return st;
+    }
     u->rsend = mem->alloc(u->slot * u->es * (size_t)f->dp_size);
     u->rrecv = mem->alloc(u->slot * u->es);
     if (!u->rsend || !u->rrecv) st = DT_ERR_NOMEM;
@@ -96,18 +103,16 @@ dt_status dt_fsdp_reduce_finish(unit *u) {
     u->rs = NULL;
     int64_t reduced_by = 0; /* the collective the gradients' readers wait for (trace) */
     dt_status st = dt_request_wait_traced(req, NULL, &reduced_by);
+    return dt_fsdp_reduce_add(u, st, reduced_by);
+}
+
+dt_status dt_fsdp_reduce_add(unit *u, dt_status st, int64_t reduced_by) {
     dt_fsdp *f = u->f;
     int mnd = f->mesh->ndim, dp = f->opt.dp_dim;
     /* Mesh dims where every gradient of the unit is still Partial (HSDP's replicate dim): one
      * all_reduce of the reduced shards over them, rather than one per parameter in the leaf
      * sync. The slot layout is the same on every rank of that group (same dp coordinate). */
-    unsigned mask = 0;
-    for (int p = 0; p < u->n; p++) {
-        unsigned mp = 0;
-        for (int m = 0; m < mnd; m++)
-            if (m != dp && u->gpl[p][m].kind == DT_PLACEMENT_PARTIAL) mp |= 1u << m;
-        mask = p == 0 ? mp : mask == mp ? mask : 0;
-    }
+    unsigned mask = dt_fsdp_hsdp_mask(u);
     if (st == DT_OK && mask) {
         dt_comm *comm;
         st = dt_mesh_lane_comm(f->mesh, mask, 1, &comm);
@@ -123,10 +128,14 @@ dt_status dt_fsdp_reduce_finish(unit *u) {
         dt_placement pl[DT_MESH_MAX_NDIM];
         for (int m = 0; m < mnd; m++)
             pl[m] = m == dp || (mask >> m & 1) ? w->placements[m] : u->gpl[p][m];
-        st = dt_tensor_alloc(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl, &g);
-        if (st != DT_OK) break;
+        if (u->rg && u->rg[p]) { /* the direct reduce's result */
+            g = u->rg[p];
+            u->rg[p] = NULL;
+        } else if ((st = dt_tensor_alloc(w->mesh, w->device, w->dtype, w->ndim, w->shape, pl,
+                                         &g)) != DT_OK)
+            break;
         g->trace_src = reduced_by;
-        if (bytes_of(g))
+        if (bytes_of(g) && u->rrecv)
             st = mem_of(u)->copy(g->data, (char *)u->rrecv + u->off[p] * u->es, bytes_of(g));
         dt_grad_slot *ws = NULL;
         if (st == DT_OK) st = dt_ag_make(w, &ws);

@@ -263,7 +263,8 @@ dt_status dt_units_build(dt_params *p) {
                          .reshard_after_forward = 1,
                          .prefetch = s->prefetch,
                          .float8_all_gather = s->float8_all_gather,
-                         .bf16_all_gather = s->bf16_all_gather};
+                         .bf16_all_gather = s->bf16_all_gather,
+                         .coalesce_bytes = s->prefetch ? DT_FSDP_COALESCE_BYTES : 0};
     dt_status st = dt_fsdp_create(p->mesh, &o, &s->fsdp);
     bool added = false, root = false;
     if (st == DT_OK && s->root) st = add_unit(p, -1, members, &root);

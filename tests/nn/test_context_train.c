@@ -98,8 +98,10 @@ Test(context_train, loss_parity_and_collectives) {
      *   the embedding gradient's sequence-first flatten re-shards the tokens and the gradient
      *   (2 all_gathers, 1 all_to_all); grad sync's all_reduce.
      * - dp=2 with FSDP units x cp=2: FSDP's 3 units (the root, kept gathered, and one per
-     *   block, the last kept gathered) gathered in forward (3) and block 0 again in backward
-     *   (1), one reduce_scatter each (3) over dp (as in test_parallel_train), the gradient shards all_reduced over cp (3 buckets); the
+     *   block, the last kept gathered) gathered in forward as one (1: the root's carries the
+     *   blocks', DT_FSDP_COALESCE_BYTES) and block 0 again in backward (1), one reduce_scatter
+     *   each (3) over dp (each alone: the unit's reduced shards are all_reduced over cp, as
+     *   HSDP's over dp_replicate), the gradient shards all_reduced over cp (3 buckets); the
      *   loss mean over the two sharded dims gathers the per-token losses over dp, and the
      *   embedding gradient of tokens sharded on both dims moves nothing (each rank adds its
      *   own block of rows: a Partial sum over dp and cp, reduced with the others). */
@@ -123,7 +125,7 @@ Test(context_train, loss_parity_and_collectives) {
          4,
          2,
          {.dp_dim = 0, .tp_dim = -1, .cp_dim = 2, .fsdp = 1, .fsdp_units = 1},
-         {3, 5, 3, 0}},
+         {3, 3, 3, 0}},
     };
     static const config one = {"1 rank", "1", 1, 1, {.dp_dim = -1, .tp_dim = -1}, {0}};
     run ref = {.c = &one};

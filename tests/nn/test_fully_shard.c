@@ -165,17 +165,19 @@ static void free_run(run *r) {
 }
 
 /* Collectives per step of make train's model, derived from its units, not from the code:
- * units U = 3 (the root: tok_embeddings, norm, output; one per block). Forward gathers each
- * unit once (3: the output finds the root still gathered); backward gathers again the units
- * resharded after forward, all but the root and the last block (1); one reduce_scatter per
- * unit (3); no gradient all_reduce over dp (every parameter is in a unit, its gradient left
- * Shard over dp). dp=4: 3 + 1 + 3 = 7.
+ * units U = 3 (the root: tok_embeddings, norm, output; one per block), all far smaller than
+ * DT_FSDP_COALESCE_BYTES together. Forward gathers each unit once (3 unit gathers, as one
+ * collective: the root's carries the blocks'; the output finds the root still gathered);
+ * backward gathers again the units resharded after forward, all but the root and the last
+ * block (1); one reduce_scatter per unit (3), as one collective at the end of backward; no
+ * gradient all_reduce over dp (every parameter is in a unit, its gradient left Shard over
+ * dp). dp=4: 1 + 1 + 1 = 3.
  * dp=2 x tp=2 adds tp's: with sequence parallelism each block all_gathers the sequence before
  * attention and before the feed-forward and reduce_scatters wo's and w2's outputs (2 + 2),
  * the embedding reduce_scatters its output (1) and the output projection all_gathers its
  * input (1): 5 + 5 in forward and their duals 5 + 5 in backward; loss parallelism
  * all_reduces two per-row statistics of the vocab-sharded logits (2), and grad sync one
- * bucket of the norms' weight gradients, Partial over tp (1). 7 + 20 + 3 = 30. */
+ * bucket of the norms' weight gradients, Partial over tp (1). 3 + 20 + 3 = 26. */
 Test(fully_shard, make_train_counts_losses_and_gradients) {
     run ref = {.mesh = "1", .ranks = 1}, ref_acc = {.mesh = "1", .ranks = 1, .accum = 1};
     t_run(1, body, &ref);
@@ -195,14 +197,14 @@ Test(fully_shard, make_train_counts_losses_and_gradients) {
         const run *ref, *grad_ref;
         int64_t unit_all_reduces;
     } cases[] = {
-        {{.mesh = "dp=4", .ranks = 4}, 7, &ref, &ref},
-        {{.mesh = "dp=2,tp=2", .ranks = 4}, 30, &ref, &per_param},
-        /* HSDP: units over dp_shard (7), and one all_reduce per unit of its reduced shards
-         * over dp_replicate (3) */
-        {{.mesh = "dp_replicate=2,dp_shard=2", .ranks = 4}, 7 + 3, &ref, &ref, 3},
+        {{.mesh = "dp=4", .ranks = 4}, 3, &ref, &ref},
+        {{.mesh = "dp=2,tp=2", .ranks = 4}, 26, &ref, &per_param},
+        /* HSDP: units over dp_shard, each unit's reduce_scatter on its own (its reduced shards
+         * are all_reduced over dp_replicate, packed: 1 + 1 + 3), and that all_reduce (3) */
+        {{.mesh = "dp_replicate=2,dp_shard=2", .ranks = 4}, 5 + 3, &ref, &ref, 3},
         /* plus one reduce_scatter per parameter (21) at the synced backward: the micro-batch's
          * gradients, which grad sync off left on the leaves (dtensor/fsdp.h) */
-        {{.mesh = "dp=4", .ranks = 4, .accum = 1}, 7 + 21, &ref_acc, &ref_acc},
+        {{.mesh = "dp=4", .ranks = 4, .accum = 1}, 3 + 21, &ref_acc, &ref_acc},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         run *r = &cases[c].r;
@@ -367,10 +369,12 @@ static uint64_t all_gathers(dt_ctx *ctx) {
 }
 
 /* dp=4: a forward with grad mode off gathers each parameter at its use (21 all_gathers, the
- * units untouched); a forward no backward followed leaves the root and the last block
- * gathered, so the next forward gathers only the first block again (1: nothing prefetches a
- * unit still held), unless dt_params_reshard made it gather all three; the losses stay the
- * same. */
+ * units untouched); the first forward gathers the three units in one collective (the root's
+ * carries the blocks', DT_FSDP_COALESCE_BYTES); a forward no backward followed leaves the
+ * root and the last block gathered, so the next forward gathers only the first block again
+ * (1: nothing prefetches a unit still held), unless dt_params_reshard made it gather all
+ * three: the root's gather carries the first block's, and the last block, still held (so
+ * nothing gathers it ahead), gathers at its use (2); the losses stay the same. */
 static dt_status no_backward_body(dt_ctx *ctx, void *arg) {
     (void)arg;
     dt_mesh *mesh;
@@ -394,7 +398,7 @@ static dt_status no_backward_body(dt_ctx *ctx, void *arg) {
             (unsigned long long)all_gathers(ctx), (long long)fs.forward_gathers);
     R_OK(dt_tensor_full_tensor(loss, &v[0], sizeof v[0]));
     dt_tensor_release(loss);
-    uint64_t want[3] = {3, 1, 3};
+    uint64_t want[3] = {1, 1, 2};
     for (int k = 1; k < 4; k++) {
         if (k == 3) R_OK(dt_params_reshard(m.params));
         R_OK(dt_comm_stats_reset(ctx));

@@ -200,18 +200,20 @@ Test(parallel_train, loss_parity_and_collectives) {
          {1, 21, 1, 0}},
         {"dp=3 fsdp (uneven)", "3", {.dp_dim = 0, .tp_dim = -1, .fsdp = 1}, {0, 21, 1, 0}},
         /* FSDP units declared as torchtitan's (dt_fully_shard): a root unit (tok_embeddings, norm,
-         * output) and one per block, 3 units. Forward gathers each once (3: the output finds
-         * the root still gathered); backward gathers again only the units resharded after
-         * forward, every block but the last (1: the root and the last block stay gathered);
-         * one reduce_scatter per unit (3) */
+         * output) and one per block, 3 units, together far under DT_FSDP_COALESCE_BYTES.
+         * Forward gathers each once, in one collective (1: the root's carries the blocks'; the
+         * output finds the root still gathered); backward gathers again only the units
+         * resharded after forward, every block but the last (1: the root and the last block
+         * stay gathered); one reduce_scatter per unit, all three as one at the end of backward
+         * (1) */
         {"dp=4 fsdp units",
          "4",
          {.dp_dim = 0, .tp_dim = -1, .fsdp = 1, .fsdp_units = 1},
-         {0, 4, 3, 0}},
+         {0, 2, 1, 0}},
         {"dp=2 fsdp units x tp=2",
          "2x2",
          {.dp_dim = 0, .tp_dim = 1, .fsdp = 1, .fsdp_units = 1, .loss_parallel = 1},
-         {11, 4, 3, 2}},
+         {11, 2, 1, 2}},
     };
     static const config one = {"1 rank", "1", {.dp_dim = -1, .tp_dim = -1}, {0, 0, 0, 0}};
     run ref = {.c = &one};

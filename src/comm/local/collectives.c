@@ -386,6 +386,8 @@ const dt_comm_ops lw_comm_ops = {
     .barrier = barrier_op,
     .exchange_boxes = lw_exchange_boxes,
     .reduce_scatter_boxes = lw_reduce_scatter_boxes,
+    .all_gather_pieces = lw_all_gather_pieces,
+    .reduce_scatter_pieces = lw_reduce_scatter_pieces,
     .direct = true,
     .destroy = lw_comm_destroy,
 };

@@ -28,6 +28,8 @@ typedef struct lw_slot {
     void *const *bufs;     /* all_reduce_bufs: the arrays, their counts and how many */
     const size_t *bcounts;
     int nbufs;
+    const dt_comm_piece *pieces; /* all_gather_pieces, reduce_scatter_pieces: how many */
+    int npieces;
 } lw_slot;
 
 enum { LW_P2P_EMPTY = 0, LW_P2P_POSTED, LW_P2P_TAKEN, LW_P2P_DONE };
@@ -221,6 +223,11 @@ const dt_mem_ops *lw_mem_of(const void *a, const void *b, dt_status *st);
 void lw_done_some(lw_comm *c, const dt_mem_ops *mem, dt_status *st,
                   int (*touches)(const lw_comm *c, int peer, const void *arg), const void *arg);
 int lw_reads_nothing(const lw_comm *c, int peer, const void *arg);
+
+/* Grouped gathers and reduces of host arrays (comm/local/pieces.c). */
+dt_status lw_all_gather_pieces(dt_comm *base, int n, const dt_comm_piece *pieces, dt_dtype dt);
+dt_status lw_reduce_scatter_pieces(dt_comm *base, int n, const dt_comm_piece *pieces,
+                                   dt_dtype dt, dt_reduce_op op);
 
 extern const dt_comm_ops lw_comm_ops;
 
