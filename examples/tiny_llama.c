@@ -135,6 +135,7 @@ static dt_status make_params(tl_model *m, const tl_part *part, dt_generator *gen
     if (l->fsdp && l->fsdp_units && l->dp_dim >= 0) {
         /* torchtitan's units: one per block, the root holding the rest */
         dt_fully_shard_options fo = {.dp_dim = dt_mesh_dim_name(m->mesh, l->dp_dim),
+                                     .no_coalesce = l->fsdp_no_coalesce,
                                      .float8_all_gather = l->float8_all_gather,
                                      .bf16_all_gather = l->bf16};
         if (part->end > part->first) TRY(dt_fully_shard(m->params, "layers.*", &fo));

@@ -36,6 +36,8 @@ typedef struct tl_layout {
                               one per block and a root unit (tok_embeddings, norm, output);
                               one all_gather per unit, prefetch, reshard after forward but for
                               the root and the last block */
+    int fsdp_no_coalesce;  /* with fsdp_units: each unit gathers and reduces alone, as FSDP2
+                              (dt_fully_shard_options.no_coalesce) */
     int cp_dim;            /* context parallel: the sequence sharded over this mesh dim in
                               dt_cp_position's order, attention by dt_ring_sdpa (0 = none, else
                               the mesh dim + 1) */

@@ -27,6 +27,7 @@ typedef struct tr_config {
     int fsdp;       /* parameters sharded over dp_shard (else replicated there: DDP) */
     int fsdp_units; /* FSDP units as torchtitan's fully_shard: root + one per block (-1: on for
                        the dense model outside a pipeline) */
+    int fsdp_coalesce; /* small units' collectives together (dt_fully_shard_options) */
     int sequence_parallel, loss_parallel;
     int microbatches; /* under pp */
     dt_pipeline_schedule schedule;

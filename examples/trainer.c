@@ -92,8 +92,9 @@ static dt_status custom_init(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, con
     TRY(rm->custom->declare(rm->self, rm->one.params, &c->model));
     TRY(dt_parallelize(rm->one.params, &o));
     if (l->fsdp && l->fsdp_units && l->dp_dim >= 0) {
-        TRY(dt_fully_shard(rm->one.params, c->fsdp_unit_groups, NULL));
-        TRY(dt_fully_shard(rm->one.params, NULL, NULL));
+        dt_fully_shard_options fo = {.no_coalesce = l->fsdp_no_coalesce};
+        TRY(dt_fully_shard(rm->one.params, c->fsdp_unit_groups, &fo));
+        TRY(dt_fully_shard(rm->one.params, NULL, &fo));
     }
     dt_generator gen = dt_generator_make(c->seed);
     TRY(dt_params_materialize(rm->one.params, &gen));
@@ -103,6 +104,7 @@ static dt_status custom_init(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, con
 static dt_status model_init(dt_ctx *ctx, const tr_config *c, dt_mesh *mesh, rank_model *rm) {
     tl_layout l = {.fsdp = c->fsdp,
                    .fsdp_units = c->fsdp_units,
+                   .fsdp_no_coalesce = !c->fsdp_coalesce,
                    .ac = c->ac,
                    .ac_budget = c->ac_budget_kib << 10,
                    .ac_measure_steps = c->ac_measure_steps,

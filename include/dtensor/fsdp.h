@@ -140,6 +140,9 @@ typedef struct dt_fully_shard_options {
     const char *dp_dim; /* the mesh dim to shard over, by name; NULL: "dp_shard", else "dp" */
     dt_reshard reshard_after_forward;
     int no_prefetch; /* 1: gather each unit when it is first used, not during the one before */
+    /* 1: every unit gathers and reduces on its own, as FSDP2 does; 0: small units move
+     * together (DT_FSDP_COALESCE_BYTES, below). Off with no_prefetch as well. */
+    int no_coalesce;
     /* dt_fsdp_options' low-precision gathers, for every unit (all calls must agree) */
     int float8_all_gather, bf16_all_gather;
 } dt_fully_shard_options;
@@ -152,10 +155,11 @@ typedef struct dt_fully_shard_options {
  * unit's first use in a forward gathers the whole unit in one all_gather (the next unit's
  * issued meanwhile unless no_prefetch), switching to another unit ends it (frees its gathered
  * storage when it reshards), backward gathers the resharded units again and reduce_scatters
- * each unit's gradients in one call (dtensor/fsdp.h above). Unless no_prefetch, small units
- * move together (dt_fsdp_options.coalesce_bytes = DT_FSDP_COALESCE_BYTES): a gather carries
- * the next units' too, and their reduce_scatters go as one at the end of backward. No call marks a forward's end:
- * the next backward's beginning ends it (and its root, whose forward spans the whole forward
+ * each unit's gradients in one call (dtensor/fsdp.h above). Unless no_prefetch or
+ * no_coalesce, small units move together (dt_fsdp_options.coalesce_bytes =
+ * DT_FSDP_COALESCE_BYTES): a gather carries the next units' too, and their reduce_scatters go
+ * as one at the end of backward. No call marks a forward's end: the next backward's beginning
+ * ends it (and its root, whose forward spans the whole forward
  * as FSDP2's root module's does), and a unit a backward has run through is gathered anew.
  * Units run their forward in the order root, then the groups in declaration order (what
  * prefetch fetches); a unit's parameters are used in one stretch per forward (the root may

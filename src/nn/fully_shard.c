@@ -19,7 +19,7 @@ typedef struct unit_entry {
 } unit_entry;
 
 struct dt_units {
-    int dp_dim, prefetch;
+    int dp_dim, prefetch, coalesce;
     int float8_all_gather, bf16_all_gather; /* dt_fsdp_options' */
     char **by;        /* per group: the pattern that made it a unit (NULL: none) */
     dt_reshard *mode; /* per group */
@@ -116,11 +116,14 @@ static dt_status check_call(dt_params *p, const dt_fully_shard_options *o, int *
     DT_ARG(!s || s->prefetch == !o->no_prefetch,
            "dt_fully_shard: options->no_prefetch = %d, an earlier call's was %d", o->no_prefetch,
            s ? !s->prefetch : 0);
+    DT_ARG(!s || s->coalesce == !o->no_coalesce,
+           "dt_fully_shard: options->no_coalesce = %d, an earlier call's was %d", o->no_coalesce,
+           s ? !s->coalesce : 0);
     DT_ARG(!s || (s->float8_all_gather == (o->float8_all_gather != 0) &&
                   s->bf16_all_gather == (o->bf16_all_gather != 0)),
            "dt_fully_shard: options->float8_all_gather = %d, bf16_all_gather = %d differ from "
-           "an earlier call's (one gather dtype for all units)", o->float8_all_gather,
-           o->bf16_all_gather);
+           "an earlier call's (one gather dtype for all units)",
+           o->float8_all_gather, o->bf16_all_gather);
     *dp_out = dp;
     return DT_OK;
 }
@@ -139,6 +142,7 @@ static dt_status units_make(dt_params *p, int dp, const dt_fully_shard_options *
         return dt_error(DT_ERR_NOMEM, "dt_fully_shard: out of memory");
     }
     s->dp_dim = dp, s->prefetch = !o->no_prefetch, s->current = s->root_unit = -1;
+    s->coalesce = !o->no_coalesce;
     s->float8_all_gather = o->float8_all_gather != 0;
     s->bf16_all_gather = o->bf16_all_gather != 0;
     p->units = s;
@@ -264,7 +268,7 @@ dt_status dt_units_build(dt_params *p) {
                          .prefetch = s->prefetch,
                          .float8_all_gather = s->float8_all_gather,
                          .bf16_all_gather = s->bf16_all_gather,
-                         .coalesce_bytes = s->prefetch ? DT_FSDP_COALESCE_BYTES : 0};
+                         .coalesce_bytes = s->prefetch && s->coalesce ? DT_FSDP_COALESCE_BYTES : 0};
     dt_status st = dt_fsdp_create(p->mesh, &o, &s->fsdp);
     bool added = false, root = false;
     if (st == DT_OK && s->root) st = add_unit(p, -1, members, &root);

@@ -30,6 +30,7 @@ typedef struct run {
     const char *mesh;
     int ranks, accum; /* accum: a backward with grad sync off before each step's */
     int per_param;    /* FSDP without units: each parameter gathered at its use */
+    int no_coalesce;  /* units gather and reduce alone (dt_fully_shard_options.no_coalesce) */
     float loss[STEPS];
     uint64_t colls[STEPS]; /* rank 0's collectives per step */
     dt_fsdp_stats fs[STEPS];
@@ -82,7 +83,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     R_OK(dt_mesh_create_str(ctx, r->mesh, &mesh));
     /* as examples/train.c lays it out */
-    tl_layout l = {.fsdp = 1, .fsdp_units = !r->per_param};
+    tl_layout l = {.fsdp = 1, .fsdp_units = !r->per_param, .fsdp_no_coalesce = r->no_coalesce};
     tl_layout_find_dims(mesh, &l);
     l.sequence_parallel = l.loss_parallel = l.tp_dim >= 0;
     tl_model m;
@@ -198,6 +199,8 @@ Test(fully_shard, make_train_counts_losses_and_gradients) {
         int64_t unit_all_reduces;
     } cases[] = {
         {{.mesh = "dp=4", .ranks = 4}, 3, &ref, &ref},
+        /* each unit alone, as FSDP2: 3 gathers + 1 + 3 reduce_scatters */
+        {{.mesh = "dp=4", .ranks = 4, .no_coalesce = 1}, 3 + 1 + 3, &ref, &ref},
         {{.mesh = "dp=2,tp=2", .ranks = 4}, 26, &ref, &per_param},
         /* HSDP: units over dp_shard, each unit's reduce_scatter on its own (its reduced shards
          * are all_reduced over dp_replicate, packed: 1 + 1 + 3), and that all_reduce (3) */
@@ -301,6 +304,8 @@ static dt_status errors_body(dt_ctx *ctx, void *arg) {
     R_ERR(dt_fully_shard(p, NULL, NULL), DT_ERR_ARG, "root unit (pattern NULL) is declared");
     bad = (dt_fully_shard_options){.no_prefetch = 1};
     R_ERR(dt_fully_shard(p, "embed", &bad), DT_ERR_ARG, "no_prefetch = 1");
+    bad = (dt_fully_shard_options){.no_coalesce = 1};
+    R_ERR(dt_fully_shard(p, "embed", &bad), DT_ERR_ARG, "no_coalesce = 1");
     /* the order: the model, its plan, the units, then materialize */
     R_ERR(dt_params_module(p, "extra", DT_MODULE_NORM, &m), DT_ERR_ARG,
           "FSDP units are declared already");
