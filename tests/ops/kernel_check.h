@@ -4,6 +4,7 @@
 #define DT_TEST_KERNEL_CHECK_H
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "helpers.h"
@@ -13,19 +14,24 @@
 
 /* ---- test plumbing ------------------------------------------------------------------------ */
 
-/* Every buffer a test allocates, freed after the test (so the sanitizer sees no leaks). */
+/* Every buffer a test allocates, freed after the test (so the sanitizer sees no leaks). The
+ * list is locked: multi-rank tests call talloc from every rank's thread. */
 static void **allocs;
 static size_t nallocs, cap;
+static pthread_mutex_t allocs_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline void *talloc(size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    cr_assert(p);
+    pthread_mutex_lock(&allocs_lock);
     if (nallocs == cap) {
         cap = cap ? 2 * cap : 256;
         allocs = realloc(allocs, cap * sizeof *allocs);
-        cr_assert(allocs);
     }
-    void *p = calloc(1, bytes ? bytes : 1);
-    cr_assert(p);
-    return allocs[nallocs++] = p;
+    if (allocs) allocs[nallocs++] = p;
+    pthread_mutex_unlock(&allocs_lock);
+    cr_assert(allocs);
+    return p;
 }
 
 static inline void free_all(void) {
