@@ -62,6 +62,26 @@ static const dt_mem_ops *mem_of_pieces(int n, const dt_comm_piece *pieces) {
     return &dt_mem_cpu;
 }
 
+/* Every rank's blocks, rank by rank and piece by piece, between the arrays and one flat
+ * buffer: into the arrays (a gather's unpack) or out of them (a reduce's pack). */
+static dt_status flat_boxes(const dt_comm *c, const dt_mem_ops *mem, int n,
+                            const dt_comm_piece *pieces, char *flat, size_t es, bool into_arrays) {
+    dt_status st = DT_OK;
+    size_t at = 0;
+    for (int k = 0; k < c->size && st == DT_OK; k++)
+        for (int i = 0; i < n && st == DT_OK; i++) {
+            const dt_comm_piece *p = &pieces[i];
+            const int64_t *ext = p->boxes[k].ext, *off = p->boxes[k].off;
+            size_t numel = dt_shape_numel(ext, p->ndim);
+            if (numel && into_arrays)
+                st = mem->box_copy(p->full, p->shape, off, flat + at, ext, NULL, ext, p->ndim, es);
+            else if (numel)
+                st = mem->box_copy(flat + at, ext, NULL, p->full, p->shape, off, ext, p->ndim, es);
+            at += numel * es;
+        }
+    return st;
+}
+
 /* The packed gather: this rank's shards one after another, one all_gatherv, and every rank's
  * run of blocks copied into its boxes. */
 static dt_status gather_packed(dt_comm *c, int n, const dt_comm_piece *pieces, dt_dtype dt) {
@@ -79,17 +99,7 @@ static dt_status gather_packed(dt_comm *c, int n, const dt_comm_piece *pieces, d
         at += b;
     }
     if (st == DT_OK) st = dt_all_gatherv(c, send, recv, counts, NULL, dt);
-    at = 0;
-    for (int k = 0; k < c->size && st == DT_OK; k++)
-        for (int i = 0; i < n && st == DT_OK; i++) {
-            const dt_comm_piece *p = &pieces[i];
-            const int64_t *ext = p->boxes[k].ext;
-            size_t numel = dt_shape_numel(ext, p->ndim);
-            if (numel)
-                st = mem->box_copy(p->full, p->shape, p->boxes[k].off, recv + at, ext, NULL, ext,
-                                   p->ndim, es);
-            at += numel * es;
-        }
+    if (st == DT_OK) st = flat_boxes(c, mem, n, pieces, recv, es, true);
     mem->free(send), mem->free(recv);
     free(counts);
     return st;
@@ -106,19 +116,9 @@ static dt_status reduce_packed(dt_comm *c, int n, const dt_comm_piece *pieces, d
     char *send = counts ? mem->alloc(total * es + 1) : NULL;
     char *recv = send ? mem->alloc(counts[c->rank] * es + 1) : NULL;
     dt_status st = recv ? DT_OK : dt_error(DT_ERR_NOMEM, "reduce_scatter_pieces: out of memory");
-    size_t at = 0;
-    for (int k = 0; k < c->size && st == DT_OK; k++)
-        for (int i = 0; i < n && st == DT_OK; i++) {
-            const dt_comm_piece *p = &pieces[i];
-            const int64_t *ext = p->boxes[k].ext;
-            size_t numel = dt_shape_numel(ext, p->ndim);
-            if (numel)
-                st = mem->box_copy(send + at, ext, NULL, p->full, p->shape, p->boxes[k].off, ext,
-                                   p->ndim, es);
-            at += numel * es;
-        }
+    if (st == DT_OK) st = flat_boxes(c, mem, n, pieces, send, es, false);
     if (st == DT_OK) st = dt_reduce_scatterv(c, send, recv, counts, dt, op);
-    at = 0;
+    size_t at = 0;
     for (int i = 0; i < n && st == DT_OK; i++) {
         size_t b = dt_shape_numel(pieces[i].boxes[c->rank].ext, pieces[i].ndim) * es;
         if (b) st = mem->copy(pieces[i].shard, recv + at, b);
