@@ -32,14 +32,14 @@ typedef struct shape {
 int main(int argc, char **argv) {
     int only_model = argc > 1 && !strcmp(argv[1], "--model");
     static const shape shapes[] = {
-        {"x Wqo^T", 512, 128, 128, 0, 1},     {"x Wkv^T", 512, 64, 128, 0, 1},
-        {"x W13^T", 512, 384, 128, 0, 1},     {"h W2^T", 512, 128, 384, 0, 1},
-        {"x Wout^T", 512, 256, 128, 0, 1},    {"g W13", 512, 128, 384, 0, 0},
-        {"g^T x 13", 384, 128, 512, 1, 0},    {"g^T x 2", 128, 384, 512, 1, 0},
-        {"g^T x qo", 128, 128, 512, 1, 0},    {"x W13^T", 2048, 384, 128, 0, 1},
-        {"h W2^T", 2048, 128, 384, 0, 1},     {"g^T x 13", 384, 128, 2048, 1, 0},
-        {"g^T x qo", 128, 128, 2048, 1, 0},   {"square", 256, 256, 256, 0, 0},
-        {"square", 512, 512, 512, 0, 0},      {"square", 1024, 1024, 1024, 0, 0},
+        {"x Wqo^T", 512, 128, 128, 0, 1},   {"x Wkv^T", 512, 64, 128, 0, 1},
+        {"x W13^T", 512, 384, 128, 0, 1},   {"h W2^T", 512, 128, 384, 0, 1},
+        {"x Wout^T", 512, 256, 128, 0, 1},  {"g W13", 512, 128, 384, 0, 0},
+        {"g^T x 13", 384, 128, 512, 1, 0},  {"g^T x 2", 128, 384, 512, 1, 0},
+        {"g^T x qo", 128, 128, 512, 1, 0},  {"x W13^T", 2048, 384, 128, 0, 1},
+        {"h W2^T", 2048, 128, 384, 0, 1},   {"g^T x 13", 384, 128, 2048, 1, 0},
+        {"g^T x qo", 128, 128, 2048, 1, 0}, {"square", 256, 256, 256, 0, 0},
+        {"square", 512, 512, 512, 0, 0},    {"square", 1024, 1024, 1024, 0, 0},
         {"square", 2048, 2048, 2048, 0, 0},
     };
     int nshape = (int)(sizeof shapes / sizeof shapes[0]);
@@ -72,7 +72,8 @@ int main(int argc, char **argv) {
             dt_pool_set_threads(thr);
             openblas_set_num_threads(thr);
             double t[2][BENCH_REPS], cpu[2] = {0, 0};
-            dt_sgemm_mat ma = {a, x->ta ? 1 : x->K, x->ta ? x->M : 1}, mb = {b, x->tb ? 1 : x->N, x->tb ? x->K : 1};
+            dt_sgemm_mat ma = {a, x->ta ? 1 : x->K, x->ta ? x->M : 1},
+                         mb = {b, x->tb ? 1 : x->N, x->tb ? x->K : 1};
             for (int r = -1; r < reps; r++) { /* r = -1 warms both */
                 for (int w = 0; w < 2; w++) {
                     double c0 = cpu_s(), t0 = bench_now();
@@ -81,8 +82,7 @@ int main(int argc, char **argv) {
                     else
                         cblas_sgemm(CblasRowMajor, x->ta ? CblasTrans : CblasNoTrans,
                                     x->tb ? CblasTrans : CblasNoTrans, x->M, x->N, x->K, 1.0f, a,
-                                    x->ta ? x->M : x->K, b, x->tb ? x->K : x->N, 0.0f,
-                                    c, x->N);
+                                    x->ta ? x->M : x->K, b, x->tb ? x->K : x->N, 0.0f, c, x->N);
                     double t1 = bench_now(), c1 = cpu_s();
                     if (r >= 0) t[w][r] = t1 - t0, cpu[w] += c1 - c0;
                 }
@@ -92,8 +92,12 @@ int main(int argc, char **argv) {
             snprintf(ps, sizeof ps, "%.3f (%.3f-%.3f)", p.med * 1e3, p.min * 1e3, p.max * 1e3);
             snprintf(os, sizeof os, "%.3f (%.3f-%.3f)", o.med * 1e3, o.min * 1e3, o.max * 1e3);
             printf("%-10s %5d %5d %5d %2s %3d | %-22s %7.1f %6.3f | %-22s %7.1f %6.3f | %5.2fx\n",
-                   x->what, x->M, x->N, x->K, x->ta ? "TN" : x->tb ? "NT" : "NN", thr, ps, flop / p.med / 1e9,
-                   cpu[0] / reps * 1e3, os, flop / o.med / 1e9, cpu[1] / reps * 1e3, o.med / p.med);
+                   x->what, x->M, x->N, x->K,
+                   x->ta   ? "TN"
+                   : x->tb ? "NT"
+                           : "NN",
+                   thr, ps, flop / p.med / 1e9, cpu[0] / reps * 1e3, os, flop / o.med / 1e9,
+                   cpu[1] / reps * 1e3, o.med / p.med);
         }
         free(a), free(b), free(c);
     }

@@ -127,7 +127,8 @@ static inline __attribute__((always_inline)) AVX512 void transpose16(__m512 r[16
         u[q + 3] = _mm512_shuffle_ps(t[q + 1], t[q + 3], 0xEE);
     }
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) { /* column 4 L + j is lane L of u[j], u[4 + j], u[8 + j], u[12 + j] */
+    for (int j = 0; j < 4;
+         j++) { /* column 4 L + j is lane L of u[j], u[4 + j], u[8 + j], u[12 + j] */
         __m512 v = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
         __m512 w = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
         __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
