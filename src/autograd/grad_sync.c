@@ -13,6 +13,7 @@
 
 #include "autograd/autograd_impl.h"
 #include "comm/comm_impl.h"
+#include "core/alloc.h"
 #include "core/box.h"
 #include "core/check.h"
 #include "dtensor/tensor_impl.h"
@@ -116,8 +117,8 @@ static bool writable(const item *it) {
  * over the members in group-rank order either way. */
 static dt_status all_reduce_in_place(sync *x, dt_comm *c, item **b, int n) {
     const dt_plan_step *s = next_step(b[0]);
-    void **bufs = malloc(sizeof *bufs * (size_t)n);
-    size_t *counts = malloc(sizeof *counts * (size_t)n);
+    void **bufs = dt_host_alloc(sizeof *bufs * (size_t)n);
+    size_t *counts = dt_host_alloc(sizeof *counts * (size_t)n);
     dt_status st = bufs && counts ? DT_OK : dt_error(DT_ERR_NOMEM, "grad sync: out of memory");
     for (int i = 0; i < n && st == DT_OK; i++) {
         item *it = b[i];
@@ -133,7 +134,7 @@ static dt_status all_reduce_in_place(sync *x, dt_comm *c, item **b, int n) {
     if (st == DT_OK)
         st = dt_comm_all_reduce_bufs(c, bufs, counts, n, x->dtype,
                                      s->before[__builtin_ctz(s->mesh_mask)].op);
-    free(bufs), free(counts);
+    dt_host_free(bufs), dt_host_free(counts);
     return st;
 }
 
@@ -177,8 +178,8 @@ static size_t chunk_numel(const item *it, int d, int64_t e) {
 static dt_status reduce_scatter(sync *x, dt_comm *c, item **b, int n) {
     const dt_plan_step *s = next_step(b[0]);
     int g = s->group_size, me = dt_comm_rank(c), m0 = __builtin_ctz(s->mesh_mask);
-    int64_t *ext = malloc(sizeof *ext * (size_t)g * (size_t)n * 2), *off = ext + g * n;
-    size_t *counts = calloc((size_t)g, sizeof *counts), total = 0;
+    int64_t *ext = dt_host_alloc(sizeof *ext * (size_t)g * (size_t)n * 2), *off = ext + g * n;
+    size_t *counts = dt_host_calloc(sizeof *counts * (size_t)g), total = 0;
     char *send = NULL, *recv = NULL;
     dt_status st = ext && counts ? DT_OK : dt_error(DT_ERR_NOMEM, "grad sync: out of memory");
     /* The members' chunks along d (member coordinates row-major over the step's dims). */
@@ -226,8 +227,8 @@ static dt_status reduce_scatter(sync *x, dt_comm *c, item **b, int n) {
     }
     if (send) x->mem->free(send);
     if (recv) x->mem->free(recv);
-    free(ext);
-    free(counts);
+    dt_host_free(ext);
+    dt_host_free(counts);
     return st;
 }
 
@@ -339,10 +340,11 @@ static int collect(dt_tensor *const *leaves, int nleaves, item *items) {
 dt_status dt_grad_sync(dt_tensor *const *leaves, int nleaves) {
     if (nleaves <= 0) return DT_OK;
     dt_ctx *ctx = leaves[0]->mesh->ctx;
-    item *items = calloc((size_t)nleaves, sizeof *items);
-    item **bucket = calloc((size_t)nleaves, sizeof *bucket);
+    /* the rank's arena: a step's scratch takes no fresh pages */
+    item *items = dt_host_calloc(sizeof *items * (size_t)nleaves);
+    item **bucket = dt_host_calloc(sizeof *bucket * (size_t)nleaves);
     if (!items || !bucket) {
-        free(items), free(bucket);
+        dt_host_free(items), dt_host_free(bucket);
         return dt_error(DT_ERR_NOMEM, "grad sync: out of memory for %d leaves", nleaves);
     }
     double t0 = ctx->trace ? dt_now_us() : 0;
@@ -375,8 +377,8 @@ dt_status dt_grad_sync(dt_tensor *const *leaves, int nleaves) {
         dt_trace_record(ctx, DT_LANE_OPS, "grad_sync", t0,
                         "%d leaves: %d coalesced in %d collectives, %d alone", n, n - alone, ncoll,
                         alone);
-    free(items);
-    free(bucket);
+    dt_host_free(items);
+    dt_host_free(bucket);
     return st;
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/check.h"
 #include "dtensor/explain.h"
 #include "dtensor/tensor_impl.h"
@@ -308,8 +309,8 @@ static dt_status check_labels(dt_tensor *target, int64_t classes, const dt_op_ar
             return dt_error(DT_ERR_PLACEMENT, "cross_entropy: target is Partial on mesh dim %d; "
                                               "class ids must be replicated or sharded", m);
     size_t n = target->local_numel, es = dt_dtype_size(target->dtype);
-    void *host = malloc(n * es + 1);
-    uint8_t *mask = calloc(n + 1, 1);
+    void *host = dt_host_alloc(n * es + 1); /* the rank's arena: no fresh pages each step */
+    uint8_t *mask = dt_host_calloc(n + 1);
     dt_status st = host && mask ? dt_tensor_local_to_host(target, host, n * es) : DT_ERR_NOMEM;
     labels mine = {.bad_at = INT64_MAX};
     for (size_t i = 0; st == DT_OK && i < n; i++) {
@@ -322,7 +323,7 @@ static dt_status check_labels(dt_tensor *target, int64_t classes, const dt_op_ar
             mine.bad_value = v;
         }
     }
-    free(host);
+    dt_host_free(host);
     if (st == DT_ERR_NOMEM) dt_error(st, "cross_entropy: out of memory for the labels");
     int replicated = 1;
     for (int m = 0; m < target->mesh->ndim; m++)
@@ -348,7 +349,7 @@ static dt_status check_labels(dt_tensor *target, int64_t classes, const dt_op_ar
                       (long long)out->bad_value, (long long)classes,
                       a->use_ignore_index ? " nor ignore_index" : "");
     if (st == DT_OK) *ignored_mask_out = mask;
-    else free(mask);
+    else dt_host_free(mask);
     return st;
 }
 
@@ -357,7 +358,7 @@ static dt_status check_labels(dt_tensor *target, int64_t classes, const dt_op_ar
 static dt_status keep_weights(dt_tensor *target, dt_dtype dtype, const uint8_t *mask,
                               dt_tensor **out) {
     size_t n = target->local_numel;
-    void *w = malloc(n * dt_dtype_size(dtype) + 1);
+    void *w = dt_host_alloc(n * dt_dtype_size(dtype) + 1);
     if (!w) return dt_error(DT_ERR_NOMEM, "cross_entropy: out of memory for the weights");
     for (size_t i = 0; i < n; i++) {
         if (dtype == DT_F64) ((double *)w)[i] = mask[i] ? 0.0 : 1.0;
@@ -366,7 +367,7 @@ static dt_status keep_weights(dt_tensor *target, dt_dtype dtype, const uint8_t *
     dt_status st = dt_tensor_from_local(target->mesh, w, dtype, target->ndim, target->local_shape,
                                         target->mesh->ndim, target->placements, target->shape, 0,
                                         out);
-    free(w);
+    dt_host_free(w);
     return st;
 }
 
@@ -423,7 +424,7 @@ static dt_status cross_entropy(dt_tensor *logits, dt_tensor *target, const dt_op
     dt_tensor *lp = NULL, *smooth = NULL, *neg = NULL, *keep = NULL;
     dt_tensor **want_smooth = eps > 0 ? &smooth : NULL;
     dt_status st = seen.ignored ? keep_weights(target, logits->dtype, ignored, &keep) : DT_OK;
-    free(ignored);
+    dt_host_free(ignored);
     if (st == DT_OK)
         st = loss_parallel_cheaper(logits)
                  ? target_logprob_parallel(logits, target, &lp, want_smooth)

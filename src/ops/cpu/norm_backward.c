@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/check.h"
 #include "core/half.h"
 #include "core/pool.h"
@@ -242,7 +243,7 @@ dt_status dt_cpu_layer_norm_backward(int rms, double eps, const dt_local *x, con
                  .g = grad->data,
                  .gx = gx->data,
                  .sums = (gw || gb) && nblk > 0};
-    if (j.sums && !(j.part = malloc(sizeof(double) * 2 * (size_t)H * (size_t)nblk)))
+    if (j.sums && !(j.part = dt_host_alloc(sizeof(double) * 2 * (size_t)H * (size_t)nblk)))
         return dt_error(DT_ERR_NOMEM, "%s: out of memory for %lld partial sums", fn,
                         (long long)(2 * H * nblk));
     blocks_arg ba = {.job = &j, .fn = rows_fn(dt)};
@@ -257,6 +258,6 @@ dt_status dt_cpu_layer_norm_backward(int rms, double eps, const dt_local *x, con
         if (gw) store_sum(dt, gw->data, c, sw);
         if (gb) store_sum(dt, gb->data, c, sb);
     }
-    free(j.part);
+    dt_host_free(j.part);
     return DT_OK;
 }

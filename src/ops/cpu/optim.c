@@ -6,6 +6,7 @@
  * gives the same bits. */
 #include <stdlib.h>
 
+#include "core/alloc.h"
 #include "core/check.h"
 #include "core/pool.h"
 #include "ops/cpu/optim_math.h"
@@ -117,13 +118,13 @@ static void step_range(void *arg, int64_t begin, int64_t end) {
 
 dt_status dt_cpu_optim_step(const dt_optim_hyper *h, const dt_optim_item *items, int n) {
     if (n <= 0) return DT_OK;
-    uint64_t small[65], *start = n < 65 ? small : malloc(sizeof *start * (size_t)(n + 1));
+    uint64_t small[65], *start = n < 65 ? small : dt_host_alloc(sizeof *start * (size_t)(n + 1));
     if (!start)
         return dt_error(DT_ERR_NOMEM, "dt_cpu_optim_step: out of memory for %d items", n);
     start[0] = 0;
     for (int k = 0; k < n; k++) start[k + 1] = start[k] + items[k].numel;
     step_job j = {.h = h, .items = items, .start = start, .n = n};
     dt_parallel_for((int64_t)start[n], PIECE, step_range, &j);
-    if (start != small) free(start);
+    if (start != small) dt_host_free(start);
     return DT_OK;
 }

@@ -5,6 +5,7 @@
  * and combine the pieces' partials in piece order: the same bits with any thread count. */
 #include <stdlib.h>
 
+#include "core/alloc.h"
 #include "core/pool.h"
 
 #include "core/check.h"
@@ -97,15 +98,15 @@ dt_status dt_cpu_vector_norm(double ord, unsigned mask, const dt_local *x, dt_lo
         nx *= (size_t)x->shape[d];
     }
     if (nout == 0) return DT_OK;
-    double *acc = malloc(nout * sizeof *acc);
+    double *acc = dt_host_alloc(nout * sizeof *acc);
     if (!acc) return dt_error(DT_ERR_NOMEM, "vector_norm: out of memory for %zu outputs", nout);
     for (size_t o = 0; o < nout; o++) acc[o] = dt_vn_start(ord);
     vn_job j = {.ord = ord, .x = x, .ostride = ostride, .nout = nout};
     int64_t pieces = dt_parallel_chunks((int64_t)nx, PIECE);
     if (nout <= MAX_OUTS && pieces > 1) {
-        j.part = malloc((size_t)pieces * nout * sizeof *j.part);
+        j.part = dt_host_alloc((size_t)pieces * nout * sizeof *j.part);
         if (!j.part) {
-            free(acc);
+            dt_host_free(acc);
             return dt_error(DT_ERR_NOMEM, "vector_norm: out of memory for %lld partials",
                             (long long)pieces * (long long)nout);
         }
@@ -113,11 +114,11 @@ dt_status dt_cpu_vector_norm(double ord, unsigned mask, const dt_local *x, dt_lo
         for (int64_t c = 0; c < pieces; c++)
             for (size_t k = 0; k < nout; k++)
                 acc[k] = combine(ord, acc[k], j.part[(size_t)c * nout + k]);
-        free(j.part);
+        dt_host_free(j.part);
     } else {
         fold_range(&j, 0, nx, acc); /* many outputs: one pass in memory order */
     }
     for (size_t k = 0; k < nout; k++) store(out->dtype, out->data, k, dt_vn_finish(ord, acc[k]));
-    free(acc);
+    dt_host_free(acc);
     return DT_OK;
 }
