@@ -46,7 +46,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.profiler import record_function
 
-WARMUP = 2
+WARMUP = 4  # as bench_train.c: the steps after are steady (allocators warm)
 
 
 class Attention(nn.Module):
