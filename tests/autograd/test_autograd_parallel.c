@@ -70,7 +70,7 @@ typedef struct mlp_grad {
 /* The gradients by hand: a = x W1^T, act = a * a, y = act W2^T, dy = w. */
 static void mlp_naive(const double *x, const double *w1, const double *w2, const double *w,
                       double *gx, double *gw1, double *gw2) {
-    static double a[T][H], dact[T][H], da[T][H];
+    double a[T][H], dact[T][H], da[T][H]; /* per call: every rank thread runs it at once */
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++) {
             a[t][h] = 0;
