@@ -145,8 +145,8 @@ static dt_status linear_body(dt_ctx *ctx, void *arg) {
     dt_mesh *mesh;
     int n = dt_ctx_size(ctx);
     R_OK(dt_mesh_create(ctx, 1, (int[]){n}, NULL, &mesh));
-    static float xs[LB * LT * LIN], ws[LOUT * LIN], gs[LB * LT * LOUT], got[LOUT * LIN],
-        want[LOUT * LIN];
+    float xs[LB * LT * LIN], ws[LOUT * LIN], gs[LB * LT * LOUT], got[LOUT * LIN],
+        want[LOUT * LIN]; /* each rank thread's own (19 KiB) */
     t_fill(DT_F32, xs, LB * LT * LIN, 1);
     t_fill(DT_F32, ws, LOUT * LIN, 2);
     t_fill(DT_F32, gs, LB * LT * LOUT, 3);
