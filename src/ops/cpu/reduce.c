@@ -320,7 +320,8 @@ dt_status dt_cpu_reduce(dt_reduce_op op, unsigned mask, const dt_local *x, dt_lo
         j.pieces = (p.count + j.piece - 1) / j.piece;
         size_t units = p.nout * j.pieces;
         double part[SPLIT_OUTS * 64]; /* doubles and int64s alike: 8 bytes each */
-        j.part = units <= sizeof part / sizeof part[0] ? part : dt_host_alloc(units * sizeof(double));
+        j.part =
+            units <= sizeof part / sizeof part[0] ? part : dt_host_alloc(units * sizeof(double));
         if (!j.part)
             return dt_error(DT_ERR_NOMEM, "dt_cpu_reduce: out of memory for %zu partials", units);
         dt_parallel_for((int64_t)units, 1, reduce_range, &j);
