@@ -79,7 +79,8 @@ DEFINE_UNARY_MAP(f64, double)
 /* f32 exp, and silu and sigmoid with exp(-x), on the vector exp (glibc's expf is a call per
  * element; loss parallel's softmax runs exp over its logits shard forward and backward), a
  * block at a time; other ops take the per-element map. exp's results the vector form flushes
- * to zero (x below -87.34: a subnormal result) come from expf, so exp keeps them as torch does. */
+ * to zero (x below DT_VEXPF_LO: a subnormal result) come from expf, so exp keeps them as torch
+ * does. */
 static void unary_f32(dt_unary f, float s, const float *x, float *y, size_t n) {
     if (f != DT_UNARY_SILU && f != DT_UNARY_SIGMOID && f != DT_UNARY_EXP) {
         unary_map_f32(f, s, x, y, n);
@@ -91,7 +92,7 @@ static void unary_f32(dt_unary f, float s, const float *x, float *y, size_t n) {
         dt_vexpf_affine(e, x + base, (int64_t)m, f == DT_UNARY_EXP ? 1.0f : -1.0f, 0.0f);
         if (f == DT_UNARY_EXP)
             for (size_t i = 0; i < m; i++) /* e first: y may be x */
-                y[base + i] = x[base + i] < -87.33654f ? expf(x[base + i]) : e[i];
+                y[base + i] = x[base + i] < DT_VEXPF_LO ? expf(x[base + i]) : e[i];
         else if (f == DT_UNARY_SILU)
             for (size_t i = 0; i < m; i++) y[base + i] = x[base + i] / (1.0f + e[i]);
         else

@@ -19,12 +19,15 @@ static inline dt_v4f dt_v4_select(dt_v4i m, dt_v4f a, dt_v4f b) {
     return (dt_v4f)((m & (dt_v4i)a) | (~m & (dt_v4i)b));
 }
 
+/* Below this x the vector exp gives 0: exp(x) would be subnormal (under 2^-126). */
+#define DT_VEXPF_LO (-87.33654f)
+
 /* The exp of every lane of x, for a float vector type VF with its int32 vector type VI (any
  * lane count), as a function NAME with attributes ATTR: one text for the 4-lane form here and
  * the 8-lane AVX2 form in vexp.c, so both give the same bits lane for lane. */
 #define DT_VEXPF_DEFINE(NAME, VF, VI, ATTR)                                                        \
     static inline ATTR VF NAME(VF x) {                                                             \
-        const float lo = -87.33654f, hi = 88.72283f, round = 12582912.0f; /* 1.5 * 2^23 */         \
+        const float lo = DT_VEXPF_LO, hi = 88.72283f, round = 12582912.0f; /* 1.5 * 2^23 */        \
         const VF zero = {0};                                                                       \
         VI below = x < lo, above = x > hi, nan = x != x;                                           \
         VF xc = DT_VSELECT(VF, VI, below, zero + lo, DT_VSELECT(VF, VI, above, zero + hi, x));     \
