@@ -52,26 +52,29 @@ static void kern_scalar(int64_t kc, const float *a, int64_t ars, int64_t acs, co
 #define AVX512 __attribute__((target("avx512f")))
 #define AVX2   __attribute__((target("avx2,fma")))
 
-/* AVX-512: 8 rows x 32 columns, 16 accumulators (two FMA ports x four cycles of latency need
- * eight chains); per k, two vector loads and eight broadcasts feed sixteen FMAs. Columns past
- * n go through masks (a zero mask reads nothing, so no read past the row). */
-enum { Z_MR = 8, Z_NR = 32, PF_AHEAD = 16 };
+/* AVX-512: MR rows x 32 columns, 2 MR accumulators (two FMA ports x four cycles of latency need
+ * eight chains); per k, two vector loads and MR broadcasts feed 2 MR FMAs. Columns past n go
+ * through masks (a zero mask reads nothing, so no read past the row). A read in place (8 rows)
+ * has its k steps contiguous; a transposed A (the weight gradients' g^T, 12 rows) has each k
+ * step's rows contiguous and its k steps M floats apart, a new cache line a step: twelve rows
+ * share the B panel's loads among more FMAs. */
+enum { Z_MR = 8, Z_MR_T = 12, Z_NR = 32, PF_AHEAD = 16 };
 
-/* pf: prefetch A's step PF_AHEAD ahead. A transposed A (the weight gradients' g^T) has its k
- * steps M floats apart, a 4 KiB page every few steps, where the hardware's stride prefetch stops:
- * without it a row panel's first pass over a k block waits on L3 at each page. */
+/* pf: prefetch A's step PF_AHEAD ahead. A transposed A has its k steps M floats apart, a 4 KiB
+ * page every few steps, where the hardware's stride prefetch stops: without it a row panel's
+ * first pass over a k block waits on L3 at each page. mr is a constant at each call. */
 static inline __attribute__((always_inline)) AVX512 void
 kern_avx512_body(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b, int64_t ldb,
-                 float *c, int64_t ldc, int m, int n, int first, int pf) {
-    __m512 acc[Z_MR][2];
-    const float *row[Z_MR]; /* rows past m repeat the last (read, never stored) */
-#pragma GCC unroll 8
-    for (int r = 0; r < Z_MR; r++)
+                 float *c, int64_t ldc, int m, int n, int first, int pf, const int mr) {
+    __m512 acc[Z_MR_T][2];
+    const float *row[Z_MR_T]; /* rows past m repeat the last (read, never stored) */
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++)
         row[r] = a + (r < m ? r : m - 1) * ars;
     __mmask16 k0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
     __mmask16 k1 = n >= 32 ? 0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
-#pragma GCC unroll 8
-    for (int r = 0; r < Z_MR; r++) {
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
         if (!first && r < m) {
             acc[r][0] = _mm512_maskz_loadu_ps(k0, c + r * ldc);
             acc[r][1] = _mm512_maskz_loadu_ps(k1, c + r * ldc + 16);
@@ -84,15 +87,15 @@ kern_avx512_body(int64_t kc, const float *a, int64_t ars, int64_t acs, const flo
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
         if (pf && k + PF_AHEAD < kc)
             _mm_prefetch((const char *)(row[0] + o + PF_AHEAD * acs), _MM_HINT_T0);
-#pragma GCC unroll 8
-        for (int r = 0; r < Z_MR; r++) {
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
             __m512 x = _mm512_set1_ps(row[r][o]);
             acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
             acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
         }
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < Z_MR; r++) {
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
         if (r >= m) break;
         _mm512_mask_storeu_ps(c + r * ldc, k0, acc[r][0]);
         _mm512_mask_storeu_ps(c + r * ldc + 16, k1, acc[r][1]);
@@ -101,13 +104,41 @@ kern_avx512_body(int64_t kc, const float *a, int64_t ars, int64_t acs, const flo
 
 static AVX512 void kern_avx512(int64_t kc, const float *a, int64_t ars, int64_t acs, const float *b,
                                int64_t ldb, float *c, int64_t ldc, int m, int n, int first) {
-    kern_avx512_body(kc, a, ars, acs, b, ldb, c, ldc, m, n, first, 0);
+    kern_avx512_body(kc, a, ars, acs, b, ldb, c, ldc, m, n, first, 0, Z_MR);
 }
 
+/* A transposed A (ars 1): with all Z_MR_T rows, each k step's rows are one run at a, read at
+ * constant offsets from one pointer (the general body's row pointers spill in its loop). */
 static AVX512 void kern_avx512_t(int64_t kc, const float *a, int64_t ars, int64_t acs,
                                  const float *b, int64_t ldb, float *c, int64_t ldc, int m, int n,
                                  int first) {
-    kern_avx512_body(kc, a, ars, acs, b, ldb, c, ldc, m, n, first, 1);
+    if (m < Z_MR_T) {
+        kern_avx512_body(kc, a, ars, acs, b, ldb, c, ldc, m, n, first, 1, Z_MR_T);
+        return;
+    }
+    __m512 acc[Z_MR_T][2];
+    __mmask16 k0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+    __mmask16 k1 = n >= 32 ? 0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
+#pragma GCC unroll 12
+    for (int r = 0; r < Z_MR_T; r++) {
+        acc[r][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(k0, c + r * ldc);
+        acc[r][1] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(k1, c + r * ldc + 16);
+    }
+    for (int64_t k = 0; k < kc; k++, a += acs, b += ldb) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        _mm_prefetch((const char *)(a + PF_AHEAD * acs), _MM_HINT_T0);
+#pragma GCC unroll 12
+        for (int r = 0; r < Z_MR_T; r++) {
+            __m512 x = _mm512_set1_ps(a[r]);
+            acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < Z_MR_T; r++) {
+        _mm512_mask_storeu_ps(c + r * ldc, k0, acc[r][0]);
+        _mm512_mask_storeu_ps(c + r * ldc + 16, k1, acc[r][1]);
+    }
 }
 
 /* Sixteen rows (r[i]: 16 floats) transposed in registers: r[j] becomes column j. Unpacks pair
@@ -224,7 +255,7 @@ static AVX2 void pack_t_avx2(const float *src, int64_t cs, int64_t K, int cols, 
 
 /* pack_t: B^T's panel (see pack_t_avx512); NULL: the scalar loop. */
 typedef struct path {
-    int mr, nr;
+    int mr, mr_t, nr; /* mr_t: the rows kern_t's blocks hold */
     kern_fn kern;
     kern_fn kern_t; /* the same sums, for a transposed A (rs 1) */
     void (*pack_t)(const float *src, int64_t cs, int64_t K, int cols, float *dst);
@@ -232,11 +263,12 @@ typedef struct path {
 
 static path path_of(dt_simd s) {
 #if HAVE_X86
-    if (s == DT_SIMD_AVX512) return (path){Z_MR, Z_NR, kern_avx512, kern_avx512_t, pack_t_avx512};
-    if (s == DT_SIMD_AVX2) return (path){Y_MR, Y_NR, kern_avx2, kern_avx2, pack_t_avx2};
+    if (s == DT_SIMD_AVX512)
+        return (path){Z_MR, Z_MR_T, Z_NR, kern_avx512, kern_avx512_t, pack_t_avx512};
+    if (s == DT_SIMD_AVX2) return (path){Y_MR, Y_MR, Y_NR, kern_avx2, kern_avx2, pack_t_avx2};
 #endif
     (void)s;
-    return (path){SC_MR, SC_NR, kern_scalar, kern_scalar, NULL};
+    return (path){SC_MR, SC_MR, SC_NR, kern_scalar, kern_scalar, NULL};
 }
 
 dt_simd dt_sgemm_path(void) {
@@ -291,16 +323,15 @@ enum { PACK_K = 64 };
  * M 8 0.51x, 16 0.71x, 32 0.90x, 64 1.00x, 128 1.11x, 512 1.13x (N 128, K 384 or 512). */
 enum { INPLACE_MAX_MP = 4 };
 
-/* A deep product (K past one k block: the weight gradients, K = B T) whose B has up to this
- * many row panels reading it is read in place too, in k blocks of at most INPLACE_KC steps: a
- * block's panel rows then fit the few L1 sets they fall into, and no pass copies B (1 to 3 MiB
- * of activations for 33 to 100 MFLOP). Per call on this Xeon, one thread, min of 30: M 64 N 128
- * K 2048 0.29 -> 0.20 ms, M 128 0.51 -> 0.43; M 256 and 384 gain nothing (the copy is a
- * smaller share), so they keep it. */
-enum { INPLACE_DEEP_MAX_MP = 16, INPLACE_KC = 64 };
+/* A deep product (K past one k block: the weight gradients, K = B T) packs B like any other:
+ * both threads share the copy and its k blocks are KC long. (Reading B in place in 64-step k
+ * blocks, so that a block's rows fit the few L1 sets they fall into, lost to it once the
+ * transposed A had its 12-row kernel: make train's one rank at T 256, each weight gradient's
+ * best of 6 traced steps, median of 4 alternating runs, 1.03-1.13x faster packed.) */
 
 typedef struct job {
-    path pt;
+    path pt; /* pt.mr: the rows of the kernel this product runs */
+    int ta;  /* A transposed (rs 1): kern_t */
     int64_t M, N, K;
     dt_sgemm_mat A, B;
     float *C;
@@ -351,7 +382,7 @@ static void pack_range(void *arg, int64_t begin, int64_t end) {
 static void tile_range(void *arg, int64_t begin, int64_t end) {
     const job *j = arg;
     int mr = j->pt.mr, nr = j->pt.nr;
-    kern_fn kern = j->A.rs == 1 && j->A.cs != 1 ? j->pt.kern_t : j->pt.kern;
+    kern_fn kern = j->ta ? j->pt.kern_t : j->pt.kern;
     for (int64_t t = begin; t < end; t++) {
         int64_t p0 = t / j->nt * j->mcp, q0 = t % j->nt * j->ncp;
         int64_t p1 = p0 + j->mcp < j->mp ? p0 + j->mcp : j->mp;
@@ -383,6 +414,8 @@ dt_status dt_sgemm(int64_t M, int64_t N, int64_t K, dt_sgemm_mat A, dt_sgemm_mat
     }
     job j = {
         .pt = path_of(dt_sgemm_path()), .M = M, .N = N, .K = K, .A = A, .B = B, .C = C, .ldc = ldc};
+    j.ta = A.rs == 1 && A.cs != 1;
+    if (j.ta) j.pt.mr = j.pt.mr_t;
     j.mp = (M + j.pt.mr - 1) / j.pt.mr;
     j.np = (N + j.pt.nr - 1) / j.pt.nr;
     j.mcp = (MC + j.pt.mr - 1) / j.pt.mr;
@@ -406,13 +439,8 @@ dt_status dt_sgemm(int64_t M, int64_t N, int64_t K, dt_sgemm_mat A, dt_sgemm_mat
     /* A row-major B whose panels are all whole is read where it lies (the kernels never read
      * past a panel's NR columns) when few row panels read it: no packing pass, no buffer. The
      * k block never changes a sum (each C element's chain runs on through C). */
-    int deep = K > KC && j.mp <= INPLACE_DEEP_MAX_MP;
-    if (B.cs == 1 && N % j.pt.nr == 0 && (j.mp <= INPLACE_MAX_MP || deep)) {
+    if (B.cs == 1 && N % j.pt.nr == 0 && j.mp <= INPLACE_MAX_MP) {
         j.b = B.p, j.bq = j.pt.nr, j.bk = B.rs;
-        if (deep && j.mp > INPLACE_MAX_MP) {
-            int64_t nb = (K + INPLACE_KC - 1) / INPLACE_KC;
-            j.kb = (K + nb - 1) / nb;
-        }
     } else {
         j.bp = dt_host_alloc((size_t)(j.np * j.pt.nr * K) * sizeof(float));
         if (!j.bp)
