@@ -4,6 +4,7 @@
  * than one thread. Speed is the benchmark's business (bench/bench_pool.c), not this file's. */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,61 @@ Test(pool, nested_calls_run_serially) {
     cr_assert_eq(atomic_load(&l.bad), 0);
     cr_assert_eq(atomic_load(&l.inner_chunks), 16 * 10);
     cr_assert_eq(dt_parallel_threads(), 4, "the caller's pool is back after the job");
+    dt_pool_release();
+}
+
+/* ---- homes ------------------------------------------------------------------------------ */
+
+/* Each thread's first chunk of a job waits until every thread has started one: no thread can
+ * take a second chunk before all have taken their first, so the first chunks show where each
+ * thread began. */
+typedef struct {
+    int job, threads;
+    atomic_int started, timed_out;
+    _Atomic int64_t first[8]; /* in order of arrival */
+} home_log;
+
+static _Thread_local int home_job; /* the job whose first chunk this thread ran */
+
+static void note_first(void *arg, int64_t b, int64_t e) {
+    (void)e;
+    home_log *l = arg;
+    if (home_job == l->job) return;
+    home_job = l->job;
+    int i = atomic_fetch_add(&l->started, 1);
+    if (i < 8) atomic_store(&l->first[i], b);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (atomic_load(&l->started) < l->threads) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > 20) { /* a worker that never came: fail, do not hang */
+            atomic_store(&l->timed_out, 1);
+            return;
+        }
+        sched_yield();
+    }
+}
+
+/* Thread i (the caller 0) starts at the i-th share of the chunks, not at the next free one: a
+ * kernel meets the rows its thread handled in the kernel before. */
+Test(pool, each_thread_starts_at_its_home) {
+    for (int t = 2; t <= 4; t++) {
+        cr_assert_eq(dt_pool_set_threads(t), DT_OK, "%s", dt_last_error());
+        for (int job = 1; job <= 20; job++) {
+            home_log l = {.job = t * 100 + job, .threads = t};
+            dt_parallel_for(4 * t, 1, note_first, &l); /* four chunks a home */
+            cr_assert_eq(atomic_load(&l.timed_out), 0, "threads %d: a worker never started", t);
+            cr_assert_eq(atomic_load(&l.started), t);
+            int seen[8] = {0};
+            for (int i = 0; i < t; i++) {
+                int64_t c = atomic_load(&l.first[i]);
+                cr_assert(c % 4 == 0 && c / 4 < t && !seen[c / 4],
+                          "threads %d: a thread began at chunk %lld, not at a home's first", t,
+                          (long long)c);
+                seen[c / 4] = 1;
+            }
+        }
+    }
     dt_pool_release();
 }
 
