@@ -9,6 +9,8 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "ops/cpu/transpose16.h"
+
 #define A512 __attribute__((target("avx512f")))
 
 /* Query rows x keys per tile: a 32 x 64 score tile (8 KiB), 4 vectors a row. */
@@ -225,47 +227,46 @@ static float *out_rows(dt_local *t, const sdpa_rows *m, int64_t row0, int64_t n,
     return (float *)t->data + row_at(m, row0, cols);
 }
 
-/* dst (cols x ldt) = the transpose of n rows of src (ld apart), zero in columns [n, ldt): 16
- * rows at a time, each column's 16 values gathered into one vector. */
+/* dst (cols x ldt, ldt a multiple of 16) = the transpose of n rows of src (ld apart), zero in
+ * columns [n, ldt): 16 x 16 blocks loaded (masked past n rows and cols columns) and transposed
+ * in registers. */
 static A512 void transpose(float *dst, int64_t ldt, const float *src, int64_t ld, int64_t n,
                            int64_t cols) {
-    __m512i idx =
-        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                           _mm512_set1_epi32((int)ld));
-    if (ld > INT32_MAX / 16) { /* offsets past the gather's 32 bits */
-        for (int64_t c = 0; c < cols; c++)
-            for (int64_t r = 0; r < ldt; r++)
-                dst[c * ldt + r] = r < n ? src[r * ld + c] : 0;
-        return;
-    }
-    for (int64_t r = 0; r < ldt; r += 16) {
-        __mmask16 k = lanes((int)(n - r < 16 ? (n - r > 0 ? n - r : 0) : 16), 0);
-        const float *base = src + (r < n ? r * ld : 0);
-        for (int64_t c = 0; c < cols; c++)
-            _mm512_storeu_ps(dst + c * ldt + r,
-                             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, base + c, 4));
+    for (int64_t r0 = 0; r0 < ldt; r0 += 16) {
+        int64_t rows = n - r0 < 16 ? (n - r0 > 0 ? n - r0 : 0) : 16;
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+            int w = cols - c0 < 16 ? (int)(cols - c0) : 16;
+            __mmask16 k = lanes(w, 0);
+            __m512 v[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                v[i] = i < rows ? _mm512_maskz_loadu_ps(k, src + (r0 + i) * ld + c0)
+                                : _mm512_setzero_ps();
+            dt_transpose16(v); /* v[j]: column c0 + j of the 16 rows */
+            for (int j = 0; j < w; j++)
+                _mm512_storeu_ps(dst + (c0 + j) * ldt + r0, v[j]);
+        }
     }
 }
 
-/* n rows of dst (cols each, ld apart) = the transpose of src (cols x lds): row j's 16 columns
- * at a time gathered from 16 rows of src. */
+/* n rows of dst (cols each, ld apart) = the transpose of src (cols x lds): 16 x 16 blocks of
+ * src transposed in registers. */
 static A512 void untranspose(float *dst, int64_t ld, const float *src, int64_t lds, int64_t n,
                              int64_t cols) {
-    if (lds > INT32_MAX / 16) {
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t c = 0; c < cols; c++)
-                dst[j * ld + c] = src[c * lds + j];
-        return;
-    }
-    __m512i idx =
-        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                           _mm512_set1_epi32((int)lds));
-    for (int64_t c = 0; c < cols; c += 16) {
-        __mmask16 k = lanes((int)(cols - c < 16 ? cols - c : 16), 0);
-        for (int64_t j = 0; j < n; j++)
-            _mm512_mask_storeu_ps(
-                dst + j * ld + c, k,
-                _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, src + c * lds + j, 4));
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+        int rows = n - j0 < 16 ? (int)(n - j0) : 16;
+        __mmask16 kr = lanes(rows, 0);
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+            int w = cols - c0 < 16 ? (int)(cols - c0) : 16;
+            __m512 v[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                v[i] = i < w ? _mm512_maskz_loadu_ps(kr, src + (c0 + i) * lds + j0)
+                             : _mm512_setzero_ps();
+            dt_transpose16(v); /* v[r]: row j0 + r of dst, columns c0 .. c0 + 15 */
+            for (int r = 0; r < rows; r++)
+                _mm512_mask_storeu_ps(dst + (j0 + r) * ld + c0, lanes(w, 0), v[r]);
+        }
     }
 }
 

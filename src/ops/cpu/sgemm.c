@@ -11,6 +11,7 @@
 #include "core/alloc.h"
 #include "core/check.h"
 #include "core/pool.h"
+#include "ops/cpu/transpose16.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_X86 1
@@ -141,36 +142,6 @@ static AVX512 void kern_avx512_t(int64_t kc, const float *a, int64_t ars, int64_
     }
 }
 
-/* Sixteen rows (r[i]: 16 floats) transposed in registers: r[j] becomes column j. Unpacks pair
- * the rows' elements, shuffle_ps makes runs of four rows, shuffle_f32x4 joins the four runs. */
-static inline __attribute__((always_inline)) AVX512 void transpose16(__m512 r[16]) {
-    __m512 t[16], u[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);     /* a0 b0 a1 b1 per 128-bit lane */
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); /* a2 b2 a3 b3 */
-    }
-#pragma GCC unroll 4
-    for (int q = 0; q < 16; q += 4) { /* rows q .. q + 3: u[q + j] holds element j of each lane */
-        u[q] = _mm512_shuffle_ps(t[q], t[q + 2], 0x44);
-        u[q + 1] = _mm512_shuffle_ps(t[q], t[q + 2], 0xEE);
-        u[q + 2] = _mm512_shuffle_ps(t[q + 1], t[q + 3], 0x44);
-        u[q + 3] = _mm512_shuffle_ps(t[q + 1], t[q + 3], 0xEE);
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < 4;
-         j++) { /* column 4 L + j is lane L of u[j], u[4 + j], u[8 + j], u[12 + j] */
-        __m512 v = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
-        __m512 w = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
-        __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
-        __m512 w2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
-        r[j] = _mm512_shuffle_f32x4(v, v2, 0x88);
-        r[8 + j] = _mm512_shuffle_f32x4(v, v2, 0xDD);
-        r[4 + j] = _mm512_shuffle_f32x4(w, w2, 0x88);
-        r[12 + j] = _mm512_shuffle_f32x4(w, w2, 0xDD);
-    }
-}
-
 /* B^T's panel (B given as (N, K), row stride cs): dst[k 32 + c] = src[c cs + k] for c < cols,
  * in 16 x 16 blocks: sixteen rows' next 16 k steps loaded (masked past K), transposed in
  * registers, stored as 16 k rows (a 16-lane gather per k was 3.7 cycles an element on the
@@ -187,7 +158,7 @@ static AVX512 void pack_t_avx512(const float *src, int64_t cs, int64_t K, int co
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++)
                 r[i] = i < rows ? _mm512_maskz_loadu_ps(km, s + i * cs + k0) : _mm512_setzero_ps();
-            transpose16(r);
+            dt_transpose16(r);
             for (int j = 0; j < kn; j++)
                 _mm512_storeu_ps(d + (k0 + j) * Z_NR, r[j]);
         }
