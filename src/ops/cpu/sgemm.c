@@ -294,12 +294,6 @@ enum { PACK_K = 64 };
  * M 8 0.51x, 16 0.71x, 32 0.90x, 64 1.00x, 128 1.11x, 512 1.13x (N 128, K 384 or 512). */
 enum { INPLACE_MAX_MP = 4 };
 
-/* A deep product (K past one k block: the weight gradients, K = B T) packs B like any other:
- * both threads share the copy and its k blocks are KC long. (Reading B in place in 64-step k
- * blocks, so that a block's rows fit the few L1 sets they fall into, lost to it once the
- * transposed A had its 12-row kernel: make train's one rank at T 256, each weight gradient's
- * best of 6 traced steps, median of 4 alternating runs, 1.03-1.13x faster packed.) */
-
 typedef struct job {
     path pt; /* pt.mr: the rows of the kernel this product runs */
     int ta;  /* A transposed (rs 1): kern_t */
@@ -409,7 +403,12 @@ dt_status dt_sgemm(int64_t M, int64_t N, int64_t K, dt_sgemm_mat A, dt_sgemm_mat
     j.kb = (K + (K + KC - 1) / KC - 1) / ((K + KC - 1) / KC);
     /* A row-major B whose panels are all whole is read where it lies (the kernels never read
      * past a panel's NR columns) when few row panels read it: no packing pass, no buffer. The
-     * k block never changes a sum (each C element's chain runs on through C). */
+     * k block never changes a sum (each C element's chain runs on through C). A deep product
+     * (the weight gradients, K = B T) packs B like any other: both threads share the copy and
+     * its k blocks are KC long. (Reading it in place in 64-step k blocks, which fit the few L1
+     * sets its rows fall into, lost once the transposed A had its 12-row kernel: make train's
+     * one rank at T 256, each weight gradient 1.03-1.13x faster packed, best of 6 traced steps,
+     * median of 4 alternating runs.) */
     if (B.cs == 1 && N % j.pt.nr == 0 && j.mp <= INPLACE_MAX_MP) {
         j.b = B.p, j.bq = j.pt.nr, j.bk = B.rs;
     } else {
