@@ -1,7 +1,8 @@
 /* The intra-op pool's mechanics (core/pool.h): every chunk runs exactly once for any item
- * count, grain and thread count; nested calls run serially; DT_NUM_THREADS is parsed or
- * refused by name; a one-rank process (and a rank of dt_local_run) really runs chunks on more
- * than one thread. Speed is the benchmark's business (bench/bench_pool.c), not this file's. */
+ * count, grain and thread count; each thread starts at its home share of a job; nested calls
+ * run serially; DT_NUM_THREADS is parsed or refused by name; a one-rank process (and a rank of
+ * dt_local_run) really runs chunks on more than one thread. Speed is the benchmark's business
+ * (bench/bench_pool.c), not this file's. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <sched.h>
