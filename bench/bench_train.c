@@ -12,7 +12,9 @@
  * configuration: the model's GFLOP/s, its fraction of the machine's peak (a 2048^3 OpenBLAS
  * sgemm on all cores, best of 3 before each configuration, the best of the run), and rank
  * threads' minor page faults per step (getrusage RUSAGE_THREAD, the most of any rank, mean
- * over the timed steps).
+ * over the timed steps). Per side, the host's steal time over that side's run (a share of
+ * the CPUs' time, from /proc/stat): on a shared virtual machine a row with much of it says
+ * the host, not the code, set its time.
  * Model FLOPs per step: 6 x P x B x T (P: every parameter, embedding and output included;
  * forward 2, backward 4 per parameter and token) plus 12 x L x T x C x B x T for attention's
  * two T x T products (forward and backward, causal counted as full). When the PyTorch side
@@ -125,6 +127,7 @@ typedef struct result {
     float loss[WARMUP + MAXSTEPS];
     double params; /* the model's parameters (global), dtensor side */
     double faults; /* minor faults per timed step, the most of any rank */
+    double steal;  /* % of the machine's CPU time the host took during the run; -1 unknown */
     char why[160]; /* PyTorch: the last line of its stderr when it failed */
 } result;
 
@@ -320,6 +323,25 @@ static double loss_dist(const result *a, const result *one, int n) {
     return d;
 }
 
+/* The host's steal time so far over every CPU (/proc/stat's eighth "cpu" field, in clock
+ * ticks), -1 where unknown. */
+static long long steal_ticks(void) {
+    long long v[8];
+    FILE *f = fopen("/proc/stat", "r");
+    int got = f ? fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2],
+                         &v[3], &v[4], &v[5], &v[6], &v[7])
+                : 0;
+    if (f) fclose(f);
+    return got == 8 ? v[7] : -1;
+}
+
+/* Steal ticks s1 - s0 over ms of wall time, as a percent of the CPUs' time; -1 unknown. */
+static double steal_pct(long long s0, long long s1, double ms) {
+    long hz = sysconf(_SC_CLK_TCK), cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (s0 < 0 || s1 < s0 || ms <= 0 || hz <= 0 || cpus <= 0) return -1;
+    return 100.0 * (double)(s1 - s0) / ((double)hz * (double)cpus * ms / 1e3);
+}
+
 static double load1(void) {
     double l = -1;
     FILE *f = fopen("/proc/loadavg", "r");
@@ -354,8 +376,14 @@ int main(int argc, char **argv) {
     for (int i = 0; i < NCONF; i++) { /* each configuration: dtensor, then PyTorch */
         if (only && strcmp(only, confs[i].name)) continue;
         peak = fmax(peak, sgemm_peak());
+        long long s0 = steal_ticks();
+        double t0 = now_ms();
         run_dtensor(&confs[i], steps, text, n, &dt[i]);
+        long long s1 = steal_ticks();
+        double t1 = now_ms();
+        dt[i].steal = steal_pct(s0, s1, t1 - t0);
         if (py) run_torch(py, &confs[i], steps, text != NULL, &pt[i]);
+        pt[i].steal = steal_pct(s1, steal_ticks(), now_ms() - t1);
     }
     double load_end = load1();
     free(text);
@@ -371,18 +399,21 @@ int main(int argc, char **argv) {
     if (!table)
         printf("model GFLOP/s: (6 x parameters x B x T + 12 x layers x T x C x B x T) per step "
                "over the median step; %% peak: of a 2048^3 OpenBLAS sgemm on all cores in this "
-               "run (%.1f GFLOP/s); faults: minor page faults per step, the most of any rank\n",
+               "run (%.1f GFLOP/s); faults: minor page faults per step, the most of any rank; "
+               "steal: %% of the CPUs' time the host took during that side's run (/proc/stat: "
+               "rows with much of it are not comparable)\n",
                peak);
     if (!table)
-        printf("%-20s %-26s %6s %9s %9s %8s %6s %6s | %-26s %6s %9s %8s | %-8s\n", "configuration",
-               "dtensor step ms", "coll", "vs 1 rank", "loss dist", "GFLOP/s", "%peak", "faults",
-               "PyTorch step ms", "coll", "loss dist", "GFLOP/s", "dt/torch");
+        printf("%-20s %-26s %6s %9s %9s %8s %6s %6s %5s | %-26s %6s %9s %8s %5s | %-8s\n",
+               "configuration", "dtensor step ms", "coll", "vs 1 rank", "loss dist", "GFLOP/s",
+               "%peak", "faults", "steal", "PyTorch step ms", "coll", "loss dist", "GFLOP/s",
+               "steal", "dt/torch");
     int fail = 0;
     for (int i = 0; i < NCONF; i++) {
         const conf *c = &confs[i];
         char d[64] = "failed", p[96] = "-", ratio[32] = "-", pcoll[16] = "-", pdist[16] = "-";
         char dcoll[16] = "-", ddist[16] = "-", vs1[16] = "-", dgf[16] = "-", dpk[16] = "-";
-        char dflt[16] = "-", pgf[16] = "-";
+        char dflt[16] = "-", pgf[16] = "-", dst[16] = "-", pst[16] = "-";
         double flops = step_flops(model_of(c), dt[i].params);
         if (only && strcmp(only, c->name)) continue;
         if (!dt[i].ok) fail = 1;
@@ -393,6 +424,7 @@ int main(int argc, char **argv) {
             if (peak > 0)
                 snprintf(dpk, sizeof dpk, "%.1f%%", 100 * flops / dt[i].ms[0] / 1e6 / peak);
             snprintf(dflt, sizeof dflt, "%.1f", dt[i].faults);
+            if (dt[i].steal >= 0) snprintf(dst, sizeof dst, "%.0f%%", dt[i].steal);
             if (dt[0].ok && !c->model) {
                 snprintf(vs1, sizeof vs1, "%.2fx", dt[i].ms[0] / dt[0].ms[0]);
                 snprintf(ddist, sizeof ddist, "%.1e", loss_dist(&dt[i], &dt[0], WARMUP + steps));
@@ -406,6 +438,7 @@ int main(int argc, char **argv) {
             if (pt[0].ok && !c->model)
                 snprintf(pdist, sizeof pdist, "%.1e", loss_dist(&pt[i], &pt[0], WARMUP + steps));
             if (dt[i].ok) snprintf(ratio, sizeof ratio, "%.2fx", pt[i].ms[0] / dt[i].ms[0]);
+            if (pt[i].steal >= 0) snprintf(pst, sizeof pst, "%.0f%%", pt[i].steal);
         }
         if (table) {
             const tl_config *mc = model_of(c);
@@ -415,9 +448,9 @@ int main(int argc, char **argv) {
                 snprintf(what, sizeof what, "V %d, C %d, %d layer%s, T %d, B %d", mc->vocab,
                          mc->dim, mc->layers, mc->layers > 1 ? "s" : "", mc->seq, mc->batch);
             printf("train step %s (%s)\t%s ms, %.0f tokens/s, %s coll/step, %s of 1 rank, %s "
-                   "model GFLOP/s (%s of sgemm peak %.1f), %s faults/step\t",
+                   "model GFLOP/s (%s of sgemm peak %.1f), %s faults/step, %s steal\t",
                    c->name, what, d, dt[i].ok ? tokens / dt[i].ms[0] * 1e3 : 0.0, dcoll, vs1, dgf,
-                   dpk, peak, dflt);
+                   dpk, peak, dflt, dst);
             if (pt[i].ok)
                 printf("PyTorch %s %s ms, %s coll/step, %s GFLOP/s\t%s\n", c->torch_name, p, pcoll,
                        pgf, ratio);
@@ -427,8 +460,9 @@ int main(int argc, char **argv) {
                 printf("PyTorch not run (DT_TORCH_PYTHON unset)\t-\n");
             continue;
         }
-        printf("%-20s %-26s %6s %9s %9s %8s %6s %6s | %-26s %6s %9s %8s | %-8s\n", c->name, d,
-               dcoll, vs1, ddist, dgf, dpk, dflt, p, pcoll, pdist, pgf, ratio);
+        printf("%-20s %-26s %6s %9s %9s %8s %6s %6s %5s | %-26s %6s %9s %8s %5s | %-8s\n",
+               c->name, d, dcoll, vs1, ddist, dgf, dpk, dflt, dst, p, pcoll, pdist, pgf, pst,
+               ratio);
         if (py && !pt[i].ok) printf("  PyTorch %s failed: %s\n", c->torch_name, pt[i].why);
     }
     if (!table && !py) printf("(PyTorch not run: set DT_TORCH_PYTHON to a python with torch)\n");
