@@ -227,45 +227,26 @@ static float *out_rows(dt_local *t, const sdpa_rows *m, int64_t row0, int64_t n,
     return (float *)t->data + row_at(m, row0, cols);
 }
 
-/* dst (cols x ldt, ldt a multiple of 16) = the transpose of n rows of src (ld apart), zero in
- * columns [n, ldt): 16 x 16 blocks loaded (masked past n rows and cols columns) and transposed
- * in registers. */
-static A512 void transpose(float *dst, int64_t ldt, const float *src, int64_t ld, int64_t n,
-                           int64_t cols) {
-    for (int64_t r0 = 0; r0 < ldt; r0 += 16) {
-        int64_t rows = n - r0 < 16 ? (n - r0 > 0 ? n - r0 : 0) : 16;
+/* The transpose of src (rows rows of cols floats, lds apart) as cols rows of dst (ldd apart):
+ * dst[c ldd + r] = src[r lds + c] for r < rows, and 0 for rows <= r < width (K^T's padding to
+ * whole vectors). 16 x 16 blocks, loaded masked past rows and cols and transposed in
+ * registers. */
+static A512 void transpose(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                           int64_t cols, int64_t width) {
+    for (int64_t r0 = 0; r0 < width; r0 += 16) {
+        int64_t nr = rows - r0 < 16 ? (rows - r0 > 0 ? rows - r0 : 0) : 16;
+        __mmask16 ks = lanes((int)(width - r0 < 16 ? width - r0 : 16), 0);
         for (int64_t c0 = 0; c0 < cols; c0 += 16) {
             int w = cols - c0 < 16 ? (int)(cols - c0) : 16;
-            __mmask16 k = lanes(w, 0);
+            __mmask16 kl = lanes(w, 0);
             __m512 v[16];
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++)
-                v[i] = i < rows ? _mm512_maskz_loadu_ps(k, src + (r0 + i) * ld + c0)
-                                : _mm512_setzero_ps();
+                v[i] = i < nr ? _mm512_maskz_loadu_ps(kl, src + (r0 + i) * lds + c0)
+                              : _mm512_setzero_ps();
             dt_transpose16(v); /* v[j]: column c0 + j of the 16 rows */
             for (int j = 0; j < w; j++)
-                _mm512_storeu_ps(dst + (c0 + j) * ldt + r0, v[j]);
-        }
-    }
-}
-
-/* n rows of dst (cols each, ld apart) = the transpose of src (cols x lds): 16 x 16 blocks of
- * src transposed in registers. */
-static A512 void untranspose(float *dst, int64_t ld, const float *src, int64_t lds, int64_t n,
-                             int64_t cols) {
-    for (int64_t j0 = 0; j0 < n; j0 += 16) {
-        int rows = n - j0 < 16 ? (int)(n - j0) : 16;
-        __mmask16 kr = lanes(rows, 0);
-        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
-            int w = cols - c0 < 16 ? (int)(cols - c0) : 16;
-            __m512 v[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++)
-                v[i] = i < w ? _mm512_maskz_loadu_ps(kr, src + (c0 + i) * lds + j0)
-                             : _mm512_setzero_ps();
-            dt_transpose16(v); /* v[r]: row j0 + r of dst, columns c0 .. c0 + 15 */
-            for (int r = 0; r < rows; r++)
-                _mm512_mask_storeu_ps(dst + (j0 + r) * ld + c0, lanes(w, 0), v[r]);
+                _mm512_mask_storeu_ps(dst + (c0 + j) * ldd + r0, ks, v[j]);
         }
     }
 }
@@ -322,7 +303,7 @@ A512 void dt_attn512_fwd_item(const sdpa_job *J, void *w, int64_t it) {
     int64_t kld, vld, qld;
     const float *k = rows_f32(J->k, &J->rk, b * Tk, Tk, D, kvw, &kld);
     const float *v = rows_f32(J->v, &J->rk, b * Tk, Tk, Dv, kvw + Tk * D, &vld);
-    transpose(kt, Tkp, k, kld, Tk, D);
+    transpose(kt, Tkp, k, kld, Tk, D, Tkp);
     float *lse = J->lse ? (float *)J->lse->data : NULL;
     for (int64_t qt = 0; qt < d->g * J->nqt; qt++) { /* the group's heads, their query tiles */
         int64_t hh = qt / J->nqt, t = qt % J->nqt, i0 = t * QT, row0 = b * d->R + hh * d->Tq + i0;
@@ -393,8 +374,8 @@ A512 void dt_attn512_bwd_item(const sdpa_job *J, void *w, int64_t b) {
     int64_t kld, vld, qld, gld;
     const float *k = rows_f32(J->k, &J->rk, b * Tk, Tk, D, kvw, &kld);
     const float *v = rows_f32(J->v, &J->rk, b * Tk, Tk, Dv, kvw + Tk * D, &vld);
-    transpose(kt, Tkp, k, kld, Tk, D);
-    transpose(vt, Tkp, v, vld, Tk, Dv);
+    transpose(kt, Tkp, k, kld, Tk, D, Tkp);
+    transpose(vt, Tkp, v, vld, Tk, Dv, Tkp);
     memset(dkt, 0, sizeof(float) * (size_t)(Tkp * (D + Dv)));
     int64_t dqld;
     const float *lse_in = (const float *)J->lse->data;
@@ -445,7 +426,7 @@ A512 void dt_attn512_bwd_item(const sdpa_job *J, void *w, int64_t b) {
         for (int64_t j0 = 0; j0 < Tk; j0 += QT) {
             int64_t nj = Tk - j0 < QT ? Tk - j0 : QT, ld;
             float *o = out_rows(out[i], &J->rk, b * Tk + j0, nj, cols[i], dq, &ld);
-            untranspose(o, ld, dx[i] + j0, Tkp, nj, cols[i]);
+            transpose(o, ld, dx[i] + j0, Tkp, cols[i], nj, cols[i]); /* rows back */
             if (o == dq) store_f32(out[i], &J->rk, b * Tk + j0, nj, cols[i], dq);
         }
 }
