@@ -83,7 +83,8 @@ void lw_wait_for(lw_comm *c, int peer, int phase) {
     lw_flag *f = &c->group->flags[peer];
     const uint32_t t = target(c, phase);
     if (reached(atomic_load_explicit(&f->seq, memory_order_acquire), t)) return;
-    if (c->world->spin && spin(f, t, c->world->spin)) return; /* LW_SPIN(_SHARED) */
+    /* Polls, then yields lw_world.spin times; a spin of 0 (tests) sleeps at once. */
+    if (c->world->spin && spin(f, t, c->world->spin)) return;
     for (;;) {
         atomic_fetch_add(&f->waiters, 1);
         uint32_t v = atomic_load(&f->seq);
