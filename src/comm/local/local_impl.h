@@ -134,13 +134,12 @@ typedef struct lw_watch {
 #define LW_SPIN 64
 
 /* The same when the ranks outnumber the cores (core/spin.h's count, which the UCX runtime's
- * waits take too): a few yields, which hand the core to a rank
- * that still works, then the sleep. Sleeping at once cost every small collective a futex
- * wake-up of 60-140 us on the 2-vCPU Xeon VM (bench_collectives, 4 and 8 ranks, 1 KiB; 4-16 us
- * after 8 yields while the host was not busy), and tp=4's step, 31 collectives, 6-14% (four
- * sets of 4-10 alternating runs). More yields only take turns from the working ranks: while
- * the host was busy, 1 KiB all_gathers took 3.5x as long as sleeping at once after 64 yields,
- * 1.3x after 8. */
+ * waits take too): a few yields, which hand the core to a rank that still works, then the
+ * sleep. Sleeping at once cost every small collective a futex wake-up of 60-140 us on the
+ * 2-vCPU Xeon VM (bench_collectives, 4 and 8 ranks, 1 KiB; 4-16 us after 8 yields while the
+ * host was not busy), and tp=4's step, 31 collectives, 6-14% (four sets of 4-10 alternating
+ * runs). More yields only take turns from the working ranks: while the host was busy, 1 KiB
+ * all_gathers took 3.5x as long as sleeping at once after 64 yields, 1.3x after 8. */
 #define LW_SPIN_SHARED DT_SHARED_YIELDS
 
 typedef struct lw_world {

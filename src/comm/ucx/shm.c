@@ -108,7 +108,8 @@ static dt_status wait_flag(ux_op *op, shm_flag *f, uint64_t want, int m, int pos
             break;
         }
         ux_op_watch(op, now);
-        if (now < yield_until || yields-- > 0) {
+        if (now < yield_until || yields > 0) {
+            yields -= yields > 0;
             sched_yield();
             if (atomic_load_explicit(&f->v, memory_order_acquire) >= want) break;
             continue;
