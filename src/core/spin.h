@@ -15,13 +15,6 @@ static inline void dt_cpu_relax(void) {
 #endif
 }
 
-/* How many times a wait yields before it sleeps while a host's ranks (threads of the local
- * runtime, or the UCX runtime's processes) outnumber its cores: a few yields hand the core to a
- * rank that still works and let a peer that is about to arrive be seen without a wake-up, which
- * on the 2-vCPU Xeon VM cost every small collective 20-140 us; more only take turns from the
- * working ranks (figures: comm/local/local_impl.h, docs/bench-ucx.md). */
-#define DT_SHARED_YIELDS 8
-
 static inline int dt_usable_cores(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);

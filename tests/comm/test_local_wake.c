@@ -1,4 +1,4 @@
-/* How the local runtime's ranks sleep and wake once a wait stops yielding (spin 0 here): a wait
+/* How the local runtime's ranks sleep and wake when they outnumber the cores (no spin): a wait
  * for every member sleeps once and is woken by the last member to publish, not once per member;
  * entry-barrier waiters sleep on the group's futex word, none leaves before the last arrival,
  * each wakes once; a rank that fails frees the sleepers with an error naming it. Sleeps are
@@ -43,7 +43,7 @@ static dt_status wait_all_body(dt_ctx *ctx, void *arg) {
     dt_comm *world;
     R_OK(dt_ctx_world_comm(ctx, &world));
     lw_comm *c = (lw_comm *)world;
-    c->world->spin = 0; /* every wait sleeps at once */
+    c->world->spin = 0; /* as when the ranks outnumber the cores */
     const int me = dt_comm_rank(world);
     lw_count *k = &c->group->counts[LW_DONE];
     for (uint32_t round = 0; round < ROUNDS; round++) {

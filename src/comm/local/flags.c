@@ -1,9 +1,9 @@
 /* Sequence flags of the local backend: past a collective's entry barrier, every member says how
  * far it got by storing (epoch, phase) in a flag of its own and counting itself in the phase's
  * count, and a member waits only for the peers whose data it needs or who may still touch its
- * buffers (their flags), or for everyone (the count). A wait polls and yields briefly
- * (LW_FLAG_POLLS, lw_world.spin), then sleeps on the futex; a writer wakes a flag only when
- * someone sleeps on it, and a count only when it completes. The waits cannot fail: every member has
+ * buffers (their flags), or for everyone (the count). A wait spins briefly while the ranks fit
+ * on the cores (LW_FLAG_POLLS), then sleeps on the futex; a writer wakes a flag only when someone
+ * sleeps on it, and a count only when it completes. The waits cannot fail: every member has
  * entered, and every path out of a collective publishes its last phase. Also the futex word the
  * entry barrier's waiters sleep on (sync.c). */
 #include <limits.h>
@@ -16,8 +16,8 @@
 #include "comm/local/local_impl.h"
 #include "core/spin.h"
 
-/* A wait first polls the flag this many times (a peer that is nearly there), then yields up to
- * lw_world.spin times as the entry barrier does, then sleeps.
+/* While every rank has a core, a wait first polls the flag this many times (a peer that is
+ * nearly there), then yields up to lw_world.spin times as the entry barrier does, then sleeps.
  * Polls that do not yield keep a descheduled peer off the core on a loaded machine: at a load
  * of 12 on 2 cores, 2-rank collectives of 1 KiB took 46-56 us polling 30 us before sleeping,
  * 9-12 us after 128 polls and 6-9 us after 16, as with the mutex barriers before. */
@@ -83,7 +83,7 @@ void lw_wait_for(lw_comm *c, int peer, int phase) {
     lw_flag *f = &c->group->flags[peer];
     const uint32_t t = target(c, phase);
     if (reached(atomic_load_explicit(&f->seq, memory_order_acquire), t)) return;
-    /* Polls, then yields lw_world.spin times; a spin of 0 (tests) sleeps at once. */
+    /* More ranks than cores: the peer needs this core, so sleep at once (LW_SPIN). */
     if (c->world->spin && spin(f, t, c->world->spin)) return;
     for (;;) {
         atomic_fetch_add(&f->waiters, 1);

@@ -130,21 +130,18 @@ typedef struct lw_watch {
 /* How many times a rank that reached an entry barrier first yields before it sleeps on the
  * group's wake word (and a wait on a peer's sequence flag or a phase count before it sleeps on
  * its futex): while every rank has a core, a peer is likely to arrive within a few yields and
- * waking from a sleep costs more. */
+ * waking from a sleep costs more; with more ranks than cores a yielding rank only takes turns
+ * from the ranks that still work (8 ranks on 2 cores: 1 MiB collectives 4-6x slower), so the
+ * world's spin is then 0 and waiters sleep at once (polling first does not pay either: 4 ranks
+ * on 2 cores, 64 KiB all_gathers took 36-41 us after 100 polls, 21-27 us without). A few
+ * yields first made 1 KiB collectives 5-16 us instead of 60-140 on the 2-vCPU VM while nothing
+ * else ran, but 3.7-4.1 ms instead of 12-100 us beside two CPU-bound processes: on Linux's
+ * EEVDF scheduler a yield gives up the rest of the slice to them (docs/bench-fsdp.md). */
 #define LW_SPIN 64
-
-/* The same when the ranks outnumber the cores (core/spin.h's count, which the UCX runtime's
- * waits take too): a few yields, which hand the core to a rank that still works, then the
- * sleep. Sleeping at once cost every small collective a futex wake-up of 60-140 us on the
- * 2-vCPU Xeon VM (bench_collectives, 4 and 8 ranks, 1 KiB; 4-16 us after 8 yields while the
- * host was not busy), and tp=4's step, 31 collectives, 6-14% (four sets of 4-10 alternating
- * runs). More yields only take turns from the working ranks: while the host was busy, 1 KiB
- * all_gathers took 3.5x as long as sleeping at once after 64 yields, 1.3x after 8. */
-#define LW_SPIN_SHARED DT_SHARED_YIELDS
 
 typedef struct lw_world {
     int size;
-    int spin; /* LW_SPIN when the ranks fit on the usable cores, else LW_SPIN_SHARED */
+    int spin; /* LW_SPIN when the ranks fit on the usable cores, else 0 */
     pthread_mutex_t mu; /* registry, exits and failure */
     lw_group *groups;
     atomic_int aborted;

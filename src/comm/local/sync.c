@@ -1,6 +1,6 @@
 /* Entry barriers of the local backend: a counter and a generation under the group lock, a
- * short spin while peers are likely running (a shorter one when the ranks outnumber the
- * cores: lw_world.spin), then a sleep on the group's futex word (lw_group_sleep). Whether a barrier
+ * short spin while peers are likely running (none when the ranks outnumber the cores:
+ * lw_world.spin), then a sleep on the group's futex word (lw_group_sleep). Whether a barrier
  * completes or fails is decided under the lock: a rank that gives up (the world aborted, a
  * member returned, or its timeout passed) takes its arrival back, so a barrier never completes
  * without everyone. An entry barrier also compares the members' fingerprints as they arrive: a

@@ -260,7 +260,7 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
         goto done;
     }
     w->size = nranks;
-    w->spin = nranks <= dt_usable_cores() ? LW_SPIN : LW_SPIN_SHARED;
+    w->spin = nranks <= dt_usable_cores() ? LW_SPIN : 0;
     w->exited = exited;
     w->timeout_ns = timeouts;
     w->where = where;

@@ -12,7 +12,6 @@
 #include "comm/ucx/ucx_impl.h"
 #include "core/alloc.h"
 #include "core/check.h"
-#include "core/spin.h"
 
 #define CLEANUP_NS        200000000LL /* how long a failed operation waits for cancellations */
 #define IDLE_BEFORE_SLEEP 4096        /* empty progress calls before sleeping on the event fd */
@@ -214,19 +213,14 @@ static void fail_timeout(ux_op *op) {
                       r->is_recv ? "send its part" : "take this rank's part");
 }
 
-/* Nothing to progress. With more ranks on this host than cores, DT_SHARED_YIELDS yields, then
- * a sleep on the worker's event fd until UCX has something or another thread signals it (the
- * control thread, on a failure), at most SLEEP_NS: a spinning rank would keep a peer off its
- * core, but a sleep at once made every small collective wait out a wake-up (docs/bench-ucx.md).
- * While every rank has a core, the boot back-off (spin, then yield) first, and the event fd
- * only after a long idle spell (a late peer, not a transfer). Measured against each other here
- * (UCP, 16 MiB, medians of 7 interleaved runs, idle): sleeping at once took 0.93-0.98x the
- * time on 4 processes (0.83-0.87x at 1 MiB), and 1.02-1.13x on 2. Returns 1 when it slept. */
+/* Nothing to progress. With more ranks on this host than cores, sleep on the worker's event fd
+ * at once, until UCX has something or another thread signals it (the control thread, on a
+ * failure), at most SLEEP_NS: a spinning rank would keep a peer off its core. While every rank
+ * has a core, the boot back-off (spin, then yield) first, and the event fd only after a long
+ * idle spell (a late peer, not a transfer). Measured against each other here (UCP, 16 MiB,
+ * medians of 7 interleaved runs, idle): sleeping at once took 0.93-0.98x the time on 4
+ * processes (0.83-0.87x at 1 MiB), and 1.02-1.13x on 2. Returns 1 when it slept. */
 static int idle_wait(ux_world *w, unsigned idle) {
-    if (!w->fits && idle <= DT_SHARED_YIELDS) {
-        sched_yield();
-        return 0;
-    }
     if (w->efd < 0 || (w->fits && idle < IDLE_BEFORE_SLEEP)) {
         dt_boot_backoff(idle);
         return 0;
