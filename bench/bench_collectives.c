@@ -16,12 +16,17 @@
  * for about 4 MiB, at most 64), divided by the batch. No cache flush: small sizes run from the
  * cache, as in a training step. Figures: median [min, max] over rounds.
  *
- *   bench_collectives [--quick] [--tsv] [--ranks 2,4,8] [--max BYTES]
+ *   bench_collectives [--quick] [--tsv] [--ranks 2,4,8] [--max BYTES] [--busy N]
  * --tsv prints one line per point for bench_html (see the header line). --quick: sizes x16 up
- * to 16 MiB, for a run of seconds. */
+ * to 16 MiB, for a run of seconds. --busy N: N other processes spin on the CPU for the whole
+ * run, as a build or another job beside the ranks would (how waits fare when something else
+ * wants the cores). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <dtensor.h>
 
@@ -113,8 +118,32 @@ static dt_status body(dt_ctx *ctx, void *arg) {
     return st;
 }
 
+/* N processes that spin until killed (--busy); returns how many started. */
+static int start_busy(int n, pid_t *pids) {
+    int started = 0;
+    for (; started < n; started++) {
+        pid_t p = fork();
+        if (p < 0) break;
+        if (p == 0)
+            for (volatile unsigned long x = 0;; x++) {
+            }
+        pids[started] = p;
+    }
+    return started;
+}
+
+static void stop_busy(int n, const pid_t *pids) {
+    for (int i = 0; i < n; i++) {
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], NULL, 0);
+    }
+}
+
+enum { MAX_BUSY = 64 };
+
 int main(int argc, char **argv) {
-    int quick = 0, tsv = 0, nr = 3, rc[MAX_RANKCOUNTS] = {2, 4, 8};
+    int quick = 0, tsv = 0, nr = 3, rc[MAX_RANKCOUNTS] = {2, 4, 8}, busy = 0;
+    pid_t busy_pids[MAX_BUSY] = {0};
     size_t max = (size_t)64 << 20;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
@@ -123,15 +152,21 @@ int main(int argc, char **argv) {
             tsv = 1;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc)
             max = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--busy") && i + 1 < argc)
+            busy = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {
             nr = 0;
             for (char *p = argv[++i]; *p && nr < MAX_RANKCOUNTS; p += *p == ',')
                 rc[nr++] = (int)strtol(p, &p, 10);
         } else {
             fprintf(stderr, "usage: bench_collectives [--quick] [--tsv] [--ranks 2,4,8] "
-                            "[--max BYTES]\n");
+                            "[--max BYTES] [--busy N]\n");
             return 2;
         }
+    }
+    if (busy < 0 || busy > MAX_BUSY) {
+        fprintf(stderr, "bench_collectives: --busy %d: give 0 to %d processes\n", busy, MAX_BUSY);
+        return 2;
     }
     if (quick && max > ((size_t)16 << 20)) max = (size_t)16 << 20;
     for (size_t s = 1024; s <= max && nsizes < MAX_SIZES; s *= quick ? 16 : 4)
@@ -145,18 +180,22 @@ int main(int argc, char **argv) {
                     rc[i]);
             return 2;
         }
+    int spinning = start_busy(busy, busy_pids);
     for (cur = 0; cur < nr; cur++)
         if (dt_local_run(rc[cur], body, NULL, NULL) != DT_OK) {
             fprintf(stderr, "bench_collectives (%d ranks) failed: %s\n", rc[cur], dt_last_error());
+            stop_busy(spinning, busy_pids);
             return 1;
         }
+    stop_busy(spinning, busy_pids);
     if (tsv)
         printf("ranks\top\tsize\tcount\ttype\tredop\ttime_us\tmin_us\tmax_us\talgbw\tbusbw\t"
                "must_GBps\tcopy_GBps\tmem_pct\n");
     else
-        printf("local runtime collectives, %ld cores; median [min, max] of %d interleaved rounds; "
-               "GB/s = 1e9 B/s\n",
-               sysconf(_SC_NPROCESSORS_ONLN), BENCH_REPS);
+        printf("local runtime collectives, %ld cores%s; median [min, max] of %d interleaved "
+               "rounds; GB/s = 1e9 B/s\n",
+               sysconf(_SC_NPROCESSORS_ONLN), spinning ? ", beside spinning processes" : "",
+               BENCH_REPS);
     for (int ri = 0; ri < nr; ri++) {
         int n = rc[ri];
         for (int op = 0; op < NOPS; op++) {
