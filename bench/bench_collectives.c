@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -124,9 +125,12 @@ static int start_busy(int n, pid_t *pids) {
     for (; started < n; started++) {
         pid_t p = fork();
         if (p < 0) break;
-        if (p == 0)
+        if (p == 0) { /* dies with the bench, however the bench ends */
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() == 1) _exit(0);
             for (volatile unsigned long x = 0;; x++) {
             }
+        }
         pids[started] = p;
     }
     return started;
