@@ -135,7 +135,7 @@ typedef struct lw_watch {
  * world's spin is then 0 and waiters sleep at once (polling first does not pay either: 4 ranks
  * on 2 cores, 64 KiB all_gathers took 36-41 us after 100 polls, 21-27 us without). A few
  * yields first made 1 KiB collectives 5-16 us instead of 60-140 on the 2-vCPU VM while nothing
- * else ran, but 3.7-4.1 ms instead of 12-100 us beside two CPU-bound processes: on Linux's
+ * else ran, but 3.0-4.1 ms instead of 7-131 us beside two CPU-bound processes: on Linux's
  * EEVDF scheduler a yield gives up the rest of the slice to them (docs/bench-fsdp.md). */
 #define LW_SPIN 64
 
