@@ -2,7 +2,7 @@
  * far it got by storing (epoch, phase) in a flag of its own and counting itself in the phase's
  * count, and a member waits only for the peers whose data it needs or who may still touch its
  * buffers (their flags), or for everyone (the count). A wait spins briefly while the ranks fit
- * on the cores (LW_FLAG_POLLS), then sleeps on the futex; a writer wakes a flag only when someone
+ * on the cores and no other process keeps them busy (lw_spin), then sleeps on the futex; a writer wakes a flag only when someone
  * sleeps on it, and a count only when it completes. The waits cannot fail: every member has
  * entered, and every path out of a collective publishes its last phase. Also the futex word the
  * entry barrier's waiters sleep on (sync.c). */
@@ -17,7 +17,7 @@
 #include "core/spin.h"
 
 /* While every rank has a core, a wait first polls the flag this many times (a peer that is
- * nearly there), then yields up to lw_world.spin times as the entry barrier does, then sleeps.
+ * nearly there), then yields up to lw_spin times as the entry barrier does, then sleeps.
  * Polls that do not yield keep a descheduled peer off the core on a loaded machine: at a load
  * of 12 on 2 cores, 2-rank collectives of 1 KiB took 46-56 us polling 30 us before sleeping,
  * 9-12 us after 128 polls and 6-9 us after 16, as with the mutex barriers before. */
@@ -83,8 +83,9 @@ void lw_wait_for(lw_comm *c, int peer, int phase) {
     lw_flag *f = &c->group->flags[peer];
     const uint32_t t = target(c, phase);
     if (reached(atomic_load_explicit(&f->seq, memory_order_acquire), t)) return;
-    /* More ranks than cores: the peer needs this core, so sleep at once (LW_SPIN). */
-    if (c->world->spin && spin(f, t, c->world->spin)) return;
+    /* More ranks than cores, or a busy host: sleep at once (LW_SPIN). */
+    const int yields = lw_spin(c->world);
+    if (yields && spin(f, t, yields)) return;
     for (;;) {
         atomic_fetch_add(&f->waiters, 1);
         uint32_t v = atomic_load(&f->seq);
@@ -103,8 +104,9 @@ void lw_wait_all(lw_comm *c, int phase) {
     lw_count *k = &c->group->counts[phase];
     const uint32_t n = (uint32_t)c->group->n;
     if (all_in(k, n)) return;
-    if (c->world->spin) { /* as spin(): polls, then yields */
-        for (int i = 0; i < LW_FLAG_POLLS + c->world->spin; i++) {
+    const int yields = lw_spin(c->world);
+    if (yields) { /* as spin(): polls, then yields */
+        for (int i = 0; i < LW_FLAG_POLLS + yields; i++) {
             if (all_in(k, n)) return;
             if (i < LW_FLAG_POLLS)
                 dt_cpu_relax();

@@ -136,8 +136,20 @@ typedef struct lw_watch {
  * on 2 cores, 64 KiB all_gathers took 36-41 us after 100 polls, 21-27 us without). A few
  * yields first made 1 KiB collectives 5-16 us instead of 60-140 on the 2-vCPU VM while nothing
  * else ran, but 3.0-4.1 ms instead of 7-131 us beside two CPU-bound processes: on Linux's
- * EEVDF scheduler a yield gives up the rest of the slice to them (docs/bench-fsdp.md). */
+ * EEVDF scheduler a yield gives up the rest of the slice to them (docs/bench-fsdp.md). Ranks
+ * that fit on the cores meet the same beside busy processes, so they yield only while no other
+ * process keeps the cores busy (lw_spin). */
 #define LW_SPIN 64
+
+/* 1 when processes other than this one used at least a quarter of a core over the last 0.2 s
+ * or so; 0 when not, or not yet known (comm/local/host_load.c). Cheap enough for every wait;
+ * the first call starts the first window. */
+int lw_host_shared(void);
+/* The verdict over a window of window_ns: the machine was busy busy_ns, this process mine_ns. */
+int lw_host_verdict(int64_t busy_ns, int64_t mine_ns, int64_t window_ns);
+/* /proc/stat's first line: *ticks = its busy time (user, nice, system, irq, softirq); 0 when it
+ * is not such a line. */
+int lw_parse_stat_busy(const char *text, int64_t *ticks);
 
 typedef struct lw_world {
     int size;
@@ -231,6 +243,12 @@ int lw_reads_nothing(const lw_comm *c, int peer, const void *arg);
 dt_status lw_all_gather_pieces(dt_comm *base, int n, const dt_comm_piece *pieces, dt_dtype dt);
 dt_status lw_reduce_scatter_pieces(dt_comm *base, int n, const dt_comm_piece *pieces,
                                    dt_dtype dt, dt_reduce_op op);
+
+/* How many times a wait may yield now: lw_world.spin, or 0 while other processes keep the
+ * cores busy. */
+static inline int lw_spin(const lw_world *w) {
+    return w->spin && !lw_host_shared() ? w->spin : 0;
+}
 
 extern const dt_comm_ops lw_comm_ops;
 

@@ -1,6 +1,6 @@
 /* Entry barriers of the local backend: a counter and a generation under the group lock, a
- * short spin while peers are likely running (none when the ranks outnumber the cores:
- * lw_world.spin), then a sleep on the group's futex word (lw_group_sleep). Whether a barrier
+ * short spin while peers are likely running (none when the ranks outnumber the cores or
+ * other processes keep them busy: lw_spin), then a sleep on the group's futex word (lw_group_sleep). Whether a barrier
  * completes or fails is decided under the lock: a rank that gives up (the world aborted, a
  * member returned, or its timeout passed) takes its arrival back, so a barrier never completes
  * without everyone. An entry barrier also compares the members' fingerprints as they arrive: a
@@ -202,7 +202,7 @@ static dt_status barrier(lw_comm *c, const char *what) {
         return verdict(c, what);
     }
     pthread_mutex_unlock(&g->mu);
-    for (int i = 0; i < c->world->spin; i++) {
+    for (int i = 0, n = lw_spin(c->world); i < n; i++) {
         if (atomic_load(&g->gen) != gen) {
             c->epoch = (uint32_t)(gen + 1);
             return verdict(c, what);

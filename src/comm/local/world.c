@@ -261,6 +261,7 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
     }
     w->size = nranks;
     w->spin = nranks <= dt_usable_cores() ? LW_SPIN : 0;
+    if (w->spin) lw_host_shared(); /* starts the window, if none is running */
     w->exited = exited;
     w->timeout_ns = timeouts;
     w->where = where;
