@@ -2,10 +2,10 @@
  * far it got by storing (epoch, phase) in a flag of its own and counting itself in the phase's
  * count, and a member waits only for the peers whose data it needs or who may still touch its
  * buffers (their flags), or for everyone (the count). A wait spins briefly while the ranks fit
- * on the cores and no other process keeps them busy (lw_spin), then sleeps on the futex; a writer wakes a flag only when someone
- * sleeps on it, and a count only when it completes. The waits cannot fail: every member has
- * entered, and every path out of a collective publishes its last phase. Also the futex word the
- * entry barrier's waiters sleep on (sync.c). */
+ * on the cores and no other process keeps them busy (lw_spin), then sleeps on the futex; a
+ * writer wakes a flag only when someone sleeps on it, and a count only when it completes. The
+ * waits cannot fail: every member has entered, and every path out of a collective publishes its
+ * last phase. Also the futex word the entry barrier's waiters sleep on (sync.c). */
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>

@@ -142,14 +142,8 @@ typedef struct lw_watch {
 #define LW_SPIN 64
 
 /* 1 when processes other than this one used at least a quarter of a core over the last 0.2 s
- * or so; 0 when not, or not yet known (comm/local/host_load.c). Cheap enough for every wait;
- * the first call starts the first window. */
+ * (comm/host_load.h; the process's estimate, world.c). */
 int lw_host_shared(void);
-/* The verdict over a window of window_ns: the machine was busy busy_ns, this process mine_ns. */
-int lw_host_verdict(int64_t busy_ns, int64_t mine_ns, int64_t window_ns);
-/* /proc/stat's first line: *ticks = its busy time (user, nice, system, irq, softirq); 0 when it
- * is not such a line. */
-int lw_parse_stat_busy(const char *text, int64_t *ticks);
 
 typedef struct lw_world {
     int size;

@@ -1,10 +1,11 @@
 /* Entry barriers of the local backend: a counter and a generation under the group lock, a
  * short spin while peers are likely running (none when the ranks outnumber the cores or
- * other processes keep them busy: lw_spin), then a sleep on the group's futex word (lw_group_sleep). Whether a barrier
- * completes or fails is decided under the lock: a rank that gives up (the world aborted, a
- * member returned, or its timeout passed) takes its arrival back, so a barrier never completes
- * without everyone. An entry barrier also compares the members' fingerprints as they arrive: a
- * few integers under a lock already held, so the check is always on. */
+ * other processes keep them busy: lw_spin), then a sleep on the group's futex word
+ * (lw_group_sleep). Whether a barrier completes or fails is decided under the lock: a rank that
+ * gives up (the world aborted, a member returned, or its timeout passed) takes its arrival back,
+ * so a barrier never completes without everyone. An entry barrier also compares the members'
+ * fingerprints as they arrive: a few integers under a lock already held, so the check is always
+ * on. */
 #include <sched.h>
 #include <stdio.h>
 #include <time.h>

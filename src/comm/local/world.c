@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "comm/boot/boot.h"
+#include "comm/host_load.h"
 #include "comm/local/local_impl.h"
 #include "comm/worker.h"
 #include "core/alloc.h"
@@ -168,6 +169,13 @@ static void rank_finished(lw_world *w, int rank, dt_status st) {
     wake_groups(w, rank);
     if (st != DT_OK) wake_groups(w, -1);
     pthread_mutex_unlock(&w->mu);
+}
+
+/* Other processes' use of the cores, for the waits of ranks that fit on them (lw_spin). */
+static dt_host_load host_load = DT_HOST_LOAD_INIT(200 * 1000 * 1000, dt_process_cpu_ns, NULL);
+
+int lw_host_shared(void) {
+    return dt_host_load_shared(&host_load);
 }
 
 static void *rank_main(void *p) {

@@ -69,11 +69,11 @@ static void fail_timeout(ux_op *op, int m, int posting) {
 }
 
 /* Waits until member m's flag f reaches want (posting: m's posted flag, else its done flag):
- * a short spin, then, while every rank of this host has a core (w->fits), yields for up to
- * YIELD_NS, then sleeps on the flag; fails when the world fails, m returned, or the deadline
- * passes. A peer copying a chunk takes tens of microseconds, and a futex wake-up about as
- * long again: sleeping after the spin alone made 2-process collectives of 16 MiB wait out
- * a wake-up on most rounds (median 6.3 ms, min 3.6 ms). */
+ * a short spin, then, while every rank of this host has a core and no other process keeps the
+ * cores busy (ux_may_yield), yields for up to YIELD_NS, then sleeps on the flag; fails when
+ * the world fails, m returned, or the deadline passes. A peer copying a chunk takes tens of
+ * microseconds, and a futex wake-up about as long again: sleeping after the spin alone made
+ * 2-process collectives of 16 MiB wait out a wake-up on most rounds (median 6.3 ms, min 3.6 ms). */
 static dt_status wait_flag(ux_op *op, shm_flag *f, uint64_t want, int m, int posting) {
     for (int i = 0; i < SPINS; i++) {
         if (atomic_load_explicit(&f->v, memory_order_acquire) >= want) return DT_OK;
@@ -81,7 +81,7 @@ static dt_status wait_flag(ux_op *op, shm_flag *f, uint64_t want, int m, int pos
     }
     ux_world *w = op->w;
     unsigned seen = atomic_load(&w->events) - 1u;
-    const int64_t yield_until = w->fits ? ux_now_ns() + YIELD_NS : 0;
+    const int64_t yield_until = ux_may_yield(w) ? ux_now_ns() + YIELD_NS : 0;
     while (!op->st) {
         unsigned ev = atomic_load(&w->events);
         if (ev != seen) {

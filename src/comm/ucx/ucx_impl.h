@@ -18,6 +18,7 @@
 #include "comm/boot/boot.h"
 #include "comm/boot/failure.h"
 #include "comm/comm_impl.h"
+#include "comm/host_load.h"
 
 /* Group ranks travel in 16 bits of a message tag. */
 #define DT_UX_MAX_RANKS DT_BOOT_MAX_RANKS
@@ -51,6 +52,10 @@ typedef struct ux_world {
     int shm_on;   /* DT_UCX_SHM: groups on one host run over a shared-memory arena (shm.c) */
     int *host;    /* per world rank: the lowest world rank on its host (UX_HOST_ID) */
     int fits;     /* every rank of this host has a core: waits may spin and yield */
+    /* The process ids of this host's ranks (this one's first), and other processes' use of
+     * the host's cores (comm/host_load.h). */
+    int *host_pids, nhost_pids;
+    dt_host_load load;
 
     /* Failure and exit state: written under mu (control thread, error callbacks, failing
      * operations), announced by bumping events, which waiting operations poll. */
@@ -73,6 +78,13 @@ typedef struct ux_world {
     int hier;              /* DT_UCX_HIER (default 1) */
     atomic_long hier_runs; /* hierarchical all_reduces run, for tests */
 } ux_world;
+
+/* Whether a wait may yield before it sleeps: every rank of this host has a core and no other
+ * process keeps the cores busy (beside CPU-bound processes, 2 processes' 1 KiB collectives
+ * took 1.3-2.7 ms yielding for 50 us, each yield handing its core away for a slice). */
+static inline int ux_may_yield(ux_world *w) {
+    return w->fits && !dt_host_load_shared(&w->load);
+}
 
 /* Communicators with the same key and members on this rank share one group (tags, seq). */
 typedef struct ux_group {

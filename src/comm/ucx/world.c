@@ -20,6 +20,20 @@
 #define DEFAULT_RING_MIN  (64u << 10)
 #define CLOSE_NS          5000000000LL
 
+/* The boot blob: the host id, then the process id (int32), then the worker address. */
+#define ADDR_AT (UX_HOST_ID + 4)
+
+/* Other processes' use of the cores is measured over windows this long: the host's ranks' CPU
+ * times come from /proc/<pid>/stat in 10 ms ticks each, so rounding stays under the quarter of
+ * a core that counts (comm/host_load.h). */
+#define HOST_LOAD_WINDOW_NS 500000000LL
+
+/* dt_ours_fn: the CPU time of this host's ranks. */
+static int64_t host_cpu_ns(void *arg) {
+    const ux_world *w = arg;
+    return dt_pids_cpu_ns(w->host_pids, w->nhost_pids);
+}
+
 typedef struct ep_arg {
     ux_world *w;
     int rank;
@@ -147,8 +161,11 @@ static dt_status read_config(ux_world *w) {
     w->sent = calloc(n, sizeof *w->sent);
     w->recvd = calloc(n, sizeof *w->recvd);
     w->host = calloc(n, sizeof *w->host);
-    if (!w->host || !w->eps || !w->ep_error || !w->exited || !w->exit_sent || !w->exit_recvd ||
-        !w->sent || !w->recvd)
+    w->host_pids = calloc(n, sizeof *w->host_pids);
+    if (w->host_pids) w->host_pids[0] = (int)getpid(), w->nhost_pids = 1;
+    dt_host_load_init(&w->load, HOST_LOAD_WINDOW_NS, host_cpu_ns, w);
+    if (!w->host || !w->host_pids || !w->eps || !w->ep_error || !w->exited || !w->exit_sent ||
+        !w->exit_recvd || !w->sent || !w->recvd)
         return dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory for %d ranks", w->size);
     return DT_OK;
 }
@@ -231,19 +248,21 @@ static dt_status connect_peers(ux_world *w, ep_arg **args_out) {
     size_t len;
     ucs_status_t us = ucp_worker_get_address(w->worker, &addr, &len);
     if (us != UCS_OK) return ucx_error("ucp_worker_get_address", us);
-    /* What every rank publishes: its host id, then its worker address. */
-    char *blob = malloc(UX_HOST_ID + len);
+    /* What every rank publishes: its host id, its process id, then its worker address. */
+    char *blob = malloc(ADDR_AT + len);
     if (!blob) {
         ucp_worker_release_address(w->worker, addr);
         return dt_error(DT_ERR_NOMEM, "dt_ucx_run: out of memory");
     }
     dt_boot_host_id(blob);
-    memcpy(blob + UX_HOST_ID, addr, len);
+    int32_t pid = (int32_t)getpid();
+    memcpy(blob + UX_HOST_ID, &pid, sizeof pid);
+    memcpy(blob + ADDR_AT, addr, len);
     ucp_worker_release_address(w->worker, addr);
     void **addrs = NULL;
     size_t *lens = NULL;
     int *socks = NULL;
-    dt_status st = dt_boot_exchange(&w->env, w->startup_timeout_ns, blob, UX_HOST_ID + len, &addrs,
+    dt_status st = dt_boot_exchange(&w->env, w->startup_timeout_ns, blob, ADDR_AT + len, &addrs,
                                     &lens, &socks);
     DT_CHECK_GOTO(st, st, out);
     ep_arg *args = calloc((size_t)w->size, sizeof *args);
@@ -261,20 +280,25 @@ static dt_status connect_peers(ux_world *w, ep_arg **args_out) {
         }
     }
     int on_host = 0;
-    for (int r = 0; r < w->size; r++)
-        on_host += w->host[r] == w->host[w->rank];
+    for (int r = 0; r < w->size; r++) {
+        if (w->host[r] != w->host[w->rank]) continue;
+        on_host++;
+        if (r == w->rank || lens[r] <= ADDR_AT) continue; /* this rank's own pid is first */
+        memcpy(&pid, (char *)addrs[r] + UX_HOST_ID, sizeof pid);
+        w->host_pids[w->nhost_pids++] = pid;
+    }
     w->fits = on_host <= dt_usable_cores();
     /* The processes of this host share its cores for their kernels' intra-op threads. */
     if (st == DT_OK && dt_pool_set_threads(dt_pool_share(on_host)) != DT_OK)
         dt_error(DT_OK, "%s", ""); /* fewer threads change no result */
     for (int r = 0; r < w->size && st == DT_OK; r++) {
         if (r == w->rank) continue;
-        if (lens[r] <= UX_HOST_ID) {
+        if (lens[r] <= ADDR_AT) {
             st = dt_error(DT_ERR_COMM, "dt_ucx_run: rank %d published no UCX address", r);
             break;
         }
         int same = memcmp(addrs[r], blob, UX_HOST_ID) == 0;
-        st = make_ep(w, r, (char *)addrs[r] + UX_HOST_ID, same, &args[r]);
+        st = make_ep(w, r, (char *)addrs[r] + ADDR_AT, same, &args[r]);
     }
     dt_boot_blobs_free(addrs, lens, w->size);
     if (st != DT_OK) {
@@ -374,6 +398,7 @@ static void free_world(ux_world *w, ep_arg *args) {
     free((void *)w->sent);
     free((void *)w->recvd);
     free(w->host);
+    free(w->host_pids);
     free(args);
     free(w);
     dt_host_cache_trim();
