@@ -104,6 +104,16 @@ Test(ucx, rings_everywhere_3, .timeout = 120) {
     free(r.out);
 }
 
+/* Every rank knows the process ids of the host's ranks, for the waits' estimate of other
+ * processes' load (ucx_host_pids.c). */
+Test(ucx, host_pids_3, .timeout = 120) {
+    skip_without_ucx();
+    run_result r = run_prog("UCX_TLS=sm DT_TIMEOUT_S=60", "-n 3", "pids");
+    cr_expect_eq(r.code, 0, "dtrun exited with %d:\n%s", r.code, r.out);
+    expect_each_rank(&r, 3, "[ok] pids of 3 ranks");
+    free(r.out);
+}
+
 /* The shared-memory path at its chunk boundaries on several groups (ucx_shm_checks.c), and
  * the same calls over UCP with DT_UCX_SHM=0; each run says how many went over shared memory. */
 static void shm_checks(const char *shm, int n) {

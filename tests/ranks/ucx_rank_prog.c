@@ -558,6 +558,8 @@ static dt_status mode_ops(dt_ctx *ctx) {
     return DT_OK;
 }
 
+dt_status ucx_host_pids(dt_ctx *ctx); /* ucx_host_pids.c */
+
 static dt_status body(dt_ctx *ctx, void *arg) {
     const char *mode = arg;
     dt_status st;
@@ -570,6 +572,7 @@ static dt_status body(dt_ctx *ctx, void *arg) {
         return mode_ops(ctx);
     }
     if (!strcmp(mode, "shm")) return ucx_shm_checks(ctx);
+    if (!strcmp(mode, "pids")) return ucx_host_pids(ctx);
     if (!strcmp(mode, "fault")) { /* the path the all_reduces that the kill interrupts take */
         dt_comm *world;
         dt_comm_stats s;
