@@ -10,6 +10,7 @@
 #include "core/half.h"
 #include "core/pool.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/simd.h"
 #include "ops/cpu/vexp.h"
 #include "ops/kernel_args.h"
 #include "ops/kernels.h"
@@ -319,6 +320,15 @@ typedef struct {
 /* n elements of dtype, a and b at element strides sa and sb, o contiguous: o = f(a, b). */
 static void binary_strided(dt_binary f, dt_dtype dtype, void *o, const void *a, int64_t sa,
                            const void *b, int64_t sb, int64_t n) {
+    /* f32 arithmetic on contiguous rows: the widest vectors the CPU has (the same bits) */
+    if (dtype == DT_F32 && sa == 1 && sb == 1 && f <= DT_BINARY_DIV) {
+        _Static_assert(DT_BINARY_ADD == 0 && DT_BINARY_SUB == 1 && DT_BINARY_MUL == 2 &&
+                           DT_BINARY_DIV == 3 && DT_SIMD_ADD == 0 && DT_SIMD_SUB == 1 &&
+                           DT_SIMD_MUL == 2 && DT_SIMD_DIV == 3,
+                       "binary ops and the SIMD arithmetic keep one order");
+        dt_simd_arith((dt_simd_arith_op)f, n, a, b, o);
+        return;
+    }
 #define BINARY_CASE(DT, SUF, T)                                                                    \
     case DT: binary_row_##SUF(f, (T *)o, (const T *)a, sa, (const T *)b, sb, n); break;
     switch (dtype) {

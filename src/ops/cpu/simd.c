@@ -4,6 +4,7 @@
 #include "ops/cpu/simd.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,26 @@
 /* Loads and stores of a whole vector (a constant size: one vector move) or of the row's tail. */
 #define LD(v, p) (full ? memcpy(&(v), (p), sizeof(v)) : memcpy(&(v), (p), m))
 #define ST(p, v) (full ? memcpy((p), &(v), sizeof(v)) : memcpy((p), &(v), m))
+
+/* o = x OP y over n contiguous floats; a tail's unused lanes are computed on zeros, never
+ * stored. */
+#define ARITH_LOOP(SUF, NAME, ATTR, VF, L, OP)                                                     \
+    static ATTR void NAME##_##SUF(int64_t n, const float *x, const float *y, float *o) {           \
+        int64_t i = 0;                                                                             \
+        for (; i + L <= n; i += L) {                                                               \
+            VF a, b;                                                                               \
+            memcpy(&a, x + i, sizeof a), memcpy(&b, y + i, sizeof b);                              \
+            VF r = a OP b;                                                                         \
+            memcpy(o + i, &r, sizeof r);                                                           \
+        }                                                                                          \
+        if (i < n) {                                                                               \
+            size_t m = (size_t)(n - i) * sizeof(float);                                            \
+            VF a = {0}, b = {0};                                                                   \
+            memcpy(&a, x + i, m), memcpy(&b, y + i, m);                                            \
+            VF r = a OP b;                                                                         \
+            memcpy(o + i, &r, m);                                                                  \
+        }                                                                                          \
+    }
 
 #define DEFINE_LOOPS(SUF, VF, VI, L, ATTR, EXP)                                                    \
     static ATTR void silu_mul_##SUF(int64_t n, const float *g, const float *u, float *out) {       \
@@ -96,6 +117,10 @@
             ST(y + i, v);                                                                          \
         }                                                                                          \
     }                                                                                              \
+    ARITH_LOOP(SUF, add, ATTR, VF, L, +)                                                           \
+    ARITH_LOOP(SUF, sub, ATTR, VF, L, -)                                                           \
+    ARITH_LOOP(SUF, mul, ATTR, VF, L, *)                                                           \
+    ARITH_LOOP(SUF, div, ATTR, VF, L, /)                                                           \
     static ATTR void softmax_grad_##SUF(int64_t n, const float *x, float mx, float inv, float g,   \
                                         float *y) {                                                \
         for (int64_t i = 0; i < n; i += L) {                                                       \
@@ -140,12 +165,13 @@ typedef struct loops {
     void (*softmax_grad)(int64_t, const float *, float, float, float, float *);
     double (*add_sumsq)(int64_t, const float *, const float *, float *);
     void (*scale_mul)(int64_t, const float *, float, const float *, float *);
+    void (*arith[DT_SIMD_ARITH_COUNT])(int64_t, const float *, const float *, float *);
 } loops;
 
 #define LOOPS(SUF)                                                                                 \
     {                                                                                              \
         silu_mul_##SUF, silu_mul_bwd_##SUF, row_max_##SUF, exp_shift_##SUF, softmax_grad_##SUF,    \
-            add_sumsq_##SUF, scale_mul_##SUF                                                       \
+            add_sumsq_##SUF, scale_mul_##SUF, {add_##SUF, sub_##SUF, mul_##SUF, div_##SUF}         \
     }
 
 static const loops table[DT_SIMD_COUNT] = {
@@ -171,6 +197,9 @@ dt_simd dt_simd_cpu_best(void) {
     return DT_SIMD_SSE;
 }
 
+/* The table of dt_simd_level's path, kept once chosen (NULL: to choose again, after a cap). */
+static _Atomic(const loops *) current;
+
 /* The cap: -1 until read from DT_SIMD (a benign race: every thread reads the same). */
 static int cap = -1;
 
@@ -183,6 +212,7 @@ static int env_cap(void) {
 
 void dt_simd_set_cap(dt_simd c) {
     cap = (unsigned)c <= DT_SIMD_COUNT ? (int)c : DT_SIMD_COUNT;
+    atomic_store_explicit(&current, NULL, memory_order_relaxed);
 }
 
 dt_simd dt_simd_level(void) {
@@ -192,8 +222,15 @@ dt_simd dt_simd_level(void) {
     return (dt_simd)(cap < best ? cap : best);
 }
 
-static const loops *chosen(void) {
-    return &table[dt_simd_level()];
+__attribute__((noinline, cold)) static const loops *choose(void) {
+    const loops *l = &table[dt_simd_level()];
+    atomic_store_explicit(&current, l, memory_order_relaxed);
+    return l;
+}
+
+static inline const loops *chosen(void) {
+    const loops *l = atomic_load_explicit(&current, memory_order_relaxed);
+    return l ? l : choose();
 }
 
 void dt_simd_silu_mul(int64_t n, const float *g, const float *u, float *out) {
@@ -255,4 +292,8 @@ double dt_simd_add_sumsq(int64_t n, const float *x, const float *r, float *h) {
 
 void dt_simd_scale_mul(int64_t n, const float *h, float k, const float *w, float *y) {
     chosen()->scale_mul(n, h, k, w, y);
+}
+
+void dt_simd_arith(dt_simd_arith_op op, int64_t n, const float *a, const float *b, float *o) {
+    chosen()->arith[op](n, a, b, o);
 }

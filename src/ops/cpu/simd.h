@@ -58,4 +58,15 @@ void dt_simd_softmax_grad(int64_t n, const float *x, float mx, float inv, float 
 double dt_simd_add_sumsq(int64_t n, const float *x, const float *r, float *h);
 void dt_simd_scale_mul(int64_t n, const float *h, float k, const float *w, float *y);
 
+/* Arithmetic of two contiguous rows, o = a op b, one IEEE operation per element: the same bits
+ * on every path. o may be a or b. */
+typedef enum dt_simd_arith_op {
+    DT_SIMD_ADD,
+    DT_SIMD_SUB,
+    DT_SIMD_MUL,
+    DT_SIMD_DIV,
+    DT_SIMD_ARITH_COUNT
+} dt_simd_arith_op;
+void dt_simd_arith(dt_simd_arith_op op, int64_t n, const float *a, const float *b, float *o);
+
 #endif
