@@ -53,7 +53,7 @@ struct dt_host_arena {
     int closed;
 };
 
-static _Thread_local dt_host_arena *bound;
+_Thread_local dt_host_arena *dt_host_bound;
 
 static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
 static block *shared_lists[NCLASS];
@@ -143,7 +143,7 @@ static void take_remote(dt_host_arena *a) {
 void *dt_host_alloc(size_t bytes) {
     int cls = class_of(bytes);
     if (cls < 0) return NULL;
-    dt_host_arena *a = bound;
+    dt_host_arena *a = dt_host_bound;
     block *b = NULL;
     if (a) {
         if (!a->lists[cls] && atomic_load_explicit(&a->remote, memory_order_relaxed))
@@ -204,7 +204,7 @@ void dt_host_free(void *p) {
     if (!p) return;
     block *b = (block *)((char *)p - HEADER);
     dt_host_arena *a = b->arena;
-    if (a && a == bound) {
+    if (a && a == dt_host_bound) {
         if (a->cached + b->size <= limit()) {
             b->next = a->lists[b->cls];
             a->lists[b->cls] = b;
@@ -248,10 +248,10 @@ void dt_host_cache_trim(void) {
     free_lists(shared_lists);
     shared_cached = 0;
     pthread_mutex_unlock(&shared_mu);
-    if (bound) {
-        take_remote(bound);
-        free_lists(bound->lists);
-        bound->cached = 0;
+    if (dt_host_bound) {
+        take_remote(dt_host_bound);
+        free_lists(dt_host_bound->lists);
+        dt_host_bound->cached = 0;
     }
 }
 
@@ -267,13 +267,9 @@ dt_host_arena *dt_host_arena_create(void) {
 }
 
 dt_host_arena *dt_host_arena_bind(dt_host_arena *a) {
-    dt_host_arena *prev = bound;
-    bound = a;
+    dt_host_arena *prev = dt_host_bound;
+    dt_host_bound = a;
     return prev;
-}
-
-dt_host_arena *dt_host_arena_current(void) {
-    return bound;
 }
 
 size_t dt_host_arena_cached(const dt_host_arena *a) {
@@ -282,7 +278,7 @@ size_t dt_host_arena_cached(const dt_host_arena *a) {
 
 void dt_host_arena_close(dt_host_arena *a) {
     if (!a) return;
-    if (bound == a) bound = NULL;
+    if (dt_host_bound == a) dt_host_bound = NULL;
     free_lists(a->lists);
     pthread_mutex_lock(&a->mu);
     block *b = atomic_exchange(&a->remote, NULL);

@@ -31,9 +31,14 @@ dt_host_arena *dt_host_arena_create(void);
 /* Makes a (NULL: none) the calling thread's arena; returns the previous one. A thread may
  * have one bound at a time; an arena is bound to one thread at a time. */
 dt_host_arena *dt_host_arena_bind(dt_host_arena *a);
+/* The thread's bound arena (alloc.c's; read it through dt_host_arena_current). */
+extern _Thread_local dt_host_arena *dt_host_bound;
+
 /* The calling thread's arena (NULL: none): a rank's thread holds its context's, so callers
  * can tell their rank's own thread from any other. */
-dt_host_arena *dt_host_arena_current(void);
+static inline dt_host_arena *dt_host_arena_current(void) {
+    return dt_host_bound;
+}
 /* Bytes on a's free lists (its owner thread's view). */
 size_t dt_host_arena_cached(const dt_host_arena *a);
 /* Unbinds a from the calling thread, gives its free blocks back to the system and ends it;

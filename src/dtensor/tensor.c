@@ -222,8 +222,39 @@ dt_status dt_tensor_alloc_laid_out(dt_mesh *mesh, dt_device device, dt_dtype dty
                                    const int64_t *shape, const dt_placement *norm,
                                    const int64_t *local_shape, const int64_t *local_offset,
                                    dt_tensor **out) {
-    const int64_t *layout[2] = {local_shape, local_offset};
-    return make(mesh, device, dtype, ndim, shape, norm, layout, NULL, true, UNINIT, out);
+    if (mesh->rank < 0) /* holds nothing: make's general path */
+        return make(mesh, device, dtype, ndim, shape, norm, NULL, NULL, true, UNINIT, out);
+    const dt_mem_ops *mem = dt_mem_ops_of(device.kind);
+    if (!mem) return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
+                              (int)device.kind);
+    dt_tensor *t = dt_host_alloc(sizeof *t);
+    if (!t) return dt_error(DT_ERR_NOMEM, "tensor: out of memory");
+    /* Field by field: the dims as whole arrays (fixed-size copies, zero past ndim in the
+     * caller's), the placements past the mesh's dims zeroed, no zeroing of the whole shell. */
+    t->magic = DT_TENSOR_LIVE;
+    atomic_init(&t->refs, 1);
+    t->dtype = dtype, t->ndim = ndim;
+    memcpy(t->shape, shape, sizeof t->shape);
+    memcpy(t->local_shape, local_shape, sizeof t->local_shape);
+    memcpy(t->local_offset, local_offset, sizeof t->local_offset);
+    memset(t->placements, 0, sizeof t->placements);
+    for (int m = 0; m < mesh->ndim; m++)
+        t->placements[m] = norm[m];
+    t->local_numel = dt_shape_numel(t->local_shape, ndim);
+    size_t bytes = t->local_numel * dt_dtype_size(dtype);
+    t->device = device;
+    t->dropped = false, t->ag = NULL, t->trace_src = 0, t->version = 0;
+    if (!(t->data = mem->alloc(bytes))) { /* the allocator said why */
+        dt_host_free(t);
+        dt_error_prefix("tensor: a shard");
+        return DT_ERR_NOMEM;
+    }
+    t->owned = true;
+    t->mesh = mesh;
+    dt_mesh_retain(mesh);
+    count_change(mesh->ctx, 1, (long long)bytes);
+    *out = t;
+    return DT_OK;
 }
 
 void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,

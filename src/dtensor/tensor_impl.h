@@ -147,9 +147,10 @@ dt_status dt_tensor_new(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndi
 dt_status dt_tensor_alloc(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                           const int64_t *shape, const dt_placement *norm, dt_tensor **out);
 
-/* dt_tensor_alloc with this rank's local shape and offset already known (ndim each; what
- * dt_shard_layout gives for the mesh's own coordinate): dispatch keeps them with a cached
- * strategy, so a cached op skips the layout computation. */
+/* dt_tensor_alloc with this rank's local shape and offset already known (what dt_shard_layout
+ * gives for the mesh's own coordinate): dispatch keeps them with a cached strategy, so a cached
+ * op skips the layout computation. shape, local_shape and local_offset are whole arrays of
+ * DT_MAX_NDIM, zero past ndim (copied whole). */
 dt_status dt_tensor_alloc_laid_out(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                                    const int64_t *shape, const dt_placement *norm,
                                    const int64_t *local_shape, const int64_t *local_offset,

@@ -247,6 +247,25 @@ dt_status dt_dispatch_route(dt_op op, dt_tensor *const *in, int n, const dt_op_a
     return DT_OK;
 }
 
+/* compute's common case, a new output alone from inputs already in place, untraced: no moves
+ * to undo, no other outputs, nothing handed back but the output. */
+static dt_status compute_plain(dt_op op, const op_family *f, dt_tensor *const *in, int n,
+                               const dt_op_args *a, const dt_op_choice *s, dt_tensor **out) {
+    dt_mesh *mesh = in[0]->mesh;
+    dt_ctx_bind(mesh->ctx);
+    dt_tensor *o;
+    DT_CHECK(dt_tensor_alloc_laid_out(mesh, in[0]->device, s->spec.dtype, s->spec.ndim,
+                                      s->spec.shape, s->out, s->out_local_shape,
+                                      s->out_local_offset, &o));
+    dt_status st = compute_local(op, f, in, n, a, o, NULL, 0);
+    if (st != DT_OK) {
+        dt_tensor_release(o);
+        return st;
+    }
+    *out = o;
+    return DT_OK;
+}
+
 /* into: the tensor that takes the output (dt_dispatch_compute_into, checked there), else
  * NULL for a new one. */
 static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
@@ -256,6 +275,11 @@ static dt_status compute(dt_op op, dt_tensor *const *in, int n, const dt_op_args
     const dt_op_args *a = args ? args : &dt_dispatch_no_args;
     dt_mesh *mesh = in[0]->mesh;
     dt_ctx *ctx = mesh->ctx;
+    unsigned all = (1u << n) - 1;
+    if (!into && !used && !f->aux && !ctx->trace && (s->in_place & all) == all) {
+        *naux = 0;
+        return compute_plain(op, f, in, n, a, s, out);
+    }
     double t0 = ctx->trace ? dt_now_us() : 0;
     dt_ctx_bind(ctx);
     dt_tensor *moved[DT_OP_MAX_INPUTS] = {0}, *use[DT_OP_MAX_INPUTS] = {0};

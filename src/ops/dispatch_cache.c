@@ -159,6 +159,9 @@ dt_status dt_strategy_lookup_slow(dt_op op, const op_family *f, dt_tensor *const
         if (mesh->rank >= 0)
             dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, s->spec.ndim, s->spec.shape,
                             s->out, s->out_local_shape, s->out_local_offset);
+        /* zero past ndim: dt_tensor_alloc_laid_out copies the arrays whole */
+        for (int d = s->spec.ndim; d < DT_MAX_NDIM; d++)
+            s->spec.shape[d] = s->out_local_shape[d] = s->out_local_offset[d] = 0;
     }
     DT_CHECK(cache_put_entry(&at, s, st, &e));
     dt_memo_fill(mesh, at.c, e, op, in, n, args, model);

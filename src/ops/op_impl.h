@@ -147,8 +147,13 @@ typedef struct op_desc {
     dt_status (*backward)(const struct dt_grad_call *c, dt_tensor **in_grad); /* ops/grad.h */
 } op_desc;
 
-/* The description of a built-in op, NULL for any other value (registry.c). */
-const op_desc *dt_op_desc(dt_op op);
+/* Every built-in op's description, by its dt_op (registry.c). */
+extern const op_desc dt_op_descs[DT_OP_COUNT];
+
+/* The description of a built-in op, NULL for any other value. */
+static inline const op_desc *dt_op_desc(dt_op op) {
+    return (unsigned)op < DT_OP_COUNT ? &dt_op_descs[op] : NULL;
+}
 
 /* Dispatch without recording (dispatch.c), the two halves autograd/record.c records around.
  * check: in holds n live inputs of op on one mesh and device, none dropped (as fn op).
@@ -251,8 +256,13 @@ dt_status dt_dispatch_run(dt_op op, dt_tensor *const *in, int n, const dt_op_arg
 dt_status dt_op_replay(dt_op op, dt_tensor *const *in, int n, const dt_op_args *args,
                        dt_tensor *out);
 
-/* The family of op, built-in or registered (registry.c). */
-const op_family *dt_op_family(dt_op op);
+/* The family of a registered op, NULL when op is none (registry.c). */
+const op_family *dt_op_family_user(dt_op op);
+
+/* The family of op, built-in or registered. */
+static inline const op_family *dt_op_family(dt_op op) {
+    return (unsigned)op < DT_OP_COUNT ? dt_op_descs[op].family : dt_op_family_user(op);
+}
 
 /* The kernel op runs in table k, NULL when it runs none; DT_ERR_UNSUPPORTED naming the op and
  * the table when the table lacks it. */

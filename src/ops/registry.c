@@ -18,7 +18,7 @@
 /* Ops built from other ops: composite.c runs them through dt_op_call, piece by piece. */
 const op_family dt_family_composite = {.composite = true};
 
-static const op_desc descs[] = {
+const op_desc dt_op_descs[DT_OP_COUNT] = {
 #define DESC(e, name_, family_, min_in, max_in, kernel_, args_, wrapper_, grad_)                   \
     [DT_OP_##e] = {.name = name_,                                                                  \
                    .family = &dt_family_##family_,                                                 \
@@ -32,24 +32,19 @@ static const op_desc descs[] = {
     DT_OP_LIST(DESC)
 #undef DESC
 };
-_Static_assert(sizeof descs / sizeof descs[0] == DT_OP_COUNT, "op table incomplete");
+_Static_assert(sizeof dt_op_descs / sizeof dt_op_descs[0] == DT_OP_COUNT, "op table incomplete");
 /* One entry per value of dt_op (designated initializers catch a value given twice). */
 #define ONE(...) +1
 _Static_assert(0 DT_OP_LIST(ONE) == DT_OP_COUNT, "the op list and dt_op (dtensor/ops.h) differ");
 #undef ONE
 
-const op_desc *dt_op_desc(dt_op op) {
-    return (unsigned)op < DT_OP_COUNT ? &descs[op] : NULL;
-}
-
 const char *dt_op_name(dt_op op) {
-    if ((unsigned)op < DT_OP_COUNT) return descs[op].name;
+    if ((unsigned)op < DT_OP_COUNT) return dt_op_descs[op].name;
     const char *user = dt_user_op_name(op);
     return user ? user : "?";
 }
 
-const op_family *dt_op_family(dt_op op) {
-    if ((unsigned)op < DT_OP_COUNT) return descs[op].family;
+const op_family *dt_op_family_user(dt_op op) {
     return dt_user_op_name(op) ? &dt_family_user : NULL;
 }
 
