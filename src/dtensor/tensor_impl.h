@@ -15,8 +15,8 @@
 #define DT_TENSOR_LIVE 0x7e5a11feu
 #define DT_TENSOR_DEAD 0xdeadbeefu
 
-/* Every field is set by make and by dt_tensor_alloc_laid_out (tensor.c), which fills a new
- * shell field by field: a new field goes to both. */
+/* tensor.c's make zeroes a new shell, but dt_tensor_alloc_laid_out (the cached dispatch's
+ * outputs) sets it field by field: a new field must be set there too. */
 struct dt_tensor {
     unsigned magic;
     atomic_int refs;
