@@ -3,6 +3,7 @@
  * plain one-element-at-a-time loop written here, bit for bit (NaN as NaN), tails and specials
  * (zeros of both signs, infinities, NaN, subnormals) included, in place too; and the binary
  * kernel itself (dt_cpu_binary) on equal shapes against the same loop. */
+#include <fenv.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,23 @@ Test(simd_arith, binary_kernel_on_equal_shapes) {
             for (int i = 0; i < R * C; i++)
                 cr_assert(same_bits(o[i], naive(k, a[i], b[i])), "%s binary %d [%d]: %a",
                           dt_simd_name((dt_simd)p), k, i, o[i]);
+        }
+    }
+    dt_simd_set_cap(DT_SIMD_COUNT);
+}
+
+/* A row's tail computes whole vectors: the lanes past it must raise no floating-point flag
+ * that the row's own elements do not (0 / 0 would flag an invalid operation). */
+Test(simd_arith, a_tail_raises_no_invalid_flag) {
+    int best = (int)dt_simd_cpu_best();
+    float a[3] = {1.0f, 2.0f, 3.0f}, b[3] = {4.0f, 5.0f, 6.0f}, o[3];
+    for (int p = 0; p <= best; p++) {
+        dt_simd_set_cap((dt_simd)p);
+        for (int op = 0; op < DT_SIMD_ARITH_COUNT; op++) {
+            feclearexcept(FE_ALL_EXCEPT);
+            dt_simd_arith((dt_simd_arith_op)op, 3, a, b, o);
+            cr_assert(!fetestexcept(FE_INVALID | FE_DIVBYZERO), "%s op %d: a flag from the tail",
+                      dt_simd_name((dt_simd)p), op);
         }
     }
     dt_simd_set_cap(DT_SIMD_COUNT);

@@ -16,8 +16,8 @@
 #define LD(v, p) (full ? memcpy(&(v), (p), sizeof(v)) : memcpy(&(v), (p), m))
 #define ST(p, v) (full ? memcpy((p), &(v), sizeof(v)) : memcpy((p), &(v), m))
 
-/* o = x OP y over n contiguous floats; a tail's unused lanes are computed on zeros, never
- * stored. */
+/* o = x OP y over n contiguous floats; a tail's unused lanes compute 0 OP 1 (no invalid
+ * operation to flag), never stored. */
 #define ARITH_LOOP(SUF, NAME, ATTR, VF, L, OP)                                                     \
     static ATTR void NAME##_##SUF(int64_t n, const float *x, const float *y, float *o) {           \
         int64_t i = 0;                                                                             \
@@ -29,7 +29,7 @@
         }                                                                                          \
         if (i < n) {                                                                               \
             size_t m = (size_t)(n - i) * sizeof(float);                                            \
-            VF a = {0}, b = {0};                                                                   \
+            VF a = {0}, b = a + 1.0f;                                                              \
             memcpy(&a, x + i, m), memcpy(&b, y + i, m);                                            \
             VF r = a OP b;                                                                         \
             memcpy(o + i, &r, m);                                                                  \
