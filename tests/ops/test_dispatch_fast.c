@@ -44,6 +44,22 @@ static dt_status binary_case(dt_mesh *mesh, int mul, dt_dtype dt, int64_t r, int
             (long long)info.shape[1], dt_dtype_name(info.dtype));
     R_CHECK(dt_placement_equal(info.placements[0], p), "%s (%lld, %lld): placement changed",
             mul ? "mul" : "add", (long long)r, (long long)c);
+    /* This rank's block as torch.chunk cuts it (ceil(n / ranks) a rank, the last ones short),
+     * in the output's own spec: what its readers (dt_tensor_info, FSDP, cross-mesh moves) see. */
+    int ws = dt_mesh_dim_size(mesh, 0), me = dt_mesh_coord(mesh, 0);
+    for (int d = 0; d < 2; d++) {
+        int64_t n = d == 0 ? r : c, len = n, off = 0;
+        if (p.kind == DT_PLACEMENT_SHARD && p.dim == d) {
+            int64_t chunk = (n + ws - 1) / ws;
+            off = me * chunk < n ? me * chunk : n;
+            len = n - off < chunk ? n - off : chunk;
+        }
+        R_CHECK(info.local_shape[d] == len && info.local_offset[d] == off,
+                "%s (%lld, %lld) rank %d dim %d: block %lld at %lld, want %lld at %lld",
+                mul ? "mul" : "add", (long long)r, (long long)c, me, d,
+                (long long)info.local_shape[d], (long long)info.local_offset[d], (long long)len,
+                (long long)off);
+    }
     double got[64];
     R_OK(full_of(o, dt, got, n));
     for (size_t i = 0; i < n; i++) {
