@@ -151,18 +151,33 @@ void dt_tensor_storage_adopt(dt_tensor *t, void *data) {
     count_bytes(t->mesh->ctx, (long long)(t->local_numel * dt_dtype_size(t->dtype)));
 }
 
-/* One layout computation per tensor, none when the caller knows it (layout: the local shape,
- * then the local offset, ndim each; NULL: computed). */
+/* A new tensor's shell, unfilled, and its device's memory ops. The shell comes from the rank's
+ * arena too: a dispatch makes one per op (glibc's calloc and free of it were a tenth of a small
+ * op's instructions). */
+static inline dt_status shell_new(dt_device device, const dt_mem_ops **mem, dt_tensor **t) {
+    if (!(*mem = dt_mem_ops_of(device.kind)))
+        return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
+                        (int)device.kind);
+    if (!(*t = dt_host_alloc(sizeof **t))) return dt_error(DT_ERR_NOMEM, "tensor: out of memory");
+    return DT_OK;
+}
+
+/* A filled shell becomes a live tensor of mesh, with bytes of owned storage counted. */
+static dt_status born(dt_tensor *t, dt_mesh *mesh, size_t bytes, dt_tensor **out) {
+    t->mesh = mesh;
+    dt_mesh_retain(mesh);
+    count_change(mesh->ctx, 1, (long long)bytes); /* count_live's, size known */
+    *out = t;
+    return DT_OK;
+}
+
+/* One layout computation per tensor. */
 static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
-                      const int64_t *shape, const dt_placement *norm, const int64_t *const *layout,
-                      void *data, bool owned, int storage, dt_tensor **out) {
-    const dt_mem_ops *mem = dt_mem_ops_of(device.kind);
-    if (!mem) return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
-                              (int)device.kind);
-    /* The shell from the rank's arena too: a dispatch makes one per op (glibc's calloc and
-     * free of it were a tenth of a small op's instructions). */
-    dt_tensor *t = dt_host_alloc(sizeof *t);
-    if (!t) return dt_error(DT_ERR_NOMEM, "tensor: out of memory");
+                      const int64_t *shape, const dt_placement *norm, void *data, bool owned,
+                      int storage, dt_tensor **out) {
+    const dt_mem_ops *mem;
+    dt_tensor *t;
+    DT_CHECK(shell_new(device, &mem, &t));
     /* Zeroed by the assignment (stores the compiler inlines, cheaper than a memset call); the
      * dims are copied in loops, not memcpy calls, as a small op has few. */
     *t = (dt_tensor){.magic = DT_TENSOR_LIVE, .dtype = dtype, .ndim = ndim};
@@ -172,15 +187,9 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
     for (int m = 0; m < mesh->ndim; m++)
         t->placements[m] = norm[m];
     /* A rank outside the mesh (a sub-mesh made elsewhere) holds nothing of the tensor. */
-    if (mesh->rank >= 0 && layout) {
-        for (int d = 0; d < ndim; d++) {
-            t->local_shape[d] = layout[0][d];
-            t->local_offset[d] = layout[1][d];
-        }
-    } else if (mesh->rank >= 0) {
+    if (mesh->rank >= 0)
         dt_shard_layout(mesh->ndim, mesh->shape, mesh->coord, ndim, shape, norm, t->local_shape,
                         t->local_offset);
-    }
     t->local_numel = mesh->rank >= 0 ? dt_shape_numel(t->local_shape, ndim) : 0;
     t->device = device;
     t->data = data;
@@ -199,23 +208,18 @@ static dt_status make(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
             return st;
         }
     }
-    t->mesh = mesh;
-    dt_mesh_retain(mesh);
-    count_change(mesh->ctx, 1, t->owned ? (long long)bytes : 0); /* count_live's, size known */
-    *out = t;
-    return DT_OK;
+    return born(t, mesh, t->owned ? bytes : 0, out);
 }
 
 dt_status dt_tensor_new(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                         const int64_t *shape, const dt_placement *norm, void *data, bool owned,
                         dt_tensor **out) {
-    return make(mesh, device, dtype, ndim, shape, norm, NULL, data, owned, data ? GIVEN : ZEROED,
-                out);
+    return make(mesh, device, dtype, ndim, shape, norm, data, owned, data ? GIVEN : ZEROED, out);
 }
 
 dt_status dt_tensor_alloc(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
                           const int64_t *shape, const dt_placement *norm, dt_tensor **out) {
-    return make(mesh, device, dtype, ndim, shape, norm, NULL, NULL, true, UNINIT, out);
+    return make(mesh, device, dtype, ndim, shape, norm, NULL, true, UNINIT, out);
 }
 
 dt_status dt_tensor_alloc_laid_out(dt_mesh *mesh, dt_device device, dt_dtype dtype, int ndim,
@@ -223,12 +227,10 @@ dt_status dt_tensor_alloc_laid_out(dt_mesh *mesh, dt_device device, dt_dtype dty
                                    const int64_t *local_shape, const int64_t *local_offset,
                                    dt_tensor **out) {
     if (mesh->rank < 0) /* holds nothing: make's general path */
-        return make(mesh, device, dtype, ndim, shape, norm, NULL, NULL, true, UNINIT, out);
-    const dt_mem_ops *mem = dt_mem_ops_of(device.kind);
-    if (!mem) return dt_error(DT_ERR_UNSUPPORTED, "tensor: device kind %d is not in this build",
-                              (int)device.kind);
-    dt_tensor *t = dt_host_alloc(sizeof *t);
-    if (!t) return dt_error(DT_ERR_NOMEM, "tensor: out of memory");
+        return make(mesh, device, dtype, ndim, shape, norm, NULL, true, UNINIT, out);
+    const dt_mem_ops *mem;
+    dt_tensor *t;
+    DT_CHECK(shell_new(device, &mem, &t));
     /* Field by field: the dims as whole arrays (fixed-size copies, zero past ndim in the
      * caller's), the placements past the mesh's dims zeroed, no zeroing of the whole shell. */
     t->magic = DT_TENSOR_LIVE;
@@ -250,11 +252,7 @@ dt_status dt_tensor_alloc_laid_out(dt_mesh *mesh, dt_device device, dt_dtype dty
         return DT_ERR_NOMEM;
     }
     t->owned = true;
-    t->mesh = mesh;
-    dt_mesh_retain(mesh);
-    count_change(mesh->ctx, 1, (long long)bytes);
-    *out = t;
-    return DT_OK;
+    return born(t, mesh, bytes, out);
 }
 
 void dt_tensor_layout_of(const dt_tensor *t, int mesh_rank, int64_t *shape_out,
