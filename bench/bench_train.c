@@ -10,7 +10,8 @@
  * step, every kind; PyTorch: rank 0's gloo collectives over a step, from torch.profiler), and
  * the loss curve's largest relative distance from the same side's one-rank curve. Also per
  * configuration: the model's GFLOP/s, its fraction of the machine's peak (a 2048^3 OpenBLAS
- * sgemm on all cores, best of 3 before each configuration, the best of the run), and rank
+ * sgemm on all cores, best of 3 before each configuration, the best of the run; the steps
+ * start once OpenBLAS's threads, polling after it, have gone to sleep), and rank
  * threads' minor page faults per step (getrusage RUSAGE_THREAD, the most of any rank, mean
  * over the timed steps). Per side, the host's steal time over that side's run (a share of
  * the CPUs' time, from /proc/stat): on a shared virtual machine a row with much of it says
@@ -32,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../examples/cpu_quiet.h"
 #include "../examples/tiny_llama.h"
 #include "dt_config.h"
 #if DT_HAVE_OPENBLAS
@@ -376,6 +378,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < NCONF; i++) { /* each configuration: dtensor, then PyTorch */
         if (only && strcmp(only, confs[i].name)) continue;
         peak = fmax(peak, sgemm_peak());
+        cpu_quiet_wait(); /* OpenBLAS's threads asleep before dtensor's steps, not polling */
         long long s0 = steal_ticks();
         double t0 = now_ms();
         run_dtensor(&confs[i], steps, text, n, &dt[i]);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu_quiet.h"
 #include "trainer.h"
 
 int tr_data_load(const tr_config *c, tr_data *out) {
@@ -79,7 +80,10 @@ int tr_main(int argc, char **argv, const tr_model *custom) {
     if ((rc = tr_data_load(&c, &run.data))) return rc;
     unsigned char *text = (unsigned char *)run.data.text;
     size_t n = run.data.n;
-    if (!c.ucx) dt_local_run(1, sgemm_rate, &run.peak_gflops, NULL);
+    if (!c.ucx) {
+        dt_local_run(1, sgemm_rate, &run.peak_gflops, NULL);
+        cpu_quiet_wait(); /* OpenBLAS's threads asleep before step 1 */
+    }
     if (rank0) {
         char moe[64] = "";
         if (c.model.experts)
