@@ -19,10 +19,12 @@ Configurations (MODE), parallelized as torchtitan's Llama is:
 When the kv heads do not split over tp (2 kv heads on tp=4), k and v are gathered over tp
 (their gradients reduce_scattered back) and each rank picks the kv heads of its query heads.
 
-Collectives per step are counted on rank 0 by torch.profiler over one step after the warm-up
-(not a timed one): every collective gloo runs (its "gloo:<collective>" events: FSDP2's
-all_gather_into_tensor and reduce_scatter_tensor, DDP's bucket all_reduce from its C++
-reducer and DTensor's functional collectives alike; DT_TORCH_COMMS=1 prints them by kind). Prints one line on rank 0:
+A step's time runs from the first rank's start to the last rank's end (each rank's
+perf_counter, gathered after the step). Collectives per step are counted on rank 0 by
+torch.profiler over one step after the warm-up (not a timed one): every collective gloo runs
+(its "gloo:<collective>" events: FSDP2's all_gather_into_tensor and reduce_scatter_tensor,
+DDP's bucket all_reduce from its C++ reducer and DTensor's functional collectives alike;
+DT_TORCH_COMMS=1 prints them by kind). Prints one line on rank 0:
     median_ms min_ms max_ms collectives loss_1 ... loss_S
 (S = WARMUP + 1 + STEPS; the loss is the global batch's mean, on every configuration).
 
@@ -250,6 +252,19 @@ def step_collectives(path, step):
     return sum(1 for e in events if e["name"].startswith("gloo:") and t0 <= e["ts"] <= t1)
 
 
+def step_span(t0, t1, world):
+    """The step on every rank: from the first rank's start to the last rank's end (perf_counter
+    is CLOCK_MONOTONIC, one clock for the machine's processes). Rank 0's own t1 - t0 leaves out
+    what the others still run after it ends, as DDP's AdamW after the last all_reduce."""
+    if world == 1:
+        return t1 - t0
+    import torch.distributed as dist
+    mine = torch.tensor([t0, t1], dtype=torch.float64)
+    every = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(every, mine)
+    return max(float(e[1]) for e in every) - min(float(e[0]) for e in every)
+
+
 def run(mode, V, T, B, C, layers, heads, kv_heads, hidden, steps, rank=0, world=1, port=0,
         text=None, profile=None):
     import torch.distributed as dist
@@ -322,7 +337,7 @@ def run(mode, V, T, B, C, layers, heads, kv_heads, hidden, steps, rank=0, world=
             counter.__exit__(None, None, None)
             colls = counter.count()
         elif s > WARMUP:
-            times.append((t1 - t0) * 1e3)
+            times.append(step_span(t0, t1, world) * 1e3)
         # the global batch's mean loss, outside the timed and counted part
         value = loss.detach()
         if hasattr(value, "full_tensor"):
