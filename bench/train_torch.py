@@ -20,7 +20,7 @@ When the kv heads do not split over tp (2 kv heads on tp=4), k and v are gathere
 (their gradients reduce_scattered back) and each rank picks the kv heads of its query heads.
 
 A step's time runs from the first rank's start to the last rank's end (each rank's
-perf_counter, gathered after the step). Collectives per step are counted on rank 0 by
+perf_counter stamps, gathered after the last step). Collectives per step are counted on rank 0 by
 torch.profiler over one step after the warm-up (not a timed one): every collective gloo runs
 (its "gloo:<collective>" events: FSDP2's all_gather_into_tensor and reduce_scatter_tensor,
 DDP's bucket all_reduce from its C++ reducer and DTensor's functional collectives alike;
@@ -252,17 +252,20 @@ def step_collectives(path, step):
     return sum(1 for e in events if e["name"].startswith("gloo:") and t0 <= e["ts"] <= t1)
 
 
-def step_span(t0, t1, world):
-    """The step on every rank: from the first rank's start to the last rank's end (perf_counter
-    is CLOCK_MONOTONIC, one clock for the machine's processes). Rank 0's own t1 - t0 leaves out
-    what the others still run after it ends, as DDP's AdamW after the last all_reduce."""
-    if world == 1:
-        return t1 - t0
-    import torch.distributed as dist
-    mine = torch.tensor([t0, t1], dtype=torch.float64)
-    every = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
-    dist.all_gather(every, mine)
-    return max(float(e[1]) for e in every) - min(float(e[0]) for e in every)
+def step_spans(stamps, world):
+    """Each timed step on every rank, in ms: from the first rank's start to the last rank's end
+    (perf_counter is CLOCK_MONOTONIC, one clock for the machine's processes). Rank 0's own
+    t1 - t0 leaves out what the others still run after it ends, as DDP's AdamW after the last
+    all_reduce. stamps: this rank's (t0, t1) per step, gathered once after the loop."""
+    mine = torch.tensor(stamps, dtype=torch.float64)
+    every = [mine]
+    if world > 1:
+        import torch.distributed as dist
+        every = [torch.zeros_like(mine) for _ in range(world)]
+        dist.all_gather(every, mine)
+    first = torch.stack([e[:, 0] for e in every]).min(dim=0).values
+    last = torch.stack([e[:, 1] for e in every]).max(dim=0).values
+    return [float(v) * 1e3 for v in last - first]
 
 
 def run(mode, V, T, B, C, layers, heads, kv_heads, hidden, steps, rank=0, world=1, port=0,
@@ -298,7 +301,7 @@ def run(mode, V, T, B, C, layers, heads, kv_heads, hidden, steps, rank=0, world=
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), eps=1e-8,
                             weight_decay=0.01)
     rows = B // dp
-    times, losses, colls = [], [], 0
+    stamps, losses, colls = [], [], 0
     prof = None
     if profile:
         # one recording from the counted step to the end; prof.step() below closes each
@@ -337,7 +340,7 @@ def run(mode, V, T, B, C, layers, heads, kv_heads, hidden, steps, rank=0, world=
             counter.__exit__(None, None, None)
             colls = counter.count()
         elif s > WARMUP:
-            times.append(step_span(t0, t1, world) * 1e3)
+            stamps.append((t0, t1))
         # the global batch's mean loss, outside the timed and counted part
         value = loss.detach()
         if hasattr(value, "full_tensor"):
@@ -353,6 +356,7 @@ def run(mode, V, T, B, C, layers, heads, kv_heads, hidden, steps, rank=0, world=
         prof.__exit__(None, None, None)
         prof.export_chrome_trace(f"{profile}_rank{rank}.json")
         colls = step_collectives(f"{profile}_rank{rank}.json", WARMUP)
+    times = step_spans(stamps, world)
     if rank == 0:
         print(f"{statistics.median(times):.3f} {min(times):.3f} {max(times):.3f} {colls} "
               + " ".join(f"{v:.8f}" for v in losses), flush=True)
