@@ -20,8 +20,8 @@ When the kv heads do not split over tp (2 kv heads on tp=4), k and v are gathere
 (their gradients reduce_scattered back) and each rank picks the kv heads of its query heads.
 
 A step's time runs from the first rank's start to the last rank's end (each rank's
-perf_counter stamps, gathered after the last step). Collectives per step are counted on rank 0 by
-torch.profiler over one step after the warm-up (not a timed one): every collective gloo runs
+perf_counter stamps, gathered after the last step). Collectives per step are counted on rank 0
+by torch.profiler over one step after the warm-up (not a timed one): every collective gloo runs
 (its "gloo:<collective>" events: FSDP2's all_gather_into_tensor and reduce_scatter_tensor,
 DDP's bucket all_reduce from its C++ reducer and DTensor's functional collectives alike;
 DT_TORCH_COMMS=1 prints them by kind). Prints one line on rank 0:
