@@ -234,10 +234,10 @@ static void stats(double *v, int n, double out[3]) {
 /* A step on every rank: from the first rank's start to the last rank's end (one clock for the
  * process's threads). Rank 0's own time would leave out what the others still run after it
  * ends: DDP's AdamW after the all_reduce ran up to a fifth longer than rank 0's step. */
-static void step_spans(const run *r, int ranks, double *ms) {
+static void step_spans(const run *r, double *ms) {
     for (int s = 0; s < r->steps; s++) {
         double first = r->t0[0][s], last = r->t1[0][s];
-        for (int k = 1; k < ranks; k++)
+        for (int k = 1; k < r->c->ranks; k++)
             first = fmin(first, r->t0[k][s]), last = fmax(last, r->t1[k][s]);
         ms[s] = last - first;
     }
@@ -256,7 +256,7 @@ static void run_dtensor(const conf *c, int steps, const unsigned char *text, siz
         return;
     }
     double ms[MAXSTEPS];
-    step_spans(&r, c->ranks, ms);
+    step_spans(&r, ms);
     stats(ms, steps, out->ms);
     out->faults = 0;
     for (int k = 0; k < c->ranks; k++)
