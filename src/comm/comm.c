@@ -10,6 +10,7 @@
 #include "core/device.h"
 #include "core/check.h"
 #include "core/clock.h"
+#include "core/fiber.h"
 
 #define COMM_CHECK(c)                                                                              \
     do {                                                                                           \
@@ -72,6 +73,7 @@ static dt_status issue(dt_comm *c, int64_t kind, int64_t count, int64_t dtype, i
                        int64_t root) {
     c->fp = (dt_coll_fp){
         .seq = ++c->seq, .kind = kind, .count = count, .dtype = dtype, .op = op, .root = root};
+    dt_fiber_turn(); /* ranks that share a thread take turns (core/fiber.h) */
     c->issued_us = dt_now_us();
     dt_flight_begin(c, &c->fp, -1);
     return c->ctx->check_collectives ? dt_comm_check_fp(c) : DT_OK;

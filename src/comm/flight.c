@@ -5,10 +5,14 @@
 #include "comm/flight.h"
 #include "core/check.h"
 #include "core/clock.h"
+#include "core/fiber.h"
 
 _Thread_local const char *dt_comm_caller_tls;
 _Thread_local const char *dt_comm_module_tls;
 _Thread_local int dt_comm_backward_tls;
+DT_FIBER_LOCAL(dt_comm_caller_tls)
+DT_FIBER_LOCAL(dt_comm_module_tls)
+DT_FIBER_LOCAL(dt_comm_backward_tls)
 
 void dt_flight_begin(dt_comm *comm, const dt_coll_fp *fp, int peer) {
     struct dt_flight *f = comm->ctx->flight;

@@ -1,9 +1,11 @@
 /* A rank's communication thread: runs submitted tasks one at a time, in submission order,
- * so non-blocking collectives issued in the same order on every rank match up. */
+ * so non-blocking collectives issued in the same order on every rank match up. For a rank run
+ * as a fiber (core/fiber.h) it is a fiber beside the rank's, on the same thread. */
 #ifndef DT_COMM_WORKER_H
 #define DT_COMM_WORKER_H
 
-#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 
 #include "dtensor/runtime.h"
 #include "dtensor/status.h"
@@ -18,9 +20,7 @@ dt_status dt_worker_submit(dt_worker *w, dt_task_fn fn, void *arg);
 /* A one-shot completion between a task on the comm thread and the caller waiting for it: the
  * task's status travels with the error message of the thread that failed. */
 typedef struct dt_completion {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
+    _Atomic uint32_t done; /* set after status and message (core/fiber.h's word) */
     dt_status status;
     char message[512];
 } dt_completion;
@@ -33,7 +33,7 @@ void dt_completion_signal(dt_completion *c, dt_status st);
 dt_status dt_completion_wait(dt_completion *c);
 int dt_completion_done(dt_completion *c);
 
-/* 1 when called on w's own thread. */
+/* 1 when called by w's tasks. */
 int dt_worker_is_current(const dt_worker *w);
 /* Runs what is queued, then stops and frees the thread. NULL is fine. */
 void dt_worker_destroy(dt_worker *w);

@@ -13,6 +13,7 @@
 #include "comm/comm_impl.h"
 #include "context/ring.h"
 #include "core/check.h"
+#include "core/fiber.h"
 #include "dtensor/context.h"
 #include "dtensor/tensor_impl.h"
 #include "mesh/mesh_impl.h"
@@ -216,6 +217,8 @@ static void trace_step(const ring *g, double t0, const char *what, int s, int o)
 
 static _Thread_local dt_ring_observer_fn observer;
 static _Thread_local void *observer_user;
+DT_FIBER_LOCAL(observer)
+DT_FIBER_LOCAL(observer_user)
 
 void dt_ring_set_observer(dt_ring_observer_fn fn, void *user) {
     observer = fn, observer_user = user;

@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 
 #include "core/alloc.h"
+#include "core/fiber.h"
 
 #define HEADER           64
 #define MIN_SHIFT        6  /* the smallest class: 64 bytes */
@@ -54,6 +55,7 @@ struct dt_host_arena {
 };
 
 _Thread_local dt_host_arena *dt_host_bound;
+DT_FIBER_LOCAL(dt_host_bound)
 
 static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
 static block *shared_lists[NCLASS];

@@ -19,6 +19,7 @@
 
 #include "core/check.h"
 #include "core/clock.h"
+#include "core/fiber.h"
 #include "core/pool.h"
 #include "core/ranks.h"
 #include "core/spin.h"
@@ -63,6 +64,8 @@ typedef struct dt_pool {
 
 static _Thread_local dt_pool *my_pool;
 static _Thread_local int in_job; /* a worker, or a caller inside its job: nested calls are serial */
+DT_FIBER_LOCAL(my_pool)
+DT_FIBER_LOCAL(in_job)
 static pthread_key_t pool_key;
 static pthread_once_t pool_key_once = PTHREAD_ONCE_INIT;
 

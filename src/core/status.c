@@ -3,10 +3,12 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/fiber.h"
 
 #define DT_ERROR_MAX 512
 
 static _Thread_local char last_error[DT_ERROR_MAX];
+DT_FIBER_LOCAL(last_error)
 
 const char *dt_status_str(dt_status status) {
     switch (status) {

@@ -294,7 +294,7 @@ static pthread_once_t quarantine_once = PTHREAD_ONCE_INIT;
 
 /* The calling thread's ring, as its key holds it: a release reads this instead of paying
  * pthread_once and pthread_getspecific (a tenth of a small op's release). */
-static _Thread_local quarantine *my_quarantine;
+static _Thread_local quarantine *my_quarantine; /* the thread's: its fibers share it */
 
 static void quarantine_destroy(void *p) {
     quarantine *q = p;

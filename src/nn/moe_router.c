@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "core/check.h"
+#include "core/fiber.h"
 #include "dtensor/create.h"
 #include "dtensor/ops.h"
 #include "dtensor/redistribute.h"
@@ -166,6 +167,8 @@ dt_status dt_moe_aux_loss(dt_tensor *scores, dt_tensor *experts, dt_tensor **out
 
 static _Thread_local dt_moe_observer_fn observer;
 static _Thread_local void *observer_user;
+DT_FIBER_LOCAL(observer)
+DT_FIBER_LOCAL(observer_user)
 
 void dt_moe_set_observer(dt_moe_observer_fn fn, void *user) {
     observer = fn, observer_user = user;

@@ -6,6 +6,7 @@
 
 #include "comm/flight.h"
 #include "core/check.h"
+#include "core/fiber.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops.h"
 #include "nn/params_impl.h"
@@ -313,6 +314,8 @@ int dt_params_group_of(const dt_params *params, int i) {
 
 static _Thread_local dt_layout_observer_fn layout_observer;
 static _Thread_local void *layout_observer_user;
+DT_FIBER_LOCAL(layout_observer)
+DT_FIBER_LOCAL(layout_observer_user)
 
 void dt_module_set_layout_observer(dt_layout_observer_fn fn, void *user) {
     layout_observer = fn, layout_observer_user = user;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/fiber.h"
 #include "dtensor/trace.h"
 #include "trace/trace_impl.h"
 
@@ -39,6 +40,8 @@ struct dt_trace {
 
 _Thread_local int64_t dt_trace_last_coll_tls;
 _Thread_local dt_trace_coll_site dt_trace_coll_tls;
+DT_FIBER_LOCAL(dt_trace_last_coll_tls)
+DT_FIBER_LOCAL(dt_trace_coll_tls)
 
 static const char *const lane_names[DT_LANE_COUNT] = {"ops",      "compute",     "comm",
                                                       "pipeline", "comm thread", "steps"};

@@ -25,6 +25,10 @@ static long long thread_rchar(void) {
     return v;
 }
 
+/* The counts are per thread, so each rank gets its own: threads, not fibers (core/fiber.h). */
+static void threads_not_fibers(void) { setenv("DT_LOCAL_FIBERS", "0", 1); }
+TestSuite(checkpoint_read, .init = threads_not_fibers);
+
 typedef struct read_arg {
     const char *dir;
     long long read[4], shard_bytes;

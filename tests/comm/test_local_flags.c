@@ -2,10 +2,13 @@
  * and wakes when its peer publishes, and long runs of mixed collectives on the world and on
  * sub-communicators, with ranks held back at random, where members wait only for the peers
  * they exchange data with; every result against values computed here. */
+#include <stdlib.h>
 #include <time.h>
 
 #include "comm/local/local_impl.h"
 #include "helpers.h"
+
+static void threads_not_fibers(void) { setenv("DT_LOCAL_FIBERS", "0", 1); }
 
 static void sleep_ns(long ns) {
     struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
@@ -39,7 +42,9 @@ static dt_status sleep_wake_body(dt_ctx *ctx, void *arg) {
     return DT_OK;
 }
 
-Test(local_flags, wait_sleeps_then_wakes) {
+/* Rank 0 polls the waiter count between sleeps: threads, not fibers (core/fiber.h), which
+ * would keep the sleepers it waits for from running. */
+Test(local_flags, wait_sleeps_then_wakes, .init = threads_not_fibers) {
     t_run(2, sleep_wake_body, NULL); /* spins first */
     t_run(8, sleep_wake_body, NULL); /* more ranks than cores here: sleeps at once */
 }

@@ -2,9 +2,12 @@
  * for every member sleeps once and is woken by the last member to publish, not once per member;
  * entry-barrier waiters sleep on the group's futex word, none leaves before the last arrival,
  * each wakes once; a rank that fails frees the sleepers with an error naming it. Sleeps are
- * counted as the thread's voluntary context switches (getrusage RUSAGE_THREAD). */
+ * counted as the thread's voluntary context switches (getrusage RUSAGE_THREAD). The ranks hold
+ * each other back by polling shared words between sleeps, so they run as threads, not as
+ * fibers (DT_LOCAL_FIBERS=0), whose polls would never let another fiber run. */
 #include <stdatomic.h>
 #include <sys/resource.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "comm/local/local_impl.h"
@@ -75,6 +78,9 @@ static dt_status wait_all_body(dt_ctx *ctx, void *arg) {
     }
     return DT_OK;
 }
+
+static void threads_not_fibers(void) { setenv("DT_LOCAL_FIBERS", "0", 1); }
+TestSuite(local_wake, .init = threads_not_fibers);
 
 Test(local_wake, wait_for_all_sleeps_once_woken_by_the_last) {
     order o = {0};

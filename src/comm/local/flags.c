@@ -2,18 +2,14 @@
  * far it got by storing (epoch, phase) in a flag of its own and counting itself in the phase's
  * count, and a member waits only for the peers whose data it needs or who may still touch its
  * buffers (their flags), or for everyone (the count). A wait spins briefly while the ranks fit
- * on the cores and no other process keeps them busy (lw_spin), then sleeps on the futex; a
- * writer wakes a flag only when someone sleeps on it, and a count only when it completes. The
+ * on the cores and no other process keeps them busy (lw_spin), then waits on its futex word
+ * (core/fiber.h: a sleep, or where ranks run as fibers, another rank's turn); a writer wakes a flag only when someone sleeps on it, and a count only when it completes. The
  * waits cannot fail: every member has entered, and every path out of a collective publishes its
  * last phase. Also the futex word the entry barrier's waiters sleep on (sync.c). */
-#include <limits.h>
-#include <linux/futex.h>
 #include <sched.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "comm/local/local_impl.h"
+#include "core/fiber.h"
 #include "core/spin.h"
 
 /* While every rank has a core, a wait first polls the flag this many times (a peer that is
@@ -22,20 +18,6 @@
  * of 12 on 2 cores, 2-rank collectives of 1 KiB took 46-56 us polling 30 us before sleeping,
  * 9-12 us after 128 polls and 6-9 us after 16, as with the mutex barriers before. */
 #define LW_FLAG_POLLS 16
-
-static void futex_wait(_Atomic uint32_t *word, uint32_t seen) {
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
-}
-
-/* futex_wait for at most ns > 0 nanoseconds. */
-static void futex_wait_for(_Atomic uint32_t *word, uint32_t seen, int64_t ns) {
-    struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
-}
-
-static void futex_wake(_Atomic uint32_t *word) {
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
 
 /* Flags are 32-bit (a futex word) and wrap. A peer's flag awaited is at most one collective
  * (LW_PHASES values) ahead of the target; a flag left behind by a peer that published nothing
@@ -55,10 +37,10 @@ void lw_publish(lw_comm *c, int phase) {
      * either it sees the new value or this sees it waiting (and the futex call, which
      * compares the word, sees the value change). The count likewise, woken by its last. */
     atomic_store(&f->seq, target(c, phase));
-    if (atomic_load(&f->waiters)) futex_wake(&f->seq);
+    if (atomic_load(&f->waiters)) dt_wake_word(&f->seq);
     lw_count *k = &g->counts[phase];
     uint32_t now = atomic_fetch_add(&k->n, 1) + 1;
-    if (now - k->base == (uint32_t)g->n && atomic_load(&k->sleepers)) futex_wake(&k->n);
+    if (now - k->base == (uint32_t)g->n && atomic_load(&k->sleepers)) dt_wake_word(&k->n);
 }
 
 void lw_counts_rebase(lw_group *g) {
@@ -89,7 +71,7 @@ void lw_wait_for(lw_comm *c, int peer, int phase) {
     for (;;) {
         atomic_fetch_add(&f->waiters, 1);
         uint32_t v = atomic_load(&f->seq);
-        if (!reached(v, t)) futex_wait(&f->seq, v);
+        if (!reached(v, t)) dt_wait_word(&f->seq, v, 0);
         atomic_fetch_sub(&f->waiters, 1);
         if (reached(atomic_load_explicit(&f->seq, memory_order_acquire), t)) return;
     }
@@ -117,7 +99,7 @@ void lw_wait_all(lw_comm *c, int phase) {
     for (;;) {
         atomic_fetch_add(&k->sleepers, 1);
         uint32_t v = atomic_load(&k->n);
-        if (v - k->base < n) futex_wait(&k->n, v);
+        if (v - k->base < n) dt_wait_word(&k->n, v, 0);
         atomic_fetch_sub(&k->sleepers, 1);
         if (all_in(k, n)) return;
     }
@@ -125,21 +107,12 @@ void lw_wait_all(lw_comm *c, int phase) {
 
 void lw_group_wake(lw_group *g) {
     atomic_fetch_add(&g->wake, 1);
-    if (atomic_load(&g->sleepers)) futex_wake(&g->wake);
+    if (atomic_load(&g->sleepers)) dt_wake_word(&g->wake);
 }
 
 void lw_group_sleep(lw_group *g, uint32_t seen, int64_t deadline_ns) {
     /* As lw_publish's waiters: counted first, then the word compared (here and by the kernel). */
     atomic_fetch_add(&g->sleepers, 1);
-    if (atomic_load(&g->wake) == seen) {
-        if (!deadline_ns) {
-            futex_wait(&g->wake, seen);
-        } else {
-            struct timespec now;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            int64_t left = deadline_ns - ((int64_t)now.tv_sec * 1000000000 + now.tv_nsec);
-            if (left > 0) futex_wait_for(&g->wake, seen, left);
-        }
-    }
+    if (atomic_load(&g->wake) == seen) dt_wait_word(&g->wake, seen, deadline_ns);
     atomic_fetch_sub(&g->sleepers, 1);
 }

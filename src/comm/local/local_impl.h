@@ -82,10 +82,12 @@ typedef struct lw_group {
     int handles; /* live communicators on this group (registry lock) */
     int exited;  /* members that have returned (changed under registry lock and mu) */
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* on CLOCK_MONOTONIC, for send/recv's timeout */
-    /* Entry-barrier waiters sleep on this futex word, not on cv: the barrier's last arrival and
-     * every failure (lw_group_wake) bump it and wake them, and a woken waiter returns without
-     * retaking mu (after a broadcast on cv every waiter retakes it in turn before returning). */
+    /* send/recv's condition: bumped under mu by every change their waiters look for
+     * (lw_notify), and waited on with mu released (lw_wait). */
+    _Atomic uint32_t changed;
+    /* Entry-barrier waiters sleep on this futex word, not on changed: the barrier's last arrival
+     * and every failure (lw_group_wake) bump it and wake them, and a woken waiter returns
+     * without retaking mu (after a wake on changed every waiter retakes it in turn). */
     _Alignas(64) _Atomic uint32_t wake;
     _Atomic uint32_t sleepers;
     lw_count counts[LW_PHASES]; /* [phase] */
@@ -198,10 +200,12 @@ void lw_group_sleep(lw_group *g, uint32_t seen, int64_t deadline_ns);
  * DT_OK when none. Call with group->mu held. */
 dt_status lw_failure(lw_comm *c, const char *what, int peer);
 
-/* The absolute deadline of a wait starting now (0: none), and a wait on the group's condition
- * (send/recv) until then; call with group->mu held. */
+/* The absolute deadline of a wait starting now (0: none), a wait on the group's condition
+ * (send/recv) until then, and the wake of its waiters; call with group->mu held. lw_wait
+ * releases mu while it waits, and may return early: the caller checks again. */
 int64_t lw_deadline(const lw_comm *c);
 void lw_wait(lw_group *g, int64_t deadline_ns);
+void lw_notify(lw_group *g);
 void lw_watch_start(lw_watch *wt, const lw_comm *c);
 /* The earlier of deadline (0: none) and the next look. */
 int64_t lw_watch_deadline(const lw_watch *wt, int64_t deadline);

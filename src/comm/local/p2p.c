@@ -15,7 +15,7 @@
 static void part_done(lw_group *g, lw_p2p *box) {
     if (--box->parts_left == 0) {
         box->state = LW_P2P_DONE;
-        pthread_cond_broadcast(&g->cv);
+        lw_notify(g);
     }
 }
 
@@ -50,7 +50,7 @@ dt_status lw_send(dt_comm *base, const void *buf, size_t bytes, int peer) {
     lw_watch wt = {.blamed = -1};
     pthread_mutex_lock(&g->mu);
     *box = (lw_p2p){.buf = buf, .bytes = bytes, .state = LW_P2P_POSTED};
-    pthread_cond_broadcast(&g->cv);
+    lw_notify(g);
     for (;;) {
         if (box->state == LW_P2P_DONE) {
             st = box->status;
@@ -115,7 +115,7 @@ dt_status lw_recv(dt_comm *base, void *buf, size_t bytes, int peer) {
                                    "%zu", peer, box->bytes, base->rank, bytes);
         box->status = st;
         box->state = LW_P2P_DONE;
-        pthread_cond_broadcast(&g->cv);
+        lw_notify(g);
         pthread_mutex_unlock(&g->mu);
         return st;
     }
@@ -127,13 +127,13 @@ dt_status lw_recv(dt_comm *base, void *buf, size_t bytes, int peer) {
     box->parts_left = box->split < bytes ? 2 : 1;
     box->status = DT_OK;
     box->state = LW_P2P_TAKEN;
-    pthread_cond_broadcast(&g->cv); /* the sender takes the upper half */
+    lw_notify(g); /* the sender takes the upper half */
     pthread_mutex_unlock(&g->mu);
     if (box->split && (st = mem->copy(buf, box->buf, box->split)) == DT_OK) st = mem->sync();
     pthread_mutex_lock(&g->mu);
     part_done(g, box);
     /* parts_left, not the state: the sender may already have emptied the box again. */
-    while (box->parts_left) pthread_cond_wait(&g->cv, &g->mu);
+    while (box->parts_left) lw_wait(g, 0);
     pthread_mutex_unlock(&g->mu);
     return st;
 }

@@ -14,6 +14,7 @@
 #include "comm/flight.h"
 #include "comm/local/local_impl.h"
 #include "core/check.h"
+#include "core/fiber.h"
 
 /* "dt_all_reduce #12" for the collective in progress, "dt_recv" for point to point. */
 static void call_name(const lw_comm *c, const char *what, int p2p, char *buf, size_t cap) {
@@ -66,12 +67,15 @@ int64_t lw_deadline(const lw_comm *c) {
 }
 
 void lw_wait(lw_group *g, int64_t deadline_ns) {
-    if (!deadline_ns) {
-        pthread_cond_wait(&g->cv, &g->mu);
-        return;
-    }
-    struct timespec ts = {.tv_sec = deadline_ns / 1000000000, .tv_nsec = deadline_ns % 1000000000};
-    pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    const uint32_t seen = atomic_load(&g->changed); /* under mu: a later change moves it */
+    pthread_mutex_unlock(&g->mu);
+    dt_wait_word(&g->changed, seen, deadline_ns);
+    pthread_mutex_lock(&g->mu);
+}
+
+void lw_notify(lw_group *g) {
+    atomic_fetch_add(&g->changed, 1);
+    dt_wake_word(&g->changed);
 }
 
 void lw_where_set(lw_comm *c, const char *what, int64_t seq, int peer) {

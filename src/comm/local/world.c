@@ -1,4 +1,5 @@
-/* The local runtime: starts one thread per rank, keeps the registry of groups that ranks
+/* The local runtime: starts one thread per rank (or, when the ranks outnumber the cores, one
+ * per core that runs its ranks as fibers: core/fiber.h), keeps the registry of groups that ranks
  * share, and turns a rank's failure or early return into errors for the ranks waiting on it. */
 #include <sched.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "comm/worker.h"
 #include "core/alloc.h"
 #include "core/check.h"
+#include "core/fiber.h"
 #include "core/pool.h"
 #include "core/ranks.h"
 #include "core/spin.h"
@@ -34,7 +36,6 @@ static int group_has(const lw_group *g, int world_rank) {
 
 static void group_free(lw_group *g) {
     pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->cv);
     free(g->members);
     free(g->arrived_at);
     free(g->fps);
@@ -61,15 +62,7 @@ static lw_group *group_get(lw_world *w, const uint64_t key[2], const int *member
     g->p2p = calloc((size_t)n * (size_t)n, sizeof *g->p2p);
     g->flags = aligned_alloc(_Alignof(lw_flag), sizeof(lw_flag) * (size_t)n);
     if (g->flags) memset(g->flags, 0, sizeof(lw_flag) * (size_t)n);
-    pthread_condattr_t ca;
-    int ok = g->members && g->arrived_at && g->fps && g->slots && g->p2p && g->flags &&
-             pthread_condattr_init(&ca) == 0;
-    if (ok) {
-        ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-             pthread_cond_init(&g->cv, &ca) == 0;
-        pthread_condattr_destroy(&ca);
-    }
-    if (!ok) {
+    if (!(g->members && g->arrived_at && g->fps && g->slots && g->p2p && g->flags)) {
         free(g->members);
         free(g->arrived_at);
         free(g->fps);
@@ -140,7 +133,7 @@ static void wake_groups(lw_world *w, int rank) {
         if (rank >= 0 && !group_has(g, rank)) continue;
         pthread_mutex_lock(&g->mu);
         if (rank >= 0) g->exited++;
-        pthread_cond_broadcast(&g->cv);
+        lw_notify(g);
         pthread_mutex_unlock(&g->mu);
         lw_group_wake(g);
     }
@@ -206,6 +199,8 @@ static void *rank_main(void *p) {
     return NULL;
 }
 
+static void rank_fiber(void *ranks, int i) { rank_main(&((lw_rank *)ranks)[i]); }
+
 static dt_status ctx_init(lw_rank *r, lw_world *w, int rank) {
     r->world = w;
     r->ctx = (dt_ctx){.rank = rank, .size = w->size, .backend = &lw_backend, .backend_state = w};
@@ -256,6 +251,8 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
     DT_CHECK(dt_boot_env_timeout_ns(&timeout_ns));
     int env_threads; /* a bad DT_NUM_THREADS fails the run before any rank starts */
     DT_CHECK(dt_pool_env_threads(&env_threads));
+    int fibers; /* ranks that outnumber the cores take turns on them (core/fiber.h) */
+    DT_CHECK(dt_boot_env_flag("DT_LOCAL_FIBERS", 1, &fibers));
     lw_world *w = calloc(1, sizeof *w);
     lw_rank *ranks = calloc((size_t)nranks, sizeof *ranks);
     atomic_int *exited = calloc((size_t)nranks, sizeof *exited);
@@ -284,6 +281,14 @@ dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out) {
         ranks[initialised].arg = arg;
     }
     dt_process_ranks_add(nranks);
+    const int cores = dt_usable_cores();
+    if (fibers && nranks > cores) {
+        if (dt_fibers_run(nranks, cores, rank_fiber, ranks) == DT_OK) {
+            started = nranks;
+            goto joined;
+        }
+        dt_error(DT_OK, "%s", ""); /* nothing ran: threads instead */
+    }
     for (; started < nranks; started++) {
         if (pthread_create(&ranks[started].thread, NULL, rank_main, &ranks[started]) != 0) {
             st = dt_error(DT_ERR_SYSTEM, "dt_local_run: could not start the thread of rank %d",
@@ -295,6 +300,7 @@ stop:
     if (st != DT_OK) /* ranks already running must not wait for the missing ones */
         lw_abort(w, started, st, dt_last_error());
     for (int i = 0; i < started; i++) pthread_join(ranks[i].thread, NULL);
+joined:
     if (initialised == nranks) dt_process_ranks_add(-nranks);
     for (int i = 0; i < initialised; i++) ctx_fini(&ranks[i]);
     if (out)

@@ -10,11 +10,17 @@
 #include "core/check.h"
 #include "core/cuda/cuda_rt.h"
 #include "core/cuda/device_mem.h"
+#include "core/fiber.h"
 
 #define MAX_DEVICES 64
 #define WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLAS's recommendation for Hopper */
 
 static _Thread_local dt_cuda_rank *bound;
+/* A rank run as a fiber takes its device back when it resumes (core/fiber.h). */
+static void bound_resume(void) {
+    if (bound) cudaSetDevice(bound->device);
+}
+DT_FIBER_LOCAL_RESUME(bound, bound_resume)
 static pthread_once_t count_once = PTHREAD_ONCE_INIT;
 static int device_count;
 static pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
