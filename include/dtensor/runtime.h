@@ -21,7 +21,10 @@ typedef dt_status (*dt_spmd_fn)(dt_ctx *ctx, void *arg);
 #define DT_LOCAL_MAX_RANKS 1024
 
 /* Runs fn on nranks threads (ranks 0..nranks-1) of this process and waits for all of them.
- * Blocks. out (nullable, nranks entries) receives each rank's return value.
+ * Blocks. out (nullable, nranks entries) receives each rank's return value. When nranks is
+ * more than the cores the process may use, the ranks run as fibers on a thread per core,
+ * switching where they wait in dtensor's calls: a rank must then wait for another only through
+ * dtensor (not by polling shared memory), or set DT_LOCAL_FIBERS=0 for a thread per rank.
  * Returns DT_OK when every rank returned DT_OK and no call timed out; otherwise the status of
  * the world's first failure (a rank that failed, or a timeout), and dt_last_error() on the
  * calling thread reads "rank R: <that rank's message>".
@@ -44,8 +47,8 @@ typedef dt_status (*dt_spmd_fn)(dt_ctx *ctx, void *arg);
  * diverged (ranks wait on each other across groups and none can go on): rank 0 in all_gather
  * #1 (8 x f32) on group dp by matmul, waiting for rank 2; rank 1 in ...". A wait on a rank that
  * runs (or waits on one that does) goes on to DT_TIMEOUT_S. The UCX and NCCL runtimes do the
- * same through rank 0. DT_ERR_ARG when DT_TIMEOUT_S, DT_CHECK_S or DT_DEBUG_COLLECTIVES is
- * malformed. */
+ * same through rank 0. DT_ERR_ARG when DT_TIMEOUT_S, DT_CHECK_S, DT_DEBUG_COLLECTIVES or
+ * DT_LOCAL_FIBERS is malformed. */
 DT_API dt_status dt_local_run(int nranks, dt_spmd_fn fn, void *arg, dt_status *out);
 
 /* Sets this rank's timeout (seconds; 0 = wait forever), overriding DT_TIMEOUT_S, for its

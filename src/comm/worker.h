@@ -28,8 +28,8 @@ typedef struct dt_completion {
 void dt_completion_init(dt_completion *c);
 /* Marks c done with st (and, when st is not DT_OK, the calling thread's last error). */
 void dt_completion_signal(dt_completion *c, dt_status st);
-/* Waits until c is done, sets the status's message on the calling thread, releases c's
- * resources and returns the status. */
+/* Waits until c is done, sets the status's message on the calling thread and returns the
+ * status. */
 dt_status dt_completion_wait(dt_completion *c);
 int dt_completion_done(dt_completion *c);
 
