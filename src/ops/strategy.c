@@ -63,6 +63,8 @@ dt_status dt_strategy_search(const dt_strategy_query *q, dt_strategy_found *best
     /* Output shapes come from arguments too (view, expand): the one checked size product. */
     DT_CHECK(dt_shape_dtype_check(dt_op_name(q->op), best->spec.ndim, best->spec.shape,
                                   best->spec.dtype));
+    /* Scratch for this call only: nothing here waits, so ranks run as fibers on one thread
+     * (core/fiber.h) may share it. */
     static _Thread_local rule_row rows[DT_MESH_MAX_NDIM][DT_OP_MAX_ROWS];
     int nrows[DT_MESH_MAX_NDIM];
     long combos = 1;
