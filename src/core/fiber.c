@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/fiber.h"
 #include "core/spin.h"
 
@@ -101,8 +102,7 @@ void dt_fiber_local(void *(*addr)(void), size_t size, void (*resume)(void)) {
 static void futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t deadline_ns) {
     struct timespec ts, *rel = NULL;
     if (deadline_ns) {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t left = deadline_ns - ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+        int64_t left = deadline_ns - dt_now_ns();
         if (left <= 0) return;
         ts = (struct timespec){.tv_sec = left / 1000000000, .tv_nsec = left % 1000000000};
         rel = &ts;
@@ -112,12 +112,6 @@ static void futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t deadline_n
 
 static void futex_wake(_Atomic uint32_t *word) {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 dt_fiber *dt_fiber_self(void) { return self; }
@@ -158,7 +152,7 @@ void dt_wait_word(_Atomic uint32_t *word, uint32_t seen, int64_t deadline_ns) {
 
 void dt_fiber_turn(void) {
     dt_fiber *f = self;
-    if (f && now_ns() - f->resumed_ns >= SLICE_NS) dt_wait_word(&f->joined, 1, 0); /* at once */
+    if (f && dt_now_ns() - f->resumed_ns >= SLICE_NS) dt_wait_word(&f->joined, 1, 0); /* at once */
 }
 
 static void locals_save(dt_fiber *f) {
@@ -233,13 +227,13 @@ static dt_status runner_add(runner *r, dt_fiber *f) {
 static int can_run(const dt_fiber *f, int64_t *now) {
     if (!f->word || atomic_load(f->word) != f->seen) return 1;
     if (!f->deadline_ns) return 0;
-    if (!*now) *now = now_ns();
+    if (!*now) *now = dt_now_ns();
     return *now >= f->deadline_ns;
 }
 
 static void run(runner *r, dt_fiber *f) {
     f->word = NULL;
-    f->resumed_ns = now_ns();
+    f->resumed_ns = dt_now_ns();
     locals_restore(f);
     self = f;
 #ifdef DT_FIBER_ASAN
