@@ -1,14 +1,19 @@
-/* Host copies at memory speed: a copy with streaming (non-temporal) stores for blocks that will
- * not be read again soon (a collective's output, a peer's box), which neither reads the
- * destination into the cache first nor evicts the working set. Small blocks go to memcpy. */
+/* Host copies at memory speed: a copy with streaming (non-temporal) stores for blocks too large
+ * to stay in the cache until they are read (a large collective's output, a peer's box), which
+ * neither reads the destination into the cache first nor evicts the working set. Small blocks go
+ * to memcpy. */
 #ifndef DT_CORE_COPY_H
 #define DT_CORE_COPY_H
 
 #include <stddef.h>
 
-/* From this size on, dt_copy_large streams (below it the destination would still be in the
- * cache when it is next read, and memcpy is as fast). */
-#define DT_STREAM_MIN_BYTES ((size_t)256 << 10)
+/* From this size on, a collective's output, a peer's box and a reduction's result go out with
+ * streaming stores. Below it they fit in a core's L2 cache, where the next op finds them: a
+ * sequence-parallel all_gather of 256 KiB feeds a GEMM at once, and with streaming stores that
+ * GEMM read it back from memory (tp=4 training 1.09x faster with plain stores up to 1 MiB,
+ * docs/bench-stores.md). A collective timed alone, whose output nobody reads, still gains from
+ * streaming at 4 MiB, so larger blocks keep it. */
+#define DT_STREAM_MIN_BYTES ((size_t)1 << 20)
 
 /* memcpy with streaming stores for the whole block, whatever its size, ending with a store
  * fence so that another thread that synchronizes with this one afterwards sees the bytes.

@@ -162,7 +162,7 @@ Test(reduce_boxes, fewer_outer_steps_than_ranks_pull) {
     run_case(4, (rcase){3, 2, {1, 2, 9}, 0, 0});
 }
 
-Test(reduce_boxes, streamed) { /* 1 MiB a rank: streaming stores, runs of 1 KiB and of 6 KiB */
-    run_case(4, (rcase){2, 1, {256, 1024}, 1, 1});
-    run_case(2, (rcase){3, 2, {4, 32, 3072}, 0, 1});
+Test(reduce_boxes, streamed) { /* boxes of 1 and 1.5 MiB: streaming stores, runs of 1 and 6 KiB */
+    run_case(4, (rcase){2, 1, {1024, 1024}, 1, 1});
+    run_case(2, (rcase){3, 2, {8, 32, 3072}, 0, 1});
 }

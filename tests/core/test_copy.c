@@ -64,7 +64,7 @@ Test(copy, large_copies_on_every_path) {
 
 /* A (rows, cols) f32 column block of a wider array, large enough to stream, against a loop. */
 Test(copy, box_copy_streams_large_boxes) {
-    const int64_t rows = 300, scols = 1000, dcols = 800, bcols = 300; /* 1200-byte runs */
+    const int64_t rows = 1000, scols = 1000, dcols = 800, bcols = 300; /* 1200-byte runs */
     float *src = malloc(sizeof(float) * rows * scols), *dst = malloc(sizeof(float) * rows * dcols);
     cr_assert(src && dst);
     for (int64_t i = 0; i < rows * scols; i++)

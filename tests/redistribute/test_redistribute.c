@@ -417,9 +417,9 @@ Test(redistribute, explain_without_ranks) {
 /* The six transitions of the benchmark table at a size where the local runtime streams its
  * stores and reads strided boxes in place (S(1)->R and P->S(1) in one pass): every element
  * against the full tensor. x[i] = i % 1000; rank r holds (r + 1) x as its partial, so the
- * sum is 10 x on 4 ranks, exact in f32. (256, 2048) f32: 2 MiB, 512 KiB shards, 2 KiB runs. */
+ * sum is 10 x on 4 ranks, exact in f32. (256, 8192) f32: 8 MiB, 2 MiB shards, 8 KiB runs. */
 #define BIG_R 256
-#define BIG_C 2048
+#define BIG_C 8192
 static dt_status large_body(dt_ctx *ctx, void *arg) {
     (void)arg;
     static const char *const cases[][2] = {{"S(0)", "R"},    {"S(1)", "R"},    {"P(sum)", "R"},
