@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 /* From this size on, a collective's output, a peer's box and a reduction's result go out with
- * streaming stores. Below it they fit in a core's L2 cache, where the next op finds them: a
+ * streaming stores. Below it they stay in the caches, where the next op finds them: a
  * sequence-parallel all_gather of 256 KiB feeds a GEMM at once, and with streaming stores that
  * GEMM read it back from memory (tp=4 training 1.09x faster with plain stores up to 1 MiB,
  * docs/bench-stores.md). A collective timed alone, whose output nobody reads, still gains from
