@@ -14,8 +14,9 @@
  * sgemm on all cores, best of 3 before each configuration, the best of the run; the steps
  * start once OpenBLAS's threads, polling after it, have gone to sleep), and rank
  * threads' minor page faults per step (getrusage RUSAGE_THREAD, the most of any rank, mean
- * over the timed steps; ranks that outnumber the cores share a thread, and count together). Per side, the host's steal time over that side's run (a share of
- * the CPUs' time, from /proc/stat): on a shared virtual machine a row with much of it says
+ * over the timed steps; ranks that outnumber the cores share a thread, and count together).
+ * Per side, the host's steal time over that side's run (a share of the CPUs' time, from
+ * /proc/stat): on a shared virtual machine a row with much of it says
  * the host, not the code, set its time.
  * Model FLOPs per step: 6 x P x B x T (P: every parameter, embedding and output included;
  * forward 2, backward 4 per parameter and token) plus 12 x L x T x C x B x T for attention's

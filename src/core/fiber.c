@@ -99,7 +99,7 @@ void dt_fiber_local(void *(*addr)(void), size_t size, void (*resume)(void)) {
     locals_bytes += (size + 15) & ~(size_t)15;
 }
 
-static void futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t deadline_ns) {
+void dt_futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t deadline_ns) {
     struct timespec ts, *rel = NULL;
     if (deadline_ns) {
         int64_t left = deadline_ns - dt_now_ns();
@@ -110,7 +110,7 @@ static void futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t deadline_n
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, seen, rel, NULL, 0);
 }
 
-static void futex_wake(_Atomic uint32_t *word) {
+void dt_futex_wake(_Atomic uint32_t *word) {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
@@ -119,10 +119,10 @@ dt_fiber *dt_fiber_self(void) { return self; }
 void dt_wake_word(_Atomic uint32_t *word) {
     /* The caller's store came first: a thread counted after this load compares the word in
      * its futex call and sees the store. */
-    if (atomic_load(&thread_waiters)) futex_wake(word);
+    if (atomic_load(&thread_waiters)) dt_futex_wake(word);
     if (!atomic_load(&fibers_live)) return;
     atomic_fetch_add(&bell, 1);
-    if (atomic_load(&sleepers)) futex_wake(&bell);
+    if (atomic_load(&sleepers)) dt_futex_wake(&bell);
 }
 
 /* From a fiber to its runner's loop, and back when the loop picks it again. */
@@ -140,7 +140,7 @@ void dt_wait_word(_Atomic uint32_t *word, uint32_t seen, int64_t deadline_ns) {
     dt_fiber *f = self;
     if (!f) {
         atomic_fetch_add(&thread_waiters, 1);
-        futex_wait(word, seen, deadline_ns);
+        dt_futex_wait(word, seen, deadline_ns);
         atomic_fetch_sub(&thread_waiters, 1);
         return;
     }
@@ -296,7 +296,7 @@ static void *runner_main(void *p) {
         }
         polls = 0;
         atomic_fetch_add(&sleepers, 1);
-        if (atomic_load(&bell) == rung) futex_wait(&bell, rung, first_deadline(r));
+        if (atomic_load(&bell) == rung) dt_futex_wait(&bell, rung, first_deadline(r));
         atomic_fetch_sub(&sleepers, 1);
     }
     for (int i = 0; i < nlocals; i++)

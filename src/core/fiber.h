@@ -31,6 +31,12 @@ void dt_wait_word(_Atomic uint32_t *word, uint32_t seen, int64_t deadline_ns);
  * atomic_store and atomic_fetch_add are by default). */
 void dt_wake_word(_Atomic uint32_t *word);
 
+/* The plain futex under both, for threads that must block their own thread even when they run
+ * a fiber (the intra-op pool's workers and callers): a wait until *word != seen or the
+ * deadline (0: none), which may return early, and a wake of every waiter. */
+void dt_futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t deadline_ns);
+void dt_futex_wake(_Atomic uint32_t *word);
+
 /* A fiber that has run for SLICE since it last waited lets its thread's other fibers run
  * first (the library calls it as each collective starts): a rank that loops on collectives that
  * never wait, say on a group of its own, would otherwise keep a peer it shares a thread with

@@ -8,13 +8,10 @@
  * queue the pool had before, in one process) the kernels' sum was 1.00-1.06x faster at T 256
  * and 1.00-1.04x at T 64. */
 #include <errno.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/check.h"
@@ -69,14 +66,6 @@ DT_FIBER_LOCAL(in_job)
 static pthread_key_t pool_key;
 static pthread_once_t pool_key_once = PTHREAD_ONCE_INIT;
 
-static void futex_wait(_Atomic uint32_t *word, uint32_t seen) {
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
-}
-
-static void futex_wake(_Atomic uint32_t *word) {
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
 /* A unit of home h: its first (own) or its last; -1 when none is left. */
 static int64_t take(pool_home *h, int own) {
     uint64_t s = atomic_load_explicit(&h->span, memory_order_relaxed);
@@ -128,7 +117,7 @@ static void *worker_main(void *p_) {
             /* Sequentially consistent flag then re-check: either the caller's store of JOB is
              * seen here, or the caller sees this flag and wakes the futex. */
             atomic_store(&w->worker_sleeps, 1);
-            if (atomic_load(&w->ticket) == TICKET_IDLE) futex_wait(&w->ticket, TICKET_IDLE);
+            if (atomic_load(&w->ticket) == TICKET_IDLE) dt_futex_wait(&w->ticket, TICKET_IDLE, 0);
             atomic_store(&w->worker_sleeps, 0);
             continue;
         }
@@ -139,13 +128,13 @@ static void *worker_main(void *p_) {
             continue; /* taken back by the caller */
         run_chunks(w->pool, (int)(w - w->pool->workers) + 1);
         atomic_store(&w->ticket, TICKET_IDLE);
-        if (atomic_load(&w->caller_sleeps)) futex_wake(&w->ticket);
+        if (atomic_load(&w->caller_sleeps)) dt_futex_wake(&w->ticket);
     }
 }
 
 static void post(pool_worker *w, uint32_t ticket) {
     atomic_store(&w->ticket, ticket);
-    if (atomic_load(&w->worker_sleeps)) futex_wake(&w->ticket);
+    if (atomic_load(&w->worker_sleeps)) dt_futex_wake(&w->ticket);
 }
 
 /* Takes back an unstarted job, or waits until the worker has finished it. */
@@ -155,7 +144,7 @@ static void collect(pool_worker *w) {
     if (job == TICKET_IDLE || spin_while(&w->ticket, TICKET_RUNNING)) return;
     atomic_store(&w->caller_sleeps, 1);
     while (atomic_load(&w->ticket) == TICKET_RUNNING)
-        futex_wait(&w->ticket, TICKET_RUNNING);
+        dt_futex_wait(&w->ticket, TICKET_RUNNING, 0);
     atomic_store(&w->caller_sleeps, 0);
 }
 

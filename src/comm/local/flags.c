@@ -3,9 +3,10 @@
  * count, and a member waits only for the peers whose data it needs or who may still touch its
  * buffers (their flags), or for everyone (the count). A wait spins briefly while the ranks fit
  * on the cores and no other process keeps them busy (lw_spin), then waits on its futex word
- * (core/fiber.h: a sleep, or where ranks run as fibers, another rank's turn); a writer wakes a flag only when someone sleeps on it, and a count only when it completes. The
- * waits cannot fail: every member has entered, and every path out of a collective publishes its
- * last phase. Also the futex word the entry barrier's waiters sleep on (sync.c). */
+ * (core/fiber.h: a sleep, or where ranks run as fibers, another rank's turn); a writer wakes a
+ * flag only when someone sleeps on it, and a count only when it completes. The waits cannot
+ * fail: every member has entered, and every path out of a collective publishes its last
+ * phase. Also the futex word the entry barrier's waiters sleep on (sync.c). */
 #include <sched.h>
 
 #include "comm/local/local_impl.h"
